@@ -1,0 +1,43 @@
+# The few targets people use. `make dev` and `make test` install everything they need into .venv/.
+VENV        := .venv
+UV          := $(VENV)/bin/uv
+UV_VERSION  := 0.13.8
+PYTHON      ?= python3
+STAMP       := $(VENV)/.installed-stamp
+
+.PHONY: install dev test lint format typecheck check bench clean-data
+
+$(STAMP): pyproject.toml uv.lock
+	@command -v java >/dev/null 2>&1 || { \
+	  echo "error: 'java' was not found on PATH. Spark needs Java 17:"; \
+	  echo "       apt-get install -y openjdk-17-jre-headless   (or set JAVA_HOME)"; exit 1; }
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)' || { \
+	  echo "error: $(PYTHON) is not Python 3.11 (set PYTHON=/path/to/python3.11)"; exit 1; }
+	@test -x $(UV) || { $(PYTHON) -m venv $(VENV) && $(VENV)/bin/pip install --quiet uv==$(UV_VERSION); }
+	$(UV) sync --locked --quiet
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+dev: install  ## simulated sources + Spark Connect + Dagster UI on http://127.0.0.1:3000
+	DAGSTER_HOME=$(CURDIR)/dagster_home $(VENV)/bin/warehouse dev
+
+test: install  ## the whole test suite
+	@command -v java >/dev/null 2>&1 || { echo "error: 'java' was not found on PATH (Spark needs Java 17)"; exit 1; }
+	$(VENV)/bin/pytest
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: install
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+typecheck: install
+	$(VENV)/bin/mypy
+
+check: lint typecheck test
+
+clean-data:  ## forget the simulated sources, the lake and the Dagster instance state
+	rm -rf data dagster_home/storage dagster_home/history dagster_home/schedules dagster_home/logs

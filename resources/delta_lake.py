@@ -1,0 +1,664 @@
+"""The Delta lake layer: Spark computes, delta-rs writes the transaction log (design AD-1).
+
+Every table lives at ``<lake root>/<layer>/<table>`` and is partitioned by string columns
+(``dt`` for daily tables, ``dt`` + ``hh`` for hourly ones). The operations:
+
+* :meth:`DeltaStore.read` — the live files of the wanted partitions, pruned by partition values and then by
+  file min/max statistics (data skipping), read natively by Spark;
+* :meth:`DeltaStore.overwrite` — Spark tasks write parquet files into a fresh directory per write; the
+  driver reads their footers for statistics and one delta-rs transaction swaps them in for the replaced
+  partitions. Until that commit nothing is visible, so a crashed write leaves the previous version intact
+  (its orphan files are removed by vacuum);
+* :meth:`DeltaStore.merge` — a change batch (already deduplicated by key) merged by primary key with an
+  explicit predicate on the batch's partition values, so only those partitions are scanned;
+* :meth:`DeltaStore.optimize` (compaction / Z-order), :meth:`DeltaStore.history`.
+
+Nothing here collects a partition into the driver: only file metadata crosses to it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, unquote, urlparse
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+from dagster import ConfigurableResource
+from deltalake import CommitProperties, DeltaTable, Schema
+from deltalake.exceptions import TableNotFoundError
+from deltalake.transaction import AddAction, RemoveAction, Transaction, create_table_with_add_actions
+from pydantic import Field
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+PartitionSpec = Mapping[str, str]
+"""One partition: partition column → value, e.g. ``{"dt": "2024-03-05", "hh": "13"}``."""
+
+
+class DeltaLayerError(RuntimeError):
+    """A Delta operation could not be carried out; the message names the table and the reason."""
+
+
+# --- results -----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ReadStats:
+    files_in_table: int = 0
+    files_after_partition_pruning: int = 0
+    files_read: int = 0
+    bytes_read: int = 0
+    version: int | None = None
+
+    @property
+    def files_skipped_by_stats(self) -> int:
+        return self.files_after_partition_pruning - self.files_read
+
+
+@dataclass
+class WriteResult:
+    table: str
+    version: int
+    rows: int
+    files_added: int
+    files_removed: int
+    bytes_added: int
+    partitions: list[dict[str, str]]
+    duration_s: float
+
+    def metadata(self) -> dict[str, Any]:
+        return {
+            "rows": self.rows,
+            "files_added": self.files_added,
+            "files_removed": self.files_removed,
+            "bytes_added": self.bytes_added,
+            "delta_version": self.version,
+            "write_seconds": round(self.duration_s, 3),
+            "table_uri": self.table,
+        }
+
+
+@dataclass
+class MergeResult:
+    table: str
+    version: int
+    metrics: dict[str, Any]
+    partitions: list[dict[str, str]]
+    duration_s: float
+
+    def metadata(self) -> dict[str, Any]:
+        m = self.metrics
+        return {
+            "source_rows": m.get("num_source_rows", 0),
+            "rows_inserted": m.get("num_target_rows_inserted", 0),
+            "rows_updated": m.get("num_target_rows_updated", 0),
+            "rows_deleted": m.get("num_target_rows_deleted", 0),
+            "files_added": m.get("num_target_files_added", 0),
+            "files_removed": m.get("num_target_files_removed", 0),
+            "files_scanned": m.get("num_target_files_scanned", 0),
+            "files_skipped": m.get("num_target_files_skipped_during_scan", 0),
+            "partitions_touched": len(self.partitions),
+            "delta_version": self.version,
+            "merge_seconds": round(self.duration_s, 3),
+        }
+
+
+@dataclass(frozen=True)
+class Predicate:
+    """A row condition used both to skip files by min/max statistics and to filter rows in Spark.
+
+    ``op`` is one of ``= != < <= > >= in``; ``value`` is a Python scalar (a list for ``in``).
+    """
+
+    column: str
+    op: str
+    value: Any
+
+    def spark_sql(self) -> str:
+        if self.op == "in":
+            return f"`{self.column}` IN ({', '.join(_sql_literal(v) for v in self.value)})"
+        return f"`{self.column}` {self.op} {_sql_literal(self.value)}"
+
+    def may_match(self, lo: Any, hi: Any) -> bool:
+        """False only if no value in [lo, hi] can satisfy the predicate."""
+        if lo is None or hi is None:
+            return True
+        try:
+            if self.op == "=":
+                return bool(lo <= self.value <= hi)
+            if self.op == "in":
+                return any(lo <= v <= hi for v in self.value)
+            if self.op == "<":
+                return bool(lo < self.value)
+            if self.op == "<=":
+                return bool(lo <= self.value)
+            if self.op == ">":
+                return bool(hi > self.value)
+            if self.op == ">=":
+                return bool(hi >= self.value)
+        except TypeError:
+            return True
+        return True
+
+
+def _sql_literal(value: Any) -> str:
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    if isinstance(value, datetime):
+        return f"TIMESTAMP '{value.isoformat(sep=' ')}'"
+    if isinstance(value, date):
+        return f"DATE '{value.isoformat()}'"
+    if value is None:
+        return "NULL"
+    return str(value)
+
+
+# --- type mapping ------------------------------------------------------------------------------------------
+
+
+def spark_ddl(schema: pa.Schema) -> str:
+    """A Spark DDL schema string for an Arrow schema (the subset of types the warehouse uses)."""
+    return ", ".join(f"`{f.name}` {_spark_type(f.type)}" for f in schema)
+
+
+def _spark_type(t: pa.DataType) -> str:
+    if pa.types.is_boolean(t):
+        return "boolean"
+    if pa.types.is_int8(t):
+        return "tinyint"
+    if pa.types.is_int16(t):
+        return "smallint"
+    if pa.types.is_int32(t):
+        return "int"
+    if pa.types.is_int64(t):
+        return "bigint"
+    if pa.types.is_float32(t):
+        return "float"
+    if pa.types.is_float64(t):
+        return "double"
+    if pa.types.is_decimal(t):
+        return f"decimal({t.precision},{t.scale})"
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return "string"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return "binary"
+    if pa.types.is_date32(t):
+        return "date"
+    if pa.types.is_timestamp(t):
+        return "timestamp" if t.tz else "timestamp_ntz"
+    raise DeltaLayerError(f"unsupported column type {t}")
+
+
+def _normalize_arrow_schema(schema: pa.Schema) -> pa.Schema:
+    """Arrow schema as Delta stores it: plain strings, microsecond UTC timestamps."""
+    fields = []
+    for f in schema:
+        t = f.type
+        if pa.types.is_large_string(t) or pa.types.is_string_view(t):
+            t = pa.string()
+        elif pa.types.is_timestamp(t):
+            t = pa.timestamp("us", tz="UTC") if t.tz else pa.timestamp("us")
+        fields.append(pa.field(f.name, t, nullable=True))
+    return pa.schema(fields)
+
+
+# --- statistics --------------------------------------------------------------------------------------------
+
+
+def _stat_json(value: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            return value.isoformat(timespec="microseconds")
+        return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, bytes):
+        return None
+    return value
+
+
+def parquet_file_stats(metadata: pq.FileMetaData) -> dict[str, Any]:
+    """Delta ``stats`` (numRecords, minValues, maxValues, nullCount) from a parquet footer."""
+    arrow_schema = metadata.schema.to_arrow_schema()
+    mins: dict[str, Any] = {}
+    maxs: dict[str, Any] = {}
+    nulls: dict[str, int] = {}
+    for col_index, fld in enumerate(arrow_schema):
+        if pa.types.is_nested(fld.type):
+            continue
+        lo = hi = None
+        null_count = 0
+        complete = True
+        for rg in range(metadata.num_row_groups):
+            column = metadata.row_group(rg).column(col_index)
+            stats = column.statistics
+            if stats is None or not stats.has_min_max:
+                if column.num_values and (stats is None or stats.null_count != column.num_values):
+                    complete = False
+                if stats is not None and stats.has_null_count:
+                    null_count += stats.null_count
+                continue
+            null_count += stats.null_count if stats.has_null_count else 0
+            lo = stats.min if lo is None or stats.min < lo else lo
+            hi = stats.max if hi is None or stats.max > hi else hi
+        nulls[fld.name] = null_count
+        if complete and lo is not None:
+            aware = pa.types.is_timestamp(fld.type) and fld.type.tz
+            if aware and isinstance(lo, datetime) and isinstance(hi, datetime) and lo.tzinfo is None:
+                lo, hi = lo.replace(tzinfo=UTC), hi.replace(tzinfo=UTC)
+            mins[fld.name], maxs[fld.name] = _stat_json(lo), _stat_json(hi)
+    return {"numRecords": metadata.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls}
+
+
+# --- the store ---------------------------------------------------------------------------------------------
+
+
+def normalize_root(root: str) -> str:
+    """A lake root as an absolute URI-ish string: relative paths become absolute local paths."""
+    if "://" in root:
+        return root.rstrip("/")
+    return str(Path(root).expanduser().resolve())
+
+
+def _partition_dir(spec: PartitionSpec, partition_by: Sequence[str]) -> str:
+    return "/".join(f"{col}={quote(str(spec[col]), safe='-_.')}" for col in partition_by)
+
+
+def _partition_filters(specs: Sequence[PartitionSpec], partition_by: Sequence[str]) -> list[tuple[str, str, Any]]:
+    """A conjunction selecting exactly the given partitions (single column IN, or one exact partition)."""
+    if len(specs) == 1:
+        return [(col, "=", str(specs[0][col])) for col in partition_by]
+    if len(partition_by) == 1:
+        col = partition_by[0]
+        return [(col, "in", sorted({str(s[col]) for s in specs}))]
+    raise DeltaLayerError(
+        "overwriting several partitions at once needs a table partitioned by one column; "
+        f"this one is partitioned by {list(partition_by)}"
+    )
+
+
+def _sql_partition_predicate(alias: str, specs: Sequence[PartitionSpec], partition_by: Sequence[str]) -> str:
+    """A SQL predicate on the target's partition columns matching exactly these partitions."""
+    if len(partition_by) == 1:
+        col = partition_by[0]
+        values = sorted({str(s[col]) for s in specs})
+        return f"{alias}.{col} IN ({', '.join(_sql_literal(v) for v in values)})"
+    first, rest = partition_by[0], partition_by[1:]
+    groups: dict[str, list[PartitionSpec]] = {}
+    for s in specs:
+        groups.setdefault(str(s[first]), []).append(s)
+    terms = []
+    for value, members in sorted(groups.items()):
+        inner = _sql_partition_predicate(alias, members, rest)
+        terms.append(f"({alias}.{first} = {_sql_literal(value)} AND {inner})")
+    return "(" + " OR ".join(terms) + ")"
+
+
+@dataclass
+class DeltaStore:
+    """Reads and writes the lake's Delta tables. Plain Python; :class:`DeltaLakeResource` configures it."""
+
+    root: str
+    storage_options: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.root = normalize_root(self.root)
+
+    # paths -----------------------------------------------------------------------------------------------
+    def table_uri(self, key: Sequence[str] | str) -> str:
+        parts = [key] if isinstance(key, str) else list(key)
+        for part in parts:
+            if not part or "/" in part or part.startswith((".", "_")):
+                raise DeltaLayerError(f"invalid table key part {part!r} in {parts}")
+        return self.root + "/" + "/".join(parts)
+
+    def _fs(self, uri: str) -> tuple[pafs.FileSystem, str]:
+        if "://" not in uri:
+            return pafs.LocalFileSystem(), uri
+        return pafs.FileSystem.from_uri(uri)  # type: ignore[no-any-return]
+
+    def table(self, key: Sequence[str] | str, version: int | None = None) -> DeltaTable | None:
+        try:
+            return DeltaTable(self.table_uri(key), version=version, storage_options=self.storage_options or None)
+        except TableNotFoundError:
+            return None
+
+    def exists(self, key: Sequence[str] | str) -> bool:
+        return DeltaTable.is_deltatable(self.table_uri(key), storage_options=self.storage_options or None)
+
+    # file selection --------------------------------------------------------------------------------------
+    def live_files(
+        self,
+        key: Sequence[str] | str,
+        partitions: Sequence[PartitionSpec] | None = None,
+        predicates: Sequence[Predicate] = (),
+        version: int | None = None,
+    ) -> tuple[list[dict[str, Any]], ReadStats]:
+        """The table's live files in ``partitions`` whose statistics may match every predicate."""
+        dt = self.table(key, version)
+        if dt is None:
+            raise DeltaLayerError(f"table {self.table_uri(key)} does not exist")
+        actions = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
+        stats = ReadStats(files_in_table=len(actions), version=dt.version())
+        if partitions is not None:
+            wanted = {tuple(sorted((k, str(v)) for k, v in p.items())) for p in partitions}
+            cols = sorted({k for p in partitions for k in p})
+            actions = [a for a in actions if tuple(sorted((c, a.get(f"partition.{c}")) for c in cols)) in wanted]
+        stats.files_after_partition_pruning = len(actions)
+        if predicates:
+            actions = [
+                a
+                for a in actions
+                if all(p.may_match(a.get(f"min.{p.column}"), a.get(f"max.{p.column}")) for p in predicates)
+            ]
+        stats.files_read = len(actions)
+        stats.bytes_read = sum(int(a["size_bytes"]) for a in actions)
+        return actions, stats
+
+    # read ------------------------------------------------------------------------------------------------
+    def read(
+        self,
+        spark: SparkSession,
+        key: Sequence[str] | str,
+        partitions: Sequence[PartitionSpec] | None = None,
+        predicates: Sequence[Predicate] = (),
+        version: int | None = None,
+    ) -> tuple[DataFrame, ReadStats]:
+        """A Spark DataFrame over the pruned live files; predicates are also applied to the rows."""
+        uri = self.table_uri(key)
+        dt = self.table(key, version)
+        if dt is None:
+            raise DeltaLayerError(f"table {uri} does not exist")
+        schema = pa.schema(dt.schema().to_arrow())  # type: ignore[call-overload]
+        actions, stats = self.live_files(key, partitions, predicates, version)
+        ddl = spark_ddl(schema)
+        if not actions:
+            df = spark.createDataFrame([], ddl)
+        else:
+            paths = [uri + "/" + unquote(a["path"]) for a in actions]
+            df = spark.read.schema(ddl).option("basePath", uri).parquet(*paths)
+            df = df.select(*[f"`{f.name}`" for f in schema])
+        for p in predicates:
+            df = df.where(p.spark_sql())
+        return df, stats
+
+    # overwrite -------------------------------------------------------------------------------------------
+    def overwrite(
+        self,
+        key: Sequence[str] | str,
+        df: DataFrame,
+        partition_by: Sequence[str],
+        partitions: Sequence[PartitionSpec],
+        *,
+        description: str | None = None,
+        configuration: Mapping[str, str | None] | None = None,
+    ) -> WriteResult:
+        """Replace exactly ``partitions`` with the rows of ``df`` that belong to them, atomically.
+
+        Spark writes each partition's parquet files into ``<table>/<partition dir>/w-<uuid>/``; one delta-rs
+        transaction adds them and removes every file previously live in those partitions.
+        """
+        started = time.monotonic()
+        if not partitions:
+            raise DeltaLayerError("overwrite needs at least one target partition")
+        missing = [c for c in partition_by if c not in df.columns]
+        if missing:
+            raise DeltaLayerError(f"the DataFrame lacks partition column(s) {missing} for {self.table_uri(key)}")
+        for spec in partitions:
+            if set(spec) != set(partition_by):
+                raise DeltaLayerError(f"partition {dict(spec)} does not match partition columns {list(partition_by)}")
+        uri = self.table_uri(key)
+        data_columns = [c for c in df.columns if c not in partition_by]
+        write_id = f"w-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:12]}"
+        adds: list[AddAction] = []
+        arrow_schema: pa.Schema | None = None
+        source = df.persist() if len(partitions) > 1 else df
+        try:
+            for spec in partitions:
+                rel_dir = f"{_partition_dir(spec, partition_by)}/{write_id}"
+                cond = " AND ".join(f"`{c}` = {_sql_literal(str(spec[c]))}" for c in partition_by)
+                part_df = source.where(cond).select(*[f"`{c}`" for c in data_columns])
+                part_df.write.mode("errorifexists").parquet(f"{uri}/{rel_dir}")
+                file_adds, file_schema = self._collect_written(uri, rel_dir, spec)
+                adds.extend(file_adds)
+                arrow_schema = arrow_schema or file_schema
+        finally:
+            if source is not df:
+                source.unpersist()
+        if arrow_schema is None:
+            arrow_schema = _arrow_schema_of(df, data_columns)
+        table_schema = _normalize_arrow_schema(
+            pa.schema(list(arrow_schema) + [pa.field(c, pa.string()) for c in partition_by])
+        )
+        commit = CommitProperties(custom_metadata={"warehouse.operation": "overwrite", "warehouse.write_id": write_id})
+        dt = self.table(key)
+        if dt is None:
+            removed = 0
+            create_table_with_add_actions(
+                uri,
+                Schema.from_arrow(table_schema),
+                adds,
+                mode="error",
+                partition_by=list(partition_by),
+                description=description,
+                configuration=configuration,
+                storage_options=self.storage_options or None,
+                commit_properties=commit,
+            )
+        else:
+            removed = self.live_files(key, partitions)[1].files_read
+            actions: list[AddAction | RemoveAction] = [*adds]
+            dt.create_write_transaction(
+                actions,
+                mode="overwrite",
+                schema=Schema.from_arrow(table_schema),
+                partition_by=list(partition_by),
+                partition_filters=_partition_filters(partitions, partition_by),
+                commit_properties=commit,
+            )
+        version = self._version(key)
+        return WriteResult(
+            table=uri,
+            version=version,
+            rows=sum(json.loads(a.stats)["numRecords"] for a in adds),
+            files_added=len(adds),
+            files_removed=removed,
+            bytes_added=sum(a.size for a in adds),
+            partitions=[dict(p) for p in partitions],
+            duration_s=time.monotonic() - started,
+        )
+
+    def _collect_written(self, uri: str, rel_dir: str, spec: PartitionSpec) -> tuple[list[AddAction], pa.Schema | None]:
+        fs, base = self._fs(f"{uri}/{rel_dir}")
+        infos = fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
+        adds: list[AddAction] = []
+        schema: pa.Schema | None = None
+        for info in sorted(infos, key=lambda i: i.path):
+            name = info.path.rsplit("/", 1)[-1]
+            if info.type != pafs.FileType.File or not name.endswith(".parquet") or name.startswith(("_", ".")):
+                continue
+            with fs.open_input_file(info.path) as handle:
+                meta = pq.read_metadata(handle)
+            schema = schema or meta.schema.to_arrow_schema()
+            if meta.num_rows == 0:
+                continue  # Spark writes a schema-only file for an empty partition; nothing to add
+            adds.append(
+                AddAction(
+                    path=f"{rel_dir}/{quote(name, safe='-_.')}",
+                    size=int(info.size or 0),
+                    partition_values={k: str(v) for k, v in spec.items()},
+                    modification_time=int((info.mtime_ns or time.time_ns()) // 1_000_000),
+                    data_change=True,
+                    stats=json.dumps(parquet_file_stats(meta)),
+                )
+            )
+        return adds, schema
+
+    def _version(self, key: Sequence[str] | str) -> int:
+        dt = self.table(key)
+        if dt is None:
+            raise DeltaLayerError(f"table {self.table_uri(key)} vanished after a commit")
+        return int(dt.version())
+
+    # merge -----------------------------------------------------------------------------------------------
+    def merge(
+        self,
+        key: Sequence[str] | str,
+        batch: pa.Table,
+        *,
+        primary_key: Sequence[str],
+        partition_by: Sequence[str],
+        order_by: Sequence[str] = ("_es", "_pos"),
+        op_column: str = "_op",
+        app_transactions: Mapping[str, int] | None = None,
+        prune: bool = True,
+    ) -> MergeResult:
+        """Merge a change batch by primary key; the newest change (by ``order_by``) wins.
+
+        ``batch`` holds at most one row per key (the caller deduplicates) with ``op_column`` = INSERT /
+        UPDATE / DELETE. Rows of ``op_column`` are not stored. With ``prune`` the merge predicate names the
+        batch's partition values, so delta-rs scans only those partitions (seed 001's DPP).
+        ``app_transactions`` (app id → version) are committed in the same transaction: the ingestion
+        position is stored atomically with the data it describes.
+        """
+        started = time.monotonic()
+        uri = self.table_uri(key)
+        target_columns = [c for c in batch.schema.names if c != op_column]
+        dt = self.table(key)
+        if dt is None:
+            schema = _normalize_arrow_schema(batch.select(target_columns).schema)
+            dt = DeltaTable.create(
+                uri, schema, partition_by=list(partition_by), storage_options=self.storage_options or None
+            )
+        specs = [
+            dict(zip(partition_by, values, strict=True))
+            for values in sorted(
+                {tuple(str(row[c]) for c in partition_by) for row in batch.select(list(partition_by)).to_pylist()}
+            )
+        ]
+        conditions = [f"t.`{c}` = s.`{c}`" for c in [*partition_by, *primary_key]]
+        if prune and specs:
+            conditions.insert(0, _sql_partition_predicate("t", specs, partition_by))
+        newer = _newer_predicate(order_by)
+        commit = CommitProperties(
+            custom_metadata={"warehouse.operation": "merge"},
+            app_transactions=[Transaction(app_id, version) for app_id, version in (app_transactions or {}).items()],
+        )
+        metrics = (
+            dt.merge(
+                batch,
+                predicate=" AND ".join(conditions),
+                source_alias="s",
+                target_alias="t",
+                commit_properties=commit,
+            )
+            .when_matched_delete(predicate=f"s.{op_column} = 'DELETE' AND {newer}")
+            .when_matched_update(
+                updates={f"`{c}`": f"s.`{c}`" for c in target_columns},
+                predicate=f"s.{op_column} <> 'DELETE' AND {newer}",
+            )
+            .when_not_matched_insert(
+                updates={f"`{c}`": f"s.`{c}`" for c in target_columns},
+                predicate=f"s.{op_column} <> 'DELETE'",
+            )
+            .execute()
+        )
+        return MergeResult(
+            table=uri,
+            version=self._version(key),
+            metrics=dict(metrics),
+            partitions=specs,
+            duration_s=time.monotonic() - started,
+        )
+
+    def app_version(self, key: Sequence[str] | str, app_id: str) -> int | None:
+        """The last version committed for ``app_id`` (e.g. an ingestion position), or None."""
+        dt = self.table(key)
+        return None if dt is None else dt.transaction_version(app_id)
+
+    # maintenance -----------------------------------------------------------------------------------------
+    def optimize(
+        self,
+        key: Sequence[str] | str,
+        partitions: Sequence[PartitionSpec] | None = None,
+        zorder_by: Sequence[str] = (),
+        target_size: int | None = None,
+    ) -> dict[str, Any]:
+        """Compact (or Z-order) the given partitions; returns delta-rs's metrics plus the duration."""
+        dt = self.table(key)
+        if dt is None:
+            raise DeltaLayerError(f"table {self.table_uri(key)} does not exist")
+        filters = None
+        if partitions:
+            if len(partitions) != 1:
+                raise DeltaLayerError("optimize one partition at a time")
+            filters = [(c, "=", str(v)) for c, v in partitions[0].items()]
+        started = time.monotonic()
+        if zorder_by:
+            metrics = dt.optimize.z_order(list(zorder_by), partition_filters=filters, target_size=target_size)
+        else:
+            metrics = dt.optimize.compact(partition_filters=filters, target_size=target_size)
+        result = dict(metrics)
+        result["duration_s"] = time.monotonic() - started
+        result["delta_version"] = self._version(key)
+        return result
+
+    def history(self, key: Sequence[str] | str, limit: int | None = None) -> list[dict[str, Any]]:
+        dt = self.table(key)
+        return [] if dt is None else list(dt.history(limit))
+
+    def partitions_present(self, key: Sequence[str] | str) -> list[dict[str, str]]:
+        dt = self.table(key)
+        if dt is None:
+            return []
+        return [{k: str(v) for k, v in p.items()} for p in dt.partitions()]
+
+
+def _newer_predicate(order_by: Sequence[str]) -> str:
+    """``(s.a, s.b) >= (t.a, t.b)`` in SQL that delta-rs understands (ties apply: replays are idempotent)."""
+    terms = []
+    for i, col in enumerate(order_by):
+        equal = [f"s.`{c}` = t.`{c}`" for c in order_by[:i]]
+        op = ">=" if i == len(order_by) - 1 else ">"
+        terms.append("(" + " AND ".join([*equal, f"s.`{col}` {op} t.`{col}`"]) + ")")
+    return "(" + " OR ".join(terms) + ")"
+
+
+def _arrow_schema_of(df: DataFrame, columns: Iterable[str]) -> pa.Schema:
+    """Arrow schema for the given DataFrame columns (used when a write produced no file at all)."""
+    wanted = list(columns)
+    table = df.select(*[f"`{c}`" for c in wanted]).limit(0).toArrow()
+    return table.schema
+
+
+class DeltaLakeResource(ConfigurableResource):  # type: ignore[misc]
+    """Where the lake lives. ``root`` is a path or URI (``s3://bucket/lake``); storage options pass to delta-rs."""
+
+    root: str = Field(default="data/lake", description="lake root path or URI")
+    storage_options: dict[str, str] = Field(default_factory=dict)
+
+    def store(self) -> DeltaStore:
+        return DeltaStore(self.root, dict(self.storage_options))
+
+
+def local_uri_path(uri: str) -> Path:
+    """The local path of a ``file://`` or plain-path URI."""
+    parsed = urlparse(uri)
+    return Path(parsed.path if parsed.scheme == "file" else uri)

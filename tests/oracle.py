@@ -1,0 +1,206 @@
+"""Ground truth for end-to-end tests: an independent replay of a simulator landing area.
+
+Deliberately shares nothing with ``resources/simulator.py`` but the file layout::
+
+    <landing>/binlog/<db>/<physical_table>/<seq:06d>-<YYYYMMDDTHHMM>.jsonl   Canal flat messages
+    <landing>/counts/<db>/<physical_table>.jsonl                               {"hour": ..., "rows": N}
+    <landing>/simulation.json                                                  {"config": {"tz": ...}, ...}
+
+Replay rules: messages are applied in file order per physical table; a message id already seen in that
+table is a duplicate and skipped; a line that is not a JSON object is skipped and counted as malformed;
+INSERT and UPDATE store the row image (the last change wins), DELETE removes the key. Rows are returned
+as in Canal (values are strings or None) plus ``_es``, the binlog time of the last change (epoch ms).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+LOGICAL_TABLES = ("user", "course", "lesson", "order", "attendance")
+HEARTBEAT = "heartbeat"
+_SHARDED = re.compile(r"(?P<name>.+)_\d{2}")
+
+Row = dict[str, Any]
+Tables = dict[str, dict[int, Row]]
+
+
+def logical_name(physical_table: str) -> str:
+    """``order_03`` → ``order``; unsharded names are returned as they are."""
+    match = _SHARDED.fullmatch(physical_table)
+    return match.group("name") if match else physical_table
+
+
+def segment_files(landing: Path) -> Iterator[tuple[str, str, Path]]:
+    """(db, physical table, segment path) for every segment, streams sorted, segments in sequence order."""
+    binlog = Path(landing) / "binlog"
+    if not binlog.is_dir():
+        return
+    for db_dir in sorted(p for p in binlog.iterdir() if p.is_dir()):
+        for table_dir in sorted(p for p in db_dir.iterdir() if p.is_dir()):
+            for path in sorted(table_dir.glob("*.jsonl")):
+                if not path.name.startswith("."):
+                    yield db_dir.name, table_dir.name, path
+
+
+def parse_line(line: str) -> dict[str, Any] | None:
+    """The message on ``line``, or None when the line is not a JSON object (a malformed line)."""
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return None
+    return message if isinstance(message, dict) else None
+
+
+@dataclass
+class ReplayResult:
+    """Final rows per logical table and what the replay met on the way."""
+
+    tables: Tables
+    messages: int = 0
+    rows: int = 0
+    duplicates: int = 0
+    malformed: int = 0
+    messages_by_stream: dict[str, int] = field(default_factory=dict)
+
+
+def replay_detailed(landing: Path, cutoff_es_ms: int | None = None) -> ReplayResult:
+    """Replay every data table; with a cutoff only messages with ``es < cutoff_es_ms`` are applied."""
+    result = ReplayResult({name: {} for name in LOGICAL_TABLES})
+    seen: dict[str, set[int]] = defaultdict(set)
+    for db, physical, path in segment_files(landing):
+        if physical == HEARTBEAT:
+            continue
+        stream = f"{db}.{physical}"
+        table = result.tables.setdefault(logical_name(physical), {})
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            message = parse_line(line)
+            if message is None:
+                result.malformed += 1
+                continue
+            if message["id"] in seen[stream]:
+                result.duplicates += 1
+                continue
+            seen[stream].add(message["id"])
+            if message.get("isDdl") or (cutoff_es_ms is not None and message["es"] >= cutoff_es_ms):
+                continue
+            _apply(table, message)
+            result.messages += 1
+            result.rows += len(message["data"])
+            result.messages_by_stream[stream] = result.messages_by_stream.get(stream, 0) + 1
+    return result
+
+
+def _apply(table: dict[int, Row], message: Mapping[str, Any]) -> None:
+    for row in message["data"]:
+        pk = int(row["id"])
+        if message["type"] == "DELETE":
+            table.pop(pk, None)
+        else:
+            table[pk] = {**row, "_es": message["es"]}
+
+
+def replay(landing: Path) -> Tables:
+    """Logical table → primary key → final row."""
+    return replay_detailed(landing).tables
+
+
+def replay_until(landing: Path, cutoff_es_ms: int) -> Tables:
+    """The state of the source just before ``cutoff_es_ms`` (messages with ``es < cutoff`` applied)."""
+    return replay_detailed(landing, cutoff_es_ms).tables
+
+
+def business_tz(landing: Path) -> str:
+    """The simulation's business timezone, from ``simulation.json``."""
+    state = json.loads((Path(landing) / "simulation.json").read_text(encoding="utf-8"))
+    return str(state["config"]["tz"])
+
+
+def _local_date(value: str, source_tz: str, tz: str) -> date:
+    moment = datetime.strptime(value, "%Y-%m-%d %H:%M:%S")
+    if source_tz == tz:
+        return moment.date()
+    return moment.replace(tzinfo=ZoneInfo(source_tz)).astimezone(ZoneInfo(tz)).date()
+
+
+def _values(rows: Mapping[int, Row] | Iterable[Row]) -> Iterable[Row]:
+    return rows.values() if isinstance(rows, Mapping) else rows
+
+
+def daily_gmv(
+    rows: Mapping[int, Row] | Iterable[Row], tz: str = "Asia/Shanghai", source_tz: str | None = None
+) -> dict[date, Decimal]:
+    """Sum of ``amount`` of orders whose status is 'paid', by local date (in ``tz``) of ``create_time``.
+
+    ``create_time`` values are business-local strings in ``source_tz`` (default: the same as ``tz``).
+    """
+    out: dict[date, Decimal] = defaultdict(Decimal)
+    for row in _values(rows):
+        if row.get("status") == "paid":
+            out[_local_date(row["create_time"], source_tz or tz, tz)] += Decimal(row["amount"])
+    return dict(sorted(out.items()))
+
+
+def row_counts(landing: Path, tz: str | None = None) -> dict[str, dict[str, int]]:
+    """Row images per ``db.table`` and local hour of ``es``, read from the segments.
+
+    Duplicates and malformed lines are left out, hours without rows are absent. Compare with
+    ``source_counts`` to measure completeness.
+    """
+    zone = ZoneInfo(tz or business_tz(landing))
+    out: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    seen: dict[str, set[int]] = defaultdict(set)
+    for db, physical, path in segment_files(landing):
+        if physical == HEARTBEAT:
+            continue
+        stream = f"{db}.{physical}"
+        for line in path.read_text(encoding="utf-8").splitlines():
+            message = parse_line(line) if line.strip() else None
+            if message is None or message["id"] in seen[stream]:
+                continue
+            seen[stream].add(message["id"])
+            hour = datetime.fromtimestamp(message["es"] // 1000, zone).strftime("%Y-%m-%dT%H")
+            out[stream][hour] += len(message["data"])
+    return {stream: dict(hours) for stream, hours in out.items()}
+
+
+def source_counts(landing: Path, include_zero: bool = False) -> dict[str, dict[str, int]]:
+    """The simulator's per-hour source row counts per ``db.table`` (the "Kafka offsets")."""
+    out: dict[str, dict[str, int]] = {}
+    counts = Path(landing) / "counts"
+    for path in sorted(counts.glob("*/*.jsonl")):
+        hours = {}
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                entry = json.loads(line)
+                if include_zero or entry["rows"]:
+                    hours[entry["hour"]] = int(entry["rows"])
+        out[f"{path.parent.name}.{path.stem}"] = hours
+    return out
+
+
+def live_counts(tables: Tables) -> dict[str, int]:
+    """Number of live rows per logical table after a replay."""
+    return {name: len(rows) for name, rows in tables.items()}
+
+
+def partition_counts(
+    rows: Mapping[int, Row] | Iterable[Row], column: str = "create_time", hourly: bool = True
+) -> dict[str, int]:
+    """Live rows per partition of ``column`` ('YYYY-MM-DD-HH' hourly, 'YYYY-MM-DD' daily)."""
+    out: dict[str, int] = defaultdict(int)
+    for row in _values(rows):
+        value = row[column]
+        key = f"{value[:10]}-{value[11:13]}" if hourly else value[:10]
+        out[key] += 1
+    return dict(sorted(out.items()))

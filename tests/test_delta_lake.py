@@ -1,0 +1,222 @@
+"""The Delta lake layer: content after each operation, atomicity, idempotence, pruning, validity."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+
+from resources.delta_lake import DeltaLayerError, DeltaStore, Predicate
+
+KEY = ("dwd", "sales")
+
+
+def _sales(spark: SparkSession, day: str, n: int, offset: int = 0, amount: str = "1.50"):
+    rows = [
+        (i + offset, f"u{(i + offset) % 7}", Decimal(amount), datetime(2024, 3, 5, 10, 0, i % 60), day)
+        for i in range(n)
+    ]
+    return spark.createDataFrame(rows, "id bigint, user string, amount decimal(10,2), ts timestamp, dt string")
+
+
+def _rows(store: DeltaStore, spark: SparkSession, **kw) -> list[tuple]:
+    df, _ = store.read(spark, KEY, **kw)
+    return sorted(tuple(r) for r in df.select("id", "user", "amount", "dt").collect())
+
+
+def _log_paths(table_dir: Path) -> set[str]:
+    """Live files according to a plain replay of the JSON log (independent of delta-rs)."""
+    live: set[str] = set()
+    for entry in sorted((table_dir / "_delta_log").glob("*.json")):
+        for line in entry.read_text().splitlines():
+            action = json.loads(line)
+            if "add" in action:
+                live.add(action["add"]["path"])
+            if "remove" in action:
+                live.discard(action["remove"]["path"])
+    return live
+
+
+def test_overwrite_creates_and_replaces_exactly_one_partition(spark: SparkSession, store: DeltaStore) -> None:
+    first = store.overwrite(KEY, _sales(spark, "2024-03-05", 20), ["dt"], [{"dt": "2024-03-05"}])
+    assert first.version == 0 and first.rows == 20 and first.files_added >= 1
+    store.overwrite(KEY, _sales(spark, "2024-03-06", 5, offset=100), ["dt"], [{"dt": "2024-03-06"}])
+    again = store.overwrite(KEY, _sales(spark, "2024-03-05", 3, amount="9.00"), ["dt"], [{"dt": "2024-03-05"}])
+    assert again.files_removed == first.files_added
+    rows = _rows(store, spark)
+    assert [r for r in rows if r[3] == "2024-03-05"] == [
+        (0, "u0", Decimal("9.00"), "2024-03-05"),
+        (1, "u1", Decimal("9.00"), "2024-03-05"),
+        (2, "u2", Decimal("9.00"), "2024-03-05"),
+    ]
+    assert len([r for r in rows if r[3] == "2024-03-06"]) == 5
+
+
+def test_rerunning_the_same_partition_is_idempotent(spark: SparkSession, store: DeltaStore) -> None:
+    for _ in range(3):
+        store.overwrite(KEY, _sales(spark, "2024-03-05", 50), ["dt"], [{"dt": "2024-03-05"}])
+    rows = _rows(store, spark)
+    assert len(rows) == 50 and len({r[0] for r in rows}) == 50
+
+
+def test_range_overwrite_and_empty_partition(spark: SparkSession, store: DeltaStore) -> None:
+    store.overwrite(KEY, _sales(spark, "2024-03-05", 4), ["dt"], [{"dt": "2024-03-05"}])
+    both = _sales(spark, "2024-03-06", 6, offset=10)
+    result = store.overwrite(KEY, both, ["dt"], [{"dt": "2024-03-05"}, {"dt": "2024-03-06"}])
+    assert result.rows == 6
+    assert {r[3] for r in _rows(store, spark)} == {"2024-03-06"}  # 03-05 replaced by nothing
+
+
+def test_a_write_failing_midway_leaves_the_previous_version(spark: SparkSession, store: DeltaStore) -> None:
+    store.overwrite(KEY, _sales(spark, "2024-03-05", 10), ["dt"], [{"dt": "2024-03-05"}])
+    store.overwrite(KEY, _sales(spark, "2024-03-06", 10, offset=10), ["dt"], [{"dt": "2024-03-06"}])
+    before = _rows(store, spark)
+    version = DeltaTable(store.table_uri(KEY)).version()
+    # The first partition is written completely, the second blows up inside the Spark job.
+    bad = _sales(spark, "2024-03-05", 10, amount="7.00").unionByName(_sales(spark, "2024-03-06", 10, offset=10))
+    bad = bad.selectExpr(
+        "id", "user", "if(dt = '2024-03-06' and id = 15, raise_error('injected failure'), amount) as amount", "ts", "dt"
+    )
+    with pytest.raises(Exception, match="injected failure"):
+        store.overwrite(KEY, bad, ["dt"], [{"dt": "2024-03-05"}, {"dt": "2024-03-06"}])
+    assert DeltaTable(store.table_uri(KEY)).version() == version
+    assert _rows(store, spark) == before
+
+
+def test_a_crash_before_the_commit_leaves_only_invisible_orphans(
+    spark: SparkSession, store: DeltaStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.overwrite(KEY, _sales(spark, "2024-03-05", 10), ["dt"], [{"dt": "2024-03-05"}])
+    before = _rows(store, spark)
+
+    def crash(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("killed before commit")
+
+    monkeypatch.setattr(DeltaTable, "create_write_transaction", crash)
+    with pytest.raises(RuntimeError, match="killed before commit"):
+        store.overwrite(KEY, _sales(spark, "2024-03-05", 4, amount="7.00"), ["dt"], [{"dt": "2024-03-05"}])
+    monkeypatch.undo()
+    assert _rows(store, spark) == before
+    table_dir = Path(store.table_uri(KEY))
+    on_disk = {str(p.relative_to(table_dir)) for p in table_dir.rglob("*.parquet")}
+    assert _log_paths(table_dir) < on_disk  # the crashed write's files exist but are not in the table
+    # the re-run produces what an undisturbed run produces
+    store.overwrite(KEY, _sales(spark, "2024-03-05", 4, amount="7.00"), ["dt"], [{"dt": "2024-03-05"}])
+    assert [r[2] for r in _rows(store, spark)] == [Decimal("7.00")] * 4
+
+
+def test_partition_pruning_and_data_skipping_count_files(spark: SparkSession, store: DeltaStore) -> None:
+    for day in range(1, 6):
+        dt = f"2024-03-0{day}"
+        df = _sales(spark, dt, 40, offset=day * 1000).repartition(4, "id")
+        store.overwrite(KEY, df, ["dt"], [{"dt": dt}])
+    files, stats = store.live_files(KEY)
+    assert stats.files_in_table == len(files) == 20
+    _, by_partition = store.live_files(KEY, partitions=[{"dt": "2024-03-02"}])
+    assert by_partition.files_after_partition_pruning == 4
+    # ids 3000..3039 live in exactly one partition: statistics skip every other file
+    df, skipped = store.read(spark, KEY, predicates=[Predicate("id", ">=", 3000), Predicate("id", "<", 3040)])
+    assert skipped.files_read == 4 and skipped.files_skipped_by_stats == 16
+    assert df.count() == 40
+
+
+def test_merge_applies_latest_change_per_key_and_deletes(store: DeltaStore) -> None:
+    schema = pa.schema(
+        [
+            ("id", pa.int64()),
+            ("v", pa.string()),
+            ("_es", pa.int64()),
+            ("_pos", pa.int64()),
+            ("_op", pa.string()),
+            ("dt", pa.string()),
+        ]
+    )
+    first = pa.table(
+        {
+            "id": [1, 2, 3],
+            "v": ["a", "b", "c"],
+            "_es": [10, 10, 10],
+            "_pos": [1, 2, 3],
+            "_op": ["INSERT"] * 3,
+            "dt": ["2024-03-05", "2024-03-05", "2024-03-06"],
+        },
+        schema=schema,
+    )
+    store.merge(("ods", "t"), first, primary_key=["id"], partition_by=["dt"], app_transactions={"shard-a": 1})
+    second = pa.table(
+        {
+            "id": [1, 2, 3],
+            "v": ["a2", "stale", "c"],
+            "_es": [20, 5, 30],
+            "_pos": [4, 0, 5],
+            "_op": ["UPDATE", "UPDATE", "DELETE"],
+            "dt": ["2024-03-05", "2024-03-05", "2024-03-06"],
+        },
+        schema=schema,
+    )
+    result = store.merge(("ods", "t"), second, primary_key=["id"], partition_by=["dt"], app_transactions={"shard-a": 2})
+    rows = sorted((r["id"], r["v"]) for r in DeltaTable(store.table_uri(("ods", "t"))).to_pyarrow_table().to_pylist())
+    assert rows == [(1, "a2"), (2, "b")]  # 1 updated, 2's older change ignored, 3 deleted
+    assert store.app_version(("ods", "t"), "shard-a") == 2
+    assert result.metadata()["rows_deleted"] == 1 and result.metadata()["rows_updated"] == 1
+
+
+def test_merge_scans_only_the_batch_partitions(store: DeltaStore) -> None:
+    days = [f"2024-03-{d:02d}" for d in range(1, 11)]
+    base = pa.table(
+        {
+            "id": list(range(100)),
+            "_es": [1] * 100,
+            "_pos": [1] * 100,
+            "_op": ["INSERT"] * 100,
+            "dt": [days[i % 10] for i in range(100)],
+        }
+    )
+    store.merge(("ods", "p"), base, primary_key=["id"], partition_by=["dt"])
+    change = pa.table({"id": [5], "_es": [2], "_pos": [2], "_op": ["UPDATE"], "dt": [days[5]]})
+    pruned = store.merge(("ods", "p"), change, primary_key=["id"], partition_by=["dt"], prune=True)
+    unpruned = store.merge(("ods", "p"), change, primary_key=["id"], partition_by=["dt"], prune=False)
+    assert pruned.metadata()["files_scanned"] == 1
+    assert unpruned.metadata()["files_scanned"] == 10
+
+
+def test_optimize_zorder_and_history(spark: SparkSession, store: DeltaStore) -> None:
+    df = _sales(spark, "2024-03-05", 200).repartition(8)
+    store.overwrite(KEY, df, ["dt"], [{"dt": "2024-03-05"}])
+    before = _rows(store, spark)
+    metrics = store.optimize(KEY, partitions=[{"dt": "2024-03-05"}], zorder_by=["user", "id"])
+    assert metrics["numFilesRemoved"] == 8 and metrics["numFilesAdded"] >= 1
+    assert _rows(store, spark) == before
+    operations = [h["operation"] for h in store.history(KEY)]
+    assert operations[0] == "OPTIMIZE" and len(operations) == 2
+
+
+def test_written_tables_are_valid_delta(spark: SparkSession, store: DeltaStore) -> None:
+    store.overwrite(KEY, _sales(spark, "2024-03-05", 30), ["dt"], [{"dt": "2024-03-05"}])
+    store.overwrite(KEY, _sales(spark, "2024-03-05", 12), ["dt"], [{"dt": "2024-03-05"}])
+    table_dir = Path(store.table_uri(KEY))
+    dt = DeltaTable(str(table_dir))
+    assert dt.to_pyarrow_table().num_rows == 12
+    live = _log_paths(table_dir)
+    assert live == {os.path.relpath(u, table_dir) for u in dt.file_uris()}
+    for rel in live:
+        assert (table_dir / rel).is_file()
+    for line in (table_dir / "_delta_log" / "00000000000000000000.json").read_text().splitlines():
+        action = json.loads(line)
+        if "add" in action:
+            stats = json.loads(action["add"]["stats"])
+            assert stats["numRecords"] > 0 and "id" in stats["minValues"] and "id" in stats["maxValues"]
+
+
+def test_bad_requests_are_named(spark: SparkSession, store: DeltaStore) -> None:
+    with pytest.raises(DeltaLayerError, match="partition column"):
+        store.overwrite(KEY, _sales(spark, "2024-03-05", 1).drop("dt"), ["dt"], [{"dt": "2024-03-05"}])
+    with pytest.raises(DeltaLayerError, match="does not exist"):
+        store.read(spark, ("dwd", "missing"))

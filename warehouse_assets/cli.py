@@ -1,0 +1,283 @@
+"""``warehouse`` — the command line of the warehouse.
+
+    warehouse simulate --days 3                 generate simulated CDC sources into the landing area
+    warehouse ingest                            apply pending landing segments to the ODS tables
+    warehouse materialize --start D --end D     ingest, report ready ODS hours, build every derived table
+                                                for [start, end) in dependency order (headless path)
+    warehouse spark-server                      run the embedded Spark Connect server in the foreground
+    warehouse dev                               what `make dev` runs: data, Spark Connect, dagster dev
+
+Every command runs against the Dagster instance in ``$DAGSTER_HOME`` (default ``./dagster_home``), so runs
+and materializations show in the UI exactly as if the daemon had made them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _instance(dagster_home: str | None) -> Any:
+    from dagster import DagsterInstance
+
+    home = Path(dagster_home or os.environ.get("DAGSTER_HOME") or ROOT / "dagster_home").resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    os.environ["DAGSTER_HOME"] = str(home)
+    return DagsterInstance.get()
+
+
+def _parse_day(value: str, tz: str) -> datetime:
+    try:
+        return datetime.strptime(value, "%Y-%m-%d").replace(tzinfo=ZoneInfo(tz))
+    except ValueError as exc:
+        raise SystemExit(f"error: {value!r} is not a date (YYYY-MM-DD)") from exc
+
+
+def _say(message: str) -> None:
+    print(message, flush=True)
+
+
+# --- ingest / readiness ------------------------------------------------------------------------------------
+
+
+def run_ingest(instance: Any, resources: dict[str, Any], tables: Sequence[str] = ()) -> dict[str, Any]:
+    """Run the ``ods_ingest`` job in this process against ``instance``; returns its summary."""
+    from warehouse_assets.definitions import ingest_job
+
+    result = ingest_job.execute_in_process(
+        instance=instance,
+        resources=resources,
+        run_config={"ops": {"ingest_ods": {"config": {"tables": list(tables)}}}},
+    )
+    summary: dict[str, Any] = result.output_for_node("ingest_ods")
+    return summary
+
+
+def report_ready_hours(instance: Any, resources: dict[str, Any]) -> int:
+    """Report every complete ODS hour not yet materialized (what the readiness sensor does)."""
+    from dagster import AssetKey
+
+    from sensors.ods_readiness import readiness_events
+    from warehouse_assets.definitions import catalog
+
+    store, landing = resources["lake"].store(), resources["landing"].landing()
+    events, _ = readiness_events(
+        store, landing, catalog, {}, lambda t: set(instance.get_materialized_partitions(AssetKey(t.key)))
+    )
+    for event in events:
+        instance.report_runless_asset_event(event)
+    return len(events)
+
+
+def partition_keys_between(period: str, start: datetime, end: datetime) -> list[str]:
+    """Partition keys of ``period`` whose whole window lies in [start, end)."""
+    from warehouse_assets.partitions import BY_PERIOD
+
+    pdef = BY_PERIOD[period]
+    keys = []
+    for key in pdef.get_partition_keys(current_time=end):
+        window = pdef.time_window_for_partition_key(key)
+        if window.start >= start and window.end <= end:
+            keys.append(key)
+    return keys
+
+
+def materialize_range(
+    instance: Any,
+    resources: dict[str, Any],
+    start: datetime,
+    end: datetime,
+    tables: Sequence[str] = (),
+    ingest: bool = True,
+) -> bool:
+    """The headless path: ingest, report ready hours, then build each derived table over the range."""
+    from dagster import AssetKey, AssetsDefinition, AssetSpec, materialize
+
+    from warehouse_assets.compiler import topological
+    from warehouse_assets.definitions import catalog, defs
+
+    begun = time.monotonic()
+    if ingest:
+        _say("[ingest] applying pending CDC segments to the ODS tables …")
+        summary = run_ingest(instance, resources)
+        for fqn, numbers in summary.items():
+            _say(
+                f"[ingest]   {fqn:<16} {numbers['segments']:>6} segments  {numbers['rows_applied']:>8} applied  "
+                f"{numbers['rows_quarantined']:>5} quarantined  {numbers['rows_duplicate']:>5} duplicates"
+            )
+    reported = report_ready_hours(instance, resources)
+    _say(f"[ready ] {reported} ODS hour partition(s) reported ready")
+    plan = [t for t in topological(catalog) if not tables or t.fqn in tables]
+    all_assets = [a for a in defs.assets or [] if isinstance(a, AssetsDefinition | AssetSpec)]
+    for index, table in enumerate(plan, start=1):
+        keys = partition_keys_between(table.period, start, end)
+        if not keys:
+            _say(f"[{index}/{len(plan)}] {table.fqn}: no whole {table.period} partition in the range, skipped")
+            continue
+        label = keys[0] if len(keys) == 1 else f"{keys[0]} .. {keys[-1]}"
+        _say(f"[{index}/{len(plan)}] {table.fqn} {label} ({len(keys)} partition(s)) …")
+        t0 = time.monotonic()
+        result = materialize(
+            all_assets,
+            instance=instance,
+            resources=resources,
+            selection=[AssetKey(table.key)],
+            tags={"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]},
+            raise_on_error=False,
+        )
+        if not result.success:
+            failure = next((e for e in result.all_events if e.is_step_failure), None)
+            error = failure.step_failure_data.error if failure and failure.step_failure_data else None
+            message = error.message.strip() if error else "see the run in the UI"
+            _say(f"[{index}/{len(plan)}] {table.fqn} FAILED: {message}")
+            return False
+        events = result.get_asset_materialization_events()
+        rows = events[0].materialization.metadata["rows"].value if events else 0  # one result covers the range
+        _say(f"[{index}/{len(plan)}] {table.fqn} done in {time.monotonic() - t0:.1f}s, {rows} rows written")
+    _say(f"[done  ] {len(plan)} table(s) in {time.monotonic() - begun:.1f}s")
+    return True
+
+
+# --- dev ---------------------------------------------------------------------------------------------------
+
+
+def _ensure_simulated(landing: Path, days: int, scale: float, tz: str) -> None:
+    from resources.simulator import SimulationConfig, append, simulate
+
+    now = datetime.now(ZoneInfo(tz))
+    step = 5
+    end = now.replace(second=0, microsecond=0, minute=now.minute - now.minute % step)
+    if (landing / "simulation.json").exists():
+        summary = append(landing, end.replace(tzinfo=None))
+        _say(f"[dev] simulated source extended to {summary.end}")
+        return
+    start = (now - timedelta(days=days)).replace(hour=0, minute=0, second=0, microsecond=0)
+    _say(f"[dev] generating simulated CDC sources {start:%Y-%m-%d} .. now (scale {scale}) into {landing}")
+    simulate(landing, start.replace(tzinfo=None), end.replace(tzinfo=None), SimulationConfig(scale=scale, tz=tz))
+
+
+def run_dev(args: argparse.Namespace) -> int:
+    from resources import resources_from_env
+    from resources.spark import start_connect_server
+
+    os.chdir(ROOT)
+    env = dict(os.environ)
+    env.setdefault("DAGSTER_HOME", str(ROOT / "dagster_home"))
+    env.setdefault("WAREHOUSE_SPARK_MODE", "connect")
+    env.setdefault("DAGSTER_TELEMETRY_ENABLED", "false")
+    os.environ.update(env)
+    resources = resources_from_env(env)
+    landing = Path(resources["landing"].root)
+    tz = resources["spark"].timezone
+    _ensure_simulated(landing, args.days, args.scale, tz)
+    server = None
+    if env["WAREHOUSE_SPARK_MODE"] == "connect":
+        url = env.get("WAREHOUSE_SPARK_CONNECT_URL", "sc://127.0.0.1:15002")
+        host, port = url.removeprefix("sc://").split("/")[0].split(":")
+        _say(f"[dev] starting the Spark Connect server on {host}:{port} (log: data/spark-connect.log)")
+        server = start_connect_server(
+            host=host, port=int(port), timezone=tz, log_path=ROOT / "data" / "spark-connect.log"
+        )
+        if server is None:
+            _say("[dev] a Spark Connect server already listens there; using it")
+    command = [sys.executable, "-m", "dagster", "dev", "-h", args.host, "-p", str(args.port), "-w", "workspace.yaml"]
+    _say(f"[dev] starting Dagster: http://{args.host}:{args.port}  (Ctrl-C stops everything)")
+    dagster = subprocess.Popen(command, env=env, start_new_session=True)
+    try:
+        return dagster.wait()
+    except KeyboardInterrupt:
+        dagster.send_signal(signal.SIGINT)
+        try:
+            return dagster.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            dagster.kill()
+            return 1
+    finally:
+        if server is not None:
+            os.killpg(server.pid, signal.SIGTERM)
+
+
+def run_spark_server(args: argparse.Namespace) -> int:
+    from resources.spark import start_connect_server
+
+    server = start_connect_server(port=args.port, log_path=ROOT / "data" / "spark-connect.log")
+    if server is None:
+        _say(f"a server already listens on 127.0.0.1:{args.port}")
+        return 0
+    _say(f"Spark Connect listening on sc://127.0.0.1:{args.port} (Ctrl-C stops it)")
+    try:
+        return server.wait()
+    except KeyboardInterrupt:
+        os.killpg(server.pid, signal.SIGTERM)
+        return 0
+
+
+# --- entry point -------------------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="warehouse", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    from resources import simulator
+
+    sim = sub.add_parser("simulate", help="generate simulated CDC sources (Canal flat messages)")
+    simulator.add_arguments(sim)
+
+    ing = sub.add_parser("ingest", help="apply pending landing segments to the ODS tables")
+    ing.add_argument("--tables", nargs="*", default=[], help="ODS tables, e.g. ods.order (default: all)")
+    ing.add_argument("--dagster-home", default=None)
+
+    mat = sub.add_parser("materialize", help="headless: ingest and build every table for a date range")
+    mat.add_argument("--start", required=True, help="first day, YYYY-MM-DD (business timezone)")
+    mat.add_argument("--end", required=True, help="day after the last one, YYYY-MM-DD (exclusive)")
+    mat.add_argument("--tables", nargs="*", default=[], help="derived tables to build (default: all)")
+    mat.add_argument("--no-ingest", action="store_true", help="skip applying landing segments first")
+    mat.add_argument("--dagster-home", default=None)
+
+    dev = sub.add_parser("dev", help="the embedded warehouse: simulated data, Spark Connect, dagster dev")
+    dev.add_argument("--host", default="127.0.0.1")
+    dev.add_argument("--port", type=int, default=3000)
+    dev.add_argument("--days", type=int, default=3, help="days of history to simulate on first start")
+    dev.add_argument("--scale", type=float, default=0.2, help="simulated volume (1.0 ≈ 3,000 orders a day)")
+
+    srv = sub.add_parser("spark-server", help="run the Spark Connect server in the foreground")
+    srv.add_argument("--port", type=int, default=15002)
+
+    args = parser.parse_args(argv)
+    if args.command == "simulate":
+        return simulator.run(args)
+    if args.command == "dev":
+        return run_dev(args)
+    if args.command == "spark-server":
+        return run_spark_server(args)
+
+    from resources import resources_from_env
+
+    resources = resources_from_env()
+    instance = _instance(args.dagster_home)
+    if args.command == "ingest":
+        summary = run_ingest(instance, resources, args.tables)
+        for fqn, numbers in summary.items():
+            _say(f"{fqn:<16} " + "  ".join(f"{k}={v}" for k, v in numbers.items()))
+        return 0
+    tz = resources["spark"].timezone
+    ok = materialize_range(
+        instance, resources, _parse_day(args.start, tz), _parse_day(args.end, tz), args.tables, not args.no_ingest
+    )
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,296 @@
+"""The one compiler from catalog to Dagster: assets, partition mappings, backfill policies, automation.
+
+A derived table becomes an ``@asset`` whose body, for each of its partitions in time order:
+
+1. maps the partition to the exact upstream partitions (Dagster's own partition mappings) and refuses to
+   run if one of them does not exist or was never materialized — Dagster drops such partitions silently
+   (design §6.2), so the guard lives here;
+2. reads those upstream partitions from Delta (pruned) and registers them under the names its SQL uses;
+3. runs the SQL with Spark and overwrites exactly its own partition.
+"""
+
+import hashlib
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlglot
+from dagster import (
+    AssetDep,
+    AssetExecutionContext,
+    AssetKey,
+    AssetsDefinition,
+    AssetSpec,
+    BackfillPolicy,
+    Failure,
+    MaterializeResult,
+    MetadataValue,
+    TimeWindowPartitionMapping,
+    TimeWindowPartitionsDefinition,
+    asset,
+)
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from sqlglot import exp
+
+from resources.delta_lake import DeltaLakeResource, DeltaStore
+from resources.spark import SparkResource
+from warehouse_assets.automation import ready_when_upstream_complete
+from warehouse_assets.catalog import Catalog, Dependency, Table
+from warehouse_assets.partitions import BY_PERIOD
+
+
+def partition_spec(period: str, partition_key: str) -> dict[str, str]:
+    """The Delta partition values of a Dagster partition key (local time of the window start)."""
+    start = BY_PERIOD[period].time_window_for_partition_key(partition_key).start
+    if period == "hourly":
+        return {"dt": start.strftime("%Y-%m-%d"), "hh": start.strftime("%H")}
+    return {"dt": start.strftime("%Y-%m-%d")}
+
+
+def partition_mapping(table: Table, dep: Dependency) -> TimeWindowPartitionMapping:
+    """The mapping of one edge: offsets in the upstream's periods, or the default roll-up."""
+    if dep.start_offset is None or dep.end_offset is None:
+        return TimeWindowPartitionMapping()
+    if dep.table != table.fqn and dep.start_offset == 0 and dep.end_offset in (0, 23, 6):
+        return TimeWindowPartitionMapping()  # Set 0 / Range 0–23 / Range 0–6: the default roll-up
+    return TimeWindowPartitionMapping(start_offset=dep.start_offset, end_offset=dep.end_offset)
+
+
+@dataclass(frozen=True)
+class UpstreamPartitions:
+    table: str
+    keys: list[str]
+    nonexistent: list[str]
+
+
+def upstream_partitions(catalog: Catalog, table: Table, dep: Dependency, partition_key: str) -> UpstreamPartitions:
+    """The exact upstream partition keys one partition of ``table`` needs through ``dep``."""
+    upstream = catalog[dep.table]
+    own_def = BY_PERIOD[table.period]
+    up_def = BY_PERIOD[upstream.period]
+    result = partition_mapping(table, dep).get_upstream_mapped_partitions_result_for_partitions(
+        own_def.empty_subset().with_partition_keys([partition_key]), own_def, up_def
+    )
+    return UpstreamPartitions(
+        table=dep.table,
+        keys=sorted(result.partitions_subset.get_partition_keys(), key=lambda k: _start(up_def, k)),
+        nonexistent=sorted(result.required_but_nonexistent_subset.get_partition_keys()),
+    )
+
+
+def _start(pdef: TimeWindowPartitionsDefinition, key: str) -> datetime:
+    return pdef.time_window_for_partition_key(key).start
+
+
+def view_name(fqn: str) -> str:
+    return "__in_" + fqn.replace(".", "__")
+
+
+def render_sql(table: Table, partition_key: str) -> str:
+    """The table's SQL with partition variables substituted and inputs renamed to their views."""
+    assert table.sql is not None
+    window = BY_PERIOD[table.period].time_window_for_partition_key(partition_key)
+    variables = {
+        "ds": window.start.strftime("%Y-%m-%d"),
+        "hour": window.start.strftime("%H"),
+        "start": window.start.strftime("%Y-%m-%d %H:%M:%S"),
+        "end": window.end.strftime("%Y-%m-%d %H:%M:%S"),
+        "partition_key": partition_key,
+    }
+    sql = table.sql
+    for name, value in variables.items():
+        sql = sql.replace("${" + name + "}", value)
+    tree = sqlglot.parse_one(sql, read="spark")
+    deps = {dep.table for dep in table.deps}
+
+    def swap(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Table) and f"{node.db}.{node.name}" in deps:
+            alias = node.alias or node.name
+            return exp.Table(
+                this=exp.to_identifier(view_name(f"{node.db}.{node.name}")),
+                alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True)),
+            )
+        return node
+
+    return tree.transform(swap).sql(dialect="spark")
+
+
+def run_table(
+    context: AssetExecutionContext,
+    catalog: Catalog,
+    table: Table,
+    spark: SparkSession,
+    store: DeltaStore,
+) -> MaterializeResult:
+    """Build every partition of the run in time order; one Delta commit per partition."""
+    pdef = BY_PERIOD[table.period]
+    keys = sorted(context.partition_keys, key=lambda k: _start(pdef, k))
+    materialized = {
+        dep.table: set(context.instance.get_materialized_partitions(AssetKey(catalog[dep.table].key)))
+        for dep in table.deps
+    }
+    written: list[dict[str, Any]] = []
+    totals = {"rows": 0, "files_added": 0, "files_removed": 0, "bytes_added": 0, "files_read": 0, "files_skipped": 0}
+    started = time.monotonic()
+    version = None
+    for key in keys:
+        inputs: dict[str, DataFrame] = {}
+        read_from: dict[str, list[str]] = {}
+        for dep in table.deps:
+            up = upstream_partitions(catalog, table, dep, key)
+            present = materialized[dep.table] | ({w["partition"] for w in written} if dep.table == table.fqn else set())
+            _guard(table, key, dep, up, present)
+            upstream = catalog[dep.table]
+            specs = [partition_spec(upstream.period, k) for k in up.keys]
+            if specs and store.exists(upstream.key):
+                df, stats = store.read(spark, upstream.key, partitions=specs)
+                totals["files_read"] += stats.files_read
+                totals["files_skipped"] += stats.files_in_table - stats.files_read
+            elif specs:
+                raise Failure(
+                    f"{table.fqn} {key}: the Delta table of {dep.table} does not exist at "
+                    f"{store.table_uri(upstream.key)} although Dagster has it materialized"
+                )
+            else:
+                df = _empty_like(spark, store, upstream)
+            inputs[dep.table] = df
+            read_from[dep.table] = up.keys
+        for name, df in inputs.items():
+            df.createOrReplaceTempView(view_name(name))
+        out = spark.sql(render_sql(table, key))
+        spec = partition_spec(table.period, key)
+        out = out.select(*[c for c in out.columns if c not in spec], *[F.lit(v).alias(c) for c, v in spec.items()])
+        result = store.overwrite(table.key, out, table.partition_by, [spec], description=table.description)
+        version = result.version
+        for name in ("rows", "files_added", "files_removed", "bytes_added"):
+            totals[name] += int(getattr(result, name))
+        written.append(
+            {
+                "partition": key,
+                "rows": result.rows,
+                "files_added": result.files_added,
+                "delta_version": result.version,
+                "upstream": {t: _span(k) for t, k in read_from.items()},
+            }
+        )
+        context.log.info(
+            f"{table.fqn} {key}: {result.rows} rows, +{result.files_added}/-{result.files_removed} files, "
+            f"Delta version {result.version}, read {', '.join(f'{t} {_span(k)}' for t, k in read_from.items())}"
+        )
+    return MaterializeResult(
+        metadata={
+            **totals,
+            "partitions_written": len(written),
+            "delta_version": version,
+            "duration_s": round(time.monotonic() - started, 3),
+            "table_uri": store.table_uri(table.key),
+            "partitions": MetadataValue.json(written),
+        }
+    )
+
+
+def _span(keys: Sequence[str]) -> str:
+    if not keys:
+        return "(none)"
+    return keys[0] if len(keys) == 1 else f"{keys[0]} .. {keys[-1]} ({len(keys)})"
+
+
+def _guard(table: Table, key: str, dep: Dependency, up: UpstreamPartitions, present: set[str]) -> None:
+    """Refuse to compute on an incomplete window; a self-dependency before the first partition is fine."""
+    if up.nonexistent:
+        before_start = dep.table == table.fqn and all(k < min(up.keys or [key]) for k in up.nonexistent)
+        if not before_start or up.keys:
+            raise Failure(
+                f"{table.fqn} {key} needs {dep.table} partitions that do not exist "
+                f"(in the future or before its first partition): {', '.join(up.nonexistent)}"
+            )
+    missing = [k for k in up.keys if k not in present]
+    if missing:
+        raise Failure(
+            f"{table.fqn} {key} waits for {len(missing)} partition(s) of {dep.table} that are not "
+            f"materialized: {_span(missing)}" + (f" — first missing {missing[0]}" if len(missing) > 1 else "")
+        )
+
+
+def _empty_like(spark: SparkSession, store: DeltaStore, upstream: Table) -> DataFrame:
+    if store.exists(upstream.key):
+        df, _ = store.read(spark, upstream.key, partitions=[])
+        return df
+    raise Failure(f"{upstream.fqn} has no Delta table yet at {store.table_uri(upstream.key)}")
+
+
+def _code_version(table: Table) -> str:
+    return hashlib.sha1((table.sql or "").encode()).hexdigest()[:12]
+
+
+def build_asset(catalog: Catalog, table: Table) -> AssetsDefinition:
+    deps = [AssetDep(AssetKey(dep.key), partition_mapping=partition_mapping(table, dep)) for dep in table.deps]
+
+    @asset(
+        key=AssetKey(table.key),
+        group_name=table.layer,
+        partitions_def=BY_PERIOD[table.period],
+        deps=deps,
+        description=table.description,
+        owners=[f"team:{table.owner}"],
+        kinds={"spark", "delta"},
+        code_version=_code_version(table),
+        automation_condition=ready_when_upstream_complete(),
+        backfill_policy=BackfillPolicy.single_run(),
+        metadata={
+            "period": table.period,
+            "primary_key": ", ".join(table.primary_key),
+            "source_file": str(table.path.relative_to(table.path.parents[2])),
+            "sql": MetadataValue.md(f"```sql\n{table.sql}\n```"),
+        },
+    )
+    def _build(context: AssetExecutionContext, spark: SparkResource, lake: DeltaLakeResource) -> MaterializeResult:
+        return run_table(context, catalog, table, spark.session(), lake.store())
+
+    return _build
+
+
+def build_ods_spec(table: Table) -> AssetSpec:
+    """ODS tables are written by the ingestion job; the readiness sensor reports their partitions."""
+    return AssetSpec(
+        key=AssetKey(table.key),
+        group_name=table.layer,
+        partitions_def=BY_PERIOD[table.period],
+        description=table.description,
+        owners=[f"team:{table.owner}"],
+        kinds={"delta"},
+        metadata={
+            "source": f"{table.source_database}.{table.source_tables}",
+            "primary_key": ", ".join(table.primary_key),
+            "partition_time": table.partition_time or "",
+            "source_file": str(table.path.relative_to(table.path.parents[2])),
+        },
+    )
+
+
+def build_assets(catalog: Catalog) -> list[AssetsDefinition | AssetSpec]:
+    built: list[AssetsDefinition | AssetSpec] = [build_ods_spec(t) for t in catalog.ods()]
+    built += [build_asset(catalog, t) for t in catalog.derived()]
+    return built
+
+
+def topological(catalog: Catalog) -> list[Table]:
+    """Derived tables in dependency order (self-dependencies ignored)."""
+    order: list[Table] = []
+    seen: set[str] = set()
+
+    def visit(t: Table) -> None:
+        if t.fqn in seen:
+            return
+        seen.add(t.fqn)
+        for dep in t.deps:
+            if dep.table != t.fqn and not catalog[dep.table].is_ods:
+                visit(catalog[dep.table])
+        order.append(t)
+
+    for t in sorted(catalog.derived(), key=lambda t: t.fqn):
+        visit(t)
+    return order

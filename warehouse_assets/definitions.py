@@ -1,0 +1,30 @@
+"""The code location: gathers what the catalog compiles and adds project-wide settings. Nothing else."""
+
+from __future__ import annotations
+
+from dagster import AssetSelection, AutomationConditionSensorDefinition, DefaultSensorStatus, Definitions
+
+from resources import resources_from_env
+from sensors.landing import build_landing_sensor
+from sensors.ods_readiness import build_readiness_sensor
+from warehouse_assets.catalog import load_catalog
+from warehouse_assets.compiler import build_assets
+from warehouse_assets.ods import build_ingest_job
+
+catalog = load_catalog()
+ingest_job = build_ingest_job(catalog)
+
+automation_sensor = AutomationConditionSensorDefinition(
+    "warehouse_automation",
+    target=AssetSelection.all(),
+    default_status=DefaultSensorStatus.RUNNING,
+    minimum_interval_seconds=15,
+    description="Runs each partition as soon as every mapped upstream partition is ready.",
+)
+
+defs = Definitions(
+    assets=build_assets(catalog),
+    jobs=[ingest_job],
+    sensors=[build_landing_sensor(catalog, ingest_job), build_readiness_sensor(catalog), automation_sensor],
+    resources=resources_from_env(),
+)

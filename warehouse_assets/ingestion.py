@@ -1,0 +1,448 @@
+"""ODS ingestion: Canal binlog segments → ODS Delta tables through merge-into (design AD-1, seed 001).
+
+For one ODS table, each batch:
+
+1. takes the next segments of every shard stream after the position committed in the table itself
+   (Delta app-transaction ids ``landing:<db>.<table>``), never past a gap;
+2. Spark parses the Canal JSON, types the row images by the catalog's columns, validates them, drops
+   re-sent messages (same message id) and keeps the newest change per primary key (binlog time, then
+   binlog position);
+3. rows that cannot be applied go to the ``ops.quarantine`` Delta table with the reason and their source
+   position (segment, line);
+4. delta-rs merges the batch into the partitions it touches, and the same commit records the new
+   positions — so the position never runs ahead of committed data and a restart neither skips nor
+   re-applies anything.
+
+Every batch checks ``in = applied + quarantined + duplicates + superseded + ddl``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, Schema, write_deltalake
+from deltalake.transaction import Transaction
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from resources.delta_lake import DeltaStore, MergeResult, _normalize_arrow_schema
+from resources.landing import Landing, Segment, read_lines
+from warehouse_assets.catalog import Table
+
+log = logging.getLogger(__name__)
+
+QUARANTINE_KEY = ("ops", "quarantine")
+CANAL_SCHEMA = (
+    "id bigint, database string, `table` string, pkNames array<string>, isDdl boolean, type string, "
+    "es bigint, ts bigint, `sql` string, mysqlType map<string,string>, "
+    "data array<map<string,string>>, old array<map<string,string>>"
+)
+DML = ("INSERT", "UPDATE", "DELETE")
+POS_SEGMENT = 10_000_000  # _pos = seq * 1e7 + line * 100 + row index: binlog order within a shard
+POS_LINE = 100
+
+
+class ReconciliationError(RuntimeError):
+    """Counts of an ingestion batch do not add up: something would have been lost."""
+
+
+def position_app_id(stream: str) -> str:
+    return f"landing:{stream}"
+
+
+def quarantine_app_id(table: Table, stream: str) -> str:
+    return f"quarantine:{table.fqn}:{stream}"
+
+
+_ARROW_TYPES: dict[str, pa.DataType] = {
+    "bigint": pa.int64(),
+    "int": pa.int32(),
+    "smallint": pa.int16(),
+    "tinyint": pa.int8(),
+    "string": pa.string(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
+    "date": pa.date32(),
+    "double": pa.float64(),
+    "boolean": pa.bool_(),
+}
+
+
+def _arrow_type(spark_type: str) -> pa.DataType:
+    if spark_type.startswith("decimal"):
+        precision, scale = spark_type[len("decimal(") : -1].split(",")
+        return pa.decimal128(int(precision), int(scale))
+    return _ARROW_TYPES[spark_type]
+
+
+def ods_arrow_schema(table: Table) -> pa.Schema:
+    fields = [pa.field(name, _arrow_type(ctype)) for name, ctype in table.columns]
+    fields += [
+        pa.field("_es", pa.int64()),
+        pa.field("_pos", pa.int64()),
+        pa.field("_stream", pa.string()),
+        pa.field("dt", pa.string()),
+        pa.field("hh", pa.string()),
+    ]
+    return _normalize_arrow_schema(pa.schema(fields))
+
+
+QUARANTINE_SCHEMA = pa.schema(
+    [
+        pa.field("table", pa.string()),
+        pa.field("stream", pa.string()),
+        pa.field("segment", pa.string()),
+        pa.field("line", pa.int64()),
+        pa.field("row_index", pa.int64()),
+        pa.field("reason", pa.string()),
+        pa.field("raw", pa.string()),
+    ]
+)
+
+
+@dataclass
+class BatchReport:
+    table: str
+    segments: int
+    rows_in: int = 0
+    rows_applied: int = 0
+    rows_quarantined: int = 0
+    rows_duplicate: int = 0
+    rows_superseded: int = 0
+    ddl_lines: int = 0
+    positions: dict[str, int] = field(default_factory=dict)
+    merge: MergeResult | None = None
+    seconds: float = 0.0
+    prepare_seconds: float = 0.0
+
+    def check(self) -> None:
+        accounted = (
+            self.rows_applied + self.rows_quarantined + self.rows_duplicate + self.rows_superseded + self.ddl_lines
+        )
+        if self.rows_in != accounted:
+            raise ReconciliationError(
+                f"{self.table}: {self.rows_in} records in but {accounted} accounted for "
+                f"(applied {self.rows_applied}, quarantined {self.rows_quarantined}, duplicates "
+                f"{self.rows_duplicate}, superseded {self.rows_superseded}, ddl {self.ddl_lines})"
+            )
+
+
+@dataclass
+class TableReport:
+    table: str
+    batches: list[BatchReport] = field(default_factory=list)
+
+    def total(self, name: str) -> int:
+        return sum(int(getattr(b, name)) for b in self.batches)
+
+    def metadata(self) -> dict[str, Any]:
+        return {
+            "batches": len(self.batches),
+            "segments": self.total("segments"),
+            "rows_in": self.total("rows_in"),
+            "rows_applied": self.total("rows_applied"),
+            "rows_quarantined": self.total("rows_quarantined"),
+            "rows_duplicate": self.total("rows_duplicate"),
+            "rows_superseded": self.total("rows_superseded"),
+            "seconds": round(sum(b.seconds for b in self.batches), 3),
+        }
+
+
+def ensure_ods_table(store: DeltaStore, table: Table) -> DeltaTable:
+    existing = store.table(table.key)
+    if existing is not None:
+        return existing
+    return DeltaTable.create(
+        store.table_uri(table.key),
+        Schema.from_arrow(ods_arrow_schema(table)),
+        partition_by=table.partition_by,
+        description=table.description,
+        storage_options=store.storage_options or None,
+    )
+
+
+def committed_positions(store: DeltaStore, table: Table, streams: Sequence[str]) -> dict[str, int]:
+    dt = store.table(table.key)
+    if dt is None:
+        return dict.fromkeys(streams, 0)
+    return {s: dt.transaction_version(position_app_id(s)) or 0 for s in streams}
+
+
+def pending_segments(
+    store: DeltaStore, landing: Landing, table: Table, limit_per_stream: int | None = None
+) -> list[Segment]:
+    assert table.source_database and table.source_tables
+    streams = landing.streams(table.source_database, table.source_tables)
+    positions = committed_positions(store, table, streams)
+    pending: list[Segment] = []
+    for stream in streams:
+        segments = landing.segments(stream, positions[stream])
+        pending.extend(segments[:limit_per_stream] if limit_per_stream else segments)
+    return pending
+
+
+# --- the Spark preparation ---------------------------------------------------------------------------------
+
+
+def _typed(raw: Column, spark_type: str) -> Column:
+    if spark_type == "timestamp":
+        return F.try_to_timestamp(raw, F.lit("yyyy-MM-dd HH:mm:ss"))
+    return raw.try_cast(spark_type)
+
+
+def prepare_batch(spark: SparkSession, table: Table, lines: pa.Table) -> DataFrame:
+    """Classify every record of the raw lines; returns one row per record with a ``status`` column.
+
+    status ∈ ok | quarantine | duplicate | superseded | ddl; ``reason`` says why for quarantine.
+    """
+    assert table.source_tables is not None
+    expected_tables = f"^(?:{table.source_tables})$"
+    raw = spark.createDataFrame(lines).toDF(*[f"_{c}" for c in lines.column_names])
+    msg = raw.withColumn("_m", F.from_json("_value", CANAL_SCHEMA))
+    stream_table = F.substring_index("_stream", ".", -1)
+    line_reason = (
+        F.when(F.col("_value").isNull(), F.lit("invalid UTF-8"))
+        .when(F.col("_m").isNull() | F.col("_m.type").isNull(), F.lit("malformed JSON"))
+        .when(
+            (F.col("_m.database") != F.lit(table.source_database)) | (F.col("_m.table") != stream_table),
+            F.concat(
+                F.lit("unexpected table "),
+                F.coalesce(F.col("_m.database"), F.lit("?")),
+                F.lit("."),
+                F.coalesce(F.col("_m.table"), F.lit("?")),
+                F.lit(" in stream "),
+                F.col("_stream"),
+            ),
+        )
+        .when(~F.col("_m.table").rlike(expected_tables), F.lit("table not part of this ODS table"))
+        .when(F.col("_m.isDdl") | ~F.col("_m.type").isin(*DML), F.lit("__ddl__"))
+        .when(F.col("_m.data").isNull() | (F.size("_m.data") == 0), F.lit("no row image in a DML message"))
+    )
+    msg = msg.withColumn("_line_reason", line_reason)
+    line_level = msg.where(F.col("_line_reason").isNotNull()).select(
+        "_stream",
+        "_segment",
+        "_seq",
+        "_line",
+        F.lit(-1).cast("long").alias("_row_index"),
+        F.when(F.col("_line_reason") == "__ddl__", F.lit("ddl")).otherwise(F.lit("quarantine")).alias("_status"),
+        F.when(F.col("_line_reason") == "__ddl__", F.lit(None)).otherwise(F.col("_line_reason")).alias("_reason"),
+        F.coalesce(F.col("_value"), F.decode(F.col("_raw"), "ISO-8859-1")).alias("_raw_text"),
+        *[F.lit(None).cast(ctype).alias(name) for name, ctype in table.columns],
+        F.lit(None).cast("bigint").alias("_es"),
+        F.lit(None).cast("bigint").alias("_pos"),
+        F.lit(None).cast("string").alias("_op"),
+        F.lit(None).cast("bigint").alias("_msg_id"),
+    )
+    rows = msg.where(F.col("_line_reason").isNull()).select(
+        "_stream",
+        "_segment",
+        "_seq",
+        "_line",
+        "_value",
+        F.col("_m.id").alias("_msg_id"),
+        F.col("_m.type").alias("_op"),
+        F.col("_m.es").alias("_es"),
+        F.posexplode("_m.data").alias("_row_index", "_r"),
+    )
+    typed = [_typed(F.col("_r")[name], ctype).alias(name) for name, ctype in table.columns]
+    rows = rows.select(
+        "_stream",
+        "_segment",
+        "_seq",
+        "_line",
+        F.col("_row_index").cast("long").alias("_row_index"),
+        "_value",
+        "_msg_id",
+        "_op",
+        "_es",
+        "_r",
+        *typed,
+        (F.col("_seq") * POS_SEGMENT + F.col("_line") * POS_LINE + F.col("_row_index")).alias("_pos"),
+    )
+    problems: list[Column] = []
+    for pk in table.primary_key:
+        problems.append(F.when(F.col(pk).isNull(), F.lit(f"missing primary key {pk}")))
+    problems.append(F.when(F.col("_es").isNull(), F.lit("missing binlog time es")))
+    for name, _ctype in table.columns:
+        bad = F.col("_r")[name].isNotNull() & F.col(name).isNull()
+        problems.append(F.when(bad, F.concat(F.lit(f"bad value for {name}: "), F.col("_r")[name])))
+    assert table.partition_time is not None
+    problems.append(
+        F.when(F.col(table.partition_time).isNull(), F.lit(f"missing partition time {table.partition_time}"))
+    )
+    rows = rows.withColumn("_reason", F.concat_ws("; ", *problems))
+    rows = rows.withColumn("_reason", F.when(F.col("_reason") == "", F.lit(None)).otherwise(F.col("_reason")))
+    # a re-sent message (same id in the same stream) counts once; then the newest change per key wins
+    first_copy = Window.partitionBy("_stream", "_msg_id", "_row_index").orderBy("_seq", "_line")
+    rows = rows.withColumn("_copy", F.row_number().over(first_copy))
+    valid = F.col("_reason").isNull() & (F.col("_copy") == 1)
+    newest = Window.partitionBy(valid.alias("valid"), *table.primary_key).orderBy(
+        F.col("_es").desc(), F.col("_pos").desc()
+    )
+    rows = rows.withColumn("_rank", F.when(valid, F.row_number().over(newest)))
+    status = (
+        F.when(F.col("_reason").isNotNull(), F.lit("quarantine"))
+        .when(F.col("_copy") > 1, F.lit("duplicate"))
+        .when(F.col("_rank") > 1, F.lit("superseded"))
+        .otherwise(F.lit("ok"))
+    )
+    record_level = rows.select(
+        "_stream",
+        "_segment",
+        "_seq",
+        "_line",
+        "_row_index",
+        status.alias("_status"),
+        "_reason",
+        F.col("_value").alias("_raw_text"),
+        *[name for name, _ in table.columns],
+        "_es",
+        "_pos",
+        "_op",
+        "_msg_id",
+    )
+    return line_level.unionByName(record_level)
+
+
+# --- applying a batch -------------------------------------------------------------------------------------
+
+
+def ingest_batch(
+    spark: SparkSession, store: DeltaStore, table: Table, segments: Sequence[Segment], *, prune: bool = True
+) -> BatchReport:
+    started = time.monotonic()
+    report = BatchReport(table=table.fqn, segments=len(segments))
+    dt = ensure_ods_table(store, table)
+    positions: dict[str, int] = {}
+    for segment in segments:
+        positions[segment.stream] = max(positions.get(segment.stream, 0), segment.seq)
+    report.positions = positions
+    lines = read_lines(segments)
+    schema = ods_arrow_schema(table)
+    applied = pa.Table.from_pylist([], schema=schema)
+    quarantined = pa.Table.from_pylist([], schema=QUARANTINE_SCHEMA)
+    if lines.num_rows:
+        classified = prepare_batch(spark, table, lines).persist()
+        try:
+            counts = {
+                r["_status"]: int(r["n"]) for r in classified.groupBy("_status").agg(F.count("*").alias("n")).collect()
+            }
+            report.rows_in = sum(counts.values())
+            report.rows_duplicate = counts.get("duplicate", 0)
+            report.rows_superseded = counts.get("superseded", 0)
+            report.ddl_lines = counts.get("ddl", 0)
+            assert table.partition_time is not None
+            ok = classified.where(F.col("_status") == "ok").select(
+                *[name for name, _ in table.columns],
+                "_es",
+                "_pos",
+                "_stream",
+                F.date_format(table.partition_time, "yyyy-MM-dd").alias("dt"),
+                F.date_format(table.partition_time, "HH").alias("hh"),
+                "_op",
+            )
+            applied = ok.toArrow()
+            quarantined = (
+                classified.where(F.col("_status") == "quarantine")
+                .select(
+                    F.lit(table.fqn).alias("table"),
+                    F.col("_stream").alias("stream"),
+                    F.col("_segment").alias("segment"),
+                    F.col("_line").alias("line"),
+                    F.col("_row_index").alias("row_index"),
+                    F.col("_reason").alias("reason"),
+                    F.col("_raw_text").alias("raw"),
+                )
+                .toArrow()
+            )
+        finally:
+            classified.unpersist()
+    report.prepare_seconds = time.monotonic() - started
+    report.rows_applied = applied.num_rows
+    report.rows_quarantined = quarantined.num_rows
+    report.check()
+    if quarantined.num_rows:
+        _write_quarantine(store, table, quarantined, segments)
+    txns = {position_app_id(stream): seq for stream, seq in positions.items()}
+    if applied.num_rows:
+        target = pa.schema([*schema, pa.field("_op", pa.string())])
+        batch = applied.select(target.names).cast(target)
+        report.merge = store.merge(
+            table.key,
+            batch,
+            primary_key=table.primary_key,
+            partition_by=table.partition_by,
+            app_transactions=txns,
+            prune=prune,
+        )
+    else:
+        dt.update_incremental()
+        dt.create_write_transaction(
+            [],
+            mode="append",
+            schema=dt.schema(),
+            partition_by=table.partition_by,
+            commit_properties=CommitProperties(
+                custom_metadata={"warehouse.operation": "advance-position"},
+                app_transactions=[Transaction(app_id, version) for app_id, version in txns.items()],
+            ),
+        )
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _write_quarantine(store: DeltaStore, table: Table, rows: pa.Table, segments: Sequence[Segment]) -> None:
+    """Append quarantined records once: the commit records, per stream, the last segment quarantined."""
+    uri = store.table_uri(QUARANTINE_KEY)
+    existing = store.table(QUARANTINE_KEY)
+    done = {}
+    streams = sorted({s.stream for s in segments})
+    if existing is not None:
+        done = {s: existing.transaction_version(quarantine_app_id(table, s)) or 0 for s in streams}
+    seq_of = {s.name: s.seq for s in segments}
+    keep = [
+        done.get(stream, 0) < seq_of[segment]
+        for stream, segment in zip(rows.column("stream").to_pylist(), rows.column("segment").to_pylist(), strict=True)
+    ]
+    rows = rows.filter(pa.array(keep))
+    if not rows.num_rows:
+        return
+    last: dict[str, int] = {}
+    for s in segments:
+        last[s.stream] = max(last.get(s.stream, 0), s.seq)
+    write_deltalake(
+        uri,
+        rows.cast(QUARANTINE_SCHEMA),
+        mode="append",
+        partition_by=["table"],
+        storage_options=store.storage_options or None,
+        commit_properties=CommitProperties(
+            app_transactions=[Transaction(quarantine_app_id(table, s), v) for s, v in last.items()]
+        ),
+    )
+
+
+def ingest_table(
+    spark: SparkSession,
+    store: DeltaStore,
+    landing: Landing,
+    table: Table,
+    *,
+    max_segments_per_stream: int = 288,
+    progress: Callable[[BatchReport], None] | None = None,
+) -> TableReport:
+    """Apply every pending segment of one ODS table, in batches of at most a day of segments per shard."""
+    report = TableReport(table.fqn)
+    while True:
+        segments = pending_segments(store, landing, table, max_segments_per_stream)
+        if not segments:
+            return report
+        batch = ingest_batch(spark, store, table, segments)
+        report.batches.append(batch)
+        if progress:
+            progress(batch)

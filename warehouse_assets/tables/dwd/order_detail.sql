@@ -1,0 +1,20 @@
+/* ---
+table: dwd.order_detail
+period: daily
+description: Cleaned order facts of the day (orders created that local day), one row per order.
+owner: trade-data
+primary_key: [order_id]
+depends_on:
+  ods.order: {range: [0, 23]}
+zorder: [user_id]
+--- */
+SELECT
+  id AS order_id,
+  user_id,
+  course_id,
+  amount,
+  lower(trim(status)) AS status,
+  pay_time,
+  create_time
+FROM ods.order
+WHERE id IS NOT NULL AND amount >= 0
