@@ -435,7 +435,7 @@ class DeltaStore:
                 rel_dir = f"{_partition_dir(spec, partition_by)}/{write_id}"
                 cond = " AND ".join(f"`{c}` = {_sql_literal(str(spec[c]))}" for c in partition_by)
                 part_df = source.where(cond).select(*[f"`{c}`" for c in data_columns])
-                part_df.write.mode("errorifexists").parquet(f"{uri}/{rel_dir}")
+                part_df.write.mode("error").parquet(f"{uri}/{rel_dir}")
                 file_adds, file_schema = self._collect_written(uri, rel_dir, spec)
                 adds.extend(file_adds)
                 arrow_schema = arrow_schema or file_schema

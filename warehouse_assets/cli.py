@@ -180,32 +180,51 @@ def run_dev(args: argparse.Namespace) -> int:
     resources = resources_from_env(env)
     landing = Path(resources["landing"].root)
     tz = resources["spark"].timezone
-    _ensure_simulated(landing, args.days, args.scale, tz)
+    if args.simulate:
+        _ensure_simulated(landing, args.days, args.scale, tz)
     server = None
     if env["WAREHOUSE_SPARK_MODE"] == "connect":
         url = env.get("WAREHOUSE_SPARK_CONNECT_URL", "sc://127.0.0.1:15002")
         host, port = url.removeprefix("sc://").split("/")[0].split(":")
-        _say(f"[dev] starting the Spark Connect server on {host}:{port} (log: data/spark-connect.log)")
-        server = start_connect_server(
-            host=host, port=int(port), timezone=tz, log_path=ROOT / "data" / "spark-connect.log"
-        )
+        log_path = Path(env.get("WAREHOUSE_LOG_DIR", str(ROOT / "data"))) / "spark-connect.log"
+        _say(f"[dev] starting the Spark Connect server on {host}:{port} (log: {log_path})")
+        server = start_connect_server(host=host, port=int(port), timezone=tz, log_path=log_path)
         if server is None:
             _say("[dev] a Spark Connect server already listens there; using it")
     command = [sys.executable, "-m", "dagster", "dev", "-h", args.host, "-p", str(args.port), "-w", "workspace.yaml"]
     _say(f"[dev] starting Dagster: http://{args.host}:{args.port}  (Ctrl-C stops everything)")
-    dagster = subprocess.Popen(command, env=env, start_new_session=True)
+    dagster = subprocess.Popen(command, env=env, start_new_session=True, preexec_fn=_default_signals)
+
+    def stop(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
     try:
         return dagster.wait()
     except KeyboardInterrupt:
-        dagster.send_signal(signal.SIGINT)
-        try:
-            return dagster.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            dagster.kill()
-            return 1
+        _say("[dev] stopping Dagster and Spark …")
+        _stop_group(dagster, signal.SIGINT, timeout=30)
+        return 0
     finally:
         if server is not None:
-            os.killpg(server.pid, signal.SIGTERM)
+            _stop_group(server, signal.SIGTERM, timeout=15)
+
+
+def _default_signals() -> None:
+    """Children handle Ctrl-C / SIGTERM even when this process was started with them ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _stop_group(proc: subprocess.Popen[bytes], sig: int, timeout: float) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+        proc.wait(timeout=timeout)
+    except ProcessLookupError:
+        return
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def run_spark_server(args: argparse.Namespace) -> int:
@@ -251,6 +270,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     dev.add_argument("--port", type=int, default=3000)
     dev.add_argument("--days", type=int, default=3, help="days of history to simulate on first start")
     dev.add_argument("--scale", type=float, default=0.2, help="simulated volume (1.0 ≈ 3,000 orders a day)")
+    dev.add_argument(
+        "--no-simulate", dest="simulate", action="store_false", help="use the landing area as it is (real sources)"
+    )
 
     srv = sub.add_parser("spark-server", help="run the Spark Connect server in the foreground")
     srv.add_argument("--port", type=int, default=15002)

@@ -1,0 +1,116 @@
+"""The code location loads, validates, and has the shape the design promises."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from dagster import AssetKey, DefaultSensorStatus, TimeWindowPartitionsDefinition
+
+from warehouse_assets.catalog import CatalogError, load_catalog
+from warehouse_assets.definitions import defs
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_dagster_definitions_validate(tmp_path: Path) -> None:
+    env = dict(os.environ, DAGSTER_HOME=str(tmp_path), DAGSTER_TELEMETRY_ENABLED="false")
+    (tmp_path / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "dagster", "definitions", "validate", "-w", "workspace.yaml"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    assert "All code locations passed validation" in result.stdout + result.stderr
+
+
+def test_every_layer_is_present_with_one_timezone() -> None:
+    graph = defs.resolve_asset_graph()
+    keys = graph.get_all_asset_keys()
+    layers = {key.path[0] for key in keys}
+    assert layers == {"ods", "dwd", "dws", "ads"}
+    for key in keys:
+        node = graph.get(key)
+        assert node.group_name == key.path[0]
+        assert isinstance(node.partitions_def, TimeWindowPartitionsDefinition)
+        assert node.partitions_def.timezone == "Asia/Shanghai"
+    assert len([k for k in keys if k.path[0] == "ods"]) == 5
+
+
+def test_daily_dwd_depends_on_the_24_hours_of_its_day() -> None:
+    graph = defs.resolve_asset_graph()
+    mapping = graph.get_partition_mapping(AssetKey(["dwd", "order_detail"]), AssetKey(["ods", "order"]))
+    dwd = graph.get(AssetKey(["dwd", "order_detail"])).partitions_def
+    ods = graph.get(AssetKey(["ods", "order"])).partitions_def
+    assert dwd is not None and ods is not None
+    result = mapping.get_upstream_mapped_partitions_result_for_partitions(
+        dwd.empty_subset().with_partition_keys(["2026-03-05"]), dwd, ods
+    )
+    keys = sorted(result.partitions_subset.get_partition_keys())
+    assert keys == [f"2026-03-05-{h:02d}:00" for h in range(24)]
+
+
+def test_sensors_run_by_default() -> None:
+    sensors = {s.name: s for s in defs.sensors or []}
+    assert set(sensors) == {"ods_landing", "ods_readiness", "warehouse_automation"}
+    for sensor in sensors.values():
+        assert sensor.default_status == DefaultSensorStatus.RUNNING
+
+
+def test_derived_assets_are_automated_and_ods_are_reported() -> None:
+    graph = defs.resolve_asset_graph()
+    for key in graph.get_all_asset_keys():
+        node = graph.get(key)
+        if key.path[0] == "ods":
+            assert not node.is_executable and node.automation_condition is None
+        else:
+            assert node.automation_condition is not None
+            assert "every upstream partition exists" in str(node.automation_condition.get_snapshot())
+
+
+def _write(root: Path, rel: str, text: str) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+ODS = """table: ods.src
+period: hourly
+source: {database: db, tables: "src"}
+primary_key: [id]
+partition_time: t
+columns: {id: bigint, t: timestamp}
+"""
+
+
+def _sql(name: str, body: str, header: str = "") -> str:
+    return f"/* ---\ntable: dwd.{name}\nperiod: daily\n{header}--- */\n{body}\n"
+
+
+@pytest.mark.parametrize(
+    ("files", "message"),
+    [
+        ({"dwd/a.sql": _sql("a", "SELECT id FROM ods.nowhere")}, "reads ods.nowhere, which is not in the catalog"),
+        (
+            {"dwd/a.sql": _sql("a", "SELECT id FROM ods.src", "depends_on:\n  dwd.b: {set: [-1]}\n")},
+            "declares a dependency on dwd.b that its SQL never reads",
+        ),
+        (
+            {"dwd/a.sql": _sql("a", "SELECT id FROM dwd.b"), "dwd/b.sql": _sql("b", "SELECT id FROM dwd.a")},
+            "dependency cycle",
+        ),
+        ({"dwd/a.sql": "/* ---\ntable: dwd.a\nperiod: yearly\n--- */\nSELECT 1"}, "period must be one of"),
+        ({"dwd/a.sql": _sql("x", "SELECT 1")}, "must live in tables/dwd/x.sql"),
+        ({"dwd/a.sql": _sql("a", "SELECT FROM WHERE")}, "does not parse"),
+    ],
+)
+def test_catalog_errors_name_the_table_and_file(tmp_path: Path, files: dict[str, str], message: str) -> None:
+    _write(tmp_path, "ods/src.yaml", ODS)
+    for rel, text in files.items():
+        _write(tmp_path, rel, text)
+    with pytest.raises(CatalogError, match=message) as info:
+        load_catalog(tmp_path)
+    assert str(tmp_path) in str(info.value)

@@ -1,0 +1,353 @@
+"""ODS ingestion on hand-written Canal segments: positions, gaps, restart safety, CDC semantics, quarantine."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+
+from resources.delta_lake import DeltaStore
+from resources.landing import Landing
+from warehouse_assets.catalog import Table, load_catalog
+from warehouse_assets.ingestion import (
+    QUARANTINE_KEY,
+    BatchReport,
+    ReconciliationError,
+    TableReport,
+    committed_positions,
+    ingest_table,
+)
+
+TZ = ZoneInfo("Asia/Shanghai")
+BASE = datetime(2026, 3, 2, 10, 0, tzinfo=TZ)
+DB = "edu_trade"
+MYSQL_TYPES = {
+    "id": "bigint(20)",
+    "user_id": "bigint(20)",
+    "course_id": "bigint(20)",
+    "amount": "decimal(10,2)",
+    "status": "varchar(16)",
+    "pay_time": "datetime",
+    "create_time": "datetime",
+    "update_time": "datetime",
+}
+SQL_TYPES = {"bigint(20)": -5, "decimal(10,2)": 3, "varchar(16)": 12, "datetime": 93}
+
+
+def _es(minute: float) -> int:
+    """Binlog time (epoch ms) ``minute`` minutes after 2026-03-02 10:00 local."""
+    return int((BASE + timedelta(minutes=minute)).timestamp() * 1000)
+
+
+def _local(minute: float) -> str:
+    return (BASE + timedelta(minutes=minute)).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def order(key: int, status: str = "created", amount: str = "10.00", **override: str | None) -> dict[str, str | None]:
+    """A full row image of an order created at 10:01 local (so it lands in partition 2026-03-02 / 10)."""
+    row: dict[str, str | None] = {
+        "id": str(key),
+        "user_id": "7",
+        "course_id": "3",
+        "amount": amount,
+        "status": status,
+        "pay_time": None,
+        "create_time": _local(1),
+        "update_time": _local(1),
+    }
+    row.update(override)
+    return row
+
+
+def message(
+    msg_id: int, kind: str, rows: Sequence[dict[str, str | None]], minute: float, table: str = "order_00", **extra: Any
+) -> str:
+    """One Canal flat message as Canal writes it to Kafka (compact JSON, values as strings)."""
+    obj: dict[str, Any] = {
+        "data": list(rows),
+        "database": DB,
+        "es": _es(minute),
+        "id": msg_id,
+        "isDdl": False,
+        "mysqlType": MYSQL_TYPES,
+        "old": [{"status": "created"} for _ in rows] if kind == "UPDATE" else None,
+        "pkNames": ["id"],
+        "sql": "",
+        "sqlType": {k: SQL_TYPES[v] for k, v in MYSQL_TYPES.items()},
+        "table": table,
+        "ts": _es(minute) + 250,
+        "type": kind,
+    }
+    obj.update(extra)
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
+@dataclass
+class Ods:
+    spark: SparkSession
+    store: DeltaStore
+    landing: Landing
+    table: Table
+
+    def write(self, shard: str, seq: int, lines: Sequence[str | bytes], *, final_newline: bool = True) -> Path:
+        """Segment ``seq`` of ``edu_trade.<shard>``: the 5-minute window starting at 10:00 + 5 * (seq - 1)."""
+        start = BASE + timedelta(minutes=5 * (seq - 1))
+        path = self.landing.root / "binlog" / DB / shard / f"{seq:06d}-{start:%Y%m%dT%H%M}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = b"\n".join(line if isinstance(line, bytes) else line.encode() for line in lines)
+        path.write_bytes(data + (b"\n" if lines and final_newline else b""))
+        return path
+
+    def ingest(self) -> TableReport:
+        return ingest_table(self.spark, self.store, self.landing, self.table)
+
+    def positions(self, *shards: str) -> dict[str, int]:
+        return committed_positions(self.store, self.table, [f"{DB}.{s}" for s in shards])
+
+    def version(self) -> int:
+        return int(DeltaTable(self.store.table_uri(self.table.key)).version())
+
+    def rows(self) -> list[dict[str, Any]]:
+        return DeltaTable(self.store.table_uri(self.table.key)).to_pyarrow_table().to_pylist()
+
+    def by_id(self) -> dict[int, dict[str, Any]]:
+        rows = self.rows()
+        ids = [r["id"] for r in rows]
+        assert len(ids) == len(set(ids)), f"duplicate primary keys in ODS: {sorted(ids)}"
+        return {r["id"]: r for r in rows}
+
+    def quarantine(self) -> list[dict[str, Any]]:
+        if not self.store.exists(QUARANTINE_KEY):
+            return []
+        return DeltaTable(self.store.table_uri(QUARANTINE_KEY)).to_pyarrow_table().to_pylist()
+
+
+@pytest.fixture
+def ods(spark: SparkSession, tmp_path: Path) -> Ods:
+    return Ods(spark, DeltaStore(str(tmp_path / "lake")), Landing(tmp_path / "landing"), load_catalog()["ods.order"])
+
+
+def _balanced(batch: BatchReport) -> None:
+    accounted = (
+        batch.rows_applied + batch.rows_quarantined + batch.rows_duplicate + batch.rows_superseded + batch.ddl_lines
+    )
+    assert batch.rows_in == accounted, batch
+
+
+# --- positions ------------------------------------------------------------------------------------------------
+
+
+def test_positions_are_the_last_segment_per_stream_and_a_rerun_applies_nothing(ods: Ods) -> None:
+    ods.write("order_00", 1, [message(1, "INSERT", [order(1)], 1)])
+    ods.write("order_00", 2, [])  # an idle window still advances the stream
+    ods.write("order_00", 3, [message(2, "INSERT", [order(2)], 11)])
+    ods.write("order_01", 1, [message(1, "INSERT", [order(11)], 2, table="order_01")])
+    ods.write("order_01", 2, [])
+
+    first = ods.ingest()
+    assert len(first.batches) == 1 and first.batches[0].segments == 5
+    assert ods.positions("order_00", "order_01") == {f"{DB}.order_00": 3, f"{DB}.order_01": 2}
+    assert sorted(ods.by_id()) == [1, 2, 11]
+    version = ods.version()
+
+    again = ods.ingest()
+    assert again.batches == []
+    assert ods.version() == version
+
+    ods.write("order_00", 4, [message(3, "INSERT", [order(3)], 16)])
+    third = ods.ingest()
+    assert len(third.batches) == 1
+    assert third.batches[0].segments == 1 and third.batches[0].positions == {f"{DB}.order_00": 4}
+    assert third.batches[0].rows_in == third.batches[0].rows_applied == 1
+    assert ods.positions("order_00", "order_01") == {f"{DB}.order_00": 4, f"{DB}.order_01": 2}
+    assert sorted(ods.by_id()) == [1, 2, 3, 11]
+    assert ods.version() == version + 1
+
+
+def test_a_gap_in_sequence_numbers_stops_the_stream_until_the_segment_arrives(ods: Ods) -> None:
+    ods.write("order_00", 1, [message(1, "INSERT", [order(1)], 1)])
+    ods.write("order_00", 2, [message(2, "INSERT", [order(2)], 6)])
+    ods.write("order_00", 4, [message(4, "INSERT", [order(4)], 16)])
+
+    ods.ingest()
+    assert ods.positions("order_00") == {f"{DB}.order_00": 2}
+    assert sorted(ods.by_id()) == [1, 2]
+
+    ods.write("order_00", 3, [message(3, "INSERT", [order(3)], 11)])
+    report = ods.ingest()
+    assert [b.segments for b in report.batches] == [2]
+    assert ods.positions("order_00") == {f"{DB}.order_00": 4}
+    assert sorted(ods.by_id()) == [1, 2, 3, 4]
+
+
+# --- restart safety -----------------------------------------------------------------------------------------
+
+
+def test_a_crash_before_the_merge_commit_keeps_the_position_and_the_rerun_applies_once(
+    ods: Ods, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ods.write("order_00", 1, [message(1, "INSERT", [order(1, amount="10.00"), order(2, amount="20.00")], 1)])
+    ods.ingest()
+    version = ods.version()
+
+    ods.write(
+        "order_00",
+        2,
+        [
+            message(2, "UPDATE", [order(1, "paid", amount="10.00", pay_time=_local(6), update_time=_local(6))], 6),
+            message(3, "INSERT", [order(3, amount="30.00")], 7),
+            "{broken",
+        ],
+    )
+
+    def crash(self: DeltaStore, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("killed between prepare and commit")
+
+    monkeypatch.setattr(DeltaStore, "merge", crash)
+    with pytest.raises(RuntimeError, match="killed"):
+        ods.ingest()
+    monkeypatch.undo()
+
+    assert ods.positions("order_00") == {f"{DB}.order_00": 1}
+    assert ods.version() == version
+    assert {k: r["status"] for k, r in ods.by_id().items()} == {1: "created", 2: "created"}
+
+    report = ods.ingest()
+    assert len(report.batches) == 1 and report.batches[0].rows_applied == 2
+    assert ods.positions("order_00") == {f"{DB}.order_00": 2}
+    rows = ods.by_id()  # asserts one row per key
+    assert {k: (r["status"], r["amount"]) for k, r in rows.items()} == {
+        1: ("paid", Decimal("10.00")),
+        2: ("created", Decimal("20.00")),
+        3: ("created", Decimal("30.00")),
+    }
+    # the quarantine was written before the crash; the re-run does not write it again
+    assert [(q["segment"], q["line"]) for q in ods.quarantine()] == [("000002-20260302T1005.jsonl", 3)]
+    assert ods.ingest().batches == []
+
+
+# --- CDC semantics ------------------------------------------------------------------------------------------
+
+
+def test_the_latest_change_per_key_wins_within_and_across_batches(ods: Ods) -> None:
+    ods.write(
+        "order_00",
+        1,
+        [
+            message(1, "INSERT", [order(1), order(2)], 1),  # one statement, two rows
+            message(2, "UPDATE", [order(1, "paid", pay_time=_local(2), update_time=_local(2))], 2),
+        ],
+    )
+    first = ods.ingest().batches[0]
+    assert (first.rows_in, first.rows_applied, first.rows_superseded) == (3, 2, 1)
+    assert {k: r["status"] for k, r in ods.by_id().items()} == {1: "paid", 2: "created"}
+
+    update_2 = message(4, "UPDATE", [order(2, "paid", update_time=_local(7))], 7)
+    ods.write(
+        "order_00",
+        2,
+        [
+            message(3, "UPDATE", [order(1, "refunded", update_time=_local(6))], 6),
+            update_2,
+            message(5, "DELETE", [order(2, "paid", update_time=_local(7))], 8),  # update then delete: absent
+            message(6, "INSERT", [order(5)], 8),  # insert, update, delete of a new key in one batch: absent
+            message(7, "UPDATE", [order(5, "paid", update_time=_local(9))], 9),
+            message(8, "DELETE", [order(5, "paid", update_time=_local(9))], 9.5),
+            update_2,  # Canal re-sent message 4: a duplicate
+            message(9, "DELETE", [order(99)], 9.8),  # a key never seen: nothing to delete, no failure
+        ],
+    )
+    second = ods.ingest().batches[0]
+    _balanced(second)
+    assert second.rows_in == 8
+    assert second.rows_duplicate == 1
+    assert second.rows_superseded == 3  # update of 2, insert and update of 5
+    assert second.rows_applied == 4  # 1 refunded, delete 2, delete 5, delete 99
+    assert {k: r["status"] for k, r in ods.by_id().items()} == {1: "refunded"}
+
+    # an older change of key 1 (binlog time 10:04 < 10:06) arriving in a later batch changes nothing
+    ods.write("order_00", 3, [message(10, "UPDATE", [order(1, "cancelled", update_time=_local(4))], 4)])
+    ods.ingest()
+    rows = ods.by_id()
+    assert {k: r["status"] for k, r in rows.items()} == {1: "refunded"}
+    assert rows[1]["_es"] == _es(6)
+    assert (rows[1]["dt"], rows[1]["hh"]) == ("2026-03-02", "10")
+
+
+# --- quarantine ---------------------------------------------------------------------------------------------
+
+
+def test_bad_records_go_to_quarantine_with_their_position_and_the_batch_reconciles(ods: Ods) -> None:
+    good = message(1, "INSERT", [order(1)], 1)
+    truncated = message(9, "INSERT", [order(9)], 9)
+    lines: list[str | bytes] = [
+        good,  # 1
+        '{"data":[{"id":"2"',  # 2 malformed JSON
+        b'{"data":[{"id":"3","status":"\xff\xfe"}]}',  # 3 invalid UTF-8
+        message(4, "INSERT", [order(4, id=None)], 4),  # 4 a row without its primary key
+        message(5, "INSERT", [order(5)], 5, table="order_01"),  # 5 another shard's message in this stream
+        message(6, "INSERT", [order(6, create_time="2026-02-30 25:61:00")], 6),  # 6 impossible datetime
+        message(
+            7, "ALTER", [], 7, isDdl=True, data=None, sql="ALTER TABLE order_00 ADD COLUMN coupon varchar(16)"
+        ),  # 7 DDL
+        message(8, "INSERT", [order(8), order(80, id=None)], 8),  # 8 second row of the statement is bad
+        good,  # 9 re-sent message 1
+        truncated[: len(truncated) // 2],  # 10 the writer died mid-line: no newline at the end
+    ]
+    segment = ods.write("order_00", 1, lines, final_newline=False)
+
+    batch = ods.ingest().batches[0]
+    _balanced(batch)
+    assert batch.rows_in == 11
+    assert (batch.rows_applied, batch.rows_quarantined, batch.rows_duplicate, batch.ddl_lines) == (2, 7, 1, 1)
+    assert batch.rows_superseded == 0
+    assert sorted(ods.by_id()) == [1, 8]
+    assert ods.positions("order_00") == {f"{DB}.order_00": 1}
+
+    found = {(q["line"], q["row_index"]): q for q in ods.quarantine()}
+    assert sorted(found) == [(2, -1), (3, -1), (4, 0), (5, -1), (6, 0), (8, 1), (10, -1)]
+    assert {q["segment"] for q in found.values()} == {segment.name}
+    assert {q["stream"] for q in found.values()} == {f"{DB}.order_00"}
+    assert {q["table"] for q in found.values()} == {"ods.order"}
+    assert found[(2, -1)]["reason"] == "malformed JSON"
+    assert found[(3, -1)]["reason"] == "invalid UTF-8"
+    assert "missing primary key id" in found[(4, 0)]["reason"]
+    assert "unexpected table edu_trade.order_01" in found[(5, -1)]["reason"]
+    assert "bad value for create_time: 2026-02-30 25:61:00" in found[(6, 0)]["reason"]
+    assert "missing primary key id" in found[(8, 1)]["reason"]
+    assert found[(10, -1)]["reason"] == "malformed JSON"
+    assert found[(2, -1)]["raw"] == '{"data":[{"id":"2"'
+    assert found[(10, -1)]["raw"] == truncated[: len(truncated) // 2]
+    assert found[(3, -1)]["raw"] and found[(3, -1)]["raw"].startswith('{"data"')
+
+
+# --- reconciliation -----------------------------------------------------------------------------------------
+
+
+def test_batch_report_check_raises_when_counts_do_not_add_up() -> None:
+    balanced = BatchReport(
+        "ods.order",
+        segments=1,
+        rows_in=10,
+        rows_applied=4,
+        rows_quarantined=2,
+        rows_duplicate=1,
+        rows_superseded=2,
+        ddl_lines=1,
+    )
+    balanced.check()
+    lost = BatchReport("ods.order", segments=1, rows_in=10, rows_applied=4, rows_quarantined=2, rows_superseded=2)
+    with pytest.raises(ReconciliationError, match="10 records in but 8 accounted for"):
+        lost.check()
+    invented = BatchReport("ods.order", segments=1, rows_in=1, rows_applied=2)
+    with pytest.raises(ReconciliationError):
+        invented.check()
