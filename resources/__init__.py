@@ -39,7 +39,11 @@ def resources_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
             conf=spark_conf,
         ),
         "lake": DeltaLakeResource(root=get("LAKE_ROOT", "data/lake")),
-        "landing": LandingResource(root=get("LANDING_ROOT", "data/landing"), timezone=timezone),
+        "landing": LandingResource(
+            root=get("LANDING_ROOT", "data/landing"),
+            timezone=timezone,
+            simulate_live=get("SIMULATE_LIVE", "0") == "1",
+        ),
     }
 
 

@@ -173,6 +173,7 @@ class LandingResource(ConfigurableResource):  # type: ignore[misc]
     root: str = Field(default="data/landing", description="landing directory")
     timezone: str = Field(default="Asia/Shanghai", description="business timezone of segment names")
     segment_minutes: int = Field(default=5, description="micro-batch window of one segment")
+    simulate_live: bool = Field(default=False, description="extend a simulated landing area as time passes")
 
     def landing(self) -> Landing:
         return Landing(Path(self.root).expanduser().resolve(), self.timezone, self.segment_minutes)

@@ -21,7 +21,11 @@ def test_dagster_definitions_validate(tmp_path: Path) -> None:
     (tmp_path / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     result = subprocess.run(
         [sys.executable, "-m", "dagster", "definitions", "validate", "-w", "workspace.yaml"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     assert "All code locations passed validation" in result.stdout + result.stderr
@@ -55,7 +59,7 @@ def test_daily_dwd_depends_on_the_24_hours_of_its_day() -> None:
 
 def test_sensors_run_by_default() -> None:
     sensors = {s.name: s for s in defs.sensors or []}
-    assert set(sensors) == {"ods_landing", "ods_readiness", "warehouse_automation"}
+    assert set(sensors) == {"ods_landing", "ods_readiness", "warehouse_automation", "simulated_source"}
     for sensor in sensors.values():
         assert sensor.default_status == DefaultSensorStatus.RUNNING
 

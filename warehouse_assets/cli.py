@@ -175,6 +175,7 @@ def run_dev(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     env.setdefault("DAGSTER_HOME", str(ROOT / "dagster_home"))
     env.setdefault("WAREHOUSE_SPARK_MODE", "connect")
+    env.setdefault("WAREHOUSE_SIMULATE_LIVE", "1" if args.simulate else "0")
     env.setdefault("DAGSTER_TELEMETRY_ENABLED", "false")
     os.environ.update(env)
     resources = resources_from_env(env)

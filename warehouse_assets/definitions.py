@@ -7,6 +7,7 @@ from dagster import AssetSelection, AutomationConditionSensorDefinition, Default
 from resources import resources_from_env
 from sensors.landing import build_landing_sensor
 from sensors.ods_readiness import build_readiness_sensor
+from sensors.simulated_source import simulated_source
 from warehouse_assets.catalog import load_catalog
 from warehouse_assets.compiler import build_assets
 from warehouse_assets.ods import build_ingest_job
@@ -25,6 +26,11 @@ automation_sensor = AutomationConditionSensorDefinition(
 defs = Definitions(
     assets=build_assets(catalog),
     jobs=[ingest_job],
-    sensors=[build_landing_sensor(catalog, ingest_job), build_readiness_sensor(catalog), automation_sensor],
+    sensors=[
+        build_landing_sensor(catalog, ingest_job),
+        build_readiness_sensor(catalog),
+        automation_sensor,
+        simulated_source,
+    ],
     resources=resources_from_env(),
 )
