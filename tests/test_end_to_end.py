@@ -148,3 +148,43 @@ def test_rerunning_the_range_changes_nothing(warehouse: Warehouse) -> None:
     )
     assert sorted((r["dt"], str(r["gmv"])) for r in _table(warehouse, "ads", "daily_gmv")) == before
     assert sorted(r["order_id"] for r in _table(warehouse, "dwd", "order_detail")) == detail_before
+
+
+def test_why_explains_a_ready_and_a_waiting_partition(warehouse: Warehouse) -> None:
+    from warehouse_assets.definitions import catalog
+    from warehouse_assets.why import explain
+
+    store, landing = warehouse.resources["lake"].store(), warehouse.resources["landing"].landing()
+    done = explain(warehouse.instance, catalog, store, landing, "ads.daily_gmv", "2026-03-02")
+    assert done.own_state == "materialized"
+    assert [(u.table, u.partition, u.state) for u in done.upstream] == [
+        ("dws.user_order_daily", "2026-03-02", "materialized")
+    ]
+    assert done.verdict.startswith("all 1 upstream partition(s) are materialized")
+
+    waiting = explain(warehouse.instance, catalog, store, landing, "dwd.order_detail", "2026-03-04")
+    assert [u.partition for u in waiting.upstream] == [f"2026-03-04-{h:02d}:00" for h in range(24)]
+    assert {u.state for u in waiting.upstream} == {"not ready"}
+    assert "8 of 8 shard stream(s) not applied past 01:00" in waiting.upstream[0].detail
+    assert (
+        waiting.verdict == "waiting for 24 of 24 upstream partition(s); first: ods.order 2026-03-04-00:00 (not ready)"
+    )
+
+    with pytest.raises(ValueError, match="not a partition of dwd.order_detail"):
+        explain(warehouse.instance, catalog, store, landing, "dwd.order_detail", "2026-03-04-01:00")
+
+
+def test_why_waiting_job_reports_in_the_run(warehouse: Warehouse) -> None:
+    from warehouse_assets.definitions import defs
+
+    job = defs.get_job_def("why_waiting")
+    result = job.execute_in_process(
+        instance=warehouse.instance,
+        resources={k: v for k, v in warehouse.resources.items() if k in ("lake", "landing")},
+        run_config={
+            "ops": {"explain_partition": {"config": {"table": "dws.user_order_daily", "partition": "2026-03-03"}}}
+        },
+    )
+    lines = result.output_for_node("explain_partition")
+    assert lines[0] == "dws.user_order_daily 2026-03-03: materialized"
+    assert "dwd.order_detail" in lines[1] and "materialized" in lines[1]

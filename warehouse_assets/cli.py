@@ -4,6 +4,7 @@
     warehouse ingest                            apply pending landing segments to the ODS tables
     warehouse materialize --start D --end D     ingest, report ready ODS hours, build every derived table
                                                 for [start, end) in dependency order (headless path)
+    warehouse why dwd.order_detail 2026-03-02   why a partition waits: every upstream partition and its state
     warehouse spark-server                      run the embedded Spark Connect server in the foreground
     warehouse dev                               what `make dev` runs: data, Spark Connect, dagster dev
 
@@ -266,6 +267,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     mat.add_argument("--no-ingest", action="store_true", help="skip applying landing segments first")
     mat.add_argument("--dagster-home", default=None)
 
+    why = sub.add_parser("why", help="why is a table partition waiting? (upstream partitions and their state)")
+    why.add_argument("table", help="e.g. dwd.order_detail")
+    why.add_argument("partition", help="e.g. 2026-03-02 (hourly: 2026-03-02-13:00)")
+    why.add_argument("--dagster-home", default=None)
+
     dev = sub.add_parser("dev", help="the embedded warehouse: simulated data, Spark Connect, dagster dev")
     dev.add_argument("--host", default="127.0.0.1")
     dev.add_argument("--port", type=int, default=3000)
@@ -290,6 +296,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     resources = resources_from_env()
     instance = _instance(args.dagster_home)
+    if args.command == "why":
+        from warehouse_assets.definitions import catalog
+        from warehouse_assets.why import explain
+
+        try:
+            report = explain(
+                instance, catalog, resources["lake"].store(), resources["landing"].landing(), args.table, args.partition
+            )
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print("\n".join(report.lines()))
+        return 0
     if args.command == "ingest":
         summary = run_ingest(instance, resources, args.tables)
         for fqn, numbers in summary.items():

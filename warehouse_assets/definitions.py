@@ -11,6 +11,7 @@ from sensors.simulated_source import simulated_source
 from warehouse_assets.catalog import load_catalog
 from warehouse_assets.compiler import build_assets
 from warehouse_assets.ods import build_ingest_job
+from warehouse_assets.why import build_why_job
 
 catalog = load_catalog()
 ingest_job = build_ingest_job(catalog)
@@ -25,7 +26,7 @@ automation_sensor = AutomationConditionSensorDefinition(
 
 defs = Definitions(
     assets=build_assets(catalog),
-    jobs=[ingest_job],
+    jobs=[ingest_job, build_why_job(catalog)],
     sensors=[
         build_landing_sensor(catalog, ingest_job),
         build_readiness_sensor(catalog),
