@@ -529,6 +529,7 @@ class DeltaStore:
         op_column: str = "_op",
         app_transactions: Mapping[str, int] | None = None,
         prune: bool = True,
+        tombstone_column: str | None = None,
     ) -> MergeResult:
         """Merge a change batch by primary key; the newest change (by ``order_by``) wins.
 
@@ -536,7 +537,10 @@ class DeltaStore:
         UPDATE / DELETE. Rows of ``op_column`` are not stored. With ``prune`` the merge predicate names the
         batch's partition values, so delta-rs scans only those partitions (seed 001's DPP).
         ``app_transactions`` (app id → version) are committed in the same transaction: the ingestion
-        position is stored atomically with the data it describes.
+        position is stored atomically with the data it describes — also when the batch changes no row.
+
+        With ``tombstone_column`` a DELETE is kept as a row flagged in that column (the batch carries the
+        flag) instead of being removed, so an older change delivered again later cannot resurrect it.
         """
         started = time.monotonic()
         uri = self.table_uri(key)
@@ -561,25 +565,30 @@ class DeltaStore:
             custom_metadata={"warehouse.operation": "merge"},
             app_transactions=[Transaction(app_id, version) for app_id, version in (app_transactions or {}).items()],
         )
-        metrics = (
-            dt.merge(
-                batch,
-                predicate=" AND ".join(conditions),
-                source_alias="s",
-                target_alias="t",
-                commit_properties=commit,
-            )
-            .when_matched_delete(predicate=f"s.{op_column} = 'DELETE' AND {newer}")
-            .when_matched_update(
-                updates={f"`{c}`": f"s.`{c}`" for c in target_columns},
-                predicate=f"s.{op_column} <> 'DELETE' AND {newer}",
-            )
-            .when_not_matched_insert(
-                updates={f"`{c}`": f"s.`{c}`" for c in target_columns},
-                predicate=f"s.{op_column} <> 'DELETE'",
-            )
-            .execute()
+        version_before = dt.version()
+        merger = dt.merge(
+            batch,
+            predicate=" AND ".join(conditions),
+            source_alias="s",
+            target_alias="t",
+            commit_properties=commit,
         )
+        assignments = {f"`{c}`": f"s.`{c}`" for c in target_columns}
+        if tombstone_column is not None:
+            merger = merger.when_matched_update(updates=assignments, predicate=newer).when_not_matched_insert(
+                updates=assignments
+            )
+        else:
+            merger = (
+                merger.when_matched_delete(predicate=f"s.{op_column} = 'DELETE' AND {newer}")
+                .when_matched_update(updates=assignments, predicate=f"s.{op_column} <> 'DELETE' AND {newer}")
+                .when_not_matched_insert(updates=assignments, predicate=f"s.{op_column} <> 'DELETE'")
+            )
+        metrics = merger.execute()
+        dt.update_incremental()
+        if dt.version() == version_before and app_transactions:
+            # delta-rs writes no commit for a merge that changed nothing: record the position anyway
+            self.commit_app_transactions(key, app_transactions)
         return MergeResult(
             table=uri,
             version=self._version(key),
@@ -587,6 +596,23 @@ class DeltaStore:
             partitions=specs,
             duration_s=time.monotonic() - started,
         )
+
+    def commit_app_transactions(self, key: Sequence[str] | str, app_transactions: Mapping[str, int]) -> int:
+        """A commit that adds no data and only records application transaction versions."""
+        dt = self.table(key)
+        if dt is None:
+            raise DeltaLayerError(f"table {self.table_uri(key)} does not exist")
+        dt.create_write_transaction(
+            [],
+            mode="append",
+            schema=dt.schema(),
+            partition_by=list(dt.metadata().partition_columns),
+            commit_properties=CommitProperties(
+                custom_metadata={"warehouse.operation": "record-position"},
+                app_transactions=[Transaction(app_id, version) for app_id, version in app_transactions.items()],
+            ),
+        )
+        return self._version(key)
 
     def app_version(self, key: Sequence[str] | str, app_id: str) -> int | None:
         """The last version committed for ``app_id`` (e.g. an ingestion position), or None."""

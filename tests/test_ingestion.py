@@ -24,7 +24,9 @@ from warehouse_assets.ingestion import (
     ReconciliationError,
     TableReport,
     committed_positions,
+    ingest_batch,
     ingest_table,
+    pending_segments,
 )
 
 TZ = ZoneInfo("Asia/Shanghai")
@@ -117,7 +119,9 @@ class Ods:
         return int(DeltaTable(self.store.table_uri(self.table.key)).version())
 
     def rows(self) -> list[dict[str, Any]]:
-        return DeltaTable(self.store.table_uri(self.table.key)).to_pyarrow_table().to_pylist()
+        """Live rows: a DELETE is kept as a tombstone (``_deleted``) that readers skip."""
+        table = DeltaTable(self.store.table_uri(self.table.key)).to_pyarrow_table().to_pylist()
+        return [r for r in table if not r["_deleted"]]
 
     def by_id(self) -> dict[int, dict[str, Any]]:
         rows = self.rows()
@@ -275,12 +279,54 @@ def test_the_latest_change_per_key_wins_within_and_across_batches(ods: Ods) -> N
     assert {k: r["status"] for k, r in ods.by_id().items()} == {1: "refunded"}
 
     # an older change of key 1 (binlog time 10:04 < 10:06) arriving in a later batch changes nothing
-    ods.write("order_00", 3, [message(10, "UPDATE", [order(1, "cancelled", update_time=_local(4))], 4)])
-    ods.ingest()
+    # (key 6 makes the batch change something: see the no-op batch test below)
+    ods.write(
+        "order_00",
+        3,
+        [
+            message(10, "UPDATE", [order(1, "cancelled", update_time=_local(4))], 4),
+            message(11, "INSERT", [order(6)], 12),
+        ],
+    )
+    third = ods.ingest().batches[0]
+    assert (third.rows_in, third.rows_applied) == (2, 2)
     rows = ods.by_id()
-    assert {k: r["status"] for k, r in rows.items()} == {1: "refunded"}
+    assert {k: r["status"] for k, r in rows.items()} == {1: "refunded", 6: "created"}
     assert rows[1]["_es"] == _es(6)
     assert (rows[1]["dt"], rows[1]["hh"]) == ("2026-03-02", "10")
+    assert ods.positions("order_00") == {f"{DB}.order_00": 3}
+
+
+def test_a_batch_whose_changes_are_all_no_ops_still_advances_the_position(ods: Ods) -> None:
+    ods.write("order_00", 1, [message(1, "INSERT", [order(1, "paid", update_time=_local(6))], 6)])
+    ods.ingest()
+    ods.write(
+        "order_00",
+        2,
+        [
+            message(2, "UPDATE", [order(1, "cancelled", update_time=_local(4))], 4),  # older than the stored row
+            message(3, "DELETE", [order(99)], 7),  # a key the table never held
+        ],
+    )
+    # one batch by hand, so a regression cannot hang the suite
+    segments = pending_segments(ods.store, ods.landing, ods.table)
+    batch = ingest_batch(ods.spark, ods.store, ods.table, segments)
+    assert batch.rows_applied == 2
+    assert {k: r["status"] for k, r in ods.by_id().items()} == {1: "paid"}
+    assert ods.positions("order_00") == {f"{DB}.order_00": 2}
+    assert pending_segments(ods.store, ods.landing, ods.table) == []
+
+
+def test_a_change_older_than_a_delete_does_not_resurrect_the_row(ods: Ods) -> None:
+    insert_1 = message(1, "INSERT", [order(1)], 1)
+    ods.write("order_00", 1, [insert_1])
+    ods.ingest()
+    ods.write("order_00", 2, [message(2, "DELETE", [order(1)], 6)])
+    ods.ingest()
+    assert ods.by_id() == {}
+    ods.write("order_00", 3, [insert_1, message(3, "INSERT", [order(3)], 12)])  # message 1 delivered again
+    ods.ingest()
+    assert sorted(ods.by_id()) == [3]
 
 
 # --- quarantine ---------------------------------------------------------------------------------------------

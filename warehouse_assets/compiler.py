@@ -35,7 +35,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from sqlglot import exp
 
-from resources.delta_lake import DeltaLakeResource, DeltaStore
+from resources.delta_lake import DeltaLakeResource, DeltaStore, Predicate
 from resources.spark import SparkResource
 from warehouse_assets.automation import ready_when_upstream_complete
 from warehouse_assets.catalog import Catalog, Dependency, Table
@@ -146,7 +146,8 @@ def run_table(
             upstream = catalog[dep.table]
             specs = [partition_spec(upstream.period, k) for k in up.keys]
             if specs and store.exists(upstream.key):
-                df, stats = store.read(spark, upstream.key, partitions=specs)
+                live = [Predicate("_deleted", "=", False)] if upstream.is_ods else []  # skip CDC tombstones
+                df, stats = store.read(spark, upstream.key, partitions=specs, predicates=live)
                 totals["files_read"] += stats.files_read
                 totals["files_skipped"] += stats.files_in_table - stats.files_read
             elif specs:

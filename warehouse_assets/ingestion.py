@@ -85,6 +85,7 @@ def ods_arrow_schema(table: Table) -> pa.Schema:
         pa.field("_es", pa.int64()),
         pa.field("_pos", pa.int64()),
         pa.field("_stream", pa.string()),
+        pa.field("_deleted", pa.bool_()),
         pa.field("dt", pa.string()),
         pa.field("hh", pa.string()),
     ]
@@ -278,7 +279,9 @@ def prepare_batch(spark: SparkSession, table: Table, lines: pa.Table) -> DataFra
     rows = rows.withColumn("_reason", F.concat_ws("; ", *problems))
     rows = rows.withColumn("_reason", F.when(F.col("_reason") == "", F.lit(None)).otherwise(F.col("_reason")))
     # a re-sent message (same id in the same stream) counts once; then the newest change per key wins
-    first_copy = Window.partitionBy("_stream", "_msg_id", "_row_index").orderBy("_seq", "_line")
+    # Content, not the message id: real Canal gives all messages of one Canal batch the same id.
+    change = F.sha2(F.concat_ws("|", F.col("_op"), F.col("_es").cast("string"), F.to_json(F.col("_r"))), 256)
+    first_copy = Window.partitionBy("_stream", change).orderBy("_seq", "_line", "_row_index")
     rows = rows.withColumn("_copy", F.row_number().over(first_copy))
     valid = F.col("_reason").isNull() & (F.col("_copy") == 1)
     newest = Window.partitionBy(valid.alias("valid"), *table.primary_key).orderBy(
@@ -317,7 +320,7 @@ def ingest_batch(
 ) -> BatchReport:
     started = time.monotonic()
     report = BatchReport(table=table.fqn, segments=len(segments))
-    dt = ensure_ods_table(store, table)
+    ensure_ods_table(store, table)
     positions: dict[str, int] = {}
     for segment in segments:
         positions[segment.stream] = max(positions.get(segment.stream, 0), segment.seq)
@@ -342,6 +345,7 @@ def ingest_batch(
                 "_es",
                 "_pos",
                 "_stream",
+                (F.col("_op") == "DELETE").alias("_deleted"),
                 F.date_format(table.partition_time, "yyyy-MM-dd").alias("dt"),
                 F.date_format(table.partition_time, "HH").alias("hh"),
                 "_op",
@@ -379,19 +383,10 @@ def ingest_batch(
             partition_by=table.partition_by,
             app_transactions=txns,
             prune=prune,
+            tombstone_column="_deleted",
         )
     else:
-        dt.update_incremental()
-        dt.create_write_transaction(
-            [],
-            mode="append",
-            schema=dt.schema(),
-            partition_by=table.partition_by,
-            commit_properties=CommitProperties(
-                custom_metadata={"warehouse.operation": "advance-position"},
-                app_transactions=[Transaction(app_id, version) for app_id, version in txns.items()],
-            ),
-        )
+        store.commit_app_transactions(table.key, txns)
     report.seconds = time.monotonic() - started
     return report
 
@@ -443,6 +438,10 @@ def ingest_table(
         if not segments:
             return report
         batch = ingest_batch(spark, store, table, segments)
+        positions = committed_positions(store, table, list(batch.positions))
+        behind = {s: p for s, p in positions.items() if p < batch.positions[s]}
+        if behind:  # never loop on a batch whose position did not stick
+            raise RuntimeError(f"{table.fqn}: positions not recorded after a batch: {behind} < {batch.positions}")
         report.batches.append(batch)
         if progress:
             progress(batch)

@@ -1,0 +1,171 @@
+"""ODS readiness (watermarks, ready hours, events) and the two sensors, on a small simulated landing."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+from dagster import (
+    AssetKey,
+    DagsterRunStatus,
+    SensorResult,
+    SkipReason,
+    build_sensor_context,
+    instance_for_test,
+)
+from dagster._core.test_utils import create_run_for_test
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+
+from resources.delta_lake import DeltaLakeResource, DeltaStore
+from resources.landing import Landing, LandingResource
+from resources.simulator import SimulationConfig, simulate
+from sensors.landing import build_landing_sensor
+from sensors.ods_readiness import build_readiness_sensor, readiness, readiness_events, ready_hours
+from warehouse_assets.catalog import Catalog, load_catalog
+from warehouse_assets.ingestion import ingest_table
+from warehouse_assets.ods import build_ingest_job
+
+TZ = ZoneInfo("Asia/Shanghai")
+LAGGING = "edu_trade.order_03"
+
+
+def hours(first: int, last: int) -> list[str]:
+    return [f"2026-03-02-{h:02d}:00" for h in range(first, last + 1)]
+
+
+# every ODS table is ingested; the order_03 shard stops two hours early (04:00), the others run to 06:00
+EXPECTED_READY = {fqn: hours(0, 5) for fqn in ("ods.attendance", "ods.course", "ods.lesson", "ods.user")}
+EXPECTED_READY["ods.order"] = hours(0, 3)
+
+
+@dataclass
+class Lake:
+    catalog: Catalog
+    landing: Landing
+    store: DeltaStore  # every ODS table ingested
+    empty: DeltaStore  # nothing ingested yet
+
+    def resources(self, store: DeltaStore) -> dict[str, object]:
+        return {"lake": DeltaLakeResource(root=store.root), "landing": LandingResource(root=str(self.landing.root))}
+
+
+@pytest.fixture(scope="module")
+def lake(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Lake:
+    root = tmp_path_factory.mktemp("readiness")
+    config = SimulationConfig(scale=0.03, lag={"order_03": timedelta(hours=2)})
+    simulate(root / "landing", datetime(2026, 3, 2), datetime(2026, 3, 2, 6), config)
+    catalog, landing = load_catalog(), Landing(root / "landing")
+    store = DeltaStore(str(root / "lake"))
+    for table in catalog.ods():
+        ingest_table(spark, store, landing, table)
+    return Lake(catalog, landing, store, DeltaStore(str(root / "empty-lake")))
+
+
+def test_the_watermark_is_held_back_by_the_lagging_shard(lake: Lake) -> None:
+    order = readiness(lake.store, lake.landing, lake.catalog["ods.order"])
+    assert len(order.streams) == 8
+    assert order.first_hour == datetime(2026, 3, 2, 0, 0, tzinfo=TZ)
+    assert order.watermark == datetime(2026, 3, 2, 4, 0, tzinfo=TZ)
+    assert order.lagging[0].stream == LAGGING
+    assert order.lagging[0].position == 48
+    assert {s.watermark for s in order.lagging[1:]} == {datetime(2026, 3, 2, 6, 0, tzinfo=TZ)}
+    assert ready_hours(order, None) == hours(0, 3)
+    assert ready_hours(order, "2026-03-02-01:00") == hours(2, 3)
+    assert ready_hours(order, "2026-03-02-03:00") == []
+
+    user = readiness(lake.store, lake.landing, lake.catalog["ods.user"])
+    assert user.watermark == datetime(2026, 3, 2, 6, 0, tzinfo=TZ)
+    assert ready_hours(user, None) == hours(0, 5)
+
+
+def test_nothing_is_ready_before_ingestion(lake: Lake) -> None:
+    for table in lake.catalog.ods():
+        state = readiness(lake.empty, lake.landing, table)
+        assert state.streams and {s.position for s in state.streams} == {0}, table.fqn
+        assert state.watermark is None
+        assert ready_hours(state, None) == []
+    assert readiness_events(lake.empty, lake.landing, lake.catalog, {}) == ([], {})
+
+
+def test_readiness_events_report_each_hour_once(lake: Lake) -> None:
+    events, cursor = readiness_events(lake.store, lake.landing, lake.catalog, {})
+    reported: dict[str, list[str]] = {}
+    for event in events:
+        reported.setdefault(".".join(event.asset_key.path), []).append(str(event.partition))
+    assert reported == EXPECTED_READY
+    assert cursor == {fqn: keys[-1] for fqn, keys in EXPECTED_READY.items()}
+
+    assert readiness_events(lake.store, lake.landing, lake.catalog, cursor) == ([], cursor)
+
+    # hours the instance already holds (reported by another path) are skipped, yet the cursor moves past them
+    done = set(hours(0, 1))
+    events, again = readiness_events(
+        lake.store, lake.landing, lake.catalog, {}, lambda t: done if t.fqn == "ods.user" else set()
+    )
+    partitions = Counter(".".join(e.asset_key.path) for e in events)
+    assert partitions["ods.user"] == 4 and partitions["ods.order"] == 4
+    assert sorted(str(e.partition) for e in events if e.asset_key == AssetKey(["ods", "user"])) == hours(2, 5)
+    assert again == cursor
+
+
+def test_event_rows_are_the_rows_of_the_partition(lake: Lake) -> None:
+    events, _ = readiness_events(lake.store, lake.landing, lake.catalog, {})
+    counted = 0
+    for event in events:
+        table = lake.catalog[".".join(event.asset_key.path)]
+        rows = DeltaTable(lake.store.table_uri(table.key)).to_pyarrow_table().to_pylist()
+        start = datetime.strptime(str(event.partition), "%Y-%m-%d-%H:%M")
+        expected = sum(1 for r in rows if (r["dt"], r["hh"]) == (f"{start:%Y-%m-%d}", f"{start:%H}"))
+        assert event.metadata["rows"].value == expected, (table.fqn, event.partition)
+        counted += expected
+    assert counted > 0, "the simulation should put rows in some ready hour"
+
+
+def test_landing_sensor_requests_a_run_when_segments_are_pending_and_skips_otherwise(lake: Lake) -> None:
+    sensor = build_landing_sensor(lake.catalog, build_ingest_job(lake.catalog))
+    with instance_for_test() as instance:
+        pending = sensor.evaluate_tick(build_sensor_context(instance=instance, resources=lake.resources(lake.empty)))
+        assert len(pending.run_requests) == 1
+        request = pending.run_requests[0]
+        assert request.run_key and request.run_key.startswith("ingest-")
+        assert all(t.fqn in request.tags["warehouse/pending"] for t in lake.catalog.ods())
+        # the same pending segments give the same run key: the instance launches them once
+        again = sensor.evaluate_tick(build_sensor_context(instance=instance, resources=lake.resources(lake.empty)))
+        assert again.run_requests[0].run_key == request.run_key
+
+        done = sensor.evaluate_tick(build_sensor_context(instance=instance, resources=lake.resources(lake.store)))
+        assert not done.run_requests
+        assert done.skip_message == "no pending segments"
+
+        create_run_for_test(instance, job_name="ods_ingest", status=DagsterRunStatus.STARTED)
+        busy = sensor.evaluate_tick(build_sensor_context(instance=instance, resources=lake.resources(lake.empty)))
+        assert not busy.run_requests
+        assert busy.skip_message and "already" in busy.skip_message
+
+
+def test_readiness_sensor_reports_ready_hours_once(lake: Lake) -> None:
+    sensor = build_readiness_sensor(lake.catalog)
+    with instance_for_test() as instance:
+        # called directly: evaluate_tick would need the repository holding the ODS assets
+        first = sensor(build_sensor_context(instance=instance, resources=lake.resources(lake.store)))
+        assert isinstance(first, SensorResult)
+        reported: dict[str, list[str]] = {}
+        for event in first.asset_events:
+            reported.setdefault(".".join(event.asset_key.path), []).append(str(event.partition))
+        assert reported == EXPECTED_READY
+        assert first.cursor is not None
+        assert json.loads(first.cursor) == {fqn: keys[-1] for fqn, keys in EXPECTED_READY.items()}
+
+        context = build_sensor_context(instance=instance, cursor=first.cursor, resources=lake.resources(lake.store))
+        second = sensor(context)
+        assert isinstance(second, SkipReason)
+        assert second.skip_message == "no ODS hour became ready"
+
+        # before any ingestion the sensor reports nothing
+        empty = sensor(build_sensor_context(instance=instance, resources=lake.resources(lake.empty)))
+        assert isinstance(empty, SkipReason)
