@@ -37,7 +37,8 @@ MAX_EVENTS_PER_TICK = 500
 class StreamState:
     stream: str
     position: int
-    watermark: datetime | None  # end of the last committed segment's window
+    watermark: datetime | None  # end of the last committed segment's window (or the heartbeat's idle proof)
+    idle_by_heartbeat: bool = False
 
 
 @dataclass
@@ -65,13 +66,22 @@ def readiness(store: DeltaStore, landing: Landing, table: Table) -> Readiness:
     if not streams:
         return result
     positions = committed_positions(store, table, streams)
+    grace = table.heartbeat_idle_grace_minutes
+    heartbeat = landing.heartbeat_clock(table.source_database) if grace is not None else None
     firsts = []
     for stream in streams:
         first = landing.first_segment(stream)
         if first is not None:
             firsts.append(first.start)
         seg = landing.segment_at(stream, positions[stream]) if positions[stream] else None
-        result.streams.append(StreamState(stream, positions[stream], seg.end if seg else None))
+        state = StreamState(stream, positions[stream], seg.end if seg else None)
+        if heartbeat is not None and grace is not None and landing.segment_at(stream, positions[stream] + 1) is None:
+            # Nothing pending for this shard and the source's heartbeat has moved on: no binlog means
+            # no change (seed 001), up to the heartbeat minus the grace the distributor may lag.
+            idle_until = heartbeat - timedelta(minutes=grace)
+            if state.watermark is None or idle_until > state.watermark:
+                state.watermark, state.idle_by_heartbeat = idle_until, True
+        result.streams.append(state)
     result.first_hour = _floor_hour(min(firsts)) if firsts else None
     marks = [s.watermark for s in result.streams]
     result.watermark = None if any(m is None for m in marks) else min(m for m in marks if m is not None)

@@ -69,6 +69,7 @@ class Table:
     source_tables: str | None = None
     columns: tuple[tuple[str, str], ...] = ()
     partition_time: str | None = None
+    heartbeat_idle_grace_minutes: int | None = None  # ODS: heartbeats may prove an idle shard (see readiness)
 
     @property
     def fqn(self) -> str:
@@ -234,12 +235,17 @@ def _load_ods(path: Path) -> Table:
             raise _fail(path, f"{col!r} is not a declared column")
     if columns[partition_time] != "timestamp":
         raise _fail(path, f"partition_time {partition_time!r} must be a timestamp column")
+    idle_proof = header.get("idle_proof") or {}
+    grace = idle_proof.get("heartbeat_grace_minutes") if isinstance(idle_proof, Mapping) else None
+    if grace is not None and (not isinstance(grace, int) or grace < 0):
+        raise _fail(path, f"idle_proof.heartbeat_grace_minutes must be a non-negative integer, got {grace!r}")
     return Table(
         layer=layer,
         name=name,
         period=period,
         path=path,
         primary_key=pk,
+        heartbeat_idle_grace_minutes=grace,
         description=str(header.get("description", "")).strip(),
         owner=str(header.get("owner", "warehouse-team")),
         zorder=_as_tuple(header.get("zorder"), path, "zorder"),
