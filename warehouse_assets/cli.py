@@ -193,6 +193,7 @@ def run_dev(args: argparse.Namespace) -> int:
         server = start_connect_server(host=host, port=int(port), timezone=tz, log_path=log_path)
         if server is None:
             _say("[dev] a Spark Connect server already listens there; using it")
+    _prepare_instance(Path(env["DAGSTER_HOME"]))
     command = [sys.executable, "-m", "dagster", "dev", "-h", args.host, "-p", str(args.port), "-w", "workspace.yaml"]
     _say(f"[dev] starting Dagster: http://{args.host}:{args.port}  (Ctrl-C stops everything)")
     dagster = subprocess.Popen(command, env=env, start_new_session=True, preexec_fn=_default_signals)
@@ -210,6 +211,16 @@ def run_dev(args: argparse.Namespace) -> int:
     finally:
         if server is not None:
             _stop_group(server, signal.SIGTERM, timeout=15)
+
+
+def _prepare_instance(home: Path) -> None:
+    """Create and migrate the instance's SQLite storage once, before the webserver, daemon and code server
+    start: three processes initializing a fresh database at once can race (alembic sees two heads)."""
+    from dagster import DagsterInstance
+
+    home.mkdir(parents=True, exist_ok=True)
+    with DagsterInstance.from_config(str(home)) as instance:
+        instance.get_runs_count()
 
 
 def _default_signals() -> None:
