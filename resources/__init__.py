@@ -38,7 +38,10 @@ def resources_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
             timezone=timezone,
             conf=spark_conf,
         ),
-        "lake": DeltaLakeResource(root=get("LAKE_ROOT", "data/lake")),
+        "lake": DeltaLakeResource(
+            root=get("LAKE_ROOT", "data/lake"),
+            time_travel_hours=int(get("TIME_TRAVEL_HOURS", "168")),
+        ),
         "landing": LandingResource(
             root=get("LANDING_ROOT", "data/landing"),
             timezone=timezone,

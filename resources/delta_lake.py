@@ -317,9 +317,32 @@ class DeltaStore:
 
     root: str
     storage_options: dict[str, str] = field(default_factory=dict)
+    time_travel_hours: int = 168
+    checkpoint_interval: int = 10
 
     def __post_init__(self) -> None:
         self.root = normalize_root(self.root)
+
+    def table_configuration(self) -> dict[str, str | None]:
+        """Table properties every table is created with: the time-travel window and checkpoint cadence."""
+        window = f"interval {self.time_travel_hours} hours"
+        return {
+            "delta.logRetentionDuration": window,
+            "delta.deletedFileRetentionDuration": window,
+            "delta.checkpointInterval": str(self.checkpoint_interval),
+        }
+
+    def create_table(
+        self, key: Sequence[str] | str, schema: pa.Schema, partition_by: Sequence[str], description: str | None = None
+    ) -> DeltaTable:
+        return DeltaTable.create(
+            self.table_uri(key),
+            Schema.from_arrow(schema),
+            partition_by=list(partition_by),
+            description=description,
+            configuration=self.table_configuration(),
+            storage_options=self.storage_options or None,
+        )
 
     # paths -----------------------------------------------------------------------------------------------
     def table_uri(self, key: Sequence[str] | str) -> str:
@@ -458,7 +481,7 @@ class DeltaStore:
                 mode="error",
                 partition_by=list(partition_by),
                 description=description,
-                configuration=configuration,
+                configuration={**self.table_configuration(), **(configuration or {})},
                 storage_options=self.storage_options or None,
                 commit_properties=commit,
             )
@@ -548,9 +571,7 @@ class DeltaStore:
         dt = self.table(key)
         if dt is None:
             schema = _normalize_arrow_schema(batch.select(target_columns).schema)
-            dt = DeltaTable.create(
-                uri, schema, partition_by=list(partition_by), storage_options=self.storage_options or None
-            )
+            dt = self.create_table(key, schema, partition_by)
         specs = [
             dict(zip(partition_by, values, strict=True))
             for values in sorted(
@@ -646,6 +667,34 @@ class DeltaStore:
         result["delta_version"] = self._version(key)
         return result
 
+    def maintain(self, key: Sequence[str] | str, retention_hours: int | None = None) -> dict[str, Any]:
+        """Keep storage bounded while the time-travel window stays readable.
+
+        Vacuums data files removed longer than ``retention_hours`` ago (default: the store's window),
+        writes a checkpoint of the log and drops log entries older than the table's log retention.
+        """
+        dt = self.table(key)
+        if dt is None:
+            raise DeltaLayerError(f"table {self.table_uri(key)} does not exist")
+        hours = self.time_travel_hours if retention_hours is None else retention_hours
+        started = time.monotonic()
+        vacuumed = dt.vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=False)
+        dt.create_checkpoint()
+        logs_before = self._log_entries(key)
+        dt.cleanup_metadata()
+        return {
+            "files_vacuumed": len(vacuumed),
+            "log_files_removed": logs_before - self._log_entries(key),
+            "delta_version": dt.version(),
+            "retention_hours": hours,
+            "duration_s": round(time.monotonic() - started, 3),
+        }
+
+    def _log_entries(self, key: Sequence[str] | str) -> int:
+        fs, base = self._fs(self.table_uri(key) + "/_delta_log")
+        infos = fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
+        return sum(1 for i in infos if i.path.endswith(".json"))
+
     def history(self, key: Sequence[str] | str, limit: int | None = None) -> list[dict[str, Any]]:
         dt = self.table(key)
         return [] if dt is None else list(dt.history(limit))
@@ -679,9 +728,11 @@ class DeltaLakeResource(ConfigurableResource):  # type: ignore[misc]
 
     root: str = Field(default="data/lake", description="lake root path or URI")
     storage_options: dict[str, str] = Field(default_factory=dict)
+    time_travel_hours: int = Field(default=168, description="versions readable this long after they are replaced")
+    checkpoint_interval: int = Field(default=10, description="commits between two log checkpoints")
 
     def store(self) -> DeltaStore:
-        return DeltaStore(self.root, dict(self.storage_options))
+        return DeltaStore(self.root, dict(self.storage_options), self.time_travel_hours, self.checkpoint_interval)
 
 
 def local_uri_path(uri: str) -> Path:

@@ -10,11 +10,13 @@ from sensors.ods_readiness import build_readiness_sensor
 from sensors.simulated_source import simulated_source
 from warehouse_assets.catalog import load_catalog
 from warehouse_assets.compiler import build_assets
+from warehouse_assets.maintenance import build_maintenance
 from warehouse_assets.ods import build_ingest_job
 from warehouse_assets.why import build_why_job
 
 catalog = load_catalog()
 ingest_job = build_ingest_job(catalog)
+maintenance_job, maintenance_schedule = build_maintenance(catalog)
 
 automation_sensor = AutomationConditionSensorDefinition(
     "warehouse_automation",
@@ -26,7 +28,8 @@ automation_sensor = AutomationConditionSensorDefinition(
 
 defs = Definitions(
     assets=build_assets(catalog),
-    jobs=[ingest_job, build_why_job(catalog)],
+    jobs=[ingest_job, build_why_job(catalog), maintenance_job],
+    schedules=[maintenance_schedule],
     sensors=[
         build_landing_sensor(catalog, ingest_job),
         build_readiness_sensor(catalog),

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, Schema, write_deltalake
+from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.transaction import Transaction
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -157,13 +157,7 @@ def ensure_ods_table(store: DeltaStore, table: Table) -> DeltaTable:
     existing = store.table(table.key)
     if existing is not None:
         return existing
-    return DeltaTable.create(
-        store.table_uri(table.key),
-        Schema.from_arrow(ods_arrow_schema(table)),
-        partition_by=table.partition_by,
-        description=table.description,
-        storage_options=store.storage_options or None,
-    )
+    return store.create_table(table.key, ods_arrow_schema(table), table.partition_by, table.description)
 
 
 def committed_positions(store: DeltaStore, table: Table, streams: Sequence[str]) -> dict[str, int]:
@@ -415,6 +409,7 @@ def _write_quarantine(store: DeltaStore, table: Table, rows: pa.Table, segments:
         rows.cast(QUARANTINE_SCHEMA),
         mode="append",
         partition_by=["table"],
+        configuration=store.table_configuration(),
         storage_options=store.storage_options or None,
         commit_properties=CommitProperties(
             app_transactions=[Transaction(quarantine_app_id(table, s), v) for s, v in last.items()]

@@ -1,0 +1,57 @@
+"""Retention: a time-travel window that stays readable, and storage that does not grow without bound."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+
+from resources.delta_lake import DeltaStore
+
+KEY = ("dws", "kept")
+
+
+def _write(store: DeltaStore, spark: SparkSession, value: int) -> None:
+    df = spark.createDataFrame([(i, value, "2026-03-02") for i in range(3)], "id bigint, v bigint, dt string")
+    store.overwrite(KEY, df.repartition(1), ["dt"], [{"dt": "2026-03-02"}])
+
+
+def _values(store: DeltaStore, version: int | None = None) -> set[int]:
+    table = store.table(KEY, version)
+    assert table is not None
+    return set(table.to_pyarrow_table().column("v").to_pylist())
+
+
+def test_window_stays_readable_and_vacuum_bounds_storage(spark: SparkSession, tmp_path: Path) -> None:
+    store = DeltaStore(str(tmp_path / "lake"), time_travel_hours=1, checkpoint_interval=5)
+    for value in range(12):
+        _write(store, spark, value)
+    table_dir = Path(store.table_uri(KEY))
+    config = DeltaTable(str(table_dir)).metadata().configuration
+    assert config["delta.deletedFileRetentionDuration"] == "interval 1 hours"
+
+    inside = store.maintain(KEY)  # everything was replaced minutes ago: inside the window
+    assert inside["files_vacuumed"] == 0
+    assert (table_dir / "_delta_log" / "00000000000000000011.checkpoint.parquet").is_file()
+    assert [_values(store, v) for v in (0, 3, 11)] == [{0}, {3}, {11}]
+
+    outside = store.maintain(KEY, retention_hours=0)  # a window of zero: only the live version remains
+    assert outside["files_vacuumed"] == 11
+    assert len(list(table_dir.rglob("*.parquet"))) == 1 + len(list(table_dir.glob("_delta_log/*.parquet")))
+    assert _values(store) == {11}
+    with pytest.raises(Exception):  # noqa: B017 - delta-rs raises its own error type for missing files
+        _values(store, 3)
+
+
+def test_log_cleanup_keeps_the_table_loadable(spark: SparkSession, tmp_path: Path) -> None:
+    store = DeltaStore(str(tmp_path / "lake"), time_travel_hours=0, checkpoint_interval=5)
+    for value in range(7):
+        _write(store, spark, value)
+    table_dir = Path(store.table_uri(KEY))
+    store.maintain(KEY)
+    # 7 commits, but with a zero window the entries before the last checkpoint are gone
+    assert len(list((table_dir / "_delta_log").glob("*.json"))) < 7
+    assert (table_dir / "_delta_log" / "_last_checkpoint").is_file()
+    assert _values(store) == {6}
