@@ -19,6 +19,7 @@ Nothing here collects a partition into the driver: only file metadata crosses to
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 import uuid
@@ -35,12 +36,15 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from dagster import ConfigurableResource
 from deltalake import CommitProperties, DeltaTable, Schema
-from deltalake.exceptions import TableNotFoundError
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction, Transaction, create_table_with_add_actions
 from pydantic import Field
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+COMMIT_ATTEMPTS = 4
 
 PartitionSpec = Mapping[str, str]
 """One partition: partition column → value, e.g. ``{"dt": "2024-03-05", "hh": "13"}``."""
@@ -486,16 +490,29 @@ class DeltaStore:
                 commit_properties=commit,
             )
         else:
-            removed = self.live_files(key, partitions)[1].files_read
             actions: list[AddAction | RemoveAction] = [*adds]
-            dt.create_write_transaction(
-                actions,
-                mode="overwrite",
-                schema=Schema.from_arrow(table_schema),
-                partition_by=list(partition_by),
-                partition_filters=_partition_filters(partitions, partition_by),
-                commit_properties=commit,
-            )
+            for attempt in range(1, COMMIT_ATTEMPTS + 1):
+                removed = self.live_files(key, partitions)[1].files_read
+                try:
+                    dt.create_write_transaction(
+                        actions,
+                        mode="overwrite",
+                        schema=Schema.from_arrow(table_schema),
+                        partition_by=list(partition_by),
+                        partition_filters=_partition_filters(partitions, partition_by),
+                        commit_properties=commit,
+                    )
+                    break
+                except CommitFailedError as exc:
+                    # Another writer replaced the same partition first. Our files are complete, so the
+                    # replacement is re-applied on top of the new version (last writer wins, nothing mixed).
+                    if attempt == COMMIT_ATTEMPTS:
+                        raise DeltaLayerError(
+                            f"{uri}: concurrent writers kept conflicting on {[dict(p) for p in partitions]} "
+                            f"after {attempt} attempts: {exc}"
+                        ) from exc
+                    log.warning("%s: commit conflict (%s), retrying on the new version (%d)", uri, exc, attempt)
+                    dt = self.table(key) or dt
         version = self._version(key)
         return WriteResult(
             table=uri,

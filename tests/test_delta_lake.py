@@ -220,3 +220,30 @@ def test_bad_requests_are_named(spark: SparkSession, store: DeltaStore) -> None:
         store.overwrite(KEY, _sales(spark, "2024-03-05", 1).drop("dt"), ["dt"], [{"dt": "2024-03-05"}])
     with pytest.raises(DeltaLayerError, match="does not exist"):
         store.read(spark, ("dwd", "missing"))
+
+
+def test_two_writers_on_one_partition_never_mix_or_lose(
+    spark: SparkSession, store: DeltaStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.overwrite(KEY, _sales(spark, "2024-03-05", 5), ["dt"], [{"dt": "2024-03-05"}])
+    rival = DeltaStore(store.root)
+    original = DeltaTable.create_write_transaction
+    raced = {"done": False}
+
+    def commit_after_a_rival(self: DeltaTable, *args: object, **kwargs: object) -> None:
+        if not raced["done"]:  # another writer commits between our snapshot and our commit
+            raced["done"] = True
+            rival.overwrite(
+                KEY, _sales(spark, "2024-03-05", 2, offset=500, amount="5.00"), ["dt"], [{"dt": "2024-03-05"}]
+            )
+        original(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(DeltaTable, "create_write_transaction", commit_after_a_rival)
+    result = store.overwrite(KEY, _sales(spark, "2024-03-05", 3, amount="7.00"), ["dt"], [{"dt": "2024-03-05"}])
+    monkeypatch.undo()
+    operations = [h.get("warehouse.operation") for h in store.history(KEY)]
+    assert operations[:3] == ["overwrite", "overwrite", "overwrite"]  # the rival's commit and ours both landed
+    assert result.version == 2
+    # ours came last and replaced the partition as a whole: nothing of the rival's or the first write is mixed in
+    assert _rows(store, spark) == [(i, f"u{i % 7}", Decimal("7.00"), "2024-03-05") for i in range(3)]
+    assert result.files_removed >= 1
