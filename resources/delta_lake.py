@@ -570,6 +570,7 @@ class DeltaStore:
         app_transactions: Mapping[str, int] | None = None,
         prune: bool = True,
         tombstone_column: str | None = None,
+        merge_schema: bool = False,
     ) -> MergeResult:
         """Merge a change batch by primary key; the newest change (by ``order_by``) wins.
 
@@ -609,6 +610,7 @@ class DeltaStore:
             predicate=" AND ".join(conditions),
             source_alias="s",
             target_alias="t",
+            merge_schema=merge_schema,
             commit_properties=commit,
         )
         assignments = {f"`{c}`": f"s.`{c}`" for c in target_columns}

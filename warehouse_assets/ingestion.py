@@ -79,8 +79,8 @@ def _arrow_type(spark_type: str) -> pa.DataType:
     return _ARROW_TYPES[spark_type]
 
 
-def ods_arrow_schema(table: Table) -> pa.Schema:
-    fields = [pa.field(name, _arrow_type(ctype)) for name, ctype in table.columns]
+def ods_arrow_schema(table: Table, extra: Sequence[tuple[str, str]] = ()) -> pa.Schema:
+    fields = [pa.field(name, _arrow_type(ctype)) for name, ctype in [*table.columns, *extra]]
     fields += [
         pa.field("_es", pa.int64()),
         pa.field("_pos", pa.int64()),
@@ -116,6 +116,7 @@ class BatchReport:
     rows_superseded: int = 0
     ddl_lines: int = 0
     positions: dict[str, int] = field(default_factory=dict)
+    new_columns: list[str] = field(default_factory=list)
     merge: MergeResult | None = None
     seconds: float = 0.0
     prepare_seconds: float = 0.0
@@ -180,6 +181,69 @@ def pending_segments(
     return pending
 
 
+# --- schema drift ------------------------------------------------------------------------------------------
+
+
+def spark_type_of_mysql(mysql_type: str) -> str:
+    """The Spark type an ODS column gets for a MySQL column type (as Canal's ``mysqlType`` spells it)."""
+    t = mysql_type.lower().strip()
+    base = t.split("(")[0].replace(" unsigned", "").strip()
+    if base == "decimal" and "(" in t:
+        return "decimal" + t[t.index("(") : t.index(")") + 1].replace(" ", "")
+    return {
+        "tinyint": "tinyint",
+        "smallint": "smallint",
+        "mediumint": "int",
+        "int": "int",
+        "integer": "int",
+        "bigint": "bigint",
+        "float": "double",
+        "double": "double",
+        "datetime": "timestamp",
+        "timestamp": "timestamp",
+        "date": "date",
+        "bit": "boolean",
+    }.get(base, "string")
+
+
+def _columns_with_drift(
+    spark: SparkSession, store: DeltaStore, table: Table, lines: pa.Table
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """Catalog columns, plus columns the source added (already in the ODS table, or new in this batch).
+
+    A column the source adds is kept, never dropped: it joins the ODS table (schema evolution by the
+    merge), typed from its MySQL type. Returns (all columns, the ones new to the table).
+    """
+    declared = [name for name, _ in table.columns]
+    known: dict[str, str] = {}
+    dt = store.table(table.key)
+    if dt is not None:
+        internal = {"_es", "_pos", "_stream", "_deleted", *table.partition_by}
+        existing = pa.schema(dt.schema().to_arrow())  # type: ignore[call-overload]
+        for f in existing:
+            if f.name not in declared and f.name not in internal:
+                known[f.name] = _spark_type_of_arrow(f.type)
+    found: dict[str, str] = {}
+    if lines.num_rows:
+        parsed = spark.createDataFrame(lines.select(["value"])).select(
+            F.from_json("value", "struct<mysqlType: map<string,string>>").alias("m")
+        )
+        pairs = parsed.select(F.explode("m.mysqlType").alias("name", "type")).distinct().collect()
+        for row in pairs:
+            name = str(row["name"])
+            if name not in declared and name not in known and not name.startswith("_"):
+                found.setdefault(name, spark_type_of_mysql(str(row["type"])))
+    extras = sorted({**known, **found}.items())
+    return [*table.columns, *extras], sorted(found.items())
+
+
+def _spark_type_of_arrow(t: pa.DataType) -> str:
+    from resources.delta_lake import _spark_type
+
+    spark_type = _spark_type(t)
+    return "timestamp" if spark_type.startswith("timestamp") else spark_type
+
+
 # --- the Spark preparation ---------------------------------------------------------------------------------
 
 
@@ -189,11 +253,15 @@ def _typed(raw: Column, spark_type: str) -> Column:
     return raw.try_cast(spark_type)
 
 
-def prepare_batch(spark: SparkSession, table: Table, lines: pa.Table) -> DataFrame:
+def prepare_batch(
+    spark: SparkSession, table: Table, lines: pa.Table, columns: Sequence[tuple[str, str]] | None = None
+) -> DataFrame:
     """Classify every record of the raw lines; returns one row per record with a ``status`` column.
 
     status ∈ ok | quarantine | duplicate | superseded | ddl; ``reason`` says why for quarantine.
+    ``columns`` (name, Spark type) defaults to the catalog's; schema drift adds to it.
     """
+    columns = list(columns or table.columns)
     assert table.source_tables is not None
     expected_tables = f"^(?:{table.source_tables})$"
     raw = spark.createDataFrame(lines).toDF(*[f"_{c}" for c in lines.column_names])
@@ -227,7 +295,7 @@ def prepare_batch(spark: SparkSession, table: Table, lines: pa.Table) -> DataFra
         F.when(F.col("_line_reason") == "__ddl__", F.lit("ddl")).otherwise(F.lit("quarantine")).alias("_status"),
         F.when(F.col("_line_reason") == "__ddl__", F.lit(None)).otherwise(F.col("_line_reason")).alias("_reason"),
         F.coalesce(F.col("_value"), F.decode(F.col("_raw"), "ISO-8859-1")).alias("_raw_text"),
-        *[F.lit(None).cast(ctype).alias(name) for name, ctype in table.columns],
+        *[F.lit(None).cast(ctype).alias(name) for name, ctype in columns],
         F.lit(None).cast("bigint").alias("_es"),
         F.lit(None).cast("bigint").alias("_pos"),
         F.lit(None).cast("string").alias("_op"),
@@ -244,7 +312,7 @@ def prepare_batch(spark: SparkSession, table: Table, lines: pa.Table) -> DataFra
         F.col("_m.es").alias("_es"),
         F.posexplode("_m.data").alias("_row_index", "_r"),
     )
-    typed = [_typed(F.col("_r")[name], ctype).alias(name) for name, ctype in table.columns]
+    typed = [_typed(F.col("_r")[name], ctype).alias(name) for name, ctype in columns]
     rows = rows.select(
         "_stream",
         "_segment",
@@ -263,7 +331,7 @@ def prepare_batch(spark: SparkSession, table: Table, lines: pa.Table) -> DataFra
     for pk in table.primary_key:
         problems.append(F.when(F.col(pk).isNull(), F.lit(f"missing primary key {pk}")))
     problems.append(F.when(F.col("_es").isNull(), F.lit("missing binlog time es")))
-    for name, _ctype in table.columns:
+    for name, _ctype in columns:
         bad = F.col("_r")[name].isNotNull() & F.col(name).isNull()
         problems.append(F.when(bad, F.concat(F.lit(f"bad value for {name}: "), F.col("_r")[name])))
     assert table.partition_time is not None
@@ -297,7 +365,7 @@ def prepare_batch(spark: SparkSession, table: Table, lines: pa.Table) -> DataFra
         status.alias("_status"),
         "_reason",
         F.col("_value").alias("_raw_text"),
-        *[name for name, _ in table.columns],
+        *[name for name, _ in columns],
         "_es",
         "_pos",
         "_op",
@@ -320,11 +388,13 @@ def ingest_batch(
         positions[segment.stream] = max(positions.get(segment.stream, 0), segment.seq)
     report.positions = positions
     lines = read_lines(segments)
-    schema = ods_arrow_schema(table)
+    columns, new_columns = _columns_with_drift(spark, store, table, lines)
+    report.new_columns = [name for name, _ in new_columns]
+    schema = ods_arrow_schema(table, extra=[c for c in columns if c not in table.columns])
     applied = pa.Table.from_pylist([], schema=schema)
     quarantined = pa.Table.from_pylist([], schema=QUARANTINE_SCHEMA)
     if lines.num_rows:
-        classified = prepare_batch(spark, table, lines).persist()
+        classified = prepare_batch(spark, table, lines, columns).persist()
         try:
             counts = {
                 r["_status"]: int(r["n"]) for r in classified.groupBy("_status").agg(F.count("*").alias("n")).collect()
@@ -335,7 +405,7 @@ def ingest_batch(
             report.ddl_lines = counts.get("ddl", 0)
             assert table.partition_time is not None
             ok = classified.where(F.col("_status") == "ok").select(
-                *[name for name, _ in table.columns],
+                *[name for name, _ in columns],
                 "_es",
                 "_pos",
                 "_stream",
@@ -378,6 +448,7 @@ def ingest_batch(
             app_transactions=txns,
             prune=prune,
             tombstone_column="_deleted",
+            merge_schema=bool(new_columns),
         )
     else:
         store.commit_app_transactions(table.key, txns)

@@ -36,6 +36,7 @@ def build_ingest_job(catalog: Catalog):  # type: ignore[no-untyped-def]
                 f"{batch.table}: {batch.segments} segments, {batch.rows_in} records in = {batch.rows_applied} "
                 f"applied + {batch.rows_quarantined} quarantined + {batch.rows_duplicate} duplicates + "
                 f"{batch.rows_superseded} superseded + {batch.ddl_lines} ddl ({batch.seconds:.1f}s)"
+                + (f"; new source column(s) added: {', '.join(batch.new_columns)}" if batch.new_columns else "")
             )
 
         for table in catalog.ods():
