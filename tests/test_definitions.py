@@ -59,7 +59,13 @@ def test_daily_dwd_depends_on_the_24_hours_of_its_day() -> None:
 
 def test_sensors_run_by_default() -> None:
     sensors = {s.name: s for s in defs.sensors or []}
-    assert set(sensors) == {"ods_landing", "ods_readiness", "warehouse_automation", "simulated_source"}
+    assert set(sensors) == {
+        "ods_landing",
+        "ods_readiness",
+        "warehouse_automation",
+        "simulated_source",
+        "zorder_complete_partitions",
+    }
     for sensor in sensors.values():
         assert sensor.default_status == DefaultSensorStatus.RUNNING
 

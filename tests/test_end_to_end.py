@@ -189,3 +189,34 @@ def test_why_waiting_job_reports_in_the_run(warehouse: Warehouse) -> None:
     lines = result.output_for_node("explain_partition")
     assert lines[0] == "dws.user_order_daily 2026-03-03: materialized"
     assert "dwd.order_detail" in lines[1] and "materialized" in lines[1]
+
+
+def test_zorder_follows_complete_partitions_off_the_critical_path(warehouse: Warehouse) -> None:
+    from dagster import DagsterEventType, EventRecordsFilter, build_sensor_context
+
+    from warehouse_assets.definitions import defs
+
+    before = sorted(r["order_id"] for r in _table(warehouse, "dwd", "order_detail"))
+    sensor = defs.get_sensor_def("zorder_complete_partitions")
+    result = sensor(build_sensor_context(instance=warehouse.instance))
+    requests = result.run_requests or []
+    assert [r.run_config["ops"]["zorder_partition_files"]["config"] for r in requests] == [
+        {"table": "dwd.order_detail", "partitions": ["2026-03-02", "2026-03-03"]}
+    ]
+    job = defs.get_job_def("zorder_partitions")
+    run = job.execute_in_process(
+        run_config=requests[0].run_config, instance=warehouse.instance, resources={"lake": warehouse.resources["lake"]}
+    )
+    assert run.success
+    observations = warehouse.instance.get_event_records(
+        EventRecordsFilter(DagsterEventType.ASSET_OBSERVATION, asset_key=AssetKey(["dwd", "order_detail"]))
+    )
+    numbers = {r.partition_key: r.asset_observation.metadata for r in observations}  # type: ignore[union-attr]
+    assert set(numbers) == {"2026-03-02", "2026-03-03"}
+    for metadata in numbers.values():
+        assert metadata["files_removed"].value == metadata["files_before"].value >= 1
+        assert metadata["files_after"].value >= 1 and metadata["zorder_by"].value == "user_id"
+    assert sorted(r["order_id"] for r in _table(warehouse, "dwd", "order_detail")) == before
+    # the next tick has nothing new: each complete partition is Z-ordered once
+    again = sensor(build_sensor_context(instance=warehouse.instance, cursor=result.cursor))
+    assert not again.run_requests

@@ -8,6 +8,7 @@ from resources import resources_from_env
 from sensors.landing import build_landing_sensor
 from sensors.ods_readiness import build_readiness_sensor
 from sensors.simulated_source import simulated_source
+from sensors.zorder import build_zorder
 from warehouse_assets.catalog import load_catalog
 from warehouse_assets.compiler import build_assets
 from warehouse_assets.maintenance import build_maintenance
@@ -17,6 +18,7 @@ from warehouse_assets.why import build_why_job
 catalog = load_catalog()
 ingest_job = build_ingest_job(catalog)
 maintenance_job, maintenance_schedule = build_maintenance(catalog)
+zorder_job, zorder_sensor = build_zorder(catalog)
 
 automation_sensor = AutomationConditionSensorDefinition(
     "warehouse_automation",
@@ -28,13 +30,14 @@ automation_sensor = AutomationConditionSensorDefinition(
 
 defs = Definitions(
     assets=build_assets(catalog),
-    jobs=[ingest_job, build_why_job(catalog), maintenance_job],
+    jobs=[ingest_job, build_why_job(catalog), maintenance_job, zorder_job],
     schedules=[maintenance_schedule],
     sensors=[
         build_landing_sensor(catalog, ingest_job),
         build_readiness_sensor(catalog),
         automation_sensor,
         simulated_source,
+        zorder_sensor,
     ],
     resources=resources_from_env(),
 )
