@@ -218,7 +218,7 @@ def _columns_with_drift(
     known: dict[str, str] = {}
     dt = store.table(table.key)
     if dt is not None:
-        internal = {"_es", "_pos", "_stream", "_deleted", *table.partition_by}
+        internal = {"_es", "_pos", "_stream", "_deleted", "dt", "hh", *table.partition_by}
         existing = pa.schema(dt.schema().to_arrow())  # type: ignore[call-overload]
         for f in existing:
             if f.name not in declared and f.name not in internal:
