@@ -204,3 +204,16 @@ def partition_counts(
         key = f"{value[:10]}-{value[11:13]}" if hourly else value[:10]
         out[key] += 1
     return dict(sorted(out.items()))
+
+
+def delta_live_paths(table_dir: Path) -> set[str]:
+    """Live data files of a Delta table by a plain replay of its JSON log (independent of delta-rs)."""
+    live: set[str] = set()
+    for entry in sorted((Path(table_dir) / "_delta_log").glob("*.json")):
+        for line in entry.read_text(encoding="utf-8").splitlines():
+            action = json.loads(line)
+            if "add" in action:
+                live.add(action["add"]["path"])
+            elif "remove" in action:
+                live.discard(action["remove"]["path"])
+    return live

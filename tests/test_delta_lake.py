@@ -14,6 +14,7 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from resources.delta_lake import DeltaLayerError, DeltaStore, Predicate
+from tests import oracle
 
 KEY = ("dwd", "sales")
 
@@ -31,17 +32,7 @@ def _rows(store: DeltaStore, spark: SparkSession, **kw) -> list[tuple]:
     return sorted(tuple(r) for r in df.select("id", "user", "amount", "dt").collect())
 
 
-def _log_paths(table_dir: Path) -> set[str]:
-    """Live files according to a plain replay of the JSON log (independent of delta-rs)."""
-    live: set[str] = set()
-    for entry in sorted((table_dir / "_delta_log").glob("*.json")):
-        for line in entry.read_text().splitlines():
-            action = json.loads(line)
-            if "add" in action:
-                live.add(action["add"]["path"])
-            if "remove" in action:
-                live.discard(action["remove"]["path"])
-    return live
+_log_paths = oracle.delta_live_paths
 
 
 def test_overwrite_creates_and_replaces_exactly_one_partition(spark: SparkSession, store: DeltaStore) -> None:
