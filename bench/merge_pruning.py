@@ -1,0 +1,876 @@
+"""Benchmark: ODS merge-into with and without partition pruning (seed 001's DPP, design AD-1).
+
+Builds ODS ``order``-like Delta tables (default 20M rows over 180 daily ``dt`` partitions, several files per
+partition) whose primary keys are NOT correlated with the partition column, so file min/max statistics on
+``id`` cannot prune anything. Change batches are written as Canal flat-message segments (one per shard) and
+applied the way the ODS ingestion applies them: ``read_lines`` + ``prepare_batch`` on the one local Spark
+session (parse, validate, dedupe), the ``ok`` records projected to ODS rows as ``ingest_batch`` does, then
+``DeltaStore.merge`` with ``tombstone_column="_deleted"`` and the shard positions as app transactions, once
+with ``prune=True`` and once with ``prune=False``, each on an identical copy of the table.
+
+Batches: (a) changes to the 2 newest partitions, (b) changes spread over 30 partitions; for information,
+batch (a) again on a table whose ids increase with the day. The last line of the output is one ``RESULT``
+line of ``key=value`` figures.
+
+    .venv/bin/python bench/merge_pruning.py                       # full size (20M rows, 180 partitions)
+    .venv/bin/python bench/merge_pruning.py --rows 2000000 --partitions 60
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import resource
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable, write_deltalake
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from resources.delta_lake import DeltaStore, MergeResult  # noqa: E402
+from resources.landing import Landing, Segment, read_lines  # noqa: E402
+from resources.simulator import LOGICAL_TABLES  # noqa: E402
+from resources.spark import get_session  # noqa: E402
+from warehouse_assets.catalog import Table, load_catalog  # noqa: E402
+from warehouse_assets.ingestion import (  # noqa: E402
+    ods_arrow_schema,
+    position_app_id,
+    prepare_batch,
+)
+from warehouse_assets.partitions import BUSINESS_TZ, START  # noqa: E402
+
+KEY = ("ods", "order")
+SHARDS = 8
+DB = "edu_trade"
+STATUSES = ("created", "paid", "cancelled", "refunded")
+DAY = 86_400
+NEWEST_DAY_SPAN = 16 * 3600  # the newest partition is "today": orders until 16:00, the batch runs at 20:00
+BATCH_WINDOW = 300  # a 5-minute micro-batch
+M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def log(message: str) -> None:
+    print(message, flush=True)
+
+
+# --- the table's rows, as a pure function of the row number ------------------------------------------------
+
+
+def _mix(x: np.ndarray, salt: int) -> np.ndarray:
+    """splitmix64 of ``x`` (uint64 arithmetic wraps, which is the point)."""
+    z = x.astype(np.uint64) + np.uint64((0x9E3779B97F4A7C15 * (salt + 1)) & 0xFFFFFFFFFFFFFFFF)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return (z ^ (z >> np.uint64(31))) & M64
+
+
+@dataclasses.dataclass
+class Layout:
+    """Row ``r`` (0 ≤ r < rows) lives in partition ``p`` (rows of a partition are contiguous and in
+    create_time order); its id is ``r + 1`` (correlated) or an affine permutation of it (uncorrelated)."""
+
+    rows: int
+    partitions: int
+    correlated: bool
+
+    def __post_init__(self) -> None:
+        base, extra = divmod(self.rows, self.partitions)
+        self.counts = np.array([base + (1 if p < extra else 0) for p in range(self.partitions)], dtype=np.int64)
+        self.starts = np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64)
+        tz = ZoneInfo(BUSINESS_TZ)
+        first = datetime.fromisoformat(START).replace(tzinfo=tz)
+        self.days = [(first + timedelta(days=p)).date().isoformat() for p in range(self.partitions)]
+        self.day_start = np.array(
+            [int((first + timedelta(days=p)).timestamp()) for p in range(self.partitions)], dtype=np.int64
+        )
+        offset = first.utcoffset()
+        assert offset is not None
+        self.utc_offset = int(offset.total_seconds())  # the business timezone has no DST (Asia/Shanghai)
+        self.spans = np.full(self.partitions, DAY, dtype=np.int64)
+        self.spans[-1] = NEWEST_DAY_SPAN
+        # the batch runs at 20:00 of the newest day; every stored change is older
+        self.batch_start = int(self.day_start[-1]) + 20 * 3600
+        n = self.rows
+        a = int(n * 0.6180339887) | 1
+        while math.gcd(a, n) != 1:
+            a += 2
+        self.mult, self.add = a, n // 3
+
+    def ids(self, r: np.ndarray) -> np.ndarray:
+        if self.correlated:
+            return r + 1
+        return (self.mult * r + self.add) % self.rows + 1
+
+    def partition_of(self, r: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.starts, r, side="right") - 1
+
+    def values(self, r: np.ndarray) -> dict[str, np.ndarray]:
+        """The stored columns of rows ``r`` as numpy arrays (seconds since the epoch, UTC, for times)."""
+        p = self.partition_of(r)
+        offset = r - self.starts[p]
+        create = self.day_start[p] + (offset * self.spans[p]) // self.counts[p]
+        h = [_mix(r, i) for i in range(6)]
+        status = np.searchsorted(np.array([15, 88, 96]), (h[0] % np.uint64(100)).astype(np.int64), side="right")
+        paid = (status == 1) | (status == 3)
+        pay = create + 60 + (h[1] % np.uint64(1800)).astype(np.int64)
+        update = np.where(paid, pay, create)
+        update = np.where(status == 2, create + 900 + (h[2] % np.uint64(3600)).astype(np.int64), update)
+        update = np.where(status == 3, pay + 3600 + (h[2] % np.uint64(7200)).astype(np.int64), update)
+        update = np.minimum(update, self.batch_start - 1)
+        user = (h[3] % np.uint64(2_000_000)).astype(np.int64) + 1
+        return {
+            "row": r,
+            "partition": p,
+            "id": self.ids(r),
+            "user_id": user,
+            "course_id": (h[4] % np.uint64(5_000)).astype(np.int64) + 1,
+            "amount_cents": ((h[5] % np.uint64(2_000)).astype(np.int64) + 1) * 100 - 1,
+            "status": status,
+            "pay_time": np.where(paid, pay, -1),
+            "create_time": create,
+            "update_time": update,
+        }
+
+    def arrow(self, r: np.ndarray, schema: pa.Schema) -> pa.Table:
+        v = self.values(r)
+        n = len(r)
+        shard = (v["user_id"] % SHARDS).astype(np.int32)
+        p = v["partition"]
+        cents = v["amount_cents"]
+        dec = np.empty((n, 2), dtype=np.int64)
+        dec[:, 0], dec[:, 1] = cents, np.where(cents < 0, -1, 0)
+        amount = pa.Array.from_buffers(pa.decimal128(10, 2), n, [None, pa.py_buffer(dec.tobytes())])
+        ts = pa.timestamp("us", tz="UTC")
+        columns = {
+            "id": pa.array(v["id"]),
+            "user_id": pa.array(v["user_id"]),
+            "course_id": pa.array(v["course_id"]),
+            "amount": amount,
+            "status": _strings(v["status"], STATUSES),
+            "pay_time": pa.array(v["pay_time"] * 1_000_000, ts, mask=v["pay_time"] < 0),
+            "create_time": pa.array(v["create_time"] * 1_000_000, ts),
+            "update_time": pa.array(v["update_time"] * 1_000_000, ts),
+            "_es": pa.array(v["update_time"] * 1000),
+            "_pos": pa.array(r),
+            "_stream": _strings(shard, [f"{DB}.order_{i:02d}" for i in range(SHARDS)]),
+            "_deleted": pa.array(np.zeros(n, dtype=bool)),
+            "dt": _strings(p - p.min(), self.days[int(p.min()) : int(p.max()) + 1]),
+        }
+        return pa.table([columns[f.name] for f in schema], schema=schema)
+
+
+def _strings(indices: np.ndarray, values: Sequence[str]) -> pa.Array:
+    return pa.DictionaryArray.from_arrays(pa.array(indices.astype(np.int32)), pa.array(list(values))).cast(pa.string())
+
+
+def build_table(
+    uri: str, layout: Layout, schema: pa.Schema, files_per_partition: int, chunk_rows: int, label: str
+) -> dict[str, Any]:
+    """Write the table with ``write_deltalake``: one append per (file slice, group of partitions).
+
+    Pass ``k`` writes the k-th time slice of every partition, so each partition gets ``files_per_partition``
+    files, like a partition filled by successive appends during its day.
+    """
+    started = time.monotonic()
+    per_group = max(1, int(chunk_rows * files_per_partition // max(1, int(layout.counts.max()))))
+    commits = 0
+    written = 0
+    for k in range(files_per_partition):
+        for first in range(0, layout.partitions, per_group):
+            parts = range(first, min(layout.partitions, first + per_group))
+            pieces = []
+            for p in parts:
+                lo = layout.starts[p] + layout.counts[p] * k // files_per_partition
+                hi = layout.starts[p] + layout.counts[p] * (k + 1) // files_per_partition
+                pieces.append(np.arange(lo, hi, dtype=np.int64))
+            rows = np.concatenate(pieces)
+            data = layout.arrow(rows, schema)
+            write_deltalake(uri, data, partition_by=["dt"], mode="append", target_file_size=1 << 30)
+            commits += 1
+            written += len(rows)
+        log(
+            f"  [{label}] slice {k + 1}/{files_per_partition}: {written:,} rows, {commits} commits, "
+            f"{time.monotonic() - started:.1f}s"
+        )
+    dt = DeltaTable(uri)
+    dt.create_checkpoint()
+    files = len(dt.file_uris())
+    size = sum(int(s) for s in pa.table(dt.get_add_actions(flatten=True)).column("size_bytes").to_pylist())
+    seconds = time.monotonic() - started
+    log(
+        f"  [{label}] {written:,} rows, {files} files, {size / 2**20:,.0f} MiB, "
+        f"checkpoint at v{dt.version()}, {seconds:.1f}s"
+    )
+    return {"rows": written, "files": files, "bytes": size, "seconds": seconds}
+
+
+def clone_table(src: Path, dst: Path) -> None:
+    """An identical copy: data files hard-linked (Delta never rewrites them), the log copied."""
+    for dirpath, _dirs, files in os.walk(src):
+        rel = Path(dirpath).relative_to(src)
+        (dst / rel).mkdir(parents=True, exist_ok=True)
+        in_log = rel.parts[:1] == ("_delta_log",)
+        for name in files:
+            if in_log:
+                shutil.copy2(Path(dirpath) / name, dst / rel / name)
+            else:
+                os.link(Path(dirpath) / name, dst / rel / name)
+
+
+# --- change batches as Canal flat messages ------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class BatchPlan:
+    name: str
+    partitions: list[int]  # touched partitions (indices); inserts go to the newest
+    changes: int
+    insert_share: float
+    delete_share: float
+    followup_share: float  # updates of orders inserted in the same batch (their insert is superseded)
+
+
+def _fmt_local(seconds: np.ndarray, utc_offset: int) -> list[str]:
+    text = np.datetime_as_string((seconds + utc_offset).astype("datetime64[s]"), unit="s")
+    return [s.replace("T", " ") for s in text.tolist()]
+
+
+def _row_images(layout: Layout, v: dict[str, np.ndarray]) -> list[dict[str, str | None]]:
+    create = _fmt_local(v["create_time"], layout.utc_offset)
+    update = _fmt_local(v["update_time"], layout.utc_offset)
+    pay = _fmt_local(np.maximum(v["pay_time"], 0), layout.utc_offset)
+    images = []
+    for i in range(len(v["id"])):
+        cents = int(v["amount_cents"][i])
+        images.append(
+            {
+                "id": str(int(v["id"][i])),
+                "user_id": str(int(v["user_id"][i])),
+                "course_id": str(int(v["course_id"][i])),
+                "amount": f"{cents // 100}.{cents % 100:02d}",
+                "status": STATUSES[int(v["status"][i])],
+                "pay_time": pay[i] if v["pay_time"][i] >= 0 else None,
+                "create_time": create[i],
+                "update_time": update[i],
+            }
+        )
+    return images
+
+
+def _changed(layout: Layout, v: dict[str, np.ndarray], es: np.ndarray) -> dict[str, np.ndarray]:
+    """The row after an update at ``es``: created→paid, paid→refunded, cancelled/refunded→amount fixed."""
+    new = {k: a.copy() for k, a in v.items()}
+    status = v["status"]
+    new["status"] = np.select([status == 0, status == 1], [1, 3], status)
+    new["pay_time"] = np.where(status == 0, es, v["pay_time"])
+    new["amount_cents"] = np.where(status >= 2, np.maximum(v["amount_cents"] - 100, 99), v["amount_cents"])
+    new["update_time"] = es
+    return new
+
+
+def generate_batch(layout: Layout, plan: BatchPlan, seed: int) -> tuple[list[tuple[str, int, dict[str, Any]]], dict]:
+    """The batch's messages as (physical table, es ms, message) plus the expected outcome."""
+    rng = np.random.default_rng(seed)
+    n_ins = int(plan.changes * plan.insert_share)
+    n_follow = int(plan.changes * plan.followup_share)
+    n_del = int(plan.changes * plan.delete_share)
+    n_upd = plan.changes - n_ins - n_follow - n_del
+    # existing rows of the touched partitions, uniformly
+    ranges = [(int(layout.starts[p]), int(layout.counts[p])) for p in plan.partitions]
+    total = sum(c for _, c in ranges)
+    if n_upd + n_del > total:
+        raise SystemExit(
+            f"batch {plan.name}: {n_upd + n_del:,} updates/deletes but only {total:,} rows in its partitions; "
+            "use more --rows or fewer changes"
+        )
+    picks = np.sort(rng.choice(total, size=n_upd + n_del, replace=False))
+    offsets = np.concatenate([[0], np.cumsum([c for _, c in ranges])])
+    which = np.searchsorted(offsets, picks, side="right") - 1
+    existing = np.array([ranges[w][0] for w in which], dtype=np.int64) + (picks - offsets[which])
+    existing = rng.permutation(existing)
+    window = layout.batch_start
+    messages: list[tuple[str, int, dict[str, Any]]] = []
+
+    def emit(kind: str, images: list[dict[str, str | None]], olds: list[dict[str, str | None]] | None, es: np.ndarray):
+        for i, image in enumerate(images):
+            table = f"order_{int(image['user_id'] or 0) % SHARDS:02d}"  # type: ignore[arg-type]
+            messages.append(
+                (table, int(es[i]), {"type": kind, "data": [image], "old": None if olds is None else [olds[i]]})
+            )
+
+    # updates and deletes of stored rows
+    old_v = layout.values(existing)
+    es_s = window + rng.integers(0, BATCH_WINDOW, size=len(existing))
+    upd = {k: a[:n_upd] for k, a in old_v.items()}
+    new_v = _changed(layout, upd, es_s[:n_upd])
+    before, after = _row_images(layout, upd), _row_images(layout, new_v)
+    olds = [
+        {k: b[k] for k in ("status", "pay_time", "amount", "update_time") if b[k] != a[k]}
+        for b, a in zip(before, after, strict=True)
+    ]
+    emit("UPDATE", after, olds, es_s[:n_upd] * 1000 + rng.integers(0, 1000, size=n_upd))
+    dele = {k: a[n_upd:] for k, a in old_v.items()}
+    emit("DELETE", _row_images(layout, dele), None, es_s[n_upd:] * 1000 + rng.integers(0, 1000, size=n_del))
+    # inserts of new orders (ids above every stored id), created during the window: the newest partition
+    fresh = np.arange(layout.rows, layout.rows + n_ins, dtype=np.int64)
+    ins = layout.values(fresh % layout.rows)
+    ins_es = window + np.sort(rng.integers(0, BATCH_WINDOW - 60, size=n_ins))
+    ins["id"] = fresh + 1
+    ins["row"] = fresh
+    ins["partition"] = np.full(n_ins, layout.partitions - 1)
+    ins["create_time"] = ins_es
+    ins["update_time"] = ins_es
+    ins["status"] = np.zeros(n_ins, dtype=np.int64)
+    ins["pay_time"] = np.full(n_ins, -1)
+    emit("INSERT", _row_images(layout, ins), None, ins_es * 1000)
+    # some of them are paid within the same window: the insert is superseded by the update
+    follow = {k: a[:n_follow] for k, a in ins.items()}
+    paid_at = follow["create_time"] + rng.integers(1, 60, size=n_follow)
+    paid = _changed(layout, follow, paid_at)
+    olds = [
+        {"status": "created", "pay_time": None, "update_time": b["update_time"]} for b in _row_images(layout, follow)
+    ]
+    emit("UPDATE", _row_images(layout, paid), olds, paid_at * 1000 + 500)
+    expected = {
+        "changes": plan.changes,
+        "applied": plan.changes - n_follow,
+        "superseded": n_follow,
+        "inserted": n_ins,
+        "updated": n_upd + n_del,
+        "touched_partitions": sorted({layout.days[p] for p in [*plan.partitions, layout.partitions - 1]}),
+    }
+    return messages, expected
+
+
+def write_segments(root: Path, layout: Layout, messages: list[tuple[str, int, dict[str, Any]]]) -> Landing:
+    """One segment per shard holding the window's messages in binlog order, as Canal writes them."""
+    mysql_type = LOGICAL_TABLES["order"].mysql_types()
+    sql_type = {c.name: c.sql_type for c in LOGICAL_TABLES["order"].columns}
+    start = datetime.fromtimestamp(layout.batch_start, ZoneInfo(BUSINESS_TZ)).strftime("%Y%m%dT%H%M")
+    by_shard: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+    for table, es, message in messages:
+        by_shard.setdefault(table, []).append((es, message))
+    for table, items in by_shard.items():
+        items.sort(key=lambda item: item[0])
+        lines = []
+        for i, (es, m) in enumerate(items, start=1):
+            obj = {
+                "data": m["data"],
+                "database": DB,
+                "es": es,
+                "id": i,
+                "isDdl": False,
+                "mysqlType": mysql_type,
+                "old": m["old"],
+                "pkNames": ["id"],
+                "sql": "",
+                "sqlType": sql_type,
+                "table": table,
+                "ts": es + 20,
+                "type": m["type"],
+            }
+            lines.append(json.dumps(obj, ensure_ascii=False, separators=(",", ":")))
+        directory = root / "binlog" / DB / table
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / f"000001-{start}.jsonl").write_text("\n".join(lines) + "\n")
+    return Landing(root, BUSINESS_TZ)
+
+
+# --- preparing and merging a batch the way the ODS ingestion does -------------------------------------------
+
+PARTITION_BY = ["dt"]
+
+
+def bench_schema(table: Table) -> pa.Schema:
+    """The ODS row of ``table`` partitioned by ``dt`` only (the product's ODS tables also carry ``hh``)."""
+    return pa.schema([f for f in ods_arrow_schema(table) if f.name != "hh"])
+
+
+@dataclasses.dataclass
+class Prepared:
+    batch: pa.Table  # one row per key, the ODS row plus _op: what DeltaStore.merge receives
+    positions: dict[str, int]  # stream → last segment: the app transactions committed with the merge
+    counts: dict[str, int]  # records per prepare_batch status
+    quarantined: int
+    seconds: float
+
+
+def segments_of(landing: Landing, table: Table) -> list[Segment]:
+    assert table.source_database and table.source_tables
+    return [
+        s for stream in landing.streams(table.source_database, table.source_tables) for s in landing.segments(stream)
+    ]
+
+
+def prepare(spark: Any, table: Table, schema: pa.Schema, segments: Sequence[Segment]) -> Prepared:
+    """What ``ingest_batch`` does before its merge: read the segments, ``prepare_batch`` (parse, validate,
+    dedupe) on Spark, count the statuses, collect the ok records as ODS rows and the quarantined ones."""
+    from pyspark.sql import functions as F
+
+    started = time.monotonic()
+    positions: dict[str, int] = {}
+    for segment in segments:
+        positions[segment.stream] = max(positions.get(segment.stream, 0), segment.seq)
+    lines = read_lines(segments)
+    assert table.partition_time is not None
+    classified = prepare_batch(spark, table, lines).persist()
+    try:
+        counts = {
+            r["_status"]: int(r["n"]) for r in classified.groupBy("_status").agg(F.count("*").alias("n")).collect()
+        }
+        applied = (
+            classified.where(F.col("_status") == "ok")
+            .select(
+                *[name for name, _ in table.columns],
+                "_es",
+                "_pos",
+                "_stream",
+                (F.col("_op") == "DELETE").alias("_deleted"),
+                F.date_format(table.partition_time, "yyyy-MM-dd").alias("dt"),
+                "_op",
+            )
+            .toArrow()
+        )
+        quarantined = classified.where(F.col("_status") == "quarantine").select("_reason", "_raw_text").toArrow()
+    finally:
+        classified.unpersist()
+    target = pa.schema([*schema, pa.field("_op", pa.string())])
+    batch = applied.select(target.names).cast(target)
+    return Prepared(batch, positions, counts, quarantined.num_rows, time.monotonic() - started)
+
+
+def merge_args(table: Table, prepared: Prepared, prune: bool) -> dict[str, Any]:
+    """The arguments ``ingest_batch`` gives ``DeltaStore.merge`` for an ODS batch."""
+    return {
+        "primary_key": table.primary_key,
+        "partition_by": PARTITION_BY,
+        "app_transactions": {position_app_id(stream): seq for stream, seq in prepared.positions.items()},
+        "prune": prune,
+        "tombstone_column": "_deleted",
+    }
+
+
+def _rchar() -> int:
+    """Bytes this process has read through read(2)/pread(2) so far (Linux; page-cache hits included)."""
+    try:
+        with open("/proc/self/io") as handle:
+            for line in handle:
+                if line.startswith("rchar:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+class RecordingStore(DeltaStore):
+    """The product's store, also noting how many bytes its last merge read."""
+
+    read_bytes: int = 0
+
+    def merge(self, key: Sequence[str] | str, batch: pa.Table, **kwargs: Any) -> MergeResult:  # type: ignore[override]
+        before = _rchar()
+        result = self._merge(key, batch, **kwargs)
+        self.read_bytes = _rchar() - before
+        return result
+
+    def _merge(self, key: Sequence[str] | str, batch: pa.Table, **kwargs: Any) -> MergeResult:
+        return DeltaStore.merge(self, key, batch, **kwargs)
+
+
+# --- the proposed change to DeltaStore.merge ----------------------------------------------------------------
+
+
+def batch_partitions(batch: pa.Table, partition_by: Sequence[str]) -> list[dict[str, str]]:
+    """The batch's distinct partitions by an Arrow hash aggregate (milliseconds), not a Python loop per row."""
+    columns = list(partition_by)
+    keys = batch.select(columns).group_by(columns).aggregate([])
+    values = zip(*(keys.column(c).cast(pa.string()).to_pylist() for c in columns), strict=True)
+    return [dict(zip(columns, v, strict=True)) for v in sorted(values)]
+
+
+PROPOSAL = (
+    "resources/delta_lake.py, DeltaStore.merge: compute `specs` with an Arrow group-by "
+    "(bench.merge_pruning.batch_partitions) instead of `batch.select(partition_by).to_pylist()`, "
+    "which builds one Python dict per batch row"
+)
+
+
+def proposed_merge() -> Callable[..., MergeResult] | None:
+    """``DeltaStore.merge`` exactly as the product defines it now, with only the ``specs`` computation
+    replaced by :func:`batch_partitions`; None when the product's code no longer has the per-row loop."""
+    import inspect
+    import textwrap
+
+    import resources.delta_lake as delta_lake
+
+    lines = textwrap.dedent(inspect.getsource(DeltaStore.merge)).splitlines()
+    start = next((i for i, line in enumerate(lines) if line.strip() == "specs = ["), None)
+    if start is None:
+        return None
+    indent = lines[start][: len(lines[start]) - len(lines[start].lstrip())]
+    end = next((i for i in range(start, len(lines)) if lines[i] == indent + "]"), None)
+    if end is None or ".to_pylist()" not in "\n".join(lines[start:end]):
+        return None
+    lines[start : end + 1] = [indent + "specs = _bench_batch_partitions(batch, partition_by)"]
+    namespace = dict(vars(delta_lake), _bench_batch_partitions=batch_partitions)
+    exec(compile("from __future__ import annotations\n" + "\n".join(lines), "<proposed merge>", "exec"), namespace)
+    return namespace["merge"]  # type: ignore[no-any-return]
+
+
+class ProposedStore(RecordingStore):
+    merge_impl: Callable[..., MergeResult] | None = None
+
+    def _merge(self, key: Sequence[str] | str, batch: pa.Table, **kwargs: Any) -> MergeResult:
+        assert self.merge_impl is not None
+        return self.merge_impl(key, batch, **kwargs)  # a function set on the class: bound like a method
+
+
+# --- one batch, pruned and unpruned -------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class MergeRun:
+    seconds: float  # DeltaStore.merge, as the product measures it
+    metrics: dict[str, Any]
+    read_bytes: int
+
+
+@dataclasses.dataclass
+class ModeResult:
+    mode: str
+    scope_files: int
+    scope_bytes: int
+    merges: list[MergeRun] = dataclasses.field(default_factory=list)
+    prepare_s: float | None = None  # the pass that prepared the batch itself
+    end_to_end_s: float | None = None
+
+    @property
+    def merge_s(self) -> float:
+        return statistics.median(m.seconds for m in self.merges)
+
+    @property
+    def best_s(self) -> float:
+        return min(m.seconds for m in self.merges)
+
+    def lines(self, table_files: int) -> list[str]:
+        m = self.merges[0].metrics
+        times = " ".join(f"{r.seconds:.2f}" for r in self.merges)
+        read = statistics.median(r.read_bytes for r in self.merges)
+        return [
+            f"  merge {self.mode:<8} {self.merge_s:7.2f}s  (median of {len(self.merges)}: {times}; first run: "
+            f"delta-rs execute {m['execution_time_ms'] / 1000:.2f}s, of which scan+join {m['scan_time_ms'] / 1000:.2f}s"
+            f" and rewrite {m['rewrite_time_ms'] / 1000:.2f}s)",
+            f"    files scanned {self.scope_files} of {table_files} (the merge read {read / 2**20:,.0f} MiB; those "
+            f"files hold {self.scope_bytes / 2**20:,.0f} MiB; delta-rs's num_target_files_scanned says "
+            f"{m['num_target_files_scanned']}); files rewritten: removed {m['num_target_files_removed']}, added "
+            f"{m['num_target_files_added']}",
+            f"    rows: source {m['num_source_rows']:,}, inserted {m['num_target_rows_inserted']:,}, updated "
+            f"{m['num_target_rows_updated']:,}, copied {m['num_target_rows_copied']:,}",
+        ]
+
+
+def fresh_lake(base: Path, lake: Path, kind: type[RecordingStore] = RecordingStore) -> RecordingStore:
+    if lake.exists():
+        shutil.rmtree(lake)
+    clone_table(base, lake / KEY[0] / KEY[1])
+    return kind(str(lake))
+
+
+def partition_files(base: Path) -> dict[str, tuple[int, int]]:
+    """Live files and bytes per dt partition of a table."""
+    actions = pa.table(DeltaTable(str(base)).get_add_actions(flatten=True))
+    out: dict[str, tuple[int, int]] = {}
+    for dt_value, size in zip(
+        actions.column("partition.dt").to_pylist(), actions.column("size_bytes").to_pylist(), strict=True
+    ):
+        files, total = out.get(dt_value, (0, 0))
+        out[dt_value] = (files + 1, total + int(size))
+    return out
+
+
+def snapshot(lake: Path, days: Sequence[str]) -> pa.Table:
+    """The touched partitions' rows (the columns a merge changes), sorted: to compare merge results."""
+    data = (
+        DeltaTable(str(lake / KEY[0] / KEY[1]))
+        .to_pyarrow_dataset()
+        .to_table(
+            columns=["id", "status", "amount", "pay_time", "update_time", "_es", "_pos", "_deleted", "dt"],
+            filter=pc.field("dt").isin(list(days)),
+        )
+    )
+    return data.sort_by([("id", "ascending")])
+
+
+def check(prepared: Prepared, result: MergeResult, lake: Path, expected: dict[str, Any], label: str) -> None:
+    m = result.metrics
+    got = {
+        "changes": sum(prepared.counts.values()),
+        "applied": prepared.counts.get("ok", 0),
+        "superseded": prepared.counts.get("superseded", 0),
+        "quarantined": prepared.quarantined,
+        "inserted": m.get("num_target_rows_inserted"),
+        "updated": m.get("num_target_rows_updated"),
+    }
+    want = {k: expected.get(k, 0) for k in got}
+    if got != want:
+        raise SystemExit(f"batch {label}: expected {want}, got {got}")
+    dt = DeltaTable(str(lake / KEY[0] / KEY[1]))
+    for stream, seq in prepared.positions.items():
+        if dt.transaction_version(position_app_id(stream)) != seq:
+            raise SystemExit(f"batch {label}: the position of {stream} was not committed with the merge")
+
+
+def scenario(
+    spark: Any,
+    table: Table,
+    schema: pa.Schema,
+    workdir: Path,
+    base: Path,
+    layout: Layout,
+    plan: BatchPlan,
+    label: str,
+    seed: int,
+    repeat: int,
+    repeat_unpruned: int,
+    proposed: bool,
+) -> dict[str, Any]:
+    kind = "correlated" if layout.correlated else "uncorrelated"
+    first, last = layout.days[plan.partitions[0]], layout.days[plan.partitions[-1]]
+    log(
+        f"\n== batch {label}: {plan.changes:,} changes over {len(plan.partitions)} partitions "
+        f"({first} .. {last}), {kind} keys"
+    )
+    started = time.monotonic()
+    messages, expected = generate_batch(layout, plan, seed)
+    landing = write_segments(workdir / "landing" / label, layout, messages)
+    log(
+        f"  generated {len(messages):,} Canal flat messages in {SHARDS} shard segments "
+        f"({time.monotonic() - started:.1f}s)"
+    )
+    per_partition = partition_files(base)
+    touched = expected["touched_partitions"]
+    table_files = sum(f for f, _ in per_partition.values())
+    pruned_scope = (sum(per_partition[d][0] for d in touched), sum(per_partition[d][1] for d in touched))
+    results = {
+        "pruned": ModeResult("pruned", *pruned_scope),
+        "unpruned": ModeResult("unpruned", table_files, sum(b for _, b in per_partition.values())),
+    }
+    if proposed:
+        results["proposed"] = ModeResult("proposed", *pruned_scope)
+    kinds: dict[str, type[RecordingStore]] = {"proposed": ProposedStore}
+    snapshots: dict[str, pa.Table] = {}
+    prepared: Prepared | None = None
+    # 1. one pass each of the whole batch, prepare + merge, on identical copies of the table
+    for mode in ("pruned", "unpruned"):
+        lake = workdir / "lakes" / f"{label}-{mode}"
+        store = fresh_lake(base, lake)
+        started = time.monotonic()
+        prepared = prepare(spark, table, schema, segments_of(landing, table))
+        result = store.merge(KEY, prepared.batch, **merge_args(table, prepared, prune=mode == "pruned"))
+        results[mode].end_to_end_s = time.monotonic() - started
+        results[mode].prepare_s = prepared.seconds
+        results[mode].merges.append(MergeRun(result.duration_s, result.metrics, store.read_bytes))
+        check(prepared, result, lake, expected, label)
+        snapshots[mode] = snapshot(lake, touched)
+        shutil.rmtree(lake)
+    if not snapshots["pruned"].equals(snapshots["unpruned"]):
+        raise SystemExit(f"batch {label}: the pruned and unpruned merges produced different tables")
+    # 2. the same merge (same prepared batch, same arguments) again on fresh copies, the modes interleaved
+    assert prepared is not None
+    wanted = {"pruned": repeat, "proposed": repeat, "unpruned": repeat_unpruned}
+    for round_ in range(max(wanted.values())):
+        for mode, outcome in results.items():
+            if len(outcome.merges) >= wanted[mode]:
+                continue  # the passes above count as the first run of pruned and unpruned
+            lake = workdir / "lakes" / f"{label}-{mode}"
+            store = fresh_lake(base, lake, kinds.get(mode, RecordingStore))
+            result = store.merge(KEY, prepared.batch, **merge_args(table, prepared, prune=mode != "unpruned"))
+            outcome.merges.append(MergeRun(result.duration_s, result.metrics, store.read_bytes))
+            if round_ == 0 and mode == "proposed" and not snapshot(lake, touched).equals(snapshots["pruned"]):
+                raise SystemExit(f"batch {label}: the {mode} merge produced a different table")
+            shutil.rmtree(lake)
+    p, u = results["pruned"], results["unpruned"]
+    assert p.prepare_s is not None and u.prepare_s is not None and p.end_to_end_s and u.end_to_end_s
+    counts = prepared.counts
+    log(
+        f"  prepare (read_lines + prepare_batch on Spark + collect): {p.prepare_s:.2f}s / {u.prepare_s:.2f}s "
+        f"(pruned / unpruned pass); records in {sum(counts.values()):,}: ok {counts.get('ok', 0):,}, "
+        f"superseded {counts.get('superseded', 0):,}, quarantined {prepared.quarantined}"
+    )
+    for outcome in results.values():
+        for line in outcome.lines(table_files):
+            log(line)
+    log(
+        f"  end to end (prepare + merge, one pass each): pruned {p.end_to_end_s:.2f}s, unpruned "
+        f"{u.end_to_end_s:.2f}s (ratio {u.end_to_end_s / p.end_to_end_s:.1f})"
+    )
+    log(f"  check: every merge left identical rows in the {len(touched)} touched partitions, positions committed")
+    ratio = u.merge_s / p.merge_s
+    log(f"  merge ratio (unpruned / pruned): {ratio:.1f} (medians; best-of-runs {u.best_s / p.best_s:.1f})")
+    out: dict[str, Any] = {"pruned": p, "unpruned": u, "ratio": ratio, "expected": expected}
+    out["ratio_best"] = u.best_s / p.best_s
+    if proposed:
+        q = results["proposed"]
+        out["proposed"] = q
+        out["proposed_ratio"] = u.merge_s / q.merge_s
+        log(
+            f"  merge ratio with the proposed change (unpruned / proposed): {out['proposed_ratio']:.1f} "
+            f"(medians; best-of-runs {u.best_s / q.best_s:.1f})"
+        )
+    return out
+
+
+def warm_up(spark: Any, table: Table, schema: pa.Schema, workdir: Path, base: Path, layout: Layout) -> None:
+    """A batch through the whole path first, so JVM start-up, JIT and code generation are not timed."""
+    started = time.monotonic()
+    changes = min(100_000, int(layout.counts[-1]) // 2)
+    plan = BatchPlan("warm-up", [layout.partitions - 1], changes, 0.4, 0.05, 0.05)
+    messages, _ = generate_batch(layout, plan, seed=7)
+    landing = write_segments(workdir / "landing" / "warm-up", layout, messages)
+    prepared = prepare(spark, table, schema, segments_of(landing, table))
+    lake = workdir / "lakes" / "warm-up"
+    fresh_lake(base, lake).merge(KEY, prepared.batch, **merge_args(table, prepared, prune=True))
+    shutil.rmtree(lake)
+    log(f"warm-up batch ({changes:,} changes, not timed): {time.monotonic() - started:.1f}s")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=20_000_000)
+    parser.add_argument("--partitions", type=int, default=180)
+    parser.add_argument("--files-per-partition", type=int, default=4)
+    parser.add_argument("--batch-a", type=int, default=100_000, help="changes in batch (a): the 2 newest partitions")
+    parser.add_argument("--batch-b", type=int, default=100_000, help="changes in batch (b)")
+    parser.add_argument("--batch-b-partitions", type=int, default=30, help="partitions batch (b) touches")
+    parser.add_argument("--repeat", type=int, default=5, help="pruned merges per batch (the median is reported)")
+    parser.add_argument("--repeat-unpruned", type=int, default=3, help="unpruned merges per batch (median reported)")
+    parser.add_argument("--chunk-rows", type=int, default=2_000_000, help="rows generated per write while building")
+    parser.add_argument(
+        "--no-proposed", action="store_true", help="skip the pruned merge with the proposed DeltaStore.merge change"
+    )
+    parser.add_argument("--no-correlated", action="store_true", help="skip the table with correlated keys")
+    parser.add_argument("--workdir", type=Path, default=None, help="where to build (default: a temp dir)")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument("--seed", type=int, default=20260629)
+    args = parser.parse_args(argv)
+    if args.partitions < max(2, args.batch_b_partitions) or min(args.repeat, args.repeat_unpruned) < 1:
+        parser.error("--partitions must be at least 2 and --batch-b-partitions; repeats at least 1")
+
+    t0 = time.monotonic()
+    temporary = args.workdir is None
+    workdir = Path(tempfile.mkdtemp(prefix="merge-pruning-")) if temporary else args.workdir.resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    log(
+        f"merge pruning bench: {args.rows:,} rows, {args.partitions} daily partitions, "
+        f"{args.files_per_partition} files per partition, workdir {workdir}"
+    )
+    proposed = not args.no_proposed
+    if proposed:
+        ProposedStore.merge_impl = proposed_merge()
+        if ProposedStore.merge_impl is None:
+            log("note: DeltaStore.merge no longer computes the batch's partitions row by row; no proposed variant")
+            proposed = False
+        else:
+            log(f"proposed variant: {PROPOSAL}")
+    try:
+        table = load_catalog()["ods.order"]
+        schema = bench_schema(table)
+        layouts = {"uncorrelated": Layout(args.rows, args.partitions, correlated=False)}
+        if not args.no_correlated:
+            layouts["correlated"] = Layout(args.rows, args.partitions, correlated=True)
+        bases: dict[str, Path] = {}
+        builds: dict[str, dict[str, Any]] = {}
+        for name, layout in layouts.items():
+            log(f"building the {name} table ...")
+            bases[name] = workdir / "base" / name
+            builds[name] = build_table(
+                str(bases[name]), layout, schema, args.files_per_partition, args.chunk_rows, name
+            )
+        started = time.monotonic()
+        spark = get_session()
+        log(f"Spark session (local): {time.monotonic() - started:.1f}s")
+        uncorrelated = layouts["uncorrelated"]
+        warm_up(spark, table, schema, workdir, bases["uncorrelated"], uncorrelated)
+        newest = list(range(args.partitions - 2, args.partitions))
+        spread = list(range(args.partitions - args.batch_b_partitions, args.partitions))
+        plan_a = BatchPlan("a", newest, args.batch_a, 0.40, 0.05, 0.05)
+        plan_b = BatchPlan("b", spread, args.batch_b, 0.10, 0.05, 0.02)
+        common = {"spark": spark, "table": table, "schema": schema, "workdir": workdir, "repeat": args.repeat}
+        common["repeat_unpruned"] = args.repeat_unpruned
+        common["proposed"] = proposed
+        a = scenario(**common, base=bases["uncorrelated"], layout=uncorrelated, plan=plan_a, label="a", seed=args.seed)
+        b = scenario(
+            **common, base=bases["uncorrelated"], layout=uncorrelated, plan=plan_b, label="b", seed=args.seed + 1
+        )
+        c = None
+        if "correlated" in layouts:
+            c = scenario(
+                **common,
+                base=bases["correlated"],
+                layout=layouts["correlated"],
+                plan=plan_a,
+                label="a-correlated",
+                seed=args.seed,
+            )
+        pa_, ua = a["pruned"], a["unpruned"]
+        fields: dict[str, Any] = {
+            "rows": builds["uncorrelated"]["rows"],
+            "partitions": args.partitions,
+            "files": builds["uncorrelated"]["files"],
+            "build_s": round(builds["uncorrelated"]["seconds"], 1),
+            "batch_a_changes": a["expected"]["changes"],
+            "batch_a_prepare_s": round(pa_.prepare_s, 2),
+            "batch_a_pruned_s": round(pa_.merge_s, 2),
+            "batch_a_unpruned_s": round(ua.merge_s, 2),
+            "batch_a_e2e_pruned_s": round(pa_.end_to_end_s, 2),
+            "batch_a_e2e_unpruned_s": round(ua.end_to_end_s, 2),
+            "batch_a_files_scanned": pa_.scope_files,
+            "batch_a_files_scanned_unpruned": ua.scope_files,
+            "batch_a_files_removed": pa_.merges[0].metrics["num_target_files_removed"],
+            "batch_a_files_added": pa_.merges[0].metrics["num_target_files_added"],
+            "ratio": round(a["ratio"], 1),
+            "ratio_best": round(a["ratio_best"], 1),
+            "batch_b_changes": b["expected"]["changes"],
+            "batch_b_prepare_s": round(b["pruned"].prepare_s, 2),
+            "batch_b_pruned_s": round(b["pruned"].merge_s, 2),
+            "batch_b_unpruned_s": round(b["unpruned"].merge_s, 2),
+            "batch_b_files_scanned": b["pruned"].scope_files,
+            "batch_b_files_removed": b["pruned"].merges[0].metrics["num_target_files_removed"],
+            "batch_b_ratio": round(b["ratio"], 1),
+        }
+        if c is not None:
+            fields["correlated_pruned_s"] = round(c["pruned"].merge_s, 2)
+            fields["correlated_unpruned_s"] = round(c["unpruned"].merge_s, 2)
+            fields["correlated_ratio"] = round(c["ratio"], 1)
+        if proposed:
+            fields["batch_a_proposed_s"] = round(a["proposed"].merge_s, 2)
+            fields["proposed_ratio"] = round(a["proposed_ratio"], 1)
+            fields["batch_b_proposed_ratio"] = round(b["proposed_ratio"], 1)
+        fields["total_s"] = round(time.monotonic() - t0, 1)
+        fields["peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 1)
+        log("\nRESULT " + " ".join(f"{k}={v}" for k, v in fields.items()))
+    finally:
+        if temporary and not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
