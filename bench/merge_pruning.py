@@ -29,7 +29,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -494,54 +494,6 @@ class RecordingStore(DeltaStore):
         return DeltaStore.merge(self, key, batch, **kwargs)
 
 
-# --- the proposed change to DeltaStore.merge ----------------------------------------------------------------
-
-
-def batch_partitions(batch: pa.Table, partition_by: Sequence[str]) -> list[dict[str, str]]:
-    """The batch's distinct partitions by an Arrow hash aggregate (milliseconds), not a Python loop per row."""
-    columns = list(partition_by)
-    keys = batch.select(columns).group_by(columns).aggregate([])
-    values = zip(*(keys.column(c).cast(pa.string()).to_pylist() for c in columns), strict=True)
-    return [dict(zip(columns, v, strict=True)) for v in sorted(values)]
-
-
-PROPOSAL = (
-    "resources/delta_lake.py, DeltaStore.merge: compute `specs` with an Arrow group-by "
-    "(bench.merge_pruning.batch_partitions) instead of `batch.select(partition_by).to_pylist()`, "
-    "which builds one Python dict per batch row"
-)
-
-
-def proposed_merge() -> Callable[..., MergeResult] | None:
-    """``DeltaStore.merge`` exactly as the product defines it now, with only the ``specs`` computation
-    replaced by :func:`batch_partitions`; None when the product's code no longer has the per-row loop."""
-    import inspect
-    import textwrap
-
-    import resources.delta_lake as delta_lake
-
-    lines = textwrap.dedent(inspect.getsource(DeltaStore.merge)).splitlines()
-    start = next((i for i, line in enumerate(lines) if line.strip() == "specs = ["), None)
-    if start is None:
-        return None
-    indent = lines[start][: len(lines[start]) - len(lines[start].lstrip())]
-    end = next((i for i in range(start, len(lines)) if lines[i] == indent + "]"), None)
-    if end is None or ".to_pylist()" not in "\n".join(lines[start:end]):
-        return None
-    lines[start : end + 1] = [indent + "specs = _bench_batch_partitions(batch, partition_by)"]
-    namespace = dict(vars(delta_lake), _bench_batch_partitions=batch_partitions)
-    exec(compile("from __future__ import annotations\n" + "\n".join(lines), "<proposed merge>", "exec"), namespace)
-    return namespace["merge"]  # type: ignore[no-any-return]
-
-
-class ProposedStore(RecordingStore):
-    merge_impl: Callable[..., MergeResult] | None = None
-
-    def _merge(self, key: Sequence[str] | str, batch: pa.Table, **kwargs: Any) -> MergeResult:
-        assert self.merge_impl is not None
-        return self.merge_impl(key, batch, **kwargs)  # a function set on the class: bound like a method
-
-
 # --- one batch, pruned and unpruned -------------------------------------------------------------------------
 
 
@@ -649,7 +601,6 @@ def scenario(
     seed: int,
     repeat: int,
     repeat_unpruned: int,
-    proposed: bool,
 ) -> dict[str, Any]:
     kind = "correlated" if layout.correlated else "uncorrelated"
     first, last = layout.days[plan.partitions[0]], layout.days[plan.partitions[-1]]
@@ -672,9 +623,6 @@ def scenario(
         "pruned": ModeResult("pruned", *pruned_scope),
         "unpruned": ModeResult("unpruned", table_files, sum(b for _, b in per_partition.values())),
     }
-    if proposed:
-        results["proposed"] = ModeResult("proposed", *pruned_scope)
-    kinds: dict[str, type[RecordingStore]] = {"proposed": ProposedStore}
     snapshots: dict[str, pa.Table] = {}
     prepared: Prepared | None = None
     # 1. one pass each of the whole batch, prepare + merge, on identical copies of the table
@@ -694,17 +642,15 @@ def scenario(
         raise SystemExit(f"batch {label}: the pruned and unpruned merges produced different tables")
     # 2. the same merge (same prepared batch, same arguments) again on fresh copies, the modes interleaved
     assert prepared is not None
-    wanted = {"pruned": repeat, "proposed": repeat, "unpruned": repeat_unpruned}
-    for round_ in range(max(wanted.values())):
+    wanted = {"pruned": repeat, "unpruned": repeat_unpruned}
+    for _ in range(max(wanted.values())):
         for mode, outcome in results.items():
             if len(outcome.merges) >= wanted[mode]:
                 continue  # the passes above count as the first run of pruned and unpruned
             lake = workdir / "lakes" / f"{label}-{mode}"
-            store = fresh_lake(base, lake, kinds.get(mode, RecordingStore))
+            store = fresh_lake(base, lake)
             result = store.merge(KEY, prepared.batch, **merge_args(table, prepared, prune=mode != "unpruned"))
             outcome.merges.append(MergeRun(result.duration_s, result.metrics, store.read_bytes))
-            if round_ == 0 and mode == "proposed" and not snapshot(lake, touched).equals(snapshots["pruned"]):
-                raise SystemExit(f"batch {label}: the {mode} merge produced a different table")
             shutil.rmtree(lake)
     p, u = results["pruned"], results["unpruned"]
     assert p.prepare_s is not None and u.prepare_s is not None and p.end_to_end_s and u.end_to_end_s
@@ -726,14 +672,6 @@ def scenario(
     log(f"  merge ratio (unpruned / pruned): {ratio:.1f} (medians; best-of-runs {u.best_s / p.best_s:.1f})")
     out: dict[str, Any] = {"pruned": p, "unpruned": u, "ratio": ratio, "expected": expected}
     out["ratio_best"] = u.best_s / p.best_s
-    if proposed:
-        q = results["proposed"]
-        out["proposed"] = q
-        out["proposed_ratio"] = u.merge_s / q.merge_s
-        log(
-            f"  merge ratio with the proposed change (unpruned / proposed): {out['proposed_ratio']:.1f} "
-            f"(medians; best-of-runs {u.best_s / q.best_s:.1f})"
-        )
     return out
 
 
@@ -762,9 +700,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5, help="pruned merges per batch (the median is reported)")
     parser.add_argument("--repeat-unpruned", type=int, default=3, help="unpruned merges per batch (median reported)")
     parser.add_argument("--chunk-rows", type=int, default=2_000_000, help="rows generated per write while building")
-    parser.add_argument(
-        "--no-proposed", action="store_true", help="skip the pruned merge with the proposed DeltaStore.merge change"
-    )
     parser.add_argument("--no-correlated", action="store_true", help="skip the table with correlated keys")
     parser.add_argument("--workdir", type=Path, default=None, help="where to build (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
@@ -781,14 +716,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"merge pruning bench: {args.rows:,} rows, {args.partitions} daily partitions, "
         f"{args.files_per_partition} files per partition, workdir {workdir}"
     )
-    proposed = not args.no_proposed
-    if proposed:
-        ProposedStore.merge_impl = proposed_merge()
-        if ProposedStore.merge_impl is None:
-            log("note: DeltaStore.merge no longer computes the batch's partitions row by row; no proposed variant")
-            proposed = False
-        else:
-            log(f"proposed variant: {PROPOSAL}")
     try:
         table = load_catalog()["ods.order"]
         schema = bench_schema(table)
@@ -814,7 +741,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         plan_b = BatchPlan("b", spread, args.batch_b, 0.10, 0.05, 0.02)
         common = {"spark": spark, "table": table, "schema": schema, "workdir": workdir, "repeat": args.repeat}
         common["repeat_unpruned"] = args.repeat_unpruned
-        common["proposed"] = proposed
         a = scenario(**common, base=bases["uncorrelated"], layout=uncorrelated, plan=plan_a, label="a", seed=args.seed)
         b = scenario(
             **common, base=bases["uncorrelated"], layout=uncorrelated, plan=plan_b, label="b", seed=args.seed + 1
@@ -859,10 +785,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             fields["correlated_pruned_s"] = round(c["pruned"].merge_s, 2)
             fields["correlated_unpruned_s"] = round(c["unpruned"].merge_s, 2)
             fields["correlated_ratio"] = round(c["ratio"], 1)
-        if proposed:
-            fields["batch_a_proposed_s"] = round(a["proposed"].merge_s, 2)
-            fields["proposed_ratio"] = round(a["proposed_ratio"], 1)
-            fields["batch_b_proposed_ratio"] = round(b["proposed_ratio"], 1)
         fields["total_s"] = round(time.monotonic() - t0, 1)
         fields["peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 1)
         log("\nRESULT " + " ".join(f"{k}={v}" for k, v in fields.items()))

@@ -32,6 +32,7 @@ from dagster import (
 )
 
 from resources.delta_lake import DeltaLakeResource
+from resources.spark import SparkResource
 from warehouse_assets.catalog import Catalog
 from warehouse_assets.compiler import partition_spec
 
@@ -48,7 +49,7 @@ def build_zorder(catalog: Catalog) -> tuple[JobDefinition, SensorDefinition]:
 
     @op(name="zorder_partition_files", description="Z-order the files of complete partitions.")
     def zorder_partition_files(
-        context: OpExecutionContext, config: ZOrderConfig, lake: DeltaLakeResource
+        context: OpExecutionContext, config: ZOrderConfig, lake: DeltaLakeResource, spark: SparkResource
     ) -> Output[list[dict[str, Any]]]:
         if config.table not in tables:
             raise ValueError(f"{config.table} declares no Z-order columns; tables that do: {sorted(tables)}")
@@ -57,7 +58,7 @@ def build_zorder(catalog: Catalog) -> tuple[JobDefinition, SensorDefinition]:
         for key in config.partitions:
             spec = partition_spec(table.period, key)
             before = store.live_files(table.key, [spec])[1].files_read
-            metrics = store.optimize(table.key, partitions=[spec], zorder_by=table.zorder)
+            metrics = store.optimize(table.key, partitions=[spec], zorder_by=table.zorder, spark=spark.session())
             after = store.live_files(table.key, [spec])[1].files_read
             numbers = {
                 "files_before": before,

@@ -189,6 +189,61 @@ def test_optimize_zorder_and_history(spark: SparkSession, store: DeltaStore) -> 
     assert operations[0] == "OPTIMIZE" and len(operations) == 2
 
 
+def _grid(spark: SparkSession, n: int = 4096):
+    """Rows whose (a, b) are uncorrelated with the row order: no file's min/max can skip before Z-order."""
+    rows = [(i, (i * 2654435761) % 1000, (i * 40503 + 17) % 1000, "2024-03-05") for i in range(n)]
+    return spark.createDataFrame(rows, "id bigint, a bigint, b bigint, dt string")
+
+
+def _mean_skipped(store: DeltaStore, key: tuple[str, str], lookups: list[tuple[int, int]]) -> float:
+    fractions = []
+    for a, b in lookups:
+        _, stats = store.live_files(key, [{"dt": "2024-03-05"}], [Predicate("a", "=", a), Predicate("b", "=", b)])
+        fractions.append(1 - stats.files_read / stats.files_after_partition_pruning)
+    return sum(fractions) / len(fractions)
+
+
+def test_zorder_through_spark_sorts_along_a_morton_curve(spark: SparkSession, store: DeltaStore) -> None:
+    key = ("dwd", "grid")
+    df = _grid(spark)
+    store.overwrite(key, df.repartition(16), ["dt"], [{"dt": "2024-03-05"}])
+    before = sorted(tuple(r) for r in store.read(spark, key)[0].collect())
+    lookups = [(r[1], r[2]) for r in before[::97]]
+    assert _mean_skipped(store, key, lookups) < 0.2  # random layout: every file spans almost the whole grid
+    files_bytes = store.live_files(key, [{"dt": "2024-03-05"}])[1].bytes_read
+    metrics = store.optimize(
+        key, partitions=[{"dt": "2024-03-05"}], zorder_by=["a", "b"], target_size=files_bytes // 16, spark=spark
+    )
+    assert metrics["numFilesRemoved"] == 16 and 8 <= metrics["numFilesAdded"] <= 24 and metrics["rows"] == 4096
+    assert sorted(tuple(r) for r in store.read(spark, key)[0].collect()) == before  # same rows, new layout
+    assert _mean_skipped(store, key, lookups) > 0.75  # each file now covers a small box of (a, b)
+    table_dir = Path(store.table_uri(key))
+    last = sorted((table_dir / "_delta_log").glob("*.json"))[-1].read_text().splitlines()
+    adds = [json.loads(line)["add"] for line in last if '"add"' in line]
+    assert adds and all(a["dataChange"] is False for a in adds)  # a rewrite, not new data
+    assert store.history(key)[0]["warehouse.operation"] == "zorder"
+
+
+def test_zorder_never_replaces_a_concurrent_change(
+    spark: SparkSession, store: DeltaStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.overwrite(KEY, _sales(spark, "2024-03-05", 40).repartition(4), ["dt"], [{"dt": "2024-03-05"}])
+    original = DeltaTable.create_write_transaction
+    rival = DeltaStore(store.root)
+
+    def late_data_lands_first(self: DeltaTable, *args: object, **kwargs: object) -> None:
+        monkeypatch.setattr(DeltaTable, "create_write_transaction", original)
+        rival.overwrite(KEY, _sales(spark, "2024-03-05", 3, amount="8.00"), ["dt"], [{"dt": "2024-03-05"}])
+        original(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(DeltaTable, "create_write_transaction", late_data_lands_first)
+    with pytest.raises(DeltaLayerError, match="changed after version 0"):
+        store.optimize(KEY, partitions=[{"dt": "2024-03-05"}], zorder_by=["id"], spark=spark)
+    assert _rows(store, spark) == [(i, f"u{i}", Decimal("8.00"), "2024-03-05") for i in range(3)]  # the rival's rows
+    with pytest.raises(DeltaLayerError, match="'user' is StringType"):
+        store.zorder(spark, KEY, {"dt": "2024-03-05"}, ["user"])
+
+
 def test_written_tables_are_valid_delta(spark: SparkSession, store: DeltaStore) -> None:
     store.overwrite(KEY, _sales(spark, "2024-03-05", 30), ["dt"], [{"dt": "2024-03-05"}])
     store.overwrite(KEY, _sales(spark, "2024-03-05", 12), ["dt"], [{"dt": "2024-03-05"}])
