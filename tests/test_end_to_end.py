@@ -197,7 +197,9 @@ def test_zorder_follows_complete_partitions_off_the_critical_path(warehouse: War
     ]
     job = defs.get_job_def("zorder_partitions")
     run = job.execute_in_process(
-        run_config=requests[0].run_config, instance=warehouse.instance, resources={"lake": warehouse.resources["lake"]}
+        run_config=requests[0].run_config,
+        instance=warehouse.instance,
+        resources={"lake": warehouse.resources["lake"], "spark": warehouse.resources["spark"]},
     )
     assert run.success
     observations = warehouse.instance.get_event_records(
