@@ -5,6 +5,7 @@ from __future__ import annotations
 from dagster import AssetSelection, AutomationConditionSensorDefinition, DefaultSensorStatus, Definitions
 
 from resources import resources_from_env
+from sensors.external import build_external_sensors
 from sensors.landing import build_landing_sensor
 from sensors.ods_readiness import build_readiness_sensor
 from sensors.simulated_source import simulated_source
@@ -38,6 +39,7 @@ defs = Definitions(
         automation_sensor,
         simulated_source,
         zorder_sensor,
+        *build_external_sensors(catalog),
     ],
     resources=resources_from_env(),
 )
