@@ -50,7 +50,7 @@ Clock = Callable[[], datetime]
 
 def sensor_interval() -> int:
     """``WAREHOUSE_EXTERNAL_SENSOR_INTERVAL`` seconds between ticks (read when the code location loads)."""
-    return int(os.environ.get("WAREHOUSE_EXTERNAL_SENSOR_INTERVAL", "30"))
+    return int(os.environ.get("WAREHOUSE_EXTERNAL_SENSOR_INTERVAL", "10"))
 
 
 def now_in_business_tz() -> datetime:
