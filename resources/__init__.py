@@ -1,4 +1,4 @@
-"""External systems behind small interfaces: Spark, the Delta lake, the CDC landing area."""
+"""External systems behind small interfaces: Spark, the Delta lake, the CDC landing area, external producers."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from resources.delta_lake import DeltaLakeResource
+from resources.external import ExternalResource
 from resources.landing import LandingResource
 from resources.spark import SparkResource
 
@@ -25,6 +26,7 @@ def resources_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
         return env.get(ENV_PREFIX + name, default)
 
     timezone = get("TIMEZONE", "Asia/Shanghai")
+    landing_root = get("LANDING_ROOT", "data/landing")
     spark_conf = {}
     for item in filter(None, get("SPARK_CONF", "").split(",")):
         key, _, value = item.partition("=")
@@ -43,11 +45,12 @@ def resources_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
             time_travel_hours=int(get("TIME_TRAVEL_HOURS", "168")),
         ),
         "landing": LandingResource(
-            root=get("LANDING_ROOT", "data/landing"),
+            root=landing_root,
             timezone=timezone,
             simulate_live=get("SIMULATE_LIVE", "0") == "1",
         ),
+        "external": ExternalResource(root=get("EXTERNAL_ROOT", landing_root.rstrip("/") + "/external")),
     }
 
 
-__all__ = ["DeltaLakeResource", "LandingResource", "SparkResource", "resources_from_env"]
+__all__ = ["DeltaLakeResource", "ExternalResource", "LandingResource", "SparkResource", "resources_from_env"]

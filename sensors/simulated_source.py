@@ -1,14 +1,20 @@
-"""The embedded default's clock: keeps the simulated CDC source producing as wall-clock time passes.
+"""The embedded default's clock: keeps the simulated sources producing as wall-clock time passes.
+
+The CDC source gets its new segments; the simulated external producers (the ad partner's files, the
+finance system's Delta table, :mod:`resources.external_simulator`) deliver whatever is due by now.
 
 Only active when the resource ``landing`` says ``simulate_live`` (``warehouse dev`` turns it on) and the
 landing area was made by the simulator. Real sources never go through this sensor.
 """
 
 from datetime import datetime
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from dagster import DefaultSensorStatus, SensorEvaluationContext, SkipReason, sensor
 
+from resources.external import ExternalResource
+from resources.external_simulator import simulate_external
 from resources.landing import LandingResource
 from resources.simulator import append, read_simulation
 
@@ -19,13 +25,22 @@ from resources.simulator import append, read_simulation
     default_status=DefaultSensorStatus.RUNNING,
     description="Extends the simulated CDC source up to now (embedded default only).",
 )
-def simulated_source(context: SensorEvaluationContext, landing: LandingResource) -> SkipReason:
+def simulated_source(
+    context: SensorEvaluationContext, landing: LandingResource, external: ExternalResource
+) -> SkipReason:
     if not landing.simulate_live:
         return SkipReason("live simulation is off (WAREHOUSE_SIMULATE_LIVE); sources are real")
     root = landing.landing().root
     recorded = read_simulation(root)
     if recorded is None:
         return SkipReason(f"{root} was not made by the simulator")
-    now = datetime.now(ZoneInfo(recorded[0].tz)).replace(tzinfo=None)
-    summary = append(root, now)
-    return SkipReason(f"simulated source now reaches {summary.end} ({summary.messages} new messages)")
+    config, start, _ = recorded
+    now = datetime.now(ZoneInfo(config.tz))
+    summary = append(root, now.replace(tzinfo=None))
+    delivered = simulate_external(Path(external.root), start.date(), now, config.seed)
+    for ident in delivered:
+        context.log.info(f"simulated external delivery: {ident}")
+    return SkipReason(
+        f"simulated source now reaches {summary.end} ({summary.messages} new messages); "
+        f"{len(delivered)} external deliveries"
+    )

@@ -35,7 +35,7 @@ def test_every_layer_is_present_with_one_timezone() -> None:
     graph = defs.resolve_asset_graph()
     keys = graph.get_all_asset_keys()
     layers = {key.path[0] for key in keys}
-    assert layers == {"ods", "dwd", "dws", "ads"}
+    assert layers == {"ext", "ods", "dwd", "dws", "ads"}
     for key in keys:
         node = graph.get(key)
         assert node.group_name == key.path[0]
@@ -65,6 +65,8 @@ def test_sensors_run_by_default() -> None:
         "warehouse_automation",
         "simulated_source",
         "zorder_complete_partitions",
+        "ext_marketing_spend",
+        "ext_fx_rate",
     }
     for sensor in sensors.values():
         assert sensor.default_status == DefaultSensorStatus.RUNNING
@@ -74,7 +76,7 @@ def test_derived_assets_are_automated_and_ods_are_reported() -> None:
     graph = defs.resolve_asset_graph()
     for key in graph.get_all_asset_keys():
         node = graph.get(key)
-        if key.path[0] == "ods":
+        if key.path[0] in ("ods", "ext"):
             assert not node.is_executable and node.automation_condition is None
         else:
             assert node.automation_condition is not None

@@ -173,7 +173,7 @@ def test_why_waiting_job_reports_in_the_run(warehouse: Warehouse) -> None:
     job = defs.get_job_def("why_waiting")
     result = job.execute_in_process(
         instance=warehouse.instance,
-        resources={k: v for k, v in warehouse.resources.items() if k in ("lake", "landing")},
+        resources={k: v for k, v in warehouse.resources.items() if k in ("lake", "landing", "external")},
         run_config={
             "ops": {"explain_partition": {"config": {"table": "dws.user_order_daily", "partition": "2026-03-03"}}}
         },

@@ -8,6 +8,7 @@ from zoneinfo import ZoneInfo
 
 from dagster import build_sensor_context
 
+from resources.external import ExternalResource
 from resources.landing import LandingResource
 from resources.simulator import SimulationConfig, read_simulation, simulate
 from sensors.simulated_source import simulated_source
@@ -21,20 +22,31 @@ def test_live_simulation_catches_up_with_the_clock(tmp_path: Path) -> None:
     simulate(tmp_path, start, start + timedelta(hours=1), SimulationConfig(scale=0.02))
     before = read_simulation(tmp_path)
     assert before is not None
+    external = ExternalResource(root=str(tmp_path / "external"))
     result = simulated_source(
-        build_sensor_context(resources={"landing": LandingResource(root=str(tmp_path), simulate_live=True)})
+        build_sensor_context(
+            resources={"landing": LandingResource(root=str(tmp_path), simulate_live=True), "external": external}
+        )
     )
     after = read_simulation(tmp_path)
     assert after is not None and after[2] > before[2]
     assert after[2] > datetime.now(TZ) - timedelta(minutes=6)
     assert "now reaches" in str(result.skip_message)
+    # the external producers follow the same clock (what is due by now; they record their progress)
+    assert "external deliveries" in str(result.skip_message)
+    assert (tmp_path / "external" / "simulation.json").is_file()
 
 
 def test_real_sources_are_left_alone(tmp_path: Path) -> None:
-    result = simulated_source(build_sensor_context(resources={"landing": LandingResource(root=str(tmp_path))}))
+    external = ExternalResource(root=str(tmp_path / "external"))
+    result = simulated_source(
+        build_sensor_context(resources={"landing": LandingResource(root=str(tmp_path)), "external": external})
+    )
     assert "live simulation is off" in str(result.skip_message)
     result = simulated_source(
-        build_sensor_context(resources={"landing": LandingResource(root=str(tmp_path), simulate_live=True)})
+        build_sensor_context(
+            resources={"landing": LandingResource(root=str(tmp_path), simulate_live=True), "external": external}
+        )
     )
     assert "not made by the simulator" in str(result.skip_message)
     assert not any(tmp_path.iterdir())

@@ -8,6 +8,10 @@ Two kinds of declaration live under ``warehouse_assets/tables/<layer>/``:
   Spark SQL body. The SQL names its inputs as ``layer.table``; the compiler hands it exactly the mapped
   upstream partitions under those names.
 
+* ``ext/<name>.yaml`` for external tables: data produced outside the platform (an ad partner's files, a
+  finance system's Delta table). They are never computed here; a sensor per producer reports each
+  partition that has truly arrived, and downstream SQL reads them like any other input.
+
 Dependencies are found in the SQL itself (seed 000's lineage); a ``depends_on`` entry only adds offsets
 in the seeds' vocabulary: ``{set: [-1]}`` (T-1), ``{range: [0, 23]}`` (the 24 hours of a day),
 ``{range: [-29, 0]}`` (a 30-period sliding window).
@@ -28,7 +32,8 @@ from sqlglot import exp
 from warehouse_assets.partitions import BY_PERIOD, PARTITION_COLUMNS
 
 TABLES_DIR = Path(__file__).parent / "tables"
-LAYERS = ("ods", "dwd", "dws", "ads")
+LAYERS = ("ext", "ods", "dwd", "dws", "ads")
+EXTERNAL_FORMATS = ("csv_files", "delta")
 PERIOD_ORDER = {"hourly": 0, "daily": 1, "weekly": 2, "monthly": 3}
 SPARK_TYPES = {"bigint", "int", "tinyint", "smallint", "string", "timestamp", "date", "double", "boolean"}
 _DECIMAL = re.compile(r"^decimal\(\d+,\s*\d+\)$")
@@ -53,6 +58,21 @@ class Dependency:
 
 
 @dataclass(frozen=True)
+class External:
+    """Where and how an external producer delivers a table.
+
+    ``csv_files``: ``<location>/dt=YYYY-MM-DD/part-*.csv`` (with a header) and a ``marker`` file written
+    last; ``delta``: a Delta table partitioned by ``dt``. ``location`` is relative to the external root
+    (``WAREHOUSE_EXTERNAL_ROOT``) or an absolute path.
+    """
+
+    format: str
+    location: str
+    producer: str = ""
+    marker: str = "_SUCCESS"
+
+
+@dataclass(frozen=True)
 class Table:
     layer: str
     name: str
@@ -70,6 +90,7 @@ class Table:
     columns: tuple[tuple[str, str], ...] = ()
     partition_time: str | None = None
     heartbeat_idle_grace_minutes: int | None = None  # ODS: heartbeats may prove an idle shard (see readiness)
+    external: External | None = None  # external tables only
 
     @property
     def fqn(self) -> str:
@@ -87,6 +108,15 @@ class Table:
     def is_ods(self) -> bool:
         return self.layer == "ods"
 
+    @property
+    def is_external(self) -> bool:
+        return self.external is not None
+
+    @property
+    def is_source(self) -> bool:
+        """Built outside the compiler: ODS (ingestion) and external tables (their producers)."""
+        return self.is_ods or self.is_external
+
 
 @dataclass
 class Catalog:
@@ -101,8 +131,11 @@ class Catalog:
     def ods(self) -> list[Table]:
         return [t for t in self.tables.values() if t.is_ods]
 
+    def externals(self) -> list[Table]:
+        return [t for t in self.tables.values() if t.is_external]
+
     def derived(self) -> list[Table]:
-        return [t for t in self.tables.values() if not t.is_ods]
+        return [t for t in self.tables.values() if not t.is_source]
 
 
 def _fail(path: Path, message: str) -> CatalogError:
@@ -184,6 +217,8 @@ def referenced_tables(sql: str) -> set[str]:
 def _load_sql(path: Path) -> Table:
     header, body = _header(path, path.read_text())
     layer, name, period = _identity(header, path)
+    if layer == "ext":
+        raise _fail(path, "external tables are declared in YAML (tables/ext/<name>.yaml); nothing here computes them")
     if not body:
         raise _fail(path, "the SQL body is empty")
     try:
@@ -256,12 +291,54 @@ def _load_ods(path: Path) -> Table:
     )
 
 
+def _load_external(path: Path) -> Table:
+    try:
+        header = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise _fail(path, f"invalid YAML: {exc}") from exc
+    layer, name, period = _identity(header, path)
+    if period != "daily":
+        raise _fail(path, f"external tables are delivered per day: period must be daily, got {period!r}")
+    spec = header.get("external") or {}
+    if not isinstance(spec, Mapping) or spec.get("format") not in EXTERNAL_FORMATS or not spec.get("location"):
+        raise _fail(path, f"external needs format ({' or '.join(EXTERNAL_FORMATS)}) and location")
+    columns = header.get("columns") or {}
+    if not isinstance(columns, Mapping) or not columns:
+        raise _fail(path, "columns must map each delivered column to a Spark type")
+    for column, ctype in columns.items():
+        if ctype not in SPARK_TYPES and not _DECIMAL.match(str(ctype)):
+            raise _fail(path, f"column {column}: unsupported type {ctype!r}")
+        if column == "dt":
+            raise _fail(path, "dt is the partition column of every external table; do not declare it")
+    return Table(
+        layer=layer,
+        name=name,
+        period=period,
+        path=path,
+        primary_key=_as_tuple(header.get("primary_key"), path, "primary_key"),
+        description=str(header.get("description", "")).strip(),
+        owner=str(header.get("owner", "warehouse-team")),
+        columns=tuple((str(k), str(v)) for k, v in columns.items()),
+        external=External(
+            format=str(spec["format"]),
+            location=str(spec["location"]),
+            producer=str(spec.get("producer", "")),
+            marker=str(spec.get("marker", "_SUCCESS")),
+        ),
+    )
+
+
 def load_catalog(root: Path = TABLES_DIR) -> Catalog:
     """Load and validate every declaration under ``root``."""
     catalog = Catalog()
     files: Iterable[Path] = sorted([*root.glob("*/*.sql"), *root.glob("*/*.yaml")])
     for path in files:
-        table = _load_ods(path) if path.suffix == ".yaml" else _load_sql(path)
+        if path.suffix == ".sql":
+            table = _load_sql(path)
+        elif path.parent.name == "ext":
+            table = _load_external(path)
+        else:
+            table = _load_ods(path)
         if table.fqn in catalog.tables:
             raise _fail(path, f"{table.fqn} is declared twice (also in {catalog.tables[table.fqn].path})")
         catalog.tables[table.fqn] = table

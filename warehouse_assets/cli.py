@@ -81,6 +81,57 @@ def report_ready_hours(instance: Any, resources: dict[str, Any]) -> int:
     return len(events)
 
 
+def report_external_deliveries(instance: Any, resources: dict[str, Any]) -> int:
+    """Report every external partition that has arrived and is not reported yet (what their sensors do)."""
+    from sensors.external import Cursor, evaluate, now_in_business_tz
+    from warehouse_assets.definitions import catalog
+
+    reported = 0
+    for table in catalog.externals():
+        source = resources["external"].source(table)
+        tick, _ = evaluate(source, Cursor(), now_in_business_tz(), _fingerprint_lookup(instance, table.key))
+        for line in tick.rejected:
+            _say(f"[ext   ] {line}")
+        for event in tick.events:
+            instance.report_runless_asset_event(event)
+        reported += len(tick.events)
+    return reported
+
+
+def _fingerprint_lookup(instance: Any, key: list[str]) -> Any:
+    from dagster import AssetKey, AssetRecordsFilter
+
+    def lookup(partition: str) -> str | None:
+        records = instance.fetch_materializations(
+            AssetRecordsFilter(asset_key=AssetKey(key), asset_partitions=[partition]), limit=1
+        ).records
+        event = records[0].asset_materialization if records else None
+        value = event.metadata.get("fingerprint") if event is not None else None
+        return str(value.value) if value is not None else None
+
+    return lookup
+
+
+def _external_missing(instance: Any, table: Any, keys: list[str]) -> dict[str, list[str]]:
+    """Partition key -> external upstream partitions it needs that have not arrived."""
+    from dagster import AssetKey
+
+    from warehouse_assets.compiler import upstream_partitions
+    from warehouse_assets.definitions import catalog
+
+    missing: dict[str, list[str]] = {}
+    for dep in table.deps:
+        if not catalog[dep.table].is_external:
+            continue
+        arrived = instance.get_materialized_partitions(AssetKey(dep.key))
+        for key in keys:
+            needed = upstream_partitions(catalog, table, dep, key).keys
+            lacking = [f"{dep.table} {k}" for k in needed if k not in arrived]
+            if lacking:
+                missing.setdefault(key, []).extend(lacking)
+    return missing
+
+
 def partition_keys_between(period: str, start: datetime, end: datetime) -> list[str]:
     """Partition keys of ``period`` whose whole window lies in [start, end)."""
     from warehouse_assets.partitions import BY_PERIOD
@@ -94,6 +145,45 @@ def partition_keys_between(period: str, start: datetime, end: datetime) -> list[
     return keys
 
 
+def _contiguous(keys: list[str], skip: set[str]) -> list[list[str]]:
+    """Runs of consecutive keys not in ``skip`` (each becomes one ranged run)."""
+    runs: list[list[str]] = [[]]
+    for key in keys:
+        if key in skip:
+            runs.append([])
+        else:
+            runs[-1].append(key)
+    return [run for run in runs if run]
+
+
+def _materialize_keys(
+    instance: Any, resources: dict[str, Any], all_assets: list[Any], table: Any, keys: list[str], step: str
+) -> bool:
+    from dagster import AssetKey, materialize
+
+    label = keys[0] if len(keys) == 1 else f"{keys[0]} .. {keys[-1]}"
+    _say(f"{step} {table.fqn} {label} ({len(keys)} partition(s)) …")
+    t0 = time.monotonic()
+    result = materialize(
+        all_assets,
+        instance=instance,
+        resources=resources,
+        selection=[AssetKey(table.key)],
+        tags={"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]},
+        raise_on_error=False,
+    )
+    if not result.success:
+        failure = next((e for e in result.all_events if e.is_step_failure), None)
+        error = failure.step_failure_data.error if failure and failure.step_failure_data else None
+        message = error.message.strip() if error else "see the run in the UI"
+        _say(f"{step} {table.fqn} FAILED: {message}")
+        return False
+    events = result.get_asset_materialization_events()
+    rows = events[0].materialization.metadata["rows"].value if events else 0  # one result covers the range
+    _say(f"{step} {table.fqn} done in {time.monotonic() - t0:.1f}s, {rows} rows written")
+    return True
+
+
 def materialize_range(
     instance: Any,
     resources: dict[str, Any],
@@ -103,7 +193,7 @@ def materialize_range(
     ingest: bool = True,
 ) -> bool:
     """The headless path: ingest, report ready hours, then build each derived table over the range."""
-    from dagster import AssetKey, AssetsDefinition, AssetSpec, materialize
+    from dagster import AssetsDefinition, AssetSpec
 
     from warehouse_assets.compiler import topological
     from warehouse_assets.definitions import catalog, defs
@@ -119,6 +209,8 @@ def materialize_range(
             )
     reported = report_ready_hours(instance, resources)
     _say(f"[ready ] {reported} ODS hour partition(s) reported ready")
+    arrived = report_external_deliveries(instance, resources)
+    _say(f"[ext   ] {arrived} external partition(s) reported arrived")
     plan = [t for t in topological(catalog) if not tables or t.fqn in tables]
     all_assets = [a for a in defs.assets or [] if isinstance(a, AssetsDefinition | AssetSpec)]
     for index, table in enumerate(plan, start=1):
@@ -126,26 +218,12 @@ def materialize_range(
         if not keys:
             _say(f"[{index}/{len(plan)}] {table.fqn}: no whole {table.period} partition in the range, skipped")
             continue
-        label = keys[0] if len(keys) == 1 else f"{keys[0]} .. {keys[-1]}"
-        _say(f"[{index}/{len(plan)}] {table.fqn} {label} ({len(keys)} partition(s)) …")
-        t0 = time.monotonic()
-        result = materialize(
-            all_assets,
-            instance=instance,
-            resources=resources,
-            selection=[AssetKey(table.key)],
-            tags={"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]},
-            raise_on_error=False,
-        )
-        if not result.success:
-            failure = next((e for e in result.all_events if e.is_step_failure), None)
-            error = failure.step_failure_data.error if failure and failure.step_failure_data else None
-            message = error.message.strip() if error else "see the run in the UI"
-            _say(f"[{index}/{len(plan)}] {table.fqn} FAILED: {message}")
-            return False
-        events = result.get_asset_materialization_events()
-        rows = events[0].materialization.metadata["rows"].value if events else 0  # one result covers the range
-        _say(f"[{index}/{len(plan)}] {table.fqn} done in {time.monotonic() - t0:.1f}s, {rows} rows written")
+        waiting = _external_missing(instance, table, keys)
+        for key, lacking in waiting.items():
+            _say(f"[{index}/{len(plan)}] {table.fqn} {key}: external not arrived ({', '.join(lacking)}), skipped")
+        for run_keys in _contiguous(keys, set(waiting)):
+            if not _materialize_keys(instance, resources, all_assets, table, run_keys, f"[{index}/{len(plan)}]"):
+                return False
     _say(f"[done  ] {len(plan)} table(s) in {time.monotonic() - begun:.1f}s")
     return True
 
@@ -153,7 +231,15 @@ def materialize_range(
 # --- dev ---------------------------------------------------------------------------------------------------
 
 
-def _ensure_simulated(landing: Path, days: int, scale: float, tz: str) -> None:
+def simulate_externals(landing: Path, external_root: Path) -> None:
+    """Let the simulated external producers deliver what is due by the CDC simulation's clock."""
+    from resources.external_simulator import simulate_external_for_landing
+
+    delivered = simulate_external_for_landing(landing, external_root)
+    _say(f"[sim] external producers: {len(delivered)} new deliveries under {external_root}")
+
+
+def _ensure_simulated(landing: Path, days: int, scale: float, tz: str, external_root: Path) -> None:
     from resources.simulator import SimulationConfig, append, simulate
 
     now = datetime.now(ZoneInfo(tz))
@@ -162,10 +248,12 @@ def _ensure_simulated(landing: Path, days: int, scale: float, tz: str) -> None:
     if (landing / "simulation.json").exists():
         summary = append(landing, end.replace(tzinfo=None))
         _say(f"[dev] simulated source extended to {summary.end}")
+        simulate_externals(landing, external_root)
         return
     start = (now - timedelta(days=days)).replace(hour=0, minute=0, second=0, microsecond=0)
     _say(f"[dev] generating simulated CDC sources {start:%Y-%m-%d} .. now (scale {scale}) into {landing}")
     simulate(landing, start.replace(tzinfo=None), end.replace(tzinfo=None), SimulationConfig(scale=scale, tz=tz))
+    simulate_externals(landing, external_root)
 
 
 def run_dev(args: argparse.Namespace) -> int:
@@ -183,7 +271,7 @@ def run_dev(args: argparse.Namespace) -> int:
     landing = Path(resources["landing"].root)
     tz = resources["spark"].timezone
     if args.simulate:
-        _ensure_simulated(landing, args.days, args.scale, tz)
+        _ensure_simulated(landing, args.days, args.scale, tz, Path(resources["external"].root))
     server = None
     if env["WAREHOUSE_SPARK_MODE"] == "connect":
         url = env.get("WAREHOUSE_SPARK_CONNECT_URL", "sc://127.0.0.1:15002")
@@ -297,7 +385,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = parser.parse_args(argv)
     if args.command == "simulate":
-        return simulator.run(args)
+        status = simulator.run(args)
+        if status == 0:
+            from resources import resources_from_env
+
+            default = resources_from_env({"WAREHOUSE_LANDING_ROOT": str(args.landing)})["external"].root
+            simulate_externals(args.landing, Path(os.environ.get("WAREHOUSE_EXTERNAL_ROOT", default)))
+        return status
     if args.command == "dev":
         return run_dev(args)
     if args.command == "spark-server":
@@ -313,7 +407,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         try:
             report = explain(
-                instance, catalog, resources["lake"].store(), resources["landing"].landing(), args.table, args.partition
+                instance,
+                catalog,
+                resources["lake"].store(),
+                resources["landing"].landing(),
+                args.table,
+                args.partition,
+                resources["external"],
             )
         except ValueError as exc:
             print(f"error: {exc}", file=sys.stderr)

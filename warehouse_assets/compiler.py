@@ -5,7 +5,9 @@ A derived table becomes an ``@asset`` whose body, for each of its partitions in 
 1. maps the partition to the exact upstream partitions (Dagster's own partition mappings) and refuses to
    run if one of them does not exist or was never materialized — Dagster drops such partitions silently
    (design §6.2), so the guard lives here;
-2. reads those upstream partitions from Delta (pruned) and registers them under the names its SQL uses;
+2. reads those upstream partitions from Delta (pruned) — or, for an external table, from its producer's
+   files or Delta table through :class:`resources.external.ExternalSource` — and registers them under the
+   names its SQL uses;
 3. runs the SQL with Spark and overwrites exactly its own partition.
 """
 
@@ -36,6 +38,7 @@ from pyspark.sql import functions as F
 from sqlglot import exp
 
 from resources.delta_lake import DeltaLakeResource, DeltaStore, Predicate
+from resources.external import ExternalResource
 from resources.spark import SparkResource
 from warehouse_assets.automation import ready_when_upstream_complete
 from warehouse_assets.catalog import Catalog, Dependency, Table
@@ -124,8 +127,13 @@ def run_table(
     table: Table,
     spark: SparkSession,
     store: DeltaStore,
+    external: ExternalResource | None = None,
 ) -> MaterializeResult:
-    """Build every partition of the run in time order; one Delta commit per partition."""
+    """Build every partition of the run in time order; one Delta commit per partition.
+
+    External inputs are read from their producers (``external`` says where) — only the partitions their
+    sensors reported, which the guard checks like any other input.
+    """
     pdef = BY_PERIOD[table.period]
     keys = sorted(context.partition_keys, key=lambda k: _start(pdef, k))
     materialized = {
@@ -145,7 +153,11 @@ def run_table(
             _guard(table, key, dep, up, present)
             upstream = catalog[dep.table]
             specs = [partition_spec(upstream.period, k) for k in up.keys]
-            if specs and store.exists(upstream.key):
+            if upstream.is_external:
+                if external is None:
+                    raise Failure(f"{table.fqn} reads the external {dep.table} but has no external resource")
+                df = external.source(upstream).read(spark, [s["dt"] for s in specs])
+            elif specs and store.exists(upstream.key):
                 live = [Predicate("_deleted", "=", False)] if upstream.is_ods else []  # skip CDC tombstones
                 df, stats = store.read(spark, upstream.key, partitions=specs, predicates=live)
                 totals["files_read"] += stats.files_read
@@ -229,8 +241,9 @@ def _code_version(table: Table) -> str:
 
 def build_asset(catalog: Catalog, table: Table) -> AssetsDefinition:
     deps = [AssetDep(AssetKey(dep.key), partition_mapping=partition_mapping(table, dep)) for dep in table.deps]
+    reads_external = any(catalog[dep.table].is_external for dep in table.deps)
 
-    @asset(
+    decorate = asset(
         key=AssetKey(table.key),
         group_name=table.layer,
         partitions_def=BY_PERIOD[table.period],
@@ -248,10 +261,16 @@ def build_asset(catalog: Catalog, table: Table) -> AssetsDefinition:
             "sql": MetadataValue.md(f"```sql\n{table.sql}\n```"),
         },
     )
+
     def _build(context: AssetExecutionContext, spark: SparkResource, lake: DeltaLakeResource) -> MaterializeResult:
         return run_table(context, catalog, table, spark.session(), lake.store())
 
-    return _build
+    def _build_with_external(
+        context: AssetExecutionContext, spark: SparkResource, lake: DeltaLakeResource, external: ExternalResource
+    ) -> MaterializeResult:
+        return run_table(context, catalog, table, spark.session(), lake.store(), external)
+
+    return decorate(_build_with_external if reads_external else _build)
 
 
 def build_ods_spec(table: Table) -> AssetSpec:
@@ -272,8 +291,30 @@ def build_ods_spec(table: Table) -> AssetSpec:
     )
 
 
+def build_external_spec(table: Table) -> AssetSpec:
+    """An external table: produced outside the platform, its partitions reported by its sensor."""
+    assert table.external is not None
+    return AssetSpec(
+        key=AssetKey(table.key),
+        group_name=table.layer,
+        partitions_def=BY_PERIOD[table.period],
+        description=table.description,
+        owners=[f"team:{table.owner}"],
+        kinds={"csv"} if table.external.format == "csv_files" else {"delta"},
+        metadata={
+            "producer": table.external.producer,
+            "format": table.external.format,
+            "location": table.external.location,
+            "columns": ", ".join(f"{c} {t}" for c, t in table.columns),
+            "reported_by": f"sensor ext_{table.name}",
+            "source_file": str(table.path.relative_to(table.path.parents[2])),
+        },
+    )
+
+
 def build_assets(catalog: Catalog) -> list[AssetsDefinition | AssetSpec]:
-    built: list[AssetsDefinition | AssetSpec] = [build_ods_spec(t) for t in catalog.ods()]
+    built: list[AssetsDefinition | AssetSpec] = [build_external_spec(t) for t in catalog.externals()]
+    built += [build_ods_spec(t) for t in catalog.ods()]
     built += [build_asset(catalog, t) for t in catalog.derived()]
     return built
 
@@ -288,7 +329,7 @@ def topological(catalog: Catalog) -> list[Table]:
             return
         seen.add(t.fqn)
         for dep in t.deps:
-            if dep.table != t.fqn and not catalog[dep.table].is_ods:
+            if dep.table != t.fqn and not catalog[dep.table].is_source:
                 visit(catalog[dep.table])
         order.append(t)
 

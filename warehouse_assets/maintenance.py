@@ -18,7 +18,7 @@ from warehouse_assets.partitions import BUSINESS_TZ
 
 
 def build_maintenance(catalog: Catalog) -> tuple[JobDefinition, ScheduleDefinition]:
-    keys = [tuple(t.key) for t in catalog] + [QUARANTINE_KEY]
+    keys = [tuple(t.key) for t in catalog if not t.is_external] + [QUARANTINE_KEY]  # never a producer's table
 
     @op(name="maintain_lake", description="Vacuum outside the time-travel window, checkpoint, clean the log.")
     def maintain_lake(context: OpExecutionContext, lake: DeltaLakeResource) -> Output[dict[str, dict[str, int]]]:

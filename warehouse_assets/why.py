@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from dagster import AssetKey, AssetPartitionStatus, Config, DagsterInstance, OpExecutionContext, Output, job, op
 
 from resources.delta_lake import DeltaLakeResource, DeltaStore
+from resources.external import ExternalResource
 from resources.landing import Landing, LandingResource
 from sensors.ods_readiness import readiness
 from warehouse_assets.catalog import Catalog
@@ -20,7 +21,7 @@ from warehouse_assets.partitions import BY_PERIOD
 class UpstreamState:
     table: str
     partition: str
-    state: str  # materialized | missing | in progress | failed | does not exist | not ready
+    state: str  # materialized | missing | in progress | failed | does not exist | not ready | external not arrived
     detail: str = ""
 
 
@@ -55,7 +56,13 @@ def _statuses(instance: DagsterInstance, catalog: Catalog, fqn: str, keys: list[
 
 
 def explain(
-    instance: DagsterInstance, catalog: Catalog, store: DeltaStore, landing: Landing, fqn: str, partition: str
+    instance: DagsterInstance,
+    catalog: Catalog,
+    store: DeltaStore,
+    landing: Landing,
+    fqn: str,
+    partition: str,
+    external: ExternalResource | None = None,
 ) -> WhyReport:
     if fqn not in catalog.tables:
         raise ValueError(f"unknown table {fqn!r}; known: {', '.join(sorted(catalog.tables))}")
@@ -73,6 +80,11 @@ def explain(
         ods_state = readiness(store, landing, upstream) if upstream.is_ods else None
         for key in up.keys:
             entry = UpstreamState(dep.table, key, states[key])
+            if entry.state == "missing" and upstream.is_external:
+                entry.state = "external not arrived"
+                entry.detail = (
+                    external.source(upstream).describe(key) if external is not None else "producer location unknown"
+                )
             if entry.state == "missing" and ods_state is not None:
                 end = BY_PERIOD[upstream.period].time_window_for_partition_key(key).end
                 behind = [s for s in ods_state.streams if s.watermark is None or s.watermark < end]
@@ -115,9 +127,15 @@ class WhyConfig(Config):  # type: ignore[misc]
 def build_why_job(catalog: Catalog):  # type: ignore[no-untyped-def]
     @op(name="explain_partition")
     def explain_partition(
-        context: OpExecutionContext, config: WhyConfig, lake: DeltaLakeResource, landing: LandingResource
+        context: OpExecutionContext,
+        config: WhyConfig,
+        lake: DeltaLakeResource,
+        landing: LandingResource,
+        external: ExternalResource,
     ) -> Output[list[str]]:
-        report = explain(context.instance, catalog, lake.store(), landing.landing(), config.table, config.partition)
+        report = explain(
+            context.instance, catalog, lake.store(), landing.landing(), config.table, config.partition, external
+        )
         for line in report.lines():
             context.log.info(line)
         return Output(
