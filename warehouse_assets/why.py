@@ -76,16 +76,29 @@ def explain(
             if entry.state == "missing" and ods_state is not None:
                 end = BY_PERIOD[upstream.period].time_window_for_partition_key(key).end
                 behind = [s for s in ods_state.streams if s.watermark is None or s.watermark < end]
+                counts = ods_state.completeness(key)
+                shortest = sorted(counts.missing_by_stream.items(), key=lambda kv: -kv[1])
+                short = ", ".join(f"{stream} {n:,} missing" for stream, n in shortest[:3])
                 if behind:
                     entry.state = "not ready"
                     worst = ods_state.lagging[0]
                     mark = worst.watermark.strftime("%Y-%m-%d %H:%M") if worst.watermark else "nothing yet"
                     entry.detail = (
                         f"{len(behind)} of {len(ods_state.streams)} shard stream(s) not applied past "
-                        f"{end:%H:%M}; {worst.stream} is applied through {mark}"
+                        f"{end:%H:%M}; {worst.stream} is applied through {mark}; {counts.describe()}"
+                        + (f" ({short})" if short else "")
+                    )
+                elif not counts.complete:
+                    entry.state = "not ready"
+                    entry.detail = (
+                        f"all shards applied past {end:%H:%M} but incomplete: {counts.missing:,} row(s) missing — "
+                        f"{counts.describe()}" + (f" ({short})" if short else "")
                     )
                 else:
-                    entry.detail = "all shards applied past the hour; the readiness sensor reports it on its next tick"
+                    entry.detail = (
+                        "all shards applied past the hour and complete; the readiness sensor reports it on its "
+                        "next tick (or an earlier hour is still incomplete)"
+                    )
             report.upstream.append(entry)
         for key in up.nonexistent:
             report.upstream.append(
