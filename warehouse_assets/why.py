@@ -14,6 +14,7 @@ from sensors.ods_readiness import readiness
 from warehouse_assets.catalog import Catalog
 from warehouse_assets.compiler import upstream_partitions
 from warehouse_assets.partitions import BY_PERIOD
+from warehouse_assets.quality import failed_blocking_checks
 
 
 @dataclass
@@ -71,8 +72,15 @@ def explain(
         states = _statuses(instance, catalog, dep.table, up.keys) if up.keys else {}
         upstream = catalog[dep.table]
         ods_state = readiness(store, landing, upstream) if upstream.is_ods else None
+        failed = failed_blocking_checks(instance, upstream, [k for k in up.keys if states[k] == "materialized"])
         for key in up.keys:
             entry = UpstreamState(dep.table, key, states[key])
+            if key in failed:
+                names = ", ".join(failed[key])
+                if dep.ignore_dq:
+                    entry.detail = f"check failed: {names} (ignored: the dependency says ignore_dq)"
+                else:
+                    entry.state, entry.detail = "check failed", f"blocking check(s) failed: {names}"
             if entry.state == "missing" and ods_state is not None:
                 end = BY_PERIOD[upstream.period].time_window_for_partition_key(key).end
                 behind = [s for s in ods_state.streams if s.watermark is None or s.watermark < end]
