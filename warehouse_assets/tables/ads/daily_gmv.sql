@@ -12,7 +12,6 @@ checks:
   row_count: {min_rows: 1}
   # a warning, not a gate: sales may legitimately jump (a campaign); on-call sees the numbers
   anomaly: {metric: sum(gmv), max_deviation: 0.8, periods: 7, min_periods: 3, blocking: false}
-sla: {deadline: "09:00"}
 --- */
 SELECT
   '${ds}' AS ds,
