@@ -110,6 +110,10 @@ class Landing:
         segments = self.segments(f"{database}.{HEARTBEAT_TABLE}")
         return segments[-1].end if segments else None
 
+    def publishes_counts(self, stream: str) -> bool:
+        database, table = stream.split(".", 1)
+        return (self.root / "counts" / database / f"{table}.jsonl").is_file()
+
     def source_counts(self, stream: str) -> dict[str, int]:
         """Rows the source produced per local hour ("YYYY-MM-DDTHH"), if it publishes counts."""
         import json

@@ -1,17 +1,32 @@
 """ODS readiness: when is an hour of an ODS table complete? (design AD-4, seeds 001 and 002)
 
-An ODS hour H is ready once every shard stream of its source has been *applied* (committed in the ODS
-Delta table, see :mod:`warehouse_assets.ingestion`) through the end of H. A stream's watermark is the end
-of the window of the last segment committed; segments are written for every window, empty when the shard
-was idle, so an idle shard still advances while a lagging one holds the hour back. One sensor covers all
-ODS tables of the landing area and reports each ready hour as a materialization, once.
+An ODS hour H is ready once
+
+1. every shard stream of its source has been *applied* (committed in the ODS Delta table, see
+   :mod:`warehouse_assets.ingestion`) through the end of H. A stream's watermark is the end of the window of
+   the last segment committed; segments are written for every window, empty when the shard was idle, so an
+   idle shard still advances while a lagging one holds the hour back; and
+2. the rows ingested for H reach the table's completeness threshold (default 99.995 %) of the rows the
+   source counted for H. Both sides count the same thing: distinct DML row changes (one per row image of a
+   Canal message, a re-sent message once) whose binlog time ``es`` falls in the local hour H, summed over
+   the shard streams. The source publishes its counts in the landing area (``counts/``, the equivalent of
+   Kafka offsets); the ingestion records its own in ``ops.ingested_counts``. A stream whose source
+   publishes no counts is not measured. An hour needs ``ceil(threshold × source)`` rows: with 10,000 source
+   rows, 9,999 are not enough at 99.995 %.
+
+Hours are reported in order, so a ready hour also means every earlier hour was complete. One sensor covers
+all ODS tables and reports each ready hour as a materialization; when late changes of an hour already
+reported are ingested (its ingested count grows), the hour is reported again, so its downstream partitions
+re-run (``any_deps_updated``).
 """
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pyarrow as pa
 from dagster import (
@@ -27,7 +42,7 @@ from dagster import (
 from resources.delta_lake import DeltaLakeResource, DeltaStore
 from resources.landing import Landing, LandingResource
 from warehouse_assets.catalog import Catalog, Table
-from warehouse_assets.ingestion import committed_positions
+from warehouse_assets.ingestion import committed_positions, ingested_counts
 from warehouse_assets.partitions import hourly
 
 MAX_EVENTS_PER_TICK = 500
@@ -42,16 +57,79 @@ class StreamState:
 
 
 @dataclass
+class HourCompleteness:
+    """Rows of one hour: what the source counted, what was ingested, what readiness requires."""
+
+    hour: str  # partition key
+    source_rows: int | None  # None: no stream publishes counts (not measured)
+    ingested_rows: int
+    required: int
+    threshold: float
+    missing_by_stream: dict[str, int] = field(default_factory=dict)  # streams short of their source count
+    uncounted: list[str] = field(default_factory=list)  # streams whose source has not counted the hour yet
+
+    @property
+    def complete(self) -> bool:
+        return not self.uncounted and (self.source_rows is None or self.ingested_rows >= self.required)
+
+    @property
+    def missing(self) -> int:
+        return max(0, self.required - self.ingested_rows)
+
+    def describe(self) -> str:
+        if self.source_rows is None:
+            return "completeness not measured (the source publishes no counts)"
+        text = (
+            f"{self.ingested_rows:,} of {self.source_rows:,} source rows ingested "
+            f"({self.ingested_rows / self.source_rows:.5%}); needs {self.required:,} at {self.threshold:.3%}"
+            if self.source_rows
+            else f"{self.ingested_rows:,} rows ingested, the source counted none"
+        )
+        if self.uncounted:
+            text += f"; the source has not counted the hour yet for {', '.join(self.uncounted)}"
+        return text
+
+
+@dataclass
 class Readiness:
     table: str
     streams: list[StreamState] = field(default_factory=list)
     watermark: datetime | None = None
     first_hour: datetime | None = None
+    threshold: float = 1.0
+    source: dict[str, dict[str, int] | None] = field(default_factory=dict)  # stream -> hour -> rows
+    ingested: dict[str, dict[str, int]] = field(default_factory=dict)
+    counted_seq: dict[str, int] = field(default_factory=dict)  # how far each stream's ingested counts go
+    count_entries: list[dict[str, Any]] = field(default_factory=list)
+    timezone: str = "Asia/Shanghai"
 
     @property
     def lagging(self) -> list[StreamState]:
         """Streams, most behind first (never-applied streams before all others)."""
         return sorted(self.streams, key=lambda s: (s.watermark is not None, s.watermark or datetime.min))
+
+    def completeness(self, key: str) -> HourCompleteness:
+        """Source and ingested rows of the hour partition ``key``, summed over the shard streams."""
+        start = hourly.time_window_for_partition_key(key).start.astimezone(ZoneInfo(self.timezone))
+        hour = start.strftime("%Y-%m-%dT%H")
+        source_total: int | None = None
+        ingested_total = 0
+        missing: dict[str, int] = {}
+        uncounted: list[str] = []
+        for stream in self.source:
+            got = self.ingested.get(stream, {}).get(hour, 0)
+            ingested_total += got
+            counts = self.source[stream]
+            if counts is None:
+                continue
+            if hour not in counts:
+                uncounted.append(stream)
+                continue
+            source_total = (source_total or 0) + counts[hour]
+            if got < counts[hour]:
+                missing[stream] = counts[hour] - got
+        required = math.ceil(self.threshold * source_total - 1e-9) if source_total is not None else 0
+        return HourCompleteness(key, source_total, ingested_total, required, self.threshold, missing, uncounted)
 
 
 def _floor_hour(ts: datetime) -> datetime:
@@ -61,11 +139,14 @@ def _floor_hour(ts: datetime) -> datetime:
 def readiness(store: DeltaStore, landing: Landing, table: Table) -> Readiness:
     """The committed watermark of every stream of an ODS table, and of the table (the minimum)."""
     assert table.source_database and table.source_tables
-    result = Readiness(table.fqn)
+    result = Readiness(table.fqn, threshold=table.completeness_threshold, timezone=landing.timezone)
     streams = landing.streams(table.source_database, table.source_tables)
     if not streams:
         return result
     positions = committed_positions(store, table, streams)
+    counted, result.count_entries = ingested_counts(store, table)
+    result.ingested, result.counted_seq = counted.rows, counted.seq
+    result.source = {s: landing.source_counts(s) if landing.publishes_counts(s) else None for s in streams}
     grace = table.heartbeat_idle_grace_minutes
     heartbeat = landing.heartbeat_clock(table.source_database) if grace is not None else None
     firsts = []
@@ -93,7 +174,8 @@ def hour_key(start: datetime) -> str:
 
 
 def ready_hours(state: Readiness, after: str | None, limit: int = MAX_EVENTS_PER_TICK) -> list[str]:
-    """Hour partition keys complete under the watermark, after the last one reported (``after``)."""
+    """Hour partition keys complete under the watermark and by count, in order, after ``after`` (the last one
+    reported); the first incomplete hour stops the walk."""
     if state.watermark is None or state.first_hour is None:
         return []
     if after is not None:
@@ -105,9 +187,27 @@ def ready_hours(state: Readiness, after: str | None, limit: int = MAX_EVENTS_PER
     keys: list[str] = []
     hour = start
     while hour + timedelta(hours=1) <= state.watermark and len(keys) < limit:
+        if not state.completeness(hour_key(hour)).complete:
+            break
         keys.append(hour_key(hour))
         hour += timedelta(hours=1)
     return keys
+
+
+def late_hours(state: Readiness, last_reported: str | None, seen: dict[str, int]) -> list[str]:
+    """Hours up to ``last_reported`` whose ingested count grew since the cursor's ``seen`` positions."""
+    if last_reported is None:
+        return []
+    last = hourly.time_window_for_partition_key(last_reported).start
+    zone = ZoneInfo(state.timezone)
+    keys = set()
+    for entry in state.count_entries:
+        if entry["seq_to"] <= seen.get(entry["stream"], 0) or not entry["rows"]:
+            continue
+        start = datetime.strptime(entry["hour"], "%Y-%m-%dT%H").replace(tzinfo=zone)
+        if start.astimezone(last.tzinfo) <= last:
+            keys.add(hour_key(start.astimezone(last.tzinfo)))
+    return sorted(k for k in keys if hourly.has_partition_key(k))
 
 
 def partition_rows(store: DeltaStore, table: Table) -> dict[tuple[str, str], dict[str, int]]:
@@ -125,41 +225,60 @@ def partition_rows(store: DeltaStore, table: Table) -> dict[tuple[str, str], dic
     return out
 
 
+def _table_cursor(value: Any) -> tuple[str | None, dict[str, int]]:
+    """A table's cursor: the last hour reported and how far the ingested counts were seen (older cursors
+    held only the hour)."""
+    if isinstance(value, str):
+        return value, {}
+    if isinstance(value, dict):
+        return value.get("last"), {str(k): int(v) for k, v in (value.get("seen") or {}).items()}
+    return None, {}
+
+
 def readiness_events(
     store: DeltaStore,
     landing: Landing,
     catalog: Catalog,
-    cursor: dict[str, str],
+    cursor: dict[str, Any],
     already_reported: Callable[[Table], set[str]] | None = None,
-) -> tuple[list[AssetMaterialization], dict[str, str]]:
-    """Materializations for every newly ready ODS hour, and the advanced cursor.
+) -> tuple[list[AssetMaterialization], dict[str, Any]]:
+    """Materializations for every newly ready ODS hour (and reported hours with late changes), and the
+    advanced cursor ``{table: {"last": hour, "seen": {stream: segment position of counts seen}}}``.
 
     ``already_reported`` (the instance's materialized partitions) keeps an hour reported by another path
-    (the headless command) from being reported twice.
+    (the headless command) from being reported twice; a late-change re-report ignores it on purpose.
     """
     events: list[AssetMaterialization] = []
     cursor = dict(cursor)
     for table in catalog.ods():
         state = readiness(store, landing, table)
-        keys = ready_hours(state, cursor.get(table.fqn), MAX_EVENTS_PER_TICK - len(events))
-        if not keys:
+        last, seen = _table_cursor(cursor.get(table.fqn))
+        late = [k for k in late_hours(state, last, seen) if state.completeness(k).complete]
+        keys = ready_hours(state, last, MAX_EVENTS_PER_TICK - len(events))
+        if not keys and not late and state.counted_seq == seen:
             continue
         done = already_reported(table) if already_reported else set()
-        cursor[table.fqn] = keys[-1]
+        if keys or state.counted_seq != seen:
+            cursor[table.fqn] = {"last": keys[-1] if keys else last, "seen": dict(sorted(state.counted_seq.items()))}
         keys = [k for k in keys if k not in done]
-        if not keys:
+        if not keys and not late:
             continue
         rows = partition_rows(store, table)
         version = store.table(table.key)
-        for key in keys:
+        for key in [*late, *keys]:
             start = hourly.time_window_for_partition_key(key).start
             stats = rows.get((start.strftime("%Y-%m-%d"), start.strftime("%H")), {"rows": 0, "files": 0})
+            counts = state.completeness(key)
             metadata: dict[str, Any] = {
                 "rows": stats["rows"],
                 "files": stats["files"],
                 "watermark": state.watermark.isoformat() if state.watermark else "",
                 "streams": len(state.streams),
                 "delta_version": version.version() if version is not None else -1,
+                "source_rows": counts.source_rows if counts.source_rows is not None else -1,
+                "ingested_rows": counts.ingested_rows,
+                "completeness_threshold": counts.threshold,
+                "late_changes": key in late,
             }
             events.append(AssetMaterialization(asset_key=AssetKey(table.key), partition=key, metadata=metadata))
     return events, cursor
@@ -171,7 +290,10 @@ def build_readiness_sensor(catalog: Catalog):  # type: ignore[no-untyped-def]
         minimum_interval_seconds=15,
         default_status=DefaultSensorStatus.RUNNING,
         asset_selection=[AssetKey(t.key) for t in catalog.ods()],
-        description="Reports an ODS hour as materialized once every shard stream is applied past its end.",
+        description=(
+            "Reports an ODS hour as materialized once every shard stream is applied past its end and the rows "
+            "ingested for it reach the completeness threshold of the source's count; re-reports late changes."
+        ),
     )
     def ods_readiness(
         context: SensorEvaluationContext, lake: DeltaLakeResource, landing: LandingResource

@@ -14,7 +14,25 @@ Two kinds of declaration live under ``warehouse_assets/tables/<layer>/``:
 
 Dependencies are found in the SQL itself (seed 000's lineage); a ``depends_on`` entry only adds offsets
 in the seeds' vocabulary: ``{set: [-1]}`` (T-1), ``{range: [0, 23]}`` (the 24 hours of a day),
-``{range: [-29, 0]}`` (a 30-period sliding window).
+``{range: [-29, 0]}`` (a 30-period sliding window). ``ignore_dq: true`` beside the offsets lets the table
+run on that dependency even when the upstream partition failed a blocking data-quality check (seed 002).
+
+Data-quality checks sit beside the table, under ``checks:`` (SQL header or ODS yaml); each becomes one
+per-partition Dagster asset check, blocking unless it says ``blocking: false``::
+
+    checks:
+      unique: [order_id]                  # or `true`: the primary key
+      not_null: [order_id, user_id]
+      range: {rate: [0, 1], amount: [0, null]}
+      references: {user_id: dwd.order_detail.user_id}      # a dependency's mapped partitions
+      row_count: {upstream: ods.order, min_ratio: 0.99, max_ratio: 1.0, min_rows: 1}
+      anomaly: {metric: sum(gmv), max_deviation: 0.5, periods: 7, min_periods: 3}
+
+Freshness SLAs (``sla:``) say by when a partition must be materialized, after its window ends:
+``sla: {within: 1h, grace: 15m}`` (ODS hours) or ``sla: {deadline: "09:00"}`` (by 09:00 the next morning,
+local time, for daily tables). They are parsed and validated; compiling them to freshness checks is not
+done yet (no table declares one). ODS tables also set the completeness threshold of their readiness:
+``completeness: {threshold: 0.99995}``.
 """
 
 from __future__ import annotations
@@ -40,8 +58,48 @@ _DECIMAL = re.compile(r"^decimal\(\d+,\s*\d+\)$")
 _HEADER = re.compile(r"^\s*/\*\s*---\s*\n(?P<yaml>.*?)\n\s*---\s*\*/", re.DOTALL)
 
 
+CHECK_KINDS = ("unique", "not_null", "range", "references", "row_count", "anomaly")
+DEFAULT_COMPLETENESS = 0.99995
+_DURATION = re.compile(r"^(?P<n>\d+)\s*(?P<unit>[mhd])$")
+_CLOCK = re.compile(r"^(?P<h>[01]?\d|2[0-3]):(?P<m>[0-5]\d)$")
+_METRIC = re.compile(r"^(?:rows|count\(\*\)|(?P<fn>sum|avg|min|max)\((?P<col>[A-Za-z_][A-Za-z0-9_]*)\))$")
+
+
 class CatalogError(ValueError):
     """A table declaration is wrong; the message names the table and its file."""
+
+
+@dataclass(frozen=True)
+class Check:
+    """One data-quality check of a table: ``kind`` and its parameters (validated at load time)."""
+
+    kind: str
+    params: tuple[tuple[str, Any], ...] = ()
+    blocking: bool = True
+
+    @property
+    def name(self) -> str:
+        return self.kind
+
+    def param(self, name: str, default: Any = None) -> Any:
+        return dict(self.params).get(name, default)
+
+
+@dataclass(frozen=True)
+class Sla:
+    """A freshness SLA: a partition is due ``within`` after its window ends (plus ``grace``), or by a local
+    ``deadline`` (HH:MM) the day after its window ends."""
+
+    within_minutes: int | None = None
+    grace_minutes: int = 0
+    deadline: str | None = None  # "HH:MM"
+
+    def describe(self) -> str:
+        if self.deadline is not None:
+            return f"by {self.deadline} the next morning" + (
+                f" + {self.grace_minutes} min" if self.grace_minutes else ""
+            )
+        return f"within {self.within_minutes} min of the window end + {self.grace_minutes} min grace"
 
 
 @dataclass(frozen=True)
@@ -51,6 +109,7 @@ class Dependency:
     table: str
     start_offset: int | None = None
     end_offset: int | None = None
+    ignore_dq: bool = False  # run even when the upstream partition failed a blocking check (seed 002)
 
     @property
     def key(self) -> list[str]:
@@ -91,6 +150,9 @@ class Table:
     partition_time: str | None = None
     heartbeat_idle_grace_minutes: int | None = None  # ODS: heartbeats may prove an idle shard (see readiness)
     external: External | None = None  # external tables only
+    completeness_threshold: float = DEFAULT_COMPLETENESS  # ODS: ingested rows / source rows for a ready hour
+    checks: tuple[Check, ...] = ()
+    sla: Sla | None = None
 
     @property
     def fqn(self) -> str:
@@ -150,6 +212,18 @@ def _as_tuple(value: Any, path: Path, what: str) -> tuple[str, ...]:
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         return tuple(value)
     raise _fail(path, f"{what} must be a list of column names")
+
+
+def _parse_dependency(spec: Any, path: Path, dep: str) -> Dependency:
+    ignore_dq = False
+    if isinstance(spec, Mapping) and "ignore_dq" in spec:
+        spec = dict(spec)
+        flag = spec.pop("ignore_dq")
+        if not isinstance(flag, bool):
+            raise _fail(path, f"dependency {dep}: ignore_dq must be true or false, got {flag!r}")
+        ignore_dq = flag
+    start, end = _parse_offsets(spec, path, dep)
+    return Dependency(dep, start, end, ignore_dq)
 
 
 def _parse_offsets(spec: Any, path: Path, dep: str) -> tuple[int | None, int | None]:
@@ -231,7 +305,7 @@ def _load_sql(path: Path) -> Table:
     for dep in declared:
         if dep not in reads:
             raise _fail(path, f"{layer}.{name} declares a dependency on {dep} that its SQL never reads")
-    deps = tuple(Dependency(dep, *_parse_offsets(declared.get(dep), path, dep)) for dep in sorted(reads))
+    deps = tuple(_parse_dependency(declared.get(dep), path, dep) for dep in sorted(reads))
     return Table(
         layer=layer,
         name=name,
@@ -243,7 +317,118 @@ def _load_sql(path: Path) -> Table:
         zorder=_as_tuple(header.get("zorder"), path, "zorder"),
         deps=deps,
         sql=body,
+        checks=_parse_checks(header.get("checks"), path, period),
+        sla=_parse_sla(header.get("sla"), path, period),
     )
+
+
+def _columns(value: Any, path: Path, kind: str) -> list[str]:
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+        raise _fail(path, f"checks.{kind} needs a list of column names, got {value!r}")
+    return list(value)
+
+
+def _number(value: Any, path: Path, what: str, *, optional: bool = True) -> float | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _fail(path, f"{what} must be a number, got {value!r}")
+    return float(value)
+
+
+def _parse_checks(spec: Any, path: Path, period: str) -> tuple[Check, ...]:
+    """``checks:`` → validated :class:`Check` objects (table-level validation waits for the whole catalog)."""
+    if spec is None:
+        return ()
+    if not isinstance(spec, Mapping):
+        raise _fail(path, f"checks must map a check kind ({', '.join(CHECK_KINDS)}) to its parameters")
+    checks = []
+    for kind, value in spec.items():
+        if kind not in CHECK_KINDS:
+            raise _fail(path, f"unknown check {kind!r} (known: {', '.join(CHECK_KINDS)})")
+        blocking = True
+        if isinstance(value, Mapping) and "blocking" in value:
+            value = dict(value)
+            blocking = value.pop("blocking")
+            if not isinstance(blocking, bool):
+                raise _fail(path, f"checks.{kind}.blocking must be true or false")
+        params: dict[str, Any] = {}
+        if kind == "unique":
+            params["columns"] = None if value is True else tuple(_columns(value, path, kind))
+        elif kind == "not_null":
+            params["columns"] = tuple(_columns(value, path, kind))
+        elif kind == "range":
+            if not isinstance(value, Mapping) or not value:
+                raise _fail(path, "checks.range maps columns to [low, high] (null for an open end)")
+            bounds = []
+            for column, pair in value.items():
+                if not isinstance(pair, list) or len(pair) != 2:
+                    raise _fail(path, f"checks.range.{column} must be [low, high], got {pair!r}")
+                low = _number(pair[0], path, f"checks.range.{column} low")
+                high = _number(pair[1], path, f"checks.range.{column} high")
+                if low is not None and high is not None and low > high:
+                    raise _fail(path, f"checks.range.{column}: low {low} is above high {high}")
+                bounds.append((str(column), low, high))
+            params["bounds"] = tuple(bounds)
+        elif kind == "references":
+            if not isinstance(value, Mapping) or not value:
+                raise _fail(path, "checks.references maps a column to layer.table.column")
+            refs = []
+            for column, target in value.items():
+                if not isinstance(target, str) or target.count(".") != 2:
+                    raise _fail(path, f"checks.references.{column} must be layer.table.column, got {target!r}")
+                table, _, ref_column = target.rpartition(".")
+                refs.append((str(column), table, ref_column))
+            params["refs"] = tuple(refs)
+        elif kind == "row_count":
+            if not isinstance(value, Mapping):
+                raise _fail(path, "checks.row_count needs {upstream, min_ratio, max_ratio} and/or min_rows")
+            unknown = set(value) - {"upstream", "min_ratio", "max_ratio", "min_rows"}
+            if unknown:
+                raise _fail(path, f"checks.row_count: unknown parameter(s) {sorted(unknown)}")
+            params["upstream"] = value.get("upstream")
+            params["min_ratio"] = _number(value.get("min_ratio"), path, "checks.row_count.min_ratio")
+            params["max_ratio"] = _number(value.get("max_ratio"), path, "checks.row_count.max_ratio")
+            params["min_rows"] = _number(value.get("min_rows"), path, "checks.row_count.min_rows")
+            ratios = params["min_ratio"] is not None or params["max_ratio"] is not None
+            if ratios and not params["upstream"]:
+                raise _fail(path, "checks.row_count: a ratio needs the upstream table it is measured against")
+        elif kind == "anomaly":
+            if not isinstance(value, Mapping) or "metric" not in value:
+                raise _fail(path, "checks.anomaly needs metric (rows or sum(col)/avg(col)/min(col)/max(col))")
+            metric = str(value["metric"]).replace(" ", "")
+            if not _METRIC.match(metric):
+                raise _fail(path, f"checks.anomaly.metric {metric!r}: use rows, sum(col), avg(col), min(col), max(col)")
+            deviation = _number(value.get("max_deviation", 0.5), path, "checks.anomaly.max_deviation")
+            periods, minimum = value.get("periods", 7), value.get("min_periods", 3)
+            if not isinstance(periods, int) or not isinstance(minimum, int) or not 1 <= minimum <= periods:
+                raise _fail(path, "checks.anomaly: periods and min_periods are integers, 1 <= min_periods <= periods")
+            params.update(metric=metric, max_deviation=deviation, periods=periods, min_periods=minimum)
+        checks.append(Check(str(kind), tuple(params.items()), blocking))
+    return tuple(checks)
+
+
+def _minutes(value: Any, path: Path, what: str) -> int:
+    match = _DURATION.match(str(value).strip()) if value is not None else None
+    if not match:
+        raise _fail(path, f"{what} must be a duration like 90m, 1h or 2d, got {value!r}")
+    return int(match.group("n")) * {"m": 1, "h": 60, "d": 1440}[match.group("unit")]
+
+
+def _parse_sla(spec: Any, path: Path, period: str) -> Sla | None:
+    if spec is None:
+        return None
+    if not isinstance(spec, Mapping) or ("within" in spec) == ("deadline" in spec):
+        raise _fail(path, "sla needs exactly one of within (e.g. 1h) or deadline (HH:MM the next morning)")
+    grace = _minutes(spec.get("grace", "0m"), path, "sla.grace")
+    if "deadline" in spec:
+        deadline = str(spec["deadline"])
+        if not _CLOCK.match(deadline):
+            raise _fail(path, f"sla.deadline must be a local time HH:MM, got {deadline!r}")
+        if period != "daily":
+            raise _fail(path, "sla.deadline (next morning) is for daily tables; use within for other periods")
+        return Sla(deadline=deadline, grace_minutes=grace)
+    return Sla(within_minutes=_minutes(spec["within"], path, "sla.within"), grace_minutes=grace)
 
 
 def _load_ods(path: Path) -> Table:
@@ -274,6 +459,10 @@ def _load_ods(path: Path) -> Table:
     grace = idle_proof.get("heartbeat_grace_minutes") if isinstance(idle_proof, Mapping) else None
     if grace is not None and (not isinstance(grace, int) or grace < 0):
         raise _fail(path, f"idle_proof.heartbeat_grace_minutes must be a non-negative integer, got {grace!r}")
+    completeness = header.get("completeness") or {}
+    threshold = completeness.get("threshold", DEFAULT_COMPLETENESS) if isinstance(completeness, Mapping) else None
+    if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0 <= threshold <= 1:
+        raise _fail(path, f"completeness.threshold must be a fraction in [0, 1] (e.g. 0.99995), got {threshold!r}")
     return Table(
         layer=layer,
         name=name,
@@ -281,6 +470,9 @@ def _load_ods(path: Path) -> Table:
         path=path,
         primary_key=pk,
         heartbeat_idle_grace_minutes=grace,
+        completeness_threshold=float(threshold),
+        checks=_parse_checks(header.get("checks"), path, period),
+        sla=_parse_sla(header.get("sla"), path, period),
         description=str(header.get("description", "")).strip(),
         owner=str(header.get("owner", "warehouse-team")),
         zorder=_as_tuple(header.get("zorder"), path, "zorder"),
@@ -346,7 +538,30 @@ def load_catalog(root: Path = TABLES_DIR) -> Catalog:
     return catalog
 
 
+def _validate_checks(catalog: Catalog) -> None:
+    for table in catalog:
+        deps = {d.table for d in table.deps}
+        for check in table.checks:
+            if check.kind == "unique" and check.param("columns") is None and not table.primary_key:
+                raise _fail(table.path, f"{table.fqn}: checks.unique: true needs a primary_key")
+            if check.kind == "references":
+                for column, ref, _ in check.param("refs"):
+                    if ref not in deps:
+                        raise _fail(
+                            table.path,
+                            f"{table.fqn}: checks.references.{column} points at {ref}, which is not a dependency "
+                            f"(references are checked against a dependency's mapped partitions)",
+                        )
+            if check.kind == "row_count" and check.param("upstream") and check.param("upstream") not in deps:
+                raise _fail(
+                    table.path, f"{table.fqn}: checks.row_count.upstream {check.param('upstream')} is not a dependency"
+                )
+            if check.kind == "anomaly" and table.is_ods:
+                raise _fail(table.path, f"{table.fqn}: anomaly checks are for derived tables")
+
+
 def _validate_graph(catalog: Catalog) -> None:
+    _validate_checks(catalog)
     for table in catalog.derived():
         for dep in table.deps:
             if dep.table not in catalog.tables:

@@ -3,35 +3,49 @@
 A derived table becomes an ``@asset`` whose body, for each of its partitions in time order:
 
 1. maps the partition to the exact upstream partitions (Dagster's own partition mappings) and refuses to
-   run if one of them does not exist or was never materialized — Dagster drops such partitions silently
-   (design §6.2), so the guard lives here;
+   run if one of them does not exist, was never materialized, or failed a blocking data-quality check
+   (unless the dependency says ``ignore_dq``) — Dagster drops nonexistent partitions silently (design
+   §6.2), so the guard lives here;
 2. reads those upstream partitions from Delta (pruned) — or, for an external table, from its producer's
    files or Delta table through :class:`resources.external.ExternalSource` — and registers them under the
    names its SQL uses;
-3. runs the SQL with Spark and overwrites exactly its own partition.
+3. runs the SQL with Spark and overwrites exactly its own partition;
+4. evaluates the table's declared checks on the partition it wrote (:mod:`warehouse_assets.quality`).
+
+The materialization of every partition is reported first, then one check evaluation per check and
+partition, targeting that materialization; a failed blocking check fails the step (Dagster's in-run gate)
+and the automation condition holds back the partition's downstream in later runs.
 """
 
 import hashlib
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import sqlglot
 from dagster import (
+    AssetCheckExecutionContext,
+    AssetCheckResult,
+    AssetChecksDefinition,
+    AssetCheckSpec,
     AssetDep,
     AssetExecutionContext,
     AssetKey,
     AssetsDefinition,
     AssetSpec,
+    AutomationCondition,
     BackfillPolicy,
+    DagsterInstance,
     Failure,
     MaterializeResult,
     MetadataValue,
+    Output,
     TimeWindowPartitionMapping,
     TimeWindowPartitionsDefinition,
     asset,
+    multi_asset_check,
 )
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -43,6 +57,15 @@ from resources.spark import SparkResource
 from warehouse_assets.automation import ready_when_upstream_complete
 from warehouse_assets.catalog import Catalog, Dependency, Table
 from warehouse_assets.partitions import BY_PERIOD
+from warehouse_assets.quality import (
+    Outcome,
+    anomaly_history_keys,
+    blocking_checks_passed,
+    check_specs,
+    evaluate,
+    evaluation,
+    failed_blocking_checks,
+)
 
 
 def partition_spec(period: str, partition_key: str) -> dict[str, str]:
@@ -128,12 +151,36 @@ def run_table(
     spark: SparkSession,
     store: DeltaStore,
     external: ExternalResource | None = None,
-) -> MaterializeResult:
-    """Build every partition of the run in time order; one Delta commit per partition.
+) -> Iterator[MaterializeResult | Any]:
+    """Build every partition of the run in time order (one Delta commit each), then report the
+    materializations and the check results of every partition.
 
     External inputs are read from their producers (``external`` says where) — only the partitions their
     sensors reported, which the guard checks like any other input.
     """
+    outcomes: list[Outcome] = []
+    result = _build_partitions(context, catalog, table, spark, store, outcomes, external)
+    yield result
+    for outcome in outcomes:
+        event = evaluation(context.instance, table, outcome)
+        (context.log.info if outcome.passed else context.log.warning)(
+            f"{table.fqn} {outcome.partition} check {outcome.check.name}: "
+            f"{'passed' if outcome.passed else 'FAILED'} — {outcome.description}"
+        )
+        yield event
+    for output_name in context.assets_def.check_specs_by_output_name:
+        yield Output(None, output_name=output_name)
+
+
+def _build_partitions(
+    context: AssetExecutionContext,
+    catalog: Catalog,
+    table: Table,
+    spark: SparkSession,
+    store: DeltaStore,
+    outcomes: list[Outcome],
+    external: ExternalResource | None,
+) -> MaterializeResult:
     pdef = BY_PERIOD[table.period]
     keys = sorted(context.partition_keys, key=lambda k: _start(pdef, k))
     materialized = {
@@ -150,7 +197,7 @@ def run_table(
         for dep in table.deps:
             up = upstream_partitions(catalog, table, dep, key)
             present = materialized[dep.table] | ({w["partition"] for w in written} if dep.table == table.fqn else set())
-            _guard(table, key, dep, up, present)
+            _guard(table, key, dep, up, present, context.instance, catalog)
             upstream = catalog[dep.table]
             specs = [partition_spec(upstream.period, k) for k in up.keys]
             if upstream.is_external:
@@ -193,6 +240,8 @@ def run_table(
             f"{table.fqn} {key}: {result.rows} rows, +{result.files_added}/-{result.files_removed} files, "
             f"Delta version {result.version}, read {', '.join(f'{t} {_span(k)}' for t, k in read_from.items())}"
         )
+        if table.checks:
+            outcomes.extend(_check_partition(table, key, spark, store, inputs))
     return MaterializeResult(
         metadata={
             **totals,
@@ -205,14 +254,45 @@ def run_table(
     )
 
 
+def _check_partition(
+    table: Table, key: str, spark: SparkSession, store: DeltaStore, inputs: dict[str, DataFrame]
+) -> list[Outcome]:
+    """Evaluate the table's checks on the partition as written (read back from Delta)."""
+    data, _ = store.read(spark, table.key, partitions=[partition_spec(table.period, key)])
+    data = data.persist()
+    try:
+        out = []
+        for check in table.checks:
+            history = None
+            if check.kind == "anomaly":
+                keys = anomaly_history_keys(table, check, key)
+                if keys:
+                    history, _ = store.read(
+                        spark, table.key, partitions=[partition_spec(table.period, k) for k in keys]
+                    )
+            out.append(evaluate(table, check, key, data, inputs, history))
+        return out
+    finally:
+        data.unpersist()
+
+
 def _span(keys: Sequence[str]) -> str:
     if not keys:
         return "(none)"
     return keys[0] if len(keys) == 1 else f"{keys[0]} .. {keys[-1]} ({len(keys)})"
 
 
-def _guard(table: Table, key: str, dep: Dependency, up: UpstreamPartitions, present: set[str]) -> None:
-    """Refuse to compute on an incomplete window; a self-dependency before the first partition is fine."""
+def _guard(
+    table: Table,
+    key: str,
+    dep: Dependency,
+    up: UpstreamPartitions,
+    present: set[str],
+    instance: DagsterInstance | None = None,
+    catalog: Catalog | None = None,
+) -> None:
+    """Refuse to compute on an incomplete window (a self-dependency before the first partition is fine) or
+    on upstream partitions whose blocking checks failed, unless the dependency says ``ignore_dq``."""
     if up.nonexistent:
         before_start = dep.table == table.fqn and all(k < min(up.keys or [key]) for k in up.nonexistent)
         if not before_start or up.keys:
@@ -226,6 +306,15 @@ def _guard(table: Table, key: str, dep: Dependency, up: UpstreamPartitions, pres
             f"{table.fqn} {key} waits for {len(missing)} partition(s) of {dep.table} that are not "
             f"materialized: {_span(missing)}" + (f" — first missing {missing[0]}" if len(missing) > 1 else "")
         )
+    if instance is not None and catalog is not None and not dep.ignore_dq and dep.table != table.fqn:
+        failed = failed_blocking_checks(instance, catalog[dep.table], up.keys)
+        if failed:
+            first, names = next(iter(failed.items()))
+            raise Failure(
+                f"{table.fqn} {key} refuses to run: {len(failed)} partition(s) of {dep.table} failed a blocking "
+                f"data-quality check ({_span(list(failed))}; {first}: {', '.join(names)}). Fix and re-run "
+                f"{dep.table}, or declare `ignore_dq: true` on the dependency to proceed anyway."
+            )
 
 
 def _empty_like(spark: SparkSession, store: DeltaStore, upstream: Table) -> DataFrame:
@@ -252,7 +341,10 @@ def build_asset(catalog: Catalog, table: Table) -> AssetsDefinition:
         owners=[f"team:{table.owner}"],
         kinds={"spark", "delta"},
         code_version=_code_version(table),
-        automation_condition=ready_when_upstream_complete(),
+        automation_condition=(ready_when_upstream_complete() & blocking_checks_passed(table)).with_label(
+            "all upstream partitions ready and valid"
+        ),
+        check_specs=check_specs(table),
         backfill_policy=BackfillPolicy.single_run(),
         metadata={
             "period": table.period,
@@ -262,13 +354,15 @@ def build_asset(catalog: Catalog, table: Table) -> AssetsDefinition:
         },
     )
 
-    def _build(context: AssetExecutionContext, spark: SparkResource, lake: DeltaLakeResource) -> MaterializeResult:
-        return run_table(context, catalog, table, spark.session(), lake.store())
+    def _build(
+        context: AssetExecutionContext, spark: SparkResource, lake: DeltaLakeResource
+    ) -> Iterator[MaterializeResult | Any]:
+        yield from run_table(context, catalog, table, spark.session(), lake.store())
 
     def _build_with_external(
         context: AssetExecutionContext, spark: SparkResource, lake: DeltaLakeResource, external: ExternalResource
-    ) -> MaterializeResult:
-        return run_table(context, catalog, table, spark.session(), lake.store(), external)
+    ) -> Iterator[MaterializeResult | Any]:
+        yield from run_table(context, catalog, table, spark.session(), lake.store(), external)
 
     return decorate(_build_with_external if reads_external else _build)
 
@@ -312,11 +406,64 @@ def build_external_spec(table: Table) -> AssetSpec:
     )
 
 
+def ods_check_condition() -> AutomationCondition:
+    """An ODS hour's checks run whenever the readiness sensor (re-)reports the hour."""
+    return (
+        AutomationCondition.any_deps_updated().since_last_handled()
+        & ~AutomationCondition.any_deps_in_progress()
+        & ~AutomationCondition.in_progress()
+    ).with_label("the hour was (re-)reported")
+
+
+def build_ods_checks(table: Table) -> AssetChecksDefinition:
+    """The ODS table's declared checks, run in their own step on the hour's rows (tombstones included)."""
+    specs = [
+        AssetCheckSpec(
+            spec.name,
+            asset=spec.asset_key,
+            description=spec.description,
+            blocking=spec.blocking,
+            partitions_def=spec.partitions_def,
+            metadata=spec.metadata,
+            automation_condition=ods_check_condition(),
+        )
+        for spec in check_specs(table)
+    ]
+
+    @multi_asset_check(name=f"{table.layer}_{table.name}_checks", specs=specs, can_subset=True)
+    def _checks(
+        context: AssetCheckExecutionContext, spark: SparkResource, lake: DeltaLakeResource
+    ) -> Iterator[AssetCheckResult]:
+        key = context.op_execution_context.partition_key
+        session, store = spark.session(), lake.store()
+        if not store.exists(table.key):
+            raise Failure(f"{table.fqn} has no Delta table at {store.table_uri(table.key)}")
+        data, _ = store.read(session, table.key, partitions=[partition_spec(table.period, key)])
+        selected = {k.name for k in context.selected_asset_check_keys}
+        for check in table.checks:
+            if check.name not in selected:
+                continue
+            outcome = evaluate(table, check, key, data, {})
+            yield AssetCheckResult(
+                asset_key=AssetKey(table.key),
+                check_name=check.name,
+                passed=outcome.passed,
+                metadata={**outcome.metadata, "partition": key, "result": outcome.description},
+                description=outcome.description,
+            )
+
+    return _checks
+
+
 def build_assets(catalog: Catalog) -> list[AssetsDefinition | AssetSpec]:
     built: list[AssetsDefinition | AssetSpec] = [build_external_spec(t) for t in catalog.externals()]
     built += [build_ods_spec(t) for t in catalog.ods()]
     built += [build_asset(catalog, t) for t in catalog.derived()]
     return built
+
+
+def build_checks(catalog: Catalog) -> list[AssetChecksDefinition]:
+    return [build_ods_checks(t) for t in catalog.ods() if t.checks]
 
 
 def topological(catalog: Catalog) -> list[Table]:

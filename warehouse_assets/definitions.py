@@ -13,7 +13,7 @@ from sensors.ods_readiness import build_readiness_sensor
 from sensors.simulated_source import simulated_source
 from sensors.zorder import build_zorder
 from warehouse_assets.catalog import load_catalog
-from warehouse_assets.compiler import build_assets
+from warehouse_assets.compiler import build_assets, build_checks
 from warehouse_assets.maintenance import build_maintenance
 from warehouse_assets.ods import build_ingest_job
 from warehouse_assets.why import build_why_job
@@ -35,6 +35,7 @@ automation_sensor = AutomationConditionSensorDefinition(
 
 defs = Definitions(
     assets=build_assets(catalog),
+    asset_checks=build_checks(catalog),
     jobs=[ingest_job, build_why_job(catalog), maintenance_job, zorder_job],
     schedules=[maintenance_schedule],
     sensors=[

@@ -9,7 +9,9 @@ For one ODS table, each batch:
    binlog position);
 3. rows that cannot be applied go to the ``ops.quarantine`` Delta table with the reason and their source
    position (segment, line);
-4. delta-rs merges the batch into the partitions it touches, and the same commit records the new
+4. the rows ingested per shard stream and binlog hour go to the ``ops.ingested_counts`` Delta table (what
+   completeness readiness compares with the source's own counts, see :func:`ingested_counts`);
+5. delta-rs merges the batch into the partitions it touches, and the same commit records the new
    positions — so the position never runs ahead of committed data and a restart neither skips nor
    re-applies anything.
 
@@ -20,9 +22,12 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, write_deltalake
@@ -33,10 +38,13 @@ from pyspark.sql import functions as F
 from resources.delta_lake import DeltaStore, MergeResult, _normalize_arrow_schema
 from resources.landing import Landing, Segment, read_lines
 from warehouse_assets.catalog import Table
+from warehouse_assets.partitions import BUSINESS_TZ
 
 log = logging.getLogger(__name__)
 
 QUARANTINE_KEY = ("ops", "quarantine")
+COUNTS_KEY = ("ops", "ingested_counts")
+HOUR_MS = 3_600_000
 CANAL_SCHEMA = (
     "id bigint, database string, `table` string, pkNames array<string>, isDdl boolean, type string, "
     "es bigint, ts bigint, `sql` string, mysqlType map<string,string>, "
@@ -105,6 +113,21 @@ QUARANTINE_SCHEMA = pa.schema(
 )
 
 
+COUNTS_SCHEMA = pa.schema(
+    [
+        pa.field("table", pa.string()),
+        pa.field("stream", pa.string()),
+        pa.field("hour", pa.string()),  # local binlog hour "YYYY-MM-DDTHH", the source counts' key
+        pa.field("rows", pa.int64()),
+        pa.field("seq_to", pa.int64()),  # the stream's last segment in the batch that counted these rows
+    ]
+)
+
+
+def counts_app_id(table: Table, stream: str) -> str:
+    return f"counts:{table.fqn}:{stream}"
+
+
 @dataclass
 class BatchReport:
     table: str
@@ -118,6 +141,7 @@ class BatchReport:
     positions: dict[str, int] = field(default_factory=dict)
     new_columns: list[str] = field(default_factory=list)
     merge: MergeResult | None = None
+    ingested: dict[tuple[str, str], int] = field(default_factory=dict)  # (stream, local hour) -> rows
     seconds: float = 0.0
     prepare_seconds: float = 0.0
 
@@ -377,8 +401,30 @@ def prepare_batch(
 # --- applying a batch -------------------------------------------------------------------------------------
 
 
+def _ingested_by_hour(classified: DataFrame, tz: str) -> dict[tuple[str, str], int]:
+    zone = ZoneInfo(tz)
+    hours = (
+        classified.where(F.col("_status").isin("ok", "superseded"))
+        .groupBy("_stream", F.floor(F.col("_es") / HOUR_MS).alias("_h"))
+        .agg(F.count("*").alias("n"))
+        .collect()
+    )
+    out: dict[tuple[str, str], int] = defaultdict(int)
+    for r in hours:
+        out[(str(r["_stream"]), datetime.fromtimestamp(int(r["_h"]) * 3600, zone).strftime("%Y-%m-%dT%H"))] += int(
+            r["n"]
+        )
+    return dict(out)
+
+
 def ingest_batch(
-    spark: SparkSession, store: DeltaStore, table: Table, segments: Sequence[Segment], *, prune: bool = True
+    spark: SparkSession,
+    store: DeltaStore,
+    table: Table,
+    segments: Sequence[Segment],
+    *,
+    prune: bool = True,
+    tz: str = BUSINESS_TZ,
 ) -> BatchReport:
     started = time.monotonic()
     report = BatchReport(table=table.fqn, segments=len(segments))
@@ -403,6 +449,9 @@ def ingest_batch(
             report.rows_duplicate = counts.get("duplicate", 0)
             report.rows_superseded = counts.get("superseded", 0)
             report.ddl_lines = counts.get("ddl", 0)
+            # "ingested" = distinct DML row changes taken into the table (applied, or collapsed into a newer
+            # change of the same key), by the local hour of their binlog time — what the source counts
+            report.ingested = _ingested_by_hour(classified, tz)
             assert table.partition_time is not None
             ok = classified.where(F.col("_status") == "ok").select(
                 *[name for name, _ in columns],
@@ -436,6 +485,7 @@ def ingest_batch(
     report.check()
     if quarantined.num_rows:
         _write_quarantine(store, table, quarantined, segments)
+    _write_counts(store, table, report.ingested, positions)
     txns = {position_app_id(stream): seq for stream, seq in positions.items()}
     if applied.num_rows:
         target = pa.schema([*schema, pa.field("_op", pa.string())])
@@ -488,6 +538,60 @@ def _write_quarantine(store: DeltaStore, table: Table, rows: pa.Table, segments:
     )
 
 
+def _write_counts(
+    store: DeltaStore, table: Table, ingested: dict[tuple[str, str], int], positions: dict[str, int]
+) -> None:
+    """Append the batch's per-hour ingested rows once (app transactions per stream, like the quarantine).
+
+    Written before the merge: a crash in between re-runs the batch, whose counts are then skipped."""
+    existing = store.table(COUNTS_KEY)
+    done = {s: existing.transaction_version(counts_app_id(table, s)) or 0 for s in positions} if existing else {}
+    fresh = {s: seq for s, seq in positions.items() if done.get(s, 0) < seq}
+    rows = [
+        {"table": table.fqn, "stream": stream, "hour": hour, "rows": n, "seq_to": positions[stream]}
+        for (stream, hour), n in sorted(ingested.items())
+        if stream in fresh and n
+    ]
+    if not fresh:
+        return
+    write_deltalake(
+        store.table_uri(COUNTS_KEY),
+        pa.Table.from_pylist(rows, schema=COUNTS_SCHEMA),
+        mode="append",
+        partition_by=["table"],
+        configuration=store.table_configuration(),
+        storage_options=store.storage_options or None,
+        commit_properties=CommitProperties(
+            app_transactions=[Transaction(counts_app_id(table, s), v) for s, v in fresh.items()]
+        ),
+    )
+
+
+@dataclass
+class IngestedCounts:
+    """Rows ingested per stream and local hour, and how far (segment position) each stream's counts go."""
+
+    rows: dict[str, dict[str, int]] = field(default_factory=dict)
+    seq: dict[str, int] = field(default_factory=dict)
+
+    def hours_counted_after(self, seen: dict[str, int], entries: list[dict[str, Any]]) -> set[str]:
+        return {e["hour"] for e in entries if e["seq_to"] > seen.get(e["stream"], 0)}
+
+
+def ingested_counts(store: DeltaStore, table: Table) -> tuple[IngestedCounts, list[dict[str, Any]]]:
+    """The ingested rows of one ODS table, summed per (stream, hour), and the raw entries."""
+    dt = store.table(COUNTS_KEY)
+    result = IngestedCounts()
+    if dt is None:
+        return result, []
+    entries = dt.to_pyarrow_table(filters=[("table", "=", table.fqn)]).to_pylist()
+    for e in entries:
+        per = result.rows.setdefault(e["stream"], {})
+        per[e["hour"]] = per.get(e["hour"], 0) + int(e["rows"])
+        result.seq[e["stream"]] = max(result.seq.get(e["stream"], 0), int(e["seq_to"]))
+    return result, entries
+
+
 def ingest_table(
     spark: SparkSession,
     store: DeltaStore,
@@ -503,7 +607,7 @@ def ingest_table(
         segments = pending_segments(store, landing, table, max_segments_per_stream)
         if not segments:
             return report
-        batch = ingest_batch(spark, store, table, segments)
+        batch = ingest_batch(spark, store, table, segments, tz=landing.timezone)
         positions = committed_positions(store, table, list(batch.positions))
         behind = {s: p for s, p in positions.items() if p < batch.positions[s]}
         if behind:  # never loop on a batch whose position did not stick

@@ -15,6 +15,7 @@ from sensors.ods_readiness import readiness
 from warehouse_assets.catalog import Catalog
 from warehouse_assets.compiler import upstream_partitions
 from warehouse_assets.partitions import BY_PERIOD
+from warehouse_assets.quality import failed_blocking_checks
 
 
 @dataclass
@@ -78,6 +79,7 @@ def explain(
         states = _statuses(instance, catalog, dep.table, up.keys) if up.keys else {}
         upstream = catalog[dep.table]
         ods_state = readiness(store, landing, upstream) if upstream.is_ods else None
+        failed = failed_blocking_checks(instance, upstream, [k for k in up.keys if states[k] == "materialized"])
         for key in up.keys:
             entry = UpstreamState(dep.table, key, states[key])
             if entry.state == "missing" and upstream.is_external:
@@ -85,19 +87,38 @@ def explain(
                 entry.detail = (
                     external.source(upstream).describe(key) if external is not None else "producer location unknown"
                 )
+            if key in failed:
+                names = ", ".join(failed[key])
+                if dep.ignore_dq:
+                    entry.detail = f"check failed: {names} (ignored: the dependency says ignore_dq)"
+                else:
+                    entry.state, entry.detail = "check failed", f"blocking check(s) failed: {names}"
             if entry.state == "missing" and ods_state is not None:
                 end = BY_PERIOD[upstream.period].time_window_for_partition_key(key).end
                 behind = [s for s in ods_state.streams if s.watermark is None or s.watermark < end]
+                counts = ods_state.completeness(key)
+                shortest = sorted(counts.missing_by_stream.items(), key=lambda kv: -kv[1])
+                short = ", ".join(f"{stream} {n:,} missing" for stream, n in shortest[:3])
                 if behind:
                     entry.state = "not ready"
                     worst = ods_state.lagging[0]
                     mark = worst.watermark.strftime("%Y-%m-%d %H:%M") if worst.watermark else "nothing yet"
                     entry.detail = (
                         f"{len(behind)} of {len(ods_state.streams)} shard stream(s) not applied past "
-                        f"{end:%H:%M}; {worst.stream} is applied through {mark}"
+                        f"{end:%H:%M}; {worst.stream} is applied through {mark}; {counts.describe()}"
+                        + (f" ({short})" if short else "")
+                    )
+                elif not counts.complete:
+                    entry.state = "not ready"
+                    entry.detail = (
+                        f"all shards applied past {end:%H:%M} but incomplete: {counts.missing:,} row(s) missing — "
+                        f"{counts.describe()}" + (f" ({short})" if short else "")
                     )
                 else:
-                    entry.detail = "all shards applied past the hour; the readiness sensor reports it on its next tick"
+                    entry.detail = (
+                        "all shards applied past the hour and complete; the readiness sensor reports it on its "
+                        "next tick (or an earlier hour is still incomplete)"
+                    )
             report.upstream.append(entry)
         for key in up.nonexistent:
             report.upstream.append(

@@ -7,6 +7,11 @@ primary_key: [order_id]
 depends_on:
   ods.order: {range: [0, 23]}
 zorder: [user_id]
+checks:
+  unique: true
+  not_null: [order_id, user_id, create_time]
+  range: {amount: [0, null]}
+  row_count: {upstream: ods.order, min_ratio: 0.99, max_ratio: 1.0}
 --- */
 SELECT
   id AS order_id,

@@ -6,6 +6,11 @@ owner: trade-data
 primary_key: [user_id]
 depends_on:
   dwd.order_detail: {set: [0]}
+checks:
+  unique: true
+  not_null: [user_id]
+  references: {user_id: dwd.order_detail.user_id}
+  range: {orders: [1, null], paid_orders: [0, null]}
 --- */
 SELECT
   user_id,

@@ -1,0 +1,263 @@
+"""Completeness-driven ODS readiness with exact hours: counts, a lagging shard, late changes re-reported.
+
+A hand-written landing area for ``ods.order`` with two shard streams (``order_00``, ``order_01``) and the
+source's per-hour counts, so every number is known: hour 10:00 of 2026-03-02 has 10,000 source rows.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from datetime import datetime, timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+from pyspark.sql import SparkSession
+
+from resources.delta_lake import DeltaStore
+from resources.landing import Landing
+from sensors.ods_readiness import readiness, readiness_events, ready_hours
+from warehouse_assets.catalog import Catalog, Table, load_catalog
+from warehouse_assets.ingestion import ingest_table
+from warehouse_assets.why import explain
+
+TZ = ZoneInfo("Asia/Shanghai")
+DB = "edu_trade"
+H10 = datetime(2026, 3, 2, 10, tzinfo=TZ)
+MYSQL = {
+    "id": "bigint(20)",
+    "user_id": "bigint(20)",
+    "course_id": "bigint(20)",
+    "amount": "decimal(10,2)",
+    "status": "varchar(16)",
+    "pay_time": "datetime",
+    "create_time": "datetime",
+    "update_time": "datetime",
+}
+
+
+class Source:
+    """Writes Canal segments and the source counts of one shard stream, window by window."""
+
+    def __init__(self, root: Path, shard: str):
+        self.root, self.shard = root, shard
+        self.seq, self.message_id = 0, 0
+        self.counts: dict[str, int] = {}
+
+    def segment(self, window: datetime, rows: list[tuple[int, datetime]], count: bool = True) -> None:
+        """One 5-minute segment starting at ``window`` with an INSERT per (id, event time)."""
+        self.seq += 1
+        directory = self.root / "binlog" / DB / self.shard
+        directory.mkdir(parents=True, exist_ok=True)
+        lines = []
+        for pk, at in rows:
+            self.message_id += 1
+            stamp = at.strftime("%Y-%m-%d %H:%M:%S")
+            data = {
+                "id": str(pk),
+                "user_id": str(pk % 97),
+                "course_id": "1",
+                "amount": "10.00",
+                "status": "created",
+                "pay_time": None,
+                "create_time": stamp,
+                "update_time": stamp,
+            }
+            es = int(at.timestamp() * 1000)
+            message = {
+                "data": [data],
+                "database": DB,
+                "es": es,
+                "id": self.message_id,
+                "isDdl": False,
+                "mysqlType": MYSQL,
+                "old": None,
+                "pkNames": ["id"],
+                "sql": "",
+                "sqlType": {},
+                "table": self.shard,
+                "ts": es + 50,
+                "type": "INSERT",
+            }
+            lines.append(json.dumps(message, separators=(",", ":")))
+            if count:
+                hour = at.strftime("%Y-%m-%dT%H")
+                self.counts[hour] = self.counts.get(hour, 0) + 1
+        name = f"{self.seq:06d}-{window:%Y%m%dT%H%M}.jsonl"
+        (directory / name).write_text("".join(line + "\n" for line in lines))
+
+    def count_hour(self, hour: datetime, rows: int) -> None:
+        self.counts[hour.strftime("%Y-%m-%dT%H")] = rows
+
+    def publish_counts(self) -> None:
+        path = self.root / "counts" / DB / f"{self.shard}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps({"hour": h, "rows": n}) + "\n" for h, n in sorted(self.counts.items())))
+
+    def idle(self, start: datetime, end: datetime) -> None:
+        """Empty segments (an idle shard proving progress) and zero counts for its hours."""
+        window = start
+        while window < end:
+            self.segment(window, [])
+            self.counts.setdefault(window.strftime("%Y-%m-%dT%H"), 0)
+            window += timedelta(minutes=5)
+
+
+def windows(start: datetime, end: datetime) -> list[datetime]:
+    out, w = [], start
+    while w < end:
+        out.append(w)
+        w += timedelta(minutes=5)
+    return out
+
+
+@pytest.fixture
+def order() -> Table:
+    return load_catalog()["ods.order"]
+
+
+def only(table: Table) -> Catalog:
+    return Catalog(tables={table.fqn: table})
+
+
+def test_the_default_threshold_is_declared_per_table(order: Table) -> None:
+    assert order.completeness_threshold == 0.99995
+
+
+def test_9999_of_10000_rows_keep_the_hour_waiting_and_the_10000th_makes_it_ready(
+    spark: SparkSession, tmp_path: Path, order: Table
+) -> None:
+    landing_root = tmp_path / "landing"
+    busy, quiet = Source(landing_root, "order_00"), Source(landing_root, "order_01")
+    # hour 10: 10,000 changes on order_00; the distributor delivers 9,999 of them in the hour's segments
+    pks = iter(range(1, 10_001))
+    per_window = [834] * 11 + [10_000 - 834 * 11]
+    late_row: tuple[int, datetime] | None = None
+    for window, n in zip(windows(H10, H10 + timedelta(hours=1)), per_window, strict=True):
+        rows = [(next(pks), window + timedelta(seconds=i % 300)) for i in range(n)]
+        if window.minute == 55:
+            late_row = rows.pop()  # counted by the source, delivered late
+            hour = late_row[1].strftime("%Y-%m-%dT%H")
+            busy.counts[hour] = busy.counts.get(hour, 0) + 1  # the source counted it; its segment comes later
+        busy.segment(window, rows)
+    assert late_row is not None
+    quiet.idle(H10, H10 + timedelta(hours=1))
+    busy.publish_counts()
+    quiet.publish_counts()
+    assert busy.counts["2026-03-02T10"] == 10_000
+
+    landing, store = Landing(landing_root), DeltaStore(str(tmp_path / "lake"))
+    ingest_table(spark, store, landing, order)
+    state = readiness(store, landing, order)
+    assert state.watermark == H10 + timedelta(hours=1)  # every shard applied past the hour …
+    counts = state.completeness("2026-03-02-10:00")
+    assert (counts.source_rows, counts.ingested_rows, counts.required) == (10_000, 9_999, 10_000)
+    assert counts.missing_by_stream == {f"{DB}.order_00": 1}
+    assert not counts.complete
+    assert ready_hours(state, None) == []  # … yet the hour is not ready
+    events, cursor = readiness_events(store, landing, only(order), {})
+    assert events == []
+
+    from dagster import instance_for_test
+
+    with instance_for_test() as instance:
+        why = explain(instance, load_catalog(), store, landing, "dwd.order_detail", "2026-03-02")
+    hour10 = next(u for u in why.upstream if u.partition == "2026-03-02-10:00")
+    assert hour10.state == "not ready"
+    assert "1 row(s) missing" in hour10.detail and f"{DB}.order_00 1 missing" in hour10.detail
+
+    # the 10,000th row arrives in the next segment (window 11:00, event time in hour 10)
+    busy.segment(H10 + timedelta(hours=1), [late_row], count=False)
+    quiet.idle(H10 + timedelta(hours=1), H10 + timedelta(hours=1, minutes=5))
+    ingest_table(spark, store, landing, order)
+    state = readiness(store, landing, order)
+    assert state.completeness("2026-03-02-10:00").ingested_rows == 10_000
+    assert ready_hours(state, None) == ["2026-03-02-10:00"]
+    events, cursor = readiness_events(store, landing, only(order), cursor)
+    assert [(e.partition, e.metadata["ingested_rows"].value, e.metadata["source_rows"].value) for e in events] == [
+        ("2026-03-02-10:00", 10_000, 10_000)
+    ]
+    assert events[0].metadata["rows"].value == 10_000  # all rows in the hour's partition
+    assert readiness_events(store, landing, only(order), cursor) == ([], cursor)
+
+
+def test_a_lagging_shard_holds_the_hour_while_the_others_are_hours_ahead(
+    spark: SparkSession, tmp_path: Path, order: Table
+) -> None:
+    landing_root = tmp_path / "landing"
+    ahead, behind = Source(landing_root, "order_00"), Source(landing_root, "order_01")
+    pk = 0
+    for window in windows(H10, H10 + timedelta(hours=4)):  # order_00 delivers 10:00 .. 14:00
+        pk += 1
+        ahead.segment(window, [(pk, window + timedelta(seconds=30))])
+    for window in windows(H10, H10 + timedelta(minutes=30)):  # order_01 stops at 10:30
+        pk += 1
+        behind.segment(window, [(pk, window + timedelta(seconds=30))])
+    for hour in range(10, 14):  # the source counted every hour of both shards
+        behind.count_hour(H10.replace(hour=hour), 12)
+    ahead.publish_counts()
+    behind.publish_counts()
+
+    landing, store = Landing(landing_root), DeltaStore(str(tmp_path / "lake"))
+    ingest_table(spark, store, landing, order)
+    state = readiness(store, landing, order)
+    assert state.lagging[0].stream == f"{DB}.order_01"
+    assert state.lagging[0].watermark == H10 + timedelta(minutes=30)
+    assert state.lagging[1].watermark == H10 + timedelta(hours=4)
+    assert ready_hours(state, None) == []
+    assert readiness_events(store, landing, only(order), {})[0] == []
+    counts = state.completeness("2026-03-02-10:00")
+    assert counts.missing_by_stream == {f"{DB}.order_01": 6}
+
+    from dagster import instance_for_test
+
+    with instance_for_test() as instance:
+        why = explain(instance, load_catalog(), store, landing, "dwd.order_detail", "2026-03-02")
+    hour10 = next(u for u in why.upstream if u.partition == "2026-03-02-10:00")
+    assert hour10.state == "not ready"
+    assert f"1 of 2 shard stream(s) not applied past 11:00; {DB}.order_01 is applied through 2026-03-02 10:30" in (
+        hour10.detail
+    )
+    assert f"{DB}.order_01 6 missing" in hour10.detail
+
+    # the lagging shard catches up: the four hours become ready at once, in order
+    for window in windows(H10 + timedelta(minutes=30), H10 + timedelta(hours=4)):
+        pk += 1
+        behind.segment(window, [(pk, window + timedelta(seconds=30))], count=False)
+    ingest_table(spark, store, landing, order)
+    events, _ = readiness_events(store, landing, only(order), {})
+    assert [e.partition for e in events] == [f"2026-03-02-{h}:00" for h in range(10, 14)]
+
+
+def test_late_changes_for_a_reported_hour_report_it_again(spark: SparkSession, tmp_path: Path, order: Table) -> None:
+    lenient = replace(order, completeness_threshold=0.9)
+    landing_root = tmp_path / "landing"
+    shard = Source(landing_root, "order_00")
+    pk = 0
+    for window in windows(H10, H10 + timedelta(hours=2)):
+        rows = []
+        for _ in range(10):
+            pk += 1
+            rows.append((pk, window + timedelta(seconds=pk % 300)))
+        shard.segment(window, rows)
+    shard.count_hour(H10, 121)  # one change of hour 10 is still on its way
+    shard.publish_counts()
+    landing, store = Landing(landing_root), DeltaStore(str(tmp_path / "lake"))
+    ingest_table(spark, store, landing, lenient)
+    events, cursor = readiness_events(store, landing, only(lenient), {})
+    assert [(e.partition, e.metadata["ingested_rows"].value) for e in events] == [
+        ("2026-03-02-10:00", 120),
+        ("2026-03-02-11:00", 120),
+    ]
+    assert readiness_events(store, landing, only(lenient), cursor) == ([], cursor)
+
+    # a change of hour 10 arrives late (in the 12:00 window): hour 10 is reported again, hour 11 is not
+    shard.segment(H10 + timedelta(hours=2), [(pk + 1, H10 + timedelta(minutes=59))], count=False)
+    ingest_table(spark, store, landing, lenient)
+    events, cursor = readiness_events(store, landing, only(lenient), cursor)
+    assert [(e.partition, e.metadata["ingested_rows"].value, e.metadata["late_changes"].value) for e in events] == [
+        ("2026-03-02-10:00", 121, True)
+    ]
+    assert events[0].metadata["rows"].value == 121
+    assert readiness_events(store, landing, only(lenient), cursor) == ([], cursor)

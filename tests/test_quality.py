@@ -1,0 +1,210 @@
+"""Per-partition data-quality gates with exact partitions.
+
+``ods.order`` is written directly (two days, 2026-03-02 and 03) with a duplicated order on day D = 03-02;
+``dwd.order_detail`` is materialized in process, its ``unique`` check fails on D only; the automation is
+evaluated at a pinned time. D's downstream (``dws.user_order_daily``) is held back, D+1's is not; an
+``ignore_dq`` dependency proceeds; fixing the data and re-running D clears the block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pyarrow as pa
+import pytest
+from dagster import (
+    AssetCheckEvaluation,
+    AssetCheckKey,
+    AssetKey,
+    AssetMaterialization,
+    DagsterInstance,
+    Definitions,
+    evaluate_automation_conditions,
+    instance_for_test,
+    materialize,
+)
+from deltalake import write_deltalake
+from pyspark.sql import SparkSession
+
+from resources import resources_from_env
+from resources.landing import Landing
+from warehouse_assets.catalog import Catalog, load_catalog
+from warehouse_assets.compiler import build_assets
+from warehouse_assets.ingestion import ods_arrow_schema
+from warehouse_assets.why import explain
+
+TZ = ZoneInfo("Asia/Shanghai")
+D, D1 = "2026-03-02", "2026-03-03"
+DWD, DWS = AssetKey(["dwd", "order_detail"]), AssetKey(["dws", "user_order_daily"])
+NOW = datetime(2026, 3, 4, 10, tzinfo=TZ)
+
+
+def ods_rows(duplicate_on_d: bool) -> list[dict[str, Any]]:
+    rows = []
+    for day, base in ((2, 100), (3, 200)):
+        for i in range(4):
+            created = datetime(2026, 3, day, 9 + i, 30, tzinfo=TZ)
+            rows.append(
+                {
+                    "id": base + i,
+                    "user_id": 10 + i % 2,
+                    "course_id": 1,
+                    "amount": Decimal("20.00"),
+                    "status": "paid",
+                    "pay_time": created,
+                    "create_time": created,
+                    "update_time": created,
+                    "_es": int(created.timestamp() * 1000),
+                    "_pos": base + i,
+                    "_stream": "edu_trade.order_00",
+                    "_deleted": False,
+                    "dt": created.strftime("%Y-%m-%d"),
+                    "hh": created.strftime("%H"),
+                }
+            )
+    if duplicate_on_d:  # the same order twice in another hour of D (what a broken merge could leave)
+        copy = dict(rows[0], hh="15", _pos=999)
+        rows.append(copy)
+    return rows
+
+
+@dataclass
+class Env:
+    catalog: Catalog
+    root: Path
+    instance: DagsterInstance
+    resources: dict[str, Any]
+    baseline: Any = None
+    cursor: Any = None
+
+    def write_ods(self, duplicate_on_d: bool) -> None:
+        table = self.catalog["ods.order"]
+        data = pa.Table.from_pylist(ods_rows(duplicate_on_d), schema=ods_arrow_schema(table))
+        write_deltalake(str(self.root / "lake" / "ods" / "order"), data, partition_by=["dt", "hh"], mode="overwrite")
+
+    def build(self, catalog: Catalog, key: AssetKey, partition: str) -> Any:
+        return materialize(
+            build_assets(catalog),
+            instance=self.instance,
+            resources=self.resources,
+            selection=[key],
+            partition_key=partition,
+            raise_on_error=False,
+        )
+
+    def evaluate(self, catalog: Catalog, cursor: Any) -> Any:
+        defs = Definitions(assets=build_assets(catalog), resources=self.resources)
+        return evaluate_automation_conditions(defs, instance=self.instance, evaluation_time=NOW, cursor=cursor)
+
+    def requested(self, catalog: Catalog, key: AssetKey, *, chain: bool = True) -> list[str]:
+        """One automation tick at the pinned time: from the previous tick of the main chain (``chain``), or
+        from the baseline taken before anything was built (a separate history, for variant catalogs)."""
+        result = self.evaluate(catalog, self.cursor if chain else self.baseline)
+        if chain:
+            self.cursor = result.cursor
+        return sorted(result.get_requested_partitions(key))
+
+    def check_status(self, key: AssetKey, name: str) -> dict[str, bool]:
+        records = self.instance.event_log_storage.get_asset_check_execution_history(AssetCheckKey(key, name), limit=20)
+        status: dict[str, bool] = {}
+        for record in reversed(records):  # oldest first, the latest evaluation per partition wins
+            evaluation = record.evaluation
+            if isinstance(evaluation, AssetCheckEvaluation) and evaluation.partition is not None:
+                status[evaluation.partition] = evaluation.passed
+        return status
+
+
+@pytest.fixture(scope="module")
+def env(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    root = tmp_path_factory.mktemp("quality")
+    (root / "landing").mkdir()
+    resources = resources_from_env(
+        {"WAREHOUSE_LAKE_ROOT": str(root / "lake"), "WAREHOUSE_LANDING_ROOT": str(root / "landing")}
+    )
+    with instance_for_test() as instance:
+        env = Env(load_catalog(), root, instance, resources)
+        env.write_ods(duplicate_on_d=True)
+        for day in (2, 3):  # the readiness sensor's reports of the 48 ODS hours
+            for hour in range(24):
+                instance.report_runless_asset_event(
+                    AssetMaterialization(AssetKey(["ods", "order"]), partition=f"2026-03-{day:02d}-{hour:02d}:00")
+                )
+        env.baseline = env.cursor = env.evaluate(env.catalog, None).cursor  # the automation's first tick
+        yield env
+
+
+def test_checks_are_declared_per_partition_and_blocking(env: Env) -> None:
+    dwd = env.catalog["dwd.order_detail"]
+    assert [c.name for c in dwd.checks] == ["unique", "not_null", "range", "row_count"]
+    assert all(c.blocking for c in dwd.checks)
+    gmv = env.catalog["ads.daily_gmv"]
+    assert {c.name: c.blocking for c in gmv.checks}["anomaly"] is False
+
+
+def test_a_dq_failure_on_d_blocks_d_downstream_but_not_d_plus_1(env: Env) -> None:
+    bad = env.build(env.catalog, DWD, D)
+    assert not bad.success  # a failed blocking check fails the step (Dagster's in-run gate) …
+    good = env.build(env.catalog, DWD, D1)
+    assert good.success
+    assert env.instance.get_materialized_partitions(DWD) == {D, D1}  # … after the partition was written
+    assert env.check_status(DWD, "unique") == {D: False, D1: True}
+    unique = [
+        r.evaluation
+        for r in env.instance.event_log_storage.get_asset_check_execution_history(AssetCheckKey(DWD, "unique"), limit=5)
+        if r.evaluation and r.evaluation.partition == D
+    ][0]
+    assert unique is not None
+    assert unique.metadata["duplicated_keys"].value == 1 and unique.metadata["rows"].value == 5
+    assert env.check_status(DWD, "row_count") == {D: True, D1: True}
+
+    # later runs: D's downstream waits, D+1's runs
+    assert env.requested(env.catalog, DWS) == [D1]
+
+    # the manual-run guard refuses D with a clear message …
+    refused = env.build(env.catalog, DWS, D)
+    assert not refused.success
+    failure = next(e for e in refused.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "failed a blocking data-quality check" in str(failure.event_specific_data)
+    assert "dwd.order_detail" in str(failure.event_specific_data)
+
+    # … and why says so
+    why = explain(
+        env.instance,
+        env.catalog,
+        env.resources["lake"].store(),
+        Landing(env.root / "landing"),
+        "dws.user_order_daily",
+        D,
+    )
+    assert [(u.partition, u.state) for u in why.upstream] == [(D, "check failed")]
+    assert "unique" in why.upstream[0].detail
+
+
+def test_an_ignore_dq_dependency_proceeds(env: Env) -> None:
+    dws = env.catalog["dws.user_order_daily"]
+    lenient = replace(dws, deps=tuple(replace(d, ignore_dq=True) for d in dws.deps))
+    catalog = Catalog(tables={**env.catalog.tables, dws.fqn: lenient})
+    assert env.check_status(DWD, "unique")[D] is False
+    assert env.requested(catalog, DWS, chain=False) == [D, D1]
+    result = env.build(catalog, DWS, D)  # the guard lets it through
+    assert result.success
+    assert D in env.instance.get_materialized_partitions(DWS)
+    # the strict world's next tick: D is built now and nothing upstream changed, so nothing to run
+    assert env.requested(env.catalog, DWS) == []
+
+
+def test_fixing_the_data_and_rerunning_d_clears_the_block(env: Env) -> None:
+    env.write_ods(duplicate_on_d=False)
+    fixed = env.build(env.catalog, DWD, D)
+    assert fixed.success
+    assert env.check_status(DWD, "unique") == {D: True, D1: True}
+    assert env.requested(env.catalog, DWS) == [D]  # its upstream was updated and passed: D re-runs
+    rerun = env.build(env.catalog, DWS, D)
+    assert rerun.success
+    assert env.check_status(DWS, "references")[D] is True
