@@ -67,6 +67,7 @@ def test_sensors_run_by_default() -> None:
         "zorder_complete_partitions",
         "ext_marketing_spend",
         "ext_fx_rate",
+        "freshness_slas",
     }
     for sensor in sensors.values():
         assert sensor.default_status == DefaultSensorStatus.RUNNING

@@ -30,8 +30,9 @@ per-partition Dagster asset check, blocking unless it says ``blocking: false``::
 
 Freshness SLAs (``sla:``) say by when a partition must be materialized, after its window ends:
 ``sla: {within: 1h, grace: 15m}`` (ODS hours) or ``sla: {deadline: "09:00"}`` (by 09:00 the next morning,
-local time, for daily tables). They are parsed and validated; compiling them to freshness checks is not
-done yet (no table declares one). ODS tables also set the completeness threshold of their readiness:
+local time, for daily tables). Each becomes a non-blocking per-partition ``freshness`` check that the
+``freshness_slas`` sensor evaluates once the partition's deadline passes (:mod:`warehouse_assets.freshness`).
+ODS tables also set the completeness threshold of their readiness:
 ``completeness: {threshold: 0.99995}``.
 """
 

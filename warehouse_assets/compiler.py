@@ -56,6 +56,7 @@ from resources.external import ExternalResource
 from resources.spark import SparkResource
 from warehouse_assets.automation import ready_when_upstream_complete
 from warehouse_assets.catalog import Catalog, Dependency, Table
+from warehouse_assets.freshness import build_freshness_checks
 from warehouse_assets.partitions import BY_PERIOD
 from warehouse_assets.quality import (
     Outcome,
@@ -463,7 +464,8 @@ def build_assets(catalog: Catalog) -> list[AssetsDefinition | AssetSpec]:
 
 
 def build_checks(catalog: Catalog) -> list[AssetChecksDefinition]:
-    return [build_ods_checks(t) for t in catalog.ods() if t.checks]
+    """The ODS tables' data-quality checks and every table's freshness SLA check."""
+    return [build_ods_checks(t) for t in catalog.ods() if t.checks] + build_freshness_checks(catalog)
 
 
 def topological(catalog: Catalog) -> list[Table]:

@@ -8,6 +8,7 @@ from dagster import AssetSelection, AutomationConditionSensorDefinition, Default
 
 from resources import resources_from_env
 from sensors.external import build_external_sensors
+from sensors.freshness import build_freshness_sensor
 from sensors.landing import build_landing_sensor
 from sensors.ods_readiness import build_readiness_sensor
 from sensors.simulated_source import simulated_source
@@ -45,6 +46,7 @@ defs = Definitions(
         simulated_source,
         zorder_sensor,
         *build_external_sensors(catalog),
+        build_freshness_sensor(catalog),
     ],
     resources=resources_from_env(),
 )

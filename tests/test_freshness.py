@@ -1,0 +1,236 @@
+"""Freshness SLAs per partition: the ``freshness_slas`` sensor judges each partition once its deadline passes.
+
+Times are pinned (Asia/Shanghai): the sensor's clock is injected, materializations are reported under
+``freeze_time``; the sensor's check evaluations are then stored the way the daemon stores them.
+"""
+
+from collections.abc import Iterator
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+import pytest
+from dagster import (
+    AssetCheckEvaluation,
+    AssetCheckKey,
+    AssetKey,
+    AssetMaterialization,
+    DagsterInstance,
+    SensorResult,
+    build_sensor_context,
+    instance_for_test,
+)
+from dagster._core.event_api import PartitionKeyFilter
+from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
+from dagster._core.test_utils import freeze_time
+
+from sensors.freshness import build_freshness_sensor
+from warehouse_assets.catalog import Catalog, load_catalog
+from warehouse_assets.definitions import defs
+from warehouse_assets.freshness import deadline, judge_now
+
+TZ = ZoneInfo("Asia/Shanghai")
+CATALOG = load_catalog()
+
+
+def at(day: int, hour: int, minute: int = 0) -> datetime:
+    return datetime(2026, 3, day, hour, minute, tzinfo=TZ)
+
+
+def subset(*fqns: str) -> Catalog:
+    return Catalog({fqn: CATALOG[fqn] for fqn in fqns})
+
+
+@pytest.fixture
+def instance() -> Iterator[DagsterInstance]:
+    with instance_for_test() as inst:
+        yield inst
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = at(1, 0)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def materialize(instance: DagsterInstance, fqn: str, partition: str, when: datetime) -> None:
+    with freeze_time(when):
+        instance.report_runless_asset_event(AssetMaterialization(AssetKey(fqn.split(".")), partition=partition))
+
+
+class Sensor:
+    """Ticks the sensor like the daemon: keeps its cursor and stores the evaluations it emits."""
+
+    def __init__(self, instance: DagsterInstance, catalog: Catalog, clock: Clock) -> None:
+        self.instance, self.catalog, self.clock = instance, catalog, clock
+        self.cursor: str | None = None
+
+    def tick(self, now: datetime) -> list[AssetCheckEvaluation]:
+        self.clock.now = now
+        sensor = build_freshness_sensor(self.catalog, self.clock)  # a fresh definition: a restarted daemon
+        result = sensor(build_sensor_context(instance=self.instance, cursor=self.cursor))
+        assert isinstance(result, SensorResult)
+        self.cursor = result.cursor
+        events = [e for e in result.asset_events if isinstance(e, AssetCheckEvaluation)]
+        assert len(events) == len(result.asset_events)
+        for event in events:
+            with freeze_time(now):
+                self.instance.report_runless_asset_event(event)
+        return events
+
+
+def summary(events: list[AssetCheckEvaluation]) -> list[tuple[str, str, bool]]:
+    return [(".".join(e.asset_key.path), str(e.partition), e.passed) for e in events]
+
+
+def meta(event: AssetCheckEvaluation) -> dict[str, object]:
+    return {k: v.value for k, v in event.metadata.items()}
+
+
+def status(instance: DagsterInstance, fqn: str) -> dict[str, AssetCheckExecutionRecordStatus]:
+    key = AssetCheckKey(AssetKey(fqn.split(".")), "freshness")
+    return {
+        str(info.partition_key): info.latest_execution_status
+        for info in instance.event_log_storage.get_asset_check_partition_info([key])
+    }
+
+
+def test_deadlines_follow_the_declared_slas() -> None:
+    for table in CATALOG.ods():
+        assert table.sla is not None, f"{table.fqn} declares no freshness SLA"
+        assert deadline(table, "2026-03-05-10:00") == at(5, 12, 15)  # window end 11:00 + 1h + 15m grace
+    for fqn in ("ads.daily_gmv", "ads.marketing_roi"):
+        assert deadline(CATALOG[fqn], "2026-03-05") == at(6, 9)  # 09:00 the next morning
+
+
+def test_every_sla_compiles_to_a_non_blocking_partitioned_check() -> None:
+    graph = defs.resolve_asset_graph()
+    with_sla = {t.fqn for t in CATALOG if t.sla is not None}
+    assert {"ads.daily_gmv", "ads.marketing_roi"} | {t.fqn for t in CATALOG.ods()} <= with_sla
+    freshness = {".".join(k.asset_key.path) for k in graph.asset_check_keys if k.name == "freshness"}
+    assert freshness == with_sla
+    for fqn in with_sla:
+        node = graph.get(AssetCheckKey(AssetKey(fqn.split(".")), "freshness"))
+        assert not node.blocking
+        assert node.partitions_def is not None
+        assert node.partitions_def == graph.get(AssetKey(fqn.split("."))).partitions_def
+    sensor = next(s for s in defs.sensors or [] if s.name == "freshness_slas")
+    assert sensor.minimum_interval_seconds == 60
+
+
+def test_ods_hours_pass_or_fail_once_their_deadline_passes(instance: DagsterInstance, monkeypatch) -> None:
+    monkeypatch.setenv("WAREHOUSE_FRESHNESS_HORIZON_HOURS", "0.5")
+    sensor = Sensor(instance, subset("ods.order"), Clock())
+    materialize(instance, "ods.order", "2026-03-05-10:00", at(5, 11, 40))  # due 12:15: on time
+
+    # before the deadline nothing is judged, materialized or not
+    assert sensor.tick(at(5, 12, 14)) == []
+
+    # 12:15: the 10:00 hour is due and was there at 11:40
+    events = sensor.tick(at(5, 12, 15))
+    assert summary(events) == [("ods.order", "2026-03-05-10:00", True)]
+    assert meta(events[0])["deadline"] == "2026-03-05T12:15:00+08:00"
+    assert meta(events[0])["materialized_at"] == "2026-03-05T11:40:00+08:00"
+    assert meta(events[0])["slack_minutes"] == 35.0
+    assert meta(events[0])["lateness_minutes"] == 0.0
+
+    # a second tick (and a restart: every tick is a fresh sensor definition on the saved cursor) repeats nothing
+    assert sensor.tick(at(5, 12, 15)) == []
+    assert sensor.tick(at(5, 13, 14)) == []
+
+    # 13:16: the 11:00 hour (due 13:15) never arrived — a failure with how late it is
+    events = sensor.tick(at(5, 13, 16))
+    assert summary(events) == [("ods.order", "2026-03-05-11:00", False)]
+    assert meta(events[0])["deadline"] == "2026-03-05T13:15:00+08:00"
+    assert meta(events[0])["late_by_minutes"] == 1.0
+    assert meta(events[0])["materialized"] is False
+    assert status(instance, "ods.order") == {
+        "2026-03-05-10:00": AssetCheckExecutionRecordStatus.SUCCEEDED,
+        "2026-03-05-11:00": AssetCheckExecutionRecordStatus.FAILED,
+    }
+    assert sensor.tick(at(5, 13, 30)) == []
+
+    # the 11:00 hour arrives at 13:45: the verdict stands (one per partition; the miss is the record)
+    materialize(instance, "ods.order", "2026-03-05-11:00", at(5, 13, 45))
+    assert sensor.tick(at(5, 13, 50)) == []
+    assert status(instance, "ods.order")["2026-03-05-11:00"] == AssetCheckExecutionRecordStatus.FAILED
+
+    # the 12:00 hour (due 14:15) arrives at 14:30, before the sensor looks again: a miss, with its lateness
+    materialize(instance, "ods.order", "2026-03-05-12:00", at(5, 14, 30))
+    events = sensor.tick(at(5, 14, 40))
+    assert summary(events) == [("ods.order", "2026-03-05-12:00", False)]
+    assert meta(events[0])["lateness_minutes"] == 15.0
+    assert meta(events[0])["materialized_at"] == "2026-03-05T14:30:00+08:00"
+    assert sensor.tick(at(5, 14, 41)) == []
+
+    # one evaluation per partition in the instance, shown per partition
+    key = AssetCheckKey(AssetKey(["ods", "order"]), "freshness")
+    for partition in ("2026-03-05-10:00", "2026-03-05-11:00", "2026-03-05-12:00"):
+        history = instance.event_log_storage.get_asset_check_execution_history(
+            key, limit=10, partition_filter=PartitionKeyFilter(key=partition)
+        )
+        assert len(history) == 1, partition
+    assert status(instance, "ods.order") == {
+        "2026-03-05-10:00": AssetCheckExecutionRecordStatus.SUCCEEDED,
+        "2026-03-05-11:00": AssetCheckExecutionRecordStatus.FAILED,
+        "2026-03-05-12:00": AssetCheckExecutionRecordStatus.FAILED,
+    }
+
+
+def test_a_lost_cursor_repeats_nothing(instance: DagsterInstance, monkeypatch) -> None:
+    monkeypatch.setenv("WAREHOUSE_FRESHNESS_HORIZON_HOURS", "3")
+    sensor = Sensor(instance, subset("ods.order"), Clock())
+    materialize(instance, "ods.order", "2026-03-05-09:00", at(5, 10, 30))
+    # deadlines in (09:15, 12:15]: the hours 07:00 .. 10:00 (due 09:15 excluded, 10:15, 11:15, 12:15)
+    first = sensor.tick(at(5, 12, 15))
+    assert summary(first) == [
+        ("ods.order", "2026-03-05-08:00", False),
+        ("ods.order", "2026-03-05-09:00", True),
+        ("ods.order", "2026-03-05-10:00", False),
+    ]
+    sensor.cursor = None  # the cursor is lost; the instance still knows what was judged
+    assert summary(sensor.tick(at(5, 13, 15))) == [("ods.order", "2026-03-05-11:00", False)]
+
+
+def test_ads_days_are_due_at_nine_the_next_morning(instance: DagsterInstance, monkeypatch) -> None:
+    monkeypatch.setenv("WAREHOUSE_FRESHNESS_HORIZON_HOURS", "1")
+    sensor = Sensor(instance, subset("ads.daily_gmv", "ads.marketing_roi"), Clock())
+    materialize(instance, "ads.daily_gmv", "2026-03-04", at(5, 8, 30))
+    assert sensor.tick(at(5, 8, 59)) == []
+    events = sensor.tick(at(5, 9, 0))
+    assert summary(events) == [("ads.daily_gmv", "2026-03-04", True), ("ads.marketing_roi", "2026-03-04", False)]
+    assert meta(events[0])["slack_minutes"] == 30.0
+    assert meta(events[1])["deadline"] == "2026-03-05T09:00:00+08:00"
+    assert meta(events[1])["late_by_minutes"] == 0.0
+    assert sensor.tick(at(5, 9, 1)) == []
+    # the next day: daily_gmv present at 09:00, marketing_roi still missing
+    materialize(instance, "ads.daily_gmv", "2026-03-05", at(6, 7, 5))
+    events = sensor.tick(at(6, 9, 30))
+    assert summary(events) == [("ads.daily_gmv", "2026-03-05", True), ("ads.marketing_roi", "2026-03-05", False)]
+    assert meta(events[1])["late_by_minutes"] == 30.0
+    assert status(instance, "ads.marketing_roi") == {
+        "2026-03-04": AssetCheckExecutionRecordStatus.FAILED,
+        "2026-03-05": AssetCheckExecutionRecordStatus.FAILED,
+    }
+
+
+def test_first_tick_looks_back_only_the_horizon(instance: DagsterInstance, monkeypatch) -> None:
+    monkeypatch.delenv("WAREHOUSE_FRESHNESS_HORIZON_HOURS", raising=False)  # default: 48 hours
+    sensor = Sensor(instance, subset("ods.order"), Clock())
+    events = sensor.tick(at(5, 12, 14))
+    # deadlines in (03-03 12:14, 03-05 12:14]: the hours 03-03 10:00 .. 03-05 09:00, never back to 2026-01-01
+    keys = [e.partition for e in events]
+    assert len(keys) == 48
+    assert keys[0] == "2026-03-03-10:00" and keys[-1] == "2026-03-05-09:00"
+    assert not any(e.passed for e in events)
+
+
+def test_executing_the_check_by_hand_judges_as_of_now(instance: DagsterInstance) -> None:
+    table = CATALOG["ods.order"]
+    materialize(instance, "ods.order", "2026-03-05-10:00", at(5, 11, 40))
+    assert judge_now(instance, table, "2026-03-05-10:00", at(5, 12, 0)).passed  # on time already
+    early = judge_now(instance, table, "2026-03-05-11:00", at(5, 12, 0))
+    assert not early.passed and early.severity.value == "WARN"  # not due yet: a warning, not a miss
+    missed = judge_now(instance, table, "2026-03-05-11:00", at(5, 13, 45))
+    assert not missed.passed and missed.metadata["late_by_minutes"].value == 30.0

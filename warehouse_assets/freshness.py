@@ -1,0 +1,202 @@
+"""Freshness SLAs per partition (``sla:`` in the catalog), compiled to one non-blocking asset check per table.
+
+When is a partition due? Its *deadline*, local time (Asia/Shanghai), derived from the end of its window:
+
+* ``sla: {within: 1h, grace: 15m}`` — window end + ``within`` + ``grace``. The ODS hour 10:00–11:00
+  (partition ``2026-03-05-10:00``) is due at 12:15.
+* ``sla: {deadline: "09:00"}`` (daily tables) — 09:00 on the day after the window, + ``grace`` if any.
+  The day ``2026-03-05`` is due at 2026-03-06 09:00.
+
+A partition is *on time* when its **first** materialization is at or before the deadline (a later
+re-materialization — late CDC changes merged, a re-run — does not make an on-time partition late).
+
+The ``freshness`` check is non-blocking (it never holds back data) and is evaluated by the
+``freshness_slas`` sensor (:mod:`sensors.freshness`), once per partition, when the deadline has passed:
+
+* passed — materialized on time; metadata ``deadline``, ``materialized_at``, ``slack_minutes``;
+* failed — not materialized by the deadline; metadata ``deadline``, ``late_by_minutes`` (at evaluation),
+  and ``materialized_at`` / ``lateness_minutes`` when it arrived late before the sensor looked.
+  A failed freshness check is what an alert hangs on.
+
+One verdict per partition, and it stands: a partition that missed its deadline stays failed when its data
+arrives later. Dagster 1.13 stores at most one run-less evaluation per check
+and partition (the unique index of ``asset_check_executions`` on asset, check, run id ``""`` and
+partition: a second one raises an IntegrityError), so a passing "late" evaluation from the sensor is not
+possible — and the failed partition is exactly the record of the miss. Executing the check by hand is a
+run, not run-less, and may add a newer verdict.
+
+The check's own automation condition never fires: it keeps the check from riding along with the
+materialization runs of its asset (Dagster runs every condition-less check of an asset with it). Executing
+the check by hand judges the selected partition as of now, by the same rules.
+"""
+
+from collections.abc import Iterator
+from datetime import datetime, time, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from dagster import (
+    AssetCheckExecutionContext,
+    AssetCheckKey,
+    AssetCheckResult,
+    AssetChecksDefinition,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetKey,
+    AssetRecordsFilter,
+    AutomationCondition,
+    DagsterInstance,
+    TimeWindow,
+    multi_asset_check,
+)
+from dagster._core.event_api import PartitionKeyFilter
+
+from warehouse_assets.catalog import Catalog, Check, Sla, Table
+from warehouse_assets.partitions import BUSINESS_TZ, BY_PERIOD
+from warehouse_assets.quality import Outcome
+
+CHECK_NAME = "freshness"
+FRESHNESS = Check(CHECK_NAME, blocking=False)
+TZ = ZoneInfo(BUSINESS_TZ)
+_PERIOD_PAD = {"hourly": timedelta(hours=1), "daily": timedelta(days=1), "weekly": timedelta(days=7)}
+
+
+def deadline(table: Table, partition_key: str) -> datetime:
+    """When ``partition_key`` of ``table`` must be materialized (aware, business timezone)."""
+    sla = _sla(table)
+    end = BY_PERIOD[table.period].time_window_for_partition_key(partition_key).end.astimezone(TZ)
+    if sla.deadline is not None:
+        hours, minutes = (int(part) for part in sla.deadline.split(":"))
+        return datetime.combine(end.date(), time(hours, minutes), tzinfo=TZ) + timedelta(minutes=sla.grace_minutes)
+    assert sla.within_minutes is not None
+    return end + timedelta(minutes=sla.within_minutes + sla.grace_minutes)
+
+
+def _sla(table: Table) -> Sla:
+    if table.sla is None:
+        raise ValueError(f"{table.fqn} declares no sla")
+    return table.sla
+
+
+def _lead(table: Table) -> timedelta:
+    """An upper bound of deadline − window start (to find the partitions due in a span of time)."""
+    sla = _sla(table)
+    period = _PERIOD_PAD.get(table.period, timedelta(days=31))
+    if sla.deadline is not None:
+        return period + timedelta(days=1, minutes=sla.grace_minutes)
+    return period + timedelta(minutes=(sla.within_minutes or 0) + sla.grace_minutes)
+
+
+def due_between(table: Table, after: datetime, until: datetime) -> list[tuple[str, datetime]]:
+    """The partitions of ``table`` whose deadline is in ``(after, until]``, oldest first, with it."""
+    pdef = BY_PERIOD[table.period]
+    first = pdef.time_window_for_partition_key(pdef.get_first_partition_key()).start
+    start = max(after.astimezone(TZ) - _lead(table), first)
+    if start >= until:
+        return []
+    keys = pdef.get_partition_keys_in_time_window(TimeWindow(start, until.astimezone(TZ)))
+    due = [(key, deadline(table, key)) for key in keys]
+    return [(key, at) for key, at in due if after < at <= until]
+
+
+def first_materialized(instance: DagsterInstance, table: Table, partition_key: str) -> datetime | None:
+    """When the partition was first materialized (reported, for ODS and external tables), or None."""
+    records = instance.fetch_materializations(
+        AssetRecordsFilter(asset_key=AssetKey(table.key), asset_partitions=[partition_key]), limit=1, ascending=True
+    ).records
+    return datetime.fromtimestamp(records[0].timestamp, TZ) if records else None
+
+
+def _minutes(delta: timedelta) -> float:
+    return round(delta.total_seconds() / 60, 1)
+
+
+def _at(value: datetime) -> str:
+    return value.astimezone(TZ).isoformat(timespec="seconds")
+
+
+def judge(table: Table, partition_key: str, due: datetime, materialized: datetime | None, now: datetime) -> Outcome:
+    """The verdict on a partition whose deadline ``due`` has passed (``now`` >= ``due``)."""
+    meta: dict[str, Any] = {"deadline": _at(due), "sla": _sla(table).describe(), "evaluated_at": _at(now)}
+    if materialized is not None and materialized <= due:
+        slack = _minutes(due - materialized)
+        meta |= {"materialized_at": _at(materialized), "slack_minutes": slack, "lateness_minutes": 0.0}
+        return Outcome(FRESHNESS, partition_key, True, meta, f"materialized {slack} min before its deadline {_at(due)}")
+    if materialized is not None:
+        late = _minutes(materialized - due)
+        meta |= {"materialized_at": _at(materialized), "lateness_minutes": late, "late_by_minutes": late}
+        return Outcome(
+            FRESHNESS, partition_key, False, meta, f"missed its deadline {_at(due)}: arrived {late} min late"
+        )
+    late = _minutes(now - due)
+    meta |= {"materialized": False, "late_by_minutes": late}
+    return Outcome(
+        FRESHNESS, partition_key, False, meta, f"not materialized by its deadline {_at(due)}: {late} min late so far"
+    )
+
+
+def judged(instance: DagsterInstance, table: Table, partition_key: str) -> bool:
+    """Whether the partition already has a run-less freshness evaluation (the sensor's; Dagster stores one)."""
+    history = instance.event_log_storage.get_asset_check_execution_history(
+        AssetCheckKey(AssetKey(table.key), CHECK_NAME), limit=20, partition_filter=PartitionKeyFilter(key=partition_key)
+    )
+    return any(not record.run_id for record in history)
+
+
+def sensor_only() -> AutomationCondition:
+    """Never true: the freshness check is evaluated by its sensor and never launched by the automation, and
+    having a condition keeps it from riding along with its asset's materialization runs."""
+    started = AutomationCondition.initial_evaluation()
+    return (started & ~started).with_label("evaluated by the freshness_slas sensor")
+
+
+def freshness_spec(table: Table) -> AssetCheckSpec:
+    return AssetCheckSpec(
+        CHECK_NAME,
+        asset=AssetKey(table.key),
+        description=f"Freshness SLA: each partition materialized {_sla(table).describe()} (non-blocking)",
+        blocking=False,
+        partitions_def=BY_PERIOD[table.period],
+        metadata={"kind": "freshness", "sla": _sla(table).describe(), "declared_in": table.path.name},
+        automation_condition=sensor_only(),
+    )
+
+
+def judge_now(instance: DagsterInstance, table: Table, partition_key: str, now: datetime) -> AssetCheckResult:
+    """A hand-executed freshness check: the partition judged as of ``now`` (a warning when not yet due)."""
+    due = deadline(table, partition_key)
+    materialized = first_materialized(instance, table, partition_key)
+    if now < due and materialized is None:
+        return AssetCheckResult(
+            asset_key=AssetKey(table.key),
+            check_name=CHECK_NAME,
+            passed=False,
+            severity=AssetCheckSeverity.WARN,
+            metadata={"deadline": _at(due), "materialized": False, "evaluated_at": _at(now)},
+            description=f"not materialized yet; not due until {_at(due)}",
+        )
+    outcome = judge(table, partition_key, due, materialized, max(now, due))
+    return AssetCheckResult(
+        asset_key=AssetKey(table.key),
+        check_name=CHECK_NAME,
+        passed=outcome.passed,
+        metadata={**outcome.metadata, "partition": partition_key},
+        description=outcome.description,
+    )
+
+
+def build_freshness_check(table: Table) -> AssetChecksDefinition:
+    @multi_asset_check(
+        name=f"{table.layer}_{table.name}_freshness",
+        specs=[freshness_spec(table)],
+        description="Evaluated by the freshness_slas sensor; executing it judges the partition as of now.",
+    )
+    def _freshness(context: AssetCheckExecutionContext) -> Iterator[AssetCheckResult]:
+        key = context.op_execution_context.partition_key
+        yield judge_now(context.instance, table, key, datetime.now(TZ))
+
+    return _freshness
+
+
+def build_freshness_checks(catalog: Catalog) -> list[AssetChecksDefinition]:
+    return [build_freshness_check(t) for t in catalog if t.sla is not None]
