@@ -84,7 +84,21 @@ def dev_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, P
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        _kill_stragglers(f"DAGSTER_HOME={home}")
         print((root / "dev.log").read_text()[-3000:])
+
+
+def _kill_stragglers(marker: str) -> None:
+    """Kill what the stack left behind (a code server may outlive dagster dev), found by its environment."""
+    needle = marker.encode() + b"\0"
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes():
+                os.kill(int(entry.name), signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            continue
 
 
 def test_dev_materializes_downstream_partitions_without_a_click(
