@@ -78,7 +78,8 @@ def test_derived_assets_are_automated_and_ods_are_reported() -> None:
             assert not node.is_executable and node.automation_condition is None
         else:
             assert node.automation_condition is not None
-            assert "every upstream partition exists" in str(node.automation_condition.get_snapshot())
+            snapshot = str(node.automation_condition.get_snapshot())
+            assert "upstream_partitions_exist" in snapshot and "every upstream partition materialized" in snapshot
 
 
 def _write(root: Path, rel: str, text: str) -> None:

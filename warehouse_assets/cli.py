@@ -168,6 +168,33 @@ def _ensure_simulated(landing: Path, days: int, scale: float, tz: str) -> None:
     simulate(landing, start.replace(tzinfo=None), end.replace(tzinfo=None), SimulationConfig(scale=scale, tz=tz))
 
 
+def warehouse_start(env: dict[str, str], landing: Path) -> str | None:
+    """``WAREHOUSE_START`` for ``warehouse dev``: the user's value, else the first simulated day.
+
+    The simulated landing area records where it starts (``simulation.json``) and keeps it when it is
+    extended, so the partitions start on the same day across restarts. Without a simulation and without
+    a value, the default of ``warehouse_assets.partitions`` applies (None).
+    """
+    from resources.simulator import read_simulation
+
+    if env.get("WAREHOUSE_START"):
+        return env["WAREHOUSE_START"]
+    simulated = read_simulation(landing)
+    if simulated is None:
+        return None
+    _, first, _ = simulated
+    return first.strftime("%Y-%m-%d")
+
+
+def _check_start(value: str) -> None:
+    try:
+        from warehouse_assets.partitions import parse_start  # reads a user's WAREHOUSE_START: may raise too
+
+        parse_start(value)
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
+
+
 def run_dev(args: argparse.Namespace) -> int:
     from resources import resources_from_env
     from resources.spark import start_connect_server
@@ -184,6 +211,11 @@ def run_dev(args: argparse.Namespace) -> int:
     tz = resources["spark"].timezone
     if args.simulate:
         _ensure_simulated(landing, args.days, args.scale, tz)
+    start = warehouse_start(env, landing)
+    if start is not None:
+        _check_start(start)
+        env["WAREHOUSE_START"] = os.environ["WAREHOUSE_START"] = start
+        _say(f"[dev] the warehouse starts on {start} (WAREHOUSE_START): the first partition of every table")
     server = None
     if env["WAREHOUSE_SPARK_MODE"] == "connect":
         url = env.get("WAREHOUSE_SPARK_CONNECT_URL", "sc://127.0.0.1:15002")

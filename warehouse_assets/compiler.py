@@ -39,7 +39,7 @@ from resources.delta_lake import DeltaLakeResource, DeltaStore, Predicate
 from resources.spark import SparkResource
 from warehouse_assets.automation import ready_when_upstream_complete
 from warehouse_assets.catalog import Catalog, Dependency, Table
-from warehouse_assets.partitions import BY_PERIOD
+from warehouse_assets.partitions import BY_PERIOD, mapped_upstream
 
 
 def partition_spec(period: str, partition_key: str) -> dict[str, str]:
@@ -62,23 +62,28 @@ def partition_mapping(table: Table, dep: Dependency) -> TimeWindowPartitionMappi
 @dataclass(frozen=True)
 class UpstreamPartitions:
     table: str
-    keys: list[str]
-    nonexistent: list[str]
+    keys: list[str]  # existing upstream partitions, in time order
+    nonexistent: list[str]  # needed but not partitions (yet): before the upstream's start or in the future
 
 
-def upstream_partitions(catalog: Catalog, table: Table, dep: Dependency, partition_key: str) -> UpstreamPartitions:
-    """The exact upstream partition keys one partition of ``table`` needs through ``dep``."""
-    upstream = catalog[dep.table]
-    own_def = BY_PERIOD[table.period]
-    up_def = BY_PERIOD[upstream.period]
-    result = partition_mapping(table, dep).get_upstream_mapped_partitions_result_for_partitions(
-        own_def.empty_subset().with_partition_keys([partition_key]), own_def, up_def
+def upstream_partitions(
+    catalog: Catalog, table: Table, dep: Dependency, partition_key: str, current_time: datetime | None = None
+) -> UpstreamPartitions:
+    """The exact upstream partition keys one partition of ``table`` needs through ``dep``.
+
+    Unlike Dagster's mapping, windows are not clamped to the upstream's existing partitions: what lies
+    before its start or in the future is listed in ``nonexistent`` (except a self-dependency's partitions
+    before the table's first one, which the first partition does not need).
+    """
+    mapped = mapped_upstream(
+        partition_mapping(table, dep),
+        BY_PERIOD[table.period],
+        BY_PERIOD[catalog[dep.table].period],
+        [partition_key],
+        current_time=current_time,
+        self_dependency=dep.table == table.fqn,
     )
-    return UpstreamPartitions(
-        table=dep.table,
-        keys=sorted(result.partitions_subset.get_partition_keys(), key=lambda k: _start(up_def, k)),
-        nonexistent=sorted(result.required_but_nonexistent_subset.get_partition_keys()),
-    )
+    return UpstreamPartitions(table=dep.table, keys=mapped.keys, nonexistent=mapped.nonexistent)
 
 
 def _start(pdef: TimeWindowPartitionsDefinition, key: str) -> datetime:
@@ -200,20 +205,25 @@ def _span(keys: Sequence[str]) -> str:
 
 
 def _guard(table: Table, key: str, dep: Dependency, up: UpstreamPartitions, present: set[str]) -> None:
-    """Refuse to compute on an incomplete window; a self-dependency before the first partition is fine."""
+    """Refuse to compute on an incomplete window (Dagster would silently hand over the partitions that exist)."""
     if up.nonexistent:
-        before_start = dep.table == table.fqn and all(k < min(up.keys or [key]) for k in up.nonexistent)
-        if not before_start or up.keys:
-            raise Failure(
-                f"{table.fqn} {key} needs {dep.table} partitions that do not exist "
-                f"(in the future or before its first partition): {', '.join(up.nonexistent)}"
-            )
+        raise Failure(
+            f"{table.fqn} {key} needs {len(up.nonexistent)} partition(s) of {dep.table} that do not exist "
+            f"(in the future or before its first partition): {_names(up.nonexistent)}"
+        )
     missing = [k for k in up.keys if k not in present]
     if missing:
         raise Failure(
             f"{table.fqn} {key} waits for {len(missing)} partition(s) of {dep.table} that are not "
-            f"materialized: {_span(missing)}" + (f" — first missing {missing[0]}" if len(missing) > 1 else "")
+            f"materialized: {_names(missing)}"
         )
+
+
+def _names(keys: Sequence[str], limit: int = 12) -> str:
+    """Every key when there are few, else the first ones and the last."""
+    if len(keys) <= limit:
+        return ", ".join(keys)
+    return ", ".join(keys[: limit - 2]) + f", … ({len(keys) - limit + 1} more), {keys[-1]}"
 
 
 def _empty_like(spark: SparkSession, store: DeltaStore, upstream: Table) -> DataFrame:

@@ -25,6 +25,7 @@ automation_sensor = AutomationConditionSensorDefinition(
     target=AssetSelection.all(),
     default_status=DefaultSensorStatus.RUNNING,
     minimum_interval_seconds=15,
+    use_user_code_server=True,  # evaluates the Python condition UpstreamPartitionsExist (warehouse_assets.automation)
     description="Runs each partition as soon as every mapped upstream partition is ready.",
 )
 
