@@ -80,7 +80,7 @@ def ready_when_upstream_complete(lookback: timedelta = LOOKBACK) -> AutomationCo
     return (
         AutomationCondition.in_latest_time_window(lookback)
         & trigger.with_label("missing or upstream updated since last handled")
-        # X         & UpstreamPartitionsExist() UpstreamPartitionsExist()
+        & UpstreamPartitionsExist()
         & (~AutomationCondition.any_deps_missing()).with_label("every upstream partition materialized")
         & ~AutomationCondition.any_deps_in_progress()
         & ~AutomationCondition.in_progress()
