@@ -288,6 +288,24 @@ def build_assets(catalog: Catalog) -> list[AssetsDefinition | AssetSpec]:
     return built
 
 
+def backfill_partitions(catalog: Catalog, start: datetime, end: datetime) -> dict[str, list[str]]:
+    """For a backfill of the whole graph over [start, end): each derived table's partitions that lie wholly
+    in the range and whose every upstream partition can exist (D7 retention starts 7 days after the
+    warehouse, a 30-day window 29 days after). Launched per asset, as the UI's ``partitionsByAssets`` does."""
+    plan: dict[str, list[str]] = {}
+    for table in catalog.derived():
+        pdef = BY_PERIOD[table.period]
+        keys = [
+            k
+            for k in pdef.get_partition_keys(current_time=end)
+            if pdef.time_window_for_partition_key(k).start >= start
+            and not any(upstream_partitions(catalog, table, dep, k, current_time=end).nonexistent for dep in table.deps)
+        ]
+        if keys:
+            plan[table.fqn] = keys
+    return plan
+
+
 def topological(catalog: Catalog) -> list[Table]:
     """Derived tables in dependency order (self-dependencies ignored)."""
     order: list[Table] = []
