@@ -67,11 +67,10 @@ def backfilled(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) ->
     root = tmp_path_factory.mktemp("backfill")
     landing, lake = root / "landing", root / "lake"
     env = {"WAREHOUSE_LAKE_ROOT": str(lake), "WAREHOUSE_LANDING_ROOT": str(landing)}
-    simulate(landing, datetime(2026, 1, 1), datetime(2026, 2, 1), SimulationConfig(seed=5, scale=SCALE))
+    simulate(landing, datetime(2026, 1, 1), datetime(2026, 2, 1), SimulationConfig(seed=5, scale=SCALE, batch_minutes=60))
     resources = resources_from_env(env)
-    overrides = {
-        "run_launcher": {"module": "dagster._core.launcher.sync_in_memory_run_launcher", "class": "SyncInMemoryRunLauncher"}
-    }
+    launcher = {"module": "dagster._core.launcher.sync_in_memory_run_launcher", "class": "SyncInMemoryRunLauncher"}
+    overrides = {"run_launcher": launcher}
     with pytest.MonkeyPatch.context() as patch, instance_for_test(overrides=overrides) as instance:
         for name, value in env.items():
             patch.setenv(name, value)

@@ -67,7 +67,7 @@ class Table:
     # ODS only
     source_database: str | None = None
     source_tables: str | None = None
-    columns: tuple[tuple[str, str], ...] = ()
+    columns: tuple[tuple[str, str], ...] = ()  # ODS: source columns; derived: output (required if self-dependent)
     partition_time: str | None = None
     heartbeat_idle_grace_minutes: int | None = None  # ODS: heartbeats may prove an idle shard (see readiness)
 
@@ -197,6 +197,20 @@ def _load_sql(path: Path) -> Table:
         if dep not in reads:
             raise _fail(path, f"{layer}.{name} declares a dependency on {dep} that its SQL never reads")
     deps = tuple(Dependency(dep, *_parse_offsets(declared.get(dep), path, dep)) for dep in sorted(reads))
+    columns = _columns(header.get("columns"), path) if header.get("columns") is not None else ()
+    fqn = f"{layer}.{name}"
+    for dep in deps:
+        if dep.table == fqn and (dep.end_offset is None or dep.end_offset >= 0):
+            raise _fail(
+                path,
+                f"{fqn} reads itself: a self-dependency needs a negative offset, e.g. {{set: [-1]}} for T-1",
+            )
+    if any(dep.table == fqn for dep in deps) and not columns:
+        raise _fail(
+            path,
+            f"{fqn} depends on itself: declare its output columns (columns: {{name: type}}), "
+            "the first partition reads an empty T-1 of that shape",
+        )
     return Table(
         layer=layer,
         name=name,
@@ -208,7 +222,18 @@ def _load_sql(path: Path) -> Table:
         zorder=_as_tuple(header.get("zorder"), path, "zorder"),
         deps=deps,
         sql=body,
+        columns=columns,
     )
+
+
+def _columns(columns: Any, path: Path) -> tuple[tuple[str, str], ...]:
+    """``columns: {name: spark type}`` of a declaration, validated."""
+    if not isinstance(columns, Mapping) or not columns:
+        raise _fail(path, "columns must map each column to a Spark type")
+    for column, ctype in columns.items():
+        if ctype not in SPARK_TYPES and not _DECIMAL.match(str(ctype)):
+            raise _fail(path, f"column {column}: unsupported type {ctype!r}")
+    return tuple((str(k), str(v)) for k, v in columns.items())
 
 
 def _load_ods(path: Path) -> Table:
@@ -222,14 +247,9 @@ def _load_ods(path: Path) -> Table:
     source = header.get("source") or {}
     if not isinstance(source, Mapping) or not source.get("database") or not source.get("tables"):
         raise _fail(path, "source needs database and tables (a regular expression of the shard tables)")
-    columns = header.get("columns") or {}
-    if not isinstance(columns, Mapping) or not columns:
-        raise _fail(path, "columns must map each source column to a Spark type")
-    for column, ctype in columns.items():
-        if ctype not in SPARK_TYPES and not _DECIMAL.match(str(ctype)):
-            raise _fail(path, f"column {column}: unsupported type {ctype!r}")
+    columns = dict(_columns(header.get("columns"), path))
     pk = _as_tuple(header.get("primary_key"), path, "primary_key")
-    partition_time = header.get("partition_time")
+    partition_time = str(header.get("partition_time"))
     for col in [*pk, partition_time]:
         if col not in columns:
             raise _fail(path, f"{col!r} is not a declared column")
@@ -251,7 +271,7 @@ def _load_ods(path: Path) -> Table:
         zorder=_as_tuple(header.get("zorder"), path, "zorder"),
         source_database=str(source["database"]),
         source_tables=str(source["tables"]),
-        columns=tuple((str(k), str(v)) for k, v in columns.items()),
+        columns=tuple(columns.items()),
         partition_time=str(partition_time),
     )
 
@@ -284,7 +304,9 @@ def _validate_graph(catalog: Catalog) -> None:
             if crosses and not _covers_whole_period(table.period, upstream.period, dep):
                 raise _fail(
                     table.path,
-                    f"{table.fqn}: offsets across periods must cover the whole {table.period} period of {dep.table}",
+                    f"{table.fqn}: offsets across periods must cover the whole {table.period} period of {dep.table}"
+                    f" (range: [0, 23] for a day's hours, [0, 6] for a week's days; omit the offsets for the"
+                    f" default roll-up, e.g. a month on its days)",
                 )
     # cycles (a self-dependency is declared explicitly and excluded here)
     state: dict[str, int] = {}

@@ -65,20 +65,35 @@ def run_ingest(instance: Any, resources: dict[str, Any], tables: Sequence[str] =
     return summary
 
 
-def report_ready_hours(instance: Any, resources: dict[str, Any]) -> int:
-    """Report every complete ODS hour not yet materialized (what the readiness sensor does)."""
+def report_ready_hours(
+    instance: Any, resources: dict[str, Any], tables: Sequence[str] | None = None, until: datetime | None = None
+) -> int:
+    """Report complete ODS hours not yet materialized (what the readiness sensor does).
+
+    ``tables`` limits it to some ODS tables and ``until`` to the hours ending by then (default: all).
+    """
     from dagster import AssetKey
 
     from sensors.ods_readiness import readiness_events
+    from warehouse_assets.catalog import Catalog
     from warehouse_assets.definitions import catalog
+    from warehouse_assets.partitions import hourly
 
     store, landing = resources["lake"].store(), resources["landing"].landing()
-    events, _ = readiness_events(
-        store, landing, catalog, {}, lambda t: set(instance.get_materialized_partitions(AssetKey(t.key)))
-    )
-    for event in events:
-        instance.report_runless_asset_event(event)
-    return len(events)
+    selected = Catalog({t.fqn: t for t in catalog.ods() if tables is None or t.fqn in tables})
+    cursor: dict[str, str] = {}
+    reported = 0
+    while True:  # the sensor's function reports at most MAX_EVENTS_PER_TICK hours per call
+        events, advanced = readiness_events(
+            store, landing, selected, cursor, lambda t: set(instance.get_materialized_partitions(AssetKey(t.key)))
+        )
+        for event in events:
+            if until is None or hourly.time_window_for_partition_key(str(event.partition)).end <= until:
+                instance.report_runless_asset_event(event)
+                reported += 1
+        if advanced == cursor:
+            return reported
+        cursor = advanced
 
 
 def partition_keys_between(period: str, start: datetime, end: datetime) -> list[str]:
@@ -92,6 +107,19 @@ def partition_keys_between(period: str, start: datetime, end: datetime) -> list[
         if window.start >= start and window.end <= end:
             keys.append(key)
     return keys
+
+
+def before_start(table: Any, key: str) -> list[str]:
+    """The upstream tables that partition ``key`` of ``table`` needs partitions of that do not exist.
+
+    Such a partition can never be built (a 30-day window on the warehouse's 3rd day, T-7 on its 1st week);
+    a self-dependency is exempt: the first partition starts from an empty T-1. One rule with the
+    compiler's guard and the automation: ``upstream_partitions(...).nonexistent``.
+    """
+    from warehouse_assets.compiler import upstream_partitions
+    from warehouse_assets.definitions import catalog
+
+    return [dep.table for dep in table.deps if upstream_partitions(catalog, table, dep, key).nonexistent]
 
 
 def materialize_range(
@@ -117,12 +145,21 @@ def materialize_range(
                 f"[ingest]   {fqn:<16} {numbers['segments']:>6} segments  {numbers['rows_applied']:>8} applied  "
                 f"{numbers['rows_quarantined']:>5} quarantined  {numbers['rows_duplicate']:>5} duplicates"
             )
-    reported = report_ready_hours(instance, resources)
-    _say(f"[ready ] {reported} ODS hour partition(s) reported ready")
     plan = [t for t in topological(catalog) if not tables or t.fqn in tables]
+    sources = sorted({d.table for t in plan for d in t.deps if catalog[d.table].is_ods})
+    reported = report_ready_hours(instance, resources, sources, until=end)
+    _say(f"[ready ] {reported} ODS hour partition(s) of {', '.join(sources) or 'no table'} reported ready")
     all_assets = [a for a in defs.assets or [] if isinstance(a, AssetsDefinition | AssetSpec)]
     for index, table in enumerate(plan, start=1):
         keys = partition_keys_between(table.period, start, end)
+        unbuildable = [k for k in keys if before_start(table, k)]
+        if unbuildable:
+            keys = [k for k in keys if k not in unbuildable]
+            _say(
+                f"[{index}/{len(plan)}] {table.fqn}: {len(unbuildable)} partition(s) skipped ({unbuildable[0]} .. "
+                f"{unbuildable[-1]}): they need partitions of {', '.join(before_start(table, unbuildable[0]))} "
+                "before its first partition"
+            )
         if not keys:
             _say(f"[{index}/{len(plan)}] {table.fqn}: no whole {table.period} partition in the range, skipped")
             continue

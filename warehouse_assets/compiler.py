@@ -161,12 +161,13 @@ def run_table(
                     f"{store.table_uri(upstream.key)} although Dagster has it materialized"
                 )
             else:
-                df = _empty_like(spark, store, upstream)
+                df = _empty_like(spark, store, upstream, first_of_self=dep.table == table.fqn)
             inputs[dep.table] = df
             read_from[dep.table] = up.keys
         for name, df in inputs.items():
             df.createOrReplaceTempView(view_name(name))
         out = spark.sql(render_sql(table, key))
+        _check_columns(table, key, out)
         spec = partition_spec(table.period, key)
         out = out.select(*[c for c in out.columns if c not in spec], *[F.lit(v).alias(c) for c, v in spec.items()])
         result = store.overwrite(table.key, out, table.partition_by, [spec], description=table.description)
@@ -226,11 +227,31 @@ def _names(keys: Sequence[str], limit: int = 12) -> str:
     return ", ".join(keys[: limit - 2]) + f", … ({len(keys) - limit + 1} more), {keys[-1]}"
 
 
-def _empty_like(spark: SparkSession, store: DeltaStore, upstream: Table) -> DataFrame:
+def _empty_like(spark: SparkSession, store: DeltaStore, upstream: Table, first_of_self: bool = False) -> DataFrame:
+    """No partition of ``upstream`` is needed: an empty frame of its shape (a self-dependency's first T-1)."""
     if store.exists(upstream.key):
         df, _ = store.read(spark, upstream.key, partitions=[])
         return df
+    if first_of_self and upstream.columns:
+        ddl = ", ".join(f"`{name}` {ctype}" for name, ctype in [*upstream.columns, *_partition_ddl(upstream)])
+        return spark.createDataFrame([], ddl)
     raise Failure(f"{upstream.fqn} has no Delta table yet at {store.table_uri(upstream.key)}")
+
+
+def _partition_ddl(table: Table) -> list[tuple[str, str]]:
+    return [(c, "string") for c in table.partition_by if c not in dict(table.columns)]
+
+
+def _check_columns(table: Table, key: str, out: DataFrame) -> None:
+    """A table that declares its columns (a self-dependent one reads them back as T-1) must produce them."""
+    if not table.columns:
+        return
+    produced = [(name, ctype) for name, ctype in out.dtypes if name not in table.partition_by]
+    if produced != list(table.columns):
+        raise Failure(
+            f"{table.fqn} {key}: the SQL produces columns {produced}, but {table.path.name} declares "
+            f"{list(table.columns)} (names, types and order must match)"
+        )
 
 
 def _code_version(table: Table) -> str:
