@@ -374,3 +374,60 @@ def test_by_hand_the_self_dependent_chain_starts_at_the_first_partition_and_need
     rows = lake["resources"]["lake"].store().table(["dws", "cum"]).to_pyarrow_table().to_pylist()
     totals = {(r["dt"], r["id"]): r["v"] for r in rows}
     assert totals == {(d, i): n for n, d in enumerate(_days("2026-01-01", "2026-01-03"), 1) for i in (1, 2)}
+
+
+# --- the example warehouse ----------------------------------------------------------------------------------
+
+REAL = [
+    # (table, partition, upstream, exact upstream keys): one chosen partition of each pattern
+    ("dws.course_attendance_weekly", "2026-03-02", "dwd.attendance_detail", _days("2026-03-02", "2026-03-08")),
+    ("dwd.order_detail", "2026-03-05", "ods.order", _hours("2026-03-05")),
+    ("ads.retention_d1", "2026-03-05", "dwd.user_snapshot", ["2026-03-04"]),
+    ("ads.retention_d7", "2026-03-05", "dwd.user_snapshot", ["2026-02-26"]),
+    ("ads.retention_d7", "2026-03-05", "dws.user_active_daily", ["2026-03-05"]),
+    ("ads.active_users", "2026-03-05", "dws.user_active_daily", _days("2026-02-04", "2026-03-05")),
+    ("dws.user_learning_cumulative", "2026-03-05", "dws.user_learning_cumulative", ["2026-03-04"]),
+    ("dws.user_learning_cumulative", START, "dws.user_learning_cumulative", []),  # the first: no T-1
+    ("dwd.user_snapshot", START, "dwd.user_snapshot", []),
+    ("dws.order_hourly", "2026-03-05-13:00", "ods.order", ["2026-03-05-13:00"]),
+    ("ads.gmv_hourly", "2026-03-05-00:00", "dws.order_hourly", ["2026-03-05-00:00"]),
+    ("ads.monthly_report", "2026-02-01", "dws.user_order_daily", _days("2026-02-01", "2026-02-28")),
+    ("ads.monthly_report", "2026-01-01", "dws.user_active_daily", _days("2026-01-01", "2026-01-31")),
+]
+
+
+@pytest.mark.parametrize(("table", "partition", "upstream", "expected"), REAL)
+def test_exact_upstream_partitions_of_the_example_warehouse(
+    table: str, partition: str, upstream: str, expected: list[str]
+) -> None:
+    from warehouse_assets.definitions import catalog as real
+    from warehouse_assets.definitions import defs as real_defs
+
+    t = real[table]
+    dep = next(d for d in t.deps if d.table == upstream)
+    up = upstream_partitions(real, t, dep, partition)
+    assert (up.keys, up.nonexistent) == (expected, [])
+    graph = real_defs.resolve_asset_graph()
+    own, parent = AssetKey(t.key), AssetKey(real[upstream].key)
+    own_def, up_def = graph.get(own).partitions_def, graph.get(parent).partitions_def
+    assert isinstance(own_def, TimeWindowPartitionsDefinition) and isinstance(up_def, TimeWindowPartitionsDefinition)
+    result = graph.get_partition_mapping(own, parent).get_upstream_mapped_partitions_result_for_partitions(
+        own_def.empty_subset().with_partition_keys([partition]), own_def, up_def
+    )
+    assert sorted(result.partitions_subset.get_partition_keys()) == sorted(expected)
+
+
+def test_the_example_warehouse_builds_each_table_from_its_first_complete_partition() -> None:
+    from warehouse_assets.compiler import backfill_partitions
+    from warehouse_assets.definitions import catalog as real
+
+    plan = backfill_partitions(real, datetime(2026, 1, 1, tzinfo=TZ), datetime(2026, 2, 1, tzinfo=TZ))
+    firsts = {fqn: keys[0] for fqn, keys in plan.items()}
+    assert firsts["dws.user_learning_cumulative"] == firsts["dwd.user_snapshot"] == "2026-01-01"  # self T-1
+    assert firsts["ads.retention_d1"] == "2026-01-02"
+    assert firsts["ads.retention_d7"] == "2026-01-08"
+    assert firsts["ads.active_users"] == "2026-01-30"
+    assert plan["dws.course_attendance_weekly"] == ["2026-01-05", "2026-01-12", "2026-01-19"]  # 01-26 ends in Feb
+    assert plan["ads.monthly_report"] == ["2026-01-01"]
+    assert (plan["ads.gmv_hourly"][0], plan["ads.gmv_hourly"][-1]) == ("2026-01-01-00:00", "2026-01-31-23:00")
+    assert set(plan) == {t.fqn for t in real.derived()}
