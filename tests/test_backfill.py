@@ -84,8 +84,16 @@ def backfilled(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) ->
         SimulationConfig(seed=5, scale=SCALE, batch_minutes=60),
     )
     resources = resources_from_env(env)
-    launcher = {"module": "dagster._core.launcher.sync_in_memory_run_launcher", "class": "SyncInMemoryRunLauncher"}
-    with pytest.MonkeyPatch.context() as patch, instance_for_test(overrides={"run_launcher": launcher}) as instance:
+    # runs go straight to a launcher that executes them synchronously in this process (the real daemon
+    # would queue them and launch each in its own process)
+    overrides = {
+        "run_launcher": {
+            "module": "dagster._core.launcher.sync_in_memory_run_launcher",
+            "class": "SyncInMemoryRunLauncher",
+        },
+        "run_coordinator": {"module": "dagster._core.run_coordinator", "class": "DefaultRunCoordinator"},
+    }
+    with pytest.MonkeyPatch.context() as patch, instance_for_test(overrides=overrides) as instance:
         for name, value in env.items():
             patch.setenv(name, value)
         run_ingest(instance, resources)
@@ -106,7 +114,8 @@ def backfilled(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) ->
             # what the UI sends as launchPartitionBackfill(partitionsByAssets: [...])
             selectors = [
                 PartitionsByAssetSelector(
-                    AssetKey(catalog[fqn].key), PartitionsSelector([PartitionRangeSelector(keys[0], keys[-1])])
+                    asset_key=AssetKey(catalog[fqn].key),
+                    partitions=PartitionsSelector(ranges=[PartitionRangeSelector(start=keys[0], end=keys[-1])]),
                 )
                 for fqn, keys in plan.items()
             ]
