@@ -378,3 +378,27 @@ def test_monthly_report_equals_the_replay(warehouse: Warehouse) -> None:
     expected = oracle.monthly_report(warehouse.truth, "2026-01")
     assert {k: row[k] for k in expected} == {**expected, "avg_dau": RATE(expected["avg_dau"], abs=1e-9)}
     assert isinstance(row["gmv"], Decimal) and row["gmv"] > 0
+
+
+def test_a_self_dependent_table_must_produce_its_declared_columns(spark: SparkSession) -> None:
+    from dagster import Failure
+
+    from warehouse_assets.compiler import _check_columns, _empty_like
+    from warehouse_assets.definitions import catalog
+
+    table = catalog["dws.user_learning_cumulative"]
+    empty = _empty_like(spark, _NoLake(), table, first_of_self=True)  # the first partition's T-1
+    assert [n for n, _ in empty.dtypes] == [*(n for n, _ in table.columns), "dt"] and empty.count() == 0
+    _check_columns(table, "2026-01-01", empty.drop("dt"))
+    with pytest.raises(Failure, match=r"dws.user_learning_cumulative 2026-01-01: the SQL produces columns"):
+        _check_columns(table, "2026-01-01", empty.drop("dt").withColumnRenamed("learning_days", "days"))
+
+
+class _NoLake:
+    """A lake where no table exists yet."""
+
+    def exists(self, key: Any) -> bool:
+        return False
+
+    def table_uri(self, key: Any) -> str:
+        return "memory://nowhere"
