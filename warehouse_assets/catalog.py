@@ -10,7 +10,9 @@ Two kinds of declaration live under ``warehouse_assets/tables/<layer>/``:
 
 Dependencies are found in the SQL itself (seed 000's lineage); a ``depends_on`` entry only adds offsets
 in the seeds' vocabulary: ``{set: [-1]}`` (T-1), ``{range: [0, 23]}`` (the 24 hours of a day),
-``{range: [-29, 0]}`` (a 30-period sliding window).
+``{range: [-29, 0]}`` (a 30-period sliding window). A table that reads itself needs a negative offset
+(``{set: [-1]}``, self T-1) and declares its output ``columns`` (its first partition reads an empty T-1
+of that shape); any other cycle is an error.
 """
 
 from __future__ import annotations
