@@ -14,6 +14,8 @@ from resources.delta_lake import DeltaStore
 from resources.spark import stop_session
 
 os.environ.setdefault("DAGSTER_TELEMETRY_ENABLED", "false")
+# tests are written for the default warehouse start (2026-01-01); a developer's own value must not leak in
+os.environ.pop("WAREHOUSE_START", None)
 
 
 @pytest.fixture(scope="session")

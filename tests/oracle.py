@@ -19,8 +19,8 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import date, datetime
-from decimal import Decimal
+from datetime import date, datetime, timedelta
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -217,3 +217,202 @@ def delta_live_paths(table_dir: Path) -> set[str]:
             elif "remove" in action:
                 live.discard(action["remove"]["path"])
     return live
+
+
+# --- the example warehouse's figures, from the replayed rows ----------------------------------------------
+#
+# Each function restates a table's documented meaning in plain Python over the final source rows (Canal
+# strings). Datetimes in the rows are business-local wall times; days are 'YYYY-MM-DD', hours
+# 'YYYY-MM-DD HH'.
+
+
+def _wall(value: str) -> datetime:
+    return datetime.strptime(value, "%Y-%m-%d %H:%M:%S")
+
+
+def _day_before(day: str, days: int) -> str:
+    return (date.fromisoformat(day) - timedelta(days=days)).isoformat()
+
+
+@dataclass(frozen=True)
+class Session:
+    """One attendance session as the DWD fact describes it."""
+
+    attendance_id: int
+    user_id: int
+    lesson_id: int
+    course_id: int
+    day: str
+    duration: int
+    attended: bool
+
+
+def sessions(truth: Tables) -> list[Session]:
+    """Every attendance session; attended = stayed at least half of the lesson's scheduled length."""
+    out = []
+    for row in truth["attendance"].values():
+        duration = int(row["duration_sec"] or 0)
+        lesson = truth["lesson"].get(int(row["lesson_id"]))
+        attended = False
+        if lesson is not None:
+            length = (_wall(lesson["end_time"]) - _wall(lesson["start_time"])).total_seconds()
+            attended = duration * 2 >= length
+        out.append(
+            Session(
+                int(row["id"]),
+                int(row["user_id"]),
+                int(row["lesson_id"]),
+                int(row["course_id"]),
+                row["create_time"][:10],
+                duration,
+                attended,
+            )
+        )
+    return out
+
+
+def user_learning_daily(truth: Tables) -> dict[str, dict[int, dict[str, int]]]:
+    """day → user → sessions, attended_sessions, lessons, learning_seconds."""
+    out: dict[str, dict[int, dict[str, Any]]] = defaultdict(dict)
+    for s in sessions(truth):
+        user = out[s.day].setdefault(s.user_id, {"sessions": 0, "attended_sessions": 0, "lessons": set(), "secs": 0})
+        user["sessions"] += 1
+        user["attended_sessions"] += int(s.attended)
+        user["lessons"].add(s.lesson_id)
+        user["secs"] += s.duration
+    return {
+        day: {
+            u: {
+                "sessions": v["sessions"],
+                "attended_sessions": v["attended_sessions"],
+                "lessons": len(v["lessons"]),
+                "learning_seconds": v["secs"],
+            }
+            for u, v in users.items()
+        }
+        for day, users in out.items()
+    }
+
+
+def user_learning_cumulative(truth: Tables, day: str, first_day: str) -> dict[int, dict[str, Any]]:
+    """user → totals of every day from ``first_day`` (the warehouse start) to ``day`` included."""
+    out: dict[int, dict[str, Any]] = {}
+    for d, users in sorted(user_learning_daily(truth).items()):
+        if not first_day <= d <= day:
+            continue
+        for user, v in users.items():
+            total = out.setdefault(
+                user,
+                {
+                    "total_sessions": 0,
+                    "total_attended_sessions": 0,
+                    "total_learning_seconds": 0,
+                    "learning_days": 0,
+                    "first_learning_dt": d,
+                },
+            )
+            total["total_sessions"] += v["sessions"]
+            total["total_attended_sessions"] += v["attended_sessions"]
+            total["total_learning_seconds"] += v["learning_seconds"]
+            total["learning_days"] += 1
+            total["last_learning_dt"] = d
+    return out
+
+
+def attendance_rate(truth: Tables, day: str) -> dict[str, Any]:
+    """到课率 of ``day``: attended sessions / sessions (None without sessions)."""
+    of_day = [s for s in sessions(truth) if s.day == day]
+    attended = sum(s.attended for s in of_day)
+    return {
+        "sessions": len(of_day),
+        "attended_sessions": attended,
+        "learners": len({s.user_id for s in of_day}),
+        "attending_learners": len({s.user_id for s in of_day if s.attended}),
+        "attendance_rate": attended / len(of_day) if of_day else None,
+    }
+
+
+def course_attendance(truth: Tables, days: Iterable[str]) -> dict[int, dict[str, int]]:
+    """course → sessions, attended, learners, lessons, seconds and days with sessions over ``days``."""
+    wanted = set(days)
+    out: dict[int, list[Session]] = defaultdict(list)
+    for s in sessions(truth):
+        if s.day in wanted:
+            out[s.course_id].append(s)
+    return {
+        course: {
+            "sessions": len(rows),
+            "attended_sessions": sum(s.attended for s in rows),
+            "learners": len({s.user_id for s in rows}),
+            "lessons": len({s.lesson_id for s in rows}),
+            "learning_seconds": sum(s.duration for s in rows),
+            "days_with_sessions": len({s.day for s in rows}),
+        }
+        for course, rows in out.items()
+    }
+
+
+def active_users(truth: Tables) -> dict[str, set[int]]:
+    """day → users who joined a lesson or created an order that day."""
+    out: dict[str, set[int]] = defaultdict(set)
+    for row in truth["attendance"].values():
+        out[row["create_time"][:10]].add(int(row["user_id"]))
+    for row in truth["order"].values():
+        out[row["create_time"][:10]].add(int(row["user_id"]))
+    return out
+
+
+def retention(truth: Tables, day: str, after_days: int) -> dict[str, Any]:
+    """Users registered ``after_days`` before ``day`` (still live) and how many of them are active on ``day``."""
+    cohort_day = _day_before(day, after_days)
+    cohort = {int(r["id"]) for r in truth["user"].values() if r["create_time"][:10] == cohort_day}
+    retained = cohort & active_users(truth).get(day, set())
+    return {
+        "cohort_dt": cohort_day,
+        "cohort_users": len(cohort),
+        "retained_users": len(retained),
+        "retention_rate": len(retained) / len(cohort) if cohort else None,
+    }
+
+
+def dau_wau_mau(truth: Tables, day: str) -> dict[str, int]:
+    """Distinct active users of the day, of the 7 days and of the 30 days ending on ``day``."""
+    active = active_users(truth)
+
+    def over(days: int) -> int:
+        return len(set().union(*(active.get(_day_before(day, n), set()) for n in range(days))))
+
+    return {"dau": over(1), "wau": over(7), "mau": over(30)}
+
+
+def gmv_hourly(truth: Tables, hour: str) -> dict[str, Any]:
+    """Orders created in local ``hour`` ('YYYY-MM-DD HH'): GMV of the paid ones, paid orders, orders."""
+    rows = [r for r in truth["order"].values() if r["create_time"][:13] == hour]
+    paid = [r for r in rows if r["status"] == "paid"]
+    return {
+        "gmv": sum((Decimal(r["amount"]) for r in paid), Decimal("0.00")),
+        "paid_orders": len(paid),
+        "orders": len(rows),
+    }
+
+
+def monthly_report(truth: Tables, month: str) -> dict[str, Any]:
+    """The month ('YYYY-MM') from its days: trade figures, active users, learners, average DAU."""
+    orders = [r for r in truth["order"].values() if r["create_time"][:7] == month]
+    paid = [r for r in orders if r["status"] == "paid"]
+    gmv = sum((Decimal(r["amount"]) for r in paid), Decimal("0.00"))
+    paying = {int(r["user_id"]) for r in paid}
+    active = {day: users for day, users in active_users(truth).items() if day[:7] == month}
+    learners = {int(r["user_id"]) for r in truth["attendance"].values() if r["create_time"][:7] == month}
+    first = date.fromisoformat(f"{month}-01")
+    days_in_month = ((first + timedelta(days=32)).replace(day=1) - first).days
+    return {
+        "gmv": gmv,
+        "orders": len(orders),
+        "paid_orders": len(paid),
+        "paying_users": len(paying),
+        "arppu": (gmv / len(paying)).quantize(Decimal("0.01"), ROUND_HALF_UP) if paying else None,
+        "active_users": len(set().union(*active.values())),
+        "learners": len(learners),
+        "avg_dau": sum(len(users) for users in active.values()) / days_in_month,
+    }

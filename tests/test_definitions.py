@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from dagster import AssetKey, DefaultSensorStatus, TimeWindowPartitionsDefinition
+from dagster import AssetKey, DefaultSensorStatus, TimeWindowPartitionMapping, TimeWindowPartitionsDefinition
 
 from warehouse_assets.catalog import CatalogError, load_catalog
 from warehouse_assets.definitions import defs
@@ -81,7 +81,8 @@ def test_derived_assets_are_automated_and_ods_are_reported() -> None:
             assert not node.is_executable and node.automation_condition is None
         else:
             assert node.automation_condition is not None
-            assert "every upstream partition exists" in str(node.automation_condition.get_snapshot())
+            snapshot = str(node.automation_condition.get_snapshot())
+            assert "upstream_partitions_exist" in snapshot and "every upstream partition materialized" in snapshot
 
 
 def _write(root: Path, rel: str, text: str) -> None:
@@ -118,6 +119,40 @@ def _sql(name: str, body: str, header: str = "") -> str:
         ({"dwd/a.sql": "/* ---\ntable: dwd.a\nperiod: yearly\n--- */\nSELECT 1"}, "period must be one of"),
         ({"dwd/a.sql": _sql("x", "SELECT 1")}, "must live in tables/dwd/x.sql"),
         ({"dwd/a.sql": _sql("a", "SELECT FROM WHERE")}, "does not parse"),
+        (
+            {
+                "dwd/a.sql": _sql(
+                    "a", "SELECT id FROM dwd.a UNION ALL SELECT id FROM ods.src", "columns: {id: bigint}\n"
+                )
+            },
+            r"dwd.a reads itself: a self-dependency needs a negative offset",
+        ),
+        (
+            {
+                "dwd/a.sql": _sql(
+                    "a",
+                    "SELECT id FROM dwd.a UNION ALL SELECT id FROM ods.src",
+                    "columns: {id: bigint}\ndepends_on:\n  dwd.a: {range: [-1, 0]}\n",
+                )
+            },
+            "a self-dependency needs a negative offset",
+        ),
+        (
+            {
+                "dwd/a.sql": _sql(
+                    "a", "SELECT id FROM dwd.a UNION ALL SELECT id FROM ods.src", "depends_on:\n  dwd.a: {set: [-1]}\n"
+                )
+            },
+            r"dwd.a depends on itself: declare its output columns",
+        ),
+        (
+            {
+                "dwd/a.sql": _sql("a", "SELECT id FROM ods.src"),
+                "ads/m.sql": "/* ---\ntable: ads.m\nperiod: monthly\ndepends_on:\n  dwd.a: {range: [0, 30]}\n--- */\n"
+                "SELECT count(*) AS n FROM dwd.a\n",
+            },
+            "offsets across periods must cover the whole monthly period of dwd.a",
+        ),
     ],
 )
 def test_catalog_errors_name_the_table_and_file(tmp_path: Path, files: dict[str, str], message: str) -> None:
@@ -127,3 +162,83 @@ def test_catalog_errors_name_the_table_and_file(tmp_path: Path, files: dict[str,
     with pytest.raises(CatalogError, match=message) as info:
         load_catalog(tmp_path)
     assert str(tmp_path) in str(info.value)
+
+
+def test_a_declared_self_dependency_is_lineage_not_a_cycle(tmp_path: Path) -> None:
+    _write(tmp_path, "ods/src.yaml", ODS)
+    _write(
+        tmp_path,
+        "dwd/acc.sql",
+        _sql(
+            "acc",
+            "SELECT id FROM dwd.acc UNION ALL SELECT id FROM ods.src",
+            "columns: {id: bigint}\ndepends_on:\n  dwd.acc: {set: [-1]}\n  ods.src: {range: [0, 23]}\n",
+        ),
+    )
+    _write(
+        tmp_path,
+        "ads/month.sql",
+        "/* ---\ntable: ads.month\nperiod: monthly\n--- */\nSELECT count(*) AS n FROM dwd.acc\n",
+    )
+    catalog = load_catalog(tmp_path)
+    acc = catalog["dwd.acc"]
+    assert [(d.table, d.start_offset, d.end_offset) for d in acc.deps] == [("dwd.acc", -1, -1), ("ods.src", 0, 23)]
+    assert acc.columns == (("id", "bigint"),)
+    assert [(d.table, d.start_offset) for d in catalog["ads.month"].deps] == [("dwd.acc", None)]
+
+
+EXAMPLE_TABLES = {
+    "ods": {"user", "course", "lesson", "order", "attendance"},
+    "dwd": {"order_detail", "attendance_detail", "user_snapshot", "lesson_snapshot"},
+    "dws": {
+        "user_order_daily",
+        "user_learning_daily",
+        "user_learning_cumulative",
+        "course_attendance_weekly",
+        "order_hourly",
+        "user_active_daily",
+        "order_usd_daily",  # uses the external fx_rate
+    },
+    "ads": {
+        "daily_gmv",
+        "attendance_rate_daily",
+        "retention_d1",
+        "retention_d7",
+        "active_users",
+        "gmv_hourly",
+        "monthly_report",
+        "marketing_roi",  # needs the external marketing_spend
+    },
+    "ext": {"marketing_spend", "fx_rate"},
+}
+
+
+def test_the_example_warehouse_has_every_table_of_design_section_4() -> None:
+    keys = defs.resolve_asset_graph().get_all_asset_keys()
+    found: dict[str, set[str]] = {}
+    for key in keys:
+        found.setdefault(key.path[0], set()).add(key.path[1])
+    assert found == EXAMPLE_TABLES
+
+
+@pytest.mark.parametrize(
+    ("child", "parent", "offsets"),
+    [
+        ("dwd.order_detail", "ods.order", (0, 0)),  # daily on 24 hours: the default roll-up
+        ("dws.course_attendance_weekly", "dwd.attendance_detail", (0, 0)),  # weekly on its 7 days
+        ("ads.monthly_report", "dws.user_order_daily", (0, 0)),  # monthly on its days
+        ("ads.retention_d1", "dwd.user_snapshot", (-1, -1)),  # T-1
+        ("ads.retention_d7", "dwd.user_snapshot", (-7, -7)),  # T-7
+        ("ads.active_users", "dws.user_active_daily", (-29, 0)),  # a 30-day sliding window
+        ("dws.user_learning_cumulative", "dws.user_learning_cumulative", (-1, -1)),  # self T-1
+        ("dwd.user_snapshot", "dwd.user_snapshot", (-1, -1)),  # self T-1 (a dimension snapshot)
+        ("ads.gmv_hourly", "dws.order_hourly", (0, 0)),  # hourly on hourly
+    ],
+)
+def test_loading_the_definitions_shows_every_pattern(child: str, parent: str, offsets: tuple[int, int]) -> None:
+    graph = defs.resolve_asset_graph()
+    mapping = graph.get_partition_mapping(AssetKey(child.split(".")), AssetKey(parent.split(".")))
+    assert isinstance(mapping, TimeWindowPartitionMapping)
+    assert (mapping.start_offset, mapping.end_offset) == offsets
+    periods = {key: graph.get(AssetKey(key.split("."))).partitions_def for key in (child, parent)}
+    assert all(p is not None and p.timezone == "Asia/Shanghai" for p in periods.values())

@@ -5,27 +5,83 @@ catch up by itself (a source that comes back after an outage reports many hours 
 
 * something changed: the partition is newly missing, or an upstream partition was updated — remembered
   ``since_last_handled`` so a partition whose upstream hours arrive one by one runs once the last arrives;
-* ``~any_deps_missing()``: *every* mapped upstream partition exists (design §6.1: ``all_deps_match`` would
-  accept some);
+* ``UpstreamPartitionsExist``: every partition the window needs is a partition at all. Dagster's mappings
+  leave out upstream partitions before the upstream's start or in the future (design §6.2), so a 30-day
+  window on the third day would otherwise run on three days. A self-dependency's T-1 before the table's
+  first partition is not needed: the first partition of a self-dependent table starts the chain;
+* ``~any_deps_missing()``: *every* mapped upstream partition is materialized (design §6.1: ``all_deps_match``
+  would accept some) — for a self-dependency that is T-1, so a later partition never runs without it;
 * nothing upstream or here is in progress, and the partition lies within ``LOOKBACK`` (older history is
   filled by backfills, design §6.4).
+
+``UpstreamPartitionsExist`` is Python evaluated by the automation sensor on the code server
+(``use_user_code_server=True``, which Dagster limits to 500 assets per sensor).
 """
 
-from __future__ import annotations
-
+from collections.abc import Sequence
 from datetime import timedelta
 
-from dagster import AutomationCondition
+from dagster import AssetKey, AutomationCondition, AutomationContext, AutomationResult, TimeWindowPartitionsDefinition
+
+from warehouse_assets.partitions import mapped_upstream
 
 LOOKBACK = timedelta(days=35)
 
 
-def ready_when_upstream_complete(lookback: timedelta = LOOKBACK) -> AutomationCondition:
+class UpstreamPartitionsExist(AutomationCondition):  # type: ignore[type-arg]
+    """True for the candidate partitions all of whose mapped upstream partitions exist at evaluation time."""
+
+    @property
+    def name(self) -> str:
+        return "upstream_partitions_exist"
+
+    @property
+    def description(self) -> str:
+        return "every mapped upstream partition exists (none before its start or in the future)"
+
+    def evaluate(self, context: AutomationContext) -> AutomationResult:  # type: ignore[type-arg]
+        candidates = context.candidate_subset
+        own_def = context.partitions_def
+        if candidates.is_empty or not isinstance(own_def, TimeWindowPartitionsDefinition):
+            return AutomationResult(context, true_subset=candidates)
+        keys = sorted(candidates.expensively_compute_partition_keys())
+        edges = self._edges(context)
+        # one pass over all candidates; partition by partition only when something is nonexistent
+        if not any(self._nonexistent(context, edge, keys) for edge in edges):
+            return AutomationResult(context, true_subset=candidates)
+        ok = [k for k in keys if not any(self._nonexistent(context, edge, [k]) for edge in edges)]
+        return AutomationResult(context, true_subset=candidates.compute_intersection_with_partition_keys(set(ok)))
+
+    @staticmethod
+    def _edges(context: AutomationContext) -> Sequence[AssetKey]:  # type: ignore[type-arg]
+        node = context.asset_graph.get(context.key)
+        return sorted(k for k in node.parent_entity_keys if isinstance(k, AssetKey))
+
+    @staticmethod
+    def _nonexistent(context: AutomationContext, parent: AssetKey, keys: Sequence[str]) -> list[str]:  # type: ignore[type-arg]
+        graph = context.asset_graph
+        own_def, up_def = graph.get(context.key).partitions_def, graph.get(parent).partitions_def
+        if not isinstance(own_def, TimeWindowPartitionsDefinition) or not isinstance(
+            up_def, TimeWindowPartitionsDefinition
+        ):
+            return []
+        return mapped_upstream(
+            graph.get_partition_mapping(context.key, parent),
+            own_def,
+            up_def,
+            keys,
+            current_time=context.evaluation_time,
+            self_dependency=parent == context.key,
+        ).nonexistent
+
+
+def ready_when_upstream_complete(lookback: timedelta = LOOKBACK) -> AutomationCondition:  # type: ignore[type-arg]
     trigger = (AutomationCondition.newly_missing() | AutomationCondition.any_deps_updated()).since_last_handled()
     return (
         AutomationCondition.in_latest_time_window(lookback)
         & trigger.with_label("missing or upstream updated since last handled")
-        & (~AutomationCondition.any_deps_missing()).with_label("every upstream partition exists")
+        & UpstreamPartitionsExist()
+        & (~AutomationCondition.any_deps_missing()).with_label("every upstream partition materialized")
         & ~AutomationCondition.any_deps_in_progress()
         & ~AutomationCondition.in_progress()
     ).with_label("all upstream partitions ready")

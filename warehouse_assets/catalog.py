@@ -34,6 +34,8 @@ local time, for daily tables). Each becomes a non-blocking per-partition ``fresh
 ``freshness_slas`` sensor evaluates once the partition's deadline passes (:mod:`warehouse_assets.freshness`).
 ODS tables also set the completeness threshold of their readiness:
 ``completeness: {threshold: 0.99995}``.
+A table that reads itself needs a negative offset (``{set: [-1]}``, self T-1) and declares its
+output ``columns`` (its first partition reads an empty T-1 of that shape); any other cycle is an error.
 """
 
 from __future__ import annotations
@@ -147,7 +149,7 @@ class Table:
     # ODS only
     source_database: str | None = None
     source_tables: str | None = None
-    columns: tuple[tuple[str, str], ...] = ()
+    columns: tuple[tuple[str, str], ...] = ()  # ODS: source columns; derived: output (required if self-dependent)
     partition_time: str | None = None
     heartbeat_idle_grace_minutes: int | None = None  # ODS: heartbeats may prove an idle shard (see readiness)
     external: External | None = None  # external tables only
@@ -307,6 +309,20 @@ def _load_sql(path: Path) -> Table:
         if dep not in reads:
             raise _fail(path, f"{layer}.{name} declares a dependency on {dep} that its SQL never reads")
     deps = tuple(_parse_dependency(declared.get(dep), path, dep) for dep in sorted(reads))
+    columns = _declared_columns(header.get("columns"), path) if header.get("columns") is not None else ()
+    fqn = f"{layer}.{name}"
+    for dep in deps:
+        if dep.table == fqn and (dep.end_offset is None or dep.end_offset >= 0):
+            raise _fail(
+                path,
+                f"{fqn} reads itself: a self-dependency needs a negative offset, e.g. {{set: [-1]}} for T-1",
+            )
+    if any(dep.table == fqn for dep in deps) and not columns:
+        raise _fail(
+            path,
+            f"{fqn} depends on itself: declare its output columns (columns: {{name: type}}), "
+            "the first partition reads an empty T-1 of that shape",
+        )
     return Table(
         layer=layer,
         name=name,
@@ -320,6 +336,7 @@ def _load_sql(path: Path) -> Table:
         sql=body,
         checks=_parse_checks(header.get("checks"), path, period),
         sla=_parse_sla(header.get("sla"), path, period),
+        columns=columns,
     )
 
 
@@ -432,6 +449,16 @@ def _parse_sla(spec: Any, path: Path, period: str) -> Sla | None:
     return Sla(within_minutes=_minutes(spec["within"], path, "sla.within"), grace_minutes=grace)
 
 
+def _declared_columns(columns: Any, path: Path) -> tuple[tuple[str, str], ...]:
+    """``columns: {name: spark type}`` of a declaration, validated."""
+    if not isinstance(columns, Mapping) or not columns:
+        raise _fail(path, "columns must map each column to a Spark type")
+    for column, ctype in columns.items():
+        if ctype not in SPARK_TYPES and not _DECIMAL.match(str(ctype)):
+            raise _fail(path, f"column {column}: unsupported type {ctype!r}")
+    return tuple((str(k), str(v)) for k, v in columns.items())
+
+
 def _load_ods(path: Path) -> Table:
     try:
         header = yaml.safe_load(path.read_text()) or {}
@@ -443,14 +470,9 @@ def _load_ods(path: Path) -> Table:
     source = header.get("source") or {}
     if not isinstance(source, Mapping) or not source.get("database") or not source.get("tables"):
         raise _fail(path, "source needs database and tables (a regular expression of the shard tables)")
-    columns = header.get("columns") or {}
-    if not isinstance(columns, Mapping) or not columns:
-        raise _fail(path, "columns must map each source column to a Spark type")
-    for column, ctype in columns.items():
-        if ctype not in SPARK_TYPES and not _DECIMAL.match(str(ctype)):
-            raise _fail(path, f"column {column}: unsupported type {ctype!r}")
+    columns = dict(_declared_columns(header.get("columns"), path))
     pk = _as_tuple(header.get("primary_key"), path, "primary_key")
-    partition_time = header.get("partition_time")
+    partition_time = str(header.get("partition_time"))
     for col in [*pk, partition_time]:
         if col not in columns:
             raise _fail(path, f"{col!r} is not a declared column")
@@ -479,7 +501,7 @@ def _load_ods(path: Path) -> Table:
         zorder=_as_tuple(header.get("zorder"), path, "zorder"),
         source_database=str(source["database"]),
         source_tables=str(source["tables"]),
-        columns=tuple((str(k), str(v)) for k, v in columns.items()),
+        columns=tuple(columns.items()),
         partition_time=str(partition_time),
     )
 
@@ -577,7 +599,9 @@ def _validate_graph(catalog: Catalog) -> None:
             if crosses and not _covers_whole_period(table.period, upstream.period, dep):
                 raise _fail(
                     table.path,
-                    f"{table.fqn}: offsets across periods must cover the whole {table.period} period of {dep.table}",
+                    f"{table.fqn}: offsets across periods must cover the whole {table.period} period of {dep.table}"
+                    f" (range: [0, 23] for a day's hours, [0, 6] for a week's days; omit the offsets for the"
+                    f" default roll-up, e.g. a month on its days)",
                 )
     # cycles (a self-dependency is declared explicitly and excluded here)
     state: dict[str, int] = {}

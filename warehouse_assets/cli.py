@@ -65,20 +65,35 @@ def run_ingest(instance: Any, resources: dict[str, Any], tables: Sequence[str] =
     return summary
 
 
-def report_ready_hours(instance: Any, resources: dict[str, Any]) -> int:
-    """Report every complete ODS hour not yet materialized (what the readiness sensor does)."""
+def report_ready_hours(
+    instance: Any, resources: dict[str, Any], tables: Sequence[str] | None = None, until: datetime | None = None
+) -> int:
+    """Report complete ODS hours not yet materialized (what the readiness sensor does).
+
+    ``tables`` limits it to some ODS tables and ``until`` to the hours ending by then (default: all).
+    """
     from dagster import AssetKey
 
     from sensors.ods_readiness import readiness_events
+    from warehouse_assets.catalog import Catalog
     from warehouse_assets.definitions import catalog
+    from warehouse_assets.partitions import hourly
 
     store, landing = resources["lake"].store(), resources["landing"].landing()
-    events, _ = readiness_events(
-        store, landing, catalog, {}, lambda t: set(instance.get_materialized_partitions(AssetKey(t.key)))
-    )
-    for event in events:
-        instance.report_runless_asset_event(event)
-    return len(events)
+    selected = Catalog({t.fqn: t for t in catalog.ods() if tables is None or t.fqn in tables})
+    cursor: dict[str, str] = {}
+    reported = 0
+    while True:  # the sensor's function reports at most MAX_EVENTS_PER_TICK hours per call
+        events, advanced = readiness_events(
+            store, landing, selected, cursor, lambda t: set(instance.get_materialized_partitions(AssetKey(t.key)))
+        )
+        for event in events:
+            if until is None or hourly.time_window_for_partition_key(str(event.partition)).end <= until:
+                instance.report_runless_asset_event(event)
+                reported += 1
+        if advanced == cursor:
+            return reported
+        cursor = advanced
 
 
 def report_external_deliveries(instance: Any, resources: dict[str, Any]) -> int:
@@ -184,6 +199,19 @@ def _materialize_keys(
     return True
 
 
+def before_start(table: Any, key: str) -> list[str]:
+    """The upstream tables that partition ``key`` of ``table`` needs partitions of that do not exist.
+
+    Such a partition can never be built (a 30-day window on the warehouse's 3rd day, T-7 on its 1st week);
+    a self-dependency is exempt: the first partition starts from an empty T-1. One rule with the
+    compiler's guard and the automation: ``upstream_partitions(...).nonexistent``.
+    """
+    from warehouse_assets.compiler import upstream_partitions
+    from warehouse_assets.definitions import catalog
+
+    return [dep.table for dep in table.deps if upstream_partitions(catalog, table, dep, key).nonexistent]
+
+
 def materialize_range(
     instance: Any,
     resources: dict[str, Any],
@@ -207,14 +235,23 @@ def materialize_range(
                 f"[ingest]   {fqn:<16} {numbers['segments']:>6} segments  {numbers['rows_applied']:>8} applied  "
                 f"{numbers['rows_quarantined']:>5} quarantined  {numbers['rows_duplicate']:>5} duplicates"
             )
-    reported = report_ready_hours(instance, resources)
-    _say(f"[ready ] {reported} ODS hour partition(s) reported ready")
+    plan = [t for t in topological(catalog) if not tables or t.fqn in tables]
+    sources = sorted({d.table for t in plan for d in t.deps if catalog[d.table].is_ods})
+    reported = report_ready_hours(instance, resources, sources, until=end)
+    _say(f"[ready ] {reported} ODS hour partition(s) of {', '.join(sources) or 'no table'} reported ready")
     arrived = report_external_deliveries(instance, resources)
     _say(f"[ext   ] {arrived} external partition(s) reported arrived")
-    plan = [t for t in topological(catalog) if not tables or t.fqn in tables]
     all_assets = [a for a in defs.assets or [] if isinstance(a, AssetsDefinition | AssetSpec)]
     for index, table in enumerate(plan, start=1):
         keys = partition_keys_between(table.period, start, end)
+        unbuildable = [k for k in keys if before_start(table, k)]
+        if unbuildable:
+            keys = [k for k in keys if k not in unbuildable]
+            _say(
+                f"[{index}/{len(plan)}] {table.fqn}: {len(unbuildable)} partition(s) skipped ({unbuildable[0]} .. "
+                f"{unbuildable[-1]}): they need partitions of {', '.join(before_start(table, unbuildable[0]))} "
+                "before its first partition"
+            )
         if not keys:
             _say(f"[{index}/{len(plan)}] {table.fqn}: no whole {table.period} partition in the range, skipped")
             continue
@@ -256,6 +293,33 @@ def _ensure_simulated(landing: Path, days: int, scale: float, tz: str, external_
     simulate_externals(landing, external_root)
 
 
+def warehouse_start(env: dict[str, str], landing: Path) -> str | None:
+    """``WAREHOUSE_START`` for ``warehouse dev``: the user's value, else the first simulated day.
+
+    The simulated landing area records where it starts (``simulation.json``) and keeps it when it is
+    extended, so the partitions start on the same day across restarts. Without a simulation and without
+    a value, the default of ``warehouse_assets.partitions`` applies (None).
+    """
+    from resources.simulator import read_simulation
+
+    if env.get("WAREHOUSE_START"):
+        return env["WAREHOUSE_START"]
+    simulated = read_simulation(landing)
+    if simulated is None:
+        return None
+    _, first, _ = simulated
+    return first.strftime("%Y-%m-%d")
+
+
+def _check_start(value: str) -> None:
+    try:
+        from warehouse_assets.partitions import parse_start  # reads a user's WAREHOUSE_START: may raise too
+
+        parse_start(value)
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
+
+
 def run_dev(args: argparse.Namespace) -> int:
     from resources import resources_from_env
     from resources.spark import start_connect_server
@@ -272,6 +336,11 @@ def run_dev(args: argparse.Namespace) -> int:
     tz = resources["spark"].timezone
     if args.simulate:
         _ensure_simulated(landing, args.days, args.scale, tz, Path(resources["external"].root))
+    start = warehouse_start(env, landing)
+    if start is not None:
+        _check_start(start)
+        env["WAREHOUSE_START"] = os.environ["WAREHOUSE_START"] = start
+        _say(f"[dev] the warehouse starts on {start} (WAREHOUSE_START): the first partition of every table")
     server = None
     if env["WAREHOUSE_SPARK_MODE"] == "connect":
         url = env.get("WAREHOUSE_SPARK_CONNECT_URL", "sc://127.0.0.1:15002")

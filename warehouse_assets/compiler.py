@@ -57,7 +57,7 @@ from resources.spark import SparkResource
 from warehouse_assets.automation import ready_when_upstream_complete
 from warehouse_assets.catalog import Catalog, Dependency, Table
 from warehouse_assets.freshness import build_freshness_checks
-from warehouse_assets.partitions import BY_PERIOD
+from warehouse_assets.partitions import BY_PERIOD, mapped_upstream
 from warehouse_assets.quality import (
     Outcome,
     anomaly_history_keys,
@@ -89,23 +89,28 @@ def partition_mapping(table: Table, dep: Dependency) -> TimeWindowPartitionMappi
 @dataclass(frozen=True)
 class UpstreamPartitions:
     table: str
-    keys: list[str]
-    nonexistent: list[str]
+    keys: list[str]  # existing upstream partitions, in time order
+    nonexistent: list[str]  # needed but not partitions (yet): before the upstream's start or in the future
 
 
-def upstream_partitions(catalog: Catalog, table: Table, dep: Dependency, partition_key: str) -> UpstreamPartitions:
-    """The exact upstream partition keys one partition of ``table`` needs through ``dep``."""
-    upstream = catalog[dep.table]
-    own_def = BY_PERIOD[table.period]
-    up_def = BY_PERIOD[upstream.period]
-    result = partition_mapping(table, dep).get_upstream_mapped_partitions_result_for_partitions(
-        own_def.empty_subset().with_partition_keys([partition_key]), own_def, up_def
+def upstream_partitions(
+    catalog: Catalog, table: Table, dep: Dependency, partition_key: str, current_time: datetime | None = None
+) -> UpstreamPartitions:
+    """The exact upstream partition keys one partition of ``table`` needs through ``dep``.
+
+    Unlike Dagster's mapping, windows are not clamped to the upstream's existing partitions: what lies
+    before its start or in the future is listed in ``nonexistent`` (except a self-dependency's partitions
+    before the table's first one, which the first partition does not need).
+    """
+    mapped = mapped_upstream(
+        partition_mapping(table, dep),
+        BY_PERIOD[table.period],
+        BY_PERIOD[catalog[dep.table].period],
+        [partition_key],
+        current_time=current_time,
+        self_dependency=dep.table == table.fqn,
     )
-    return UpstreamPartitions(
-        table=dep.table,
-        keys=sorted(result.partitions_subset.get_partition_keys(), key=lambda k: _start(up_def, k)),
-        nonexistent=sorted(result.required_but_nonexistent_subset.get_partition_keys()),
-    )
+    return UpstreamPartitions(table=dep.table, keys=mapped.keys, nonexistent=mapped.nonexistent)
 
 
 def _start(pdef: TimeWindowPartitionsDefinition, key: str) -> datetime:
@@ -216,12 +221,13 @@ def _build_partitions(
                     f"{store.table_uri(upstream.key)} although Dagster has it materialized"
                 )
             else:
-                df = _empty_like(spark, store, upstream)
+                df = _empty_like(spark, store, upstream, first_of_self=dep.table == table.fqn)
             inputs[dep.table] = df
             read_from[dep.table] = up.keys
         for name, df in inputs.items():
             df.createOrReplaceTempView(view_name(name))
         out = spark.sql(render_sql(table, key))
+        _check_columns(table, key, out)
         spec = partition_spec(table.period, key)
         out = out.select(*[c for c in out.columns if c not in spec], *[F.lit(v).alias(c) for c, v in spec.items()])
         result = store.overwrite(table.key, out, table.partition_by, [spec], description=table.description)
@@ -295,17 +301,15 @@ def _guard(
     """Refuse to compute on an incomplete window (a self-dependency before the first partition is fine) or
     on upstream partitions whose blocking checks failed, unless the dependency says ``ignore_dq``."""
     if up.nonexistent:
-        before_start = dep.table == table.fqn and all(k < min(up.keys or [key]) for k in up.nonexistent)
-        if not before_start or up.keys:
-            raise Failure(
-                f"{table.fqn} {key} needs {dep.table} partitions that do not exist "
-                f"(in the future or before its first partition): {', '.join(up.nonexistent)}"
-            )
+        raise Failure(
+            f"{table.fqn} {key} needs {len(up.nonexistent)} partition(s) of {dep.table} that do not exist "
+            f"(in the future or before its first partition): {_names(up.nonexistent)}"
+        )
     missing = [k for k in up.keys if k not in present]
     if missing:
         raise Failure(
             f"{table.fqn} {key} waits for {len(missing)} partition(s) of {dep.table} that are not "
-            f"materialized: {_span(missing)}" + (f" — first missing {missing[0]}" if len(missing) > 1 else "")
+            f"materialized: {_names(missing)}"
         )
     if instance is not None and catalog is not None and not dep.ignore_dq and dep.table != table.fqn:
         failed = failed_blocking_checks(instance, catalog[dep.table], up.keys)
@@ -318,11 +322,38 @@ def _guard(
             )
 
 
-def _empty_like(spark: SparkSession, store: DeltaStore, upstream: Table) -> DataFrame:
+def _names(keys: Sequence[str], limit: int = 12) -> str:
+    """Every key when there are few, else the first ones and the last."""
+    if len(keys) <= limit:
+        return ", ".join(keys)
+    return ", ".join(keys[: limit - 2]) + f", … ({len(keys) - limit + 1} more), {keys[-1]}"
+
+
+def _empty_like(spark: SparkSession, store: DeltaStore, upstream: Table, first_of_self: bool = False) -> DataFrame:
+    """No partition of ``upstream`` is needed: an empty frame of its shape (a self-dependency's first T-1)."""
     if store.exists(upstream.key):
         df, _ = store.read(spark, upstream.key, partitions=[])
         return df
+    if first_of_self and upstream.columns:
+        ddl = ", ".join(f"`{name}` {ctype}" for name, ctype in [*upstream.columns, *_partition_ddl(upstream)])
+        return spark.createDataFrame([], ddl)
     raise Failure(f"{upstream.fqn} has no Delta table yet at {store.table_uri(upstream.key)}")
+
+
+def _partition_ddl(table: Table) -> list[tuple[str, str]]:
+    return [(c, "string") for c in table.partition_by if c not in dict(table.columns)]
+
+
+def _check_columns(table: Table, key: str, out: DataFrame) -> None:
+    """A table that declares its columns (a self-dependent one reads them back as T-1) must produce them."""
+    if not table.columns:
+        return
+    produced = [(name, ctype) for name, ctype in out.dtypes if name not in table.partition_by]
+    if produced != list(table.columns):
+        raise Failure(
+            f"{table.fqn} {key}: the SQL produces columns {produced}, but {table.path.name} declares "
+            f"{list(table.columns)} (names, types and order must match)"
+        )
 
 
 def _code_version(table: Table) -> str:
@@ -485,3 +516,21 @@ def topological(catalog: Catalog) -> list[Table]:
     for t in sorted(catalog.derived(), key=lambda t: t.fqn):
         visit(t)
     return order
+
+
+def backfill_partitions(catalog: Catalog, start: datetime, end: datetime) -> dict[str, list[str]]:
+    """For a backfill of the whole graph over [start, end): each derived table's partitions that lie wholly
+    in the range and whose every upstream partition can exist (D7 retention starts 7 days after the
+    warehouse, a 30-day window 29 days after). Launched per asset, as the UI's ``partitionsByAssets`` does."""
+    plan: dict[str, list[str]] = {}
+    for table in catalog.derived():
+        pdef = BY_PERIOD[table.period]
+        keys = [
+            k
+            for k in pdef.get_partition_keys(current_time=end)
+            if pdef.time_window_for_partition_key(k).start >= start
+            and not any(upstream_partitions(catalog, table, dep, k, current_time=end).nonexistent for dep in table.deps)
+        ]
+        if keys:
+            plan[table.fqn] = keys
+    return plan

@@ -31,6 +31,7 @@ automation_sensor = AutomationConditionSensorDefinition(
     # seconds between automation evaluations: the largest share of the upstream → downstream handoff latency
     # (bench/handoff_latency.py); each evaluation costs a pass over the whole graph
     minimum_interval_seconds=int(os.environ.get("WAREHOUSE_AUTOMATION_INTERVAL", "15")),
+    use_user_code_server=True,  # evaluates the Python condition UpstreamPartitionsExist (warehouse_assets.automation)
     description="Runs each partition as soon as every mapped upstream partition is ready.",
 )
 

@@ -2,26 +2,70 @@
 
 One business timezone for all of them (design AD-5): mapped time-window partitions must share it exactly.
 Roll-ups (hour → day → week → month) use Dagster's default time-window mapping between these definitions.
+
+The warehouse starts on ``WAREHOUSE_START`` (YYYY-MM-DD, business timezone; default 2026-01-01): the day the
+earliest data exists. Hourly and daily partitions start that day. A week or a month is a partition only when
+all of its days can exist, so weekly partitions start on the first Monday on or after the start and monthly
+ones on the first first-of-month on or after it (Dagster itself rounds an unaligned start up the same way; a
+week reaching back before the start could never be complete, and a self-dependent weekly table would wait
+on it forever). The first partition of a self-dependent table is therefore its period's first partition: its
+T-1 does not exist and is not required (compiler ``_guard``, automation ``upstream_partitions_exist``).
 """
 
 from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
 
 from dagster import (
     DailyPartitionsDefinition,
     HourlyPartitionsDefinition,
     MonthlyPartitionsDefinition,
+    PartitionMapping,
     TimeWindowPartitionsDefinition,
     WeeklyPartitionsDefinition,
 )
 
 BUSINESS_TZ = "Asia/Shanghai"
-START = "2026-01-01"
+START_ENV = "WAREHOUSE_START"
+DEFAULT_START = "2026-01-01"
+
+
+def parse_start(value: str, source: str = START_ENV) -> date:
+    """The warehouse start date from ``value``; a clear error when it is not a YYYY-MM-DD date."""
+    try:
+        if len(value.strip()) != 10:
+            raise ValueError(value)
+        return date.fromisoformat(value.strip())
+    except ValueError:
+        raise ValueError(
+            f"{source} must be the first day of the warehouse's data as YYYY-MM-DD (e.g. 2026-01-01), got {value!r}"
+        ) from None
+
+
+def first_monday(start: date) -> date:
+    """The Monday on or after ``start``: the first ISO week all of whose days exist."""
+    return start + timedelta(days=-start.weekday() % 7)
+
+
+def first_month(start: date) -> date:
+    """The first day of the first month all of whose days exist."""
+    if start.day == 1:
+        return start
+    return (start.replace(day=28) + timedelta(days=4)).replace(day=1)
+
+
+START_DATE = parse_start(os.environ.get(START_ENV) or DEFAULT_START)  # read once: definitions are module constants
+START = START_DATE.isoformat()
 
 hourly = HourlyPartitionsDefinition(start_date=f"{START}-00:00", timezone=BUSINESS_TZ)
 daily = DailyPartitionsDefinition(start_date=START, timezone=BUSINESS_TZ)
-# ISO weeks: Monday 00:00 to Monday 00:00 (2025-12-29 is the Monday of the week holding START)
-weekly = WeeklyPartitionsDefinition(start_date="2025-12-29", day_offset=1, timezone=BUSINESS_TZ)
-monthly = MonthlyPartitionsDefinition(start_date=START, timezone=BUSINESS_TZ)
+# ISO weeks: Monday 00:00 to Monday 00:00
+weekly = WeeklyPartitionsDefinition(start_date=first_monday(START_DATE).isoformat(), day_offset=1, timezone=BUSINESS_TZ)
+monthly = MonthlyPartitionsDefinition(start_date=first_month(START_DATE).isoformat(), timezone=BUSINESS_TZ)
 
 BY_PERIOD: dict[str, TimeWindowPartitionsDefinition] = {
     "hourly": hourly,
@@ -37,3 +81,67 @@ PARTITION_COLUMNS: dict[str, list[str]] = {
     "weekly": ["dt"],
     "monthly": ["dt"],
 }
+
+
+# --- exact upstream partitions ------------------------------------------------------------------------------
+#
+# Dagster's TimeWindowPartitionMapping clamps offsets to the upstream's existing partitions and leaves out
+# what lies before its start or in the future (design §6.2): at the third day, a 30-day window maps to three
+# days and T-7 maps to nothing, and ``required_but_nonexistent_subset`` stays empty. So the mapping is applied
+# to copies of the two partitions definitions without bounds, which yields every partition the window needs;
+# the ones outside the real upstream's range are reported as nonexistent.
+
+_UNBOUNDED_FROM = "2000-01-01"
+_FAR_FUTURE = datetime(2200, 1, 1, tzinfo=UTC)
+
+
+@functools.cache
+def _unbounded(pdef: TimeWindowPartitionsDefinition) -> TimeWindowPartitionsDefinition:
+    return TimeWindowPartitionsDefinition(
+        start=datetime.strptime(_UNBOUNDED_FROM, "%Y-%m-%d"),
+        cron_schedule=pdef.cron_schedule,
+        timezone=pdef.timezone,
+        fmt=pdef.fmt,
+    )
+
+
+@dataclass(frozen=True)
+class MappedPartitions:
+    """The upstream partitions some downstream partitions need through one edge."""
+
+    keys: list[str]  # every needed upstream partition that exists, in time order
+    nonexistent: list[str]  # needed but not a partition (yet): before the upstream's start, or in the future
+
+
+def mapped_upstream(
+    mapping: PartitionMapping,
+    own_def: TimeWindowPartitionsDefinition,
+    up_def: TimeWindowPartitionsDefinition,
+    partition_keys: Sequence[str],
+    current_time: datetime | None = None,
+    self_dependency: bool = False,
+) -> MappedPartitions:
+    """Every upstream partition ``partition_keys`` need through ``mapping``, split by existence at ``current_time``.
+
+    A self-dependency never needs a partition before the table's own first one: the first partition of a
+    self-dependent table starts the chain (its T-1 can never exist).
+    """
+    now = current_time or datetime.now(UTC)
+    own_u, up_u = _unbounded(own_def), _unbounded(up_def)
+    result = mapping.get_upstream_mapped_partitions_result_for_partitions(
+        own_u.empty_subset().with_partition_keys(partition_keys), own_u, up_u, current_time=_FAR_FUTURE
+    )
+    first = up_def.get_first_partition_window()
+    keys: list[str] = []
+    nonexistent: list[str] = []
+    for key in result.partitions_subset.get_partition_keys():
+        window = up_def.time_window_for_partition_key(key)
+        before_start = first is None or window.start < first.start
+        if before_start and self_dependency:
+            continue
+        if before_start or window.end > now:
+            nonexistent.append(key)
+        else:
+            keys.append(key)
+    order = {k: up_def.time_window_for_partition_key(k).start for k in [*keys, *nonexistent]}
+    return MappedPartitions(sorted(keys, key=order.__getitem__), sorted(nonexistent, key=order.__getitem__))

@@ -1,0 +1,215 @@
+"""A one-month backfill of the whole graph through Dagster's own backfill machinery.
+
+The backfill is created as the UI's GraphQL ``launchPartitionBackfill`` creates it with
+``partitionsByAssets`` (``PartitionBackfill.from_partitions_by_assets`` on the workspace's asset graph,
+``instance.add_backfill``), and the backfill daemon's iteration (``execute_backfill_iteration``) runs it
+until it is done, submitting runs through the instance's run coordinator to a synchronous in-process run
+launcher (so runs share this process's Spark session). Nothing calls an asset function directly.
+
+The range starts on 2026-01-01, the warehouse's first day (default ``WAREHOUSE_START``): the self-dependent
+tables start their chains in the backfill, and the partitions reaching before the start are left out by
+``backfill_partitions`` (D1 retention from the 2nd, D7 from the 8th, 30-day windows from the 30th).
+
+Size: ``BACKFILL_DAYS`` days (default 11: the chains, D7 retention on days 8–11 waiting for days 1–4, one
+whole ISO week), hourly tables over the range's last ``BACKFILL_HOURLY_DAYS`` days (default 1: they build
+one Delta partition per hour). ``BACKFILL_DAYS=31 BACKFILL_HOURLY_DAYS=31`` is the whole graph for all of
+January, the monthly report and the 30-day windows included; on a shared 2-core machine it takes far longer
+than a test should (ingestion alone ~3.5 min), so the default is the short range.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+from dagster import AssetKey, DagsterInstance, DagsterRunStatus, RunsFilter, instance_for_test
+from dagster._core.definitions.selector import PartitionRangeSelector, PartitionsByAssetSelector, PartitionsSelector
+from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
+from dagster._core.remote_origin import InProcessCodeLocationOrigin
+from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+from dagster._core.workspace.context import WorkspaceProcessContext
+from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
+from dagster._daemon.backfill import execute_backfill_iteration
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+
+from resources import resources_from_env
+from resources.simulator import SimulationConfig, simulate
+from tests import oracle
+from warehouse_assets.cli import report_ready_hours, run_ingest
+from warehouse_assets.compiler import backfill_partitions, upstream_partitions
+from warehouse_assets.definitions import catalog
+
+ROOT = Path(__file__).resolve().parent.parent
+TZ = ZoneInfo("Asia/Shanghai")
+DAYS = int(os.environ.get("BACKFILL_DAYS", "11"))
+HOURLY_DAYS = min(DAYS, int(os.environ.get("BACKFILL_HOURLY_DAYS", "1")))
+FIRST = date(2026, 1, 1)
+END = FIRST + timedelta(days=DAYS)
+SCALE = 0.01
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Backfilled:
+    instance: DagsterInstance
+    lake: Path
+    landing: Path
+    backfill: PartitionBackfill
+    plan: dict[str, list[str]]
+    iterations: int
+    seconds: float
+
+
+@pytest.fixture(scope="module")
+def backfilled(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) -> Iterator[Backfilled]:
+    root = tmp_path_factory.mktemp("backfill")
+    landing, lake = root / "landing", root / "lake"
+    env = {"WAREHOUSE_LAKE_ROOT": str(lake), "WAREHOUSE_LANDING_ROOT": str(landing)}
+    # two hours past the range, so that its last hour is complete on every shard
+    until = datetime(END.year, END.month, END.day, 2)
+    simulate(landing, datetime(2026, 1, 1), until, SimulationConfig(seed=5, scale=SCALE, batch_minutes=60))
+    resources = resources_from_env(env)
+    # runs go straight to a launcher that executes them synchronously in this process (the real daemon
+    # would queue them and launch each in its own process)
+    overrides = {
+        "run_launcher": {
+            "module": "dagster._core.launcher.sync_in_memory_run_launcher",
+            "class": "SyncInMemoryRunLauncher",
+        },
+        "run_coordinator": {"module": "dagster._core.run_coordinator", "class": "DefaultRunCoordinator"},
+    }
+    with pytest.MonkeyPatch.context() as patch, instance_for_test(overrides=overrides) as instance:
+        for name, value in env.items():
+            patch.setenv(name, value)
+        run_ingest(instance, resources)
+        end = datetime(END.year, END.month, END.day, tzinfo=TZ)
+        assert report_ready_hours(instance, resources, until=end) == 5 * 24 * DAYS  # every ODS hour is ready
+        sys.modules.pop("tests.backfill_location", None)
+        importlib.import_module("tests.backfill_location")  # resources from the env above
+        origin = InProcessCodeLocationOrigin(
+            LoadableTargetOrigin(module_name="tests.backfill_location", working_directory=str(ROOT)),
+            location_name="warehouse",
+        )
+        with WorkspaceProcessContext(instance, InProcessWorkspaceLoadTarget([origin])) as workspace:
+            start = datetime(FIRST.year, FIRST.month, FIRST.day, tzinfo=TZ)
+            end = datetime(END.year, END.month, END.day, tzinfo=TZ)
+            plan = backfill_partitions(catalog, start, end)
+            hourly_from = (end - timedelta(days=HOURLY_DAYS)).strftime("%Y-%m-%d")
+            for fqn in [t.fqn for t in catalog.derived() if t.period == "hourly"]:
+                plan[fqn] = [k for k in plan[fqn] if k >= hourly_from]
+            # what the UI sends as launchPartitionBackfill(partitionsByAssets: [...])
+            selectors = [
+                PartitionsByAssetSelector(
+                    asset_key=AssetKey(catalog[fqn].key),
+                    partitions=PartitionsSelector(ranges=[PartitionRangeSelector(start=keys[0], end=keys[-1])]),
+                )
+                for fqn, keys in plan.items()
+            ]
+            backfill = PartitionBackfill.from_partitions_by_assets(
+                backfill_id="january",
+                asset_graph=workspace.create_request_context().asset_graph,
+                backfill_timestamp=time.time(),
+                tags={},
+                dynamic_partitions_store=instance,
+                partitions_by_assets=selectors,
+                title=f"whole graph, {FIRST} .. {END - timedelta(days=1)}",
+                description=None,
+                run_config=None,
+            )
+            instance.add_backfill(backfill)
+            began, iterations = time.monotonic(), 0
+            while instance.get_backfill("january").status == BulkActionStatus.REQUESTED:  # type: ignore[union-attr]
+                iterations += 1
+                assert iterations <= 60, "the backfill does not finish"
+                errors = [e for e in execute_backfill_iteration(workspace, log) if e is not None]
+                assert not errors, errors[0].to_string()
+            finished = instance.get_backfill("january")
+            assert finished is not None
+            yield Backfilled(instance, lake, landing, finished, plan, iterations, time.monotonic() - began)
+
+
+def _runs(b: Backfilled) -> list[Any]:
+    """The backfill's runs, oldest first."""
+    records = b.instance.get_run_records(RunsFilter(tags={"dagster/backfill": "january"}))
+    return sorted(records, key=lambda r: r.create_timestamp)
+
+
+def _runs_of(b: Backfilled, fqn: str) -> list[Any]:
+    key = AssetKey(catalog[fqn].key)
+    return [r for r in _runs(b) if key in (r.dagster_run.asset_selection or set())]
+
+
+def _rows(b: Backfilled, layer: str, name: str) -> list[dict[str, Any]]:
+    return DeltaTable(str(b.lake / layer / name)).to_pyarrow_table().to_pylist()
+
+
+def test_the_backfill_completes_and_materializes_every_planned_partition(backfilled: Backfilled) -> None:
+    b = backfilled
+    print(f"backfill: {len(_runs(b))} runs, {b.iterations} daemon iterations, {b.seconds:.0f}s")
+    assert b.backfill.status == BulkActionStatus.COMPLETED_SUCCESS
+    assert all(r.dagster_run.status == DagsterRunStatus.SUCCESS for r in _runs(b))
+    for fqn, keys in b.plan.items():
+        assert b.instance.get_materialized_partitions(AssetKey(catalog[fqn].key)) == set(keys), fqn
+    # the whole graph, but for tables whose window is longer than the range (a 30-day window, a whole month)
+    too_long = ({"ads.active_users"} if DAYS < 30 else set()) | ({"ads.monthly_report"} if DAYS < 31 else set())
+    assert set(b.plan) == {t.fqn for t in catalog.derived()} - too_long
+
+
+def test_each_table_runs_its_range_in_one_run(backfilled: Backfilled) -> None:
+    """``BackfillPolicy.single_run``: each table's range in one run (Dagster puts tables whose ranges are ready
+    together in the same run); a self-dependent table builds its days in time order inside it."""
+    for fqn, keys in backfilled.plan.items():
+        runs = _runs_of(backfilled, fqn)
+        assert len(runs) == 1, f"{fqn}: {len(runs)} runs"
+        tags = runs[0].dagster_run.tags
+        assert (tags["dagster/asset_partition_range_start"], tags["dagster/asset_partition_range_end"]) == (
+            keys[0],
+            keys[-1],
+        )
+
+
+def test_a_run_starts_only_after_the_runs_producing_its_upstream_partitions(backfilled: Backfilled) -> None:
+    """Offsets are waited on: each run starts after every run that produced a partition it reads."""
+    b = backfilled
+    for fqn, keys in b.plan.items():
+        table = catalog[fqn]
+        (run,) = _runs_of(b, fqn)
+        for dep in table.deps:
+            if dep.table == fqn or catalog[dep.table].is_ods:
+                continue
+            needed = {k for key in keys for k in upstream_partitions(catalog, table, dep, key).keys}
+            for producer in _runs_of(b, dep.table):
+                tags = producer.dagster_run.tags
+                built = set(
+                    b.plan[dep.table][
+                        b.plan[dep.table].index(tags["dagster/asset_partition_range_start"]) : b.plan[dep.table].index(
+                            tags["dagster/asset_partition_range_end"]
+                        )
+                        + 1
+                    ]
+                )
+                if built & needed and producer.dagster_run.run_id != run.dagster_run.run_id:
+                    assert producer.end_time is not None and run.start_time is not None
+                    assert producer.end_time <= run.start_time, f"{fqn} started before {dep.table} was built"
+
+
+def test_the_figures_match_an_independent_computation(backfilled: Backfilled) -> None:
+    truth = oracle.replay(backfilled.landing)
+    expected = oracle.daily_gmv(truth["order"], "Asia/Shanghai")
+    ads = {r["dt"]: r["gmv"] for r in _rows(backfilled, "ads", "daily_gmv")}
+    days = [(FIRST + timedelta(days=n)).isoformat() for n in range((END - FIRST).days)]
+    assert sorted(ads) == days
+    for day in days:
+        assert ads[day] == expected.get(date.fromisoformat(day), Decimal("0")), day
