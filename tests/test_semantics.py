@@ -57,6 +57,7 @@ columns: {id: bigint, t: timestamp, v: bigint}
     "ads/t7.sql": "SELECT id, v FROM dwd.day",
     "ads/win30.sql": "SELECT id, sum(v) AS v FROM dwd.day GROUP BY id",
     "ads/next.sql": "SELECT id, v FROM dwd.day",  # T+1: needs a partition of the future near today
+    "ads/ahead.sql": "SELECT id, sum(v) AS v FROM dwd.day GROUP BY id",  # a day on the 7 days from it
 }
 HEADERS = {
     "dwd/day.sql": "period: daily\n",
@@ -70,6 +71,7 @@ HEADERS = {
     "ads/t7.sql": "period: daily\ndepends_on:\n  dwd.day: {set: [-7]}\n",
     "ads/win30.sql": "period: daily\ndepends_on:\n  dwd.day: {range: [-29, 0]}\n",
     "ads/next.sql": "period: daily\ndepends_on:\n  dwd.day: {set: [1]}\n",
+    "ads/ahead.sql": "period: daily\ndepends_on:\n  dwd.day: {range: [0, 6]}\n",
 }
 
 
@@ -111,6 +113,7 @@ EXACT = [
     ("ads.t1", "2026-03-05", "dwd.day", ["2026-03-04"]),
     ("ads.t7", "2026-03-05", "dwd.day", ["2026-02-26"]),
     ("ads.win30", "2026-03-05", "dwd.day", _days("2026-02-04", "2026-03-05")),
+    ("ads.ahead", "2026-03-05", "dwd.day", _days("2026-03-05", "2026-03-11")),  # same period: not a roll-up
     ("dws.cum", "2026-03-05", "dws.cum", ["2026-03-04"]),
     ("dws.cum", "2026-03-05", "dwd.day", ["2026-03-05"]),
     ("dws.hour", "2026-03-05-13:00", "ods.src", ["2026-03-05-13:00"]),

@@ -77,12 +77,14 @@ def partition_spec(period: str, partition_key: str) -> dict[str, str]:
     return {"dt": start.strftime("%Y-%m-%d")}
 
 
-def partition_mapping(table: Table, dep: Dependency) -> TimeWindowPartitionMapping:
+def partition_mapping(table: Table, dep: Dependency, upstream_period: str) -> TimeWindowPartitionMapping:
     """The mapping of one edge: offsets in the upstream's periods, or the default roll-up."""
     if dep.start_offset is None or dep.end_offset is None:
         return TimeWindowPartitionMapping()
-    if dep.table != table.fqn and dep.start_offset == 0 and dep.end_offset in (0, 23, 6):
-        return TimeWindowPartitionMapping()  # Set 0 / Range 0–23 / Range 0–6: the default roll-up
+    if dep.start_offset == dep.end_offset == 0:
+        return TimeWindowPartitionMapping()  # Set 0: the same period, or the default roll-up
+    if upstream_period != table.period and dep.start_offset == 0 and dep.end_offset in (23, 6):
+        return TimeWindowPartitionMapping()  # Range 0–23 hours of a day / 0–6 days of a week: the roll-up
     return TimeWindowPartitionMapping(start_offset=dep.start_offset, end_offset=dep.end_offset)
 
 
@@ -103,7 +105,7 @@ def upstream_partitions(
     before the table's first one, which the first partition does not need).
     """
     mapped = mapped_upstream(
-        partition_mapping(table, dep),
+        partition_mapping(table, dep, catalog[dep.table].period),
         BY_PERIOD[table.period],
         BY_PERIOD[catalog[dep.table].period],
         [partition_key],
@@ -361,7 +363,10 @@ def _code_version(table: Table) -> str:
 
 
 def build_asset(catalog: Catalog, table: Table) -> AssetsDefinition:
-    deps = [AssetDep(AssetKey(dep.key), partition_mapping=partition_mapping(table, dep)) for dep in table.deps]
+    deps = [
+        AssetDep(AssetKey(dep.key), partition_mapping=partition_mapping(table, dep, catalog[dep.table].period))
+        for dep in table.deps
+    ]
     reads_external = any(catalog[dep.table].is_external for dep in table.deps)
 
     decorate = asset(
