@@ -45,9 +45,10 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from resources import resources_from_env
+from resources.external_simulator import simulate_external_for_landing
 from resources.simulator import SimulationConfig, simulate
 from tests import oracle
-from warehouse_assets.cli import report_ready_hours, run_ingest
+from warehouse_assets.cli import report_external_deliveries, report_ready_hours, run_ingest
 from warehouse_assets.compiler import backfill_partitions, upstream_partitions
 from warehouse_assets.definitions import catalog
 
@@ -80,6 +81,11 @@ def backfilled(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) ->
     # two hours past the range, so that its last hour is complete on every shard
     until = datetime(END.year, END.month, END.day, 2)
     simulate(landing, datetime(2026, 1, 1), until, SimulationConfig(seed=5, scale=SCALE, batch_minutes=60))
+    # the external producers deliver every day of the range (the ad partner's files come the next morning
+    # or later, so their clock runs a few days past the range)
+    simulate_external_for_landing(
+        landing, landing / "external", datetime(END.year, END.month, END.day, tzinfo=TZ) + timedelta(days=4)
+    )
     resources = resources_from_env(env)
     # runs go straight to a launcher that executes them synchronously in this process (the real daemon
     # would queue them and launch each in its own process)
@@ -96,6 +102,7 @@ def backfilled(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) ->
         run_ingest(instance, resources)
         end = datetime(END.year, END.month, END.day, tzinfo=TZ)
         assert report_ready_hours(instance, resources, until=end) == 5 * 24 * DAYS  # every ODS hour is ready
+        assert report_external_deliveries(instance, resources) >= 2 * DAYS  # both producers, every day
         sys.modules.pop("tests.backfill_location", None)
         importlib.import_module("tests.backfill_location")  # resources from the env above
         origin = InProcessCodeLocationOrigin(
