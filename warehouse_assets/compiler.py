@@ -444,9 +444,11 @@ def build_external_spec(table: Table) -> AssetSpec:
 
 
 def ods_check_condition() -> AutomationCondition:
-    """An ODS hour's checks run whenever the readiness sensor (re-)reports the hour."""
+    """An ODS hour's checks run when the readiness sensor (re-)reports the latest hour; older hours (a
+    catch-up after an outage) are checked on demand, so the run queue is not flooded with check runs."""
     return (
-        AutomationCondition.any_deps_updated().since_last_handled()
+        AutomationCondition.in_latest_time_window()
+        & AutomationCondition.any_deps_updated().since_last_handled()
         & ~AutomationCondition.any_deps_in_progress()
         & ~AutomationCondition.in_progress()
     ).with_label("the hour was (re-)reported")

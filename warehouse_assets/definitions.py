@@ -26,7 +26,7 @@ zorder_job, zorder_sensor = build_zorder(catalog)
 
 automation_sensor = AutomationConditionSensorDefinition(
     "warehouse_automation",
-    target=AssetSelection.all(),
+    target=AssetSelection.all() | AssetSelection.all_asset_checks(),
     default_status=DefaultSensorStatus.RUNNING,
     # seconds between automation evaluations: the largest share of the upstream → downstream handoff latency
     # (bench/handoff_latency.py); each evaluation costs a pass over the whole graph
