@@ -153,6 +153,8 @@ def generate_catalog(root: Path, n: int, seed: int) -> dict[str, Any]:
         ]
         if rng.random() < 0.1:
             header.append("zorder: [user_id]")
+        if fqn in declared:  # a self-dependent table declares its output (its first T-1 is empty)
+            header.append("columns: {id: bigint, user_id: bigint, n: bigint, ds: string}")
         if declared:
             header.append("depends_on:")
             header += [f"  {up}: {json.dumps(off).replace(chr(34), '')}" for up, off in declared.items()]
@@ -189,36 +191,10 @@ def run_step(name: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
 
 
 def build_definitions(catalog: Any) -> Any:
-    """The assembly of ``warehouse_assets/definitions.py``, applied to another catalog."""
-    from dagster import Definitions
+    """The product's own assembly (``warehouse_assets.definitions.build_definitions``) of another catalog."""
+    from warehouse_assets.definitions import build_definitions as assemble
 
-    from resources import resources_from_env
-    from sensors.landing import build_landing_sensor
-    from sensors.ods_readiness import build_readiness_sensor
-    from sensors.simulated_source import simulated_source
-    from sensors.zorder import build_zorder
-    from warehouse_assets.compiler import build_assets
-    from warehouse_assets.definitions import automation_sensor
-    from warehouse_assets.maintenance import build_maintenance
-    from warehouse_assets.ods import build_ingest_job
-    from warehouse_assets.why import build_why_job
-
-    ingest_job = build_ingest_job(catalog)
-    maintenance_job, maintenance_schedule = build_maintenance(catalog)
-    zorder_job, zorder_sensor = build_zorder(catalog)
-    return Definitions(
-        assets=build_assets(catalog),
-        jobs=[ingest_job, build_why_job(catalog), maintenance_job, zorder_job],
-        schedules=[maintenance_schedule],
-        sensors=[
-            build_landing_sensor(catalog, ingest_job),
-            build_readiness_sensor(catalog),
-            automation_sensor,
-            simulated_source,
-            zorder_sensor,
-        ],
-        resources=resources_from_env(),
-    )
+    return assemble(catalog)
 
 
 def downstream_closure(asset_graph: Any, start: Any, subset: Any) -> dict[Any, Any]:
@@ -424,9 +400,9 @@ def run_child(n: int, args: argparse.Namespace) -> dict[str, Any]:
                 killed = True
                 records[step] = {"step": step, "status": "timeout", "seconds": args.step_timeout}
                 break
-    finally:
-        if proc.poll() is None and not killed:  # the parent is interrupted: never leave the child behind
-            proc.kill()
+    except BaseException:  # the parent is interrupted: never leave the child behind
+        proc.kill()
+        raise
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     return {

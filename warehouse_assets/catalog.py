@@ -519,14 +519,9 @@ def _load_external(path: Path) -> Table:
     spec = header.get("external") or {}
     if not isinstance(spec, Mapping) or spec.get("format") not in EXTERNAL_FORMATS or not spec.get("location"):
         raise _fail(path, f"external needs format ({' or '.join(EXTERNAL_FORMATS)}) and location")
-    columns = header.get("columns") or {}
-    if not isinstance(columns, Mapping) or not columns:
-        raise _fail(path, "columns must map each delivered column to a Spark type")
-    for column, ctype in columns.items():
-        if ctype not in SPARK_TYPES and not _DECIMAL.match(str(ctype)):
-            raise _fail(path, f"column {column}: unsupported type {ctype!r}")
-        if column == "dt":
-            raise _fail(path, "dt is the partition column of every external table; do not declare it")
+    columns = _declared_columns(header.get("columns"), path)
+    if any(column == "dt" for column, _ in columns):
+        raise _fail(path, "dt is the partition column of every external table; do not declare it")
     return Table(
         layer=layer,
         name=name,
@@ -535,7 +530,7 @@ def _load_external(path: Path) -> Table:
         primary_key=_as_tuple(header.get("primary_key"), path, "primary_key"),
         description=str(header.get("description", "")).strip(),
         owner=str(header.get("owner", "warehouse-team")),
-        columns=tuple((str(k), str(v)) for k, v in columns.items()),
+        columns=columns,
         external=External(
             format=str(spec["format"]),
             location=str(spec["location"]),

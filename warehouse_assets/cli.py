@@ -54,9 +54,10 @@ def _say(message: str) -> None:
 
 def run_ingest(instance: Any, resources: dict[str, Any], tables: Sequence[str] = ()) -> dict[str, Any]:
     """Run the ``ods_ingest`` job in this process against ``instance``; returns its summary."""
-    from warehouse_assets.definitions import ingest_job
+    from warehouse_assets.definitions import catalog
+    from warehouse_assets.ods import build_ingest_job
 
-    result = ingest_job.execute_in_process(
+    result = build_ingest_job(catalog).execute_in_process(
         instance=instance,
         resources=resources,
         run_config={"ops": {"ingest_ods": {"config": {"tables": list(tables)}}}},
