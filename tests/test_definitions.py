@@ -62,6 +62,7 @@ def test_sensors_run_by_default() -> None:
     assert set(sensors) == {
         "ods_landing",
         "ods_readiness",
+        "ods_quality_checks",
         "warehouse_automation",
         "simulated_source",
         "zorder_complete_partitions",

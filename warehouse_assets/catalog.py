@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -494,9 +494,8 @@ def _load_ods(path: Path) -> Table:
         primary_key=pk,
         heartbeat_idle_grace_minutes=grace,
         completeness_threshold=float(threshold),
-        # ODS checks warn, they do not gate: an hourly check run per table and hour would flood the run queue
-        # (5 tables x 24 hours a day), holding back every downstream run. Gating starts at DWD.
-        checks=tuple(replace(c, blocking=False) for c in _parse_checks(header.get("checks"), path, period)),
+        # evaluated in batches by the ods_quality_checks sensor (sensors/ods_checks.py)
+        checks=tuple(_parse_checks(header.get("checks"), path, period)),
         sla=_parse_sla(header.get("sla"), path, period),
         description=str(header.get("description", "")).strip(),
         owner=str(header.get("owner", "warehouse-team")),

@@ -29,13 +29,11 @@ from dagster import (
     AssetCheckExecutionContext,
     AssetCheckResult,
     AssetChecksDefinition,
-    AssetCheckSpec,
     AssetDep,
     AssetExecutionContext,
     AssetKey,
     AssetsDefinition,
     AssetSpec,
-    AutomationCondition,
     BackfillPolicy,
     DagsterInstance,
     Failure,
@@ -59,11 +57,13 @@ from warehouse_assets.catalog import Catalog, Dependency, Table
 from warehouse_assets.freshness import build_freshness_checks
 from warehouse_assets.partitions import BY_PERIOD, mapped_upstream
 from warehouse_assets.quality import (
+    PARTITION,
     Outcome,
     anomaly_history_keys,
     blocking_checks_passed,
     check_specs,
     evaluate,
+    evaluate_partitions,
     evaluation,
     failed_blocking_checks,
 )
@@ -443,53 +443,41 @@ def build_external_spec(table: Table) -> AssetSpec:
     )
 
 
-def ods_check_condition() -> AutomationCondition:
-    """An ODS hour's checks run when the readiness sensor (re-)reports the latest hour; older hours (a
-    catch-up after an outage) are checked on demand, so the run queue is not flooded with check runs."""
-    return (
-        AutomationCondition.in_latest_time_window()
-        & AutomationCondition.any_deps_updated().since_last_handled()
-        & ~AutomationCondition.any_deps_in_progress()
-        & ~AutomationCondition.in_progress()
-    ).with_label("the hour was (re-)reported")
+def check_ods_hours(table: Table, keys: Sequence[str], spark: SparkSession, store: DeltaStore) -> list[Outcome]:
+    """The declared checks of ODS hours on their rows as merged (tombstones included): one pruned read of
+    all the hours, and one grouped pass per check (:func:`warehouse_assets.quality.evaluate_partitions`)."""
+    if not store.exists(table.key):
+        raise Failure(f"{table.fqn} has no Delta table at {store.table_uri(table.key)}")
+    data, _ = store.read(spark, table.key, partitions=[partition_spec(table.period, k) for k in keys])
+    data = data.withColumn(PARTITION, F.concat_ws("-", "dt", F.concat("hh", F.lit(":00")))).persist()
+    try:
+        return [o for check in table.checks for o in evaluate_partitions(table, check, keys, data)]
+    finally:
+        data.unpersist()
 
 
 def build_ods_checks(table: Table) -> AssetChecksDefinition:
-    """The ODS table's declared checks, run in their own step on the hour's rows (tombstones included)."""
-    specs = [
-        AssetCheckSpec(
-            spec.name,
-            asset=spec.asset_key,
-            description=spec.description,
-            blocking=spec.blocking,
-            partitions_def=spec.partitions_def,
-            metadata=spec.metadata,
-            automation_condition=ods_check_condition(),
-        )
-        for spec in check_specs(table)
-    ]
+    """The ODS table's declared checks, executable by hand on one hour from the UI.
 
-    @multi_asset_check(name=f"{table.layer}_{table.name}_checks", specs=specs, can_subset=True)
+    They carry no automation condition: the ``ods_quality_checks`` sensor checks every newly reported hour
+    of every ODS table in one run (sensors/ods_checks.py) instead of one Dagster run per table and hour.
+    """
+
+    @multi_asset_check(name=f"{table.layer}_{table.name}_checks", specs=check_specs(table), can_subset=True)
     def _checks(
         context: AssetCheckExecutionContext, spark: SparkResource, lake: DeltaLakeResource
     ) -> Iterator[AssetCheckResult]:
         key = context.op_execution_context.partition_key
-        session, store = spark.session(), lake.store()
-        if not store.exists(table.key):
-            raise Failure(f"{table.fqn} has no Delta table at {store.table_uri(table.key)}")
-        data, _ = store.read(session, table.key, partitions=[partition_spec(table.period, key)])
         selected = {k.name for k in context.selected_asset_check_keys}
-        for check in table.checks:
-            if check.name not in selected:
-                continue
-            outcome = evaluate(table, check, key, data, {})
-            yield AssetCheckResult(
-                asset_key=AssetKey(table.key),
-                check_name=check.name,
-                passed=outcome.passed,
-                metadata={**outcome.metadata, "partition": key, "result": outcome.description},
-                description=outcome.description,
-            )
+        for outcome in check_ods_hours(table, [key], spark.session(), lake.store()):
+            if outcome.check.name in selected:
+                yield AssetCheckResult(
+                    asset_key=AssetKey(table.key),
+                    check_name=outcome.check.name,
+                    passed=outcome.passed,
+                    metadata={**outcome.metadata, "partition": key, "result": outcome.description},
+                    description=outcome.description,
+                )
 
     return _checks
 

@@ -10,6 +10,7 @@ from resources import resources_from_env
 from sensors.external import build_external_sensors
 from sensors.freshness import build_freshness_sensor
 from sensors.landing import build_landing_sensor
+from sensors.ods_checks import build_ods_checks_sensor
 from sensors.ods_readiness import build_readiness_sensor
 from sensors.simulated_source import simulated_source
 from sensors.zorder import build_zorder
@@ -25,6 +26,7 @@ def build_definitions(catalog: Catalog) -> Definitions:
     ingest_job = build_ingest_job(catalog)
     maintenance_job, maintenance_schedule = build_maintenance(catalog)
     zorder_job, zorder_sensor = build_zorder(catalog)
+    ods_checks_job, ods_checks_sensor = build_ods_checks_sensor(catalog)
     automation_sensor = AutomationConditionSensorDefinition(
         "warehouse_automation",
         target=AssetSelection.all() | AssetSelection.all_asset_checks(),
@@ -38,11 +40,12 @@ def build_definitions(catalog: Catalog) -> Definitions:
     return Definitions(
         assets=build_assets(catalog),
         asset_checks=build_checks(catalog),
-        jobs=[ingest_job, build_why_job(catalog), maintenance_job, zorder_job],
+        jobs=[ingest_job, build_why_job(catalog), maintenance_job, zorder_job, ods_checks_job],
         schedules=[maintenance_schedule],
         sensors=[
             build_landing_sensor(catalog, ingest_job),
             build_readiness_sensor(catalog),
+            ods_checks_sensor,
             automation_sensor,
             simulated_source,
             zorder_sensor,

@@ -111,41 +111,8 @@ def evaluate(
     """Evaluate ``check`` on one partition's rows (``data``); ``inputs`` are the upstream partitions it read
     (live rows), ``history`` the table's previous partitions for an anomaly check."""
     kind = check.kind
-    if kind == "unique":
-        cols = _columns(table, check)
-        row = _first(data.agg(F.count("*").alias("rows"), F.count_distinct(*[F.col(c) for c in cols]).alias("keys")))
-        nulls = data.where(" OR ".join(f"`{c}` IS NULL" for c in cols)).count()
-        rows, keys = int(row["rows"]), int(row["keys"])
-        dup = data.groupBy(*cols).count().where("count > 1")
-        duplicated_keys = dup.count()
-        example = [str(r.asDict()) for r in dup.limit(3).collect()]
-        passed = duplicated_keys == 0 and nulls == 0
-        return Outcome(
-            check,
-            partition,
-            passed,
-            {"rows": rows, "distinct_keys": keys, "duplicated_keys": duplicated_keys, "null_keys": nulls}
-            | ({"examples": MetadataValue.json(example)} if example else {}),
-            f"{duplicated_keys} duplicated and {nulls} null key(s) of ({', '.join(cols)}) in {rows} rows",
-        )
-    if kind == "not_null":
-        cols = list(check.param("columns"))
-        counted = _first(
-            data.agg(F.count("*").alias("__rows"), *[F.count_if(F.col(c).isNull()).alias(c) for c in cols])
-        )
-        null_counts = {c: int(counted[c]) for c in cols}
-        bad = {c: n for c, n in null_counts.items() if n}
-        return Outcome(
-            check,
-            partition,
-            not bad,
-            {
-                "rows": int(counted["__rows"]),
-                "nulls": MetadataValue.json(null_counts),
-                "null_values": sum(null_counts.values()),
-            },
-            "no nulls" if not bad else "nulls in " + ", ".join(f"{c} ({n})" for c, n in bad.items()),
-        )
+    if kind in GROUPED:
+        return evaluate_partitions(table, check, [partition], data.withColumn(PARTITION, F.lit(partition)))[0]
     if kind == "range":
         aggs: list[Any] = [F.count("*").alias("__rows")]
         for c, lo, hi in check.param("bounds"):
@@ -225,6 +192,96 @@ def evaluate(
     return _anomaly(table, check, partition, data, history)
 
 
+# --- many partitions in one pass ------------------------------------------------------------------------------
+
+PARTITION = "__partition"  # the column carrying each row's partition key in evaluate_partitions
+GROUPED = ("unique", "not_null")  # kinds evaluated for many partitions by one grouped aggregation
+
+
+def evaluate_partitions(table: Table, check: Check, keys: Sequence[str], data: DataFrame) -> list[Outcome]:
+    """Evaluate ``check`` on every partition in ``keys`` at once; ``data`` holds their rows with the
+    partition key in column ``PARTITION``. Row-local kinds (``GROUPED``) take one or two grouped Spark jobs
+    for all partitions; the others are evaluated partition by partition (without upstream inputs)."""
+    if check.kind == "unique":
+        return _unique(table, check, keys, data)
+    if check.kind == "not_null":
+        return _not_null(check, keys, data)
+    return [evaluate(table, check, k, data.where(F.col(PARTITION) == k), {}) for k in keys]
+
+
+def _unique(table: Table, check: Check, keys: Sequence[str], data: DataFrame) -> list[Outcome]:
+    cols = _columns(table, check)
+    null_key = F.expr(" OR ".join(f"`{c}` IS NULL" for c in cols))
+    stats = {
+        r[PARTITION]: r
+        for r in data.groupBy(PARTITION)
+        .agg(
+            F.count("*").alias("rows"),
+            F.count_distinct(*[F.col(c) for c in cols]).alias("keys"),
+            F.count_if(null_key).alias("nulls"),
+        )
+        .collect()
+    }
+    duplicated = {
+        r[PARTITION]: r
+        for r in data.groupBy(PARTITION, *cols)
+        .count()
+        .where("count > 1")
+        .groupBy(PARTITION)
+        .agg(
+            F.count("*").alias("duplicated"),
+            F.slice(F.collect_list(F.struct(*cols, "count")), 1, 3).alias("examples"),
+        )
+        .collect()
+    }
+    out = []
+    for key in keys:
+        row, dup = stats.get(key), duplicated.get(key)
+        rows, distinct, nulls = (int(row["rows"]), int(row["keys"]), int(row["nulls"])) if row else (0, 0, 0)
+        duplicated_keys = int(dup["duplicated"]) if dup else 0
+        example = [str(e.asDict()) for e in dup["examples"]] if dup else []
+        out.append(
+            Outcome(
+                check,
+                key,
+                duplicated_keys == 0 and nulls == 0,
+                {"rows": rows, "distinct_keys": distinct, "duplicated_keys": duplicated_keys, "null_keys": nulls}
+                | ({"examples": MetadataValue.json(example)} if example else {}),
+                f"{duplicated_keys} duplicated and {nulls} null key(s) of ({', '.join(cols)}) in {rows} rows",
+            )
+        )
+    return out
+
+
+def _not_null(check: Check, keys: Sequence[str], data: DataFrame) -> list[Outcome]:
+    cols = list(check.param("columns"))
+    counted = {
+        r[PARTITION]: r
+        for r in data.groupBy(PARTITION)
+        .agg(F.count("*").alias("__rows"), *[F.count_if(F.col(c).isNull()).alias(c) for c in cols])
+        .collect()
+    }
+    out = []
+    for key in keys:
+        row = counted.get(key)
+        null_counts = {c: int(row[c]) if row else 0 for c in cols}
+        bad = {c: n for c, n in null_counts.items() if n}
+        out.append(
+            Outcome(
+                check,
+                key,
+                not bad,
+                {
+                    "rows": int(row["__rows"]) if row else 0,
+                    "nulls": MetadataValue.json(null_counts),
+                    "null_values": sum(null_counts.values()),
+                },
+                "no nulls" if not bad else "nulls in " + ", ".join(f"{c} ({n})" for c, n in bad.items()),
+            )
+        )
+    return out
+
+
 _METRIC = re.compile(r"^(?P<fn>sum|avg|min|max)\((?P<col>\w+)\)$")
 
 
@@ -282,26 +339,34 @@ def _anomaly(table: Table, check: Check, partition: str, data: DataFrame, histor
     )
 
 
-def evaluation(instance: DagsterInstance, table: Table, outcome: Outcome) -> AssetCheckEvaluation:
+def latest_materialization(instance: DagsterInstance, table: Table, partition: str) -> Any:
+    """The partition's latest materialization record, or None."""
+    records = instance.fetch_materializations(
+        AssetRecordsFilter(asset_key=AssetKey(table.key), asset_partitions=[partition]), limit=1
+    ).records
+    return records[0] if records else None
+
+
+def evaluation(
+    instance: DagsterInstance, table: Table, outcome: Outcome, materialization: Any = None
+) -> AssetCheckEvaluation:
     """The Dagster event of an outcome, targeting the partition's latest materialization (so the result is
-    current for the automation and the UI)."""
+    current for the automation and the UI) — or ``materialization``, the record looked up before the rows
+    were read, so that a newer report arriving meanwhile is not marked as checked."""
     from dagster._core.definitions.asset_checks.asset_check_evaluation import (
         AssetCheckEvaluationTargetMaterializationData,
     )
 
-    key = AssetKey(table.key)
-    records = instance.fetch_materializations(
-        AssetRecordsFilter(asset_key=key, asset_partitions=[outcome.partition]), limit=1
-    ).records
+    record = materialization or latest_materialization(instance, table, outcome.partition)
     target = (
         AssetCheckEvaluationTargetMaterializationData(
-            storage_id=records[0].storage_id, run_id=records[0].run_id, timestamp=records[0].timestamp
+            storage_id=record.storage_id, run_id=record.run_id, timestamp=record.timestamp
         )
-        if records
+        if record
         else None
     )
     return AssetCheckEvaluation(
-        asset_key=key,
+        asset_key=AssetKey(table.key),
         check_name=outcome.check.name,
         passed=outcome.passed,
         metadata={**outcome.metadata, "partition": outcome.partition, "result": outcome.description},

@@ -1,0 +1,180 @@
+"""The ODS hours' data-quality checks, batched: one run checks every hour reported since the last run.
+
+The readiness sensor reports ODS hours as materializations (sensors/ods_readiness.py). Their declared checks
+(key uniqueness, not-null, ...) are blocking like those of every other layer: a DWD day runs only when all
+24 of its hours passed. Left to Dagster's automation, each table and hour would get a run of its own —
+120 runs per simulated day, each starting a process, which flooded the run queue and held back every
+downstream run. Instead this sensor finds the ODS hours whose latest materialization has no verdict yet
+(new hours, and hours re-reported after late changes) and launches one ``ods_quality_checks`` run for them
+all, oldest first, at most ``MAX_HOURS_PER_RUN`` table-hours at a time. The run records one
+``AssetCheckEvaluation`` per check and hour, with the numbers behind it, targeting the materialization it
+checked, so the verdict shows on the partition in the UI and gates the automation.
+
+Nothing is lost: the pending set is recomputed from the instance on every tick, so a failed or killed run
+leaves its hours pending and a later run checks them (after ``RETRY_AFTER`` when the last run failed). While
+a run is in flight no other starts. Hours older than the automation's lookback are checked by hand
+(execute the table's checks on the partition in the UI).
+"""
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+from dagster import (
+    AssetCheckKey,
+    AssetKey,
+    Config,
+    DagsterInstance,
+    DagsterRunStatus,
+    DefaultSensorStatus,
+    Failure,
+    JobDefinition,
+    OpExecutionContext,
+    Output,
+    RunRequest,
+    RunsFilter,
+    SensorDefinition,
+    SensorEvaluationContext,
+    SkipReason,
+    in_process_executor,
+    job,
+    op,
+    sensor,
+)
+from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
+
+from resources.delta_lake import DeltaLakeResource
+from resources.spark import SparkResource
+from warehouse_assets.automation import LOOKBACK
+from warehouse_assets.catalog import Catalog, Table
+from warehouse_assets.compiler import check_ods_hours
+from warehouse_assets.partitions import BUSINESS_TZ, BY_PERIOD
+from warehouse_assets.quality import evaluation, latest_materialization
+
+JOB = "ods_quality_checks"
+MAX_HOURS_PER_RUN = 24 * 5 * 2  # two days of the five ODS tables
+RETRY_AFTER = 120.0  # seconds after a failed run before its hours are tried again
+IN_FLIGHT = [
+    DagsterRunStatus.QUEUED,
+    DagsterRunStatus.NOT_STARTED,
+    DagsterRunStatus.STARTING,
+    DagsterRunStatus.STARTED,
+    DagsterRunStatus.CANCELING,
+]
+VERDICTS = (AssetCheckExecutionRecordStatus.SUCCEEDED, AssetCheckExecutionRecordStatus.FAILED)
+
+
+class OdsChecksConfig(Config):  # type: ignore[misc]
+    hours: dict[str, list[str]]  # ODS table (e.g. "ods.order") -> hour partition keys
+
+
+def checked_tables(catalog: Catalog) -> dict[str, Table]:
+    return {t.fqn: t for t in catalog.ods() if t.checks}
+
+
+def unchecked_hours(
+    instance: DagsterInstance, tables: Mapping[str, Table], since: datetime | None = None
+) -> dict[str, list[str]]:
+    """Per ODS table, the materialized hours (from ``since``) whose latest materialization lacks a verdict
+    of one of the table's checks."""
+    hourly = BY_PERIOD["hourly"]
+    horizon = hourly.get_partition_key_for_timestamp(since.timestamp()) if since else ""
+    pending: dict[str, list[str]] = {}
+    for fqn, table in sorted(tables.items()):
+        key = AssetKey(table.key)
+        materialized = {k for k in instance.get_materialized_partitions(key) if k >= horizon}
+        if not materialized:
+            continue
+        checks = [AssetCheckKey(key, c.name) for c in table.checks]
+        judged: dict[AssetCheckKey, set[str]] = {c: set() for c in checks}
+        for info in instance.event_log_storage.get_asset_check_partition_info(checks):
+            if info.partition_key is not None and info.is_current and info.latest_execution_status in VERDICTS:
+                judged[info.check_key].add(info.partition_key)
+        hours = sorted(k for k in materialized if any(k not in done for done in judged.values()))
+        if hours:
+            pending[fqn] = hours
+    return pending
+
+
+def next_batch(pending: Mapping[str, Sequence[str]], limit: int = MAX_HOURS_PER_RUN) -> dict[str, list[str]]:
+    """The oldest ``limit`` table-hours of ``pending`` (so that whole days complete first)."""
+    pairs = sorted((hour, fqn) for fqn, hours in pending.items() for hour in hours)[:limit]
+    batch: dict[str, list[str]] = {}
+    for hour, fqn in pairs:
+        batch.setdefault(fqn, []).append(hour)
+    return batch
+
+
+def build_ods_checks_sensor(catalog: Catalog) -> tuple[JobDefinition, SensorDefinition]:
+    tables = checked_tables(catalog)
+    hourly = BY_PERIOD["hourly"]
+
+    @op(name="check_ods_hours", description="Evaluate the declared checks of ODS hours, one verdict per check.")
+    def evaluate_ods_hours(
+        context: OpExecutionContext, config: OdsChecksConfig, spark: SparkResource, lake: DeltaLakeResource
+    ) -> Output[dict[str, int]]:
+        unknown = sorted(set(config.hours) - set(tables))
+        if unknown:
+            raise Failure(f"not an ODS table with checks: {', '.join(unknown)}; those are: {', '.join(tables)}")
+        for fqn, keys in config.hours.items():
+            bad = [k for k in keys if not hourly.has_partition_key(k)]
+            if bad:
+                raise Failure(f"{fqn}: not hour partition keys (YYYY-MM-DD-HH:00): {', '.join(bad[:5])}")
+        session, store = spark.session(), lake.store()
+        started = time.monotonic()
+        counts = {"table_hours": 0, "evaluations": 0, "failed": 0}
+        for fqn, keys in sorted(config.hours.items()):
+            table, keys = tables[fqn], sorted(set(keys))
+            # the materializations being checked, looked up before the rows are read
+            checked = {k: latest_materialization(context.instance, table, k) for k in keys}
+            for outcome in check_ods_hours(table, keys, session, store):
+                # log_event accepts check evaluations at run time (its annotation lags behind)
+                event = evaluation(context.instance, table, outcome, checked[outcome.partition])
+                context.log_event(event)  # type: ignore[arg-type]
+                counts["evaluations"] += 1
+                if not outcome.passed:
+                    counts["failed"] += 1
+                    context.log.warning(
+                        f"{fqn} {outcome.partition} check {outcome.check.name} FAILED: {outcome.description}"
+                    )
+            counts["table_hours"] += len(keys)
+            context.log.info(f"{fqn}: checked {len(keys)} hour(s), {keys[0]} .. {keys[-1]}")
+        seconds = round(time.monotonic() - started, 3)
+        return Output(counts, metadata={**counts, "duration_s": seconds})
+
+    @job(name=JOB, executor_def=in_process_executor, tags={"warehouse/quality": "ods"})
+    def ods_quality_checks() -> None:
+        evaluate_ods_hours()
+
+    @sensor(
+        name="ods_quality_checks",
+        job=ods_quality_checks,
+        minimum_interval_seconds=int(os.environ.get("WAREHOUSE_ODS_CHECKS_INTERVAL", "10")),
+        default_status=DefaultSensorStatus.RUNNING,
+        description="Checks every newly reported ODS hour (its declared data-quality checks) in one run.",
+    )
+    def ods_quality_checks_sensor(context: SensorEvaluationContext) -> RunRequest | SkipReason:
+        instance = context.instance
+        running = instance.get_runs(RunsFilter(job_name=JOB, statuses=IN_FLIGHT), limit=1)
+        if running:
+            return SkipReason(f"run {running[0].run_id} is still checking ODS hours")
+        last = instance.get_run_records(RunsFilter(job_name=JOB), limit=1)
+        if last and last[0].dagster_run.status == DagsterRunStatus.FAILURE and last[0].end_time:
+            wait = RETRY_AFTER - (time.time() - last[0].end_time)
+            if wait > 0:
+                return SkipReason(f"run {last[0].dagster_run.run_id} failed; retrying its hours in {wait:.0f}s")
+        since = datetime.now(ZoneInfo(BUSINESS_TZ)) - LOOKBACK
+        batch = next_batch(unchecked_hours(instance, tables, since))
+        if not batch:
+            return SkipReason("every reported ODS hour has its checks' verdicts")
+        n = sum(len(v) for v in batch.values())
+        summary = ", ".join(f"{fqn} {keys[0]} .. {keys[-1]} ({len(keys)})" for fqn, keys in sorted(batch.items()))
+        context.log.info(f"checking {n} ODS table-hour(s): {summary}")
+        return RunRequest(
+            run_config={"ops": {"check_ods_hours": {"config": {"hours": batch}}}},
+            tags={"warehouse/table_hours": str(n)},
+        )
+
+    return ods_quality_checks, ods_quality_checks_sensor
