@@ -5,7 +5,7 @@ UV_VERSION  := 0.13.8
 PYTHON      ?= python3
 STAMP       := $(VENV)/.installed-stamp
 
-.PHONY: install dev test lint format typecheck check bench clean-data
+.PHONY: install dev test test-backfill-month lint format typecheck check bench clean-data
 
 $(STAMP): pyproject.toml uv.lock
 	@command -v java >/dev/null 2>&1 || { \
@@ -25,6 +25,9 @@ dev: install  ## simulated sources + Spark Connect + Dagster UI on http://127.0.
 test: install  ## the whole test suite
 	@command -v java >/dev/null 2>&1 || { echo "error: 'java' was not found on PATH (Spark needs Java 17)"; exit 1; }
 	$(VENV)/bin/pytest
+
+test-backfill-month: install  ## the backfill test over all of January, the whole graph (~25 min on 2 cores)
+	BACKFILL_DAYS=31 BACKFILL_HOURLY_DAYS=31 $(VENV)/bin/pytest -s tests/test_backfill.py
 
 lint: install
 	$(VENV)/bin/ruff check .
