@@ -89,12 +89,11 @@ def _seed_gmv(lake: Path, days: list[date]) -> None:
 
 def _seed_ods(lake: Path, hours: list[datetime]) -> None:
     """ods.order rows for each hour (three orders an hour), merged state as the ingestion leaves it."""
-    from decimal import Decimal
-
     import pyarrow as pa
     from deltalake import write_deltalake
 
     from resources.delta_lake import DeltaStore
+    from resources.simulator import merged_order_row
     from warehouse_assets.catalog import load_catalog
     from warehouse_assets.ingestion import ods_arrow_schema
 
@@ -102,24 +101,7 @@ def _seed_ods(lake: Path, hours: list[datetime]) -> None:
     for n, hour in enumerate(hours):
         for i in range(3):
             created = hour + timedelta(minutes=10 * i + 5)
-            rows.append(
-                {
-                    "id": 1000 * n + i,
-                    "user_id": 10 + i,
-                    "course_id": 1 + i % 2,
-                    "amount": Decimal("20.00"),
-                    "status": "paid",
-                    "pay_time": created,
-                    "create_time": created,
-                    "update_time": created,
-                    "_es": int(created.timestamp() * 1000),
-                    "_pos": 1000 * n + i,
-                    "_stream": "edu_trade.order_00",
-                    "_deleted": False,
-                    "dt": created.strftime("%Y-%m-%d"),
-                    "hh": created.strftime("%H"),
-                }
-            )
+            rows.append(merged_order_row(1000 * n + i, 10 + i, created, 1000 * n + i, course_id=1 + i % 2))
     data = pa.Table.from_pylist(rows, schema=ods_arrow_schema(load_catalog()["ods.order"]))
     uri = str(lake / "ods" / "order")
     write_deltalake(uri, data, partition_by=["dt", "hh"], configuration=DeltaStore(str(lake)).table_configuration())

@@ -211,6 +211,27 @@ HEARTBEAT = "heartbeat"
 _PHYSICAL_TO_LOGICAL = {p: spec.name for spec in LOGICAL_TABLES.values() for p in spec.physical_tables}
 
 
+def merged_order_row(order_id: int, user_id: int, created: datetime, pos: int, course_id: int = 1) -> dict[str, Any]:
+    """One paid ``ods.order`` row as the ingestion leaves it (CDC bookkeeping and partition columns
+    included), created at ``created`` (local time): for seeding a lake directly in tests and benches."""
+    return {
+        "id": order_id,
+        "user_id": user_id,
+        "course_id": course_id,
+        "amount": Decimal("20.00"),
+        "status": "paid",
+        "pay_time": created,
+        "create_time": created,
+        "update_time": created,
+        "_es": int(created.timestamp() * 1000),
+        "_pos": pos,
+        "_stream": "edu_trade.order_00",
+        "_deleted": False,
+        "dt": created.strftime("%Y-%m-%d"),
+        "hh": created.strftime("%H"),
+    }
+
+
 def logical_table_of(physical_table: str) -> str | None:
     """``order_03`` → ``order``; ``heartbeat`` and unknown names → None."""
     return _PHYSICAL_TO_LOGICAL.get(physical_table)

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -39,6 +38,7 @@ from pyspark.sql import SparkSession
 
 from resources import resources_from_env
 from resources.landing import Landing
+from resources.simulator import merged_order_row
 from sensors.ods_checks import JOB, build_ods_checks_sensor, checked_tables, next_batch, unchecked_hours
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.compiler import build_assets, build_checks
@@ -62,24 +62,7 @@ def ods_rows(duplicate: bool) -> list[dict[str, Any]]:
     for day, base in ((D, 100), (D1, 200)):
         for i in range(4):
             created = datetime(day.year, day.month, day.day, 9 + i, 30, tzinfo=TZ)
-            rows.append(
-                {
-                    "id": base + i,
-                    "user_id": 10 + i % 2,
-                    "course_id": 1,
-                    "amount": Decimal("20.00"),
-                    "status": "paid",
-                    "pay_time": created,
-                    "create_time": created,
-                    "update_time": created,
-                    "_es": int(created.timestamp() * 1000),
-                    "_pos": base + i,
-                    "_stream": "edu_trade.order_00",
-                    "_deleted": False,
-                    "dt": created.strftime("%Y-%m-%d"),
-                    "hh": created.strftime("%H"),
-                }
-            )
+            rows.append(merged_order_row(base + i, 10 + i % 2, created, base + i))
     if duplicate:  # order 101 twice in D's 10:00 hour (what a broken merge could leave)
         rows.append(dict(rows[1], _pos=999))
     return rows

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -34,6 +33,7 @@ from pyspark.sql import SparkSession
 
 from resources import resources_from_env
 from resources.landing import Landing
+from resources.simulator import merged_order_row
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.compiler import build_assets
 from warehouse_assets.ingestion import ods_arrow_schema
@@ -50,24 +50,7 @@ def ods_rows(duplicate_on_d: bool) -> list[dict[str, Any]]:
     for day, base in ((2, 100), (3, 200)):
         for i in range(4):
             created = datetime(2026, 3, day, 9 + i, 30, tzinfo=TZ)
-            rows.append(
-                {
-                    "id": base + i,
-                    "user_id": 10 + i % 2,
-                    "course_id": 1,
-                    "amount": Decimal("20.00"),
-                    "status": "paid",
-                    "pay_time": created,
-                    "create_time": created,
-                    "update_time": created,
-                    "_es": int(created.timestamp() * 1000),
-                    "_pos": base + i,
-                    "_stream": "edu_trade.order_00",
-                    "_deleted": False,
-                    "dt": created.strftime("%Y-%m-%d"),
-                    "hh": created.strftime("%H"),
-                }
-            )
+            rows.append(merged_order_row(base + i, 10 + i % 2, created, base + i))
     if duplicate_on_d:  # the same order twice in another hour of D (what a broken merge could leave)
         copy = dict(rows[0], hh="15", _pos=999)
         rows.append(copy)
