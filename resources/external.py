@@ -196,7 +196,7 @@ class ExternalSource:
             files = by_value.get(value)
             if not files:
                 continue  # the partition was removed: nothing to report
-            rows = table.to_pyarrow_table(partitions=[("dt", "=", value)])
+            rows = table.to_pyarrow_table(filters=[("dt", "=", value)])
             body = sorted(repr(tuple(r[c] for c in sorted(r) if c != "dt")) for r in rows.to_pylist())
             newest = max(int(str(f["modification_time"])) for f in files)
             deliveries.append(
@@ -228,7 +228,7 @@ class ExternalSource:
         table = self.delta_table()
         if table is None:
             return f"the producer's Delta table does not exist yet at {self.location}"
-        if not table.to_pyarrow_table(partitions=[("dt", "=", value)]).num_rows:
+        if not table.to_pyarrow_table(filters=[("dt", "=", value)]).num_rows:
             return f"no dt={value} in the producer's Delta table (version {table.version()})"
         return f"dt={value} is in the producer's Delta table (version {table.version()}); reported on the next tick"
 

@@ -11,7 +11,7 @@ import pytest
 from dagster import AssetKey, DefaultSensorStatus, TimeWindowPartitionMapping, TimeWindowPartitionsDefinition
 
 from warehouse_assets.catalog import CatalogError, load_catalog
-from warehouse_assets.definitions import defs
+from warehouse_assets.definitions import defs, run_executor
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -72,6 +72,14 @@ def test_sensors_run_by_default() -> None:
     }
     for sensor in sensors.values():
         assert sensor.default_status == DefaultSensorStatus.RUNNING
+
+
+def test_runs_execute_their_steps_in_process_unless_told_otherwise() -> None:
+    # automation's runs go through the implicit asset job: one process and one Spark session per run
+    assert defs.resolve_implicit_global_asset_job_def().executor_def.name == "in_process"
+    assert run_executor({"WAREHOUSE_RUN_EXECUTOR": "multiprocess"}).name == "multiprocess"
+    with pytest.raises(ValueError, match="WAREHOUSE_RUN_EXECUTOR='threads': expected one of in_process, multiprocess"):
+        run_executor({"WAREHOUSE_RUN_EXECUTOR": "threads"})
 
 
 def test_derived_assets_are_automated_and_ods_are_reported() -> None:

@@ -26,7 +26,12 @@ from dagster import AssetKey, DagsterEventType, DagsterInstance, EventRecordsFil
 from resources.simulator import SimulationConfig, simulate
 
 ROOT = Path(__file__).resolve().parent.parent
-DEADLINE_S = 600  # the chain: ingest, ODS hour checks, DWD, DWS, ADS — a run launch each (~10 s) on 2 run slots
+# Not a latency target (bench/handoff_latency.py measures that): the chain — ingest, ODS hour checks, DWD, DWS,
+# ADS, a run launch each on 2 run slots — takes about 4 min on a quiet 2-core machine and twice that on a busy one.
+# The test fails when the stack stops making progress (no run or step event for STALL_S), or at
+# DEADLINE_S whatever happens.
+STALL_S = 300
+DEADLINE_S = 1500
 DAY = datetime.combine(datetime.now(ZoneInfo("Asia/Shanghai")).date() - timedelta(days=3), datetime.min.time())
 
 
@@ -122,19 +127,26 @@ def test_dev_materializes_downstream_partitions_without_a_click(
 ) -> None:
     port, home, proc = dev_stack
     monkeypatch.setenv("DAGSTER_HOME", str(home))
-    deadline = time.monotonic() + DEADLINE_S
+    started = last_progress = time.monotonic()
     instance = None
     target = AssetKey(["ads", "daily_gmv"])
-    while time.monotonic() < deadline:
+    seen: int | None = None  # the newest event of any run: a step or a run starting or ending is progress
+    while (now := time.monotonic()) - last_progress < STALL_S and now - started < DEADLINE_S:
         assert proc.poll() is None, "the dev stack exited"
         if instance is None and (home / "history").exists():
             instance = DagsterInstance.from_config(str(home))
-        if instance is not None and f"{DAY:%Y-%m-%d}" in instance.get_materialized_partitions(target):
-            break
+        if instance is not None:
+            if f"{DAY:%Y-%m-%d}" in instance.get_materialized_partitions(target):
+                break
+            latest = instance.event_log_storage.get_maximum_record_id()
+            if latest != seen:
+                seen, last_progress = latest, now
         time.sleep(5)
     else:
+        why = f"no run or step event for {STALL_S}s" if now - last_progress >= STALL_S else "deadline"
         pytest.fail(
-            f"ads/daily_gmv {DAY:%Y-%m-%d} was not materialized by automation within {DEADLINE_S}s; runs:\n"
+            f"ads/daily_gmv {DAY:%Y-%m-%d} was not materialized by automation: {why} "
+            f"after {now - started:.0f}s; runs:\n"
             + (_runs_summary(instance) if instance is not None else "(no instance)")
         )
     assert instance is not None
