@@ -4,10 +4,10 @@ For each N it writes a synthetic catalog of N tables as real declaration files i
 (ODS ``.yaml`` files and ``.sql`` files with YAML headers, exactly what ``warehouse_assets/tables/`` holds),
 then, in a fresh subprocess per N so the peak memory is that N's alone:
 
-* **load**: ``load_catalog(root)`` (YAML + SQL lineage parsing + graph validation), then the same assembly as
-  ``warehouse_assets/definitions.py`` (``build_assets``, ingest / why / maintenance / Z-order jobs, the
-  landing, readiness, automation, simulated-source and Z-order sensors, resources) into a ``Definitions``,
-  resolved into a repository (what a code server does when it loads the location);
+* **load**: ``load_catalog(root)`` (YAML + SQL lineage parsing + graph validation), then the code location's
+  own assembly, ``warehouse_assets.definitions.build_definitions`` (assets, their quality and freshness
+  checks, the ingest / why / maintenance / Z-order / ODS-check jobs, every sensor, resources) into a
+  ``Definitions``, resolved into a repository (what a code server does when it loads the location);
 * **downstream**: every downstream partition of one hourly partition of a root table: a walk of the asset
   graph in topological order that applies Dagster's partition mapping of every edge
   (``get_downstream_partitions_for_partitions``) and closes self-dependencies (T-1) to a fixpoint. For
