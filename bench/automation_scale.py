@@ -255,13 +255,8 @@ def child_main(args: argparse.Namespace) -> None:
         emit({"step": "generate", "status": "ok", **{k: v for k, v in summary.items() if k != "kinds"}})
         log(f"  catalog: {summary['periods']}, {summary['edges']} dependencies, {summary['self_deps']} self")
 
-        # imported here so that the import cost is not part of the load figure
-        import warnings
-
-        from dagster import BetaWarning, PreviewWarning
-
-        warnings.filterwarnings("ignore", category=BetaWarning)
-        warnings.filterwarnings("ignore", category=PreviewWarning)
+        # imported here so that the import cost is not part of the load figure (the code location's module
+        # also silences Dagster's beta and preview warnings)
         import dagster
         from dagster import AssetKey, AssetMaterialization, instance_for_test, partition_loading_context
         from dagster._core.definitions.assets.graph.asset_graph_subset import AssetGraphSubset

@@ -117,6 +117,8 @@ def main() -> int:
     from dagster import AssetKey, AssetMaterialization, AssetRecordsFilter, DagsterInstance
 
     from resources.external_simulator import marketing_rows, write_marketing
+    from warehouse_assets.catalog import load_catalog
+    from warehouse_assets.quality import report_valid
 
     work = Path(tempfile.mkdtemp(prefix="handoff-"))
     home, lake, external = work / "dagster_home", work / "lake", work / "landing" / "external"
@@ -136,8 +138,9 @@ def main() -> int:
         plan += [("ods", f"{hours[i]:%Y-%m-%d-%H:00}")] if i < len(hours) else []
     os.environ["DAGSTER_HOME"] = str(home)
     with DagsterInstance.from_config(str(home)) as instance:
+        gmv = load_catalog()[".".join(GMV)]
         for d in days:
-            _report_valid(instance, AssetKey(GMV), f"{d}")
+            report_valid(instance, gmv, f"{d}", "seeded by the bench")
 
     port, spark_port = _free_port(), _free_port()
     env = dict(
@@ -283,37 +286,6 @@ def _wait_for_run(
                 return record
         time.sleep(0.2)
     raise SystemExit(f"no run of {'/'.join(asset)} {key} started within {timeout:.0f} s")
-
-
-def _report_valid(instance: object, key: object, partition: str) -> None:
-    """A partition that is there and valid: materialized, and its blocking checks passed on it."""
-    from dagster import AssetCheckEvaluation, AssetMaterialization, AssetRecordsFilter
-    from dagster._core.definitions.asset_checks.asset_check_evaluation import (
-        AssetCheckEvaluationTargetMaterializationData,
-    )
-
-    from warehouse_assets.catalog import load_catalog
-
-    instance.report_runless_asset_event(AssetMaterialization(asset_key=key, partition=partition))  # type: ignore[attr-defined]
-    record = instance.fetch_materializations(  # type: ignore[attr-defined]
-        AssetRecordsFilter(asset_key=key, asset_partitions=[partition]), limit=1
-    ).records[0]
-    target = AssetCheckEvaluationTargetMaterializationData(
-        storage_id=record.storage_id, run_id=record.run_id, timestamp=record.timestamp
-    )
-    table = load_catalog()[".".join(key.path)]  # type: ignore[attr-defined]
-    for check in table.checks:
-        if check.blocking:
-            instance.report_runless_asset_event(  # type: ignore[attr-defined]
-                AssetCheckEvaluation(
-                    asset_key=key,  # type: ignore[arg-type]
-                    check_name=check.name,
-                    passed=True,
-                    target_materialization_data=target,
-                    partition=partition,
-                    blocking=True,
-                )
-            )
 
 
 def _judged_at(instance: object, key: str) -> float:

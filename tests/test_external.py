@@ -44,6 +44,7 @@ from resources.landing import Landing
 from resources.spark import SparkResource
 from sensors.external import Cursor, build_external_sensor, evaluate
 from warehouse_assets.definitions import catalog, defs
+from warehouse_assets.quality import report_valid
 from warehouse_assets.why import explain
 
 TZ = ZoneInfo("Asia/Shanghai")
@@ -90,31 +91,7 @@ class Daemon:
 
 def report(instance: DagsterInstance, key: AssetKey, partition: str) -> None:
     """An upstream partition that is there and valid: materialized, and its blocking checks passed."""
-    from dagster import AssetCheckEvaluation, AssetRecordsFilter
-    from dagster._core.definitions.asset_checks.asset_check_evaluation import (
-        AssetCheckEvaluationTargetMaterializationData,
-    )
-
-    instance.report_runless_asset_event(AssetMaterialization(asset_key=key, partition=partition))
-    record = instance.fetch_materializations(
-        AssetRecordsFilter(asset_key=key, asset_partitions=[partition]), limit=1
-    ).records[0]
-    target = AssetCheckEvaluationTargetMaterializationData(
-        storage_id=record.storage_id, run_id=record.run_id, timestamp=record.timestamp
-    )
-    graph = defs.resolve_asset_graph()
-    for check_key in graph.get_check_keys_for_assets({key}):
-        if graph.get_check_spec(check_key).blocking:
-            instance.report_runless_asset_event(
-                AssetCheckEvaluation(
-                    asset_key=key,
-                    check_name=check_key.name,
-                    passed=True,
-                    target_materialization_data=target,
-                    partition=partition,
-                    blocking=True,
-                )
-            )
+    report_valid(instance, catalog[".".join(key.path)], partition, "seeded by the test")
 
 
 def requested(result: object) -> dict[str, set[str]]:

@@ -22,6 +22,7 @@ from dagster import (
     AssetCheckKey,
     AssetCheckSpec,
     AssetKey,
+    AssetMaterialization,
     AssetRecordsFilter,
     AssetSelection,
     AutomationCondition,
@@ -375,6 +376,18 @@ def evaluation(
         blocking=outcome.check.blocking,
         description=outcome.description,
     )
+
+
+def report_valid(instance: DagsterInstance, table: Table, partition: str, reason: str) -> None:
+    """Report ``partition`` of ``table`` as there and valid outside any run: a materialization, then a passed
+    verdict of each blocking check on it. For data that was loaded by other means — a lake seeded by a test
+    or a bench — so that the gates downstream open as they would after a checked run."""
+    instance.report_runless_asset_event(AssetMaterialization(asset_key=AssetKey(table.key), partition=partition))
+    record = latest_materialization(instance, table, partition)
+    for check in table.checks:
+        if check.blocking:
+            outcome = Outcome(check, partition, True, {}, reason)
+            instance.report_runless_asset_event(evaluation(instance, table, outcome, record))
 
 
 # --- gates ---------------------------------------------------------------------------------------------------
