@@ -11,6 +11,7 @@ import pytest
 from dagster import AssetKey, DefaultSensorStatus, TimeWindowPartitionMapping, TimeWindowPartitionsDefinition
 
 from warehouse_assets.catalog import CatalogError, load_catalog
+from warehouse_assets.compiler import upstream_partitions
 from warehouse_assets.definitions import defs, run_executor
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -162,6 +163,13 @@ def _sql(name: str, body: str, header: str = "") -> str:
             },
             "offsets across periods must cover the whole monthly period of dwd.a",
         ),
+        (
+            {
+                "dwd/a.sql": _sql("a", "SELECT id FROM ods.src"),
+                "dwd/b.sql": _sql("b", "SELECT id FROM dwd.a", "depends_on:\n  dwd.a: {set: [-7, -1]}\n"),
+            },
+            r"dependency dwd.a: set \[-7, -1\] has holes \(missing \[-6, -5, -4, -3, -2\]\)",
+        ),
     ],
 )
 def test_catalog_errors_name_the_table_and_file(tmp_path: Path, files: dict[str, str], message: str) -> None:
@@ -194,6 +202,25 @@ def test_a_declared_self_dependency_is_lineage_not_a_cycle(tmp_path: Path) -> No
     assert [(d.table, d.start_offset, d.end_offset) for d in acc.deps] == [("dwd.acc", -1, -1), ("ods.src", 0, 23)]
     assert acc.columns == (("id", "bigint"),)
     assert [(d.table, d.start_offset) for d in catalog["ads.month"].deps] == [("dwd.acc", None)]
+
+
+def test_a_set_without_holes_is_its_range(tmp_path: Path) -> None:
+    """Seed 000 writes a weekly table on its 7 days as Set 0..6; it means the same as range [0, 6]."""
+    _write(tmp_path, "ods/src.yaml", ODS)
+    _write(tmp_path, "dwd/day.sql", _sql("day", "SELECT id FROM ods.src"))
+    week = (
+        "/* ---\ntable: dws.{name}\nperiod: weekly\ndepends_on:\n  dwd.day: {offsets}\n--- */\nSELECT id FROM dwd.day\n"
+    )
+    _write(tmp_path, "dws/by_set.sql", week.format(name="by_set", offsets="{set: [0, 1, 2, 3, 4, 5, 6]}"))
+    _write(tmp_path, "dws/by_range.sql", week.format(name="by_range", offsets="{range: [0, 6]}"))
+    _write(tmp_path, "dwd/t1.sql", _sql("t1", "SELECT id FROM dwd.day", "depends_on:\n  dwd.day: {set: [-1]}\n"))
+    catalog = load_catalog(tmp_path)
+    by_set, by_range = catalog["dws.by_set"], catalog["dws.by_range"]
+    assert [(d.start_offset, d.end_offset) for d in by_set.deps] == [(0, 6)]
+    week_days = upstream_partitions(catalog, by_set, by_set.deps[0], "2026-03-02")
+    assert week_days == upstream_partitions(catalog, by_range, by_range.deps[0], "2026-03-02")
+    assert week_days.keys == [f"2026-03-{d:02d}" for d in range(2, 9)]
+    assert [(d.start_offset, d.end_offset) for d in catalog["dwd.t1"].deps] == [(-1, -1)]
 
 
 EXAMPLE_TABLES = {

@@ -13,7 +13,8 @@ Two kinds of declaration live under ``warehouse_assets/tables/<layer>/``:
   partition that has truly arrived, and downstream SQL reads them like any other input.
 
 Dependencies are found in the SQL itself (seed 000's lineage); a ``depends_on`` entry only adds offsets
-in the seeds' vocabulary: ``{set: [-1]}`` (T-1), ``{range: [0, 23]}`` (the 24 hours of a day),
+in the seeds' vocabulary: ``{set: [-1]}`` (T-1), ``{range: [0, 23]}`` (the 24 hours of a day; a set without
+holes such as ``{set: [0, 1, 2, 3, 4, 5, 6]}`` is the same as its range),
 ``{range: [-29, 0]}`` (a 30-period sliding window). ``ignore_dq: true`` beside the offsets lets the table
 run on that dependency even when the upstream partition failed a blocking data-quality check (seed 002).
 
@@ -233,19 +234,36 @@ def _parse_offsets(spec: Any, path: Path, dep: str) -> tuple[int | None, int | N
     if spec is None or spec == {}:
         return None, None
     if not isinstance(spec, Mapping) or len(spec) != 1:
-        raise _fail(path, f"dependency {dep}: expected one of {{set: [n]}}, {{range: [a, b]}}, got {spec!r}")
+        raise _fail(path, f"dependency {dep}: expected one of {{set: [n, ...]}}, {{range: [a, b]}}, got {spec!r}")
     kind, values = next(iter(spec.items()))
     if not isinstance(values, list) or not all(isinstance(v, int) for v in values):
         raise _fail(path, f"dependency {dep}: {kind} needs a list of integers, got {values!r}")
     if kind == "set":
-        if len(values) != 1:
-            raise _fail(path, f"dependency {dep}: a set maps one offset per dependency, got {values}")
-        return values[0], values[0]
+        return _contiguous_set(values, path, dep)
     if kind == "range":
         if len(values) != 2 or values[0] > values[1]:
             raise _fail(path, f"dependency {dep}: a range is [start, end] with start <= end, got {values}")
         return values[0], values[1]
     raise _fail(path, f"dependency {dep}: unknown offset kind {kind!r} (use set or range)")
+
+
+def _contiguous_set(values: list[int], path: Path, dep: str) -> tuple[int, int]:
+    """Seed 000 writes a week on its days as ``set: [0, 1, 2, 3, 4, 5, 6]``: a set without holes is that range.
+
+    A set with holes (``[-7, -1]``) has no Dagster partition mapping: a time-window mapping is one window.
+    """
+    offsets = sorted(set(values))
+    if not offsets:
+        raise _fail(path, f"dependency {dep}: a set needs at least one offset, got []")
+    holes = sorted(set(range(offsets[0], offsets[-1] + 1)) - set(offsets))
+    if holes:
+        raise _fail(
+            path,
+            f"dependency {dep}: set {values} has holes (missing {holes}); a dependency maps one contiguous"
+            f" window of periods, so use a set without holes, a range [{offsets[0]}, {offsets[-1]}], or"
+            f" read the periods you need from a table that has them",
+        )
+    return offsets[0], offsets[-1]
 
 
 def _header(path: Path, text: str) -> tuple[dict[str, Any], str]:
