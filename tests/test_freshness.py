@@ -14,9 +14,15 @@ from dagster import (
     AssetCheckKey,
     AssetKey,
     AssetMaterialization,
+    AssetSelection,
+    BackfillPolicy,
     DagsterInstance,
+    Definitions,
+    MaterializeResult,
     SensorResult,
+    asset,
     build_sensor_context,
+    define_asset_job,
     instance_for_test,
 )
 from dagster._core.event_api import PartitionKeyFilter
@@ -26,7 +32,8 @@ from dagster._core.test_utils import freeze_time
 from sensors.freshness import build_freshness_sensor
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.definitions import defs
-from warehouse_assets.freshness import deadline, judge_now
+from warehouse_assets.freshness import build_freshness_check, deadline, judge_now
+from warehouse_assets.partitions import BY_PERIOD
 
 TZ = ZoneInfo("Asia/Shanghai")
 CATALOG = load_catalog()
@@ -234,3 +241,73 @@ def test_executing_the_check_by_hand_judges_as_of_now(instance: DagsterInstance)
     assert not early.passed and early.severity.value == "WARN"  # not due yet: a warning, not a miss
     missed = judge_now(instance, table, "2026-03-05-11:00", at(5, 13, 45))
     assert not missed.passed and missed.metadata["late_by_minutes"].value == 30.0
+
+
+def _gmv_definitions() -> Definitions:
+    """``ads.daily_gmv`` with its real freshness check and a stand-in body (no Spark): what a run of it includes."""
+    table = CATALOG["ads.daily_gmv"]
+
+    @asset(key=AssetKey(table.key), partitions_def=BY_PERIOD[table.period], backfill_policy=BackfillPolicy.single_run())
+    def daily_gmv() -> MaterializeResult:
+        return MaterializeResult()
+
+    by_hand = define_asset_job(
+        "freshness_by_hand", AssetSelection.checks(GMV_FRESHNESS), partitions_def=BY_PERIOD[table.period]
+    )
+    return Definitions(assets=[daily_gmv], asset_checks=[build_freshness_check(table)], jobs=[by_hand])
+
+
+GMV_FRESHNESS = AssetCheckKey(AssetKey(["ads", "daily_gmv"]), "freshness")
+RANGE = {"dagster/asset_partition_range_start": "2026-03-03", "dagster/asset_partition_range_end": "2026-03-04"}
+
+
+def _records(instance: DagsterInstance, run_id: str) -> list[tuple[str | None, AssetCheckExecutionRecordStatus]]:
+    history = instance.event_log_storage.get_asset_check_execution_history(GMV_FRESHNESS, limit=100)
+    return sorted((r.partition, r.status) for r in history if r.run_id == run_id)
+
+
+def test_runs_that_materialize_the_asset_pass_over_the_freshness_check(instance: DagsterInstance, monkeypatch) -> None:
+    """Issue 10: a ranged run (backfill, automation catch-up) or the UI's "Materialize" includes every check of
+    the asset; the freshness check read ``partition_key`` and failed the ranged run. Such runs succeed, record
+    no freshness verdict, and the sensor still reports its one run-less verdict per partition afterwards."""
+    job = _gmv_definitions().resolve_implicit_global_asset_job_def()
+    key = AssetKey(["ads", "daily_gmv"])
+    with freeze_time(at(5, 8)):  # 03-03 is already late (due 03-04 09:00), 03-04 on time (due 03-05 09:00)
+        ranged = job.execute_in_process(instance=instance, asset_selection=[key], tags=RANGE, raise_on_error=False)
+    with freeze_time(at(6, 8)):  # the UI's "Materialize" of one day, on time (due 03-06 09:00)
+        single = job.execute_in_process(
+            instance=instance, asset_selection=[key], partition_key="2026-03-05", raise_on_error=False
+        )
+    for result in (ranged, single):
+        assert result.success, [e.message for e in result.all_events if e.is_failure]
+    assert instance.get_materialized_partitions(key) == {"2026-03-03", "2026-03-04", "2026-03-05"}
+    # the check was part of both runs (planned per partition), and neither judged anything
+    planned = AssetCheckExecutionRecordStatus.PLANNED
+    assert _records(instance, ranged.run_id) == [("2026-03-03", planned), ("2026-03-04", planned)]
+    assert _records(instance, single.run_id) == [("2026-03-05", planned)]
+
+    # the sensor's verdicts come at the deadlines, one run-less evaluation each (no UNIQUE conflict)
+    monkeypatch.setenv("WAREHOUSE_FRESHNESS_HORIZON_HOURS", "0.5")
+    sensor = Sensor(instance, subset("ads.daily_gmv"), Clock())
+    assert sensor.tick(at(3, 12)) == []  # watching since before the deadlines
+    events = sensor.tick(at(5, 9))
+    assert summary(events) == [("ads.daily_gmv", "2026-03-03", False), ("ads.daily_gmv", "2026-03-04", True)]
+    assert summary(sensor.tick(at(6, 9))) == [("ads.daily_gmv", "2026-03-05", True)]
+    assert status(instance, "ads.daily_gmv") == {
+        "2026-03-03": AssetCheckExecutionRecordStatus.FAILED,
+        "2026-03-04": AssetCheckExecutionRecordStatus.SUCCEEDED,
+        "2026-03-05": AssetCheckExecutionRecordStatus.SUCCEEDED,
+    }
+
+
+def test_executing_the_check_by_hand_over_a_range_judges_each_partition(instance: DagsterInstance) -> None:
+    """The check alone, from the UI, over two days: one verdict per partition (none recorded without one)."""
+    materialize(instance, "ads.daily_gmv", "2026-03-03", at(4, 8))  # due 03-04 09:00: on time
+    job = _gmv_definitions().resolve_job_def("freshness_by_hand")
+    with freeze_time(at(5, 10)):  # 03-04 was due at 03-05 09:00 and never came
+        result = job.execute_in_process(instance=instance, tags=RANGE)
+    assert result.success
+    assert _records(instance, result.run_id) == [
+        ("2026-03-03", AssetCheckExecutionRecordStatus.SUCCEEDED),
+        ("2026-03-04", AssetCheckExecutionRecordStatus.FAILED),
+    ]
