@@ -34,9 +34,11 @@ spec only (an ``AssetsDefinition`` without a computation may not carry check spe
 check yields nothing (``can_subset``): the run succeeds, and the partitions' verdicts stay the sensor's.
 Judging there would be wrong twice over: a backfill of history would report a miss per partition (an alarm
 flood), and a run-based verdict would supersede the sensor's. Dagster still records the run's planned
-evaluation, shown as skipped until the sensor reports (its run-less verdict is a row of its own, so no
-UNIQUE conflict). Executing the check by hand (the check alone, one partition or a range) judges each
-selected partition as of now, by the same rules, one evaluation per partition.
+evaluation of each partition, shown as skipped; the sensor's run-less verdict is a row of its own (no UNIQUE
+conflict) and becomes the latest at the deadline. A run after the verdict (re-running a judged day) leaves
+its skipped row as the partition's latest in the UI; the verdict stays in the check's history. Executing the
+check by hand (the check alone, one partition or a range) judges each selected partition as of now, by the
+same rules, one evaluation per partition.
 """
 
 from collections.abc import Iterator
