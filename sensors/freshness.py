@@ -11,6 +11,16 @@ its SLA) only the deadlines of the last ``WAREHOUSE_FRESHNESS_HORIZON_HOURS`` (d
 never the whole history — and a partition that already has the sensor's evaluation in the instance (a lost
 cursor) is skipped: Dagster keeps one run-less evaluation per partition and refuses a second. A tick
 judges at most ``MAX_EVALUATIONS_PER_TABLE`` partitions per table and continues from there on the next.
+
+A deadline is judged only once the warehouse could have met it. Those that passed before the sensor first
+watched a table (the backlog of a first start: ``make dev`` lands three days of CDC history, then starts)
+are judged only when the partition's data was there by the deadline — an ODS hour's segments had landed
+on every shard, a derived partition's mapped upstream partitions had been materialized — or when it was
+materialized on time. The others get no verdict: the warehouse never had their data in time, and failing
+them would raise an alarm per partition that nobody can act on. From the first tick on, every deadline
+counts, late source data included (that is what the consumers of the SLA see).
+
+Each tick logs one line per table (met, missed, not judged), not one per partition.
 """
 
 import json
@@ -18,8 +28,10 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from dagster import (
+    DagsterInstance,
     DefaultSensorStatus,
     SensorDefinition,
     SensorEvaluationContext,
@@ -28,8 +40,11 @@ from dagster import (
     sensor,
 )
 
+from resources.landing import Landing, LandingResource
 from warehouse_assets.catalog import Catalog, Table
+from warehouse_assets.compiler import upstream_partitions
 from warehouse_assets.freshness import TZ, due_between, first_materialized, judge, judged
+from warehouse_assets.partitions import BY_PERIOD
 from warehouse_assets.quality import Outcome, evaluation
 
 MAX_EVALUATIONS_PER_TABLE = 500
@@ -64,16 +79,27 @@ class Cursor:
         return json.dumps({"through": self.through}, sort_keys=True)
 
 
+@dataclass
+class Tick:
+    verdicts: list[tuple[Table, Outcome]]  # reported, with the table of each
+    unjudged: dict[str, list[str]]  # table -> partitions of the first start's backlog left without a verdict
+    cursor: Cursor
+
+
 def evaluate(
     catalog: Catalog,
     first_materialization: Lookup,
     cursor: Cursor,
     now: datetime,
-    already_judged: Callable[[Table, str], bool] = lambda table, key: False,
-) -> tuple[list[tuple[Table, Outcome]], Cursor]:
-    """The verdicts one tick reports (with the table of each), and the cursor after it."""
+    already_judged: Callable[[Table, str], bool],
+    data_available: Lookup,
+) -> Tick:
+    """The verdicts one tick reports, the backlog it leaves unjudged, and the cursor after it.
+
+    ``data_available(table, key)``: since when the warehouse had the partition's data (None: not all yet);
+    asked only about deadlines that passed before the sensor watched the table."""
     cursor = Cursor(dict(cursor.through))
-    verdicts: list[tuple[Table, Outcome]] = []
+    tick = Tick([], {}, cursor)
     for table in catalog:
         if table.sla is None:
             continue
@@ -87,9 +113,88 @@ def evaluate(
         for key, deadline in due:
             if not known and already_judged(table, key):
                 continue
-            verdicts.append((table, judge(table, key, deadline, first_materialization(table, key), now)))
+            materialized = first_materialization(table, key)
+            if not known and (materialized is None or materialized > deadline):
+                had = data_available(table, key)
+                if had is None or had > deadline:  # passed before we watched, without its data: not a miss of ours
+                    tick.unjudged.setdefault(table.fqn, []).append(key)
+                    continue
+            tick.verdicts.append((table, judge(table, key, deadline, materialized, now)))
         cursor.through[table.fqn] = max(through, after).astimezone(TZ).isoformat()
-    return verdicts, cursor
+    return tick
+
+
+Landed = dict[str, list[tuple[datetime, float]]]  # stream -> (segment end, newest file time through it)
+
+
+def _landed(landing: Landing, stream: str, until: datetime, cache: Landed) -> float | None:
+    """When the stream's segments through ``until`` had all landed (newest file time), or None if not yet."""
+    if stream not in cache:
+        newest, ends = 0.0, []
+        for segment in landing.segments(stream):  # contiguous, in order: a shard's watermark
+            newest = max(newest, segment.path.stat().st_mtime)
+            ends.append((segment.end, newest))
+        cache[stream] = ends
+    return next((landed for end, landed in cache[stream] if end >= until), None)
+
+
+def data_available(
+    instance: DagsterInstance,
+    catalog: Catalog,
+    landing: Landing,
+    table: Table,
+    key: str,
+    cache: Landed,
+) -> datetime | None:
+    """Since when the warehouse had what it needs to deliver the partition, or None (not all of it yet).
+
+    ODS hour: every shard's segments through the hour's end had landed. External: it was delivered.
+    Derived: every mapped upstream partition had been materialized (first materialization)."""
+    if table.is_ods:
+        assert table.source_database is not None and table.source_tables is not None
+        streams = landing.streams(table.source_database, table.source_tables)
+        end = BY_PERIOD[table.period].time_window_for_partition_key(key).end
+        landed = [_landed(landing, stream, end, cache) for stream in streams]
+        if not landed or any(t is None for t in landed):
+            return None
+        return datetime.fromtimestamp(max(t for t in landed if t is not None), TZ)
+    if table.is_external:
+        return first_materialized(instance, table, key)
+    newest: datetime | None = None
+    for dep in table.deps:
+        upstream = catalog[dep.table]
+        for up_key in upstream_partitions(catalog, table, dep, key).keys:
+            at = first_materialized(instance, upstream, up_key)
+            if at is None:
+                return None
+            newest = at if newest is None else max(newest, at)
+    return newest
+
+
+def _span(keys: list[str], shown: int = 3) -> str:
+    return ", ".join(keys[:shown]) + (f" … {keys[-1]} ({len(keys)})" if len(keys) > shown else "")
+
+
+def log_tick(log: Any, tick: Tick) -> None:
+    """One line per table: how many deadlines were met, missed and left unjudged, naming the partitions."""
+    tables = list(dict.fromkeys([t.fqn for t, _ in tick.verdicts] + list(tick.unjudged)))
+    for fqn in tables:
+        outcomes = [o for t, o in tick.verdicts if t.fqn == fqn]
+        met = [o.partition for o in outcomes if o.passed]
+        missed = [o for o in outcomes if not o.passed]
+        parts = []
+        if met:
+            parts.append(f"{len(met)} met ({_span(met)})")
+        if missed:
+            parts.append(
+                f"{len(missed)} MISSED ({_span([o.partition for o in missed])}; first: {missed[0].description})"
+            )
+        if fqn in tick.unjudged:
+            parts.append(
+                f"{len(tick.unjudged[fqn])} not judged ({_span(tick.unjudged[fqn])}: due before the sensor watched, "
+                "their data came later)"
+            )
+        (log.warning if missed else log.info)(f"{fqn} freshness SLA: " + "; ".join(parts))
 
 
 def build_freshness_sensor(catalog: Catalog, clock: Clock = now_in_business_tz) -> SensorDefinition:
@@ -101,21 +206,21 @@ def build_freshness_sensor(catalog: Catalog, clock: Clock = now_in_business_tz) 
         default_status=DefaultSensorStatus.RUNNING,
         description=f"Judges each partition's freshness SLA once its deadline passes ({', '.join(watched)}).",
     )
-    def _freshness(context: SensorEvaluationContext) -> SensorResult:
-        verdicts, cursor = evaluate(
+    def _freshness(context: SensorEvaluationContext, landing: LandingResource) -> SensorResult:
+        source = landing.landing()
+        cache: Landed = {}  # per tick: the landed segments of each stream
+        tick = evaluate(
             catalog,
             lambda table, key: first_materialized(context.instance, table, key),
             Cursor.load(context.cursor),
             clock(),
             lambda table, key: judged(context.instance, table, key),
+            lambda table, key: data_available(context.instance, catalog, source, table, key, cache),
         )
-        for table, outcome in verdicts:
-            log = context.log.info if outcome.passed else context.log.warning
-            verdict = "met" if outcome.passed else "MISSED"
-            log(f"{table.fqn} {outcome.partition} freshness SLA {verdict}: {outcome.description}")
-        if not verdicts:
-            return SensorResult(skip_reason=SkipReason("no partition reached its deadline"), cursor=cursor.dump())
-        events = [evaluation(context.instance, table, outcome) for table, outcome in verdicts]
-        return SensorResult(asset_events=events, cursor=cursor.dump())
+        log_tick(context.log, tick)
+        if not tick.verdicts:
+            return SensorResult(skip_reason=SkipReason("no partition reached its deadline"), cursor=tick.cursor.dump())
+        events = [evaluation(context.instance, table, outcome) for table, outcome in tick.verdicts]
+        return SensorResult(asset_events=events, cursor=tick.cursor.dump())
 
     return _freshness

@@ -21,7 +21,15 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
-from dagster import AssetKey, DagsterEventType, DagsterInstance, EventRecordsFilter
+from dagster import (
+    AssetKey,
+    DagsterEventType,
+    DagsterInstance,
+    DagsterRunStatus,
+    EventRecordsFilter,
+    RunRecord,
+    RunsFilter,
+)
 
 from resources.simulator import SimulationConfig, simulate
 
@@ -106,20 +114,22 @@ def _kill_stragglers(marker: str) -> None:
             continue
 
 
+def _run_line(record: RunRecord) -> str:
+    """One run, for a failure message: job, status, partition, assets, queued / run seconds."""
+    run = record.dagster_run
+    created = record.create_timestamp.timestamp()
+    started, ended = record.start_time, record.end_time
+    partition = run.tags.get("dagster/partition") or run.tags.get("dagster/asset_partition_range_start", "")
+    assets = ",".join(k.to_user_string() for k in sorted(run.asset_selection or [], key=str))
+    return (
+        f"{run.job_name} {run.status.value} {partition} {assets} "
+        f"queued={(started or time.time()) - created:.0f}s ran={(ended or time.time()) - (started or created):.0f}s"
+    )
+
+
 def _runs_summary(instance: DagsterInstance) -> str:
-    """What ran, for a failure message: job, status, partition, queued / run seconds."""
-    lines = []
-    for record in reversed(instance.get_run_records(limit=200)):
-        run = record.dagster_run
-        created = record.create_timestamp.timestamp()
-        started, ended = record.start_time, record.end_time
-        partition = run.tags.get("dagster/partition") or run.tags.get("dagster/asset_partition_range_start", "")
-        assets = ",".join(k.to_user_string() for k in sorted(run.asset_selection or [], key=str))
-        lines.append(
-            f"{run.job_name} {run.status.value} {partition} {assets} "
-            f"queued={(started or time.time()) - created:.0f}s ran={(ended or time.time()) - (started or created):.0f}s"
-        )
-    return "\n".join(lines)
+    """What ran, oldest first."""
+    return "\n".join(_run_line(record) for record in reversed(instance.get_run_records(limit=200)))
 
 
 def test_dev_materializes_downstream_partitions_without_a_click(
@@ -150,7 +160,25 @@ def test_dev_materializes_downstream_partitions_without_a_click(
             + (_runs_summary(instance) if instance is not None else "(no instance)")
         )
     assert instance is not None
+    # the materialization is stored before the run's last steps (its checks) end: wait until every run started
+    # so far has finished; every run the stack started must have succeeded, not only written its data
+    started_runs = RunsFilter(run_ids=[r.dagster_run.run_id for r in instance.get_run_records()])
+    while (now := time.monotonic()) - last_progress < STALL_S and now - started < DEADLINE_S:
+        if all(run.is_finished for run in instance.get_runs(started_runs)):
+            break
+        latest = instance.event_log_storage.get_maximum_record_id()
+        if latest != seen:
+            seen, last_progress = latest, now
+        time.sleep(5)
     print(_runs_summary(instance))  # shown with -s or -rP: what the stack ran to get there
+    unfinished = [_run_line(r) for r in instance.get_run_records(started_runs) if not r.dagster_run.is_finished]
+    assert not unfinished, "runs that did not finish:\n" + "\n".join(unfinished)
+    failed = [
+        _run_line(r)
+        for r in instance.get_run_records()
+        if r.dagster_run.is_finished and r.dagster_run.status != DagsterRunStatus.SUCCESS
+    ]
+    assert not failed, "runs that did not succeed:\n" + "\n".join(failed)
     for key in (["ods", "order"], ["dwd", "order_detail"], ["dws", "user_order_daily"]):
         assert instance.get_materialized_partitions(AssetKey(key)), key
     # the day was built by the automation sensor, not by hand

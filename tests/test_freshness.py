@@ -4,8 +4,10 @@ Times are pinned (Asia/Shanghai): the sensor's clock is injected, materializatio
 ``freeze_time``; the sensor's check evaluations are then stored the way the daemon stores them.
 """
 
+import os
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -14,19 +16,27 @@ from dagster import (
     AssetCheckKey,
     AssetKey,
     AssetMaterialization,
+    AssetSelection,
+    BackfillPolicy,
     DagsterInstance,
+    Definitions,
+    MaterializeResult,
     SensorResult,
+    asset,
     build_sensor_context,
+    define_asset_job,
     instance_for_test,
 )
 from dagster._core.event_api import PartitionKeyFilter
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 from dagster._core.test_utils import freeze_time
 
+from resources.landing import LandingResource
 from sensors.freshness import build_freshness_sensor
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.definitions import defs
-from warehouse_assets.freshness import deadline, judge_now
+from warehouse_assets.freshness import build_freshness_check, deadline, judge_now
+from warehouse_assets.partitions import BY_PERIOD
 
 TZ = ZoneInfo("Asia/Shanghai")
 CATALOG = load_catalog()
@@ -46,6 +56,11 @@ def instance() -> Iterator[DagsterInstance]:
         yield inst
 
 
+@pytest.fixture
+def landing(tmp_path: Path) -> Path:
+    return tmp_path / "landing"
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = at(1, 0)
@@ -62,14 +77,17 @@ def materialize(instance: DagsterInstance, fqn: str, partition: str, when: datet
 class Sensor:
     """Ticks the sensor like the daemon: keeps its cursor and stores the evaluations it emits."""
 
-    def __init__(self, instance: DagsterInstance, catalog: Catalog, clock: Clock) -> None:
-        self.instance, self.catalog, self.clock = instance, catalog, clock
+    def __init__(self, instance: DagsterInstance, catalog: Catalog, clock: Clock, landing: Path) -> None:
+        self.instance, self.catalog, self.clock, self.landing = instance, catalog, clock, landing
         self.cursor: str | None = None
 
     def tick(self, now: datetime) -> list[AssetCheckEvaluation]:
         self.clock.now = now
         sensor = build_freshness_sensor(self.catalog, self.clock)  # a fresh definition: a restarted daemon
-        result = sensor(build_sensor_context(instance=self.instance, cursor=self.cursor))
+        context = build_sensor_context(
+            instance=self.instance, cursor=self.cursor, resources={"landing": LandingResource(root=str(self.landing))}
+        )
+        result = sensor(context)
         assert isinstance(result, SensorResult)
         self.cursor = result.cursor
         events = [e for e in result.asset_events if isinstance(e, AssetCheckEvaluation)]
@@ -78,6 +96,23 @@ class Sensor:
             with freeze_time(now):
                 self.instance.report_runless_asset_event(event)
         return events
+
+
+def land(landing: Path, stream: str, start: datetime, end: datetime, at: datetime | None = None) -> None:
+    """CDC segments (5 minutes, empty) of one shard from ``start`` to ``end``, numbered on from the last one.
+    Each lands one minute after its window (a live source), or all at ``at`` (a backlog delivered at once)."""
+    database, table = stream.split(".")
+    directory = landing / "binlog" / database / table
+    directory.mkdir(parents=True, exist_ok=True)
+    seq = len(list(directory.iterdir()))
+    window = start
+    while window < end:
+        seq += 1
+        path = directory / f"{seq:06d}-{window:%Y%m%dT%H%M}.jsonl"
+        path.touch()
+        landed = (at or window + timedelta(minutes=6)).timestamp()
+        os.utime(path, (landed, landed))
+        window += timedelta(minutes=5)
 
 
 def summary(events: list[AssetCheckEvaluation]) -> list[tuple[str, str, bool]]:
@@ -119,9 +154,11 @@ def test_every_sla_compiles_to_a_non_blocking_partitioned_check() -> None:
     assert sensor.minimum_interval_seconds == 60
 
 
-def test_ods_hours_pass_or_fail_once_their_deadline_passes(instance: DagsterInstance, monkeypatch) -> None:
+def test_ods_hours_pass_or_fail_once_their_deadline_passes(
+    instance: DagsterInstance, landing: Path, monkeypatch
+) -> None:
     monkeypatch.setenv("WAREHOUSE_FRESHNESS_HORIZON_HOURS", "0.5")
-    sensor = Sensor(instance, subset("ods.order"), Clock())
+    sensor = Sensor(instance, subset("ods.order"), Clock(), landing)
     materialize(instance, "ods.order", "2026-03-05-10:00", at(5, 11, 40))  # due 12:15: on time
 
     # before the deadline nothing is judged, materialized or not
@@ -178,9 +215,11 @@ def test_ods_hours_pass_or_fail_once_their_deadline_passes(instance: DagsterInst
     }
 
 
-def test_a_lost_cursor_repeats_nothing(instance: DagsterInstance, monkeypatch) -> None:
+def test_a_lost_cursor_repeats_nothing(instance: DagsterInstance, landing: Path, monkeypatch) -> None:
     monkeypatch.setenv("WAREHOUSE_FRESHNESS_HORIZON_HOURS", "3")
-    sensor = Sensor(instance, subset("ods.order"), Clock())
+    sensor = Sensor(instance, subset("ods.order"), Clock(), landing)
+    # the source delivered every hour in time: what the first tick finds missing is a miss of the warehouse's
+    land(landing, "edu_trade.order_00", at(5, 0), at(5, 12))
     materialize(instance, "ods.order", "2026-03-05-09:00", at(5, 10, 30))
     # deadlines in (09:15, 12:15]: the hours 07:00 .. 10:00 (due 09:15 excluded, 10:15, 11:15, 12:15)
     first = sensor.tick(at(5, 12, 15))
@@ -193,9 +232,9 @@ def test_a_lost_cursor_repeats_nothing(instance: DagsterInstance, monkeypatch) -
     assert summary(sensor.tick(at(5, 13, 15))) == [("ods.order", "2026-03-05-11:00", False)]
 
 
-def test_ads_days_are_due_at_nine_the_next_morning(instance: DagsterInstance, monkeypatch) -> None:
+def test_ads_days_are_due_at_nine_the_next_morning(instance: DagsterInstance, landing: Path, monkeypatch) -> None:
     monkeypatch.setenv("WAREHOUSE_FRESHNESS_HORIZON_HOURS", "1")
-    sensor = Sensor(instance, subset("ads.daily_gmv", "ads.marketing_roi"), Clock())
+    sensor = Sensor(instance, subset("ads.daily_gmv", "ads.marketing_roi"), Clock(), landing)
     materialize(instance, "ads.daily_gmv", "2026-03-04", at(5, 8, 30))
     assert sensor.tick(at(5, 8, 59)) == []
     events = sensor.tick(at(5, 9, 0))
@@ -215,15 +254,56 @@ def test_ads_days_are_due_at_nine_the_next_morning(instance: DagsterInstance, mo
     }
 
 
-def test_first_tick_looks_back_only_the_horizon(instance: DagsterInstance, monkeypatch) -> None:
+def test_first_tick_looks_back_only_the_horizon(instance: DagsterInstance, landing: Path, monkeypatch) -> None:
     monkeypatch.delenv("WAREHOUSE_FRESHNESS_HORIZON_HOURS", raising=False)  # default: 48 hours
-    sensor = Sensor(instance, subset("ods.order"), Clock())
+    sensor = Sensor(instance, subset("ods.order"), Clock(), landing)
+    land(landing, "edu_trade.order_00", at(1, 0), at(5, 12))  # delivered in time since 03-01, never reported
     events = sensor.tick(at(5, 12, 14))
     # deadlines in (03-03 12:14, 03-05 12:14]: the hours 03-03 10:00 .. 03-05 09:00, never back to 2026-01-01
     keys = [e.partition for e in events]
     assert len(keys) == 48
     assert keys[0] == "2026-03-03-10:00" and keys[-1] == "2026-03-05-09:00"
     assert not any(e.passed for e in events)
+
+
+def test_a_first_start_over_a_backlog_judges_only_what_the_warehouse_could_have_met(
+    instance: DagsterInstance, landing: Path, monkeypatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 10: ``make dev`` lands days of CDC history, then starts; the first tick failed 244 partitions
+    (one warning line each) the warehouse never had the data for. Only what it could have met is judged: a
+    partition due before the sensor watched counts when its data was there by the deadline."""
+    monkeypatch.delenv("WAREHOUSE_FRESHNESS_HORIZON_HOURS", raising=False)  # default: 48 hours
+    start = at(5, 12, 14)
+    # ods.order: the source delivered live until 03-03 12:00, the rest of the backlog landed just before the
+    # start; the other ODS tables have nothing yet
+    land(landing, "edu_trade.order_00", at(3, 0), at(3, 12))
+    land(landing, "edu_trade.order_00", at(3, 12), at(5, 12), at=start - timedelta(minutes=1))
+    materialize(instance, "ods.order", "2026-03-03-12:00", at(3, 13))  # due 14:15: met
+    # ads.daily_gmv 03-03: its input was built in the night, the day itself never (due 03-04 09:00)
+    materialize(instance, "dws.user_order_daily", "2026-03-03", at(4, 2))
+    sensor = Sensor(instance, CATALOG, Clock(), landing)
+
+    capfd.readouterr()
+    events = sensor.tick(start)
+    assert sorted(summary(events)) == [
+        ("ads.daily_gmv", "2026-03-03", False),  # its input was there from 02:00: a real miss
+        ("ods.order", "2026-03-03-10:00", False),  # landed by 11:01, due 12:15, never reported: a real miss
+        ("ods.order", "2026-03-03-11:00", False),
+        ("ods.order", "2026-03-03-12:00", True),
+    ]
+    lines = [line.split(" - ", 3)[-1] for line in capfd.readouterr().err.splitlines() if "freshness SLA" in line]
+    with_sla = [t.fqn for t in CATALOG if t.sla is not None]
+    for fqn in with_sla:  # at most one line per table
+        assert len([line for line in lines if line.startswith(f"{fqn} ")]) <= 1, lines
+    assert len(lines) == len(with_sla), lines  # every table has its backlog summarized
+    order = next(line for line in lines if line.startswith("ods.order "))
+    assert "2 MISSED" in order and "1 met" in order and "45 not judged" in order, order
+
+    # from now on the sensor watches: a deadline that passes without the partition is a miss, data or not
+    events = sensor.tick(at(5, 13, 16))
+    hours = ("2026-03-05-10:00", "2026-03-05-11:00")  # due 12:15 and 13:15, after the first tick
+    assert sorted(summary(events)) == sorted((t.fqn, hour, False) for t in CATALOG.ods() for hour in hours)
+    assert len([line for line in capfd.readouterr().err.splitlines() if "freshness SLA" in line]) == len(CATALOG.ods())
 
 
 def test_executing_the_check_by_hand_judges_as_of_now(instance: DagsterInstance) -> None:
@@ -234,3 +314,75 @@ def test_executing_the_check_by_hand_judges_as_of_now(instance: DagsterInstance)
     assert not early.passed and early.severity.value == "WARN"  # not due yet: a warning, not a miss
     missed = judge_now(instance, table, "2026-03-05-11:00", at(5, 13, 45))
     assert not missed.passed and missed.metadata["late_by_minutes"].value == 30.0
+
+
+def _gmv_definitions() -> Definitions:
+    """``ads.daily_gmv`` with its real freshness check and a stand-in body (no Spark): what a run of it includes."""
+    table = CATALOG["ads.daily_gmv"]
+
+    @asset(key=AssetKey(table.key), partitions_def=BY_PERIOD[table.period], backfill_policy=BackfillPolicy.single_run())
+    def daily_gmv() -> MaterializeResult:
+        return MaterializeResult()
+
+    by_hand = define_asset_job(
+        "freshness_by_hand", AssetSelection.checks(GMV_FRESHNESS), partitions_def=BY_PERIOD[table.period]
+    )
+    return Definitions(assets=[daily_gmv], asset_checks=[build_freshness_check(table)], jobs=[by_hand])
+
+
+GMV_FRESHNESS = AssetCheckKey(AssetKey(["ads", "daily_gmv"]), "freshness")
+RANGE = {"dagster/asset_partition_range_start": "2026-03-03", "dagster/asset_partition_range_end": "2026-03-04"}
+
+
+def _records(instance: DagsterInstance, run_id: str) -> list[tuple[str | None, AssetCheckExecutionRecordStatus]]:
+    history = instance.event_log_storage.get_asset_check_execution_history(GMV_FRESHNESS, limit=100)
+    return sorted((r.partition, r.status) for r in history if r.run_id == run_id)
+
+
+def test_runs_that_materialize_the_asset_pass_over_the_freshness_check(
+    instance: DagsterInstance, landing: Path, monkeypatch
+) -> None:
+    """Issue 10: a ranged run (backfill, automation catch-up) or the UI's "Materialize" includes every check of
+    the asset; the freshness check read ``partition_key`` and failed the ranged run. Such runs succeed, record
+    no freshness verdict, and the sensor still reports its one run-less verdict per partition afterwards."""
+    job = _gmv_definitions().resolve_implicit_global_asset_job_def()
+    key = AssetKey(["ads", "daily_gmv"])
+    with freeze_time(at(5, 8)):  # 03-03 is already late (due 03-04 09:00), 03-04 on time (due 03-05 09:00)
+        ranged = job.execute_in_process(instance=instance, asset_selection=[key], tags=RANGE, raise_on_error=False)
+    with freeze_time(at(6, 8)):  # the UI's "Materialize" of one day, on time (due 03-06 09:00)
+        single = job.execute_in_process(
+            instance=instance, asset_selection=[key], partition_key="2026-03-05", raise_on_error=False
+        )
+    for result in (ranged, single):
+        assert result.success, [e.message for e in result.all_events if e.is_failure]
+    assert instance.get_materialized_partitions(key) == {"2026-03-03", "2026-03-04", "2026-03-05"}
+    # the check was part of both runs (planned per partition), and neither judged anything
+    planned = AssetCheckExecutionRecordStatus.PLANNED
+    assert _records(instance, ranged.run_id) == [("2026-03-03", planned), ("2026-03-04", planned)]
+    assert _records(instance, single.run_id) == [("2026-03-05", planned)]
+
+    # the sensor's verdicts come at the deadlines, one run-less evaluation each (no UNIQUE conflict)
+    monkeypatch.setenv("WAREHOUSE_FRESHNESS_HORIZON_HOURS", "0.5")
+    sensor = Sensor(instance, subset("ads.daily_gmv"), Clock(), landing)
+    assert sensor.tick(at(3, 12)) == []  # watching since before the deadlines
+    events = sensor.tick(at(5, 9))
+    assert summary(events) == [("ads.daily_gmv", "2026-03-03", False), ("ads.daily_gmv", "2026-03-04", True)]
+    assert summary(sensor.tick(at(6, 9))) == [("ads.daily_gmv", "2026-03-05", True)]
+    assert status(instance, "ads.daily_gmv") == {
+        "2026-03-03": AssetCheckExecutionRecordStatus.FAILED,
+        "2026-03-04": AssetCheckExecutionRecordStatus.SUCCEEDED,
+        "2026-03-05": AssetCheckExecutionRecordStatus.SUCCEEDED,
+    }
+
+
+def test_executing_the_check_by_hand_over_a_range_judges_each_partition(instance: DagsterInstance) -> None:
+    """The check alone, from the UI, over two days: one verdict per partition (none recorded without one)."""
+    materialize(instance, "ads.daily_gmv", "2026-03-03", at(4, 8))  # due 03-04 09:00: on time
+    job = _gmv_definitions().resolve_job_def("freshness_by_hand")
+    with freeze_time(at(5, 10)):  # 03-04 was due at 03-05 09:00 and never came
+        result = job.execute_in_process(instance=instance, tags=RANGE)
+    assert result.success
+    assert _records(instance, result.run_id) == [
+        ("2026-03-03", AssetCheckExecutionRecordStatus.SUCCEEDED),
+        ("2026-03-04", AssetCheckExecutionRecordStatus.FAILED),
+    ]

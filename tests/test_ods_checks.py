@@ -22,6 +22,7 @@ from dagster import (
     AssetCheckKey,
     AssetKey,
     AssetMaterialization,
+    AssetSelection,
     DagsterInstance,
     DagsterRunStatus,
     DefaultSensorStatus,
@@ -29,9 +30,11 @@ from dagster import (
     RunRequest,
     SkipReason,
     build_sensor_context,
+    define_asset_job,
     evaluate_automation_conditions,
     instance_for_test,
 )
+from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 from dagster._core.test_utils import create_run_for_test
 from deltalake import write_deltalake
 from pyspark.sql import SparkSession
@@ -44,6 +47,7 @@ from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.compiler import build_assets, build_checks
 from warehouse_assets.definitions import catalog, defs
 from warehouse_assets.ingestion import ods_arrow_schema
+from warehouse_assets.partitions import hourly
 from warehouse_assets.why import explain
 
 TZ = ZoneInfo("Asia/Shanghai")
@@ -228,3 +232,32 @@ def test_a_bad_request_names_what_is_wrong(env: Env) -> None:
     bad = RunRequest(run_config={"ops": {"check_ods_hours": {"config": {"hours": {"ods.order": [str(D)]}}}}})
     result = env.run(bad)
     assert "not hour partition keys" in str(result.failure_data_for_node("check_ods_hours").error)
+
+
+def test_the_checks_executed_by_hand_over_a_range_judge_each_hour(env: Env) -> None:
+    """From the UI (hours older than the automation's lookback are checked by hand), an ODS table's checks over
+    a range of hours: one verdict per check and hour. The check read ``partition_key`` and failed the ranged
+    run (design §6.16), and a result without its partition would be recorded as partition None (§6.23)."""
+    keys = [AssetCheckKey(ODS, check.name) for check in env.catalog["ods.order"].checks]
+    checked = [f"{D}-11:00", f"{D}-12:00"]
+    env.report(checked)
+    by_hand = define_asset_job("ods_order_checks_by_hand", AssetSelection.checks(*keys), partitions_def=hourly)
+    location = Definitions(
+        assets=build_assets(env.catalog),
+        asset_checks=build_checks(env.catalog),
+        jobs=[by_hand],
+        resources=env.resources,
+    )
+    tags = {"dagster/asset_partition_range_start": checked[0], "dagster/asset_partition_range_end": checked[-1]}
+    result = location.resolve_job_def(by_hand.name).execute_in_process(
+        instance=env.instance, tags=tags, raise_on_error=False
+    )
+    assert result.success, [e.message for e in result.all_events if e.is_failure]
+    storage = env.instance.event_log_storage
+    recorded = {
+        (record.key.name, record.partition): record.status
+        for key in keys
+        for record in storage.get_asset_check_execution_history(key, limit=50)
+        if record.run_id == result.run_id
+    }
+    assert recorded == {(key.name, hour): AssetCheckExecutionRecordStatus.SUCCEEDED for key in keys for hour in checked}

@@ -25,9 +25,20 @@ partition: a second one raises an IntegrityError), so a passing "late" evaluatio
 possible — and the failed partition is exactly the record of the miss. Executing the check by hand is a
 run, not run-less, and may add a newer verdict.
 
-The check's own automation condition never fires: it keeps the check from riding along with the
-materialization runs of its asset (Dagster runs every condition-less check of an asset with it). Executing
-the check by hand judges the selected partition as of now, by the same rules.
+The check's own automation condition never fires: it keeps the check out of the automation's
+single-partition runs of its asset (Dagster adds only condition-less checks to those). Every other run that
+materializes the asset still includes it: a backfill (Dagster 1.13 puts every check of the selected assets in
+a backfill's runs, ``build_run_requests_with_backfill_policies``), an automation catch-up over several days
+(emitted as a backfill) and the UI's "Materialize" (checks included by default). A check cannot exist as a
+spec only (an ``AssetsDefinition`` without a computation may not carry check specs), so in those runs the
+check yields nothing (``can_subset``): the run succeeds, and the partitions' verdicts stay the sensor's.
+Judging there would be wrong twice over: a backfill of history would report a miss per partition (an alarm
+flood), and a run-based verdict would supersede the sensor's. Dagster still records the run's planned
+evaluation of each partition, shown as skipped; the sensor's run-less verdict is a row of its own (no UNIQUE
+conflict) and becomes the latest at the deadline. A run after the verdict (re-running a judged day) leaves
+its skipped row as the partition's latest in the UI; the verdict stays in the check's history. Executing the
+check by hand (the check alone, one partition or a range) judges each selected partition as of now, by the
+same rules, one evaluation per partition.
 """
 
 from collections.abc import Iterator
@@ -36,6 +47,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from dagster import (
+    AssetCheckEvaluation,
     AssetCheckExecutionContext,
     AssetCheckKey,
     AssetCheckResult,
@@ -49,11 +61,12 @@ from dagster import (
     TimeWindow,
     multi_asset_check,
 )
+from dagster._core.definitions.asset_checks.asset_check_evaluation import AssetCheckEvaluationTargetMaterializationData
 from dagster._core.event_api import PartitionKeyFilter
 
 from warehouse_assets.catalog import Catalog, Check, Sla, Table
 from warehouse_assets.partitions import BUSINESS_TZ, BY_PERIOD
-from warehouse_assets.quality import Outcome
+from warehouse_assets.quality import Outcome, latest_materialization
 
 CHECK_NAME = "freshness"
 FRESHNESS = Check(CHECK_NAME, blocking=False)
@@ -186,14 +199,40 @@ def judge_now(instance: DagsterInstance, table: Table, partition_key: str, now: 
 
 
 def build_freshness_check(table: Table) -> AssetChecksDefinition:
+    asset_key = AssetKey(table.key)
+
     @multi_asset_check(
         name=f"{table.layer}_{table.name}_freshness",
         specs=[freshness_spec(table)],
         description="Evaluated by the freshness_slas sensor; executing it judges the partition as of now.",
+        can_subset=True,  # may yield nothing: it does when it rides along with a materialization run
     )
-    def _freshness(context: AssetCheckExecutionContext) -> Iterator[AssetCheckResult]:
-        key = context.op_execution_context.partition_key
-        yield judge_now(context.instance, table, key, datetime.now(TZ))
+    def _freshness(context: AssetCheckExecutionContext) -> Iterator[AssetCheckEvaluation]:
+        if asset_key in (context.run.asset_selection or set()):
+            context.log.info(
+                f"{table.fqn}: the freshness verdict is reported by the freshness_slas sensor at each "
+                "partition's deadline; nothing to judge in a materialization run"
+            )
+            return
+        now = datetime.now(TZ)
+        for key in context.partition_keys:  # one partition or a range, each judged on its own
+            result = judge_now(context.instance, table, key, now)
+            record = latest_materialization(context.instance, table, key)
+            yield AssetCheckEvaluation(
+                asset_key=asset_key,
+                check_name=CHECK_NAME,
+                passed=result.passed,
+                metadata=result.metadata,
+                target_materialization_data=AssetCheckEvaluationTargetMaterializationData(
+                    storage_id=record.storage_id, run_id=record.run_id, timestamp=record.timestamp
+                )
+                if record
+                else None,
+                severity=result.severity,
+                description=result.description,
+                blocking=False,
+                partition=key,  # explicit: in a ranged run Dagster would record None (design §6.23)
+            )
 
     return _freshness
 
