@@ -132,8 +132,8 @@ def _external_missing(instance: Any, table: Any, keys: list[str]) -> dict[str, l
     """Partition key -> external upstream partitions it needs that have not arrived."""
     from dagster import AssetKey
 
-    from warehouse_assets.compiler import upstream_partitions
     from warehouse_assets.definitions import catalog
+    from warehouse_assets.partitions import upstream_partitions
 
     missing: dict[str, list[str]] = {}
     for dep in table.deps:
@@ -207,8 +207,8 @@ def before_start(table: Any, key: str) -> list[str]:
     a self-dependency is exempt: the first partition starts from an empty T-1. One rule with the
     compiler's guard and the automation: ``upstream_partitions(...).nonexistent``.
     """
-    from warehouse_assets.compiler import upstream_partitions
     from warehouse_assets.definitions import catalog
+    from warehouse_assets.partitions import upstream_partitions
 
     return [dep.table for dep in table.deps if upstream_partitions(catalog, table, dep, key).nonexistent]
 
@@ -472,13 +472,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     resources = resources_from_env()
     instance = _instance(args.dagster_home)
     if args.command == "why":
-        from warehouse_assets.definitions import catalog
+        # the catalog alone, not the code location (warehouse_assets.definitions): building every asset, check
+        # and sensor took seconds, and `why` needs only the tables, their windows and the instance's state
+        from warehouse_assets.catalog import load_catalog
         from warehouse_assets.why import explain
 
         try:
             report = explain(
                 instance,
-                catalog,
+                load_catalog(),
                 resources["lake"].store(),
                 resources["landing"].landing(),
                 args.table,
