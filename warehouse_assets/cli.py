@@ -4,7 +4,7 @@
     warehouse ingest                            apply pending landing segments to the ODS tables
     warehouse materialize --start D --end D     ingest, report ready ODS hours, build every derived table
                                                 for [start, end) in dependency order (headless path)
-    warehouse why dwd.order_detail 2026-03-02   why a partition waits: every upstream partition and its state
+    warehouse why dwd.order_detail 2026-03-02   why a partition waits: its upstream partitions and the root causes
     warehouse spark-server                      run the embedded Spark Connect server in the foreground
     warehouse dev                               what `make dev` runs: data, Spark Connect, dagster dev
 
@@ -436,7 +436,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     mat.add_argument("--no-ingest", action="store_true", help="skip applying landing segments first")
     mat.add_argument("--dagster-home", default=None)
 
-    why = sub.add_parser("why", help="why is a table partition waiting? (upstream partitions and their state)")
+    why = sub.add_parser("why", help="why is a table partition waiting? (upstream partitions, root causes)")
     why.add_argument("table", help="e.g. dwd.order_detail")
     why.add_argument("partition", help="e.g. 2026-03-02 (hourly: 2026-03-02-13:00)")
     why.add_argument("--dagster-home", default=None)

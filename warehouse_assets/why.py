@@ -18,14 +18,24 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-from dagster import AssetKey, AssetPartitionStatus, Config, DagsterInstance, OpExecutionContext, Output, job, op
+from dagster import (
+    AssetKey,
+    AssetPartitionStatus,
+    Config,
+    DagsterInstance,
+    OpExecutionContext,
+    Output,
+    PartitionKeyRange,
+    job,
+    op,
+)
 
 from resources.delta_lake import DeltaLakeResource, DeltaStore
 from resources.external import ExternalResource
 from resources.landing import Landing, LandingResource
 from sensors.ods_readiness import Readiness, readiness
-from warehouse_assets.catalog import Catalog, Table
-from warehouse_assets.partitions import BY_PERIOD, START, upstream_partitions
+from warehouse_assets.catalog import Catalog, Dependency, Table
+from warehouse_assets.partitions import BY_PERIOD, START, UpstreamPartitions, upstream_partitions
 from warehouse_assets.quality import failed_blocking_checks
 
 READY = "materialized"
@@ -114,6 +124,7 @@ class PartitionStates:
         )
         self.now = current_time or datetime.now(UTC)
         self._known: dict[tuple[str, str], UpstreamState] = {}
+        self._windows: dict[tuple[str, str], list[tuple[Dependency, UpstreamPartitions]]] = {}
         self._readiness: dict[str, Readiness] = {}
 
     def status(self, fqn: str, keys: Sequence[str]) -> dict[str, str]:
@@ -129,6 +140,13 @@ class PartitionStates:
         """
         table = self.catalog[fqn]
         todo = [k for k in dict.fromkeys(keys) if (fqn, k) not in self._known]
+        if todo and _self_dependent(table):
+            # the walk may follow its T-1s back to the first partition: read them all in this one query
+            pdef = BY_PERIOD[table.period]
+            last = max(todo, key=lambda k: pdef.time_window_for_partition_key(k).start)
+            first = pdef.get_first_partition_key()
+            back = pdef.get_partition_keys_in_range(PartitionKeyRange(first, last)) if first else []
+            todo = [k for k in dict.fromkeys([*back, *todo]) if (fqn, k) not in self._known]
         if todo:
             statuses = self.status(fqn, todo)
             failed = failed_blocking_checks(self.instance, table, [k for k in todo if statuses[k] == READY])
@@ -179,11 +197,42 @@ class PartitionStates:
             "next tick (or an earlier hour is still incomplete)"
         )
 
+    def windows(self, table: Table, partition: str) -> list[tuple[Dependency, UpstreamPartitions]]:
+        """The exact upstream partitions of ``partition`` through each dependency."""
+        if (table.fqn, partition) not in self._windows:
+            self._windows[(table.fqn, partition)] = [
+                (dep, upstream_partitions(self.catalog, table, dep, partition, current_time=self.now))
+                for dep in table.deps
+            ]
+        return self._windows[(table.fqn, partition)]
+
+    def prefetch(self, partitions: Iterable[tuple[Table, str]]) -> None:
+        """Read the upstream partitions of all ``partitions`` with one instance query per upstream table: a read
+        costs about the same for one partition as for hundreds (it loads the asset's status record)."""
+        wanted: dict[str, list[str]] = {}
+        for table, partition in partitions:
+            for dep, up in self.windows(table, partition):
+                wanted.setdefault(dep.table, []).extend(up.keys)
+        for fqn, keys in wanted.items():
+            self.states(fqn, keys)
+
+    def _run_back(self, node: UpstreamState) -> list[UpstreamState]:
+        """The T-1, T-2, … of ``node`` that have not run (or failed), nearest first, while they last."""
+        table = self.catalog[node.table]
+        run: list[UpstreamState] = []
+        while _followed(node, table) and _self_dependent(table):
+            before = [k for dep, up in self.windows(table, node.partition) if dep.table == table.fqn for k in up.keys]
+            if not before:
+                break
+            node = self.states(table.fqn, before)[0]
+            if _followed(node, table):
+                run.append(node)
+        return run
+
     def upstream(self, table: Table, partition: str) -> list[UpstreamState]:
         """Every upstream partition ``partition`` of ``table`` needs, as that dependency sees it."""
         out: list[UpstreamState] = []
-        for dep in table.deps:
-            up = upstream_partitions(self.catalog, table, dep, partition, current_time=self.now)
+        for dep, up in self.windows(table, partition):
             for entry in self.states(dep.table, up.keys):
                 if entry.state == "check failed" and dep.ignore_dq:
                     names = ", ".join(entry.failed_checks)
@@ -212,12 +261,22 @@ class PartitionStates:
         frontier = [u for u in blocked if u.blocks]
         while frontier:  # breadth first, iteratively: a self-dependent chain can be a year of T-1s long
             following: list[UpstreamState] = []
+            # a self-dependent partition that has not run waits for its T-1s that have not run either: follow
+            # that run back now, so that their other dependencies are read together, not one level per day
+            frontier = frontier + [
+                back for node in frontier if (node.table, node.partition) not in seen for back in self._run_back(node)
+            ]
+            self.prefetch(
+                (self.catalog[n.table], n.partition)
+                for n in frontier
+                if _followed(n, self.catalog[n.table]) and (n.table, n.partition) not in seen
+            )
             for node in frontier:
                 if (node.table, node.partition) in seen:
                     continue
                 seen.add((node.table, node.partition))
                 table = self.catalog[node.table]
-                if node.state in ("missing", "failed") and table.deps:
+                if _followed(node, table):
                     waiting = [u for u in self.upstream(table, node.partition) if u.blocks]
                     if waiting:
                         following.extend(waiting)
@@ -226,6 +285,15 @@ class PartitionStates:
                 roots[(node.table, node.partition)] = node
             frontier = following
         return list(roots.values())
+
+
+def _self_dependent(table: Table) -> bool:
+    return any(dep.table == table.fqn for dep in table.deps)
+
+
+def _followed(node: UpstreamState, table: Table) -> bool:
+    """A derived partition that has not run, or failed: what holds it back may lie upstream."""
+    return node.state in ("missing", "failed") and bool(table.deps)
 
 
 def _unblocked(state: str) -> str:
