@@ -102,8 +102,8 @@ _STATUS = {
 class PartitionStates:
     """The state of any partition of the catalog, and why it is not ready, read once per partition.
 
-    Instance statuses and check verdicts are read per table for the partitions asked about, an ODS table's
-    readiness (watermarks, counts) once per table.
+    Instance statuses and check verdicts are read per table for the partitions asked about (a self-dependent
+    table's back to its first partition), an ODS table's readiness (watermarks, counts) once per table.
     """
 
     def __init__(
@@ -115,13 +115,8 @@ class PartitionStates:
         external: ExternalResource | None = None,
         current_time: datetime | None = None,
     ):
-        self.instance, self.catalog, self.store, self.landing, self.external = (
-            instance,
-            catalog,
-            store,
-            landing,
-            external,
-        )
+        self.instance, self.catalog, self.external = instance, catalog, external
+        self.store, self.landing = store, landing
         self.now = current_time or datetime.now(UTC)
         self._known: dict[tuple[str, str], UpstreamState] = {}
         self._windows: dict[tuple[str, str], list[tuple[Dependency, UpstreamPartitions]]] = {}
