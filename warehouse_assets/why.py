@@ -246,7 +246,8 @@ class PartitionStates:
         return f"in the future: a partition once its window ends at {window.end:%Y-%m-%d %H:%M}"
 
     def root_causes(self, blocked: Iterable[UpstreamState]) -> list[UpstreamState]:
-        """The deepest not-ready partitions behind ``blocked``, each once, in the order the walk meets them.
+        """The deepest not-ready partitions behind ``blocked``, each once: tables in the order the walk meets them,
+        each table's partitions in time order (the earliest not-ready ODS hour is the one holding the others).
 
         A derived partition that has not run (or failed) is followed to its own upstream; it is a root cause
         itself only when nothing upstream holds it back. Everything else not ready is a root cause as it is.
@@ -279,7 +280,8 @@ class PartitionStates:
                     node = replace(node, detail=_unblocked(node.state))
                 roots[(node.table, node.partition)] = node
             frontier = following
-        return list(roots.values())
+        tables = {table: n for n, (table, _) in enumerate(roots)}
+        return sorted(roots.values(), key=lambda c: (tables[c.table], c.partition))  # keys sort as their times
 
 
 def _self_dependent(table: Table) -> bool:
