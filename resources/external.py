@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
 import pyarrow as pa
@@ -29,12 +30,13 @@ from dagster import ConfigurableResource
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 from pydantic import Field
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from resources.delta_lake import DeltaStore
 from warehouse_assets.catalog import Table
 from warehouse_assets.partitions import BUSINESS_TZ, daily
+
+if TYPE_CHECKING:  # imported in read(): `warehouse why` describes deliveries without PySpark
+    from pyspark.sql import DataFrame, SparkSession
 
 _KEY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 DATA_FILES = "part-*.csv"
@@ -235,6 +237,8 @@ class ExternalSource:
     # --- reading (the compiler's input path) ----------------------------------------------------------
     def read(self, spark: SparkSession, values: Sequence[str]) -> DataFrame:
         """The reported partitions as one DataFrame with the declared columns and ``dt``."""
+        from pyspark.sql import functions as F
+
         if self.format == "delta":
             store = DeltaStore(str(self.location.parent))
             if not store.exists(self.location.name):

@@ -21,11 +21,13 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from dagster import ConfigurableResource
 from pydantic import Field
-from pyspark.sql import SparkSession
+
+if TYPE_CHECKING:  # imported when a session is made: `warehouse why` loads resources without PySpark
+    from pyspark.sql import SparkSession
 
 SparkMode = Literal["local", "connect", "master"]
 
@@ -111,6 +113,8 @@ def get_session(
                     "one process holds one session"
                 )
             return _SESSION
+        from pyspark.sql import SparkSession
+
         settings = _settings(timezone, conf)
         if mode == "connect":
             session = SparkSession.builder.remote(connect_url).getOrCreate()

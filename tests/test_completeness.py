@@ -230,6 +230,48 @@ def test_a_lagging_shard_holds_the_hour_while_the_others_are_hours_ahead(
     assert [e.partition for e in events] == [f"2026-03-02-{h}:00" for h in range(10, 14)]
 
 
+def test_why_follows_an_ads_day_to_the_ods_hour_and_the_shard_behind_it(
+    spark: SparkSession, tmp_path: Path, order: Table
+) -> None:
+    """ads.daily_gmv → dws.user_order_daily → dwd.order_detail → 24 ODS hours: the last hour waits for a shard."""
+    from dagster import instance_for_test
+
+    from warehouse_assets.quality import report_valid
+
+    h23 = H10.replace(hour=23)
+    day = f"{h23:%Y-%m-%d}"
+    landing_root = tmp_path / "landing"
+    ahead, behind = Source(landing_root, "order_00"), Source(landing_root, "order_01")
+    pk = 0
+    for window in windows(h23, h23 + timedelta(hours=2)):  # order_00 delivers 23:00 .. 01:00 the next day
+        pk += 1
+        ahead.segment(window, [(pk, window + timedelta(seconds=30))])
+    for window in windows(h23, h23 + timedelta(minutes=30)):  # order_01 stops at 23:30
+        pk += 1
+        behind.segment(window, [(pk, window + timedelta(seconds=30))])
+    behind.count_hour(h23, 12)
+    ahead.publish_counts()
+    behind.publish_counts()
+    landing, store = Landing(landing_root), DeltaStore(str(tmp_path / "lake"))
+    ingest_table(spark, store, landing, order)
+
+    catalog = load_catalog()
+    with instance_for_test() as instance:
+        for hour in range(23):  # the readiness sensor reported hours 00 .. 22, and they passed their checks
+            report_valid(instance, order, f"2026-03-02-{hour:02d}:00", "reported by the test")
+        why = explain(instance, catalog, store, landing, "ads.daily_gmv", day)
+
+    assert [(u.table, u.state) for u in why.upstream] == [("dws.user_order_daily", "missing")]
+    assert [(c.table, c.partition, c.state) for c in why.root_causes] == [("ods.order", f"{day}-23:00", "not ready")]
+    detail = why.root_causes[0].detail
+    assert f"1 of 2 shard stream(s) not applied past 00:00; {DB}.order_01 is applied through 2026-03-02 23:30" in detail
+    assert f"{DB}.order_01 6 missing" in detail
+    lines = why.lines()
+    causes = lines[lines.index("root causes:") + 1 : -1]
+    assert len(causes) == 1 and causes[0].split()[:2] == ["ods.order", "2026-03-02-23:00"]
+    assert f"{DB}.order_01 is applied through 2026-03-02 23:30" in causes[0]
+
+
 def test_late_changes_for_a_reported_hour_report_it_again(spark: SparkSession, tmp_path: Path, order: Table) -> None:
     lenient = replace(order, completeness_threshold=0.9)
     landing_root = tmp_path / "landing"

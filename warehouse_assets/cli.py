@@ -4,7 +4,7 @@
     warehouse ingest                            apply pending landing segments to the ODS tables
     warehouse materialize --start D --end D     ingest, report ready ODS hours, build every derived table
                                                 for [start, end) in dependency order (headless path)
-    warehouse why dwd.order_detail 2026-03-02   why a partition waits: every upstream partition and its state
+    warehouse why dwd.order_detail 2026-03-02   why a partition waits: its upstream partitions and the root causes
     warehouse spark-server                      run the embedded Spark Connect server in the foreground
     warehouse dev                               what `make dev` runs: data, Spark Connect, dagster dev
 
@@ -132,8 +132,8 @@ def _external_missing(instance: Any, table: Any, keys: list[str]) -> dict[str, l
     """Partition key -> external upstream partitions it needs that have not arrived."""
     from dagster import AssetKey
 
-    from warehouse_assets.compiler import upstream_partitions
     from warehouse_assets.definitions import catalog
+    from warehouse_assets.partitions import upstream_partitions
 
     missing: dict[str, list[str]] = {}
     for dep in table.deps:
@@ -207,8 +207,8 @@ def before_start(table: Any, key: str) -> list[str]:
     a self-dependency is exempt: the first partition starts from an empty T-1. One rule with the
     compiler's guard and the automation: ``upstream_partitions(...).nonexistent``.
     """
-    from warehouse_assets.compiler import upstream_partitions
     from warehouse_assets.definitions import catalog
+    from warehouse_assets.partitions import upstream_partitions
 
     return [dep.table for dep in table.deps if upstream_partitions(catalog, table, dep, key).nonexistent]
 
@@ -436,7 +436,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     mat.add_argument("--no-ingest", action="store_true", help="skip applying landing segments first")
     mat.add_argument("--dagster-home", default=None)
 
-    why = sub.add_parser("why", help="why is a table partition waiting? (upstream partitions and their state)")
+    why = sub.add_parser("why", help="why is a table partition waiting? (upstream partitions, root causes)")
     why.add_argument("table", help="e.g. dwd.order_detail")
     why.add_argument("partition", help="e.g. 2026-03-02 (hourly: 2026-03-02-13:00)")
     why.add_argument("--dagster-home", default=None)
@@ -472,13 +472,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     resources = resources_from_env()
     instance = _instance(args.dagster_home)
     if args.command == "why":
-        from warehouse_assets.definitions import catalog
+        # the catalog alone, not the code location (warehouse_assets.definitions): building every asset, check
+        # and sensor took seconds, and `why` needs only the tables, their windows and the instance's state
+        from warehouse_assets.catalog import load_catalog
         from warehouse_assets.why import explain
 
         try:
             report = explain(
                 instance,
-                catalog,
+                load_catalog(),
                 resources["lake"].store(),
                 resources["landing"].landing(),
                 args.table,

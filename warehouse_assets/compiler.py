@@ -20,7 +20,6 @@ and the automation condition holds back the partition's downstream in later runs
 import hashlib
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -40,7 +39,6 @@ from dagster import (
     MaterializeResult,
     MetadataValue,
     Output,
-    TimeWindowPartitionMapping,
     TimeWindowPartitionsDefinition,
     asset,
     multi_asset_check,
@@ -55,7 +53,7 @@ from resources.spark import SparkResource
 from warehouse_assets.automation import ready_when_upstream_complete
 from warehouse_assets.catalog import Catalog, Dependency, Table
 from warehouse_assets.freshness import build_freshness_checks
-from warehouse_assets.partitions import BY_PERIOD, mapped_upstream
+from warehouse_assets.partitions import BY_PERIOD, UpstreamPartitions, partition_mapping, upstream_partitions
 from warehouse_assets.quality import (
     PARTITION,
     Outcome,
@@ -76,44 +74,6 @@ def partition_spec(period: str, partition_key: str) -> dict[str, str]:
     if period == "hourly":
         return {"dt": start.strftime("%Y-%m-%d"), "hh": start.strftime("%H")}
     return {"dt": start.strftime("%Y-%m-%d")}
-
-
-def partition_mapping(table: Table, dep: Dependency, upstream_period: str) -> TimeWindowPartitionMapping:
-    """The mapping of one edge: offsets in the upstream's periods, or the default roll-up."""
-    if dep.start_offset is None or dep.end_offset is None:
-        return TimeWindowPartitionMapping()
-    if dep.start_offset == dep.end_offset == 0:
-        return TimeWindowPartitionMapping()  # Set 0: the same period, or the default roll-up
-    if upstream_period != table.period and dep.start_offset == 0 and dep.end_offset in (23, 6):
-        return TimeWindowPartitionMapping()  # Range 0–23 hours of a day / 0–6 days of a week: the roll-up
-    return TimeWindowPartitionMapping(start_offset=dep.start_offset, end_offset=dep.end_offset)
-
-
-@dataclass(frozen=True)
-class UpstreamPartitions:
-    table: str
-    keys: list[str]  # existing upstream partitions, in time order
-    nonexistent: list[str]  # needed but not partitions (yet): before the upstream's start or in the future
-
-
-def upstream_partitions(
-    catalog: Catalog, table: Table, dep: Dependency, partition_key: str, current_time: datetime | None = None
-) -> UpstreamPartitions:
-    """The exact upstream partition keys one partition of ``table`` needs through ``dep``.
-
-    Unlike Dagster's mapping, windows are not clamped to the upstream's existing partitions: what lies
-    before its start or in the future is listed in ``nonexistent`` (except a self-dependency's partitions
-    before the table's first one, which the first partition does not need).
-    """
-    mapped = mapped_upstream(
-        partition_mapping(table, dep, catalog[dep.table].period),
-        BY_PERIOD[table.period],
-        BY_PERIOD[catalog[dep.table].period],
-        [partition_key],
-        current_time=current_time,
-        self_dependency=dep.table == table.fqn,
-    )
-    return UpstreamPartitions(table=dep.table, keys=mapped.keys, nonexistent=mapped.nonexistent)
 
 
 def _start(pdef: TimeWindowPartitionsDefinition, key: str) -> datetime:

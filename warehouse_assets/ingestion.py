@@ -26,19 +26,22 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.transaction import Transaction
-from pyspark.sql import Column, DataFrame, SparkSession, Window
-from pyspark.sql import functions as F
 
 from resources.delta_lake import DeltaStore, MergeResult, _normalize_arrow_schema
 from resources.landing import Landing, Segment, read_lines
 from warehouse_assets.catalog import Table
 from warehouse_assets.partitions import BUSINESS_TZ
+
+# PySpark is imported inside the functions that compute: readiness and `warehouse why` read the ingestion state
+# (positions, counts) through this module without loading it.
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -238,6 +241,8 @@ def _columns_with_drift(
     A column the source adds is kept, never dropped: it joins the ODS table (schema evolution by the
     merge), typed from its MySQL type. Returns (all columns, the ones new to the table).
     """
+    from pyspark.sql import functions as F
+
     declared = [name for name, _ in table.columns]
     known: dict[str, str] = {}
     dt = store.table(table.key)
@@ -272,6 +277,8 @@ def _spark_type_of_arrow(t: pa.DataType) -> str:
 
 
 def _typed(raw: Column, spark_type: str) -> Column:
+    from pyspark.sql import functions as F
+
     if spark_type == "timestamp":
         return F.try_to_timestamp(raw, F.lit("yyyy-MM-dd HH:mm:ss"))
     return raw.try_cast(spark_type)
@@ -285,6 +292,9 @@ def prepare_batch(
     status ∈ ok | quarantine | duplicate | superseded | ddl; ``reason`` says why for quarantine.
     ``columns`` (name, Spark type) defaults to the catalog's; schema drift adds to it.
     """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
     columns = list(columns or table.columns)
     assert table.source_tables is not None
     expected_tables = f"^(?:{table.source_tables})$"
@@ -402,6 +412,8 @@ def prepare_batch(
 
 
 def _ingested_by_hour(classified: DataFrame, tz: str) -> dict[tuple[str, str], int]:
+    from pyspark.sql import functions as F
+
     zone = ZoneInfo(tz)
     hours = (
         classified.where(F.col("_status").isin("ok", "superseded"))
@@ -426,6 +438,8 @@ def ingest_batch(
     prune: bool = True,
     tz: str = BUSINESS_TZ,
 ) -> BatchReport:
+    from pyspark.sql import functions as F
+
     started = time.monotonic()
     report = BatchReport(table=table.fqn, segments=len(segments))
     ensure_ods_table(store, table)

@@ -19,15 +19,20 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from typing import TYPE_CHECKING
 
 from dagster import (
     DailyPartitionsDefinition,
     HourlyPartitionsDefinition,
     MonthlyPartitionsDefinition,
     PartitionMapping,
+    TimeWindowPartitionMapping,
     TimeWindowPartitionsDefinition,
     WeeklyPartitionsDefinition,
 )
+
+if TYPE_CHECKING:  # the catalog imports this module
+    from warehouse_assets.catalog import Catalog, Dependency, Table
 
 BUSINESS_TZ = "Asia/Shanghai"
 START_ENV = "WAREHOUSE_START"
@@ -145,3 +150,41 @@ def mapped_upstream(
             keys.append(key)
     order = {k: up_def.time_window_for_partition_key(k).start for k in [*keys, *nonexistent]}
     return MappedPartitions(sorted(keys, key=order.__getitem__), sorted(nonexistent, key=order.__getitem__))
+
+
+def partition_mapping(table: Table, dep: Dependency, upstream_period: str) -> TimeWindowPartitionMapping:
+    """The mapping of one edge: offsets in the upstream's periods, or the default roll-up."""
+    if dep.start_offset is None or dep.end_offset is None:
+        return TimeWindowPartitionMapping()
+    if dep.start_offset == dep.end_offset == 0:
+        return TimeWindowPartitionMapping()  # Set 0: the same period, or the default roll-up
+    if upstream_period != table.period and dep.start_offset == 0 and dep.end_offset in (23, 6):
+        return TimeWindowPartitionMapping()  # Range 0–23 hours of a day / 0–6 days of a week: the roll-up
+    return TimeWindowPartitionMapping(start_offset=dep.start_offset, end_offset=dep.end_offset)
+
+
+@dataclass(frozen=True)
+class UpstreamPartitions:
+    table: str
+    keys: list[str]  # existing upstream partitions, in time order
+    nonexistent: list[str]  # needed but not partitions (yet): before the upstream's start or in the future
+
+
+def upstream_partitions(
+    catalog: Catalog, table: Table, dep: Dependency, partition_key: str, current_time: datetime | None = None
+) -> UpstreamPartitions:
+    """The exact upstream partition keys one partition of ``table`` needs through ``dep``.
+
+    Unlike Dagster's mapping, windows are not clamped to the upstream's existing partitions: what lies
+    before its start or in the future is listed in ``nonexistent`` (except a self-dependency's partitions
+    before the table's first one, which the first partition does not need).
+    """
+    mapped = mapped_upstream(
+        partition_mapping(table, dep, catalog[dep.table].period),
+        BY_PERIOD[table.period],
+        BY_PERIOD[catalog[dep.table].period],
+        [partition_key],
+        current_time=current_time,
+        self_dependency=dep.table == table.fqn,
+    )
+    return UpstreamPartitions(table=dep.table, keys=mapped.keys, nonexistent=mapped.nonexistent)

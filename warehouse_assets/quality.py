@@ -11,11 +11,13 @@ when every mapped upstream partition's blocking checks passed on its latest mate
 dependencies declared ``ignore_dq: true`` (seed 002). The manual-run guard in the compiler refuses the same.
 """
 
+from __future__ import annotations
+
 import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dagster import (
     AssetCheckEvaluation,
@@ -29,11 +31,14 @@ from dagster import (
     DagsterInstance,
     MetadataValue,
 )
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from warehouse_assets.catalog import Check, Table
 from warehouse_assets.partitions import BY_PERIOD
+
+# PySpark is imported inside the functions that evaluate checks: the gates below (read by `warehouse why`) need
+# only the Dagster instance.
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 
 @dataclass(frozen=True)
@@ -111,6 +116,8 @@ def evaluate(
 ) -> Outcome:
     """Evaluate ``check`` on one partition's rows (``data``); ``inputs`` are the upstream partitions it read
     (live rows), ``history`` the table's previous partitions for an anomaly check."""
+    from pyspark.sql import functions as F
+
     kind = check.kind
     if kind in GROUPED:
         return evaluate_partitions(table, check, [partition], data.withColumn(PARTITION, F.lit(partition)))[0]
@@ -203,6 +210,8 @@ def evaluate_partitions(table: Table, check: Check, keys: Sequence[str], data: D
     """Evaluate ``check`` on every partition in ``keys`` at once; ``data`` holds their rows with the
     partition key in column ``PARTITION``. Row-local kinds (``GROUPED``) take one or two grouped Spark jobs
     for all partitions; the others are evaluated partition by partition (without upstream inputs)."""
+    from pyspark.sql import functions as F
+
     if check.kind == "unique":
         return _unique(table, check, keys, data)
     if check.kind == "not_null":
@@ -211,6 +220,8 @@ def evaluate_partitions(table: Table, check: Check, keys: Sequence[str], data: D
 
 
 def _unique(table: Table, check: Check, keys: Sequence[str], data: DataFrame) -> list[Outcome]:
+    from pyspark.sql import functions as F
+
     cols = _columns(table, check)
     null_key = F.expr(" OR ".join(f"`{c}` IS NULL" for c in cols))
     stats = {
@@ -255,6 +266,8 @@ def _unique(table: Table, check: Check, keys: Sequence[str], data: DataFrame) ->
 
 
 def _not_null(check: Check, keys: Sequence[str], data: DataFrame) -> list[Outcome]:
+    from pyspark.sql import functions as F
+
     cols = list(check.param("columns"))
     counted = {
         r[PARTITION]: r
@@ -287,6 +300,8 @@ _METRIC = re.compile(r"^(?P<fn>sum|avg|min|max)\((?P<col>\w+)\)$")
 
 
 def _metric(df: DataFrame, metric: str, by: Sequence[str] = ()) -> Any:
+    from pyspark.sql import functions as F
+
     match = _METRIC.match(metric)
     expr = F.count("*") if match is None else getattr(F, match.group("fn"))(match.group("col"))
     return df.groupBy(*by).agg(expr.cast("double").alias("__v"))
@@ -424,7 +439,7 @@ def failed_blocking_checks(
     keys = [AssetCheckKey(AssetKey(upstream.key), name) for name in blocking]
     wanted = set(partitions)
     failed: dict[str, list[str]] = {}
-    for info in instance.event_log_storage.get_asset_check_partition_info(keys):
+    for info in instance.event_log_storage.get_asset_check_partition_info(keys, partition_keys=sorted(wanted)):
         failed_now = info.latest_execution_status == AssetCheckExecutionRecordStatus.FAILED
         if info.partition_key in wanted and info.is_current and failed_now:
             failed.setdefault(str(info.partition_key), []).append(info.check_key.name)

@@ -1,29 +1,62 @@
-"""Why is this partition waiting? Every mapped upstream partition with its state, and a verdict.
+"""Why is this partition waiting? Its direct upstream partitions with their state, and the root causes.
+
+The root causes are the deepest upstream partitions on the chain that are not ready, each with its reason: an
+ODS hour whose shard is behind or rows are missing, an external delivery not arrived, a failed blocking check,
+a partition that does not exist (before the warehouse start, or in the future), or a derived partition whose
+own upstream is all ready but that has not run (or whose run failed).
+
+The walk rests on one question asked per partition, :meth:`PartitionStates.states` ("is P ready, and if not
+why?"), and on the exact upstream windows (:func:`warehouse_assets.partitions.upstream_partitions`). It reads
+the catalog, the Dagster instance for the partitions on the chain only, and the lake's ingestion state through
+delta-rs: no code location and no PySpark, so ``warehouse why`` answers in about the time of importing Dagster.
 
 Used by ``warehouse why TABLE PARTITION`` and by the ``why_waiting`` job (launch it from the UI with the
 table and partition in its config; the answer is in the run's log and output metadata).
 """
 
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 
-from dagster import AssetKey, AssetPartitionStatus, Config, DagsterInstance, OpExecutionContext, Output, job, op
+from dagster import (
+    AssetKey,
+    AssetPartitionStatus,
+    Config,
+    DagsterInstance,
+    OpExecutionContext,
+    Output,
+    PartitionKeyRange,
+    job,
+    op,
+)
 
 from resources.delta_lake import DeltaLakeResource, DeltaStore
 from resources.external import ExternalResource
 from resources.landing import Landing, LandingResource
-from sensors.ods_readiness import readiness
-from warehouse_assets.catalog import Catalog
-from warehouse_assets.compiler import upstream_partitions
-from warehouse_assets.partitions import BY_PERIOD
+from sensors.ods_readiness import Readiness, readiness
+from warehouse_assets.catalog import Catalog, Dependency, Table
+from warehouse_assets.partitions import BY_PERIOD, START, UpstreamPartitions, upstream_partitions
 from warehouse_assets.quality import failed_blocking_checks
+
+READY = "materialized"
+ROOT_CAUSES_SHOWN = 3  # per table and state: a day behind a lagging shard has up to 24 hours with one reason
 
 
 @dataclass
 class UpstreamState:
     table: str
     partition: str
-    state: str  # materialized | missing | in progress | failed | does not exist | not ready | external not arrived
+    # materialized | missing | in progress | failed | check failed | not ready | external not arrived | does not exist
+    state: str
     detail: str = ""
+    failed_checks: tuple[str, ...] = ()  # blocking checks failed on its latest materialization
+
+    @property
+    def blocks(self) -> bool:
+        return self.state != READY
+
+    def line(self) -> str:
+        return f"  {self.table:<28} {self.partition:<18} {self.state}" + (f" — {self.detail}" if self.detail else "")
 
 
 @dataclass
@@ -32,14 +65,31 @@ class WhyReport:
     partition: str
     own_state: str
     upstream: list[UpstreamState] = field(default_factory=list)
+    root_causes: list[UpstreamState] = field(default_factory=list)
     verdict: str = ""
 
     def lines(self) -> list[str]:
         out = [f"{self.table} {self.partition}: {self.own_state}"]
-        for u in self.upstream:
-            out.append(f"  {u.table:<28} {u.partition:<18} {u.state}" + (f" — {u.detail}" if u.detail else ""))
+        out.extend(u.line() for u in self.upstream)
+        if self.root_causes:
+            out.append("root causes:")
+            out.extend(_grouped(self.root_causes))
         out.append(f"verdict: {self.verdict}")
         return out
+
+
+def _grouped(causes: Sequence[UpstreamState]) -> list[str]:
+    """Each cause, but at most a few per table and state, then how many more and through which partition."""
+    groups: dict[tuple[str, str], list[UpstreamState]] = {}
+    for cause in causes:
+        groups.setdefault((cause.table, cause.state), []).append(cause)
+    out: list[str] = []
+    for (table, state), group in groups.items():
+        out.extend(c.line() for c in group[:ROOT_CAUSES_SHOWN])
+        if len(group) > ROOT_CAUSES_SHOWN:
+            rest = group[ROOT_CAUSES_SHOWN:]
+            out.append(f"  … and {len(rest)} more {state} partition(s) of {table}, through {rest[-1].partition}")
+    return out
 
 
 _STATUS = {
@@ -49,11 +99,204 @@ _STATUS = {
 }
 
 
-def _statuses(instance: DagsterInstance, catalog: Catalog, fqn: str, keys: list[str]) -> dict[str, str]:
-    table = catalog[fqn]
-    pdef = BY_PERIOD[table.period]
-    raw = instance.get_status_by_partition(AssetKey(table.key), keys, pdef) or {}
-    return {k: _STATUS.get(raw.get(k), "missing") for k in keys}  # type: ignore[arg-type]
+class PartitionStates:
+    """The state of any partition of the catalog, and why it is not ready, read once per partition.
+
+    Instance statuses and check verdicts are read per table for the partitions asked about (a self-dependent
+    table's back to its first partition), an ODS table's readiness (watermarks, counts) once per table.
+    """
+
+    def __init__(
+        self,
+        instance: DagsterInstance,
+        catalog: Catalog,
+        store: DeltaStore,
+        landing: Landing,
+        external: ExternalResource | None = None,
+        current_time: datetime | None = None,
+    ):
+        self.instance, self.catalog, self.external = instance, catalog, external
+        self.store, self.landing = store, landing
+        self.now = current_time or datetime.now(UTC)
+        self._known: dict[tuple[str, str], UpstreamState] = {}
+        self._windows: dict[tuple[str, str], list[tuple[Dependency, UpstreamPartitions]]] = {}
+        self._readiness: dict[str, Readiness] = {}
+
+    def status(self, fqn: str, keys: Sequence[str]) -> dict[str, str]:
+        """The run status of partitions: materialized, missing, in progress or failed."""
+        table = self.catalog[fqn]
+        raw = self.instance.get_status_by_partition(AssetKey(table.key), keys, BY_PERIOD[table.period])
+        return {k: _STATUS.get(raw.get(k), "missing") if raw else "missing" for k in keys}  # type: ignore[arg-type]
+
+    def states(self, fqn: str, keys: Sequence[str]) -> list[UpstreamState]:
+        """Is each partition ready (``materialized``, its blocking checks not failed), and if not, why?
+
+        The answer is about the partition itself; what it waits for upstream is the chain walk's business.
+        """
+        table = self.catalog[fqn]
+        todo = [k for k in dict.fromkeys(keys) if (fqn, k) not in self._known]
+        if todo and _self_dependent(table):
+            # the walk may follow its T-1s back to the first partition: read them all in this one query
+            pdef = BY_PERIOD[table.period]
+            last = max(todo, key=lambda k: pdef.time_window_for_partition_key(k).start)
+            first = pdef.get_first_partition_key()
+            back = pdef.get_partition_keys_in_range(PartitionKeyRange(first, last)) if first else []
+            todo = [k for k in dict.fromkeys([*back, *todo]) if (fqn, k) not in self._known]
+        if todo:
+            statuses = self.status(fqn, todo)
+            failed = failed_blocking_checks(self.instance, table, [k for k in todo if statuses[k] == READY])
+            for key in todo:
+                state = UpstreamState(fqn, key, statuses[key])
+                if key in failed:
+                    state.state, state.failed_checks = "check failed", tuple(failed[key])
+                    state.detail = f"blocking check(s) failed: {', '.join(failed[key])}"
+                elif state.state == "missing" and table.is_external:
+                    state.state = "external not arrived"
+                    state.detail = (
+                        self.external.source(table).describe(key)
+                        if self.external is not None
+                        else "producer location unknown"
+                    )
+                elif state.state == "missing" and table.is_ods:
+                    state.state, state.detail = self._ods_reason(table, key)
+                self._known[(fqn, key)] = state
+        return [self._known[(fqn, k)] for k in keys]
+
+    def _ods_reason(self, table: Table, key: str) -> tuple[str, str]:
+        """Why an ODS hour has not been reported: a shard behind, rows missing, or nothing holding it back."""
+        if table.fqn not in self._readiness:
+            self._readiness[table.fqn] = readiness(self.store, self.landing, table)
+        ods_state = self._readiness[table.fqn]
+        if not ods_state.streams:
+            return "not ready", f"no shard stream of {table.source_database}.{table.source_tables} in the landing area"
+        end = BY_PERIOD[table.period].time_window_for_partition_key(key).end
+        behind = [s for s in ods_state.streams if s.watermark is None or s.watermark < end]
+        counts = ods_state.completeness(key)
+        shortest = sorted(counts.missing_by_stream.items(), key=lambda kv: -kv[1])
+        short = ", ".join(f"{stream} {n:,} missing" for stream, n in shortest[:3])
+        if behind:
+            worst = ods_state.lagging[0]
+            mark = worst.watermark.strftime("%Y-%m-%d %H:%M") if worst.watermark else "nothing yet"
+            return "not ready", (
+                f"{len(behind)} of {len(ods_state.streams)} shard stream(s) not applied past "
+                f"{end:%H:%M}; {worst.stream} is applied through {mark}; {counts.describe()}"
+                + (f" ({short})" if short else "")
+            )
+        if not counts.complete:
+            return "not ready", (
+                f"all shards applied past {end:%H:%M} but incomplete: {counts.missing:,} row(s) missing — "
+                f"{counts.describe()}" + (f" ({short})" if short else "")
+            )
+        return "missing", (
+            "all shards applied past the hour and complete; the readiness sensor reports it on its "
+            "next tick (or an earlier hour is still incomplete)"
+        )
+
+    def windows(self, table: Table, partition: str) -> list[tuple[Dependency, UpstreamPartitions]]:
+        """The exact upstream partitions of ``partition`` through each dependency."""
+        if (table.fqn, partition) not in self._windows:
+            self._windows[(table.fqn, partition)] = [
+                (dep, upstream_partitions(self.catalog, table, dep, partition, current_time=self.now))
+                for dep in table.deps
+            ]
+        return self._windows[(table.fqn, partition)]
+
+    def prefetch(self, partitions: Iterable[tuple[Table, str]]) -> None:
+        """Read the upstream partitions of all ``partitions`` with one instance query per upstream table: a read
+        costs about the same for one partition as for hundreds (it loads the asset's status record)."""
+        wanted: dict[str, list[str]] = {}
+        for table, partition in partitions:
+            for dep, up in self.windows(table, partition):
+                wanted.setdefault(dep.table, []).extend(up.keys)
+        for fqn, keys in wanted.items():
+            self.states(fqn, keys)
+
+    def _run_back(self, node: UpstreamState) -> list[UpstreamState]:
+        """The T-1, T-2, … of ``node`` that have not run (or failed), nearest first, while they last."""
+        table = self.catalog[node.table]
+        run: list[UpstreamState] = []
+        while _followed(node, table) and _self_dependent(table):
+            before = [k for dep, up in self.windows(table, node.partition) if dep.table == table.fqn for k in up.keys]
+            if not before:
+                break
+            node = self.states(table.fqn, before)[0]
+            if _followed(node, table):
+                run.append(node)
+        return run
+
+    def upstream(self, table: Table, partition: str) -> list[UpstreamState]:
+        """Every upstream partition ``partition`` of ``table`` needs, as that dependency sees it."""
+        out: list[UpstreamState] = []
+        for dep, up in self.windows(table, partition):
+            for entry in self.states(dep.table, up.keys):
+                if entry.state == "check failed" and dep.ignore_dq:
+                    names = ", ".join(entry.failed_checks)
+                    detail = f"check failed: {names} (ignored: the dependency says ignore_dq)"
+                    entry = replace(entry, state=READY, detail=detail)
+                out.append(entry)
+            out.extend(UpstreamState(dep.table, k, "does not exist", self._never(dep.table, k)) for k in up.nonexistent)
+        return out
+
+    def _never(self, fqn: str, key: str) -> str:
+        pdef = BY_PERIOD[self.catalog[fqn].period]
+        window = pdef.time_window_for_partition_key(key)
+        first = pdef.get_first_partition_key()
+        if first is None or window.start < pdef.time_window_for_partition_key(first).start:
+            return f"before {fqn}'s first partition {first} (the warehouse starts {START}): it can never exist"
+        return f"in the future: a partition once its window ends at {window.end:%Y-%m-%d %H:%M}"
+
+    def root_causes(self, blocked: Iterable[UpstreamState]) -> list[UpstreamState]:
+        """The deepest not-ready partitions behind ``blocked``, each once: tables in the order the walk meets them,
+        each table's partitions in time order (the earliest not-ready ODS hour is the one holding the others).
+
+        A derived partition that has not run (or failed) is followed to its own upstream; it is a root cause
+        itself only when nothing upstream holds it back. Everything else not ready is a root cause as it is.
+        """
+        roots: dict[tuple[str, str], UpstreamState] = {}
+        seen: set[tuple[str, str]] = set()
+        frontier = [u for u in blocked if u.blocks]
+        while frontier:  # breadth first, iteratively: a self-dependent chain can be a year of T-1s long
+            following: list[UpstreamState] = []
+            # a self-dependent partition that has not run waits for its T-1s that have not run either: follow
+            # that run back now, so that their other dependencies are read together, not one level per day
+            frontier = frontier + [
+                back for node in frontier if (node.table, node.partition) not in seen for back in self._run_back(node)
+            ]
+            self.prefetch(
+                (self.catalog[n.table], n.partition)
+                for n in frontier
+                if _followed(n, self.catalog[n.table]) and (n.table, n.partition) not in seen
+            )
+            for node in frontier:
+                if (node.table, node.partition) in seen:
+                    continue
+                seen.add((node.table, node.partition))
+                table = self.catalog[node.table]
+                if _followed(node, table):
+                    waiting = [u for u in self.upstream(table, node.partition) if u.blocks]
+                    if waiting:
+                        following.extend(waiting)
+                        continue
+                    node = replace(node, detail=_unblocked(node.state))
+                roots[(node.table, node.partition)] = node
+            frontier = following
+        tables = {table: n for n, (table, _) in enumerate(roots)}
+        return sorted(roots.values(), key=lambda c: (tables[c.table], c.partition))  # keys sort as their times
+
+
+def _self_dependent(table: Table) -> bool:
+    return any(dep.table == table.fqn for dep in table.deps)
+
+
+def _followed(node: UpstreamState, table: Table) -> bool:
+    """A derived partition that has not run, or failed: what holds it back may lie upstream."""
+    return node.state in ("missing", "failed") and bool(table.deps)
+
+
+def _unblocked(state: str) -> str:
+    if state == "failed":
+        return "every upstream partition is ready, but its last run failed: read that run's log, then re-run it"
+    return "every upstream partition is ready: the automation starts it on its next evaluation (or launch it)"
 
 
 def explain(
@@ -73,58 +316,10 @@ def explain(
         raise ValueError(
             f"{partition!r} is not a partition of {fqn} ({table.period}, e.g. {pdef.get_first_partition_key()})"
         )
-    report = WhyReport(fqn, partition, _statuses(instance, catalog, fqn, [partition])[partition])
-    for dep in table.deps:
-        up = upstream_partitions(catalog, table, dep, partition)
-        states = _statuses(instance, catalog, dep.table, up.keys) if up.keys else {}
-        upstream = catalog[dep.table]
-        ods_state = readiness(store, landing, upstream) if upstream.is_ods else None
-        failed = failed_blocking_checks(instance, upstream, [k for k in up.keys if states[k] == "materialized"])
-        for key in up.keys:
-            entry = UpstreamState(dep.table, key, states[key])
-            if entry.state == "missing" and upstream.is_external:
-                entry.state = "external not arrived"
-                entry.detail = (
-                    external.source(upstream).describe(key) if external is not None else "producer location unknown"
-                )
-            if key in failed:
-                names = ", ".join(failed[key])
-                if dep.ignore_dq:
-                    entry.detail = f"check failed: {names} (ignored: the dependency says ignore_dq)"
-                else:
-                    entry.state, entry.detail = "check failed", f"blocking check(s) failed: {names}"
-            if entry.state == "missing" and ods_state is not None:
-                end = BY_PERIOD[upstream.period].time_window_for_partition_key(key).end
-                behind = [s for s in ods_state.streams if s.watermark is None or s.watermark < end]
-                counts = ods_state.completeness(key)
-                shortest = sorted(counts.missing_by_stream.items(), key=lambda kv: -kv[1])
-                short = ", ".join(f"{stream} {n:,} missing" for stream, n in shortest[:3])
-                if behind:
-                    entry.state = "not ready"
-                    worst = ods_state.lagging[0]
-                    mark = worst.watermark.strftime("%Y-%m-%d %H:%M") if worst.watermark else "nothing yet"
-                    entry.detail = (
-                        f"{len(behind)} of {len(ods_state.streams)} shard stream(s) not applied past "
-                        f"{end:%H:%M}; {worst.stream} is applied through {mark}; {counts.describe()}"
-                        + (f" ({short})" if short else "")
-                    )
-                elif not counts.complete:
-                    entry.state = "not ready"
-                    entry.detail = (
-                        f"all shards applied past {end:%H:%M} but incomplete: {counts.missing:,} row(s) missing — "
-                        f"{counts.describe()}" + (f" ({short})" if short else "")
-                    )
-                else:
-                    entry.detail = (
-                        "all shards applied past the hour and complete; the readiness sensor reports it on its "
-                        "next tick (or an earlier hour is still incomplete)"
-                    )
-            report.upstream.append(entry)
-        for key in up.nonexistent:
-            report.upstream.append(
-                UpstreamState(dep.table, key, "does not exist", "in the future or before the table's first partition")
-            )
-    waiting = [u for u in report.upstream if u.state != "materialized"]
+    states = PartitionStates(instance, catalog, store, landing, external)
+    report = WhyReport(fqn, partition, states.status(fqn, [partition])[partition])
+    report.upstream = states.upstream(table, partition)
+    waiting = [u for u in report.upstream if u.blocks]
     if report.own_state == "in progress":
         report.verdict = "running now"
     elif not waiting:
@@ -132,6 +327,7 @@ def explain(
             " (already materialized)" if report.own_state == "materialized" else ""
         )
     else:
+        report.root_causes = states.root_causes(waiting)
         first = waiting[0]
         report.verdict = (
             f"waiting for {len(waiting)} of {len(report.upstream)} upstream partition(s); "
@@ -164,7 +360,8 @@ def build_why_job(catalog: Catalog):  # type: ignore[no-untyped-def]
             metadata={
                 "verdict": report.verdict,
                 "upstream_partitions": len(report.upstream),
-                "waiting_on": sum(1 for u in report.upstream if u.state != "materialized"),
+                "waiting_on": sum(1 for u in report.upstream if u.blocks),
+                "root_causes": len(report.root_causes),
                 "report": "\n".join(report.lines()),
             },
         )
