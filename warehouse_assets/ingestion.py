@@ -236,7 +236,8 @@ def _columns_with_drift(
     """Catalog columns, plus columns the source added (already in the ODS table, or new in this batch).
 
     A column the source adds is kept, never dropped: it joins the ODS table (schema evolution by the
-    merge), typed from its MySQL type. Returns (all columns, the ones new to the table).
+    merge), typed from its MySQL type. Returns (all columns, the ones new to the table); the new ones are
+    candidates until :func:`_applied_columns` keeps those an applied record carries.
     """
     declared = [name for name, _ in table.columns]
     known: dict[str, str] = {}
@@ -249,16 +250,40 @@ def _columns_with_drift(
                 known[f.name] = _spark_type_of_arrow(f.type)
     found: dict[str, str] = {}
     if lines.num_rows:
-        parsed = spark.createDataFrame(lines.select(["value"])).select(
-            F.from_json("value", "struct<mysqlType: map<string,string>>").alias("m")
+        # only DML messages of this table: a line quarantined as a whole must not change the schema
+        parsed = (
+            spark.createDataFrame(lines.select(["stream", "value"]))
+            .toDF("_stream", "_value")
+            .withColumn("_m", F.from_json("_value", CANAL_SCHEMA))
+            .where(_line_reason(table).isNull())
         )
-        pairs = parsed.select(F.explode("m.mysqlType").alias("name", "type")).distinct().collect()
+        pairs = parsed.select(F.explode("_m.mysqlType").alias("name", "type")).distinct().collect()
         for row in pairs:
             name = str(row["name"])
             if name not in declared and name not in known and not name.startswith("_"):
                 found.setdefault(name, spark_type_of_mysql(str(row["type"])))
     extras = sorted({**known, **found}.items())
     return [*table.columns, *extras], sorted(found.items())
+
+
+def _applied_columns(
+    classified: DataFrame, columns: list[tuple[str, str]], new: list[tuple[str, str]]
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """``columns`` and ``new`` without the new columns that no applied record's ``mysqlType`` names.
+
+    Only applied records may evolve the schema: a message whose every row is quarantined must not."""
+    if not new:
+        return columns, new
+    names = {
+        str(r["name"])
+        for r in classified.where(F.col("_status") == "ok")
+        .select(F.explode(F.from_json("_raw_text", "struct<mysqlType: map<string,string>>")["mysqlType"]))
+        .select(F.col("key").alias("name"))
+        .distinct()
+        .collect()
+    }
+    dropped = {name for name, _ in new if name not in names}
+    return [c for c in columns if c[0] not in dropped], [c for c in new if c[0] not in dropped]
 
 
 def _spark_type_of_arrow(t: pa.DataType) -> str:
@@ -277,21 +302,14 @@ def _typed(raw: Column, spark_type: str) -> Column:
     return raw.try_cast(spark_type)
 
 
-def prepare_batch(
-    spark: SparkSession, table: Table, lines: pa.Table, columns: Sequence[tuple[str, str]] | None = None
-) -> DataFrame:
-    """Classify every record of the raw lines; returns one row per record with a ``status`` column.
+def _line_reason(table: Table) -> Column:
+    """Why a whole line cannot be applied (``__ddl__`` for DDL), null for a DML message of this table.
 
-    status ∈ ok | quarantine | duplicate | superseded | ddl; ``reason`` says why for quarantine.
-    ``columns`` (name, Spark type) defaults to the catalog's; schema drift adds to it.
-    """
-    columns = list(columns or table.columns)
+    Over the columns ``_value`` (the line) and ``_m`` (it parsed as a Canal message) and ``_stream``."""
     assert table.source_tables is not None
     expected_tables = f"^(?:{table.source_tables})$"
-    raw = spark.createDataFrame(lines).toDF(*[f"_{c}" for c in lines.column_names])
-    msg = raw.withColumn("_m", F.from_json("_value", CANAL_SCHEMA))
     stream_table = F.substring_index("_stream", ".", -1)
-    line_reason = (
+    return (
         F.when(F.col("_value").isNull(), F.lit("invalid UTF-8"))
         .when(F.col("_m").isNull() | F.col("_m.type").isNull(), F.lit("malformed JSON"))
         .when(
@@ -309,7 +327,20 @@ def prepare_batch(
         .when(F.col("_m.isDdl") | ~F.col("_m.type").isin(*DML), F.lit("__ddl__"))
         .when(F.col("_m.data").isNull() | (F.size("_m.data") == 0), F.lit("no row image in a DML message"))
     )
-    msg = msg.withColumn("_line_reason", line_reason)
+
+
+def prepare_batch(
+    spark: SparkSession, table: Table, lines: pa.Table, columns: Sequence[tuple[str, str]] | None = None
+) -> DataFrame:
+    """Classify every record of the raw lines; returns one row per record with a ``status`` column.
+
+    status ∈ ok | quarantine | duplicate | superseded | ddl; ``reason`` says why for quarantine.
+    ``columns`` (name, Spark type) defaults to the catalog's; schema drift adds to it.
+    """
+    columns = list(columns or table.columns)
+    raw = spark.createDataFrame(lines).toDF(*[f"_{c}" for c in lines.column_names])
+    msg = raw.withColumn("_m", F.from_json("_value", CANAL_SCHEMA))
+    msg = msg.withColumn("_line_reason", _line_reason(table))
     line_level = msg.where(F.col("_line_reason").isNotNull()).select(
         "_stream",
         "_segment",
@@ -435,13 +466,12 @@ def ingest_batch(
     report.positions = positions
     lines = read_lines(segments)
     columns, new_columns = _columns_with_drift(spark, store, table, lines)
-    report.new_columns = [name for name, _ in new_columns]
-    schema = ods_arrow_schema(table, extra=[c for c in columns if c not in table.columns])
-    applied = pa.Table.from_pylist([], schema=schema)
+    applied: pa.Table | None = None
     quarantined = pa.Table.from_pylist([], schema=QUARANTINE_SCHEMA)
     if lines.num_rows:
         classified = prepare_batch(spark, table, lines, columns).persist()
         try:
+            columns, new_columns = _applied_columns(classified, columns, new_columns)
             counts = {
                 r["_status"]: int(r["n"]) for r in classified.groupBy("_status").agg(F.count("*").alias("n")).collect()
             }
@@ -479,6 +509,10 @@ def ingest_batch(
             )
         finally:
             classified.unpersist()
+    report.new_columns = [name for name, _ in new_columns]
+    schema = ods_arrow_schema(table, extra=[c for c in columns if c not in table.columns])
+    if applied is None:
+        applied = pa.Table.from_pylist([], schema=schema)
     report.prepare_seconds = time.monotonic() - started
     report.rows_applied = applied.num_rows
     report.rows_quarantined = quarantined.num_rows
