@@ -303,3 +303,42 @@ def test_late_changes_for_a_reported_hour_report_it_again(spark: SparkSession, t
     ]
     assert events[0].metadata["rows"].value == 121
     assert readiness_events(store, landing, only(lenient), cursor) == ([], cursor)
+
+
+def test_a_message_re_sent_in_a_later_batch_does_not_complete_the_hour(
+    spark: SparkSession, tmp_path: Path, order: Table
+) -> None:
+    landing_root = tmp_path / "landing"
+    busy, quiet = Source(landing_root, "order_00"), Source(landing_root, "order_01")
+    # hour 10: the source counted 4 changes on order_00; 3 arrive, the 4th is still on its way
+    first = (1, H10 + timedelta(minutes=1))
+    for window in windows(H10, H10 + timedelta(hours=1)):
+        busy.segment(
+            window, [first, (2, H10 + timedelta(minutes=2)), (3, H10 + timedelta(minutes=3))] if window == H10 else []
+        )
+    busy.count_hour(H10, 4)
+    quiet.idle(H10, H10 + timedelta(hours=1))
+    busy.publish_counts()
+    quiet.publish_counts()
+    landing, store = Landing(landing_root), DeltaStore(str(tmp_path / "lake"))
+    ingest_table(spark, store, landing, order)
+    state = readiness(store, landing, order)
+    assert state.watermark == H10 + timedelta(hours=1)
+    assert state.completeness("2026-03-02-10:00").ingested_rows == 3
+    assert ready_hours(state, None) == []
+
+    # after a restart the distributor delivers the first message again, in the next batch (a new message id:
+    # a re-sent change is recognised by its content)
+    busy.segment(H10 + timedelta(hours=1), [first], count=False)
+    quiet.idle(H10 + timedelta(hours=1), H10 + timedelta(hours=1, minutes=5))
+    report = ingest_table(spark, store, landing, order)
+    state = readiness(store, landing, order)
+    counts = state.completeness("2026-03-02-10:00")
+    assert (counts.source_rows, counts.ingested_rows, counts.required) == (4, 3, 4)
+    assert counts.missing_by_stream == {f"{DB}.order_00": 1}
+    assert not counts.complete
+    assert ready_hours(state, None) == []
+    assert readiness_events(store, landing, only(order), {})[0] == []
+    [batch] = report.batches  # the re-sent change is a duplicate, not applied again
+    assert (batch.rows_in, batch.rows_applied, batch.rows_duplicate) == (1, 0, 1)
+    assert batch.ingested == {}

@@ -26,6 +26,7 @@ from warehouse_assets.ingestion import (
     committed_positions,
     ingest_batch,
     ingest_table,
+    ingested_counts,
     pending_segments,
 )
 
@@ -237,6 +238,34 @@ def test_a_crash_before_the_merge_commit_keeps_the_position_and_the_rerun_applie
     # the quarantine was written before the crash; the re-run does not write it again
     assert [(q["segment"], q["line"]) for q in ods.quarantine()] == [("000002-20260302T1005.jsonl", 3)]
     assert ods.ingest().batches == []
+
+
+def test_a_longer_rerun_after_a_crash_applies_and_counts_each_change_once(
+    ods: Ods, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    insert_1 = message(1, "INSERT", [order(1)], 1)
+    ods.write("order_00", 1, [insert_1, message(2, "INSERT", [order(2)], 2)])
+    ods.ingest()
+    # the crashed batch records its changes and counts before its merge
+    ods.write("order_00", 2, [message(3, "INSERT", [order(3)], 6), message(4, "UPDATE", [order(1, "paid")], 7)])
+
+    def crash(self: DeltaStore, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("killed between prepare and commit")
+
+    monkeypatch.setattr(DeltaStore, "merge", crash)
+    with pytest.raises(RuntimeError, match="killed"):
+        ods.ingest()
+    monkeypatch.undo()
+
+    # the re-run also takes a segment that arrived since, with message 1 (committed before) delivered again
+    ods.write("order_00", 3, [message(5, "INSERT", [order(4)], 11), insert_1])
+    [batch] = ods.ingest().batches
+    counted, _ = ingested_counts(ods.store, ods.table)
+    assert counted.rows == {f"{DB}.order_00": {"2026-03-02T10": 5}}  # 2 + 3 distinct changes, each once
+    assert counted.seq == {f"{DB}.order_00": 3}
+    _balanced(batch)
+    assert (batch.rows_in, batch.rows_applied, batch.rows_duplicate) == (4, 3, 1)
+    assert {k: r["status"] for k, r in ods.by_id().items()} == {1: "paid", 2: "created", 3: "created", 4: "created"}
 
 
 # --- CDC semantics ------------------------------------------------------------------------------------------

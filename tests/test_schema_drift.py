@@ -7,6 +7,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
@@ -109,3 +110,61 @@ def test_applying_the_same_segments_twice_changes_no_content(spark: SparkSession
 def _content(store: DeltaStore, key: list[str]) -> pa.Table:
     data = DeltaTable(store.table_uri(key)).to_pyarrow_table()
     return data.sort_by([(name, "ascending") for name in data.column_names])
+
+
+def _user_message(msg_id: int, table: str, row: dict[str, str | None], mysql_types: dict[str, str]) -> str:
+    return json.dumps(
+        {
+            "id": msg_id,
+            "database": "edu_user",
+            "table": table,
+            "pkNames": ["id"],
+            "isDdl": False,
+            "type": "INSERT",
+            "es": 1772416800000 + msg_id,
+            "ts": 1772416800100 + msg_id,
+            "sql": "",
+            "mysqlType": mysql_types,
+            "sqlType": {},
+            "data": [row],
+            "old": None,
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("table", "key", "reason"),
+    [
+        ("user_01", "5", "unexpected table edu_user.user_01 in stream edu_user.user_00"),  # the whole line
+        ("user_00", None, "missing primary key id"),  # its only record
+    ],
+)
+def test_a_quarantined_record_does_not_change_the_schema(
+    spark: SparkSession, tmp_path: Path, table: str, key: str | None, reason: str
+) -> None:
+    stream = tmp_path / "landing" / "binlog" / "edu_user" / "user_00"
+    stream.mkdir(parents=True)
+    types = {"id": "bigint(20)", "name": "varchar(32)", "create_time": "datetime", "update_time": "datetime"}
+    row: dict[str, str | None] = {
+        "id": "4",
+        "name": "n",
+        "city": "c",
+        "grade": "3",
+        "channel": "x",
+        "create_time": "2026-03-02 10:00:00",
+        "update_time": "2026-03-02 10:00:00",
+    }
+    applied = _user_message(1, "user_00", row, types)
+    drifted = _user_message(2, table, {**row, "id": key, "coupon": "C1"}, {**types, "coupon": "varchar(16)"})
+    (stream / "000001-20260302T1000.jsonl").write_text(applied + "\n" + drifted + "\n")
+
+    store = DeltaStore(str(tmp_path / "lake"))
+    report = ingest_table(spark, store, Landing(tmp_path / "landing"), CATALOG["ods.user"])
+    batch = report.batches[0]
+    assert (batch.rows_in, batch.rows_applied, batch.rows_quarantined) == (2, 1, 1)
+    assert batch.new_columns == []
+    schema = DeltaTable(store.table_uri(CATALOG["ods.user"].key)).schema().to_arrow()
+    assert "coupon" not in pa.schema(schema).names  # type: ignore[call-overload]
+    assert [r["id"] for r in _live(store, "ods.user")] == [4]
+    quarantined = DeltaTable(store.table_uri(QUARANTINE_KEY)).to_pyarrow_table().to_pylist()
+    assert [(q["line"], q["reason"], q["raw"]) for q in quarantined] == [(2, reason, drifted)]

@@ -5,12 +5,13 @@ For one ODS table, each batch:
 1. takes the next segments of every shard stream after the position committed in the table itself
    (Delta app-transaction ids ``landing:<db>.<table>``), never past a gap;
 2. Spark parses the Canal JSON, types the row images by the catalog's columns, validates them, drops
-   re-sent messages (same message id) and keeps the newest change per primary key (binlog time, then
-   binlog position);
+   re-sent changes (same content: in this batch, or recorded in ``ops.ingested_changes`` by an earlier
+   one) and keeps the newest change per primary key (binlog time, then binlog position);
 3. rows that cannot be applied go to the ``ops.quarantine`` Delta table with the reason and their source
    position (segment, line);
-4. the rows ingested per shard stream and binlog hour go to the ``ops.ingested_counts`` Delta table (what
-   completeness readiness compares with the source's own counts, see :func:`ingested_counts`);
+4. the content hash of every change taken in goes to ``ops.ingested_changes`` (by stream and local binlog
+   hour), and the rows ingested per shard stream and binlog hour to the ``ops.ingested_counts`` Delta
+   table (what completeness readiness compares with the source's own counts, see :func:`ingested_counts`);
 5. delta-rs merges the batch into the partitions it touches, and the same commit records the new
    positions — so the position never runs ahead of committed data and a restart neither skips nor
    re-applies anything.
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.transaction import Transaction
 
@@ -47,6 +48,7 @@ log = logging.getLogger(__name__)
 
 QUARANTINE_KEY = ("ops", "quarantine")
 COUNTS_KEY = ("ops", "ingested_counts")
+CHANGES_KEY = ("ops", "ingested_changes")
 HOUR_MS = 3_600_000
 CANAL_SCHEMA = (
     "id bigint, database string, `table` string, pkNames array<string>, isDdl boolean, type string, "
@@ -129,6 +131,23 @@ COUNTS_SCHEMA = pa.schema(
 
 def counts_app_id(table: Table, stream: str) -> str:
     return f"counts:{table.fqn}:{stream}"
+
+
+# One row per distinct change taken in (applied or superseded): what a re-sent change is recognised by in
+# a later batch. Partitioned by hour, so a batch reads only the hours its changes fall in.
+CHANGES_SCHEMA = pa.schema(
+    [
+        pa.field("table", pa.string()),
+        pa.field("stream", pa.string()),
+        pa.field("hour", pa.string()),  # local binlog hour "YYYY-MM-DDTHH", as in ops.ingested_counts
+        pa.field("change", pa.string()),  # content hash: op, binlog time, row image
+        pa.field("seq", pa.int64()),  # the segment of its first copy
+    ]
+)
+
+
+def changes_app_id(table: Table, stream: str) -> str:
+    return f"changes:{table.fqn}:{stream}"
 
 
 @dataclass
@@ -239,7 +258,8 @@ def _columns_with_drift(
     """Catalog columns, plus columns the source added (already in the ODS table, or new in this batch).
 
     A column the source adds is kept, never dropped: it joins the ODS table (schema evolution by the
-    merge), typed from its MySQL type. Returns (all columns, the ones new to the table).
+    merge), typed from its MySQL type. Returns (all columns, the ones new to the table); the new ones are
+    candidates until :func:`_applied_columns` keeps those an applied record carries.
     """
     from pyspark.sql import functions as F
 
@@ -254,16 +274,42 @@ def _columns_with_drift(
                 known[f.name] = _spark_type_of_arrow(f.type)
     found: dict[str, str] = {}
     if lines.num_rows:
-        parsed = spark.createDataFrame(lines.select(["value"])).select(
-            F.from_json("value", "struct<mysqlType: map<string,string>>").alias("m")
+        # only DML messages of this table: a line quarantined as a whole must not change the schema
+        parsed = (
+            spark.createDataFrame(lines.select(["stream", "value"]))
+            .toDF("_stream", "_value")
+            .withColumn("_m", F.from_json("_value", CANAL_SCHEMA))
+            .where(_line_reason(table).isNull())
         )
-        pairs = parsed.select(F.explode("m.mysqlType").alias("name", "type")).distinct().collect()
+        pairs = parsed.select(F.explode("_m.mysqlType").alias("name", "type")).distinct().collect()
         for row in pairs:
             name = str(row["name"])
             if name not in declared and name not in known and not name.startswith("_"):
                 found.setdefault(name, spark_type_of_mysql(str(row["type"])))
     extras = sorted({**known, **found}.items())
     return [*table.columns, *extras], sorted(found.items())
+
+
+def _applied_columns(
+    classified: DataFrame, columns: list[tuple[str, str]], new: list[tuple[str, str]]
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """``columns`` and ``new`` without the new columns that no applied record's ``mysqlType`` names.
+
+    Only applied records may evolve the schema: a message whose every row is quarantined must not."""
+    from pyspark.sql import functions as F
+
+    if not new:
+        return columns, new
+    names = {
+        str(r["name"])
+        for r in classified.where(F.col("_status") == "ok")
+        .select(F.explode(F.from_json("_raw_text", "struct<mysqlType: map<string,string>>")["mysqlType"]))
+        .select(F.col("key").alias("name"))
+        .distinct()
+        .collect()
+    }
+    dropped = {name for name, _ in new if name not in names}
+    return [c for c in columns if c[0] not in dropped], [c for c in new if c[0] not in dropped]
 
 
 def _spark_type_of_arrow(t: pa.DataType) -> str:
@@ -284,24 +330,16 @@ def _typed(raw: Column, spark_type: str) -> Column:
     return raw.try_cast(spark_type)
 
 
-def prepare_batch(
-    spark: SparkSession, table: Table, lines: pa.Table, columns: Sequence[tuple[str, str]] | None = None
-) -> DataFrame:
-    """Classify every record of the raw lines; returns one row per record with a ``status`` column.
+def _line_reason(table: Table) -> Column:
+    """Why a whole line cannot be applied (``__ddl__`` for DDL), null for a DML message of this table.
 
-    status ∈ ok | quarantine | duplicate | superseded | ddl; ``reason`` says why for quarantine.
-    ``columns`` (name, Spark type) defaults to the catalog's; schema drift adds to it.
-    """
-    from pyspark.sql import Window
+    Over the columns ``_value`` (the line) and ``_m`` (it parsed as a Canal message) and ``_stream``."""
     from pyspark.sql import functions as F
 
-    columns = list(columns or table.columns)
     assert table.source_tables is not None
     expected_tables = f"^(?:{table.source_tables})$"
-    raw = spark.createDataFrame(lines).toDF(*[f"_{c}" for c in lines.column_names])
-    msg = raw.withColumn("_m", F.from_json("_value", CANAL_SCHEMA))
     stream_table = F.substring_index("_stream", ".", -1)
-    line_reason = (
+    return (
         F.when(F.col("_value").isNull(), F.lit("invalid UTF-8"))
         .when(F.col("_m").isNull() | F.col("_m.type").isNull(), F.lit("malformed JSON"))
         .when(
@@ -319,7 +357,28 @@ def prepare_batch(
         .when(F.col("_m.isDdl") | ~F.col("_m.type").isin(*DML), F.lit("__ddl__"))
         .when(F.col("_m.data").isNull() | (F.size("_m.data") == 0), F.lit("no row image in a DML message"))
     )
-    msg = msg.withColumn("_line_reason", line_reason)
+
+
+def prepare_batch(
+    spark: SparkSession,
+    table: Table,
+    lines: pa.Table,
+    columns: Sequence[tuple[str, str]] | None = None,
+    seen: DataFrame | None = None,
+) -> DataFrame:
+    """Classify every record of the raw lines; returns one row per record with a ``status`` column.
+
+    status ∈ ok | quarantine | duplicate | superseded | ddl; ``reason`` says why for quarantine.
+    ``columns`` (name, Spark type) defaults to the catalog's; schema drift adds to it. ``seen``
+    (``_stream``, ``_change``) holds changes taken in by earlier batches: a copy of one is a duplicate.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    columns = list(columns or table.columns)
+    raw = spark.createDataFrame(lines).toDF(*[f"_{c}" for c in lines.column_names])
+    msg = raw.withColumn("_m", F.from_json("_value", CANAL_SCHEMA))
+    msg = msg.withColumn("_line_reason", _line_reason(table))
     line_level = msg.where(F.col("_line_reason").isNotNull()).select(
         "_stream",
         "_segment",
@@ -334,6 +393,7 @@ def prepare_batch(
         F.lit(None).cast("bigint").alias("_pos"),
         F.lit(None).cast("string").alias("_op"),
         F.lit(None).cast("bigint").alias("_msg_id"),
+        F.lit(None).cast("string").alias("_change"),
     )
     rows = msg.where(F.col("_line_reason").isNull()).select(
         "_stream",
@@ -374,19 +434,27 @@ def prepare_batch(
     )
     rows = rows.withColumn("_reason", F.concat_ws("; ", *problems))
     rows = rows.withColumn("_reason", F.when(F.col("_reason") == "", F.lit(None)).otherwise(F.col("_reason")))
-    # a re-sent message (same id in the same stream) counts once; then the newest change per key wins
+    # a re-sent message (same content in the same stream) counts once, in this batch or after an earlier
+    # one; then the newest change per key wins.
     # Content, not the message id: real Canal gives all messages of one Canal batch the same id.
     change = F.sha2(F.concat_ws("|", F.col("_op"), F.col("_es").cast("string"), F.to_json(F.col("_r"))), 256)
-    first_copy = Window.partitionBy("_stream", change).orderBy("_seq", "_line", "_row_index")
+    rows = rows.withColumn("_change", change)
+    if seen is not None:
+        earlier = seen.select("_stream", "_change").distinct().withColumn("_seen", F.lit(True))
+        rows = rows.join(earlier, ["_stream", "_change"], "left")
+    else:
+        rows = rows.withColumn("_seen", F.lit(None).cast("boolean"))
+    first_copy = Window.partitionBy("_stream", "_change").orderBy("_seq", "_line", "_row_index")
     rows = rows.withColumn("_copy", F.row_number().over(first_copy))
-    valid = F.col("_reason").isNull() & (F.col("_copy") == 1)
+    unique = (F.col("_copy") == 1) & F.col("_seen").isNull()
+    valid = F.col("_reason").isNull() & unique
     newest = Window.partitionBy(valid.alias("valid"), *table.primary_key).orderBy(
         F.col("_es").desc(), F.col("_pos").desc()
     )
     rows = rows.withColumn("_rank", F.when(valid, F.row_number().over(newest)))
     status = (
         F.when(F.col("_reason").isNotNull(), F.lit("quarantine"))
-        .when(F.col("_copy") > 1, F.lit("duplicate"))
+        .when(~unique, F.lit("duplicate"))
         .when(F.col("_rank") > 1, F.lit("superseded"))
         .otherwise(F.lit("ok"))
     )
@@ -404,6 +472,7 @@ def prepare_batch(
         "_pos",
         "_op",
         "_msg_id",
+        "_change",
     )
     return line_level.unionByName(record_level)
 
@@ -411,22 +480,82 @@ def prepare_batch(
 # --- applying a batch -------------------------------------------------------------------------------------
 
 
-def _ingested_by_hour(classified: DataFrame, tz: str) -> dict[tuple[str, str], int]:
+def _local_hour(epoch_hour: int, tz: str) -> str:
+    """The key of a binlog hour in the ops tables and the source counts: local "YYYY-MM-DDTHH"."""
+    return datetime.fromtimestamp(epoch_hour * 3600, ZoneInfo(tz)).strftime("%Y-%m-%dT%H")
+
+
+def _binlog_hours(spark: SparkSession, lines: pa.Table, tz: str) -> list[str]:
+    """The local hours of the binlog times in the lines: where their earlier copies can be recorded."""
     from pyspark.sql import functions as F
 
-    zone = ZoneInfo(tz)
-    hours = (
-        classified.where(F.col("_status").isin("ok", "superseded"))
-        .groupBy("_stream", F.floor(F.col("_es") / HOUR_MS).alias("_h"))
-        .agg(F.count("*").alias("n"))
+    found = (
+        spark.createDataFrame(lines.select(["value"]))
+        .select(F.floor(F.from_json("value", "struct<es: bigint>")["es"] / HOUR_MS).alias("h"))
+        .where(F.col("h").isNotNull())
+        .distinct()
         .collect()
     )
-    out: dict[tuple[str, str], int] = defaultdict(int)
-    for r in hours:
-        out[(str(r["_stream"]), datetime.fromtimestamp(int(r["_h"]) * 3600, zone).strftime("%Y-%m-%dT%H"))] += int(
-            r["n"]
+    return sorted({_local_hour(int(r["h"]), tz) for r in found})
+
+
+def _recorded_changes(
+    spark: SparkSession, store: DeltaStore, table: Table, hours: Sequence[str], committed: dict[str, int]
+) -> DataFrame | None:
+    """The changes of ``hours`` taken in by committed batches (``_stream``, ``_change``), None if none.
+
+    Only those from segments up to a stream's committed position: a batch that crashed before its merge
+    had recorded its changes already, and its re-run must apply them, not take them for duplicates."""
+    dt = store.table(CHANGES_KEY)
+    if dt is None or not hours or not committed:
+        return None
+    recorded = dt.to_pyarrow_table(
+        columns=["stream", "change", "seq"], filters=[("table", "=", table.fqn), ("hour", "in", list(hours))]
+    )
+    keep = pa.array([False] * recorded.num_rows, pa.bool_())
+    for stream, position in committed.items():
+        mine = pc.and_(pc.equal(recorded["stream"], stream), pc.less_equal(recorded["seq"], position))
+        keep = pc.or_(keep, mine)
+    recorded = recorded.filter(keep)
+    if not recorded.num_rows:
+        return None
+    return spark.createDataFrame(recorded.select(["stream", "change"])).toDF("_stream", "_change")
+
+
+def _ingested_changes(classified: DataFrame, table: Table, tz: str) -> pa.Table:
+    """The distinct changes taken in (applied, or collapsed into a newer change of the same key), in the
+    shape of ``ops.ingested_changes``."""
+    from pyspark.sql import functions as F
+
+    taken = (
+        classified.where(F.col("_status").isin("ok", "superseded"))
+        .select(
+            F.col("_stream").alias("stream"),
+            F.floor(F.col("_es") / HOUR_MS).alias("h"),
+            F.col("_change").alias("change"),
+            F.col("_seq").alias("seq"),
         )
-    return dict(out)
+        .toArrow()
+    )
+    epoch_hours = pc.unique(taken["h"])
+    keys = pa.array([_local_hour(int(h), tz) for h in epoch_hours.to_pylist()], pa.string())
+    hour = pc.take(keys, pc.index_in(taken["h"], value_set=epoch_hours))
+    out = pa.table(
+        {
+            "table": pa.array([table.fqn] * taken.num_rows, pa.string()),
+            "stream": taken["stream"],
+            "hour": hour,
+            "change": taken["change"],
+            "seq": taken["seq"],
+        }
+    )
+    return out.cast(CHANGES_SCHEMA)
+
+
+def _by_hour(changes: pa.Table) -> dict[tuple[str, str], int]:
+    """Changes per (stream, local hour)."""
+    grouped = changes.group_by(["stream", "hour"]).aggregate([("change", "count")]).to_pylist()
+    return {(str(g["stream"]), str(g["hour"])): int(g["change_count"]) for g in grouped}
 
 
 def ingest_batch(
@@ -449,13 +578,15 @@ def ingest_batch(
     report.positions = positions
     lines = read_lines(segments)
     columns, new_columns = _columns_with_drift(spark, store, table, lines)
-    report.new_columns = [name for name, _ in new_columns]
-    schema = ods_arrow_schema(table, extra=[c for c in columns if c not in table.columns])
-    applied = pa.Table.from_pylist([], schema=schema)
+    applied: pa.Table | None = None
     quarantined = pa.Table.from_pylist([], schema=QUARANTINE_SCHEMA)
+    changes = CHANGES_SCHEMA.empty_table()
     if lines.num_rows:
-        classified = prepare_batch(spark, table, lines, columns).persist()
+        committed = committed_positions(store, table, list(positions))
+        seen = _recorded_changes(spark, store, table, _binlog_hours(spark, lines, tz), committed)
+        classified = prepare_batch(spark, table, lines, columns, seen).persist()
         try:
+            columns, new_columns = _applied_columns(classified, columns, new_columns)
             counts = {
                 r["_status"]: int(r["n"]) for r in classified.groupBy("_status").agg(F.count("*").alias("n")).collect()
             }
@@ -465,7 +596,8 @@ def ingest_batch(
             report.ddl_lines = counts.get("ddl", 0)
             # "ingested" = distinct DML row changes taken into the table (applied, or collapsed into a newer
             # change of the same key), by the local hour of their binlog time — what the source counts
-            report.ingested = _ingested_by_hour(classified, tz)
+            changes = _ingested_changes(classified, table, tz)
+            report.ingested = _by_hour(changes)
             assert table.partition_time is not None
             ok = classified.where(F.col("_status") == "ok").select(
                 *[name for name, _ in columns],
@@ -493,13 +625,18 @@ def ingest_batch(
             )
         finally:
             classified.unpersist()
+    report.new_columns = [name for name, _ in new_columns]
+    schema = ods_arrow_schema(table, extra=[c for c in columns if c not in table.columns])
+    if applied is None:
+        applied = pa.Table.from_pylist([], schema=schema)
     report.prepare_seconds = time.monotonic() - started
     report.rows_applied = applied.num_rows
     report.rows_quarantined = quarantined.num_rows
     report.check()
     if quarantined.num_rows:
         _write_quarantine(store, table, quarantined, segments)
-    _write_counts(store, table, report.ingested, positions)
+    _write_changes(store, table, changes, positions)
+    _write_counts(store, table, changes, positions)
     txns = {position_app_id(stream): seq for stream, seq in positions.items()}
     if applied.num_rows:
         target = pa.schema([*schema, pa.field("_op", pa.string())])
@@ -552,25 +689,53 @@ def _write_quarantine(store: DeltaStore, table: Table, rows: pa.Table, segments:
     )
 
 
-def _write_counts(
-    store: DeltaStore, table: Table, ingested: dict[tuple[str, str], int], positions: dict[str, int]
-) -> None:
-    """Append the batch's per-hour ingested rows once (app transactions per stream, like the quarantine).
+def _not_yet_recorded(
+    store: DeltaStore, key: Sequence[str], app_id: Callable[[str], str], changes: pa.Table, positions: dict[str, int]
+) -> tuple[pa.Table, dict[str, int]]:
+    """The changes an ops table does not hold yet, and the streams whose recorded position moves on.
 
-    Written before the merge: a crash in between re-runs the batch, whose counts are then skipped."""
-    existing = store.table(COUNTS_KEY)
-    done = {s: existing.transaction_version(counts_app_id(table, s)) or 0 for s in positions} if existing else {}
+    Written before the merge, so a crash in between re-runs the batch: its changes up to the position
+    recorded then are skipped, those of segments that arrived since (a longer re-run) are not."""
+    existing = store.table(key)
+    done = {s: existing.transaction_version(app_id(s)) or 0 for s in positions} if existing else {}
     fresh = {s: seq for s, seq in positions.items() if done.get(s, 0) < seq}
-    rows = [
-        {"table": table.fqn, "stream": stream, "hour": hour, "rows": n, "seq_to": positions[stream]}
-        for (stream, hour), n in sorted(ingested.items())
-        if stream in fresh and n
-    ]
+    keep = pa.array([False] * changes.num_rows, pa.bool_())
+    for stream in fresh:
+        mine = pc.and_(pc.equal(changes["stream"], stream), pc.greater(changes["seq"], done.get(stream, 0)))
+        keep = pc.or_(keep, mine)
+    return changes.filter(keep), fresh
+
+
+def _write_changes(store: DeltaStore, table: Table, changes: pa.Table, positions: dict[str, int]) -> None:
+    """Record the batch's changes once (app transactions per stream, like the quarantine)."""
+    rows, fresh = _not_yet_recorded(store, CHANGES_KEY, lambda s: changes_app_id(table, s), changes, positions)
     if not fresh:
         return
     write_deltalake(
+        store.table_uri(CHANGES_KEY),
+        rows,
+        mode="append",
+        partition_by=["table", "hour"],
+        configuration=store.table_configuration(),
+        storage_options=store.storage_options or None,
+        commit_properties=CommitProperties(
+            app_transactions=[Transaction(changes_app_id(table, s), v) for s, v in fresh.items()]
+        ),
+    )
+
+
+def _write_counts(store: DeltaStore, table: Table, changes: pa.Table, positions: dict[str, int]) -> None:
+    """Append the batch's per-hour ingested rows once (app transactions per stream, like the quarantine)."""
+    rows, fresh = _not_yet_recorded(store, COUNTS_KEY, lambda s: counts_app_id(table, s), changes, positions)
+    if not fresh:
+        return
+    entries = [
+        {"table": table.fqn, "stream": stream, "hour": hour, "rows": n, "seq_to": positions[stream]}
+        for (stream, hour), n in sorted(_by_hour(rows).items())
+    ]
+    write_deltalake(
         store.table_uri(COUNTS_KEY),
-        pa.Table.from_pylist(rows, schema=COUNTS_SCHEMA),
+        pa.Table.from_pylist(entries, schema=COUNTS_SCHEMA),
         mode="append",
         partition_by=["table"],
         configuration=store.table_configuration(),
