@@ -13,7 +13,8 @@ For one ODS table, each batch:
    completeness readiness compares with the source's own counts, see :func:`ingested_counts`);
 5. delta-rs merges the batch into the partitions it touches, and the same commit records the new
    positions — so the position never runs ahead of committed data and a restart neither skips nor
-   re-applies anything.
+   re-applies anything. A change that moved a key's partition time (Canal's ``old``) also retires the
+   key in the partitions it left, as a tombstone: one key is live in one partition.
 
 Every batch checks ``in = applied + quarantined + duplicates + superseded + ddl``.
 """
