@@ -100,11 +100,13 @@ class MergeResult:
     metrics: dict[str, Any]
     partitions: list[dict[str, str]]
     duration_s: float
+    moved_out: int = 0  # source rows that retired a key from a partition it moved out of
 
     def metadata(self) -> dict[str, Any]:
         m = self.metrics
         return {
-            "source_rows": m.get("num_source_rows", 0),
+            "source_rows": m.get("num_source_rows", 0),  # the batch's changes + moved_out
+            "rows_moved_out": self.moved_out,
             "rows_inserted": m.get("num_target_rows_inserted", 0),
             "rows_updated": m.get("num_target_rows_updated", 0),
             "rows_deleted": m.get("num_target_rows_deleted", 0),
@@ -585,6 +587,7 @@ class DeltaStore:
         prune: bool = True,
         tombstone_column: str | None = None,
         merge_schema: bool = False,
+        moved_out: pa.Table | None = None,
     ) -> MergeResult:
         """Merge a change batch by primary key; the newest change (by ``order_by``) wins.
 
@@ -596,6 +599,12 @@ class DeltaStore:
 
         With ``tombstone_column`` a DELETE is kept as a row flagged in that column (the batch carries the
         flag) instead of being removed, so an older change delivered again later cannot resurrect it.
+
+        The key is matched within a partition, so a change that moves a row to another partition cannot
+        find its old row. ``moved_out`` (the batch's columns) names, per moved key, each partition it left,
+        with the order values of its newest change: it is merged as a DELETE there (a tombstone with
+        ``tombstone_column``), so a key is live in one partition only. The caller excludes the key's new
+        partition and sends one row per key and partition.
         """
         started = time.monotonic()
         uri = self.table_uri(key)
@@ -604,6 +613,14 @@ class DeltaStore:
         if dt is None:
             schema = _normalize_arrow_schema(batch.select(target_columns).schema)
             dt = self.create_table(key, schema, partition_by)
+        moved = 0
+        if moved_out is not None and moved_out.num_rows:
+            moved = moved_out.num_rows
+            leave = _with_column(moved_out, op_column, pa.array(["DELETE"] * moved, pa.string()))
+            if tombstone_column is not None:
+                leave = _with_column(leave, tombstone_column, pa.array([True] * moved, pa.bool_()))
+            # the left partitions join the batch's: the predicate below then prunes to both, no more
+            batch = pa.concat_tables([batch, leave.select(batch.schema.names).cast(batch.schema)])
         specs = batch_partitions(batch, partition_by)
         conditions = [f"t.`{c}` = s.`{c}`" for c in [*partition_by, *primary_key]]
         if prune and specs:
@@ -644,6 +661,7 @@ class DeltaStore:
             metrics=dict(metrics),
             partitions=specs,
             duration_s=time.monotonic() - started,
+            moved_out=moved,
         )
 
     def commit_app_transactions(self, key: Sequence[str] | str, app_transactions: Mapping[str, int]) -> int:
@@ -835,6 +853,11 @@ def batch_partitions(batch: pa.Table, partition_by: Sequence[str]) -> list[dict[
     keys = batch.select(columns).group_by(columns).aggregate([])
     values = zip(*(keys.column(c).cast(pa.string()).to_pylist() for c in columns), strict=True)
     return [dict(zip(columns, v, strict=True)) for v in sorted(values)]
+
+
+def _with_column(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
+    index = table.schema.get_field_index(name)
+    return table.append_column(name, values) if index < 0 else table.set_column(index, name, values)
 
 
 def _numeric_bounds(actions: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> list[Any] | None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
@@ -58,6 +58,25 @@ def parse_line(line: str) -> dict[str, Any] | None:
     except ValueError:
         return None
     return message if isinstance(message, dict) else None
+
+
+def assert_each_key_live_once(
+    rows: Iterable[Mapping[str, Any]],
+    primary_key: Sequence[str] = ("id",),
+    partition_by: Sequence[str] = ("dt", "hh"),
+) -> None:
+    """No primary key of an ODS table is live (not a ``_deleted`` tombstone) more than once, table-wide.
+
+    The per-partition ``unique`` check cannot see a key left live in a partition it moved out of."""
+    places: dict[tuple[Any, ...], list[tuple[Any, ...]]] = defaultdict(list)
+    for row in rows:
+        if not row.get("_deleted"):
+            places[tuple(row[c] for c in primary_key)].append(tuple(row.get(c) for c in partition_by))
+    several = {key: sorted(where) for key, where in places.items() if len(where) > 1}
+    assert not several, (
+        f"{len(several)} keys of {list(primary_key)} live more than once; key → {list(partition_by)}: "
+        + ", ".join(f"{key} → {where}" for key, where in sorted(several.items())[:5])
+    )
 
 
 @dataclass

@@ -7,6 +7,7 @@ import os
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -176,6 +177,35 @@ def test_merge_scans_only_the_batch_partitions(store: DeltaStore) -> None:
     unpruned = store.merge(("ods", "p"), change, primary_key=["id"], partition_by=["dt"], prune=False)
     assert pruned.metadata()["files_scanned"] == 1
     assert unpruned.metadata()["files_scanned"] == 10
+
+
+@pytest.mark.parametrize("tombstones", [False, True])
+def test_merge_moves_a_key_out_of_the_partition_it_left_scanning_only_both(store: DeltaStore, tombstones: bool) -> None:
+    days = [f"2024-03-{d:02d}" for d in range(1, 11)]
+    flag = {"_deleted": [False] * 100} if tombstones else {}
+    base = pa.table(
+        {"id": list(range(100)), "_es": [1] * 100, "_pos": [1] * 100, "_op": ["INSERT"] * 100, **flag}
+        | {"dt": [days[i % 10] for i in range(100)]}  # id i lives in days[i % 10]
+    )
+    merge_args: dict[str, Any] = {"primary_key": ["id"], "partition_by": ["dt"]}
+    merge_args["tombstone_column"] = "_deleted" if tombstones else None
+    store.merge(("ods", "m"), base, **merge_args)
+    one = {"_deleted": [False]} if tombstones else {}
+    change = pa.table({"id": [5], "_es": [2], "_pos": [2], "_op": ["UPDATE"], **one, "dt": [days[7]]})  # left days[5]
+    left = pa.table({"id": [5], "_es": [2], "_pos": [2], "_op": ["UPDATE"], **one, "dt": [days[5]]})
+    result = store.merge(("ods", "m"), change, moved_out=left, **merge_args)
+
+    rows = DeltaTable(store.table_uri(("ods", "m"))).to_pyarrow_table().to_pylist()
+    oracle.assert_each_key_live_once(rows, ["id"], ["dt"])
+    assert sorted((r["dt"], r.get("_deleted", False)) for r in rows if r["id"] == 5) == (
+        [(days[5], True), (days[7], False)] if tombstones else [(days[7], False)]
+    )
+    assert len(rows) == (101 if tombstones else 100)
+    meta = result.metadata()
+    assert result.partitions == [{"dt": days[5]}, {"dt": days[7]}]
+    assert (meta["source_rows"], meta["rows_moved_out"], meta["files_scanned"]) == (2, 1, 2)
+    expected = (1, 1, 0) if tombstones else (1, 0, 1)  # a tombstone is an update, a plain delete a delete
+    assert (meta["rows_inserted"], meta["rows_updated"], meta["rows_deleted"]) == expected
 
 
 def test_optimize_zorder_and_history(spark: SparkSession, store: DeltaStore) -> None:

@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 
 from resources.delta_lake import DeltaStore
 from resources.landing import Landing
+from tests import oracle
 from warehouse_assets.catalog import Table, load_catalog
 from warehouse_assets.ingestion import (
     QUARANTINE_KEY,
@@ -72,9 +73,17 @@ def order(key: int, status: str = "created", amount: str = "10.00", **override: 
 
 
 def message(
-    msg_id: int, kind: str, rows: Sequence[dict[str, str | None]], minute: float, table: str = "order_00", **extra: Any
+    msg_id: int,
+    kind: str,
+    rows: Sequence[dict[str, str | None]],
+    minute: float,
+    table: str = "order_00",
+    old: Sequence[dict[str, str | None]] | None = None,
+    **extra: Any,
 ) -> str:
-    """One Canal flat message as Canal writes it to Kafka (compact JSON, values as strings)."""
+    """One Canal flat message as Canal writes it to Kafka (compact JSON, values as strings).
+
+    ``old`` (UPDATE only): per row, the previous values of the changed columns; default a status change."""
     obj: dict[str, Any] = {
         "data": list(rows),
         "database": DB,
@@ -82,7 +91,7 @@ def message(
         "id": msg_id,
         "isDdl": False,
         "mysqlType": MYSQL_TYPES,
-        "old": [{"status": "created"} for _ in rows] if kind == "UPDATE" else None,
+        "old": (list(old) if old is not None else [{"status": "created"} for _ in rows]) if kind == "UPDATE" else None,
         "pkNames": ["id"],
         "sql": "",
         "sqlType": {k: SQL_TYPES[v] for k, v in MYSQL_TYPES.items()},
@@ -119,16 +128,23 @@ class Ods:
     def version(self) -> int:
         return int(DeltaTable(self.store.table_uri(self.table.key)).version())
 
+    def all_rows(self) -> list[dict[str, Any]]:
+        """Every row, tombstones included: a DELETE is kept as a row flagged ``_deleted`` that readers skip."""
+        return DeltaTable(self.store.table_uri(self.table.key)).to_pyarrow_table().to_pylist()
+
     def rows(self) -> list[dict[str, Any]]:
-        """Live rows: a DELETE is kept as a tombstone (``_deleted``) that readers skip."""
-        table = DeltaTable(self.store.table_uri(self.table.key)).to_pyarrow_table().to_pylist()
-        return [r for r in table if not r["_deleted"]]
+        """Live rows."""
+        return [r for r in self.all_rows() if not r["_deleted"]]
 
     def by_id(self) -> dict[int, dict[str, Any]]:
+        """Live rows by key, after asserting that no key is live twice anywhere in the table."""
         rows = self.rows()
-        ids = [r["id"] for r in rows]
-        assert len(ids) == len(set(ids)), f"duplicate primary keys in ODS: {sorted(ids)}"
+        oracle.assert_each_key_live_once(rows, self.table.primary_key, self.table.partition_by)
         return {r["id"]: r for r in rows}
+
+    def places(self, key: int) -> list[tuple[str, str, bool]]:
+        """(dt, hh, tombstone) of every row of ``key``, live or not, in partition order."""
+        return sorted((r["dt"], r["hh"], r["_deleted"]) for r in self.all_rows() if r["id"] == key)
 
     def quarantine(self) -> list[dict[str, Any]]:
         if not self.store.exists(QUARANTINE_KEY):
@@ -356,6 +372,98 @@ def test_a_change_older_than_a_delete_does_not_resurrect_the_row(ods: Ods) -> No
     ods.write("order_00", 3, [insert_1, message(3, "INSERT", [order(3)], 12)])  # message 1 delivered again
     ods.ingest()
     assert sorted(ods.by_id()) == [3]
+
+
+# --- partition-time moves ------------------------------------------------------------------------------------
+
+DAY = "2026-03-02"
+
+
+def move(msg_id: int, key: int, frm: float, to: float, minute: float) -> str:
+    """An UPDATE setting ``create_time`` of ``key`` from 10:00 + ``frm`` to 10:00 + ``to`` minutes, with
+    ``old`` as Canal writes it: the previous values of the changed columns."""
+    row = order(key, create_time=_local(to), update_time=_local(minute))
+    return message(msg_id, "UPDATE", [row], minute, old=[{"create_time": _local(frm), "update_time": _local(frm)}])
+
+
+def test_an_update_moving_the_partition_time_leaves_the_key_live_in_its_new_partition_only(ods: Ods) -> None:
+    insert = message(1, "INSERT", [order(1), order(2)], 1)
+    ods.write("order_00", 1, [insert])
+    ods.ingest()
+
+    ods.write("order_00", 2, [move(2, 1, frm=1, to=65, minute=6)])  # hour 10 → hour 11, a batch later
+    batch = ods.ingest().batches[0]
+    _balanced(batch)
+    assert (batch.rows_in, batch.rows_applied) == (1, 1)
+    rows = ods.by_id()
+    assert {k: (r["dt"], r["hh"]) for k, r in rows.items()} == {1: (DAY, "11"), 2: (DAY, "10")}
+    assert ods.places(1) == [(DAY, "10", True), (DAY, "11", False)]
+    assert batch.merge is not None
+    merge = batch.merge.metadata()
+    assert (merge["source_rows"], merge["rows_moved_out"], merge["partitions_touched"]) == (2, 1, 2)
+    assert (merge["rows_inserted"], merge["rows_updated"], merge["files_scanned"]) == (1, 1, 1)
+
+    ods.write("order_00", 3, [insert])  # the older INSERT delivered again: hour 10's tombstone holds it off
+    ods.ingest()
+    assert sorted(ods.by_id()) == [1, 2]
+    assert ods.places(1) == [(DAY, "10", True), (DAY, "11", False)]
+
+    ods.write("order_00", 4, [message(4, "DELETE", [order(1, create_time=_local(65), update_time=_local(6))], 20)])
+    ods.ingest()
+    assert sorted(ods.by_id()) == [2]
+    assert ods.places(1) == [(DAY, "10", True), (DAY, "11", True)]
+
+
+def test_several_moves_of_a_key_in_one_batch_leave_it_live_in_the_newest_partition_only(ods: Ods) -> None:
+    ods.write("order_00", 1, [message(1, "INSERT", [order(1), order(2)], 1)])
+    ods.ingest()
+    insert_3 = message(4, "INSERT", [order(3)], 7)
+    ods.write(
+        "order_00",
+        2,
+        [
+            move(2, 1, frm=1, to=65, minute=5),  # key 1: hour 10 → 11
+            move(3, 1, frm=65, to=125, minute=6),  # key 1: hour 11 → 12
+            insert_3,  # key 3: created in hour 10 ...
+            move(5, 3, frm=1, to=65, minute=8),  # ... and moved to hour 11 in the same batch
+            move(6, 2, frm=1, to=65, minute=9),  # key 2: hour 10 → 11 ...
+            message(7, "DELETE", [order(2, create_time=_local(65), update_time=_local(9))], 10),  # ... then deleted
+        ],
+    )
+    batch = ods.ingest().batches[0]
+    _balanced(batch)
+    assert (batch.rows_in, batch.rows_applied, batch.rows_superseded) == (6, 3, 3)
+    rows = ods.by_id()
+    assert {k: (r["dt"], r["hh"]) for k, r in rows.items()} == {1: (DAY, "12"), 3: (DAY, "11")}
+    assert ods.places(1) == [(DAY, "10", True), (DAY, "11", True), (DAY, "12", False)]
+    assert ods.places(2) == [(DAY, "10", True), (DAY, "11", True)]
+    assert ods.places(3) == [(DAY, "10", True), (DAY, "11", False)]
+    assert batch.merge is not None
+    merge = batch.merge.metadata()
+    # moved out: key 1 of hours 10 and 11, key 2 and key 3 of hour 10; the merge reads hours 10, 11, 12 only
+    assert (merge["rows_moved_out"], merge["source_rows"], merge["partitions_touched"]) == (4, 7, 3)
+
+    ods.write("order_00", 3, [insert_3])  # key 3's superseded INSERT delivered again: not back in hour 10
+    ods.ingest()
+    assert sorted(ods.by_id()) == [1, 3]
+    assert ods.places(3) == [(DAY, "10", True), (DAY, "11", False)]
+
+
+def test_an_update_whose_old_partition_time_is_unreadable_is_quarantined(ods: Ods) -> None:
+    bad = order(1, create_time=_local(65), update_time=_local(6))
+    ods.write(
+        "order_00",
+        1,
+        [
+            message(1, "INSERT", [order(1)], 1),
+            message(2, "UPDATE", [bad], 6, old=[{"create_time": "yesterday", "update_time": _local(1)}]),
+        ],
+    )
+    batch = ods.ingest().batches[0]
+    _balanced(batch)
+    assert (batch.rows_applied, batch.rows_quarantined) == (1, 1)
+    assert {k: (r["dt"], r["hh"]) for k, r in ods.by_id().items()} == {1: (DAY, "10")}
+    assert [q["reason"] for q in ods.quarantine()] == ["bad old value for create_time: yesterday"]
 
 
 # --- quarantine ---------------------------------------------------------------------------------------------

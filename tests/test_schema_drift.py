@@ -22,7 +22,9 @@ CATALOG = load_catalog()
 
 
 def _live(store: DeltaStore, fqn: str) -> list[dict]:
-    rows = DeltaTable(store.table_uri(CATALOG[fqn].key)).to_pyarrow_table().to_pylist()
+    table = CATALOG[fqn]
+    rows = DeltaTable(store.table_uri(table.key)).to_pyarrow_table().to_pylist()
+    oracle.assert_each_key_live_once(rows, table.primary_key, table.partition_by)
     return [r for r in rows if not r["_deleted"]]
 
 

@@ -14,7 +14,8 @@ For one ODS table, each batch:
    table (what completeness readiness compares with the source's own counts, see :func:`ingested_counts`);
 5. delta-rs merges the batch into the partitions it touches, and the same commit records the new
    positions — so the position never runs ahead of committed data and a restart neither skips nor
-   re-applies anything.
+   re-applies anything. A change that moved a key's partition time (Canal's ``old``) also retires the
+   key in the partitions it left, as a tombstone: one key is live in one partition.
 
 Every batch checks ``in = applied + quarantined + duplicates + superseded + ddl``.
 """
@@ -394,6 +395,7 @@ def prepare_batch(
         F.lit(None).cast("string").alias("_op"),
         F.lit(None).cast("bigint").alias("_msg_id"),
         F.lit(None).cast("string").alias("_change"),
+        F.lit(None).cast("array<timestamp>").alias("_moved_from"),
     )
     rows = msg.where(F.col("_line_reason").isNull()).select(
         "_stream",
@@ -404,9 +406,13 @@ def prepare_batch(
         F.col("_m.id").alias("_msg_id"),
         F.col("_m.type").alias("_op"),
         F.col("_m.es").alias("_es"),
+        F.col("_m.old").alias("_old"),
         F.posexplode("_m.data").alias("_row_index", "_r"),
     )
     typed = [_typed(F.col("_r")[name], ctype).alias(name) for name, ctype in columns]
+    assert table.partition_time is not None
+    # an UPDATE's ``old`` (parallel to ``data``) names the partition time the row had before, if it changed
+    old_time = F.try_element_at(F.col("_old"), F.col("_row_index") + 1)[table.partition_time]
     rows = rows.select(
         "_stream",
         "_segment",
@@ -419,6 +425,8 @@ def prepare_batch(
         "_es",
         "_r",
         *typed,
+        old_time.alias("_old_time_raw"),
+        _typed(old_time, "timestamp").alias("_old_time"),
         (F.col("_seq") * POS_SEGMENT + F.col("_line") * POS_LINE + F.col("_row_index")).alias("_pos"),
     )
     problems: list[Column] = []
@@ -428,10 +436,11 @@ def prepare_batch(
     for name, _ctype in columns:
         bad = F.col("_r")[name].isNotNull() & F.col(name).isNull()
         problems.append(F.when(bad, F.concat(F.lit(f"bad value for {name}: "), F.col("_r")[name])))
-    assert table.partition_time is not None
     problems.append(
         F.when(F.col(table.partition_time).isNull(), F.lit(f"missing partition time {table.partition_time}"))
     )
+    bad_old = F.col("_old_time_raw").isNotNull() & F.col("_old_time").isNull()  # the row's old partition unknown
+    problems.append(F.when(bad_old, F.concat(F.lit(f"bad old value for {table.partition_time}: "), "_old_time_raw")))
     rows = rows.withColumn("_reason", F.concat_ws("; ", *problems))
     rows = rows.withColumn("_reason", F.when(F.col("_reason") == "", F.lit(None)).otherwise(F.col("_reason")))
     # a re-sent message (same content in the same stream) counts once, in this batch or after an earlier
@@ -452,6 +461,10 @@ def prepare_batch(
         F.col("_es").desc(), F.col("_pos").desc()
     )
     rows = rows.withColumn("_rank", F.when(valid, F.row_number().over(newest)))
+    # every partition time the key had in the batch (images and ``old``): the newest change leaves the others
+    changes = Window.partitionBy(valid.alias("valid"), *table.primary_key)
+    was_at = F.array_union(F.collect_set(table.partition_time).over(changes), F.collect_set("_old_time").over(changes))
+    rows = rows.withColumn("_moved_from", F.when(valid, was_at))
     status = (
         F.when(F.col("_reason").isNotNull(), F.lit("quarantine"))
         .when(~unique, F.lit("duplicate"))
@@ -473,6 +486,7 @@ def prepare_batch(
         "_op",
         "_msg_id",
         "_change",
+        "_moved_from",
     )
     return line_level.unionByName(record_level)
 
@@ -558,6 +572,32 @@ def _by_hour(changes: pa.Table) -> dict[tuple[str, str], int]:
     return {(str(g["stream"]), str(g["hour"])): int(g["change_count"]) for g in grouped}
 
 
+def _partition_values(table: Table) -> list[Column]:
+    """An ODS row's partition (``dt``, ``hh``): the local date and hour of its partition time."""
+    from pyspark.sql import functions as F
+
+    assert table.partition_time is not None
+    return [
+        F.date_format(table.partition_time, "yyyy-MM-dd").alias("dt"),
+        F.date_format(table.partition_time, "HH").alias("hh"),
+    ]
+
+
+def _moved_out(table: Table, ok: DataFrame) -> DataFrame:
+    """Per applied change, one row for each other partition its key was in during the batch (or just before
+    it, by ``old``): the merge retires the key there, so it stays live in one partition (see DeltaStore.merge).
+    The row carries the old partition time and the newest change's order values."""
+    from pyspark.sql import functions as F
+
+    assert table.partition_time is not None
+    left = ok.withColumnsRenamed({"dt": "_to_dt", "hh": "_to_hh"}).withColumn(
+        table.partition_time, F.explode("_moved_from")
+    )
+    left = left.select("*", *_partition_values(table))
+    left = left.where((F.col("dt") != F.col("_to_dt")) | (F.col("hh") != F.col("_to_hh")))
+    return left.dropDuplicates([*table.primary_key, "dt", "hh"]).drop("_to_dt", "_to_hh", "_moved_from")
+
+
 def ingest_batch(
     spark: SparkSession,
     store: DeltaStore,
@@ -579,6 +619,7 @@ def ingest_batch(
     lines = read_lines(segments)
     columns, new_columns = _columns_with_drift(spark, store, table, lines)
     applied: pa.Table | None = None
+    moved_out: pa.Table | None = None
     quarantined = pa.Table.from_pylist([], schema=QUARANTINE_SCHEMA)
     changes = CHANGES_SCHEMA.empty_table()
     if lines.num_rows:
@@ -605,11 +646,12 @@ def ingest_batch(
                 "_pos",
                 "_stream",
                 (F.col("_op") == "DELETE").alias("_deleted"),
-                F.date_format(table.partition_time, "yyyy-MM-dd").alias("dt"),
-                F.date_format(table.partition_time, "HH").alias("hh"),
+                *_partition_values(table),
                 "_op",
+                "_moved_from",
             )
-            applied = ok.toArrow()
+            applied = ok.drop("_moved_from").toArrow()
+            moved_out = _moved_out(table, ok).toArrow()
             quarantined = (
                 classified.where(F.col("_status") == "quarantine")
                 .select(
@@ -650,6 +692,7 @@ def ingest_batch(
             prune=prune,
             tombstone_column="_deleted",
             merge_schema=bool(new_columns),
+            moved_out=moved_out.select(target.names).cast(target) if moved_out is not None else None,
         )
     else:
         store.commit_app_transactions(table.key, txns)
