@@ -93,7 +93,7 @@ def _seed_ods(lake: Path, hours: list[datetime]) -> None:
     from deltalake import write_deltalake
 
     from resources.delta_lake import DeltaStore
-    from resources.simulator import merged_order_row
+    from simulator.cdc import merged_order_row
     from warehouse_assets.catalog import load_catalog
     from warehouse_assets.ingestion import ods_arrow_schema
 
@@ -116,7 +116,7 @@ def main() -> int:
 
     from dagster import AssetKey, AssetMaterialization, AssetRecordsFilter, DagsterInstance
 
-    from resources.external_simulator import marketing_rows, write_marketing
+    from simulator.external import marketing_rows, write_marketing
     from warehouse_assets.catalog import load_catalog
     from warehouse_assets.quality import report_valid
 

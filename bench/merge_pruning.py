@@ -46,8 +46,8 @@ if str(ROOT) not in sys.path:
 
 from resources.delta_lake import DeltaStore, MergeResult  # noqa: E402
 from resources.landing import Landing, Segment, read_lines  # noqa: E402
-from resources.simulator import LOGICAL_TABLES  # noqa: E402
 from resources.spark import get_session  # noqa: E402
+from simulator.cdc import LOGICAL_TABLES  # noqa: E402
 from warehouse_assets.catalog import Table, load_catalog  # noqa: E402
 from warehouse_assets.ingestion import (  # noqa: E402
     ods_arrow_schema,

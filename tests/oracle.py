@@ -1,6 +1,6 @@
 """Ground truth for end-to-end tests: an independent replay of a simulator landing area.
 
-Deliberately shares nothing with ``resources/simulator.py`` but the file layout::
+Deliberately shares nothing with ``simulator/cdc.py`` but the file layout::
 
     <landing>/binlog/<db>/<physical_table>/<seq:06d>-<YYYYMMDDTHHMM>.jsonl   Canal flat messages
     <landing>/counts/<db>/<physical_table>.jsonl                               {"hour": ..., "rows": N}

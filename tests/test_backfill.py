@@ -47,8 +47,8 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from resources import resources_from_env
-from resources.external_simulator import simulate_external_for_landing
-from resources.simulator import SimulationConfig, simulate
+from simulator.cdc import SimulationConfig, simulate
+from simulator.external import simulate_external_for_landing
 from tests import oracle
 from warehouse_assets.cli import report_external_deliveries, report_ready_hours, run_ingest
 from warehouse_assets.compiler import backfill_partitions, upstream_partitions

@@ -12,7 +12,7 @@ from dagster import AssetKey, DefaultSensorStatus, TimeWindowPartitionMapping, T
 
 from warehouse_assets.catalog import CatalogError, load_catalog
 from warehouse_assets.compiler import upstream_partitions
-from warehouse_assets.definitions import defs, run_executor
+from warehouse_assets.definitions import build_definitions, catalog, defs, run_executor
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -58,21 +58,30 @@ def test_daily_dwd_depends_on_the_24_hours_of_its_day() -> None:
     assert keys == [f"2026-03-05-{h:02d}:00" for h in range(24)]
 
 
+PRODUCTION_SENSORS = {
+    "ods_landing",
+    "ods_readiness",
+    "ods_quality_checks",
+    "warehouse_automation",
+    "zorder_complete_partitions",
+    "ext_marketing_spend",
+    "ext_fx_rate",
+    "freshness_slas",
+}
+
+
 def test_sensors_run_by_default() -> None:
     sensors = {s.name: s for s in defs.sensors or []}
-    assert set(sensors) == {
-        "ods_landing",
-        "ods_readiness",
-        "ods_quality_checks",
-        "warehouse_automation",
-        "simulated_source",
-        "zorder_complete_partitions",
-        "ext_marketing_spend",
-        "ext_fx_rate",
-        "freshness_slas",
-    }
+    assert set(sensors) == PRODUCTION_SENSORS  # the simulated sources' clock is not part of the product
     for sensor in sensors.values():
         assert sensor.default_status == DefaultSensorStatus.RUNNING
+
+
+def test_the_simulated_source_runs_only_in_dev_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WAREHOUSE_SIMULATE_LIVE", "1")  # what `warehouse dev` sets
+    sensors = {s.name: s for s in build_definitions(catalog).sensors or []}
+    assert set(sensors) == PRODUCTION_SENSORS | {"simulated_source"}
+    assert sensors["simulated_source"].default_status == DefaultSensorStatus.RUNNING
 
 
 def test_runs_execute_their_steps_in_process_unless_told_otherwise() -> None:

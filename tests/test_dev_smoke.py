@@ -31,7 +31,7 @@ from dagster import (
     RunsFilter,
 )
 
-from resources.simulator import SimulationConfig, simulate
+from simulator.cdc import SimulationConfig, simulate
 
 ROOT = Path(__file__).resolve().parent.parent
 # Not a latency target (bench/handoff_latency.py measures that): the chain — ingest, ODS hour checks, DWD, DWS,

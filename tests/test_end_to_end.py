@@ -27,7 +27,7 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from resources import LandingResource, resources_from_env
-from resources.simulator import SimulationConfig, simulate
+from simulator.cdc import SimulationConfig, simulate
 from tests import oracle
 from warehouse_assets.cli import materialize_range
 

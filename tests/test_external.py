@@ -28,7 +28,10 @@ from pyspark.sql import SparkSession
 
 from resources.delta_lake import DeltaLakeResource, DeltaStore
 from resources.external import ExternalResource, ExternalSource, key_problem
-from resources.external_simulator import (
+from resources.landing import Landing
+from resources.spark import SparkResource
+from sensors.external import Cursor, build_external_sensor, evaluate
+from simulator.external import (
     CORRECTION_DAY,
     DUPLICATE_MARKER_DAY,
     FUTURE_DAY,
@@ -40,9 +43,6 @@ from resources.external_simulator import (
     events_until,
     simulate_external,
 )
-from resources.landing import Landing
-from resources.spark import SparkResource
-from sensors.external import Cursor, build_external_sensor, evaluate
 from warehouse_assets.definitions import catalog, defs
 from warehouse_assets.quality import report_valid
 from warehouse_assets.why import explain

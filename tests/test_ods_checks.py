@@ -41,8 +41,8 @@ from pyspark.sql import SparkSession
 
 from resources import resources_from_env
 from resources.landing import Landing
-from resources.simulator import merged_order_row
 from sensors.ods_checks import JOB, build_ods_checks_sensor, checked_tables, next_batch, unchecked_hours
+from simulator.cdc import merged_order_row
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.compiler import build_assets, build_checks
 from warehouse_assets.definitions import catalog, defs

@@ -33,7 +33,7 @@ from pyspark.sql import SparkSession
 
 from resources import resources_from_env
 from resources.landing import Landing
-from resources.simulator import merged_order_row
+from simulator.cdc import merged_order_row
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.compiler import build_assets
 from warehouse_assets.ingestion import ods_arrow_schema

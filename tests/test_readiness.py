@@ -23,9 +23,9 @@ from pyspark.sql import SparkSession
 
 from resources.delta_lake import DeltaLakeResource, DeltaStore
 from resources.landing import Landing, LandingResource
-from resources.simulator import SimulationConfig, simulate
 from sensors.landing import build_landing_sensor
 from sensors.ods_readiness import build_readiness_sensor, readiness, readiness_events, ready_hours
+from simulator.cdc import SimulationConfig, simulate
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.ingestion import ingest_table
 from warehouse_assets.ods import build_ingest_job

@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 
 from resources.delta_lake import DeltaStore
 from resources.landing import Landing
-from resources.simulator import SimulationConfig, simulate
+from simulator.cdc import SimulationConfig, simulate
 from tests import oracle
 from warehouse_assets.catalog import load_catalog
 from warehouse_assets.ingestion import QUARANTINE_KEY, ingest_batch, ingest_table, spark_type_of_mysql

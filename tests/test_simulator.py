@@ -1,4 +1,4 @@
-"""Tests of the simulated MySQL source (resources/simulator.py), checked through the independent oracle."""
+"""Tests of the simulated MySQL source (simulator/cdc.py), checked through the independent oracle."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from resources.simulator import (
+from simulator.cdc import (
     LOGICAL_TABLES,
     SimulationConfig,
     SimulationSummary,

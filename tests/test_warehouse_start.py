@@ -9,7 +9,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from resources.simulator import SimulationConfig, append, simulate
+from simulator.cdc import SimulationConfig, append, simulate
 from warehouse_assets.cli import warehouse_start
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -271,14 +271,14 @@ def materialize_range(
 
 def simulate_externals(landing: Path, external_root: Path) -> None:
     """Let the simulated external producers deliver what is due by the CDC simulation's clock."""
-    from resources.external_simulator import simulate_external_for_landing
+    from simulator.external import simulate_external_for_landing
 
     delivered = simulate_external_for_landing(landing, external_root)
     _say(f"[sim] external producers: {len(delivered)} new deliveries under {external_root}")
 
 
 def _ensure_simulated(landing: Path, days: int, scale: float, tz: str, external_root: Path) -> None:
-    from resources.simulator import SimulationConfig, append, simulate
+    from simulator.cdc import SimulationConfig, append, simulate
 
     now = datetime.now(ZoneInfo(tz))
     step = 5
@@ -301,7 +301,7 @@ def warehouse_start(env: dict[str, str], landing: Path) -> str | None:
     extended, so the partitions start on the same day across restarts. Without a simulation and without
     a value, the default of ``warehouse_assets.partitions`` applies (None).
     """
-    from resources.simulator import read_simulation
+    from simulator.cdc import read_simulation
 
     if env.get("WAREHOUSE_START"):
         return env["WAREHOUSE_START"]
@@ -420,7 +420,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="warehouse", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    from resources import simulator
+    from simulator import cdc as simulator
 
     sim = sub.add_parser("simulate", help="generate simulated CDC sources (Canal flat messages)")
     simulator.add_arguments(sim)

@@ -14,6 +14,7 @@ from dagster import (
     Definitions,
     ExecutorDefinition,
     PreviewWarning,
+    SensorDefinition,
     in_process_executor,
     multiprocess_executor,
 )
@@ -24,7 +25,6 @@ from sensors.freshness import build_freshness_sensor
 from sensors.landing import build_landing_sensor
 from sensors.ods_checks import build_ods_checks_sensor
 from sensors.ods_readiness import build_readiness_sensor
-from sensors.simulated_source import simulated_source
 from sensors.zorder import build_zorder
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.compiler import build_assets, build_checks
@@ -55,12 +55,26 @@ def run_executor(env: Mapping[str, str] | None = None) -> ExecutorDefinition:
     return EXECUTORS[name]
 
 
+def dev_sensors(simulate_live: bool) -> list[SensorDefinition]:
+    """The embedded default's simulated-source clock, only when ``warehouse dev`` simulates the sources.
+
+    Imported here, not at the top: the simulators are a dev tool outside the product (``simulator/``), and a
+    production code location never loads them.
+    """
+    if not simulate_live:
+        return []
+    from simulator.sensor import simulated_source
+
+    return [simulated_source]
+
+
 def build_definitions(catalog: Catalog) -> Definitions:
     """Everything the catalog compiles to, plus the project-wide sensors, jobs and resources."""
     ingest_job = build_ingest_job(catalog)
     maintenance_job, maintenance_schedule = build_maintenance(catalog)
     zorder_job, zorder_sensor = build_zorder(catalog)
     ods_checks_job, ods_checks_sensor = build_ods_checks_sensor(catalog)
+    resources = resources_from_env()
     automation_sensor = AutomationConditionSensorDefinition(
         "warehouse_automation",
         target=AssetSelection.all() | AssetSelection.all_asset_checks(),
@@ -81,12 +95,12 @@ def build_definitions(catalog: Catalog) -> Definitions:
             build_readiness_sensor(catalog),
             ods_checks_sensor,
             automation_sensor,
-            simulated_source,
+            *dev_sensors(resources["landing"].simulate_live),
             zorder_sensor,
             *build_external_sensors(catalog),
             build_freshness_sensor(catalog),
         ],
-        resources=resources_from_env(),
+        resources=resources,
         executor=run_executor(),
     )
 

@@ -10,8 +10,8 @@ from dagster import build_sensor_context
 
 from resources.external import ExternalResource
 from resources.landing import LandingResource
-from resources.simulator import SimulationConfig, read_simulation, simulate
-from sensors.simulated_source import simulated_source
+from simulator.cdc import SimulationConfig, read_simulation, simulate
+from simulator.sensor import simulated_source
 
 TZ = ZoneInfo("Asia/Shanghai")
 

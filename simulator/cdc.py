@@ -18,7 +18,7 @@ Landing area layout (``landing`` is a directory)::
     counts/<db>/<physical_table>.jsonl                               {"hour": "YYYY-MM-DDTHH", "rows": N}
     simulation.json                                                  parameters and progress (for append)
 
-Run ``python -m resources.simulator --help`` for the command line.
+Run ``python -m simulator.cdc --help`` for the command line.
 """
 
 from __future__ import annotations

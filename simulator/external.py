@@ -276,7 +276,7 @@ def simulate_external(root: Path, first: date, until: datetime, seed: int = 7) -
 
 def simulate_external_for_landing(landing: Path, external_root: Path, until: datetime | None = None) -> list[str]:
     """Follow the CDC simulation recorded in ``landing``: same seed, same first day, its clock by default."""
-    from resources.simulator import read_simulation
+    from simulator.cdc import read_simulation
 
     recorded = read_simulation(landing)
     if recorded is None:

@@ -1,7 +1,7 @@
 """The embedded default's clock: keeps the simulated sources producing as wall-clock time passes.
 
 The CDC source gets its new segments; the simulated external producers (the ad partner's files, the
-finance system's Delta table, :mod:`resources.external_simulator`) deliver whatever is due by now.
+finance system's Delta table, :mod:`simulator.external`) deliver whatever is due by now.
 
 Only active when the resource ``landing`` says ``simulate_live`` (``warehouse dev`` turns it on) and the
 landing area was made by the simulator. Real sources never go through this sensor.
@@ -14,9 +14,9 @@ from zoneinfo import ZoneInfo
 from dagster import DefaultSensorStatus, SensorEvaluationContext, SkipReason, sensor
 
 from resources.external import ExternalResource
-from resources.external_simulator import simulate_external
 from resources.landing import LandingResource
-from resources.simulator import append, read_simulation
+from simulator.cdc import append, read_simulation
+from simulator.external import simulate_external
 
 
 @sensor(
