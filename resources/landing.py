@@ -23,6 +23,8 @@ import pyarrow as pa
 from dagster import ConfigurableResource
 from pydantic import Field
 
+from resources.settings import DEFAULT_TIMEZONE
+
 _SEGMENT = re.compile(r"^(?P<seq>\d+)-(?P<start>\d{8}T\d{4})\.jsonl$")
 HEARTBEAT_TABLE = "heartbeat"
 
@@ -43,7 +45,7 @@ class Segment:
 @dataclass(frozen=True)
 class Landing:
     root: Path
-    timezone: str = "Asia/Shanghai"
+    timezone: str = DEFAULT_TIMEZONE
     segment_minutes: int = 5
 
     @property
@@ -175,7 +177,7 @@ class LandingResource(ConfigurableResource):  # type: ignore[misc]
     """Where CDC segments land. The simulator writes here in the embedded default."""
 
     root: str = Field(default="data/landing", description="landing directory")
-    timezone: str = Field(default="Asia/Shanghai", description="business timezone of segment names")
+    timezone: str = Field(default=DEFAULT_TIMEZONE, description="business timezone of segment names")
     segment_minutes: int = Field(default=5, description="micro-batch window of one segment")
     simulate_live: bool = Field(default=False, description="extend a simulated landing area as time passes")
 

@@ -21,15 +21,15 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from dagster import ConfigurableResource
 from pydantic import Field
 
+from resources.settings import DEFAULT_TIMEZONE, SparkMode
+
 if TYPE_CHECKING:  # imported when a session is made: `warehouse why` loads resources without PySpark
     from pyspark.sql import SparkSession
-
-SparkMode = Literal["local", "connect", "master"]
 
 _LOCK = threading.Lock()
 _SESSION: SparkSession | None = None
@@ -68,7 +68,7 @@ class SparkResource(ConfigurableResource):  # type: ignore[misc]
     master: str = Field(default="local[2]", description="master URL for local/master modes")
     connect_url: str = Field(default="sc://127.0.0.1:15002", description="Spark Connect URL (connect mode)")
     driver_memory: str = Field(default="4g", description="driver heap for local mode")
-    timezone: str = Field(default="Asia/Shanghai", description="business timezone = Spark session timezone")
+    timezone: str = Field(default=DEFAULT_TIMEZONE, description="business timezone = Spark session timezone")
     ui: bool = Field(default=False, description="start the Spark UI (local/master modes)")
     conf: dict[str, str] = Field(default_factory=dict, description="extra Spark settings")
 
@@ -97,7 +97,7 @@ def get_session(
     master: str = "local[2]",
     connect_url: str = "sc://127.0.0.1:15002",
     driver_memory: str = "4g",
-    timezone: str = "Asia/Shanghai",
+    timezone: str = DEFAULT_TIMEZONE,
     ui: bool = False,
     conf: dict[str, str] | None = None,
 ) -> SparkSession:
@@ -158,7 +158,7 @@ def start_connect_server(
     port: int = 15002,
     master: str = "local[2]",
     driver_memory: str = "6g",
-    timezone: str = "Asia/Shanghai",
+    timezone: str = DEFAULT_TIMEZONE,
     log_path: Path,
     timeout_s: float = 120.0,
 ) -> subprocess.Popen[bytes] | None:

@@ -21,7 +21,6 @@ the instance) still keeps an unchanged delivery from being reported twice.
 """
 
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -40,8 +39,9 @@ from dagster import (
 )
 
 from resources.external import Delivery, ExternalResource, ExternalSource, is_due, key_problem
+from resources.settings import current
 from warehouse_assets.catalog import Catalog, Table
-from warehouse_assets.partitions import BUSINESS_TZ
+from warehouse_assets.partitions import business_zone
 
 MAX_REPORTS_PER_TICK = 200
 HORIZON = timedelta(days=400)  # cursor entries older than this are forgotten (the instance still dedupes)
@@ -50,13 +50,11 @@ Clock = Callable[[], datetime]
 
 def sensor_interval() -> int:
     """``WAREHOUSE_EXTERNAL_SENSOR_INTERVAL`` seconds between ticks (read when the code location loads)."""
-    return int(os.environ.get("WAREHOUSE_EXTERNAL_SENSOR_INTERVAL", "10"))
+    return current().external_sensor_interval
 
 
 def now_in_business_tz() -> datetime:
-    from zoneinfo import ZoneInfo
-
-    return datetime.now(ZoneInfo(BUSINESS_TZ))
+    return datetime.now(business_zone())
 
 
 @dataclass

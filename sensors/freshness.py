@@ -24,7 +24,6 @@ Each tick logs one line per table (met, missed, not judged), not one per partiti
 """
 
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -41,10 +40,11 @@ from dagster import (
 )
 
 from resources.landing import Landing, LandingResource
+from resources.settings import Settings, current
 from warehouse_assets.catalog import Catalog, Table
 from warehouse_assets.compiler import upstream_partitions
-from warehouse_assets.freshness import TZ, due_between, first_materialized, judge, judged
-from warehouse_assets.partitions import BY_PERIOD
+from warehouse_assets.freshness import due_between, first_materialized, judge, judged
+from warehouse_assets.partitions import BY_PERIOD, business_zone
 from warehouse_assets.quality import Outcome, evaluation
 
 MAX_EVALUATIONS_PER_TABLE = 500
@@ -52,18 +52,8 @@ Clock = Callable[[], datetime]
 Lookup = Callable[[Table, str], datetime | None]
 
 
-def horizon() -> timedelta:
-    """``WAREHOUSE_FRESHNESS_HORIZON_HOURS``: how far back a table without a cursor entry is judged."""
-    return timedelta(hours=float(os.environ.get("WAREHOUSE_FRESHNESS_HORIZON_HOURS", "48")))
-
-
-def sensor_interval() -> int:
-    """``WAREHOUSE_FRESHNESS_SENSOR_INTERVAL`` seconds between ticks (read when the code location loads)."""
-    return int(os.environ.get("WAREHOUSE_FRESHNESS_SENSOR_INTERVAL", "60"))
-
-
 def now_in_business_tz() -> datetime:
-    return datetime.now(TZ)
+    return datetime.now(business_zone())
 
 
 @dataclass
@@ -93,18 +83,20 @@ def evaluate(
     now: datetime,
     already_judged: Callable[[Table, str], bool],
     data_available: Lookup,
+    horizon: timedelta,
 ) -> Tick:
     """The verdicts one tick reports, the backlog it leaves unjudged, and the cursor after it.
 
     ``data_available(table, key)``: since when the warehouse had the partition's data (None: not all yet);
-    asked only about deadlines that passed before the sensor watched the table."""
+    asked only about deadlines that passed before the sensor watched the table. ``horizon``: how far back a
+    table without a cursor entry is judged (``WAREHOUSE_FRESHNESS_HORIZON_HOURS``)."""
     cursor = Cursor(dict(cursor.through))
     tick = Tick([], {}, cursor)
     for table in catalog:
         if table.sla is None:
             continue
         known = table.fqn in cursor.through
-        after = datetime.fromisoformat(cursor.through[table.fqn]) if known else now - horizon()
+        after = datetime.fromisoformat(cursor.through[table.fqn]) if known else now - horizon
         due = due_between(table, after, now)
         through = now
         if len(due) > MAX_EVALUATIONS_PER_TABLE:
@@ -120,7 +112,7 @@ def evaluate(
                     tick.unjudged.setdefault(table.fqn, []).append(key)
                     continue
             tick.verdicts.append((table, judge(table, key, deadline, materialized, now)))
-        cursor.through[table.fqn] = max(through, after).astimezone(TZ).isoformat()
+        cursor.through[table.fqn] = max(through, after).astimezone(business_zone()).isoformat()
     return tick
 
 
@@ -157,7 +149,7 @@ def data_available(
         landed = [_landed(landing, stream, end, cache) for stream in streams]
         if not landed or any(t is None for t in landed):
             return None
-        return datetime.fromtimestamp(max(t for t in landed if t is not None), TZ)
+        return datetime.fromtimestamp(max(t for t in landed if t is not None), business_zone())
     if table.is_external:
         return first_materialized(instance, table, key)
     newest: datetime | None = None
@@ -197,12 +189,16 @@ def log_tick(log: Any, tick: Tick) -> None:
         (log.warning if missed else log.info)(f"{fqn} freshness SLA: " + "; ".join(parts))
 
 
-def build_freshness_sensor(catalog: Catalog, clock: Clock = now_in_business_tz) -> SensorDefinition:
+def build_freshness_sensor(
+    catalog: Catalog, clock: Clock = now_in_business_tz, settings: Settings | None = None
+) -> SensorDefinition:
+    settings = settings or current()
+    horizon = timedelta(hours=settings.freshness_horizon_hours)
     watched = [t.fqn for t in catalog if t.sla is not None]
 
     @sensor(
         name="freshness_slas",
-        minimum_interval_seconds=sensor_interval(),
+        minimum_interval_seconds=settings.freshness_sensor_interval,
         default_status=DefaultSensorStatus.RUNNING,
         description=f"Judges each partition's freshness SLA once its deadline passes ({', '.join(watched)}).",
     )
@@ -216,6 +212,7 @@ def build_freshness_sensor(catalog: Catalog, clock: Clock = now_in_business_tz) 
             clock(),
             lambda table, key: judged(context.instance, table, key),
             lambda table, key: data_available(context.instance, catalog, source, table, key, cache),
+            horizon,
         )
         log_tick(context.log, tick)
         if not tick.verdicts:

@@ -16,11 +16,9 @@ a run is in flight no other starts. Hours older than the automation's lookback a
 (execute the table's checks on the partition in the UI).
 """
 
-import os
 import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from zoneinfo import ZoneInfo
 
 from dagster import (
     AssetCheckKey,
@@ -46,11 +44,12 @@ from dagster import (
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
 from resources.delta_lake import DeltaLakeResource
+from resources.settings import current
 from resources.spark import SparkResource
 from warehouse_assets.automation import LOOKBACK
 from warehouse_assets.catalog import Catalog, Table
 from warehouse_assets.compiler import check_ods_hours
-from warehouse_assets.partitions import BUSINESS_TZ, BY_PERIOD
+from warehouse_assets.partitions import BY_PERIOD, business_zone
 from warehouse_assets.quality import evaluation, latest_materialization
 
 JOB = "ods_quality_checks"
@@ -151,7 +150,7 @@ def build_ods_checks_sensor(catalog: Catalog) -> tuple[JobDefinition, SensorDefi
     @sensor(
         name="ods_quality_checks",
         job=ods_quality_checks,
-        minimum_interval_seconds=int(os.environ.get("WAREHOUSE_ODS_CHECKS_INTERVAL", "10")),
+        minimum_interval_seconds=current().ods_checks_interval,
         default_status=DefaultSensorStatus.RUNNING,
         description="Checks every newly reported ODS hour (its declared data-quality checks) in one run.",
     )
@@ -165,7 +164,7 @@ def build_ods_checks_sensor(catalog: Catalog) -> tuple[JobDefinition, SensorDefi
             wait = RETRY_AFTER - (time.time() - last[0].end_time)
             if wait > 0:
                 return SkipReason(f"run {last[0].dagster_run.run_id} failed; retrying its hours in {wait:.0f}s")
-        since = datetime.now(ZoneInfo(BUSINESS_TZ)) - LOOKBACK
+        since = datetime.now(business_zone()) - LOOKBACK
         batch = next_batch(unchecked_hours(instance, tables, since))
         if not batch:
             return SkipReason("every reported ODS hour has its checks' verdicts")

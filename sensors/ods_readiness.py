@@ -41,6 +41,7 @@ from dagster import (
 
 from resources.delta_lake import DeltaLakeResource, DeltaStore
 from resources.landing import Landing, LandingResource
+from resources.settings import DEFAULT_TIMEZONE
 from warehouse_assets.catalog import Catalog, Table
 from warehouse_assets.ingestion import committed_positions, ingested_counts
 from warehouse_assets.partitions import hourly
@@ -101,7 +102,7 @@ class Readiness:
     ingested: dict[str, dict[str, int]] = field(default_factory=dict)
     counted_seq: dict[str, int] = field(default_factory=dict)  # how far each stream's ingested counts go
     count_entries: list[dict[str, Any]] = field(default_factory=list)
-    timezone: str = "Asia/Shanghai"
+    timezone: str = DEFAULT_TIMEZONE
 
     @property
     def lagging(self) -> list[StreamState]:

@@ -43,6 +43,8 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from resources.settings import DEFAULT_TIMEZONE
+
 __all__ = [
     "DATABASES",
     "HEARTBEAT_COLUMNS",
@@ -262,7 +264,7 @@ class SimulationConfig:
 
     seed: int = 7
     scale: float = 1.0
-    tz: str = "Asia/Shanghai"
+    tz: str = DEFAULT_TIMEZONE
     batch_minutes: int = 5
     dup_rate: float = 0.002
     malformed_rate: float = 0.0

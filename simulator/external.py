@@ -34,7 +34,7 @@ from zoneinfo import ZoneInfo
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
-from warehouse_assets.partitions import BUSINESS_TZ
+from resources.settings import DEFAULT_TIMEZONE
 
 STATE_FILE = "simulation.json"
 CHANNELS = ("douyin", "wechat", "baidu", "huawei", "xiaomi", "app_store")
@@ -239,9 +239,9 @@ def _fx_events(seed: int, index: int, day: date, tz: ZoneInfo, until: datetime) 
 # --- the clock -----------------------------------------------------------------------------------------
 
 
-def events_until(seed: int, first: date, until: datetime) -> list[Event]:
-    """Every event of both producers at or before ``until`` (aware), in time order."""
-    tz = ZoneInfo(BUSINESS_TZ)
+def events_until(seed: int, first: date, until: datetime, timezone: str = DEFAULT_TIMEZONE) -> list[Event]:
+    """Every event of both producers at or before ``until`` (aware), in time order; days are ``timezone``'s."""
+    tz = ZoneInfo(timezone)
     events: list[Event] = []
     day, index = first, 0
     while datetime.combine(day, datetime.min.time(), tz) < until:
@@ -251,7 +251,9 @@ def events_until(seed: int, first: date, until: datetime) -> list[Event]:
     return sorted((e for e in events if e.at <= until), key=lambda e: (e.at, e.ident))
 
 
-def simulate_external(root: Path, first: date, until: datetime, seed: int = 7) -> list[str]:
+def simulate_external(
+    root: Path, first: date, until: datetime, seed: int = 7, timezone: str = DEFAULT_TIMEZONE
+) -> list[str]:
     """Apply every producer event up to ``until`` not applied yet; returns the identifiers applied now."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
@@ -261,7 +263,7 @@ def simulate_external(root: Path, first: date, until: datetime, seed: int = 7) -
         raise ValueError(f"{root} was simulated from {state.get('first')} with seed {state.get('seed')}; refusing")
     applied = set(state.get("applied", []))
     done = []
-    for event in events_until(seed, first, until):
+    for event in events_until(seed, first, until, timezone):
         if event.ident in applied:
             continue
         event.apply(root)
@@ -282,4 +284,4 @@ def simulate_external_for_landing(landing: Path, external_root: Path, until: dat
     if recorded is None:
         raise ValueError(f"{landing} was not made by the simulator")
     config, start, end = recorded
-    return simulate_external(external_root, start.date(), until or end, config.seed)
+    return simulate_external(external_root, start.date(), until or end, config.seed, config.tz)

@@ -37,7 +37,7 @@ def simulated_source(
     config, start, _ = recorded
     now = datetime.now(ZoneInfo(config.tz))
     summary = append(root, now.replace(tzinfo=None))
-    delivered = simulate_external(Path(external.root), start.date(), now, config.seed)
+    delivered = simulate_external(Path(external.root), start.date(), now, config.seed, config.tz)
     for ident in delivered:
         context.log.info(f"simulated external delivery: {ident}")
     return SkipReason(

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from dagster import AssetKey, DefaultSensorStatus, TimeWindowPartitionMapping, TimeWindowPartitionsDefinition
 
+from resources.settings import Settings
 from warehouse_assets.catalog import CatalogError, load_catalog
 from warehouse_assets.compiler import upstream_partitions
-from warehouse_assets.definitions import build_definitions, catalog, defs, run_executor
+from warehouse_assets.definitions import build_definitions, catalog, defs
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -77,9 +78,9 @@ def test_sensors_run_by_default() -> None:
         assert sensor.default_status == DefaultSensorStatus.RUNNING
 
 
-def test_the_simulated_source_runs_only_in_dev_mode(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("WAREHOUSE_SIMULATE_LIVE", "1")  # what `warehouse dev` sets
-    sensors = {s.name: s for s in build_definitions(catalog).sensors or []}
+def test_the_simulated_source_runs_only_in_dev_mode() -> None:
+    dev = Settings.from_env({"WAREHOUSE_SIMULATE_LIVE": "1"})  # what `warehouse dev` sets
+    sensors = {s.name: s for s in build_definitions(catalog, dev).sensors or []}
     assert set(sensors) == PRODUCTION_SENSORS | {"simulated_source"}
     assert sensors["simulated_source"].default_status == DefaultSensorStatus.RUNNING
 
@@ -87,9 +88,7 @@ def test_the_simulated_source_runs_only_in_dev_mode(monkeypatch: pytest.MonkeyPa
 def test_runs_execute_their_steps_in_process_unless_told_otherwise() -> None:
     # automation's runs go through the implicit asset job: one process and one Spark session per run
     assert defs.resolve_implicit_global_asset_job_def().executor_def.name == "in_process"
-    assert run_executor({"WAREHOUSE_RUN_EXECUTOR": "multiprocess"}).name == "multiprocess"
-    with pytest.raises(ValueError, match="WAREHOUSE_RUN_EXECUTOR='threads': expected one of in_process, multiprocess"):
-        run_executor({"WAREHOUSE_RUN_EXECUTOR": "threads"})
+    # choosing another executor, and the error for an unknown one: tests/test_settings.py
 
 
 def test_derived_assets_are_automated_and_ods_are_reported() -> None:

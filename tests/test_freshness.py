@@ -32,6 +32,7 @@ from dagster._core.storage.asset_check_execution_record import AssetCheckExecuti
 from dagster._core.test_utils import freeze_time
 
 from resources.landing import LandingResource
+from resources.settings import Settings
 from sensors.freshness import build_freshness_sensor
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.definitions import defs
@@ -74,16 +75,25 @@ def materialize(instance: DagsterInstance, fqn: str, partition: str, when: datet
         instance.report_runless_asset_event(AssetMaterialization(AssetKey(fqn.split(".")), partition=partition))
 
 
+def horizon_hours(hours: float) -> Settings:
+    """The settings with ``WAREHOUSE_FRESHNESS_HORIZON_HOURS`` set (the others default)."""
+    return Settings.from_env({"WAREHOUSE_FRESHNESS_HORIZON_HOURS": str(hours)})
+
+
 class Sensor:
     """Ticks the sensor like the daemon: keeps its cursor and stores the evaluations it emits."""
 
-    def __init__(self, instance: DagsterInstance, catalog: Catalog, clock: Clock, landing: Path) -> None:
+    def __init__(
+        self, instance: DagsterInstance, catalog: Catalog, clock: Clock, landing: Path, settings: Settings | None = None
+    ) -> None:
         self.instance, self.catalog, self.clock, self.landing = instance, catalog, clock, landing
+        self.settings = settings or Settings()  # the defaults, or what a test sets
         self.cursor: str | None = None
 
     def tick(self, now: datetime) -> list[AssetCheckEvaluation]:
         self.clock.now = now
-        sensor = build_freshness_sensor(self.catalog, self.clock)  # a fresh definition: a restarted daemon
+        # a fresh definition each tick: a restarted daemon
+        sensor = build_freshness_sensor(self.catalog, self.clock, self.settings)
         context = build_sensor_context(
             instance=self.instance, cursor=self.cursor, resources={"landing": LandingResource(root=str(self.landing))}
         )
@@ -157,8 +167,7 @@ def test_every_sla_compiles_to_a_non_blocking_partitioned_check() -> None:
 def test_ods_hours_pass_or_fail_once_their_deadline_passes(
     instance: DagsterInstance, landing: Path, monkeypatch
 ) -> None:
-    monkeypatch.setenv("WAREHOUSE_FRESHNESS_HORIZON_HOURS", "0.5")
-    sensor = Sensor(instance, subset("ods.order"), Clock(), landing)
+    sensor = Sensor(instance, subset("ods.order"), Clock(), landing, horizon_hours(0.5))
     materialize(instance, "ods.order", "2026-03-05-10:00", at(5, 11, 40))  # due 12:15: on time
 
     # before the deadline nothing is judged, materialized or not
@@ -216,8 +225,7 @@ def test_ods_hours_pass_or_fail_once_their_deadline_passes(
 
 
 def test_a_lost_cursor_repeats_nothing(instance: DagsterInstance, landing: Path, monkeypatch) -> None:
-    monkeypatch.setenv("WAREHOUSE_FRESHNESS_HORIZON_HOURS", "3")
-    sensor = Sensor(instance, subset("ods.order"), Clock(), landing)
+    sensor = Sensor(instance, subset("ods.order"), Clock(), landing, horizon_hours(3))
     # the source delivered every hour in time: what the first tick finds missing is a miss of the warehouse's
     land(landing, "edu_trade.order_00", at(5, 0), at(5, 12))
     materialize(instance, "ods.order", "2026-03-05-09:00", at(5, 10, 30))
@@ -233,8 +241,7 @@ def test_a_lost_cursor_repeats_nothing(instance: DagsterInstance, landing: Path,
 
 
 def test_ads_days_are_due_at_nine_the_next_morning(instance: DagsterInstance, landing: Path, monkeypatch) -> None:
-    monkeypatch.setenv("WAREHOUSE_FRESHNESS_HORIZON_HOURS", "1")
-    sensor = Sensor(instance, subset("ads.daily_gmv", "ads.marketing_roi"), Clock(), landing)
+    sensor = Sensor(instance, subset("ads.daily_gmv", "ads.marketing_roi"), Clock(), landing, horizon_hours(1))
     materialize(instance, "ads.daily_gmv", "2026-03-04", at(5, 8, 30))
     assert sensor.tick(at(5, 8, 59)) == []
     events = sensor.tick(at(5, 9, 0))
@@ -255,8 +262,7 @@ def test_ads_days_are_due_at_nine_the_next_morning(instance: DagsterInstance, la
 
 
 def test_first_tick_looks_back_only_the_horizon(instance: DagsterInstance, landing: Path, monkeypatch) -> None:
-    monkeypatch.delenv("WAREHOUSE_FRESHNESS_HORIZON_HOURS", raising=False)  # default: 48 hours
-    sensor = Sensor(instance, subset("ods.order"), Clock(), landing)
+    sensor = Sensor(instance, subset("ods.order"), Clock(), landing)  # default horizon: 48 hours
     land(landing, "edu_trade.order_00", at(1, 0), at(5, 12))  # delivered in time since 03-01, never reported
     events = sensor.tick(at(5, 12, 14))
     # deadlines in (03-03 12:14, 03-05 12:14]: the hours 03-03 10:00 .. 03-05 09:00, never back to 2026-01-01
@@ -272,7 +278,6 @@ def test_a_first_start_over_a_backlog_judges_only_what_the_warehouse_could_have_
     """Issue 10: ``make dev`` lands days of CDC history, then starts; the first tick failed 244 partitions
     (one warning line each) the warehouse never had the data for. Only what it could have met is judged: a
     partition due before the sensor watched counts when its data was there by the deadline."""
-    monkeypatch.delenv("WAREHOUSE_FRESHNESS_HORIZON_HOURS", raising=False)  # default: 48 hours
     start = at(5, 12, 14)
     # ods.order: the source delivered live until 03-03 12:00, the rest of the backlog landed just before the
     # start; the other ODS tables have nothing yet
@@ -281,7 +286,7 @@ def test_a_first_start_over_a_backlog_judges_only_what_the_warehouse_could_have_
     materialize(instance, "ods.order", "2026-03-03-12:00", at(3, 13))  # due 14:15: met
     # ads.daily_gmv 03-03: its input was built in the night, the day itself never (due 03-04 09:00)
     materialize(instance, "dws.user_order_daily", "2026-03-03", at(4, 2))
-    sensor = Sensor(instance, CATALOG, Clock(), landing)
+    sensor = Sensor(instance, CATALOG, Clock(), landing)  # default horizon: 48 hours
 
     capfd.readouterr()
     events = sensor.tick(start)
@@ -362,8 +367,7 @@ def test_runs_that_materialize_the_asset_pass_over_the_freshness_check(
     assert _records(instance, single.run_id) == [("2026-03-05", planned)]
 
     # the sensor's verdicts come at the deadlines, one run-less evaluation each (no UNIQUE conflict)
-    monkeypatch.setenv("WAREHOUSE_FRESHNESS_HORIZON_HOURS", "0.5")
-    sensor = Sensor(instance, subset("ads.daily_gmv"), Clock(), landing)
+    sensor = Sensor(instance, subset("ads.daily_gmv"), Clock(), landing, horizon_hours(0.5))
     assert sensor.tick(at(3, 12)) == []  # watching since before the deadlines
     events = sensor.tick(at(5, 9))
     assert summary(events) == [("ads.daily_gmv", "2026-03-03", False), ("ads.daily_gmv", "2026-03-04", True)]

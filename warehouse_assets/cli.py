@@ -20,11 +20,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
+
+if TYPE_CHECKING:
+    from resources.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -312,17 +315,17 @@ def warehouse_start(env: dict[str, str], landing: Path) -> str | None:
     return first.strftime("%Y-%m-%d")
 
 
-def _check_start(value: str) -> None:
-    try:
-        from warehouse_assets.partitions import parse_start  # reads a user's WAREHOUSE_START: may raise too
+def _settings(env: Mapping[str, str]) -> Settings:
+    """The settings ``env`` gives; a bad value is a clear error naming its variable."""
+    from resources.settings import Settings
 
-        parse_start(value)
+    try:
+        return Settings.from_env(env)
     except ValueError as exc:
         raise SystemExit(f"error: {exc}") from None
 
 
 def run_dev(args: argparse.Namespace) -> int:
-    from resources import resources_from_env
     from resources.spark import start_connect_server
 
     os.chdir(ROOT)
@@ -332,21 +335,21 @@ def run_dev(args: argparse.Namespace) -> int:
     env.setdefault("WAREHOUSE_SIMULATE_LIVE", "1" if args.simulate else "0")
     env.setdefault("DAGSTER_TELEMETRY_ENABLED", "false")
     os.environ.update(env)
-    resources = resources_from_env(env)
-    landing = Path(resources["landing"].root)
-    tz = resources["spark"].timezone
+    settings = _settings(env)
+    landing = Path(settings.landing_root)
+    tz = settings.timezone
     if args.simulate:
-        _ensure_simulated(landing, args.days, args.scale, tz, Path(resources["external"].root))
+        _ensure_simulated(landing, args.days, args.scale, tz, Path(settings.external_dir))
     start = warehouse_start(env, landing)
     if start is not None:
-        _check_start(start)
+        settings = _settings({**env, "WAREHOUSE_START": start})  # a bad start fails here, naming the variable
+        # set for the processes it starts (dagster dev, its code server, daemon and runs)
         env["WAREHOUSE_START"] = os.environ["WAREHOUSE_START"] = start
         _say(f"[dev] the warehouse starts on {start} (WAREHOUSE_START): the first partition of every table")
     server = None
-    if env["WAREHOUSE_SPARK_MODE"] == "connect":
-        url = env.get("WAREHOUSE_SPARK_CONNECT_URL", "sc://127.0.0.1:15002")
-        host, port = url.removeprefix("sc://").split("/")[0].split(":")
-        log_path = Path(env.get("WAREHOUSE_LOG_DIR", str(ROOT / "data"))) / "spark-connect.log"
+    if settings.spark_mode == "connect":
+        host, port = settings.spark_connect_url.removeprefix("sc://").split("/")[0].split(":")
+        log_path = Path(settings.log_dir) / "spark-connect.log"
         _say(f"[dev] starting the Spark Connect server on {host}:{port} (log: {log_path})")
         server = start_connect_server(host=host, port=int(port), timezone=tz, log_path=log_path)
         if server is None:
@@ -457,10 +460,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "simulate":
         status = simulator.run(args)
         if status == 0:
-            from resources import resources_from_env
-
-            default = resources_from_env({"WAREHOUSE_LANDING_ROOT": str(args.landing)})["external"].root
-            simulate_externals(args.landing, Path(os.environ.get("WAREHOUSE_EXTERNAL_ROOT", default)))
+            external = _settings({**os.environ, "WAREHOUSE_LANDING_ROOT": str(args.landing)}).external_dir
+            simulate_externals(args.landing, Path(external))
         return status
     if args.command == "dev":
         return run_dev(args)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import warnings
-from collections.abc import Mapping
 
 from dagster import (
     AssetSelection,
@@ -20,6 +18,7 @@ from dagster import (
 )
 
 from resources import resources_from_env
+from resources.settings import Settings, current, using
 from sensors.external import build_external_sensors
 from sensors.freshness import build_freshness_sensor
 from sensors.landing import build_landing_sensor
@@ -41,7 +40,7 @@ warnings.filterwarnings("ignore", category=PreviewWarning)
 EXECUTORS = {"in_process": in_process_executor, "multiprocess": multiprocess_executor}
 
 
-def run_executor(env: Mapping[str, str] | None = None) -> ExecutorDefinition:
+def run_executor(settings: Settings) -> ExecutorDefinition:
     """How a run executes its steps, from ``WAREHOUSE_RUN_EXECUTOR`` (default ``in_process``).
 
     In-process runs every step of a run in the run's own process, one after another, with one Spark session.
@@ -49,10 +48,7 @@ def run_executor(env: Mapping[str, str] | None = None) -> ExecutorDefinition:
     code location again (about 7 s of CPU): on the embedded 2-core machine that start-up cost more than the
     Spark work of a day. Choose ``multiprocess`` on a large cluster to run a run's independent tables at once.
     """
-    name = (os.environ if env is None else env).get("WAREHOUSE_RUN_EXECUTOR", "in_process")
-    if name not in EXECUTORS:
-        raise ValueError(f"WAREHOUSE_RUN_EXECUTOR={name!r}: expected one of {', '.join(sorted(EXECUTORS))}")
-    return EXECUTORS[name]
+    return EXECUTORS[settings.run_executor]
 
 
 def dev_sensors(simulate_live: bool) -> list[SensorDefinition]:
@@ -68,20 +64,29 @@ def dev_sensors(simulate_live: bool) -> list[SensorDefinition]:
     return [simulated_source]
 
 
-def build_definitions(catalog: Catalog) -> Definitions:
-    """Everything the catalog compiles to, plus the project-wide sensors, jobs and resources."""
+def build_definitions(catalog: Catalog, settings: Settings | None = None) -> Definitions:
+    """Everything the catalog compiles to, plus the project-wide sensors, jobs and resources.
+
+    ``settings`` default to the process's; other settings (another timezone, in a test) hold while building,
+    so every partitions definition, sensor and resource follows them.
+    """
+    with using(settings or current()) as chosen:
+        return _build(catalog, chosen)
+
+
+def _build(catalog: Catalog, settings: Settings) -> Definitions:
     ingest_job = build_ingest_job(catalog)
     maintenance_job, maintenance_schedule = build_maintenance(catalog)
     zorder_job, zorder_sensor = build_zorder(catalog)
     ods_checks_job, ods_checks_sensor = build_ods_checks_sensor(catalog)
-    resources = resources_from_env()
+    resources = resources_from_env(settings)
     automation_sensor = AutomationConditionSensorDefinition(
         "warehouse_automation",
         target=AssetSelection.all() | AssetSelection.all_asset_checks(),
         default_status=DefaultSensorStatus.RUNNING,
         # seconds between automation evaluations: the largest share of the upstream → downstream handoff
         # latency (bench/handoff_latency.py); each evaluation costs a pass over the whole graph
-        minimum_interval_seconds=int(os.environ.get("WAREHOUSE_AUTOMATION_INTERVAL", "15")),
+        minimum_interval_seconds=settings.automation_interval,
         use_user_code_server=True,  # evaluates the Python condition UpstreamPartitionsExist (automation.py)
         description="Runs each partition as soon as every mapped upstream partition is ready.",
     )
@@ -95,13 +100,13 @@ def build_definitions(catalog: Catalog) -> Definitions:
             build_readiness_sensor(catalog),
             ods_checks_sensor,
             automation_sensor,
-            *dev_sensors(resources["landing"].simulate_live),
+            *dev_sensors(settings.simulate_live),
             zorder_sensor,
             *build_external_sensors(catalog),
             build_freshness_sensor(catalog),
         ],
         resources=resources,
-        executor=run_executor(),
+        executor=run_executor(settings),
     )
 
 

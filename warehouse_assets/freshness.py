@@ -1,6 +1,6 @@
 """Freshness SLAs per partition (``sla:`` in the catalog), compiled to one non-blocking asset check per table.
 
-When is a partition due? Its *deadline*, local time (Asia/Shanghai), derived from the end of its window:
+When is a partition due? Its *deadline*, local time (the business timezone), derived from the end of its window:
 
 * ``sla: {within: 1h, grace: 15m}`` — window end + ``within`` + ``grace``. The ODS hour 10:00–11:00
   (partition ``2026-03-05-10:00``) is due at 12:15.
@@ -65,22 +65,23 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import AssetC
 from dagster._core.event_api import PartitionKeyFilter
 
 from warehouse_assets.catalog import Catalog, Check, Sla, Table
-from warehouse_assets.partitions import BUSINESS_TZ, BY_PERIOD
+from warehouse_assets.partitions import BY_PERIOD, business_zone
 from warehouse_assets.quality import Outcome, latest_materialization
 
 CHECK_NAME = "freshness"
 FRESHNESS = Check(CHECK_NAME, blocking=False)
-TZ = ZoneInfo(BUSINESS_TZ)
 _PERIOD_PAD = {"hourly": timedelta(hours=1), "daily": timedelta(days=1), "weekly": timedelta(days=7)}
 
 
 def deadline(table: Table, partition_key: str) -> datetime:
     """When ``partition_key`` of ``table`` must be materialized (aware, business timezone)."""
     sla = _sla(table)
-    end = BY_PERIOD[table.period].time_window_for_partition_key(partition_key).end.astimezone(TZ)
+    pdef = BY_PERIOD[table.period]
+    zone = ZoneInfo(pdef.timezone)
+    end = pdef.time_window_for_partition_key(partition_key).end.astimezone(zone)
     if sla.deadline is not None:
         hours, minutes = (int(part) for part in sla.deadline.split(":"))
-        return datetime.combine(end.date(), time(hours, minutes), tzinfo=TZ) + timedelta(minutes=sla.grace_minutes)
+        return datetime.combine(end.date(), time(hours, minutes), tzinfo=zone) + timedelta(minutes=sla.grace_minutes)
     assert sla.within_minutes is not None
     return end + timedelta(minutes=sla.within_minutes + sla.grace_minutes)
 
@@ -104,10 +105,10 @@ def due_between(table: Table, after: datetime, until: datetime) -> list[tuple[st
     """The partitions of ``table`` whose deadline is in ``(after, until]``, oldest first, with it."""
     pdef = BY_PERIOD[table.period]
     first = pdef.time_window_for_partition_key(pdef.get_first_partition_key()).start
-    start = max(after.astimezone(TZ) - _lead(table), first)
+    start = max(after.astimezone(business_zone()) - _lead(table), first)
     if start >= until:
         return []
-    keys = pdef.get_partition_keys_in_time_window(TimeWindow(start, until.astimezone(TZ)))
+    keys = pdef.get_partition_keys_in_time_window(TimeWindow(start, until.astimezone(business_zone())))
     due = [(key, deadline(table, key)) for key in keys]
     return [(key, at) for key, at in due if after < at <= until]
 
@@ -117,7 +118,7 @@ def first_materialized(instance: DagsterInstance, table: Table, partition_key: s
     records = instance.fetch_materializations(
         AssetRecordsFilter(asset_key=AssetKey(table.key), asset_partitions=[partition_key]), limit=1, ascending=True
     ).records
-    return datetime.fromtimestamp(records[0].timestamp, TZ) if records else None
+    return datetime.fromtimestamp(records[0].timestamp, business_zone()) if records else None
 
 
 def _minutes(delta: timedelta) -> float:
@@ -125,7 +126,7 @@ def _minutes(delta: timedelta) -> float:
 
 
 def _at(value: datetime) -> str:
-    return value.astimezone(TZ).isoformat(timespec="seconds")
+    return value.astimezone(business_zone()).isoformat(timespec="seconds")
 
 
 def judge(table: Table, partition_key: str, due: datetime, materialized: datetime | None, now: datetime) -> Outcome:
@@ -214,7 +215,7 @@ def build_freshness_check(table: Table) -> AssetChecksDefinition:
                 "partition's deadline; nothing to judge in a materialization run"
             )
             return
-        now = datetime.now(TZ)
+        now = datetime.now(business_zone())
         for key in context.partition_keys:  # one partition or a range, each judged on its own
             result = judge_now(context.instance, table, key, now)
             record = latest_materialization(context.instance, table, key)

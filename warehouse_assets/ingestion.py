@@ -38,7 +38,7 @@ from deltalake.transaction import Transaction
 from resources.delta_lake import DeltaStore, MergeResult, _normalize_arrow_schema
 from resources.landing import Landing, Segment, read_lines
 from warehouse_assets.catalog import Table
-from warehouse_assets.partitions import BUSINESS_TZ
+from warehouse_assets.partitions import periods
 
 # PySpark is imported inside the functions that compute: readiness and `warehouse why` read the ingestion state
 # (positions, counts) through this module without loading it.
@@ -605,10 +605,12 @@ def ingest_batch(
     segments: Sequence[Segment],
     *,
     prune: bool = True,
-    tz: str = BUSINESS_TZ,
+    tz: str | None = None,
 ) -> BatchReport:
+    """``tz``: the local time of the ODS partitions and source counts (default: the business timezone)."""
     from pyspark.sql import functions as F
 
+    tz = tz or periods().timezone
     started = time.monotonic()
     report = BatchReport(table=table.fqn, segments=len(segments))
     ensure_ods_table(store, table)

@@ -14,7 +14,7 @@ from dagster import (
 from resources.delta_lake import DeltaLakeResource
 from warehouse_assets.catalog import Catalog
 from warehouse_assets.ingestion import QUARANTINE_KEY
-from warehouse_assets.partitions import BUSINESS_TZ
+from warehouse_assets.partitions import periods
 
 
 def build_maintenance(catalog: Catalog) -> tuple[JobDefinition, ScheduleDefinition]:
@@ -50,7 +50,7 @@ def build_maintenance(catalog: Catalog) -> tuple[JobDefinition, ScheduleDefiniti
         name="lake_maintenance_daily",
         job=lake_maintenance,
         cron_schedule="30 4 * * *",
-        execution_timezone=BUSINESS_TZ,
+        execution_timezone=periods().timezone,
         default_status=DefaultScheduleStatus.RUNNING,
     )
     return lake_maintenance, schedule

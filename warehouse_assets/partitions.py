@@ -1,7 +1,10 @@
 """The partitions definitions, defined once and imported everywhere (tests included).
 
 One business timezone for all of them (design AD-5): mapped time-window partitions must share it exactly.
-Roll-ups (hour → day → week → month) use Dagster's default time-window mapping between these definitions.
+It is the settings' ``WAREHOUSE_TIMEZONE`` (``resources.settings``); :func:`periods` builds the definitions
+of a configuration, and the module-level names (``hourly``, ``daily``, ``BY_PERIOD``, ``START`` ...) are the
+current process's. Roll-ups (hour → day → week → month) use Dagster's default time-window mapping between
+these definitions.
 
 The warehouse starts on ``WAREHOUSE_START`` (YYYY-MM-DD, business timezone; default 2026-01-01): the day the
 earliest data exists. Hourly and daily partitions start that day. A week or a month is a partition only when
@@ -15,11 +18,11 @@ T-1 does not exist and is not required (compiler ``_guard``, automation ``upstre
 from __future__ import annotations
 
 import functools
-import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo
 
 from dagster import (
     DailyPartitionsDefinition,
@@ -32,23 +35,8 @@ from dagster import (
 )
 
 if TYPE_CHECKING:  # the catalog imports this module
+    from resources.settings import Settings
     from warehouse_assets.catalog import Catalog, Dependency, Table
-
-BUSINESS_TZ = "Asia/Shanghai"
-START_ENV = "WAREHOUSE_START"
-DEFAULT_START = "2026-01-01"
-
-
-def parse_start(value: str, source: str = START_ENV) -> date:
-    """The warehouse start date from ``value``; a clear error when it is not a YYYY-MM-DD date."""
-    try:
-        if len(value.strip()) != 10:
-            raise ValueError(value)
-        return date.fromisoformat(value.strip())
-    except ValueError:
-        raise ValueError(
-            f"{source} must be the first day of the warehouse's data as YYYY-MM-DD (e.g. 2026-01-01), got {value!r}"
-        ) from None
 
 
 def first_monday(start: date) -> date:
@@ -63,21 +51,111 @@ def first_month(start: date) -> date:
     return (start.replace(day=28) + timedelta(days=4)).replace(day=1)
 
 
-START_DATE = parse_start(os.environ.get(START_ENV) or DEFAULT_START)  # read once: definitions are module constants
-START = START_DATE.isoformat()
+@dataclass(frozen=True)
+class Periods:
+    """The partitions definitions of one configuration: business timezone and warehouse start."""
 
-hourly = HourlyPartitionsDefinition(start_date=f"{START}-00:00", timezone=BUSINESS_TZ)
-daily = DailyPartitionsDefinition(start_date=START, timezone=BUSINESS_TZ)
-# ISO weeks: Monday 00:00 to Monday 00:00
-weekly = WeeklyPartitionsDefinition(start_date=first_monday(START_DATE).isoformat(), day_offset=1, timezone=BUSINESS_TZ)
-monthly = MonthlyPartitionsDefinition(start_date=first_month(START_DATE).isoformat(), timezone=BUSINESS_TZ)
+    start: date
+    hourly: HourlyPartitionsDefinition
+    daily: DailyPartitionsDefinition
+    weekly: WeeklyPartitionsDefinition
+    monthly: MonthlyPartitionsDefinition
 
-BY_PERIOD: dict[str, TimeWindowPartitionsDefinition] = {
-    "hourly": hourly,
-    "daily": daily,
-    "weekly": weekly,
-    "monthly": monthly,
-}
+    @property
+    def timezone(self) -> str:
+        return self.daily.timezone
+
+    @property
+    def by_period(self) -> dict[str, TimeWindowPartitionsDefinition]:
+        return {"hourly": self.hourly, "daily": self.daily, "weekly": self.weekly, "monthly": self.monthly}
+
+
+def periods(settings: Settings | None = None) -> Periods:
+    """The partitions definitions of ``settings`` (default: the current process's)."""
+    # imported here: `resources` imports the catalog (resources/external.py), which imports this module
+    from resources.settings import current
+
+    settings = settings or current()
+    return _periods(settings.timezone, settings.start)
+
+
+@functools.cache  # one object per configuration: Dagster compares mapped definitions, and sensors look them up
+def _periods(timezone: str, start: date) -> Periods:
+    first = start.isoformat()
+    return Periods(
+        start=start,
+        hourly=HourlyPartitionsDefinition(start_date=f"{first}-00:00", timezone=timezone),
+        daily=DailyPartitionsDefinition(start_date=first, timezone=timezone),
+        # ISO weeks: Monday 00:00 to Monday 00:00
+        weekly=WeeklyPartitionsDefinition(start_date=first_monday(start).isoformat(), day_offset=1, timezone=timezone),
+        monthly=MonthlyPartitionsDefinition(start_date=first_month(start).isoformat(), timezone=timezone),
+    )
+
+
+def business_zone() -> ZoneInfo:
+    """The current process's business timezone."""
+    return ZoneInfo(periods().timezone)
+
+
+class _CurrentPeriods(dict[str, TimeWindowPartitionsDefinition]):
+    """``BY_PERIOD``: period name → the current process's definition, looked up at each use (read-only)."""
+
+    def _now(self) -> dict[str, TimeWindowPartitionsDefinition]:
+        return periods().by_period
+
+    def __getitem__(self, period: str) -> TimeWindowPartitionsDefinition:
+        return self._now()[period]
+
+    def __contains__(self, period: object) -> bool:
+        return period in self._now()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._now())
+
+    def __len__(self) -> int:
+        return len(self._now())
+
+    def __repr__(self) -> str:
+        return repr(self._now())
+
+    def get(self, period: str, default: Any = None) -> Any:
+        return self._now().get(period, default)
+
+    def keys(self) -> Any:
+        return self._now().keys()
+
+    def values(self) -> Any:
+        return self._now().values()
+
+    def items(self) -> Any:
+        return self._now().items()
+
+    def __setitem__(self, period: str, value: TimeWindowPartitionsDefinition) -> None:
+        raise TypeError("BY_PERIOD follows the settings: build other periods with periods(settings)")
+
+
+BY_PERIOD: dict[str, TimeWindowPartitionsDefinition] = _CurrentPeriods()
+
+if TYPE_CHECKING:  # resolved by __getattr__ from the current settings when used, never at import
+    hourly: HourlyPartitionsDefinition
+    daily: DailyPartitionsDefinition
+    weekly: WeeklyPartitionsDefinition
+    monthly: MonthlyPartitionsDefinition
+    START_DATE: date
+    START: str
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("hourly", "daily", "weekly", "monthly"):
+        return getattr(periods(), name)
+    if name == "START_DATE":
+        return periods().start
+    if name == "START":
+        return periods().start.isoformat()
+    if name == "BUSINESS_TZ":  # only resources/external.py still reads it; the Delta seam work removes that use
+        return periods().timezone
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 # Delta partition columns of each period: string values derived from the partition's start, local time.
 PARTITION_COLUMNS: dict[str, list[str]] = {

@@ -1,0 +1,151 @@
+"""The warehouse's settings: every ``WAREHOUSE_*`` environment variable, read once and validated, in one place.
+
+Each field is the variable of the same name in upper case with the ``WAREHOUSE_`` prefix (``timezone`` is
+``WAREHOUSE_TIMEZONE``); an unset or empty variable takes the default. A bad value fails with an error
+naming the variable and what it expects. Other modules take a :class:`Settings` (or :func:`current`) and
+never read the environment themselves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
+from datetime import date
+from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+ENV_PREFIX = "WAREHOUSE_"
+DEFAULT_TIMEZONE = "Asia/Shanghai"
+
+SparkMode = Literal["local", "connect", "master"]
+RunExecutor = Literal["in_process", "multiprocess"]
+
+
+def parse_start(value: str, source: str = ENV_PREFIX + "START") -> date:
+    """The warehouse start date from ``value``; a clear error when it is not a YYYY-MM-DD date."""
+    try:
+        if len(value.strip()) != 10:
+            raise ValueError(value)
+        return date.fromisoformat(value.strip())
+    except ValueError:
+        raise ValueError(
+            f"{source} must be the first day of the warehouse's data as YYYY-MM-DD (e.g. 2026-01-01), got {value!r}"
+        ) from None
+
+
+def parse_spark_conf(value: str) -> dict[str, str]:
+    """``key=value,key=value`` as a dict."""
+    conf: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in value.split(","))):
+        key, sep, setting = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"{ENV_PREFIX}SPARK_CONF={value!r}: expected key=value pairs separated by commas")
+        conf[key.strip()] = setting.strip()
+    return conf
+
+
+class Settings(BaseModel):
+    """Every setting the product reads, with the embedded warehouse's defaults (README, "Configuration")."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    timezone: str = Field(DEFAULT_TIMEZONE, description="an IANA timezone name, e.g. Asia/Shanghai")
+    start: date = Field(date(2026, 1, 1), description="the first day of the warehouse's data, YYYY-MM-DD")
+    lake_root: str = Field("data/lake", description="a path or an object-store URI")
+    landing_root: str = Field("data/landing", description="a path")
+    external_root: str = Field("", description="a path (empty: <landing root>/external)")
+    log_dir: str = Field("data", description="a path")
+    spark_mode: SparkMode = Field("local", description="one of connect, local, master")
+    spark_master: str = Field("local[2]", description="a Spark master URL")
+    spark_connect_url: str = Field("sc://127.0.0.1:15002", description="a Spark Connect URL, sc://host:port")
+    spark_driver_memory: str = Field("4g", description="a JVM memory size, e.g. 4g")
+    spark_conf: dict[str, str] = Field(default_factory=dict, description="key=value pairs separated by commas")
+    time_travel_hours: int = Field(168, ge=0, description="a whole number of hours, 0 or more")
+    simulate_live: bool = Field(False, description="1 or 0")
+    run_executor: RunExecutor = Field("in_process", description="one of in_process, multiprocess")
+    automation_interval: int = Field(15, gt=0, description="a positive whole number of seconds")
+    ods_checks_interval: int = Field(10, gt=0, description="a positive whole number of seconds")
+    external_sensor_interval: int = Field(10, gt=0, description="a positive whole number of seconds")
+    freshness_sensor_interval: int = Field(60, gt=0, description="a positive whole number of seconds")
+    freshness_horizon_hours: float = Field(48.0, ge=0, description="a number of hours, 0 or more")
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(
+                f"{variable('timezone')}={value!r}: expected an IANA timezone name, e.g. Asia/Shanghai"
+            ) from None
+        return value
+
+    @property
+    def zone(self) -> ZoneInfo:
+        return ZoneInfo(self.timezone)
+
+    @property
+    def external_dir(self) -> str:
+        """Where external producers deliver: ``external_root``, by default ``<landing root>/external``."""
+        return self.external_root or self.landing_root.rstrip("/") + "/external"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """The settings from ``env`` (default: this process's environment); ValueError naming a bad variable."""
+        env = os.environ if env is None else env
+        raw: dict[str, Any] = {}
+        for name in cls.model_fields:
+            value = env.get(variable(name), "")
+            if value.strip():
+                raw[name] = value.strip()
+        if "start" in raw:
+            raw["start"] = parse_start(raw["start"])
+        if "spark_conf" in raw:
+            raw["spark_conf"] = parse_spark_conf(raw["spark_conf"])
+        try:
+            return cls(**raw)
+        except ValidationError as exc:
+            raise ValueError("; ".join(_message(error, raw) for error in exc.errors())) from None
+
+
+def variable(field: str) -> str:
+    """The environment variable of a settings field."""
+    return ENV_PREFIX + field.upper()
+
+
+def _message(error: Any, raw: Mapping[str, Any]) -> str:
+    field = str(error["loc"][0])
+    if error["type"] == "value_error":  # a validator's own message, which names the variable
+        return str(error["ctx"]["error"])
+    expected = Settings.model_fields[field].description
+    return f"{variable(field)}={raw.get(field)!r}: expected {expected}"
+
+
+# --- the process's settings ----------------------------------------------------------------------------------
+
+_OVERRIDE: ContextVar[Settings | None] = ContextVar("warehouse_settings", default=None)
+
+
+@functools.cache
+def _from_process_env() -> Settings:
+    return Settings.from_env()
+
+
+def current() -> Settings:
+    """This process's settings: read from the environment once (or those of :func:`using`)."""
+    return _OVERRIDE.get() or _from_process_env()
+
+
+@contextlib.contextmanager
+def using(settings: Settings) -> Iterator[Settings]:
+    """Make ``settings`` the current ones inside the block (building definitions for another configuration)."""
+    token = _OVERRIDE.set(settings)
+    try:
+        yield settings
+    finally:
+        _OVERRIDE.reset(token)
