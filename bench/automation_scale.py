@@ -60,7 +60,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from warehouse_assets.partitions import BUSINESS_TZ, START  # noqa: E402
+from warehouse_assets.partitions import START, periods  # noqa: E402
 
 PERIODS = ("hourly", "daily", "weekly", "monthly")
 PERIOD_WEIGHTS = (0.12, 0.60, 0.15, 0.13)
@@ -243,7 +243,7 @@ def downstream_closure(asset_graph: Any, start: Any, subset: Any) -> dict[Any, A
 
 def child_main(args: argparse.Namespace) -> None:
     n = args.child
-    tz = ZoneInfo(BUSINESS_TZ)
+    tz = ZoneInfo(periods().timezone)
     # 00:30 after one year of partitions: the hour reported between the two ticks completes the last day
     eval_time = datetime.fromisoformat(START).replace(tzinfo=tz) + timedelta(days=365, minutes=30)
     probe_hour = eval_time - timedelta(days=args.probe_days_back)
@@ -493,7 +493,8 @@ def main() -> None:
     if first and first["status"] == "ok":
         print(
             f"\ndownstream of {first['root']} {first['partition']} ({args.probe_days_back} days before the tick); "
-            f"tick at {START} + 365 d 00:30 {BUSINESS_TZ}, root hours of the last {args.root_days} days reported; "
+            f"tick at {START} + 365 d 00:30 {periods().timezone}, "
+            f"root hours of the last {args.root_days} days reported; "
             "'bfs' = Dagster's bfs_filter_subsets for comparison (no self-dependency closure), in RESULT"
         )
     for res in results:

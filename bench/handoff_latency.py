@@ -48,7 +48,9 @@ from zoneinfo import ZoneInfo
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-TZ = ZoneInfo("Asia/Shanghai")
+from resources.settings import Settings  # noqa: E402
+
+TZ = ZoneInfo(Settings.from_env().timezone)  # the warehouse started below inherits this environment
 ROI = ["ads", "marketing_roi"]
 GMV = ["ads", "daily_gmv"]
 ODS = ["ods", "order"]

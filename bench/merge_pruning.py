@@ -54,7 +54,7 @@ from warehouse_assets.ingestion import (  # noqa: E402
     position_app_id,
     prepare_batch,
 )
-from warehouse_assets.partitions import BUSINESS_TZ, START  # noqa: E402
+from warehouse_assets.partitions import START, periods  # noqa: E402
 
 KEY = ("ods", "order")
 SHARDS = 8
@@ -94,7 +94,7 @@ class Layout:
         base, extra = divmod(self.rows, self.partitions)
         self.counts = np.array([base + (1 if p < extra else 0) for p in range(self.partitions)], dtype=np.int64)
         self.starts = np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64)
-        tz = ZoneInfo(BUSINESS_TZ)
+        tz = ZoneInfo(periods().timezone)
         first = datetime.fromisoformat(START).replace(tzinfo=tz)
         self.days = [(first + timedelta(days=p)).date().isoformat() for p in range(self.partitions)]
         self.day_start = np.array(
@@ -102,7 +102,7 @@ class Layout:
         )
         offset = first.utcoffset()
         assert offset is not None
-        self.utc_offset = int(offset.total_seconds())  # the business timezone has no DST (Asia/Shanghai)
+        self.utc_offset = int(offset.total_seconds())  # assumes a business timezone without DST (the default)
         self.spans = np.full(self.partitions, DAY, dtype=np.int64)
         self.spans[-1] = NEWEST_DAY_SPAN
         # the batch runs at 20:00 of the newest day; every stored change is older
@@ -363,7 +363,7 @@ def write_segments(root: Path, layout: Layout, messages: list[tuple[str, int, di
     """One segment per shard holding the window's messages in binlog order, as Canal writes them."""
     mysql_type = LOGICAL_TABLES["order"].mysql_types()
     sql_type = {c.name: c.sql_type for c in LOGICAL_TABLES["order"].columns}
-    start = datetime.fromtimestamp(layout.batch_start, ZoneInfo(BUSINESS_TZ)).strftime("%Y%m%dT%H%M")
+    start = datetime.fromtimestamp(layout.batch_start, ZoneInfo(periods().timezone)).strftime("%Y%m%dT%H%M")
     by_shard: dict[str, list[tuple[int, dict[str, Any]]]] = {}
     for table, es, message in messages:
         by_shard.setdefault(table, []).append((es, message))
@@ -390,7 +390,7 @@ def write_segments(root: Path, layout: Layout, messages: list[tuple[str, int, di
         directory = root / "binlog" / DB / table
         directory.mkdir(parents=True, exist_ok=True)
         (directory / f"000001-{start}.jsonl").write_text("\n".join(lines) + "\n")
-    return Landing(root, BUSINESS_TZ)
+    return Landing(root, periods().timezone)
 
 
 # --- preparing and merging a batch the way the ODS ingestion does -------------------------------------------

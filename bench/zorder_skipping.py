@@ -56,7 +56,7 @@ if str(ROOT) not in sys.path:
 
 from resources.delta_lake import DeltaStore, Predicate, ReadStats  # noqa: E402
 from resources.spark import get_session  # noqa: E402
-from warehouse_assets.partitions import BUSINESS_TZ, START  # noqa: E402
+from warehouse_assets.partitions import START, periods  # noqa: E402
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -112,7 +112,7 @@ class Attendance:
         last = self.month_starts[-1]
         end = last.replace(day=calendar.monthrange(last.year, last.month)[1]) + timedelta(days=1)
         self.days = (end - first).days
-        tz = ZoneInfo(BUSINESS_TZ)
+        tz = ZoneInfo(periods().timezone)
         self.day_dates = [first + timedelta(days=d) for d in range(self.days)]
         self.day_epoch = [int(datetime.combine(d, datetime.min.time(), tz).timestamp()) for d in self.day_dates]
         self.day_first = np.array([self.rows * d // self.days for d in range(self.days + 1)], dtype=np.int64)

@@ -4,7 +4,7 @@ period: daily
 description: Gross merchandise value of the day (paid orders created that day), paying users, their share of ordering users, and orders.
 owner: trade-data
 primary_key: [ds]
-sla: {deadline: "09:00"}  # the day D materialized by 09:00 on D+1 (Asia/Shanghai)
+sla: {deadline: "09:00"}  # the day D materialized by 09:00 on D+1 (business timezone)
 depends_on:
   dws.user_order_daily: {set: [0]}
 checks:

@@ -6,7 +6,7 @@ description: >-
   with impressions, clicks and cost per paying user. Waits for the partner's delivery (external) and the GMV.
 owner: marketing-data
 primary_key: [ds]
-sla: {deadline: "09:00"}  # the day D materialized by 09:00 on D+1 (Asia/Shanghai)
+sla: {deadline: "09:00"}  # the day D materialized by 09:00 on D+1 (business timezone)
 depends_on:
   ext.marketing_spend: {set: [0]}
   ads.daily_gmv: {set: [0]}
