@@ -42,9 +42,8 @@ from dagster import (
 
 from resources.landing import Landing, LandingResource
 from warehouse_assets.catalog import Catalog, Table
-from warehouse_assets.compiler import upstream_partitions
 from warehouse_assets.freshness import TZ, due_between, first_materialized, judge, judged
-from warehouse_assets.partitions import BY_PERIOD
+from warehouse_assets.partitions import BY_PERIOD, upstream_partitions
 from warehouse_assets.quality import Outcome, evaluation
 
 MAX_EVALUATIONS_PER_TABLE = 500
