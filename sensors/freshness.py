@@ -42,9 +42,8 @@ from dagster import (
 from resources.landing import Landing, LandingResource
 from resources.settings import Settings, current
 from warehouse_assets.catalog import Catalog, Table
-from warehouse_assets.compiler import upstream_partitions
 from warehouse_assets.freshness import due_between, first_materialized, judge, judged
-from warehouse_assets.partitions import BY_PERIOD, business_zone
+from warehouse_assets.partitions import BY_PERIOD, business_zone, upstream_partitions
 from warehouse_assets.quality import Outcome, evaluation
 
 MAX_EVALUATIONS_PER_TABLE = 500

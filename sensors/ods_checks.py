@@ -5,10 +5,9 @@ The readiness sensor reports ODS hours as materializations (sensors/ods_readines
 24 of its hours passed. Left to Dagster's automation, each table and hour would get a run of its own —
 120 runs per simulated day, each starting a process, which flooded the run queue and held back every
 downstream run. Instead this sensor finds the ODS hours whose latest materialization has no verdict yet
-(new hours, and hours re-reported after late changes) and launches one ``ods_quality_checks`` run for them
-all, oldest first, at most ``MAX_HOURS_PER_RUN`` table-hours at a time. The run records one
-``AssetCheckEvaluation`` per check and hour, with the numbers behind it, targeting the materialization it
-checked, so the verdict shows on the partition in the UI and gates the automation.
+(new hours, and hours re-reported after late changes) and launches one ``ods_quality_checks`` run
+(:mod:`warehouse_assets.ods_checks`) for them all, oldest first, at most ``MAX_HOURS_PER_RUN`` table-hours at
+a time.
 
 Nothing is lost: the pending set is recomputed from the instance on every tick, so a failed or killed run
 leaves its hours pending and a later run checks them (after ``RETRY_AFTER`` when the last run failed). While
@@ -23,36 +22,25 @@ from datetime import datetime
 from dagster import (
     AssetCheckKey,
     AssetKey,
-    Config,
     DagsterInstance,
     DagsterRunStatus,
     DefaultSensorStatus,
-    Failure,
     JobDefinition,
-    OpExecutionContext,
-    Output,
     RunRequest,
     RunsFilter,
     SensorDefinition,
     SensorEvaluationContext,
     SkipReason,
-    in_process_executor,
-    job,
-    op,
     sensor,
 )
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
-from resources.delta_lake import DeltaLakeResource
 from resources.settings import current
-from resources.spark import SparkResource
 from warehouse_assets.automation import LOOKBACK
 from warehouse_assets.catalog import Catalog, Table
-from warehouse_assets.compiler import check_ods_hours
+from warehouse_assets.ods_checks import JOB, checked_tables
 from warehouse_assets.partitions import BY_PERIOD, business_zone
-from warehouse_assets.quality import evaluation, latest_materialization
 
-JOB = "ods_quality_checks"
 MAX_HOURS_PER_RUN = 24 * 5 * 2  # two days of the five ODS tables
 RETRY_AFTER = 120.0  # seconds after a failed run before its hours are tried again
 IN_FLIGHT = [
@@ -63,14 +51,6 @@ IN_FLIGHT = [
     DagsterRunStatus.CANCELING,
 ]
 VERDICTS = (AssetCheckExecutionRecordStatus.SUCCEEDED, AssetCheckExecutionRecordStatus.FAILED)
-
-
-class OdsChecksConfig(Config):  # type: ignore[misc]
-    hours: dict[str, list[str]]  # ODS table (e.g. "ods.order") -> hour partition keys
-
-
-def checked_tables(catalog: Catalog) -> dict[str, Table]:
-    return {t.fqn: t for t in catalog.ods() if t.checks}
 
 
 def unchecked_hours(
@@ -106,46 +86,9 @@ def next_batch(pending: Mapping[str, Sequence[str]], limit: int = MAX_HOURS_PER_
     return batch
 
 
-def build_ods_checks_sensor(catalog: Catalog) -> tuple[JobDefinition, SensorDefinition]:
+def build_ods_checks_sensor(catalog: Catalog, ods_quality_checks: JobDefinition) -> SensorDefinition:
+    """The sensor launching ``ods_quality_checks`` (:mod:`warehouse_assets.ods_checks`) for unchecked hours."""
     tables = checked_tables(catalog)
-    hourly = BY_PERIOD["hourly"]
-
-    @op(name="check_ods_hours", description="Evaluate the declared checks of ODS hours, one verdict per check.")
-    def evaluate_ods_hours(
-        context: OpExecutionContext, config: OdsChecksConfig, spark: SparkResource, lake: DeltaLakeResource
-    ) -> Output[dict[str, int]]:
-        unknown = sorted(set(config.hours) - set(tables))
-        if unknown:
-            raise Failure(f"not an ODS table with checks: {', '.join(unknown)}; those are: {', '.join(tables)}")
-        for fqn, keys in config.hours.items():
-            bad = [k for k in keys if not hourly.has_partition_key(k)]
-            if bad:
-                raise Failure(f"{fqn}: not hour partition keys (YYYY-MM-DD-HH:00): {', '.join(bad[:5])}")
-        session, store = spark.session(), lake.store()
-        started = time.monotonic()
-        counts = {"table_hours": 0, "evaluations": 0, "failed": 0}
-        for fqn, keys in sorted(config.hours.items()):
-            table, keys = tables[fqn], sorted(set(keys))
-            # the materializations being checked, looked up before the rows are read
-            checked = {k: latest_materialization(context.instance, table, k) for k in keys}
-            for outcome in check_ods_hours(table, keys, session, store):
-                # log_event accepts check evaluations at run time (its annotation lags behind)
-                event = evaluation(context.instance, table, outcome, checked[outcome.partition])
-                context.log_event(event)  # type: ignore[arg-type]
-                counts["evaluations"] += 1
-                if not outcome.passed:
-                    counts["failed"] += 1
-                    context.log.warning(
-                        f"{fqn} {outcome.partition} check {outcome.check.name} FAILED: {outcome.description}"
-                    )
-            counts["table_hours"] += len(keys)
-            context.log.info(f"{fqn}: checked {len(keys)} hour(s), {keys[0]} .. {keys[-1]}")
-        seconds = round(time.monotonic() - started, 3)
-        return Output(counts, metadata={**counts, "duration_s": seconds})
-
-    @job(name=JOB, executor_def=in_process_executor, tags={"warehouse/quality": "ods"})
-    def ods_quality_checks() -> None:
-        evaluate_ods_hours()
 
     @sensor(
         name="ods_quality_checks",
@@ -176,4 +119,4 @@ def build_ods_checks_sensor(catalog: Catalog) -> tuple[JobDefinition, SensorDefi
             tags={"warehouse/table_hours": str(n)},
         )
 
-    return ods_quality_checks, ods_quality_checks_sensor
+    return ods_quality_checks_sensor

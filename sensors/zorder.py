@@ -2,86 +2,35 @@
 
 A partition is complete when it is materialized: derived partitions are written whole by one run, ODS
 hours are materialized by the readiness sensor once every shard is applied past the hour. This sensor
-sees those materializations and launches ``zorder_partitions`` for them; downstream runs never wait for
-it (automation ignores it), and a reader in flight keeps its snapshot's files (vacuum honours the
-time-travel window). The results (files before/after, duration) are recorded as asset observations on
-the partition, so they show on the asset's page in the UI.
+sees those materializations and launches ``zorder_partitions`` (:mod:`warehouse_assets.zorder`) for them;
+downstream runs never wait for it (automation ignores it), and a reader in flight keeps its snapshot's files
+(vacuum honours the time-travel window).
 """
 
 import json
-from typing import Any
 
 from dagster import (
     AssetKey,
-    AssetObservation,
-    Config,
     DagsterEventType,
     DefaultSensorStatus,
     EventRecordsFilter,
     JobDefinition,
-    OpExecutionContext,
-    Output,
     RunRequest,
     SensorDefinition,
     SensorEvaluationContext,
     SensorResult,
-    in_process_executor,
-    job,
-    op,
     sensor,
 )
 
-from resources.delta_lake import DeltaLakeResource
-from resources.spark import SparkResource
 from warehouse_assets.catalog import Catalog
-from warehouse_assets.compiler import partition_spec
+from warehouse_assets.zorder import zordered_tables
 
 BATCH = 48  # partitions per optimize run
 
 
-class ZOrderConfig(Config):  # type: ignore[misc]
-    table: str
-    partitions: list[str]
-
-
-def build_zorder(catalog: Catalog) -> tuple[JobDefinition, SensorDefinition]:
-    tables = {t.fqn: t for t in catalog if t.zorder}
-
-    @op(name="zorder_partition_files", description="Z-order the files of complete partitions.")
-    def zorder_partition_files(
-        context: OpExecutionContext, config: ZOrderConfig, lake: DeltaLakeResource, spark: SparkResource
-    ) -> Output[list[dict[str, Any]]]:
-        if config.table not in tables:
-            raise ValueError(f"{config.table} declares no Z-order columns; tables that do: {sorted(tables)}")
-        table, store = tables[config.table], lake.store()
-        results = []
-        for key in config.partitions:
-            spec = partition_spec(table.period, key)
-            before = store.live_files(table.key, [spec])[1].files_read
-            metrics = store.optimize(table.key, partitions=[spec], zorder_by=table.zorder, spark=spark.session())
-            after = store.live_files(table.key, [spec])[1].files_read
-            numbers = {
-                "files_before": before,
-                "files_after": after,
-                "files_added": int(metrics.get("numFilesAdded", 0)),
-                "files_removed": int(metrics.get("numFilesRemoved", 0)),
-                "duration_s": round(float(metrics["duration_s"]), 3),
-                "delta_version": int(metrics["delta_version"]),
-            }
-            context.log_event(
-                AssetObservation(
-                    asset_key=AssetKey(table.key),
-                    partition=key,
-                    metadata={**numbers, "zorder_by": ", ".join(table.zorder)},
-                )
-            )
-            context.log.info(f"{table.fqn} {key}: Z-ordered by {table.zorder}, files {before} -> {after}")
-            results.append(numbers)
-        return Output(results, metadata={"partitions": len(results)})
-
-    @job(name="zorder_partitions", executor_def=in_process_executor, tags={"warehouse/maintenance": "zorder"})
-    def zorder_partitions() -> None:
-        zorder_partition_files()
+def build_zorder_sensor(catalog: Catalog, zorder_partitions: JobDefinition) -> SensorDefinition:
+    """The sensor launching ``zorder_partitions`` (:mod:`warehouse_assets.zorder`) for complete partitions."""
+    tables = zordered_tables(catalog)
 
     @sensor(
         name="zorder_complete_partitions",
@@ -118,4 +67,4 @@ def build_zorder(catalog: Catalog) -> tuple[JobDefinition, SensorDefinition]:
                 )
         return SensorResult(run_requests=requests, cursor=json.dumps(cursor, sort_keys=True))
 
-    return zorder_partitions, zorder_complete_partitions
+    return zorder_complete_partitions

@@ -12,8 +12,8 @@ from dagster import AssetKey, DefaultSensorStatus, TimeWindowPartitionMapping, T
 
 from resources.settings import Settings
 from warehouse_assets.catalog import CatalogError, load_catalog
-from warehouse_assets.compiler import upstream_partitions
 from warehouse_assets.definitions import build_definitions, catalog, defs
+from warehouse_assets.partitions import upstream_partitions
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -286,3 +286,20 @@ def test_loading_the_definitions_shows_every_pattern(child: str, parent: str, of
     assert (mapping.start_offset, mapping.end_offset) == offsets
     periods = {key: graph.get(AssetKey(key.split("."))).partitions_def for key in (child, parent)}
     assert all(p is not None and p.timezone == "Asia/Shanghai" for p in periods.values())
+
+
+def test_loading_the_code_location_imports_no_pyspark() -> None:
+    # in a fresh interpreter (the tests' own has PySpark loaded): the code server, the daemon and every sensor
+    # tick import the code location, and none of them runs Spark
+    script = (
+        "import sys\n"
+        "import warehouse_assets.definitions\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j') "
+        "or m == 'warehouse_assets.runtime'))\n"
+    )
+    env = {**os.environ, "DAGSTER_TELEMETRY_ENABLED": "false"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"

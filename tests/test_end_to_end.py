@@ -384,8 +384,8 @@ def test_monthly_report_equals_the_replay(warehouse: Warehouse) -> None:
 def test_a_self_dependent_table_must_produce_its_declared_columns(spark: SparkSession) -> None:
     from dagster import Failure
 
-    from warehouse_assets.compiler import _check_columns, _empty_like
     from warehouse_assets.definitions import catalog
+    from warehouse_assets.runtime import _check_columns, _empty_like
 
     table = catalog["dws.user_learning_cumulative"]
     empty = _empty_like(spark, _NoLake(), table, first_of_self=True)  # the first partition's T-1

@@ -41,12 +41,13 @@ from pyspark.sql import SparkSession
 
 from resources import resources_from_env
 from resources.landing import Landing
-from sensors.ods_checks import JOB, build_ods_checks_sensor, checked_tables, next_batch, unchecked_hours
+from sensors.ods_checks import build_ods_checks_sensor, next_batch, unchecked_hours
 from simulator.cdc import merged_order_row
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.compiler import build_assets, build_checks
 from warehouse_assets.definitions import catalog, defs
 from warehouse_assets.ingestion import ods_arrow_schema
+from warehouse_assets.ods_checks import JOB, build_ods_checks_job, checked_tables
 from warehouse_assets.partitions import hourly
 from warehouse_assets.why import explain
 
@@ -91,7 +92,7 @@ class Env:
             self.instance.report_runless_asset_event(AssetMaterialization(ODS, partition=key))
 
     def tick(self) -> RunRequest | SkipReason:
-        _, sensor = build_ods_checks_sensor(self.catalog)
+        sensor = build_ods_checks_sensor(self.catalog, build_ods_checks_job(self.catalog))
         result = sensor(build_sensor_context(instance=self.instance))
         assert isinstance(result, RunRequest | SkipReason)
         return result
@@ -124,7 +125,7 @@ def env(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         {"WAREHOUSE_LAKE_ROOT": str(root / "lake"), "WAREHOUSE_LANDING_ROOT": str(root / "landing")}
     )
     catalog = load_catalog()
-    job, _ = build_ods_checks_sensor(catalog)
+    job = build_ods_checks_job(catalog)
     defs = Definitions(
         assets=build_assets(catalog), asset_checks=build_checks(catalog), jobs=[job], resources=resources
     )

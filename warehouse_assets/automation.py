@@ -14,16 +14,16 @@ catch up by itself (a source that comes back after an outage reports many hours 
 * nothing upstream or here is in progress, and the partition lies within ``LOOKBACK`` (older history is
   filled by backfills, design §6.4).
 
-``UpstreamPartitionsExist`` is Python evaluated by the automation sensor on the code server
+``UpstreamPartitionsExist`` asks the gate (:func:`warehouse_assets.gate.runnable_where_upstream_exists`) on the
+asset graph's edges. It is Python evaluated by the automation sensor on the code server
 (``use_user_code_server=True``, which Dagster limits to 500 assets per sensor).
 """
 
-from collections.abc import Sequence
 from datetime import timedelta
 
 from dagster import AssetKey, AutomationCondition, AutomationContext, AutomationResult, TimeWindowPartitionsDefinition
 
-from warehouse_assets.partitions import mapped_upstream
+from warehouse_assets.gate import Edge, runnable_where_upstream_exists
 
 LOOKBACK = timedelta(days=35)
 
@@ -45,34 +45,22 @@ class UpstreamPartitionsExist(AutomationCondition):  # type: ignore[type-arg]
         if candidates.is_empty or not isinstance(own_def, TimeWindowPartitionsDefinition):
             return AutomationResult(context, true_subset=candidates)
         keys = sorted(candidates.expensively_compute_partition_keys())
-        edges = self._edges(context)
-        # one pass over all candidates; partition by partition only when something is nonexistent
-        if not any(self._nonexistent(context, edge, keys) for edge in edges):
+        ok = runnable_where_upstream_exists(own_def, self._edges(context), keys, context.evaluation_time)
+        if len(ok) == len(keys):
             return AutomationResult(context, true_subset=candidates)
-        ok = [k for k in keys if not any(self._nonexistent(context, edge, [k]) for edge in edges)]
         return AutomationResult(context, true_subset=candidates.compute_intersection_with_partition_keys(set(ok)))
 
     @staticmethod
-    def _edges(context: AutomationContext) -> Sequence[AssetKey]:  # type: ignore[type-arg]
-        node = context.asset_graph.get(context.key)
-        return sorted(k for k in node.parent_entity_keys if isinstance(k, AssetKey))
-
-    @staticmethod
-    def _nonexistent(context: AutomationContext, parent: AssetKey, keys: Sequence[str]) -> list[str]:  # type: ignore[type-arg]
+    def _edges(context: AutomationContext) -> list[Edge]:  # type: ignore[type-arg]
+        """The asset's time-window dependencies as the asset graph states them."""
         graph = context.asset_graph
-        own_def, up_def = graph.get(context.key).partitions_def, graph.get(parent).partitions_def
-        if not isinstance(own_def, TimeWindowPartitionsDefinition) or not isinstance(
-            up_def, TimeWindowPartitionsDefinition
-        ):
-            return []
-        return mapped_upstream(
-            graph.get_partition_mapping(context.key, parent),
-            own_def,
-            up_def,
-            keys,
-            current_time=context.evaluation_time,
-            self_dependency=parent == context.key,
-        ).nonexistent
+        node = graph.get(context.key)
+        edges = []
+        for parent in sorted(k for k in node.parent_entity_keys if isinstance(k, AssetKey)):
+            up_def = graph.get(parent).partitions_def
+            if isinstance(up_def, TimeWindowPartitionsDefinition):
+                edges.append(Edge(graph.get_partition_mapping(context.key, parent), up_def, parent == context.key))
+        return edges
 
 
 def ready_when_upstream_complete(lookback: timedelta = LOOKBACK) -> AutomationCondition:  # type: ignore[type-arg]

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
@@ -57,10 +57,10 @@ def _say(message: str) -> None:
 
 def run_ingest(instance: Any, resources: dict[str, Any], tables: Sequence[str] = ()) -> dict[str, Any]:
     """Run the ``ods_ingest`` job in this process against ``instance``; returns its summary."""
-    from warehouse_assets.definitions import catalog
+    from warehouse_assets.catalog import load_catalog
     from warehouse_assets.ods import build_ingest_job
 
-    result = build_ingest_job(catalog).execute_in_process(
+    result = build_ingest_job(load_catalog()).execute_in_process(
         instance=instance,
         resources=resources,
         run_config={"ops": {"ingest_ods": {"config": {"tables": list(tables)}}}},
@@ -79,10 +79,10 @@ def report_ready_hours(
     from dagster import AssetKey
 
     from sensors.ods_readiness import readiness_events
-    from warehouse_assets.catalog import Catalog
-    from warehouse_assets.definitions import catalog
+    from warehouse_assets.catalog import Catalog, load_catalog
     from warehouse_assets.partitions import hourly
 
+    catalog = load_catalog()
     store, landing = resources["lake"].store(), resources["landing"].landing()
     selected = Catalog({t.fqn: t for t in catalog.ods() if tables is None or t.fqn in tables})
     cursor: dict[str, str] = {}
@@ -103,10 +103,10 @@ def report_ready_hours(
 def report_external_deliveries(instance: Any, resources: dict[str, Any]) -> int:
     """Report every external partition that has arrived and is not reported yet (what their sensors do)."""
     from sensors.external import Cursor, evaluate, now_in_business_tz
-    from warehouse_assets.definitions import catalog
+    from warehouse_assets.catalog import load_catalog
 
     reported = 0
-    for table in catalog.externals():
+    for table in load_catalog().externals():
         source = resources["external"].source(table)
         tick, _ = evaluate(source, Cursor(), now_in_business_tz(), _fingerprint_lookup(instance, table.key))
         for line in tick.rejected:
@@ -131,37 +131,17 @@ def _fingerprint_lookup(instance: Any, key: list[str]) -> Any:
     return lookup
 
 
-def _external_missing(instance: Any, table: Any, keys: list[str]) -> dict[str, list[str]]:
-    """Partition key -> external upstream partitions it needs that have not arrived."""
-    from dagster import AssetKey
+def _external_missing(catalog: Any, instance: Any, table: Any, keys: list[str]) -> dict[str, list[str]]:
+    """Partition key -> external upstream partitions it needs that have not arrived, as the gate judges them."""
+    from warehouse_assets.gate import InstanceStates, decide
 
-    from warehouse_assets.definitions import catalog
-    from warehouse_assets.partitions import upstream_partitions
-
+    states = InstanceStates(instance)
     missing: dict[str, list[str]] = {}
-    for dep in table.deps:
-        if not catalog[dep.table].is_external:
-            continue
-        arrived = instance.get_materialized_partitions(AssetKey(dep.key))
-        for key in keys:
-            needed = upstream_partitions(catalog, table, dep, key).keys
-            lacking = [f"{dep.table} {k}" for k in needed if k not in arrived]
-            if lacking:
-                missing.setdefault(key, []).extend(lacking)
+    for key in keys:
+        for edge in decide(catalog, table, key, states).edges:
+            if catalog[edge.dep.table].is_external and edge.missing:
+                missing.setdefault(key, []).extend(f"{edge.dep.table} {k}" for k in edge.missing)
     return missing
-
-
-def partition_keys_between(period: str, start: datetime, end: datetime) -> list[str]:
-    """Partition keys of ``period`` whose whole window lies in [start, end)."""
-    from warehouse_assets.partitions import BY_PERIOD
-
-    pdef = BY_PERIOD[period]
-    keys = []
-    for key in pdef.get_partition_keys(current_time=end):
-        window = pdef.time_window_for_partition_key(key)
-        if window.start >= start and window.end <= end:
-            keys.append(key)
-    return keys
 
 
 def _contiguous(keys: list[str], skip: set[str]) -> list[list[str]]:
@@ -203,19 +183,6 @@ def _materialize_keys(
     return True
 
 
-def before_start(table: Any, key: str) -> list[str]:
-    """The upstream tables that partition ``key`` of ``table`` needs partitions of that do not exist.
-
-    Such a partition can never be built (a 30-day window on the warehouse's 3rd day, T-7 on its 1st week);
-    a self-dependency is exempt: the first partition starts from an empty T-1. One rule with the
-    compiler's guard and the automation: ``upstream_partitions(...).nonexistent``.
-    """
-    from warehouse_assets.definitions import catalog
-    from warehouse_assets.partitions import upstream_partitions
-
-    return [dep.table for dep in table.deps if upstream_partitions(catalog, table, dep, key).nonexistent]
-
-
 def materialize_range(
     instance: Any,
     resources: dict[str, Any],
@@ -225,11 +192,11 @@ def materialize_range(
     ingest: bool = True,
 ) -> bool:
     """The headless path: ingest, report ready hours, then build each derived table over the range."""
-    from dagster import AssetsDefinition, AssetSpec
+    from warehouse_assets.catalog import load_catalog
+    from warehouse_assets.compiler import build_assets, topological
+    from warehouse_assets.gate import backfill_partitions, nonexistent_upstream, partitions_in_range
 
-    from warehouse_assets.compiler import topological
-    from warehouse_assets.definitions import catalog, defs
-
+    catalog = load_catalog()
     begun = time.monotonic()
     if ingest:
         _say("[ingest] applying pending CDC segments to the ODS tables …")
@@ -245,21 +212,23 @@ def materialize_range(
     _say(f"[ready ] {reported} ODS hour partition(s) of {', '.join(sources) or 'no table'} reported ready")
     arrived = report_external_deliveries(instance, resources)
     _say(f"[ext   ] {arrived} external partition(s) reported arrived")
-    all_assets = [a for a in defs.assets or [] if isinstance(a, AssetsDefinition | AssetSpec)]
+    all_assets = build_assets(catalog)
+    now = min(end, datetime.now(UTC))  # existence judged as the backfill plan judges it
+    buildable = backfill_partitions(catalog, start, end, current_time=now)
     for index, table in enumerate(plan, start=1):
-        keys = partition_keys_between(table.period, start, end)
-        unbuildable = [k for k in keys if before_start(table, k)]
+        keys = buildable.get(table.fqn, [])
+        unbuildable = [k for k in partitions_in_range(table.period, start, end) if k not in keys]
         if unbuildable:
-            keys = [k for k in keys if k not in unbuildable]
             _say(
                 f"[{index}/{len(plan)}] {table.fqn}: {len(unbuildable)} partition(s) skipped ({unbuildable[0]} .. "
-                f"{unbuildable[-1]}): they need partitions of {', '.join(before_start(table, unbuildable[0]))} "
+                f"{unbuildable[-1]}): they need partitions of "
+                f"{', '.join(nonexistent_upstream(catalog, table, unbuildable[0], now))} "
                 "before its first partition"
             )
         if not keys:
             _say(f"[{index}/{len(plan)}] {table.fqn}: no whole {table.period} partition in the range, skipped")
             continue
-        waiting = _external_missing(instance, table, keys)
+        waiting = _external_missing(catalog, instance, table, keys)
         for key, lacking in waiting.items():
             _say(f"[{index}/{len(plan)}] {table.fqn} {key}: external not arrived ({', '.join(lacking)}), skipped")
         for run_keys in _contiguous(keys, set(waiting)):

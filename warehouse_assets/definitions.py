@@ -24,12 +24,14 @@ from sensors.freshness import build_freshness_sensor
 from sensors.landing import build_landing_sensor
 from sensors.ods_checks import build_ods_checks_sensor
 from sensors.ods_readiness import build_readiness_sensor
-from sensors.zorder import build_zorder
+from sensors.zorder import build_zorder_sensor
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.compiler import build_assets, build_checks
 from warehouse_assets.maintenance import build_maintenance
 from warehouse_assets.ods import build_ingest_job
+from warehouse_assets.ods_checks import build_ods_checks_job
 from warehouse_assets.why import build_why_job
+from warehouse_assets.zorder import build_zorder_job
 
 # Deliberate uses of Dagster 1.13 features marked beta or preview (single-run backfill policies, partitioned
 # asset checks, automation evaluated in the code server): the project pins Dagster, so the warning every process
@@ -77,8 +79,7 @@ def build_definitions(catalog: Catalog, settings: Settings | None = None) -> Def
 def _build(catalog: Catalog, settings: Settings) -> Definitions:
     ingest_job = build_ingest_job(catalog)
     maintenance_job, maintenance_schedule = build_maintenance(catalog)
-    zorder_job, zorder_sensor = build_zorder(catalog)
-    ods_checks_job, ods_checks_sensor = build_ods_checks_sensor(catalog)
+    zorder_job, ods_checks_job = build_zorder_job(catalog), build_ods_checks_job(catalog)
     resources = resources_from_env(settings)
     automation_sensor = AutomationConditionSensorDefinition(
         "warehouse_automation",
@@ -98,10 +99,10 @@ def _build(catalog: Catalog, settings: Settings) -> Definitions:
         sensors=[
             build_landing_sensor(catalog, ingest_job),
             build_readiness_sensor(catalog),
-            ods_checks_sensor,
+            build_ods_checks_sensor(catalog, ods_checks_job),
             automation_sensor,
             *dev_sensors(settings.simulate_live),
-            zorder_sensor,
+            build_zorder_sensor(catalog, zorder_job),
             *build_external_sensors(catalog),
             build_freshness_sensor(catalog),
         ],

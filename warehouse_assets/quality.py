@@ -8,7 +8,7 @@ the checks). Results carry the numbers behind them.
 
 Across runs the gate is the automation condition (:func:`blocking_checks_passed`): a partition runs only
 when every mapped upstream partition's blocking checks passed on its latest materialization — except for
-dependencies declared ``ignore_dq: true`` (seed 002). The manual-run guard in the compiler refuses the same.
+dependencies declared ``ignore_dq: true`` (seed 002). The run guard (:mod:`warehouse_assets.gate`) refuses the same.
 """
 
 from __future__ import annotations

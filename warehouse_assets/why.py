@@ -5,8 +5,9 @@ ODS hour whose shard is behind or rows are missing, an external delivery not arr
 a partition that does not exist (before the warehouse start, or in the future), or a derived partition whose
 own upstream is all ready but that has not run (or whose run failed).
 
-The walk rests on one question asked per partition, :meth:`PartitionStates.states` ("is P ready, and if not
-why?"), and on the exact upstream windows (:func:`warehouse_assets.partitions.upstream_partitions`). It reads
+The walk rests on the gate (:mod:`warehouse_assets.gate`, "may P run now, and if not why?"), which judges the
+exact upstream partitions of each partition on the chain, and on one question asked per partition,
+:meth:`PartitionStates.states` ("is P itself ready, and if not why?"), which is also what the gate reads. It reads
 the catalog, the Dagster instance for the partitions on the chain only, and the lake's ingestion state through
 delta-rs: no code location and no PySpark, so ``warehouse why`` answers in about the time of importing Dagster.
 
@@ -35,6 +36,7 @@ from resources.external import ExternalResource
 from resources.landing import Landing, LandingResource
 from sensors.ods_readiness import Readiness, readiness
 from warehouse_assets.catalog import Catalog, Dependency, Table
+from warehouse_assets.gate import CHECK_FAILED, IN_PROGRESS, NONEXISTENT, Verdict, decide
 from warehouse_assets.partitions import BY_PERIOD, START, UpstreamPartitions, upstream_partitions
 from warehouse_assets.quality import failed_blocking_checks
 
@@ -225,17 +227,35 @@ class PartitionStates:
         return run
 
     def upstream(self, table: Table, partition: str) -> list[UpstreamState]:
-        """Every upstream partition ``partition`` of ``table`` needs, as that dependency sees it."""
+        """Every upstream partition ``partition`` of ``table`` needs, as the gate judges it through that
+        dependency, with the reason it is not ready."""
         out: list[UpstreamState] = []
-        for dep, up in self.windows(table, partition):
-            for entry in self.states(dep.table, up.keys):
-                if entry.state == "check failed" and dep.ignore_dq:
-                    names = ", ".join(entry.failed_checks)
+        for edge in self.verdict(table, partition).edges:
+            for entry in self.states(edge.dep.table, edge.upstream.keys):
+                if entry.partition in edge.ignored_checks:
+                    names = ", ".join(edge.ignored_checks[entry.partition])
                     detail = f"check failed: {names} (ignored: the dependency says ignore_dq)"
                     entry = replace(entry, state=READY, detail=detail)
                 out.append(entry)
-            out.extend(UpstreamState(dep.table, k, "does not exist", self._never(dep.table, k)) for k in up.nonexistent)
+            out.extend(
+                UpstreamState(edge.dep.table, k, NONEXISTENT, self._never(edge.dep.table, k)) for k in edge.nonexistent
+            )
         return out
+
+    def verdict(self, table: Table, partition: str) -> Verdict:
+        """The gate's verdict on ``partition`` of ``table``, on the states read here."""
+        return decide(self.catalog, table, partition, self, windows=self.windows(table, partition))
+
+    # --- the gate's PartitionStateReader: the instance's partition statuses, read once per partition
+
+    def materialized(self, table: Table, keys: Sequence[str]) -> set[str]:
+        return {s.partition for s in self.states(table.fqn, keys) if s.state in (READY, CHECK_FAILED)}
+
+    def in_progress(self, table: Table, keys: Sequence[str]) -> set[str]:
+        return {s.partition for s in self.states(table.fqn, keys) if s.state == IN_PROGRESS}
+
+    def failed_blocking_checks(self, table: Table, keys: Sequence[str]) -> dict[str, list[str]]:
+        return {s.partition: list(s.failed_checks) for s in self.states(table.fqn, keys) if s.state == CHECK_FAILED}
 
     def _never(self, fqn: str, key: str) -> str:
         pdef = BY_PERIOD[self.catalog[fqn].period]
@@ -322,7 +342,7 @@ def explain(
     waiting = [u for u in report.upstream if u.blocks]
     if report.own_state == "in progress":
         report.verdict = "running now"
-    elif not waiting:
+    elif states.verdict(table, partition).may_run:
         report.verdict = f"all {len(report.upstream)} upstream partition(s) are materialized: ready" + (
             " (already materialized)" if report.own_state == "materialized" else ""
         )

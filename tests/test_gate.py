@@ -1,0 +1,147 @@
+"""The gate, on its own: may partition P run now, and if not why — judged per dependency on the exact upstream
+partitions, from partition state read through the narrow ``PartitionStateReader`` (a fake one here: no Dagster
+instance, no lake, no Spark)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from warehouse_assets.catalog import Catalog, Table, load_catalog
+from warehouse_assets.gate import (
+    CHECK_FAILED,
+    IN_PROGRESS,
+    MISSING,
+    NONEXISTENT,
+    OK,
+    backfill_partitions,
+    decide,
+    nonexistent_upstream,
+)
+
+TZ = ZoneInfo("Asia/Shanghai")
+NOW = datetime(2026, 3, 10, 12, tzinfo=TZ)
+
+TABLES = {
+    "dwd/day.sql": ("period: daily\n", "SELECT id, v FROM dwd.raw"),
+    "dwd/raw.sql": ("period: daily\nchecks:\n  not_null: [id]\n", "SELECT 1 AS id, 2 AS v"),
+    "dws/cum.sql": (
+        "period: daily\ncolumns: {id: int, v: int}\ndepends_on:\n  dws.cum: {set: [-1]}\n  dwd.day: {set: [0]}\n",
+        "SELECT id, v FROM dwd.day UNION ALL SELECT id, v FROM dws.cum",
+    ),
+    "ads/t7.sql": ("period: daily\ndepends_on:\n  dwd.day: {set: [-7]}\n", "SELECT id, v FROM dwd.day"),
+    "ads/wk.sql": ("period: daily\ndepends_on:\n  dwd.raw: {range: [-2, 0]}\n", "SELECT id, v FROM dwd.raw"),
+}
+
+
+class FakeStates:
+    """The gate's reader over plain sets: what the dependency center's state store will stand in for."""
+
+    def __init__(
+        self,
+        materialized: dict[str, set[str]] | None = None,
+        running: dict[str, set[str]] | None = None,
+        failed: dict[str, dict[str, list[str]]] | None = None,
+    ):
+        self.done, self.running, self.failed = materialized or {}, running or {}, failed or {}
+
+    def materialized(self, table: Table, keys: Sequence[str]) -> set[str]:
+        return self.done.get(table.fqn, set()) & set(keys)
+
+    def in_progress(self, table: Table, keys: Sequence[str]) -> set[str]:
+        return self.running.get(table.fqn, set()) & set(keys)
+
+    def failed_blocking_checks(self, table: Table, keys: Sequence[str]) -> dict[str, list[str]]:
+        return {k: v for k, v in self.failed.get(table.fqn, {}).items() if k in keys}
+
+
+@pytest.fixture(scope="module")
+def catalog(tmp_path_factory: pytest.TempPathFactory) -> Catalog:
+    root = tmp_path_factory.mktemp("catalog")
+    for rel, (header, sql) in TABLES.items():
+        layer, name = rel[:-4].split("/")
+        (root / layer).mkdir(exist_ok=True)
+        (root / rel).write_text(f"/* ---\ntable: {layer}.{name}\n{header}--- */\n{sql}\n")
+    return load_catalog(root)
+
+
+def test_every_upstream_partition_ok_lets_the_partition_run(catalog: Catalog) -> None:
+    states = FakeStates({"dwd.raw": {"2026-03-03", "2026-03-04", "2026-03-05"}})
+    verdict = decide(catalog, catalog["ads.wk"], "2026-03-05", states, current_time=NOW)
+    assert verdict.may_run and verdict.reasons == []
+    [edge] = verdict.edges
+    assert edge.upstream.keys == ["2026-03-03", "2026-03-04", "2026-03-05"]
+    assert [edge.state(k) for k in edge.upstream.keys] == [OK, OK, OK]
+
+
+def test_each_upstream_partition_gets_its_verdict(catalog: Catalog) -> None:
+    states = FakeStates(
+        materialized={"dwd.raw": {"2026-03-03", "2026-03-05"}},
+        running={"dwd.raw": {"2026-03-04"}},
+        failed={"dwd.raw": {"2026-03-05": ["not_null"]}},
+    )
+    verdict = decide(catalog, catalog["ads.wk"], "2026-03-05", states, current_time=NOW)
+    [edge] = verdict.edges
+    assert [edge.state(k) for k in edge.upstream.keys] == [OK, IN_PROGRESS, CHECK_FAILED]
+    assert not verdict.may_run
+    # the in-progress partition is not materialized: that is the first reason, as the run guard words it
+    assert verdict.reasons == [
+        "ads.wk 2026-03-05 waits for 1 partition(s) of dwd.raw that are not materialized: 2026-03-04"
+    ]
+    states.running = {}
+    states.done["dwd.raw"].add("2026-03-04")
+    verdict = decide(catalog, catalog["ads.wk"], "2026-03-05", states, current_time=NOW)
+    assert verdict.reasons == [
+        "ads.wk 2026-03-05 refuses to run: 1 partition(s) of dwd.raw failed a blocking data-quality check "
+        "(2026-03-05; 2026-03-05: not_null). Fix and re-run dwd.raw, or declare `ignore_dq: true` on the "
+        "dependency to proceed anyway."
+    ]
+
+
+def test_an_ignore_dq_dependency_sees_a_failed_check_but_is_not_held_back(catalog: Catalog) -> None:
+    lenient = replace(catalog["ads.wk"], deps=tuple(replace(d, ignore_dq=True) for d in catalog["ads.wk"].deps))
+    states = FakeStates(
+        materialized={"dwd.raw": {"2026-03-03", "2026-03-04", "2026-03-05"}},
+        failed={"dwd.raw": {"2026-03-05": ["not_null"]}},
+    )
+    verdict = decide(catalog, lenient, "2026-03-05", states, current_time=NOW)
+    assert verdict.may_run
+    assert verdict.edges[0].ignored_checks == {"2026-03-05": ["not_null"]}
+
+
+def test_a_window_before_the_start_or_in_the_future_does_not_exist(catalog: Catalog) -> None:
+    everything = FakeStates({"dwd.day": {f"2026-03-{d:02d}" for d in range(1, 11)}})
+    early = decide(catalog, catalog["ads.t7"], "2026-01-03", everything, current_time=NOW)
+    assert early.edges[0].nonexistent == ["2025-12-27"] and early.edges[0].state("2025-12-27") == NONEXISTENT
+    assert early.reasons == [
+        "ads.t7 2026-01-03 needs 1 partition(s) of dwd.day that do not exist (in the future or before its first "
+        "partition): 2025-12-27"
+    ]
+    assert nonexistent_upstream(catalog, catalog["ads.t7"], "2026-01-03", NOW) == ["dwd.day"]
+    assert nonexistent_upstream(catalog, catalog["ads.t7"], "2026-03-09", NOW) == []
+    # today's day has not ended at NOW: a partition reading it cannot run yet
+    assert nonexistent_upstream(catalog, catalog["dws.cum"], "2026-03-10", NOW) == ["dwd.day"]
+
+
+def test_a_self_dependency_starts_at_the_first_partition_and_then_needs_t_minus_1(catalog: Catalog) -> None:
+    first = decide(catalog, catalog["dws.cum"], "2026-01-01", FakeStates({"dwd.day": {"2026-01-01"}}), NOW)
+    assert first.may_run
+    later = decide(catalog, catalog["dws.cum"], "2026-01-02", FakeStates({"dwd.day": {"2026-01-02"}}), NOW)
+    assert [e.state("2026-01-01") for e in later.edges if e.dep.table == "dws.cum"] == [MISSING]
+    assert later.reasons == [
+        "dws.cum 2026-01-02 waits for 1 partition(s) of dws.cum that are not materialized: 2026-01-01"
+    ]
+
+
+def test_the_backfill_plan_keeps_the_partitions_whose_every_upstream_can_exist(catalog: Catalog) -> None:
+    plan = backfill_partitions(catalog, datetime(2026, 1, 1, tzinfo=TZ), datetime(2026, 1, 10, tzinfo=TZ))
+    assert plan["ads.t7"] == [f"2026-01-{d:02d}" for d in range(8, 10)]  # T-7 exists from the 8th
+    assert plan["ads.wk"][0] == "2026-01-03"  # a 3-day window from the 3rd
+    assert plan["dws.cum"][0] == "2026-01-01"  # the self-dependent chain starts at the first partition
+    # a range reaching past now: only what can exist by now (today's day has not ended)
+    plan = backfill_partitions(catalog, datetime(2026, 3, 8, tzinfo=TZ), datetime(2026, 3, 12, tzinfo=TZ), NOW)
+    assert plan["dwd.day"] == ["2026-03-08", "2026-03-09"]

@@ -1,0 +1,274 @@
+"""The one gate: may partition P of a table run now, and if not, why?
+
+Built on the exact upstream partitions (:func:`warehouse_assets.partitions.upstream_partitions`, never Dagster's
+clamped mappings): for each dependency of P, every upstream partition P needs is judged
+
+* ``does not exist`` — before the upstream's first partition or in the future: P cannot run now (and a window
+  reaching before the warehouse start never can);
+* ``missing`` — exists but is not materialized;
+* ``in progress`` — not materialized, a run is building it;
+* ``check failed`` — materialized, but a blocking data-quality check failed on its latest materialization
+  (unless the dependency says ``ignore_dq``);
+* ``ok`` otherwise.
+
+P may run when every upstream partition is ``ok``. The gate reads partition state through
+:class:`PartitionStateReader` only; callers supply the state they trust: the run guard
+(:mod:`warehouse_assets.runtime`) the instance's materializations plus what its own run wrote, ``warehouse why``
+(:mod:`warehouse_assets.why`) the instance's partition statuses, the headless path
+(:mod:`warehouse_assets.cli`) the instance. The automation condition asks the existence part
+(:func:`runnable_where_upstream_exists`) on the asset graph, and the backfill plan (:func:`backfill_partitions`)
+asks it over a range.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Protocol
+
+from dagster import AssetKey, DagsterInstance, PartitionMapping, TimeWindowPartitionsDefinition
+
+from warehouse_assets.partitions import BY_PERIOD, UpstreamPartitions, mapped_upstream, upstream_partitions
+from warehouse_assets.quality import failed_blocking_checks
+
+if TYPE_CHECKING:
+    from warehouse_assets.catalog import Catalog, Dependency, Table
+
+OK = "ok"
+MISSING = "missing"
+NONEXISTENT = "does not exist"
+IN_PROGRESS = "in progress"
+CHECK_FAILED = "check failed"
+
+
+class PartitionStateReader(Protocol):
+    """What the gate needs to know about partitions: deliberately narrow, so that another state store (the
+    dependency center's) can stand behind it."""
+
+    def materialized(self, table: Table, keys: Sequence[str]) -> set[str]:
+        """Which of ``keys`` of ``table`` are materialized."""
+        ...
+
+    def in_progress(self, table: Table, keys: Sequence[str]) -> set[str]:
+        """Which of ``keys`` of ``table`` a run is building now."""
+        ...
+
+    def failed_blocking_checks(self, table: Table, keys: Sequence[str]) -> dict[str, list[str]]:
+        """Partition → its blocking checks that failed on its latest materialization."""
+        ...
+
+
+class InstanceStates:
+    """Partition state from the Dagster instance: a partition ever materialized counts as materialized, and
+    nothing as in progress — the run guard's view, whose own run is the one in progress."""
+
+    def __init__(self, instance: DagsterInstance):
+        self.instance = instance
+        self._materialized: dict[str, set[str]] = {}
+        self.written: dict[str, set[str]] = {}  # partitions a run wrote itself, not yet visible in the instance
+
+    def materialized(self, table: Table, keys: Sequence[str]) -> set[str]:
+        if table.fqn not in self._materialized:
+            self._materialized[table.fqn] = set(self.instance.get_materialized_partitions(AssetKey(table.key)))
+        return (self._materialized[table.fqn] | self.written.get(table.fqn, set())) & set(keys)
+
+    def in_progress(self, table: Table, keys: Sequence[str]) -> set[str]:
+        return set()
+
+    def failed_blocking_checks(self, table: Table, keys: Sequence[str]) -> dict[str, list[str]]:
+        # a partition this run rewrote is judged by this run's checks, not by its previous materialization's
+        fresh = self.written.get(table.fqn, set())
+        return failed_blocking_checks(self.instance, table, [k for k in keys if k not in fresh])
+
+
+@dataclass(frozen=True)
+class EdgeVerdict:
+    """The gate's verdict on one dependency of a partition: each upstream partition it needs, judged."""
+
+    dep: Dependency
+    upstream: UpstreamPartitions
+    missing: list[str] = field(default_factory=list)
+    in_progress: list[str] = field(default_factory=list)
+    failed_checks: dict[str, list[str]] = field(default_factory=dict)  # partition → blocking checks failed
+    ignored_checks: dict[str, list[str]] = field(default_factory=dict)  # failed, but the dependency says ignore_dq
+
+    @property
+    def nonexistent(self) -> list[str]:
+        return self.upstream.nonexistent
+
+    @property
+    def ok(self) -> bool:
+        return not (self.nonexistent or self.missing or self.in_progress or self.failed_checks)
+
+    def state(self, key: str) -> str:
+        """The verdict on one upstream partition of this edge."""
+        if key in self.nonexistent:
+            return NONEXISTENT
+        if key in self.in_progress:
+            return IN_PROGRESS
+        if key in self.missing:
+            return MISSING
+        return CHECK_FAILED if key in self.failed_checks else OK
+
+    def reason(self, table: Table, partition: str) -> str | None:
+        """Why this edge holds ``partition`` of ``table`` back (the run guard's message), or None."""
+        if self.nonexistent:
+            return (
+                f"{table.fqn} {partition} needs {len(self.nonexistent)} partition(s) of {self.dep.table} that do not "
+                f"exist (in the future or before its first partition): {names(self.nonexistent)}"
+            )
+        waiting = [k for k in self.upstream.keys if k in self.missing or k in self.in_progress]
+        if waiting:
+            return (
+                f"{table.fqn} {partition} waits for {len(waiting)} partition(s) of {self.dep.table} that are not "
+                f"materialized: {names(waiting)}"
+            )
+        if self.failed_checks:
+            first, checks = next(iter(self.failed_checks.items()))
+            return (
+                f"{table.fqn} {partition} refuses to run: {len(self.failed_checks)} partition(s) of {self.dep.table} "
+                f"failed a blocking data-quality check ({span(list(self.failed_checks))}; {first}: "
+                f"{', '.join(checks)}). Fix and re-run {self.dep.table}, or declare `ignore_dq: true` on the "
+                "dependency to proceed anyway."
+            )
+        return None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """May ``partition`` of ``table`` run now, and if not, why: one verdict per dependency."""
+
+    table: Table
+    partition: str
+    edges: list[EdgeVerdict]
+
+    @property
+    def may_run(self) -> bool:
+        return all(edge.ok for edge in self.edges)
+
+    @property
+    def reasons(self) -> list[str]:
+        return [r for edge in self.edges if (r := edge.reason(self.table, self.partition)) is not None]
+
+
+def decide(
+    catalog: Catalog,
+    table: Table,
+    partition: str,
+    states: PartitionStateReader,
+    current_time: datetime | None = None,
+    windows: Sequence[tuple[Dependency, UpstreamPartitions]] | None = None,
+) -> Verdict:
+    """The gate: judge every upstream partition ``partition`` of ``table`` needs, dependency by dependency.
+
+    ``windows`` are the exact upstream partitions of each dependency when the caller has them already.
+    """
+    if windows is None:
+        windows = [
+            (dep, upstream_partitions(catalog, table, dep, partition, current_time=current_time)) for dep in table.deps
+        ]
+    return Verdict(table, partition, [judge(catalog, dep, up, states) for dep, up in windows])
+
+
+def judge(catalog: Catalog, dep: Dependency, up: UpstreamPartitions, states: PartitionStateReader) -> EdgeVerdict:
+    """The verdict on one dependency whose exact upstream partitions are ``up``."""
+    upstream = catalog[dep.table]
+    done = states.materialized(upstream, up.keys)
+    running = states.in_progress(upstream, [k for k in up.keys if k not in done])
+    failed = states.failed_blocking_checks(upstream, [k for k in up.keys if k in done])
+    return EdgeVerdict(
+        dep,
+        up,
+        missing=[k for k in up.keys if k not in done and k not in running],
+        in_progress=[k for k in up.keys if k in running],
+        failed_checks={} if dep.ignore_dq else failed,
+        ignored_checks=failed if dep.ignore_dq else {},
+    )
+
+
+# --- existence: can the partition run at all now --------------------------------------------------------------
+
+
+def nonexistent_upstream(
+    catalog: Catalog, table: Table, partition: str, current_time: datetime | None = None
+) -> list[str]:
+    """The upstream tables ``partition`` needs partitions of that do not exist at ``current_time``: such a partition
+    cannot run now (a window before the warehouse start never can). A self-dependency's first T-1 is exempt."""
+    return [
+        dep.table
+        for dep in table.deps
+        if upstream_partitions(catalog, table, dep, partition, current_time=current_time).nonexistent
+    ]
+
+
+@dataclass(frozen=True)
+class Edge:
+    """One dependency as the asset graph states it (the automation's view, without the catalog)."""
+
+    mapping: PartitionMapping
+    upstream_def: TimeWindowPartitionsDefinition
+    self_dependency: bool = False
+
+
+def runnable_where_upstream_exists(
+    own_def: TimeWindowPartitionsDefinition, edges: Sequence[Edge], keys: Sequence[str], current_time: datetime
+) -> list[str]:
+    """The ``keys`` every upstream partition of which, through every edge, exists at ``current_time``.
+
+    One pass over all keys; key by key only when something is nonexistent (the common case is none).
+    """
+
+    def nonexistent(edge: Edge, some: Sequence[str]) -> bool:
+        return bool(
+            mapped_upstream(
+                edge.mapping, own_def, edge.upstream_def, some, current_time, self_dependency=edge.self_dependency
+            ).nonexistent
+        )
+
+    if not any(nonexistent(edge, keys) for edge in edges):
+        return list(keys)
+    return [k for k in keys if not any(nonexistent(edge, [k]) for edge in edges)]
+
+
+def partitions_in_range(period: str, start: datetime, end: datetime) -> list[str]:
+    """The partition keys of ``period`` whose whole window lies in [start, end)."""
+    pdef = BY_PERIOD[period]
+    return [
+        k for k in pdef.get_partition_keys(current_time=end) if pdef.time_window_for_partition_key(k).start >= start
+    ]
+
+
+def backfill_partitions(
+    catalog: Catalog, start: datetime, end: datetime, current_time: datetime | None = None
+) -> dict[str, list[str]]:
+    """For a backfill of the whole graph over [start, end): each derived table's partitions that lie wholly
+    in the range and whose every upstream partition can exist (D7 retention starts 7 days after the
+    warehouse, a 30-day window 29 days after) — existence judged at ``current_time``, by default the range's
+    end or now, whichever comes first. Launched per asset, as the UI's ``partitionsByAssets`` does."""
+    now = current_time or min(end, datetime.now(UTC))
+    plan: dict[str, list[str]] = {}
+    for table in catalog.derived():
+        keys = [
+            k for k in partitions_in_range(table.period, start, end) if not nonexistent_upstream(catalog, table, k, now)
+        ]
+        if keys:
+            plan[table.fqn] = keys
+    return plan
+
+
+# --- messages ------------------------------------------------------------------------------------------------
+
+
+def span(keys: Sequence[str]) -> str:
+    """A run of keys in a few words: the key, or the first and last with the count."""
+    if not keys:
+        return "(none)"
+    return keys[0] if len(keys) == 1 else f"{keys[0]} .. {keys[-1]} ({len(keys)})"
+
+
+def names(keys: Sequence[str], limit: int = 12) -> str:
+    """Every key when there are few, else the first ones and the last."""
+    if len(keys) <= limit:
+        return ", ".join(keys)
+    return ", ".join(keys[: limit - 2]) + f", … ({len(keys) - limit + 1} more), {keys[-1]}"

@@ -1,0 +1,268 @@
+"""The partition runtime: what a derived table's asset body and the ODS checks run, with Spark.
+
+Imported by the bodies of the assets and checks the compiler builds (:mod:`warehouse_assets.compiler`), never
+when the code location loads: loading it imports PySpark. For each partition of the run, in time order:
+
+1. the gate (:mod:`warehouse_assets.gate`) decides whether it may run — every exact upstream partition exists,
+   is materialized (or was written earlier in this run) and passed its blocking checks (unless the dependency
+   says ``ignore_dq``); if not, the run fails with the gate's reason. Dagster drops nonexistent partitions
+   silently (design §6.2), so the guard lives here;
+2. the upstream partitions are read from Delta (pruned) — or, for an external table, from its producer's files
+   or Delta table through :class:`resources.external.ExternalResource` — and registered under the names its
+   SQL uses;
+3. the SQL runs with Spark and overwrites exactly the partition;
+4. the table's declared checks are evaluated on the partition it wrote (:mod:`warehouse_assets.quality`).
+
+The materialization of every partition is reported first, then one check evaluation per check and partition,
+targeting that materialization; a failed blocking check fails the step (Dagster's in-run gate) and the gate
+holds back the partition's downstream in later runs.
+"""
+
+import time
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from typing import Any
+
+import sqlglot
+from dagster import (
+    AssetExecutionContext,
+    Failure,
+    MaterializeResult,
+    MetadataValue,
+    Output,
+    TimeWindowPartitionsDefinition,
+)
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from sqlglot import exp
+
+from resources.delta_lake import DeltaStore, Predicate
+from resources.external import ExternalResource
+from warehouse_assets.catalog import Catalog, Table
+from warehouse_assets.gate import InstanceStates, decide, span
+from warehouse_assets.partitions import BY_PERIOD
+from warehouse_assets.quality import (
+    PARTITION,
+    Outcome,
+    anomaly_history_keys,
+    evaluate,
+    evaluate_partitions,
+    evaluation,
+)
+
+
+def partition_spec(period: str, partition_key: str) -> dict[str, str]:
+    """The Delta partition values of a Dagster partition key (local time of the window start)."""
+    start = BY_PERIOD[period].time_window_for_partition_key(partition_key).start
+    if period == "hourly":
+        return {"dt": start.strftime("%Y-%m-%d"), "hh": start.strftime("%H")}
+    return {"dt": start.strftime("%Y-%m-%d")}
+
+
+def _start(pdef: TimeWindowPartitionsDefinition, key: str) -> datetime:
+    return pdef.time_window_for_partition_key(key).start
+
+
+def view_name(fqn: str) -> str:
+    return "__in_" + fqn.replace(".", "__")
+
+
+def render_sql(table: Table, partition_key: str) -> str:
+    """The table's SQL with partition variables substituted and inputs renamed to their views."""
+    assert table.sql is not None
+    window = BY_PERIOD[table.period].time_window_for_partition_key(partition_key)
+    variables = {
+        "ds": window.start.strftime("%Y-%m-%d"),
+        "hour": window.start.strftime("%H"),
+        "start": window.start.strftime("%Y-%m-%d %H:%M:%S"),
+        "end": window.end.strftime("%Y-%m-%d %H:%M:%S"),
+        "partition_key": partition_key,
+    }
+    sql = table.sql
+    for name, value in variables.items():
+        sql = sql.replace("${" + name + "}", value)
+    tree = sqlglot.parse_one(sql, read="spark")
+    deps = {dep.table for dep in table.deps}
+
+    def swap(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Table) and f"{node.db}.{node.name}" in deps:
+            alias = node.alias or node.name
+            return exp.Table(
+                this=exp.to_identifier(view_name(f"{node.db}.{node.name}")),
+                alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True)),
+            )
+        return node
+
+    return tree.transform(swap).sql(dialect="spark")
+
+
+def run_table(
+    context: AssetExecutionContext,
+    catalog: Catalog,
+    table: Table,
+    spark: SparkSession,
+    store: DeltaStore,
+    external: ExternalResource | None = None,
+) -> Iterator[MaterializeResult | Any]:
+    """Build every partition of the run in time order (one Delta commit each), then report the
+    materializations and the check results of every partition.
+
+    External inputs are read from their producers (``external`` says where) — only the partitions their
+    sensors reported, which the guard checks like any other input.
+    """
+    outcomes: list[Outcome] = []
+    result = _build_partitions(context, catalog, table, spark, store, outcomes, external)
+    yield result
+    for outcome in outcomes:
+        event = evaluation(context.instance, table, outcome)
+        (context.log.info if outcome.passed else context.log.warning)(
+            f"{table.fqn} {outcome.partition} check {outcome.check.name}: "
+            f"{'passed' if outcome.passed else 'FAILED'} — {outcome.description}"
+        )
+        yield event
+    for output_name in context.assets_def.check_specs_by_output_name:
+        yield Output(None, output_name=output_name)
+
+
+def _build_partitions(
+    context: AssetExecutionContext,
+    catalog: Catalog,
+    table: Table,
+    spark: SparkSession,
+    store: DeltaStore,
+    outcomes: list[Outcome],
+    external: ExternalResource | None,
+) -> MaterializeResult:
+    pdef = BY_PERIOD[table.period]
+    keys = sorted(context.partition_keys, key=lambda k: _start(pdef, k))
+    states = InstanceStates(context.instance)
+    written: list[dict[str, Any]] = []
+    totals = {"rows": 0, "files_added": 0, "files_removed": 0, "bytes_added": 0, "files_read": 0, "files_skipped": 0}
+    started = time.monotonic()
+    version = None
+    for key in keys:
+        verdict = decide(catalog, table, key, states)
+        if not verdict.may_run:
+            raise Failure(verdict.reasons[0])
+        inputs: dict[str, DataFrame] = {}
+        read_from: dict[str, list[str]] = {}
+        for edge in verdict.edges:
+            dep, up = edge.dep, edge.upstream
+            upstream = catalog[dep.table]
+            specs = [partition_spec(upstream.period, k) for k in up.keys]
+            if upstream.is_external:
+                if external is None:
+                    raise Failure(f"{table.fqn} reads the external {dep.table} but has no external resource")
+                df = external.source(upstream).read(spark, [s["dt"] for s in specs])
+            elif specs and store.exists(upstream.key):
+                live = [Predicate("_deleted", "=", False)] if upstream.is_ods else []  # skip CDC tombstones
+                df, stats = store.read(spark, upstream.key, partitions=specs, predicates=live)
+                totals["files_read"] += stats.files_read
+                totals["files_skipped"] += stats.files_in_table - stats.files_read
+            elif specs:
+                raise Failure(
+                    f"{table.fqn} {key}: the Delta table of {dep.table} does not exist at "
+                    f"{store.table_uri(upstream.key)} although Dagster has it materialized"
+                )
+            else:
+                df = _empty_like(spark, store, upstream, first_of_self=dep.table == table.fqn)
+            inputs[dep.table] = df
+            read_from[dep.table] = up.keys
+        for name, df in inputs.items():
+            df.createOrReplaceTempView(view_name(name))
+        out = spark.sql(render_sql(table, key))
+        _check_columns(table, key, out)
+        spec = partition_spec(table.period, key)
+        out = out.select(*[c for c in out.columns if c not in spec], *[F.lit(v).alias(c) for c, v in spec.items()])
+        result = store.overwrite(table.key, out, table.partition_by, [spec], description=table.description)
+        version = result.version
+        for name in ("rows", "files_added", "files_removed", "bytes_added"):
+            totals[name] += int(getattr(result, name))
+        states.written.setdefault(table.fqn, set()).add(key)
+        written.append(
+            {
+                "partition": key,
+                "rows": result.rows,
+                "files_added": result.files_added,
+                "delta_version": result.version,
+                "upstream": {t: span(k) for t, k in read_from.items()},
+            }
+        )
+        context.log.info(
+            f"{table.fqn} {key}: {result.rows} rows, +{result.files_added}/-{result.files_removed} files, "
+            f"Delta version {result.version}, read {', '.join(f'{t} {span(k)}' for t, k in read_from.items())}"
+        )
+        if table.checks:
+            outcomes.extend(_check_partition(table, key, spark, store, inputs))
+    return MaterializeResult(
+        metadata={
+            **totals,
+            "partitions_written": len(written),
+            "delta_version": version,
+            "duration_s": round(time.monotonic() - started, 3),
+            "table_uri": store.table_uri(table.key),
+            "partitions": MetadataValue.json(written),
+        }
+    )
+
+
+def _check_partition(
+    table: Table, key: str, spark: SparkSession, store: DeltaStore, inputs: dict[str, DataFrame]
+) -> list[Outcome]:
+    """Evaluate the table's checks on the partition as written (read back from Delta)."""
+    data, _ = store.read(spark, table.key, partitions=[partition_spec(table.period, key)])
+    data = data.persist()
+    try:
+        out = []
+        for check in table.checks:
+            history = None
+            if check.kind == "anomaly":
+                keys = anomaly_history_keys(table, check, key)
+                if keys:
+                    history, _ = store.read(
+                        spark, table.key, partitions=[partition_spec(table.period, k) for k in keys]
+                    )
+            out.append(evaluate(table, check, key, data, inputs, history))
+        return out
+    finally:
+        data.unpersist()
+
+
+def _empty_like(spark: SparkSession, store: DeltaStore, upstream: Table, first_of_self: bool = False) -> DataFrame:
+    """No partition of ``upstream`` is needed: an empty frame of its shape (a self-dependency's first T-1)."""
+    if store.exists(upstream.key):
+        df, _ = store.read(spark, upstream.key, partitions=[])
+        return df
+    if first_of_self and upstream.columns:
+        ddl = ", ".join(f"`{name}` {ctype}" for name, ctype in [*upstream.columns, *_partition_ddl(upstream)])
+        return spark.createDataFrame([], ddl)
+    raise Failure(f"{upstream.fqn} has no Delta table yet at {store.table_uri(upstream.key)}")
+
+
+def _partition_ddl(table: Table) -> list[tuple[str, str]]:
+    return [(c, "string") for c in table.partition_by if c not in dict(table.columns)]
+
+
+def _check_columns(table: Table, key: str, out: DataFrame) -> None:
+    """A table that declares its columns (a self-dependent one reads them back as T-1) must produce them."""
+    if not table.columns:
+        return
+    produced = [(name, ctype) for name, ctype in out.dtypes if name not in table.partition_by]
+    if produced != list(table.columns):
+        raise Failure(
+            f"{table.fqn} {key}: the SQL produces columns {produced}, but {table.path.name} declares "
+            f"{list(table.columns)} (names, types and order must match)"
+        )
+
+
+def check_ods_hours(table: Table, keys: Sequence[str], spark: SparkSession, store: DeltaStore) -> list[Outcome]:
+    """The declared checks of ODS hours on their rows as merged (tombstones included): one pruned read of
+    all the hours, and one grouped pass per check (:func:`warehouse_assets.quality.evaluate_partitions`)."""
+    if not store.exists(table.key):
+        raise Failure(f"{table.fqn} has no Delta table at {store.table_uri(table.key)}")
+    data, _ = store.read(spark, table.key, partitions=[partition_spec(table.period, k) for k in keys])
+    data = data.withColumn(PARTITION, F.concat_ws("-", "dt", F.concat("hh", F.lit(":00")))).persist()
+    try:
+        return [o for check in table.checks for o in evaluate_partitions(table, check, keys, data)]
+    finally:
+        data.unpersist()
