@@ -27,7 +27,7 @@ $(JARS_STAMP): pom.xml | $(STAMP)
 	  echo "error: 'mvn' was not found on PATH. Delta Lake's Spark jars (pom.xml) are fetched with Maven:"; \
 	  echo "       apt-get install -y maven"; exit 1; }
 	rm -rf $(JARS).tmp
-	mvn --batch-mode --quiet -Dstyle.color=never --file pom.xml dependency:copy-dependencies \
+	mvn --batch-mode --quiet --file pom.xml dependency:copy-dependencies \
 	  -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(JARS).tmp
 	rm -rf $(JARS) && mv $(JARS).tmp $(JARS)
 	@touch $(JARS_STAMP)
