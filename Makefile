@@ -4,6 +4,8 @@ UV          := $(VENV)/bin/uv
 UV_VERSION  := 0.13.8
 PYTHON      ?= python3
 STAMP       := $(VENV)/.installed-stamp
+JARS        := $(VENV)/jars
+JARS_STAMP  := $(JARS)/.installed-stamp
 
 .PHONY: install dev test test-backfill-month lint format typecheck check bench clean-data
 
@@ -18,7 +20,19 @@ $(STAMP): pyproject.toml uv.lock
 	$(UV) sync --locked --quiet --compile-bytecode
 	@touch $(STAMP)
 
-install: $(STAMP)
+# Delta Lake's Spark jars and hadoop-aws (pom.xml), from Maven Central into .venv/jars/, once per pom change.
+# Copied into a fresh folder: a version left behind beside its successor would put two on Spark's classpath.
+$(JARS_STAMP): pom.xml | $(STAMP)
+	@command -v mvn >/dev/null 2>&1 || { \
+	  echo "error: 'mvn' was not found on PATH. Delta Lake's Spark jars (pom.xml) are fetched with Maven:"; \
+	  echo "       apt-get install -y maven"; exit 1; }
+	rm -rf $(JARS).tmp
+	mvn --batch-mode --quiet --file pom.xml dependency:copy-dependencies \
+	  -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(JARS).tmp
+	rm -rf $(JARS) && mv $(JARS).tmp $(JARS)
+	@touch $(JARS_STAMP)
+
+install: $(STAMP) $(JARS_STAMP)
 
 dev: install  ## simulated sources + Spark Connect + Dagster UI on http://127.0.0.1:3000
 	DAGSTER_HOME=$(CURDIR)/dagster_home $(VENV)/bin/warehouse dev

@@ -61,6 +61,39 @@ def spark_home() -> Path:
     return Path(pyspark.__file__).parent
 
 
+# Delta Lake on every Spark the warehouse starts: its SQL (MERGE INTO, OPTIMIZE, VERSION AS OF, delta.`path`)
+# and its catalog for `format("delta")` tables.
+DELTA_CONF: dict[str, str] = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+
+
+def jars_dir() -> Path:
+    """Where `make install` puts the JVM dependencies of pom.xml: inside this virtualenv."""
+    return Path(sys.prefix) / "jars"
+
+
+def jvm_dependency_conf(master: str) -> dict[str, str]:
+    """The settings that give a Spark started on ``master`` the fetched jars and Delta Lake."""
+    folder = jars_dir()
+    jars = sorted(folder.glob("*.jar"))
+    if not jars:
+        raise RuntimeError(
+            f"Delta Lake's Spark jars are missing from {folder}: run `make install` "
+            "(it fetches pom.xml's dependencies with Maven)"
+        )
+    conf = dict(DELTA_CONF)
+    if master.split("[")[0] == "local":
+        # local executors run in the driver's JVM: the jars join its classpath where they lie, whereas
+        # spark.jars would copy them (700 MB with the AWS SDK) into every session's work folder
+        conf["spark.driver.extraClassPath"] = str(folder / "*")
+    else:
+        # a cluster's executors receive the jars from the session
+        conf["spark.jars"] = ",".join(str(jar) for jar in jars)
+    return conf
+
+
 class SparkResource(ConfigurableResource):  # type: ignore[misc]
     """How assets reach Spark. Configure with environment variables in production (see README)."""
 
@@ -127,7 +160,7 @@ def get_session(
             builder = SparkSession.builder.master(master).appName("warehouse")
             builder = builder.config("spark.driver.memory", driver_memory)
             builder = builder.config("spark.ui.enabled", "true" if ui else "false")
-            for name, value in settings.items():
+            for name, value in {**jvm_dependency_conf(master), **settings}.items():
                 builder = builder.config(name, value)
             session = builder.getOrCreate()
             session.sparkContext.setLogLevel("ERROR")
@@ -184,7 +217,7 @@ def start_connect_server(
         "--conf",
         "spark.ui.enabled=false",
     ]
-    for name, value in _settings(timezone, {}).items():
+    for name, value in {**jvm_dependency_conf(master), **_settings(timezone, {})}.items():
         args += ["--conf", f"{name}={value}"]
     args.append("spark-internal")
     log_path.parent.mkdir(parents=True, exist_ok=True)

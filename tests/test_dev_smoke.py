@@ -31,7 +31,9 @@ from dagster import (
     RunsFilter,
 )
 
+from resources.spark import port_open
 from simulator.cdc import SimulationConfig, simulate
+from tests.test_spark_delta import assert_round
 
 ROOT = Path(__file__).resolve().parent.parent
 # Not a latency target (bench/handoff_latency.py measures that): the chain — ingest, ODS hour checks, DWD, DWS,
@@ -60,14 +62,21 @@ def _graphql(port: int, query: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def dev_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, Path, subprocess.Popen[bytes]]]:
+def spark_port() -> int:
+    return _free_port()
+
+
+@pytest.fixture(scope="module")
+def dev_stack(
+    tmp_path_factory: pytest.TempPathFactory, spark_port: int
+) -> Iterator[tuple[int, Path, subprocess.Popen[bytes]]]:
     root = tmp_path_factory.mktemp("dev")
     home = root / "dagster_home"
     home.mkdir()
     shutil.copy(ROOT / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
     # a recent day: automation looks back a few weeks, older history is for backfills
     simulate(root / "landing", DAY, DAY + timedelta(days=1, hours=1), SimulationConfig(seed=5, scale=0.03))
-    port, spark_port = _free_port(), _free_port()
+    port = _free_port()
     env = dict(
         os.environ,
         DAGSTER_HOME=str(home),
@@ -192,3 +201,34 @@ def test_dev_materializes_downstream_partitions_without_a_click(
     data = _graphql(port, "{ assetNodes { assetKey { path } groupName } }")
     groups = {node["groupName"] for node in data["data"]["assetNodes"]}
     assert {"ods", "dwd", "dws", "ads"} <= groups
+
+
+def test_the_connect_server_of_dev_runs_delta_sql(
+    dev_stack: tuple[int, Path, subprocess.Popen[bytes]], spark_port: int, tmp_path: Path
+) -> None:
+    """The Spark Connect server `warehouse dev` starts carries Delta's jars, SQL extension and catalog."""
+    proc = dev_stack[2]
+    deadline = time.monotonic() + STALL_S
+    while not port_open("127.0.0.1", spark_port):
+        assert proc.poll() is None, "the dev stack exited"
+        assert time.monotonic() < deadline, f"the Spark Connect server did not listen on port {spark_port}"
+        time.sleep(2)
+    path = str(tmp_path / "orders")
+    # the client in a process of its own: a Connect session would switch this one, which holds the tests'
+    # classic Spark, to Connect mode
+    client = (
+        "import json, sys\n"
+        "from pyspark.sql import SparkSession\n"
+        "from tests.test_spark_delta import spark_delta_round\n"
+        "session = SparkSession.builder.remote(sys.argv[1]).getOrCreate()\n"
+        "print(json.dumps(spark_delta_round(session, sys.argv[2])))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", client, f"sc://127.0.0.1:{spark_port}", path],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert_round(path, json.loads(done.stdout.splitlines()[-1]))
