@@ -51,7 +51,7 @@ from resources.delta_lake import DeltaLakeResource, DeltaStore, Predicate
 from resources.external import ExternalResource
 from resources.spark import SparkResource
 from warehouse_assets.automation import ready_when_upstream_complete
-from warehouse_assets.catalog import Catalog, Dependency, Table
+from warehouse_assets.catalog import Catalog, Dependency, DerivedTable, ExternalTable, OdsTable, Table
 from warehouse_assets.freshness import build_freshness_checks
 from warehouse_assets.partitions import BY_PERIOD, UpstreamPartitions, partition_mapping, upstream_partitions
 from warehouse_assets.quality import (
@@ -86,7 +86,7 @@ def view_name(fqn: str) -> str:
 
 def render_sql(table: Table, partition_key: str) -> str:
     """The table's SQL with partition variables substituted and inputs renamed to their views."""
-    assert table.sql is not None
+    assert isinstance(table, DerivedTable)
     window = BY_PERIOD[table.period].time_window_for_partition_key(partition_key)
     variables = {
         "ds": window.start.strftime("%Y-%m-%d"),
@@ -319,11 +319,11 @@ def _check_columns(table: Table, key: str, out: DataFrame) -> None:
         )
 
 
-def _code_version(table: Table) -> str:
-    return hashlib.sha1((table.sql or "").encode()).hexdigest()[:12]
+def _code_version(table: DerivedTable) -> str:
+    return hashlib.sha1(table.sql.encode()).hexdigest()[:12]
 
 
-def build_asset(catalog: Catalog, table: Table) -> AssetsDefinition:
+def build_asset(catalog: Catalog, table: DerivedTable) -> AssetsDefinition:
     deps = [
         AssetDep(AssetKey(dep.key), partition_mapping=partition_mapping(table, dep, catalog[dep.table].period))
         for dep in table.deps
@@ -365,7 +365,7 @@ def build_asset(catalog: Catalog, table: Table) -> AssetsDefinition:
     return decorate(_build_with_external if reads_external else _build)
 
 
-def build_ods_spec(table: Table) -> AssetSpec:
+def build_ods_spec(table: OdsTable) -> AssetSpec:
     """ODS tables are written by the ingestion job; the readiness sensor reports their partitions."""
     return AssetSpec(
         key=AssetKey(table.key),
@@ -383,9 +383,8 @@ def build_ods_spec(table: Table) -> AssetSpec:
     )
 
 
-def build_external_spec(table: Table) -> AssetSpec:
+def build_external_spec(table: ExternalTable) -> AssetSpec:
     """An external table: produced outside the platform, its partitions reported by its sensor."""
-    assert table.external is not None
     return AssetSpec(
         key=AssetKey(table.key),
         group_name=table.layer,
