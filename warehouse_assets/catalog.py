@@ -35,6 +35,10 @@ local time, for daily tables). Each becomes a non-blocking per-partition ``fresh
 ``freshness_slas`` sensor evaluates once the partition's deadline passes (:mod:`warehouse_assets.freshness`).
 ODS tables also set the completeness threshold of their readiness:
 ``completeness: {threshold: 0.99995}``.
+Each kind of table is its own typed model, validated by pydantic as it is built (also by
+``dataclasses.replace``): :class:`OdsTable`, :class:`DerivedTable` and :class:`ExternalTable` on the common
+:class:`Table`; a kind's own fields are required on it and absent from the others. Each check kind is one
+class of :mod:`warehouse_assets.checks`.
 A table that reads itself needs a negative offset (``{set: [-1]}``, self T-1) and declares its
 output ``columns`` (its first partition reads an empty T-1 of that shape); any other cycle is an error.
 """
@@ -54,24 +58,8 @@ from pydantic import InstanceOf, ValidationError, field_validator, model_validat
 from pydantic.dataclasses import dataclass
 from sqlglot import exp
 
-from warehouse_assets.checks import CHECK_KINDS, Check, CheckSpecError, parse_checks
+from warehouse_assets.checks import Check, CheckSpecError, parse_checks
 from warehouse_assets.partitions import BY_PERIOD, PARTITION_COLUMNS
-
-__all__ = [
-    "CHECK_KINDS",
-    "Catalog",
-    "CatalogError",
-    "Check",
-    "Dependency",
-    "DerivedTable",
-    "External",
-    "ExternalTable",
-    "OdsTable",
-    "Sla",
-    "Table",
-    "load_catalog",
-    "referenced_tables",
-]
 
 TABLES_DIR = Path(__file__).parent / "tables"
 LAYERS = ("ext", "ods", "dwd", "dws", "ads")
