@@ -320,7 +320,7 @@ def _check_columns(table: Table, key: str, out: DataFrame) -> None:
 
 
 def _code_version(table: DerivedTable) -> str:
-    return hashlib.sha1(table.sql.encode()).hexdigest()[:12]
+    return hashlib.sha1((table.sql or "").encode()).hexdigest()[:12]
 
 
 def build_asset(catalog: Catalog, table: DerivedTable) -> AssetsDefinition:
