@@ -32,7 +32,7 @@ from deltalake.exceptions import TableNotFoundError
 from pydantic import Field
 
 from resources.delta_lake import DeltaStore
-from warehouse_assets.catalog import Table
+from warehouse_assets.catalog import ExternalTable, Table
 from warehouse_assets.partitions import BUSINESS_TZ, daily
 
 if TYPE_CHECKING:  # imported in read(): `warehouse why` describes deliveries without PySpark
@@ -97,24 +97,21 @@ def spark_schema(table: Table) -> str:
 class ExternalSource:
     """One external table at its producer's location."""
 
-    table: Table
+    table: ExternalTable
     root: str  # the external root; the table's location is relative to it (or absolute)
 
     @property
     def location(self) -> Path:
-        assert self.table.external is not None
         loc = Path(self.table.external.location).expanduser()
         return loc if loc.is_absolute() else Path(self.root).expanduser().resolve() / loc
 
     @property
     def format(self) -> str:
-        assert self.table.external is not None
         return self.table.external.format
 
     # --- deliveries -----------------------------------------------------------------------------------
     def file_deliveries(self) -> list[Delivery]:
         """Every directory with a marker, in name order (directories without a marker are still arriving)."""
-        assert self.table.external is not None
         if not self.location.is_dir():
             return []
         found = []
@@ -217,7 +214,6 @@ class ExternalSource:
 
     def describe(self, value: str) -> str:
         """What the producer holds for one partition right now (for "why is this waiting")."""
-        assert self.table.external is not None
         if self.format == "csv_files":
             directory = self.location / f"dt={value}"
             if not directory.is_dir():
@@ -273,6 +269,6 @@ class ExternalResource(ConfigurableResource):  # type: ignore[misc]
     root: str = Field(default="data/landing/external", description="root of the external tables' locations")
 
     def source(self, table: Table) -> ExternalSource:
-        if table.external is None:
+        if not isinstance(table, ExternalTable):
             raise ValueError(f"{table.fqn} is not an external table")
         return ExternalSource(table, self.root)

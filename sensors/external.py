@@ -40,7 +40,7 @@ from dagster import (
 
 from resources.external import Delivery, ExternalResource, ExternalSource, is_due, key_problem
 from resources.settings import current
-from warehouse_assets.catalog import Catalog, Table
+from warehouse_assets.catalog import Catalog, ExternalTable, Table
 from warehouse_assets.partitions import business_zone
 
 MAX_REPORTS_PER_TICK = 200
@@ -163,8 +163,7 @@ def _last_reported(context: SensorEvaluationContext, table: Table) -> Callable[[
     return lookup
 
 
-def build_external_sensor(table: Table, clock: Clock = now_in_business_tz) -> SensorDefinition:
-    assert table.external is not None
+def build_external_sensor(table: ExternalTable, clock: Clock = now_in_business_tz) -> SensorDefinition:
     what = "a _SUCCESS marker with data files" if table.external.format == "csv_files" else "a new Delta version"
 
     @sensor(

@@ -41,7 +41,7 @@ from dagster import (
 
 from resources.landing import Landing, LandingResource
 from resources.settings import Settings, current
-from warehouse_assets.catalog import Catalog, Table
+from warehouse_assets.catalog import Catalog, OdsTable, Table
 from warehouse_assets.freshness import due_between, first_materialized, judge, judged
 from warehouse_assets.partitions import BY_PERIOD, business_zone, upstream_partitions
 from warehouse_assets.quality import Outcome, evaluation
@@ -142,7 +142,7 @@ def data_available(
     ODS hour: every shard's segments through the hour's end had landed. External: it was delivered.
     Derived: every mapped upstream partition had been materialized (first materialization)."""
     if table.is_ods:
-        assert table.source_database is not None and table.source_tables is not None
+        assert isinstance(table, OdsTable)
         streams = landing.streams(table.source_database, table.source_tables)
         end = BY_PERIOD[table.period].time_window_for_partition_key(key).end
         landed = [_landed(landing, stream, end, cache) for stream in streams]

@@ -42,7 +42,7 @@ from dagster import (
 from resources.delta_lake import DeltaLakeResource, DeltaStore
 from resources.landing import Landing, LandingResource
 from resources.settings import DEFAULT_TIMEZONE
-from warehouse_assets.catalog import Catalog, Table
+from warehouse_assets.catalog import Catalog, OdsTable, Table
 from warehouse_assets.ingestion import committed_positions, ingested_counts
 from warehouse_assets.partitions import hourly
 
@@ -139,7 +139,7 @@ def _floor_hour(ts: datetime) -> datetime:
 
 def readiness(store: DeltaStore, landing: Landing, table: Table) -> Readiness:
     """The committed watermark of every stream of an ODS table, and of the table (the minimum)."""
-    assert table.source_database and table.source_tables
+    assert isinstance(table, OdsTable)
     result = Readiness(table.fqn, threshold=table.completeness_threshold, timezone=landing.timezone)
     streams = landing.streams(table.source_database, table.source_tables)
     if not streams:

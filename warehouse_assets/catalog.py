@@ -35,6 +35,10 @@ local time, for daily tables). Each becomes a non-blocking per-partition ``fresh
 ``freshness_slas`` sensor evaluates once the partition's deadline passes (:mod:`warehouse_assets.freshness`).
 ODS tables also set the completeness threshold of their readiness:
 ``completeness: {threshold: 0.99995}``.
+Each kind of table is its own typed model, validated by pydantic as it is built (also by
+``dataclasses.replace``): :class:`OdsTable`, :class:`DerivedTable` and :class:`ExternalTable` on the common
+:class:`Table`; a kind's own fields are required on it and absent from the others. Each check kind is one
+class of :mod:`warehouse_assets.checks`.
 A table that reads itself needs a negative offset (``{set: [-1]}``, self T-1) and declares its
 output ``columns`` (its first partition reads an empty T-1 of that shape); any other cycle is an error.
 """
@@ -42,15 +46,19 @@ output ``columns`` (its first partition reads an empty T-1 of that shape); any o
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass as plain_dataclass
+from dataclasses import field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlglot
 import yaml
+from pydantic import InstanceOf, ValidationError, field_validator, model_validator
+from pydantic.dataclasses import dataclass
 from sqlglot import exp
 
+from warehouse_assets.checks import Check, CheckSpecError, parse_checks
 from warehouse_assets.partitions import BY_PERIOD, PARTITION_COLUMNS
 
 TABLES_DIR = Path(__file__).parent / "tables"
@@ -58,38 +66,18 @@ LAYERS = ("ext", "ods", "dwd", "dws", "ads")
 EXTERNAL_FORMATS = ("csv_files", "delta")
 PERIOD_ORDER = {"hourly": 0, "daily": 1, "weekly": 2, "monthly": 3}
 SPARK_TYPES = {"bigint", "int", "tinyint", "smallint", "string", "timestamp", "date", "double", "boolean"}
+DEFAULT_COMPLETENESS = 0.99995
 _DECIMAL = re.compile(r"^decimal\(\d+,\s*\d+\)$")
 _HEADER = re.compile(r"^\s*/\*\s*---\s*\n(?P<yaml>.*?)\n\s*---\s*\*/", re.DOTALL)
-
-
-CHECK_KINDS = ("unique", "not_null", "range", "references", "row_count", "anomaly")
-DEFAULT_COMPLETENESS = 0.99995
 _DURATION = re.compile(r"^(?P<n>\d+)\s*(?P<unit>[mhd])$")
 _CLOCK = re.compile(r"^(?P<h>[01]?\d|2[0-3]):(?P<m>[0-5]\d)$")
-_METRIC = re.compile(r"^(?:rows|count\(\*\)|(?P<fn>sum|avg|min|max)\((?P<col>[A-Za-z_][A-Za-z0-9_]*)\))$")
 
 
 class CatalogError(ValueError):
     """A table declaration is wrong; the message names the table and its file."""
 
 
-@dataclass(frozen=True)
-class Check:
-    """One data-quality check of a table: ``kind`` and its parameters (validated at load time)."""
-
-    kind: str
-    params: tuple[tuple[str, Any], ...] = ()
-    blocking: bool = True
-
-    @property
-    def name(self) -> str:
-        return self.kind
-
-    def param(self, name: str, default: Any = None) -> Any:
-        return dict(self.params).get(name, default)
-
-
-@dataclass(frozen=True)
+@plain_dataclass(frozen=True)
 class Sla:
     """A freshness SLA: a partition is due ``within`` after its window ends (plus ``grace``), or by a local
     ``deadline`` (HH:MM) the day after its window ends."""
@@ -97,6 +85,19 @@ class Sla:
     within_minutes: int | None = None
     grace_minutes: int = 0
     deadline: str | None = None  # "HH:MM"
+
+    @classmethod
+    def parse(cls, spec: Any) -> Sla:
+        """``sla: {within: 1h, grace: 15m}`` or ``sla: {deadline: "09:00"}``."""
+        if not isinstance(spec, Mapping) or ("within" in spec) == ("deadline" in spec):
+            raise ValueError("sla needs exactly one of within (e.g. 1h) or deadline (HH:MM the next morning)")
+        grace = _minutes(spec.get("grace", "0m"), "sla.grace")
+        if "deadline" in spec:
+            deadline = str(spec["deadline"])
+            if not _CLOCK.match(deadline):
+                raise ValueError(f"sla.deadline must be a local time HH:MM, got {deadline!r}")
+            return cls(deadline=deadline, grace_minutes=grace)
+        return cls(within_minutes=_minutes(spec["within"], "sla.within"), grace_minutes=grace)
 
     def describe(self) -> str:
         if self.deadline is not None:
@@ -106,7 +107,14 @@ class Sla:
         return f"within {self.within_minutes} min of the window end + {self.grace_minutes} min grace"
 
 
-@dataclass(frozen=True)
+def _minutes(value: Any, what: str) -> int:
+    match = _DURATION.match(str(value).strip()) if value is not None else None
+    if not match:
+        raise ValueError(f"{what} must be a duration like 90m, 1h or 2d, got {value!r}")
+    return int(match.group("n")) * {"m": 1, "h": 60, "d": 1440}[match.group("unit")]
+
+
+@plain_dataclass(frozen=True)
 class Dependency:
     """One upstream table with the offsets that refine the default mapping (None = default)."""
 
@@ -119,8 +127,56 @@ class Dependency:
     def key(self) -> list[str]:
         return self.table.split(".")
 
+    @classmethod
+    def parse(cls, dep: str, spec: Any) -> Dependency:
+        """``depends_on`` entry: ``{set: [...]}`` or ``{range: [a, b]}``, with ``ignore_dq`` beside them."""
+        ignore_dq = False
+        if isinstance(spec, Mapping) and "ignore_dq" in spec:
+            spec = dict(spec)
+            flag = spec.pop("ignore_dq")
+            if not isinstance(flag, bool):
+                raise ValueError(f"dependency {dep}: ignore_dq must be true or false, got {flag!r}")
+            ignore_dq = flag
+        start, end = _parse_offsets(spec, dep)
+        return cls(dep, start, end, ignore_dq)
 
-@dataclass(frozen=True)
+
+def _parse_offsets(spec: Any, dep: str) -> tuple[int | None, int | None]:
+    if spec is None or spec == {}:
+        return None, None
+    if not isinstance(spec, Mapping) or len(spec) != 1:
+        raise ValueError(f"dependency {dep}: expected one of {{set: [n, ...]}}, {{range: [a, b]}}, got {spec!r}")
+    kind, values = next(iter(spec.items()))
+    if not isinstance(values, list) or not all(isinstance(v, int) for v in values):
+        raise ValueError(f"dependency {dep}: {kind} needs a list of integers, got {values!r}")
+    if kind == "set":
+        return _contiguous_set(values, dep)
+    if kind == "range":
+        if len(values) != 2 or values[0] > values[1]:
+            raise ValueError(f"dependency {dep}: a range is [start, end] with start <= end, got {values}")
+        return values[0], values[1]
+    raise ValueError(f"dependency {dep}: unknown offset kind {kind!r} (use set or range)")
+
+
+def _contiguous_set(values: list[int], dep: str) -> tuple[int, int]:
+    """Seed 000 writes a week on its days as ``set: [0, 1, 2, 3, 4, 5, 6]``: a set without holes is that range.
+
+    A set with holes (``[-7, -1]``) has no Dagster partition mapping: a time-window mapping is one window.
+    """
+    offsets = sorted(set(values))
+    if not offsets:
+        raise ValueError(f"dependency {dep}: a set needs at least one offset, got []")
+    holes = sorted(set(range(offsets[0], offsets[-1] + 1)) - set(offsets))
+    if holes:
+        raise ValueError(
+            f"dependency {dep}: set {values} has holes (missing {holes}); a dependency maps one contiguous"
+            f" window of periods, so use a set without holes, a range [{offsets[0]}, {offsets[-1]}], or"
+            f" read the periods you need from a table that has them"
+        )
+    return offsets[0], offsets[-1]
+
+
+@plain_dataclass(frozen=True)
 class External:
     """Where and how an external producer delivers a table.
 
@@ -134,9 +190,36 @@ class External:
     producer: str = ""
     marker: str = "_SUCCESS"
 
+    @classmethod
+    def parse(cls, spec: Any) -> External:
+        if not isinstance(spec, Mapping) or spec.get("format") not in EXTERNAL_FORMATS or not spec.get("location"):
+            raise ValueError(f"external needs format ({' or '.join(EXTERNAL_FORMATS)}) and location")
+        return cls(
+            format=str(spec["format"]),
+            location=str(spec["location"]),
+            producer=str(spec.get("producer", "")),
+            marker=str(spec.get("marker", "_SUCCESS")),
+        )
 
-@dataclass(frozen=True)
+
+# --- the tables: one typed model per kind, validated by pydantic ------------------------------------------------
+
+
+def _names(value: Any, what: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise ValueError(f"{what} must be a list of column names")
+
+
+@dataclass(frozen=True, kw_only=True)
 class Table:
+    """What every table has, whatever builds it. The kinds: :class:`OdsTable`, :class:`DerivedTable`,
+    :class:`ExternalTable`."""
+
     layer: str
     name: str
     period: str
@@ -145,18 +228,55 @@ class Table:
     description: str = ""
     owner: str = "warehouse-team"
     zorder: tuple[str, ...] = ()
-    deps: tuple[Dependency, ...] = ()
-    sql: str | None = None
-    # ODS only
-    source_database: str | None = None
-    source_tables: str | None = None
-    columns: tuple[tuple[str, str], ...] = ()  # ODS: source columns; derived: output (required if self-dependent)
-    partition_time: str | None = None
-    heartbeat_idle_grace_minutes: int | None = None  # ODS: heartbeats may prove an idle shard (see readiness)
-    external: External | None = None  # external tables only
-    completeness_threshold: float = DEFAULT_COMPLETENESS  # ODS: ingested rows / source rows for a ready hour
-    checks: tuple[Check, ...] = ()
-    sla: Sla | None = None
+    deps: tuple[InstanceOf[Dependency], ...] = ()
+    # ODS: source columns; external: delivered columns; derived: output (required if self-dependent)
+    columns: tuple[tuple[str, str], ...] = ()
+    checks: tuple[InstanceOf[Check], ...] = ()
+    sla: InstanceOf[Sla] | None = None
+
+    @field_validator("primary_key", "zorder", mode="before")
+    @classmethod
+    def _column_names(cls, value: Any, info: Any) -> tuple[str, ...]:
+        return _names(value, info.field_name)
+
+    @field_validator("description", mode="before")
+    @classmethod
+    def _text(cls, value: Any) -> str:
+        return "" if value is None else str(value).strip()
+
+    @field_validator("owner", mode="before")
+    @classmethod
+    def _owner(cls, value: Any) -> str:
+        return str(value)
+
+    @field_validator("columns", mode="before")
+    @classmethod
+    def _columns(cls, value: Any) -> Any:
+        """``columns: {name: spark type}``, validated."""
+        if value is None or isinstance(value, tuple):
+            return value or ()
+        if not isinstance(value, Mapping) or not value:
+            raise ValueError("columns must map each column to a Spark type")
+        for column, ctype in value.items():
+            if ctype not in SPARK_TYPES and not _DECIMAL.match(str(ctype)):
+                raise ValueError(f"column {column}: unsupported type {ctype!r}")
+        return tuple((str(k), str(v)) for k, v in value.items())
+
+    @field_validator("checks", mode="before")
+    @classmethod
+    def _checks(cls, value: Any) -> Any:
+        return value if isinstance(value, tuple) else parse_checks(value)
+
+    @field_validator("sla", mode="before")
+    @classmethod
+    def _sla(cls, value: Any) -> Any:
+        return value if value is None or isinstance(value, Sla) else Sla.parse(value)
+
+    @model_validator(mode="after")
+    def _deadline_is_daily(self) -> Table:
+        if self.sla is not None and self.sla.deadline is not None and self.period != "daily":
+            raise ValueError("sla.deadline (next morning) is for daily tables; use within for other periods")
+        return self
 
     @property
     def fqn(self) -> str:
@@ -172,98 +292,160 @@ class Table:
 
     @property
     def is_ods(self) -> bool:
-        return self.layer == "ods"
+        return isinstance(self, OdsTable)
 
     @property
     def is_external(self) -> bool:
-        return self.external is not None
+        return isinstance(self, ExternalTable)
 
     @property
     def is_source(self) -> bool:
         """Built outside the compiler: ODS (ingestion) and external tables (their producers)."""
-        return self.is_ods or self.is_external
+        return not isinstance(self, DerivedTable)
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
+class OdsTable(Table):
+    """An hourly ODS table fed by CDC from ``source_database``'s shard tables (``source_tables``, a regular
+    expression), partitioned by the local hour of ``partition_time``."""
+
+    source_database: str
+    source_tables: str
+    partition_time: str
+    heartbeat_idle_grace_minutes: int | None = None  # heartbeats may prove an idle shard (see readiness)
+    completeness_threshold: float = DEFAULT_COMPLETENESS  # ingested rows / source rows for a ready hour
+
+    @field_validator("heartbeat_idle_grace_minutes", mode="before")
+    @classmethod
+    def _grace(cls, value: Any) -> Any:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise ValueError(f"idle_proof.heartbeat_grace_minutes must be a non-negative integer, got {value!r}")
+        return value
+
+    @field_validator("completeness_threshold", mode="before")
+    @classmethod
+    def _threshold(cls, value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+            raise ValueError(f"completeness.threshold must be a fraction in [0, 1] (e.g. 0.99995), got {value!r}")
+        return float(value)
+
+    @model_validator(mode="after")
+    def _hourly_on_declared_columns(self) -> OdsTable:
+        if self.layer != "ods" or self.period != "hourly":
+            raise ValueError("YAML declarations are for hourly ODS tables fed by CDC")
+        columns = dict(self.columns)
+        if not columns:
+            raise ValueError("columns must map each column to a Spark type")
+        for col in [*self.primary_key, self.partition_time]:
+            if col not in columns:
+                raise ValueError(f"{col!r} is not a declared column")
+        if columns[self.partition_time] != "timestamp":
+            raise ValueError(f"partition_time {self.partition_time!r} must be a timestamp column")
+        return self
+
+
+@dataclass(frozen=True, kw_only=True)
+class DerivedTable(Table):
+    """A table the compiler builds from its Spark SQL (``sql``), on the mapped partitions of ``deps``."""
+
+    sql: str
+
+    @model_validator(mode="after")
+    def _self_dependency(self) -> DerivedTable:
+        own = [dep for dep in self.deps if dep.table == self.fqn]
+        for dep in own:
+            if dep.end_offset is None or dep.end_offset >= 0:
+                raise ValueError(
+                    f"{self.fqn} reads itself: a self-dependency needs a negative offset, e.g. {{set: [-1]}} for T-1"
+                )
+        if own and not self.columns:
+            raise ValueError(
+                f"{self.fqn} depends on itself: declare its output columns (columns: {{name: type}}), "
+                "the first partition reads an empty T-1 of that shape"
+            )
+        return self
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExternalTable(Table):
+    """A daily table produced outside the platform, reported by its producer's sensor as it arrives."""
+
+    external: InstanceOf[External]
+
+    @field_validator("external", mode="before")
+    @classmethod
+    def _external(cls, value: Any) -> Any:
+        return value if isinstance(value, External) else External.parse(value)
+
+    @model_validator(mode="after")
+    def _daily_with_columns(self) -> ExternalTable:
+        if self.period != "daily":
+            raise ValueError(f"external tables are delivered per day: period must be daily, got {self.period!r}")
+        if not self.columns:
+            raise ValueError("columns must map each column to a Spark type")
+        if any(column == "dt" for column, _ in self.columns):
+            raise ValueError("dt is the partition column of every external table; do not declare it")
+        return self
+
+
+@plain_dataclass
 class Catalog:
     tables: dict[str, Table] = field(default_factory=dict)
 
     def __getitem__(self, fqn: str) -> Table:
         return self.tables[fqn]
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[Table]:
         return iter(self.tables.values())
 
-    def ods(self) -> list[Table]:
-        return [t for t in self.tables.values() if t.is_ods]
+    def ods(self) -> list[OdsTable]:
+        return [t for t in self.tables.values() if isinstance(t, OdsTable)]
 
-    def externals(self) -> list[Table]:
-        return [t for t in self.tables.values() if t.is_external]
+    def externals(self) -> list[ExternalTable]:
+        return [t for t in self.tables.values() if isinstance(t, ExternalTable)]
 
-    def derived(self) -> list[Table]:
-        return [t for t in self.tables.values() if not t.is_source]
+    def derived(self) -> list[DerivedTable]:
+        return [t for t in self.tables.values() if isinstance(t, DerivedTable)]
+
+
+# --- loading the declarations -----------------------------------------------------------------------------------
+
+_T = TypeVar("_T", bound=Table)
+# the declaration's wording of a field, for pydantic's own errors (a missing field, a wrong type)
+_DECLARED_AS = {
+    "source_database": "source.database",
+    "source_tables": "source.tables",
+    "heartbeat_idle_grace_minutes": "idle_proof.heartbeat_grace_minutes",
+    "completeness_threshold": "completeness.threshold",
+}
 
 
 def _fail(path: Path, message: str) -> CatalogError:
     return CatalogError(f"{path}: {message}")
 
 
-def _as_tuple(value: Any, path: Path, what: str) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        return (value,)
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return tuple(value)
-    raise _fail(path, f"{what} must be a list of column names")
+def _build(kind: type[_T], path: Path, fields: Mapping[str, Any]) -> _T:
+    """The typed table of ``kind``, or a :class:`CatalogError` naming the file and what is wrong."""
+    try:
+        return kind(path=path, **fields)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        if error["type"] == "value_error":
+            raise _fail(path, str(error["ctx"]["error"])) from None
+        where = ".".join(_DECLARED_AS.get(str(part), str(part)) for part in error["loc"])
+        raise _fail(path, f"{where}: {error['msg']}, got {error.get('input')!r}") from None
+    except (CheckSpecError, ValueError) as exc:  # raised outside pydantic's validators
+        raise _fail(path, str(exc)) from None
 
 
-def _parse_dependency(spec: Any, path: Path, dep: str) -> Dependency:
-    ignore_dq = False
-    if isinstance(spec, Mapping) and "ignore_dq" in spec:
-        spec = dict(spec)
-        flag = spec.pop("ignore_dq")
-        if not isinstance(flag, bool):
-            raise _fail(path, f"dependency {dep}: ignore_dq must be true or false, got {flag!r}")
-        ignore_dq = flag
-    start, end = _parse_offsets(spec, path, dep)
-    return Dependency(dep, start, end, ignore_dq)
-
-
-def _parse_offsets(spec: Any, path: Path, dep: str) -> tuple[int | None, int | None]:
-    if spec is None or spec == {}:
-        return None, None
-    if not isinstance(spec, Mapping) or len(spec) != 1:
-        raise _fail(path, f"dependency {dep}: expected one of {{set: [n, ...]}}, {{range: [a, b]}}, got {spec!r}")
-    kind, values = next(iter(spec.items()))
-    if not isinstance(values, list) or not all(isinstance(v, int) for v in values):
-        raise _fail(path, f"dependency {dep}: {kind} needs a list of integers, got {values!r}")
-    if kind == "set":
-        return _contiguous_set(values, path, dep)
-    if kind == "range":
-        if len(values) != 2 or values[0] > values[1]:
-            raise _fail(path, f"dependency {dep}: a range is [start, end] with start <= end, got {values}")
-        return values[0], values[1]
-    raise _fail(path, f"dependency {dep}: unknown offset kind {kind!r} (use set or range)")
-
-
-def _contiguous_set(values: list[int], path: Path, dep: str) -> tuple[int, int]:
-    """Seed 000 writes a week on its days as ``set: [0, 1, 2, 3, 4, 5, 6]``: a set without holes is that range.
-
-    A set with holes (``[-7, -1]``) has no Dagster partition mapping: a time-window mapping is one window.
-    """
-    offsets = sorted(set(values))
-    if not offsets:
-        raise _fail(path, f"dependency {dep}: a set needs at least one offset, got []")
-    holes = sorted(set(range(offsets[0], offsets[-1] + 1)) - set(offsets))
-    if holes:
-        raise _fail(
-            path,
-            f"dependency {dep}: set {values} has holes (missing {holes}); a dependency maps one contiguous"
-            f" window of periods, so use a set without holes, a range [{offsets[0]}, {offsets[-1]}], or"
-            f" read the periods you need from a table that has them",
-        )
-    return offsets[0], offsets[-1]
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        header = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise _fail(path, f"invalid YAML: {exc}") from exc
+    if not isinstance(header, dict):
+        raise _fail(path, "the declaration must be a YAML mapping")
+    return header
 
 
 def _header(path: Path, text: str) -> tuple[dict[str, Any], str]:
@@ -279,7 +461,8 @@ def _header(path: Path, text: str) -> tuple[dict[str, Any], str]:
     return header, text[match.end() :].strip()
 
 
-def _identity(header: Mapping[str, Any], path: Path) -> tuple[str, str, str]:
+def _identity(header: Mapping[str, Any], path: Path) -> dict[str, Any]:
+    """``table: layer.name`` and ``period``, and the fields every kind shares."""
     fqn = header.get("table")
     if not isinstance(fqn, str) or fqn.count(".") != 1:
         raise _fail(path, f"'table' must be layer.name, got {fqn!r}")
@@ -291,7 +474,8 @@ def _identity(header: Mapping[str, Any], path: Path) -> tuple[str, str, str]:
     period = header.get("period")
     if period not in BY_PERIOD:
         raise _fail(path, f"period must be one of {', '.join(BY_PERIOD)}, got {period!r}")
-    return layer, name, period
+    shared = ("primary_key", "description", "owner", "zorder", "columns", "checks", "sla")
+    return {"layer": layer, "name": name, "period": period} | {k: header[k] for k in shared if k in header}
 
 
 def referenced_tables(sql: str) -> set[str]:
@@ -309,10 +493,10 @@ def referenced_tables(sql: str) -> set[str]:
     return found
 
 
-def _load_sql(path: Path) -> Table:
+def _load_sql(path: Path) -> DerivedTable:
     header, body = _header(path, path.read_text())
-    layer, name, period = _identity(header, path)
-    if layer == "ext":
+    fields = _identity(header, path)
+    if fields["layer"] == "ext":
         raise _fail(path, "external tables are declared in YAML (tables/ext/<name>.yaml); nothing here computes them")
     if not body:
         raise _fail(path, "the SQL body is empty")
@@ -325,243 +509,46 @@ def _load_sql(path: Path) -> Table:
         raise _fail(path, "depends_on must map layer.table to its offsets")
     for dep in declared:
         if dep not in reads:
-            raise _fail(path, f"{layer}.{name} declares a dependency on {dep} that its SQL never reads")
-    deps = tuple(_parse_dependency(declared.get(dep), path, dep) for dep in sorted(reads))
-    columns = _declared_columns(header.get("columns"), path) if header.get("columns") is not None else ()
-    fqn = f"{layer}.{name}"
-    for dep in deps:
-        if dep.table == fqn and (dep.end_offset is None or dep.end_offset >= 0):
-            raise _fail(
-                path,
-                f"{fqn} reads itself: a self-dependency needs a negative offset, e.g. {{set: [-1]}} for T-1",
-            )
-    if any(dep.table == fqn for dep in deps) and not columns:
-        raise _fail(
-            path,
-            f"{fqn} depends on itself: declare its output columns (columns: {{name: type}}), "
-            "the first partition reads an empty T-1 of that shape",
-        )
-    return Table(
-        layer=layer,
-        name=name,
-        period=period,
-        path=path,
-        primary_key=_as_tuple(header.get("primary_key"), path, "primary_key"),
-        description=str(header.get("description", "")).strip(),
-        owner=str(header.get("owner", "warehouse-team")),
-        zorder=_as_tuple(header.get("zorder"), path, "zorder"),
-        deps=deps,
-        sql=body,
-        checks=_parse_checks(header.get("checks"), path, period),
-        sla=_parse_sla(header.get("sla"), path, period),
-        columns=columns,
-    )
-
-
-def _columns(value: Any, path: Path, kind: str) -> list[str]:
-    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
-        raise _fail(path, f"checks.{kind} needs a list of column names, got {value!r}")
-    return list(value)
-
-
-def _number(value: Any, path: Path, what: str, *, optional: bool = True) -> float | None:
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _fail(path, f"{what} must be a number, got {value!r}")
-    return float(value)
-
-
-def _parse_checks(spec: Any, path: Path, period: str) -> tuple[Check, ...]:
-    """``checks:`` → validated :class:`Check` objects (table-level validation waits for the whole catalog)."""
-    if spec is None:
-        return ()
-    if not isinstance(spec, Mapping):
-        raise _fail(path, f"checks must map a check kind ({', '.join(CHECK_KINDS)}) to its parameters")
-    checks = []
-    for kind, value in spec.items():
-        if kind not in CHECK_KINDS:
-            raise _fail(path, f"unknown check {kind!r} (known: {', '.join(CHECK_KINDS)})")
-        blocking = True
-        if isinstance(value, Mapping) and "blocking" in value:
-            value = dict(value)
-            blocking = value.pop("blocking")
-            if not isinstance(blocking, bool):
-                raise _fail(path, f"checks.{kind}.blocking must be true or false")
-        params: dict[str, Any] = {}
-        if kind == "unique":
-            params["columns"] = None if value is True else tuple(_columns(value, path, kind))
-        elif kind == "not_null":
-            params["columns"] = tuple(_columns(value, path, kind))
-        elif kind == "range":
-            if not isinstance(value, Mapping) or not value:
-                raise _fail(path, "checks.range maps columns to [low, high] (null for an open end)")
-            bounds = []
-            for column, pair in value.items():
-                if not isinstance(pair, list) or len(pair) != 2:
-                    raise _fail(path, f"checks.range.{column} must be [low, high], got {pair!r}")
-                low = _number(pair[0], path, f"checks.range.{column} low")
-                high = _number(pair[1], path, f"checks.range.{column} high")
-                if low is not None and high is not None and low > high:
-                    raise _fail(path, f"checks.range.{column}: low {low} is above high {high}")
-                bounds.append((str(column), low, high))
-            params["bounds"] = tuple(bounds)
-        elif kind == "references":
-            if not isinstance(value, Mapping) or not value:
-                raise _fail(path, "checks.references maps a column to layer.table.column")
-            refs = []
-            for column, target in value.items():
-                if not isinstance(target, str) or target.count(".") != 2:
-                    raise _fail(path, f"checks.references.{column} must be layer.table.column, got {target!r}")
-                table, _, ref_column = target.rpartition(".")
-                refs.append((str(column), table, ref_column))
-            params["refs"] = tuple(refs)
-        elif kind == "row_count":
-            if not isinstance(value, Mapping):
-                raise _fail(path, "checks.row_count needs {upstream, min_ratio, max_ratio} and/or min_rows")
-            unknown = set(value) - {"upstream", "min_ratio", "max_ratio", "min_rows"}
-            if unknown:
-                raise _fail(path, f"checks.row_count: unknown parameter(s) {sorted(unknown)}")
-            params["upstream"] = value.get("upstream")
-            params["min_ratio"] = _number(value.get("min_ratio"), path, "checks.row_count.min_ratio")
-            params["max_ratio"] = _number(value.get("max_ratio"), path, "checks.row_count.max_ratio")
-            params["min_rows"] = _number(value.get("min_rows"), path, "checks.row_count.min_rows")
-            ratios = params["min_ratio"] is not None or params["max_ratio"] is not None
-            if ratios and not params["upstream"]:
-                raise _fail(path, "checks.row_count: a ratio needs the upstream table it is measured against")
-        elif kind == "anomaly":
-            if not isinstance(value, Mapping) or "metric" not in value:
-                raise _fail(path, "checks.anomaly needs metric (rows or sum(col)/avg(col)/min(col)/max(col))")
-            metric = str(value["metric"]).replace(" ", "")
-            if not _METRIC.match(metric):
-                raise _fail(path, f"checks.anomaly.metric {metric!r}: use rows, sum(col), avg(col), min(col), max(col)")
-            deviation = _number(value.get("max_deviation", 0.5), path, "checks.anomaly.max_deviation")
-            periods, minimum = value.get("periods", 7), value.get("min_periods", 3)
-            if not isinstance(periods, int) or not isinstance(minimum, int) or not 1 <= minimum <= periods:
-                raise _fail(path, "checks.anomaly: periods and min_periods are integers, 1 <= min_periods <= periods")
-            params.update(metric=metric, max_deviation=deviation, periods=periods, min_periods=minimum)
-        checks.append(Check(str(kind), tuple(params.items()), blocking))
-    return tuple(checks)
-
-
-def _minutes(value: Any, path: Path, what: str) -> int:
-    match = _DURATION.match(str(value).strip()) if value is not None else None
-    if not match:
-        raise _fail(path, f"{what} must be a duration like 90m, 1h or 2d, got {value!r}")
-    return int(match.group("n")) * {"m": 1, "h": 60, "d": 1440}[match.group("unit")]
-
-
-def _parse_sla(spec: Any, path: Path, period: str) -> Sla | None:
-    if spec is None:
-        return None
-    if not isinstance(spec, Mapping) or ("within" in spec) == ("deadline" in spec):
-        raise _fail(path, "sla needs exactly one of within (e.g. 1h) or deadline (HH:MM the next morning)")
-    grace = _minutes(spec.get("grace", "0m"), path, "sla.grace")
-    if "deadline" in spec:
-        deadline = str(spec["deadline"])
-        if not _CLOCK.match(deadline):
-            raise _fail(path, f"sla.deadline must be a local time HH:MM, got {deadline!r}")
-        if period != "daily":
-            raise _fail(path, "sla.deadline (next morning) is for daily tables; use within for other periods")
-        return Sla(deadline=deadline, grace_minutes=grace)
-    return Sla(within_minutes=_minutes(spec["within"], path, "sla.within"), grace_minutes=grace)
-
-
-def _declared_columns(columns: Any, path: Path) -> tuple[tuple[str, str], ...]:
-    """``columns: {name: spark type}`` of a declaration, validated."""
-    if not isinstance(columns, Mapping) or not columns:
-        raise _fail(path, "columns must map each column to a Spark type")
-    for column, ctype in columns.items():
-        if ctype not in SPARK_TYPES and not _DECIMAL.match(str(ctype)):
-            raise _fail(path, f"column {column}: unsupported type {ctype!r}")
-    return tuple((str(k), str(v)) for k, v in columns.items())
-
-
-def _load_ods(path: Path) -> Table:
+            raise _fail(path, f"{header['table']} declares a dependency on {dep} that its SQL never reads")
     try:
-        header = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise _fail(path, f"invalid YAML: {exc}") from exc
-    layer, name, period = _identity(header, path)
-    if layer != "ods" or period != "hourly":
-        raise _fail(path, "YAML declarations are for hourly ODS tables fed by CDC")
+        deps = tuple(Dependency.parse(dep, declared.get(dep)) for dep in sorted(reads))
+    except ValueError as exc:
+        raise _fail(path, str(exc)) from None
+    return _build(DerivedTable, path, fields | {"deps": deps, "sql": body})
+
+
+def _load_ods(path: Path) -> OdsTable:
+    header = _read_yaml(path)
+    fields = _identity(header, path)
     source = header.get("source") or {}
     if not isinstance(source, Mapping) or not source.get("database") or not source.get("tables"):
         raise _fail(path, "source needs database and tables (a regular expression of the shard tables)")
-    columns = dict(_declared_columns(header.get("columns"), path))
-    pk = _as_tuple(header.get("primary_key"), path, "primary_key")
-    partition_time = str(header.get("partition_time"))
-    for col in [*pk, partition_time]:
-        if col not in columns:
-            raise _fail(path, f"{col!r} is not a declared column")
-    if columns[partition_time] != "timestamp":
-        raise _fail(path, f"partition_time {partition_time!r} must be a timestamp column")
+    fields |= {
+        "source_database": str(source["database"]),
+        "source_tables": str(source["tables"]),
+        "partition_time": str(header.get("partition_time")),
+    }
     idle_proof = header.get("idle_proof") or {}
-    grace = idle_proof.get("heartbeat_grace_minutes") if isinstance(idle_proof, Mapping) else None
-    if grace is not None and (not isinstance(grace, int) or grace < 0):
-        raise _fail(path, f"idle_proof.heartbeat_grace_minutes must be a non-negative integer, got {grace!r}")
+    if isinstance(idle_proof, Mapping) and idle_proof.get("heartbeat_grace_minutes") is not None:
+        fields["heartbeat_idle_grace_minutes"] = idle_proof["heartbeat_grace_minutes"]
     completeness = header.get("completeness") or {}
-    threshold = completeness.get("threshold", DEFAULT_COMPLETENESS) if isinstance(completeness, Mapping) else None
-    if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0 <= threshold <= 1:
-        raise _fail(path, f"completeness.threshold must be a fraction in [0, 1] (e.g. 0.99995), got {threshold!r}")
-    return Table(
-        layer=layer,
-        name=name,
-        period=period,
-        path=path,
-        primary_key=pk,
-        heartbeat_idle_grace_minutes=grace,
-        completeness_threshold=float(threshold),
-        # evaluated in batches by the ods_quality_checks sensor (sensors/ods_checks.py)
-        checks=tuple(_parse_checks(header.get("checks"), path, period)),
-        sla=_parse_sla(header.get("sla"), path, period),
-        description=str(header.get("description", "")).strip(),
-        owner=str(header.get("owner", "warehouse-team")),
-        zorder=_as_tuple(header.get("zorder"), path, "zorder"),
-        source_database=str(source["database"]),
-        source_tables=str(source["tables"]),
-        columns=tuple(columns.items()),
-        partition_time=str(partition_time),
+    fields["completeness_threshold"] = (
+        completeness.get("threshold", DEFAULT_COMPLETENESS) if isinstance(completeness, Mapping) else None
     )
+    # its checks are evaluated in batches by the ods_quality_checks sensor (sensors/ods_checks.py)
+    return _build(OdsTable, path, fields)
 
 
-def _load_external(path: Path) -> Table:
-    try:
-        header = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise _fail(path, f"invalid YAML: {exc}") from exc
-    layer, name, period = _identity(header, path)
-    if period != "daily":
-        raise _fail(path, f"external tables are delivered per day: period must be daily, got {period!r}")
-    spec = header.get("external") or {}
-    if not isinstance(spec, Mapping) or spec.get("format") not in EXTERNAL_FORMATS or not spec.get("location"):
-        raise _fail(path, f"external needs format ({' or '.join(EXTERNAL_FORMATS)}) and location")
-    columns = _declared_columns(header.get("columns"), path)
-    if any(column == "dt" for column, _ in columns):
-        raise _fail(path, "dt is the partition column of every external table; do not declare it")
-    return Table(
-        layer=layer,
-        name=name,
-        period=period,
-        path=path,
-        primary_key=_as_tuple(header.get("primary_key"), path, "primary_key"),
-        description=str(header.get("description", "")).strip(),
-        owner=str(header.get("owner", "warehouse-team")),
-        columns=columns,
-        external=External(
-            format=str(spec["format"]),
-            location=str(spec["location"]),
-            producer=str(spec.get("producer", "")),
-            marker=str(spec.get("marker", "_SUCCESS")),
-        ),
-    )
+def _load_external(path: Path) -> ExternalTable:
+    header = _read_yaml(path)
+    return _build(ExternalTable, path, _identity(header, path) | {"external": header.get("external")})
 
 
 def load_catalog(root: Path = TABLES_DIR) -> Catalog:
     """Load and validate every declaration under ``root``."""
     catalog = Catalog()
-    files: Iterable[Path] = sorted([*root.glob("*/*.sql"), *root.glob("*/*.yaml")])
-    for path in files:
+    for path in sorted([*root.glob("*/*.sql"), *root.glob("*/*.yaml")]):
+        table: Table
         if path.suffix == ".sql":
             table = _load_sql(path)
         elif path.parent.name == "ext":
@@ -575,47 +562,29 @@ def load_catalog(root: Path = TABLES_DIR) -> Catalog:
     return catalog
 
 
-def _validate_checks(catalog: Catalog) -> None:
-    for table in catalog:
-        deps = {d.table for d in table.deps}
-        for check in table.checks:
-            if check.kind == "unique" and check.param("columns") is None and not table.primary_key:
-                raise _fail(table.path, f"{table.fqn}: checks.unique: true needs a primary_key")
-            if check.kind == "references":
-                for column, ref, _ in check.param("refs"):
-                    if ref not in deps:
-                        raise _fail(
-                            table.path,
-                            f"{table.fqn}: checks.references.{column} points at {ref}, which is not a dependency "
-                            f"(references are checked against a dependency's mapped partitions)",
-                        )
-            if check.kind == "row_count" and check.param("upstream") and check.param("upstream") not in deps:
-                raise _fail(
-                    table.path, f"{table.fqn}: checks.row_count.upstream {check.param('upstream')} is not a dependency"
-                )
-            if check.kind == "anomaly" and table.is_ods:
-                raise _fail(table.path, f"{table.fqn}: anomaly checks are for derived tables")
-
-
 def _validate_graph(catalog: Catalog) -> None:
-    _validate_checks(catalog)
-    for table in catalog.derived():
-        for dep in table.deps:
+    for table in catalog:
+        for check in table.checks:
+            problem = check.problem_in(table)
+            if problem:
+                raise _fail(table.path, problem)
+    for derived in catalog.derived():
+        for dep in derived.deps:
             if dep.table not in catalog.tables:
-                raise _fail(table.path, f"{table.fqn} reads {dep.table}, which is not in the catalog")
+                raise _fail(derived.path, f"{derived.fqn} reads {dep.table}, which is not in the catalog")
             upstream = catalog.tables[dep.table]
-            if PERIOD_ORDER[upstream.period] > PERIOD_ORDER[table.period]:
+            if PERIOD_ORDER[upstream.period] > PERIOD_ORDER[derived.period]:
                 raise _fail(
-                    table.path,
-                    f"{table.fqn} ({table.period}) cannot depend on the coarser {dep.table} ({upstream.period})",
+                    derived.path,
+                    f"{derived.fqn} ({derived.period}) cannot depend on the coarser {dep.table} ({upstream.period})",
                 )
-            crosses = upstream.period != table.period and dep.start_offset is not None
-            if crosses and not _covers_whole_period(table.period, upstream.period, dep):
+            crosses = upstream.period != derived.period and dep.start_offset is not None
+            if crosses and not _covers_whole_period(derived.period, upstream.period, dep):
                 raise _fail(
-                    table.path,
-                    f"{table.fqn}: offsets across periods must cover the whole {table.period} period of {dep.table}"
-                    f" (range: [0, 23] for a day's hours, [0, 6] for a week's days; omit the offsets for the"
-                    f" default roll-up, e.g. a month on its days)",
+                    derived.path,
+                    f"{derived.fqn}: offsets across periods must cover the whole {derived.period} period of"
+                    f" {dep.table} (range: [0, 23] for a day's hours, [0, 6] for a week's days; omit the offsets"
+                    f" for the default roll-up, e.g. a month on its days)",
                 )
     # cycles (a self-dependency is declared explicitly and excluded here)
     state: dict[str, int] = {}

@@ -32,17 +32,17 @@ from dagster import (
 from resources.delta_lake import DeltaLakeResource
 from resources.spark import SparkResource
 from warehouse_assets.automation import ready_when_upstream_complete
-from warehouse_assets.catalog import Catalog, Table
+from warehouse_assets.catalog import Catalog, DerivedTable, ExternalTable, OdsTable, Table
 from warehouse_assets.freshness import build_freshness_checks
 from warehouse_assets.partitions import BY_PERIOD, partition_mapping
 from warehouse_assets.quality import blocking_checks_passed, check_specs, evaluation, latest_materialization
 
 
-def _code_version(table: Table) -> str:
+def _code_version(table: DerivedTable) -> str:
     return hashlib.sha1((table.sql or "").encode()).hexdigest()[:12]
 
 
-def build_asset(catalog: Catalog, table: Table) -> AssetsDefinition:
+def build_asset(catalog: Catalog, table: DerivedTable) -> AssetsDefinition:
     deps = [
         AssetDep(AssetKey(dep.key), partition_mapping=partition_mapping(table, dep, catalog[dep.table].period))
         for dep in table.deps
@@ -84,7 +84,7 @@ def build_asset(catalog: Catalog, table: Table) -> AssetsDefinition:
     return _build
 
 
-def build_ods_spec(table: Table) -> AssetSpec:
+def build_ods_spec(table: OdsTable) -> AssetSpec:
     """ODS tables are written by the ingestion job; the readiness sensor reports their partitions."""
     return AssetSpec(
         key=AssetKey(table.key),
@@ -102,9 +102,8 @@ def build_ods_spec(table: Table) -> AssetSpec:
     )
 
 
-def build_external_spec(table: Table) -> AssetSpec:
+def build_external_spec(table: ExternalTable) -> AssetSpec:
     """An external table: produced outside the platform, its partitions reported by its sensor."""
-    assert table.external is not None
     return AssetSpec(
         key=AssetKey(table.key),
         group_name=table.layer,

@@ -42,8 +42,9 @@ same rules, one evaluation per partition.
 """
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime, time, timedelta
-from typing import Any
+from typing import Any, ClassVar
 from zoneinfo import ZoneInfo
 
 from dagster import (
@@ -64,12 +65,26 @@ from dagster import (
 from dagster._core.definitions.asset_checks.asset_check_evaluation import AssetCheckEvaluationTargetMaterializationData
 from dagster._core.event_api import PartitionKeyFilter
 
-from warehouse_assets.catalog import Catalog, Check, Sla, Table
+from warehouse_assets.catalog import Catalog, Sla, Table
+from warehouse_assets.checks import Check
 from warehouse_assets.partitions import BY_PERIOD, business_zone
 from warehouse_assets.quality import Outcome, latest_materialization
 
-CHECK_NAME = "freshness"
-FRESHNESS = Check(CHECK_NAME, blocking=False)
+
+@dataclass(frozen=True, kw_only=True)
+class Freshness(Check):
+    """The check kind of a freshness SLA: declared by ``sla:``, never blocking, judged by :func:`judge` (the
+    ``freshness_slas`` sensor) rather than on the partition's rows."""
+
+    kind: ClassVar[str] = "freshness"
+    blocking: bool = False
+
+    def describe(self) -> str:
+        return "each partition materialized by its freshness SLA (non-blocking)"
+
+
+CHECK_NAME = Freshness.kind
+FRESHNESS = Freshness()
 _PERIOD_PAD = {"hourly": timedelta(hours=1), "daily": timedelta(days=1), "weekly": timedelta(days=7)}
 
 

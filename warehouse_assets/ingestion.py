@@ -37,7 +37,7 @@ from deltalake.transaction import Transaction
 
 from resources.delta_lake import DeltaStore, MergeResult, _normalize_arrow_schema
 from resources.landing import Landing, Segment, read_lines
-from warehouse_assets.catalog import Table
+from warehouse_assets.catalog import OdsTable, Table
 from warehouse_assets.partitions import periods
 
 # PySpark is imported inside the functions that compute: readiness and `warehouse why` read the ingestion state
@@ -218,7 +218,7 @@ def committed_positions(store: DeltaStore, table: Table, streams: Sequence[str])
 def pending_segments(
     store: DeltaStore, landing: Landing, table: Table, limit_per_stream: int | None = None
 ) -> list[Segment]:
-    assert table.source_database and table.source_tables
+    assert isinstance(table, OdsTable)
     streams = landing.streams(table.source_database, table.source_tables)
     positions = committed_positions(store, table, streams)
     pending: list[Segment] = []
@@ -337,7 +337,7 @@ def _line_reason(table: Table) -> Column:
     Over the columns ``_value`` (the line) and ``_m`` (it parsed as a Canal message) and ``_stream``."""
     from pyspark.sql import functions as F
 
-    assert table.source_tables is not None
+    assert isinstance(table, OdsTable)
     expected_tables = f"^(?:{table.source_tables})$"
     stream_table = F.substring_index("_stream", ".", -1)
     return (
@@ -410,7 +410,7 @@ def prepare_batch(
         F.posexplode("_m.data").alias("_row_index", "_r"),
     )
     typed = [_typed(F.col("_r")[name], ctype).alias(name) for name, ctype in columns]
-    assert table.partition_time is not None
+    assert isinstance(table, OdsTable)
     # an UPDATE's ``old`` (parallel to ``data``) names the partition time the row had before, if it changed
     old_time = F.try_element_at(F.col("_old"), F.col("_row_index") + 1)[table.partition_time]
     rows = rows.select(
@@ -576,7 +576,7 @@ def _partition_values(table: Table) -> list[Column]:
     """An ODS row's partition (``dt``, ``hh``): the local date and hour of its partition time."""
     from pyspark.sql import functions as F
 
-    assert table.partition_time is not None
+    assert isinstance(table, OdsTable)
     return [
         F.date_format(table.partition_time, "yyyy-MM-dd").alias("dt"),
         F.date_format(table.partition_time, "HH").alias("hh"),
@@ -589,7 +589,7 @@ def _moved_out(table: Table, ok: DataFrame) -> DataFrame:
     The row carries the old partition time and the newest change's order values."""
     from pyspark.sql import functions as F
 
-    assert table.partition_time is not None
+    assert isinstance(table, OdsTable)
     left = ok.withColumnsRenamed({"dt": "_to_dt", "hh": "_to_hh"}).withColumn(
         table.partition_time, F.explode("_moved_from")
     )
@@ -641,7 +641,7 @@ def ingest_batch(
             # change of the same key), by the local hour of their binlog time — what the source counts
             changes = _ingested_changes(classified, table, tz)
             report.ingested = _by_hour(changes)
-            assert table.partition_time is not None
+            assert isinstance(table, OdsTable)
             ok = classified.where(F.col("_status") == "ok").select(
                 *[name for name, _ in columns],
                 "_es",

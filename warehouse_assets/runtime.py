@@ -38,7 +38,7 @@ from sqlglot import exp
 
 from resources.delta_lake import DeltaStore, Predicate
 from resources.external import ExternalResource
-from warehouse_assets.catalog import Catalog, Table
+from warehouse_assets.catalog import Catalog, DerivedTable, Table
 from warehouse_assets.gate import InstanceStates, decide, span
 from warehouse_assets.partitions import BY_PERIOD
 from warehouse_assets.quality import (
@@ -69,7 +69,7 @@ def view_name(fqn: str) -> str:
 
 def render_sql(table: Table, partition_key: str) -> str:
     """The table's SQL with partition variables substituted and inputs renamed to their views."""
-    assert table.sql is not None
+    assert isinstance(table, DerivedTable)
     window = BY_PERIOD[table.period].time_window_for_partition_key(partition_key)
     variables = {
         "ds": window.start.strftime("%Y-%m-%d"),

@@ -35,7 +35,7 @@ from resources.delta_lake import DeltaLakeResource, DeltaStore
 from resources.external import ExternalResource
 from resources.landing import Landing, LandingResource
 from sensors.ods_readiness import Readiness, readiness
-from warehouse_assets.catalog import Catalog, Dependency, Table
+from warehouse_assets.catalog import Catalog, Dependency, OdsTable, Table
 from warehouse_assets.gate import CHECK_FAILED, IN_PROGRESS, NONEXISTENT, Verdict, decide
 from warehouse_assets.partitions import BY_PERIOD, START, UpstreamPartitions, upstream_partitions
 from warehouse_assets.quality import failed_blocking_checks
@@ -166,6 +166,7 @@ class PartitionStates:
 
     def _ods_reason(self, table: Table, key: str) -> tuple[str, str]:
         """Why an ODS hour has not been reported: a shard behind, rows missing, or nothing holding it back."""
+        assert isinstance(table, OdsTable)
         if table.fqn not in self._readiness:
             self._readiness[table.fqn] = readiness(self.store, self.landing, table)
         ods_state = self._readiness[table.fqn]

@@ -1,0 +1,566 @@
+"""The data-quality check kinds: each kind in one class, holding its parsing (``checks:`` of a declaration),
+its description (shown in the UI), its validation against its table and its evaluation on Spark.
+
+``CHECK_KINDS`` is the one table of kinds: the catalog parses ``checks:`` through it, and
+:mod:`warehouse_assets.quality` describes and evaluates each check through the check's own methods.
+PySpark is imported inside the evaluating methods: the catalog (read by ``warehouse why``) needs none of it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from dagster import MetadataValue
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from warehouse_assets.catalog import Table
+
+PARTITION = "__partition"  # the column carrying each row's partition key in evaluate_partitions
+_METRIC = re.compile(r"^(?:rows|count\(\*\)|(?P<fn>sum|avg|min|max)\((?P<col>[A-Za-z_][A-Za-z0-9_]*)\))$")
+
+
+class CheckSpecError(ValueError):
+    """A ``checks:`` entry is wrong; the catalog prefixes the message with the declaring file."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A check's verdict on one partition, with the numbers behind it."""
+
+    check: Check
+    partition: str
+    passed: bool
+    metadata: Mapping[str, Any]
+    description: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Check:
+    """One check of a table. A subclass per kind; ``blocking`` unless declared ``blocking: false``."""
+
+    kind: ClassVar[str] = ""
+    blocking: bool = True
+
+    @property
+    def name(self) -> str:
+        return self.kind
+
+    @classmethod
+    def parse(cls, value: Any, blocking: bool) -> Check:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+    def problem_in(self, table: Table) -> str | None:
+        """What is wrong with this check on ``table`` (validated once the whole catalog is loaded), or None."""
+        return None
+
+    def history_keys(self, table: Table, partition: str) -> list[str]:
+        """The earlier partitions the evaluation compares with (none unless the kind needs history)."""
+        return []
+
+    def evaluate(
+        self,
+        table: Table,
+        partition: str,
+        data: DataFrame,
+        inputs: Mapping[str, DataFrame],
+        history: DataFrame | None = None,
+    ) -> Outcome:
+        """The verdict on one partition's rows (``data``); ``inputs`` are the upstream partitions it read (live
+        rows), ``history`` the table's partitions of :meth:`history_keys`."""
+        raise NotImplementedError
+
+    def evaluate_partitions(self, table: Table, keys: Sequence[str], data: DataFrame) -> list[Outcome]:
+        """The verdicts on every partition in ``keys`` at once; ``data`` holds their rows with the partition key
+        in column ``PARTITION``. By default partition by partition, without upstream inputs."""
+        from pyspark.sql import functions as F
+
+        return [self.evaluate(table, k, data.where(F.col(PARTITION) == k), {}) for k in keys]
+
+
+# --- parsing helpers ---------------------------------------------------------------------------------------------
+
+
+def _column_list(value: Any, kind: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+        raise CheckSpecError(f"checks.{kind} needs a list of column names, got {value!r}")
+    return tuple(value)
+
+
+def _number(value: Any, what: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise CheckSpecError(f"{what} must be a number, got {value!r}")
+    return float(value)
+
+
+def _first(df: DataFrame) -> Any:
+    row = df.first()
+    assert row is not None, "an aggregate returns one row"
+    return row
+
+
+# --- row-local kinds: many partitions in one grouped aggregation -------------------------------------------------
+
+
+class _Grouped(Check):
+    """A row-local kind: one partition is evaluated as a group of one."""
+
+    def evaluate(
+        self,
+        table: Table,
+        partition: str,
+        data: DataFrame,
+        inputs: Mapping[str, DataFrame],
+        history: DataFrame | None = None,
+    ) -> Outcome:
+        from pyspark.sql import functions as F
+
+        return self.evaluate_partitions(table, [partition], data.withColumn(PARTITION, F.lit(partition)))[0]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Unique(_Grouped):
+    """``unique: [col, ...]``, or ``unique: true`` for the primary key: no duplicated and no null key."""
+
+    kind: ClassVar[str] = "unique"
+    columns: tuple[str, ...] | None = None  # None: the table's primary key
+
+    @classmethod
+    def parse(cls, value: Any, blocking: bool) -> Check:
+        return cls(columns=None if value is True else _column_list(value, cls.kind), blocking=blocking)
+
+    def describe(self) -> str:
+        return f"no duplicate {', '.join(self.columns or ('primary key',))} in the partition"
+
+    def problem_in(self, table: Table) -> str | None:
+        if self.columns is None and not table.primary_key:
+            return f"{table.fqn}: checks.unique: true needs a primary_key"
+        return None
+
+    def evaluate_partitions(self, table: Table, keys: Sequence[str], data: DataFrame) -> list[Outcome]:
+        from pyspark.sql import functions as F
+
+        cols = list(self.columns or table.primary_key)
+        null_key = F.expr(" OR ".join(f"`{c}` IS NULL" for c in cols))
+        stats = {
+            r[PARTITION]: r
+            for r in data.groupBy(PARTITION)
+            .agg(
+                F.count("*").alias("rows"),
+                F.count_distinct(*[F.col(c) for c in cols]).alias("keys"),
+                F.count_if(null_key).alias("nulls"),
+            )
+            .collect()
+        }
+        duplicated = {
+            r[PARTITION]: r
+            for r in data.groupBy(PARTITION, *cols)
+            .count()
+            .where("count > 1")
+            .groupBy(PARTITION)
+            .agg(
+                F.count("*").alias("duplicated"),
+                F.slice(F.collect_list(F.struct(*cols, "count")), 1, 3).alias("examples"),
+            )
+            .collect()
+        }
+        out = []
+        for key in keys:
+            row, dup = stats.get(key), duplicated.get(key)
+            rows, distinct, nulls = (int(row["rows"]), int(row["keys"]), int(row["nulls"])) if row else (0, 0, 0)
+            duplicated_keys = int(dup["duplicated"]) if dup else 0
+            example = [str(e.asDict()) for e in dup["examples"]] if dup else []
+            out.append(
+                Outcome(
+                    self,
+                    key,
+                    duplicated_keys == 0 and nulls == 0,
+                    {"rows": rows, "distinct_keys": distinct, "duplicated_keys": duplicated_keys, "null_keys": nulls}
+                    | ({"examples": MetadataValue.json(example)} if example else {}),
+                    f"{duplicated_keys} duplicated and {nulls} null key(s) of ({', '.join(cols)}) in {rows} rows",
+                )
+            )
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class NotNull(_Grouped):
+    """``not_null: [col, ...]``: no null in these columns."""
+
+    kind: ClassVar[str] = "not_null"
+    columns: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, value: Any, blocking: bool) -> Check:
+        return cls(columns=_column_list(value, cls.kind), blocking=blocking)
+
+    def describe(self) -> str:
+        return f"no null in {', '.join(self.columns)}"
+
+    def evaluate_partitions(self, table: Table, keys: Sequence[str], data: DataFrame) -> list[Outcome]:
+        from pyspark.sql import functions as F
+
+        cols = list(self.columns)
+        counted = {
+            r[PARTITION]: r
+            for r in data.groupBy(PARTITION)
+            .agg(F.count("*").alias("__rows"), *[F.count_if(F.col(c).isNull()).alias(c) for c in cols])
+            .collect()
+        }
+        out = []
+        for key in keys:
+            row = counted.get(key)
+            null_counts = {c: int(row[c]) if row else 0 for c in cols}
+            bad = {c: n for c, n in null_counts.items() if n}
+            out.append(
+                Outcome(
+                    self,
+                    key,
+                    not bad,
+                    {
+                        "rows": int(row["__rows"]) if row else 0,
+                        "nulls": MetadataValue.json(null_counts),
+                        "null_values": sum(null_counts.values()),
+                    },
+                    "no nulls" if not bad else "nulls in " + ", ".join(f"{c} ({n})" for c, n in bad.items()),
+                )
+            )
+        return out
+
+
+# --- partition-at-a-time kinds -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Range(Check):
+    """``range: {col: [low, high]}`` (null for an open end): every value within its bounds."""
+
+    kind: ClassVar[str] = "range"
+    bounds: tuple[tuple[str, float | None, float | None], ...]
+
+    @classmethod
+    def parse(cls, value: Any, blocking: bool) -> Check:
+        if not isinstance(value, Mapping) or not value:
+            raise CheckSpecError("checks.range maps columns to [low, high] (null for an open end)")
+        bounds = []
+        for column, pair in value.items():
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise CheckSpecError(f"checks.range.{column} must be [low, high], got {pair!r}")
+            low = _number(pair[0], f"checks.range.{column} low")
+            high = _number(pair[1], f"checks.range.{column} high")
+            if low is not None and high is not None and low > high:
+                raise CheckSpecError(f"checks.range.{column}: low {low} is above high {high}")
+            bounds.append((str(column), low, high))
+        return cls(bounds=tuple(bounds), blocking=blocking)
+
+    def describe(self) -> str:
+        return "values in range: " + ", ".join(f"{c} in [{lo}, {hi}]" for c, lo, hi in self.bounds)
+
+    def evaluate(
+        self,
+        table: Table,
+        partition: str,
+        data: DataFrame,
+        inputs: Mapping[str, DataFrame],
+        history: DataFrame | None = None,
+    ) -> Outcome:
+        from pyspark.sql import functions as F
+
+        aggs: list[Any] = [F.count("*").alias("__rows")]
+        for c, lo, hi in self.bounds:
+            beyond = F.lit(False)
+            if lo is not None:
+                beyond = beyond | (F.col(c) < F.lit(lo))
+            if hi is not None:
+                beyond = beyond | (F.col(c) > F.lit(hi))
+            aggs += [
+                F.count_if(beyond).alias(f"{c}__out"),
+                F.min(c).cast("double").alias(f"{c}__min"),
+                F.max(c).cast("double").alias(f"{c}__max"),
+            ]
+        row = _first(data.agg(*aggs))
+        per = {
+            c: {
+                "outside": int(row[f"{c}__out"]),
+                "min": row[f"{c}__min"],
+                "max": row[f"{c}__max"],
+                "low": lo,
+                "high": hi,
+            }
+            for c, lo, hi in self.bounds
+        }
+        outside = {c: v["outside"] for c, v in per.items() if v["outside"]}
+        return Outcome(
+            self,
+            partition,
+            not outside,
+            {"rows": int(row["__rows"]), "columns": MetadataValue.json(per), "outside": sum(outside.values())},
+            "all values in range"
+            if not outside
+            else "out of range: " + ", ".join(f"{c} ({n})" for c, n in outside.items()),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class References(Check):
+    """``references: {col: layer.table.column}``: every key present in a dependency's mapped partitions."""
+
+    kind: ClassVar[str] = "references"
+    refs: tuple[tuple[str, str, str], ...]  # (column, referenced table, referenced column)
+
+    @classmethod
+    def parse(cls, value: Any, blocking: bool) -> Check:
+        if not isinstance(value, Mapping) or not value:
+            raise CheckSpecError("checks.references maps a column to layer.table.column")
+        refs = []
+        for column, target in value.items():
+            if not isinstance(target, str) or target.count(".") != 2:
+                raise CheckSpecError(f"checks.references.{column} must be layer.table.column, got {target!r}")
+            table, _, ref_column = target.rpartition(".")
+            refs.append((str(column), table, ref_column))
+        return cls(refs=tuple(refs), blocking=blocking)
+
+    def describe(self) -> str:
+        return "keys present in the mapped partitions: " + ", ".join(f"{c} → {t}.{rc}" for c, t, rc in self.refs)
+
+    def problem_in(self, table: Table) -> str | None:
+        deps = {d.table for d in table.deps}
+        for column, ref, _ in self.refs:
+            if ref not in deps:
+                return (
+                    f"{table.fqn}: checks.references.{column} points at {ref}, which is not a dependency "
+                    f"(references are checked against a dependency's mapped partitions)"
+                )
+        return None
+
+    def evaluate(
+        self,
+        table: Table,
+        partition: str,
+        data: DataFrame,
+        inputs: Mapping[str, DataFrame],
+        history: DataFrame | None = None,
+    ) -> Outcome:
+        from pyspark.sql import functions as F
+
+        refs: dict[str, Any] = {}
+        missing_total = 0
+        for c, ref_table, ref_col in self.refs:
+            present = data.select(F.col(c).alias("__k")).where("__k IS NOT NULL").distinct()
+            ref = inputs[ref_table].select(F.col(ref_col).alias("__k")).distinct()
+            orphans = present.join(ref, "__k", "left_anti")
+            n = orphans.count()
+            refs[c] = {
+                "references": f"{ref_table}.{ref_col}",
+                "distinct_keys": present.count(),
+                "missing": n,
+                "examples": [str(r["__k"]) for r in orphans.limit(3).collect()],
+            }
+            missing_total += n
+        return Outcome(
+            self,
+            partition,
+            missing_total == 0,
+            {"missing_keys": missing_total, "columns": MetadataValue.json(refs)},
+            "every key found"
+            if not missing_total
+            else f"{missing_total} key(s) missing from the referenced partitions",
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class RowCount(Check):
+    """``row_count: {upstream, min_ratio, max_ratio, min_rows}``: enough rows, and/or a ratio of the rows of
+    a dependency's mapped partitions."""
+
+    kind: ClassVar[str] = "row_count"
+    upstream: str | None = None
+    min_ratio: float | None = None
+    max_ratio: float | None = None
+    min_rows: float | None = None
+
+    @classmethod
+    def parse(cls, value: Any, blocking: bool) -> Check:
+        if not isinstance(value, Mapping):
+            raise CheckSpecError("checks.row_count needs {upstream, min_ratio, max_ratio} and/or min_rows")
+        unknown = set(value) - {"upstream", "min_ratio", "max_ratio", "min_rows"}
+        if unknown:
+            raise CheckSpecError(f"checks.row_count: unknown parameter(s) {sorted(unknown)}")
+        check = cls(
+            upstream=value.get("upstream"),
+            min_ratio=_number(value.get("min_ratio"), "checks.row_count.min_ratio"),
+            max_ratio=_number(value.get("max_ratio"), "checks.row_count.max_ratio"),
+            min_rows=_number(value.get("min_rows"), "checks.row_count.min_rows"),
+            blocking=blocking,
+        )
+        if (check.min_ratio is not None or check.max_ratio is not None) and not check.upstream:
+            raise CheckSpecError("checks.row_count: a ratio needs the upstream table it is measured against")
+        return check
+
+    def describe(self) -> str:
+        parts = []
+        if self.min_rows is not None:
+            parts.append(f"at least {int(self.min_rows)} rows")
+        if self.upstream:
+            parts.append(f"rows / rows of {self.upstream}'s mapped partitions in [{self.min_ratio}, {self.max_ratio}]")
+        return "; ".join(parts)
+
+    def problem_in(self, table: Table) -> str | None:
+        if self.upstream and self.upstream not in {d.table for d in table.deps}:
+            return f"{table.fqn}: checks.row_count.upstream {self.upstream} is not a dependency"
+        return None
+
+    def evaluate(
+        self,
+        table: Table,
+        partition: str,
+        data: DataFrame,
+        inputs: Mapping[str, DataFrame],
+        history: DataFrame | None = None,
+    ) -> Outcome:
+        rows = data.count()
+        meta: dict[str, Any] = {"rows": rows}
+        problems = []
+        if self.min_rows is not None and rows < self.min_rows:
+            problems.append(f"{rows} rows < {int(self.min_rows)}")
+        if self.upstream:
+            up_rows = inputs[self.upstream].count()
+            ratio = rows / up_rows if up_rows else (1.0 if rows == 0 else math.inf)
+            meta |= {"upstream": self.upstream, "upstream_rows": up_rows, "ratio": round(ratio, 6)}
+            lo, hi = self.min_ratio, self.max_ratio
+            if lo is not None and ratio < lo:
+                problems.append(f"ratio {ratio:.4f} < {lo}")
+            if hi is not None and ratio > hi:
+                problems.append(f"ratio {ratio:.4f} > {hi}")
+        return Outcome(self, partition, not problems, meta, "; ".join(problems) or f"{rows} rows")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Anomaly(Check):
+    """``anomaly: {metric, max_deviation, periods, min_periods}``: the partition's metric within a deviation of
+    its trailing mean (derived tables only)."""
+
+    kind: ClassVar[str] = "anomaly"
+    metric: str
+    max_deviation: float = 0.5
+    periods: int = 7
+    min_periods: int = 3
+
+    @classmethod
+    def parse(cls, value: Any, blocking: bool) -> Check:
+        if not isinstance(value, Mapping) or "metric" not in value:
+            raise CheckSpecError("checks.anomaly needs metric (rows or sum(col)/avg(col)/min(col)/max(col))")
+        metric = str(value["metric"]).replace(" ", "")
+        if not _METRIC.match(metric):
+            raise CheckSpecError(f"checks.anomaly.metric {metric!r}: use rows, sum(col), avg(col), min(col), max(col)")
+        deviation = _number(value.get("max_deviation", 0.5), "checks.anomaly.max_deviation")
+        periods, minimum = value.get("periods", 7), value.get("min_periods", 3)
+        if not isinstance(periods, int) or not isinstance(minimum, int) or not 1 <= minimum <= periods:
+            raise CheckSpecError("checks.anomaly: periods and min_periods are integers, 1 <= min_periods <= periods")
+        return cls(
+            metric=metric, max_deviation=deviation or 0.0, periods=periods, min_periods=minimum, blocking=blocking
+        )
+
+    def describe(self) -> str:
+        return f"{self.metric} within ±{self.max_deviation:.0%} of its trailing {self.periods}-period mean"
+
+    def problem_in(self, table: Table) -> str | None:
+        return f"{table.fqn}: anomaly checks are for derived tables" if table.is_ods else None
+
+    def history_keys(self, table: Table, partition: str) -> list[str]:
+        """The ``periods`` partition keys before ``partition`` (the trailing window)."""
+        from warehouse_assets.partitions import BY_PERIOD
+
+        pdef = BY_PERIOD[table.period]
+        keys: list[str] = []
+        window = pdef.time_window_for_partition_key(partition)
+        first = pdef.get_first_partition_key()
+        while len(keys) < self.periods:
+            previous = pdef.get_prev_partition_window(window.start)
+            if previous is None:
+                break
+            key = pdef.get_partition_key_for_timestamp(previous.start.timestamp())
+            keys.append(key)
+            window = previous
+            if key == first:
+                break
+        return keys
+
+    def _value(self, df: DataFrame, by: Sequence[str] = ()) -> DataFrame:
+        from pyspark.sql import functions as F
+
+        match = _METRIC.match(self.metric)
+        fn = match.group("fn") if match else None
+        expr = F.count("*") if fn is None else getattr(F, fn)(match.group("col") if match else None)
+        return df.groupBy(*by).agg(expr.cast("double").alias("__v"))
+
+    def evaluate(
+        self,
+        table: Table,
+        partition: str,
+        data: DataFrame,
+        inputs: Mapping[str, DataFrame],
+        history: DataFrame | None = None,
+    ) -> Outcome:
+        row = self._value(data).first()
+        value = float(row["__v"]) if row is not None and row["__v"] is not None else 0.0
+        past: list[float] = []
+        if history is not None:
+            past = [float(r["__v"] or 0.0) for r in self._value(history, table.partition_by).collect()]
+        meta: dict[str, Any] = {"metric": self.metric, "value": value, "history_periods": len(past)}
+        if len(past) < self.min_periods:
+            return Outcome(
+                self,
+                partition,
+                True,
+                meta,
+                f"{len(past)} of {self.periods} trailing periods: too little history to judge",
+            )
+        mean = sum(past) / len(past)
+        deviation = abs(value - mean) / abs(mean) if mean else (0.0 if value == 0 else math.inf)
+        limit = float(self.max_deviation)
+        meta |= {"trailing_mean": round(mean, 6), "deviation": round(deviation, 6), "max_deviation": limit}
+        return Outcome(
+            self,
+            partition,
+            deviation <= limit,
+            meta,
+            f"{self.metric} = {value:g} vs trailing mean {mean:g}: {deviation:.1%} off (limit {limit:.0%})",
+        )
+
+
+# the one table of kinds, in the order the UI lists them
+CHECK_KINDS: dict[str, type[Check]] = {
+    kind.kind: kind for kind in (Unique, NotNull, Range, References, RowCount, Anomaly)
+}
+
+
+def parse_checks(spec: Any) -> tuple[Check, ...]:
+    """``checks:`` of a declaration → one typed check per kind (validation against the table waits for the
+    whole catalog: :meth:`Check.problem_in`)."""
+    if spec is None:
+        return ()
+    if not isinstance(spec, Mapping):
+        raise CheckSpecError(f"checks must map a check kind ({', '.join(CHECK_KINDS)}) to its parameters")
+    checks = []
+    for kind, value in spec.items():
+        if kind not in CHECK_KINDS:
+            raise CheckSpecError(f"unknown check {kind!r} (known: {', '.join(CHECK_KINDS)})")
+        blocking = True
+        if isinstance(value, Mapping) and "blocking" in value:
+            value = dict(value)
+            blocking = value.pop("blocking")
+            if not isinstance(blocking, bool):
+                raise CheckSpecError(f"checks.{kind}.blocking must be true or false")
+        checks.append(CHECK_KINDS[kind].parse(value, blocking))
+    return tuple(checks)
