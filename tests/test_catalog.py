@@ -151,6 +151,7 @@ def test_only_an_anomaly_check_looks_back_at_history() -> None:
         ({"row_count": {"min_ratio": 0.5}}, "a ratio needs the upstream table"),
         ({"anomaly": {"metric": "median(x)"}}, "checks.anomaly.metric 'median\\(x\\)'"),
         ({"unique": {"blocking": "no"}}, "checks.unique.blocking must be true or false"),
+        ({"anomaly": {"metric": "rows", "max_deviation": None}}, "checks.anomaly.max_deviation must be a number"),
     ],
 )
 def test_a_check_kind_rejects_its_wrong_parameters(spec: dict[str, object], message: str) -> None:

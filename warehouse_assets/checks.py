@@ -464,12 +464,12 @@ class Anomaly(Check):
         if not _METRIC.match(metric):
             raise CheckSpecError(f"checks.anomaly.metric {metric!r}: use rows, sum(col), avg(col), min(col), max(col)")
         deviation = _number(value.get("max_deviation", 0.5), "checks.anomaly.max_deviation")
+        if deviation is None:  # an explicit null: no limit would be a check that never fails
+            raise CheckSpecError("checks.anomaly.max_deviation must be a number, got None")
         periods, minimum = value.get("periods", 7), value.get("min_periods", 3)
         if not isinstance(periods, int) or not isinstance(minimum, int) or not 1 <= minimum <= periods:
             raise CheckSpecError("checks.anomaly: periods and min_periods are integers, 1 <= min_periods <= periods")
-        return cls(
-            metric=metric, max_deviation=deviation or 0.0, periods=periods, min_periods=minimum, blocking=blocking
-        )
+        return cls(metric=metric, max_deviation=deviation, periods=periods, min_periods=minimum, blocking=blocking)
 
     def describe(self) -> str:
         return f"{self.metric} within ±{self.max_deviation:.0%} of its trailing {self.periods}-period mean"
