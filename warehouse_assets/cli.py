@@ -75,10 +75,10 @@ def report_ready_hours(
     """
     from dagster import AssetKey
 
-    from sensors.ods_readiness import readiness_events
     from warehouse_assets.catalog import Catalog
     from warehouse_assets.definitions import catalog
     from warehouse_assets.partitions import hourly
+    from warehouse_assets.readiness import readiness_events
 
     store, landing = resources["lake"].store(), resources["landing"].landing()
     selected = Catalog({t.fqn: t for t in catalog.ods() if tables is None or t.fqn in tables})

@@ -33,10 +33,10 @@ from dagster import (
 from resources.delta_lake import DeltaLakeResource, DeltaStore
 from resources.external import ExternalResource
 from resources.landing import Landing, LandingResource
-from sensors.ods_readiness import Readiness, readiness
 from warehouse_assets.catalog import Catalog, Dependency, Table
 from warehouse_assets.partitions import BY_PERIOD, START, UpstreamPartitions, upstream_partitions
 from warehouse_assets.quality import failed_blocking_checks
+from warehouse_assets.readiness import Readiness, readiness
 
 READY = "materialized"
 ROOT_CAUSES_SHOWN = 3  # per table and state: a day behind a lagging shard has up to 24 hours with one reason
@@ -120,7 +120,7 @@ class PartitionStates:
         self.now = current_time or datetime.now(UTC)
         self._known: dict[tuple[str, str], UpstreamState] = {}
         self._windows: dict[tuple[str, str], list[tuple[Dependency, UpstreamPartitions]]] = {}
-        self._readiness: dict[str, Readiness] = {}
+        self._readiness: dict[tuple[str, str], Readiness] = {}
 
     def status(self, fqn: str, keys: Sequence[str]) -> dict[str, str]:
         """The run status of partitions: materialized, missing, in progress or failed."""
@@ -164,12 +164,13 @@ class PartitionStates:
 
     def _ods_reason(self, table: Table, key: str) -> tuple[str, str]:
         """Why an ODS hour has not been reported: a shard behind, rows missing, or nothing holding it back."""
-        if table.fqn not in self._readiness:
-            self._readiness[table.fqn] = readiness(self.store, self.landing, table)
-        ods_state = self._readiness[table.fqn]
+        window = BY_PERIOD[table.period].time_window_for_partition_key(key)
+        end = window.end
+        if (table.fqn, key) not in self._readiness:  # the counts of this hour only: no whole-history read
+            self._readiness[(table.fqn, key)] = readiness(self.store, self.landing, table, window.start, window.end)
+        ods_state = self._readiness[(table.fqn, key)]
         if not ods_state.streams:
             return "not ready", f"no shard stream of {table.source_database}.{table.source_tables} in the landing area"
-        end = BY_PERIOD[table.period].time_window_for_partition_key(key).end
         behind = [s for s in ods_state.streams if s.watermark is None or s.watermark < end]
         counts = ods_state.completeness(key)
         shortest = sorted(counts.missing_by_stream.items(), key=lambda kv: -kv[1])
