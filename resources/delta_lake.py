@@ -416,7 +416,7 @@ class DeltaStore:
             return pa.table({}), ReadStats()
         # delta-rs selects the files by partition before Arrow sees them: a few partitions cost the same in a
         # table of any size. The Arrow filter then keeps exactly the wanted partitions.
-        dataset = dt.to_pyarrow_dataset(partitions=_conjunction(partitions or []))
+        dataset = dt.to_pyarrow_dataset(file_pruning_predicate=_conjunction(partitions or []))
         where = None
         for spec in partitions or []:
             term = None

@@ -101,10 +101,11 @@ def report_external_deliveries(instance: Any, resources: dict[str, Any]) -> int:
     """Report every external partition that has arrived and is not reported yet (what their sensors do)."""
     from sensors.external import Cursor, evaluate, now_in_business_tz
     from warehouse_assets.definitions import catalog
+    from warehouse_assets.external import external_source
 
     reported = 0
     for table in catalog.externals():
-        source = resources["external"].source(table)
+        source = external_source(resources["external"], table)
         tick, _ = evaluate(source, Cursor(), now_in_business_tz(), _fingerprint_lookup(instance, table.key))
         for line in tick.rejected:
             _say(f"[ext   ] {line}")

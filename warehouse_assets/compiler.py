@@ -52,6 +52,7 @@ from resources.external import ExternalResource
 from resources.spark import SparkResource
 from warehouse_assets.automation import ready_when_upstream_complete
 from warehouse_assets.catalog import Catalog, Dependency, Table
+from warehouse_assets.external import external_source
 from warehouse_assets.freshness import build_freshness_checks
 from warehouse_assets.partitions import BY_PERIOD, UpstreamPartitions, partition_mapping, upstream_partitions
 from warehouse_assets.quality import (
@@ -172,7 +173,7 @@ def _build_partitions(
             if upstream.is_external:
                 if external is None:
                     raise Failure(f"{table.fqn} reads the external {dep.table} but has no external resource")
-                df = external.source(upstream).read(spark, [s["dt"] for s in specs])
+                df = external_source(external, upstream).read(spark, [s["dt"] for s in specs])
             elif specs and store.exists(upstream.key):
                 live = [Predicate("_deleted", "=", False)] if upstream.is_ods else []  # skip CDC tombstones
                 df, stats = store.read(spark, upstream.key, partitions=specs, predicates=live)

@@ -27,7 +27,7 @@ looked for, pruned to their date partitions. Its cost does not grow with the lak
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -152,15 +152,32 @@ def readiness(
     ingested counts of the hours in [``since``, ``until``) (all hours without)."""
     state = shard_state(store, landing, table)
     if state.streams:
-        read_counts(state, store, table, since, until)
+        read_counts(state, store, landing, table, since, until)
     return state
 
 
+def with_counts(
+    state: Readiness, store: DeltaStore, landing: Landing, table: Table, since: datetime, until: datetime
+) -> Readiness:
+    """A copy of a shard state (:func:`shard_state`) with the counts of the hours in [since, until)."""
+    copy = replace(
+        state, source={}, ingested={}, counted_seq={}, count_entries=[], counted_hours=None, counts_read=ReadStats()
+    )
+    if copy.streams:
+        read_counts(copy, store, landing, table, since, until)
+    return copy
+
+
 def read_counts(
-    state: Readiness, store: DeltaStore, table: Table, since: datetime | None, until: datetime | None
+    state: Readiness,
+    store: DeltaStore,
+    landing: Landing,
+    table: Table,
+    since: datetime | None,
+    until: datetime | None,
 ) -> None:
-    """Read the ingested counts of the hours in [``since``, ``until``) into ``state``, from their dates'
-    partitions of ``ops.ingested_counts`` only (every hour when both are None)."""
+    """Read the source's and the ingested counts of the hours in [``since``, ``until``) into ``state``, the
+    ingested ones from their dates' partitions of ``ops.ingested_counts`` only (every hour when both are None)."""
     zone = ZoneInfo(state.timezone)
     dates = None
     if since is not None and until is not None:
@@ -171,6 +188,10 @@ def read_counts(
         while (key := day.strftime("%Y-%m-%d")) <= last[:10]:
             dates.append(key)
             day += timedelta(days=1)
+    streams = [s.stream for s in state.streams]
+    state.source = {
+        s: landing.source_counts(s, state.counted_hours) if landing.publishes_counts(s) else None for s in streams
+    }
     counted, entries = ingested_counts(store, table, dates)
     state.counts_read = counted.read
     state.count_entries = [e for e in entries if state.counts_cover(e["hour"])]
@@ -188,7 +209,6 @@ def shard_state(store: DeltaStore, landing: Landing, table: Table) -> Readiness:
     if not streams:
         return result
     positions = committed_positions(store, table, streams)
-    result.source = {s: landing.source_counts(s) if landing.publishes_counts(s) else None for s in streams}
     grace = table.heartbeat_idle_grace_minutes
     heartbeat = landing.heartbeat_clock(table.source_database) if grace is not None else None
     firsts = []
@@ -312,7 +332,7 @@ def readiness_events(
         last, seen = _table_cursor(cursor.get(table.fqn))
         state = shard_state(store, landing, table)
         if state.streams:
-            read_counts(state, store, table, *tick_hours(state, last, lookback))
+            read_counts(state, store, landing, table, *tick_hours(state, last, lookback))
         late = [k for k in late_hours(state, last, seen) if state.completeness(k).complete]
         keys = ready_hours(state, last, MAX_EVENTS_PER_TICK - len(events))
         # the counts read cover the tick's hours only: what was seen before stays seen

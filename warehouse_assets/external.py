@@ -1,0 +1,19 @@
+"""An external table of the catalog at its producer: the resource's plain source, given the table's declaration."""
+
+from resources.external import ExternalResource, ExternalSource
+from warehouse_assets.catalog import Table
+from warehouse_assets.partitions import daily
+
+
+def external_source(external: ExternalResource, table: Table) -> ExternalSource:
+    if table.external is None:
+        raise ValueError(f"{table.fqn} is not an external table")
+    return external.source(
+        table.fqn,
+        table.external.location,
+        table.external.format,
+        table.columns,
+        first=daily.get_first_partition_key(),
+        marker=table.external.marker,
+        producer=table.external.producer,
+    )
