@@ -11,9 +11,15 @@ Every table lives at ``<lake root>/<layer>/<table>`` and is partitioned by strin
   (its orphan files are removed by vacuum);
 * :meth:`DeltaStore.merge` — a change batch (already deduplicated by key) merged by primary key with an
   explicit predicate on the batch's partition values, so only those partitions are scanned;
-* :meth:`DeltaStore.optimize` (compaction / Z-order), :meth:`DeltaStore.history`.
+* :meth:`DeltaStore.optimize` (compaction / Z-order), :meth:`DeltaStore.maintain`, :meth:`DeltaStore.history`;
+* without Spark, for the small tables the warehouse keeps about itself and a producer's table:
+  :meth:`DeltaStore.append` (rows plus application transactions in one commit, for exactly-once appends),
+  :meth:`DeltaStore.app_versions`, :meth:`DeltaStore.read_rows` (pruned to partitions by the log),
+  :meth:`DeltaStore.version`, :meth:`DeltaStore.live_files`.
 
-Nothing here collects a partition into the driver: only file metadata crosses to it.
+This module is the one seam to ``deltalake`` (an import-linter contract). The lake root's storage options
+come from dagster-deltalake's storage configuration (:func:`storage_config`). Nothing here collects a
+partition into the driver: only file metadata crosses to it.
 """
 
 from __future__ import annotations

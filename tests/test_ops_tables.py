@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -102,3 +104,9 @@ def test_lake_storage_options_come_from_dagster_deltalake_and_the_environment() 
         assert lake.store().storage_options["region"] == "us-east-1"
     with pytest.raises(Exception, match="unsupported scheme"):
         storage_options("ftp://host/lake", {})
+
+
+def test_the_delta_layer_with_dagster_deltalake_imports_no_pyspark() -> None:
+    code = "import sys, resources.delta_lake, dagster_deltalake; print('pyspark' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -202,7 +202,7 @@ def read_counts(
 
 
 def shard_state(store: DeltaStore, landing: Landing, table: Table) -> Readiness:
-    """The watermarks and source counts of an ODS table's shard streams, no ingested counts yet."""
+    """The watermarks of an ODS table's shard streams; no counts yet (:func:`read_counts` adds those)."""
     assert table.source_database and table.source_tables
     result = Readiness(table.fqn, threshold=table.completeness_threshold, timezone=landing.timezone)
     streams = landing.streams(table.source_database, table.source_tables)
