@@ -33,10 +33,10 @@ from resources.landing import Landing  # noqa: E402
 from warehouse_assets.catalog import Catalog, Table, load_catalog  # noqa: E402
 from warehouse_assets.ingestion import counts_app_id, ensure_ods_table, position_app_id  # noqa: E402
 from warehouse_assets.ops_tables import INGESTED_COUNTS  # noqa: E402
-from warehouse_assets.partitions import BUSINESS_TZ  # noqa: E402
+from warehouse_assets.partitions import hourly  # noqa: E402
 from warehouse_assets.readiness import hour_key, readiness_events  # noqa: E402
 
-END = datetime(2026, 11, 1, tzinfo=ZoneInfo(BUSINESS_TZ))
+END = datetime(2026, 11, 1, tzinfo=ZoneInfo(hourly.timezone))
 STREAMS = ("edu_trade.order_00", "edu_trade.order_01")
 ROWS_PER_HOUR = 10
 
@@ -52,7 +52,7 @@ class History:
 def build_history(root: Path, days: int) -> History:
     """``days`` days of daily batches of ``ods.order`` ending at :data:`END`, under ``root``."""
     table: Table = load_catalog()["ods.order"]
-    landing = Landing(root / "landing", BUSINESS_TZ, segment_minutes=24 * 60)
+    landing = Landing(root / "landing", hourly.timezone, segment_minutes=24 * 60)
     store = DeltaStore(str(root / "lake"))
     ensure_ods_table(store, table)
     first = END - timedelta(days=days)

@@ -49,9 +49,7 @@ def resources_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
             timezone=timezone,
             simulate_live=get("SIMULATE_LIVE", "0") == "1",
         ),
-        "external": ExternalResource(
-            root=get("EXTERNAL_ROOT", landing_root.rstrip("/") + "/external"), timezone=timezone
-        ),
+        "external": ExternalResource(root=get("EXTERNAL_ROOT", landing_root.rstrip("/") + "/external")),
     }
 
 

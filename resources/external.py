@@ -295,7 +295,6 @@ class ExternalResource(ConfigurableResource):  # type: ignore[misc]
     """Where external producers deliver (the embedded default simulates them under the landing area)."""
 
     root: str = Field(default="data/landing/external", description="root of the external tables' locations")
-    timezone: str = Field(default="Asia/Shanghai", description="business timezone: when a delivered day is over")
 
     def source(
         self,
@@ -304,9 +303,11 @@ class ExternalResource(ConfigurableResource):  # type: ignore[misc]
         format: str,
         columns: Sequence[tuple[str, str]],
         *,
+        timezone: str,
         first: str | None = None,
         marker: str = "_SUCCESS",
         producer: str = "",
     ) -> ExternalSource:
-        """The external table ``name`` delivered at ``location`` (relative to the root, or absolute)."""
-        return ExternalSource(name, location, self.root, format, tuple(columns), self.timezone, first, marker, producer)
+        """The external table ``name`` delivered at ``location`` (relative to the root, or absolute), with daily
+        partitions from ``first`` in ``timezone``."""
+        return ExternalSource(name, location, self.root, format, tuple(columns), timezone, first, marker, producer)

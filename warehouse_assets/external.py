@@ -13,6 +13,7 @@ def external_source(external: ExternalResource, table: Table) -> ExternalSource:
         table.external.location,
         table.external.format,
         table.columns,
+        timezone=daily.timezone,
         first=daily.get_first_partition_key(),
         marker=table.external.marker,
         producer=table.external.producer,
