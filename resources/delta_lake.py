@@ -434,8 +434,8 @@ class DeltaStore:
             where = pc.scalar(False)
         fragments = list(dataset.get_fragments(filter=where))
         rows = dataset.to_table(columns=list(columns) if columns else None, filter=where)
-        files = pa.table(dt.get_add_actions(flatten=False)).num_rows
-        stats = ReadStats(files, len(fragments), len(fragments), version=int(dt.version()))
+        # files_in_table stays 0: counting them would cost what the pruning saves
+        stats = ReadStats(0, len(fragments), len(fragments), version=int(dt.version()))
         return rows, stats
 
     def append(
