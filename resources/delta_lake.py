@@ -11,9 +11,15 @@ Every table lives at ``<lake root>/<layer>/<table>`` and is partitioned by strin
   (its orphan files are removed by vacuum);
 * :meth:`DeltaStore.merge` — a change batch (already deduplicated by key) merged by primary key with an
   explicit predicate on the batch's partition values, so only those partitions are scanned;
-* :meth:`DeltaStore.optimize` (compaction / Z-order), :meth:`DeltaStore.history`.
+* :meth:`DeltaStore.optimize` (compaction / Z-order), :meth:`DeltaStore.maintain`, :meth:`DeltaStore.history`;
+* without Spark, for the small tables the warehouse keeps about itself and a producer's table:
+  :meth:`DeltaStore.append` (rows plus application transactions in one commit, for exactly-once appends),
+  :meth:`DeltaStore.app_versions`, :meth:`DeltaStore.read_rows` (pruned to partitions by the log),
+  :meth:`DeltaStore.version`, :meth:`DeltaStore.live_files`.
 
-Nothing here collects a partition into the driver: only file metadata crosses to it.
+This module is the one seam to ``deltalake`` (an import-linter contract). The lake root's storage options
+come from dagster-deltalake's storage configuration (:func:`storage_config`). Nothing here collects a
+partition into the driver: only file metadata crosses to it.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -32,10 +39,12 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlparse
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from dagster import ConfigurableResource
-from deltalake import CommitProperties, DeltaTable, Schema
+from dagster_deltalake import AzureConfig, GcsConfig, LocalConfig, S3Config
+from deltalake import CommitProperties, DeltaTable, Schema, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction, Transaction, create_table_with_add_actions
 from pydantic import Field
@@ -175,10 +184,11 @@ def _sql_literal(value: Any) -> str:
 
 def spark_ddl(schema: pa.Schema) -> str:
     """A Spark DDL schema string for an Arrow schema (the subset of types the warehouse uses)."""
-    return ", ".join(f"`{f.name}` {_spark_type(f.type)}" for f in schema)
+    return ", ".join(f"`{f.name}` {spark_type(f.type)}" for f in schema)
 
 
-def _spark_type(t: pa.DataType) -> str:
+def spark_type(t: pa.DataType) -> str:
+    """The Spark type name of an Arrow type (``timestamp`` for an aware timestamp, ``timestamp_ntz`` otherwise)."""
     if pa.types.is_boolean(t):
         return "boolean"
     if pa.types.is_int8(t):
@@ -206,7 +216,7 @@ def _spark_type(t: pa.DataType) -> str:
     raise DeltaLayerError(f"unsupported column type {t}")
 
 
-def _normalize_arrow_schema(schema: pa.Schema) -> pa.Schema:
+def normalize_arrow_schema(schema: pa.Schema) -> pa.Schema:
     """Arrow schema as Delta stores it: plain strings, microsecond UTC timestamps."""
     fields = []
     for f in schema:
@@ -300,6 +310,18 @@ def _partition_filters(specs: Sequence[PartitionSpec], partition_by: Sequence[st
     )
 
 
+def _conjunction(specs: Sequence[PartitionSpec]) -> list[tuple[str, str, Any]] | None:
+    """The partitions as one delta-rs filter (``=`` on the columns they share a value of, ``in`` on one that
+    varies), or None when they do not fit one conjunction (the caller then filters rows itself)."""
+    if not specs or any(set(s) != set(specs[0]) for s in specs):
+        return None
+    filters: list[tuple[str, str, Any]] = []
+    for column in specs[0]:
+        values = sorted({str(s[column]) for s in specs})
+        filters.append((column, "=", values[0]) if len(values) == 1 else (column, "in", values))
+    return filters if sum(op == "in" for _, op, _ in filters) <= 1 else None
+
+
 def _sql_partition_predicate(alias: str, specs: Sequence[PartitionSpec], partition_by: Sequence[str]) -> str:
     """A SQL predicate on the target's partition columns matching exactly these partitions."""
     if len(partition_by) == 1:
@@ -329,9 +351,10 @@ class DeltaStore:
     def __post_init__(self) -> None:
         self.root = normalize_root(self.root)
 
-    def table_configuration(self) -> dict[str, str | None]:
-        """Table properties every table is created with: the time-travel window and checkpoint cadence."""
-        window = f"interval {self.time_travel_hours} hours"
+    def table_configuration(self, retention_hours: int | None = None) -> dict[str, str | None]:
+        """Table properties every table is created with: the time-travel window (the store's unless
+        ``retention_hours`` says otherwise) and checkpoint cadence."""
+        window = f"interval {self.time_travel_hours if retention_hours is None else retention_hours} hours"
         return {
             "delta.logRetentionDuration": window,
             "delta.deletedFileRetentionDuration": window,
@@ -372,6 +395,83 @@ class DeltaStore:
     def exists(self, key: Sequence[str] | str) -> bool:
         return DeltaTable.is_deltatable(self.table_uri(key), storage_options=self.storage_options or None)
 
+    def version(self, key: Sequence[str] | str, at: int | None = None) -> int | None:
+        """The table's current version (or ``at`` if that version is still readable), None without a table."""
+        dt = self.table(key, at)
+        return None if dt is None else int(dt.version())
+
+    def arrow_schema(self, key: Sequence[str] | str) -> pa.Schema | None:
+        dt = self.table(key)
+        return None if dt is None else pa.schema(dt.schema().to_arrow())  # type: ignore[call-overload]
+
+    # rows without Spark: the small tables the warehouse keeps about itself, a producer's table ---------------
+    def read_rows(
+        self,
+        key: Sequence[str] | str,
+        partitions: Sequence[PartitionSpec] | None = None,
+        columns: Sequence[str] | None = None,
+        version: int | None = None,
+    ) -> tuple[pa.Table, ReadStats]:
+        """The rows of ``partitions`` (all without), read by Arrow from the files the Delta log selects.
+
+        The stats say how many files were read: partition pruning keeps a read of a few partitions the
+        same size however many partitions the table has. An empty table (no rows) when it does not exist.
+        """
+        dt = self.table(key, version)
+        if dt is None:
+            return pa.table({}), ReadStats()
+        # delta-rs selects the files by partition before Arrow sees them: a few partitions cost the same in a
+        # table of any size. The Arrow filter then keeps exactly the wanted partitions.
+        dataset = dt.to_pyarrow_dataset(file_pruning_predicate=_conjunction(partitions or []))
+        where = None
+        for spec in partitions or []:
+            term = None
+            for column, value in spec.items():
+                equal = pc.field(column) == str(value)
+                term = equal if term is None else term & equal
+            where = term if where is None else where | term
+        if partitions is not None and where is None:  # no partition wanted: nothing to read
+            where = pc.scalar(False)
+        fragments = list(dataset.get_fragments(filter=where))
+        rows = dataset.to_table(columns=list(columns) if columns else None, filter=where)
+        # files_in_table stays 0: counting them would cost what the pruning saves
+        stats = ReadStats(0, len(fragments), len(fragments), version=int(dt.version()))
+        return rows, stats
+
+    def append(
+        self,
+        key: Sequence[str] | str,
+        rows: pa.Table,
+        partition_by: Sequence[str],
+        *,
+        app_transactions: Mapping[str, int] | None = None,
+        retention_hours: int | None = None,
+        operation: str = "append",
+    ) -> int:
+        """Append ``rows`` in one commit that also records application transaction versions; returns the version.
+
+        Exactly-once appends: the caller skips the rows of app ids whose :meth:`app_versions` already
+        reached theirs, so a re-run after a crash appends nothing twice. Creates the table on first use.
+        """
+        write_deltalake(
+            self.table_uri(key),
+            rows,
+            mode="append",
+            partition_by=list(partition_by),
+            configuration=self.table_configuration(retention_hours),
+            storage_options=self.storage_options or None,
+            commit_properties=CommitProperties(
+                custom_metadata={"warehouse.operation": operation},
+                app_transactions=[Transaction(app_id, v) for app_id, v in (app_transactions or {}).items()],
+            ),
+        )
+        return self._version(key)
+
+    def app_versions(self, key: Sequence[str] | str, app_ids: Iterable[str]) -> dict[str, int]:
+        """The last version committed for each app id (0 for none, or when the table does not exist)."""
+        dt = self.table(key)
+        return {app_id: (dt.transaction_version(app_id) if dt is not None else None) or 0 for app_id in app_ids}
+
     # file selection --------------------------------------------------------------------------------------
     def live_files(
         self,
@@ -384,13 +484,7 @@ class DeltaStore:
         dt = self.table(key, version)
         if dt is None:
             raise DeltaLayerError(f"table {self.table_uri(key)} does not exist")
-        actions = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
-        stats = ReadStats(files_in_table=len(actions), version=dt.version())
-        if partitions is not None:
-            wanted = {tuple(sorted((k, str(v)) for k, v in p.items())) for p in partitions}
-            cols = sorted({k for p in partitions for k in p})
-            actions = [a for a in actions if tuple(sorted((c, a.get(f"partition.{c}")) for c in cols)) in wanted]
-        stats.files_after_partition_pruning = len(actions)
+        actions, stats = self._select(dt, partitions)
         if predicates:
             actions = [
                 a
@@ -398,6 +492,19 @@ class DeltaStore:
                 if all(p.may_match(a.get(f"min.{p.column}"), a.get(f"max.{p.column}")) for p in predicates)
             ]
         stats.files_read = len(actions)
+        stats.bytes_read = sum(int(a["size_bytes"]) for a in actions)
+        return actions, stats
+
+    @staticmethod
+    def _select(dt: DeltaTable, partitions: Sequence[PartitionSpec] | None) -> tuple[list[dict[str, Any]], ReadStats]:
+        """The live files of ``partitions`` (every live file without), by the partition values in the log."""
+        actions = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
+        stats = ReadStats(files_in_table=len(actions), version=dt.version())
+        if partitions is not None:
+            wanted = {tuple(sorted((k, str(v)) for k, v in p.items())) for p in partitions}
+            cols = sorted({k for p in partitions for k in p})
+            actions = [a for a in actions if tuple(sorted((c, a.get(f"partition.{c}")) for c in cols)) in wanted]
+        stats.files_after_partition_pruning = stats.files_read = len(actions)
         stats.bytes_read = sum(int(a["size_bytes"]) for a in actions)
         return actions, stats
 
@@ -479,7 +586,7 @@ class DeltaStore:
                 source.unpersist()
         if arrow_schema is None:
             arrow_schema = _arrow_schema_of(df, data_columns)
-        table_schema = _normalize_arrow_schema(
+        table_schema = normalize_arrow_schema(
             pa.schema(list(arrow_schema) + [pa.field(c, pa.string()) for c in partition_by])
         )
         commit = CommitProperties(custom_metadata={"warehouse.operation": operation, "warehouse.write_id": write_id})
@@ -611,7 +718,7 @@ class DeltaStore:
         target_columns = [c for c in batch.schema.names if c != op_column]
         dt = self.table(key)
         if dt is None:
-            schema = _normalize_arrow_schema(batch.select(target_columns).schema)
+            schema = normalize_arrow_schema(batch.select(target_columns).schema)
             dt = self.create_table(key, schema, partition_by)
         moved = 0
         if moved_out is not None and moved_out.num_rows:
@@ -806,22 +913,28 @@ class DeltaStore:
             "duration_s": time.monotonic() - started,
         }
 
-    def maintain(self, key: Sequence[str] | str, retention_hours: int | None = None) -> dict[str, Any]:
+    def maintain(
+        self, key: Sequence[str] | str, retention_hours: int | None = None, compact: bool = False
+    ) -> dict[str, Any]:
         """Keep storage bounded while the time-travel window stays readable.
 
-        Vacuums data files removed longer than ``retention_hours`` ago (default: the store's window),
-        writes a checkpoint of the log and drops log entries older than the table's log retention.
+        With ``compact``, first bin-packs each partition's small files into few (a table appended to in
+        small commits, like the ops tables). Then vacuums data files removed longer than ``retention_hours``
+        ago (default: the store's window), writes a checkpoint of the log and drops log entries older than
+        the table's log retention.
         """
         dt = self.table(key)
         if dt is None:
             raise DeltaLayerError(f"table {self.table_uri(key)} does not exist")
         hours = self.time_travel_hours if retention_hours is None else retention_hours
         started = time.monotonic()
+        compacted = dict(dt.optimize.compact()) if compact else {}
         vacuumed = dt.vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=False)
         dt.create_checkpoint()
         logs_before = self._log_entries(key)
         dt.cleanup_metadata()
         return {
+            "files_compacted": int(compacted.get("numFilesRemoved", 0)),
             "files_vacuumed": len(vacuumed),
             "log_files_removed": logs_before - self._log_entries(key),
             "delta_version": dt.version(),
@@ -898,6 +1011,56 @@ def _arrow_schema_of(df: DataFrame, columns: Iterable[str]) -> pa.Schema:
     return table.schema
 
 
+# Where each object store's credentials come from: the variables its own SDKs read (dagster-deltalake's fields).
+_STORAGE_ENV: dict[str, dict[str, str]] = {
+    "s3": {
+        "access_key_id": "AWS_ACCESS_KEY_ID",
+        "secret_access_key": "AWS_SECRET_ACCESS_KEY",
+        "token": "AWS_SESSION_TOKEN",
+        "region": "AWS_REGION",
+        "endpoint": "AWS_ENDPOINT_URL",
+    },
+    "gcs": {
+        "service_account": "GOOGLE_SERVICE_ACCOUNT",
+        "service_account_key": "GOOGLE_SERVICE_ACCOUNT_KEY",
+        "application_credentials": "GOOGLE_APPLICATION_CREDENTIALS",
+    },
+    "azure": {
+        "account_name": "AZURE_STORAGE_ACCOUNT_NAME",
+        "account_key": "AZURE_STORAGE_ACCOUNT_KEY",
+        "sas_key": "AZURE_STORAGE_SAS_KEY",
+        "client_id": "AZURE_CLIENT_ID",
+        "client_secret": "AZURE_CLIENT_SECRET",
+        "tenant_id": "AZURE_TENANT_ID",
+    },
+}
+_SCHEMES = {"s3": "s3", "s3a": "s3", "gs": "gcs", "az": "azure", "abfs": "azure", "abfss": "azure"}
+
+
+def storage_config(root: str, env: Mapping[str, str] | None = None) -> LocalConfig | S3Config | GcsConfig | AzureConfig:
+    """dagster-deltalake's storage configuration for a lake root: local for a path, else the object store of
+    the URI's scheme with its credentials from the environment (unset ones left to the store's own chain)."""
+    env = os.environ if env is None else env
+    scheme = urlparse(root).scheme if "://" in root else "file"
+    provider = _SCHEMES.get(scheme)
+    if provider is None:
+        if scheme != "file":
+            raise DeltaLayerError(
+                f"lake root {root!r}: unsupported scheme {scheme!r} (a path, s3://, gs:// or abfss://)"
+            )
+        return LocalConfig()
+    values = {field_: env[var] for field_, var in _STORAGE_ENV[provider].items() if env.get(var)}
+    config_class = {"s3": S3Config, "gcs": GcsConfig, "azure": AzureConfig}[provider]
+    return config_class(**values)  # type: ignore[no-any-return]
+
+
+def storage_options(root: str, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The delta-rs storage options of a lake root (see :func:`storage_config`)."""
+    config = storage_config(root, env).model_dump(exclude={"provider"})  # the discriminator is no store option
+    options = {name: str(value) for name, value in config.items() if value is not None}
+    return options if "://" in root else {}
+
+
 class DeltaLakeResource(ConfigurableResource):  # type: ignore[misc]
     """Where the lake lives. ``root`` is a path or URI (``s3://bucket/lake``); storage options pass to delta-rs."""
 
@@ -907,7 +1070,10 @@ class DeltaLakeResource(ConfigurableResource):  # type: ignore[misc]
     checkpoint_interval: int = Field(default=10, description="commits between two log checkpoints")
 
     def store(self) -> DeltaStore:
-        return DeltaStore(self.root, dict(self.storage_options), self.time_travel_hours, self.checkpoint_interval)
+        """The store; explicit ``storage_options`` override those the root's object store takes from the
+        environment (:func:`storage_options`)."""
+        options = {**storage_options(self.root), **self.storage_options}
+        return DeltaStore(self.root, options, self.time_travel_hours, self.checkpoint_interval)
 
 
 def local_uri_path(uri: str) -> Path:

@@ -20,26 +20,21 @@ import hashlib
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
-import pyarrow as pa
 from dagster import ConfigurableResource
-from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
 from pydantic import Field
 
 from resources.delta_lake import DeltaStore
-from warehouse_assets.catalog import ExternalTable, Table
-from warehouse_assets.partitions import BUSINESS_TZ, daily
 
 if TYPE_CHECKING:  # imported in read(): `warehouse why` describes deliveries without PySpark
     from pyspark.sql import DataFrame, SparkSession
 
-_KEY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 DATA_FILES = "part-*.csv"
+DAY_FORMAT = "%Y-%m-%d"  # an external table's partition value: its local day
 
 
 @dataclass(frozen=True)
@@ -57,15 +52,33 @@ class Delivery:
     problem: str | None = None  # a defect of the delivery itself (marker without data, wrong header)
 
 
-def key_problem(value: str, delivered_at: datetime, now: datetime) -> str | None:
-    """Why a delivered partition value cannot be reported (None when it can, now or once its day is over)."""
-    if not _KEY.match(value):
+def _shape(partition_format: str) -> re.Pattern[str]:
+    """What a well-formed value of a partition format looks like: the digits it prints (``%Y`` → 4 digits)."""
+    widths = {"%Y": r"\d{4}", "%m": r"\d{2}", "%d": r"\d{2}", "%H": r"\d{2}"}
+    pattern = re.escape(partition_format)
+    for directive, digits in widths.items():
+        pattern = pattern.replace(re.escape(directive), digits)
+    return re.compile(f"^{pattern}$")
+
+
+def key_problem(
+    value: str,
+    delivered_at: datetime,
+    now: datetime,
+    *,
+    timezone: str,
+    first: str | None,
+    partition_format: str = DAY_FORMAT,
+) -> str | None:
+    """Why a delivered partition value cannot be reported (None when it can, now or once its day is over).
+
+    ``timezone`` is the business timezone of the days, ``first`` the first partition (None: no lower bound)."""
+    if not _shape(partition_format).match(value):
         return f"malformed partition value {value!r} (expected dt=YYYY-MM-DD)"
     try:
-        start = datetime.strptime(value, "%Y-%m-%d").replace(tzinfo=ZoneInfo(daily.timezone))
+        start = datetime.strptime(value, partition_format).replace(tzinfo=ZoneInfo(timezone))
     except ValueError:
         return f"malformed partition value {value!r}: not a calendar date"
-    first = daily.get_first_partition_key()
     if first is not None and value < first:
         return f"partition {value} is before the first partition {first}"
     if start > now:
@@ -76,9 +89,10 @@ def key_problem(value: str, delivered_at: datetime, now: datetime) -> str | None
     return None
 
 
-def is_due(value: str, now: datetime) -> bool:
+def is_due(value: str, now: datetime, timezone: str, partition_format: str = DAY_FORMAT) -> bool:
     """The day is over, so the partition exists in Dagster's daily partitions definition."""
-    return daily.time_window_for_partition_key(value).end <= now
+    start = datetime.strptime(value, partition_format).replace(tzinfo=ZoneInfo(timezone))
+    return start + timedelta(days=1) <= now  # wall-clock: the next local midnight, also across DST
 
 
 def _sha(parts: Iterable[str | bytes]) -> str:
@@ -89,25 +103,45 @@ def _sha(parts: Iterable[str | bytes]) -> str:
     return digest.hexdigest()[:16]
 
 
-def spark_schema(table: Table) -> str:
-    return ", ".join(f"`{name}` {ctype}" for name, ctype in table.columns)
+def spark_schema(columns: Sequence[tuple[str, str]]) -> str:
+    return ", ".join(f"`{name}` {ctype}" for name, ctype in columns)
 
 
 @dataclass(frozen=True)
 class ExternalSource:
-    """One external table at its producer's location."""
+    """One external table at its producer's location: plain values, so the resource knows no catalog."""
 
-    table: ExternalTable
-    root: str  # the external root; the table's location is relative to it (or absolute)
+    name: str  # the table, "ext.<name>"
+    declared_location: str  # relative to ``root``, or absolute
+    root: str  # the external root
+    format: str  # "csv_files" or "delta"
+    columns: tuple[tuple[str, str], ...]  # (name, Spark type), as the producer delivers them
+    timezone: str  # the business timezone: delivery times are shown in it, and days end in it
+    first: str | None = None  # the first partition: a value before it is rejected
+    marker: str = "_SUCCESS"
+    producer: str = ""
+    partition_format: str = DAY_FORMAT
+
+    @property
+    def key(self) -> list[str]:
+        return self.name.split(".")
 
     @property
     def location(self) -> Path:
-        loc = Path(self.table.external.location).expanduser()
+        loc = Path(self.declared_location).expanduser()
         return loc if loc.is_absolute() else Path(self.root).expanduser().resolve() / loc
 
-    @property
-    def format(self) -> str:
-        return self.table.external.format
+    def key_problem(self, value: str, delivered_at: datetime, now: datetime) -> str | None:
+        return key_problem(
+            value, delivered_at, now, timezone=self.timezone, first=self.first, partition_format=self.partition_format
+        )
+
+    def is_due(self, value: str, now: datetime) -> bool:
+        return is_due(value, now, self.timezone, self.partition_format)
+
+    def _store(self) -> tuple[DeltaStore, str]:
+        """The producer's Delta table, through the Delta layer: (a store at its parent, its key)."""
+        return DeltaStore(str(self.location.parent)), self.location.name
 
     # --- deliveries -----------------------------------------------------------------------------------
     def file_deliveries(self) -> list[Delivery]:
@@ -115,15 +149,15 @@ class ExternalSource:
         if not self.location.is_dir():
             return []
         found = []
-        expected = [name for name, _ in self.table.columns]
+        expected = [name for name, _ in self.columns]
         for directory in sorted(p for p in self.location.iterdir() if p.is_dir()):
-            marker = directory / self.table.external.marker
+            marker = directory / self.marker
             if not marker.is_file():
                 continue
             data = sorted(directory.glob(DATA_FILES))
             stat = marker.stat()
             value = directory.name[3:] if directory.name.startswith("dt=") else directory.name
-            delivered = datetime.fromtimestamp(stat.st_mtime, ZoneInfo(BUSINESS_TZ))
+            delivered = datetime.fromtimestamp(stat.st_mtime, ZoneInfo(self.timezone))
             signature = _sha(
                 [str(stat.st_mtime_ns), *(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in data)]
             )
@@ -155,23 +189,17 @@ class ExternalSource:
             )
         return found
 
-    def delta_table(self, version: int | None = None) -> DeltaTable | None:
-        try:
-            return DeltaTable(str(self.location), version=version)
-        except TableNotFoundError:
-            return None
-
     def delta_deliveries(
         self, since_version: int | None, recheck: Sequence[str] = ()
     ) -> tuple[list[Delivery], int | None]:
         """Partitions touched by versions after ``since_version`` (plus ``recheck``), and the current version."""
-        table = self.delta_table()
-        if table is None:
+        store, key = self._store()
+        version = store.version(key)
+        if version is None:
             return [], since_version
-        version = table.version()
         if version == since_version and not recheck:
             return [], version
-        actions = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+        actions, _ = store.live_files(key, version=version)
         by_value: dict[str, list[dict[str, object]]] = {}
         for action in actions:
             by_value.setdefault(str(action.get("partition.dt")), []).append(action)
@@ -179,30 +207,29 @@ class ExternalSource:
         if since_version is None:
             touched |= set(by_value)
         elif version != since_version:
-            old = self.delta_table(since_version)
-            if old is None:  # the old version is gone (log cleaned up): look at everything
+            if store.version(key, at=since_version) is None:  # the old version is gone: look at everything
                 touched |= set(by_value)
             else:
-                before = {str(a["path"]) for a in pa.table(old.get_add_actions(flatten=True)).to_pylist()}
+                old_actions, _ = store.live_files(key, version=since_version)
+                before = {str(a["path"]) for a in old_actions}
                 now_paths = {str(a["path"]) for a in actions}
                 touched |= {str(a.get("partition.dt")) for a in actions if a["path"] not in before}
                 removed = before - now_paths
                 if removed:
-                    old_actions = pa.table(old.get_add_actions(flatten=True)).to_pylist()
                     touched |= {str(a.get("partition.dt")) for a in old_actions if a["path"] in removed}
         deliveries = []
         for value in sorted(touched):
             files = by_value.get(value)
             if not files:
                 continue  # the partition was removed: nothing to report
-            rows = table.to_pyarrow_table(filters=[("dt", "=", value)])
+            rows, _ = store.read_rows(key, [{"dt": value}], version=version)
             body = sorted(repr(tuple(r[c] for c in sorted(r) if c != "dt")) for r in rows.to_pylist())
             newest = max(int(str(f["modification_time"])) for f in files)
             deliveries.append(
                 Delivery(
                     f"dt={value}",
                     value,
-                    datetime.fromtimestamp(newest / 1000, ZoneInfo(BUSINESS_TZ)),
+                    datetime.fromtimestamp(newest / 1000, ZoneInfo(self.timezone)),
                     fingerprint=_sha(body),
                     signature=f"v{version}",
                     files=len(files),
@@ -218,17 +245,18 @@ class ExternalSource:
             directory = self.location / f"dt={value}"
             if not directory.is_dir():
                 return f"nothing delivered yet at {directory}"
-            if not (directory / self.table.external.marker).is_file():
-                return f"no {self.table.external.marker} marker in {directory} yet (delivery incomplete)"
+            if not (directory / self.marker).is_file():
+                return f"no {self.marker} marker in {directory} yet (delivery incomplete)"
             if not list(directory.glob(DATA_FILES)):
                 return f"{directory} has a marker but no data files (rejected)"
             return f"delivered at {directory}; the sensor reports it on its next tick unless it was rejected"
-        table = self.delta_table()
-        if table is None:
+        store, key = self._store()
+        version = store.version(key)
+        if version is None:
             return f"the producer's Delta table does not exist yet at {self.location}"
-        if not table.to_pyarrow_table(filters=[("dt", "=", value)]).num_rows:
-            return f"no dt={value} in the producer's Delta table (version {table.version()})"
-        return f"dt={value} is in the producer's Delta table (version {table.version()}); reported on the next tick"
+        if not store.read_rows(key, [{"dt": value}], version=version)[0].num_rows:
+            return f"no dt={value} in the producer's Delta table (version {version})"
+        return f"dt={value} is in the producer's Delta table (version {version}); reported on the next tick"
 
     # --- reading (the compiler's input path) ----------------------------------------------------------
     def read(self, spark: SparkSession, values: Sequence[str]) -> DataFrame:
@@ -236,17 +264,17 @@ class ExternalSource:
         from pyspark.sql import functions as F
 
         if self.format == "delta":
-            store = DeltaStore(str(self.location.parent))
-            if not store.exists(self.location.name):
-                raise FileNotFoundError(f"{self.table.fqn}: no Delta table at {self.location}")
-            df, _ = store.read(spark, self.location.name, partitions=[{"dt": v} for v in values])
-            return df.select(*[F.col(f"`{name}`") for name, _ in self.table.columns], "dt")
-        schema = spark_schema(self.table)
+            store, key = self._store()
+            if not store.exists(key):
+                raise FileNotFoundError(f"{self.name}: no Delta table at {self.location}")
+            df, _ = store.read(spark, key, partitions=[{"dt": v} for v in values])
+            return df.select(*[F.col(f"`{name}`") for name, _ in self.columns], "dt")
+        schema = spark_schema(self.columns)
         frames = []
         for value in values:
             paths = sorted(str(p) for p in (self.location / f"dt={value}").glob(DATA_FILES))
             if not paths:
-                raise FileNotFoundError(f"{self.table.fqn}: no {DATA_FILES} under {self.location / f'dt={value}'}")
+                raise FileNotFoundError(f"{self.name}: no {DATA_FILES} under {self.location / f'dt={value}'}")
             frame = (
                 spark.read.schema(schema)
                 .option("header", True)
@@ -268,7 +296,18 @@ class ExternalResource(ConfigurableResource):  # type: ignore[misc]
 
     root: str = Field(default="data/landing/external", description="root of the external tables' locations")
 
-    def source(self, table: Table) -> ExternalSource:
-        if not isinstance(table, ExternalTable):
-            raise ValueError(f"{table.fqn} is not an external table")
-        return ExternalSource(table, self.root)
+    def source(
+        self,
+        name: str,
+        location: str,
+        format: str,
+        columns: Sequence[tuple[str, str]],
+        *,
+        timezone: str,
+        first: str | None = None,
+        marker: str = "_SUCCESS",
+        producer: str = "",
+    ) -> ExternalSource:
+        """The external table ``name`` delivered at ``location`` (relative to the root, or absolute), with daily
+        partitions from ``first`` in ``timezone``."""
+        return ExternalSource(name, location, self.root, format, tuple(columns), timezone, first, marker, producer)

@@ -27,6 +27,7 @@ from resources.settings import DEFAULT_TIMEZONE
 
 _SEGMENT = re.compile(r"^(?P<seq>\d+)-(?P<start>\d{8}T\d{4})\.jsonl$")
 HEARTBEAT_TABLE = "heartbeat"
+_COUNTED_HOUR = re.compile(r'"hour"\s*:\s*"([^"]*)"')
 
 
 @dataclass(frozen=True)
@@ -116,8 +117,9 @@ class Landing:
         database, table = stream.split(".", 1)
         return (self.root / "counts" / database / f"{table}.jsonl").is_file()
 
-    def source_counts(self, stream: str) -> dict[str, int]:
-        """Rows the source produced per local hour ("YYYY-MM-DDTHH"), if it publishes counts."""
+    def source_counts(self, stream: str, hours: tuple[str, str] | None = None) -> dict[str, int]:
+        """Rows the source produced per local hour ("YYYY-MM-DDTHH"), if it publishes counts; only the hours
+        ``first <= hour <= last`` of ``hours = (first, last)`` if given (a line of another hour is not parsed)."""
         import json
 
         database, table = stream.split(".", 1)
@@ -125,8 +127,13 @@ class Landing:
         counts: dict[str, int] = {}
         if path.is_file():
             for line in path.read_text().splitlines():
-                if line.strip():
-                    item = json.loads(line)
+                if not line.strip():
+                    continue
+                found = _COUNTED_HOUR.search(line) if hours is not None else None
+                if found and hours and not hours[0] <= found.group(1) <= hours[1]:
+                    continue  # another hour: no JSON parse (a tick reads a window of a long history)
+                item = json.loads(line)
+                if hours is None or hours[0] <= str(item["hour"]) <= hours[1]:
                     counts[str(item["hour"])] = int(item["rows"])
         return counts
 

@@ -38,9 +38,10 @@ from dagster import (
     sensor,
 )
 
-from resources.external import Delivery, ExternalResource, ExternalSource, is_due, key_problem
+from resources.external import Delivery, ExternalResource, ExternalSource
 from resources.settings import current
 from warehouse_assets.catalog import Catalog, ExternalTable, Table
+from warehouse_assets.external import external_source
 from warehouse_assets.partitions import business_zone
 
 MAX_REPORTS_PER_TICK = 200
@@ -92,7 +93,6 @@ def evaluate(
     last_reported: Callable[[str], str | None] = lambda key: None,
 ) -> tuple[Tick, Cursor]:
     """What one tick reports for one external table, and the cursor after it (pure but for the reads)."""
-    table = source.table
     cursor = Cursor(dict(cursor.decided), dict(cursor.reported), cursor.version, list(cursor.pending))
     tick = Tick()
     if source.format == "delta":
@@ -105,12 +105,12 @@ def evaluate(
             if source.format == "delta":
                 cursor.pending.append(delivery.value)
             continue
-        problem = delivery.problem or key_problem(delivery.value, delivery.delivered_at, now)
+        problem = delivery.problem or source.key_problem(delivery.value, delivery.delivered_at, now)
         if problem:
-            tick.rejected.append(f"{table.fqn}: rejected delivery {delivery.name} — {problem}; not reported")
+            tick.rejected.append(f"{source.name}: rejected delivery {delivery.name} — {problem}; not reported")
             cursor.decided[delivery.name] = delivery.signature
             continue
-        if not is_due(delivery.value, now):
+        if not source.is_due(delivery.value, now):
             tick.waiting.append(delivery.value)
             if source.format == "delta":
                 cursor.pending.append(delivery.value)
@@ -120,7 +120,7 @@ def evaluate(
         if previous == delivery.fingerprint:
             if delivery.value in cursor.reported:  # a new marker / version with the same content
                 tick.rejected.append(
-                    f"{table.fqn}: duplicate delivery {delivery.name} — same content as already reported "
+                    f"{source.name}: duplicate delivery {delivery.name} — same content as already reported "
                     f"(fingerprint {delivery.fingerprint}); not reported again"
                 )
             cursor.reported[delivery.value] = delivery.fingerprint
@@ -143,9 +143,9 @@ def _materialization(source: ExternalSource, delivery: Delivery, redelivery: boo
     if delivery.delta_version is not None:
         metadata["delta_version"] = delivery.delta_version
     return AssetMaterialization(
-        asset_key=AssetKey(source.table.key),
+        asset_key=AssetKey(source.key),
         partition=delivery.value,
-        description=f"delivered by {source.table.external.producer if source.table.external else 'its producer'}",
+        description=f"delivered by {source.producer or 'its producer'}",
         metadata=metadata,
     )
 
@@ -174,7 +174,7 @@ def build_external_sensor(table: ExternalTable, clock: Clock = now_in_business_t
     )
     def _external(context: SensorEvaluationContext, external: ExternalResource) -> SensorResult | SkipReason:
         cursor = Cursor.load(context.cursor)
-        tick, new_cursor = evaluate(external.source(table), cursor, clock(), _last_reported(context, table))
+        tick, new_cursor = evaluate(external_source(external, table), cursor, clock(), _last_reported(context, table))
         for line in tick.rejected:
             context.log.warning(line)
         if tick.events:

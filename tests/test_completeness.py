@@ -17,9 +17,9 @@ from pyspark.sql import SparkSession
 
 from resources.delta_lake import DeltaStore
 from resources.landing import Landing
-from sensors.ods_readiness import readiness, readiness_events, ready_hours
 from warehouse_assets.catalog import Catalog, Table, load_catalog
 from warehouse_assets.ingestion import ingest_table
+from warehouse_assets.readiness import readiness, readiness_events, ready_hours
 from warehouse_assets.why import explain
 
 TZ = ZoneInfo("Asia/Shanghai")

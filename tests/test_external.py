@@ -27,7 +27,7 @@ from dagster import (
 from pyspark.sql import SparkSession
 
 from resources.delta_lake import DeltaLakeResource, DeltaStore
-from resources.external import ExternalResource, ExternalSource, key_problem
+from resources.external import ExternalResource, key_problem
 from resources.landing import Landing
 from resources.spark import SparkResource
 from sensors.external import Cursor, build_external_sensor, evaluate
@@ -44,6 +44,7 @@ from simulator.external import (
     simulate_external,
 )
 from warehouse_assets.definitions import catalog, defs
+from warehouse_assets.external import external_source
 from warehouse_assets.quality import report_valid
 from warehouse_assets.why import explain
 
@@ -213,7 +214,7 @@ def test_fx_rate_version_starts_order_usd_daily_exactly_once(tmp_path: Path) -> 
 
 def replay(root: Path, table: object, until: datetime) -> tuple[list[tuple[str, bool]], list[str]]:
     """Tick the sensor right after every producer event up to ``until``; reports and rejections."""
-    source = ExternalSource(table, str(root))  # type: ignore[arg-type]
+    source = external_source(ExternalResource(root=str(root)), table)  # type: ignore[arg-type]
     cursor, reported, rejected = Cursor(), [], []
     times = sorted({e.at for e in events_until(SEED, FIRST, until)} | {until})
     for now in times:
@@ -257,12 +258,14 @@ def test_bad_fx_versions_are_rejected_and_corrections_reported_again(tmp_path: P
 
 def test_partition_values_from_outside_are_validated() -> None:
     now = datetime(2026, 3, 10, 12, tzinfo=TZ)
-    assert key_problem("2026-03-09", now, now) is None
-    assert "malformed" in str(key_problem("2026-3-9", now, now))
-    assert "not a calendar date" in str(key_problem("2026-02-30", now, now))
-    assert "before the first partition" in str(key_problem("2025-12-31", now, now))
-    assert "in the future" in str(key_problem("2026-03-11", now, now))
-    assert "before its day began" in str(key_problem("2026-03-10", now - timedelta(days=1), now))
+    days = {"timezone": "Asia/Shanghai", "first": "2026-01-01"}
+    assert key_problem("2026-03-09", now, now, **days) is None
+    assert "malformed" in str(key_problem("2026-3-9", now, now, **days))
+    assert "malformed" in str(key_problem("20260309", now, now, **days))
+    assert "not a calendar date" in str(key_problem("2026-02-30", now, now, **days))
+    assert "before the first partition" in str(key_problem("2025-12-31", now, now, **days))
+    assert "in the future" in str(key_problem("2026-03-11", now, now, **days))
+    assert "before its day began" in str(key_problem("2026-03-10", now - timedelta(days=1), now, **days))
 
 
 def test_a_future_directory_is_rejected(tmp_path: Path) -> None:
@@ -272,14 +275,14 @@ def test_a_future_directory_is_rejected(tmp_path: Path) -> None:
     future.mkdir()
     (future / "part-00000.csv").write_text("channel,campaign_id,spend,impressions,clicks\nx,y,1.00,1,1\n")
     (future / "_SUCCESS").write_text("")
-    tick, cursor = evaluate(ExternalSource(SPEND, str(tmp_path)), Cursor(), now)
+    tick, cursor = evaluate(external_source(ExternalResource(root=str(tmp_path)), SPEND), Cursor(), now)
     assert sorted(str(e.partition) for e in tick.events) == [day(0), day(1)]
     assert [line for line in tick.rejected if "2026-03-20" in line] == [
         "ext.marketing_spend: rejected delivery dt=2026-03-20 — partition 2026-03-20 is in the future "
         "(now 2026-03-04 12:00); not reported"
     ]
     # decided once: the next tick neither reports nor repeats the warning
-    tick, _ = evaluate(ExternalSource(SPEND, str(tmp_path)), cursor, now + timedelta(minutes=1))
+    tick, _ = evaluate(external_source(ExternalResource(root=str(tmp_path)), SPEND), cursor, now + timedelta(minutes=1))
     assert tick.events == [] and tick.rejected == []
 
 

@@ -78,9 +78,9 @@ def report_ready_hours(
     """
     from dagster import AssetKey
 
-    from sensors.ods_readiness import readiness_events
     from warehouse_assets.catalog import Catalog, load_catalog
     from warehouse_assets.partitions import hourly
+    from warehouse_assets.readiness import readiness_events
 
     catalog = load_catalog()
     store, landing = resources["lake"].store(), resources["landing"].landing()
@@ -104,10 +104,11 @@ def report_external_deliveries(instance: Any, resources: dict[str, Any]) -> int:
     """Report every external partition that has arrived and is not reported yet (what their sensors do)."""
     from sensors.external import Cursor, evaluate, now_in_business_tz
     from warehouse_assets.catalog import load_catalog
+    from warehouse_assets.external import external_source
 
     reported = 0
     for table in load_catalog().externals():
-        source = resources["external"].source(table)
+        source = external_source(resources["external"], table)
         tick, _ = evaluate(source, Cursor(), now_in_business_tz(), _fingerprint_lookup(instance, table.key))
         for line in tick.rejected:
             _say(f"[ext   ] {line}")

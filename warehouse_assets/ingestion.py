@@ -32,12 +32,11 @@ from zoneinfo import ZoneInfo
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, write_deltalake
-from deltalake.transaction import Transaction
 
-from resources.delta_lake import DeltaStore, MergeResult, _normalize_arrow_schema
+from resources.delta_lake import DeltaStore, MergeResult, ReadStats, normalize_arrow_schema, spark_type
 from resources.landing import Landing, Segment, read_lines
 from warehouse_assets.catalog import OdsTable, Table
+from warehouse_assets.ops_tables import INGESTED_CHANGES, INGESTED_COUNTS, QUARANTINE, OpsTable
 from warehouse_assets.partitions import periods
 
 # PySpark is imported inside the functions that compute: readiness and `warehouse why` read the ingestion state
@@ -47,9 +46,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-QUARANTINE_KEY = ("ops", "quarantine")
-COUNTS_KEY = ("ops", "ingested_counts")
-CHANGES_KEY = ("ops", "ingested_changes")
+QUARANTINE_KEY = QUARANTINE.key
+COUNTS_KEY = INGESTED_COUNTS.key
+CHANGES_KEY = INGESTED_CHANGES.key
+QUARANTINE_SCHEMA = QUARANTINE.schema
+CHANGES_SCHEMA = INGESTED_CHANGES.schema
 HOUR_MS = 3_600_000
 CANAL_SCHEMA = (
     "id bigint, database string, `table` string, pkNames array<string>, isDdl boolean, type string, "
@@ -103,48 +104,11 @@ def ods_arrow_schema(table: Table, extra: Sequence[tuple[str, str]] = ()) -> pa.
         pa.field("dt", pa.string()),
         pa.field("hh", pa.string()),
     ]
-    return _normalize_arrow_schema(pa.schema(fields))
-
-
-QUARANTINE_SCHEMA = pa.schema(
-    [
-        pa.field("table", pa.string()),
-        pa.field("stream", pa.string()),
-        pa.field("segment", pa.string()),
-        pa.field("line", pa.int64()),
-        pa.field("row_index", pa.int64()),
-        pa.field("reason", pa.string()),
-        pa.field("raw", pa.string()),
-    ]
-)
-
-
-COUNTS_SCHEMA = pa.schema(
-    [
-        pa.field("table", pa.string()),
-        pa.field("stream", pa.string()),
-        pa.field("hour", pa.string()),  # local binlog hour "YYYY-MM-DDTHH", the source counts' key
-        pa.field("rows", pa.int64()),
-        pa.field("seq_to", pa.int64()),  # the stream's last segment in the batch that counted these rows
-    ]
-)
+    return normalize_arrow_schema(pa.schema(fields))
 
 
 def counts_app_id(table: Table, stream: str) -> str:
     return f"counts:{table.fqn}:{stream}"
-
-
-# One row per distinct change taken in (applied or superseded): what a re-sent change is recognised by in
-# a later batch. Partitioned by hour, so a batch reads only the hours its changes fall in.
-CHANGES_SCHEMA = pa.schema(
-    [
-        pa.field("table", pa.string()),
-        pa.field("stream", pa.string()),
-        pa.field("hour", pa.string()),  # local binlog hour "YYYY-MM-DDTHH", as in ops.ingested_counts
-        pa.field("change", pa.string()),  # content hash: op, binlog time, row image
-        pa.field("seq", pa.int64()),  # the segment of its first copy
-    ]
-)
 
 
 def changes_app_id(table: Table, stream: str) -> str:
@@ -201,18 +165,14 @@ class TableReport:
         }
 
 
-def ensure_ods_table(store: DeltaStore, table: Table) -> DeltaTable:
-    existing = store.table(table.key)
-    if existing is not None:
-        return existing
-    return store.create_table(table.key, ods_arrow_schema(table), table.partition_by, table.description)
+def ensure_ods_table(store: DeltaStore, table: Table) -> None:
+    if not store.exists(table.key):
+        store.create_table(table.key, ods_arrow_schema(table), table.partition_by, table.description)
 
 
 def committed_positions(store: DeltaStore, table: Table, streams: Sequence[str]) -> dict[str, int]:
-    dt = store.table(table.key)
-    if dt is None:
-        return dict.fromkeys(streams, 0)
-    return {s: dt.transaction_version(position_app_id(s)) or 0 for s in streams}
+    versions = store.app_versions(table.key, [position_app_id(s) for s in streams])
+    return {s: versions[position_app_id(s)] for s in streams}
 
 
 def pending_segments(
@@ -266,10 +226,9 @@ def _columns_with_drift(
 
     declared = [name for name, _ in table.columns]
     known: dict[str, str] = {}
-    dt = store.table(table.key)
-    if dt is not None:
+    existing = store.arrow_schema(table.key)
+    if existing is not None:
         internal = {"_es", "_pos", "_stream", "_deleted", "dt", "hh", *table.partition_by}
-        existing = pa.schema(dt.schema().to_arrow())  # type: ignore[call-overload]
         for f in existing:
             if f.name not in declared and f.name not in internal:
                 known[f.name] = _spark_type_of_arrow(f.type)
@@ -314,10 +273,8 @@ def _applied_columns(
 
 
 def _spark_type_of_arrow(t: pa.DataType) -> str:
-    from resources.delta_lake import _spark_type
-
-    spark_type = _spark_type(t)
-    return "timestamp" if spark_type.startswith("timestamp") else spark_type
+    name = spark_type(t)
+    return "timestamp" if name.startswith("timestamp") else name
 
 
 # --- the Spark preparation ---------------------------------------------------------------------------------
@@ -520,12 +477,13 @@ def _recorded_changes(
 
     Only those from segments up to a stream's committed position: a batch that crashed before its merge
     had recorded its changes already, and its re-run must apply them, not take them for duplicates."""
-    dt = store.table(CHANGES_KEY)
-    if dt is None or not hours or not committed:
+    if not hours or not committed:
         return None
-    recorded = dt.to_pyarrow_table(
-        columns=["stream", "change", "seq"], filters=[("table", "=", table.fqn), ("hour", "in", list(hours))]
+    recorded, _ = store.read_rows(
+        CHANGES_KEY, [{"table": table.fqn, "hour": h} for h in hours], columns=["stream", "change", "seq"]
     )
+    if not recorded.num_rows:
+        return None
     keep = pa.array([False] * recorded.num_rows, pa.bool_())
     for stream, position in committed.items():
         mine = pc.and_(pc.equal(recorded["stream"], stream), pc.less_equal(recorded["seq"], position))
@@ -704,12 +662,9 @@ def ingest_batch(
 
 def _write_quarantine(store: DeltaStore, table: Table, rows: pa.Table, segments: Sequence[Segment]) -> None:
     """Append quarantined records once: the commit records, per stream, the last segment quarantined."""
-    uri = store.table_uri(QUARANTINE_KEY)
-    existing = store.table(QUARANTINE_KEY)
-    done = {}
     streams = sorted({s.stream for s in segments})
-    if existing is not None:
-        done = {s: existing.transaction_version(quarantine_app_id(table, s)) or 0 for s in streams}
+    versions = store.app_versions(QUARANTINE_KEY, [quarantine_app_id(table, s) for s in streams])
+    done = {s: versions[quarantine_app_id(table, s)] for s in streams}
     seq_of = {s.name: s.seq for s in segments}
     keep = [
         done.get(stream, 0) < seq_of[segment]
@@ -721,16 +676,17 @@ def _write_quarantine(store: DeltaStore, table: Table, rows: pa.Table, segments:
     last: dict[str, int] = {}
     for s in segments:
         last[s.stream] = max(last.get(s.stream, 0), s.seq)
-    write_deltalake(
-        uri,
-        rows.cast(QUARANTINE_SCHEMA),
-        mode="append",
-        partition_by=["table"],
-        configuration=store.table_configuration(),
-        storage_options=store.storage_options or None,
-        commit_properties=CommitProperties(
-            app_transactions=[Transaction(quarantine_app_id(table, s), v) for s, v in last.items()]
-        ),
+    _append(store, QUARANTINE, rows, {quarantine_app_id(table, s): v for s, v in last.items()})
+
+
+def _append(store: DeltaStore, ops: OpsTable, rows: pa.Table, app_transactions: dict[str, int]) -> None:
+    store.append(
+        ops.key,
+        rows.cast(ops.schema),
+        ops.partition_by,
+        app_transactions=app_transactions,
+        retention_hours=ops.retention_hours,
+        operation=f"record {ops.fqn}",
     )
 
 
@@ -741,8 +697,8 @@ def _not_yet_recorded(
 
     Written before the merge, so a crash in between re-runs the batch: its changes up to the position
     recorded then are skipped, those of segments that arrived since (a longer re-run) are not."""
-    existing = store.table(key)
-    done = {s: existing.transaction_version(app_id(s)) or 0 for s in positions} if existing else {}
+    versions = store.app_versions(key, [app_id(s) for s in positions])
+    done = {s: versions[app_id(s)] for s in positions}
     fresh = {s: seq for s, seq in positions.items() if done.get(s, 0) < seq}
     keep = pa.array([False] * changes.num_rows, pa.bool_())
     for stream in fresh:
@@ -756,17 +712,7 @@ def _write_changes(store: DeltaStore, table: Table, changes: pa.Table, positions
     rows, fresh = _not_yet_recorded(store, CHANGES_KEY, lambda s: changes_app_id(table, s), changes, positions)
     if not fresh:
         return
-    write_deltalake(
-        store.table_uri(CHANGES_KEY),
-        rows,
-        mode="append",
-        partition_by=["table", "hour"],
-        configuration=store.table_configuration(),
-        storage_options=store.storage_options or None,
-        commit_properties=CommitProperties(
-            app_transactions=[Transaction(changes_app_id(table, s), v) for s, v in fresh.items()]
-        ),
-    )
+    _append(store, INGESTED_CHANGES, rows, {changes_app_id(table, s): v for s, v in fresh.items()})
 
 
 def _write_counts(store: DeltaStore, table: Table, changes: pa.Table, positions: dict[str, int]) -> None:
@@ -774,20 +720,12 @@ def _write_counts(store: DeltaStore, table: Table, changes: pa.Table, positions:
     rows, fresh = _not_yet_recorded(store, COUNTS_KEY, lambda s: counts_app_id(table, s), changes, positions)
     if not fresh:
         return
-    entries = [
-        {"table": table.fqn, "stream": stream, "hour": hour, "rows": n, "seq_to": positions[stream]}
+    entries: list[dict[str, object]] = [
+        {"table": table.fqn, "stream": stream, "hour": hour, "rows": n, "seq_to": positions[stream], "date": hour[:10]}
         for (stream, hour), n in sorted(_by_hour(rows).items())
     ]
-    write_deltalake(
-        store.table_uri(COUNTS_KEY),
-        pa.Table.from_pylist(entries, schema=COUNTS_SCHEMA),
-        mode="append",
-        partition_by=["table"],
-        configuration=store.table_configuration(),
-        storage_options=store.storage_options or None,
-        commit_properties=CommitProperties(
-            app_transactions=[Transaction(counts_app_id(table, s), v) for s, v in fresh.items()]
-        ),
+    _append(
+        store, INGESTED_COUNTS, INGESTED_COUNTS.rows(entries), {counts_app_id(table, s): v for s, v in fresh.items()}
     )
 
 
@@ -797,18 +735,22 @@ class IngestedCounts:
 
     rows: dict[str, dict[str, int]] = field(default_factory=dict)
     seq: dict[str, int] = field(default_factory=dict)
+    read: ReadStats = field(default_factory=ReadStats)  # the ops.ingested_counts files read for them
 
     def hours_counted_after(self, seen: dict[str, int], entries: list[dict[str, Any]]) -> set[str]:
         return {e["hour"] for e in entries if e["seq_to"] > seen.get(e["stream"], 0)}
 
 
-def ingested_counts(store: DeltaStore, table: Table) -> tuple[IngestedCounts, list[dict[str, Any]]]:
-    """The ingested rows of one ODS table, summed per (stream, hour), and the raw entries."""
-    dt = store.table(COUNTS_KEY)
-    result = IngestedCounts()
-    if dt is None:
-        return result, []
-    entries = dt.to_pyarrow_table(filters=[("table", "=", table.fqn)]).to_pylist()
+def ingested_counts(
+    store: DeltaStore, table: Table, dates: Sequence[str] | None = None
+) -> tuple[IngestedCounts, list[dict[str, Any]]]:
+    """The ingested rows of one ODS table, summed per (stream, hour), and the raw entries.
+
+    ``dates`` (local "YYYY-MM-DD") limits the read to those partitions; without, the table's whole history."""
+    partitions = [{"table": table.fqn}] if dates is None else [{"table": table.fqn, "date": d} for d in dates]
+    found, read = store.read_rows(COUNTS_KEY, partitions)
+    result = IngestedCounts(read=read)
+    entries = found.to_pylist()
     for e in entries:
         per = result.rows.setdefault(e["stream"], {})
         per[e["hour"]] = per.get(e["hour"], 0) + int(e["rows"])

@@ -1,4 +1,7 @@
-"""Lake maintenance: vacuum, log checkpoints and log cleanup for every table, on a daily schedule."""
+"""Lake maintenance: vacuum, log checkpoints and log cleanup for every table, on a daily schedule.
+
+The ops tables (:mod:`warehouse_assets.ops_tables`) are also compacted: they grow by a small commit per batch.
+"""
 
 from dagster import (
     DefaultScheduleStatus,
@@ -13,30 +16,39 @@ from dagster import (
 
 from resources.delta_lake import DeltaLakeResource
 from warehouse_assets.catalog import Catalog
-from warehouse_assets.ingestion import QUARANTINE_KEY
+from warehouse_assets.ops_tables import OPS_TABLES
 from warehouse_assets.partitions import periods
 
 
 def build_maintenance(catalog: Catalog) -> tuple[JobDefinition, ScheduleDefinition]:
-    keys = [tuple(t.key) for t in catalog if not t.is_external] + [QUARANTINE_KEY]  # never a producer's table
+    # (key, retention hours or None for the lake's window, compact): never a producer's table
+    tables: list[tuple[tuple[str, ...], int | None, bool]] = [
+        (tuple(t.key), None, False) for t in catalog if not t.is_external
+    ]
+    tables += [(ops.key, ops.retention_hours, True) for ops in OPS_TABLES]
 
-    @op(name="maintain_lake", description="Vacuum outside the time-travel window, checkpoint, clean the log.")
+    @op(
+        name="maintain_lake",
+        description="Compact the ops tables; vacuum outside the time-travel window, checkpoint, clean the log.",
+    )
     def maintain_lake(context: OpExecutionContext, lake: DeltaLakeResource) -> Output[dict[str, dict[str, int]]]:
         store = lake.store()
         done: dict[str, dict[str, int]] = {}
-        for key in keys:
+        for key, retention_hours, compact in tables:
             if not store.exists(key):
                 continue
-            result = store.maintain(key)
+            result = store.maintain(key, retention_hours, compact=compact)
             done[".".join(key)] = {k: int(v) for k, v in result.items() if k != "duration_s"}
             context.log.info(
-                f"{'.'.join(key)}: {result['files_vacuumed']} files vacuumed, "
+                f"{'.'.join(key)}: {result['files_compacted']} files compacted, "
+                f"{result['files_vacuumed']} files vacuumed, "
                 f"{result['log_files_removed']} log entries removed, version {result['delta_version']}"
             )
         return Output(
             done,
             metadata={
                 "tables": len(done),
+                "files_compacted": sum(d["files_compacted"] for d in done.values()),
                 "files_vacuumed": sum(d["files_vacuumed"] for d in done.values()),
                 "log_files_removed": sum(d["log_files_removed"] for d in done.values()),
             },

@@ -152,8 +152,6 @@ def __getattr__(name: str) -> Any:
         return periods().start
     if name == "START":
         return periods().start.isoformat()
-    if name == "BUSINESS_TZ":  # only resources/external.py still reads it; the Delta seam work removes that use
-        return periods().timezone
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

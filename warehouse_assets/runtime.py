@@ -39,6 +39,7 @@ from sqlglot import exp
 from resources.delta_lake import DeltaStore, Predicate
 from resources.external import ExternalResource
 from warehouse_assets.catalog import Catalog, DerivedTable, Table
+from warehouse_assets.external import external_source
 from warehouse_assets.gate import InstanceStates, decide, span
 from warehouse_assets.partitions import BY_PERIOD
 from warehouse_assets.quality import (
@@ -153,7 +154,7 @@ def _build_partitions(
             if upstream.is_external:
                 if external is None:
                     raise Failure(f"{table.fqn} reads the external {dep.table} but has no external resource")
-                df = external.source(upstream).read(spark, [s["dt"] for s in specs])
+                df = external_source(external, upstream).read(spark, [s["dt"] for s in specs])
             elif specs and store.exists(upstream.key):
                 live = [Predicate("_deleted", "=", False)] if upstream.is_ods else []  # skip CDC tombstones
                 df, stats = store.read(spark, upstream.key, partitions=specs, predicates=live)

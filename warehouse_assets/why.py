@@ -17,7 +17,8 @@ table and partition in its config; the answer is in the run's log and output met
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 from dagster import (
     AssetKey,
@@ -34,11 +35,12 @@ from dagster import (
 from resources.delta_lake import DeltaLakeResource, DeltaStore
 from resources.external import ExternalResource
 from resources.landing import Landing, LandingResource
-from sensors.ods_readiness import Readiness, readiness
 from warehouse_assets.catalog import Catalog, Dependency, OdsTable, Table
+from warehouse_assets.external import external_source
 from warehouse_assets.gate import CHECK_FAILED, IN_PROGRESS, NONEXISTENT, Verdict, decide
 from warehouse_assets.partitions import BY_PERIOD, START, UpstreamPartitions, upstream_partitions
 from warehouse_assets.quality import failed_blocking_checks
+from warehouse_assets.readiness import Readiness, shard_state, with_counts
 
 READY = "materialized"
 ROOT_CAUSES_SHOWN = 3  # per table and state: a day behind a lagging shard has up to 24 hours with one reason
@@ -122,7 +124,8 @@ class PartitionStates:
         self.now = current_time or datetime.now(UTC)
         self._known: dict[tuple[str, str], UpstreamState] = {}
         self._windows: dict[tuple[str, str], list[tuple[Dependency, UpstreamPartitions]]] = {}
-        self._readiness: dict[str, Readiness] = {}
+        self._shards: dict[str, Readiness] = {}  # per ODS table
+        self._readiness: dict[tuple[str, str], Readiness] = {}  # per ODS table and local day
 
     def status(self, fqn: str, keys: Sequence[str]) -> dict[str, str]:
         """The run status of partitions: materialized, missing, in progress or failed."""
@@ -155,7 +158,7 @@ class PartitionStates:
                 elif state.state == "missing" and table.is_external:
                     state.state = "external not arrived"
                     state.detail = (
-                        self.external.source(table).describe(key)
+                        external_source(self.external, table).describe(key)
                         if self.external is not None
                         else "producer location unknown"
                     )
@@ -167,12 +170,20 @@ class PartitionStates:
     def _ods_reason(self, table: Table, key: str) -> tuple[str, str]:
         """Why an ODS hour has not been reported: a shard behind, rows missing, or nothing holding it back."""
         assert isinstance(table, OdsTable)
-        if table.fqn not in self._readiness:
-            self._readiness[table.fqn] = readiness(self.store, self.landing, table)
-        ods_state = self._readiness[table.fqn]
+        end = BY_PERIOD[table.period].time_window_for_partition_key(key).end
+        if table.fqn not in self._shards:
+            self._shards[table.fqn] = shard_state(self.store, self.landing, table)
+        # the counts of the hour's local day only, read once for its hours: no whole-history read
+        day = (end - timedelta(hours=1)).astimezone(ZoneInfo(self.landing.timezone))
+        day = day.replace(hour=0, minute=0, second=0, microsecond=0)
+        if (table.fqn, day.date().isoformat()) not in self._readiness:
+            counted = with_counts(
+                self._shards[table.fqn], self.store, self.landing, table, day, day + timedelta(days=1)
+            )
+            self._readiness[(table.fqn, day.date().isoformat())] = counted
+        ods_state = self._readiness[(table.fqn, day.date().isoformat())]
         if not ods_state.streams:
             return "not ready", f"no shard stream of {table.source_database}.{table.source_tables} in the landing area"
-        end = BY_PERIOD[table.period].time_window_for_partition_key(key).end
         behind = [s for s in ods_state.streams if s.watermark is None or s.watermark < end]
         counts = ods_state.completeness(key)
         shortest = sorted(counts.missing_by_stream.items(), key=lambda kv: -kv[1])

@@ -1,0 +1,127 @@
+"""Benchmark: one readiness tick at 30 and at 300 days of ingestion history (issue 11, point 2).
+
+Builds, per history length, the state a readiness tick reads: ``ods.order`` with two shard streams (one
+segment per shard and day, its position committed in the ODS table), the source's counts per hour and
+``ops.ingested_counts`` written the way the ingestion writes it (one exactly-once append per daily batch,
+through the Delta layer, no Spark). Both histories end on the same day, and the tick's cursor stands three
+hours before the end, so it reports the same two hours. It times ``readiness_events`` (``--ticks`` times) and
+prints the median tick at each length and their ratio, then one ``RESULT`` line.
+
+    .venv/bin/python bench/readiness_history.py
+    .venv/bin/python bench/readiness_history.py --days 30 300 --ticks 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from resources.delta_lake import DeltaStore  # noqa: E402
+from resources.landing import Landing  # noqa: E402
+from warehouse_assets.catalog import Catalog, Table, load_catalog  # noqa: E402
+from warehouse_assets.ingestion import counts_app_id, ensure_ods_table, position_app_id  # noqa: E402
+from warehouse_assets.ops_tables import INGESTED_COUNTS  # noqa: E402
+from warehouse_assets.partitions import hourly  # noqa: E402
+from warehouse_assets.readiness import hour_key, readiness_events  # noqa: E402
+
+END = datetime(2026, 11, 1, tzinfo=ZoneInfo(hourly.timezone))
+STREAMS = ("edu_trade.order_00", "edu_trade.order_01")
+ROWS_PER_HOUR = 10
+
+
+@dataclass
+class History:
+    store: DeltaStore
+    landing: Landing
+    catalog: Catalog  # ods.order only
+    cursor: dict[str, object]  # the tick's cursor: three hours before the end reported, every count seen
+
+
+def build_history(root: Path, days: int) -> History:
+    """``days`` days of daily batches of ``ods.order`` ending at :data:`END`, under ``root``."""
+    table: Table = load_catalog()["ods.order"]
+    landing = Landing(root / "landing", hourly.timezone, segment_minutes=24 * 60)
+    store = DeltaStore(str(root / "lake"))
+    ensure_ods_table(store, table)
+    first = END - timedelta(days=days)
+    source: dict[str, list[str]] = {s: [] for s in STREAMS}
+    for seq in range(1, days + 1):
+        day = first + timedelta(days=seq - 1)
+        entries: list[dict[str, object]] = []
+        for stream in STREAMS:
+            directory = landing.stream_dir(stream)
+            directory.mkdir(parents=True, exist_ok=True)
+            (directory / f"{seq:06d}-{day:%Y%m%dT%H%M}.jsonl").touch()
+            for h in range(24):
+                hour = f"{day:%Y-%m-%d}T{h:02d}"
+                source[stream].append(json.dumps({"hour": hour, "rows": ROWS_PER_HOUR}))
+                entries.append(
+                    {"table": table.fqn, "stream": stream, "hour": hour, "rows": ROWS_PER_HOUR, "seq_to": seq}
+                    | {"date": hour[:10]}
+                )
+        store.append(
+            INGESTED_COUNTS.key,
+            INGESTED_COUNTS.rows(entries),
+            INGESTED_COUNTS.partition_by,
+            app_transactions={counts_app_id(table, s): seq for s in STREAMS},
+        )
+    store.commit_app_transactions(table.key, {position_app_id(s): days for s in STREAMS})
+    for stream, lines in source.items():
+        database, physical = stream.split(".", 1)
+        path = landing.root / "counts" / database / f"{physical}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(lines) + "\n")
+    cursor = {table.fqn: {"last": hour_key(END - timedelta(hours=3)), "seen": dict.fromkeys(STREAMS, days)}}
+    return History(store, landing, Catalog({table.fqn: table}), cursor)
+
+
+def tick(history: History) -> list[str]:
+    events, _ = readiness_events(history.store, history.landing, history.catalog, history.cursor)
+    return [str(e.partition) for e in events]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--days", type=int, nargs=2, default=[30, 300])
+    parser.add_argument("--ticks", type=int, default=20)
+    args = parser.parse_args()
+    medians = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for days in args.days:
+            started = time.monotonic()
+            history = build_history(Path(tmp) / f"d{days}", days)
+            built = time.monotonic() - started
+            reported = tick(history)  # warm-up
+            times = []
+            for _ in range(args.ticks):
+                t0 = time.perf_counter()
+                tick(history)
+                times.append(time.perf_counter() - t0)
+            medians.append(statistics.median(times))
+            print(
+                f"{days:>4} days: built in {built:.1f} s; tick median {medians[-1] * 1000:.1f} ms "
+                f"(min {min(times) * 1000:.1f}, max {max(times) * 1000:.1f}) over {args.ticks} ticks; "
+                f"reports {reported}"
+            )
+    ratio = medians[1] / medians[0]
+    print(f"ratio {args.days[1]} / {args.days[0]} days: {ratio:.2f}")
+    print(
+        f"RESULT days={args.days[0]},{args.days[1]} ticks={args.ticks} "
+        f"median_ms={medians[0] * 1000:.1f},{medians[1] * 1000:.1f} ratio={ratio:.2f}"
+    )
+
+
+if __name__ == "__main__":
+    main()

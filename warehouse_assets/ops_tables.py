@@ -1,0 +1,86 @@
+"""The warehouse's own Delta tables (``ops.*``): what the ingestion records about itself, declared once.
+
+Each is written by exactly-once appends (app transactions per ODS table and stream, see
+:meth:`resources.delta_lake.DeltaStore.append`), one small commit per batch, so ``lake_maintenance`` compacts
+them besides vacuuming and checkpointing them like every other table. Readers prune by partition: a readiness
+tick reads the dates it judges, an ingestion batch the hours its changes fall in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+
+@dataclass(frozen=True)
+class OpsTable:
+    name: str
+    schema: pa.Schema
+    partition_by: tuple[str, ...]
+    description: str
+    retention_hours: int | None = None  # time-travel window (log and removed files); None: the lake's
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return ("ops", self.name)
+
+    @property
+    def fqn(self) -> str:
+        return "ops." + self.name
+
+    def rows(self, entries: list[dict[str, object]]) -> pa.Table:
+        return pa.Table.from_pylist(entries, schema=self.schema)
+
+
+QUARANTINE = OpsTable(
+    "quarantine",
+    pa.schema(
+        [
+            pa.field("table", pa.string()),
+            pa.field("stream", pa.string()),
+            pa.field("segment", pa.string()),
+            pa.field("line", pa.int64()),
+            pa.field("row_index", pa.int64()),
+            pa.field("reason", pa.string()),
+            pa.field("raw", pa.string()),
+        ]
+    ),
+    ("table",),
+    "CDC records that could not be applied: the reason and their source position (segment, line).",
+)
+
+INGESTED_COUNTS = OpsTable(
+    "ingested_counts",
+    pa.schema(
+        [
+            pa.field("table", pa.string()),
+            pa.field("stream", pa.string()),
+            pa.field("hour", pa.string()),  # local binlog hour "YYYY-MM-DDTHH", the source counts' key
+            pa.field("rows", pa.int64()),
+            pa.field("seq_to", pa.int64()),  # the stream's last segment in the batch that counted these rows
+            pa.field("date", pa.string()),  # the hour's local date: the partition a readiness tick prunes to
+        ]
+    ),
+    ("table", "date"),
+    "Rows ingested per ODS table, shard stream and local binlog hour, one entry per batch.",
+)
+
+# One row per distinct change taken in (applied or superseded): what a re-sent change is recognised by in
+# a later batch. Partitioned by hour, so a batch reads only the hours its changes fall in.
+INGESTED_CHANGES = OpsTable(
+    "ingested_changes",
+    pa.schema(
+        [
+            pa.field("table", pa.string()),
+            pa.field("stream", pa.string()),
+            pa.field("hour", pa.string()),  # local binlog hour "YYYY-MM-DDTHH", as in ops.ingested_counts
+            pa.field("change", pa.string()),  # content hash: op, binlog time, row image
+            pa.field("seq", pa.int64()),  # the segment of its first copy
+        ]
+    ),
+    ("table", "hour"),
+    "Content hashes of the changes ingested per ODS table, stream and local binlog hour.",
+)
+
+OPS_TABLES: tuple[OpsTable, ...] = (QUARANTINE, INGESTED_COUNTS, INGESTED_CHANGES)
