@@ -47,6 +47,7 @@ test-backfill-month: install  ## the backfill test over all of January, the whol
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports  # the import contract in pyproject.toml: imports point one way
 
 format: install
 	$(VENV)/bin/ruff format .

@@ -303,3 +303,12 @@ def test_loading_the_code_location_imports_no_pyspark() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_imports_point_one_way() -> None:
+    """The import contract of pyproject.toml (layers, simulators outside the product, one Delta seam) holds."""
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "lint-imports")], cwd=ROOT, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "0 broken" in result.stdout

@@ -30,7 +30,7 @@ from resources.delta_lake import DeltaLakeResource, DeltaStore
 from resources.external import ExternalResource, key_problem
 from resources.landing import Landing
 from resources.spark import SparkResource
-from sensors.external import Cursor, build_external_sensor, evaluate
+from sensors.external import build_external_sensor
 from simulator.external import (
     CORRECTION_DAY,
     DUPLICATE_MARKER_DAY,
@@ -44,7 +44,7 @@ from simulator.external import (
     simulate_external,
 )
 from warehouse_assets.definitions import catalog, defs
-from warehouse_assets.external import external_source
+from warehouse_assets.external import Cursor, evaluate, external_source
 from warehouse_assets.quality import report_valid
 from warehouse_assets.why import explain
 

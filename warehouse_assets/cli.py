@@ -102,34 +102,19 @@ def report_ready_hours(
 
 def report_external_deliveries(instance: Any, resources: dict[str, Any]) -> int:
     """Report every external partition that has arrived and is not reported yet (what their sensors do)."""
-    from sensors.external import Cursor, evaluate, now_in_business_tz
     from warehouse_assets.catalog import load_catalog
-    from warehouse_assets.external import external_source
+    from warehouse_assets.external import Cursor, evaluate, external_source, last_reported, now_in_business_tz
 
     reported = 0
     for table in load_catalog().externals():
         source = external_source(resources["external"], table)
-        tick, _ = evaluate(source, Cursor(), now_in_business_tz(), _fingerprint_lookup(instance, table.key))
+        tick, _ = evaluate(source, Cursor(), now_in_business_tz(), last_reported(instance, table.key))
         for line in tick.rejected:
             _say(f"[ext   ] {line}")
         for event in tick.events:
             instance.report_runless_asset_event(event)
         reported += len(tick.events)
     return reported
-
-
-def _fingerprint_lookup(instance: Any, key: list[str]) -> Any:
-    from dagster import AssetKey, AssetRecordsFilter
-
-    def lookup(partition: str) -> str | None:
-        records = instance.fetch_materializations(
-            AssetRecordsFilter(asset_key=AssetKey(key), asset_partitions=[partition]), limit=1
-        ).records
-        event = records[0].asset_materialization if records else None
-        value = event.metadata.get("fingerprint") if event is not None else None
-        return str(value.value) if value is not None else None
-
-    return lookup
 
 
 def _external_missing(catalog: Any, instance: Any, table: Any, keys: list[str]) -> dict[str, list[str]]:

@@ -1,8 +1,42 @@
-"""An external table of the catalog at its producer: the resource's plain source, given the table's declaration."""
+"""External tables: their producers' deliveries, and which of them to report, once (design AD-4, §6.7).
 
-from resources.external import ExternalResource, ExternalSource
+One sensor per external producer (:mod:`sensors.external`) and the headless CLI report what :func:`evaluate` decides.
+
+A partition is reported with an ``AssetMaterialization`` (observations would not start downstream runs)
+when a delivery has truly arrived — a ``_SUCCESS`` marker *and* data files, or a new version of the
+producer's Delta table holding that ``dt`` — its day is over, and its partition value is valid. Rejected,
+with one warning line each and never reported:
+
+* a malformed partition value (``dt=2026-3-5``, ``dt=20260305``), or one before the first partition;
+* a future partition (its day has not begun, or the delivery was made before it began);
+* a duplicate: a new marker, or a new Delta version, whose content is the same as what was reported;
+* a marker without data files, or data files whose header is not the declared columns.
+
+Re-delivery is reported again on purpose: a delivery of a partition already reported whose *content*
+changed (corrected files under a new marker, a new Delta version rewriting the day with other rows) is
+a new materialization with ``redelivery: true``, so the automation re-runs its downstream partitions.
+
+The cursor holds, per delivery, the signature already decided (marker and file stats, or the Delta
+version) and, per partition, the fingerprint reported; so a restarted daemon neither repeats nor loses a
+report. If the cursor is lost, the fingerprint in the partition's latest materialization (looked up in
+the instance) still keeps an unchanged delivery from being reported twice.
+"""
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from dagster import AssetKey, AssetMaterialization, AssetRecordsFilter, DagsterInstance
+
+from resources.external import Delivery, ExternalResource, ExternalSource
 from warehouse_assets.catalog import ExternalTable, Table
-from warehouse_assets.partitions import periods
+from warehouse_assets.partitions import business_zone, periods
+
+MAX_REPORTS_PER_TICK = 200
+HORIZON = timedelta(days=400)  # cursor entries older than this are forgotten (the instance still dedupes)
+Clock = Callable[[], datetime]
 
 
 def external_source(external: ExternalResource, table: Table) -> ExternalSource:
@@ -19,3 +53,115 @@ def external_source(external: ExternalResource, table: Table) -> ExternalSource:
         marker=table.external.marker,
         producer=table.external.producer,
     )
+
+
+def now_in_business_tz() -> datetime:
+    return datetime.now(business_zone())
+
+
+@dataclass
+class Cursor:
+    decided: dict[str, str] = field(default_factory=dict)  # delivery name -> signature already decided
+    reported: dict[str, str] = field(default_factory=dict)  # partition -> fingerprint reported
+    version: int | None = None  # Delta: the last producer version looked at
+    pending: list[str] = field(default_factory=list)  # Delta: valid partitions waiting for their day to end
+
+    @classmethod
+    def load(cls, raw: str | None) -> "Cursor":
+        data = json.loads(raw) if raw else {}
+        return cls(data.get("decided", {}), data.get("reported", {}), data.get("version"), data.get("pending", []))
+
+    def dump(self) -> str:
+        data = {"decided": self.decided, "reported": self.reported, "version": self.version, "pending": self.pending}
+        return json.dumps(data, sort_keys=True)
+
+    def forget_before(self, cutoff: str) -> None:
+        self.reported = {k: v for k, v in self.reported.items() if k >= cutoff}
+        self.decided = {k: v for k, v in self.decided.items() if not k.startswith("dt=") or k[3:] >= cutoff}
+
+
+@dataclass
+class Tick:
+    events: list[AssetMaterialization] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)  # one line per rejected delivery (logged as warnings)
+    waiting: list[str] = field(default_factory=list)  # valid deliveries whose day is not over yet
+
+
+def evaluate(
+    source: ExternalSource,
+    cursor: Cursor,
+    now: datetime,
+    last_reported: Callable[[str], str | None] = lambda key: None,
+) -> tuple[Tick, Cursor]:
+    """What one tick reports for one external table, and the cursor after it (pure but for the reads)."""
+    cursor = Cursor(dict(cursor.decided), dict(cursor.reported), cursor.version, list(cursor.pending))
+    tick = Tick()
+    if source.format == "delta":
+        deliveries, cursor.version = source.delta_deliveries(cursor.version, cursor.pending)
+        cursor.pending = []
+    else:
+        deliveries = [d for d in source.file_deliveries() if cursor.decided.get(d.name) != d.signature]
+    for delivery in deliveries:
+        if len(tick.events) >= MAX_REPORTS_PER_TICK:
+            if source.format == "delta":
+                cursor.pending.append(delivery.value)
+            continue
+        problem = delivery.problem or source.key_problem(delivery.value, delivery.delivered_at, now)
+        if problem:
+            tick.rejected.append(f"{source.name}: rejected delivery {delivery.name} — {problem}; not reported")
+            cursor.decided[delivery.name] = delivery.signature
+            continue
+        if not source.is_due(delivery.value, now):
+            tick.waiting.append(delivery.value)
+            if source.format == "delta":
+                cursor.pending.append(delivery.value)
+            continue
+        previous = cursor.reported.get(delivery.value) or last_reported(delivery.value)
+        cursor.decided[delivery.name] = delivery.signature
+        if previous == delivery.fingerprint:
+            if delivery.value in cursor.reported:  # a new marker / version with the same content
+                tick.rejected.append(
+                    f"{source.name}: duplicate delivery {delivery.name} — same content as already reported "
+                    f"(fingerprint {delivery.fingerprint}); not reported again"
+                )
+            cursor.reported[delivery.value] = delivery.fingerprint
+            continue
+        cursor.reported[delivery.value] = delivery.fingerprint
+        tick.events.append(_materialization(source, delivery, redelivery=previous is not None))
+    cursor.forget_before(f"{now - HORIZON:%Y-%m-%d}")
+    return tick, cursor
+
+
+def _materialization(source: ExternalSource, delivery: Delivery, redelivery: bool) -> AssetMaterialization:
+    metadata: dict[str, Any] = {
+        "files": delivery.files,
+        "rows": delivery.rows,
+        "delivered_at": delivery.delivered_at.isoformat(timespec="seconds"),
+        "fingerprint": delivery.fingerprint,
+        "redelivery": redelivery,
+        "location": str(source.location / delivery.name),
+    }
+    if delivery.delta_version is not None:
+        metadata["delta_version"] = delivery.delta_version
+    return AssetMaterialization(
+        asset_key=AssetKey(source.key),
+        partition=delivery.value,
+        description=f"delivered by {source.producer or 'its producer'}",
+        metadata=metadata,
+    )
+
+
+def last_reported(instance: DagsterInstance, key: Sequence[str]) -> Callable[[str], str | None]:
+    """The fingerprint of a partition's latest materialization: keeps an unchanged delivery from being reported
+    twice when the cursor is lost."""
+
+    def lookup(partition: str) -> str | None:
+        records = instance.fetch_materializations(
+            AssetRecordsFilter(asset_key=AssetKey(list(key)), asset_partitions=[partition]), limit=1
+        ).records
+        if not records or records[0].asset_materialization is None:
+            return None
+        value = records[0].asset_materialization.metadata.get("fingerprint")
+        return str(value.value) if value is not None else None
+
+    return lookup
