@@ -100,9 +100,11 @@ def dev_stack(
     try:
         yield port, home, proc
     finally:
-        os.killpg(proc.pid, signal.SIGINT)
         try:
+            os.killpg(proc.pid, signal.SIGINT)
             proc.wait(timeout=60)
+        except ProcessLookupError:
+            pass  # the stack had exited already: its log below says why
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
@@ -152,7 +154,9 @@ def test_dev_materializes_downstream_partitions_without_a_click(
     seen: int | None = None  # the newest event of any run: a step or a run starting or ending is progress
     while (now := time.monotonic()) - last_progress < STALL_S and now - started < DEADLINE_S:
         assert proc.poll() is None, "the dev stack exited"
-        if instance is None and (home / "history").exists():
+        # the webserver listens only after `warehouse dev` created the instance's storage: opening it earlier
+        # races that creation (two processes stamping a fresh SQLite database leave alembic two heads)
+        if instance is None and port_open("127.0.0.1", port):
             instance = DagsterInstance.from_config(str(home))
         if instance is not None:
             if f"{DAY:%Y-%m-%d}" in instance.get_materialized_partitions(target):
