@@ -45,6 +45,7 @@ from dagster._core.utils import make_new_run_id
 
 from resources.delta_lake import DeltaStore
 from resources.landing import Landing
+from warehouse_assets import state_store
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.gate import decide
 from warehouse_assets.state_store import Change, PartitionState, PartitionStateStore, default_path
@@ -197,6 +198,11 @@ def test_incremental_updates_after_random_events_equal_a_rebuild_from_the_log(
 
     replayed = PartitionStateStore(instance, tmp_path / "replayed.db")
     replayed.rebuild()
+    assert replayed.all_states() == incremental
+    with pytest.MonkeyPatch.context() as patch:  # a replay in many small steps, each read in small pages
+        patch.setattr(state_store, "SPAN", 7)
+        patch.setattr(state_store, "PAGE", 2)
+        replayed.rebuild()
     assert replayed.all_states() == incremental
     store.rebuild()
     assert store.all_states() == incremental

@@ -11,6 +11,17 @@ returns what changed, partition by partition: the dependency center reacts to th
 are committed in one SQLite transaction, next to the instance by default (``$DAGSTER_HOME/storage/
 partition_states.db``), so a restart resumes from the cursor; :meth:`PartitionStateStore.rebuild` drops everything
 and replays the log from the start. The store is a :class:`warehouse_assets.gate.PartitionStateReader`.
+
+Where it differs from the instance's own view, and why:
+
+* in progress means a run that targets the partition has *started* (Dagster's status also counts a queued run);
+* a check verdict stays until the next verdict or materialization: a check run planned or crashed after a failed
+  verdict does not clear it (Dagster then reports the check in progress or execution-failed, which a gate reading
+  the instance lets through);
+* an asset wipe deletes events without logging one: :meth:`PartitionStateStore.rebuild` after a wipe;
+* on Postgres, concurrent writers can commit storage ids out of order, so a reader can pass an id whose event
+  commits later; the engine that runs this store continuously must re-read a small overlap behind the cursor
+  (design §6.21). SQLite storage has one writer at a time.
 """
 
 from __future__ import annotations
@@ -98,6 +109,10 @@ class PartitionStateStore:
         self.path = path or default_path(instance)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(self.path, isolation_level=None)  # transactions are explicit (BEGIN / COMMIT)
+        # readers (``warehouse why``) never wait for the writer, and a commit is durable against a crash of the
+        # process: losing the last commits to a power cut only replays them from the log
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
         self.records_read = 0  # event records the last update read: its cost
 
