@@ -171,91 +171,16 @@ class PartitionStateStore:
         return sorted(records, key=lambda r: r[0])
 
     def _apply_step(self, after: int, head: int) -> list[Change]:
-        touched: dict[tuple[str, str], PartitionState] = {}
-        before: dict[tuple[str, str], PartitionState] = {}
-
-        def row(asset_key: str, partition: str) -> PartitionState:
-            key = (asset_key, partition)
-            if key not in touched:
-                touched[key] = before[key] = self._row(asset_key, partition)
-            return touched[key]
-
+        step = _Step(self)
         with self._transaction():
             for storage_id, entry in self._read(after, head):
-                event = entry.dagster_event
-                if event is None:
-                    continue
-                if event.event_type == MATERIALIZED:
-                    m = event.step_materialization_data.materialization
-                    if m.partition is None:
-                        continue
-                    key = m.asset_key.to_user_string()
-                    current = row(key, m.partition)
-                    version = m.metadata.get("delta_version")
-                    touched[(key, m.partition)] = replace(
-                        current,
-                        storage_id=storage_id,
-                        run_id=entry.run_id,
-                        timestamp=entry.timestamp,
-                        delta_version=int(version.value) if version is not None else None,  # type: ignore[arg-type]
-                        checks={},
-                        failed=False,
-                    )
-                elif event.event_type == CHECKED:
-                    e = event.asset_check_evaluation_data
-                    if e.partition is None:
-                        continue
-                    key = e.asset_key.to_user_string()
-                    current = row(key, e.partition)
-                    target = e.target_materialization_data.storage_id if e.target_materialization_data else None
-                    if target == current.storage_id:  # a verdict on an older materialization does not count
-                        touched[(key, e.partition)] = replace(
-                            current, checks={**current.checks, e.check_name: e.passed}
-                        )
-                elif event.event_type == PLANNED:
-                    planned = event.asset_materialization_planned_data
-                    subset = planned.partitions_subset
-                    keys = (
-                        list(subset.get_partition_keys())
-                        if subset
-                        else [planned.partition]
-                        if planned.partition
-                        else []
-                    )
-                    key = planned.asset_key.to_user_string()
-                    self._db.executemany(
-                        "INSERT OR IGNORE INTO run_targets VALUES (?, ?, ?)", [(entry.run_id, key, k) for k in keys]
-                    )
-                    for k in keys:
-                        touched[(key, k)] = replace(
-                            row(key, k), latest_run=entry.run_id, in_progress=False, failed=False
-                        )
-                elif event.event_type == RUN_STARTED:
-                    for key, k in self._targets(entry.run_id):
-                        current = row(key, k)
-                        if current.latest_run == entry.run_id:
-                            touched[(key, k)] = replace(current, in_progress=True, failed=False)
-                elif event.event_type in RUN_ENDED:
-                    failed = RUN_ENDED[event.event_type]
-                    for key, k in self._targets(entry.run_id):
-                        current = row(key, k)
-                        if current.latest_run == entry.run_id:
-                            touched[(key, k)] = replace(
-                                current, in_progress=False, failed=failed and current.run_id != entry.run_id
-                            )
-                    self._db.execute("DELETE FROM run_targets WHERE run_id = ?", (entry.run_id,))
+                step.apply(storage_id, entry)
             self._db.executemany(
                 f"INSERT OR REPLACE INTO partitions ({_COLUMNS}) VALUES ({', '.join('?' * 10)})",
-                [_to_row(s) for s in touched.values()],
+                [_to_row(s) for s in step.touched.values()],
             )
             self._db.execute("INSERT OR REPLACE INTO cursor VALUES (0, ?)", (head,))
-        changes = []
-        for (asset_key, partition), state in touched.items():
-            old = before[(asset_key, partition)]
-            fields = frozenset(n for n, f in _FIELDS.items() if getattr(state, f) != getattr(old, f))
-            if fields:
-                changes.append(Change(asset_key, partition, fields, state))
-        return changes
+        return step.changes()
 
     def _targets(self, run_id: str) -> list[tuple[str, str]]:
         return self._db.execute("SELECT asset_key, partition FROM run_targets WHERE run_id = ?", (run_id,)).fetchall()
@@ -303,6 +228,81 @@ class PartitionStateStore:
             for k, s in self.states(AssetKey(table.key), keys).items()
         }
         return {k: sorted(v) for k, v in sorted(failed.items()) if v}
+
+
+class _Step:
+    """The events of one step applied to the rows they touch, each row read from the store once."""
+
+    def __init__(self, store: PartitionStateStore):
+        self.store = store
+        self.touched: dict[tuple[str, str], PartitionState] = {}
+        self.before: dict[tuple[str, str], PartitionState] = {}
+
+    def row(self, asset_key: AssetKey | str, partition: str) -> PartitionState:
+        key = (asset_key if isinstance(asset_key, str) else asset_key.to_user_string(), partition)
+        if key not in self.touched:
+            self.touched[key] = self.before[key] = self.store._row(*key)
+        return self.touched[key]
+
+    def set(self, state: PartitionState, **fields: object) -> None:
+        self.touched[(state.asset_key, state.partition)] = replace(state, **fields)  # type: ignore[arg-type]
+
+    def apply(self, storage_id: int, entry: EventLogEntry) -> None:
+        event = entry.dagster_event
+        if event is None:
+            return
+        if event.event_type == MATERIALIZED:
+            m = event.step_materialization_data.materialization
+            if m.partition is not None:
+                version = m.metadata.get("delta_version")
+                self.set(
+                    self.row(m.asset_key, m.partition),
+                    storage_id=storage_id,
+                    run_id=entry.run_id,
+                    timestamp=entry.timestamp,
+                    delta_version=version.value if version is not None and isinstance(version.value, int) else None,
+                    checks={},  # verdicts on the previous materialization no longer count
+                    failed=False,
+                )
+        elif event.event_type == CHECKED:
+            e = event.asset_check_evaluation_data
+            if e.partition is not None:
+                current = self.row(e.asset_key, e.partition)
+                target = e.target_materialization_data.storage_id if e.target_materialization_data else None
+                if target == current.storage_id:  # a verdict on an older materialization does not count
+                    self.set(current, checks={**current.checks, e.check_name: e.passed})
+        elif event.event_type == PLANNED:
+            planned = event.asset_materialization_planned_data
+            subset = planned.partitions_subset
+            keys = list(subset.get_partition_keys()) if subset else [p for p in [planned.partition] if p]
+            self.store._db.executemany(
+                "INSERT OR IGNORE INTO run_targets VALUES (?, ?, ?)",
+                [(entry.run_id, planned.asset_key.to_user_string(), k) for k in keys],
+            )
+            for k in keys:
+                self.set(self.row(planned.asset_key, k), latest_run=entry.run_id, in_progress=False, failed=False)
+        elif event.event_type == RUN_STARTED:
+            for current in self._of_run(entry.run_id):
+                self.set(current, in_progress=True, failed=False)
+        elif event.event_type in RUN_ENDED:
+            for current in self._of_run(entry.run_id):
+                failed = RUN_ENDED[event.event_type] and current.run_id != entry.run_id
+                self.set(current, in_progress=False, failed=failed)
+            self.store._db.execute("DELETE FROM run_targets WHERE run_id = ?", (entry.run_id,))
+
+    def _of_run(self, run_id: str) -> list[PartitionState]:
+        """The partitions ``run_id`` targets whose latest run it still is."""
+        rows = [self.row(a, p) for a, p in self.store._targets(run_id)]
+        return [r for r in rows if r.latest_run == run_id]
+
+    def changes(self) -> list[Change]:
+        out = []
+        for (asset_key, partition), state in self.touched.items():
+            old = self.before[(asset_key, partition)]
+            fields = frozenset(n for n, f in _FIELDS.items() if getattr(state, f) != getattr(old, f))
+            if fields:
+                out.append(Change(asset_key, partition, fields, state))
+        return out
 
 
 class _Transaction:
