@@ -53,7 +53,8 @@ from warehouse_assets.why import PartitionStates
 
 DAYS = DailyPartitionsDefinition(start_date="2026-03-01")
 PARTITIONS = [f"2026-03-{d:02d}" for d in range(1, 9)]
-A, B = AssetKey(["dwd", "a"]), AssetKey(["ods", "b"])  # A is built by runs, B only reported (as ODS hours are)
+A, B = AssetKey(["dwd", "a"]), AssetKey(["ods", "b"])  # A is built by runs; B only reported, as ODS hours and
+# external deliveries are (runless materializations)
 CHECK = "not_null"
 
 
