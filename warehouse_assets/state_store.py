@@ -1,0 +1,354 @@
+"""The partition state store: what the gate needs to know about every (table, partition), kept from Dagster's event log.
+
+One row per (asset key, partition): its latest materialization (storage id, run, time, Delta version from the
+materialization's metadata), the verdicts of the checks evaluated on *that* materialization (a verdict on an older
+one does not count, as Dagster's ``is_current``), the latest run that targets it, whether that run is in progress
+(started, not ended) and whether it failed without materializing the partition. External deliveries and ODS hours
+are runless materializations of their asset keys, so they are rows like any other.
+
+:meth:`PartitionStateStore.update` reads only the event records after its cursor (a storage id of the event log) and
+returns what changed, partition by partition: the dependency center reacts to those changes. The rows and the cursor
+are committed in one SQLite transaction, next to the instance by default (``$DAGSTER_HOME/storage/
+partition_states.db``), so a restart resumes from the cursor; :meth:`PartitionStateStore.rebuild` drops everything
+and replays the log from the start. The store is a :class:`warehouse_assets.gate.PartitionStateReader`.
+
+Where it differs from the instance's own view, and why:
+
+* in progress means a run that targets the partition has *started* (Dagster's status also counts a queued run);
+* a check verdict stays until the next verdict or materialization: a check run planned or crashed after a failed
+  verdict does not clear it (Dagster then reports the check in progress or execution-failed, which a gate reading
+  the instance lets through);
+* an asset wipe deletes events without logging one: :meth:`PartitionStateStore.rebuild` after a wipe;
+* on Postgres, concurrent writers can commit storage ids out of order, so a reader can pass an id whose event
+  commits later; the engine that runs this store continuously must re-read a small overlap behind the cursor
+  (design §6.21). SQLite storage has one writer at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dagster import AssetKey, DagsterEventType, DagsterInstance, EventLogEntry
+
+if TYPE_CHECKING:
+    from warehouse_assets.catalog import Table
+
+# The event types the state depends on, read one type per query: Dagster warns on several types in one query, and
+# each (type, id > cursor) read is an index range scan. All of them are mirrored into the cross-run index of
+# run-sharded SQLite storage, so the ids are one sequence on every storage.
+MATERIALIZED = DagsterEventType.ASSET_MATERIALIZATION
+CHECKED = DagsterEventType.ASSET_CHECK_EVALUATION
+PLANNED = DagsterEventType.ASSET_MATERIALIZATION_PLANNED
+RUN_STARTED = DagsterEventType.RUN_START
+RUN_ENDED = {
+    DagsterEventType.RUN_SUCCESS: False,  # the run's end → whether it failed
+    DagsterEventType.RUN_FAILURE: True,
+    DagsterEventType.RUN_CANCELED: True,
+}
+EVENT_TYPES = (MATERIALIZED, CHECKED, PLANNED, RUN_STARTED, *RUN_ENDED)
+
+SPAN = 20_000  # storage ids read per step: a replay of a long log commits (and holds in memory) a step at a time
+PAGE = 5_000  # records per query
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    """One partition as the gate sees it."""
+
+    asset_key: str  # AssetKey.to_user_string(): ``dwd/orders``
+    partition: str
+    storage_id: int | None = None  # of its latest materialization; None: never materialized
+    run_id: str | None = None  # the run that materialized it ("" for a runless report)
+    timestamp: float | None = None
+    delta_version: int | None = None
+    checks: Mapping[str, bool] = field(default_factory=dict)  # check → passed, on the latest materialization only
+    latest_run: str | None = None  # the latest run that targets it
+    in_progress: bool = False  # that run has started and not ended
+    failed: bool = False  # that run ended failed or canceled without materializing it
+
+    @property
+    def materialized(self) -> bool:
+        return self.storage_id is not None
+
+
+@dataclass(frozen=True)
+class Change:
+    """A partition whose state an update changed, and which fields of it (``materialized``, ``checks``, ...)."""
+
+    asset_key: str
+    partition: str
+    fields: frozenset[str]
+    state: PartitionState
+
+
+# what the gate reads, by the name a change reports; a change of anything else is no news
+_FIELDS = {"materialized": "storage_id", "checks": "checks", "in_progress": "in_progress", "failed": "failed"}
+_COLUMNS = "asset_key, partition, storage_id, run_id, timestamp, delta_version, checks, latest_run, in_progress, failed"
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS partitions ({_COLUMNS}, PRIMARY KEY (asset_key, partition)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS run_targets (run_id, asset_key, partition, PRIMARY KEY (run_id, asset_key, partition))
+    WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS cursor (id INTEGER PRIMARY KEY CHECK (id = 0), storage_id INTEGER NOT NULL);
+"""
+
+
+def default_path(instance: DagsterInstance) -> Path:
+    return Path(instance.root_directory) / "storage" / "partition_states.db"
+
+
+class PartitionStateStore:
+    """Every partition's state, maintained incrementally from ``instance``'s event log and persisted at ``path``."""
+
+    def __init__(self, instance: DagsterInstance, path: Path | None = None):
+        self.instance = instance
+        self.path = path or default_path(instance)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.path, isolation_level=None)  # transactions are explicit (BEGIN / COMMIT)
+        # readers (``warehouse why``) never wait for the writer, and a commit is durable against a crash of the
+        # process: losing the last commits to a power cut only replays them from the log
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+        self.records_read = 0  # event records the last update read: its cost
+
+    def close(self) -> None:
+        self._db.close()
+
+    @property
+    def cursor(self) -> int:
+        row = self._db.execute("SELECT storage_id FROM cursor").fetchone()
+        return row[0] if row else -1
+
+    # --- maintenance -------------------------------------------------------------------------------------------
+
+    def update(self) -> list[Change]:
+        """Apply the events stored since the cursor; the partitions whose state changed, in event order."""
+        self.records_read = 0
+        changes: dict[tuple[str, str], Change] = {}
+        storage = self.instance.event_log_storage
+        while (head := min(storage.get_maximum_record_id() or -1, self.cursor + SPAN)) > self.cursor:
+            for change in self._apply_step(self.cursor, head):
+                previous = changes.pop((change.asset_key, change.partition), None)
+                fields = change.fields | (previous.fields if previous else frozenset())
+                changes[(change.asset_key, change.partition)] = replace(change, fields=fields)
+        return list(changes.values())
+
+    def rebuild(self) -> list[Change]:
+        """Drop every row and the cursor, and replay the whole event log."""
+        with self._transaction():
+            self._db.execute("DELETE FROM partitions")
+            self._db.execute("DELETE FROM run_targets")
+            self._db.execute("DELETE FROM cursor")
+        return self.update()
+
+    def _read(self, after: int, head: int) -> list[tuple[int, EventLogEntry]]:
+        """The records of the event types the state depends on with ``after`` < storage id <= ``head``, in order.
+
+        ``get_logs_for_all_runs_by_log_id`` is the one cross-run read by storage id (an ``id > N`` index scan) that
+        covers check evaluations and planned materializations: ``fetch_materializations`` needs an asset key (a
+        query per asset), ``fetch_run_status_changes`` covers run events only, and the storage's
+        ``get_event_records`` refuses an integer cursor on run-sharded SQLite for non-asset types. Reads stop at
+        ``head``, fixed before the first one, so that a type read later cannot see past a type read earlier.
+        """
+        storage = self.instance.event_log_storage
+        records: list[tuple[int, EventLogEntry]] = []
+        for event_type in EVENT_TYPES:
+            cursor = after
+            while True:
+                page = storage.get_logs_for_all_runs_by_log_id(
+                    after_cursor=cursor, dagster_event_type=event_type, limit=PAGE
+                )
+                records.extend((i, e) for i, e in page.items() if i <= head)
+                if len(page) < PAGE or max(page) >= head:
+                    break
+                cursor = max(page)
+        self.records_read += len(records)
+        return sorted(records, key=lambda r: r[0])
+
+    def _apply_step(self, after: int, head: int) -> list[Change]:
+        step = _Step(self)
+        with self._transaction():
+            for storage_id, entry in self._read(after, head):
+                step.apply(storage_id, entry)
+            self._db.executemany(
+                f"INSERT OR REPLACE INTO partitions ({_COLUMNS}) VALUES ({', '.join('?' * 10)})",
+                [_to_row(s) for s in step.touched.values()],
+            )
+            self._db.execute("INSERT OR REPLACE INTO cursor VALUES (0, ?)", (head,))
+        return step.changes()
+
+    def _targets(self, run_id: str) -> list[tuple[str, str]]:
+        return self._db.execute("SELECT asset_key, partition FROM run_targets WHERE run_id = ?", (run_id,)).fetchall()
+
+    def _row(self, asset_key: str, partition: str) -> PartitionState:
+        found = self._db.execute(
+            f"SELECT {_COLUMNS} FROM partitions WHERE asset_key = ? AND partition = ?", (asset_key, partition)
+        ).fetchone()
+        return _from_row(found) if found else PartitionState(asset_key, partition)
+
+    def _transaction(self) -> _Transaction:
+        return _Transaction(self._db)
+
+    # --- reading -----------------------------------------------------------------------------------------------
+
+    def states(self, asset_key: AssetKey | str, keys: Iterable[str]) -> dict[str, PartitionState]:
+        """The state of each of ``keys`` of the asset; a partition nothing ever happened to is the default state."""
+        name = asset_key.to_user_string() if isinstance(asset_key, AssetKey) else asset_key
+        wanted = list(dict.fromkeys(keys))
+        found: dict[str, PartitionState] = {}
+        for chunk in _chunks(wanted, 500):  # SQLite's bound on query parameters
+            marks = ", ".join("?" * len(chunk))
+            query = f"SELECT {_COLUMNS} FROM partitions WHERE asset_key = ? AND partition IN ({marks})"
+            found.update((r[1], _from_row(r)) for r in self._db.execute(query, (name, *chunk)))
+        return {k: found.get(k) or PartitionState(name, k) for k in wanted}
+
+    def all_states(self) -> list[PartitionState]:
+        """Every row, ordered by asset key and partition (to compare two stores)."""
+        return [_from_row(r) for r in self._db.execute(f"SELECT {_COLUMNS} FROM partitions ORDER BY 1, 2")]
+
+    # the gate's PartitionStateReader
+
+    def materialized(self, table: Table, keys: Sequence[str]) -> set[str]:
+        return {k for k, s in self.states(AssetKey(table.key), keys).items() if s.materialized}
+
+    def in_progress(self, table: Table, keys: Sequence[str]) -> set[str]:
+        return {k for k, s in self.states(AssetKey(table.key), keys).items() if s.in_progress}
+
+    def failed_blocking_checks(self, table: Table, keys: Sequence[str]) -> dict[str, list[str]]:
+        blocking = [c.name for c in table.checks if c.blocking]
+        if not blocking or not keys:
+            return {}
+        failed = {
+            k: [name for name in blocking if s.checks.get(name) is False]
+            for k, s in self.states(AssetKey(table.key), keys).items()
+        }
+        return {k: sorted(v) for k, v in sorted(failed.items()) if v}
+
+
+class _Step:
+    """The events of one step applied to the rows they touch, each row read from the store once."""
+
+    def __init__(self, store: PartitionStateStore):
+        self.store = store
+        self.touched: dict[tuple[str, str], PartitionState] = {}
+        self.before: dict[tuple[str, str], PartitionState] = {}
+
+    def row(self, asset_key: AssetKey | str, partition: str) -> PartitionState:
+        key = (asset_key if isinstance(asset_key, str) else asset_key.to_user_string(), partition)
+        if key not in self.touched:
+            self.touched[key] = self.before[key] = self.store._row(*key)
+        return self.touched[key]
+
+    def set(self, state: PartitionState, **fields: object) -> None:
+        self.touched[(state.asset_key, state.partition)] = replace(state, **fields)  # type: ignore[arg-type]
+
+    def apply(self, storage_id: int, entry: EventLogEntry) -> None:
+        event = entry.dagster_event
+        if event is None:
+            return
+        if event.event_type == MATERIALIZED:
+            m = event.step_materialization_data.materialization
+            if m.partition is not None:
+                version = m.metadata.get("delta_version")
+                self.set(
+                    self.row(m.asset_key, m.partition),
+                    storage_id=storage_id,
+                    run_id=entry.run_id,
+                    timestamp=entry.timestamp,
+                    delta_version=version.value if version is not None and isinstance(version.value, int) else None,
+                    checks={},  # verdicts on the previous materialization no longer count
+                    failed=False,
+                )
+        elif event.event_type == CHECKED:
+            e = event.asset_check_evaluation_data
+            if e.partition is not None:
+                current = self.row(e.asset_key, e.partition)
+                target = e.target_materialization_data.storage_id if e.target_materialization_data else None
+                if target == current.storage_id:  # a verdict on an older materialization does not count
+                    self.set(current, checks={**current.checks, e.check_name: e.passed})
+        elif event.event_type == PLANNED:
+            planned = event.asset_materialization_planned_data
+            subset = planned.partitions_subset
+            keys = list(subset.get_partition_keys()) if subset else [p for p in [planned.partition] if p]
+            self.store._db.executemany(
+                "INSERT OR IGNORE INTO run_targets VALUES (?, ?, ?)",
+                [(entry.run_id, planned.asset_key.to_user_string(), k) for k in keys],
+            )
+            for k in keys:
+                self.set(self.row(planned.asset_key, k), latest_run=entry.run_id, in_progress=False, failed=False)
+        elif event.event_type == RUN_STARTED:
+            for current in self._of_run(entry.run_id):
+                self.set(current, in_progress=True, failed=False)
+        elif event.event_type in RUN_ENDED:
+            for current in self._of_run(entry.run_id):
+                failed = RUN_ENDED[event.event_type] and current.run_id != entry.run_id
+                self.set(current, in_progress=False, failed=failed)
+            self.store._db.execute("DELETE FROM run_targets WHERE run_id = ?", (entry.run_id,))
+
+    def _of_run(self, run_id: str) -> list[PartitionState]:
+        """The partitions ``run_id`` targets whose latest run it still is."""
+        rows = [self.row(a, p) for a, p in self.store._targets(run_id)]
+        return [r for r in rows if r.latest_run == run_id]
+
+    def changes(self) -> list[Change]:
+        out = []
+        for (asset_key, partition), state in self.touched.items():
+            old = self.before[(asset_key, partition)]
+            fields = frozenset(n for n, f in _FIELDS.items() if getattr(state, f) != getattr(old, f))
+            if fields:
+                out.append(Change(asset_key, partition, fields, state))
+        return out
+
+
+class _Transaction:
+    """BEGIN ... COMMIT, or ROLLBACK on an exception: the rows and the cursor land together or not at all."""
+
+    def __init__(self, db: sqlite3.Connection):
+        self.db = db
+
+    def __enter__(self) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, kind: object, *_: object) -> None:
+        self.db.execute("ROLLBACK" if kind else "COMMIT")
+
+
+def _to_row(s: PartitionState) -> tuple[object, ...]:
+    return (
+        s.asset_key,
+        s.partition,
+        s.storage_id,
+        s.run_id,
+        s.timestamp,
+        s.delta_version,
+        json.dumps(dict(sorted(s.checks.items()))),
+        s.latest_run,
+        int(s.in_progress),
+        int(s.failed),
+    )
+
+
+def _from_row(r: Sequence[object]) -> PartitionState:
+    asset_key, partition, storage_id, run_id, timestamp, version, checks, latest_run, in_progress, failed = r
+    return PartitionState(
+        str(asset_key),
+        str(partition),
+        storage_id,  # type: ignore[arg-type]
+        run_id,  # type: ignore[arg-type]
+        timestamp,  # type: ignore[arg-type]
+        version,  # type: ignore[arg-type]
+        json.loads(str(checks)),
+        latest_run,  # type: ignore[arg-type]
+        bool(in_progress),
+        bool(failed),
+    )
+
+
+def _chunks(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
