@@ -83,7 +83,18 @@ def test_an_event_finds_its_downstream_partitions_across_periods_offsets_and_win
     early = local("2026-02-28T23:30", "Asia/Shanghai")
     assert "dws.order_hourly" not in index.downstream_of("ods.order", "2026-02-28-23:00", current_time=early)
     assert index.downstream_of("ods.order", "2026-02-28-22:00", current_time=early)["dws.order_hourly"]
-    assert index.downstream_of("ads.monthly_report", "2026-01", current_time=now) == {}  # a sink
+    assert index.downstream_of("ads.monthly_report", "2026-01-01", current_time=now) == {}  # a sink
+    assert index.downstream_of("ods.order", "2025-12-31-23:00", current_time=now) == {}  # before the start
+    assert index.downstream_of("ods.order", "not a key", current_time=now) == {}
+
+
+def test_the_calendars_extend_as_time_passes() -> None:
+    catalog = load_catalog()
+    index = ReverseIndex.build(catalog, current_time=local("2026-01-03T00:00", "Asia/Shanghai"))
+    later = local("2026-09-01T00:00", "Asia/Shanghai")
+    assert index.downstream_of("dwd.order_detail", "2026-08-30", current_time=later)["dws.user_order_daily"] == [
+        "2026-08-30"
+    ]
 
 
 # --- every pattern the catalog supports ------------------------------------------------------------------------

@@ -7,25 +7,33 @@ whose exact upstream partitions include it, across periods (hour → day → wee
 downstream's first partition, not in the future).
 
 The index is built once from the catalog: per upstream table, its outgoing edges grouped by their mapping
-(mapping, upstream period, downstream period). A lookup maps the partition once per group, with Dagster's own
-inverse (``get_downstream_partitions_for_partitions``) on the unbounded copies of the partitions definitions
-that :func:`~warehouse_assets.partitions.mapped_upstream` uses, so a window is never clamped; its cost is
-proportional to the fan-out, never to the catalog or to the partitions' history. The groups matter at scale:
-a warehouse has thousands of edges but a few dozen distinct mappings.
+(mapping, upstream definition, downstream definition); a warehouse has thousands of edges but a few dozen
+distinct mappings. A lookup maps the partition once per group by arithmetic on partition positions, never by
+scanning the catalog or the partitions' history:
+
+* same period, offsets ``[a, b]`` (T-1, T-7, sliding windows, the identity): downstream partition ``i`` needs
+  upstream ``i + a`` … ``i + b``, so upstream ``j`` is needed by downstream ``j - b`` … ``j - a``;
+* a roll-up (the default mapping from a finer period): the downstream partitions whose window overlaps the
+  upstream's window, found by bisection on window starts.
+
+Positions and windows come from a :class:`Calendar` per partitions definition: Dagster's own keys and window
+bounds (so daylight saving time is Dagster's: 23- and 25-hour days, the repeated autumn hour), enumerated once
+up to a horizon and extended as time passes.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
-from dagster import PartitionMapping, TimeWindow, TimeWindowPartitionsDefinition
+from dagster import TimeWindowPartitionMapping, TimeWindowPartitionsDefinition
 
 from warehouse_assets.catalog import Catalog, Dependency
+from warehouse_assets.partitions import Periods, partition_mapping, periods
 
-# the unbounded copies are mapped_upstream's own, so that both directions map the same definitions
-from warehouse_assets.partitions import _FAR_FUTURE, Periods, _unbounded, partition_mapping, periods
+_EXTEND_BY = timedelta(days=62)  # how far past what is asked a calendar enumerates, so that it extends rarely
 
 
 @dataclass(frozen=True)
@@ -40,20 +48,64 @@ class Edge:
 class EdgeMapping:
     """What maps an upstream partition to downstream partitions: shared by every edge that has it."""
 
-    mapping: PartitionMapping
+    mapping: TimeWindowPartitionMapping
     upstream: TimeWindowPartitionsDefinition
     downstream: TimeWindowPartitionsDefinition
 
 
+class Calendar:
+    """Every partition of one definition from its first up to a horizon: keys and window bounds (timestamps).
+
+    Timestamps, never datetimes: two datetimes of one zone compare by wall clock, and the autumn hour repeats.
+    """
+
+    def __init__(self, pdef: TimeWindowPartitionsDefinition):
+        self.pdef = pdef
+        self.keys: list[str] = []
+        self.position: dict[str, int] = {}
+        self.starts: list[float] = []
+        self.ends: list[float] = []
+        self.horizon = float("-inf")  # every partition whose window ends by then is listed
+
+    def cover(self, timestamp: float) -> None:
+        """List every partition whose window ends by ``timestamp``."""
+        if timestamp <= self.horizon:
+            return
+        horizon = datetime.fromtimestamp(timestamp, UTC) + _EXTEND_BY
+        keys = list(self.pdef.get_partition_keys(current_time=horizon))
+        new = keys[len(self.keys) :]  # the earlier ones are already listed, in the same order
+        if new:
+            starts = [self.pdef.start_time_for_partition_key(key).timestamp() for key in new]
+            if self.keys:
+                self.ends[-1] = starts[0]
+            self.position.update((key, len(self.keys) + i) for i, key in enumerate(new))
+            self.keys += new
+            self.starts += starts
+            self.ends += [*starts[1:], self.pdef.time_window_for_partition_key(new[-1]).end.timestamp()]
+        self.horizon = horizon.timestamp()
+
+    def locate(self, key: str) -> int | None:
+        """The position of ``key``, or None if the calendar does not list it: before the first partition, beyond
+        the horizon (not ended yet: with the catalog's offsets no partition that exists needs it), malformed."""
+        return self.position.get(key)
+
+
 class ReverseIndex:
-    """Per upstream table, its outgoing edges grouped by mapping; built once by :meth:`build`."""
+    """Per upstream table, its outgoing edges grouped by mapping; built once by :meth:`build`.
+
+    Not thread-safe: a lookup may extend the calendars.
+    """
 
     def __init__(self, outgoing: dict[str, dict[EdgeMapping, list[Edge]]]):
         self._outgoing = outgoing
+        self._calendars: dict[TimeWindowPartitionsDefinition, Calendar] = {}
 
     @classmethod
-    def build(cls, catalog: Catalog, periods_: Periods | None = None) -> ReverseIndex:
-        """The index of ``catalog`` under ``periods_`` (default: the current process's partitions definitions)."""
+    def build(
+        cls, catalog: Catalog, periods_: Periods | None = None, current_time: datetime | None = None
+    ) -> ReverseIndex:
+        """The index of ``catalog`` under ``periods_`` (default: the current process's partitions definitions),
+        its calendars enumerated up to ``current_time`` (default: now; later lookups extend them)."""
         by_period = (periods_ or periods()).by_period
         outgoing: dict[str, dict[EdgeMapping, list[Edge]]] = defaultdict(lambda: defaultdict(list))
         for table in catalog.derived():
@@ -63,7 +115,11 @@ class ReverseIndex:
                     partition_mapping(table, dep, up_period), by_period[up_period], by_period[table.period]
                 )
                 outgoing[dep.table][key].append(Edge(table.fqn, dep))
-        return cls({table: dict(groups) for table, groups in outgoing.items()})
+        index = cls({table: dict(groups) for table, groups in outgoing.items()})
+        now = (current_time or datetime.now(UTC)).timestamp()
+        for pdef in {pdef for groups in outgoing.values() for em in groups for pdef in (em.upstream, em.downstream)}:
+            index._calendar(pdef, now)  # enumerated once here rather than on the first events
+        return index
 
     def edges(self, table_fqn: str) -> list[Edge]:
         """The outgoing edges of ``table_fqn`` (its direct downstream tables, self included if self-dependent)."""
@@ -77,32 +133,36 @@ class ReverseIndex:
         Only partitions that exist at ``current_time`` (default: now) are listed: none before the downstream's
         first partition, none whose window has not ended. A table whose partitions all fall outside is left out.
         """
-        now = current_time or datetime.now(UTC)
+        now = (current_time or datetime.now(UTC)).timestamp()
         found: dict[str, list[str]] = {}
         for edge_mapping, edges in self._outgoing.get(table_fqn, {}).items():
-            keys = _downstream_keys(edge_mapping, partition_key, now)
+            keys = self._downstream_keys(edge_mapping, partition_key, now)
             if keys:
                 for edge in edges:
                     found[edge.downstream] = list(keys)
         return found
 
+    def _calendar(self, pdef: TimeWindowPartitionsDefinition, now: float) -> Calendar:
+        calendar = self._calendars.get(pdef)
+        if calendar is None:
+            calendar = self._calendars[pdef] = Calendar(pdef)
+        calendar.cover(now)
+        return calendar
 
-def _downstream_keys(edge_mapping: EdgeMapping, partition_key: str, now: datetime) -> list[str]:
-    """The existing downstream partitions one upstream partition maps to through ``edge_mapping``, in time order."""
-    up_u, down_u = _unbounded(edge_mapping.upstream), _unbounded(edge_mapping.downstream)
-    mapped = edge_mapping.mapping.get_downstream_partitions_for_partitions(
-        up_u.empty_subset().with_partition_keys([partition_key]), up_u, down_u, current_time=_FAR_FUTURE
-    )
-    first = edge_mapping.downstream.get_first_partition_window()
-    if first is None:
-        return []
-    # timestamps, never datetimes: two datetimes of one zone compare by wall clock, and the autumn hour repeats
-    keys: list[str] = []
-    for window in mapped.included_time_windows:  # type: ignore[attr-defined]  # a time-window subset
-        start = window.start if window.start.timestamp() >= first.start.timestamp() else first.start
-        if start.timestamp() < window.end.timestamp():
-            keys += down_u.get_partition_keys_in_time_window(TimeWindow(start, window.end))
-    # the newest partitions may not have ended yet: drop them, from the end
-    while keys and edge_mapping.downstream.time_window_for_partition_key(keys[-1]).end.timestamp() > now.timestamp():
-        keys.pop()
-    return keys
+    def _downstream_keys(self, edge_mapping: EdgeMapping, partition_key: str, now: float) -> list[str]:
+        """The existing downstream partitions one upstream partition maps to, in time order."""
+        up = self._calendar(edge_mapping.upstream, now)
+        down = self._calendar(edge_mapping.downstream, now)
+        j = up.locate(partition_key)
+        if j is None:
+            return []
+        mapping = edge_mapping.mapping
+        if edge_mapping.upstream == edge_mapping.downstream:  # offsets in the one period: positions shift
+            first, last = j - mapping.end_offset, j - mapping.start_offset
+        elif mapping.start_offset == mapping.end_offset == 0:  # a roll-up: the downstream windows overlapping
+            first = bisect_right(down.starts, up.starts[j]) - 1
+            last = bisect_left(down.starts, up.ends[j]) - 1
+        else:  # the catalog refuses offsets across periods other than the roll-up's (catalog._covers_whole_period)
+            raise ValueError(f"no reverse mapping for offsets across periods: {mapping}")
+        last = min(last, bisect_right(down.ends, now) - 1)  # a window not ended yet is not a partition yet
+        return down.keys[max(first, 0) : last + 1]
