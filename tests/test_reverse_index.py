@@ -14,11 +14,12 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
+from dagster import TimeWindowPartitionMapping
 
 from resources.settings import Settings, using
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.partitions import BY_PERIOD, upstream_partitions
-from warehouse_assets.reverse_index import ReverseIndex
+from warehouse_assets.reverse_index import EdgeMapping, ReverseIndex
 
 LOS_ANGELES = Settings.from_env({"WAREHOUSE_TIMEZONE": "America/Los_Angeles"})
 
@@ -185,3 +186,10 @@ def test_the_autumn_days_25_hours_all_map_to_that_day() -> None:
     later = local("2026-12-01T00:00", "America/Los_Angeles")
     for hour in hours:
         assert index.downstream_of("ods.order", hour, current_time=later)["dwd.order_detail"] == ["2026-11-01"]
+
+
+def test_offsets_across_periods_have_no_reverse_mapping() -> None:
+    """The catalog refuses them (only the roll-up crosses periods); the index says so rather than guess."""
+    with pytest.raises(ValueError, match="offsets across periods"):
+        EdgeMapping(TimeWindowPartitionMapping(start_offset=-1, end_offset=-1), BY_PERIOD["hourly"], BY_PERIOD["daily"])
+    EdgeMapping(TimeWindowPartitionMapping(), BY_PERIOD["hourly"], BY_PERIOD["daily"])  # the roll-up

@@ -52,6 +52,11 @@ class EdgeMapping:
     upstream: TimeWindowPartitionsDefinition
     downstream: TimeWindowPartitionsDefinition
 
+    def __post_init__(self) -> None:
+        # the catalog allows no offsets across periods but the roll-up's (catalog._covers_whole_period)
+        if self.upstream != self.downstream and (self.mapping.start_offset, self.mapping.end_offset) != (0, 0):
+            raise ValueError(f"no reverse mapping for offsets across periods: {self.mapping}")
+
 
 class Calendar:
     """Every partition of one definition from its first up to a horizon: keys and window bounds (timestamps).
@@ -159,10 +164,8 @@ class ReverseIndex:
         mapping = edge_mapping.mapping
         if edge_mapping.upstream == edge_mapping.downstream:  # offsets in the one period: positions shift
             first, last = j - mapping.end_offset, j - mapping.start_offset
-        elif mapping.start_offset == mapping.end_offset == 0:  # a roll-up: the downstream windows overlapping
+        else:  # a roll-up: the downstream windows overlapping the upstream's
             first = bisect_right(down.starts, up.starts[j]) - 1
             last = bisect_left(down.starts, up.ends[j]) - 1
-        else:  # the catalog refuses offsets across periods other than the roll-up's (catalog._covers_whole_period)
-            raise ValueError(f"no reverse mapping for offsets across periods: {mapping}")
         last = min(last, bisect_right(down.ends, now) - 1)  # a window not ended yet is not a partition yet
         return down.keys[max(first, 0) : last + 1]
