@@ -80,13 +80,11 @@ class Calendar:
         keys = list(self.pdef.get_partition_keys(current_time=horizon))
         new = keys[len(self.keys) :]  # the earlier ones are already listed, in the same order
         if new:
-            starts = [self.pdef.start_time_for_partition_key(key).timestamp() for key in new]
-            if self.keys:
-                self.ends[-1] = starts[0]
+            windows = self.pdef.time_windows_for_partition_keys(frozenset(new), validate=False)  # in time order
             self.position.update((key, len(self.keys) + i) for i, key in enumerate(new))
             self.keys += new
-            self.starts += starts
-            self.ends += [*starts[1:], self.pdef.time_window_for_partition_key(new[-1]).end.timestamp()]
+            self.starts += [window.start.timestamp() for window in windows]
+            self.ends += [window.end.timestamp() for window in windows]
         self.horizon = horizon.timestamp()
 
     def locate(self, key: str) -> int | None:
