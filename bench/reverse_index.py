@@ -1,0 +1,105 @@
+"""Benchmark: the reverse index of the exact mappings at 1,000 and 10,000 tables (issue 12, point 2).
+
+For each N it writes ``bench/automation_scale.py``'s synthetic catalog of N tables (same generator, same
+seed), loads it (``load_catalog``), builds ``ReverseIndex.build`` on it, then times ``downstream_of`` for
+``--events`` random events: a table drawn uniformly, one of its partitions drawn uniformly from one year of
+partitions, looked up at the end of that year. Per-lookup P50 / P99 / max in microseconds, the fan-out
+(downstream tables and partitions per event), and the build time. No Spark, no Dagster instance.
+
+    .venv/bin/python bench/reverse_index.py                      # N = 1000, 10000
+    .venv/bin/python bench/reverse_index.py --sizes 1000 --events 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import tempfile
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+ROOT = Path(__file__).resolve().parents[1]
+for path in (ROOT, ROOT / "bench"):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+from automation_scale import generate_catalog  # noqa: E402
+
+from warehouse_assets.catalog import load_catalog  # noqa: E402
+from warehouse_assets.partitions import BY_PERIOD, START, periods  # noqa: E402
+from warehouse_assets.reverse_index import ReverseIndex  # noqa: E402
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+def run(n: int, events: int, seed: int) -> dict[str, float]:
+    now = datetime.fromisoformat(START).replace(tzinfo=ZoneInfo(periods().timezone)) + timedelta(days=365)
+    keys = {period: pdef.get_partition_keys(current_time=now) for period, pdef in BY_PERIOD.items()}
+    with tempfile.TemporaryDirectory(prefix=f"reverse_index_{n}_") as tmp:
+        summary = generate_catalog(Path(tmp), n, seed)
+        t0 = time.perf_counter()
+        catalog = load_catalog(Path(tmp))
+        t1 = time.perf_counter()
+        index = ReverseIndex.build(catalog, current_time=now)
+        t2 = time.perf_counter()
+    rng = random.Random(seed)
+    tables = list(catalog)
+    micros: list[float] = []
+    fan_tables: list[int] = []
+    fan_partitions: list[int] = []
+    for _ in range(events):
+        table = rng.choice(tables)
+        key = rng.choice(keys[table.period])
+        started = time.perf_counter()
+        found = index.downstream_of(table.fqn, key, current_time=now)
+        micros.append((time.perf_counter() - started) * 1e6)
+        fan_tables.append(len(found))
+        fan_partitions.append(sum(len(v) for v in found.values()))
+    micros.sort()
+    return {
+        "n": n,
+        "edges": summary["edges"],
+        "load_s": t1 - t0,
+        "build_ms": (t2 - t1) * 1e3,
+        "p50_us": percentile(micros, 0.50),
+        "p99_us": percentile(micros, 0.99),
+        "max_us": micros[-1],
+        "fan_tables_mean": sum(fan_tables) / events,
+        "fan_tables_max": max(fan_tables),
+        "fan_partitions_max": max(fan_partitions),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="1000,10000", help="comma-separated numbers of tables")
+    parser.add_argument("--events", type=int, default=5000, help="random lookups per N")
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+    rows = []
+    for n in (int(s) for s in args.sizes.split(",")):
+        print(f"N={n}: generating, loading, building, {args.events} lookups ...", file=sys.stderr, flush=True)
+        rows.append(run(n, args.events, args.seed))
+    header = (
+        f"{'N':>6} {'edges':>6} {'load s':>7} {'build ms':>9} {'P50 us':>8} {'P99 us':>8} {'max us':>8} "
+        f"{'fan-out tables mean/max':>24} {'partitions max':>15}"
+    )
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        fan = f"{r['fan_tables_mean']:.1f}/{r['fan_tables_max']}"
+        print(
+            f"{r['n']:>6} {r['edges']:>6} {r['load_s']:>7.2f} {r['build_ms']:>9.1f} {r['p50_us']:>8.0f} "
+            f"{r['p99_us']:>8.0f} {r['max_us']:>8.0f} {fan:>24} {r['fan_partitions_max']:>15}"
+        )
+    figures = [f"n{r['n']}_{k}={round(v, 3) if isinstance(v, float) else v}" for r in rows for k, v in r.items()]
+    print("RESULT " + " ".join(figure for figure in figures if "_n=" not in figure))
+
+
+if __name__ == "__main__":
+    main()

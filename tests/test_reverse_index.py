@@ -1,0 +1,195 @@
+"""The reverse index is exactly the inverse of the exact upstream partitions.
+
+Brute force: invert ``upstream_partitions`` over every downstream partition that exists at a pinned time and
+compare with ``ReverseIndex.downstream_of`` for every upstream partition, on the example catalog from the
+warehouse start over a month end and week boundaries, and on a small catalog of every pattern the catalog
+supports, also in a zone with daylight saving time. Pure: no Spark, no Dagster instance.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+from dagster import TimeWindowPartitionMapping
+
+from resources.settings import Settings, using
+from warehouse_assets.catalog import Catalog, load_catalog
+from warehouse_assets.partitions import BY_PERIOD, upstream_partitions
+from warehouse_assets.reverse_index import EdgeMapping, ReverseIndex
+
+LOS_ANGELES = Settings.from_env({"WAREHOUSE_TIMEZONE": "America/Los_Angeles"})
+
+
+def inverted(catalog: Catalog, now: datetime) -> dict[tuple[str, str], dict[str, list[str]]]:
+    """(upstream table, partition) → downstream table → the partitions that need it, by brute force."""
+    needed_by: dict[tuple[str, str], dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for table in catalog.derived():
+        for key in BY_PERIOD[table.period].get_partition_keys(current_time=now):  # in time order
+            for dep in table.deps:
+                upstream = upstream_partitions(catalog, table, dep, key, current_time=now)
+                for needed in [*upstream.keys, *upstream.nonexistent]:
+                    needed_by[(dep.table, needed)][table.fqn].append(key)
+    return needed_by
+
+
+def assert_inverse(catalog: Catalog, now: datetime) -> int:
+    """``downstream_of`` == the brute-force inversion for every partition of every table; the number compared."""
+    index = ReverseIndex.build(catalog)
+    expected = inverted(catalog, now)
+    compared = 0
+    for table in catalog:
+        for key in BY_PERIOD[table.period].get_partition_keys(current_time=now):
+            want = {down: keys for down, keys in expected.get((table.fqn, key), {}).items()}
+            assert index.downstream_of(table.fqn, key, current_time=now) == want, (table.fqn, key)
+            compared += 1
+    return compared
+
+
+def local(text: str, zone: str) -> datetime:
+    return datetime.fromisoformat(text).replace(tzinfo=ZoneInfo(zone))
+
+
+# --- the example catalog --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "now",
+    [
+        "2026-02-03T00:00",  # from the start (a Thursday) over the month end and 4 week boundaries; 30-day windows
+        "2026-02-02T13:30",  # mid-day: the hour and the day not yet ended are not partitions
+    ],
+)
+def test_the_example_catalog_inverts_its_exact_upstream_partitions(now: str) -> None:
+    catalog = load_catalog()
+    assert assert_inverse(catalog, local(now, BY_PERIOD["daily"].timezone)) > 5 * 24 * 30
+
+
+def test_an_event_finds_its_downstream_partitions_across_periods_offsets_and_windows() -> None:
+    catalog = load_catalog()
+    index = ReverseIndex.build(catalog)
+    now = local("2026-03-01T00:00", "Asia/Shanghai")
+    assert index.downstream_of("ods.order", "2026-01-31-23:00", current_time=now) == {
+        "dwd.order_detail": ["2026-01-31"],
+        "dws.order_hourly": ["2026-01-31-23:00"],
+    }
+    self_dependent = index.downstream_of("dws.user_learning_cumulative", "2026-01-01", current_time=now)
+    assert self_dependent["dws.user_learning_cumulative"] == ["2026-01-02"]  # T needs T-1 of itself
+    # a downstream partition in the future is not one yet
+    assert index.downstream_of("dwd.order_detail", "2026-02-28", current_time=now)
+    assert index.downstream_of("ods.order", "2026-02-28-23:00", current_time=now)["dws.order_hourly"]
+    early = local("2026-02-28T23:30", "Asia/Shanghai")
+    assert "dws.order_hourly" not in index.downstream_of("ods.order", "2026-02-28-23:00", current_time=early)
+    assert index.downstream_of("ods.order", "2026-02-28-22:00", current_time=early)["dws.order_hourly"]
+    assert index.downstream_of("ads.monthly_report", "2026-01-01", current_time=now) == {}  # a sink
+    assert index.downstream_of("ods.order", "2025-12-31-23:00", current_time=now) == {}  # before the start
+    assert index.downstream_of("ods.order", "not a key", current_time=now) == {}
+
+
+def test_the_calendars_extend_as_time_passes() -> None:
+    catalog = load_catalog()
+    index = ReverseIndex.build(catalog, current_time=local("2026-01-03T00:00", "Asia/Shanghai"))
+    later = local("2026-09-01T00:00", "Asia/Shanghai")
+    assert index.downstream_of("dwd.order_detail", "2026-08-30", current_time=later)["dws.user_order_daily"] == [
+        "2026-08-30"
+    ]
+
+
+# --- every pattern the catalog supports ------------------------------------------------------------------------
+
+ODS = """table: ods.src
+period: hourly
+source: {database: db, tables: "src"}
+primary_key: [id]
+partition_time: t
+columns: {id: bigint, t: timestamp}
+"""
+
+EXTERNAL = """table: ext.feed
+period: daily
+external: {format: csv_files, location: feed}
+columns: {id: bigint}
+"""
+
+# table → (period, {upstream: offsets or None for the default mapping})
+PATTERNS: dict[str, tuple[str, dict[str, str | None]]] = {
+    "dwd.day": ("daily", {"ods.src": "{range: [0, 23]}"}),  # hourly → daily
+    "dwd.day_default": ("daily", {"ods.src": None}),  # the default roll-up
+    "dwd.ext_day": ("daily", {"ext.feed": "{set: [0]}", "dwd.day": "{set: [0]}"}),  # an external upstream
+    "dwd.t1": ("daily", {"dwd.day": "{set: [-1]}"}),
+    "dwd.t7": ("daily", {"dwd.day": "{set: [-7]}"}),
+    "dwd.last7": ("daily", {"dwd.day": "{range: [-6, 0]}"}),
+    "dwd.last30": ("daily", {"dwd.day": "{range: [-29, 0]}"}),
+    "dwd.acc": ("daily", {"dwd.acc": "{set: [-1]}", "dwd.day": "{set: [0]}"}),  # self-dependent
+    "dws.hour": ("hourly", {"ods.src": None}),  # hourly → hourly
+    "dws.hour_t1": ("hourly", {"ods.src": "{set: [-1]}"}),
+    "dws.last24h": ("hourly", {"ods.src": "{range: [-23, 0]}"}),
+    "dws.week": ("weekly", {"dwd.day": "{range: [0, 6]}"}),  # daily → weekly
+    "dws.week_default": ("weekly", {"dwd.day": None}),
+    "dws.week_hours": ("weekly", {"ods.src": None}),  # hourly → weekly
+    "dws.week_t1": ("weekly", {"dws.week": "{set: [-1]}"}),
+    "ads.month": ("monthly", {"dwd.day": None}),  # daily → monthly
+    "ads.month_hours": ("monthly", {"ods.src": None}),  # hourly → monthly
+    "ads.month_t1": ("monthly", {"ads.month": "{set: [-1]}"}),
+}
+
+
+def write_patterns(root: Path) -> Catalog:
+    for rel, text in {"ods/src.yaml": ODS, "ext/feed.yaml": EXTERNAL}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    for fqn, (period, deps) in PATTERNS.items():
+        layer, name = fqn.split(".")
+        declared = "".join(f"  {up}: {offsets}\n" for up, offsets in deps.items() if offsets)
+        header = f"table: {fqn}\nperiod: {period}\n" + ("columns: {id: bigint}\n" if fqn in deps else "")
+        header += f"depends_on:\n{declared}" if declared else ""
+        first, *others = deps
+        body = f"SELECT id FROM {first} AS t0" + "".join(
+            f" JOIN {up} AS t{i} USING (id)" for i, up in enumerate(others, 1)
+        )
+        (root / layer).mkdir(parents=True, exist_ok=True)
+        (root / layer / f"{name}.sql").write_text(f"/* ---\n{header}--- */\n{body}\n")
+    catalog = load_catalog(root)
+    assert {t.fqn for t in catalog.derived()} == set(PATTERNS)
+    return catalog
+
+
+@pytest.mark.parametrize(
+    ("env", "now"),
+    [
+        # starts on a Wednesday after a month's first day: the first week and month are rounded up
+        ({"WAREHOUSE_START": "2026-02-25"}, "2026-04-02T00:00"),
+        # the autumn change (2026-11-01, 25 hours) and a week boundary in a zone with daylight saving time
+        ({"WAREHOUSE_TIMEZONE": "America/Los_Angeles", "WAREHOUSE_START": "2026-10-22"}, "2026-11-10T05:30"),
+        # the spring change (2026-03-08, 23 hours) and the end of February
+        ({"WAREHOUSE_TIMEZONE": "America/Los_Angeles", "WAREHOUSE_START": "2026-02-20"}, "2026-03-11T00:00"),
+    ],
+)
+def test_every_pattern_inverts_its_exact_upstream_partitions(tmp_path: Path, env: dict[str, str], now: str) -> None:
+    settings = Settings.from_env(env)
+    with using(settings):
+        catalog = write_patterns(tmp_path)
+        assert assert_inverse(catalog, local(now, settings.timezone)) > 0
+
+
+def test_the_autumn_days_25_hours_all_map_to_that_day() -> None:
+    catalog = load_catalog()
+    with using(LOS_ANGELES):
+        index = ReverseIndex.build(catalog)
+        hours = BY_PERIOD["hourly"].get_partition_keys_in_time_window(
+            BY_PERIOD["daily"].time_window_for_partition_key("2026-11-01")
+        )
+    assert len(hours) == 25 and "2026-11-01-01:00-0800" in hours
+    later = local("2026-12-01T00:00", "America/Los_Angeles")
+    for hour in hours:
+        assert index.downstream_of("ods.order", hour, current_time=later)["dwd.order_detail"] == ["2026-11-01"]
+
+
+def test_offsets_across_periods_have_no_reverse_mapping() -> None:
+    """The catalog refuses them (only the roll-up crosses periods); the index says so rather than guess."""
+    with pytest.raises(ValueError, match="offsets across periods"):
+        EdgeMapping(TimeWindowPartitionMapping(start_offset=-1, end_offset=-1), BY_PERIOD["hourly"], BY_PERIOD["daily"])
+    EdgeMapping(TimeWindowPartitionMapping(), BY_PERIOD["hourly"], BY_PERIOD["daily"])  # the roll-up

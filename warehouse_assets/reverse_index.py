@@ -1,0 +1,169 @@
+"""The reverse index of the exact mappings: which downstream partitions need one upstream partition.
+
+The inverse of :func:`warehouse_assets.partitions.upstream_partitions`: given an event on an upstream
+(table, partition), :meth:`ReverseIndex.downstream_of` lists the partitions of each direct downstream table
+whose exact upstream partitions include it, across periods (hour → day → week → month roll-ups), offsets
+(T-1, T-7), sliding windows and self-dependencies, limited to partitions that exist (not before the
+downstream's first partition, not in the future).
+
+The index is built once from the catalog: per upstream table, its outgoing edges grouped by their mapping
+(mapping, upstream definition, downstream definition); a warehouse has thousands of edges but a few dozen
+distinct mappings. A lookup maps the partition once per group by arithmetic on partition positions, never by
+scanning the catalog or the partitions' history:
+
+* same period, offsets ``[a, b]`` (T-1, T-7, sliding windows, the identity): downstream partition ``i`` needs
+  upstream ``i + a`` … ``i + b``, so upstream ``j`` is needed by downstream ``j - b`` … ``j - a``;
+* a roll-up (the default mapping from a finer period): the downstream partitions whose window overlaps the
+  upstream's window, found by bisection on window starts.
+
+Positions and windows come from a :class:`Calendar` per partitions definition: Dagster's own keys and window
+bounds (so daylight saving time is Dagster's: 23- and 25-hour days, the repeated autumn hour), enumerated once
+up to a horizon and extended as time passes.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from dagster import TimeWindowPartitionMapping, TimeWindowPartitionsDefinition
+
+from warehouse_assets.catalog import Catalog, Dependency
+from warehouse_assets.partitions import Periods, partition_mapping, periods
+
+_EXTEND_BY = timedelta(days=62)  # how far past what is asked a calendar enumerates, so that it extends rarely
+
+
+@dataclass(frozen=True)
+class Edge:
+    """One dependency seen from its upstream: ``downstream`` reads the upstream through ``dep``."""
+
+    downstream: str  # the downstream table's fqn
+    dep: Dependency
+
+
+@dataclass(frozen=True)
+class EdgeMapping:
+    """What maps an upstream partition to downstream partitions: shared by every edge that has it."""
+
+    mapping: TimeWindowPartitionMapping
+    upstream: TimeWindowPartitionsDefinition
+    downstream: TimeWindowPartitionsDefinition
+
+    def __post_init__(self) -> None:
+        # the catalog allows no offsets across periods but the roll-up's (catalog._covers_whole_period)
+        if self.upstream != self.downstream and (self.mapping.start_offset, self.mapping.end_offset) != (0, 0):
+            raise ValueError(f"no reverse mapping for offsets across periods: {self.mapping}")
+
+
+class Calendar:
+    """Every partition of one definition from its first up to a horizon: keys and window bounds (timestamps).
+
+    Timestamps, never datetimes: two datetimes of one zone compare by wall clock, and the autumn hour repeats.
+    """
+
+    def __init__(self, pdef: TimeWindowPartitionsDefinition):
+        self.pdef = pdef
+        self.keys: list[str] = []
+        self.position: dict[str, int] = {}
+        self.starts: list[float] = []
+        self.ends: list[float] = []
+        self.horizon = float("-inf")  # every partition whose window ends by then is listed
+
+    def cover(self, timestamp: float) -> None:
+        """List every partition whose window ends by ``timestamp``."""
+        if timestamp <= self.horizon:
+            return
+        horizon = datetime.fromtimestamp(timestamp, UTC) + _EXTEND_BY
+        keys = list(self.pdef.get_partition_keys(current_time=horizon))
+        new = keys[len(self.keys) :]  # the earlier ones are already listed, in the same order
+        if new:
+            windows = self.pdef.time_windows_for_partition_keys(frozenset(new), validate=False)  # in time order
+            self.position.update((key, len(self.keys) + i) for i, key in enumerate(new))
+            self.keys += new
+            self.starts += [window.start.timestamp() for window in windows]
+            self.ends += [window.end.timestamp() for window in windows]
+        self.horizon = horizon.timestamp()
+
+    def locate(self, key: str) -> int | None:
+        """The position of ``key``, or None if the calendar does not list it: before the first partition, beyond
+        the horizon (not ended yet: with the catalog's offsets no partition that exists needs it), malformed."""
+        return self.position.get(key)
+
+
+class ReverseIndex:
+    """Per upstream table, its outgoing edges grouped by mapping; built once by :meth:`build`.
+
+    Not thread-safe: a lookup may extend the calendars.
+    """
+
+    def __init__(self, outgoing: dict[str, dict[EdgeMapping, list[Edge]]]):
+        self._outgoing = outgoing
+        self._calendars: dict[TimeWindowPartitionsDefinition, Calendar] = {}
+
+    @classmethod
+    def build(
+        cls, catalog: Catalog, periods_: Periods | None = None, current_time: datetime | None = None
+    ) -> ReverseIndex:
+        """The index of ``catalog`` under ``periods_`` (default: the current process's partitions definitions),
+        its calendars enumerated up to ``current_time`` (default: now; later lookups extend them)."""
+        by_period = (periods_ or periods()).by_period
+        outgoing: dict[str, dict[EdgeMapping, list[Edge]]] = defaultdict(lambda: defaultdict(list))
+        for table in catalog.derived():
+            for dep in table.deps:
+                up_period = catalog[dep.table].period
+                key = EdgeMapping(
+                    partition_mapping(table, dep, up_period), by_period[up_period], by_period[table.period]
+                )
+                outgoing[dep.table][key].append(Edge(table.fqn, dep))
+        index = cls({table: dict(groups) for table, groups in outgoing.items()})
+        now = (current_time or datetime.now(UTC)).timestamp()
+        for pdef in {pdef for groups in outgoing.values() for em in groups for pdef in (em.upstream, em.downstream)}:
+            index._calendar(pdef, now)  # enumerated once here rather than on the first events
+        return index
+
+    def edges(self, table_fqn: str) -> list[Edge]:
+        """The outgoing edges of ``table_fqn`` (its direct downstream tables, self included if self-dependent)."""
+        return [edge for group in self._outgoing.get(table_fqn, {}).values() for edge in group]
+
+    def downstream_of(
+        self, table_fqn: str, partition_key: str, current_time: datetime | None = None
+    ) -> dict[str, list[str]]:
+        """Downstream table → the partitions (in time order) that need ``partition_key`` of ``table_fqn``.
+
+        Only partitions that exist at ``current_time`` (default: now) are listed: none before the downstream's
+        first partition, none whose window has not ended. A table whose partitions all fall outside is left out.
+        """
+        now = (current_time or datetime.now(UTC)).timestamp()
+        found: dict[str, list[str]] = {}
+        for edge_mapping, edges in self._outgoing.get(table_fqn, {}).items():
+            keys = self._downstream_keys(edge_mapping, partition_key, now)
+            if keys:
+                for edge in edges:
+                    found[edge.downstream] = list(keys)
+        return found
+
+    def _calendar(self, pdef: TimeWindowPartitionsDefinition, now: float) -> Calendar:
+        calendar = self._calendars.get(pdef)
+        if calendar is None:
+            calendar = self._calendars[pdef] = Calendar(pdef)
+        calendar.cover(now)
+        return calendar
+
+    def _downstream_keys(self, edge_mapping: EdgeMapping, partition_key: str, now: float) -> list[str]:
+        """The existing downstream partitions one upstream partition maps to, in time order."""
+        up = self._calendar(edge_mapping.upstream, now)
+        down = self._calendar(edge_mapping.downstream, now)
+        j = up.locate(partition_key)
+        if j is None:
+            return []
+        mapping = edge_mapping.mapping
+        if edge_mapping.upstream == edge_mapping.downstream:  # offsets in the one period: positions shift
+            first, last = j - mapping.end_offset, j - mapping.start_offset
+        else:  # a roll-up: the downstream windows overlapping the upstream's
+            first = bisect_right(down.starts, up.starts[j]) - 1
+            last = bisect_left(down.starts, up.ends[j]) - 1
+        last = min(last, bisect_right(down.ends, now) - 1)  # a window not ended yet is not a partition yet
+        return down.keys[max(first, 0) : last + 1]
