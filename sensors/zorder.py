@@ -11,9 +11,8 @@ import json
 
 from dagster import (
     AssetKey,
-    DagsterEventType,
+    AssetRecordsFilter,
     DefaultSensorStatus,
-    EventRecordsFilter,
     JobDefinition,
     RunRequest,
     SensorDefinition,
@@ -43,15 +42,11 @@ def build_zorder_sensor(catalog: Catalog, zorder_partitions: JobDefinition) -> S
         cursor: dict[str, int] = json.loads(context.cursor) if context.cursor else {}
         requests = []
         for fqn, table in sorted(tables.items()):
-            records = context.instance.get_event_records(
-                EventRecordsFilter(
-                    DagsterEventType.ASSET_MATERIALIZATION,
-                    asset_key=AssetKey(table.key),
-                    after_cursor=cursor.get(fqn),
-                ),
-                ascending=True,
+            records = context.instance.fetch_materializations(
+                AssetRecordsFilter(asset_key=AssetKey(table.key), after_storage_id=cursor.get(fqn)),
                 limit=1000,
-            )
+                ascending=True,
+            ).records
             if not records:
                 continue
             keys = sorted({r.partition_key for r in records if r.partition_key})
