@@ -220,14 +220,16 @@ class PartitionStateStore:
         return {k for k, s in self.states(AssetKey(table.key), keys).items() if s.in_progress}
 
     def failed_blocking_checks(self, table: Table, keys: Sequence[str]) -> dict[str, list[str]]:
-        blocking = [c.name for c in table.checks if c.blocking]
-        if not blocking or not keys:
+        if not keys or not any(c.blocking for c in table.checks):
             return {}
-        failed = {
-            k: [name for name in blocking if s.checks.get(name) is False]
-            for k, s in self.states(AssetKey(table.key), keys).items()
-        }
-        return {k: sorted(v) for k, v in sorted(failed.items()) if v}
+        return failed_blocking_checks(table, self.states(AssetKey(table.key), keys))
+
+
+def failed_blocking_checks(table: Table, states: Mapping[str, PartitionState]) -> dict[str, list[str]]:
+    """Partition → the blocking checks of ``table`` that failed on its latest materialization, from its state."""
+    blocking = [c.name for c in table.checks if c.blocking]
+    failed = {k: [name for name in blocking if s.checks.get(name) is False] for k, s in states.items()}
+    return {k: sorted(v) for k, v in sorted(failed.items()) if v}
 
 
 class _Step:
