@@ -98,7 +98,7 @@ class Center:
         self.open()
 
     def step(self, now: datetime = NOW) -> list[RunPlan]:
-        return self.resolver.on_changes(self.store.update(), now)
+        return self.resolver.step(now)
 
     def report(self, table: str, keys: Sequence[str], checked: bool | None = True) -> None:
         """Report partitions materialized, each with a verdict of the table's blocking check if it has one."""
@@ -137,6 +137,7 @@ def test_a_day_is_requested_once_all_its_24_hours_are_in_not_before(
     assert center.step() == []
     center.report("ods.src", hours("2026-03-05")[23:])
     [day, lax] = sorted(center.step(), key=lambda p: p.table)
+    assert center.resolver.evaluated == 2  # the hour's fan-out: its day in each of its two downstream tables
     assert (day.table, day.partitions, lax.table, lax.partitions) == (
         "dwd.day",
         ("2026-03-05",),
@@ -240,6 +241,20 @@ def test_nothing_is_requested_twice_for_the_same_upstream_state_even_after_a_res
     center.restart()
     assert center.resolver.on_changes(changes, NOW) == []
     assert center.store.update() == [] and center.step() == []
+
+
+def test_changes_the_store_committed_before_a_crash_are_resolved_after_the_restart(
+    instance: DagsterInstance, catalog: Catalog
+) -> None:
+    center = Center(instance, catalog)
+    center.report("ods.src", hours("2026-03-04"))
+    assert requested(center.step())["dwd.day"] == [["2026-03-04"]]
+    center.report("ods.src", hours("2026-03-05"))
+    assert center.store.update()  # the store committed these changes; the resolver crashed before resolving them
+    center.restart()
+    assert requested(center.step()) == {"dwd.day": [["2026-03-05"]], "dwd.lax": [["2026-03-05"]]}
+    center.restart()
+    assert center.step() == []
 
 
 def test_partitions_before_the_lookback_or_in_the_future_are_never_requested(

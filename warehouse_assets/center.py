@@ -25,8 +25,11 @@ A self-dependent table catching up builds its chain in one run, as a backfill do
 written earlier in the same run): a partition that became ready extends its run to the next partitions that only
 lacked their T-1. Runs respect the compiler's backfill policy (at most ``max_partitions_per_run`` per run).
 
-Not wired to Dagster yet: launching the plans (Dagster's run submission) and the loop calling
-``store.update()`` then :meth:`Resolver.on_changes` belong to the engine that runs the resolver.
+:meth:`Resolver.step` updates the store and resolves its changes; the resolver keeps the store's cursor it resolved
+through with its requests, so after a crash between the store's commit and its own it resolves the partitions
+materialized or checked meanwhile (:meth:`warehouse_assets.state_store.PartitionStateStore.changes_since`). Not
+wired to Dagster yet: the loop calling :meth:`Resolver.step` and launching the plans (Dagster's run submission)
+belong to the engine that runs the resolver; a plan returned but never launched is not requested again.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS center_requests (table_fqn, partition, upstream, requested_at,
     PRIMARY KEY (table_fqn, partition, upstream)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS center_deferred (table_fqn, partition, PRIMARY KEY (table_fqn, partition)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS center_cursor (id INTEGER PRIMARY KEY CHECK (id = 0), storage_id INTEGER NOT NULL);
 """
 
 TAG_PREFIX = "warehouse/trigger"
@@ -117,14 +121,28 @@ class Resolver:
         self._db = sqlite3.connect(store.path, isolation_level=None)  # a sibling table of the store's rows
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.executescript(_SCHEMA)
+        # a new resolver starts where the store is: the partitions ready before it are a backfill's, or the automation's
+        self._db.execute("INSERT OR IGNORE INTO center_cursor VALUES (0, ?)", (store.cursor,))
         self.evaluated = 0  # partitions the last call asked the gate about: its cost
 
     def close(self) -> None:
         self._db.close()
 
+    @property
+    def resolved_through(self) -> int:
+        """The store's cursor when the resolver last recorded its requests: the changes up to it are resolved."""
+        return int(self._db.execute("SELECT storage_id FROM center_cursor").fetchone()[0])
+
+    def step(self, now: datetime) -> list[RunPlan]:
+        """Update the store and resolve its changes, with those a crash between the store's commit and the
+        resolver's left unresolved."""
+        missed = self.store.changes_since(self.resolved_through) if self.resolved_through < self.store.cursor else []
+        return self.on_changes([*missed, *self.store.update()], now)
+
     def on_changes(self, changes: Iterable[Change], now: datetime) -> list[RunPlan]:
-        """The runs ``changes`` made possible at ``now``, ordered by their first partition's time; each partition
-        of them is remembered as requested for its current upstream state, in one transaction."""
+        """The runs ``changes`` (those of the store's latest update) made possible at ``now``, ordered by their first
+        partition's time; each partition of them is remembered as requested for its current upstream state, and the
+        store's cursor as resolved, in one transaction."""
         states = _Snapshot(self.store)
         candidates: dict[tuple[str, str], Trigger] = {}
         for change in changes:
@@ -259,6 +277,7 @@ class Resolver:
                 "INSERT OR IGNORE INTO center_requests VALUES (?, ?, ?, ?)",
                 [(fqn, partition, key, now.timestamp()) for (fqn, partition), (_, key) in ready.items()],
             )
+            self._db.execute("UPDATE center_cursor SET storage_id = ?", (self.store.cursor,))
         except BaseException:
             self._db.execute("ROLLBACK")
             raise

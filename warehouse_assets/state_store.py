@@ -146,6 +146,25 @@ class PartitionStateStore:
             self._db.execute("DELETE FROM cursor")
         return self.update()
 
+    def changes_since(self, after: int) -> list[Change]:
+        """The partitions materialized or checked by the events after storage id ``after`` up to the cursor, in their
+        current state: what a consumer of :meth:`update`'s changes that stopped at ``after`` (a crash between the
+        store's commit and its own) has missed. Runs that started or ended meanwhile are not among them."""
+        touched: dict[tuple[str, str], set[str]] = {}
+        for _, entry in self._read(after, self.cursor):
+            event = entry.dagster_event
+            if event is not None and event.event_type == MATERIALIZED:
+                m = event.step_materialization_data.materialization
+                asset_key, partition, name = m.asset_key, m.partition, "materialized"
+            elif event is not None and event.event_type == CHECKED:
+                e = event.asset_check_evaluation_data
+                asset_key, partition, name = e.asset_key, e.partition, "checks"
+            else:
+                continue
+            if partition is not None:
+                touched.setdefault((asset_key.to_user_string(), partition), set()).add(name)
+        return [Change(a, p, frozenset(fields), self._row(a, p)) for (a, p), fields in touched.items()]
+
     def _read(self, after: int, head: int) -> list[tuple[int, EventLogEntry]]:
         """The records of the event types the state depends on with ``after`` < storage id <= ``head``, in order.
 
