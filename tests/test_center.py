@@ -24,7 +24,7 @@ from dagster import (
 )
 
 from resources import resources_from_env
-from tests.test_state_store import create_run, end, materializations, report, start, verdict
+from tests.test_state_store import create_run, end, materializations, materialize_in, report, start, verdict
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.center import Resolver, RunPlan
 from warehouse_assets.compiler import build_assets
@@ -227,6 +227,23 @@ def test_late_data_while_the_day_runs_requests_it_again_when_the_run_ends(
     center.report("dwd.day", ["2026-03-05"])  # the run writes the day from the hours it read before...
     end(instance, run, "success")
     assert requested(center.step())["dwd.day"] == [["2026-03-05"]]  # ...so it runs again, once
+    assert center.step() == []
+
+
+def test_a_self_dependent_chain_runs_once_in_one_run(instance: DagsterInstance, catalog: Catalog) -> None:
+    center = Center(instance, catalog)
+    center.report("dws.cum", days("2026-01-01", "2026-02-28"))
+    center.report("dwd.day", days("2026-03-01", "2026-03-03"))
+    assert requested(center.step())["dws.cum"] == [days("2026-03-01", "2026-03-03")]
+    cum = AssetKey(["dws", "cum"])
+    run = create_run(instance, days("2026-03-01", "2026-03-03"), cum)
+    start(instance, run)
+    materialize_in(instance, run, "2026-03-01", cum)
+    # the run wrote 03-01 before 03-02 reads it: not late data for 03-02, which the same run builds next
+    assert center.step() == []
+    for day in ["2026-03-02", "2026-03-03"]:
+        materialize_in(instance, run, day, cum)
+    end(instance, run, "success")
     assert center.step() == []
 
 

@@ -68,6 +68,7 @@ class Trigger:
     table: str  # fqn
     partition: str
     storage_id: int | None  # of the partition's latest materialization when the change was read
+    run_id: str | None  # the run that materialized it ("" for a runless report)
     fields: frozenset[str]  # ``materialized``, ``checks``, ``in_progress``, ``failed``
 
     def describe(self) -> str:
@@ -149,7 +150,7 @@ class Resolver:
             fqn = self._fqn.get(change.asset_key)
             if fqn is None:
                 continue  # an asset outside the catalog (a freshness check's, a job's)
-            trigger = Trigger(fqn, change.partition, change.state.storage_id, change.fields)
+            trigger = Trigger(fqn, change.partition, change.state.storage_id, change.state.run_id, change.fields)
             for downstream, keys in self.index.downstream_of(fqn, change.partition, now).items():
                 for key in keys:
                     candidates.setdefault((downstream, key), trigger)
@@ -165,7 +166,8 @@ class Resolver:
                 continue
             outcome = self._resolve(table, partition, states, now)
             if outcome == _DEFER:
-                if "materialized" in trigger.fields:  # new upstream data while it runs: look again at its end
+                # new upstream data while it runs (not written earlier in the same run): look again at its end
+                if "materialized" in trigger.fields and trigger.run_id != states.state(table, partition).latest_run:
                     deferred.append((fqn, partition))
             elif outcome is not None:
                 ready[(fqn, partition)] = (trigger, outcome)
