@@ -127,8 +127,8 @@ def start(instance: DagsterInstance, run: DagsterRun) -> None:
     instance.report_dagster_event(DagsterEvent(DagsterEventType.RUN_START.value, run.job_name), run.run_id)
 
 
-def materialize_in(instance: DagsterInstance, run: DagsterRun, partition: str) -> None:
-    data = StepMaterializationData(AssetMaterialization(A, partition=partition, metadata={"delta_version": 1}))
+def materialize_in(instance: DagsterInstance, run: DagsterRun, partition: str, key: AssetKey = A) -> None:
+    data = StepMaterializationData(AssetMaterialization(key, partition=partition, metadata={"delta_version": 1}))
     event = DagsterEvent(DagsterEventType.ASSET_MATERIALIZATION.value, run.job_name, event_specific_data=data)
     instance.report_dagster_event(event, run.run_id)
 

@@ -42,6 +42,12 @@ def _code_version(table: DerivedTable) -> str:
     return hashlib.sha1((table.sql or "").encode()).hexdigest()[:12]
 
 
+def backfill_policy(table: Table) -> BackfillPolicy:
+    """How a range of the table's partitions is split into runs: one run builds them in time order (a
+    self-dependent table's chain included), for backfills and the dependency center alike."""
+    return BackfillPolicy.single_run()
+
+
 def build_asset(catalog: Catalog, table: DerivedTable) -> AssetsDefinition:
     deps = [
         AssetDep(AssetKey(dep.key), partition_mapping=partition_mapping(table, dep, catalog[dep.table].period))
@@ -62,7 +68,7 @@ def build_asset(catalog: Catalog, table: DerivedTable) -> AssetsDefinition:
             "all upstream partitions ready and valid"
         ),
         check_specs=check_specs(table),
-        backfill_policy=BackfillPolicy.single_run(),
+        backfill_policy=backfill_policy(table),
         # one body for every table: the resources are looked up by key, the external one only where read
         required_resource_keys={"spark", "lake", "external"} if reads_external else {"spark", "lake"},
         metadata={

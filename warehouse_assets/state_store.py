@@ -146,6 +146,25 @@ class PartitionStateStore:
             self._db.execute("DELETE FROM cursor")
         return self.update()
 
+    def changes_since(self, after: int) -> list[Change]:
+        """The partitions materialized or checked by the events after storage id ``after`` up to the cursor, in their
+        current state: what a consumer of :meth:`update`'s changes that stopped at ``after`` (a crash between the
+        store's commit and its own) has missed. Runs that started or ended meanwhile are not among them."""
+        touched: dict[tuple[str, str], set[str]] = {}
+        for _, entry in self._read(after, self.cursor):
+            event = entry.dagster_event
+            if event is not None and event.event_type == MATERIALIZED:
+                m = event.step_materialization_data.materialization
+                asset_key, partition, name = m.asset_key, m.partition, "materialized"
+            elif event is not None and event.event_type == CHECKED:
+                e = event.asset_check_evaluation_data
+                asset_key, partition, name = e.asset_key, e.partition, "checks"
+            else:
+                continue
+            if partition is not None:
+                touched.setdefault((asset_key.to_user_string(), partition), set()).add(name)
+        return [Change(a, p, frozenset(fields), self._row(a, p)) for (a, p), fields in touched.items()]
+
     def _read(self, after: int, head: int) -> list[tuple[int, EventLogEntry]]:
         """The records of the event types the state depends on with ``after`` < storage id <= ``head``, in order.
 
@@ -220,14 +239,16 @@ class PartitionStateStore:
         return {k for k, s in self.states(AssetKey(table.key), keys).items() if s.in_progress}
 
     def failed_blocking_checks(self, table: Table, keys: Sequence[str]) -> dict[str, list[str]]:
-        blocking = [c.name for c in table.checks if c.blocking]
-        if not blocking or not keys:
+        if not keys or not any(c.blocking for c in table.checks):
             return {}
-        failed = {
-            k: [name for name in blocking if s.checks.get(name) is False]
-            for k, s in self.states(AssetKey(table.key), keys).items()
-        }
-        return {k: sorted(v) for k, v in sorted(failed.items()) if v}
+        return failed_blocking_checks(table, self.states(AssetKey(table.key), keys))
+
+
+def failed_blocking_checks(table: Table, states: Mapping[str, PartitionState]) -> dict[str, list[str]]:
+    """Partition → the blocking checks of ``table`` that failed on its latest materialization, from its state."""
+    blocking = [c.name for c in table.checks if c.blocking]
+    failed = {k: [name for name in blocking if s.checks.get(name) is False] for k, s in states.items()}
+    return {k: sorted(v) for k, v in sorted(failed.items()) if v}
 
 
 class _Step:

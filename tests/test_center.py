@@ -1,0 +1,325 @@
+"""The dependency center's resolver: changes of partition state in, the runs they made possible out, exactly once.
+
+Events are written to a temp-dir instance as the product writes them (runless reports of ODS hours and of built
+partitions, check verdicts, runs created and started), read by the partition state store, and handed to the
+resolver: no Spark, no code location. Where practical, today's automation (``evaluate_automation_conditions`` on the
+same instance) requests the same partitions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+from dagster import (
+    AssetKey,
+    AssetSelection,
+    DagsterInstance,
+    Definitions,
+    evaluate_automation_conditions,
+    instance_for_test,
+)
+
+from resources import resources_from_env
+from tests.test_state_store import create_run, end, materializations, materialize_in, report, start, verdict
+from warehouse_assets.catalog import Catalog, load_catalog
+from warehouse_assets.center import Resolver, RunPlan
+from warehouse_assets.compiler import build_assets
+from warehouse_assets.reverse_index import ReverseIndex
+from warehouse_assets.state_store import PartitionStateStore
+
+TZ = ZoneInfo("Asia/Shanghai")
+NOW = datetime(2026, 3, 6, 9, tzinfo=TZ)
+
+ODS = """table: ods.src
+period: hourly
+source: {database: db, tables: "src"}
+primary_key: [id]
+partition_time: t
+columns: {id: bigint, t: timestamp, v: bigint}
+checks:
+  not_null: [id]
+"""
+DERIVED = {  # table → (header, SQL)
+    "dwd.day": ("period: daily\n", "SELECT id, v FROM ods.src"),  # a day on its 24 hours
+    "dwd.lax": ("period: daily\ndepends_on:\n  ods.src: {range: [0, 23], ignore_dq: true}\n", "SELECT id FROM ods.src"),
+    "ads.t1": ("period: daily\ndepends_on:\n  dwd.day: {set: [-1]}\n", "SELECT id, v FROM dwd.day"),
+    "ads.t7": ("period: daily\ndepends_on:\n  dwd.day: {set: [-7]}\n", "SELECT id, v FROM dwd.day"),
+    "ads.win7": ("period: daily\ndepends_on:\n  dwd.day: {range: [-6, 0]}\n", "SELECT id, v FROM dwd.day"),
+    "ads.win30": ("period: daily\ndepends_on:\n  dwd.day: {range: [-29, 0]}\n", "SELECT id, v FROM dwd.day"),
+    "dws.cum": (
+        "period: daily\ncolumns: {id: bigint, v: bigint}\ndepends_on:\n  dws.cum: {set: [-1]}\n  dwd.day: {set: [0]}\n",
+        "SELECT id, v FROM dwd.day UNION ALL SELECT id, v FROM dws.cum",
+    ),
+}
+WINDOWS = ["ads.t1", "ads.t7", "ads.win7", "ads.win30"]
+
+
+@pytest.fixture(scope="module")
+def catalog(tmp_path_factory: pytest.TempPathFactory) -> Catalog:
+    root = tmp_path_factory.mktemp("catalog")
+    (root / "ods").mkdir()
+    (root / "ods" / "src.yaml").write_text(ODS)
+    for fqn, (header, sql) in DERIVED.items():
+        layer, name = fqn.split(".")
+        (root / layer).mkdir(exist_ok=True)
+        (root / layer / f"{name}.sql").write_text(f"/* ---\ntable: {fqn}\n{header}--- */\n{sql}\n")
+    return load_catalog(root)
+
+
+@pytest.fixture
+def instance(tmp_path: Path) -> Iterator[DagsterInstance]:
+    """One SQLite event log (no database created per run, as in test_state_store): quick to write to."""
+    (tmp_path / "home").mkdir()
+    storage = {"module": "dagster._core.storage.event_log", "class": "ConsolidatedSqliteEventLogStorage"}
+    overrides = {"event_log_storage": {**storage, "config": {"base_dir": str(tmp_path / "home" / "events")}}}
+    with instance_for_test(temp_dir=str(tmp_path / "home"), overrides=overrides) as instance:
+        yield instance
+
+
+class Center:
+    """The state store and the resolver over one instance, stepped at pinned times."""
+
+    def __init__(self, instance: DagsterInstance, catalog: Catalog):
+        self.instance, self.catalog = instance, catalog
+        self.index = ReverseIndex.build(catalog, current_time=NOW)
+        self.open()
+
+    def open(self) -> None:
+        self.store = PartitionStateStore(self.instance)
+        self.resolver = Resolver(self.catalog, self.index, self.store)
+
+    def restart(self) -> None:
+        self.resolver.close()
+        self.store.close()
+        self.open()
+
+    def step(self, now: datetime = NOW) -> list[RunPlan]:
+        return self.resolver.step(now)
+
+    def report(self, table: str, keys: Sequence[str], checked: bool | None = True) -> None:
+        """Report partitions materialized, each with a verdict of the table's blocking check if it has one."""
+        key = AssetKey(self.catalog[table].key)
+        for partition in keys:
+            report(self.instance, key, partition)
+            if checked is not None and self.catalog[table].checks:
+                verdict(self.instance, key, partition, checked, materializations(self.instance, key, partition)[0])
+
+
+def requested(plans: Sequence[RunPlan]) -> dict[str, list[list[str]]]:
+    """Table → its runs' partitions."""
+    found: dict[str, list[list[str]]] = {}
+    for plan in plans:
+        found.setdefault(plan.table, []).append(list(plan.partitions))
+    return found
+
+
+def days(first: str, last: str) -> list[str]:
+    start, stop = datetime.fromisoformat(first), datetime.fromisoformat(last)
+    return [(start + timedelta(days=n)).strftime("%Y-%m-%d") for n in range((stop - start).days + 1)]
+
+
+def hours(day: str) -> list[str]:
+    return [f"{day}-{h:02d}:00" for h in range(24)]
+
+
+# --- the center ---------------------------------------------------------------------------------------------------
+
+
+def test_a_day_is_requested_once_all_its_24_hours_are_in_not_before(
+    instance: DagsterInstance, catalog: Catalog
+) -> None:
+    center = Center(instance, catalog)
+    center.report("ods.src", hours("2026-03-05")[:23])
+    assert center.step() == []
+    center.report("ods.src", hours("2026-03-05")[23:])
+    [day, lax] = sorted(center.step(), key=lambda p: p.table)
+    assert center.resolver.evaluated == 2  # the hour's fan-out: its day in each of its two downstream tables
+    assert (day.table, day.partitions, lax.table, lax.partitions) == (
+        "dwd.day",
+        ("2026-03-05",),
+        "dwd.lax",
+        day.partitions,
+    )
+    last_hour = materializations(instance, AssetKey(["ods", "src"]), "2026-03-05-23:00")[0]
+    assert day.tags == {
+        "dagster/partition": "2026-03-05",
+        "warehouse/trigger_table": "ods.src",
+        "warehouse/trigger_partition": "2026-03-05-23:00",
+        "warehouse/trigger_storage_id": str(last_hour),
+        "warehouse/trigger_change": "checks,materialized",
+    }
+    assert center.step() == []
+
+
+def test_a_window_is_requested_only_when_all_of_it_exists(instance: DagsterInstance, catalog: Catalog) -> None:
+    center = Center(instance, catalog)
+    now = datetime(2026, 2, 2, 9, tzinfo=TZ)
+    center.report("dwd.day", [d for d in days("2026-01-01", "2026-02-01") if d != "2026-01-20"])
+    plans = requested(center.step(now))
+    assert {t: plans.get(t) for t in WINDOWS} == {
+        "ads.t1": [days("2026-01-02", "2026-01-20"), days("2026-01-22", "2026-02-01")],  # 01-01 needs 2025-12-31
+        "ads.t7": [days("2026-01-08", "2026-01-26"), days("2026-01-28", "2026-02-01")],
+        "ads.win7": [days("2026-01-07", "2026-01-19"), days("2026-01-27", "2026-02-01")],
+        "ads.win30": None,  # 01-30 .. 02-01 all need 01-20
+    }
+    # the self-dependent chain starts at the first partition and stops before the missing day, in one run
+    assert plans["dws.cum"] == [days("2026-01-01", "2026-01-19")]
+
+    center.report("dwd.day", ["2026-01-20"])
+    plans = requested(center.step(now))
+    assert plans == {
+        "ads.t1": [["2026-01-21"]],
+        "ads.t7": [["2026-01-27"]],
+        "ads.win7": [days("2026-01-20", "2026-01-26")],
+        "ads.win30": [days("2026-01-30", "2026-02-01")],
+        # dws.cum 01-20 waits for its T-1, requested but not built yet
+    }
+    center.report("dws.cum", days("2026-01-01", "2026-01-19"))
+    assert requested(center.step(now)) == {"dws.cum": [days("2026-01-20", "2026-02-01")]}
+
+
+def test_a_failed_blocking_check_holds_the_downstream_back_and_ignore_dq_does_not(
+    instance: DagsterInstance, catalog: Catalog
+) -> None:
+    center = Center(instance, catalog)
+    center.report("ods.src", hours("2026-03-05"), checked=None)
+    assert requested(center.step()) == {"dwd.lax": [["2026-03-05"]]}  # dwd.day waits for the verdicts
+    src = AssetKey(["ods", "src"])
+    for hour in hours("2026-03-05"):
+        verdict(instance, src, hour, hour != "2026-03-05-13:00", materializations(instance, src, hour)[0])
+    assert center.step() == []  # hour 13 failed
+    center.report("ods.src", ["2026-03-05-13:00"])  # fixed and re-delivered, and it passes
+    # the day runs; the lax day was requested on the hour's previous delivery and is requested again on the new one
+    assert requested(center.step()) == {"dwd.day": [["2026-03-05"]], "dwd.lax": [["2026-03-05"]]}
+
+
+def test_late_data_requests_the_downstream_day_again_once(instance: DagsterInstance, catalog: Catalog) -> None:
+    center = Center(instance, catalog)
+    center.report("ods.src", hours("2026-03-05"))
+    assert requested(center.step())["dwd.day"] == [["2026-03-05"]]
+    center.report("dwd.day", ["2026-03-05"])  # its run built it
+    assert "dwd.day" not in requested(center.step())
+    center.report("ods.src", ["2026-03-05-10:00"])  # late data for one hour
+    changes = center.store.update()
+    assert requested(center.resolver.on_changes(changes, NOW)) == {
+        "dwd.day": [["2026-03-05"]],
+        "dwd.lax": [["2026-03-05"]],
+    }
+    assert center.resolver.on_changes(changes, NOW) == []  # the same changes again: nothing new
+    center.report("dwd.day", ["2026-03-05"])  # rebuilt after the late hour: nothing more
+    assert "dwd.day" not in requested(center.step())
+
+
+def test_late_data_while_the_day_runs_requests_it_again_when_the_run_ends(
+    instance: DagsterInstance, catalog: Catalog
+) -> None:
+    center = Center(instance, catalog)
+    center.report("ods.src", hours("2026-03-05"))
+    assert requested(center.step())["dwd.day"] == [["2026-03-05"]]
+    run = create_run(instance, ["2026-03-05"], AssetKey(["dwd", "day"]))
+    start(instance, run)
+    center.report("ods.src", ["2026-03-05-10:00"])  # late data while the day is being built
+    assert "dwd.day" not in requested(center.step())
+    center.report("dwd.day", ["2026-03-05"])  # the run writes the day from the hours it read before...
+    end(instance, run, "success")
+    assert requested(center.step())["dwd.day"] == [["2026-03-05"]]  # ...so it runs again, once
+    assert center.step() == []
+
+
+def test_a_self_dependent_chain_runs_once_in_one_run(instance: DagsterInstance, catalog: Catalog) -> None:
+    center = Center(instance, catalog)
+    center.report("dws.cum", days("2026-01-01", "2026-02-28"))
+    center.report("dwd.day", days("2026-03-01", "2026-03-03"))
+    assert requested(center.step())["dws.cum"] == [days("2026-03-01", "2026-03-03")]
+    cum = AssetKey(["dws", "cum"])
+    run = create_run(instance, days("2026-03-01", "2026-03-03"), cum)
+    start(instance, run)
+    materialize_in(instance, run, "2026-03-01", cum)
+    # the run wrote 03-01 before 03-02 reads it: not late data for 03-02, which the same run builds next
+    assert center.step() == []
+    for day in ["2026-03-02", "2026-03-03"]:
+        materialize_in(instance, run, day, cum)
+    end(instance, run, "success")
+    assert center.step() == []
+
+
+def test_nothing_is_requested_twice_for_the_same_upstream_state_even_after_a_restart(
+    instance: DagsterInstance, catalog: Catalog
+) -> None:
+    center = Center(instance, catalog)
+    center.report("ods.src", hours("2026-03-04") + hours("2026-03-05"))
+    changes = center.store.update()
+    assert requested(center.resolver.on_changes(changes, NOW))["dwd.day"] == [["2026-03-04", "2026-03-05"]]
+    assert center.resolver.on_changes(changes, NOW) == []
+    center.restart()
+    assert center.resolver.on_changes(changes, NOW) == []
+    assert center.store.update() == [] and center.step() == []
+
+
+def test_changes_the_store_committed_before_a_crash_are_resolved_after_the_restart(
+    instance: DagsterInstance, catalog: Catalog
+) -> None:
+    center = Center(instance, catalog)
+    center.report("ods.src", hours("2026-03-04"))
+    assert requested(center.step())["dwd.day"] == [["2026-03-04"]]
+    center.report("ods.src", hours("2026-03-05"))
+    assert center.store.update()  # the store committed these changes; the resolver crashed before resolving them
+    center.restart()
+    assert requested(center.step()) == {"dwd.day": [["2026-03-05"]], "dwd.lax": [["2026-03-05"]]}
+    center.restart()
+    assert center.step() == []
+
+
+def test_partitions_before_the_lookback_or_in_the_future_are_never_requested(
+    instance: DagsterInstance, catalog: Catalog
+) -> None:
+    center = Center(instance, catalog)
+    # 35 days back from the latest day (03-05): 01-30 is the oldest day automation looks at
+    center.report("ods.src", hours("2026-01-29") + hours("2026-01-30") + hours("2026-03-06"))  # 03-06 not over
+    assert requested(center.step()) == {"dwd.day": [["2026-01-30"]], "dwd.lax": [["2026-01-30"]]}
+    assert center.step(datetime(2026, 3, 7, 1, tzinfo=TZ)) == []  # 03-06 is over, but no event names it now...
+    center.report("ods.src", ["2026-03-06-23:00"])  # ...until its last hour is reported again
+    plans = requested(center.step(datetime(2026, 3, 7, 1, tzinfo=TZ)))
+    assert plans == {"dwd.day": [["2026-03-06"]], "dwd.lax": [["2026-03-06"]]}
+
+
+def test_each_run_respects_the_tables_max_partitions_per_run(instance: DagsterInstance, catalog: Catalog) -> None:
+    center = Center(instance, catalog)
+    center.resolver.max_partitions_per_run = lambda table: 2
+    center.report("ods.src", [h for d in days("2026-03-01", "2026-03-05") for h in hours(d)])
+    assert requested(center.step())["dwd.day"] == [
+        ["2026-03-01", "2026-03-02"],
+        ["2026-03-03", "2026-03-04"],
+        ["2026-03-05"],
+    ]
+
+
+# --- the same requests as today's automation ---------------------------------------------------------------------
+
+
+def test_the_center_requests_what_the_automation_requests(
+    instance: DagsterInstance, catalog: Catalog, tmp_path: Path
+) -> None:
+    resources = resources_from_env(
+        {"WAREHOUSE_LAKE_ROOT": str(tmp_path / "lake"), "WAREHOUSE_LANDING_ROOT": str(tmp_path)}
+    )
+    defs = Definitions(assets=build_assets(catalog), resources=resources)
+    selection = AssetSelection.assets(*[AssetKey(catalog[t].key) for t in ["dwd.day", "dws.cum", *WINDOWS]])
+    now = datetime(2026, 2, 2, 9, tzinfo=TZ)
+    cursor = evaluate_automation_conditions(defs, instance, selection, evaluation_time=now).cursor
+    center = Center(instance, catalog)
+    center.report("ods.src", hours("2026-02-01")[:20])
+    center.report("dwd.day", [d for d in days("2026-01-01", "2026-01-31") if d != "2026-01-20"])
+
+    result = evaluate_automation_conditions(defs, instance, selection, evaluation_time=now, cursor=cursor)
+    automation = {t: set(result.get_requested_partitions(AssetKey(catalog[t].key))) for t in ["dwd.day", *WINDOWS]}
+    mine = {t: {p for run in runs for p in run} for t, runs in requested(center.step(now)).items()}
+    assert {t: mine.get(t, set()) for t in automation} == automation
+    assert automation["ads.t1"]  # the scenario requests something
+    # the automation starts a self-dependent chain one partition a tick; the center runs it in one run
+    first = result.get_requested_partitions(AssetKey(catalog["dws.cum"].key))
+    assert first == {"2026-01-01"} and mine["dws.cum"] == set(days("2026-01-01", "2026-01-19"))

@@ -1,0 +1,356 @@
+"""The dependency center's resolver: from changes of partition state to the runs that became possible (design AD-6).
+
+The partition state store (:mod:`warehouse_assets.state_store`) reports each partition whose state changed (a
+materialization, a check verdict, a run started or ended). For each change, :meth:`Resolver.on_changes` finds the
+downstream partitions it can unblock through the reverse index (:mod:`warehouse_assets.reverse_index`), asks the
+gate (:func:`warehouse_assets.gate.decide`) about each on the store, and returns the ones that may run now as
+:class:`RunPlan` objects, coalesced per table into ranges of contiguous partitions in time order. The cost is the
+changes' fan-out: no catalog scan, no partition history read.
+
+The semantics are today's automation condition's (:mod:`warehouse_assets.automation`):
+
+* within ``LOOKBACK`` of the latest partition (older history is a backfill), never a partition whose window has not
+  ended (the reverse index lists none) nor one whose window reaches before an upstream's start (the gate);
+* every upstream partition materialized and its blocking checks passed on its latest materialization (a verdict
+  still to come waits, as in ``blocking_checks_passed``), unless the dependency says ``ignore_dq``;
+* nothing upstream and not the partition itself in progress: a partition skipped because its own run was in progress
+  is remembered (*deferred*) and looked at again when that run ends, as ``since_last_handled`` does;
+* a partition already materialized is requested again only when an upstream was re-materialized after it (late data,
+  ``any_deps_updated``);
+* exactly once per upstream state: a request is keyed by the partition and the storage ids of its upstream partitions'
+  latest materializations, kept in the state store's SQLite file (tables ``center_requests``, ``center_deferred``),
+  so the same changes applied twice, or by a new resolver after a restart, request nothing new.
+
+A self-dependent table catching up builds its chain in one run, as a backfill does (the run guard accepts a T-1
+written earlier in the same run): a partition that became ready extends its run to the next partitions that only
+lacked their T-1. Runs respect the compiler's backfill policy (at most ``max_partitions_per_run`` per run).
+
+:meth:`Resolver.step` updates the store and resolves its changes; the resolver keeps the store's cursor it resolved
+through with its requests, so after a crash between the store's commit and its own it resolves the partitions
+materialized or checked meanwhile (:meth:`warehouse_assets.state_store.PartitionStateStore.changes_since`). Not
+wired to Dagster yet: the loop calling :meth:`Resolver.step` and launching the plans (Dagster's run submission)
+belong to the engine that runs the resolver; a plan returned but never launched is not requested again.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sqlite3
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from dagster import AssetKey, TimeWindowPartitionsDefinition
+
+from warehouse_assets.automation import LOOKBACK
+from warehouse_assets.catalog import Catalog, Table
+from warehouse_assets.compiler import backfill_policy
+from warehouse_assets.gate import Verdict, decide
+from warehouse_assets.partitions import BY_PERIOD
+from warehouse_assets.reverse_index import ReverseIndex
+from warehouse_assets.state_store import Change, PartitionState, PartitionStateStore, failed_blocking_checks
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS center_requests (table_fqn, partition, upstream, requested_at,
+    PRIMARY KEY (table_fqn, partition, upstream)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS center_deferred (table_fqn, partition, PRIMARY KEY (table_fqn, partition)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS center_cursor (id INTEGER PRIMARY KEY CHECK (id = 0), storage_id INTEGER NOT NULL);
+"""
+
+TAG_PREFIX = "warehouse/trigger"
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """The change that made a partition ready: which partition, its latest materialization, what changed."""
+
+    table: str  # fqn
+    partition: str
+    storage_id: int | None  # of the partition's latest materialization when the change was read
+    run_id: str | None  # the run that materialized it ("" for a runless report)
+    fields: frozenset[str]  # ``materialized``, ``checks``, ``in_progress``, ``failed``
+
+    def describe(self) -> str:
+        return f"{self.table} {self.partition} ({', '.join(sorted(self.fields))})"
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """One run to request: contiguous partitions of one table, in time order, and the change that triggered it."""
+
+    table: str  # fqn
+    partitions: tuple[str, ...]
+    trigger: Trigger
+
+    @property
+    def tags(self) -> dict[str, str]:
+        """Dagster's partition tags of the run, and the triggering event."""
+        first, last = self.partitions[0], self.partitions[-1]
+        if first == last:
+            tags = {"dagster/partition": first}
+        else:
+            tags = {"dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last}
+        return {
+            **tags,
+            f"{TAG_PREFIX}_table": self.trigger.table,
+            f"{TAG_PREFIX}_partition": self.trigger.partition,
+            f"{TAG_PREFIX}_storage_id": "" if self.trigger.storage_id is None else str(self.trigger.storage_id),
+            f"{TAG_PREFIX}_change": ",".join(sorted(self.trigger.fields)),
+        }
+
+
+def _max_partitions_per_run(table: Table) -> int | None:
+    return backfill_policy(table).max_partitions_per_run
+
+
+class Resolver:
+    """Changes of partition state → the runs that became possible; requests remembered in ``store``'s file."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        index: ReverseIndex,
+        store: PartitionStateStore,
+        lookback: timedelta = LOOKBACK,
+        max_partitions_per_run: Callable[[Table], int | None] = _max_partitions_per_run,
+    ):
+        self.catalog, self.index, self.store = catalog, index, store
+        self.lookback = lookback
+        self.max_partitions_per_run = max_partitions_per_run
+        self._fqn = {AssetKey(t.key).to_user_string(): t.fqn for t in catalog}  # the store's asset keys → tables
+        self._db = sqlite3.connect(store.path, isolation_level=None)  # a sibling table of the store's rows
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.executescript(_SCHEMA)
+        # a new resolver starts where the store is: the partitions ready before it are a backfill's, or the automation's
+        self._db.execute("INSERT OR IGNORE INTO center_cursor VALUES (0, ?)", (store.cursor,))
+        self.evaluated = 0  # partitions the last call asked the gate about: its cost
+
+    def close(self) -> None:
+        self._db.close()
+
+    @property
+    def resolved_through(self) -> int:
+        """The store's cursor when the resolver last recorded its requests: the changes up to it are resolved."""
+        return int(self._db.execute("SELECT storage_id FROM center_cursor").fetchone()[0])
+
+    def step(self, now: datetime) -> list[RunPlan]:
+        """Update the store and resolve its changes, with those a crash between the store's commit and the
+        resolver's left unresolved."""
+        missed = self.store.changes_since(self.resolved_through) if self.resolved_through < self.store.cursor else []
+        return self.on_changes([*missed, *self.store.update()], now)
+
+    def on_changes(self, changes: Iterable[Change], now: datetime) -> list[RunPlan]:
+        """The runs ``changes`` (those of the store's latest update) made possible at ``now``, ordered by their first
+        partition's time; each partition of them is remembered as requested for its current upstream state, and the
+        store's cursor as resolved, in one transaction."""
+        states = _Snapshot(self.store)
+        candidates: dict[tuple[str, str], Trigger] = {}
+        for change in changes:
+            fqn = self._fqn.get(change.asset_key)
+            if fqn is None:
+                continue  # an asset outside the catalog (a freshness check's, a job's)
+            trigger = Trigger(fqn, change.partition, change.state.storage_id, change.state.run_id, change.fields)
+            for downstream, keys in self.index.downstream_of(fqn, change.partition, now).items():
+                for key in keys:
+                    candidates.setdefault((downstream, key), trigger)
+            run_ended = "in_progress" in change.fields and not change.state.in_progress
+            if run_ended and self._deferred(fqn, change.partition):
+                candidates.setdefault((fqn, change.partition), trigger)
+        self.evaluated = 0
+        ready: dict[tuple[str, str], tuple[Trigger, str]] = {}
+        deferred: list[tuple[str, str]] = []
+        for (fqn, partition), trigger in candidates.items():
+            table = self.catalog[fqn]
+            if not self._in_lookback(table, partition, now):
+                continue
+            outcome = self._resolve(table, partition, states, now)
+            if outcome == _DEFER:
+                # new upstream data while it runs (not written earlier in the same run): look again at its end
+                if "materialized" in trigger.fields and trigger.run_id != states.state(table, partition).latest_run:
+                    deferred.append((fqn, partition))
+            elif outcome is not None:
+                ready[(fqn, partition)] = (trigger, outcome)
+        self._extend_chains(ready, states, now)
+        self._remember(ready, deferred, candidates, now)
+        return self._coalesce(ready)
+
+    # --- one partition ---------------------------------------------------------------------------------------
+
+    def _resolve(self, table: Table, partition: str, states: _Snapshot, now: datetime) -> str | None:
+        """The request key (the upstream state) if ``partition`` should be requested now, ``_DEFER`` if its own
+        run is in progress, None otherwise."""
+        self.evaluated += 1
+        own = states.state(table, partition)
+        if own.in_progress:
+            return _DEFER
+        verdict = decide(self.catalog, table, partition, states, current_time=now)
+        if not verdict.may_run:
+            return None
+        upstream = self._upstream_states(verdict, states)
+        if any(s.in_progress for s in upstream):
+            return None  # an upstream is being rebuilt: its end is a change of its own
+        if not self._checks_passed(verdict, states):
+            return None  # a verdict still to come: it is a change of its own
+        key = json.dumps(sorted([s.asset_key, s.partition, s.storage_id] for s in upstream))
+        if self._requested(table.fqn, partition, key):
+            return None
+        late = any(s.storage_id is not None and s.storage_id > (own.storage_id or -1) for s in upstream)
+        if own.materialized and not late and not self._deferred(table.fqn, partition):
+            return None
+        return key
+
+    def _upstream_states(self, verdict: Verdict, states: _Snapshot) -> list[PartitionState]:
+        return [
+            s
+            for edge in verdict.edges
+            for s in states.states(self.catalog[edge.dep.table], edge.upstream.keys).values()
+        ]
+
+    def _checks_passed(self, verdict: Verdict, states: _Snapshot) -> bool:
+        """Every blocking check passed on each upstream partition's latest materialization, as the automation's
+        ``blocking_checks_passed`` requires (the gate refuses a failed verdict only; here a missing one waits too),
+        except through ``ignore_dq`` and on partitions planned earlier in the same run."""
+        for edge in verdict.edges:
+            upstream = self.catalog[edge.dep.table]
+            blocking = [c.name for c in upstream.checks if c.blocking]
+            if edge.dep.ignore_dq or not blocking:
+                continue
+            for key, state in states.states(upstream, edge.upstream.keys).items():
+                if (upstream.fqn, key) not in states.planned and not all(state.checks.get(n) for n in blocking):
+                    return False
+        return True
+
+    def _extend_chains(
+        self, ready: dict[tuple[str, str], tuple[Trigger, str]], states: _Snapshot, now: datetime
+    ) -> None:
+        """Extend each ready partition of a self-dependent table to the next partitions that only waited for their
+        T-1: they run after it in the same run (never materialized ones only; late data follows change by change)."""
+        for (fqn, partition), (trigger, _) in sorted(
+            ready.items(), key=lambda r: _start(self.catalog[r[0][0]], r[0][1])
+        ):
+            table = self.catalog[fqn]
+            if not any(dep.table == fqn for dep in table.deps):
+                continue
+            current = partition
+            while True:
+                states.planned.add((fqn, current))
+                following = self.index.downstream_of(fqn, current, now).get(fqn, [])
+                if not following or (fqn, following[0]) in ready:
+                    break
+                current = following[0]
+                if states.state(table, current).materialized or not self._in_lookback(table, current, now):
+                    break
+                key = self._resolve(table, current, states, now)
+                if key is None or key == _DEFER:
+                    break
+                ready[(fqn, current)] = (trigger, key)
+
+    def _in_lookback(self, table: Table, partition: str, now: datetime) -> bool:
+        pdef = BY_PERIOD[table.period]
+        return pdef.time_window_for_partition_key(partition).end > _last_window_end(pdef, now) - self.lookback
+
+    # --- requests, persisted -----------------------------------------------------------------------------------
+
+    def _requested(self, fqn: str, partition: str, key: str) -> bool:
+        query = "SELECT 1 FROM center_requests WHERE table_fqn = ? AND partition = ? AND upstream = ?"
+        return self._db.execute(query, (fqn, partition, key)).fetchone() is not None
+
+    def _deferred(self, fqn: str, partition: str) -> bool:
+        query = "SELECT 1 FROM center_deferred WHERE table_fqn = ? AND partition = ?"
+        return self._db.execute(query, (fqn, partition)).fetchone() is not None
+
+    def _remember(
+        self,
+        ready: dict[tuple[str, str], tuple[Trigger, str]],
+        deferred: Sequence[tuple[str, str]],
+        candidates: dict[tuple[str, str], Trigger],
+        now: datetime,
+    ) -> None:
+        """Record the requests and the deferred partitions; a deferred partition looked at again is settled."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self._db.executemany(
+                "DELETE FROM center_deferred WHERE table_fqn = ? AND partition = ?",
+                [c for c in candidates if c not in deferred],
+            )
+            self._db.executemany("INSERT OR IGNORE INTO center_deferred VALUES (?, ?)", deferred)
+            self._db.executemany(
+                "INSERT OR IGNORE INTO center_requests VALUES (?, ?, ?, ?)",
+                [(fqn, partition, key, now.timestamp()) for (fqn, partition), (_, key) in ready.items()],
+            )
+            self._db.execute("UPDATE center_cursor SET storage_id = ?", (self.store.cursor,))
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    # --- coalescing --------------------------------------------------------------------------------------------
+
+    def _coalesce(self, ready: dict[tuple[str, str], tuple[Trigger, str]]) -> list[RunPlan]:
+        """Per table, contiguous partitions in time order, at most ``max_partitions_per_run`` a run."""
+        by_table: dict[str, list[str]] = {}
+        for fqn, partition in ready:
+            by_table.setdefault(fqn, []).append(partition)
+        plans: list[RunPlan] = []
+        for fqn, partitions in by_table.items():
+            table = self.catalog[fqn]
+            pdef = BY_PERIOD[table.period]
+            limit = self.max_partitions_per_run(table)
+            windows = sorted((pdef.time_window_for_partition_key(p), p) for p in partitions)
+            run: list[str] = []
+            previous_end = None
+            for window, partition in windows:
+                if run and (window.start != previous_end or (limit is not None and len(run) >= limit)):
+                    plans.append(RunPlan(fqn, tuple(run), ready[(fqn, run[0])][0]))
+                    run = []
+                run.append(partition)
+                previous_end = window.end
+            plans.append(RunPlan(fqn, tuple(run), ready[(fqn, run[0])][0]))
+        return sorted(plans, key=lambda p: (_start(self.catalog[p.table], p.partitions[0]), p.table))
+
+
+_DEFER = "defer"
+
+
+def _start(table: Table, partition: str) -> float:
+    return BY_PERIOD[table.period].time_window_for_partition_key(partition).start.timestamp()
+
+
+@functools.lru_cache(maxsize=64)
+def _last_window_end(pdef: TimeWindowPartitionsDefinition, now: datetime) -> datetime:
+    """The end of the latest partition at ``now``: the start of the window ``now`` lies in."""
+    return pdef.time_window_for_partition_key(pdef.get_partition_key_for_timestamp(now.timestamp())).start
+
+
+class _Snapshot:
+    """The store as the gate's reader, each partition's state read once per call; ``planned`` partitions (earlier
+    in a run being planned) count as materialized, with no verdict yet, as the run guard counts what its run wrote."""
+
+    def __init__(self, store: PartitionStateStore):
+        self.store = store
+        self.planned: set[tuple[str, str]] = set()
+        self._seen: dict[tuple[str, str], PartitionState] = {}
+
+    def states(self, table: Table, keys: Sequence[str]) -> dict[str, PartitionState]:
+        missing = [k for k in keys if (table.fqn, k) not in self._seen]
+        if missing:
+            for k, state in self.store.states(AssetKey(table.key), missing).items():
+                self._seen[(table.fqn, k)] = state
+        return {k: self._seen[(table.fqn, k)] for k in keys}
+
+    def state(self, table: Table, key: str) -> PartitionState:
+        return self.states(table, [key])[key]
+
+    # the gate's PartitionStateReader
+
+    def materialized(self, table: Table, keys: Sequence[str]) -> set[str]:
+        return {k for k, s in self.states(table, keys).items() if s.materialized or (table.fqn, k) in self.planned}
+
+    def in_progress(self, table: Table, keys: Sequence[str]) -> set[str]:
+        return {k for k, s in self.states(table, keys).items() if s.in_progress and (table.fqn, k) not in self.planned}
+
+    def failed_blocking_checks(self, table: Table, keys: Sequence[str]) -> dict[str, list[str]]:
+        return failed_blocking_checks(
+            table, self.states(table, [k for k in keys if (table.fqn, k) not in self.planned])
+        )
