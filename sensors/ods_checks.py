@@ -11,7 +11,7 @@ a time.
 
 Nothing is lost: the pending set is recomputed from the instance on every tick, so a failed or killed run
 leaves its hours pending and a later run checks them (after ``RETRY_AFTER`` when the last run failed). While
-a run is in flight no other starts. Hours older than the automation's lookback are checked by hand
+a run is in flight no other starts. Hours older than the dependency center's lookback are checked by hand
 (execute the table's checks on the partition in the UI).
 """
 
@@ -36,8 +36,8 @@ from dagster import (
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
 from resources.settings import current
-from warehouse_assets.automation import LOOKBACK
 from warehouse_assets.catalog import Catalog, Table
+from warehouse_assets.center import LOOKBACK
 from warehouse_assets.ods_checks import JOB, checked_tables
 from warehouse_assets.partitions import BY_PERIOD, business_zone
 

@@ -145,8 +145,11 @@ def test_a_day_is_requested_once_all_its_24_hours_are_in_not_before(
         day.partitions,
     )
     last_hour = materializations(instance, AssetKey(["ods", "src"]), "2026-03-05-23:00")[0]
+    assert day.request_id and day.request_id != lax.request_id
     assert day.tags == {
         "dagster/partition": "2026-03-05",
+        "warehouse/engine": "center",
+        "warehouse/request": day.request_id,
         "warehouse/trigger_table": "ods.src",
         "warehouse/trigger_partition": "2026-03-05-23:00",
         "warehouse/trigger_storage_id": str(last_hour),
@@ -272,6 +275,32 @@ def test_changes_the_store_committed_before_a_crash_are_resolved_after_the_resta
     assert requested(center.step()) == {"dwd.day": [["2026-03-05"]], "dwd.lax": [["2026-03-05"]]}
     center.restart()
     assert center.step() == []
+
+
+def test_a_plan_stays_pending_until_its_run_is_submitted_also_across_a_restart(
+    instance: DagsterInstance, catalog: Catalog
+) -> None:
+    center = Center(instance, catalog)
+    center.report("ods.src", hours("2026-03-05"))
+    plans = center.step()
+    assert center.resolver.pending() == plans and len(plans) == 2
+    center.resolver.submitted(plans[0].request_id)
+    center.restart()  # a crash before the second submission: the restarted engine submits it, and only it
+    assert center.resolver.pending() == plans[1:]
+    assert center.step() == []
+
+
+def test_a_partition_whose_upstream_was_complete_before_its_window_ended_is_requested_when_it_ends(
+    instance: DagsterInstance, catalog: Catalog
+) -> None:
+    center = Center(instance, catalog)
+    evening = datetime(2026, 3, 5, 20, tzinfo=TZ)
+    assert center.step(evening) == []
+    center.report("dwd.day", ["2026-03-04"])  # ads.t1 2026-03-05 needs only this T-1 day, but its day is not over
+    assert "ads.t1" not in requested(center.step(evening))
+    [plan] = center.step(datetime(2026, 3, 6, 0, 0, 1, tzinfo=TZ))  # the day ended: no upstream event names it
+    assert (plan.table, plan.partitions, plan.trigger.fields) == ("ads.t1", ("2026-03-05",), frozenset({"clock"}))
+    assert center.step(datetime(2026, 3, 6, 0, 0, 2, tzinfo=TZ)) == []
 
 
 def test_partitions_before_the_lookback_or_in_the_future_are_never_requested(

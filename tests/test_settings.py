@@ -43,7 +43,8 @@ def test_an_empty_environment_gives_the_embedded_defaults() -> None:
         "data/landing/external",
     )
     assert (settings.spark_mode, settings.run_executor, settings.simulate_live) == ("local", "in_process", False)
-    assert (settings.automation_interval, settings.ods_checks_interval) == (15, 10)
+    assert (settings.engine_poll_seconds, settings.ods_checks_interval) == (0.25, 10)
+    assert (settings.webserver_url, settings.code_location) == ("http://127.0.0.1:3000", "warehouse")
     assert (settings.external_sensor_interval, settings.freshness_sensor_interval) == (10, 60)
     assert (settings.freshness_horizon_hours, settings.time_travel_hours) == (48.0, 168)
     assert Settings.from_env({"WAREHOUSE_TIMEZONE": ""}).timezone == "Asia/Shanghai"  # empty is unset
@@ -65,7 +66,9 @@ def test_every_variable_is_read() -> None:
         "WAREHOUSE_TIME_TRAVEL_HOURS": "24",
         "WAREHOUSE_SIMULATE_LIVE": "1",
         "WAREHOUSE_RUN_EXECUTOR": "multiprocess",
-        "WAREHOUSE_AUTOMATION_INTERVAL": "30",
+        "WAREHOUSE_ENGINE_POLL_SECONDS": "0.1",
+        "WAREHOUSE_WEBSERVER_URL": "http://dagster:3000",
+        "WAREHOUSE_CODE_LOCATION": "lake",
         "WAREHOUSE_ODS_CHECKS_INTERVAL": "11",
         "WAREHOUSE_EXTERNAL_SENSOR_INTERVAL": "12",
         "WAREHOUSE_FRESHNESS_SENSOR_INTERVAL": "90",
@@ -87,7 +90,9 @@ def test_every_variable_is_read() -> None:
         "time_travel_hours": 24,
         "simulate_live": True,
         "run_executor": "multiprocess",
-        "automation_interval": 30,
+        "engine_poll_seconds": 0.1,
+        "webserver_url": "http://dagster:3000",
+        "code_location": "lake",
         "ods_checks_interval": 11,
         "external_sensor_interval": 12,
         "freshness_sensor_interval": 90,
@@ -116,7 +121,7 @@ def test_every_variable_is_read() -> None:
             "got '2026-3-4'",
         ),
         ("WAREHOUSE_START", "2026-02-30", "WAREHOUSE_START must be the first day of the warehouse's data"),
-        ("WAREHOUSE_AUTOMATION_INTERVAL", "fast", "WAREHOUSE_AUTOMATION_INTERVAL='fast': expected a positive whole"),
+        ("WAREHOUSE_ENGINE_POLL_SECONDS", "fast", "WAREHOUSE_ENGINE_POLL_SECONDS='fast': expected a positive number"),
         ("WAREHOUSE_ODS_CHECKS_INTERVAL", "0", "WAREHOUSE_ODS_CHECKS_INTERVAL='0': expected a positive whole number"),
         ("WAREHOUSE_FRESHNESS_HORIZON_HOURS", "two", "WAREHOUSE_FRESHNESS_HORIZON_HOURS='two': expected a number"),
         ("WAREHOUSE_SPARK_MODE", "yarn", "WAREHOUSE_SPARK_MODE='yarn': expected one of connect, local, master"),
@@ -207,14 +212,13 @@ def test_freshness_deadlines_are_local_times_of_the_zone() -> None:
 def test_every_interval_reaches_its_sensor() -> None:
     settings = Settings.from_env(
         {
-            "WAREHOUSE_AUTOMATION_INTERVAL": "31",
             "WAREHOUSE_ODS_CHECKS_INTERVAL": "32",
             "WAREHOUSE_EXTERNAL_SENSOR_INTERVAL": "33",
             "WAREHOUSE_FRESHNESS_SENSOR_INTERVAL": "34",
         }
     )
     sensors = {s.name: s.minimum_interval_seconds for s in build_definitions(CATALOG, settings).sensors or []}
-    assert sensors["warehouse_automation"] == 31
+    assert "warehouse_automation" not in sensors  # the engine process starts downstream runs (warehouse engine)
     assert sensors["ods_quality_checks"] == 32
     assert {v for k, v in sensors.items() if k.startswith("ext_")} == {33}
     assert sensors["freshness_slas"] == 34

@@ -37,17 +37,17 @@ from __future__ import annotations
 import functools
 import json
 import sqlite3
+import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 
 from dagster import AssetKey, TimeWindowPartitionsDefinition
 
-from warehouse_assets.automation import LOOKBACK
 from warehouse_assets.catalog import Catalog, Table
 from warehouse_assets.compiler import backfill_policy
 from warehouse_assets.gate import Verdict, decide
-from warehouse_assets.partitions import BY_PERIOD
+from warehouse_assets.partitions import BY_PERIOD, upstream_partitions
 from warehouse_assets.reverse_index import ReverseIndex
 from warehouse_assets.state_store import Change, PartitionState, PartitionStateStore, failed_blocking_checks
 
@@ -56,9 +56,17 @@ CREATE TABLE IF NOT EXISTS center_requests (table_fqn, partition, upstream, requ
     PRIMARY KEY (table_fqn, partition, upstream)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS center_deferred (table_fqn, partition, PRIMARY KEY (table_fqn, partition)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS center_cursor (id INTEGER PRIMARY KEY CHECK (id = 0), storage_id INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS center_clock (id INTEGER PRIMARY KEY CHECK (id = 0), at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS center_pending (request_id TEXT PRIMARY KEY, planned_at REAL NOT NULL, plan TEXT NOT NULL);
 """
 
 TAG_PREFIX = "warehouse/trigger"
+REQUEST_TAG = "warehouse/request"  # the request a run was submitted for: how a restart finds what it submitted
+ENGINE_TAG = "warehouse/engine"
+
+# Automatic runs look this far back from the latest partition; older history is a backfill's (design §6.4).
+LOOKBACK = timedelta(days=35)
+CLOCK = "clock"  # a Trigger's field: the partition's window ended, nothing upstream changed
 
 
 @dataclass(frozen=True)
@@ -69,7 +77,7 @@ class Trigger:
     partition: str
     storage_id: int | None  # of the partition's latest materialization when the change was read
     run_id: str | None  # the run that materialized it ("" for a runless report)
-    fields: frozenset[str]  # ``materialized``, ``checks``, ``in_progress``, ``failed``
+    fields: frozenset[str]  # ``materialized``, ``checks``, ``in_progress``, ``failed``, or ``clock``
 
     def describe(self) -> str:
         return f"{self.table} {self.partition} ({', '.join(sorted(self.fields))})"
@@ -82,6 +90,7 @@ class RunPlan:
     table: str  # fqn
     partitions: tuple[str, ...]
     trigger: Trigger
+    request_id: str = ""  # set when the plan is recorded: the key of its submission
 
     @property
     def tags(self) -> dict[str, str]:
@@ -93,11 +102,25 @@ class RunPlan:
             tags = {"dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last}
         return {
             **tags,
+            ENGINE_TAG: "center",
+            REQUEST_TAG: self.request_id,
             f"{TAG_PREFIX}_table": self.trigger.table,
             f"{TAG_PREFIX}_partition": self.trigger.partition,
             f"{TAG_PREFIX}_storage_id": "" if self.trigger.storage_id is None else str(self.trigger.storage_id),
             f"{TAG_PREFIX}_change": ",".join(sorted(self.trigger.fields)),
         }
+
+    def to_json(self) -> str:
+        t = self.trigger
+        return json.dumps(
+            [self.table, self.partitions, [t.table, t.partition, t.storage_id, t.run_id, sorted(t.fields)]]
+        )
+
+    @classmethod
+    def from_json(cls, text: str, request_id: str) -> RunPlan:
+        table, partitions, (t_table, t_partition, storage_id, run_id, fields) = json.loads(text)
+        trigger = Trigger(t_table, t_partition, storage_id, run_id, frozenset(fields))
+        return cls(table, tuple(partitions), trigger, request_id)
 
 
 def _max_partitions_per_run(table: Table) -> int | None:
@@ -125,6 +148,7 @@ class Resolver:
         # a new resolver starts where the store is: the partitions ready before it are a backfill's, or the automation's
         self._db.execute("INSERT OR IGNORE INTO center_cursor VALUES (0, ?)", (store.cursor,))
         self.evaluated = 0  # partitions the last call asked the gate about: its cost
+        self._time_driven_tables: list[str] | None = None
 
     def close(self) -> None:
         self._db.close()
@@ -157,6 +181,8 @@ class Resolver:
             run_ended = "in_progress" in change.fields and not change.state.in_progress
             if run_ended and self._deferred(fqn, change.partition):
                 candidates.setdefault((fqn, change.partition), trigger)
+        for candidate, trigger in self._clock_candidates(now).items():
+            candidates.setdefault(candidate, trigger)
         self.evaluated = 0
         ready: dict[tuple[str, str], tuple[Trigger, str]] = {}
         deferred: list[tuple[str, str]] = []
@@ -172,8 +198,54 @@ class Resolver:
             elif outcome is not None:
                 ready[(fqn, partition)] = (trigger, outcome)
         self._extend_chains(ready, states, now)
-        self._remember(ready, deferred, candidates, now)
-        return self._coalesce(ready)
+        plans = [replace(plan, request_id=uuid.uuid4().hex) for plan in self._coalesce(ready)]
+        self._remember(ready, deferred, candidates, plans, now)
+        return plans
+
+    # --- submission: a plan stays pending until the engine has submitted its run --------------------------------
+
+    def pending(self) -> list[RunPlan]:
+        """The plans recorded but not yet submitted (all of them after a crash), oldest first."""
+        rows = self._db.execute("SELECT request_id, plan FROM center_pending ORDER BY planned_at, rowid")
+        return [RunPlan.from_json(plan, request_id) for request_id, plan in rows]
+
+    def submitted(self, request_id: str) -> None:
+        """The run of ``request_id`` exists in Dagster: the plan is done."""
+        self._db.execute("DELETE FROM center_pending WHERE request_id = ?", (request_id,))
+
+    # --- the clock: a partition whose upstream was complete before its own window ended --------------------------
+
+    def _clock_candidates(self, now: datetime) -> dict[tuple[str, str], Trigger]:
+        """The partitions of time-driven tables whose windows ended since the last call: their last upstream change
+        came before they existed (a T-1 day is complete before day T ends), so no change will name them."""
+        row = self._db.execute("SELECT at FROM center_clock").fetchone()
+        if row is None:
+            return {}  # a new resolver: the windows ended before it are the backfill's or the first steps'
+        since = max(datetime.fromtimestamp(row[0], UTC), now - self.lookback)
+        found: dict[tuple[str, str], Trigger] = {}
+        for fqn in self._time_driven(now):
+            for key in _ended_between(BY_PERIOD[self.catalog[fqn].period], since, now):
+                found[(fqn, key)] = Trigger(fqn, key, None, None, frozenset({CLOCK}))
+        return found
+
+    def _time_driven(self, now: datetime) -> list[str]:
+        """The tables some partition of which can become ready by its window ending: every upstream partition it
+        needs (a sample partition's, one lookback back) ends before its own window does, or is not one yet."""
+        if self._time_driven_tables is None:
+            self._time_driven_tables = []
+            for table in self.catalog.derived():
+                pdef = BY_PERIOD[table.period]
+                key = pdef.get_partition_key_for_timestamp((now - self.lookback).timestamp())
+                end = pdef.time_window_for_partition_key(key).end
+                ends = []
+                for dep in table.deps:
+                    up = upstream_partitions(self.catalog, table, dep, key, current_time=now)
+                    up_def = BY_PERIOD[self.catalog[dep.table].period]
+                    if up.nonexistent or up.keys:  # none: a self-dependency's T-1 before the table's start
+                        ends.append(end if up.nonexistent else up_def.time_window_for_partition_key(up.keys[-1]).end)
+                if ends and max(ends) < end:
+                    self._time_driven_tables.append(table.fqn)
+        return self._time_driven_tables
 
     # --- one partition ---------------------------------------------------------------------------------------
 
@@ -265,9 +337,11 @@ class Resolver:
         ready: dict[tuple[str, str], tuple[Trigger, str]],
         deferred: Sequence[tuple[str, str]],
         candidates: dict[tuple[str, str], Trigger],
+        plans: Sequence[RunPlan],
         now: datetime,
     ) -> None:
-        """Record the requests and the deferred partitions; a deferred partition looked at again is settled."""
+        """Record the requests, their plans as pending, the deferred partitions (a deferred partition looked at again
+        is settled), the store's cursor and the clock, in one transaction."""
         self._db.execute("BEGIN IMMEDIATE")
         try:
             self._db.executemany(
@@ -279,7 +353,15 @@ class Resolver:
                 "INSERT OR IGNORE INTO center_requests VALUES (?, ?, ?, ?)",
                 [(fqn, partition, key, now.timestamp()) for (fqn, partition), (_, key) in ready.items()],
             )
+            self._db.executemany(
+                "INSERT INTO center_pending VALUES (?, ?, ?)",
+                [(plan.request_id, now.timestamp(), plan.to_json()) for plan in plans],
+            )
             self._db.execute("UPDATE center_cursor SET storage_id = ?", (self.store.cursor,))
+            self._db.execute(
+                "INSERT INTO center_clock VALUES (0, ?) ON CONFLICT (id) DO UPDATE SET at = max(at, excluded.at)",
+                (now.timestamp(),),
+            )
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
@@ -311,6 +393,22 @@ class Resolver:
 
 
 _DEFER = "defer"
+
+
+def _ended_between(pdef: TimeWindowPartitionsDefinition, since: datetime, now: datetime) -> list[str]:
+    """The partitions whose windows ended after ``since`` and by ``now``, in time order."""
+    if now <= since:
+        return []
+    first = pdef.get_first_partition_window()
+    if first is None:
+        return []
+    key: str | None = pdef.get_partition_key_for_timestamp(max(since, first.start).timestamp())
+    keys: list[str] = []
+    while key is not None and (window := pdef.time_window_for_partition_key(key)).end <= now:
+        if window.end > since:
+            keys.append(key)
+        key = pdef.get_next_partition_key(key)
+    return keys
 
 
 def _start(table: Table, partition: str) -> float:

@@ -313,6 +313,16 @@ def run_dev(args: argparse.Namespace) -> int:
     command = [sys.executable, "-m", "dagster", "dev", "-h", args.host, "-p", str(args.port), "-w", "workspace.yaml"]
     _say(f"[dev] starting Dagster: http://{args.host}:{args.port}  (Ctrl-C stops everything)")
     dagster = subprocess.Popen(command, env=env, start_new_session=True, preexec_fn=_default_signals)
+    engine_command = [
+        sys.executable,
+        "-m",
+        "warehouse_assets.cli",
+        "engine",
+        "--url",
+        f"http://{args.host}:{args.port}",
+    ]
+    _say("[dev] starting the engine (the dependency center: starts each partition once its upstream is ready)")
+    engine = subprocess.Popen(engine_command, env=env, start_new_session=True, preexec_fn=_default_signals)
 
     def stop(*_: object) -> None:
         raise KeyboardInterrupt
@@ -321,12 +331,39 @@ def run_dev(args: argparse.Namespace) -> int:
     try:
         return dagster.wait()
     except KeyboardInterrupt:
-        _say("[dev] stopping Dagster and Spark …")
+        _say("[dev] stopping the engine, Dagster and Spark …")
+        _stop_group(engine, signal.SIGTERM, timeout=15)
         _stop_group(dagster, signal.SIGINT, timeout=30)
         return 0
     finally:
+        _stop_group(engine, signal.SIGTERM, timeout=15)
         if server is not None:
             _stop_group(server, signal.SIGTERM, timeout=15)
+
+
+def run_engine(args: argparse.Namespace) -> int:
+    """The dependency center's engine in the foreground, beside a running webserver (``--url``) and daemon."""
+    import logging
+    import threading
+
+    from dagster import DagsterInstance
+
+    from warehouse_assets.catalog import load_catalog
+    from warehouse_assets.engine import Engine, GraphQLSubmitter
+
+    settings = _settings(os.environ)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s [engine] %(message)s", stream=sys.stdout)
+    submitter = GraphQLSubmitter(args.url or settings.webserver_url, settings.code_location)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    with DagsterInstance.get() as instance:
+        engine = Engine(instance, load_catalog(), submitter)
+        try:
+            engine.run(stop, settings.engine_poll_seconds)
+        finally:
+            engine.close()
+    return 0
 
 
 def _prepare_instance(home: Path) -> None:
@@ -408,6 +445,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--no-simulate", dest="simulate", action="store_false", help="use the landing area as it is (real sources)"
     )
 
+    eng = sub.add_parser("engine", help="the dependency center: starts each partition's run once its upstream is ready")
+    eng.add_argument("--url", default=None, help="the Dagster webserver (default: WAREHOUSE_WEBSERVER_URL)")
     srv = sub.add_parser("spark-server", help="run the Spark Connect server in the foreground")
     srv.add_argument("--port", type=int, default=15002)
 
@@ -422,6 +461,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_dev(args)
     if args.command == "spark-server":
         return run_spark_server(args)
+    if args.command == "engine":
+        return run_engine(args)
 
     from resources import resources_from_env
 

@@ -1,12 +1,14 @@
-"""The one compiler from catalog to Dagster: assets, specs, checks, partition mappings, backfill policies,
-automation conditions. It only compiles: loading it imports no PySpark (the code server, the daemon and every
+"""The one compiler from catalog to Dagster: assets, specs, checks, partition mappings, backfill policies.
+It only compiles: loading it imports no PySpark (the code server, the daemon and every
 sensor tick import it).
 
 A derived table becomes an ``@asset`` with a single-run backfill policy whose body runs the table's partitions
 through :func:`warehouse_assets.runtime.run_table`, imported when a run executes it; an ODS table becomes an
 ``AssetSpec`` (written by the ingestion job, reported by the readiness sensor) with its declared checks, an
 external table an ``AssetSpec`` its sensor reports. Whether a partition may run is the gate's
-(:mod:`warehouse_assets.gate`): the run guard and the automation condition compiled here both ask it.
+(:mod:`warehouse_assets.gate`): the run guard compiled here and the dependency center both ask it. No asset
+carries a Dagster automation condition: the dependency center's engine (:mod:`warehouse_assets.engine`) starts
+downstream runs, and a condition left on an asset would make Dagster add its own automation sensor.
 """
 
 import hashlib
@@ -31,11 +33,10 @@ from dagster import (
 
 from resources.delta_lake import DeltaLakeResource
 from resources.spark import SparkResource
-from warehouse_assets.automation import ready_when_upstream_complete
 from warehouse_assets.catalog import Catalog, DerivedTable, ExternalTable, OdsTable, Table
 from warehouse_assets.freshness import build_freshness_checks
 from warehouse_assets.partitions import BY_PERIOD, partition_mapping
-from warehouse_assets.quality import blocking_checks_passed, check_specs, evaluation, latest_materialization
+from warehouse_assets.quality import check_specs, evaluation, latest_materialization
 
 
 def _code_version(table: DerivedTable) -> str:
@@ -64,9 +65,6 @@ def build_asset(catalog: Catalog, table: DerivedTable) -> AssetsDefinition:
         owners=[f"team:{table.owner}"],
         kinds={"spark", "delta"},
         code_version=_code_version(table),
-        automation_condition=(ready_when_upstream_complete() & blocking_checks_passed(table)).with_label(
-            "all upstream partitions ready and valid"
-        ),
         check_specs=check_specs(table),
         backfill_policy=backfill_policy(table),
         # one body for every table: the resources are looked up by key, the external one only where read

@@ -5,10 +5,7 @@ from __future__ import annotations
 import warnings
 
 from dagster import (
-    AssetSelection,
-    AutomationConditionSensorDefinition,
     BetaWarning,
-    DefaultSensorStatus,
     Definitions,
     ExecutorDefinition,
     PreviewWarning,
@@ -34,7 +31,7 @@ from warehouse_assets.why import build_why_job
 from warehouse_assets.zorder import build_zorder_job
 
 # Deliberate uses of Dagster 1.13 features marked beta or preview (single-run backfill policies, partitioned
-# asset checks, automation evaluated in the code server): the project pins Dagster, so the warning every process
+# asset checks): the project pins Dagster, so the warning every process
 # prints for each table says nothing new, and it buried the run logs.
 warnings.filterwarnings("ignore", category=BetaWarning)
 warnings.filterwarnings("ignore", category=PreviewWarning)
@@ -81,16 +78,6 @@ def _build(catalog: Catalog, settings: Settings) -> Definitions:
     maintenance_job, maintenance_schedule = build_maintenance(catalog)
     zorder_job, ods_checks_job = build_zorder_job(catalog), build_ods_checks_job(catalog)
     resources = resources_from_env(settings)
-    automation_sensor = AutomationConditionSensorDefinition(
-        "warehouse_automation",
-        target=AssetSelection.all() | AssetSelection.all_asset_checks(),
-        default_status=DefaultSensorStatus.RUNNING,
-        # seconds between automation evaluations: the largest share of the upstream → downstream handoff
-        # latency (bench/handoff_latency.py); each evaluation costs a pass over the whole graph
-        minimum_interval_seconds=settings.automation_interval,
-        use_user_code_server=True,  # evaluates the Python condition UpstreamPartitionsExist (automation.py)
-        description="Runs each partition as soon as every mapped upstream partition is ready.",
-    )
     return Definitions(
         assets=build_assets(catalog),
         asset_checks=build_checks(catalog),
@@ -100,7 +87,6 @@ def _build(catalog: Catalog, settings: Settings) -> Definitions:
             build_landing_sensor(catalog, ingest_job),
             build_readiness_sensor(catalog),
             build_ods_checks_sensor(catalog, ods_checks_job),
-            automation_sensor,
             *dev_sensors(settings.simulate_live),
             build_zorder_sensor(catalog, zorder_job),
             *build_external_sensors(catalog),

@@ -14,7 +14,7 @@ with one warning line each and never reported:
 
 Re-delivery is reported again on purpose: a delivery of a partition already reported whose *content*
 changed (corrected files under a new marker, a new Delta version rewriting the day with other rows) is
-a new materialization with ``redelivery: true``, so the automation re-runs its downstream partitions.
+a new materialization with ``redelivery: true``, so the dependency center re-runs its downstream partitions.
 
 The cursor holds, per delivery, the signature already decided (marker and file stats, or the Delta
 version) and, per partition, the fingerprint reported; so a restarted daemon neither repeats nor loses a

@@ -25,12 +25,9 @@ partition: a second one raises an IntegrityError), so a passing "late" evaluatio
 possible — and the failed partition is exactly the record of the miss. Executing the check by hand is a
 run, not run-less, and may add a newer verdict.
 
-The check's own automation condition never fires: it keeps the check out of the automation's
-single-partition runs of its asset (Dagster adds only condition-less checks to those). Every other run that
-materializes the asset still includes it: a backfill (Dagster 1.13 puts every check of the selected assets in
-a backfill's runs, ``build_run_requests_with_backfill_policies``), an automation catch-up over several days
-(emitted as a backfill) and the UI's "Materialize" (checks included by default). A check cannot exist as a
-spec only (an ``AssetsDefinition`` without a computation may not carry check specs), so in those runs the
+Every run that materializes the asset includes the check: the engine's runs, a backfill's and the UI's
+"Materialize" (Dagster puts every check of the selected assets in a run unless told otherwise). A check cannot
+exist as a spec only (an ``AssetsDefinition`` without a computation may not carry check specs), so in those runs the
 check yields nothing (``can_subset``): the run succeeds, and the partitions' verdicts stay the sensor's.
 Judging there would be wrong twice over: a backfill of history would report a miss per partition (an alarm
 flood), and a run-based verdict would supersede the sensor's. Dagster still records the run's planned
@@ -57,7 +54,6 @@ from dagster import (
     AssetCheckSpec,
     AssetKey,
     AssetRecordsFilter,
-    AutomationCondition,
     DagsterInstance,
     TimeWindow,
     multi_asset_check,
@@ -172,13 +168,6 @@ def judged(instance: DagsterInstance, table: Table, partition_key: str) -> bool:
     return any(not record.run_id for record in history)
 
 
-def sensor_only() -> AutomationCondition:
-    """Never true: the freshness check is evaluated by its sensor and never launched by the automation, and
-    having a condition keeps it from riding along with its asset's materialization runs."""
-    started = AutomationCondition.initial_evaluation()
-    return (started & ~started).with_label("evaluated by the freshness_slas sensor")
-
-
 def freshness_spec(table: Table) -> AssetCheckSpec:
     return AssetCheckSpec(
         CHECK_NAME,
@@ -187,7 +176,6 @@ def freshness_spec(table: Table) -> AssetCheckSpec:
         blocking=False,
         partitions_def=BY_PERIOD[table.period],
         metadata={"kind": "freshness", "sla": _sla(table).describe(), "declared_in": table.path.name},
-        automation_condition=sensor_only(),
     )
 
 

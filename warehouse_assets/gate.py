@@ -15,8 +15,8 @@ P may run when every upstream partition is ``ok``. The gate reads partition stat
 :class:`PartitionStateReader` only; callers supply the state they trust: the run guard
 (:mod:`warehouse_assets.runtime`) the instance's materializations plus what its own run wrote, ``warehouse why``
 (:mod:`warehouse_assets.why`) the instance's partition statuses, the headless path
-(:mod:`warehouse_assets.cli`) the instance. The automation condition asks the existence part
-(:func:`runnable_where_upstream_exists`) on the asset graph, and the backfill plan (:func:`backfill_partitions`)
+(:mod:`warehouse_assets.cli`) the instance, the dependency center (:mod:`warehouse_assets.center`) its partition
+state store; the backfill plan (:func:`backfill_partitions`)
 asks it over a range.
 """
 
@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Protocol
 
-from dagster import AssetKey, DagsterInstance, PartitionMapping, TimeWindowPartitionsDefinition
+from dagster import AssetKey, DagsterInstance
 
-from warehouse_assets.partitions import BY_PERIOD, UpstreamPartitions, mapped_upstream, upstream_partitions
+from warehouse_assets.partitions import BY_PERIOD, UpstreamPartitions, upstream_partitions
 from warehouse_assets.quality import failed_blocking_checks
 
 if TYPE_CHECKING:
@@ -200,35 +200,6 @@ def nonexistent_upstream(
         for dep in table.deps
         if upstream_partitions(catalog, table, dep, partition, current_time=current_time).nonexistent
     ]
-
-
-@dataclass(frozen=True)
-class Edge:
-    """One dependency as the asset graph states it (the automation's view, without the catalog)."""
-
-    mapping: PartitionMapping
-    upstream_def: TimeWindowPartitionsDefinition
-    self_dependency: bool = False
-
-
-def runnable_where_upstream_exists(
-    own_def: TimeWindowPartitionsDefinition, edges: Sequence[Edge], keys: Sequence[str], current_time: datetime
-) -> list[str]:
-    """The ``keys`` every upstream partition of which, through every edge, exists at ``current_time``.
-
-    One pass over all keys; key by key only when something is nonexistent (the common case is none).
-    """
-
-    def nonexistent(edge: Edge, some: Sequence[str]) -> bool:
-        return bool(
-            mapped_upstream(
-                edge.mapping, own_def, edge.upstream_def, some, current_time, self_dependency=edge.self_dependency
-            ).nonexistent
-        )
-
-    if not any(nonexistent(edge, keys) for edge in edges):
-        return list(keys)
-    return [k for k in keys if not any(nonexistent(edge, [k]) for edge in edges)]
 
 
 def partitions_in_range(period: str, start: datetime, end: datetime) -> list[str]:

@@ -3,7 +3,7 @@
 Launched by the ``ods_quality_checks`` sensor (sensors/ods_checks.py) for every hour reported since the last
 run, or by hand with ``hours`` in its config. It records one ``AssetCheckEvaluation`` per check and hour, with
 the numbers behind it, targeting the materialization it checked, so the verdict shows on the partition in the
-UI and gates the automation.
+UI and gates the dependency center.
 """
 
 import time

@@ -3,12 +3,12 @@
 Every declared check becomes one per-partition asset check (``AssetCheckSpec(partitions_def=...)``),
 blocking unless the catalog says ``blocking: false``. A derived table evaluates its checks in the same step,
 on the partition it just wrote (read back from Delta) and on the upstream partitions it read; an ODS table's
-checks run in their own step whenever the readiness sensor reports the hour (an automation condition on
-the checks). Results carry the numbers behind them.
+checks run in a check run the ``ods_quality_checks`` sensor launches for the hours the readiness sensor reported.
+Results carry the numbers behind them.
 
-Across runs the gate is the automation condition (:func:`blocking_checks_passed`): a partition runs only
-when every mapped upstream partition's blocking checks passed on its latest materialization — except for
-dependencies declared ``ignore_dq: true`` (seed 002). The run guard (:mod:`warehouse_assets.gate`) refuses the same.
+Across runs the dependency center (:mod:`warehouse_assets.center`) starts a partition only when every mapped
+upstream partition's blocking checks passed on its latest materialization — except for dependencies declared
+``ignore_dq: true`` (seed 002). The run guard (:mod:`warehouse_assets.gate`) refuses a failed one.
 """
 
 from __future__ import annotations
@@ -23,8 +23,6 @@ from dagster import (
     AssetKey,
     AssetMaterialization,
     AssetRecordsFilter,
-    AssetSelection,
-    AutomationCondition,
     DagsterInstance,
 )
 
@@ -132,25 +130,6 @@ def report_valid(instance: DagsterInstance, table: Table, partition: str, reason
 
 
 # --- gates ---------------------------------------------------------------------------------------------------
-
-
-def blocking_checks_passed(table: Table) -> AutomationCondition:
-    """True when every mapped partition of every dependency (except ``ignore_dq`` ones) passed all its
-    blocking checks on its latest materialization.
-
-    Dagster's ``all_deps_blocking_checks_passed()`` is built on ``all_deps_match``, which holds when *some*
-    mapped upstream partition matches (design §6.1) — too weak for a day over 24 hours. Its negation of
-    ``any_deps_match`` is exact: no mapped partition of any dependency has a blocking check that has not
-    passed (failed, never evaluated, or stale after a newer materialization).
-    """
-    not_passed = AutomationCondition.any_checks_match(
-        ~AutomationCondition.check_passed(), blocking_only=True
-    ).with_label("a blocking check has not passed")
-    condition = AutomationCondition.any_deps_match(not_passed)
-    ignored = [AssetKey(d.key) for d in table.deps if d.ignore_dq and d.table != table.fqn]
-    if ignored:
-        condition = condition.ignore(AssetSelection.assets(*ignored))
-    return (~condition).with_label("every upstream partition passed its blocking checks")
 
 
 def failed_blocking_checks(

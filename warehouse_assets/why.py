@@ -328,7 +328,7 @@ def _followed(node: UpstreamState, table: Table) -> bool:
 def _unblocked(state: str) -> str:
     if state == "failed":
         return "every upstream partition is ready, but its last run failed: read that run's log, then re-run it"
-    return "every upstream partition is ready: the automation starts it on its next evaluation (or launch it)"
+    return "every upstream partition is ready: the engine starts it within a second (or launch it)"
 
 
 def explain(

@@ -1,0 +1,160 @@
+"""The engine: the dependency center's long-lived process, beside Dagster's webserver and daemon (design AD-6).
+
+Every ``poll`` seconds it brings the partition state store up to the event log (one indexed read by storage id),
+resolves what changed (:class:`warehouse_assets.center.Resolver`) and submits the runs that became possible through
+Dagster's GraphQL API, the webserver's public interface: ``launchRun`` on the implicit asset job with the table's
+asset and Dagster's partition (or partition range) tags. The runs are queued by the instance's run coordinator and
+appear in the UI like any other, tagged with the engine, their request and the change that triggered them.
+
+Why a process of its own and not a Dagster sensor: an automation sensor evaluated on the code server is refused
+above 500 assets and checks, a sensor's tick waits for the daemon's loop (at least 5 s), and a sensor cannot keep a
+state store and a reverse index in memory between ticks. The engine needs neither the code location nor Spark: the
+catalog and the event log are enough, and Dagster builds each run from the code location when it is submitted.
+
+Exactly once: the resolver records each plan as *pending* in the transaction that records its request. The engine
+submits the pending plans and forgets each once its run exists. After a crash, a pending plan whose run exists
+(found by its ``warehouse/request`` tag) was submitted; the others are submitted now. A submission that fails
+(the webserver restarting) stays pending and is retried, with one log line per outage rather than one per try.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from typing import Protocol
+from urllib.parse import urlsplit
+
+from dagster import AssetKey, DagsterInstance, RunsFilter
+
+from warehouse_assets.catalog import Catalog
+from warehouse_assets.center import REQUEST_TAG, Resolver, RunPlan
+from warehouse_assets.reverse_index import ReverseIndex
+from warehouse_assets.state_store import PartitionStateStore
+
+log = logging.getLogger("warehouse.engine")
+
+ASSET_JOB = "__ASSET_JOB"  # Dagster's implicit job of every asset: what the UI's "Materialize" launches
+REPOSITORY = "__repository__"  # the repository of a code location defined by a Definitions object
+SUBMITTERS = 4  # runs submitted at once: each call waits for the webserver to build the run from the code location
+
+
+class RunSubmitter(Protocol):
+    """Creates a Dagster run for a plan; returns its run id, raises when the run could not be created."""
+
+    def submit(self, plan: RunPlan, asset_key: AssetKey) -> str: ...
+
+
+class GraphQLSubmitter:
+    """Submits through the webserver's GraphQL API (``launchRun``), as the UI's Materialize button does."""
+
+    def __init__(self, url: str, location: str):
+        from dagster_graphql import (
+            DagsterGraphQLClient,  # imported by the engine only: the code location never needs it
+        )
+
+        parts = urlsplit(url if "://" in url else f"http://{url}")
+        if not parts.hostname:
+            raise ValueError(f"{url!r}: expected the webserver's URL, e.g. http://127.0.0.1:3000")
+        self.url, self.location = url, location
+        self._client = DagsterGraphQLClient(
+            parts.hostname,
+            port_number=parts.port,
+            use_https=parts.scheme == "https",
+            timeout=60,
+            path_prefix=parts.path.rstrip("/"),
+        )
+
+    def submit(self, plan: RunPlan, asset_key: AssetKey) -> str:
+        return self._client.submit_job_execution(
+            ASSET_JOB, self.location, REPOSITORY, run_config={}, tags=plan.tags, asset_selection=[asset_key]
+        )
+
+
+class Engine:
+    """The state store, the reverse index and the resolver over ``instance``, and the loop that submits plans."""
+
+    def __init__(
+        self,
+        instance: DagsterInstance,
+        catalog: Catalog,
+        submitter: RunSubmitter,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ):
+        self.instance, self.catalog, self.submitter, self.clock = instance, catalog, submitter, clock
+        started = time.perf_counter()
+        self.store = PartitionStateStore(instance)
+        self.resolver = Resolver(catalog, ReverseIndex.build(catalog, current_time=clock()), self.store)
+        self.load_seconds = time.perf_counter() - started
+        self._failing: str | None = None  # the error of the current outage, logged once
+        self._pool = ThreadPoolExecutor(SUBMITTERS, thread_name_prefix="submit")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        self.resolver.close()
+        self.store.close()
+
+    def recover(self) -> int:
+        """Settle the plans a previous engine recorded but may not have submitted: the ones whose run exists are done.
+        Returns how many are left to submit."""
+        left = 0
+        for plan in self.resolver.pending():
+            if self.instance.get_run_records(RunsFilter(tags={REQUEST_TAG: plan.request_id}), limit=1):
+                self.resolver.submitted(plan.request_id)
+            else:
+                left += 1
+        return left
+
+    def tick(self) -> list[tuple[RunPlan, str]]:
+        """One round: resolve the events since the last round, submit every pending plan; the runs submitted."""
+        self.resolver.step(self.clock())
+        return self.submit_pending()
+
+    def submit_pending(self) -> list[tuple[RunPlan, str]]:
+        plans = self.resolver.pending()
+        if not plans:
+            return []
+        results = list(self._pool.map(self._submit, plans))
+        done = [(plan, run_id) for plan, run_id in zip(plans, results, strict=True) if run_id is not None]
+        for plan, run_id in done:
+            self.resolver.submitted(plan.request_id)
+            log.info("%s %s → run %s (%s)", plan.table, _span(plan.partitions), run_id, plan.trigger.describe())
+        if len(done) == len(plans) and self._failing is not None:
+            log.info("submitting runs again after: %s", self._failing)
+            self._failing = None
+        return done
+
+    def _submit(self, plan: RunPlan) -> str | None:
+        try:
+            return self.submitter.submit(plan, AssetKey(self.catalog[plan.table].key))
+        except Exception as exc:  # the webserver down or restarting: the plan stays pending, retried next round
+            error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            if self._failing is None:
+                log.warning("cannot submit runs (%s): the plans stay pending and are retried every round", error)
+                self._failing = error
+            return None
+
+    def run(self, stop: threading.Event, poll: float) -> None:
+        """Tick every ``poll`` seconds until ``stop`` is set; an error in a round is logged and the next one retries."""
+        left = self.recover()
+        log.info(
+            "engine ready in %.1f s: %d tables, store at storage id %d, %d pending plan(s) to submit",
+            self.load_seconds,
+            len(self.catalog),
+            self.store.cursor,
+            left,
+        )
+        while not stop.is_set():
+            started = time.monotonic()
+            try:
+                self.tick()
+            except Exception:  # a locked database, a storage hiccup: nothing was recorded, the next round redoes it
+                log.exception("engine round failed; retrying")
+            stop.wait(max(0.0, poll - (time.monotonic() - started)))
+
+
+def _span(keys: tuple[str, ...]) -> str:
+    return keys[0] if len(keys) == 1 else f"{keys[0]}…{keys[-1]} ({len(keys)})"
