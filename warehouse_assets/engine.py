@@ -143,7 +143,7 @@ class Engine:
         log.info(
             "engine ready in %.1f s: %d tables, store at storage id %d, %d pending plan(s) to submit",
             self.load_seconds,
-            len(self.catalog),
+            len(list(self.catalog)),
             self.store.cursor,
             left,
         )
