@@ -3,16 +3,17 @@
 For a chosen partition of each pattern: the exact upstream partition keys, through the compiler's
 ``upstream_partitions`` and through Dagster's asset graph (the mapping on the edge). Then: a partition
 whose mapped upstream partitions do not all exist — before the upstream's start, in the future, or simply
-not materialized — is never started by automation (``evaluate_automation_conditions`` at pinned times),
-and fails naming the partitions when launched by hand; the first partition of a self-dependent table
-needs no T-1, a later one never runs without it.
+not materialized — is never started by the dependency center's engine (its resolver stepped at pinned times,
+``tests.center_harness``), and fails naming the partitions when launched by hand; the first partition of a
+self-dependent table needs no T-1, a later one never runs without it (the engine builds a chain in one run, T-1
+first, as a backfill does).
 
 The default warehouse start (2026-01-01) is the partitions' start here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -25,13 +26,13 @@ from dagster import (
     DagsterInstance,
     Definitions,
     TimeWindowPartitionsDefinition,
-    evaluate_automation_conditions,
     instance_for_test,
     materialize,
 )
 from pyspark.sql import SparkSession
 
 from resources import resources_from_env
+from tests.center_harness import CenterTicker
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.compiler import build_assets
 from warehouse_assets.partitions import BY_PERIOD, START, upstream_partitions
@@ -191,35 +192,15 @@ def test_upstream_partitions_in_the_future_are_named(catalog: Catalog) -> None:
     assert (up.keys, up.nonexistent) == (_days("2026-03-02", "2026-03-06"), ["2026-03-07", "2026-03-08"])
 
 
-# --- automation ---------------------------------------------------------------------------------------------
+# --- the engine ---------------------------------------------------------------------------------------------
 #
-# The automation sensor ticks continuously; a partition is started when something changed since it was
-# last handled. So each test ticks once on an empty instance, reports upstream materializations
-# (``report_runless_asset_event``, as the readiness sensor does), and ticks again at a pinned time.
+# The engine reacts to each change of partition state. So each test starts it (a first tick), reports upstream
+# materializations (``report_runless_asset_event``, as the readiness sensor does), and ticks again at a pinned time.
 
 
 def _report(instance: DagsterInstance, catalog: Catalog, table: str, keys: Sequence[str]) -> None:
     for key in keys:
         instance.report_runless_asset_event(AssetMaterialization(AssetKey(catalog[table].key), partition=key))
-
-
-class Ticker:
-    def __init__(self, defs: Definitions, instance: DagsterInstance, catalog: Catalog, tables: Sequence[str]) -> None:
-        self.defs, self.instance, self.catalog = defs, instance, catalog
-        self.selection = AssetSelection.assets(*[AssetKey(catalog[t].key) for t in tables])
-        self.cursor: Any = None
-
-    def tick(self, at: datetime) -> dict[str, list[str]]:
-        """Evaluate the automation conditions at ``at``; the partitions requested, by table."""
-        result = evaluate_automation_conditions(
-            self.defs, self.instance, self.selection, evaluation_time=at, cursor=self.cursor
-        )
-        self.cursor = result.cursor
-        return {
-            t.fqn: sorted(result.get_requested_partitions(AssetKey(t.key)))
-            for t in self.catalog
-            if AssetKey(t.key) in self.selection.resolve(self.defs.resolve_asset_graph())
-        }
 
 
 @pytest.fixture
@@ -228,10 +209,23 @@ def instance() -> Iterator[DagsterInstance]:
         yield instance
 
 
-def test_automation_never_starts_a_window_reaching_before_the_start(
-    catalog: Catalog, defs: Definitions, instance: DagsterInstance
+@pytest.fixture
+def ticker_of(instance: DagsterInstance, catalog: Catalog) -> Iterator[Callable[[Sequence[str]], CenterTicker]]:
+    tickers: list[CenterTicker] = []
+
+    def make(tables: Sequence[str]) -> CenterTicker:
+        tickers.append(CenterTicker(instance, catalog, tables))
+        return tickers[-1]
+
+    yield make
+    for ticker in tickers:
+        ticker.close()
+
+
+def test_the_engine_never_starts_a_window_reaching_before_the_start(
+    catalog: Catalog, instance: DagsterInstance, ticker_of: Callable[[Sequence[str]], CenterTicker]
 ) -> None:
-    ticker = Ticker(defs, instance, catalog, ["ads.t1", "ads.t7", "ads.win30"])
+    ticker = ticker_of(["ads.t1", "ads.t7", "ads.win30"])
     assert ticker.tick(datetime(2026, 2, 2, 9, tzinfo=TZ)) == {"ads.t1": [], "ads.t7": [], "ads.win30": []}
     _report(instance, catalog, "dwd.day", _days("2026-01-01", "2026-02-01"))
     requested = ticker.tick(datetime(2026, 2, 2, 9, 1, tzinfo=TZ))
@@ -240,10 +234,10 @@ def test_automation_never_starts_a_window_reaching_before_the_start(
     assert requested["ads.win30"] == _days("2026-01-30", "2026-02-01")  # … and 29 windows of 1 to 29 days
 
 
-def test_automation_never_starts_a_window_reaching_into_the_future(
-    catalog: Catalog, defs: Definitions, instance: DagsterInstance
+def test_the_engine_never_starts_a_window_reaching_into_the_future(
+    catalog: Catalog, instance: DagsterInstance, ticker_of: Callable[[Sequence[str]], CenterTicker]
 ) -> None:
-    ticker = Ticker(defs, instance, catalog, ["ads.next"])
+    ticker = ticker_of(["ads.next"])
     ticker.tick(datetime(2026, 3, 5, 9, 59, tzinfo=TZ))
     _report(instance, catalog, "dwd.day", _days("2026-03-01", "2026-03-04"))
     # 2026-03-04 needs 2026-03-05, which is not a partition until the day is over
@@ -253,10 +247,10 @@ def test_automation_never_starts_a_window_reaching_into_the_future(
     assert ticker.tick(datetime(2026, 3, 6, 1, tzinfo=TZ)) == {"ads.next": ["2026-03-04"]}
 
 
-def test_automation_waits_for_every_hour_of_the_day_and_every_day_of_the_week(
-    catalog: Catalog, defs: Definitions, instance: DagsterInstance
+def test_the_engine_waits_for_every_hour_of_the_day_and_every_day_of_the_week(
+    catalog: Catalog, instance: DagsterInstance, ticker_of: Callable[[Sequence[str]], CenterTicker]
 ) -> None:
-    ticker = Ticker(defs, instance, catalog, ["dwd.day", "dws.week"])
+    ticker = ticker_of(["dwd.day", "dws.week"])
     at = datetime(2026, 3, 9, 9, tzinfo=TZ)
     ticker.tick(at)
     _report(instance, catalog, "ods.src", [h for h in _hours("2026-03-05") if h != "2026-03-05-23:00"])
@@ -269,38 +263,39 @@ def test_automation_waits_for_every_hour_of_the_day_and_every_day_of_the_week(
     assert ticker.tick(at + timedelta(minutes=3)) == {"dwd.day": [], "dws.week": ["2026-03-02"]}
 
 
-def test_automation_starts_the_first_self_dependent_partition_and_no_later_one_without_t_minus_1(
-    catalog: Catalog, defs: Definitions, instance: DagsterInstance
+def test_the_engine_starts_the_first_self_dependent_partition_and_no_later_one_without_t_minus_1(
+    catalog: Catalog, instance: DagsterInstance, ticker_of: Callable[[Sequence[str]], CenterTicker]
 ) -> None:
-    ticker = Ticker(defs, instance, catalog, ["dws.cum"])
+    ticker = ticker_of(["dws.cum"])
     ticker.tick(datetime(2026, 1, 3, 9, tzinfo=TZ))
     # day 2 of dwd.day is there, day 1 is not: the first partition lacks its day, the second its T-1
     _report(instance, catalog, "dwd.day", ["2026-01-02"])
     assert ticker.tick(datetime(2026, 1, 3, 9, 1, tzinfo=TZ)) == {"dws.cum": []}
-    # day 1 arrives: the first partition runs although its T-1 can never exist; the second waits for it
+    # day 1 arrives: the first partition runs although its T-1 can never exist, and the second after it in the
+    # same run (its T-1 is written first there, as in a backfill); not as a run of its own
     _report(instance, catalog, "dwd.day", ["2026-01-01"])
-    assert ticker.tick(datetime(2026, 1, 3, 9, 2, tzinfo=TZ)) == {"dws.cum": ["2026-01-01"]}
+    assert ticker.tick(datetime(2026, 1, 3, 9, 2, tzinfo=TZ)) == {"dws.cum": ["2026-01-01", "2026-01-02"]}
+    assert ticker.runs("dws.cum") == [["2026-01-01", "2026-01-02"]]
     assert ticker.tick(datetime(2026, 1, 3, 9, 3, tzinfo=TZ)) == {"dws.cum": []}
-    _report(instance, catalog, "dws.cum", ["2026-01-01"])
-    assert ticker.tick(datetime(2026, 1, 3, 9, 4, tzinfo=TZ)) == {"dws.cum": ["2026-01-02"]}
+    _report(instance, catalog, "dws.cum", ["2026-01-01", "2026-01-02"])  # the run writes them, in order
+    assert ticker.tick(datetime(2026, 1, 3, 9, 4, tzinfo=TZ)) == {"dws.cum": []}  # nothing is requested twice
 
 
-def test_automation_never_starts_a_later_self_dependent_partition_without_t_minus_1(
-    catalog: Catalog, defs: Definitions, instance: DagsterInstance
+def test_the_engine_never_starts_a_later_self_dependent_partition_without_t_minus_1(
+    catalog: Catalog, instance: DagsterInstance, ticker_of: Callable[[Sequence[str]], CenterTicker]
 ) -> None:
-    ticker = Ticker(defs, instance, catalog, ["dws.cum"])
+    ticker = ticker_of(["dws.cum"])
     ticker.tick(datetime(2026, 1, 7, 9, tzinfo=TZ))
-    _report(instance, catalog, "dws.cum", _days("2026-01-01", "2026-01-03"))
     _report(instance, catalog, "dwd.day", [d for d in _days("2026-01-01", "2026-01-06") if d != "2026-01-04"])
+    _report(instance, catalog, "dws.cum", _days("2026-01-01", "2026-01-03"))  # built on those days, after them
     # 01-04 lacks its day; 01-05 and 01-06 have theirs but not their T-1
     assert ticker.tick(datetime(2026, 1, 7, 9, 1, tzinfo=TZ)) == {"dws.cum": []}
     _report(instance, catalog, "dwd.day", ["2026-01-04"])
-    assert ticker.tick(datetime(2026, 1, 7, 9, 2, tzinfo=TZ)) == {"dws.cum": ["2026-01-04"]}
-    # the chain follows one partition per tick, each once its T-1 is materialized
-    for minute, day in enumerate(["2026-01-04", "2026-01-05"], start=3):
-        _report(instance, catalog, "dws.cum", [day])
-        next_day = (datetime.fromisoformat(day) + timedelta(days=1)).strftime("%Y-%m-%d")
-        assert ticker.tick(datetime(2026, 1, 7, 9, minute, tzinfo=TZ)) == {"dws.cum": [next_day]}
+    # the chain from 01-04 in one run, in time order: each day after its T-1 (the run guard refuses any other order)
+    assert ticker.tick(datetime(2026, 1, 7, 9, 2, tzinfo=TZ)) == {"dws.cum": _days("2026-01-04", "2026-01-06")}
+    assert ticker.runs("dws.cum") == [_days("2026-01-04", "2026-01-06")]
+    _report(instance, catalog, "dws.cum", _days("2026-01-04", "2026-01-06"))  # the run writes them, in order
+    assert ticker.tick(datetime(2026, 1, 7, 9, 3, tzinfo=TZ)) == {"dws.cum": []}  # nothing is requested twice
 
 
 # --- launched by hand ---------------------------------------------------------------------------------------

@@ -1,0 +1,51 @@
+"""The dependency center as the engine runs it, stepped at pinned times: how tests ask what the engine starts.
+
+The engine (``warehouse engine``) steps the resolver every fraction of a second and submits the plans through the
+webserver; here the same store and resolver are stepped at the times a test chooses, over the test's instance, and
+each plan counts as submitted. Built at the first tick, as the engine starts: what was reported before it is read
+then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from dagster import DagsterInstance
+
+from warehouse_assets.catalog import Catalog
+from warehouse_assets.center import Resolver, RunPlan
+from warehouse_assets.reverse_index import ReverseIndex
+from warehouse_assets.state_store import PartitionStateStore
+
+
+class CenterTicker:
+    """``tick(at)``: the partitions the engine requests at ``at``, by table (of ``tables``, default all)."""
+
+    def __init__(self, instance: DagsterInstance, catalog: Catalog, tables: Sequence[str] | None = None):
+        self.instance, self.catalog = instance, catalog
+        self.tables = list(tables) if tables is not None else [t.fqn for t in catalog.derived()]
+        self.resolver: Resolver | None = None
+        self.plans: list[RunPlan] = []  # the last tick's
+
+    def tick(self, at: datetime) -> dict[str, list[str]]:
+        if self.resolver is None:
+            store = PartitionStateStore(self.instance)
+            self.resolver = Resolver(self.catalog, ReverseIndex.build(self.catalog, current_time=at), store)
+        self.plans = self.resolver.step(at)
+        for plan in self.plans:
+            self.resolver.submitted(plan.request_id)
+        requested: dict[str, list[str]] = {t: [] for t in self.tables}
+        for plan in self.plans:
+            if plan.table in requested:
+                requested[plan.table].extend(plan.partitions)
+        return {t: sorted(keys) for t, keys in requested.items()}
+
+    def runs(self, table: str) -> list[list[str]]:
+        """The last tick's runs of ``table``: each run's partitions."""
+        return [list(plan.partitions) for plan in self.plans if plan.table == table]
+
+    def close(self) -> None:
+        if self.resolver is not None:
+            self.resolver.close()
+            self.resolver.store.close()
