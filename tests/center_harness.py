@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from pathlib import Path
 
 from dagster import DagsterInstance
 
@@ -22,15 +23,21 @@ from warehouse_assets.state_store import PartitionStateStore
 class CenterTicker:
     """``tick(at)``: the partitions the engine requests at ``at``, by table (of ``tables``, default all)."""
 
-    def __init__(self, instance: DagsterInstance, catalog: Catalog, tables: Sequence[str] | None = None):
-        self.instance, self.catalog = instance, catalog
+    def __init__(
+        self,
+        instance: DagsterInstance,
+        catalog: Catalog,
+        tables: Sequence[str] | None = None,
+        store_path: Path | None = None,  # another engine's store beside the instance's default one
+    ):
+        self.instance, self.catalog, self.store_path = instance, catalog, store_path
         self.tables = list(tables) if tables is not None else [t.fqn for t in catalog.derived()]
         self.resolver: Resolver | None = None
         self.plans: list[RunPlan] = []  # the last tick's
 
     def tick(self, at: datetime) -> dict[str, list[str]]:
         if self.resolver is None:
-            store = PartitionStateStore(self.instance)
+            store = PartitionStateStore(self.instance, self.store_path)
             self.resolver = Resolver(self.catalog, ReverseIndex.build(self.catalog, current_time=at), store)
         self.plans = self.resolver.step(at)
         for plan in self.plans:

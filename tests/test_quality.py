@@ -1,8 +1,8 @@
 """Per-partition data-quality gates with exact partitions.
 
 ``ods.order`` is written directly (two days, 2026-03-02 and 03) with a duplicated order on day D = 03-02;
-``dwd.order_detail`` is materialized in process, its ``unique`` check fails on D only; the automation is
-evaluated at a pinned time. D's downstream (``dws.user_order_daily``) is held back, D+1's is not; an
+``dwd.order_detail`` is materialized in process, its ``unique`` check fails on D only; the dependency center is
+stepped at a pinned time (``tests.center_harness``). D's downstream (``dws.user_order_daily``) is held back, D+1's is not; an
 ``ignore_dq`` dependency proceeds; fixing the data and re-running D clears the block.
 """
 
@@ -23,8 +23,6 @@ from dagster import (
     AssetKey,
     AssetMaterialization,
     DagsterInstance,
-    Definitions,
-    evaluate_automation_conditions,
     instance_for_test,
     materialize,
 )
@@ -34,6 +32,7 @@ from pyspark.sql import SparkSession
 from resources import resources_from_env
 from resources.landing import Landing
 from simulator.cdc import merged_order_row
+from tests.center_harness import CenterTicker
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.compiler import build_assets
 from warehouse_assets.ingestion import ods_arrow_schema
@@ -63,8 +62,7 @@ class Env:
     root: Path
     instance: DagsterInstance
     resources: dict[str, Any]
-    baseline: Any = None
-    cursor: Any = None
+    engine: CenterTicker | None = None  # the main chain's engine, started before anything was built
 
     def write_ods(self, duplicate_on_d: bool) -> None:
         table = self.catalog["ods.order"]
@@ -81,17 +79,18 @@ class Env:
             raise_on_error=False,
         )
 
-    def evaluate(self, catalog: Catalog, cursor: Any) -> Any:
-        defs = Definitions(assets=build_assets(catalog), resources=self.resources)
-        return evaluate_automation_conditions(defs, instance=self.instance, evaluation_time=NOW, cursor=cursor)
-
     def requested(self, catalog: Catalog, key: AssetKey, *, chain: bool = True) -> list[str]:
-        """One automation tick at the pinned time: from the previous tick of the main chain (``chain``), or
-        from the baseline taken before anything was built (a separate history, for variant catalogs)."""
-        result = self.evaluate(catalog, self.cursor if chain else self.baseline)
+        """One engine step at the pinned time: the main chain's engine (``chain``), or an engine of its own over the
+        whole history (for variant catalogs)."""
+        table = next(t.fqn for t in catalog if AssetKey(t.key) == key)
         if chain:
-            self.cursor = result.cursor
-        return sorted(result.get_requested_partitions(key))
+            assert self.engine is not None
+            return self.engine.tick(NOW).get(table, [])
+        engine = CenterTicker(self.instance, catalog, [table], self.root / f"variant-{len(list(self.root.iterdir()))}.db")
+        try:
+            return engine.tick(NOW)[table]
+        finally:
+            engine.close()
 
     def check_status(self, key: AssetKey, name: str) -> dict[str, bool]:
         records = self.instance.event_log_storage.get_asset_check_execution_history(AssetCheckKey(key, name), limit=20)
@@ -118,8 +117,10 @@ def env(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterat
                 instance.report_runless_asset_event(
                     AssetMaterialization(AssetKey(["ods", "order"]), partition=f"2026-03-{day:02d}-{hour:02d}:00")
                 )
-        env.baseline = env.cursor = env.evaluate(env.catalog, None).cursor  # the automation's first tick
+        env.engine = CenterTicker(instance, env.catalog)
+        env.engine.tick(NOW)  # the engine's first step: the 48 hours are in, nothing built yet
         yield env
+        env.engine.close()
 
 
 def test_checks_are_declared_per_partition_and_blocking(env: Env) -> None:
