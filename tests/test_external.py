@@ -1,7 +1,7 @@
 """External tables as virtual dependencies: the simulated producers, their sensors, and the downstream users.
 
 Every time is pinned: the producers are simulated up to a clock, each sensor is built with that clock, and
-the automation is evaluated at it (``evaluate_automation_conditions``), so partitions are exact.
+the dependency center is stepped at it (``tests.center_harness``), so partitions are exact.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from dagster import (
     DagsterInstance,
     SensorResult,
     build_sensor_context,
-    evaluate_automation_conditions,
     instance_for_test,
     materialize,
 )
@@ -43,6 +42,7 @@ from simulator.external import (
     events_until,
     simulate_external,
 )
+from tests.center_harness import CenterTicker
 from warehouse_assets.definitions import catalog, defs
 from warehouse_assets.external import Cursor, evaluate, external_source
 from warehouse_assets.quality import report_valid
@@ -95,13 +95,9 @@ def report(instance: DagsterInstance, key: AssetKey, partition: str) -> None:
     report_valid(instance, catalog[".".join(key.path)], partition, "seeded by the test")
 
 
-def requested(result: object) -> dict[str, set[str]]:
-    out: dict[str, set[str]] = {}
-    for r in result.results:  # type: ignore[attr-defined]
-        keys = set(r.true_subset.expensively_compute_partition_keys()) if r.true_subset.size else set()
-        if keys:
-            out[r.key.to_user_string()] = keys
-    return out
+def requested(engine: CenterTicker, at: datetime) -> dict[str, set[str]]:
+    """One step of the engine at ``at``: the partitions it starts, by asset key."""
+    return {AssetKey(catalog[t].key).to_user_string(): set(keys) for t, keys in engine.tick(at).items() if keys}
 
 
 # --- the simulated producers ---------------------------------------------------------------------------
@@ -152,8 +148,8 @@ def test_marketing_spend_arrival_starts_marketing_roi_exactly_once(tmp_path: Pat
 
         simulate_external(tmp_path, FIRST, clock.now, SEED)
         assert daemon.tick() == []
-        before = evaluate_automation_conditions(defs=defs, instance=instance, evaluation_time=clock.now)
-        assert requested(before) == {}, "nothing may start before the partner's delivery"
+        engine = CenterTicker(instance, catalog)
+        assert requested(engine, clock.now) == {}, "nothing may start before the partner's delivery"
 
         clock.now = at + timedelta(minutes=1)
         simulate_external(tmp_path, FIRST, clock.now, SEED)
@@ -166,17 +162,12 @@ def test_marketing_spend_arrival_starts_marketing_roi_exactly_once(tmp_path: Pat
         )
         assert metadata["files"] == 2 and metadata["rows"] == rows > 0 and metadata["redelivery"] is False
         assert metadata["delivered_at"] == at.isoformat(timespec="seconds")
-        arrived = evaluate_automation_conditions(
-            defs=defs, instance=instance, evaluation_time=clock.now, cursor=before.cursor
-        )
-        assert requested(arrived) == {"ads/marketing_roi": {day(0)}}
+        assert requested(engine, clock.now) == {"ads/marketing_roi": {day(0)}}
 
         clock.now += timedelta(minutes=1)
         assert daemon.tick() == []
-        again = evaluate_automation_conditions(
-            defs=defs, instance=instance, evaluation_time=clock.now, cursor=arrived.cursor
-        )
-        assert again.total_requested == 0
+        assert requested(engine, clock.now) == {}
+        engine.close()
 
 
 def test_fx_rate_version_starts_order_usd_daily_exactly_once(tmp_path: Path) -> None:
@@ -187,8 +178,9 @@ def test_fx_rate_version_starts_order_usd_daily_exactly_once(tmp_path: Path) -> 
         daemon = Daemon(instance, tmp_path, FX, clock)
         simulate_external(tmp_path, FIRST, clock.now, SEED)
         assert daemon.tick() == []
-        before = evaluate_automation_conditions(defs=defs, instance=instance, evaluation_time=clock.now)
-        assert requested(before) == {}
+        engine = CenterTicker(instance, catalog)
+        # the seeded day's own downstream starts; order_usd_daily waits for the partner's rate
+        assert requested(engine, clock.now) == {"dws/user_order_daily": {day(0)}}
 
         clock.now = at + timedelta(minutes=1)
         simulate_external(tmp_path, FIRST, clock.now, SEED)
@@ -196,17 +188,12 @@ def test_fx_rate_version_starts_order_usd_daily_exactly_once(tmp_path: Path) -> 
         assert [(e.asset_key, e.partition) for e in events] == [(AssetKey(FX.key), day(0))]
         metadata = {k: v.value for k, v in events[0].metadata.items()}
         assert metadata["delta_version"] == 0 and metadata["rows"] == 2 and metadata["files"] == 1
-        arrived = evaluate_automation_conditions(
-            defs=defs, instance=instance, evaluation_time=clock.now, cursor=before.cursor
-        )
-        assert requested(arrived) == {"dws/order_usd_daily": {day(0)}}
+        assert requested(engine, clock.now) == {"dws/order_usd_daily": {day(0)}}
 
         clock.now += timedelta(minutes=1)
         assert daemon.tick() == []
-        again = evaluate_automation_conditions(
-            defs=defs, instance=instance, evaluation_time=clock.now, cursor=arrived.cursor
-        )
-        assert again.total_requested == 0
+        assert requested(engine, clock.now) == {}
+        engine.close()
 
 
 # --- bad deliveries, duplicates and re-deliveries -----------------------------------------------------
