@@ -31,7 +31,6 @@ from dagster import (
     SkipReason,
     build_sensor_context,
     define_asset_job,
-    evaluate_automation_conditions,
     instance_for_test,
 )
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
@@ -43,6 +42,7 @@ from resources import resources_from_env
 from resources.landing import Landing
 from sensors.ods_checks import build_ods_checks_sensor, next_batch, unchecked_hours
 from simulator.cdc import merged_order_row
+from tests.center_harness import CenterTicker
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.compiler import build_assets, build_checks
 from warehouse_assets.definitions import catalog, defs
@@ -80,7 +80,7 @@ class Env:
     instance: DagsterInstance
     resources: dict[str, Any]
     defs: Definitions
-    cursor: Any = None
+    engine: CenterTicker | None = None
 
     def write_ods(self, duplicate: bool) -> None:
         data = pa.Table.from_pylist(ods_rows(duplicate), schema=ods_arrow_schema(self.catalog["ods.order"]))
@@ -110,11 +110,10 @@ class Env:
         return out
 
     def dwd_requested(self) -> list[str]:
-        result = evaluate_automation_conditions(
-            self.defs, instance=self.instance, evaluation_time=datetime.now(TZ), cursor=self.cursor
-        )
-        self.cursor = result.cursor
-        return sorted(result.get_requested_partitions(DWD))
+        """One step of the engine (started at the first call): the DWD days it starts."""
+        if self.engine is None:
+            self.engine = CenterTicker(self.instance, self.catalog, ["dwd.order_detail"])
+        return self.engine.tick(datetime.now(TZ))["dwd.order_detail"]
 
 
 @pytest.fixture(scope="module")
@@ -132,8 +131,10 @@ def env(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     with instance_for_test() as instance:
         env = Env(catalog, root, instance, resources, defs)
         env.write_ods(duplicate=True)
-        env.dwd_requested()  # the automation's first tick, before any hour is reported
+        env.dwd_requested()  # the engine's first step, before any hour is reported
         yield env
+        assert env.engine is not None
+        env.engine.close()
 
 
 def test_ods_checks_are_blocking_and_batched_by_a_running_sensor() -> None:
@@ -236,7 +237,7 @@ def test_a_bad_request_names_what_is_wrong(env: Env) -> None:
 
 
 def test_the_checks_executed_by_hand_over_a_range_judge_each_hour(env: Env) -> None:
-    """From the UI (hours older than the automation's lookback are checked by hand), an ODS table's checks over
+    """From the UI (hours older than the engine's lookback are checked by hand), an ODS table's checks over
     a range of hours: one verdict per check and hour. The check read ``partition_key`` and failed the ranged
     run (design §6.16), and a result without its partition would be recorded as partition None (§6.23)."""
     keys = [AssetCheckKey(ODS, check.name) for check in env.catalog["ods.order"].checks]

@@ -2,8 +2,8 @@
 
 ``ods.order`` is written directly (two days, 2026-03-02 and 03) with a duplicated order on day D = 03-02;
 ``dwd.order_detail`` is materialized in process, its ``unique`` check fails on D only; the dependency center is
-stepped at a pinned time (``tests.center_harness``). D's downstream (``dws.user_order_daily``) is held back, D+1's is not; an
-``ignore_dq`` dependency proceeds; fixing the data and re-running D clears the block.
+stepped at a pinned time (``tests.center_harness``). D's downstream (``dws.user_order_daily``) is held back,
+D+1's is not; an ``ignore_dq`` dependency proceeds; fixing the data and re-running D clears the block.
 """
 
 from __future__ import annotations
@@ -86,7 +86,9 @@ class Env:
         if chain:
             assert self.engine is not None
             return self.engine.tick(NOW).get(table, [])
-        engine = CenterTicker(self.instance, catalog, [table], self.root / f"variant-{len(list(self.root.iterdir()))}.db")
+        engine = CenterTicker(
+            self.instance, catalog, [table], self.root / f"variant-{len(list(self.root.iterdir()))}.db"
+        )
         try:
             return engine.tick(NOW)[table]
         finally:

@@ -22,7 +22,6 @@ import pytest
 from dagster import (
     AssetKey,
     AssetMaterialization,
-    AssetSelection,
     DagsterInstance,
     Definitions,
     TimeWindowPartitionsDefinition,
