@@ -2,8 +2,8 @@
 
 Events are written to a temp-dir instance as the product writes them (runless reports of ODS hours and of built
 partitions, check verdicts, runs created and started), read by the partition state store, and handed to the
-resolver: no Spark, no code location. Where practical, today's automation (``evaluate_automation_conditions`` on the
-same instance) requests the same partitions.
+resolver: no Spark, no code location. The semantics of every dependency pattern against the engine are in
+tests/test_semantics.py, the gates in tests/test_quality.py, test_ods_checks.py and test_external.py.
 """
 
 from __future__ import annotations
@@ -16,18 +16,13 @@ from zoneinfo import ZoneInfo
 import pytest
 from dagster import (
     AssetKey,
-    AssetSelection,
     DagsterInstance,
-    Definitions,
-    evaluate_automation_conditions,
     instance_for_test,
 )
 
-from resources import resources_from_env
 from tests.test_state_store import create_run, end, materializations, materialize_in, report, start, verdict
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.center import Resolver, RunPlan
-from warehouse_assets.compiler import build_assets
 from warehouse_assets.reverse_index import ReverseIndex
 from warehouse_assets.state_store import PartitionStateStore
 
@@ -325,30 +320,3 @@ def test_each_run_respects_the_tables_max_partitions_per_run(instance: DagsterIn
         ["2026-03-03", "2026-03-04"],
         ["2026-03-05"],
     ]
-
-
-# --- the same requests as today's automation ---------------------------------------------------------------------
-
-
-def test_the_center_requests_what_the_automation_requests(
-    instance: DagsterInstance, catalog: Catalog, tmp_path: Path
-) -> None:
-    resources = resources_from_env(
-        {"WAREHOUSE_LAKE_ROOT": str(tmp_path / "lake"), "WAREHOUSE_LANDING_ROOT": str(tmp_path)}
-    )
-    defs = Definitions(assets=build_assets(catalog), resources=resources)
-    selection = AssetSelection.assets(*[AssetKey(catalog[t].key) for t in ["dwd.day", "dws.cum", *WINDOWS]])
-    now = datetime(2026, 2, 2, 9, tzinfo=TZ)
-    cursor = evaluate_automation_conditions(defs, instance, selection, evaluation_time=now).cursor
-    center = Center(instance, catalog)
-    center.report("ods.src", hours("2026-02-01")[:20])
-    center.report("dwd.day", [d for d in days("2026-01-01", "2026-01-31") if d != "2026-01-20"])
-
-    result = evaluate_automation_conditions(defs, instance, selection, evaluation_time=now, cursor=cursor)
-    automation = {t: set(result.get_requested_partitions(AssetKey(catalog[t].key))) for t in ["dwd.day", *WINDOWS]}
-    mine = {t: {p for run in runs for p in run} for t, runs in requested(center.step(now)).items()}
-    assert {t: mine.get(t, set()) for t in automation} == automation
-    assert automation["ads.t1"]  # the scenario requests something
-    # the automation starts a self-dependent chain one partition a tick; the center runs it in one run
-    first = result.get_requested_partitions(AssetKey(catalog["dws.cum"].key))
-    assert first == {"2026-01-01"} and mine["dws.cum"] == set(days("2026-01-01", "2026-01-19"))
