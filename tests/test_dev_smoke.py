@@ -1,7 +1,8 @@
 """Smoke test of the embedded warehouse as `make dev` runs it: Spark Connect, webserver and daemon.
 
 Nobody clicks anything: the landing sensor launches the ingestion, the readiness sensor reports ODS hours,
-and the automation sensor materializes DWD, DWS and ADS partitions. The UI answers GraphQL with all layers.
+and the dependency center's engine (``warehouse engine``, started by ``warehouse dev``) materializes DWD, DWS and
+ADS partitions through the webserver. The UI answers GraphQL with all layers.
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from dagster import (
+    AssetCheckKey,
     AssetKey,
-    DagsterEventType,
+    AssetRecordsFilter,
     DagsterInstance,
     DagsterRunStatus,
-    EventRecordsFilter,
     RunRecord,
     RunsFilter,
 )
@@ -74,7 +75,7 @@ def dev_stack(
     home = root / "dagster_home"
     home.mkdir()
     shutil.copy(ROOT / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
-    # a recent day: automation looks back a few weeks, older history is for backfills
+    # a recent day: the engine looks back a few weeks, older history is for backfills
     simulate(root / "landing", DAY, DAY + timedelta(days=1, hours=1), SimulationConfig(seed=5, scale=0.03))
     port = _free_port()
     env = dict(
@@ -168,7 +169,7 @@ def test_dev_materializes_downstream_partitions_without_a_click(
     else:
         why = f"no run or step event for {STALL_S}s" if now - last_progress >= STALL_S else "deadline"
         pytest.fail(
-            f"ads/daily_gmv {DAY:%Y-%m-%d} was not materialized by automation: {why} "
+            f"ads/daily_gmv {DAY:%Y-%m-%d} was not materialized by the engine: {why} "
             f"after {now - started:.0f}s; runs:\n"
             + (_runs_summary(instance) if instance is not None else "(no instance)")
         )
@@ -194,13 +195,17 @@ def test_dev_materializes_downstream_partitions_without_a_click(
     assert not failed, "runs that did not succeed:\n" + "\n".join(failed)
     for key in (["ods", "order"], ["dwd", "order_detail"], ["dws", "user_order_daily"]):
         assert instance.get_materialized_partitions(AssetKey(key)), key
-    # the day was built by the automation sensor, not by hand
-    records = instance.get_event_records(
-        EventRecordsFilter(DagsterEventType.ASSET_MATERIALIZATION, asset_key=target), limit=1
-    )
+    # the day was built by the engine, not by hand: submitted for one request, naming the change that triggered it
+    records = instance.fetch_materializations(AssetRecordsFilter(asset_key=target), limit=1).records
     run = instance.get_run_by_id(records[0].run_id)
-    assert run is not None and run.tags.get("dagster/sensor_name") == "warehouse_automation", run and run.tags
-    assert "dagster/asset_evaluation_id" in run.tags
+    assert run is not None and run.tags.get("warehouse/engine") == "center", run and run.tags
+    assert run.tags["warehouse/request"] and run.tags["warehouse/trigger_table"].startswith(("dws.", "dwd.")), run.tags
+    assert instance.get_runs_count(RunsFilter(tags={"warehouse/request": run.tags["warehouse/request"]})) == 1
+    # with the table's blocking checks, evaluated in the same step as the write
+    checks = instance.event_log_storage.get_asset_check_execution_history(
+        AssetCheckKey(target, "unique"), limit=10
+    )
+    assert any(c.run_id == run.run_id and c.status.value == "SUCCEEDED" for c in checks), checks
 
     data = _graphql(port, "{ assetNodes { assetKey { path } groupName } }")
     groups = {node["groupName"] for node in data["data"]["assetNodes"]}

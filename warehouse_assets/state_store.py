@@ -201,6 +201,15 @@ class PartitionStateStore:
             self._db.execute("INSERT OR REPLACE INTO cursor VALUES (0, ?)", (head,))
         return step.changes()
 
+    def view(self) -> StateView:
+        """The current state without committing anything: the stored rows and, in memory, the events after the
+        cursor (those the engine has not applied yet, or all of them when no engine runs)."""
+        step = _ViewStep(self)
+        head = self.instance.event_log_storage.get_maximum_record_id() or -1
+        for storage_id, entry in self._read(self.cursor, head):
+            step.apply(storage_id, entry)
+        return StateView(self, step)
+
     def _targets(self, run_id: str) -> list[tuple[str, str]]:
         return self._db.execute("SELECT asset_key, partition FROM run_targets WHERE run_id = ?", (run_id,)).fetchall()
 
@@ -296,10 +305,7 @@ class _Step:
             planned = event.asset_materialization_planned_data
             subset = planned.partitions_subset
             keys = list(subset.get_partition_keys()) if subset else [p for p in [planned.partition] if p]
-            self.store._db.executemany(
-                "INSERT OR IGNORE INTO run_targets VALUES (?, ?, ?)",
-                [(entry.run_id, planned.asset_key.to_user_string(), k) for k in keys],
-            )
+            self.add_targets(entry.run_id, [(planned.asset_key.to_user_string(), k) for k in keys])
             for k in keys:
                 self.set(self.row(planned.asset_key, k), latest_run=entry.run_id, in_progress=False, failed=False)
         elif event.event_type == RUN_STARTED:
@@ -309,11 +315,24 @@ class _Step:
             for current in self._of_run(entry.run_id):
                 failed = RUN_ENDED[event.event_type] and current.run_id != entry.run_id
                 self.set(current, in_progress=False, failed=failed)
-            self.store._db.execute("DELETE FROM run_targets WHERE run_id = ?", (entry.run_id,))
+            self.drop_targets(entry.run_id)
+
+    # the partitions each run targets, from its planned events: in the store's file
+
+    def add_targets(self, run_id: str, targets: list[tuple[str, str]]) -> None:
+        self.store._db.executemany(
+            "INSERT OR IGNORE INTO run_targets VALUES (?, ?, ?)", [(run_id, *t) for t in targets]
+        )
+
+    def drop_targets(self, run_id: str) -> None:
+        self.store._db.execute("DELETE FROM run_targets WHERE run_id = ?", (run_id,))
+
+    def targets(self, run_id: str) -> list[tuple[str, str]]:
+        return self.store._targets(run_id)
 
     def _of_run(self, run_id: str) -> list[PartitionState]:
         """The partitions ``run_id`` targets whose latest run it still is."""
-        rows = [self.row(a, p) for a, p in self.store._targets(run_id)]
+        rows = [self.row(a, p) for a, p in self.targets(run_id)]
         return [r for r in rows if r.latest_run == run_id]
 
     def changes(self) -> list[Change]:
@@ -324,6 +343,50 @@ class _Step:
             if fields:
                 out.append(Change(asset_key, partition, fields, state))
         return out
+
+
+class _ViewStep(_Step):
+    """A step that writes nothing: run targets of the events it applies are kept in memory."""
+
+    def __init__(self, store: PartitionStateStore):
+        super().__init__(store)
+        self._added: dict[str, list[tuple[str, str]]] = {}
+        self._dropped: set[str] = set()
+
+    def add_targets(self, run_id: str, targets: list[tuple[str, str]]) -> None:
+        self._added.setdefault(run_id, []).extend(targets)
+
+    def drop_targets(self, run_id: str) -> None:
+        self._dropped.add(run_id)
+
+    def targets(self, run_id: str) -> list[tuple[str, str]]:
+        if run_id in self._dropped:
+            return []
+        return list(dict.fromkeys([*self.store._targets(run_id), *self._added.get(run_id, [])]))
+
+
+class StateView:
+    """The store's rows with the events after its cursor applied in memory: the current state for a reader
+    (``warehouse why``) that must not move the cursor the engine resolves from. A gate reader."""
+
+    def __init__(self, store: PartitionStateStore, step: _Step):
+        self.store, self._step = store, step
+
+    def states(self, asset_key: AssetKey | str, keys: Iterable[str]) -> dict[str, PartitionState]:
+        name = asset_key.to_user_string() if isinstance(asset_key, AssetKey) else asset_key
+        stored = self.store.states(name, keys)
+        return {k: self._step.touched.get((name, k), s) for k, s in stored.items()}
+
+    def materialized(self, table: Table, keys: Sequence[str]) -> set[str]:
+        return {k for k, s in self.states(AssetKey(table.key), keys).items() if s.materialized}
+
+    def in_progress(self, table: Table, keys: Sequence[str]) -> set[str]:
+        return {k for k, s in self.states(AssetKey(table.key), keys).items() if s.in_progress}
+
+    def failed_blocking_checks(self, table: Table, keys: Sequence[str]) -> dict[str, list[str]]:
+        if not keys or not any(c.blocking for c in table.checks):
+            return {}
+        return failed_blocking_checks(table, self.states(AssetKey(table.key), keys))
 
 
 class _Transaction:

@@ -8,8 +8,9 @@ own upstream is all ready but that has not run (or whose run failed).
 The walk rests on the gate (:mod:`warehouse_assets.gate`, "may P run now, and if not why?"), which judges the
 exact upstream partitions of each partition on the chain, and on one question asked per partition,
 :meth:`PartitionStates.states` ("is P itself ready, and if not why?"), which is also what the gate reads. It reads
-the catalog, the Dagster instance for the partitions on the chain only, and the lake's ingestion state through
-delta-rs: no code location and no PySpark, so ``warehouse why`` answers in about the time of importing Dagster.
+the catalog, the dependency center's partition state store for the partitions on the chain only (the engine's view,
+so ``why`` and the engine never disagree), and the lake's ingestion state through delta-rs: no code location and no
+PySpark, so ``warehouse why`` answers in about the time of importing Dagster.
 
 Used by ``warehouse why TABLE PARTITION`` and by the ``why_waiting`` job (launch it from the UI with the
 table and partition in its config; the answer is in the run's log and output metadata).
@@ -22,7 +23,6 @@ from zoneinfo import ZoneInfo
 
 from dagster import (
     AssetKey,
-    AssetPartitionStatus,
     Config,
     DagsterInstance,
     OpExecutionContext,
@@ -39,8 +39,8 @@ from warehouse_assets.catalog import Catalog, Dependency, OdsTable, Table
 from warehouse_assets.external import external_source
 from warehouse_assets.gate import CHECK_FAILED, IN_PROGRESS, NONEXISTENT, Verdict, decide
 from warehouse_assets.partitions import BY_PERIOD, START, UpstreamPartitions, upstream_partitions
-from warehouse_assets.quality import failed_blocking_checks
 from warehouse_assets.readiness import Readiness, shard_state, with_counts
+from warehouse_assets.state_store import PartitionState, PartitionStateStore, StateView
 
 READY = "materialized"
 ROOT_CAUSES_SHOWN = 3  # per table and state: a day behind a lagging shard has up to 24 hours with one reason
@@ -96,18 +96,19 @@ def _grouped(causes: Sequence[UpstreamState]) -> list[str]:
     return out
 
 
-_STATUS = {
-    AssetPartitionStatus.MATERIALIZED: "materialized",
-    AssetPartitionStatus.IN_PROGRESS: "in progress",
-    AssetPartitionStatus.FAILED: "failed",
-}
+def _status(state: PartitionState) -> str:
+    if state.materialized:
+        return READY
+    return "in progress" if state.in_progress else "failed" if state.failed else "missing"
 
 
 class PartitionStates:
     """The state of any partition of the catalog, and why it is not ready, read once per partition.
 
-    Instance statuses and check verdicts are read per table for the partitions asked about (a self-dependent
-    table's back to its first partition), an ODS table's readiness (watermarks, counts) once per table.
+    Run states and check verdicts are read from the partition state store (:mod:`warehouse_assets.state_store`,
+    the engine's, with the events it has not applied yet) per table for the partitions asked about (a
+    self-dependent table's back to its first partition), an ODS table's readiness (watermarks, counts) once per
+    table.
     """
 
     def __init__(
@@ -118,8 +119,11 @@ class PartitionStates:
         landing: Landing,
         external: ExternalResource | None = None,
         current_time: datetime | None = None,
+        partitions: StateView | None = None,
     ):
         self.instance, self.catalog, self.external = instance, catalog, external
+        # the dependency center's partition state store, up to the latest event: what the engine decides on
+        self.partitions = partitions or PartitionStateStore(instance).view()
         self.store, self.landing = store, landing
         self.now = current_time or datetime.now(UTC)
         self._known: dict[tuple[str, str], UpstreamState] = {}
@@ -129,9 +133,8 @@ class PartitionStates:
 
     def status(self, fqn: str, keys: Sequence[str]) -> dict[str, str]:
         """The run status of partitions: materialized, missing, in progress or failed."""
-        table = self.catalog[fqn]
-        raw = self.instance.get_status_by_partition(AssetKey(table.key), keys, BY_PERIOD[table.period])
-        return {k: _STATUS.get(raw.get(k), "missing") if raw else "missing" for k in keys}  # type: ignore[arg-type]
+        found = self.partitions.states(AssetKey(self.catalog[fqn].key), keys)
+        return {k: _status(found[k]) for k in keys}
 
     def states(self, fqn: str, keys: Sequence[str]) -> list[UpstreamState]:
         """Is each partition ready (``materialized``, its blocking checks not failed), and if not, why?
@@ -149,7 +152,7 @@ class PartitionStates:
             todo = [k for k in dict.fromkeys([*back, *todo]) if (fqn, k) not in self._known]
         if todo:
             statuses = self.status(fqn, todo)
-            failed = failed_blocking_checks(self.instance, table, [k for k in todo if statuses[k] == READY])
+            failed = self.partitions.failed_blocking_checks(table, [k for k in todo if statuses[k] == READY])
             for key in todo:
                 state = UpstreamState(fqn, key, statuses[key])
                 if key in failed:
