@@ -352,7 +352,9 @@ def run_engine(args: argparse.Namespace) -> int:
     from warehouse_assets.engine import Engine, GraphQLSubmitter
 
     settings = _settings(os.environ)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s [engine] %(message)s", stream=sys.stdout)
+    # the engine's own lines only: Dagster's storage layers log every schema check at INFO
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s [engine] %(message)s", stream=sys.stdout)
+    logging.getLogger("warehouse.engine").setLevel(logging.INFO)
     submitter = GraphQLSubmitter(args.url or settings.webserver_url, settings.code_location)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

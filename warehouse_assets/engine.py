@@ -131,7 +131,8 @@ class Engine:
         try:
             return self.submitter.submit(plan, AssetKey(self.catalog[plan.table].key))
         except Exception as exc:  # the webserver down or restarting: the plan stays pending, retried next round
-            error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            cause = exc.__cause__ or exc  # the GraphQL client wraps the transport's error in a generic one
+            error = f"{type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}"
             if self._failing is None:
                 log.warning("cannot submit runs (%s): the plans stay pending and are retried every round", error)
                 self._failing = error
