@@ -10,13 +10,13 @@ deliveries do not line up with sensor ticks):
   of ``ads.marketing_roi`` D::
 
     t0 marker lands → t1 ext_marketing_spend reports the partition (sensor interval)
-       → t2 warehouse_automation creates the run → t3 the run starts (dequeue + run worker launch)
+       → t2 the engine submits the run → t3 the run starts (dequeue + run worker launch)
 
 * **ods** — the bench plays the readiness sensor: ``ods.order`` hour H's rows are in the lake and it reports
   the hour (t0). Its checks are blocking, so ``dws.order_hourly`` H waits for their verdicts::
 
     t0 hour reported → t1 ods_quality_checks has judged it (sensor interval + a check run's launch)
-       → t2 warehouse_automation creates the run → t3 the run starts
+       → t2 the engine submits the run → t3 the run starts
 
 Prints each handoff, P50 / P90 / max of t0→t3 per kind and overall, and of each stage, and a last line of
 key=value figures (overall).
@@ -24,7 +24,7 @@ key=value figures (overall).
     .venv/bin/python bench/handoff_latency.py [--handoffs 30]
 
 Settings that move the figures (environment / dagster.yaml): WAREHOUSE_EXTERNAL_SENSOR_INTERVAL (10 s),
-WAREHOUSE_ODS_CHECKS_INTERVAL (10 s), WAREHOUSE_AUTOMATION_INTERVAL (15 s),
+WAREHOUSE_ODS_CHECKS_INTERVAL (10 s), WAREHOUSE_ENGINE_POLL_SECONDS (0.25 s),
 run_coordinator.config.dequeue_interval_seconds (1 s).
 """
 
@@ -159,7 +159,7 @@ def main() -> int:
     settings = {
         "external_sensor_interval_s": env.get("WAREHOUSE_EXTERNAL_SENSOR_INTERVAL", "10"),
         "ods_checks_interval_s": env.get("WAREHOUSE_ODS_CHECKS_INTERVAL", "10"),
-        "automation_interval_s": env.get("WAREHOUSE_AUTOMATION_INTERVAL", "15"),
+        "engine_poll_s": env.get("WAREHOUSE_ENGINE_POLL_SECONDS", "0.25"),
     }
     print(f"[bench] {work}: starting the embedded stack (Spark Connect + dagster dev) …", flush=True)
     log = (work / "dev.log").open("wb")
@@ -179,7 +179,7 @@ def main() -> int:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             assert stack.poll() is None, f"the stack exited; see {work / 'dev.log'}"
-            sensors = ("ext_marketing_spend", "ods_quality_checks", "warehouse_automation")
+            sensors = ("ext_marketing_spend", "ods_quality_checks")
             if all(_sensor_ticked(instance, name) for name in sensors):
                 break
             time.sleep(2)
@@ -206,14 +206,14 @@ def main() -> int:
             row = {
                 "total": record.start_time - t0,
                 "ready": ready - t0,
-                "automation": record.create_timestamp.timestamp() - ready,
+                "engine": record.create_timestamp.timestamp() - ready,
                 "launch": record.start_time - record.create_timestamp.timestamp(),
             }
             rows.append((kind, row))
             stage = "sensor" if kind == "external" else "checks"
             print(
                 f"[{n:>2}/{len(plan)}] {kind:<8} {key}: run started {row['total']:5.1f}s after t0 "
-                f"({stage} {row['ready']:4.1f}s, automation {row['automation']:4.1f}s, "
+                f"({stage} {row['ready']:4.1f}s, engine {row['engine']:4.1f}s, "
                 f"queue+launch {row['launch']:4.1f}s)",
                 flush=True,
             )
@@ -241,19 +241,19 @@ def main() -> int:
         for name, label in (
             ("total", "  t0 → run start"),
             ("ready", ready),
-            ("automation", "  ready → run created (automation)"),
+            ("engine", "  ready → run created (engine)"),
             ("launch", "  run created → started (dequeue + launch)"),
         ):
             p50, p90, top = figures(name, kind)
             print(f"{label:<44} P50 {p50:5.1f}s   P90 {p90:5.1f}s   max {top:5.1f}s")
     p50, p90, top = figures("total")
     print(f"{'all handoffs: t0 → run start':<44} P50 {p50:5.1f}s   P90 {p90:5.1f}s   max {top:5.1f}s")
-    stages = {name: statistics.mean(r[name] for _, r in rows) for name in ("ready", "automation", "launch")}
+    stages = {name: statistics.mean(r[name] for _, r in rows) for name in ("ready", "engine", "launch")}
     dominant = max(stages, key=lambda k: stages[k])
     ext_p90, ods_p90 = figures("total", "external")[1], figures("total", "ods")[1]
     print(
         f"handoffs={len(rows)} p50={p50:.2f} p90={p90:.2f} max={top:.2f} external_p90={ext_p90:.2f} "
-        f"ods_p90={ods_p90:.2f} mean_ready={stages['ready']:.2f} mean_automation={stages['automation']:.2f} "
+        f"ods_p90={ods_p90:.2f} mean_ready={stages['ready']:.2f} mean_engine={stages['engine']:.2f} "
         f"mean_launch={stages['launch']:.2f} dominant={dominant} " + " ".join(f"{k}={v}" for k, v in settings.items())
     )
     return 0
@@ -271,14 +271,14 @@ def _sensor_ticked(instance: object, name: str) -> bool:
 def _wait_for_run(
     instance: object, asset: list[str], key: str, t0: float, timeout: float, stack: subprocess.Popen[bytes]
 ) -> object:
-    """The automation's run of ``asset`` ``key`` created after t0, once it has started."""
+    """The engine's run of ``asset`` ``key`` created after t0, once it has started."""
     from dagster import AssetKey, RunsFilter
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert stack.poll() is None, "the stack exited"
         records = instance.get_run_records(  # type: ignore[attr-defined]
-            RunsFilter(tags={"dagster/sensor_name": "warehouse_automation"}), limit=50
+            RunsFilter(tags={"warehouse/engine": "center"}), limit=50
         )
         for record in records:
             run = record.dagster_run
