@@ -23,6 +23,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -34,7 +35,15 @@ from pyspark.sql import SparkSession
 from resources.delta_lake import DeltaStore
 from resources.landing import Landing
 from tests import oracle
-from warehouse_assets.capture import STATE_FILE, load_state
+from warehouse_assets.capture import (
+    STATE_FILE,
+    CaptureState,
+    RowsChange,
+    SegmentWriter,
+    Source,
+    canal_value,
+    load_state,
+)
 from warehouse_assets.catalog import load_catalog
 from warehouse_assets.ingestion import ingest_table, ingested_counts
 
@@ -54,7 +63,9 @@ PASSWORD = "capture-test"
 
 
 def _binary(name: str) -> str | None:
-    return shutil.which(name) or next((p for p in (f"/usr/sbin/{name}", f"/usr/bin/{name}") if os.access(p, os.X_OK)), None)
+    return shutil.which(name) or next(
+        (p for p in (f"/usr/sbin/{name}", f"/usr/bin/{name}") if os.access(p, os.X_OK)), None
+    )
 
 
 def _free_port() -> int:
@@ -214,7 +225,10 @@ def _mixed_workload(db: MariaDB, base: datetime) -> Workload:
         work.new_order(base + (2 + order_id) * minute, order_id, users[order_id])
     for order_id in range(1, 21):  # paid
         work.order_update(
-            base + (10 + order_id) * minute, order_id, users[order_id], "status = 'paid', pay_time = NOW(), update_time = NOW()"
+            base + (10 + order_id) * minute,
+            order_id,
+            users[order_id],
+            "status = 'paid', pay_time = NOW(), update_time = NOW()",
         )
     for order_id in (21, 22, 23):
         shard = f"order_{users[order_id] % SHARDS:02d}"
@@ -239,14 +253,19 @@ def _mixed_workload(db: MariaDB, base: datetime) -> Workload:
     work.new_order(base + 50 * minute, 38, 5)
     work.conn.commit()
     work.at(base + 52 * minute, "edu_user.user_03", "DELETE FROM edu_user.user_03 WHERE id = 11")
-    work.at(base + 53 * minute, "edu_user.user_01", "UPDATE edu_user.user_01 SET city = '杭州', update_time = NOW() WHERE id = 1")
+    work.at(
+        base + 53 * minute,
+        "edu_user.user_01",
+        "UPDATE edu_user.user_01 SET city = '杭州', update_time = NOW() WHERE id = 1",
+    )
     # the next hour: more orders, and a user multi-row insert
     for order_id in (39, 40):
         work.new_order(base + (62 + order_id - 39) * minute, order_id, users[order_id], coupon=None)
     work.at(
         base + 70 * minute,
         "edu_user.user_00",
-        "INSERT INTO edu_user.user_00 VALUES (20, 'a', '北京', 3, 'app', NOW(), NOW()), (24, 'b', '上海', 4, 'app', NOW(), NOW())",
+        "INSERT INTO edu_user.user_00 VALUES (20, 'a', '北京', 3, 'app', NOW(), NOW()),"
+        " (24, 'b', '上海', 4, 'app', NOW(), NOW())",
     )
     return work
 
@@ -276,7 +295,9 @@ def _wait_until_closed(landing: Path, until: datetime, process: subprocess.Popen
             return
         if process.poll() is not None or time.monotonic() > deadline:
             log = (landing.parent / "capture.log").read_text(errors="replace")
-            raise AssertionError(f"the capture did not close the windows before {until} (exit {process.poll()}):\n{log}")
+            raise AssertionError(
+                f"the capture did not close the windows before {until} (exit {process.poll()}):\n{log}"
+            )
         time.sleep(0.2)
 
 
@@ -326,6 +347,79 @@ def _ingest(spark: SparkSession, tmp_path: Path, landing: Landing) -> DeltaStore
     return store
 
 
+# --- the connector's parts, without a server --------------------------------------------------------------------
+
+
+def _change(stream: str, when: datetime, row_id: int) -> RowsChange:
+    database, table = stream.split(".")
+    row = {"id": str(row_id), "create_time": when.strftime("%Y-%m-%d %H:%M:%S")}
+    return RowsChange(
+        database, table, "INSERT", int(when.timestamp()) * 1000, ("id",),
+        {"id": "bigint(20)", "create_time": "datetime"}, {"id": -5, "create_time": 93}, (row,),
+    )  # fmt: skip
+
+
+def _landing_files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_windows_written_again_after_a_crash_are_the_same_bytes_and_counts(tmp_path: Path) -> None:
+    t0 = datetime(2026, 3, 2, 9, 58, tzinfo=TZ)
+    minute = timedelta(minutes=1)
+    streams = ["edu_trade.order_00", "edu_trade.order_01", "edu_trade.heartbeat"]
+    transactions = [  # (changes, commit time, position where the transaction begins)
+        ([_change("edu_trade.order_00", t0, 1)], t0, ("binlog.000001", 100)),
+        ([_change("edu_trade.order_01", t0 + minute, 2)], t0 + minute, ("binlog.000001", 200)),
+        ([_change("edu_trade.order_00", t0 + 3 * minute, 3)], t0 + 3 * minute, ("binlog.000001", 300)),
+        ([_change("edu_trade.heartbeat", t0 + 14 * minute, 1)], t0 + 14 * minute, ("binlog.000002", 4)),
+        ([], t0 + 21 * minute, ("binlog.000002", 400)),
+    ]
+
+    def replay(root: Path, state: CaptureState, first: int) -> SegmentWriter:
+        writer = SegmentWriter(Landing(root), state, streams)
+        for changes, when, position in transactions[first:]:
+            writer.commit(changes, int(when.timestamp() * 1000), position)
+        return writer
+
+    whole = replay(tmp_path / "whole", CaptureState("binlog.000001", 4), 0)
+    assert whole.state.log_file == "binlog.000002" and whole.state.log_pos == 400
+    files = _landing_files(tmp_path / "whole")
+    assert sorted(f for f in files if f.startswith("binlog/edu_trade/order_00/")) == [
+        "binlog/edu_trade/order_00/000001-20260302T0955.jsonl",
+        "binlog/edu_trade/order_00/000002-20260302T1000.jsonl",
+        "binlog/edu_trade/order_00/000003-20260302T1005.jsonl",  # empty: the shard was idle, and says so
+        "binlog/edu_trade/order_00/000004-20260302T1010.jsonl",
+    ]
+    assert files["binlog/edu_trade/order_00/000003-20260302T1005.jsonl"] == b""
+    assert files["counts/edu_trade/order_00.jsonl"] == b'{"hour": "2026-03-02T09", "rows": 1}\n' + (
+        b'{"hour": "2026-03-02T10", "rows": 1}\n'
+    )
+    # killed while closing the second window: the first close was saved; some later files, the counts
+    # included, were written already (as in the run above) when the process died
+    partial = tmp_path / "partial"
+    writer = SegmentWriter(Landing(partial), CaptureState("binlog.000001", 4), streams)
+    for changes, when, position in transactions[:3]:
+        writer.commit(changes, int(when.timestamp() * 1000), position)  # closes the first window
+    for name in ("binlog/edu_trade/order_00/000002-20260302T1000.jsonl", "counts/edu_trade/order_00.jsonl"):
+        (partial / name).write_bytes(files[name])
+    saved = load_state(partial)
+    assert saved is not None and (saved.log_file, saved.log_pos) == ("binlog.000001", 300)
+    resumed = replay(partial, saved, 2)  # re-reads from binlog.000001:300, the third transaction
+    assert _landing_files(partial) == files
+    assert resumed.state.to_json() == whole.state.to_json()
+
+
+def test_canal_values_and_source_urls() -> None:
+    assert canal_value(datetime(2026, 3, 2, 10, 5, 7)) == "2026-03-02 10:05:07"
+    assert canal_value(Decimal("19.90")) == "19.90"
+    assert canal_value(None) is None and canal_value(7) == "7"
+    assert Source.parse("mysql://cdc@db.internal:3307", "pw") == Source("db.internal", 3307, "cdc", "pw")
+    with pytest.raises(ValueError, match="WAREHOUSE_CAPTURE_PASSWORD"):
+        Source.parse("mysql://cdc:secret@db:3306")
+    with pytest.raises(ValueError, match="expected mysql://USER@HOST"):
+        Source.parse("postgres://cdc@db:5432")
+
+
 # --- tests ----------------------------------------------------------------------------------------------------
 
 
@@ -340,6 +434,7 @@ def test_capture_mirrors_inserts_updates_deletes_and_a_new_column_into_the_ods_t
     try:
         _wait_until_closed(landing_dir, base + timedelta(hours=2), capture)
     finally:
+        resume.set()
         _stop_group(capture)
     assert capture.returncode == 0, (tmp_path / "capture.log").read_text()
 
@@ -367,6 +462,7 @@ def test_a_killed_capture_restarts_where_it_left_off_losing_and_duplicating_noth
     base = _base()
     landing_dir = tmp_path / "landing"
     capture = _start_capture(mariadb, landing_dir, "--start", "current", "--heartbeat-seconds", "0")
+    in_flight, resume = threading.Event(), threading.Event()
     try:
         deadline = time.monotonic() + 60
         while not (landing_dir / STATE_FILE).exists():  # its start position is saved before it reads
@@ -375,7 +471,6 @@ def test_a_killed_capture_restarts_where_it_left_off_losing_and_duplicating_noth
         work = Workload(mariadb.connect())
         rng = random.Random(3)
         step = timedelta(seconds=12)
-        done = threading.Event()
 
         def produce() -> None:  # 400 transactions over 80 minutes of binlog time: 16 windows
             for i in range(1, 401):
@@ -388,24 +483,30 @@ def test_a_killed_capture_restarts_where_it_left_off_losing_and_duplicating_noth
                 else:
                     _order_user[i] = user_id
                     work.new_order(when, i, user_id)
+                if i == 150:  # the capture is killed here, with changes of its open window in flight
+                    in_flight.set()
+                    resume.wait(120)
                 time.sleep(0.005)
-            done.set()
 
         _order_user: dict[int, int] = {}
         producer = threading.Thread(target=produce)
         producer.start()
+        assert in_flight.wait(120), "the workload did not reach its middle"
         _wait_until_closed(landing_dir, base + timedelta(minutes=25), capture)
         os.killpg(capture.pid, signal.SIGKILL)
         capture.wait()
-        killed_mid_stream = not done.is_set()
+        killed_at = load_state(landing_dir)
         capture = _start_capture(mariadb, landing_dir)
+        resume.set()
         producer.join()
         # the source's heartbeat after the workload's last window closes it (a counted change would stay open)
         work.uncounted(base + timedelta(hours=2), "INSERT INTO edu_user.heartbeat VALUES (1, NOW())")
         _wait_until_closed(landing_dir, base + timedelta(hours=2), capture)
     finally:
+        resume.set()
         _stop_group(capture)
-    assert killed_mid_stream, "the workload ended before the capture was killed: nothing was in flight"
+    assert killed_at is not None and killed_at.window is not None
+    assert killed_at.window <= (base + 150 * step).timestamp() * 1000, "nothing was in flight when it was killed"
 
     landing = Landing(landing_dir)
     seen: Counter[str] = Counter()

@@ -330,9 +330,9 @@ class SegmentWriter:
     def window_of(self, ms: int) -> int:
         local = datetime.fromtimestamp(ms / 1000, self.tz)
         minutes = local.hour * 60 + local.minute
-        floored = local.replace(
-            hour=0, minute=0, second=0, microsecond=0
-        ) + timedelta(minutes=minutes - minutes % self.landing.segment_minutes)
+        floored = local.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(
+            minutes=minutes - minutes % self.landing.segment_minutes
+        )
         return int(floored.timestamp() * 1000)
 
     def commit(self, changes: list[RowsChange], commit_ms: int, position_before: tuple[str, int]) -> None:

@@ -453,9 +453,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cap.add_argument(
         "--start", choices=("earliest", "current"), default="current", help="first start: binlog position to read from"
     )
-    cap.add_argument(
-        "--heartbeat-seconds", type=float, default=60.0, help="heartbeat table update interval (0: none)"
-    )
+    cap.add_argument("--heartbeat-seconds", type=float, default=60.0, help="heartbeat table update interval (0: none)")
 
     args = parser.parse_args(argv)
     if args.command == "simulate":
