@@ -434,7 +434,6 @@ def test_capture_mirrors_inserts_updates_deletes_and_a_new_column_into_the_ods_t
     try:
         _wait_until_closed(landing_dir, base + timedelta(hours=2), capture)
     finally:
-        resume.set()
         _stop_group(capture)
     assert capture.returncode == 0, (tmp_path / "capture.log").read_text()
 
