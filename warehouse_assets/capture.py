@@ -452,8 +452,16 @@ def _start_position(connection: Any, start: str) -> tuple[str, int]:
 
 
 def _check_source(connection: Any) -> None:
+    import pymysql
+
     with connection.cursor() as cursor:
-        cursor.execute("SELECT @@binlog_format, @@binlog_row_image, @@binlog_row_metadata")
+        try:
+            cursor.execute("SELECT @@binlog_format, @@binlog_row_image, @@binlog_row_metadata")
+        except pymysql.err.OperationalError as exc:  # an older server: no binlog_row_metadata at all
+            raise RuntimeError(
+                f"the source's binlog cannot be captured ({exc.args[-1]}): it needs binlog_row_metadata=FULL "
+                "(MariaDB 10.5+, MySQL 8.0+)"
+            ) from None
         binlog_format, row_image, metadata = cursor.fetchone()
     wrong = []
     if str(binlog_format).upper() != "ROW":
