@@ -35,6 +35,7 @@ from pyspark.sql import SparkSession
 from resources.delta_lake import DeltaStore
 from resources.landing import Landing
 from tests import oracle
+from warehouse_assets import cli
 from warehouse_assets.capture import (
     STATE_FILE,
     CaptureState,
@@ -46,6 +47,7 @@ from warehouse_assets.capture import (
 )
 from warehouse_assets.catalog import load_catalog
 from warehouse_assets.ingestion import ingest_table, ingested_counts
+from warehouse_assets.readiness import hour_key, readiness, ready_hours
 
 CATALOG = load_catalog()
 TZ = ZoneInfo("Asia/Shanghai")
@@ -453,6 +455,18 @@ def test_capture_mirrors_inserts_updates_deletes_and_a_new_column_into_the_ods_t
     assert _ods_rows(store, "ods.order")[36]["coupon"] == "C36"  # the column added by ALTER TABLE
     _assert_counts_match(store, landing, work, "ods.order")
     _assert_counts_match(store, landing, work, "ods.user")
+    # and so the readiness sensor's rule finds the workload's two hours complete: watermark and counts
+    hours = [hour_key(base), hour_key(base + timedelta(hours=1))]
+    for fqn in ("ods.order", "ods.user"):
+        assert ready_hours(readiness(store, landing, CATALOG[fqn]), None)[:2] == hours, fqn
+
+
+def test_the_capture_command_names_a_missing_or_bad_source(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WAREHOUSE_CAPTURE_SOURCE", raising=False)
+    with pytest.raises(SystemExit, match="give --source"):
+        cli.main(["capture"])
+    with pytest.raises(SystemExit, match="WAREHOUSE_CAPTURE_PASSWORD"):
+        cli.main(["capture", "--source", "mysql://cdc:secret@db:3306"])
 
 
 def test_a_killed_capture_restarts_where_it_left_off_losing_and_duplicating_nothing(
