@@ -42,7 +42,8 @@ dev: install  ## simulated sources + Spark Connect + Dagster UI on http://127.0.
 system-mariadb:
 	@if command -v mariadbd >/dev/null 2>&1 || test -x /usr/sbin/mariadbd; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mariadb-server >/dev/null; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mariadb-server >/dev/null; } || \
+	  echo "note: apt-get could not install mariadb-server: tests/test_capture.py will skip"; \
 	else echo "note: mariadb-server is missing and cannot be installed here (needs root and apt-get):"; \
 	  echo "      tests/test_capture.py will skip"; fi
 

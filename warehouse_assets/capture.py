@@ -312,9 +312,12 @@ def _write_atomic(path: Path, text: str) -> None:
 class SegmentWriter:
     """Cuts committed transactions into per-shard window segments, counts and the persisted position."""
 
-    def __init__(self, landing: Landing, state: CaptureState, streams: Iterable[str]):
+    def __init__(
+        self, landing: Landing, state: CaptureState, streams: Iterable[str], say: Callable[[str], None] | None = None
+    ):
         self.landing = landing
         self.state = state
+        self.say = say
         self.step = landing.segment_minutes * 60_000
         self.open: list[RowsChange] = []  # the open window's changes, in binlog order
         for stream in streams:
@@ -348,7 +351,7 @@ class SegmentWriter:
 
     def _close_until(self, window: int, position: tuple[str, int]) -> None:
         assert self.state.window is not None
-        start = self.state.window
+        start, rows = self.state.window, sum(len(c.data) for c in self.open)
         while start < window:
             self._write_window(start, self.open)
             self.open = []
@@ -357,6 +360,12 @@ class SegmentWriter:
         self.state.log_file, self.state.log_pos = position
         self._write_counts()
         self.save()
+        if self.say is not None:
+            until = datetime.fromtimestamp(window / 1000, self.tz)
+            self.say(
+                f"{datetime.now(self.tz):%H:%M:%S} segments written up to {until:%Y-%m-%d %H:%M} ({rows} row changes);"
+                f" position {position[0]}:{position[1]}"
+            )
 
     def _write_window(self, start: int, changes: list[RowsChange]) -> None:
         by_stream: dict[str, list[RowsChange]] = {s: [] for s in self.state.streams}
@@ -544,7 +553,7 @@ def run_capture(source: Source, config: CaptureConfig, say: Callable[[str], None
         connection.close()
     if not targets:
         raise RuntimeError(f"the source holds none of the catalog's databases ({', '.join(config.targets)})")
-    writer = SegmentWriter(landing, state, streams)
+    writer = SegmentWriter(landing, state, streams, say)
     writer.save()
     captured = _captured(targets)
     missing = sorted(set(config.targets) - set(targets))
