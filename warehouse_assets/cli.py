@@ -378,10 +378,11 @@ def run_capture(args: argparse.Namespace) -> int:
     from warehouse_assets.catalog import load_catalog
 
     settings = _settings(os.environ)
-    if not args.source:
+    url = args.source or settings.capture_source
+    if not url:
         raise SystemExit("error: give --source mysql://USER@HOST:PORT (or set WAREHOUSE_CAPTURE_SOURCE)")
     try:
-        source = capture.Source.parse(args.source, os.environ.get("WAREHOUSE_CAPTURE_PASSWORD", ""))
+        source = capture.Source.parse(url, settings.capture_password.get_secret_value())
         config = capture.CaptureConfig(
             Landing(Path(settings.landing_root).resolve(), settings.timezone),
             capture.capture_targets(load_catalog()),
@@ -446,7 +447,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     cap = sub.add_parser("capture", help="real sources: read a MySQL/MariaDB binlog into the landing area")
     cap.add_argument(
         "--source",
-        default=os.environ.get("WAREHOUSE_CAPTURE_SOURCE"),
         help="mysql://USER@HOST:PORT (default $WAREHOUSE_CAPTURE_SOURCE; password: $WAREHOUSE_CAPTURE_PASSWORD)",
     )
     cap.add_argument("--server-id", type=int, default=5401, help="replica id, unique among the source's replicas")
