@@ -17,7 +17,7 @@ from datetime import date
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 ENV_PREFIX = "WAREHOUSE_"
 DEFAULT_TIMEZONE = "Asia/Shanghai"
@@ -75,6 +75,8 @@ class Settings(BaseModel):
     external_sensor_interval: int = Field(10, gt=0, description="a positive whole number of seconds")
     freshness_sensor_interval: int = Field(60, gt=0, description="a positive whole number of seconds")
     freshness_horizon_hours: float = Field(48.0, ge=0, description="a number of hours, 0 or more")
+    capture_source: str = Field("", description="the capture connector's source, mysql://USER@HOST:PORT")
+    capture_password: SecretStr = Field(SecretStr(""), description="the capture connector's source password")
 
     @field_validator("timezone")
     @classmethod

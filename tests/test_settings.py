@@ -11,6 +11,7 @@ from datetime import UTC, date, datetime
 
 import pytest
 from dagster import AssetKey
+from pydantic import SecretStr
 
 from resources import resources_from_env
 from resources.settings import Settings, current, using
@@ -73,6 +74,8 @@ def test_every_variable_is_read() -> None:
         "WAREHOUSE_EXTERNAL_SENSOR_INTERVAL": "12",
         "WAREHOUSE_FRESHNESS_SENSOR_INTERVAL": "90",
         "WAREHOUSE_FRESHNESS_HORIZON_HOURS": "0.5",
+        "WAREHOUSE_CAPTURE_SOURCE": "mysql://cdc@db:3306",
+        "WAREHOUSE_CAPTURE_PASSWORD": "pw",
     }
     settings = Settings.from_env(env)
     assert settings.model_dump() == {
@@ -97,7 +100,10 @@ def test_every_variable_is_read() -> None:
         "external_sensor_interval": 12,
         "freshness_sensor_interval": 90,
         "freshness_horizon_hours": 0.5,
+        "capture_source": "mysql://cdc@db:3306",
+        "capture_password": SecretStr("pw"),
     }
+    assert "pw" not in repr(settings)  # a secret never shows in a log line
     assert settings.external_dir == "/partners"
     resources = resources_from_env(settings)
     assert (resources["spark"].mode, resources["spark"].timezone, resources["spark"].conf["spark.a"]) == (

@@ -6,6 +6,7 @@
                                                 for [start, end) in dependency order (headless path)
     warehouse why dwd.order_detail 2026-03-02   why a partition waits: its upstream partitions and the root causes
     warehouse spark-server                      run the embedded Spark Connect server in the foreground
+    warehouse capture --source mysql://U@H:P    real sources: a MySQL/MariaDB binlog into the landing area
     warehouse dev                               what `make dev` runs: data, Spark Connect, dagster dev
 
 Every command runs against the Dagster instance in ``$DAGSTER_HOME`` (default ``./dagster_home``), so runs
@@ -410,6 +411,38 @@ def run_spark_server(args: argparse.Namespace) -> int:
         return 0
 
 
+def run_capture(args: argparse.Namespace) -> int:
+    from resources.landing import Landing
+    from warehouse_assets import capture
+    from warehouse_assets.catalog import load_catalog
+
+    settings = _settings(os.environ)
+    url = args.source or settings.capture_source
+    if not url:
+        raise SystemExit("error: give --source mysql://USER@HOST:PORT (or set WAREHOUSE_CAPTURE_SOURCE)")
+    try:
+        source = capture.Source.parse(url, settings.capture_password.get_secret_value())
+        config = capture.CaptureConfig(
+            Landing(Path(settings.landing_root).resolve(), settings.timezone),
+            capture.capture_targets(load_catalog()),
+            server_id=args.server_id,
+            start=args.start,
+            heartbeat_seconds=args.heartbeat_seconds,
+        )
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
+
+    def stop(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        capture.run_capture(source, config, say=_say)
+    except KeyboardInterrupt:
+        _say("capture stopped")
+    return 0
+
+
 # --- entry point -------------------------------------------------------------------------------------------
 
 
@@ -452,6 +485,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     srv = sub.add_parser("spark-server", help="run the Spark Connect server in the foreground")
     srv.add_argument("--port", type=int, default=15002)
 
+    cap = sub.add_parser("capture", help="real sources: read a MySQL/MariaDB binlog into the landing area")
+    cap.add_argument(
+        "--source",
+        help="mysql://USER@HOST:PORT (default $WAREHOUSE_CAPTURE_SOURCE; password: $WAREHOUSE_CAPTURE_PASSWORD)",
+    )
+    cap.add_argument("--server-id", type=int, default=5401, help="replica id, unique among the source's replicas")
+    cap.add_argument(
+        "--start", choices=("earliest", "current"), default="current", help="first start: binlog position to read from"
+    )
+    cap.add_argument("--heartbeat-seconds", type=float, default=60.0, help="heartbeat table update interval (0: none)")
+
     args = parser.parse_args(argv)
     if args.command == "simulate":
         status = simulator.run(args)
@@ -465,6 +509,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_spark_server(args)
     if args.command == "engine":
         return run_engine(args)
+    if args.command == "capture":
+        return run_capture(args)
 
     from resources import resources_from_env
 
