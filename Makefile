@@ -7,7 +7,7 @@ STAMP       := $(VENV)/.installed-stamp
 JARS        := $(VENV)/jars
 JARS_STAMP  := $(JARS)/.installed-stamp
 
-.PHONY: install dev test test-backfill-month lint format typecheck check bench clean-data
+.PHONY: install system-packages dev dev-postgres test test-backfill-month lint format typecheck check bench clean-data
 
 $(STAMP): pyproject.toml uv.lock
 	@command -v java >/dev/null 2>&1 || { \
@@ -34,10 +34,28 @@ $(JARS_STAMP): pom.xml | $(STAMP)
 
 install: $(STAMP) $(JARS_STAMP)
 
+# Debian packages the tests of real components start (PostgreSQL for tests/test_postgres.py). CI runs as root:
+# what is missing is installed after one `apt-get update`; elsewhere the tests needing it skip, saying why.
+DEBIAN_PACKAGES := postgresql
+system-packages:
+	@missing=$$(for p in $(DEBIAN_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
+	if [ -z "$$missing" ]; then exit 0; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing $$missing"; apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	else echo "note: not installed and cannot install here (needs root and apt-get): $$missing;" \
+	  "the tests that need them will skip"; fi
+
 dev: install  ## simulated sources + Spark Connect + Dagster UI on http://127.0.0.1:3000
 	DAGSTER_HOME=$(CURDIR)/dagster_home $(VENV)/bin/warehouse dev
 
-test: install  ## the whole test suite
+dev-postgres: install  ## `make dev` on the PostgreSQL instance of dagster_home/postgres (DAGSTER_PG_* set)
+	@for v in DAGSTER_PG_HOST DAGSTER_PG_PORT DAGSTER_PG_USER DAGSTER_PG_PASSWORD DAGSTER_PG_DB; do \
+	  printenv $$v >/dev/null || { echo "error: $$v is not set (README: Production deployment)"; exit 1; }; done
+	DAGSTER_HOME=$(CURDIR)/dagster_home/postgres $(VENV)/bin/warehouse dev
+
+test: install system-packages  ## the whole test suite
 	@command -v java >/dev/null 2>&1 || { echo "error: 'java' was not found on PATH (Spark needs Java 17)"; exit 1; }
 	$(VENV)/bin/pytest
 
