@@ -23,7 +23,7 @@ from pathlib import Path
 import psycopg2
 import pytest
 import yaml
-from dagster import AssetKey, DagsterEventType, DagsterRunStatus, EventRecordsFilter
+from dagster import AssetKey, AssetRecordsFilter, DagsterEventType, DagsterRunStatus
 
 from tests.dev_stack import DAY, ROOT, await_partition, free_port, launched_by_the_stack, start_stack
 from warehouse_assets.state_store import PartitionStateStore
@@ -163,13 +163,13 @@ def test_the_stack_on_postgres_builds_a_day_without_a_click(
     port, target, day = free_port(), AssetKey(["ads", "daily_gmv"]), f"{DAY:%Y-%m-%d}"
     with start_stack(tmp_path, home, port, free_port(), env=postgres) as proc:
         instance = await_partition(proc, port, home, target, day)
-    for key in (["ods", "order"], ["dwd", "order_detail"], ["dws", "user_order_daily"]):
+    hours = {f"{day}-{hour:02d}:00" for hour in range(24)}
+    assert hours <= instance.get_materialized_partitions(AssetKey(["ods", "order"]))
+    for key in (["dwd", "order_detail"], ["dws", "user_order_daily"]):
         assert day in instance.get_materialized_partitions(AssetKey(key)), key
     # the day was built by a run the stack launched (a sensor or the dependency center), none by hand
-    records = instance.get_event_records(
-        EventRecordsFilter(DagsterEventType.ASSET_MATERIALIZATION, asset_key=target), limit=1
-    )
-    run = instance.get_run_by_id(records[0].run_id)
+    latest = instance.fetch_materializations(AssetRecordsFilter(asset_key=target, asset_partitions=[day]), limit=1)
+    run = instance.get_run_by_id(latest.records[0].run_id)
     assert run is not None and launched_by_the_stack(run), run and run.tags
 
     # the instance's rows are PostgreSQL's: runs, their events and the sensors' ticks; nothing in Dagster's SQLite
