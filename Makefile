@@ -7,7 +7,7 @@ STAMP       := $(VENV)/.installed-stamp
 JARS        := $(VENV)/jars
 JARS_STAMP  := $(JARS)/.installed-stamp
 
-.PHONY: install system-mariadb dev test test-backfill-month lint format typecheck check bench clean-data
+.PHONY: install system-packages dev dev-postgres test test-backfill-month lint format typecheck check bench clean-data
 
 $(STAMP): pyproject.toml uv.lock
 	@command -v java >/dev/null 2>&1 || { \
@@ -34,20 +34,29 @@ $(JARS_STAMP): pom.xml | $(STAMP)
 
 install: $(STAMP) $(JARS_STAMP)
 
+# Debian packages the tests of real components start (PostgreSQL for tests/test_postgres.py, MariaDB for
+# tests/test_capture.py). CI runs as root: what is missing is installed after one `apt-get update`; elsewhere the
+# tests needing it skip, saying why.
+DEBIAN_PACKAGES := postgresql mariadb-server
+system-packages:
+	@missing=$$(for p in $(DEBIAN_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
+	if [ -z "$$missing" ]; then exit 0; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing $$missing"; apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	else echo "note: not installed and cannot install here (needs root and apt-get): $$missing;" \
+	  "the tests that need them will skip"; fi
+
 dev: install  ## simulated sources + Spark Connect + Dagster UI on http://127.0.0.1:3000
 	DAGSTER_HOME=$(CURDIR)/dagster_home $(VENV)/bin/warehouse dev
 
-# Debian's MariaDB server, for the capture connector's tests (tests/test_capture.py starts a real one). Installed
-# once when root with apt-get (CI); elsewhere a note, and those tests skip with the reason.
-system-mariadb:
-	@if command -v mariadbd >/dev/null 2>&1 || test -x /usr/sbin/mariadbd; then :; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mariadb-server >/dev/null; } || \
-	  echo "note: apt-get could not install mariadb-server: tests/test_capture.py will skip"; \
-	else echo "note: mariadb-server is missing and cannot be installed here (needs root and apt-get):"; \
-	  echo "      tests/test_capture.py will skip"; fi
+dev-postgres: install  ## `make dev` on the PostgreSQL instance of dagster_home/postgres (DAGSTER_PG_* set)
+	@for v in DAGSTER_PG_HOST DAGSTER_PG_PORT DAGSTER_PG_USER DAGSTER_PG_PASSWORD DAGSTER_PG_DB; do \
+	  printenv $$v >/dev/null || { echo "error: $$v is not set (README: Production deployment)"; exit 1; }; done
+	DAGSTER_HOME=$(CURDIR)/dagster_home/postgres $(VENV)/bin/warehouse dev
 
-test: install system-mariadb  ## the whole test suite
+test: install system-packages  ## the whole test suite
 	@command -v java >/dev/null 2>&1 || { echo "error: 'java' was not found on PATH (Spark needs Java 17)"; exit 1; }
 	$(VENV)/bin/pytest
 

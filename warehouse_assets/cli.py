@@ -370,8 +370,8 @@ def run_engine(args: argparse.Namespace) -> int:
 
 
 def _prepare_instance(home: Path) -> None:
-    """Create and migrate the instance's SQLite storage once, before the webserver, daemon and code server
-    start: three processes initializing a fresh database at once can race (alembic sees two heads)."""
+    """Create and migrate the instance's storage (SQLite or PostgreSQL) once, before the webserver, daemon and code
+    server start: three processes initializing a fresh database at once can race (alembic sees two heads)."""
     from dagster import DagsterInstance
 
     home.mkdir(parents=True, exist_ok=True)

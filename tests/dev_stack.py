@@ -1,0 +1,186 @@
+"""The product's stack as `warehouse dev` starts it (Spark Connect, webserver, daemon), for tests of a running stack.
+
+:func:`start_stack` starts it on simulated sources against a Dagster home of the caller's (SQLite or PostgreSQL) and
+stops it cleanly, process group and stragglers included. :func:`await_partition` waits, with no click, until a
+partition is materialized and every run the stack started has finished, and asserts that they all succeeded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+from dagster import AssetKey, DagsterInstance, DagsterRun, DagsterRunStatus, RunRecord, RunsFilter
+
+from resources.spark import port_open
+from simulator.cdc import SimulationConfig, simulate
+from warehouse_assets.center import TAG_PREFIX
+
+ROOT = Path(__file__).resolve().parent.parent
+# Not a latency target (bench/handoff_latency.py measures that): the chain — ingest, ODS hour checks, DWD, DWS,
+# ADS, a run launch each on 2 run slots — takes about 4 min on a quiet 2-core machine and twice that on a busy one.
+# A wait fails when the stack stops making progress (no run or step event for STALL_S), or at DEADLINE_S
+# whatever happens.
+STALL_S = 300
+DEADLINE_S = 1500
+# a recent day: automation looks back a few weeks, older history is for backfills
+DAY = datetime.combine(datetime.now(ZoneInfo("Asia/Shanghai")).date() - timedelta(days=3), datetime.min.time())
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def graphql(port: int, query: str) -> dict:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/graphql",
+        data=json.dumps({"query": query}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
+
+
+@contextmanager
+def start_stack(
+    root: Path, home: Path, port: int, spark_port: int, env: Mapping[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """`warehouse dev` on one simulated day (landing and lake under ``root``) with the instance of ``home``;
+    ``env`` adds to the environment (the instance's settings)."""
+    simulate(root / "landing", DAY, DAY + timedelta(days=1, hours=1), SimulationConfig(seed=5, scale=0.03))
+    full_env = dict(
+        os.environ,
+        DAGSTER_HOME=str(home),
+        WAREHOUSE_LAKE_ROOT=str(root / "lake"),
+        WAREHOUSE_LANDING_ROOT=str(root / "landing"),
+        WAREHOUSE_LOG_DIR=str(root),
+        WAREHOUSE_SPARK_MODE="connect",
+        WAREHOUSE_SPARK_CONNECT_URL=f"sc://127.0.0.1:{spark_port}",
+        WAREHOUSE_SPARK_DRIVER_MEMORY="2g",
+        **(env or {}),
+    )
+    log = (root / "dev.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "warehouse_assets.cli", "dev", "--no-simulate", "--port", str(port)],
+        cwd=ROOT,
+        env=full_env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        yield proc
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGINT)
+            proc.wait(timeout=60)
+        except ProcessLookupError:
+            pass  # the stack had exited already: its log below says why
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        kill_stragglers(f"DAGSTER_HOME={home}")
+        log.close()
+        print((root / "dev.log").read_text()[-3000:])
+
+
+def kill_stragglers(marker: str) -> None:
+    """Kill what the stack left behind (a code server may outlive dagster dev), found by its environment."""
+    needle = marker.encode() + b"\0"
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes():
+                os.kill(int(entry.name), signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            continue
+
+
+def run_line(record: RunRecord) -> str:
+    """One run, for a failure message: job, status, partition, assets, queued / run seconds."""
+    run = record.dagster_run
+    created = record.create_timestamp.timestamp()
+    started, ended = record.start_time, record.end_time
+    partition = run.tags.get("dagster/partition") or run.tags.get("dagster/asset_partition_range_start", "")
+    assets = ",".join(k.to_user_string() for k in sorted(run.asset_selection or [], key=str))
+    return (
+        f"{run.job_name} {run.status.value} {partition} {assets} "
+        f"queued={(started or time.time()) - created:.0f}s ran={(ended or time.time()) - (started or created):.0f}s"
+    )
+
+
+def runs_summary(instance: DagsterInstance) -> str:
+    """What ran, oldest first."""
+    return "\n".join(run_line(record) for record in reversed(instance.get_run_records(limit=200)))
+
+
+def launched_by_the_stack(run: DagsterRun) -> bool:
+    """Whether a sensor or the dependency center launched ``run`` (a run launched by hand carries neither tag)."""
+    return "dagster/sensor_name" in run.tags or any(key.startswith(TAG_PREFIX) for key in run.tags)
+
+
+def await_partition(
+    proc: subprocess.Popen[bytes], port: int, home: Path, target: AssetKey, partition: str
+) -> DagsterInstance:
+    """Wait until ``target``'s ``partition`` is materialized and every run started so far has finished; assert that
+    they all succeeded. The instance of ``home`` is returned."""
+    started = last_progress = time.monotonic()
+    instance = None
+    seen: int | None = None  # the newest event of any run: a step or a run starting or ending is progress
+    while (now := time.monotonic()) - last_progress < STALL_S and now - started < DEADLINE_S:
+        assert proc.poll() is None, "the dev stack exited"
+        # the webserver listens only after `warehouse dev` created the instance's storage: opening it earlier
+        # races that creation (two processes stamping a fresh SQLite database leave alembic two heads)
+        if instance is None and port_open("127.0.0.1", port):
+            instance = DagsterInstance.from_config(str(home))
+        if instance is not None:
+            if partition in instance.get_materialized_partitions(target):
+                break
+            latest = instance.event_log_storage.get_maximum_record_id()
+            if latest != seen:
+                seen, last_progress = latest, now
+        time.sleep(5)
+    else:
+        why = f"no run or step event for {STALL_S}s" if now - last_progress >= STALL_S else "deadline"
+        pytest.fail(
+            f"{target.to_user_string()} {partition} was not materialized by automation: {why} "
+            f"after {now - started:.0f}s; runs:\n"
+            + (runs_summary(instance) if instance is not None else "(no instance)")
+        )
+    assert instance is not None
+    # the materialization is stored before the run's last steps (its checks) end: wait until every run started
+    # so far has finished; every run the stack started must have succeeded, not only written its data
+    started_runs = RunsFilter(run_ids=[r.dagster_run.run_id for r in instance.get_run_records()])
+    while (now := time.monotonic()) - last_progress < STALL_S and now - started < DEADLINE_S:
+        if all(run.is_finished for run in instance.get_runs(started_runs)):
+            break
+        latest = instance.event_log_storage.get_maximum_record_id()
+        if latest != seen:
+            seen, last_progress = latest, now
+        time.sleep(5)
+    print(runs_summary(instance))  # shown with -s or -rP: what the stack ran to get there
+    unfinished = [run_line(r) for r in instance.get_run_records(started_runs) if not r.dagster_run.is_finished]
+    assert not unfinished, "runs that did not finish:\n" + "\n".join(unfinished)
+    failed = [
+        run_line(r)
+        for r in instance.get_run_records()
+        if r.dagster_run.is_finished and r.dagster_run.status != DagsterRunStatus.SUCCESS
+    ]
+    assert not failed, "runs that did not succeed:\n" + "\n".join(failed)
+    return instance
