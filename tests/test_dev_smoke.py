@@ -57,9 +57,7 @@ def test_dev_materializes_downstream_partitions_without_a_click(
     assert run.tags["warehouse/request"] and run.tags["warehouse/trigger_table"].startswith(("dws.", "dwd.")), run.tags
     assert instance.get_runs_count(RunsFilter(tags={"warehouse/request": run.tags["warehouse/request"]})) == 1
     # with the table's blocking checks, evaluated in the same step as the write
-    checks = instance.event_log_storage.get_asset_check_execution_history(
-        AssetCheckKey(target, "unique"), limit=10
-    )
+    checks = instance.event_log_storage.get_asset_check_execution_history(AssetCheckKey(target, "unique"), limit=10)
     assert any(c.run_id == run.run_id and c.status.value == "SUCCEEDED" for c in checks), checks
 
     data = graphql(port, "{ assetNodes { assetKey { path } groupName } }")
