@@ -206,8 +206,9 @@ class PartitionStateStore:
         cursor (those the engine has not applied yet, or all of them when no engine runs)."""
         step = _ViewStep(self)
         head = self.instance.event_log_storage.get_maximum_record_id() or -1
-        for storage_id, entry in self._read(self.cursor, head):
-            step.apply(storage_id, entry)
+        if head > self.cursor:  # one query when the engine is up to date, one per event type otherwise
+            for storage_id, entry in self._read(self.cursor, head):
+                step.apply(storage_id, entry)
         return StateView(self, step)
 
     def _targets(self, run_id: str) -> list[tuple[str, str]]:

@@ -1,0 +1,126 @@
+"""Why is this waiting, from the state store: the time ``warehouse why`` takes per partition, after its imports.
+
+The example warehouse (26 tables) on a SQLite instance with ``--days`` of history reported as the product reports it
+(runless materializations of every ODS hour and derived partition, as the readiness sensor and the runs write
+them), except the last ODS hour of ``ods.order``: every partition downstream of that day waits for it. The engine's
+partition state store is brought up to date once (as the engine keeps it). Then ``explain()`` (what ``warehouse why``
+and the ``why_waiting`` job call) answers for a set of partitions, waiting ones (their chain walked to the root
+cause) and materialized ones: P50 / P90 / max per call, with the store up to date, and with a tail of events the
+engine has not applied yet (``--tail``), which the view applies in memory.
+
+    .venv/bin/python bench/why_latency.py [--days 60] [--repeat 20] [--tail 300]
+
+Last line: ``RESULT why_p50_ms= why_p90_ms= why_max_ms= tail_p90_ms= partitions=``. Target: under 100 ms per
+partition (issue 12).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from datetime import date, datetime, timedelta
+from datetime import time as dt_time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from dagster import AssetKey, AssetMaterialization, instance_for_test  # noqa: E402
+
+from resources.delta_lake import DeltaStore  # noqa: E402
+from resources.landing import Landing  # noqa: E402
+from warehouse_assets.catalog import load_catalog  # noqa: E402
+from warehouse_assets.partitions import BY_PERIOD  # noqa: E402
+from warehouse_assets.state_store import PartitionStateStore  # noqa: E402
+from warehouse_assets.why import explain  # noqa: E402
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def keys_between(period: str, first: date, last: date) -> list[str]:
+    """The partitions of ``period`` from the warehouse start whose windows end by the end of ``last``."""
+    pdef = BY_PERIOD[period]
+    end = datetime.combine(last + timedelta(days=1), dt_time.min, pdef.get_first_partition_window().start.tzinfo)
+    return [k for k in pdef.get_partition_keys(current_time=end) if pdef.time_window_for_partition_key(k).end <= end]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--days", type=int, default=60)
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--tail", type=int, default=300, help="events reported after the store's last update")
+    args = parser.parse_args()
+    catalog = load_catalog()
+    first = BY_PERIOD["daily"].get_first_partition_window().start.date()
+    last = first + timedelta(days=args.days - 1)
+    hole = (AssetKey(["ods", "order"]), f"{last:%Y-%m-%d}-23:00")
+    with tempfile.TemporaryDirectory() as tmp, instance_for_test(temp_dir=tmp) as instance:
+        started = time.perf_counter()
+        reported = 0
+        derived_last: list[tuple[str, str]] = []
+        for table in catalog:
+            key = AssetKey(table.key)
+            for partition in keys_between(table.period, first, last):
+                if (key, partition) == hole:
+                    continue
+                if not table.is_ods and not table.is_external and partition.startswith(f"{last:%Y-%m-%d}"):
+                    derived_last.append((table.fqn, partition))  # left for the chain to wait on
+                    continue
+                instance.report_runless_asset_event(AssetMaterialization(key, partition=partition))
+                reported += 1
+        print(
+            f"[bench] {reported:,} partitions reported over {args.days} days in {time.perf_counter() - started:.0f} s"
+        )
+        store = PartitionStateStore(instance)
+        started = time.perf_counter()
+        store.update()
+        print(f"[bench] state store built from the log in {time.perf_counter() - started:.2f} s")
+        lake, landing = DeltaStore(str(Path(tmp) / "lake")), Landing(Path(tmp) / "landing")
+        materialized = [
+            (t.fqn, f"{last - timedelta(days=5):%Y-%m-%d}") for t in catalog.derived() if t.period == "daily"
+        ]
+        samples = derived_last + materialized
+
+        def timed() -> list[float]:
+            times = []
+            for _ in range(args.repeat):
+                for fqn, partition in samples:
+                    t0 = time.perf_counter()
+                    report = explain(instance, catalog, lake, landing, fqn, partition)
+                    times.append((time.perf_counter() - t0) * 1000)
+                    assert report.upstream is not None
+            return times
+
+        explain(instance, catalog, lake, landing, *samples[0])  # warm: first-call imports and caches
+        fresh = timed()
+        waiting = explain(instance, catalog, lake, landing, "ads.daily_gmv", f"{last:%Y-%m-%d}")
+        print(
+            f"[bench] e.g. ads.daily_gmv {last:%Y-%m-%d}: {waiting.verdict}; root causes "
+            f"{[(c.table, c.partition, c.state) for c in waiting.root_causes]}"
+        )
+        for n in range(args.tail):  # events the engine has not applied yet
+            day = first + timedelta(days=n % args.days)
+            instance.report_runless_asset_event(
+                AssetMaterialization(AssetKey(["ods", "user"]), partition=f"{day:%Y-%m-%d}-05:00")
+            )
+        tail = timed()
+        store.close()
+    p50, p90, top = statistics.median(fresh), percentile(fresh, 0.9), max(fresh)
+    print(f"{'store up to date':<28} P50 {p50:6.1f} ms  P90 {p90:6.1f} ms  max {top:6.1f} ms  ({len(fresh)} calls)")
+    t50, t90, tmax = statistics.median(tail), percentile(tail, 0.9), max(tail)
+    print(f"{f'{args.tail} events not applied':<28} P50 {t50:6.1f} ms  P90 {t90:6.1f} ms  max {tmax:6.1f} ms")
+    print(
+        f"RESULT why_p50_ms={p50:.1f} why_p90_ms={p90:.1f} why_max_ms={top:.1f} tail_p90_ms={t90:.1f} "
+        f"partitions={len(samples)} days={args.days}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
