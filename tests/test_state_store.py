@@ -13,6 +13,7 @@ import random
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -295,6 +296,35 @@ def test_a_restart_resumes_from_the_cursor_and_reads_only_new_events(instance: D
     assert restarted.records_read == 2
     assert {(c.asset_key, c.partition) for c in changes} == {("ods/b", PARTITIONS[0]), ("dwd/a", PARTITIONS[1])}
     assert restarted.states(B, [PARTITIONS[0]])[PARTITIONS[0]].delta_version == 9
+
+
+def test_an_event_committed_after_a_later_one_was_read_is_applied_once_it_appears(
+    consolidated: DagsterInstance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL: an event's id is taken before its insert commits, so a reader can see a later id first."""
+    store = PartitionStateStore(consolidated, overlap=50)
+    for partition in PARTITIONS[:3]:
+        report(consolidated, B, partition)
+    late = materializations(consolidated, B, PARTITIONS[1])[0]
+    storage = consolidated.event_log_storage
+    read = storage.get_logs_for_all_runs_by_log_id
+    hidden = {"on": True}
+
+    def not_yet_committed(*args: Any, **kwargs: Any) -> Any:
+        return {i: e for i, e in read(*args, **kwargs).items() if not (hidden["on"] and i == late)}
+
+    monkeypatch.setattr(storage, "get_logs_for_all_runs_by_log_id", not_yet_committed)
+    assert {c.partition for c in store.update()} == {PARTITIONS[0], PARTITIONS[2]}
+    assert store.cursor > late and not store.states(B, [PARTITIONS[1]])[PARTITIONS[1]].materialized
+    hidden["on"] = False  # it commits
+    report(consolidated, B, PARTITIONS[3])
+    assert {c.partition for c in store.update()} == {PARTITIONS[1], PARTITIONS[3]}  # the late one, and only once
+    assert store.states(B, [PARTITIONS[1]])[PARTITIONS[1]].storage_id == late
+    report(consolidated, B, PARTITIONS[4])
+    assert {c.partition for c in store.update()} == {PARTITIONS[4]}
+    rebuilt = PartitionStateStore(consolidated, Path(store.path).with_name("rebuilt.db"))
+    rebuilt.rebuild()
+    assert rebuilt.all_states() == store.all_states()
 
 
 def test_an_update_reads_the_new_events_only_whatever_the_history(consolidated: DagsterInstance) -> None:

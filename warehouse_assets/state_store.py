@@ -20,8 +20,8 @@ Where it differs from the instance's own view, and why:
   the instance lets through);
 * an asset wipe deletes events without logging one: :meth:`PartitionStateStore.rebuild` after a wipe;
 * on Postgres, concurrent writers can commit storage ids out of order, so a reader can pass an id whose event
-  commits later; the engine that runs this store continuously must re-read a small overlap behind the cursor
-  (design §6.21). SQLite storage has one writer at a time.
+  commits later: the store re-reads :data:`OVERLAP` ids behind its cursor whenever new events arrive and applies
+  the ones it had not seen (design fact 21). SQLite storage has one writer at a time: no overlap.
 """
 
 from __future__ import annotations
@@ -94,7 +94,13 @@ CREATE TABLE IF NOT EXISTS partitions ({_COLUMNS}, PRIMARY KEY (asset_key, parti
 CREATE TABLE IF NOT EXISTS run_targets (run_id, asset_key, partition, PRIMARY KEY (run_id, asset_key, partition))
     WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS cursor (id INTEGER PRIMARY KEY CHECK (id = 0), storage_id INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS applied (storage_id INTEGER PRIMARY KEY);
 """
+
+# How far behind its cursor the store re-reads on storages with concurrent writers (PostgreSQL, MySQL): their ids
+# come from a sequence taken before the insert commits, so an event can become visible after a later id was read
+# (design fact 21). The ids applied within the overlap are remembered, so a re-read applies only the late ones.
+OVERLAP = 500
 
 
 def default_path(instance: DagsterInstance) -> Path:
@@ -104,8 +110,11 @@ def default_path(instance: DagsterInstance) -> Path:
 class PartitionStateStore:
     """Every partition's state, maintained incrementally from ``instance``'s event log and persisted at ``path``."""
 
-    def __init__(self, instance: DagsterInstance, path: Path | None = None):
+    def __init__(self, instance: DagsterInstance, path: Path | None = None, overlap: int | None = None):
         self.instance = instance
+        # SQLite storage has one writer at a time: its ids are visible in order
+        sqlite = "sqlite" in type(instance.event_log_storage).__module__
+        self.overlap = overlap if overlap is not None else 0 if sqlite else OVERLAP
         self.path = path or default_path(instance)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(self.path, isolation_level=None)  # transactions are explicit (BEGIN / COMMIT)
@@ -144,6 +153,7 @@ class PartitionStateStore:
             self._db.execute("DELETE FROM partitions")
             self._db.execute("DELETE FROM run_targets")
             self._db.execute("DELETE FROM cursor")
+            self._db.execute("DELETE FROM applied")
         return self.update()
 
     def changes_since(self, after: int) -> list[Change]:
@@ -192,7 +202,16 @@ class PartitionStateStore:
     def _apply_step(self, after: int, head: int) -> list[Change]:
         step = _Step(self)
         with self._transaction():
-            for storage_id, entry in self._read(after, head):
+            records = self._read(max(-1, after - self.overlap), head) if self.overlap else self._read(after, head)
+            if self.overlap:
+                recent = after - self.overlap
+                seen = {
+                    i for (i,) in self._db.execute("SELECT storage_id FROM applied WHERE storage_id > ?", (recent,))
+                }
+                records = [(i, e) for i, e in records if i not in seen]
+                self._db.executemany("INSERT OR IGNORE INTO applied VALUES (?)", [(i,) for i, _ in records])
+                self._db.execute("DELETE FROM applied WHERE storage_id <= ?", (head - self.overlap,))
+            for storage_id, entry in records:
                 step.apply(storage_id, entry)
             self._db.executemany(
                 f"INSERT OR REPLACE INTO partitions ({_COLUMNS}) VALUES ({', '.join('?' * 10)})",
