@@ -45,13 +45,16 @@ class Source:
         self.seq, self.message_id = 0, 0
         self.counts: dict[str, int] = {}
 
-    def segment(self, window: datetime, rows: list[tuple[int, datetime]], count: bool = True) -> None:
-        """One 5-minute segment starting at ``window`` with an INSERT per (id, event time)."""
+    def segment(
+        self, window: datetime, rows: list[tuple[int, datetime]], count: bool = True, positions: list[str] | None = None
+    ) -> None:
+        """One 5-minute segment starting at ``window`` with an INSERT per (id, event time), each at its binlog
+        ``positions`` if the source writes them (as ``warehouse capture`` does)."""
         self.seq += 1
         directory = self.root / "binlog" / DB / self.shard
         directory.mkdir(parents=True, exist_ok=True)
         lines = []
-        for pk, at in rows:
+        for n, (pk, at) in enumerate(rows):
             self.message_id += 1
             stamp = at.strftime("%Y-%m-%d %H:%M:%S")
             data = {
@@ -80,6 +83,8 @@ class Source:
                 "ts": es + 50,
                 "type": "INSERT",
             }
+            if positions is not None:
+                message["position"] = positions[n]
             lines.append(json.dumps(message, separators=(",", ":")))
             if count:
                 hour = at.strftime("%Y-%m-%dT%H")
@@ -303,6 +308,37 @@ def test_late_changes_for_a_reported_hour_report_it_again(spark: SparkSession, t
     ]
     assert events[0].metadata["rows"].value == 121
     assert readiness_events(store, landing, only(lenient), cursor) == ([], cursor)
+
+
+def test_equal_changes_within_one_second_at_different_binlog_positions_are_both_taken_in(
+    spark: SparkSession, tmp_path: Path, order: Table
+) -> None:
+    """The binlog time has whole seconds: a row written twice alike within one second (inserted, deleted and
+    inserted again; A→B→A→B) repeats a change's content. Its binlog position tells them apart; a re-sent copy of
+    one (same position) is still a duplicate."""
+    landing_root = tmp_path / "landing"
+    busy, quiet = Source(landing_root, "order_00"), Source(landing_root, "order_01")
+    same_second = (7, H10 + timedelta(minutes=1))
+    for window in windows(H10, H10 + timedelta(hours=1)):
+        rows, positions = (
+            ([same_second, same_second], ["bin.000001:400", "bin.000001:900"]) if window == H10 else ([], [])
+        )
+        busy.segment(window, rows, positions=positions)
+    quiet.idle(H10, H10 + timedelta(hours=1))
+    busy.publish_counts()
+    quiet.publish_counts()
+    landing, store = Landing(landing_root), DeltaStore(str(tmp_path / "lake"))
+    report = ingest_table(spark, store, landing, order)
+    assert sum(b.rows_duplicate for b in report.batches) == 0
+    assert sum(b.rows_applied + b.rows_superseded for b in report.batches) == 2
+    counts = readiness(store, landing, order).completeness("2026-03-02-10:00")
+    assert (counts.source_rows, counts.ingested_rows) == (2, 2) and counts.complete
+
+    busy.segment(H10 + timedelta(hours=1), [same_second], count=False, positions=["bin.000001:900"])  # re-sent
+    quiet.idle(H10 + timedelta(hours=1), H10 + timedelta(hours=1, minutes=5))
+    [batch] = ingest_table(spark, store, landing, order).batches
+    assert (batch.rows_in, batch.rows_applied, batch.rows_duplicate) == (1, 0, 1)
+    assert readiness(store, landing, order).completeness("2026-03-02-10:00").ingested_rows == 2
 
 
 def test_a_message_re_sent_in_a_later_batch_does_not_complete_the_hour(

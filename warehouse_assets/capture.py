@@ -189,6 +189,7 @@ class RowsChange:
     sql_types: Mapping[str, int]
     data: tuple[Row, ...]
     old: tuple[Row, ...] | None = None
+    position: str = ""  # binlog file:end offset of the rows event: tells apart equal changes within one second
 
     @property
     def stream(self) -> str:
@@ -205,6 +206,7 @@ class RowsChange:
             "mysqlType": dict(self.mysql_types),
             "old": list(self.old) if self.old is not None else None,
             "pkNames": list(self.pk_names),
+            "position": self.position or None,
             "sql": "",
             "sqlType": dict(self.sql_types),
             "table": self.table,
@@ -215,8 +217,8 @@ class RowsChange:
         return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
-def rows_change(event: Any) -> RowsChange:
-    """The Canal message of a pymysqlreplication rows event."""
+def rows_change(event: Any, log_file: str = "") -> RowsChange:
+    """The Canal message of a pymysqlreplication rows event read from ``log_file``."""
     from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
     columns = [c for c in event.columns if c.name is not None]
@@ -232,6 +234,7 @@ def rows_change(event: Any) -> RowsChange:
         "database": event.schema,
         "table": event.table,
         "es": es,
+        "position": f"{log_file}:{event.packet.log_pos}" if log_file else "",
         "pk_names": pk_names,
         "mysql_types": {n: t[0] for n, t in types.items()},
         "sql_types": {n: t[1] for n, t in types.items()},
@@ -583,7 +586,7 @@ def run_capture(source: Source, config: CaptureConfig, say: Callable[[str], None
             if isinstance(event, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
                 pending_rows, pending_ms = True, max(pending_ms, int(event.timestamp) * 1000)
                 if captured(event.schema, event.table):
-                    pending.append(rows_change(event))
+                    pending.append(rows_change(event, reader.log_file))
                 continue
             if isinstance(event, RotateEvent):
                 continue

@@ -55,7 +55,7 @@ HOUR_MS = 3_600_000
 CANAL_SCHEMA = (
     "id bigint, database string, `table` string, pkNames array<string>, isDdl boolean, type string, "
     "es bigint, ts bigint, `sql` string, mysqlType map<string,string>, "
-    "data array<map<string,string>>, old array<map<string,string>>"
+    "data array<map<string,string>>, old array<map<string,string>>, position string"
 )
 DML = ("INSERT", "UPDATE", "DELETE")
 POS_SEGMENT = 10_000_000  # _pos = seq * 1e7 + line * 100 + row index: binlog order within a shard
@@ -364,6 +364,7 @@ def prepare_batch(
         F.col("_m.type").alias("_op"),
         F.col("_m.es").alias("_es"),
         F.col("_m.old").alias("_old"),
+        F.col("_m.position").alias("_position"),
         F.posexplode("_m.data").alias("_row_index", "_r"),
     )
     typed = [_typed(F.col("_r")[name], ctype).alias(name) for name, ctype in columns]
@@ -380,6 +381,7 @@ def prepare_batch(
         "_msg_id",
         "_op",
         "_es",
+        "_position",
         "_r",
         *typed,
         old_time.alias("_old_time_raw"),
@@ -402,8 +404,13 @@ def prepare_batch(
     rows = rows.withColumn("_reason", F.when(F.col("_reason") == "", F.lit(None)).otherwise(F.col("_reason")))
     # a re-sent message (same content in the same stream) counts once, in this batch or after an earlier
     # one; then the newest change per key wins.
-    # Content, not the message id: real Canal gives all messages of one Canal batch the same id.
-    change = F.sha2(F.concat_ws("|", F.col("_op"), F.col("_es").cast("string"), F.to_json(F.col("_r"))), 256)
+    # Content, not the message id: real Canal gives all messages of one Canal batch the same id. The binlog time
+    # has whole seconds, so a row changed A→B→A→B within one second repeats its content: a source that writes the
+    # change's binlog position (``position``, as ``warehouse capture`` does) tells such changes apart, and a
+    # re-sent copy still carries the same position. Without it (null) the hash is the content's alone.
+    change = F.sha2(
+        F.concat_ws("|", F.col("_op"), F.col("_es").cast("string"), F.to_json(F.col("_r")), F.col("_position")), 256
+    )
     rows = rows.withColumn("_change", change)
     if seen is not None:
         earlier = seen.select("_stream", "_change").distinct().withColumn("_seen", F.lit(True))
