@@ -66,6 +66,7 @@ ENGINE_TAG = "warehouse/engine"
 
 # Automatic runs look this far back from the latest partition; older history is a backfill's (design §6.4).
 LOOKBACK = timedelta(days=35)
+PRUNE_EVERY = timedelta(hours=1)  # how often old requests are deleted
 CLOCK = "clock"  # a Trigger's field: the partition's window ended, nothing upstream changed
 
 
@@ -149,6 +150,7 @@ class Resolver:
         self._db.execute("INSERT OR IGNORE INTO center_cursor VALUES (0, ?)", (store.cursor,))
         self.evaluated = 0  # partitions the last call asked the gate about: its cost
         self._time_driven_tables: list[str] | None = None
+        self._pruned_at: datetime | None = None
 
     def close(self) -> None:
         self._db.close()
@@ -358,6 +360,12 @@ class Resolver:
                 [(plan.request_id, now.timestamp(), plan.to_json()) for plan in plans],
             )
             self._db.execute("UPDATE center_cursor SET storage_id = ?", (self.store.cursor,))
+            if self._pruned_at is None or now - self._pruned_at > PRUNE_EVERY:
+                # a request older than twice the lookback is for a partition the center no longer looks at
+                self._db.execute(
+                    "DELETE FROM center_requests WHERE requested_at < ?", ((now - 2 * self.lookback).timestamp(),)
+                )
+                self._pruned_at = now
             self._db.execute(
                 "INSERT INTO center_clock VALUES (0, ?) ON CONFLICT (id) DO UPDATE SET at = max(at, excluded.at)",
                 (now.timestamp(),),
