@@ -53,7 +53,6 @@ import json
 import logging
 import os
 import random
-import resource
 import subprocess
 import sys
 import tempfile
@@ -188,10 +187,6 @@ RESOLVER_PERIOD_WEIGHTS = (0.045, 0.675, 0.15, 0.13)  # about 150,000 completion
 # wall clock out of a subset, so the gate's windows of a day in the future come out empty (and it lets them run).
 BENCH_START = "2025-01-01"
 SETTLE = timedelta(minutes=5)  # a root hour is reported this long after its window ends
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def emit(record: dict[str, Any]) -> None:
@@ -361,13 +356,13 @@ def reads_behind(catalog: Any) -> list[Any]:
     return [
         t
         for t in catalog.derived()
-        if all(
-            d.end_offset is not None and d.end_offset < 0 and catalog[d.table].period == t.period for d in t.deps
-        )
+        if all(d.end_offset is not None and d.end_offset < 0 and catalog[d.table].period == t.period for d in t.deps)
     ]
 
 
-def wake_ups(catalog: Any, tables: list[Any], store: Any, calendars: Calendars, after: float, now: datetime) -> list[Any]:
+def wake_ups(
+    catalog: Any, index: Any, tables: list[Any], store: Any, calendars: Calendars, after: float, now: datetime
+) -> list[Any]:
     """For each partition of ``tables`` whose window ended in (``after``, ``now``], a change re-announcing its latest
     upstream partition: no change comes after such a partition exists, and the resolver reacts to changes only.
     This is the engine's wake-up when a window ends, emulated so that the day builds all its partitions."""
@@ -380,7 +375,9 @@ def wake_ups(catalog: Any, tables: list[Any], store: Any, calendars: Calendars, 
     for table in tables:
         dep = table.deps[0]
         for partition, _ in calendars.ended(table.period, after, now.timestamp()):
-            keys = upstream_partitions(catalog, table, dep, partition, current_time=now).keys
+            keys = index.upstream_of(table.fqn, dep.table, partition, now)
+            if keys is None:
+                keys = upstream_partitions(catalog, table, dep, partition, current_time=now).keys
             if keys:
                 upstream = catalog[dep.table]
                 state = store.states(AssetKey(upstream.key), [keys[-1]])[keys[-1]]
@@ -405,7 +402,7 @@ def simulate_day(catalog: Any, resolver: Any, feed: Feed, calendars: Calendars, 
         for root in roots:
             feed.complete(root, (hour,), now)
             built[(root.fqn, hour)] += 1
-        wake = wake_ups(catalog, behind, resolver.store, calendars, previous, now)
+        wake = wake_ups(catalog, resolver.index, behind, resolver.store, calendars, previous, now)
         woken += len(wake)
         previous = now.timestamp()
         while changes := [*wake, *feed.changes()]:
@@ -426,7 +423,9 @@ def simulate_day(catalog: Any, resolver: Any, feed: Feed, calendars: Calendars, 
     missed = expected - set(built)
     # of the partitions never requested, those the gate lets run at the end of the day: their upstream was complete
     # before their own window ended, and no later change came (the others wait for one of them)
-    missed_ready = [(f, p) for f, p in missed if decide(catalog, catalog[f], p, resolver.store, current_time=now).may_run]
+    missed_ready = [
+        (f, p) for f, p in missed if decide(catalog, catalog[f], p, resolver.store, current_time=now).may_run
+    ]
     per_event.sort()
     return {
         "events": len(per_event),
@@ -581,7 +580,8 @@ def main() -> None:
         print(
             f"{name:>6} {r.get('edges', '-'):>6} {_f(r, 'load_s'):>7} {_f(r, 'index_s'):>7} "
             f"{r.get('rows', '-'):>12} {r.get('events', '-'):>7} {r.get('runs', '-'):>6} {built:>15} "
-            f"{_f(r, 'event_p50_ms'):>7} {_f(r, 'event_p99_ms'):>7} {_f(r, 'event_max_ms'):>7} {_f(r, 'day_s', '{:.1f}'):>7} "
+            f"{_f(r, 'event_p50_ms'):>7} {_f(r, 'event_p99_ms'):>7} {_f(r, 'event_max_ms'):>7} "
+            f"{_f(r, 'day_s', '{:.1f}'):>7} "
             f"{_f(r, 'store_s', '{:.1f}'):>7} {rate:>8} {_f(r, 'write_s', '{:.1f}'):>7} {log_rate:>8} "
             f"{r['peak_mb']:>8.0f}"
         )

@@ -184,7 +184,8 @@ class Resolver:
         own = states.state(table, partition)
         if own.in_progress:
             return _DEFER
-        verdict = decide(self.catalog, table, partition, states, current_time=now, windows=self._windows(table, partition, now))
+        windows = self._windows(table, partition, now)
+        verdict = decide(self.catalog, table, partition, states, current_time=now, windows=windows)
         if not verdict.may_run:
             return None
         upstream = self._upstream_states(verdict, states)
