@@ -18,7 +18,9 @@ scanning the catalog or the partitions' history:
 
 Positions and windows come from a :class:`Calendar` per partitions definition: Dagster's own keys and window
 bounds (so daylight saving time is Dagster's: 23- and 25-hour days, the repeated autumn hour), enumerated once
-up to a horizon and extended as time passes.
+up to a horizon and extended as time passes. The same arithmetic answers the forward question for the resolver
+(:meth:`ReverseIndex.upstream_of`: a dependency's window of existing partitions), where Dagster's mapping costs
+milliseconds a partition.
 """
 
 from __future__ import annotations
