@@ -590,7 +590,8 @@ def main() -> None:
         log_rate = f"{r['log_events'] / r['log_s']:.0f}" if r.get("log_s") else "-"
         name = f"{r['n']}{'*' if r['resolver_only'] else ''}"
         print(
-            f"{name:>6} {r.get('edges', '-'):>6} {_f(r, 'load_s'):>7} {_f(r, 'index_s'):>7} "
+            f"{name:>6} {r.get('edges', '-'):>6} {_f(r, 'catalog_s' if r['resolver_only'] else 'load_s'):>7} "
+            f"{_f(r, 'index_s'):>7} "
             f"{r.get('rows', '-'):>12} {r.get('events', '-'):>7} {r.get('runs', '-'):>6} {built:>15} "
             f"{_f(r, 'event_p50_ms'):>7} {_f(r, 'event_p99_ms'):>7} {_f(r, 'event_max_ms'):>7} "
             f"{_f(r, 'day_s', '{:.1f}'):>7} "
@@ -598,7 +599,8 @@ def main() -> None:
             f"{r['peak_mb']:>8.0f}"
         )
     print(
-        "* the resolver alone (catalog only, no definitions, no event log). load s: load_catalog + build_definitions; "
+        "* the resolver alone (no definitions, no event log; load s: load_catalog only). "
+        "load s: load_catalog + build_definitions; "
         "P50/P99/max: Resolver.on_changes per completion; day s: store + resolution (write s, Dagster writing the "
         "events, apart); peak MB: RSS high-water mark of the N's process"
     )
