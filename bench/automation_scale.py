@@ -1,59 +1,69 @@
-"""Benchmark: how the compiled catalog scales with the number of tables (issue 3, point 8).
+"""Benchmark: the dependency center at 1,000, 10,000 and 80,000 tables (issue 12, point 5).
 
-For each N it writes a synthetic catalog of N tables as real declaration files into a temporary directory
-(ODS ``.yaml`` files and ``.sql`` files with YAML headers, exactly what ``warehouse_assets/tables/`` holds),
-then, in a fresh subprocess per N so the peak memory is that N's alone:
+The product resolves partitions with the dependency center (design AD-6), not with Dagster's automation sensor:
+the partition state store reads Dagster's event log by storage-id cursor (``warehouse_assets/state_store.py``) and
+the resolver finds, through the reverse index, the downstream partitions each change can unblock and asks the gate
+about them (``warehouse_assets/center.py``). This bench measures that path on synthetic catalogs, each N in a fresh
+process so that its peak memory is its own:
 
-* **load**: ``load_catalog(root)`` (YAML + SQL lineage parsing + graph validation), then the code location's
-  own assembly, ``warehouse_assets.definitions.build_definitions`` (assets, their quality and freshness
-  checks, the ingest / why / maintenance / Z-order / ODS-check jobs, every sensor, resources) into a
-  ``Definitions``, resolved into a repository (what a code server does when it loads the location);
-* **downstream**: every downstream partition of one hourly partition of a root table: a walk of the asset
-  graph in topological order that applies Dagster's partition mapping of every edge
-  (``get_downstream_partitions_for_partitions``) and closes self-dependencies (T-1) to a fixpoint. For
-  information, Dagster's own ``AssetGraph.bfs_filter_subsets`` on the same start is timed too; it visits each
-  asset once in BFS order and does not follow self-dependencies, so it may find fewer partitions;
-* **tick**: one automation evaluation (``dagster.evaluate_automation_conditions``, every asset, the
-  project's condition) on an ``instance_for_test()`` at a pinned time at the end of one year of partitions,
-  after the root (ODS) hours of the last ``--root-days`` days were reported materialized: first tick (empty
-  cursor), then a second tick with the cursor after one more root hour arrived (the steady state);
-* **peak memory**: ``ru_maxrss`` of the child process (``os.wait4``).
+* **load**: ``load_catalog`` of the N declaration files, then the code location's own assembly,
+  ``warehouse_assets.definitions.build_definitions(catalog)``, resolved into a repository (what a code server
+  does). The resolver-only rows (``--resolver-sizes``: seed 000's 80,000 tables) load the catalog only;
+* **history**: the store's rows of every partition whose window ended in the ``--history-days`` before the
+  simulated day (what the store holds after reading that history from the log), written straight into its SQLite
+  table, with storage ids in time and dependency order. The day's windows reach 30 days back, a month on its days
+  and the month before 62;
+* **day**: one day of completions in a closed loop. The root (ODS) hours of the day are reported one after the
+  other, each at its window's end + 5 min (the resolver's ``now``). Every round reads the new changes (the store's
+  ``update``), hands them to ``Resolver.on_changes`` one completion at a time (the **per-event** time), then
+  completes every partition of the runs it requested, until nothing more is requested. The day is the last of one
+  year of partitions (``WAREHOUSE_START`` = 2025-01-01 + 364 days: a day in the past, see ``BENCH_START``), so its end
+  completes the day's and the month's partitions.
+  *Dagster rows*: a completion is a runless ``AssetMaterialization`` in a real ``DagsterInstance`` (consolidated
+  SQLite event log, on disk) and the store reads it from the log; writing the events is the producers' cost
+  (Dagster's), timed apart as ``write s`` and not counted in the day. *Resolver-only rows*: a completion's row is
+  written straight into the store (no event log), and that write counts in the day;
+* **log build**: a second store ``rebuild()`` from the whole event log of the day (events read per second);
+* **peak memory**: the RSS high-water mark of the N's process (``ru_maxrss`` from ``os.wait4``), so it includes
+  Python, Dagster and, in the Dagster rows, the definitions.
+
+The day's partitions are checked: every partition the resolver requested is built once, and the partitions whose
+window ended within the day but that were never requested are counted (``missed``): the resolver reacts to changes
+only, so a partition whose upstream was complete before its own window ended (a T-1 read) waits for something else.
 
 Synthetic catalogs: a handful of hourly ODS roots (5 + N // 1000); derived tables hourly / daily / weekly /
-monthly (12 / 60 / 15 / 13 %), each reading 1-3 earlier tables (mean 1.5) with the seeds' offsets: set 0,
-set -1, set -7, range 0-23 hours under a day, range 0-6 days under a week, a month on its days (default),
-sliding windows range [-6, 0] and [-29, 0], hourly range [-23, 0]; about 3 % of daily tables are
-self-dependent (T-1). Generation is deterministic (``--seed``).
+monthly (12 / 60 / 15 / 13 %; the resolver-only rows 4.5 / 67.5 / 15 / 13 %, so that a day has about 150,000
+completions as in seed 000), each reading 1-3 earlier tables (mean 1.5) with the seeds' offsets: set 0, set -1,
+set -7, range 0-23 hours under a day, range 0-6 days under a week, a month on its days (default), sliding windows
+range [-6, 0] and [-29, 0], hourly range [-23, 0]; about 3 % of daily tables are self-dependent (T-1). Generation
+is deterministic (``--seed``); ``bench/reverse_index.py`` uses the same generator.
 
-No Spark is started: the assets are never executed (``pyspark`` is imported, no session is created).
-A step that runs longer than ``--step-timeout`` seconds is printed as ``timeout``: the parent kills that
-N's process, so its later steps show ``not run`` (the steps run in the order load, downstream, seed,
-tick1, tick2). Progress goes to stderr, the table to stdout, and the last line of stdout
-is one ``RESULT`` line of ``key=value`` figures.
+No Spark is started. Progress goes to stderr, the table to stdout, and the last line of stdout is one ``RESULT``
+line of ``key=value`` figures, the first four of the 10,000-table row (or the largest Dagster row).
 
-    .venv/bin/python bench/automation_scale.py                          # N = 100, 1000, 5000
-    .venv/bin/python bench/automation_scale.py --sizes 100,1000,5000,10000 --step-timeout 600
+    .venv/bin/python bench/automation_scale.py            # N = 1,000 and 10,000; the resolver alone at 80,000
+    .venv/bin/python bench/automation_scale.py --quick    # N = 100 and the resolver alone at 300: seconds
 """
 
 from __future__ import annotations
 
 import argparse
+import graphlib
 import json
+import logging
 import os
 import random
-import resource
-import select
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections import deque
-from collections.abc import Callable
-from contextlib import ExitStack
-from datetime import datetime, timedelta
+from bisect import bisect_right
+from collections import Counter
+from collections.abc import Iterator
+from datetime import date, datetime, timedelta
+from datetime import time as clock
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,11 +108,22 @@ def _pick(rng: random.Random, options: list[tuple[Any, float]]) -> Any:
     return rng.choices([o for o, _ in options], weights=[w for _, w in options])[0]
 
 
-def generate_catalog(root: Path, n: int, seed: int) -> dict[str, Any]:
+def generate_catalog(
+    root: Path, n: int, seed: int, period_weights: tuple[float, ...] = PERIOD_WEIGHTS
+) -> dict[str, Any]:
     """Write ``n`` table declarations under ``root/<layer>/``; return a summary of what was written."""
     rng = random.Random(seed)
     n_roots = 5 + n // 1000
     tables: list[tuple[str, str]] = []  # (fqn, period) in creation order
+    # per period, the earlier tables it may read, in creation order (kept as tables are added: linear in n)
+    readable: dict[str, list[tuple[str, str]]] = {p: [] for p in PERIODS}
+
+    def add(table: tuple[str, str]) -> None:
+        tables.append(table)
+        for period in PERIODS:
+            if (period, table[1]) in OFFSETS:
+                readable[period].append(table)
+
     for layer in ("ods", "dwd", "dws", "ads"):
         (root / layer).mkdir(parents=True, exist_ok=True)
     for i in range(n_roots):
@@ -118,17 +139,17 @@ def generate_catalog(root: Path, n: int, seed: int) -> dict[str, Any]:
             "columns:\n  id: bigint\n  user_id: bigint\n  v: double\n  create_time: timestamp\n"
             "  update_time: timestamp\n"
         )
-        tables.append((f"ods.{name}", "hourly"))
+        add((f"ods.{name}", "hourly"))
     edges = self_deps = 0
     by_kind: dict[str, int] = {}
     n_derived = n - n_roots
     for j in range(n_derived):
-        period = rng.choices(PERIODS, weights=PERIOD_WEIGHTS)[0]
+        period = rng.choices(PERIODS, weights=period_weights)[0]
         frac = j / max(1, n_derived)
         layer = "dwd" if frac < 0.3 else "dws" if frac < 0.7 else "ads"
         name = f"t_{j:05d}"
         fqn = f"{layer}.{name}"
-        eligible = [t for t in tables if (period, t[1]) in OFFSETS]
+        eligible = readable[period]
         k = min(len(eligible), _pick(rng, list(DEP_COUNTS)))
         ups = rng.sample(eligible, k)
         declared: dict[str, dict[str, list[int]]] = {}
@@ -165,343 +186,443 @@ def generate_catalog(root: Path, n: int, seed: int) -> dict[str, Any]:
             f"FROM {reads[0]} AS t0{joins}\nWHERE t0.id IS NOT NULL\nGROUP BY t0.id\n"
         )
         (root / layer / f"{name}.sql").write_text(sql)
-        tables.append((fqn, period))
+        add((fqn, period))
     periods = {p: sum(1 for _, q in tables if q == p) for p in PERIODS}
     return {"roots": n_roots, "edges": edges, "self_deps": self_deps, "periods": periods, "kinds": by_kind}
+
+
+RESOLVER_PERIOD_WEIGHTS = (0.045, 0.675, 0.15, 0.13)  # about 150,000 completions a day at 80,000 tables (seed 000)
+# The warehouse starts a year before the simulated day, in the past: Dagster leaves a partition key later than the
+# wall clock out of a subset, so the gate's windows of a day in the future come out empty (and it lets them run).
+BENCH_START = "2025-01-01"
+SETTLE = timedelta(minutes=5)  # a root hour is reported this long after its window ends
+
+
+def emit(record: dict[str, Any]) -> None:
+    print(json.dumps(record), flush=True)
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))] if sorted_values else 0.0
 
 
 # --- one N, in a child process -----------------------------------------------------------------------------
 
 
-def emit(record: dict[str, Any]) -> None:
-    record["maxrss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
-    print(json.dumps(record), flush=True)
+class Feed(Protocol):
+    """Where completions go and how the store learns of them."""
+
+    store_s: float  # time spent by the store: reading the log (update) or writing its rows
+
+    def complete(self, table: Any, partitions: tuple[str, ...], now: datetime) -> None: ...
+
+    def changes(self) -> list[Any]: ...
 
 
-def run_step(name: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """Run one timed step; the parent kills this process if the step outlives ``--step-timeout``."""
-    log(f"  {name} ...")
-    emit({"step": name, "status": "started"})
-    started, cpu_started = time.perf_counter(), time.process_time()
-    figures = fn()
-    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu_started
-    log(f"  {name}: {seconds:.2f} s (cpu {cpu:.2f} s) {figures}")
-    emit({"step": name, "status": "ok", "seconds": round(seconds, 3), "cpu_s": round(cpu, 3), **figures})
-    return figures
+class LogFeed:
+    """Completions as runless materializations in the instance's event log; the store reads them by cursor.
+
+    Each round's completions are written in one transaction as the event-log rows Dagster writes for a runless
+    ``AssetMaterialization`` (``prepare_insert_event_batch``); Dagster's asset-key index and tags, which the store
+    does not read, are left out: ``report_runless_asset_event`` took 25-70 ms an event on the loaded bench machine,
+    hours for a day at 10,000 tables.
+    """
+
+    def __init__(self, instance: Any, store: Any):
+        self.instance, self.store = instance, store
+        self.store_s = self.write_s = 0.0
+        self.events = 0
+        self._pending: list[Any] = []
+
+    def complete(self, table: Any, partitions: tuple[str, ...], now: datetime) -> None:
+        from dagster import AssetKey, AssetMaterialization, DagsterEvent, DagsterEventType, EventLogEntry
+        from dagster._core.events import StepMaterializationData
+        from dagster._core.instance.utils import RUNLESS_JOB_NAME, RUNLESS_RUN_ID
+
+        for partition in partitions:
+            materialization = AssetMaterialization(AssetKey(table.key), partition=partition)
+            event = DagsterEvent(
+                event_type_value=DagsterEventType.ASSET_MATERIALIZATION.value,
+                job_name=RUNLESS_JOB_NAME,
+                event_specific_data=StepMaterializationData(materialization),
+            )
+            self._pending.append(
+                EventLogEntry(
+                    user_message="",
+                    level=logging.INFO,
+                    job_name=RUNLESS_JOB_NAME,
+                    run_id=RUNLESS_RUN_ID,
+                    error_info=None,
+                    timestamp=now.timestamp(),
+                    step_key=None,
+                    dagster_event=event,
+                )
+            )
+
+    def changes(self) -> list[Any]:
+        started = time.perf_counter()
+        storage = self.instance.event_log_storage
+        with storage.index_connection() as connection:  # one transaction
+            for i in range(0, len(self._pending), 1000):  # SQLite's bound on a statement's parameters
+                connection.execute(storage.prepare_insert_event_batch(self._pending[i : i + 1000]))
+        self.events += len(self._pending)
+        self._pending = []
+        written = time.perf_counter()
+        self.write_s += written - started
+        found = self.store.update()
+        self.store_s += time.perf_counter() - written
+        return found
 
 
-def build_definitions(catalog: Any) -> Any:
-    """The product's own assembly (``warehouse_assets.definitions.build_definitions``) of another catalog."""
-    from warehouse_assets.definitions import build_definitions as assemble
+class DirectFeed:
+    """Completions written straight into the store's rows, with the changes an update would report: the resolver
+    alone, no event log."""
 
-    return assemble(catalog)
+    def __init__(self, store: Any):
+        self.store = store
+        self.store_s = 0.0
+        self.events = 0
+        self._pending: list[Any] = []
+
+    def complete(self, table: Any, partitions: tuple[str, ...], now: datetime) -> None:
+        from dagster import AssetKey
+
+        from warehouse_assets.state_store import _COLUMNS, Change, PartitionState, _to_row
+
+        started = time.perf_counter()
+        key = AssetKey(table.key).to_user_string()
+        states = []
+        for partition in partitions:
+            self.events += 1
+            states.append(PartitionState(key, partition, storage_id=self.events, run_id="", timestamp=now.timestamp()))
+        self.store._db.execute("BEGIN IMMEDIATE")
+        self.store._db.executemany(
+            f"INSERT OR REPLACE INTO partitions ({_COLUMNS}) VALUES ({', '.join('?' * 10)})", map(_to_row, states)
+        )
+        self.store._db.execute("COMMIT")
+        self._pending += [Change(key, s.partition, frozenset({"materialized"}), s) for s in states]
+        self.store_s += time.perf_counter() - started
+
+    def changes(self) -> list[Any]:
+        found, self._pending = self._pending, []
+        return found
 
 
-def downstream_closure(asset_graph: Any, start: Any, subset: Any) -> dict[Any, Any]:
-    """Every downstream partition of ``subset`` of ``start``: topological order, one mapping per edge."""
-    descendants = {start}
-    queue = deque([start])
-    while queue:
-        for child in asset_graph.get(queue.popleft()).child_keys:
-            if child not in descendants:
-                descendants.add(child)
-                queue.append(child)
-    indegree = {
-        key: sum(1 for p in asset_graph.get(key).parent_keys if p in descendants and p != key) for key in descendants
+class Calendars:
+    """Every partition of each period up to a horizon: keys and window end timestamps (the reverse index's)."""
+
+    def __init__(self, horizon: float):
+        from warehouse_assets.partitions import BY_PERIOD
+        from warehouse_assets.reverse_index import Calendar
+
+        self._of: dict[str, Any] = {}
+        for period, pdef in BY_PERIOD.items():
+            calendar = self._of[period] = Calendar(pdef)
+            calendar.cover(horizon)
+
+    def ended(self, period: str, after: float, until: float) -> Iterator[tuple[str, float]]:
+        """The partitions of ``period`` whose window ends in (``after``, ``until``], with their end."""
+        calendar = self._of[period]
+        for i in range(bisect_right(calendar.ends, after), bisect_right(calendar.ends, until)):
+            yield calendar.keys[i], calendar.ends[i]
+
+
+def seed_history(store: Any, catalog: Any, calendars: Calendars, day_start: float, days: int) -> int:
+    """Write the store's rows of every partition whose window ended in the ``days`` before ``day_start``. Storage
+    ids are negative (the day's events come after them), in order of window end, then of dependency (a partition
+    materialized after its upstream), so that no upstream looks newer than its downstream (late data)."""
+    from dagster import AssetKey
+
+    from warehouse_assets.state_store import _COLUMNS, PartitionState, _to_row
+
+    order = graphlib.TopologicalSorter({t.fqn: [d.table for d in t.deps if d.table != t.fqn] for t in catalog})
+    rank = {fqn: i for i, fqn in enumerate(order.static_order())}
+    n = len(rank)
+    # the row of a runless report, as the store writes it (_to_row), built once: millions of rows
+    template = _to_row(PartitionState("", "", storage_id=0, run_id="", timestamp=0.0))
+    rest = template[5:]
+
+    def rows() -> Iterator[tuple[object, ...]]:
+        for table in catalog:
+            key = AssetKey(table.key).to_user_string()
+            for partition, end in calendars.ended(table.period, day_start - days * 86400, day_start):
+                storage_id = (int(end - day_start) // 60 - 1) * n + rank[table.fqn]
+                yield (key, partition, storage_id, "", end, *rest)
+
+    counted = Counter[str]()
+
+    def counting() -> Iterator[tuple[object, ...]]:
+        for row in rows():
+            counted["rows"] += 1
+            yield row
+
+    store._db.execute("BEGIN IMMEDIATE")
+    store._db.executemany(f"INSERT INTO partitions ({_COLUMNS}) VALUES ({', '.join('?' * 10)})", counting())
+    store._db.execute("COMMIT")
+    return counted["rows"]
+
+
+def reads_behind(catalog: Any) -> list[Any]:
+    """The tables whose every dependency reads only partitions that end before their own partition (T-1, T-7 in
+    the same period, self-dependencies): each of their partitions has all its upstream before it exists."""
+    return [
+        t
+        for t in catalog.derived()
+        if all(d.end_offset is not None and d.end_offset < 0 and catalog[d.table].period == t.period for d in t.deps)
+    ]
+
+
+def wake_ups(
+    catalog: Any, index: Any, tables: list[Any], store: Any, calendars: Calendars, after: float, now: datetime
+) -> list[Any]:
+    """For each partition of ``tables`` whose window ended in (``after``, ``now``], a change re-announcing its latest
+    upstream partition: no change comes after such a partition exists, and the resolver reacts to changes only.
+    This is the engine's wake-up when a window ends, emulated so that the day builds all its partitions."""
+    from dagster import AssetKey
+
+    from warehouse_assets.partitions import upstream_partitions
+    from warehouse_assets.state_store import Change
+
+    found = []
+    for table in tables:
+        dep = table.deps[0]
+        for partition, _ in calendars.ended(table.period, after, now.timestamp()):
+            keys = index.upstream_of(table.fqn, dep.table, partition, now)
+            if keys is None:
+                keys = upstream_partitions(catalog, table, dep, partition, current_time=now).keys
+            if keys:
+                upstream = catalog[dep.table]
+                state = store.states(AssetKey(upstream.key), [keys[-1]])[keys[-1]]
+                found.append(Change(state.asset_key, keys[-1], frozenset({"materialized"}), state))
+    return found
+
+
+def simulate_day(catalog: Any, resolver: Any, feed: Feed, calendars: Calendars, day_start: float) -> dict[str, Any]:
+    """The day's root hours reported in order; every requested run completed; until nothing more is requested."""
+    from warehouse_assets.gate import decide
+
+    tz = ZoneInfo(periods().timezone)
+    day_end = day_start + 86400
+    roots = [t for t in catalog.ods()]
+    per_event: list[float] = []
+    built: Counter[tuple[str, str]] = Counter()
+    runs = rounds = woken = 0
+    behind = reads_behind(catalog)
+    previous = day_start
+    for hour, end in calendars.ended("hourly", day_start, day_end):
+        now = datetime.fromtimestamp(end, tz) + SETTLE
+        for root in roots:
+            feed.complete(root, (hour,), now)
+            built[(root.fqn, hour)] += 1
+        wake = wake_ups(catalog, resolver.index, behind, resolver.store, calendars, previous, now)
+        woken += len(wake)
+        previous = now.timestamp()
+        while changes := [*wake, *feed.changes()]:
+            wake = []
+            rounds += 1
+            plans = []
+            for change in changes:
+                started = time.perf_counter()
+                plans += resolver.on_changes([change], now)
+                per_event.append(time.perf_counter() - started)
+            for plan in plans:
+                runs += 1
+                feed.complete(catalog[plan.table], plan.partitions, now)
+                built.update((plan.table, p) for p in plan.partitions)
+        log(f"    {hour}: {len(built)} partitions built, {runs} runs, {len(per_event)} events resolved")
+    resolve_s = sum(per_event)
+    expected = {(t.fqn, key) for t in catalog for key, _ in calendars.ended(t.period, day_start, day_end)}
+    missed = expected - set(built)
+    # of the partitions never requested, those the gate lets run at the end of the day: their upstream was complete
+    # before their own window ended, and no later change came (the others wait for one of them)
+    missed_ready = [
+        (f, p) for f, p in missed if decide(catalog, catalog[f], p, resolver.store, current_time=now).may_run
+    ]
+    per_event.sort()
+    return {
+        "events": len(per_event),
+        "runs": runs,
+        "rounds": rounds,
+        "wake_ups": woken,
+        "built": len(built),
+        "built_twice": sum(1 for count in built.values() if count > 1),
+        "unexpected": len(set(built) - expected),
+        "expected": len(expected),
+        "missed": len(missed),
+        "missed_ready": len(missed_ready),
+        "missed_ready_tables": sorted({f for f, _ in missed_ready})[:5],
+        "resolve_s": round(resolve_s, 3),
+        "store_s": round(feed.store_s, 3),
+        "day_s": round(resolve_s + feed.store_s, 3),
+        "write_s": round(getattr(feed, "write_s", 0.0), 3),
+        "event_p50_ms": round(percentile(per_event, 0.50) * 1e3, 3),
+        "event_p99_ms": round(percentile(per_event, 0.99) * 1e3, 3),
+        "event_max_ms": round(per_event[-1] * 1e3 if per_event else 0.0, 3),
     }
-    ready = deque([start])
-    found: dict[Any, Any] = {start: subset}
-    while ready:
-        key = ready.popleft()
-        node = asset_graph.get(key)
-        current = found.get(key)
-        if current is not None and key in node.child_keys:  # self-dependency: close to a fixpoint
-            mapping = asset_graph.get_partition_mapping(key, key)
-            frontier = current
-            while len(frontier):
-                step = mapping.get_downstream_partitions_for_partitions(
-                    frontier, node.partitions_def, downstream_partitions_def=node.partitions_def
-                )
-                frontier = step - current
-                current = current | frontier
-            found[key] = current
-        for child in node.child_keys:
-            if child == key:
-                continue
-            if current is not None and len(current):
-                child_def = asset_graph.get(child).partitions_def
-                mapped = asset_graph.get_partition_mapping(child, key).get_downstream_partitions_for_partitions(
-                    current, node.partitions_def, downstream_partitions_def=child_def
-                )
-                if len(mapped):
-                    found[child] = found[child] | mapped if child in found else mapped
-            indegree[child] -= 1
-            if indegree[child] == 0:
-                ready.append(child)
-    return {k: v for k, v in found.items() if len(v)}
 
 
 def child_main(args: argparse.Namespace) -> None:
-    n = args.child
+    n, resolver_only = args.child, args.resolver_only
     tz = ZoneInfo(periods().timezone)
-    # 00:30 after one year of partitions: the hour reported between the two ticks completes the last day
-    eval_time = datetime.fromisoformat(START).replace(tzinfo=tz) + timedelta(days=365, minutes=30)
-    probe_hour = eval_time - timedelta(days=args.probe_days_back)
-    probe_key = probe_hour.strftime("%Y-%m-%d-%H:00")
+    day = datetime.combine(date.fromisoformat(START) + timedelta(days=364), clock(), tz)
+    day_start = day.timestamp()
+    weights = RESOLVER_PERIOD_WEIGHTS if resolver_only else PERIOD_WEIGHTS
     with tempfile.TemporaryDirectory(prefix=f"automation_scale_{n}_") as tmp:
         root = Path(tmp) / "tables"
-        log(f"N={n}: writing the synthetic catalog to {root}")
-        summary = generate_catalog(root, n, args.seed)
-        emit({"step": "generate", "status": "ok", **{k: v for k, v in summary.items() if k != "kinds"}})
-        log(f"  catalog: {summary['periods']}, {summary['edges']} dependencies, {summary['self_deps']} self")
+        log(f"N={n}: writing the synthetic catalog")
+        summary = generate_catalog(root, n, args.seed, weights)
+        emit({"step": "generate", **{k: v for k, v in summary.items() if k != "kinds"}})
 
-        # imported here so that the import cost is not part of the load figure (the code location's module
-        # also silences Dagster's beta and preview warnings)
-        import dagster
-        from dagster import AssetKey, AssetMaterialization, instance_for_test, partition_loading_context
-        from dagster._core.definitions.assets.graph.asset_graph_subset import AssetGraphSubset
+        # imported here so that their import is not part of the load figure
+        from dagster import instance_for_test
 
-        from warehouse_assets import definitions as _product_definitions  # noqa: F401  (the real location)
+        from warehouse_assets import definitions
         from warehouse_assets.catalog import load_catalog
-        from warehouse_assets.partitions import hourly
+        from warehouse_assets.center import Resolver
+        from warehouse_assets.reverse_index import ReverseIndex
+        from warehouse_assets.state_store import PartitionStateStore
 
-        state: dict[str, Any] = {}
+        log(f"N={n}: loading")
+        started = time.perf_counter()
+        catalog = load_catalog(root)
+        catalog_s = time.perf_counter() - started
+        record: dict[str, Any] = {"step": "load", "tables": len(catalog.tables), "catalog_s": round(catalog_s, 3)}
+        if not resolver_only:
+            defs = definitions.build_definitions(catalog)
+            assets = len(defs.get_repository_def().asset_graph.get_all_asset_keys())
+            record.update(load_s=round(time.perf_counter() - started, 3), assets=assets)
+            del defs
+        emit(record)
 
-        def load() -> dict[str, Any]:
-            t0 = time.perf_counter()
-            catalog = load_catalog(root)
-            t1 = time.perf_counter()
-            defs = build_definitions(catalog)
-            t2 = time.perf_counter()
-            repo = defs.get_repository_def()
-            t3 = time.perf_counter()
-            state["defs"] = defs
-            state["roots"] = sorted(t.fqn for t in catalog.ods())
-            return {
-                "tables": len(catalog.tables),
-                "assets": len(repo.asset_graph.get_all_asset_keys()),
-                "catalog_s": round(t1 - t0, 3),
-                "build_s": round(t2 - t1, 3),
-                "resolve_s": round(t3 - t2, 3),
-            }
+        started = time.perf_counter()
+        index = ReverseIndex.build(catalog, current_time=day + timedelta(days=2))
+        emit({"step": "index", "index_s": round(time.perf_counter() - started, 3)})
 
-        def downstream() -> dict[str, Any]:
-            graph = state["defs"].resolve_asset_graph()
-            start = AssetKey(state["roots"][0].split("."))
-            with partition_loading_context(effective_dt=eval_time):
-                subset = hourly.empty_subset().with_partition_keys([probe_key])
-                t0 = time.perf_counter()
-                closure = downstream_closure(graph, start, subset)
-                t1 = time.perf_counter()
-                bfs = graph.bfs_filter_subsets(
-                    lambda key, s: True, AssetGraphSubset(partitions_subsets_by_asset_key={start: subset})
-                )
-                t2 = time.perf_counter()
-            return {
-                "root": state["roots"][0],
-                "partition": probe_key,
-                "assets": len(closure) - 1,
-                "partitions": sum(len(s) for k, s in closure.items() if k != start),
-                "walk_s": round(t1 - t0, 3),
-                "bfs_s": round(t2 - t1, 3),
-                "bfs_partitions": bfs.num_partitions_and_non_partitioned_assets - 1,
-            }
+        storage = {"module": "dagster._core.storage.event_log", "class": "ConsolidatedSqliteEventLogStorage"}
+        (Path(tmp) / "home").mkdir()
+        events_dir = str(Path(tmp) / "home" / "events")
+        overrides = {"event_log_storage": {**storage, "config": {"base_dir": events_dir}}}
+        with instance_for_test(temp_dir=str(Path(tmp) / "home"), overrides=overrides) as instance:
+            store = PartitionStateStore(instance)
+            calendars = Calendars(day_start + 2 * 86400)
+            log(f"N={n}: writing {args.history_days} days of history into the store")
+            started = time.perf_counter()
+            rows = seed_history(store, catalog, calendars, day_start, args.history_days)
+            emit({"step": "history", "rows": rows, "history_s": round(time.perf_counter() - started, 3)})
 
-        stack = ExitStack()
-        instance = stack.enter_context(instance_for_test())
-        state["instance"] = instance
-        last_hour = eval_time.replace(minute=0) - timedelta(hours=1)  # the newest complete root hour
+            resolver = Resolver(catalog, index, store)
+            feed: Feed = DirectFeed(store) if resolver_only else LogFeed(instance, store)
+            log(f"N={n}: simulating {day.date()}")
+            emit({"step": "day", **simulate_day(catalog, resolver, feed, calendars, day_start)})
+            resolver.close()
 
-        def seed() -> dict[str, Any]:
-            hours = [last_hour - timedelta(hours=h) for h in range(1, args.root_days * 24 + 1)]
-            for fqn in state["roots"]:
-                for hour in hours:
-                    instance.report_runless_asset_event(
-                        AssetMaterialization(AssetKey(fqn.split(".")), partition=hour.strftime("%Y-%m-%d-%H:00"))
-                    )
-            return {"events": len(hours) * len(state["roots"])}
-
-        def arrive() -> None:
-            """One more root hour (the last of the year, completing its day) arrives between the ticks."""
-            for fqn in state["roots"]:
-                instance.report_runless_asset_event(
-                    AssetMaterialization(AssetKey(fqn.split(".")), partition=last_hour.strftime("%Y-%m-%d-%H:00"))
-                )
-
-        def tick(first: bool) -> Callable[[], dict[str, Any]]:
-            def run() -> dict[str, Any]:
-                when = eval_time if first else eval_time + timedelta(minutes=1)
-                result = dagster.evaluate_automation_conditions(
-                    defs=state["defs"], instance=instance, evaluation_time=when, cursor=state.get("cursor")
-                )
-                state["cursor"] = result.cursor
-                return {"requested": result.total_requested}
-
-            return run
-
-        try:
-            run_step("load", load)
-            run_step("downstream", downstream)
-            run_step("seed", seed)
-            run_step("tick1", tick(True))
-            arrive()
-            run_step("tick2", tick(False))
-        finally:
-            stack.close()
+            if not resolver_only:
+                rebuilt = PartitionStateStore(instance, path=Path(tmp) / "rebuilt.db")
+                started = time.perf_counter()
+                rebuilt.rebuild()
+                seconds = time.perf_counter() - started
+                emit({"step": "log", "log_events": rebuilt.records_read, "log_s": round(seconds, 3)})
+                rebuilt.close()
+            store.close()
 
 
 # --- the parent: one child per N, the table ----------------------------------------------------------------
 
 
-def run_child(n: int, args: argparse.Namespace) -> dict[str, Any]:
-    cmd = [
-        sys.executable,
-        __file__,
-        "--child",
-        str(n),
-        "--seed",
-        str(args.seed),
-        "--step-timeout",
-        str(args.step_timeout),
-        "--root-days",
-        str(args.root_days),
-        "--probe-days-back",
-        str(args.probe_days_back),
-    ]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+def run_child(n: int, resolver_only: bool, args: argparse.Namespace) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--child", str(n), "--seed", str(args.seed)]
+    cmd += ["--history-days", str(args.history_days)] + (["--resolver-only"] if resolver_only else [])
+    started = time.perf_counter()
+    env = {**os.environ, "WAREHOUSE_START": BENCH_START}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env)
     assert proc.stdout is not None
-    records: dict[str, dict[str, Any]] = {}
-    started = step_started = time.perf_counter()
-    step = "start"  # the child's imports and the catalog generation count against the first timeout too
-    killed = False
+    row: dict[str, Any] = {"n": n, "resolver_only": resolver_only}
     try:
-        while True:
-            ready, _, _ = select.select([proc.stdout], [], [], 1.0)
-            if ready:
-                line = proc.stdout.readline()
-                if not line:
-                    break
-                record = json.loads(line)
-                step_started = time.perf_counter()
-                if record["status"] == "started":
-                    step = record["step"]
-                else:
-                    records[record["step"]] = record
-                    step = f"after {record['step']}"
-            if time.perf_counter() - step_started > args.step_timeout:
-                log(f"N={n}: step {step} exceeded {args.step_timeout:.0f} s: timeout, killing pid {proc.pid}")
-                proc.kill()
-                killed = True
-                records[step] = {"step": step, "status": "timeout", "seconds": args.step_timeout}
-                break
+        for line in proc.stdout:
+            row.update({k: v for k, v in json.loads(line).items() if k != "step"})
     except BaseException:  # the parent is interrupted: never leave the child behind
         proc.kill()
         raise
     _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return {
-        "n": n,
-        "records": records,
-        "maxrss_mb": round(usage.ru_maxrss / 1024, 1),
-        "exit": proc.returncode,
-        "killed": killed,
-        "wall_s": round(time.perf_counter() - started, 1),
-    }
+    row.update(exit=os.waitstatus_to_exitcode(status), peak_mb=round(usage.ru_maxrss / 1024, 1))
+    row["wall_s"] = round(time.perf_counter() - started, 1)
+    return row
 
 
-def _cell(record: dict[str, Any] | None, key: str = "seconds", fmt: str = "{:.2f}") -> str:
-    if record is None:
-        return "not run"
-    if record.get("status") == "timeout":
-        return f"timeout>{record['seconds']:.0f}s"
-    return fmt.format(record[key])
-
-
-def _wall_cpu(record: dict[str, Any] | None) -> str:
-    if record is None or record.get("status") != "ok":
-        return _cell(record)
-    return f"{record['seconds']:.2f} ({record['cpu_s']:.2f})"
+def _f(row: dict[str, Any], key: str, fmt: str = "{:.2f}") -> str:
+    return fmt.format(row[key]) if key in row else "-"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default="100,1000,5000", help="comma-separated numbers of tables")
+    parser.add_argument("--sizes", default="1000,10000", help="tables, with Dagster definitions and event log")
+    parser.add_argument("--resolver-sizes", default="80000", help="tables, the resolver alone ('' for none)")
+    parser.add_argument("--quick", action="store_true", help="N = 100 and the resolver alone at 300: a smoke test")
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--step-timeout", type=float, default=600.0, help="seconds per step before 'timeout'")
-    parser.add_argument("--root-days", type=int, default=3, help="days of root hours reported before the tick")
-    parser.add_argument(
-        "--probe-days-back", type=int, default=30, help="the probed root hour lies this many days before the tick"
-    )
+    parser.add_argument("--history-days", type=int, default=62, help="days of partitions in the store before the day")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--resolver-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
         child_main(args)
         return
-
-    def on_term(signum: int, frame: Any) -> None:
-        raise SystemExit(f"interrupted by signal {signum}")
-
-    signal.signal(signal.SIGTERM, on_term)
-    results = []
-    for n in (int(s) for s in args.sizes.split(",")):
-        log(f"N={n}: starting a fresh process")
-        results.append(run_child(n, args))
-        log(f"N={n}: done in {results[-1]['wall_s']} s, peak RSS {results[-1]['maxrss_mb']} MB")
+    if args.quick:
+        args.sizes, args.resolver_sizes = "100", "300"
+    plan = [(int(s), False) for s in args.sizes.split(",") if s] + [
+        (int(s), True) for s in args.resolver_sizes.split(",") if s
+    ]
+    rows = []
+    for n, resolver_only in plan:
+        log(f"N={n}{' (resolver alone)' if resolver_only else ''}: starting a fresh process")
+        rows.append(run_child(n, resolver_only, args))
+        log(f"N={n}: done in {rows[-1]['wall_s']} s: {rows[-1]}")
 
     header = (
-        f"{'N':>6} {'deps':>6} {'load s (cpu)':>15} {'tick1 s (cpu)':>16} {'tick2 s (cpu)':>16} "
-        f"{'requested':>9} {'peak MB':>8} {'downstream s':>13} {'assets':>7} {'partitions':>10}"
+        f"{'N':>6} {'edges':>6} {'load s':>7} {'index s':>7} {'history rows':>12} {'events':>7} {'runs':>6} "
+        f"{'built/expected':>15} {'P50 ms':>7} {'P99 ms':>7} {'max ms':>7} {'day s':>7} {'store s':>7} "
+        f"{'events/s':>8} {'write s':>7} {'log ev/s':>8} {'peak MB':>8}"
     )
     print(header)
     print("-" * len(header))
-    result_line = []
-    for res in results:
-        r = res["records"]
-        gen, load, down = r.get("generate"), r.get("load"), r.get("downstream")
-        t1, t2 = r.get("tick1"), r.get("tick2")
-        ok_down = down is not None and down.get("status") == "ok"
-        requested = "/".join(_cell(t, "requested", "{}") for t in (t1, t2))
+    for r in rows:
+        built = f"{r['built']}/{r['expected']}" if "built" in r else "-"
+        rate = f"{r['events'] / r['day_s']:.0f}" if r.get("day_s") else "-"
+        log_rate = f"{r['log_events'] / r['log_s']:.0f}" if r.get("log_s") else "-"
+        name = f"{r['n']}{'*' if r['resolver_only'] else ''}"
         print(
-            f"{res['n']:>6} {gen['edges'] if gen else '?':>6} {_wall_cpu(load):>15} {_wall_cpu(t1):>16} "
-            f"{_wall_cpu(t2):>16} {requested:>9} {res['maxrss_mb']:>8.0f} "
-            f"{_cell(down, 'walk_s'):>13} {_cell(down, 'assets', '{}'):>7} {_cell(down, 'partitions', '{}'):>10}"
+            f"{name:>6} {r.get('edges', '-'):>6} {_f(r, 'catalog_s' if r['resolver_only'] else 'load_s'):>7} "
+            f"{_f(r, 'index_s'):>7} "
+            f"{r.get('rows', '-'):>12} {r.get('events', '-'):>7} {r.get('runs', '-'):>6} {built:>15} "
+            f"{_f(r, 'event_p50_ms'):>7} {_f(r, 'event_p99_ms'):>7} {_f(r, 'event_max_ms'):>7} "
+            f"{_f(r, 'day_s', '{:.1f}'):>7} "
+            f"{_f(r, 'store_s', '{:.1f}'):>7} {rate:>8} {_f(r, 'write_s', '{:.1f}'):>7} {log_rate:>8} "
+            f"{r['peak_mb']:>8.0f}"
         )
-        n = res["n"]
-        figures: dict[str, Any] = {"exit": res["exit"], "peak_mb": res["maxrss_mb"]}
-        if gen:
-            figures.update(edges=gen["edges"], self_deps=gen["self_deps"], roots=gen["roots"])
-        for name, rec in (("load", load), ("tick1", t1), ("tick2", t2), ("seed", r.get("seed"))):
-            figures[f"{name}_s"] = "timeout" if rec and rec["status"] == "timeout" else rec["seconds"] if rec else "na"
-            if rec and rec["status"] == "ok":
-                figures[f"{name}_cpu_s"] = rec["cpu_s"]
-        if load and load["status"] == "ok":
-            figures.update(catalog_s=load["catalog_s"], build_s=load["build_s"], resolve_s=load["resolve_s"])
-        for name, rec in (("tick1", t1), ("tick2", t2)):
-            if rec and rec["status"] == "ok":
-                figures[f"{name}_requested"] = rec["requested"]
-        if ok_down:
-            figures.update(
-                downstream_s=down["walk_s"],
-                downstream_assets=down["assets"],
-                downstream_partitions=down["partitions"],
-                bfs_s=down["bfs_s"],
-                bfs_partitions=down["bfs_partitions"],
+    print(
+        "* the resolver alone (no definitions, no event log; load s: load_catalog only). "
+        "load s: load_catalog + build_definitions; "
+        "P50/P99/max: Resolver.on_changes per completion; day s: store + resolution (write s, Dagster writing the "
+        "events, apart); peak MB: RSS high-water mark of the N's process"
+    )
+    for r in rows:
+        if r["exit"] != 0:
+            print(f"N={r['n']}: the process exited with {r['exit']}")
+        if r.get("missed") or r.get("built_twice") or r.get("unexpected"):
+            print(
+                f"N={r['n']}: {r.get('missed')} partitions of the day never requested ({r.get('missed_ready')} of "
+                f"them ready at the end of the day, e.g. {', '.join(r.get('missed_ready_tables', []))}), "
+                f"{r.get('built_twice')} built twice, {r.get('unexpected')} outside the day"
             )
-        result_line += [f"n{n}_{k}={v}" for k, v in figures.items()]
-    first = next((res["records"].get("downstream") for res in results if res["records"].get("downstream")), None)
-    if first and first["status"] == "ok":
-        print(
-            f"\ndownstream of {first['root']} {first['partition']} ({args.probe_days_back} days before the tick); "
-            f"tick at {START} + 365 d 00:30 {periods().timezone}, "
-            f"root hours of the last {args.root_days} days reported; "
-            "'bfs' = Dagster's bfs_filter_subsets for comparison (no self-dependency closure), in RESULT"
-        )
-    for res in results:
-        for rec in res["records"].values():
-            if rec["status"] == "timeout":
-                print(f"N={res['n']}: step '{rec['step']}' timed out after {rec['seconds']:.0f} s; later steps not run")
-    print("RESULT " + " ".join(result_line))
+    dagster_rows = [r for r in rows if not r["resolver_only"]]
+    main_row = next((r for r in dagster_rows if r["n"] == 10000), dagster_rows[-1] if dagster_rows else rows[-1])
+    figures = {k: main_row.get(k, "na") for k in ("event_p99_ms", "day_s", "load_s", "peak_mb")}
+    figures["n"] = main_row["n"]
+    for r in rows:
+        prefix = f"{'resolver' if r['resolver_only'] else 'n'}{r['n']}_"
+        for key in ("event_p50_ms", "event_p99_ms", "day_s", "events", "runs", "missed", "load_s", "peak_mb"):
+            if key in r:
+                figures[prefix + key] = r[key]
+    print("RESULT " + " ".join(f"{k}={v}" for k, v in figures.items()))
 
 
 if __name__ == "__main__":

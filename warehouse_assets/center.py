@@ -44,10 +44,10 @@ from datetime import UTC, datetime, timedelta
 
 from dagster import AssetKey, TimeWindowPartitionsDefinition
 
-from warehouse_assets.catalog import Catalog, Table
+from warehouse_assets.catalog import Catalog, Dependency, Table
 from warehouse_assets.compiler import backfill_policy
 from warehouse_assets.gate import Verdict, decide
-from warehouse_assets.partitions import BY_PERIOD, upstream_partitions
+from warehouse_assets.partitions import BY_PERIOD, UpstreamPartitions, upstream_partitions
 from warehouse_assets.reverse_index import ReverseIndex
 from warehouse_assets.state_store import Change, PartitionState, PartitionStateStore, failed_blocking_checks
 
@@ -258,7 +258,8 @@ class Resolver:
         own = states.state(table, partition)
         if own.in_progress:
             return _DEFER
-        verdict = decide(self.catalog, table, partition, states, current_time=now)
+        windows = self._windows(table, partition, now)
+        verdict = decide(self.catalog, table, partition, states, current_time=now, windows=windows)
         if not verdict.may_run:
             return None
         upstream = self._upstream_states(verdict, states)
@@ -273,6 +274,18 @@ class Resolver:
         if own.materialized and not late and not self._deferred(table.fqn, partition):
             return None
         return key
+
+    def _windows(self, table: Table, partition: str, now: datetime) -> list[tuple[Dependency, UpstreamPartitions]]:
+        """Each dependency's exact upstream partitions: by the index's arithmetic, or through Dagster's mapping
+        where a window reaches outside the existing partitions (the mapping costs milliseconds a partition)."""
+        windows = []
+        for dep in table.deps:
+            keys = self.index.upstream_of(table.fqn, dep.table, partition, now)
+            if keys is None:
+                windows.append((dep, upstream_partitions(self.catalog, table, dep, partition, current_time=now)))
+            else:
+                windows.append((dep, UpstreamPartitions(dep.table, keys, [])))
+        return windows
 
     def _upstream_states(self, verdict: Verdict, states: _Snapshot) -> list[PartitionState]:
         return [

@@ -18,7 +18,9 @@ scanning the catalog or the partitions' history:
 
 Positions and windows come from a :class:`Calendar` per partitions definition: Dagster's own keys and window
 bounds (so daylight saving time is Dagster's: 23- and 25-hour days, the repeated autumn hour), enumerated once
-up to a horizon and extended as time passes.
+up to a horizon and extended as time passes. The same arithmetic answers the forward question for the resolver
+(:meth:`ReverseIndex.upstream_of`: a dependency's window of existing partitions), where Dagster's mapping costs
+milliseconds a partition.
 """
 
 from __future__ import annotations
@@ -99,8 +101,13 @@ class ReverseIndex:
     Not thread-safe: a lookup may extend the calendars.
     """
 
-    def __init__(self, outgoing: dict[str, dict[EdgeMapping, list[Edge]]]):
+    def __init__(
+        self,
+        outgoing: dict[str, dict[EdgeMapping, list[Edge]]],
+        incoming: dict[tuple[str, str], EdgeMapping] | None = None,
+    ):
         self._outgoing = outgoing
+        self._incoming = incoming or {}  # (downstream, upstream) → the edge's mapping, for upstream_of
         self._calendars: dict[TimeWindowPartitionsDefinition, Calendar] = {}
 
     @classmethod
@@ -111,6 +118,7 @@ class ReverseIndex:
         its calendars enumerated up to ``current_time`` (default: now; later lookups extend them)."""
         by_period = (periods_ or periods()).by_period
         outgoing: dict[str, dict[EdgeMapping, list[Edge]]] = defaultdict(lambda: defaultdict(list))
+        incoming: dict[tuple[str, str], EdgeMapping] = {}
         for table in catalog.derived():
             for dep in table.deps:
                 up_period = catalog[dep.table].period
@@ -118,7 +126,8 @@ class ReverseIndex:
                     partition_mapping(table, dep, up_period), by_period[up_period], by_period[table.period]
                 )
                 outgoing[dep.table][key].append(Edge(table.fqn, dep))
-        index = cls({table: dict(groups) for table, groups in outgoing.items()})
+                incoming[(table.fqn, dep.table)] = key
+        index = cls({table: dict(groups) for table, groups in outgoing.items()}, incoming)
         now = (current_time or datetime.now(UTC)).timestamp()
         for pdef in {pdef for groups in outgoing.values() for em in groups for pdef in (em.upstream, em.downstream)}:
             index._calendar(pdef, now)  # enumerated once here rather than on the first events
@@ -144,6 +153,35 @@ class ReverseIndex:
                 for edge in edges:
                     found[edge.downstream] = list(keys)
         return found
+
+    def upstream_of(
+        self, table_fqn: str, upstream_fqn: str, partition_key: str, current_time: datetime | None = None
+    ) -> list[str] | None:
+        """The partitions of ``upstream_fqn`` that ``partition_key`` of ``table_fqn`` needs, in time order, when all of
+        them exist at ``current_time`` (default: now): ``upstream_partitions``' keys by the calendars' arithmetic,
+        without Dagster's mapping. None when some do not exist (a window reaching before the upstream's first
+        partition or into the future) or the partition is not listed: ``upstream_partitions`` says which.
+        """
+        edge_mapping = self._incoming.get((table_fqn, upstream_fqn))
+        if edge_mapping is None:
+            return None
+        now = (current_time or datetime.now(UTC)).timestamp()
+        up = self._calendar(edge_mapping.upstream, now)
+        down = self._calendar(edge_mapping.downstream, now)
+        i = down.locate(partition_key)
+        if i is None:
+            return None
+        mapping = edge_mapping.mapping
+        if edge_mapping.upstream == edge_mapping.downstream:  # offsets in the one period: positions shift
+            first, last = i + mapping.start_offset, i + mapping.end_offset
+        else:  # a roll-up: the upstream windows overlapping the downstream's
+            first = bisect_right(up.ends, down.starts[i])
+            last = bisect_left(up.starts, down.ends[i]) - 1
+            if first < len(up.starts) and up.starts[first] > down.starts[i]:
+                return None  # the window begins before the upstream's first partition
+        if first < 0 or last < first or last >= len(up.keys) or up.ends[last] > now:
+            return None
+        return up.keys[first : last + 1]
 
     def _calendar(self, pdef: TimeWindowPartitionsDefinition, now: float) -> Calendar:
         calendar = self._calendars.get(pdef)
