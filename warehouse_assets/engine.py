@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit
 
 from dagster import AssetKey, DagsterInstance, RunsFilter
@@ -34,6 +34,9 @@ from warehouse_assets.catalog import Catalog
 from warehouse_assets.center import REQUEST_TAG, Resolver, RunPlan
 from warehouse_assets.reverse_index import ReverseIndex
 from warehouse_assets.state_store import PartitionStateStore
+
+if TYPE_CHECKING:
+    from dagster_graphql import DagsterGraphQLClient
 
 log = logging.getLogger("warehouse.engine")
 
@@ -49,29 +52,39 @@ class RunSubmitter(Protocol):
 
 
 class GraphQLSubmitter:
-    """Submits through the webserver's GraphQL API (``launchRun``), as the UI's Materialize button does."""
+    """Submits through the webserver's GraphQL API (``launchRun``), as the UI's Materialize button does.
+
+    Safe to call from several threads: each thread has a GraphQL client of its own, because a client holds one
+    transport that refuses a second request while one is open (``TransportAlreadyConnected``)."""
 
     def __init__(self, url: str, location: str):
-        from dagster_graphql import (
-            DagsterGraphQLClient,  # imported by the engine only: the code location never needs it
-        )
-
         parts = urlsplit(url if "://" in url else f"http://{url}")
         if not parts.hostname:
             raise ValueError(f"{url!r}: expected the webserver's URL, e.g. http://127.0.0.1:3000")
         self.url, self.location = url, location
-        self._client = DagsterGraphQLClient(
-            parts.hostname,
-            port_number=parts.port,
-            use_https=parts.scheme == "https",
-            timeout=60,
-            path_prefix=parts.path.rstrip("/"),
-        )
+        self._parts = parts
+        self._local = threading.local()
 
     def submit(self, plan: RunPlan, asset_key: AssetKey) -> str:
-        return self._client.submit_job_execution(
+        return self._client().submit_job_execution(
             ASSET_JOB, self.location, REPOSITORY, run_config={}, tags=plan.tags, asset_selection=[asset_key]
         )
+
+    def _client(self) -> DagsterGraphQLClient:
+        client = getattr(self._local, "client", None)
+        if client is None:
+            from dagster_graphql import (
+                DagsterGraphQLClient,  # imported by the engine only: the code location never needs it
+            )
+
+            client = self._local.client = DagsterGraphQLClient(
+                self._parts.hostname or "",
+                port_number=self._parts.port,
+                use_https=self._parts.scheme == "https",
+                timeout=60,
+                path_prefix=self._parts.path.rstrip("/"),
+            )
+        return client
 
 
 class Engine:

@@ -1,0 +1,77 @@
+"""The engine's submitter against an HTTP server that answers GraphQL like the webserver: several rounds of
+submissions at once must each create their run (one shared GraphQL client refuses a second call while one is open)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from dagster import AssetKey
+
+from warehouse_assets.center import RunPlan, Trigger
+from warehouse_assets.engine import SUBMITTERS, GraphQLSubmitter
+
+
+class _Webserver(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _LaunchRun)
+        self.lock = threading.Lock()
+        self.open = self.most_open = self.launched = 0
+
+
+class _LaunchRun(BaseHTTPRequestHandler):
+    server: _Webserver
+
+    def do_POST(self) -> None:  # noqa: N802 - the name http.server dispatches to
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        with self.server.lock:
+            self.server.open += 1
+            self.server.most_open = max(self.server.most_open, self.server.open)
+            self.server.launched += 1
+            run_id = f"run-{self.server.launched}"
+        time.sleep(0.2)  # the webserver builds the run from the code location: calls overlap
+        with self.server.lock:
+            self.server.open -= 1
+        assert "launchPipelineExecution" in body["query"]
+        answer = {"data": {"launchPipelineExecution": {"__typename": "LaunchRunSuccess", "run": {"runId": run_id}}}}
+        payload = json.dumps(answer).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def webserver() -> Iterator[_Webserver]:
+    server = _Webserver()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def _plan(n: int) -> RunPlan:
+    trigger = Trigger("ods.order", "2026-11-01-00", storage_id=n, run_id="upstream", fields=frozenset({"materialized"}))
+    return RunPlan(table="dwd.order", partitions=(f"2026-11-{n:02d}",), trigger=trigger, request_id=f"r{n}")
+
+
+def test_concurrent_submissions_each_create_their_run(webserver: _Webserver) -> None:
+    submitter = GraphQLSubmitter(f"http://127.0.0.1:{webserver.server_port}", "warehouse")
+    plans = [_plan(n) for n in range(1, 3 * SUBMITTERS + 1)]
+    with ThreadPoolExecutor(SUBMITTERS) as pool:
+        run_ids = list(pool.map(lambda plan: submitter.submit(plan, AssetKey(["dwd", "order"])), plans))
+
+    assert sorted(run_ids) == sorted(f"run-{n}" for n in range(1, len(plans) + 1))
+    assert webserver.most_open > 1, "the submissions ran one at a time"
