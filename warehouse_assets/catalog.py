@@ -68,6 +68,9 @@ PERIOD_ORDER = {"hourly": 0, "daily": 1, "weekly": 2, "monthly": 3}
 SPARK_TYPES = {"bigint", "int", "tinyint", "smallint", "string", "timestamp", "date", "double", "boolean"}
 DEFAULT_COMPLETENESS = 0.99995
 _DECIMAL = re.compile(r"^decimal\(\d+,\s*\d+\)$")
+# libyaml's safe loader (in PyYAML's wheels) parses ~10x faster than the pure-Python one: at 10,000 declarations
+# that is most of the catalog's load time
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _HEADER = re.compile(r"^\s*/\*\s*---\s*\n(?P<yaml>.*?)\n\s*---\s*\*/", re.DOTALL)
 _DURATION = re.compile(r"^(?P<n>\d+)\s*(?P<unit>[mhd])$")
 _CLOCK = re.compile(r"^(?P<h>[01]?\d|2[0-3]):(?P<m>[0-5]\d)$")
@@ -440,7 +443,7 @@ def _build(kind: type[_T], path: Path, fields: Mapping[str, Any]) -> _T:
 
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
-        header = yaml.safe_load(path.read_text()) or {}
+        header = yaml.load(path.read_text(), Loader=_YAML_LOADER) or {}
     except yaml.YAMLError as exc:
         raise _fail(path, f"invalid YAML: {exc}") from exc
     if not isinstance(header, dict):
@@ -453,7 +456,7 @@ def _header(path: Path, text: str) -> tuple[dict[str, Any], str]:
     if not match:
         raise _fail(path, "missing the /* --- yaml --- */ header with table, period and description")
     try:
-        header = yaml.safe_load(match.group("yaml")) or {}
+        header = yaml.load(match.group("yaml"), Loader=_YAML_LOADER) or {}
     except yaml.YAMLError as exc:
         raise _fail(path, f"invalid YAML header: {exc}") from exc
     if not isinstance(header, dict):
