@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from dagster import DagsterInstance, instance_for_test
 from pyspark.sql import SparkSession
 
 from resources import resources_from_env
@@ -29,3 +30,14 @@ def spark() -> Iterator[SparkSession]:
 @pytest.fixture
 def store(tmp_path: Path) -> DeltaStore:
     return DeltaStore(str(tmp_path / "lake"))
+
+
+@pytest.fixture
+def consolidated(tmp_path: Path) -> Iterator[DagsterInstance]:
+    """A test instance with one SQLite event log: the same reads, without a database created per run (about 1 s
+    each on a loaded 2-core machine), so that long histories stay quick to write."""
+    (tmp_path / "home").mkdir()
+    storage = {"module": "dagster._core.storage.event_log", "class": "ConsolidatedSqliteEventLogStorage"}
+    overrides = {"event_log_storage": {**storage, "config": {"base_dir": str(tmp_path / "home" / "events")}}}
+    with instance_for_test(temp_dir=str(tmp_path / "home"), overrides=overrides) as instance:
+        yield instance

@@ -10,14 +10,13 @@ once and nothing else, so the figures the bench prints are those of the whole da
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from datetime import date, datetime, time, timedelta
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-from dagster import DagsterInstance, instance_for_test
+from dagster import DagsterInstance
 
 from resources.settings import Settings, using
 from warehouse_assets.catalog import load_catalog
@@ -33,12 +32,8 @@ import automation_scale as bench  # noqa: E402
 
 
 @pytest.fixture
-def instance(tmp_path: Path) -> Iterator[DagsterInstance]:
-    (tmp_path / "home").mkdir()
-    storage = {"module": "dagster._core.storage.event_log", "class": "ConsolidatedSqliteEventLogStorage"}
-    overrides = {"event_log_storage": {**storage, "config": {"base_dir": str(tmp_path / "home" / "events")}}}
-    with instance_for_test(temp_dir=str(tmp_path / "home"), overrides=overrides) as instance:
-        yield instance
+def instance(consolidated: DagsterInstance) -> DagsterInstance:
+    return consolidated  # one SQLite event log (tests/conftest.py): quick to write to
 
 
 def simulate(instance: DagsterInstance, root: Path, tables: int) -> dict[str, Any]:

@@ -8,16 +8,14 @@ tests/test_semantics.py, the gates in tests/test_quality.py, test_ods_checks.py 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
-from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
 from dagster import (
     AssetKey,
     DagsterInstance,
-    instance_for_test,
 )
 
 from tests.test_state_store import create_run, end, materializations, materialize_in, report, start, verdict
@@ -66,13 +64,8 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Catalog:
 
 
 @pytest.fixture
-def instance(tmp_path: Path) -> Iterator[DagsterInstance]:
-    """One SQLite event log (no database created per run, as in test_state_store): quick to write to."""
-    (tmp_path / "home").mkdir()
-    storage = {"module": "dagster._core.storage.event_log", "class": "ConsolidatedSqliteEventLogStorage"}
-    overrides = {"event_log_storage": {**storage, "config": {"base_dir": str(tmp_path / "home" / "events")}}}
-    with instance_for_test(temp_dir=str(tmp_path / "home"), overrides=overrides) as instance:
-        yield instance
+def instance(consolidated: DagsterInstance) -> DagsterInstance:
+    return consolidated  # one SQLite event log (tests/conftest.py): quick to write to
 
 
 class Center:

@@ -11,13 +11,12 @@ exactly the expected partitions, each once, and nothing else.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
-from dagster import AssetKey, AssetMaterialization, DagsterInstance, Definitions, instance_for_test
+from dagster import AssetKey, AssetMaterialization, DagsterInstance, Definitions
 
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.center import RunPlan
@@ -77,11 +76,8 @@ class Recorder:
 
 
 @pytest.fixture
-def instance(tmp_path: Path) -> Iterator[DagsterInstance]:
-    storage = {"module": "dagster._core.storage.event_log", "class": "ConsolidatedSqliteEventLogStorage"}
-    overrides = {"event_log_storage": {**storage, "config": {"base_dir": str(tmp_path / "events")}}}
-    with instance_for_test(temp_dir=str(tmp_path), overrides=overrides) as instance:
-        yield instance
+def instance(consolidated: DagsterInstance) -> DagsterInstance:
+    return consolidated  # one SQLite event log (tests/conftest.py): quick to write to
 
 
 def test_the_code_location_of_1000_tables_builds_with_no_automation_limit(catalog: Catalog) -> None:

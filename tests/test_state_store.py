@@ -77,17 +77,6 @@ def instance(tmp_path: Path) -> Iterator[DagsterInstance]:
         yield instance
 
 
-@pytest.fixture
-def consolidated(tmp_path: Path) -> Iterator[DagsterInstance]:
-    """One SQLite event log: the same reads, without a database created per run (about 1 s each on a loaded
-    2-core machine), so that a long random history stays quick."""
-    (tmp_path / "home").mkdir()
-    storage = {"module": "dagster._core.storage.event_log", "class": "ConsolidatedSqliteEventLogStorage"}
-    overrides = {"event_log_storage": {**storage, "config": {"base_dir": str(tmp_path / "home" / "events")}}}
-    with instance_for_test(temp_dir=str(tmp_path / "home"), overrides=overrides) as instance:
-        yield instance
-
-
 # --- writing events as Dagster does ------------------------------------------------------------------------------
 
 

@@ -107,7 +107,25 @@ def default_path(instance: DagsterInstance) -> Path:
     return Path(instance.root_directory) / "storage" / "partition_states.db"
 
 
-class PartitionStateStore:
+class _GateReader:
+    """The gate's ``PartitionStateReader`` over ``states``: shared by the store and its view."""
+
+    def states(self, asset_key: AssetKey | str, keys: Iterable[str]) -> dict[str, PartitionState]:
+        raise NotImplementedError
+
+    def materialized(self, table: Table, keys: Sequence[str]) -> set[str]:
+        return {k for k, s in self.states(AssetKey(table.key), keys).items() if s.materialized}
+
+    def in_progress(self, table: Table, keys: Sequence[str]) -> set[str]:
+        return {k for k, s in self.states(AssetKey(table.key), keys).items() if s.in_progress}
+
+    def failed_blocking_checks(self, table: Table, keys: Sequence[str]) -> dict[str, list[str]]:
+        if not keys or not any(c.blocking for c in table.checks):
+            return {}
+        return failed_blocking_checks(table, self.states(AssetKey(table.key), keys))
+
+
+class PartitionStateStore(_GateReader):
     """Every partition's state, maintained incrementally from ``instance``'s event log and persisted at ``path``."""
 
     def __init__(self, instance: DagsterInstance, path: Path | None = None, overlap: int | None = None):
@@ -259,19 +277,6 @@ class PartitionStateStore:
         """Every row, ordered by asset key and partition (to compare two stores)."""
         return [_from_row(r) for r in self._db.execute(f"SELECT {_COLUMNS} FROM partitions ORDER BY 1, 2")]
 
-    # the gate's PartitionStateReader
-
-    def materialized(self, table: Table, keys: Sequence[str]) -> set[str]:
-        return {k for k, s in self.states(AssetKey(table.key), keys).items() if s.materialized}
-
-    def in_progress(self, table: Table, keys: Sequence[str]) -> set[str]:
-        return {k for k, s in self.states(AssetKey(table.key), keys).items() if s.in_progress}
-
-    def failed_blocking_checks(self, table: Table, keys: Sequence[str]) -> dict[str, list[str]]:
-        if not keys or not any(c.blocking for c in table.checks):
-            return {}
-        return failed_blocking_checks(table, self.states(AssetKey(table.key), keys))
-
 
 def failed_blocking_checks(table: Table, states: Mapping[str, PartitionState]) -> dict[str, list[str]]:
     """Partition → the blocking checks of ``table`` that failed on its latest materialization, from its state."""
@@ -385,7 +390,7 @@ class _ViewStep(_Step):
         return list(dict.fromkeys([*self.store._targets(run_id), *self._added.get(run_id, [])]))
 
 
-class StateView:
+class StateView(_GateReader):
     """The store's rows with the events after its cursor applied in memory: the current state for a reader
     (``warehouse why``) that must not move the cursor the engine resolves from. A gate reader."""
 
@@ -396,17 +401,6 @@ class StateView:
         name = asset_key.to_user_string() if isinstance(asset_key, AssetKey) else asset_key
         stored = self.store.states(name, keys)
         return {k: self._step.touched.get((name, k), s) for k, s in stored.items()}
-
-    def materialized(self, table: Table, keys: Sequence[str]) -> set[str]:
-        return {k for k, s in self.states(AssetKey(table.key), keys).items() if s.materialized}
-
-    def in_progress(self, table: Table, keys: Sequence[str]) -> set[str]:
-        return {k for k, s in self.states(AssetKey(table.key), keys).items() if s.in_progress}
-
-    def failed_blocking_checks(self, table: Table, keys: Sequence[str]) -> dict[str, list[str]]:
-        if not keys or not any(c.blocking for c in table.checks):
-            return {}
-        return failed_blocking_checks(table, self.states(AssetKey(table.key), keys))
 
 
 class _Transaction:
