@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from tests.small_catalog import ODS, assert_refused
 from warehouse_assets.catalog import (
-    CatalogError,
     DerivedTable,
     ExternalTable,
     OdsTable,
@@ -18,25 +18,11 @@ from warehouse_assets.catalog import (
 )
 from warehouse_assets.checks import CHECK_KINDS, Anomaly, CheckSpecError, parse_checks
 
-ODS = """table: ods.src
-period: hourly
-source: {database: db, tables: "src"}
-primary_key: [id]
-partition_time: t
-columns: {id: bigint, t: timestamp}
-"""
 EXT = """table: ext.spend
 period: daily
 external: {format: csv_files, location: spend}
 columns: {channel: string, spend: double}
 """
-
-
-def _write(root: Path, rel: str, text: str) -> Path:
-    path = root / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path
 
 
 def _derived(name: str, body: str, header: str = "") -> str:
@@ -96,12 +82,7 @@ def test_a_table_revalidates_when_a_field_is_replaced() -> None:
     ],
 )
 def test_declaration_errors_name_the_file_and_the_field(tmp_path: Path, files: dict[str, str], message: str) -> None:
-    _write(tmp_path, "ods/src.yaml", ODS)
-    for rel, text in files.items():
-        _write(tmp_path, rel, text)
-    with pytest.raises(CatalogError, match=message) as info:
-        load_catalog(tmp_path)
-    assert str(tmp_path) in str(info.value)
+    assert_refused(tmp_path, files, message)
 
 
 def test_each_check_kind_parses_and_describes_itself_in_one_class() -> None:

@@ -11,7 +11,8 @@ import pytest
 from dagster import AssetKey, DefaultSensorStatus, TimeWindowPartitionMapping, TimeWindowPartitionsDefinition
 
 from resources.settings import Settings
-from warehouse_assets.catalog import CatalogError, load_catalog
+from tests.small_catalog import ODS, assert_refused, write
+from warehouse_assets.catalog import load_catalog
 from warehouse_assets.definitions import build_definitions, catalog, defs
 from warehouse_assets.partitions import upstream_partitions
 
@@ -103,21 +104,6 @@ def test_no_asset_or_check_carries_a_dagster_automation_condition() -> None:
         assert graph.get(check_key).automation_condition is None, check_key
 
 
-def _write(root: Path, rel: str, text: str) -> None:
-    path = root / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-
-
-ODS = """table: ods.src
-period: hourly
-source: {database: db, tables: "src"}
-primary_key: [id]
-partition_time: t
-columns: {id: bigint, t: timestamp}
-"""
-
-
 def _sql(name: str, body: str, header: str = "") -> str:
     return f"/* ---\ntable: dwd.{name}\nperiod: daily\n{header}--- */\n{body}\n"
 
@@ -181,17 +167,12 @@ def _sql(name: str, body: str, header: str = "") -> str:
     ],
 )
 def test_catalog_errors_name_the_table_and_file(tmp_path: Path, files: dict[str, str], message: str) -> None:
-    _write(tmp_path, "ods/src.yaml", ODS)
-    for rel, text in files.items():
-        _write(tmp_path, rel, text)
-    with pytest.raises(CatalogError, match=message) as info:
-        load_catalog(tmp_path)
-    assert str(tmp_path) in str(info.value)
+    assert_refused(tmp_path, files, message)
 
 
 def test_a_declared_self_dependency_is_lineage_not_a_cycle(tmp_path: Path) -> None:
-    _write(tmp_path, "ods/src.yaml", ODS)
-    _write(
+    write(tmp_path, "ods/src.yaml", ODS)
+    write(
         tmp_path,
         "dwd/acc.sql",
         _sql(
@@ -200,7 +181,7 @@ def test_a_declared_self_dependency_is_lineage_not_a_cycle(tmp_path: Path) -> No
             "columns: {id: bigint}\ndepends_on:\n  dwd.acc: {set: [-1]}\n  ods.src: {range: [0, 23]}\n",
         ),
     )
-    _write(
+    write(
         tmp_path,
         "ads/month.sql",
         "/* ---\ntable: ads.month\nperiod: monthly\n--- */\nSELECT count(*) AS n FROM dwd.acc\n",
@@ -214,14 +195,14 @@ def test_a_declared_self_dependency_is_lineage_not_a_cycle(tmp_path: Path) -> No
 
 def test_a_set_without_holes_is_its_range(tmp_path: Path) -> None:
     """Seed 000 writes a weekly table on its 7 days as Set 0..6; it means the same as range [0, 6]."""
-    _write(tmp_path, "ods/src.yaml", ODS)
-    _write(tmp_path, "dwd/day.sql", _sql("day", "SELECT id FROM ods.src"))
+    write(tmp_path, "ods/src.yaml", ODS)
+    write(tmp_path, "dwd/day.sql", _sql("day", "SELECT id FROM ods.src"))
     week = (
         "/* ---\ntable: dws.{name}\nperiod: weekly\ndepends_on:\n  dwd.day: {offsets}\n--- */\nSELECT id FROM dwd.day\n"
     )
-    _write(tmp_path, "dws/by_set.sql", week.format(name="by_set", offsets="{set: [0, 1, 2, 3, 4, 5, 6]}"))
-    _write(tmp_path, "dws/by_range.sql", week.format(name="by_range", offsets="{range: [0, 6]}"))
-    _write(tmp_path, "dwd/t1.sql", _sql("t1", "SELECT id FROM dwd.day", "depends_on:\n  dwd.day: {set: [-1]}\n"))
+    write(tmp_path, "dws/by_set.sql", week.format(name="by_set", offsets="{set: [0, 1, 2, 3, 4, 5, 6]}"))
+    write(tmp_path, "dws/by_range.sql", week.format(name="by_range", offsets="{range: [0, 6]}"))
+    write(tmp_path, "dwd/t1.sql", _sql("t1", "SELECT id FROM dwd.day", "depends_on:\n  dwd.day: {set: [-1]}\n"))
     catalog = load_catalog(tmp_path)
     by_set, by_range = catalog["dws.by_set"], catalog["dws.by_range"]
     assert [(d.start_offset, d.end_offset) for d in by_set.deps] == [(0, 6)]

@@ -17,6 +17,7 @@ import pytest
 from dagster import TimeWindowPartitionMapping
 
 from resources.settings import Settings, using
+from tests.small_catalog import ODS
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.partitions import BY_PERIOD, upstream_partitions
 from warehouse_assets.reverse_index import EdgeMapping, ReverseIndex
@@ -122,13 +123,6 @@ def test_the_example_catalogs_windows_by_arithmetic_are_its_exact_upstream_parti
 
 # --- every pattern the catalog supports ------------------------------------------------------------------------
 
-ODS = """table: ods.src
-period: hourly
-source: {database: db, tables: "src"}
-primary_key: [id]
-partition_time: t
-columns: {id: bigint, t: timestamp}
-"""
 
 EXTERNAL = """table: ext.feed
 period: daily
