@@ -198,9 +198,13 @@ def test_a_derived_tables_partitions_show_what_the_engine_built(
     )
 
     browser.get(f"{stack.url}/assets/dwd/order_detail?view=partitions")
-    count = int(wait_for_text(browser, r"Materialized \(([1-9]\d*)\)").group(1))
-    assert count == len(instance.get_materialized_partitions(target)), page_text(browser)
-    assert re.search(rf"Missing \({len(DAYS) - count}\)", page_text(browser)), page_text(browser)
+    # the counts of one rendering (the engine may build the next day meanwhile): none failed, every day counted
+    counts = wait_for_text(
+        browser, r"Failed \((\d+)\)\s+Materialized \(([1-9]\d*)\)\s+Materializing \((\d+)\)\s+Missing \((\d+)\)"
+    )
+    failed, materialized, materializing, missing = map(int, counts.groups())
+    assert failed == 0 and materialized + materializing + missing == len(DAYS), counts.group(0)
+    assert materialized <= len(instance.get_materialized_partitions(target)), counts.group(0)
     # the day's latest materialization names the engine's run
     clickable(browser, f"//*[@title='{DAYS[0]}']").click()  # its row in the list
     wait_for_text(browser, rf"Latest materialization[\s\S]*{run_id[:8]}")
@@ -236,14 +240,9 @@ def test_a_backfill_launched_from_the_materialize_dialog_succeeds(
     runs = RunsFilter(tags={"dagster/backfill": backfill.backfill_id})
     all_runs_succeeded(instance, runs)
     assert instance.get_runs_count(runs) >= 1
-    rebuilt = {
-        record.partition_key
-        for run in instance.get_runs(runs)
-        for record in instance.fetch_materializations(
-            AssetRecordsFilter(asset_key=target, asset_partitions=DAYS[:2]), limit=10
-        ).records
-        if record.run_id == run.run_id
-    }
+    run_ids = {run.run_id for run in instance.get_runs(runs)}
+    records = instance.fetch_materializations(AssetRecordsFilter(asset_key=target), limit=100).records
+    rebuilt = {record.partition_key for record in records if record.run_id in run_ids}
     assert rebuilt == set(DAYS[:2]), rebuilt
 
     browser.get(f"{stack.url}/runs/b/{backfill.backfill_id}")
