@@ -47,6 +47,14 @@ LAYERS = {
 GOING = (BulkActionStatus.REQUESTED, BulkActionStatus.CANCELING, BulkActionStatus.FAILING)  # a backfill not done
 DAYS = [f"{DAY + timedelta(days=n):%Y-%m-%d}" for n in range(3)]  # two full simulated days, the third's first hour
 
+# checked before the module's stack starts
+MISSING = [str(path) for path in (CHROMIUM, CHROMEDRIVER) if not path.exists()]
+pytestmark = pytest.mark.skipif(
+    bool(MISSING),
+    reason=f"not installed: {', '.join(MISSING)} (`make system-packages` installs Debian's chromium and "
+    "chromium-driver when run as root)",
+)
+
 
 @dataclass
 class Stack:
@@ -89,12 +97,6 @@ def monkeypatch_module() -> Iterator[pytest.MonkeyPatch]:
 @pytest.fixture(scope="module")
 def browser(stack: Stack) -> Iterator[WebDriver]:
     """Headless Chromium on the stack's origin, the community pop-up of a fresh profile dismissed."""
-    missing = [str(path) for path in (CHROMIUM, CHROMEDRIVER) if not path.exists()]
-    if missing:
-        pytest.skip(
-            f"not installed: {', '.join(missing)} (`make system-packages` installs Debian's chromium and "
-            "chromium-driver when run as root)"
-        )
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
     # no sandbox: CI runs as root, where Chromium's sandbox refuses to start
