@@ -35,9 +35,9 @@ $(JARS_STAMP): pom.xml | $(STAMP)
 install: $(STAMP) $(JARS_STAMP)
 
 # Debian packages the tests of real components start (PostgreSQL for tests/test_postgres.py, MariaDB for
-# tests/test_capture.py). CI runs as root: what is missing is installed after one `apt-get update`; elsewhere the
+# tests/test_capture.py, Chromium and its WebDriver for tests/test_ui_browser.py). CI runs as root: what is missing is installed after one `apt-get update`; elsewhere the
 # tests needing it skip, saying why.
-DEBIAN_PACKAGES := postgresql mariadb-server
+DEBIAN_PACKAGES := postgresql mariadb-server chromium chromium-driver
 system-packages:
 	@missing=$$(for p in $(DEBIAN_PACKAGES); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \

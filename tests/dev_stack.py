@@ -57,11 +57,16 @@ def graphql(port: int, query: str) -> dict:
 
 @contextmanager
 def start_stack(
-    root: Path, home: Path, port: int, spark_port: int, env: Mapping[str, str] | None = None
+    root: Path,
+    home: Path,
+    port: int,
+    spark_port: int,
+    env: Mapping[str, str] | None = None,
+    days: int = 1,
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """`warehouse dev` on one simulated day (landing and lake under ``root``) with the instance of ``home``;
-    ``env`` adds to the environment (the instance's settings)."""
-    simulate(root / "landing", DAY, DAY + timedelta(days=1, hours=1), SimulationConfig(seed=5, scale=0.03))
+    """`warehouse dev` on ``days`` simulated days from DAY and the next day's first hour (landing and lake under
+    ``root``) with the instance of ``home``; ``env`` adds to the environment (the instance's settings)."""
+    simulate(root / "landing", DAY, DAY + timedelta(days=days, hours=1), SimulationConfig(seed=5, scale=0.03))
     full_env = dict(
         os.environ,
         DAGSTER_HOME=str(home),

@@ -1,0 +1,281 @@
+"""The UI in a real browser: headless Chromium driven by Selenium (Debian's `chromium` and `chromium-driver`, which
+`make system-packages` installs) against the product's stack as `warehouse dev` runs it on two simulated days.
+
+What a user sees, asserted on the page's text: the asset graph with the four layers, a derived table's partitions
+built by the engine with no click, a 2-day backfill launched from the Materialize dialog that succeeds, and the
+`why_waiting` job's answer for a partition that waits. Every test saves a screenshot (the path is printed); every
+run the stack or a test started must have succeeded.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from dagster import AssetKey, AssetRecordsFilter, DagsterInstance, DagsterRunStatus, RunsFilter
+from dagster._core.execution.backfill import BulkActionStatus
+from selenium import webdriver
+from selenium.common.exceptions import WebDriverException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.ui import WebDriverWait
+
+from resources.spark import port_open
+from tests.dev_stack import DAY, DEADLINE_S, ROOT, STALL_S, await_partition, free_port, start_stack
+
+CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+# a page of the UI on a loaded 2-core machine: its GraphQL queries wait behind the runs' Spark work
+PAGE_S = 180
+REPOSITORY = "__repository__@warehouse"  # the code location of workspace.yaml, as the UI's URLs name it
+LAYERS = {
+    "ods": ("order", "user"),
+    "dwd": ("order_detail", "user_snapshot"),
+    "dws": ("user_order_daily",),
+    "ads": ("daily_gmv", "retention_d1"),
+}
+GOING = (BulkActionStatus.REQUESTED, BulkActionStatus.CANCELING, BulkActionStatus.FAILING)  # a backfill not done
+DAYS = [f"{DAY + timedelta(days=n):%Y-%m-%d}" for n in range(3)]  # two full simulated days, the third's first hour
+
+# checked before the module's stack starts
+MISSING = [str(path) for path in (CHROMIUM, CHROMEDRIVER) if not path.exists()]
+pytestmark = pytest.mark.skipif(
+    bool(MISSING),
+    reason=f"not installed: {', '.join(MISSING)} (`make system-packages` installs Debian's chromium and "
+    "chromium-driver when run as root)",
+)
+
+
+@dataclass
+class Stack:
+    port: int
+    home: Path
+    proc: subprocess.Popen[bytes]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def instance(self) -> DagsterInstance:
+        """The stack's instance, once the webserver listens (`warehouse dev` has then created its storage)."""
+        deadline = time.monotonic() + DEADLINE_S
+        while not port_open("127.0.0.1", self.port):
+            assert self.proc.poll() is None, "the dev stack exited"
+            assert time.monotonic() < deadline, f"the webserver did not listen on port {self.port}"
+            time.sleep(2)
+        return DagsterInstance.from_config(str(self.home))
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, monkeypatch_module: pytest.MonkeyPatch) -> Iterator[Stack]:
+    root = tmp_path_factory.mktemp("ui")
+    home = root / "dagster_home"
+    home.mkdir()
+    shutil.copy(ROOT / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
+    monkeypatch_module.setenv("DAGSTER_HOME", str(home))
+    port = free_port()
+    with start_stack(root, home, port, free_port(), days=2) as proc:
+        yield Stack(port, home, proc)
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module() -> Iterator[pytest.MonkeyPatch]:
+    with pytest.MonkeyPatch.context() as patch:
+        yield patch
+
+
+@pytest.fixture(scope="module")
+def browser(stack: Stack) -> Iterator[WebDriver]:
+    """Headless Chromium on the stack's origin, the community pop-up of a fresh profile dismissed."""
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    # no sandbox: CI runs as root, where Chromium's sandbox refuses to start
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1600,1300"):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    try:
+        stack.instance()  # the webserver listens
+        driver.get(f"{stack.url}/health")
+        driver.execute_script("localStorage.setItem('communityNux', JSON.stringify('1'))")
+        yield driver
+    finally:
+        driver.quit()  # Chromium and chromedriver with it
+
+
+@pytest.fixture(scope="module")
+def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("screenshots")
+
+
+def shoot(driver: WebDriver, screenshots: Path, name: str) -> Path:
+    path = screenshots / f"{name}.png"
+    assert driver.save_screenshot(str(path)), path
+    print(f"screenshot: {path}")
+    return path
+
+
+def page_text(driver: WebDriver) -> str:
+    return driver.find_element(By.TAG_NAME, "body").text
+
+
+def wait_for_text(driver: WebDriver, pattern: str, timeout: float = PAGE_S) -> re.Match[str]:
+    """Wait until the page's visible text matches ``pattern`` (a regular expression); the match."""
+    found: list[re.Match[str]] = []
+
+    def matches(d: WebDriver) -> bool:
+        try:
+            match = re.search(pattern, page_text(d))
+        except WebDriverException:  # the page re-rendered under us
+            return False
+        found[:] = [match] if match else []
+        return bool(match)
+
+    try:
+        WebDriverWait(driver, timeout, poll_frequency=1).until(matches)
+    except Exception:
+        pytest.fail(f"no text matching {pattern!r} on {driver.current_url} after {timeout}s:\n{page_text(driver)}")
+    return found[0]
+
+
+def clickable(driver: WebDriver, xpath: str, timeout: float = PAGE_S) -> WebElement:
+    return WebDriverWait(driver, timeout, poll_frequency=1).until(
+        expected_conditions.element_to_be_clickable((By.XPATH, xpath))
+    )
+
+
+def button(label: str) -> str:
+    return f"//button[normalize-space(.)='{label}']"
+
+
+def all_runs_succeeded(instance: DagsterInstance, runs: RunsFilter | None = None) -> None:
+    """Wait until the runs have finished; assert they all succeeded."""
+    deadline = time.monotonic() + DEADLINE_S
+    while not all(run.is_finished for run in instance.get_runs(runs)):
+        assert time.monotonic() < deadline, "runs still going after the deadline"
+        time.sleep(3)
+    failed = [
+        f"{run.job_name} {run.run_id} {run.status.value} {run.tags}"
+        for run in instance.get_runs(runs)
+        if run.status != DagsterRunStatus.SUCCESS
+    ]
+    assert not failed, "runs that did not succeed:\n" + "\n".join(failed)
+
+
+def test_the_asset_graph_shows_the_four_layers(stack: Stack, browser: WebDriver, screenshots: Path) -> None:
+    browser.get(f"{stack.url}/asset-groups")
+    wait_for_text(browser, "Global asset lineage")
+    for group in LAYERS:  # unfold each layer's group in the sidebar: its tables are listed under it
+        clickable(
+            browser,
+            f"//*[@title='{group}']/ancestor::div[button[.//*[@aria-label='arrow_drop_down']]][1]"
+            "/button[.//*[@aria-label='arrow_drop_down']]",
+        ).click()
+    for group, tables in LAYERS.items():
+        wait_for_text(browser, rf"(?m)^{group}$[\s\S]*" + r"[\s\S]*".join(rf"^{t}$" for t in tables))
+    # the graph's nodes are the four layers (and the external sources')
+    nodes = {el.get_attribute("title") for el in browser.find_elements(By.XPATH, "//*[@title]")}
+    assert set(LAYERS) <= nodes, nodes
+    shoot(browser, screenshots, "ui-asset-graph")
+
+
+def test_a_derived_tables_partitions_show_what_the_engine_built(
+    stack: Stack, browser: WebDriver, screenshots: Path
+) -> None:
+    target = AssetKey(["dwd", "order_detail"])
+    instance = await_partition(stack.proc, stack.port, stack.home, target, DAYS[0])
+    run_id = (
+        instance.fetch_materializations(AssetRecordsFilter(asset_key=target, asset_partitions=[DAYS[0]]), limit=1)
+        .records[0]
+        .run_id
+    )
+
+    browser.get(f"{stack.url}/assets/dwd/order_detail?view=partitions")
+    # the counts of one rendering (the engine may build the next day meanwhile): none failed, every day counted
+    counts = wait_for_text(
+        browser, r"Failed \((\d+)\)\s+Materialized \(([1-9]\d*)\)\s+Materializing \((\d+)\)\s+Missing \((\d+)\)"
+    )
+    failed, materialized, materializing, missing = map(int, counts.groups())
+    assert failed == 0 and materialized + materializing + missing == len(DAYS), counts.group(0)
+    assert materialized <= len(instance.get_materialized_partitions(target)), counts.group(0)
+    # the day's latest materialization names the engine's run
+    clickable(browser, f"//*[@title='{DAYS[0]}']").click()  # its row in the list
+    wait_for_text(browser, rf"Latest materialization[\s\S]*{run_id[:8]}")
+    shoot(browser, screenshots, "ui-partitions")
+
+
+def test_a_backfill_launched_from_the_materialize_dialog_succeeds(
+    stack: Stack, browser: WebDriver, screenshots: Path
+) -> None:
+    target = AssetKey(["ads", "daily_gmv"])
+    # both days built by the engine first: the backfill rebuilds them, racing no run of the engine's
+    instance = await_partition(stack.proc, stack.port, stack.home, target, DAYS[1])
+    before = {backfill.backfill_id for backfill in instance.get_backfills()}
+
+    browser.get(f"{stack.url}/assets/ads/daily_gmv")
+    clickable(browser, button("Materialize…")).click()
+    selection = clickable(browser, "//div[@role='dialog']//input[@type='text']")
+    selection.send_keys(Keys.CONTROL, "a")
+    selection.send_keys(f"[{DAYS[0]}...{DAYS[1]}]", Keys.TAB)
+    wait_for_text(browser, r"Partition selection\s+2 partitions")
+    assert "Upstream data missing" not in page_text(browser), page_text(browser)
+    clickable(browser, button("Launch backfill")).click()
+
+    deadline = time.monotonic() + DEADLINE_S
+    while not (launched := [b for b in instance.get_backfills() if b.backfill_id not in before]):
+        assert time.monotonic() < deadline, "no backfill was launched"
+        time.sleep(2)
+    (backfill,) = launched
+    while (backfill := instance.get_backfill(backfill.backfill_id)).status in GOING:
+        assert time.monotonic() < deadline, f"backfill {backfill.backfill_id} still going after {DEADLINE_S}s"
+        time.sleep(3)
+    assert backfill.status == BulkActionStatus.COMPLETED_SUCCESS, backfill.status
+    runs = RunsFilter(tags={"dagster/backfill": backfill.backfill_id})
+    all_runs_succeeded(instance, runs)
+    assert instance.get_runs_count(runs) >= 1
+    run_ids = {run.run_id for run in instance.get_runs(runs)}
+    records = instance.fetch_materializations(AssetRecordsFilter(asset_key=target), limit=100).records
+    rebuilt = {record.partition_key for record in records if record.run_id in run_ids}
+    assert rebuilt == set(DAYS[:2]), rebuilt
+
+    browser.get(f"{stack.url}/runs/b/{backfill.backfill_id}")
+    wait_for_text(browser, r"Status\s+Succeeded")
+    wait_for_text(browser, rf"{DAYS[0]}\.\.\.{DAYS[1]}[\s\S]*ads / daily_gmv\s+100% completed")
+    shoot(browser, screenshots, "ui-backfill")
+    # what the stack did after (the engine may rebuild downstream of the rebuilt days) succeeded too
+    all_runs_succeeded(instance)
+
+
+def test_the_why_waiting_job_explains_a_waiting_partition(stack: Stack, browser: WebDriver, screenshots: Path) -> None:
+    waiting = DAYS[2]  # only its first hour has landed
+    instance = stack.instance()
+    assert waiting not in instance.get_materialized_partitions(AssetKey(["dwd", "order_detail"]))
+    browser.get(f"{stack.url}/locations/{REPOSITORY}/jobs/why_waiting/playground")
+    WebDriverWait(browser, PAGE_S).until(lambda d: d.execute_script("return !!document.querySelector('.CodeMirror')"))
+    # the launchpad's config editor (CodeMirror) keeps the resources it scaffolded; the op's config is added
+    browser.execute_script(
+        "const editor = document.querySelector('.CodeMirror').CodeMirror;"
+        "editor.setValue(editor.getValue() + arguments[0]);",
+        f"ops:\n  explain_partition:\n    config:\n      table: dwd.order_detail\n      partition: '{waiting}'\n",
+    )
+    clickable(browser, button("Launch Run")).click()
+    WebDriverWait(browser, PAGE_S).until(lambda d: "/runs/" in d.current_url)
+    run_id = browser.current_url.rstrip("/").split("/runs/")[1]
+    # the run's log: the upstream hours that are not ready, with their reason, and the verdict (the run may wait in
+    # the queue behind the engine's)
+    wait_for_text(browser, r"verdict: waiting for \d+ of 24 upstream partition\(s\); first: ods\.order ", STALL_S)
+    text = page_text(browser)
+    assert f"dwd.order_detail {waiting}: missing" in text, text
+    assert re.search(rf"ods\.order +{waiting}-\d\d:00 +not ready — \d+ of \d+ shard stream\(s\) not applied", text)
+    assert "root causes:" in text, text
+    shoot(browser, screenshots, "ui-why-waiting")
+    all_runs_succeeded(instance, RunsFilter(run_ids=[run_id]))
