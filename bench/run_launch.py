@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -66,6 +67,7 @@ class Pass:
     runs: int
     created_to_started: list[float] = field(default_factory=list)
     created_to_step: list[float] = field(default_factory=list)
+    stages: dict[str, list[float]] = field(default_factory=dict)  # stage → seconds per run
     failed: int = 0
     rss_first_mb: float = 0.0
     rss_last_mb: float = 0.0
@@ -154,16 +156,18 @@ def measure(run_pass: Pass, tmp: Path) -> None:
             record = instance.get_run_record_by_id(run_id)
             assert record is not None
             created = record.create_timestamp.timestamp()
-            step = next(
-                (e.timestamp for e in instance.all_logs(run_id) if e.dagster_event and e.dagster_event.is_step_start),
-                None,
-            )
+            marks = stage_marks(instance, run_id)
+            step = marks.get("first step")
             if run.status.value != "SUCCESS" or record.start_time is None or step is None:
                 run_pass.failed += 1
                 log(f"  {run_pass.name} run {i + 1}: {run.status.value}")
                 continue
             run_pass.created_to_started.append(record.start_time - created)
             run_pass.created_to_step.append(step - created)
+            previous = created
+            for stage, at in marks.items():
+                run_pass.stages.setdefault(stage, []).append(at - previous)
+                previous = at
             log(
                 f"  {run_pass.name} run {i + 1}/{run_pass.runs}: started {record.start_time - created:.2f} s, "
                 f"first step {step - created:.2f} s"
@@ -192,6 +196,28 @@ def measure(run_pass: Pass, tmp: Path) -> None:
         dev_log.close()
 
 
+def stage_marks(instance: DagsterInstance, run_id: str) -> dict[str, float]:
+    """When the run reached each stage of its launch, in order: the coordinator handed it to the launcher
+    (``STARTING``), its worker process started, the run started, its first step started."""
+    marks: dict[str, float] = {}
+    for entry in instance.all_logs(run_id):
+        event = entry.dagster_event
+        if event is None:
+            continue
+        if event.event_type_value == "PIPELINE_STARTING":
+            stage = "launch call"
+        elif event.event_type_value == "ENGINE_EVENT" and entry.message.startswith("Started process for run"):
+            stage = "worker started"
+        elif event.event_type_value == "PIPELINE_START":
+            stage = "run started"
+        elif event.is_step_start:
+            stage = "first step"
+        else:
+            continue
+        marks.setdefault(stage, entry.timestamp)
+    return marks
+
+
 def wait_finished(instance: DagsterInstance, run_id: str) -> DagsterRun:
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
@@ -215,7 +241,8 @@ def summary(run_pass: Pass) -> str:
         line += f"   zygote RSS {run_pass.rss_first_mb:.0f} → {run_pass.rss_last_mb:.0f} MB"
     if run_pass.daemon_cpu_s is not None:
         line += f"   daemon CPU {run_pass.daemon_cpu_s:.1f} s"
-    return line
+    stages = ", ".join(f"→ {stage} {statistics.median(seconds):.2f} s" for stage, seconds in run_pass.stages.items())
+    return line + f"\n{'':10} median per stage: run created {stages}"
 
 
 def main() -> None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import selectors
 import signal
@@ -56,6 +57,7 @@ WORKER_TAG = "warehouse/run_worker"  # "host:pid:start ticks" of the forked run 
 STARTUP_TIMEOUT_S = 600  # the zygote imports the code location: ~10 s quiet, a minute on a loaded 2-core machine
 FORK_TIMEOUT_S = 30  # a fork answers in milliseconds: longer means the zygote hangs
 ORPHAN_POLL_S = 0.5
+log = logging.getLogger(__name__)
 
 
 class WarmRunLauncher(RunLauncher, ConfigurableClass):
@@ -131,13 +133,12 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
     def _zygote(self, key: str, origin: RepositoryPythonOrigin) -> _Zygote:
         with self._lock:
             zygote = self._zygotes.get(key)
-            if zygote is not None and zygote.alive and not zygote.stale():
-                return zygote
-            if zygote is not None:
-                zygote.retire()
-            zygote = _Zygote(self, origin, self.preload_modules)
-            self._zygotes[key] = zygote
-        zygote.wait_ready(self.startup_timeout_seconds)  # raises with the zygote's error
+            if zygote is None or not zygote.alive or zygote.stale():
+                if zygote is not None:
+                    zygote.retire()
+                zygote = _Zygote(self, origin, self.preload_modules)
+                self._zygotes[key] = zygote
+        zygote.wait_ready(self.startup_timeout_seconds)  # raises with the zygote's error; at once when it is ready
         return zygote
 
     def worker_exited(self, run_id: str, pid: int, status: str) -> None:
@@ -147,9 +148,11 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
         run = self._instance.get_run_by_id(run_id)
         if run is None or run.is_finished:
             return
-        self._instance.report_run_failed(
-            run, f"Run worker (pid {pid}, forked by the warm run launcher) {status} before the run finished."
-        )
+        message = f"Run worker (pid {pid}, forked by the warm run launcher) {status} before the run finished."
+        if run.status == DagsterRunStatus.CANCELING:  # terminated: the worker died of the interrupt it was sent
+            self._instance.report_run_canceled(run, message)
+        else:
+            self._instance.report_run_failed(run, message)
 
     # -- monitoring and termination ----------------------------------------------------------------------------
 
@@ -324,6 +327,10 @@ class _Zygote:
                 ) from None
         if answer is None:
             raise _ZygoteGone(f"exit status {self.proc.poll()}")
+        if answer["event"] == "refused":
+            raise DagsterLaunchFailedError(
+                f"WarmRunLauncher: the warm worker could not fork run {run_id}: {answer['message']}"
+            )
         return _Worker(socket.gethostname(), answer["pid"], answer["start"])
 
     def retire(self, kill: bool = False) -> None:
@@ -346,9 +353,11 @@ class _Zygote:
             elif event == "forked":
                 self._children[message["pid"]] = (message["run_id"], message["start"])
                 self._forked.put(message)
+            elif event == "refused":
+                self._forked.put(message)
             elif event == "exited":
                 self._children.pop(message["pid"], None)
-                self.launcher.worker_exited(message["run_id"], message["pid"], message["status"])
+                self._worker_exited(message["run_id"], message["pid"], message["status"])
         # the zygote is gone: answer a waiting fork, then watch the children it left behind by PID
         self.alive = False
         self.proc.wait()
@@ -361,8 +370,14 @@ class _Zygote:
             for pid, (run_id, start) in list(orphans.items()):
                 if not _Worker("", pid, start).alive():
                     del orphans[pid]
-                    self.launcher.worker_exited(run_id, pid, "ended after its warm worker died")
+                    self._worker_exited(run_id, pid, "ended after its warm worker died")
             time.sleep(ORPHAN_POLL_S)
+
+    def _worker_exited(self, run_id: str, pid: int, status: str) -> None:
+        try:
+            self.launcher.worker_exited(run_id, pid, status)
+        except Exception:  # the storage unreachable: log it, keep reading (run monitoring can still fail the run)
+            log.exception("WarmRunLauncher: could not record the end of run worker %s (run %s)", pid, run_id)
 
 
 # -- the zygote process (`python -m warehouse_assets.warm_launcher FD`) -------------------------------------------
@@ -372,9 +387,18 @@ def _zygote_main(answers_fd: int) -> None:
     answers = os.fdopen(answers_fd, "w", buffering=1)
 
     def answer(**message: Any) -> None:
-        answers.write(json.dumps(message) + "\n")
+        with contextlib.suppress(BrokenPipeError):  # the launcher is gone: the children run on, unreported
+            answers.write(json.dumps(message) + "\n")
 
-    setup = json.loads(sys.stdin.buffer.readline())
+    stdin = sys.stdin.fileno()
+    pending = b""  # read unbuffered: a run request may follow the setup line in the same read
+    while b"\n" not in pending:
+        chunk = os.read(stdin, 65536)
+        if not chunk:
+            return
+        pending += chunk
+    setup_line, pending = pending.split(b"\n", 1)
+    setup = json.loads(setup_line)
     try:
         import importlib
 
@@ -397,31 +421,33 @@ def _zygote_main(answers_fd: int) -> None:
 
     children: dict[int, str] = {}
     selector = selectors.DefaultSelector()
-    stdin = sys.stdin.fileno()
     selector.register(stdin, selectors.EVENT_READ)
-    pending = b""
     open_ = True
     while open_ or children:
-        if open_ and selector.select(timeout=0.1):
+        if open_ and b"\n" not in pending and selector.select(timeout=0.1):
             chunk = os.read(stdin, 65536)
             if not chunk:
                 open_ = False  # the launcher retired us: finish reporting the children, take no more runs
                 selector.unregister(stdin)
             pending += chunk
-            while b"\n" in pending:
-                line, pending = pending.split(b"\n", 1)
-                request = json.loads(line)
-                pid = os.fork()
-                if pid == 0:
-                    signal.signal(signal.SIGINT, signal.default_int_handler)
-                    selector.close()
-                    answers.close()
-                    _child(request["run_id"], request["instance_ref"])
-                stat = _proc_stat(pid)
-                children[pid] = request["run_id"]
-                answer(event="forked", run_id=request["run_id"], pid=pid, start=stat[1] if stat else 0)
         elif not open_:
             time.sleep(0.1)
+        while b"\n" in pending:  # requests read before the launcher retired us are still served
+            line, pending = pending.split(b"\n", 1)
+            request = json.loads(line)
+            try:
+                pid = os.fork()
+            except OSError as exc:  # out of processes or memory: this run fails, the zygote stays
+                answer(event="refused", run_id=request["run_id"], message=str(exc))
+                continue
+            if pid == 0:
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+                selector.close()
+                answers.close()
+                _child(request["run_id"], request["instance_ref"])
+            stat = _proc_stat(pid)
+            children[pid] = request["run_id"]
+            answer(event="forked", run_id=request["run_id"], pid=pid, start=stat[1] if stat else 0)
         while children:
             pid, status = os.waitpid(-1, os.WNOHANG)
             if pid == 0:
