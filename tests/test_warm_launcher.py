@@ -239,3 +239,16 @@ def test_runs_launched_from_the_ui_go_through_the_warm_launcher(
         kill_stragglers(f"DAGSTER_HOME={home}")
         log.close()
         print((tmp_path / "dev.log").read_text()[-3000:])
+
+
+def test_terminate_interrupts_the_run_worker_and_the_run_is_canceled(location) -> None:
+    instance, recon_repo, _ = location
+    waiting = launch(instance, recon_repo, "waiting_job")
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while not any(
+        e.dagster_event and e.dagster_event.event_type_value == "STEP_START" for e in instance.all_logs(waiting.run_id)
+    ):
+        assert time.monotonic() < deadline, "the waiting run never started its step"
+        time.sleep(0.1)
+    assert instance.run_launcher.terminate(waiting.run_id)
+    assert wait_finished(instance, waiting.run_id, timeout=30).status == DagsterRunStatus.CANCELED
