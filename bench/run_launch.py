@@ -1,0 +1,277 @@
+"""Run launch latency: the warm run launcher (warehouse_assets/warm_launcher.py) against Dagster's DefaultRunLauncher.
+
+Each pass starts the product's code location (workspace.yaml) under ``dagster dev`` on a fresh SQLite instance and
+submits ``--runs`` runs of the ``why_waiting`` job one after the other through GraphQL ``launchRun``, as the engine
+and the UI do; each run is awaited before the next. Per run: run created → run started (``RUN_START``) and → its
+first step started (``STEP_START``). Passes, all on this machine in this invocation:
+
+- ``warm``: the warm launcher behind the synchronous DefaultRunCoordinator (the launch itself);
+- ``default``: Dagster's DefaultRunLauncher (the code server spawns a fresh Python per run), same coordinator;
+- ``queued_N`` for each ``--dequeue N``: the warm launcher behind the QueuedRunCoordinator with
+  ``dequeue_interval_seconds: N``, as dagster_home/dagster.yaml runs it (the daemon's hop added), with the CPU
+  seconds the daemon used during the pass.
+
+The RSS of the warm worker (zygote) is read after its first run and after the last: it should stay flat.
+
+    .venv/bin/python bench/run_launch.py [--runs 30] [--default-runs 30] [--dequeue 1 0]
+
+Last line: ``RESULT launch_p50= launch_p90= default_p90= rss_mb=`` (warm pass, run created → first step, seconds;
+zygote RSS after the last run). Target (issue 13): launch_p90 ≤ 1 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from dagster import DagsterInstance, DagsterRun  # noqa: E402
+from dagster_graphql import DagsterGraphQLClient  # noqa: E402
+
+from resources.spark import port_open  # noqa: E402
+from tests.dev_stack import free_port, kill_stragglers  # noqa: E402
+
+WARM = """
+run_launcher:
+  module: warehouse_assets.warm_launcher
+  class: WarmRunLauncher
+  config:
+    preload_modules: [pyspark.sql, pyspark.sql.connect.session, delta, deltalake]
+"""
+QUEUED = """
+run_coordinator:
+  module: dagster.core.run_coordinator
+  class: QueuedRunCoordinator
+  config:
+    max_concurrent_runs: 2
+    dequeue_interval_seconds: {interval}
+"""
+WHY_CONFIG = {"ops": {"explain_partition": {"config": {"table": "ads.daily_gmv", "partition": "2026-11-20"}}}}
+TAG = "bench/run_launch"
+
+
+@dataclass
+class Pass:
+    name: str
+    instance_yaml: str
+    runs: int
+    created_to_started: list[float] = field(default_factory=list)
+    created_to_step: list[float] = field(default_factory=list)
+    stages: dict[str, list[float]] = field(default_factory=dict)  # stage → seconds per run
+    failed: int = 0
+    rss_first_mb: float = 0.0
+    rss_last_mb: float = 0.0
+    daemon_cpu_s: float | None = None
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def processes_of(home: Path) -> dict[int, str]:
+    """PID → command line of the processes started for the Dagster home ``home`` (found by their environment)."""
+    needle = f"DAGSTER_HOME={home}".encode() + b"\0"
+    found = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and needle in (entry / "environ").read_bytes():
+                found[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+    return found
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def cpu_seconds(pid: int) -> float:
+    text = Path(f"/proc/{pid}/stat").read_text()
+    fields = text[text.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def zygote(home: Path) -> int | None:
+    return next((pid for pid, cmd in processes_of(home).items() if "warehouse_assets.warm_launcher" in cmd), None)
+
+
+def daemon(home: Path) -> int | None:
+    return next((pid for pid, cmd in processes_of(home).items() if "dagster._daemon run" in cmd), None)
+
+
+def measure(run_pass: Pass, tmp: Path) -> None:
+    home = tmp / run_pass.name
+    home.mkdir()
+    (home / "dagster.yaml").write_text(
+        f"storage:\n  sqlite:\n    base_dir: {home}\ntelemetry:\n  enabled: false\n" + run_pass.instance_yaml
+    )
+    port = free_port()
+    env = dict(
+        os.environ,
+        DAGSTER_HOME=str(home),
+        WAREHOUSE_LAKE_ROOT=str(tmp / "lake"),
+        WAREHOUSE_LANDING_ROOT=str(tmp / "landing"),
+        WAREHOUSE_LOG_DIR=str(tmp),
+    )
+    dev_log = (tmp / f"{run_pass.name}.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dagster", "dev", "-w", str(ROOT / "workspace.yaml"), "-p", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=dev_log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        while not port_open("127.0.0.1", port):
+            if proc.poll() is not None:
+                raise SystemExit(f"dagster dev exited: see {tmp / run_pass.name}.log")
+            time.sleep(1)
+        client = DagsterGraphQLClient("127.0.0.1", port_number=port, timeout=300)
+        instance = DagsterInstance.from_config(str(home))
+        daemon_cpu_before = None
+        for i in range(run_pass.runs):
+            run_id = client.submit_job_execution(
+                "why_waiting", "warehouse", "__repository__", run_config=WHY_CONFIG, tags={TAG: run_pass.name}
+            )
+            run = wait_finished(instance, run_id)
+            record = instance.get_run_record_by_id(run_id)
+            assert record is not None
+            created = record.create_timestamp.timestamp()
+            marks = stage_marks(instance, run_id)
+            step = marks.get("first step")
+            if run.status.value != "SUCCESS" or record.start_time is None or step is None:
+                run_pass.failed += 1
+                log(f"  {run_pass.name} run {i + 1}: {run.status.value}")
+                continue
+            run_pass.created_to_started.append(record.start_time - created)
+            run_pass.created_to_step.append(step - created)
+            previous = created
+            for stage, at in marks.items():
+                run_pass.stages.setdefault(stage, []).append(at - previous)
+                previous = at
+            log(
+                f"  {run_pass.name} run {i + 1}/{run_pass.runs}: started {record.start_time - created:.2f} s, "
+                f"first step {step - created:.2f} s"
+            )
+            pid = zygote(home)
+            if i == 0:
+                run_pass.rss_first_mb = rss_mb(pid) if pid else 0.0
+                daemon_pid = daemon(home)
+                daemon_cpu_before = (daemon_pid, cpu_seconds(daemon_pid)) if daemon_pid else None
+            if i == run_pass.runs - 1:
+                run_pass.rss_last_mb = rss_mb(pid) if pid else 0.0
+        if daemon_cpu_before is not None and run_pass.instance_yaml.count("QueuedRunCoordinator"):
+            daemon_pid, before = daemon_cpu_before
+            run_pass.daemon_cpu_s = cpu_seconds(daemon_pid) - before
+        instance.dispose()
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGINT)
+            proc.wait(timeout=60)
+        except ProcessLookupError:
+            pass
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        kill_stragglers(f"DAGSTER_HOME={home}")
+        dev_log.close()
+
+
+def stage_marks(instance: DagsterInstance, run_id: str) -> dict[str, float]:
+    """When the run reached each stage of its launch, in order: the coordinator handed it to the launcher
+    (``STARTING``), its worker process started, the run started, its first step started."""
+    marks: dict[str, float] = {}
+    for entry in instance.all_logs(run_id):
+        event = entry.dagster_event
+        if event is None:
+            continue
+        if event.event_type_value == "PIPELINE_STARTING":
+            stage = "launch call"
+        elif event.event_type_value == "ENGINE_EVENT" and entry.message.startswith("Started process for run"):
+            stage = "worker started"
+        elif event.event_type_value == "PIPELINE_START":
+            stage = "run started"
+        elif event.is_step_start:
+            stage = "first step"
+        else:
+            continue
+        marks.setdefault(stage, entry.timestamp)
+    return marks
+
+
+def wait_finished(instance: DagsterInstance, run_id: str) -> DagsterRun:
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        run = instance.get_run_by_id(run_id)
+        if run is not None and run.is_finished:
+            return run
+        time.sleep(0.1)
+    raise SystemExit(f"run {run_id} did not finish in 600 s")
+
+
+def summary(run_pass: Pass) -> str:
+    if not run_pass.created_to_step:
+        return f"{run_pass.name:10} no successful run ({run_pass.failed} failed)"
+    started, step = sorted(run_pass.created_to_started), sorted(run_pass.created_to_step)
+    line = (
+        f"{run_pass.name:10} n={len(step):3} failed={run_pass.failed}  created→started P50 "
+        f"{percentile(started, 0.5):5.2f} s P90 {percentile(started, 0.9):5.2f} s   created→first step P50 "
+        f"{percentile(step, 0.5):5.2f} s P90 {percentile(step, 0.9):5.2f} s"
+    )
+    if run_pass.rss_first_mb:
+        line += f"   zygote RSS {run_pass.rss_first_mb:.0f} → {run_pass.rss_last_mb:.0f} MB"
+    if run_pass.daemon_cpu_s is not None:
+        line += f"   daemon CPU {run_pass.daemon_cpu_s:.1f} s"
+    stages = ", ".join(f"→ {stage} {statistics.median(seconds):.2f} s" for stage, seconds in run_pass.stages.items())
+    return line + f"\n{'':10} median per stage: run created {stages}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=30, help="runs per warm pass")
+    parser.add_argument("--default-runs", type=int, default=30, help="runs of the DefaultRunLauncher pass (0: none)")
+    parser.add_argument("--dequeue", type=int, nargs="*", default=[1, 0], help="QueuedRunCoordinator intervals")
+    args = parser.parse_args()
+    passes = [
+        Pass("warm", WARM, args.runs),
+        *([Pass("default", "", args.default_runs)] if args.default_runs else []),
+        *(Pass(f"queued_{n}", WARM + QUEUED.format(interval=n), args.runs) for n in args.dequeue),
+    ]
+    load = os.getloadavg()
+    log(f"load average {load[0]:.1f} on {os.cpu_count()} cores")
+    with tempfile.TemporaryDirectory(prefix="run_launch_") as tmp:
+        for run_pass in passes:
+            log(f"pass {run_pass.name}: {run_pass.runs} runs")
+            measure(run_pass, Path(tmp))
+    print(f"load average at start {load[0]:.1f} on {os.cpu_count()} cores; end {os.getloadavg()[0]:.1f}")
+    for run_pass in passes:
+        print(summary(run_pass))
+    warm = sorted(passes[0].created_to_step)
+    default = next((sorted(p.created_to_step) for p in passes if p.name == "default"), [])
+    print(
+        f"RESULT launch_p50={percentile(warm, 0.5):.2f} launch_p90={percentile(warm, 0.9):.2f} "
+        f"default_p90={percentile(default, 0.9) if default else float('nan'):.2f} rss_mb={passes[0].rss_last_mb:.0f}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,254 @@
+"""The warm run launcher (warehouse_assets/warm_launcher.py) on a tiny code location (tests/warm_location.py).
+
+The first tests call the instance's launcher directly, as the daemon does when it dequeues a run; the last starts
+`dagster dev` on the product's instance settings (dagster_home/dagster.yaml: the warm launcher behind the
+QueuedRunCoordinator) and launches runs as the UI does, through GraphQL.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
+from dagster._core.definitions.reconstruct import ReconstructableRepository
+from dagster._core.errors import DagsterLaunchFailedError
+from dagster._core.launcher import WorkerStatus
+from dagster_graphql import DagsterGraphQLClient
+
+from resources.spark import port_open
+from tests.dev_stack import free_port, graphql, kill_stragglers
+from warehouse_assets.warm_launcher import WORKER_TAG, WarmRunLauncher
+
+ROOT = Path(__file__).resolve().parent.parent
+LOCATION = ROOT / "tests" / "warm_location.py"
+RUN_TIMEOUT_S = 120  # a run of the tiny location takes a second or two; the first pays the warm worker's imports
+WARM_CONFIG = """
+telemetry: {enabled: false}
+run_launcher:
+  module: warehouse_assets.warm_launcher
+  class: WarmRunLauncher
+"""
+
+
+@pytest.fixture
+def location(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[DagsterInstance, ReconstructableRepository, Path]]:
+    """An instance with the warm launcher, and the tiny code location copied into a working directory of its own
+    (so that a test can edit its code)."""
+    marker = f"WARM_LAUNCHER_TEST={tmp_path}"  # inherited by the warm worker and its runs: found and killed after
+    monkeypatch.setenv(*marker.split("=", 1))
+    code = tmp_path / "code"
+    code.mkdir()
+    shutil.copy(LOCATION, code / "warm_location.py")
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text(WARM_CONFIG)
+    instance = DagsterInstance.from_config(str(home))
+    recon_repo = ReconstructableRepository.for_module("warm_location", "defs", working_directory=str(code))
+    try:
+        yield instance, recon_repo, code
+    finally:
+        instance.run_launcher.dispose()
+        instance.dispose()
+        kill_stragglers(marker)  # a test that failed midway may have left a run waiting
+        sys.modules.pop("warm_location", None)
+
+
+def launch(instance: DagsterInstance, recon_repo: ReconstructableRepository, job_name: str) -> DagsterRun:
+    job = recon_repo.get_definition().get_job(job_name)
+    run = instance.create_run_for_job(
+        job, job_code_origin=recon_repo.get_reconstructable_job(job_name).get_python_origin()
+    )
+    instance.launch_run(run.run_id, workspace=None)  # type: ignore[arg-type]  # the warm launcher needs none
+    return run
+
+
+def wait_finished(instance: DagsterInstance, run_id: str, timeout: float = RUN_TIMEOUT_S) -> DagsterRun:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run = instance.get_run_by_id(run_id)
+        assert run is not None
+        if run.is_finished:
+            return run
+        time.sleep(0.1)
+    pytest.fail(f"run {run_id} did not finish within {timeout} s")
+
+
+def failure_message(instance: DagsterInstance, run_id: str) -> str:
+    return "\n".join(e.message for e in instance.all_logs(run_id) if e.dagster_event and e.dagster_event.is_run_failure)
+
+
+def worker_pid(run: DagsterRun) -> int:
+    return int(run.tags[WORKER_TAG].split(":")[1])
+
+
+def zygote_pid(instance: DagsterInstance) -> int:
+    launcher = instance.run_launcher
+    assert isinstance(launcher, WarmRunLauncher)
+    (zygote,) = launcher._zygotes.values()
+    return zygote.proc.pid
+
+
+def test_runs_are_forked_from_one_warm_worker_that_survives_crashed_and_killed_runs(location) -> None:
+    instance, recon_repo, _ = location
+    first = wait_finished(instance, launch(instance, recon_repo, "quick_job").run_id)
+    assert first.status == DagsterRunStatus.SUCCESS
+    zygote = zygote_pid(instance)
+
+    # a worker that dies mid-step (as a segfault or an OOM kill would end it) fails its run, naming why
+    crashed = wait_finished(instance, launch(instance, recon_repo, "crashing_job").run_id)
+    assert crashed.status == DagsterRunStatus.FAILURE
+    assert "exited with code 3 before the run finished" in failure_message(instance, crashed.run_id)
+
+    # a worker killed from outside fails its run within seconds (not at a monitoring timeout)
+    waiting = launch(instance, recon_repo, "waiting_job")
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while not any(
+        e.dagster_event and e.dagster_event.event_type_value == "STEP_START" for e in instance.all_logs(waiting.run_id)
+    ):
+        assert time.monotonic() < deadline, "the waiting run never started its step"
+        time.sleep(0.1)
+    waiting = instance.get_run_by_id(waiting.run_id)
+    assert waiting is not None
+    assert instance.run_launcher.check_run_worker_health(waiting).status == WorkerStatus.RUNNING
+    os.kill(worker_pid(waiting), signal.SIGKILL)
+    killed = wait_finished(instance, waiting.run_id, timeout=10)
+    assert killed.status == DagsterRunStatus.FAILURE
+    assert "killed by signal 9 (SIGKILL)" in failure_message(instance, killed.run_id)
+    assert instance.run_launcher.check_run_worker_health(killed).status == WorkerStatus.FAILED
+
+    # the launcher and its warm worker are unharmed: the next run succeeds from the same worker
+    after = wait_finished(instance, launch(instance, recon_repo, "quick_job").run_id)
+    assert after.status == DagsterRunStatus.SUCCESS
+    assert zygote_pid(instance) == zygote
+
+
+def test_a_dead_warm_worker_is_restarted_and_its_running_runs_are_still_watched(location) -> None:
+    instance, recon_repo, _ = location
+    assert wait_finished(instance, launch(instance, recon_repo, "quick_job").run_id).status == DagsterRunStatus.SUCCESS
+    waiting = launch(instance, recon_repo, "waiting_job")
+    os.kill(zygote_pid(instance), signal.SIGKILL)
+    time.sleep(1)
+    # the orphaned run worker goes on; when it dies, its run still fails (watched by PID)
+    run = instance.get_run_by_id(waiting.run_id)
+    assert run is not None and not run.is_finished
+    os.kill(worker_pid(run), signal.SIGKILL)
+    assert wait_finished(instance, waiting.run_id, timeout=10).status == DagsterRunStatus.FAILURE
+    # the next launch starts a new warm worker
+    assert wait_finished(instance, launch(instance, recon_repo, "quick_job").run_id).status == DagsterRunStatus.SUCCESS
+
+
+def test_an_edited_code_location_is_reloaded_before_the_next_run(location, tmp_path: Path) -> None:
+    instance, recon_repo, code = location
+    assert wait_finished(instance, launch(instance, recon_repo, "quick_job").run_id).status == DagsterRunStatus.SUCCESS
+    stale = zygote_pid(instance)
+    source = code / "warm_location.py"
+    source.write_text(source.read_text().replace("    return 1\n", "    return 2\n", 1))  # quick() returns 2
+    assert wait_finished(instance, launch(instance, recon_repo, "quick_job").run_id).status == DagsterRunStatus.SUCCESS
+    assert zygote_pid(instance) != stale
+    stored = tmp_path / "home" / "storage" / "quick"
+    assert pickle.loads(stored.read_bytes()) == 2, "the run executed the code as it was before the edit"
+
+
+def test_a_code_location_that_cannot_load_fails_the_run_with_the_reason(location) -> None:
+    instance, recon_repo, code = location
+    recon_repo.get_definition()  # the run is created from the code as it was
+    source = code / "warm_location.py"
+    source.write_text(source.read_text() + "\nraise RuntimeError('broken on purpose')\n")
+    with pytest.raises(DagsterLaunchFailedError, match="broken on purpose"):
+        launch(instance, recon_repo, "quick_job")
+    (run,) = instance.get_runs()
+    assert run.status == DagsterRunStatus.FAILURE
+
+
+def test_runs_launched_from_the_ui_go_through_the_warm_launcher(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`dagster dev` on the product's instance settings; a 2-day backfill and a run launched through GraphQL."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("DAGSTER_HOME", str(home))  # the storage settings of dagster_home/dagster.yaml read it
+    shutil.copy(ROOT / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
+    workspace = tmp_path / "workspace.yaml"
+    workspace.write_text(
+        "load_from:\n  - python_module:\n      module_name: tests.warm_location\n"
+        f"      working_directory: {ROOT}\n      location_name: warm_test\n"
+    )
+    port = free_port()
+    log = (tmp_path / "dev.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dagster", "dev", "-w", str(workspace), "-p", str(port)],
+        cwd=ROOT,
+        env=dict(os.environ, DAGSTER_HOME=str(home)),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # design fact 10: stopped with SIGINT to its group
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not port_open("127.0.0.1", port):
+            assert proc.poll() is None and time.monotonic() < deadline, "dagster dev did not start"
+            time.sleep(1)
+        answer = graphql(
+            port,
+            """mutation { launchPartitionBackfill(backfillParams: {partitionsByAssets: [
+                {assetKey: {path: ["daily"]}, partitions: {range: {start: "2026-01-01", end: "2026-01-02"}}}]}) {
+              __typename ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message } } }""",
+        )["data"]["launchPartitionBackfill"]
+        assert answer["__typename"] == "LaunchBackfillSuccess", answer
+        client = DagsterGraphQLClient("127.0.0.1", port_number=port)
+        direct = client.submit_job_execution("quick_job", "warm_test", "__repository__", run_config={})
+
+        instance = DagsterInstance.from_config(str(home))
+        expected = 3  # one run per day of the backfill, and the direct run
+        while time.monotonic() < deadline + 300:
+            runs = instance.get_runs()
+            if len(runs) >= expected and all(run.is_finished for run in runs):
+                break
+            assert proc.poll() is None, "dagster dev exited"
+            time.sleep(1)
+        runs = instance.get_runs()
+        summary = "\n".join(f"{r.run_id} {r.job_name} {r.status.value} {dict(r.tags)}" for r in runs)
+        assert len(runs) == expected, summary
+        assert all(run.status == DagsterRunStatus.SUCCESS for run in runs), summary
+        assert all(WORKER_TAG in run.tags for run in runs), "a run did not go through the warm launcher:\n" + summary
+        backfill_runs = instance.get_runs(RunsFilter(tags={"dagster/backfill": answer["backfillId"]}))
+        assert sorted(r.tags["dagster/partition"] for r in backfill_runs) == ["2026-01-01", "2026-01-02"], summary
+        assert direct in {r.run_id for r in runs}
+        instance.dispose()
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGINT)
+            proc.wait(timeout=60)
+        except ProcessLookupError:
+            pass
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        kill_stragglers(f"DAGSTER_HOME={home}")
+        log.close()
+        print((tmp_path / "dev.log").read_text()[-3000:])
+
+
+def test_terminate_interrupts_the_run_worker_and_the_run_is_canceled(location) -> None:
+    instance, recon_repo, _ = location
+    waiting = launch(instance, recon_repo, "waiting_job")
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while not any(
+        e.dagster_event and e.dagster_event.event_type_value == "STEP_START" for e in instance.all_logs(waiting.run_id)
+    ):
+        assert time.monotonic() < deadline, "the waiting run never started its step"
+        time.sleep(0.1)
+    assert instance.run_launcher.terminate(waiting.run_id)
+    assert wait_finished(instance, waiting.run_id, timeout=30).status == DagsterRunStatus.CANCELED

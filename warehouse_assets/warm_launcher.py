@@ -1,0 +1,490 @@
+"""A Dagster run launcher that forks each run from a warm, pre-imported worker instead of a fresh interpreter.
+
+Dagster's default launcher asks the code server to *spawn* a Python per run, which imports Dagster, PySpark and the
+code location again: seconds per run (design fact 15, 19). :class:`WarmRunLauncher` keeps one "zygote" process per
+code location, started lazily by whichever process holds the launcher (the daemon with the QueuedRunCoordinator).
+The zygote imports Dagster, the ``preload_modules`` and the code location, and opens no gRPC channel, thread, Spark
+session or JVM, so that forking it is safe. Per run it forks a child that re-opens the instance
+(``DagsterInstance.from_ref``) and executes the run through the same code path as ``dagster api execute_run``
+(``Started process for run (pid: …)``, the cancellation and metrics threads, ``core_execute_run``).
+
+- Stale code: the zygote is retired and a new one started when a file of the code location's working directory
+  (its top-level ``.py`` files and packages, SQL and YAML included) changed since the zygote imported it.
+- Crashes: the zygote reports each child's exit; a child that exits before its run finished (killed, crashed) fails
+  the run with its exit status. A dead zygote is restarted at the next launch; its orphaned children are watched by
+  PID. Runs do not depend on the zygote once forked.
+- Run monitoring and ``terminate`` find the child by the PID recorded in the run's ``warehouse/run_worker`` tag (host,
+  PID and process start time, so a reused PID is not mistaken for the worker), from any process on the same host.
+- A launch that cannot be served (the code location fails to import, the zygote does not answer) raises
+  ``DagsterLaunchFailedError`` with the reason: Dagster fails the run with that message.
+
+Configured in ``dagster_home/dagster.yaml``::
+
+    run_launcher:
+      module: warehouse_assets.warm_launcher
+      class: WarmRunLauncher
+      config:
+        preload_modules: [pyspark.sql, delta]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from queue import Empty, Queue
+from typing import Any, Self
+
+from dagster import DagsterRun, DagsterRunStatus
+from dagster._config.config_schema import UserConfigSchema
+from dagster._core.errors import DagsterLaunchFailedError
+from dagster._core.launcher import CheckRunHealthResult, LaunchRunContext, RunLauncher, WorkerStatus
+from dagster._core.origin import RepositoryPythonOrigin
+from dagster._serdes import ConfigurableClass, ConfigurableClassData, deserialize_value, serialize_value
+
+WORKER_TAG = "warehouse/run_worker"  # "host:pid:start ticks" of the forked run worker
+STARTUP_TIMEOUT_S = 600  # the zygote imports the code location: ~10 s quiet, a minute on a loaded 2-core machine
+FORK_TIMEOUT_S = 30  # a fork answers in milliseconds: longer means the zygote hangs
+ORPHAN_POLL_S = 0.5
+log = logging.getLogger(__name__)
+
+
+class WarmRunLauncher(RunLauncher, ConfigurableClass):
+    """Launches each run in a child forked from a warm process that imported the run's code location."""
+
+    def __init__(
+        self,
+        preload_modules: Sequence[str] = (),
+        startup_timeout_seconds: int = STARTUP_TIMEOUT_S,
+        inst_data: ConfigurableClassData | None = None,
+    ):
+        self._inst_data = inst_data
+        self.preload_modules = list(preload_modules)
+        self.startup_timeout_seconds = startup_timeout_seconds
+        self._zygotes: dict[str, _Zygote] = {}
+        self._lock = threading.Lock()
+        super().__init__()
+
+    @property
+    def inst_data(self) -> ConfigurableClassData | None:
+        return self._inst_data
+
+    @classmethod
+    def config_type(cls) -> UserConfigSchema:
+        from dagster import Array, Field, IntSource, StringSource
+
+        return {
+            "preload_modules": Field(
+                Array(StringSource),
+                is_required=False,
+                default_value=[],
+                description="Modules the warm worker imports besides the code location (e.g. pyspark.sql).",
+            ),
+            "startup_timeout_seconds": Field(
+                IntSource,
+                is_required=False,
+                default_value=STARTUP_TIMEOUT_S,
+                description="How long the warm worker may take to import the code location.",
+            ),
+        }
+
+    @classmethod
+    def from_config_value(cls, inst_data: ConfigurableClassData, config_value: Mapping[str, Any]) -> Self:
+        return cls(inst_data=inst_data, **config_value)
+
+    # -- launching ---------------------------------------------------------------------------------------------
+
+    def launch_run(self, context: LaunchRunContext) -> None:
+        run = context.dagster_run
+        origin = run.job_code_origin
+        if origin is None:
+            raise DagsterLaunchFailedError(
+                f"WarmRunLauncher: run {run.run_id} has no code origin (job_code_origin): cannot tell which code "
+                "location to execute it in"
+            )
+        worker = self._fork(origin.repository_origin, run.run_id)
+        self._instance.add_run_tags(run.run_id, {WORKER_TAG: worker.tag()})
+
+    def _fork(self, origin: RepositoryPythonOrigin, run_id: str) -> _Worker:
+        key = serialize_value(origin)
+        for attempt in (1, 2):  # a zygote that died since the last launch is restarted once
+            zygote = self._zygote(key, origin)
+            try:
+                return zygote.fork(run_id, self._instance.get_ref())
+            except _ZygoteGone as gone:
+                if attempt == 2:
+                    raise DagsterLaunchFailedError(
+                        f"WarmRunLauncher: the warm worker of {_describe(origin)} stopped while forking run "
+                        f"{run_id}: {gone}"
+                    ) from None
+        raise AssertionError("unreachable")
+
+    def _zygote(self, key: str, origin: RepositoryPythonOrigin) -> _Zygote:
+        with self._lock:
+            zygote = self._zygotes.get(key)
+            if zygote is None or not zygote.alive or zygote.stale():
+                if zygote is not None:
+                    zygote.retire()
+                zygote = _Zygote(self, origin, self.preload_modules)
+                self._zygotes[key] = zygote
+        zygote.wait_ready(self.startup_timeout_seconds)  # raises with the zygote's error; at once when it is ready
+        return zygote
+
+    def worker_exited(self, run_id: str, pid: int, status: str) -> None:
+        """Called when a forked run worker ended: fail its run if the worker did not finish it."""
+        if not self.has_instance:
+            return
+        run = self._instance.get_run_by_id(run_id)
+        if run is None or run.is_finished:
+            return
+        message = f"Run worker (pid {pid}, forked by the warm run launcher) {status} before the run finished."
+        if run.status == DagsterRunStatus.CANCELING:  # terminated: the worker died of the interrupt it was sent
+            self._instance.report_run_canceled(run, message)
+        else:
+            self._instance.report_run_failed(run, message)
+
+    # -- monitoring and termination ----------------------------------------------------------------------------
+
+    @property
+    def supports_check_run_worker_health(self) -> bool:
+        return True
+
+    def check_run_worker_health(self, run: DagsterRun) -> CheckRunHealthResult:
+        worker = _Worker.from_tag(run.tags.get(WORKER_TAG))
+        if worker is None:
+            return CheckRunHealthResult(WorkerStatus.UNKNOWN, f"run has no {WORKER_TAG} tag")
+        if worker.host != socket.gethostname():
+            return CheckRunHealthResult(WorkerStatus.UNKNOWN, f"run worker is on host {worker.host}")
+        if worker.alive():
+            return CheckRunHealthResult(WorkerStatus.RUNNING, run_worker_id=str(worker.pid))
+        if run.status == DagsterRunStatus.SUCCESS:
+            return CheckRunHealthResult(WorkerStatus.SUCCESS, run_worker_id=str(worker.pid))
+        return CheckRunHealthResult(WorkerStatus.FAILED, f"run worker pid {worker.pid} is gone", run_worker_id=None)
+
+    def terminate(self, run_id: str) -> bool:
+        run = self._instance.get_run_by_id(run_id)
+        if run is None or run.is_finished:
+            return False
+        worker = _Worker.from_tag(run.tags.get(WORKER_TAG))
+        if worker is None or worker.host != socket.gethostname() or not worker.alive():
+            self._instance.report_engine_event(
+                f"WarmRunLauncher: no live run worker to terminate ({run.tags.get(WORKER_TAG) or 'no worker tag'}).",
+                run,
+                cls=self.__class__,
+            )
+            return False
+        self._instance.report_run_canceling(run)
+        os.kill(worker.pid, signal.SIGINT)  # what `dagster api execute_run` turns into an interrupted run
+        return True
+
+    def dispose(self) -> None:
+        with self._lock:
+            for zygote in self._zygotes.values():
+                zygote.retire()
+            self._zygotes.clear()
+
+
+def _describe(origin: RepositoryPythonOrigin) -> str:
+    return f"the code location `{origin.code_pointer.describe()}`"
+
+
+class _ZygoteGone(Exception):
+    pass
+
+
+class _Worker:
+    """A forked run worker: host, PID and the process's start time (so that a reused PID is not mistaken for it)."""
+
+    def __init__(self, host: str, pid: int, start: int):
+        self.host, self.pid, self.start = host, pid, start
+
+    def tag(self) -> str:
+        return f"{self.host}:{self.pid}:{self.start}"
+
+    @classmethod
+    def from_tag(cls, value: str | None) -> _Worker | None:
+        try:
+            host, pid, start = (value or "").rsplit(":", 2)
+            return cls(host, int(pid), int(start))
+        except ValueError:
+            return None
+
+    def alive(self) -> bool:
+        stat = _proc_stat(self.pid)
+        return stat is not None and stat[0] != "Z" and stat[1] == self.start
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """State and start time (clock ticks since boot) of process ``pid``, or None when there is none."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()  # the command name may hold spaces and parentheses
+    return fields[0], int(fields[19])
+
+
+def source_roots(working_directory: str) -> list[Path]:
+    """What a code location imports from its working directory: top-level .py files and packages."""
+    root = Path(working_directory)
+    return sorted(p for p in root.iterdir() if (p.suffix == ".py" and p.is_file()) or (p / "__init__.py").is_file())
+
+
+def source_signature(roots: Sequence[Path]) -> tuple[tuple[str, int, int], ...]:
+    """Path, mtime and size of every file under ``roots`` (bytecode caches aside): changes when any is edited."""
+    files: list[tuple[str, int, int]] = []
+    for root in roots:
+        paths = [root] if root.is_file() else (p for p in root.rglob("*") if "__pycache__" not in p.parts)
+        for path in paths:
+            try:
+                stat = path.stat()
+            except OSError:
+                continue  # removed while walking: the next signature sees it gone
+            if path.is_file():
+                files.append((str(path), stat.st_mtime_ns, stat.st_size))
+    return tuple(sorted(files))
+
+
+class _Zygote:
+    """The launcher's handle on one warm process: requests on its stdin, answers on a pipe read by a thread."""
+
+    def __init__(self, launcher: WarmRunLauncher, origin: RepositoryPythonOrigin, preload: Sequence[str]):
+        self.launcher, self.origin = launcher, origin
+        working_directory = getattr(origin.code_pointer, "working_directory", None) or os.getcwd()
+        self.roots = source_roots(working_directory)
+        self.signature = source_signature(self.roots)  # before the import: an edit during it restarts next time
+        executable = origin.executable_path or sys.executable
+        if not os.path.exists(executable):
+            raise DagsterLaunchFailedError(
+                f"WarmRunLauncher: the Python of {_describe(origin)} does not exist: {executable}"
+            )
+        answers_r, answers_w = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                [executable, "-m", __name__, str(answers_w)],
+                stdin=subprocess.PIPE,
+                cwd=working_directory,
+                pass_fds=(answers_w,),
+                start_new_session=False,
+            )
+        finally:
+            os.close(answers_w)
+        assert self.proc.stdin is not None
+        self._stdin = self.proc.stdin
+        self._send({"origin": serialize_value(origin), "preload": list(preload)})
+        self.alive = True
+        self.error: str | None = None
+        self._ready = threading.Event()
+        self._forked: Queue[dict[str, Any] | None] = Queue()
+        self._fork_lock = threading.Lock()
+        self._children: dict[int, tuple[str, int]] = {}  # pid → run id, start ticks
+        self._reader = threading.Thread(
+            target=self._read, args=(os.fdopen(answers_r, "rb"),), name=f"warm-zygote-{self.proc.pid}", daemon=True
+        )
+        self._reader.start()
+
+    def _send(self, message: Mapping[str, Any]) -> None:
+        try:
+            self._stdin.write(json.dumps(message).encode() + b"\n")
+            self._stdin.flush()
+        except (BrokenPipeError, ValueError) as exc:
+            raise _ZygoteGone(f"its input is closed ({exc})") from None
+
+    def wait_ready(self, timeout: float) -> None:
+        if not self._ready.wait(timeout):
+            self.retire(kill=True)
+            raise DagsterLaunchFailedError(
+                f"WarmRunLauncher: the warm worker of {_describe(self.origin)} did not load it within {timeout:.0f} s"
+            )
+        if self.error is not None:
+            raise DagsterLaunchFailedError(
+                f"WarmRunLauncher: the warm worker could not load {_describe(self.origin)}:\n{self.error}"
+            )
+
+    def stale(self) -> bool:
+        return source_signature(self.roots) != self.signature
+
+    def fork(self, run_id: str, instance_ref: Any) -> _Worker:
+        with self._fork_lock:
+            self._send({"run_id": run_id, "instance_ref": serialize_value(instance_ref)})
+            try:
+                answer = self._forked.get(timeout=FORK_TIMEOUT_S)
+            except Empty:
+                self.retire(kill=True)
+                raise DagsterLaunchFailedError(
+                    f"WarmRunLauncher: the warm worker did not fork run {run_id} within {FORK_TIMEOUT_S} s"
+                ) from None
+        if answer is None:
+            raise _ZygoteGone(f"exit status {self.proc.poll()}")
+        if answer["event"] == "refused":
+            raise DagsterLaunchFailedError(
+                f"WarmRunLauncher: the warm worker could not fork run {run_id}: {answer['message']}"
+            )
+        return _Worker(socket.gethostname(), answer["pid"], answer["start"])
+
+    def retire(self, kill: bool = False) -> None:
+        """Stop taking runs. The zygote exits once its running children have (their exits are still reported)."""
+        self.alive = False
+        with contextlib.suppress(OSError):
+            self._stdin.close()
+        if kill:
+            self.proc.kill()
+
+    def _read(self, answers: Any) -> None:
+        for line in answers:
+            message = json.loads(line)
+            event = message["event"]
+            if event == "ready":
+                self._ready.set()
+            elif event == "error":
+                self.error = message["message"]
+                self._ready.set()
+            elif event == "forked":
+                self._children[message["pid"]] = (message["run_id"], message["start"])
+                self._forked.put(message)
+            elif event == "refused":
+                self._forked.put(message)
+            elif event == "exited":
+                self._children.pop(message["pid"], None)
+                self._worker_exited(message["run_id"], message["pid"], message["status"])
+        # the zygote is gone: answer a waiting fork, then watch the children it left behind by PID
+        self.alive = False
+        self.proc.wait()
+        if not self._ready.is_set():
+            self.error = f"it exited with status {self.proc.returncode} while loading"
+            self._ready.set()
+        self._forked.put(None)
+        orphans = dict(self._children)
+        while orphans:
+            for pid, (run_id, start) in list(orphans.items()):
+                if not _Worker("", pid, start).alive():
+                    del orphans[pid]
+                    self._worker_exited(run_id, pid, "ended after its warm worker died")
+            time.sleep(ORPHAN_POLL_S)
+
+    def _worker_exited(self, run_id: str, pid: int, status: str) -> None:
+        try:
+            self.launcher.worker_exited(run_id, pid, status)
+        except Exception:  # the storage unreachable: log it, keep reading (run monitoring can still fail the run)
+            log.exception("WarmRunLauncher: could not record the end of run worker %s (run %s)", pid, run_id)
+
+
+# -- the zygote process (`python -m warehouse_assets.warm_launcher FD`) -------------------------------------------
+
+
+def _zygote_main(answers_fd: int) -> None:
+    answers = os.fdopen(answers_fd, "w", buffering=1)
+
+    def answer(**message: Any) -> None:
+        with contextlib.suppress(BrokenPipeError):  # the launcher is gone: the children run on, unreported
+            answers.write(json.dumps(message) + "\n")
+
+    stdin = sys.stdin.fileno()
+    pending = b""  # read unbuffered: a run request may follow the setup line in the same read
+    while b"\n" not in pending:
+        chunk = os.read(stdin, 65536)
+        if not chunk:
+            return
+        pending += chunk
+    setup_line, pending = pending.split(b"\n", 1)
+    setup = json.loads(setup_line)
+    try:
+        import importlib
+
+        from dagster._utils.hosted_user_process import recon_repository_from_origin
+
+        for module in setup["preload"]:
+            importlib.import_module(module)
+        origin = deserialize_value(setup["origin"], RepositoryPythonOrigin)
+        recon_repository_from_origin(origin).get_definition()
+        if threading.active_count() > 1:
+            names = ", ".join(t.name for t in threading.enumerate() if t is not threading.main_thread())
+            raise RuntimeError(f"loading the code location started threads ({names}): forking them is unsafe")
+    except Exception:
+        answer(event="error", message=traceback.format_exc())
+        return
+    # Ctrl-C of the dev stack reaches the whole process group: the zygote ends with its launcher (stdin closed)
+    # instead, and its children get the default handler back, as the runs of the default launcher have
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    answer(event="ready", pid=os.getpid())
+
+    children: dict[int, str] = {}
+    selector = selectors.DefaultSelector()
+    selector.register(stdin, selectors.EVENT_READ)
+    open_ = True
+    while open_ or children:
+        if open_ and b"\n" not in pending and selector.select(timeout=0.1):
+            chunk = os.read(stdin, 65536)
+            if not chunk:
+                open_ = False  # the launcher retired us: finish reporting the children, take no more runs
+                selector.unregister(stdin)
+            pending += chunk
+        elif not open_:
+            time.sleep(0.1)
+        while b"\n" in pending:  # requests read before the launcher retired us are still served
+            line, pending = pending.split(b"\n", 1)
+            request = json.loads(line)
+            try:
+                pid = os.fork()
+            except OSError as exc:  # out of processes or memory: this run fails, the zygote stays
+                answer(event="refused", run_id=request["run_id"], message=str(exc))
+                continue
+            if pid == 0:
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+                selector.close()
+                answers.close()
+                _child(request["run_id"], request["instance_ref"])
+            stat = _proc_stat(pid)
+            children[pid] = request["run_id"]
+            answer(event="forked", run_id=request["run_id"], pid=pid, start=stat[1] if stat else 0)
+        while children:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                break
+            run_id = children.pop(pid, None)
+            if run_id is not None:
+                answer(event="exited", run_id=run_id, pid=pid, status=_exit_status(status))
+
+
+def _exit_status(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        return f"was killed by signal {number} ({signal.Signals(number).name})"
+    return f"exited with code {os.waitstatus_to_exitcode(status)}"
+
+
+def _child(run_id: str, serialized_ref: str) -> None:
+    """The forked run worker: what `dagster api execute_run` does, on the instance re-opened from its ref."""
+    code = 1
+    try:
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.close(devnull)
+        from dagster import DagsterInstance
+        from dagster._cli.api import _execute_run_command_body
+        from dagster._core.instance import InstanceRef
+        from dagster._utils.interrupts import capture_interrupts
+
+        with capture_interrupts(), DagsterInstance.from_ref(deserialize_value(serialized_ref, InstanceRef)) as instance:
+            code = _execute_run_command_body(run_id, instance, lambda _event: None, set_exit_code_on_failure=False)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+if __name__ == "__main__":
+    _zygote_main(int(sys.argv[1]))
