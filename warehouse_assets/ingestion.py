@@ -186,7 +186,7 @@ def committed_batch(store: DeltaStore, table: Table) -> tuple[int, dict[str, int
     batch = store.app_versions(table.key, [position_app_id(table)])[position_app_id(table)]
     if batch == 0:
         return 0, {}
-    rows, _ = store.read_rows(INGESTION_POSITIONS.key, [{"table": table.fqn}], where=pc.field("batch") == batch)
+    rows, _ = store.read_rows(INGESTION_POSITIONS.key, [{"table": table.fqn, "batch": str(batch)}])
     if not rows.num_rows:
         raise RuntimeError(f"{table.fqn}: batch {batch} is committed but {INGESTION_POSITIONS.fqn} has no positions")
     last = pc.max(rows["attempt"]).as_py()
@@ -207,7 +207,7 @@ def journal_positions(store: DeltaStore, table: Table, positions: dict[str, int]
     attempt = time.time_ns()
     rows = INGESTION_POSITIONS.rows(
         [
-            {"table": table.fqn, "batch": batch + 1, "attempt": attempt, "stream": s, "seq": q}
+            {"table": table.fqn, "batch": str(batch + 1), "attempt": attempt, "stream": s, "seq": q}
             for s, q in sorted(after.items())
         ]
     )

@@ -92,13 +92,13 @@ INGESTION_POSITIONS = OpsTable(
     pa.schema(
         [
             pa.field("table", pa.string()),
-            pa.field("batch", pa.int64()),  # the batch number the ODS table's merge commits
+            pa.field("batch", pa.string()),  # the batch number the ODS table's merge commits (a partition)
             pa.field("attempt", pa.int64()),  # when this attempt wrote it (ns): a re-run's rows win
             pa.field("stream", pa.string()),
             pa.field("seq", pa.int64()),  # the stream's last segment applied once the batch commits
         ]
     ),
-    ("table",),
+    ("table", "batch"),  # a reader opens the committed batch's partition only, however long the history
     "Every shard stream's ingestion position after each ODS batch; the ODS table commits the batch number.",
 )
 
