@@ -50,6 +50,8 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
     "spark.hadoop.parquet.enable.summary-metadata": "false",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # Delta rebuilds a table's state from its log in this many tasks (default 50): 2 cores, small logs
+    "spark.databricks.delta.snapshotPartitions": "2",
     "spark.ui.showConsoleProgress": "false",
 }
 
