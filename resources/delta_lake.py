@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -288,16 +289,23 @@ def _spark_errors(uri: str, operation: str) -> Iterator[None]:
         raise DeltaLayerError(f"{uri}: {operation} failed: {_root_message(exc)}") from exc
 
 
+# SQL commands take their app transaction and user metadata from session settings, which the threads of a
+# process share with its one session: one such command at a time per process (each process, each run, has a
+# session of its own, also on a shared Spark Connect server)
+_SESSION_CONF_COMMAND = threading.Lock()
+
+
 @contextmanager
 def _session_confs(spark: SparkSession, confs: Mapping[str, str]) -> Iterator[None]:
     """Session settings for one Delta command (its app transaction, its commit's user metadata)."""
-    for name, value in confs.items():
-        spark.conf.set(name, value)
-    try:
-        yield
-    finally:
-        for name in confs:
-            spark.conf.unset(name)
+    with _SESSION_CONF_COMMAND:
+        for name, value in confs.items():
+            spark.conf.set(name, value)
+        try:
+            yield
+        finally:
+            for name in confs:
+                spark.conf.unset(name)
 
 
 @dataclass

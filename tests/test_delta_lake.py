@@ -69,6 +69,19 @@ def test_range_overwrite_and_empty_partition(spark: SparkSession, store: DeltaSt
     assert {r[3] for r in _rows(store, spark)} == {"2024-03-06"}  # 03-05 replaced by nothing
 
 
+def test_writing_nothing_over_an_empty_partition_is_a_commit_of_its_own(
+    spark: SparkSession, store: DeltaStore
+) -> None:
+    # an hour without orders: the run replaces nothing with nothing, and still finds its own commit
+    store.overwrite(KEY, _sales(spark, "2024-03-05", 4), ["dt"], [{"dt": "2024-03-05"}])
+    empty = store.overwrite(KEY, _sales(spark, "2024-03-07", 0), ["dt"], [{"dt": "2024-03-07"}])
+    assert (empty.version, empty.rows, empty.files_added, empty.files_removed) == (1, 0, 0, 0)
+    again = store.overwrite(KEY, _sales(spark, "2024-03-07", 0), ["dt"], [{"dt": "2024-03-07"}])
+    assert again.version == 2
+    assert [h.get("warehouse.operation") for h in store.history(KEY)] == ["overwrite"] * 3
+    assert {r[3] for r in _rows(store, spark)} == {"2024-03-05"}
+
+
 def test_a_write_failing_midway_leaves_the_previous_version(spark: SparkSession, store: DeltaStore) -> None:
     store.overwrite(KEY, _sales(spark, "2024-03-05", 10), ["dt"], [{"dt": "2024-03-05"}])
     store.overwrite(KEY, _sales(spark, "2024-03-06", 10, offset=10), ["dt"], [{"dt": "2024-03-06"}])
