@@ -10,12 +10,14 @@ Every table lives at ``<lake root>/<layer>/<table>`` and is partitioned by strin
   the previous version, a re-run gives the same content, a commit race is written again;
 * :meth:`DeltaStore.merge` — ``MERGE INTO`` of a change batch (deduplicated by key) whose condition names the
   batch's partition values (seed 001's pruning), the ingestion's app transaction in the same commit;
-* :meth:`DeltaStore.optimize` — ``OPTIMIZE ... [WHERE partition] [ZORDER BY]``.
+* :meth:`DeltaStore.optimize` — ``OPTIMIZE ... [WHERE partition] [ZORDER BY]``;
+* :meth:`DeltaStore.maintain` with a session — ``VACUUM ... RETAIN n HOURS`` of the tables Spark writes.
 
 With delta-rs, in the Dagster process and without Spark: versions, history, live files and their counts
 (:meth:`DeltaStore.live_files`), the small tables the warehouse keeps about itself and a producer's table
 (:meth:`DeltaStore.append` with app transactions for exactly-once appends, :meth:`DeltaStore.app_versions`,
-:meth:`DeltaStore.read_rows`), and :meth:`DeltaStore.maintain` (vacuum, checkpoint, log cleanup). Tables use
+:meth:`DeltaStore.read_rows`), and :meth:`DeltaStore.maintain` (the ops tables' vacuum; every table's
+checkpoint and log cleanup, which read and write only the log). Tables use
 only features both engines read and write (no deletion vectors, no column mapping).
 
 This module is the one seam to ``deltalake`` (an import-linter contract). The lake root's storage options
@@ -749,33 +751,53 @@ class DeltaStore:
         return result
 
     def maintain(
-        self, key: Sequence[str] | str, retention_hours: int | None = None, compact: bool = False
+        self,
+        key: Sequence[str] | str,
+        retention_hours: int | None = None,
+        compact: bool = False,
+        spark: SparkSession | None = None,
     ) -> dict[str, Any]:
         """Keep storage bounded while the time-travel window stays readable.
 
         With ``compact``, first bin-packs each partition's small files into few (a table appended to in
         small commits, like the ops tables). Then vacuums data files removed longer than ``retention_hours``
         ago (default: the store's window), writes a checkpoint of the log and drops log entries older than
-        the table's log retention.
+        the table's log retention. With ``spark`` (the tables Spark writes) the compaction is Spark's
+        ``OPTIMIZE`` and the vacuum Spark's ``VACUUM``; without, delta-rs does both (the ops tables).
         """
         dt = self.table(key)
         if dt is None:
             raise DeltaLayerError(f"table {self.table_uri(key)} does not exist")
         hours = self.time_travel_hours if retention_hours is None else retention_hours
         started = time.monotonic()
-        compacted = dict(dt.optimize.compact()) if compact else {}
-        vacuumed = dt.vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=False)
+        if spark is None:
+            compacted = dict(dt.optimize.compact()) if compact else {}
+            vacuumed = len(dt.vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=False))
+        else:
+            compacted = self.optimize(key, spark=spark) if compact else {}
+            vacuumed = self._vacuum_with_spark(spark, key, hours)
+            dt = self.table(key) or dt  # the log as Spark left it
         dt.create_checkpoint()
         logs_before = self._log_entries(key)
         dt.cleanup_metadata()
         return {
             "files_compacted": int(compacted.get("numFilesRemoved", 0)),
-            "files_vacuumed": len(vacuumed),
+            "files_vacuumed": vacuumed,
             "log_files_removed": logs_before - self._log_entries(key),
             "delta_version": dt.version(),
             "retention_hours": hours,
             "duration_s": round(time.monotonic() - started, 3),
         }
+
+    def _vacuum_with_spark(self, spark: SparkSession, key: Sequence[str] | str, hours: int) -> int:
+        """Spark's ``VACUUM``: deletes the files no version younger than ``hours`` reads; returns their count."""
+        command = f"VACUUM delta.`{self.spark_path(key)}` RETAIN {int(hours)} HOURS"
+        # Delta refuses a retention below the table's own window unless told: the caller chose it
+        confs = {"spark.databricks.delta.retentionDurationCheck.enabled": "false"}
+        with _session_confs(spark, confs), _spark_errors(self.table_uri(key), "vacuum"):
+            doomed = spark.sql(f"{command} DRY RUN").count()
+            spark.sql(command).collect()
+        return int(doomed)
 
     def _log_entries(self, key: Sequence[str] | str) -> int:
         fs, base = self._fs(self.table_uri(key) + "/_delta_log")

@@ -69,9 +69,7 @@ def test_range_overwrite_and_empty_partition(spark: SparkSession, store: DeltaSt
     assert {r[3] for r in _rows(store, spark)} == {"2024-03-06"}  # 03-05 replaced by nothing
 
 
-def test_writing_nothing_over_an_empty_partition_is_a_commit_of_its_own(
-    spark: SparkSession, store: DeltaStore
-) -> None:
+def test_writing_nothing_over_an_empty_partition_is_a_commit_of_its_own(spark: SparkSession, store: DeltaStore) -> None:
     # an hour without orders: the run replaces nothing with nothing, and still finds its own commit
     store.overwrite(KEY, _sales(spark, "2024-03-05", 4), ["dt"], [{"dt": "2024-03-05"}])
     empty = store.overwrite(KEY, _sales(spark, "2024-03-07", 0), ["dt"], [{"dt": "2024-03-07"}])
