@@ -792,8 +792,12 @@ class DeltaStore:
     def _vacuum_with_spark(self, spark: SparkSession, key: Sequence[str] | str, hours: int) -> int:
         """Spark's ``VACUUM``: deletes the files no version younger than ``hours`` reads; returns their count."""
         command = f"VACUUM delta.`{self.spark_path(key)}` RETAIN {int(hours)} HOURS"
-        # Delta refuses a retention below the table's own window unless told: the caller chose it
-        confs = {"spark.databricks.delta.retentionDurationCheck.enabled": "false"}
+        # Delta refuses a retention below the table's own window unless told: the caller chose it. No
+        # VACUUM START/END commits: deleting unread files is no change of the table (the count is returned)
+        confs = {
+            "spark.databricks.delta.retentionDurationCheck.enabled": "false",
+            "spark.databricks.delta.vacuum.logging.enabled": "false",
+        }
         with _session_confs(spark, confs), _spark_errors(self.table_uri(key), "vacuum"):
             doomed = spark.sql(f"{command} DRY RUN").count()
             spark.sql(command).collect()
