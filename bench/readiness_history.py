@@ -31,7 +31,7 @@ if str(ROOT) not in sys.path:
 from resources.delta_lake import DeltaStore  # noqa: E402
 from resources.landing import Landing  # noqa: E402
 from warehouse_assets.catalog import Catalog, Table, load_catalog  # noqa: E402
-from warehouse_assets.ingestion import counts_app_id, ensure_ods_table, position_app_id  # noqa: E402
+from warehouse_assets.ingestion import counts_app_id, ensure_ods_table, journal_positions  # noqa: E402
 from warehouse_assets.ops_tables import INGESTED_COUNTS  # noqa: E402
 from warehouse_assets.partitions import hourly  # noqa: E402
 from warehouse_assets.readiness import hour_key, readiness_events  # noqa: E402
@@ -77,7 +77,7 @@ def build_history(root: Path, days: int) -> History:
             INGESTED_COUNTS.partition_by,
             app_transactions={counts_app_id(table, s): seq for s in STREAMS},
         )
-    store.commit_app_transactions(table.key, {position_app_id(s): days for s in STREAMS})
+    store.commit_app_transactions(table.key, dict([journal_positions(store, table, {s: days for s in STREAMS})]))
     for stream, lines in source.items():
         database, physical = stream.split(".", 1)
         path = landing.root / "counts" / database / f"{physical}.jsonl"

@@ -1,52 +1,53 @@
-"""The Delta lake layer: Spark computes, delta-rs writes the transaction log (design AD-1).
+"""The Delta lake layer: Spark computes and writes Delta through Delta Lake for Spark; delta-rs reads the
+log where no JVM should start (design AD-1).
 
 Every table lives at ``<lake root>/<layer>/<table>`` and is partitioned by string columns
-(``dt`` for daily tables, ``dt`` + ``hh`` for hourly ones). The operations:
+(``dt`` for daily tables, ``dt`` + ``hh`` for hourly ones). On Spark's Delta:
 
-* :meth:`DeltaStore.read` — the live files of the wanted partitions, pruned by partition values and then by
-  file min/max statistics (data skipping), read natively by Spark;
-* :meth:`DeltaStore.overwrite` — Spark tasks write parquet files into a fresh directory per write; the
-  driver reads their footers for statistics and one delta-rs transaction swaps them in for the replaced
-  partitions. Until that commit nothing is visible, so a crashed write leaves the previous version intact
-  (its orphan files are removed by vacuum);
-* :meth:`DeltaStore.merge` — a change batch (already deduplicated by key) merged by primary key with an
-  explicit predicate on the batch's partition values, so only those partitions are scanned;
-* :meth:`DeltaStore.optimize` (compaction / Z-order), :meth:`DeltaStore.maintain`, :meth:`DeltaStore.history`;
-* without Spark, for the small tables the warehouse keeps about itself and a producer's table:
-  :meth:`DeltaStore.append` (rows plus application transactions in one commit, for exactly-once appends),
-  :meth:`DeltaStore.app_versions`, :meth:`DeltaStore.read_rows` (pruned to partitions by the log),
-  :meth:`DeltaStore.version`, :meth:`DeltaStore.live_files`.
+* :meth:`DeltaStore.read` — ``spark.read.format("delta")`` (``versionAsOf`` for time travel), filtered to
+  the wanted partitions: Spark's planner prunes partitions and skips files by their statistics;
+* :meth:`DeltaStore.overwrite` — one atomic partition overwrite (``replaceWhere``): a crashed write leaves
+  the previous version, a re-run gives the same content, a commit race is written again;
+* :meth:`DeltaStore.merge` — ``MERGE INTO`` of a change batch (deduplicated by key) whose condition names the
+  batch's partition values (seed 001's pruning), the ingestion's app transaction in the same commit;
+* :meth:`DeltaStore.optimize` — ``OPTIMIZE ... [WHERE partition] [ZORDER BY]``;
+* :meth:`DeltaStore.maintain` with a session — ``VACUUM ... RETAIN n HOURS`` of the tables Spark writes.
+
+With delta-rs, in the Dagster process and without Spark: versions, history, live files and their counts
+(:meth:`DeltaStore.live_files`), the small tables the warehouse keeps about itself and a producer's table
+(:meth:`DeltaStore.append` with app transactions for exactly-once appends, :meth:`DeltaStore.app_versions`,
+:meth:`DeltaStore.read_rows`), and :meth:`DeltaStore.maintain` (the ops tables' vacuum; every table's
+checkpoint and log cleanup, which read and write only the log). Tables use
+only features both engines read and write (no deletion vectors, no column mapping).
 
 This module is the one seam to ``deltalake`` (an import-linter contract). The lake root's storage options
-come from dagster-deltalake's storage configuration (:func:`storage_config`). Nothing here collects a
-partition into the driver: only file metadata crosses to it.
+come from dagster-deltalake's storage configuration (:func:`storage_config`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 import os
+import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
-from decimal import Decimal
+from datetime import date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, unquote, urlparse
+from urllib.parse import urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 from dagster import ConfigurableResource
 from dagster_deltalake import AzureConfig, GcsConfig, LocalConfig, S3Config
 from deltalake import CommitProperties, DeltaTable, Schema, write_deltalake
-from deltalake.exceptions import CommitFailedError, TableNotFoundError
-from deltalake.transaction import AddAction, RemoveAction, Transaction, create_table_with_add_actions
+from deltalake.exceptions import TableNotFoundError
+from deltalake.transaction import Transaction
 from pydantic import Field
 
 if TYPE_CHECKING:
@@ -73,10 +74,6 @@ class ReadStats:
     files_read: int = 0
     bytes_read: int = 0
     version: int | None = None
-
-    @property
-    def files_skipped_by_stats(self) -> int:
-        return self.files_after_partition_pruning - self.files_read
 
 
 @dataclass
@@ -145,27 +142,6 @@ class Predicate:
             return f"`{self.column}` IN ({', '.join(_sql_literal(v) for v in self.value)})"
         return f"`{self.column}` {self.op} {_sql_literal(self.value)}"
 
-    def may_match(self, lo: Any, hi: Any) -> bool:
-        """False only if no value in [lo, hi] can satisfy the predicate."""
-        if lo is None or hi is None:
-            return True
-        try:
-            if self.op == "=":
-                return bool(lo <= self.value <= hi)
-            if self.op == "in":
-                return any(lo <= v <= hi for v in self.value)
-            if self.op == "<":
-                return bool(lo < self.value)
-            if self.op == "<=":
-                return bool(lo <= self.value)
-            if self.op == ">":
-                return bool(hi > self.value)
-            if self.op == ">=":
-                return bool(hi >= self.value)
-        except TypeError:
-            return True
-        return True
-
 
 def _sql_literal(value: Any) -> str:
     if isinstance(value, str):
@@ -229,60 +205,6 @@ def normalize_arrow_schema(schema: pa.Schema) -> pa.Schema:
     return pa.schema(fields)
 
 
-# --- statistics --------------------------------------------------------------------------------------------
-
-
-def _stat_json(value: Any) -> Any:
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        if value.tzinfo is None:
-            return value.isoformat(timespec="microseconds")
-        return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-    if isinstance(value, date):
-        return value.isoformat()
-    if isinstance(value, Decimal):
-        return float(value)
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, bytes):
-        return None
-    return value
-
-
-def parquet_file_stats(metadata: pq.FileMetaData) -> dict[str, Any]:
-    """Delta ``stats`` (numRecords, minValues, maxValues, nullCount) from a parquet footer."""
-    arrow_schema = metadata.schema.to_arrow_schema()
-    mins: dict[str, Any] = {}
-    maxs: dict[str, Any] = {}
-    nulls: dict[str, int] = {}
-    for col_index, fld in enumerate(arrow_schema):
-        if pa.types.is_nested(fld.type):
-            continue
-        lo = hi = None
-        null_count = 0
-        complete = True
-        for rg in range(metadata.num_row_groups):
-            column = metadata.row_group(rg).column(col_index)
-            stats = column.statistics
-            if stats is None or not stats.has_min_max:
-                if column.num_values and (stats is None or stats.null_count != column.num_values):
-                    complete = False
-                if stats is not None and stats.has_null_count:
-                    null_count += stats.null_count
-                continue
-            null_count += stats.null_count if stats.has_null_count else 0
-            lo = stats.min if lo is None or stats.min < lo else lo
-            hi = stats.max if hi is None or stats.max > hi else hi
-        nulls[fld.name] = null_count
-        if complete and lo is not None:
-            aware = pa.types.is_timestamp(fld.type) and fld.type.tz
-            if aware and isinstance(lo, datetime) and isinstance(hi, datetime) and lo.tzinfo is None:
-                lo, hi = lo.replace(tzinfo=UTC), hi.replace(tzinfo=UTC)
-            mins[fld.name], maxs[fld.name] = _stat_json(lo), _stat_json(hi)
-    return {"numRecords": metadata.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls}
-
-
 # --- the store ---------------------------------------------------------------------------------------------
 
 
@@ -291,23 +213,6 @@ def normalize_root(root: str) -> str:
     if "://" in root:
         return root.rstrip("/")
     return str(Path(root).expanduser().resolve())
-
-
-def _partition_dir(spec: PartitionSpec, partition_by: Sequence[str]) -> str:
-    return "/".join(f"{col}={quote(str(spec[col]), safe='-_.')}" for col in partition_by)
-
-
-def _partition_filters(specs: Sequence[PartitionSpec], partition_by: Sequence[str]) -> list[tuple[str, str, Any]]:
-    """A conjunction selecting exactly the given partitions (single column IN, or one exact partition)."""
-    if len(specs) == 1:
-        return [(col, "=", str(specs[0][col])) for col in partition_by]
-    if len(partition_by) == 1:
-        col = partition_by[0]
-        return [(col, "in", sorted({str(s[col]) for s in specs}))]
-    raise DeltaLayerError(
-        "overwriting several partitions at once needs a table partitioned by one column; "
-        f"this one is partitioned by {list(partition_by)}"
-    )
 
 
 def _conjunction(specs: Sequence[PartitionSpec]) -> list[tuple[str, str, Any]] | None:
@@ -322,12 +227,19 @@ def _conjunction(specs: Sequence[PartitionSpec]) -> list[tuple[str, str, Any]] |
     return filters if sum(op == "in" for _, op, _ in filters) <= 1 else None
 
 
-def _sql_partition_predicate(alias: str, specs: Sequence[PartitionSpec], partition_by: Sequence[str]) -> str:
-    """A SQL predicate on the target's partition columns matching exactly these partitions."""
+def _partition_columns(specs: Sequence[PartitionSpec]) -> list[str]:
+    return list(specs[0]) if specs else []
+
+
+def _sql_partition_predicate(alias: str | None, specs: Sequence[PartitionSpec], partition_by: Sequence[str]) -> str:
+    """A SQL predicate on the partition columns matching exactly these partitions ("" for none)."""
+    if not specs:
+        return ""
+    prefix = f"{alias}." if alias else ""
     if len(partition_by) == 1:
         col = partition_by[0]
         values = sorted({str(s[col]) for s in specs})
-        return f"{alias}.{col} IN ({', '.join(_sql_literal(v) for v in values)})"
+        return f"{prefix}`{col}` IN ({', '.join(_sql_literal(v) for v in values)})"
     first, rest = partition_by[0], partition_by[1:]
     groups: dict[str, list[PartitionSpec]] = {}
     for s in specs:
@@ -335,8 +247,67 @@ def _sql_partition_predicate(alias: str, specs: Sequence[PartitionSpec], partiti
     terms = []
     for value, members in sorted(groups.items()):
         inner = _sql_partition_predicate(alias, members, rest)
-        terms.append(f"({alias}.{first} = {_sql_literal(value)} AND {inner})")
+        terms.append(f"({prefix}`{first}` = {_sql_literal(value)} AND {inner})")
     return "(" + " OR ".join(terms) + ")"
+
+
+def _snake(name: str) -> str:
+    """``numTargetRowsInserted`` → ``num_target_rows_inserted``: Delta's metric names as the results spell them."""
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in name).lstrip("_")
+
+
+_CONFLICTS = ("CONCURRENT", "METADATA_CHANGED", "PROTOCOL_CHANGED", "METADATACHANGED", "PROTOCOLCHANGED")
+
+
+def _is_conflict(exc: BaseException) -> bool:
+    """Whether Delta refused a commit because another writer committed first (it can be written again)."""
+    text = str(exc).upper()
+    return any(marker in text for marker in _CONFLICTS)
+
+
+def _root_message(exc: BaseException) -> str:
+    """The first error of the chain: PySpark fails to render Delta's own error classes and raises a second
+    error about that, whose message hides the real one."""
+    first: BaseException = exc
+    while first.__context__ is not None and first.__context__ is not first:
+        first = first.__context__
+    java = getattr(first, "java_exception", None)
+    if java is not None:
+        try:
+            return str(java.toString())
+        except Exception:  # noqa: BLE001 - the gateway itself may be gone
+            pass
+    return str(first).strip().splitlines()[0] if str(first).strip() else repr(first)
+
+
+@contextmanager
+def _spark_errors(uri: str, operation: str) -> Iterator[None]:
+    """A failed Spark Delta operation as a :class:`DeltaLayerError` naming the table and Delta's reason."""
+    try:
+        yield
+    except DeltaLayerError:
+        raise
+    except Exception as exc:
+        raise DeltaLayerError(f"{uri}: {operation} failed: {_root_message(exc)}") from exc
+
+
+# SQL commands take their app transaction and user metadata from session settings, which the threads of a
+# process share with its one session: one such command at a time per process (each process, each run, has a
+# session of its own, also on a shared Spark Connect server)
+_SESSION_CONF_COMMAND = threading.Lock()
+
+
+@contextmanager
+def _session_confs(spark: SparkSession, confs: Mapping[str, str]) -> Iterator[None]:
+    """Session settings for one Delta command (its app transaction, its commit's user metadata)."""
+    with _SESSION_CONF_COMMAND:
+        for name, value in confs.items():
+            spark.conf.set(name, value)
+        try:
+            yield
+        finally:
+            for name in confs:
+                spark.conf.unset(name)
 
 
 @dataclass
@@ -359,6 +330,8 @@ class DeltaStore:
             "delta.logRetentionDuration": window,
             "delta.deletedFileRetentionDuration": window,
             "delta.checkpointInterval": str(self.checkpoint_interval),
+            # delta-rs writes tables without deletion vectors: Spark must not turn them on for its merges
+            "delta.enableDeletionVectors": "false",
         }
 
     def create_table(
@@ -411,8 +384,10 @@ class DeltaStore:
         partitions: Sequence[PartitionSpec] | None = None,
         columns: Sequence[str] | None = None,
         version: int | None = None,
+        where: pc.Expression | None = None,
     ) -> tuple[pa.Table, ReadStats]:
-        """The rows of ``partitions`` (all without), read by Arrow from the files the Delta log selects.
+        """The rows of ``partitions`` (all without), read by Arrow from the files the Delta log selects,
+        that match ``where`` (Arrow skips the row groups whose statistics exclude it).
 
         The stats say how many files were read: partition pruning keeps a read of a few partitions the
         same size however many partitions the table has. An empty table (no rows) when it does not exist.
@@ -423,17 +398,19 @@ class DeltaStore:
         # delta-rs selects the files by partition before Arrow sees them: a few partitions cost the same in a
         # table of any size. The Arrow filter then keeps exactly the wanted partitions.
         dataset = dt.to_pyarrow_dataset(file_pruning_predicate=_conjunction(partitions or []))
-        where = None
+        selected = None
         for spec in partitions or []:
             term = None
             for column, value in spec.items():
                 equal = pc.field(column) == str(value)
                 term = equal if term is None else term & equal
-            where = term if where is None else where | term
-        if partitions is not None and where is None:  # no partition wanted: nothing to read
-            where = pc.scalar(False)
-        fragments = list(dataset.get_fragments(filter=where))
-        rows = dataset.to_table(columns=list(columns) if columns else None, filter=where)
+            selected = term if selected is None else selected | term
+        if partitions is not None and selected is None:  # no partition wanted: nothing to read
+            selected = pc.scalar(False)
+        if where is not None:
+            selected = where if selected is None else selected & where
+        fragments = list(dataset.get_fragments(filter=selected))
+        rows = dataset.to_table(columns=list(columns) if columns else None, filter=selected)
         # files_in_table stays 0: counting them would cost what the pruning saves
         stats = ReadStats(0, len(fragments), len(fragments), version=int(dt.version()))
         return rows, stats
@@ -472,32 +449,20 @@ class DeltaStore:
         dt = self.table(key)
         return {app_id: (dt.transaction_version(app_id) if dt is not None else None) or 0 for app_id in app_ids}
 
-    # file selection --------------------------------------------------------------------------------------
+    # file selection from the log (no data read) -------------------------------------------------------
     def live_files(
         self,
         key: Sequence[str] | str,
         partitions: Sequence[PartitionSpec] | None = None,
-        predicates: Sequence[Predicate] = (),
         version: int | None = None,
     ) -> tuple[list[dict[str, Any]], ReadStats]:
-        """The table's live files in ``partitions`` whose statistics may match every predicate."""
+        """The table's live files in ``partitions`` (every live file without), from the Delta log.
+
+        Metadata for the Dagster process (row and file counts, what a producer changed): reading rows goes
+        through :meth:`read`, where Spark's Delta reader prunes and skips files itself."""
         dt = self.table(key, version)
         if dt is None:
             raise DeltaLayerError(f"table {self.table_uri(key)} does not exist")
-        actions, stats = self._select(dt, partitions)
-        if predicates:
-            actions = [
-                a
-                for a in actions
-                if all(p.may_match(a.get(f"min.{p.column}"), a.get(f"max.{p.column}")) for p in predicates)
-            ]
-        stats.files_read = len(actions)
-        stats.bytes_read = sum(int(a["size_bytes"]) for a in actions)
-        return actions, stats
-
-    @staticmethod
-    def _select(dt: DeltaTable, partitions: Sequence[PartitionSpec] | None) -> tuple[list[dict[str, Any]], ReadStats]:
-        """The live files of ``partitions`` (every live file without), by the partition values in the log."""
         actions = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
         stats = ReadStats(files_in_table=len(actions), version=dt.version())
         if partitions is not None:
@@ -508,7 +473,12 @@ class DeltaStore:
         stats.bytes_read = sum(int(a["size_bytes"]) for a in actions)
         return actions, stats
 
-    # read ------------------------------------------------------------------------------------------------
+    # Spark's Delta: read, overwrite, merge, optimize ------------------------------------------------------
+    def spark_path(self, key: Sequence[str] | str) -> str:
+        """The table's location as Spark's Hadoop file systems name it (``s3a://`` for ``s3://``)."""
+        uri = self.table_uri(key)
+        return "s3a://" + uri[len("s3://") :] if uri.startswith("s3://") else uri
+
     def read(
         self,
         spark: SparkSession,
@@ -517,25 +487,20 @@ class DeltaStore:
         predicates: Sequence[Predicate] = (),
         version: int | None = None,
     ) -> tuple[DataFrame, ReadStats]:
-        """A Spark DataFrame over the pruned live files; predicates are also applied to the rows."""
-        uri = self.table_uri(key)
-        dt = self.table(key, version)
-        if dt is None:
-            raise DeltaLayerError(f"table {uri} does not exist")
-        schema = pa.schema(dt.schema().to_arrow())  # type: ignore[call-overload]
-        actions, stats = self.live_files(key, partitions, predicates, version)
-        ddl = spark_ddl(schema)
-        if not actions:
-            df = spark.createDataFrame([], ddl)
-        else:
-            paths = [uri + "/" + unquote(a["path"]) for a in actions]
-            df = spark.read.schema(ddl).option("basePath", uri).parquet(*paths)
-            df = df.select(*[f"`{f.name}`" for f in schema])
+        """The rows of ``partitions`` (all without) read by Spark's Delta reader, which prunes partitions and
+        skips files by their statistics; ``predicates`` filter the rows. The stats count the partition
+        pruning from the log (Spark's own file skipping shows in its plan's metrics)."""
+        _, stats = self.live_files(key, partitions, version)
+        reader = spark.read.format("delta")
+        if version is not None:
+            reader = reader.option("versionAsOf", version)
+        df = reader.load(self.spark_path(key))
+        if partitions is not None:
+            df = df.where(_sql_partition_predicate(None, partitions, _partition_columns(partitions)) or "false")
         for p in predicates:
             df = df.where(p.spark_sql())
         return df, stats
 
-    # overwrite -------------------------------------------------------------------------------------------
     def overwrite(
         self,
         key: Sequence[str] | str,
@@ -543,20 +508,14 @@ class DeltaStore:
         partition_by: Sequence[str],
         partitions: Sequence[PartitionSpec],
         *,
-        description: str | None = None,
         configuration: Mapping[str, str | None] | None = None,
-        read_version: int | None = None,
         operation: str = "overwrite",
     ) -> WriteResult:
-        """Replace exactly ``partitions`` with the rows of ``df`` that belong to them, atomically.
-
-        Spark writes each partition's parquet files into ``<table>/<partition dir>/w-<uuid>/``; one delta-rs
-        transaction adds them and removes every file previously live in those partitions.
-
-        ``read_version`` makes this a rewrite of what ``df`` read at that version (Z-order, compaction): the
-        files are added with ``dataChange=false``, the commit is checked against that version, and a
-        concurrent change to the partitions fails the rewrite instead of being replaced by stale rows.
-        """
+        """Replace exactly ``partitions`` with the rows of ``df`` that belong to them: one Delta commit by
+        Spark (``replaceWhere``). Until it lands nothing is visible, so a failed write leaves the previous
+        version (its orphan files are removed by vacuum). A concurrent writer that replaced the same
+        partitions first makes Delta refuse ours; it is written again on the new version (last writer wins,
+        nothing mixed). Creates the table on first use."""
         started = time.monotonic()
         if not partitions:
             raise DeltaLayerError("overwrite needs at least one target partition")
@@ -566,123 +525,50 @@ class DeltaStore:
         for spec in partitions:
             if set(spec) != set(partition_by):
                 raise DeltaLayerError(f"partition {dict(spec)} does not match partition columns {list(partition_by)}")
-        uri = self.table_uri(key)
-        data_columns = [c for c in df.columns if c not in partition_by]
+        predicate = _sql_partition_predicate(None, partitions, partition_by)
+        rows = df.where(predicate)
         write_id = f"w-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:12]}"
-        adds: list[AddAction] = []
-        arrow_schema: pa.Schema | None = None
-        source = df.persist() if len(partitions) > 1 else df
-        try:
-            for spec in partitions:
-                rel_dir = f"{_partition_dir(spec, partition_by)}/{write_id}"
-                cond = " AND ".join(f"`{c}` = {_sql_literal(str(spec[c]))}" for c in partition_by)
-                part_df = source.where(cond).select(*[f"`{c}`" for c in data_columns])
-                part_df.write.mode("error").parquet(f"{uri}/{rel_dir}")
-                file_adds, file_schema = self._collect_written(uri, rel_dir, spec)
-                adds.extend(file_adds)
-                arrow_schema = arrow_schema or file_schema
-        finally:
-            if source is not df:
-                source.unpersist()
-        if arrow_schema is None:
-            arrow_schema = _arrow_schema_of(df, data_columns)
-        table_schema = normalize_arrow_schema(
-            pa.schema(list(arrow_schema) + [pa.field(c, pa.string()) for c in partition_by])
-        )
-        commit = CommitProperties(custom_metadata={"warehouse.operation": operation, "warehouse.write_id": write_id})
-        if read_version is not None:
-            for add in adds:
-                add.data_change = False
-        dt = self.table(key, read_version)
-        if dt is None:
-            removed = 0
-            create_table_with_add_actions(
-                uri,
-                Schema.from_arrow(table_schema),
-                adds,
-                mode="error",
-                partition_by=list(partition_by),
-                description=description,
-                configuration={**self.table_configuration(), **(configuration or {})},
-                storage_options=self.storage_options or None,
-                commit_properties=commit,
-            )
-        else:
-            actions: list[AddAction | RemoveAction] = [*adds]
-            for attempt in range(1, COMMIT_ATTEMPTS + 1):
-                removed = self.live_files(key, partitions)[1].files_read
-                try:
-                    dt.create_write_transaction(
-                        actions,
-                        mode="overwrite",
-                        schema=Schema.from_arrow(table_schema),
-                        partition_by=list(partition_by),
-                        partition_filters=_partition_filters(partitions, partition_by),
-                        commit_properties=commit,
-                    )
-                    break
-                except CommitFailedError as exc:
-                    if read_version is not None:
-                        raise DeltaLayerError(
-                            f"{uri}: {[dict(p) for p in partitions]} changed after version {read_version}, which "
-                            f"this {operation} read; nothing was replaced (run it again on the new version): {exc}"
-                        ) from exc
-                    # Another writer replaced the same partition first. Our files are complete, so the
-                    # replacement is re-applied on top of the new version (last writer wins, nothing mixed).
-                    if attempt == COMMIT_ATTEMPTS:
-                        raise DeltaLayerError(
-                            f"{uri}: concurrent writers kept conflicting on {[dict(p) for p in partitions]} "
-                            f"after {attempt} attempts: {exc}"
-                        ) from exc
-                    log.warning("%s: commit conflict (%s), retrying on the new version (%d)", uri, exc, attempt)
-                    dt = self.table(key) or dt
-        version = self._version(key)
+        metadata = json.dumps({"warehouse.operation": operation, "warehouse.write_id": write_id})
+        for attempt in range(1, COMMIT_ATTEMPTS + 1):
+            writer = rows.write.format("delta").mode("overwrite")
+            writer = writer.option("replaceWhere", predicate).option("userMetadata", metadata)
+            if not self.exists(key):  # the first write creates the table, with the lake's table properties
+                writer = writer.partitionBy(*partition_by)
+                properties = {**self.table_configuration(), **(configuration or {})}
+                for name, value in properties.items():
+                    if value is not None:
+                        writer = writer.option(name, value)
+            try:
+                with _spark_errors(self.table_uri(key), operation):
+                    writer.save(self.spark_path(key))
+                break
+            except DeltaLayerError as exc:
+                if not _is_conflict(exc) or attempt == COMMIT_ATTEMPTS:
+                    raise
+                log.warning("%s: commit conflict (%s), writing again on the new version (%d)", key, exc, attempt)
+        commit = self._commit_of(key, write_id)
+        metrics = commit.get("operationMetrics") or {}
         return WriteResult(
-            table=uri,
-            version=version,
-            rows=sum(json.loads(a.stats)["numRecords"] for a in adds),
-            files_added=len(adds),
-            files_removed=removed,
-            bytes_added=sum(a.size for a in adds),
+            table=self.table_uri(key),
+            version=int(commit["version"]),
+            rows=int(metrics.get("numOutputRows", 0)),
+            files_added=int(metrics.get("numFiles", 0)),
+            files_removed=int(metrics.get("numRemovedFiles", 0)),
+            bytes_added=int(metrics.get("numOutputBytes", 0)),
             partitions=[dict(p) for p in partitions],
             duration_s=time.monotonic() - started,
         )
 
-    def _collect_written(self, uri: str, rel_dir: str, spec: PartitionSpec) -> tuple[list[AddAction], pa.Schema | None]:
-        fs, base = self._fs(f"{uri}/{rel_dir}")
-        infos = fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
-        adds: list[AddAction] = []
-        schema: pa.Schema | None = None
-        for info in sorted(infos, key=lambda i: i.path):
-            name = info.path.rsplit("/", 1)[-1]
-            if info.type != pafs.FileType.File or not name.endswith(".parquet") or name.startswith(("_", ".")):
-                continue
-            with fs.open_input_file(info.path) as handle:
-                meta = pq.read_metadata(handle)
-            schema = schema or meta.schema.to_arrow_schema()
-            if meta.num_rows == 0:
-                continue  # Spark writes a schema-only file for an empty partition; nothing to add
-            adds.append(
-                AddAction(
-                    path=f"{rel_dir}/{quote(name, safe='-_.')}",
-                    size=int(info.size or 0),
-                    partition_values={k: str(v) for k, v in spec.items()},
-                    modification_time=int((info.mtime_ns or time.time_ns()) // 1_000_000),
-                    data_change=True,
-                    stats=json.dumps(parquet_file_stats(meta)),
-                )
-            )
-        return adds, schema
+    def _commit_of(self, key: Sequence[str] | str, write_id: str, limit: int = 50) -> dict[str, Any]:
+        """The commit that carries ``write_id`` in its user metadata (other writers may have committed since)."""
+        for commit in self.history(key, limit):
+            if commit.get("warehouse.write_id") == write_id:
+                return commit
+        raise DeltaLayerError(f"{self.table_uri(key)}: the commit of write {write_id} is not in the last {limit}")
 
-    def _version(self, key: Sequence[str] | str) -> int:
-        dt = self.table(key)
-        if dt is None:
-            raise DeltaLayerError(f"table {self.table_uri(key)} vanished after a commit")
-        return int(dt.version())
-
-    # merge -----------------------------------------------------------------------------------------------
     def merge(
         self,
+        spark: SparkSession,
         key: Sequence[str] | str,
         batch: pa.Table,
         *,
@@ -690,19 +576,20 @@ class DeltaStore:
         partition_by: Sequence[str],
         order_by: Sequence[str] = ("_es", "_pos"),
         op_column: str = "_op",
-        app_transactions: Mapping[str, int] | None = None,
+        app_transaction: tuple[str, int] | None = None,
         prune: bool = True,
         tombstone_column: str | None = None,
         merge_schema: bool = False,
         moved_out: pa.Table | None = None,
     ) -> MergeResult:
-        """Merge a change batch by primary key; the newest change (by ``order_by``) wins.
+        """Merge a change batch by primary key with Spark's ``MERGE INTO``; the newest change (by ``order_by``) wins.
 
         ``batch`` holds at most one row per key (the caller deduplicates) with ``op_column`` = INSERT /
-        UPDATE / DELETE. Rows of ``op_column`` are not stored. With ``prune`` the merge predicate names the
-        batch's partition values, so delta-rs scans only those partitions (seed 001's DPP).
-        ``app_transactions`` (app id → version) are committed in the same transaction: the ingestion
-        position is stored atomically with the data it describes — also when the batch changes no row.
+        UPDATE / DELETE. Rows of ``op_column`` are not stored. With ``prune`` the merge condition names the
+        batch's partition values, so Delta scans only those partitions (seed 001's DPP).
+        ``app_transaction`` (app id, version) is committed in the same transaction (Delta's idempotent
+        writes): a version not above the one recorded makes the merge a no-op, so a batch is applied once.
+        With ``merge_schema`` the batch's new columns join the table (Delta's schema evolution).
 
         With ``tombstone_column`` a DELETE is kept as a row flagged in that column (the batch carries the
         flag) instead of being removed, so an older change delivered again later cannot resurrect it.
@@ -716,56 +603,68 @@ class DeltaStore:
         started = time.monotonic()
         uri = self.table_uri(key)
         target_columns = [c for c in batch.schema.names if c != op_column]
-        dt = self.table(key)
-        if dt is None:
-            schema = normalize_arrow_schema(batch.select(target_columns).schema)
-            dt = self.create_table(key, schema, partition_by)
+        if not self.exists(key):
+            self.create_table(key, normalize_arrow_schema(batch.select(target_columns).schema), partition_by)
         moved = 0
         if moved_out is not None and moved_out.num_rows:
             moved = moved_out.num_rows
             leave = _with_column(moved_out, op_column, pa.array(["DELETE"] * moved, pa.string()))
             if tombstone_column is not None:
                 leave = _with_column(leave, tombstone_column, pa.array([True] * moved, pa.bool_()))
-            # the left partitions join the batch's: the predicate below then prunes to both, no more
+            # the left partitions join the batch's: the condition below then prunes to both, no more
             batch = pa.concat_tables([batch, leave.select(batch.schema.names).cast(batch.schema)])
         specs = batch_partitions(batch, partition_by)
         conditions = [f"t.`{c}` = s.`{c}`" for c in [*partition_by, *primary_key]]
         if prune and specs:
             conditions.insert(0, _sql_partition_predicate("t", specs, partition_by))
         newer = _newer_predicate(order_by)
-        commit = CommitProperties(
-            custom_metadata={"warehouse.operation": "merge"},
-            app_transactions=[Transaction(app_id, version) for app_id, version in (app_transactions or {}).items()],
-        )
-        version_before = dt.version()
-        merger = dt.merge(
-            batch,
-            predicate=" AND ".join(conditions),
-            source_alias="s",
-            target_alias="t",
-            merge_schema=merge_schema,
-            commit_properties=commit,
-        )
-        assignments = {f"`{c}`": f"s.`{c}`" for c in target_columns}
+        # unqualified targets: with schema evolution a column new to the table is assigned by its name
+        updates = ", ".join(f"`{c}` = s.`{c}`" for c in target_columns)
+        names = ", ".join(f"`{c}`" for c in target_columns)
+        inserts = f"({names}) VALUES ({', '.join(f's.`{c}`' for c in target_columns)})"
         if tombstone_column is not None:
-            merger = merger.when_matched_update(updates=assignments, predicate=newer).when_not_matched_insert(
-                updates=assignments
-            )
+            clauses = f"WHEN MATCHED AND {newer} THEN UPDATE SET {updates} WHEN NOT MATCHED THEN INSERT {inserts}"
         else:
-            merger = (
-                merger.when_matched_delete(predicate=f"s.{op_column} = 'DELETE' AND {newer}")
-                .when_matched_update(updates=assignments, predicate=f"s.{op_column} <> 'DELETE' AND {newer}")
-                .when_not_matched_insert(updates=assignments, predicate=f"s.{op_column} <> 'DELETE'")
+            clauses = (
+                f"WHEN MATCHED AND s.`{op_column}` = 'DELETE' AND {newer} THEN DELETE "
+                f"WHEN MATCHED AND s.`{op_column}` <> 'DELETE' AND {newer} THEN UPDATE SET {updates} "
+                f"WHEN NOT MATCHED AND s.`{op_column}` <> 'DELETE' THEN INSERT {inserts}"
             )
-        metrics = merger.execute()
-        dt.update_incremental()
-        if dt.version() == version_before and app_transactions:
-            # delta-rs writes no commit for a merge that changed nothing: record the position anyway
-            self.commit_app_transactions(key, app_transactions)
+        source = f"__merge_source_{uuid.uuid4().hex[:12]}"
+        spark.createDataFrame(batch).createOrReplaceTempView(source)
+        write_id = f"m-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:12]}"
+        confs = {
+            "spark.databricks.delta.commitInfo.userMetadata": json.dumps(
+                {"warehouse.operation": "merge", "warehouse.write_id": write_id}
+            )
+        }
+        if app_transaction is not None:
+            confs["spark.databricks.delta.write.txnAppId"] = app_transaction[0]
+            confs["spark.databricks.delta.write.txnVersion"] = str(app_transaction[1])
+        evolution = " WITH SCHEMA EVOLUTION" if merge_schema else ""
+        try:
+            with _session_confs(spark, confs), _spark_errors(uri, "merge"):
+                spark.sql(
+                    f"MERGE{evolution} INTO delta.`{self.spark_path(key)}` AS t USING {source} AS s "
+                    f"ON {' AND '.join(conditions)} {clauses}"
+                )
+        finally:
+            spark.catalog.dropTempView(source)
+        try:
+            commit = self._commit_of(key, write_id)
+        except DeltaLayerError:  # the app transaction was already at this version: Delta skipped the batch
+            commit = {"version": self._version(key), "operationMetrics": {}}
+        metrics = {_snake(k): int(v) for k, v in (commit.get("operationMetrics") or {}).items()}
+        if "read_version" in commit or "readVersion" in commit:
+            # the files the merge's join read: those of the partitions its condition names (all without it)
+            read_version = int(commit.get("readVersion", commit.get("read_version", 0)))
+            scanned = self.live_files(key, specs if prune and specs else None, version=read_version)[1]
+            metrics["num_target_files_scanned"] = scanned.files_read
+            metrics["num_target_files_skipped_during_scan"] = scanned.files_in_table - scanned.files_read
         return MergeResult(
             table=uri,
-            version=int(dt.version()) if dt.version() != version_before else self._version(key),
-            metrics=dict(metrics),
+            version=int(commit["version"]),
+            metrics=metrics,
             partitions=specs,
             duration_s=time.monotonic() - started,
             moved_out=moved,
@@ -788,6 +687,12 @@ class DeltaStore:
         )
         return self._version(key)
 
+    def _version(self, key: Sequence[str] | str) -> int:
+        dt = self.table(key)
+        if dt is None:
+            raise DeltaLayerError(f"table {self.table_uri(key)} vanished after a commit")
+        return int(dt.version())
+
     def app_version(self, key: Sequence[str] | str, app_id: str) -> int | None:
         """The last version committed for ``app_id`` (e.g. an ingestion position), or None."""
         dt = self.table(key)
@@ -802,145 +707,101 @@ class DeltaStore:
         target_size: int | None = None,
         spark: SparkSession | None = None,
     ) -> dict[str, Any]:
-        """Compact (or Z-order) the given partitions; returns the metrics plus the duration.
+        """Compact (or Z-order) the given partitions; returns the metrics plus the duration and version.
 
-        With ``spark`` and Z-order columns of numeric, date or timestamp type, the rewrite is
-        :meth:`zorder` (Spark sorts along a true Morton curve). Otherwise delta-rs's optimize does it; its
-        Z-order key (1.6) takes the bits of each byte least-significant first, which scatters neighbouring
-        values and skips fewer files.
+        With ``spark`` it is Spark's ``OPTIMIZE ... [WHERE partitions] [ZORDER BY (columns)]``: files of about
+        ``target_size`` bytes, committed as a rewrite (``dataChange=false``) that Delta's conflict detection
+        refuses if a concurrent writer removed what it read. Without, delta-rs compacts (the small ops tables
+        the Dagster process keeps without a JVM).
         """
         dt = self.table(key)
         if dt is None:
             raise DeltaLayerError(f"table {self.table_uri(key)} does not exist")
-        filters = None
-        if partitions:
-            if len(partitions) != 1:
-                raise DeltaLayerError("optimize one partition at a time")
-            if zorder_by and spark is not None and _morton_columns(dt, zorder_by):
-                return self.zorder(spark, key, partitions[0], zorder_by, target_size)
-            filters = [(c, "=", str(v)) for c, v in partitions[0].items()]
         started = time.monotonic()
-        if zorder_by:
-            metrics = dt.optimize.z_order(list(zorder_by), partition_filters=filters, target_size=target_size)
+        if spark is None:
+            if zorder_by:
+                raise DeltaLayerError(f"{self.table_uri(key)}: Z-order runs on Spark's Delta; pass a Spark session")
+            filters = None
+            if partitions:
+                if len(partitions) != 1:
+                    raise DeltaLayerError("compact one partition at a time")
+                filters = [(c, "=", str(v)) for c, v in partitions[0].items()]
+            result = dict(dt.optimize.compact(partition_filters=filters, target_size=target_size))
         else:
-            metrics = dt.optimize.compact(partition_filters=filters, target_size=target_size)
-        result = dict(metrics)
+            where = ""
+            if partitions:
+                where = " WHERE " + _sql_partition_predicate(None, partitions, _partition_columns(partitions))
+            zorder = f" ZORDER BY ({', '.join(f'`{c}`' for c in zorder_by)})" if zorder_by else ""
+            confs = {
+                "spark.databricks.delta.commitInfo.userMetadata": json.dumps(
+                    {"warehouse.operation": "zorder" if zorder_by else "compact"}
+                )
+            }
+            if target_size:
+                confs["spark.databricks.delta.optimize.maxFileSize"] = str(int(target_size))
+            with _session_confs(spark, confs), _spark_errors(self.table_uri(key), "optimize"):
+                row = spark.sql(f"OPTIMIZE delta.`{self.spark_path(key)}`{where}{zorder}").first()
+            metrics = row["metrics"] if row is not None else None
+            result = {
+                "numFilesAdded": int(metrics["numFilesAdded"]) if metrics else 0,
+                "numFilesRemoved": int(metrics["numFilesRemoved"]) if metrics else 0,
+            }
         result["duration_s"] = time.monotonic() - started
         result["delta_version"] = self._version(key)
         return result
 
-    def zorder(
-        self,
-        spark: SparkSession,
-        key: Sequence[str] | str,
-        partition: PartitionSpec,
-        columns: Sequence[str],
-        target_size: int | None = None,
-    ) -> dict[str, Any]:
-        """Rewrite one partition's files in Z-order of ``columns``, so each file covers a small box of them.
-
-        Each column is scaled linearly onto ``bits`` bits between its min and max in the partition, the
-        bits are interleaved most-significant first (a Morton key), Spark range-partitions the rows on the
-        key into files of about ``target_size`` bytes and sorts within each. The files replace the
-        partition in one commit checked against the version read (``dataChange=false``).
-        """
-        from pyspark.sql import functions as F
-        from pyspark.sql import types as T
-
-        if not columns:
-            raise DeltaLayerError("Z-order needs at least one column")
-        dt = self.table(key)
-        if dt is None:
-            raise DeltaLayerError(f"table {self.table_uri(key)} does not exist")
-        started = time.monotonic()
-        version = int(dt.version())
-        partition_by = list(dt.metadata().partition_columns)
-        actions, stats = self.live_files(key, [partition], version=version)
-        result: dict[str, Any] = {"numFilesAdded": 0, "numFilesRemoved": 0, "delta_version": version}
-        if not actions:
-            return {**result, "duration_s": time.monotonic() - started}
-        df, _ = self.read(spark, key, [partition], version=version)
-        types = {f.name: f.dataType for f in df.schema.fields}
-        values = []
-        for column in columns:
-            ctype = types.get(column)
-            if isinstance(ctype, T.NumericType):
-                values.append(F.col(f"`{column}`").cast("double"))
-            elif isinstance(ctype, T.DateType):
-                values.append(F.unix_date(F.col(f"`{column}`")).cast("double"))
-            elif isinstance(ctype, T.TimestampType | T.TimestampNTZType):
-                values.append(F.unix_micros(F.col(f"`{column}`")).cast("double"))
-            else:
-                raise DeltaLayerError(
-                    f"{self.table_uri(key)}: Z-order column {column!r} is {ctype or 'missing'}; "
-                    "Z-order needs numeric, date or timestamp columns"
-                )
-        bounds = _numeric_bounds(actions, columns)  # from the files' statistics: no pass over the data
-        if bounds is None:
-            bounds = list(df.agg(*[agg(v) for v in values for agg in (F.min, F.max)]).first() or [])
-        bits = min(16, 62 // len(columns))
-        top = float((1 << bits) - 1)
-        scaled = []
-        for i, value in enumerate(values):
-            lo, hi = bounds[2 * i], bounds[2 * i + 1]
-            span = (hi - lo) if lo is not None and hi is not None and hi > lo else None
-            scaled.append(F.lit(0) if span is None else F.coalesce(((value - lo) / span * top).cast("long"), F.lit(0)))
-        k = len(scaled)
-        terms = [
-            F.shiftleft(F.shiftright(s, bit).bitwiseAND(F.lit(1)), bit * k + (k - 1 - j))
-            for bit in range(bits)
-            for j, s in enumerate(scaled)
-        ]
-        zkey = terms[0]
-        for term in terms[1:]:
-            zkey = zkey.bitwiseOR(term)
-        target = target_size or 256 * 1024 * 1024
-        files = max(1, math.ceil(stats.bytes_read / target))
-        ordered = (
-            df.withColumn("__zorder_key", zkey)
-            .repartitionByRange(files, "__zorder_key")
-            .sortWithinPartitions("__zorder_key")
-            .drop("__zorder_key")
-        )
-        written = self.overwrite(key, ordered, partition_by, [partition], read_version=version, operation="zorder")
-        return {
-            **result,
-            "numFilesAdded": written.files_added,
-            "numFilesRemoved": written.files_removed,
-            "delta_version": written.version,
-            "rows": written.rows,
-            "zorder_bits": bits,
-            "duration_s": time.monotonic() - started,
-        }
-
     def maintain(
-        self, key: Sequence[str] | str, retention_hours: int | None = None, compact: bool = False
+        self,
+        key: Sequence[str] | str,
+        retention_hours: int | None = None,
+        compact: bool = False,
+        spark: SparkSession | None = None,
     ) -> dict[str, Any]:
         """Keep storage bounded while the time-travel window stays readable.
 
         With ``compact``, first bin-packs each partition's small files into few (a table appended to in
         small commits, like the ops tables). Then vacuums data files removed longer than ``retention_hours``
         ago (default: the store's window), writes a checkpoint of the log and drops log entries older than
-        the table's log retention.
+        the table's log retention. With ``spark`` (the tables Spark writes) the compaction is Spark's
+        ``OPTIMIZE`` and the vacuum Spark's ``VACUUM``; without, delta-rs does both (the ops tables).
         """
         dt = self.table(key)
         if dt is None:
             raise DeltaLayerError(f"table {self.table_uri(key)} does not exist")
         hours = self.time_travel_hours if retention_hours is None else retention_hours
         started = time.monotonic()
-        compacted = dict(dt.optimize.compact()) if compact else {}
-        vacuumed = dt.vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=False)
+        if spark is None:
+            compacted = dict(dt.optimize.compact()) if compact else {}
+            vacuumed = len(dt.vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=False))
+        else:
+            compacted = self.optimize(key, spark=spark) if compact else {}
+            vacuumed = self._vacuum_with_spark(spark, key, hours)
+            dt = self.table(key) or dt  # the log as Spark left it
         dt.create_checkpoint()
         logs_before = self._log_entries(key)
         dt.cleanup_metadata()
         return {
             "files_compacted": int(compacted.get("numFilesRemoved", 0)),
-            "files_vacuumed": len(vacuumed),
+            "files_vacuumed": vacuumed,
             "log_files_removed": logs_before - self._log_entries(key),
             "delta_version": dt.version(),
             "retention_hours": hours,
             "duration_s": round(time.monotonic() - started, 3),
         }
+
+    def _vacuum_with_spark(self, spark: SparkSession, key: Sequence[str] | str, hours: int) -> int:
+        """Spark's ``VACUUM``: deletes the files no version younger than ``hours`` reads; returns their count."""
+        command = f"VACUUM delta.`{self.spark_path(key)}` RETAIN {int(hours)} HOURS"
+        # Delta refuses a retention below the table's own window unless told: the caller chose it. No
+        # VACUUM START/END commits: deleting unread files is no change of the table (the count is returned)
+        confs = {
+            "spark.databricks.delta.retentionDurationCheck.enabled": "false",
+            "spark.databricks.delta.vacuum.logging.enabled": "false",
+        }
+        with _session_confs(spark, confs), _spark_errors(self.table_uri(key), "vacuum"):
+            doomed = spark.sql(f"{command} DRY RUN").count()
+            spark.sql(command).collect()
+        return int(doomed)
 
     def _log_entries(self, key: Sequence[str] | str) -> int:
         fs, base = self._fs(self.table_uri(key) + "/_delta_log")
@@ -948,8 +809,17 @@ class DeltaStore:
         return sum(1 for i in infos if i.path.endswith(".json"))
 
     def history(self, key: Sequence[str] | str, limit: int | None = None) -> list[dict[str, Any]]:
+        """The newest commits first; the ``warehouse.*`` keys of a Spark commit's user metadata at the top
+        level, as delta-rs writes them."""
         dt = self.table(key)
-        return [] if dt is None else list(dt.history(limit))
+        commits = []
+        for commit in [] if dt is None else dt.history(limit):
+            commit = dict(commit)
+            extra = commit.get("userMetadata")
+            if isinstance(extra, str) and extra.startswith("{"):
+                commit.update({k: v for k, v in json.loads(extra).items() if k.startswith("warehouse.")})
+            commits.append(commit)
+        return commits
 
     def partitions_present(self, key: Sequence[str] | str) -> list[dict[str, str]]:
         dt = self.table(key)
@@ -973,27 +843,6 @@ def _with_column(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
     return table.append_column(name, values) if index < 0 else table.set_column(index, name, values)
 
 
-def _numeric_bounds(actions: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> list[Any] | None:
-    """[min, max] of each column over the files' statistics, when every file has numeric statistics."""
-    bounds: list[Any] = []
-    for column in columns:
-        lows: list[Any] = [a.get(f"min.{column}") for a in actions]
-        highs: list[Any] = [a.get(f"max.{column}") for a in actions]
-        values = [*lows, *highs]
-        if not all(isinstance(v, int | float | Decimal) and not isinstance(v, bool) for v in values):
-            return None
-        bounds += [float(min(lows)), float(max(highs))]
-    return bounds
-
-
-def _morton_columns(dt: DeltaTable, columns: Sequence[str]) -> bool:
-    """Whether every Z-order column has a type :meth:`DeltaStore.zorder` scales onto its key."""
-    schema = pa.schema(dt.schema().to_arrow())  # type: ignore[call-overload]
-    types = {f.name: f.type for f in schema}
-    checks = (pa.types.is_integer, pa.types.is_floating, pa.types.is_decimal, pa.types.is_date, pa.types.is_timestamp)
-    return all(c in types and any(check(types[c]) for check in checks) for c in columns)
-
-
 def _newer_predicate(order_by: Sequence[str]) -> str:
     """``(s.a, s.b) >= (t.a, t.b)`` in SQL that delta-rs understands (ties apply: replays are idempotent)."""
     terms = []
@@ -1002,13 +851,6 @@ def _newer_predicate(order_by: Sequence[str]) -> str:
         op = ">=" if i == len(order_by) - 1 else ">"
         terms.append("(" + " AND ".join([*equal, f"s.`{col}` {op} t.`{col}`"]) + ")")
     return "(" + " OR ".join(terms) + ")"
-
-
-def _arrow_schema_of(df: DataFrame, columns: Iterable[str]) -> pa.Schema:
-    """Arrow schema for the given DataFrame columns (used when a write produced no file at all)."""
-    wanted = list(columns)
-    table = df.select(*[f"`{c}`" for c in wanted]).limit(0).toArrow()
-    return table.schema
 
 
 # Where each object store's credentials come from: the variables its own SDKs read (dagster-deltalake's fields).

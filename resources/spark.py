@@ -50,6 +50,11 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
     "spark.hadoop.parquet.enable.summary-metadata": "false",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # Delta rebuilds a table's state from its log in this many tasks (default 50): 2 cores, small logs
+    "spark.databricks.delta.snapshotPartitions": "2",
+    # Delta skips by default a commit that adds and removes nothing (an empty hour written over an empty
+    # partition): every write commits, so that a run finds its own commit, version and metrics in the log
+    "spark.databricks.delta.skipRecordingEmptyCommits": "false",
     "spark.ui.showConsoleProgress": "false",
 }
 

@@ -14,7 +14,7 @@ from bench.readiness_history import build_history, tick
 from resources.delta_lake import DeltaLakeResource, DeltaStore, ReadStats, storage_options
 from warehouse_assets.catalog import load_catalog
 from warehouse_assets.maintenance import build_maintenance
-from warehouse_assets.ops_tables import INGESTED_CHANGES, INGESTED_COUNTS, OPS_TABLES, QUARANTINE
+from warehouse_assets.ops_tables import INGESTED_CHANGES, INGESTED_COUNTS, INGESTION_POSITIONS, OPS_TABLES, QUARANTINE
 
 
 class RecordingStore(DeltaStore):
@@ -41,8 +41,12 @@ def test_a_readiness_tick_reads_the_same_ops_files_and_rows_at_30_and_300_days(t
     reported_30, reads_30, files_30 = _one_tick(tmp_path / "d30", 30)
     reported_300, reads_300, files_300 = _one_tick(tmp_path / "d300", 300)
     assert reported_30 == reported_300 == ["2026-10-31-22:00", "2026-10-31-23:00"]
-    assert [key for key, _, _ in reads_30] == [key for key, _, _ in reads_300] == [INGESTED_COUNTS.key]
-    (_, stats_30, rows_30), (_, stats_300, rows_300) = reads_30[0], reads_300[0]
+    read_keys = [INGESTION_POSITIONS.key, INGESTED_COUNTS.key]
+    assert [key for key, _, _ in reads_30] == [key for key, _, _ in reads_300] == read_keys
+    # the positions: the committed batch's partition only, one row per shard stream
+    (_, positions_30, streams_30), (_, positions_300, streams_300) = reads_30[0], reads_300[0]
+    assert (positions_30.files_read, streams_30) == (positions_300.files_read, streams_300) == (1, 2)
+    (_, stats_30, rows_30), (_, stats_300, rows_300) = reads_30[1], reads_300[1]
     # ten times the history in the table, the same files and rows read: the lookback week and the day after
     assert files_300 == 10 * files_30 == 300
     assert (stats_300.files_read, rows_300) == (stats_30.files_read, rows_30)
@@ -57,7 +61,7 @@ def test_lake_maintenance_compacts_checkpoints_and_vacuums_the_ops_tables(tmp_pa
             | {"rows": 5, "seq_to": batch, "date": "2026-03-02"}
         ]
         store.append(INGESTED_COUNTS.key, INGESTED_COUNTS.rows(entries), INGESTED_COUNTS.partition_by)
-    for ops in (QUARANTINE, INGESTED_CHANGES):  # one batch each: maintained too
+    for ops in (QUARANTINE, INGESTED_CHANGES, INGESTION_POSITIONS):  # one batch each: maintained too
         store.append(ops.key, ops.schema.empty_table(), ops.partition_by)
     table_dir = Path(store.table_uri(INGESTED_COUNTS.key))
     assert len(store.live_files(INGESTED_COUNTS.key)[0]) == 12

@@ -11,6 +11,8 @@ from pyspark.sql import SparkSession
 from resources.delta_lake import DeltaStore
 
 KEY = ("dws", "kept")
+# the tables Spark writes are vacuumed by Spark's VACUUM, the ops tables by delta-rs: both keep the window
+ENGINES = pytest.mark.parametrize("engine", ["spark", "delta-rs"])
 
 
 def _write(store: DeltaStore, spark: SparkSession, value: int) -> None:
@@ -24,7 +26,9 @@ def _values(store: DeltaStore, version: int | None = None) -> set[int]:
     return set(table.to_pyarrow_table().column("v").to_pylist())
 
 
-def test_window_stays_readable_and_vacuum_bounds_storage(spark: SparkSession, tmp_path: Path) -> None:
+@ENGINES
+def test_window_stays_readable_and_vacuum_bounds_storage(spark: SparkSession, tmp_path: Path, engine: str) -> None:
+    session = spark if engine == "spark" else None
     store = DeltaStore(str(tmp_path / "lake"), time_travel_hours=1, checkpoint_interval=5)
     for value in range(12):
         _write(store, spark, value)
@@ -32,12 +36,12 @@ def test_window_stays_readable_and_vacuum_bounds_storage(spark: SparkSession, tm
     config = DeltaTable(str(table_dir)).metadata().configuration
     assert config["delta.deletedFileRetentionDuration"] == "interval 1 hours"
 
-    inside = store.maintain(KEY)  # everything was replaced minutes ago: inside the window
+    inside = store.maintain(KEY, spark=session)  # everything was replaced minutes ago: inside the window
     assert inside["files_vacuumed"] == 0
     assert (table_dir / "_delta_log" / "00000000000000000011.checkpoint.parquet").is_file()
     assert [_values(store, v) for v in (0, 3, 11)] == [{0}, {3}, {11}]
 
-    outside = store.maintain(KEY, retention_hours=0)  # a window of zero: only the live version remains
+    outside = store.maintain(KEY, retention_hours=0, spark=session)  # a window of zero: only the live version remains
     assert outside["files_vacuumed"] == 11
     assert len(list(table_dir.rglob("*.parquet"))) == 1 + len(list(table_dir.glob("_delta_log/*.parquet")))
     assert _values(store) == {11}
@@ -45,12 +49,13 @@ def test_window_stays_readable_and_vacuum_bounds_storage(spark: SparkSession, tm
         _values(store, 3)
 
 
-def test_log_cleanup_keeps_the_table_loadable(spark: SparkSession, tmp_path: Path) -> None:
+@ENGINES
+def test_log_cleanup_keeps_the_table_loadable(spark: SparkSession, tmp_path: Path, engine: str) -> None:
     store = DeltaStore(str(tmp_path / "lake"), time_travel_hours=0, checkpoint_interval=5)
     for value in range(7):
         _write(store, spark, value)
     table_dir = Path(store.table_uri(KEY))
-    store.maintain(KEY)
+    store.maintain(KEY, spark=spark if engine == "spark" else None)
     # 7 commits, but with a zero window the entries before the last checkpoint are gone
     assert len(list((table_dir / "_delta_log").glob("*.json"))) < 7
     assert (table_dir / "_delta_log" / "_last_checkpoint").is_file()

@@ -2,8 +2,9 @@
 
 For one ODS table, each batch:
 
-1. takes the next segments of every shard stream after the position committed in the table itself
-   (Delta app-transaction ids ``landing:<db>.<table>``), never past a gap;
+1. takes the next segments of every shard stream after the position committed with the table (the batch
+   number its last merge committed as Delta app transaction ``ingest:<table>``, whose per-stream positions
+   ``ops.ingestion_positions`` journals), never past a gap;
 2. Spark parses the Canal JSON, types the row images by the catalog's columns, validates them, drops
    re-sent changes (same content: in this batch, or recorded in ``ops.ingested_changes`` by an earlier
    one) and keeps the newest change per primary key (binlog time, then binlog position);
@@ -12,8 +13,9 @@ For one ODS table, each batch:
 4. the content hash of every change taken in goes to ``ops.ingested_changes`` (by stream and local binlog
    hour), and the rows ingested per shard stream and binlog hour to the ``ops.ingested_counts`` Delta
    table (what completeness readiness compares with the source's own counts, see :func:`ingested_counts`);
-5. delta-rs merges the batch into the partitions it touches, and the same commit records the new
-   positions — so the position never runs ahead of committed data and a restart neither skips nor
+5. the batch's positions are journaled under the next batch number, then Spark's Delta ``MERGE INTO``
+   merges the batch into the partitions it touches, and the same commit records that batch number (Delta's
+   idempotent writes) — so the position never runs ahead of committed data and a restart neither skips nor
    re-applies anything. A change that moved a key's partition time (Canal's ``old``) also retires the
    key in the partitions it left, as a tombstone: one key is live in one partition.
 
@@ -36,7 +38,13 @@ import pyarrow.compute as pc
 from resources.delta_lake import DeltaStore, MergeResult, ReadStats, normalize_arrow_schema, spark_type
 from resources.landing import Landing, Segment, read_lines
 from warehouse_assets.catalog import OdsTable, Table
-from warehouse_assets.ops_tables import INGESTED_CHANGES, INGESTED_COUNTS, QUARANTINE, OpsTable
+from warehouse_assets.ops_tables import (
+    INGESTED_CHANGES,
+    INGESTED_COUNTS,
+    INGESTION_POSITIONS,
+    QUARANTINE,
+    OpsTable,
+)
 from warehouse_assets.partitions import periods
 
 # PySpark is imported inside the functions that compute: readiness and `warehouse why` read the ingestion state
@@ -66,8 +74,9 @@ class ReconciliationError(RuntimeError):
     """Counts of an ingestion batch do not add up: something would have been lost."""
 
 
-def position_app_id(stream: str) -> str:
-    return f"landing:{stream}"
+def position_app_id(table: Table) -> str:
+    """The app transaction an ODS table's merges commit: its batch number (see :data:`INGESTION_POSITIONS`)."""
+    return f"ingest:{table.fqn}"
 
 
 def quarantine_app_id(table: Table, stream: str) -> str:
@@ -170,9 +179,46 @@ def ensure_ods_table(store: DeltaStore, table: Table) -> None:
         store.create_table(table.key, ods_arrow_schema(table), table.partition_by, table.description)
 
 
+def committed_batch(store: DeltaStore, table: Table) -> tuple[int, dict[str, int]]:
+    """The last batch number the ODS table committed and every stream's position after it (0 and none
+    before the first batch). A journaled attempt the table did not commit counts for nothing; of the
+    attempts of the committed batch, the last one is the one whose merge committed."""
+    batch = store.app_versions(table.key, [position_app_id(table)])[position_app_id(table)]
+    if batch == 0:
+        return 0, {}
+    rows, _ = store.read_rows(INGESTION_POSITIONS.key, [{"table": table.fqn, "batch": str(batch)}])
+    if not rows.num_rows:
+        raise RuntimeError(f"{table.fqn}: batch {batch} is committed but {INGESTION_POSITIONS.fqn} has no positions")
+    last = pc.max(rows["attempt"]).as_py()
+    rows = rows.filter(pc.equal(rows["attempt"], last))
+    return batch, dict(zip(rows["stream"].to_pylist(), rows["seq"].to_pylist(), strict=True))
+
+
 def committed_positions(store: DeltaStore, table: Table, streams: Sequence[str]) -> dict[str, int]:
-    versions = store.app_versions(table.key, [position_app_id(s) for s in streams])
-    return {s: versions[position_app_id(s)] for s in streams}
+    positions = committed_batch(store, table)[1]
+    return {s: positions.get(s, 0) for s in streams}
+
+
+def journal_positions(store: DeltaStore, table: Table, positions: dict[str, int]) -> tuple[str, int]:
+    """Journal every stream's position after the next batch (the committed ones moved on by ``positions``);
+    returns the app transaction the batch's commit must carry."""
+    batch, committed = committed_batch(store, table)
+    after = {**committed, **{s: max(seq, committed.get(s, 0)) for s, seq in positions.items()}}
+    attempt = time.time_ns()
+    rows = INGESTION_POSITIONS.rows(
+        [
+            {"table": table.fqn, "batch": str(batch + 1), "attempt": attempt, "stream": s, "seq": q}
+            for s, q in sorted(after.items())
+        ]
+    )
+    store.append(
+        INGESTION_POSITIONS.key,
+        rows,
+        INGESTION_POSITIONS.partition_by,
+        retention_hours=INGESTION_POSITIONS.retention_hours,
+        operation=f"record {INGESTION_POSITIONS.fqn}",
+    )
+    return position_app_id(table), batch + 1
 
 
 def pending_segments(
@@ -646,23 +692,24 @@ def ingest_batch(
         _write_quarantine(store, table, quarantined, segments)
     _write_changes(store, table, changes, positions)
     _write_counts(store, table, changes, positions)
-    txns = {position_app_id(stream): seq for stream, seq in positions.items()}
+    txn = journal_positions(store, table, positions)
     if applied.num_rows:
         target = pa.schema([*schema, pa.field("_op", pa.string())])
         batch = applied.select(target.names).cast(target)
         report.merge = store.merge(
+            spark,
             table.key,
             batch,
             primary_key=table.primary_key,
             partition_by=table.partition_by,
-            app_transactions=txns,
+            app_transaction=txn,
             prune=prune,
             tombstone_column="_deleted",
             merge_schema=bool(new_columns),
             moved_out=moved_out.select(target.names).cast(target) if moved_out is not None else None,
         )
     else:
-        store.commit_app_transactions(table.key, txns)
+        store.commit_app_transactions(table.key, dict([txn]))
     report.seconds = time.monotonic() - started
     return report
 

@@ -1,6 +1,7 @@
 """Lake maintenance: vacuum, log checkpoints and log cleanup for every table, on a daily schedule.
 
-The ops tables (:mod:`warehouse_assets.ops_tables`) are also compacted: they grow by a small commit per batch.
+The tables Spark writes are vacuumed by Spark's ``VACUUM``; the ops tables (:mod:`warehouse_assets.ops_tables`),
+which delta-rs writes, by delta-rs, and they are also compacted: they grow by a small commit per batch.
 """
 
 from dagster import (
@@ -15,29 +16,33 @@ from dagster import (
 )
 
 from resources.delta_lake import DeltaLakeResource
+from resources.spark import SparkResource
 from warehouse_assets.catalog import Catalog
 from warehouse_assets.ops_tables import OPS_TABLES
 from warehouse_assets.partitions import periods
 
 
 def build_maintenance(catalog: Catalog) -> tuple[JobDefinition, ScheduleDefinition]:
-    # (key, retention hours or None for the lake's window, compact): never a producer's table
-    tables: list[tuple[tuple[str, ...], int | None, bool]] = [
-        (tuple(t.key), None, False) for t in catalog if not t.is_external
+    # (key, retention hours or None for the lake's window, compact, written by Spark): never a producer's table
+    tables: list[tuple[tuple[str, ...], int | None, bool, bool]] = [
+        (tuple(t.key), None, False, True) for t in catalog if not t.is_external
     ]
-    tables += [(ops.key, ops.retention_hours, True) for ops in OPS_TABLES]
+    tables += [(ops.key, ops.retention_hours, True, False) for ops in OPS_TABLES]
 
     @op(
         name="maintain_lake",
         description="Compact the ops tables; vacuum outside the time-travel window, checkpoint, clean the log.",
     )
-    def maintain_lake(context: OpExecutionContext, lake: DeltaLakeResource) -> Output[dict[str, dict[str, int]]]:
+    def maintain_lake(
+        context: OpExecutionContext, lake: DeltaLakeResource, spark: SparkResource
+    ) -> Output[dict[str, dict[str, int]]]:
         store = lake.store()
         done: dict[str, dict[str, int]] = {}
-        for key, retention_hours, compact in tables:
+        for key, retention_hours, compact, on_spark in tables:
             if not store.exists(key):
                 continue
-            result = store.maintain(key, retention_hours, compact=compact)
+            session = spark.session() if on_spark else None
+            result = store.maintain(key, retention_hours, compact=compact, spark=session)
             done[".".join(key)] = {k: int(v) for k, v in result.items() if k != "duration_s"}
             context.log.info(
                 f"{'.'.join(key)}: {result['files_compacted']} files compacted, "

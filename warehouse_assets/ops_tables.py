@@ -83,4 +83,23 @@ INGESTED_CHANGES = OpsTable(
     "Content hashes of the changes ingested per ODS table, stream and local binlog hour.",
 )
 
-OPS_TABLES: tuple[OpsTable, ...] = (QUARANTINE, INGESTED_COUNTS, INGESTED_CHANGES)
+# Every shard stream's position after each ODS batch, written before the batch's merge. Delta on Spark records
+# one application transaction per commit, so the merge commits the batch number (``ingest:<table>``) and
+# this journal says which segment of each stream that batch reached: the positions of the batch number the
+# ODS table committed are the committed ones, and an attempt that crashed before its merge counts for nothing.
+INGESTION_POSITIONS = OpsTable(
+    "ingestion_positions",
+    pa.schema(
+        [
+            pa.field("table", pa.string()),
+            pa.field("batch", pa.string()),  # the batch number the ODS table's merge commits (a partition)
+            pa.field("attempt", pa.int64()),  # when this attempt wrote it (ns): a re-run's rows win
+            pa.field("stream", pa.string()),
+            pa.field("seq", pa.int64()),  # the stream's last segment applied once the batch commits
+        ]
+    ),
+    ("table", "batch"),  # a reader opens the committed batch's partition only, however long the history
+    "Every shard stream's ingestion position after each ODS batch; the ODS table commits the batch number.",
+)
+
+OPS_TABLES: tuple[OpsTable, ...] = (QUARANTINE, INGESTED_COUNTS, INGESTED_CHANGES, INGESTION_POSITIONS)

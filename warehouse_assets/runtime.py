@@ -175,7 +175,7 @@ def _build_partitions(
         _check_columns(table, key, out)
         spec = partition_spec(table.period, key)
         out = out.select(*[c for c in out.columns if c not in spec], *[F.lit(v).alias(c) for c, v in spec.items()])
-        result = store.overwrite(table.key, out, table.partition_by, [spec], description=table.description)
+        result = store.overwrite(table.key, out, table.partition_by, [spec])
         version = result.version
         for name in ("rows", "files_added", "files_removed", "bytes_added"):
             totals[name] += int(getattr(result, name))
