@@ -12,6 +12,7 @@ import pytest
 
 from bench.readiness_history import build_history, tick
 from resources.delta_lake import DeltaLakeResource, DeltaStore, ReadStats, storage_options
+from resources.spark import SparkResource
 from warehouse_assets.catalog import load_catalog
 from warehouse_assets.maintenance import build_maintenance
 from warehouse_assets.ops_tables import INGESTED_CHANGES, INGESTED_COUNTS, INGESTION_POSITIONS, OPS_TABLES, QUARANTINE
@@ -68,7 +69,8 @@ def test_lake_maintenance_compacts_checkpoints_and_vacuums_the_ops_tables(tmp_pa
 
     job, _ = build_maintenance(load_catalog())
     lake = DeltaLakeResource(root=store.root, time_travel_hours=0)
-    result = job.execute_in_process(resources={"lake": lake})
+    # no catalog table exists in this lake: the Spark resource is declared by the op but no session starts
+    result = job.execute_in_process(resources={"lake": lake, "spark": SparkResource()})
     assert result.success
     done = result.output_for_node("maintain_lake")
     assert set(done) == {ops.fqn for ops in OPS_TABLES}  # every ops table is maintained
