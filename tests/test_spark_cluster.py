@@ -209,6 +209,11 @@ def test_the_slice_on_a_cluster_equals_the_local_run(
     finally:
         if server is not None:
             _stop(server)
+    if mode == "connect":  # `warehouse spark-server` stopped by SIGTERM stops its server (a process group of its own)
+        deadline = time.monotonic() + 30
+        while port_open("127.0.0.1", port):
+            assert time.monotonic() < deadline, "the Spark Connect server outlived `warehouse spark-server`"
+            time.sleep(0.5)
     _assert_same_tables(lake, local_lake)
     # the work ran on the cluster: the worker started an executor for this mode's application
     assert set((root / "work").glob("app-*")) - apps_before, "the worker ran no executor for this run"

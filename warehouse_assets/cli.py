@@ -327,10 +327,7 @@ def run_dev(args: argparse.Namespace) -> int:
     _say("[dev] starting the engine (the dependency center: starts each partition once its upstream is ready)")
     engine = subprocess.Popen(engine_command, env=env, start_new_session=True, preexec_fn=_default_signals)
 
-    def stop(*_: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         return dagster.wait()
     except KeyboardInterrupt:
@@ -381,6 +378,11 @@ def _prepare_instance(home: Path) -> None:
         instance.get_runs_count()
 
 
+def _interrupt(*_: object) -> None:
+    """SIGTERM handled as Ctrl-C: the ``finally`` blocks stop the process groups this command started."""
+    raise KeyboardInterrupt
+
+
 def _default_signals() -> None:
     """Children handle Ctrl-C / SIGTERM even when this process was started with them ignored."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -413,11 +415,13 @@ def run_spark_server(args: argparse.Namespace) -> int:
         _say(f"a server already listens on 127.0.0.1:{args.port}")
         return 0
     _say(f"Spark Connect listening on sc://127.0.0.1:{args.port}, master {settings.spark_master} (Ctrl-C stops it)")
+    signal.signal(signal.SIGTERM, _interrupt)  # a supervisor's stop: the server runs in a process group of its own
     try:
         return server.wait()
     except KeyboardInterrupt:
-        os.killpg(server.pid, signal.SIGTERM)
         return 0
+    finally:
+        _stop_group(server, signal.SIGTERM, timeout=15)
 
 
 def run_capture(args: argparse.Namespace) -> int:
