@@ -35,7 +35,7 @@ $(JARS_STAMP): pom.xml | $(STAMP)
 install: $(STAMP) $(JARS_STAMP)
 
 # Debian packages the tests of real components start (PostgreSQL for tests/test_postgres.py, MariaDB for
-# tests/test_capture.py, Chromium and its WebDriver for tests/test_ui_browser.py). CI runs as root: what is missing is installed after one `apt-get update`; elsewhere the
+# tests/test_capture.py, Chromium and its WebDriver for tests/test_embedded_stack.py). CI runs as root: what is missing is installed after one `apt-get update`; elsewhere the
 # tests needing it skip, saying why.
 DEBIAN_PACKAGES := postgresql mariadb-server chromium chromium-driver
 system-packages:

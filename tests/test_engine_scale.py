@@ -65,7 +65,7 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Catalog:
 
 
 class Recorder:
-    """A submitter that records what the engine submits (the GraphQL submitter is exercised by test_dev_smoke)."""
+    """A submitter that records what the engine submits (the GraphQL submitter is exercised by test_embedded_stack)."""
 
     def __init__(self) -> None:
         self.plans: list[RunPlan] = []

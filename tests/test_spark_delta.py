@@ -1,7 +1,7 @@
 """Delta Lake on Spark: the jars `make install` fetches (pom.xml) and the Delta SQL every Spark of the warehouse has.
 
 A table Spark writes, merges and time-travels with Delta is one delta-rs reads as the same rows and versions.
-test_dev_smoke.py runs the same round over the Spark Connect server the embedded default starts.
+test_embedded_stack.py runs the same round over the Spark Connect server the embedded default starts.
 """
 
 from __future__ import annotations

@@ -307,7 +307,9 @@ def run_dev(args: argparse.Namespace) -> int:
         host, port = settings.spark_connect_url.removeprefix("sc://").split("/")[0].split(":")
         log_path = Path(settings.log_dir) / "spark-connect.log"
         _say(f"[dev] starting the Spark Connect server on {host}:{port} (log: {log_path})")
-        server = start_connect_server(host=host, port=int(port), timezone=tz, log_path=log_path)
+        server = start_connect_server(
+            host=host, port=int(port), master=settings.spark_master, timezone=tz, log_path=log_path
+        )
         if server is None:
             _say("[dev] a Spark Connect server already listens there; using it")
     _prepare_instance(Path(env["DAGSTER_HOME"]))
@@ -325,10 +327,7 @@ def run_dev(args: argparse.Namespace) -> int:
     _say("[dev] starting the engine (the dependency center: starts each partition once its upstream is ready)")
     engine = subprocess.Popen(engine_command, env=env, start_new_session=True, preexec_fn=_default_signals)
 
-    def stop(*_: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         return dagster.wait()
     except KeyboardInterrupt:
@@ -379,6 +378,11 @@ def _prepare_instance(home: Path) -> None:
         instance.get_runs_count()
 
 
+def _interrupt(*_: object) -> None:
+    """SIGTERM handled as Ctrl-C: the ``finally`` blocks stop the process groups this command started."""
+    raise KeyboardInterrupt
+
+
 def _default_signals() -> None:
     """Children handle Ctrl-C / SIGTERM even when this process was started with them ignored."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -399,16 +403,25 @@ def _stop_group(proc: subprocess.Popen[bytes], sig: int, timeout: float) -> None
 def run_spark_server(args: argparse.Namespace) -> int:
     from resources.spark import start_connect_server
 
-    server = start_connect_server(port=args.port, log_path=ROOT / "data" / "spark-connect.log")
+    settings = _settings(os.environ)
+    # in front of a cluster when WAREHOUSE_SPARK_MASTER names one: the server is the cluster's driver
+    server = start_connect_server(
+        port=args.port,
+        master=settings.spark_master,
+        timezone=settings.timezone,
+        log_path=Path(settings.log_dir) / "spark-connect.log",
+    )
     if server is None:
         _say(f"a server already listens on 127.0.0.1:{args.port}")
         return 0
-    _say(f"Spark Connect listening on sc://127.0.0.1:{args.port} (Ctrl-C stops it)")
+    _say(f"Spark Connect listening on sc://127.0.0.1:{args.port}, master {settings.spark_master} (Ctrl-C stops it)")
+    signal.signal(signal.SIGTERM, _interrupt)  # a supervisor's stop: the server runs in a process group of its own
     try:
         return server.wait()
     except KeyboardInterrupt:
-        os.killpg(server.pid, signal.SIGTERM)
         return 0
+    finally:
+        _stop_group(server, signal.SIGTERM, timeout=15)
 
 
 def run_capture(args: argparse.Namespace) -> int:

@@ -1,17 +1,25 @@
-"""The UI in a real browser: headless Chromium driven by Selenium (Debian's `chromium` and `chromium-driver`, which
-`make system-packages` installs) against the product's stack as `warehouse dev` runs it on two simulated days.
+"""The embedded warehouse as `make dev` runs it (Spark Connect, webserver, daemon and engine on two simulated days),
+one stack for every test of this module, seen as its user sees it.
 
-What a user sees, asserted on the page's text: the asset graph with the four layers, a derived table's partitions
-built by the engine with no click, a 2-day backfill launched from the Materialize dialog that succeeds, and the
-`why_waiting` job's answer for a partition that waits. Every test saves a screenshot (the path is printed); every
-run the stack or a test started must have succeeded.
+Nobody clicks anything: the landing sensor launches the ingestion, the readiness sensor reports ODS hours, and the
+dependency center's engine (``warehouse engine``, started by ``warehouse dev``) materializes DWD, DWS and ADS
+partitions through the webserver; the Spark Connect server it starts runs Delta's SQL.
+
+Then the UI in a real browser: headless Chromium driven by Selenium (Debian's `chromium` and `chromium-driver`, which
+`make system-packages` installs). Asserted on the page's text: the asset graph with the four layers, a derived
+table's partitions built by the engine, a 2-day backfill launched from the Materialize dialog that succeeds, and the
+`why_waiting` job's answer for a partition that waits. Every browser test saves a screenshot (the path is printed);
+every run the stack or a test started must have succeeded. The engine's own test comes first: the backfill rebuilds
+its day.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,7 +27,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from dagster import AssetKey, AssetRecordsFilter, DagsterInstance, DagsterRunStatus, RunsFilter
+from dagster import AssetCheckKey, AssetKey, AssetRecordsFilter, DagsterInstance, DagsterRunStatus, RunsFilter
 from dagster._core.execution.backfill import BulkActionStatus
 from selenium import webdriver
 from selenium.common.exceptions import WebDriverException
@@ -32,7 +40,8 @@ from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
 from resources.spark import port_open
-from tests.dev_stack import DAY, DEADLINE_S, ROOT, STALL_S, await_partition, free_port, start_stack
+from tests.dev_stack import DAY, DEADLINE_S, ROOT, STALL_S, await_partition, free_port, graphql, start_stack
+from tests.test_spark_delta import assert_round
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 # a page of the UI on a loaded 2-core machine: its GraphQL queries wait behind the runs' Spark work
@@ -47,9 +56,8 @@ LAYERS = {
 GOING = (BulkActionStatus.REQUESTED, BulkActionStatus.CANCELING, BulkActionStatus.FAILING)  # a backfill not done
 DAYS = [f"{DAY + timedelta(days=n):%Y-%m-%d}" for n in range(3)]  # two full simulated days, the third's first hour
 
-# checked before the module's stack starts
 MISSING = [str(path) for path in (CHROMIUM, CHROMEDRIVER) if not path.exists()]
-pytestmark = pytest.mark.skipif(
+needs_browser = pytest.mark.skipif(
     bool(MISSING),
     reason=f"not installed: {', '.join(MISSING)} (`make system-packages` installs Debian's chromium and "
     "chromium-driver when run as root)",
@@ -61,6 +69,7 @@ class Stack:
     port: int
     home: Path
     proc: subprocess.Popen[bytes]
+    spark_port: int
 
     @property
     def url(self) -> str:
@@ -83,9 +92,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory, monkeypatch_module: pytest.M
     home.mkdir()
     shutil.copy(ROOT / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
     monkeypatch_module.setenv("DAGSTER_HOME", str(home))
-    port = free_port()
-    with start_stack(root, home, port, free_port(), days=2) as proc:
-        yield Stack(port, home, proc)
+    port, spark_port = free_port(), free_port()
+    with start_stack(root, home, port, spark_port, days=2) as proc:
+        yield Stack(port, home, proc, spark_port)
 
 
 @pytest.fixture(scope="module")
@@ -171,6 +180,56 @@ def all_runs_succeeded(instance: DagsterInstance, runs: RunsFilter | None = None
     assert not failed, "runs that did not succeed:\n" + "\n".join(failed)
 
 
+def test_dev_materializes_downstream_partitions_without_a_click(stack: Stack) -> None:
+    target = AssetKey(["ads", "daily_gmv"])
+    instance = await_partition(stack.proc, stack.port, stack.home, target, f"{DAY:%Y-%m-%d}")
+    for key in (["ods", "order"], ["dwd", "order_detail"], ["dws", "user_order_daily"]):
+        assert instance.get_materialized_partitions(AssetKey(key)), key
+    # the day was built by the engine, not by hand: submitted for one request, naming the change that triggered it
+    records = instance.fetch_materializations(AssetRecordsFilter(asset_key=target), limit=1).records
+    run = instance.get_run_by_id(records[0].run_id)
+    assert run is not None and run.tags.get("warehouse/engine") == "center", run and run.tags
+    assert run.tags["warehouse/request"] and run.tags["warehouse/trigger_table"].startswith(("dws.", "dwd.")), run.tags
+    assert instance.get_runs_count(RunsFilter(tags={"warehouse/request": run.tags["warehouse/request"]})) == 1
+    # with the table's blocking checks, evaluated in the same step as the write
+    checks = instance.event_log_storage.get_asset_check_execution_history(AssetCheckKey(target, "unique"), limit=10)
+    assert any(c.run_id == run.run_id and c.status.value == "SUCCEEDED" for c in checks), checks
+
+    data = graphql(stack.port, "{ assetNodes { assetKey { path } groupName } }")
+    groups = {node["groupName"] for node in data["data"]["assetNodes"]}
+    assert {"ods", "dwd", "dws", "ads"} <= groups
+
+
+def test_the_connect_server_of_dev_runs_delta_sql(stack: Stack, tmp_path: Path) -> None:
+    """The Spark Connect server `warehouse dev` starts carries Delta's jars, SQL extension and catalog."""
+    proc, spark_port = stack.proc, stack.spark_port
+    deadline = time.monotonic() + STALL_S
+    while not port_open("127.0.0.1", spark_port):
+        assert proc.poll() is None, "the dev stack exited"
+        assert time.monotonic() < deadline, f"the Spark Connect server did not listen on port {spark_port}"
+        time.sleep(2)
+    path = str(tmp_path / "orders")
+    # the client in a process of its own: a Connect session would switch this one, which holds the tests'
+    # classic Spark, to Connect mode
+    client = (
+        "import json, sys\n"
+        "from pyspark.sql import SparkSession\n"
+        "from tests.test_spark_delta import spark_delta_round\n"
+        "session = SparkSession.builder.remote(sys.argv[1]).getOrCreate()\n"
+        "print(json.dumps(spark_delta_round(session, sys.argv[2])))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", client, f"sc://127.0.0.1:{spark_port}", path],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert_round(path, json.loads(done.stdout.splitlines()[-1]))
+
+
+@needs_browser
 def test_the_asset_graph_shows_the_four_layers(stack: Stack, browser: WebDriver, screenshots: Path) -> None:
     browser.get(f"{stack.url}/asset-groups")
     wait_for_text(browser, "Global asset lineage")
@@ -188,6 +247,7 @@ def test_the_asset_graph_shows_the_four_layers(stack: Stack, browser: WebDriver,
     shoot(browser, screenshots, "ui-asset-graph")
 
 
+@needs_browser
 def test_a_derived_tables_partitions_show_what_the_engine_built(
     stack: Stack, browser: WebDriver, screenshots: Path
 ) -> None:
@@ -213,6 +273,7 @@ def test_a_derived_tables_partitions_show_what_the_engine_built(
     shoot(browser, screenshots, "ui-partitions")
 
 
+@needs_browser
 def test_a_backfill_launched_from_the_materialize_dialog_succeeds(
     stack: Stack, browser: WebDriver, screenshots: Path
 ) -> None:
@@ -255,6 +316,7 @@ def test_a_backfill_launched_from_the_materialize_dialog_succeeds(
     all_runs_succeeded(instance)
 
 
+@needs_browser
 def test_the_why_waiting_job_explains_a_waiting_partition(stack: Stack, browser: WebDriver, screenshots: Path) -> None:
     waiting = DAYS[2]  # only its first hour has landed
     instance = stack.instance()
