@@ -1,9 +1,9 @@
 """The product's stack on a PostgreSQL instance (dagster_home/postgres/dagster.yaml; README: Production deployment).
 
 A PostgreSQL server from the machine's packages (`make system-packages` installs Debian's `postgresql`) runs on a
-free loopback port from a data directory of its own; `warehouse dev` runs against it as tests/test_embedded_stack.py runs
-the embedded stack. With no click, ingestion, ODS readiness and the engine build a DWD, DWS and ADS day, and the runs,
-their events and the sensors' ticks are rows in PostgreSQL, none in SQLite.
+free loopback port from a data directory of its own; `warehouse dev` runs against it as
+tests/test_embedded_stack.py runs the embedded stack. With no click, ingestion, ODS readiness and the engine build
+a DWD, DWS and ADS day, and the runs, their events and the sensors' ticks are rows in PostgreSQL, none in SQLite.
 """
 
 from __future__ import annotations
