@@ -260,9 +260,21 @@ _CONFLICTS = ("CONCURRENT", "METADATA_CHANGED", "PROTOCOL_CHANGED", "METADATACHA
 
 
 def _is_conflict(exc: BaseException) -> bool:
-    """Whether Delta refused a commit because another writer committed first (it can be written again)."""
-    text = str(exc).upper()
-    return any(marker in text for marker in _CONFLICTS)
+    """Whether Delta refused a commit because another writer committed first (it can be written again).
+
+    The whole chain is read: over Spark Connect the first error is gRPC's, whose text may not carry Delta's error
+    class, which the PySpark error that follows it does."""
+    texts: list[str] = []
+    chain: list[BaseException | None] = [exc]
+    seen: set[int] = set()
+    while chain:
+        error = chain.pop()
+        if error is None or id(error) in seen:
+            continue
+        seen.add(id(error))
+        texts.append(str(error).upper())
+        chain += [error.__cause__, error.__context__]
+    return any(marker in text for text in texts for marker in _CONFLICTS)
 
 
 def _root_message(exc: BaseException) -> str:

@@ -376,3 +376,38 @@ def test_two_writers_on_one_partition_never_mix_or_lose(spark: SparkSession, sto
     winner = next(name for name, r in results.items() if r is last)
     assert _rows(store, spark) == expected[winner]
     assert last.files_removed >= 1
+
+
+def test_two_runs_creating_one_table_with_different_partitions_both_land(
+    spark: SparkSession, store: DeltaStore
+) -> None:
+    """Two runs of a new table (two hours at once): both create it; Delta refuses the second creation
+    (``ProtocolChangedException``: two writers on an empty directory), which is written again on the table."""
+    barrier = threading.Barrier(2)
+    results: dict[str, Any] = {}
+
+    def write(day: str) -> None:
+        barrier.wait()
+        results[day] = DeltaStore(store.root).overwrite(KEY, _sales(spark, day, 2), ["dt"], [{"dt": day}])
+
+    threads = [threading.Thread(target=write, args=(day,)) for day in ("2024-03-05", "2024-03-06")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(r.version for r in results.values()) == [0, 1]
+    assert sorted({row[3] for row in _rows(store, spark)}) == ["2024-03-05", "2024-03-06"]
+
+
+def test_a_conflict_reported_through_spark_connect_is_recognized() -> None:
+    """Over Spark Connect the first error of the chain is gRPC's; Delta's error class is on the PySpark error
+    that follows it. The overwrite retries such a conflict (it failed a run of the embedded stack once)."""
+    from resources.delta_lake import _is_conflict
+
+    grpc = RuntimeError("<_MultiThreadedRendezvous of RPC that terminated with:\n\tstatus = StatusCode.INTERNAL>")
+    pyspark = RuntimeError("(io.delta.exceptions.ProtocolChangedException) [DELTA_PROTOCOL_CHANGED] two writers")
+    pyspark.__context__ = grpc
+    layer = DeltaLayerError(f"lake/dws/order_hourly: overwrite failed: {grpc}")
+    layer.__cause__ = pyspark
+    assert _is_conflict(layer)
+    assert not _is_conflict(DeltaLayerError("lake/dws/order_hourly: overwrite failed: [PATH_NOT_FOUND] no such path"))

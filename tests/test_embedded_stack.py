@@ -20,6 +20,7 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from pathlib import Path
 import pytest
 from dagster import AssetCheckKey, AssetKey, AssetRecordsFilter, DagsterInstance, DagsterRunStatus, RunsFilter
 from dagster._core.execution.backfill import BulkActionStatus
+from deltalake import DeltaTable
 from selenium import webdriver
 from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service
@@ -227,6 +229,51 @@ def test_the_connect_server_of_dev_runs_delta_sql(stack: Stack, tmp_path: Path) 
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert_round(path, json.loads(done.stdout.splitlines()[-1]))
+
+
+# two threads of one Connect client create three new tables at once, each writing its own hour
+CREATING_CLIENT = """
+    import sys, threading
+    from pyspark.sql import SparkSession
+    from resources.delta_lake import DeltaStore
+
+    session = SparkSession.builder.remote(sys.argv[1]).getOrCreate()
+    errors = []
+
+    def write(table, hour, barrier):
+        rows = session.createDataFrame([(hour, "2026-01-01", f"{hour:02d}")], "id int, dt string, hh string")
+        barrier.wait()
+        try:
+            spec = {"dt": "2026-01-01", "hh": f"{hour:02d}"}
+            DeltaStore(sys.argv[2]).overwrite(("dws", table), rows, ["dt", "hh"], [spec])
+        except Exception as exc:
+            errors.append(repr(exc))
+
+    for n in range(3):
+        barrier = threading.Barrier(2)
+        threads = [threading.Thread(target=write, args=(f"t{n}", hour, barrier)) for hour in (0, 1)]
+        [thread.start() for thread in threads]
+        [thread.join() for thread in threads]
+    sys.exit("\\n".join(errors) or None)  # a message exits with 1
+"""
+
+
+def test_runs_creating_one_table_at_once_over_connect_all_land(stack: Stack, tmp_path: Path) -> None:
+    """Two runs of a new table write their partitions at once through the stack's Spark Connect server: Delta
+    refuses the second creation of the table, and the overwrite writes it again (the error comes through gRPC)."""
+    client = textwrap.dedent(CREATING_CLIENT)
+    lake = tmp_path / "lake"
+    done = subprocess.run(
+        [sys.executable, "-c", client, f"sc://127.0.0.1:{stack.spark_port}", str(lake)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    for n in range(3):
+        rows = DeltaTable(str(lake / "dws" / f"t{n}")).to_pyarrow_table().to_pylist()
+        assert sorted(r["hh"] for r in rows) == ["00", "01"], rows
 
 
 @needs_browser
