@@ -61,3 +61,24 @@ def test_two_concurrent_delta_rs_writers_on_s3_lose_nothing(s3_env: dict[str, st
     rows = sorted(zip(*table.to_pyarrow_table().to_pydict().values(), strict=True))
     assert rows == sorted((w, n) for w in (1, 2) for n in range(rounds))
     assert table.version() == 2 * rounds  # one commit per append after the create: none overwrote another
+
+
+def test_spark_writes_s3a_and_delta_rs_reads_the_same_rows_and_version(spark, s3_env: dict[str, str]) -> None:  # type: ignore[no-untyped-def]
+    from resources.spark import s3a_conf
+
+    # the test session's one JVM was built before moto started: its endpoint goes in as per-bucket s3a keys
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    for name, value in s3a_conf(s3_env).items():
+        hadoop.set(name.replace("spark.hadoop.fs.s3a.", f"fs.s3a.bucket.{BUCKET}."), value)
+    # nor does its environment hold moto's keys (a real deployment's JVM inherits AWS_ACCESS_KEY_ID...)
+    hadoop.set(f"fs.s3a.bucket.{BUCKET}.access.key", s3_env["AWS_ACCESS_KEY_ID"])
+    hadoop.set(f"fs.s3a.bucket.{BUCKET}.secret.key", s3_env["AWS_SECRET_ACCESS_KEY"])
+    root = f"s3://{BUCKET}/spark"
+    store = DeltaStore(root, storage_options(root, s3_env))
+    rows = spark.createDataFrame([(1, "2026-01-01", "a"), (2, "2026-01-02", "b")], "id long, dt string, v string")
+    rows.write.format("delta").partitionBy("dt").save(store.spark_path(("dwd", "t")))
+    rows.limit(1).write.format("delta").mode("append").save(store.spark_path(("dwd", "t")))
+    table = store.table(("dwd", "t"))
+    assert table is not None and table.version() == 1
+    got = sorted(zip(*table.to_pyarrow_table().select(["id", "dt", "v"]).to_pydict().values(), strict=True))
+    assert got == sorted(tuple(r) for r in rows.union(rows.limit(1)).collect())
