@@ -50,6 +50,8 @@ from deltalake.exceptions import TableNotFoundError
 from deltalake.transaction import Transaction
 from pydantic import Field
 
+from resources.settings import s3_endpoint
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
@@ -916,7 +918,24 @@ def storage_options(root: str, env: Mapping[str, str] | None = None) -> dict[str
     """The delta-rs storage options of a lake root (see :func:`storage_config`)."""
     config = storage_config(root, env).model_dump(exclude={"provider"})  # the discriminator is no store option
     options = {name: str(value) for name, value in config.items() if value is not None}
-    return options if "://" in root else {}
+    if "://" not in root:
+        return {}
+    if _SCHEMES.get(urlparse(root).scheme) == "s3":
+        options = {**_s3_commit_options(env), **options}
+    return options
+
+
+def _s3_commit_options(env: Mapping[str, str] | None) -> dict[str, str]:
+    """What delta-rs needs beyond credentials on S3: an S3-compatible endpoint (MinIO, moto) is addressed by
+    path (bucket in the path, not the host name) and may be plain http. Commits need no option and no DynamoDB
+    lock: delta-rs 1.x writes each log entry with S3's conditional put (``If-None-Match``), so two writers of
+    one table never both write version N (tests/test_object_store.py)."""
+    options: dict[str, str] = {}
+    endpoint = s3_endpoint(env)
+    if endpoint:
+        options["virtual_hosted_style_request"] = "false"
+        options["allow_http"] = "true" if endpoint.startswith("http://") else "false"
+    return options
 
 
 class DeltaLakeResource(ConfigurableResource):  # type: ignore[misc]

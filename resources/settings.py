@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from datetime import date
 from typing import Any, Literal
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
@@ -153,3 +154,25 @@ def using(settings: Settings) -> Iterator[Settings]:
         yield settings
     finally:
         _OVERRIDE.reset(token)
+
+
+S3_ENDPOINT_VARIABLE = "AWS_ENDPOINT_URL"
+
+
+def s3_endpoint(env: Mapping[str, str] | None = None) -> str:
+    """The S3-compatible endpoint of the lake (``AWS_ENDPOINT_URL``, the AWS SDKs' own variable, so that Spark,
+    delta-rs and the aws CLI agree), '' for AWS's own; ValueError for a value that is no http(s)://host[:port]."""
+    env = os.environ if env is None else env
+    value = env.get(S3_ENDPOINT_VARIABLE, "").strip()
+    if not value:
+        return ""
+    parsed = urlsplit(value)
+    try:
+        port_ok = parsed.port is None or parsed.port > 0
+    except ValueError:
+        port_ok = False
+    if parsed.scheme not in ("http", "https") or not parsed.hostname or not port_ok or parsed.path not in ("", "/"):
+        raise ValueError(
+            f"{S3_ENDPOINT_VARIABLE}={value!r}: expected an http(s)://host[:port] URL, e.g. http://127.0.0.1:9000"
+        )
+    return value.rstrip("/")

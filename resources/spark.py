@@ -20,13 +20,14 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dagster import ConfigurableResource
 from pydantic import Field
 
-from resources.settings import DEFAULT_TIMEZONE, SparkMode
+from resources.settings import DEFAULT_TIMEZONE, SparkMode, s3_endpoint
 
 if TYPE_CHECKING:  # imported when a session is made: `warehouse why` loads resources without PySpark
     from pyspark.sql import SparkSession
@@ -122,8 +123,30 @@ class SparkResource(ConfigurableResource):  # type: ignore[misc]
         )
 
 
+def s3a_conf(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Spark's ``s3a://`` file system, configured from the standard AWS variables: the endpoint of an
+    S3-compatible store (``AWS_ENDPOINT_URL``, addressed by path, http allowed) and ``AWS_REGION``.
+
+    Delta's commits on ``s3a://`` go through its default S3SingleDriverLogStore: concurrent writers inside
+    one Spark driver (this process's one session) are serialised by it, writers in two drivers at once on
+    one table are not (that needs S3DynamoDBLogStore and a DynamoDB table, not configured here)."""
+    env = os.environ if env is None else env
+    conf: dict[str, str] = {}
+    endpoint = s3_endpoint(env)
+    if endpoint:
+        conf["spark.hadoop.fs.s3a.endpoint"] = endpoint
+        conf["spark.hadoop.fs.s3a.path.style.access"] = "true"
+        conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = "true" if endpoint.startswith("https://") else "false"
+    if env.get("AWS_REGION"):
+        conf["spark.hadoop.fs.s3a.endpoint.region"] = env["AWS_REGION"]
+    # no credentials provider is set: s3a's default chain already reads AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY
+    # (and the session token) from the environment before the instance profile, and keeps the keys out of conf
+    return conf
+
+
 def _settings(timezone: str, conf: dict[str, str]) -> dict[str, str]:
     settings = dict(DEFAULT_CONF)
+    settings.update(s3a_conf())
     settings["spark.sql.session.timeZone"] = timezone
     settings.update(conf)
     return settings

@@ -118,3 +118,28 @@ def test_the_delta_layer_with_dagster_deltalake_imports_no_pyspark() -> None:
     code = "import sys, resources.delta_lake, dagster_deltalake; print('pyspark' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_s3_endpoint_configures_both_engines_and_bad_values_fail_clearly() -> None:
+    from resources.spark import s3a_conf
+
+    env = {"AWS_ENDPOINT_URL": "http://127.0.0.1:9000/", "AWS_REGION": "us-east-1"}
+    s3 = storage_options("s3://bucket/lake", env)
+    assert s3["endpoint"] == "http://127.0.0.1:9000/"
+    assert {k: s3[k] for k in ("allow_http", "virtual_hosted_style_request")} == {
+        "allow_http": "true",
+        "virtual_hosted_style_request": "false",
+    }
+    assert s3a_conf(env) == {
+        "spark.hadoop.fs.s3a.endpoint": "http://127.0.0.1:9000",
+        "spark.hadoop.fs.s3a.path.style.access": "true",
+        "spark.hadoop.fs.s3a.connection.ssl.enabled": "false",
+        "spark.hadoop.fs.s3a.endpoint.region": "us-east-1",
+    }
+    # AWS's own S3: no endpoint, virtual-hosted addressing, https
+    assert s3a_conf({}) == {}
+    aws = storage_options("s3://bucket/lake", {})
+    assert "endpoint" not in aws and "allow_http" not in aws and "virtual_hosted_style_request" not in aws
+    for bad in ("127.0.0.1:9000", "ftp://host", "http://host:0", "http://host/path"):
+        with pytest.raises(ValueError, match="AWS_ENDPOINT_URL"):
+            s3a_conf({"AWS_ENDPOINT_URL": bad})
