@@ -1,39 +1,69 @@
-"""The lake on an S3-compatible object store (moto's server on loopback): delta-rs with the options the
-environment gives it, and two concurrent writers of one table losing nothing (S3 conditional writes)."""
+"""The lake on an S3-compatible object store (moto's server on loopback): the product's ODS merge and derived
+overwrite through Spark's Delta on ``s3a://``, read back by delta-rs on ``s3://`` with the options the environment
+gives it; two concurrent writers of one table lose nothing with each engine's documented S3 commit coordination
+(delta-rs: conditional put; Spark's Delta: S3SingleDriverLogStore, writers inside one driver)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import boto3
 import pyarrow as pa
 import pytest
-from moto.server import ThreadedMotoServer
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from resources.delta_lake import DeltaStore, storage_options
+from resources.spark import port_open
+from tests.dev_stack import free_port
 
 BUCKET = "lake"
 
 
-@pytest.fixture
-def s3_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-    server.start()
-    host, port = server.get_host_and_port()
-    env = {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-    }
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1").create_bucket(Bucket=BUCKET)
+@pytest.fixture(scope="module")
+def s3_env() -> Iterator[dict[str, str]]:
+    """moto's S3 server on a free loopback port, in a process of its own (a server thread in this process would
+    wait for the GIL that a blocking delta-rs call holds), one for the module: the JVM caches its s3a file system
+    per bucket, so a second server on another port would leave Spark calling the first one's dead port."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
-        yield env
+        deadline = time.monotonic() + 60
+        while not port_open("127.0.0.1", port):
+            assert server.poll() is None, f"moto's server exited with {server.returncode}"
+            assert time.monotonic() < deadline, "moto's server did not open its port within 60 s"
+            time.sleep(0.2)
+        env = {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        }
+        s3 = boto3.client(
+            "s3",
+            endpoint_url=env["AWS_ENDPOINT_URL"],
+            region_name=env["AWS_REGION"],
+            aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+        )
+        s3.create_bucket(Bucket=BUCKET)
+        with pytest.MonkeyPatch.context() as monkeypatch:
+            for name, value in env.items():
+                monkeypatch.setenv(name, value)
+            yield env
     finally:
-        server.stop()
+        server.terminate()
+        server.wait(timeout=30)
 
 
 def test_two_concurrent_delta_rs_writers_on_s3_lose_nothing(s3_env: dict[str, str]) -> None:
@@ -63,22 +93,101 @@ def test_two_concurrent_delta_rs_writers_on_s3_lose_nothing(s3_env: dict[str, st
     assert table.version() == 2 * rounds  # one commit per append after the create: none overwrote another
 
 
-def test_spark_writes_s3a_and_delta_rs_reads_the_same_rows_and_version(spark, s3_env: dict[str, str]) -> None:  # type: ignore[no-untyped-def]
+@pytest.fixture(scope="module")
+def s3_spark(spark: SparkSession, s3_env: dict[str, str]) -> SparkSession:
+    """The test session's one JVM pointed at moto: it was built before moto started, so its endpoint and keys go
+    in as per-bucket s3a keys (a deployment's sessions get ``s3a_conf()`` when built and inherit AWS_* keys)."""
     from resources.spark import s3a_conf
 
-    # the test session's one JVM was built before moto started: its endpoint goes in as per-bucket s3a keys
     hadoop = spark.sparkContext._jsc.hadoopConfiguration()
     for name, value in s3a_conf(s3_env).items():
         hadoop.set(name.replace("spark.hadoop.fs.s3a.", f"fs.s3a.bucket.{BUCKET}."), value)
-    # nor does its environment hold moto's keys (a real deployment's JVM inherits AWS_ACCESS_KEY_ID...)
     hadoop.set(f"fs.s3a.bucket.{BUCKET}.access.key", s3_env["AWS_ACCESS_KEY_ID"])
     hadoop.set(f"fs.s3a.bucket.{BUCKET}.secret.key", s3_env["AWS_SECRET_ACCESS_KEY"])
+    return spark
+
+
+def _rows(table: DeltaTable, columns: list[str]) -> list[tuple[Any, ...]]:
+    return sorted(zip(*table.to_pyarrow_table().select(columns).to_pydict().values(), strict=True))
+
+
+def test_an_ods_merge_and_a_derived_overwrite_through_spark_on_s3_read_back_by_delta_rs(
+    s3_spark: SparkSession, s3_env: dict[str, str]
+) -> None:
     root = f"s3://{BUCKET}/spark"
     store = DeltaStore(root, storage_options(root, s3_env))
-    rows = spark.createDataFrame([(1, "2026-01-01", "a"), (2, "2026-01-02", "b")], "id long, dt string, v string")
-    rows.write.format("delta").partitionBy("dt").save(store.spark_path(("dwd", "t")))
-    rows.limit(1).write.format("delta").mode("append").save(store.spark_path(("dwd", "t")))
-    table = store.table(("dwd", "t"))
-    assert table is not None and table.version() == 1
-    got = sorted(zip(*table.to_pyarrow_table().select(["id", "dt", "v"]).to_pydict().values(), strict=True))
-    assert got == sorted(tuple(r) for r in rows.union(rows.limit(1)).collect())
+    ods, dwd = ("ods", "order"), ("dwd", "order_detail")
+    batch = pa.table(
+        {
+            "id": pa.array([1, 2, 3], pa.int64()),
+            "amount": pa.array([10, 20, 30], pa.int64()),
+            "dt": ["2026-01-01", "2026-01-01", "2026-01-02"],
+            "_es": pa.array([1, 1, 1], pa.int64()),
+            "_pos": pa.array([1, 2, 3], pa.int64()),
+            "_op": ["INSERT", "INSERT", "INSERT"],
+        }
+    )
+    first = store.merge(s3_spark, ods, batch, primary_key=["id"], partition_by=["dt"], app_transaction=("shard-0", 1))
+    changes = pa.table(
+        {
+            "id": pa.array([2, 3], pa.int64()),
+            "amount": pa.array([21, 30], pa.int64()),
+            "dt": ["2026-01-01", "2026-01-02"],
+            "_es": pa.array([2, 2], pa.int64()),
+            "_pos": pa.array([4, 5], pa.int64()),
+            "_op": ["UPDATE", "DELETE"],
+        }
+    )
+    second = store.merge(
+        s3_spark, ods, changes, primary_key=["id"], partition_by=["dt"], app_transaction=("shard-0", 2)
+    )
+    # the same batch again: its app transaction is recorded, Delta applies nothing
+    store.merge(s3_spark, ods, changes, primary_key=["id"], partition_by=["dt"], app_transaction=("shard-0", 2))
+    table = store.table(ods)
+    assert table is not None and second.version > first.version
+    assert _rows(table, ["id", "amount", "dt"]) == [(1, 10, "2026-01-01"), (2, 21, "2026-01-01")]
+    assert store.app_versions(ods, ["shard-0"]) == {"shard-0": 2}
+
+    live, _ = store.read(s3_spark, ods, partitions=[{"dt": "2026-01-01"}])
+    daily = live.groupBy("dt").agg(F.sum("amount").alias("gmv"), F.count("*").alias("orders"))
+    written = store.overwrite(dwd, daily, ["dt"], [{"dt": "2026-01-01"}])
+    assert written.rows == 1
+    derived = store.table(dwd)
+    assert derived is not None and derived.version() == written.version
+    assert _rows(derived, ["dt", "gmv", "orders"]) == [("2026-01-01", 31, 2)]
+
+
+def test_two_spark_writers_of_one_table_on_s3_lose_nothing(s3_spark: SparkSession, s3_env: dict[str, str]) -> None:
+    """Two threads of the one driver overwrite partitions of one table at once: Delta's S3SingleDriverLogStore
+    serialises their log writes in the driver, and a conflicting commit is written again on the new version."""
+    root = f"s3://{BUCKET}/writers"
+    store = DeltaStore(root, storage_options(root, s3_env))
+    key, rounds = ("dws", "daily"), 3
+    store.overwrite(
+        key,
+        s3_spark.createDataFrame([("2026-01-01", 0, 0)], "dt string, writer int, n int"),
+        ["dt"],
+        [{"dt": "2026-01-01"}],
+    )
+    errors: list[BaseException] = []
+
+    def write(writer: int) -> None:
+        try:
+            for n in range(rounds):
+                dt = f"2026-02-{writer * 10 + n:02d}"
+                df = s3_spark.createDataFrame([(dt, writer, n)], "dt string, writer int, n int")
+                store.overwrite(key, df, ["dt"], [{"dt": dt}])
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(w,)) for w in (1, 2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    table = store.table(key)
+    assert table is not None
+    expected = [("2026-01-01", 0, 0)] + [(f"2026-02-{w * 10 + n:02d}", w, n) for w in (1, 2) for n in range(rounds)]
+    assert _rows(table, ["dt", "writer", "n"]) == sorted(expected)
+    assert table.version() == 2 * rounds  # one commit per write after the first: none replaced another
