@@ -58,7 +58,7 @@ dev-postgres: install  ## `make dev` on the PostgreSQL instance of dagster_home/
 
 test: install system-packages  ## the whole test suite
 	@command -v java >/dev/null 2>&1 || { echo "error: 'java' was not found on PATH (Spark needs Java 17)"; exit 1; }
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 test-backfill-month: install  ## the backfill test over all of January, the whole graph (~25 min on 2 cores)
 	BACKFILL_DAYS=31 BACKFILL_HOURLY_DAYS=31 $(VENV)/bin/pytest -s tests/test_backfill.py

@@ -19,6 +19,23 @@ os.environ.setdefault("DAGSTER_TELEMETRY_ENABLED", "false")
 os.environ.pop("WAREHOUSE_START", None)
 
 
+# `make test` runs two xdist workers, a module per worker at a time (--dist loadfile): the longest modules start
+# first so that the two finish together (their setup is most of the suite's time; durations from CI).
+LONGEST_FIRST = (
+    "test_end_to_end.py",  # ~470 s: a simulated January through every table
+    "test_embedded_stack.py",  # ~380 s: `warehouse dev` and the browser
+    "test_backfill.py",  # ~350 s
+    "test_postgres.py",  # ~210 s
+    "test_spark_cluster.py",  # ~190 s
+    "test_warm_launcher.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     # the same configuration the resources use, so assets materialized in tests share this session
