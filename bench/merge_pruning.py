@@ -46,7 +46,7 @@ if str(ROOT) not in sys.path:
 
 from resources.delta_lake import DeltaStore, MergeResult  # noqa: E402
 from resources.landing import Landing, Segment, read_lines  # noqa: E402
-from resources.spark import get_session  # noqa: E402
+from resources.spark import engine_label, get_session  # noqa: E402
 from simulator.cdc import LOGICAL_TABLES  # noqa: E402
 from warehouse_assets.catalog import Table, load_catalog  # noqa: E402
 from warehouse_assets.ingestion import (  # noqa: E402
@@ -756,6 +756,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         pa_, ua = a["pruned"], a["unpruned"]
         fields: dict[str, Any] = {
+            "engine": engine_label(spark),
             "rows": builds["uncorrelated"]["rows"],
             "partitions": args.partitions,
             "files": builds["uncorrelated"]["files"],
@@ -772,6 +773,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "batch_a_files_added": pa_.merges[0].metrics["num_target_files_added"],
             "ratio": round(a["ratio"], 1),
             "ratio_best": round(a["ratio_best"], 1),
+            "e2e_ratio": round(ua.end_to_end_s / pa_.end_to_end_s, 2),
+            "prepare_rows_per_s": round(a["expected"]["changes"] / pa_.prepare_s),
             "batch_b_changes": b["expected"]["changes"],
             "batch_b_prepare_s": round(b["pruned"].prepare_s, 2),
             "batch_b_pruned_s": round(b["pruned"].merge_s, 2),

@@ -16,9 +16,9 @@ lookups must return the same rows on every layout (checked). Skipping is also me
 more lookups without reading data: the read path's own pruning (each live file's
 min/max, as ``DeltaStore.live_files`` applies it) over one listing of the partition's files.
 
-Compaction is delta-rs's ``optimize.compact``; Z-order is the product's ``DeltaStore.zorder`` (Spark sorts the
-partition along a Morton curve of the two columns and the files replace it in one commit), because delta-rs
-1.6's own ``z_order`` takes the bits of each byte least-significant first and skips fewer files.
+Compaction and Z-order are Spark's Delta (``OPTIMIZE delta.`path` WHERE dt = ... [ZORDER BY (user_id,
+course_id)]``, the product's maintenance path); the lookups are read by Spark's Delta reader, whose planner skips
+files by their statistics.
 
 The last line is one ``RESULT`` line of ``key=value`` figures: ``ratio`` = unordered time / Z-ordered time,
 ``skipped`` = mean fraction of the partition's files a lookup skips after Z-order.
@@ -55,7 +55,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from resources.delta_lake import DeltaStore, Predicate, ReadStats  # noqa: E402
-from resources.spark import get_session  # noqa: E402
+from resources.spark import engine_label, get_session  # noqa: E402
 from warehouse_assets.partitions import START, periods  # noqa: E402
 
 if TYPE_CHECKING:
@@ -454,6 +454,7 @@ def main(argv: list[str] | None = None) -> int:
             log(line)
         log()
         fields: dict[str, Any] = {
+            "engine": engine_label(spark),
             "rows": gen.rows,
             "partitions": len(gen.partitions),
             "files": zordered["files"],
@@ -464,6 +465,7 @@ def main(argv: list[str] | None = None) -> int:
             "build_s": round(built["seconds"], 1),
             "compact_s": round(compacted["seconds"], 1),
             "zorder_s": round(zordered["seconds"], 1),
+            "zorder_s_per_gib": round(zordered["seconds"] / (compacted["bytes"] / 2**30), 1),
             "lookups": len(timed),
             "unordered_s": round(u.seconds, 3),
             "compacted_s": round(c.seconds, 3),

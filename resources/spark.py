@@ -207,6 +207,15 @@ def stop_session() -> None:
 # --- the embedded Spark Connect server -------------------------------------------------------------------
 
 
+def engine_label(spark: SparkSession) -> str:
+    """Which engine a figure was measured on, for benchmark output: ``delta-spark-4.4.0/spark-4.2.0/local[2]``
+    (the Delta Lake jar of the session's classpath, Spark's version and master)."""
+    from importlib.metadata import version
+
+    master = spark.conf.get("spark.master", None) or "connect"
+    return f"delta-spark-{version('delta-spark')}/spark-{spark.version}/{master}"
+
+
 def port_open(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(0.5)
