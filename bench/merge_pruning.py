@@ -5,8 +5,9 @@ partition) whose primary keys are NOT correlated with the partition column, so f
 ``id`` cannot prune anything. Change batches are written as Canal flat-message segments (one per shard) and
 applied the way the ODS ingestion applies them: ``read_lines`` + ``prepare_batch`` on the one local Spark
 session (parse, validate, dedupe), the ``ok`` records projected to ODS rows as ``ingest_batch`` does, then
-``DeltaStore.merge`` with ``tombstone_column="_deleted"`` and the shard positions as app transactions, once
-with ``prune=True`` and once with ``prune=False``, each on an identical copy of the table.
+``DeltaStore.merge`` (Spark's Delta ``MERGE INTO``) with ``tombstone_column="_deleted"`` and the shard positions
+as app transactions, once with ``prune=True`` and once with ``prune=False``, each on an identical copy of the
+table.
 
 Batches: (a) changes to the 2 newest partitions, (b) changes spread over 30 partitions; for information,
 batch (a) again on a table whose ids increase with the day. The last line of the output is one ``RESULT``
@@ -467,10 +468,11 @@ def merge_args(table: Table, prepared: Prepared, prune: bool) -> dict[str, Any]:
     }
 
 
-def _rchar() -> int:
-    """Bytes this process has read through read(2)/pread(2) so far (Linux; page-cache hits included)."""
+def _rchar(pid: int | None = None) -> int:
+    """Bytes a process (the Spark JVM, which reads the table) has read through read(2)/pread(2) so far (Linux;
+    page-cache hits included)."""
     try:
-        with open("/proc/self/io") as handle:
+        with open(f"/proc/{pid or 'self'}/io") as handle:
             for line in handle:
                 if line.startswith("rchar:"):
                     return int(line.split()[1])
@@ -479,15 +481,22 @@ def _rchar() -> int:
     return 0
 
 
+def _jvm_pid(spark: Any) -> int | None:
+    """The local Spark JVM's process id: pyspark starts it with ``spark-submit``, which execs java in place."""
+    proc = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
+    return getattr(proc, "pid", None)
+
+
 class RecordingStore(DeltaStore):
-    """The product's store, also noting how many bytes its last merge read."""
+    """The product's store, also noting how many bytes the Spark JVM read during its last merge."""
 
     read_bytes: int = 0
 
     def merge(self, spark: Any, key: Sequence[str] | str, batch: pa.Table, **kwargs: Any) -> MergeResult:  # type: ignore[override]
-        before = _rchar()
+        pid = _jvm_pid(spark)
+        before = _rchar(pid)
         result = self._merge(spark, key, batch, **kwargs)
-        self.read_bytes = _rchar() - before
+        self.read_bytes = _rchar(pid) - before
         return result
 
     def _merge(self, spark: Any, key: Sequence[str] | str, batch: pa.Table, **kwargs: Any) -> MergeResult:
@@ -527,11 +536,11 @@ class ModeResult:
         read = statistics.median(r.read_bytes for r in self.merges)
         return [
             f"  merge {self.mode:<8} {self.merge_s:7.2f}s  (median of {len(self.merges)}: {times}; first run: "
-            f"delta-rs execute {m['execution_time_ms'] / 1000:.2f}s, of which scan+join {m['scan_time_ms'] / 1000:.2f}s"
+            f"Spark's merge {m['execution_time_ms'] / 1000:.2f}s, of which scan+join {m['scan_time_ms'] / 1000:.2f}s"
             f" and rewrite {m['rewrite_time_ms'] / 1000:.2f}s)",
-            f"    files scanned {self.scope_files} of {table_files} (the merge read {read / 2**20:,.0f} MiB; those "
-            f"files hold {self.scope_bytes / 2**20:,.0f} MiB; delta-rs's num_target_files_scanned says "
-            f"{m['num_target_files_scanned']}); files rewritten: removed {m['num_target_files_removed']}, added "
+            f"    files in the merge's scope {self.scope_files} of {table_files} (holding "
+            f"{self.scope_bytes / 2**20:,.0f} MiB; the Spark JVM read {read / 2**20:,.0f} MiB during the merge, "
+            f"page cache included); files rewritten: removed {m['num_target_files_removed']}, added "
             f"{m['num_target_files_added']}",
             f"    rows: source {m['num_source_rows']:,}, inserted {m['num_target_rows_inserted']:,}, updated "
             f"{m['num_target_rows_updated']:,}, copied {m['num_target_rows_copied']:,}",
