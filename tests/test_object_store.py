@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import boto3
@@ -66,27 +66,36 @@ def s3_env() -> Iterator[dict[str, str]]:
         server.wait(timeout=30)
 
 
+def _run_concurrently(write: Callable[[int], None], writers: tuple[int, ...]) -> list[BaseException]:
+    """Runs ``write(writer)`` for every writer in a thread of its own, all at once; returns what they raised."""
+    errors: list[BaseException] = []
+
+    def guarded(writer: int) -> None:
+        try:
+            write(writer)
+        except BaseException as exc:  # noqa: BLE001 - returned to the test, which asserts there were none
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(w,)) for w in writers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return errors
+
+
 def test_two_concurrent_delta_rs_writers_on_s3_lose_nothing(s3_env: dict[str, str]) -> None:
     root = f"s3://{BUCKET}/warehouse"
     store = DeltaStore(root, storage_options(root, s3_env))
     schema = pa.schema([("writer", pa.int64()), ("n", pa.int64())])
     store.create_table(("ods", "events"), schema, partition_by=[])
-    errors: list[BaseException] = []
     rounds = 5
 
     def write(writer: int) -> None:
-        try:
-            for n in range(rounds):
-                store.append(("ods", "events"), pa.table({"writer": [writer], "n": [n]}, schema=schema), [])
-        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
-            errors.append(exc)
+        for n in range(rounds):
+            store.append(("ods", "events"), pa.table({"writer": [writer], "n": [n]}, schema=schema), [])
 
-    threads = [threading.Thread(target=write, args=(w,)) for w in (1, 2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
+    assert _run_concurrently(write, writers=(1, 2)) == []
     table = store.table(("ods", "events"))
     rows = sorted(zip(*table.to_pyarrow_table().to_pydict().values(), strict=True))
     assert rows == sorted((w, n) for w in (1, 2) for n in range(rounds))
@@ -169,23 +178,14 @@ def test_two_spark_writers_of_one_table_on_s3_lose_nothing(s3_spark: SparkSessio
         ["dt"],
         [{"dt": "2026-01-01"}],
     )
-    errors: list[BaseException] = []
 
     def write(writer: int) -> None:
-        try:
-            for n in range(rounds):
-                dt = f"2026-02-{writer * 10 + n:02d}"
-                df = s3_spark.createDataFrame([(dt, writer, n)], "dt string, writer int, n int")
-                store.overwrite(key, df, ["dt"], [{"dt": dt}])
-        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
-            errors.append(exc)
+        for n in range(rounds):
+            dt = f"2026-02-{writer * 10 + n:02d}"
+            df = s3_spark.createDataFrame([(dt, writer, n)], "dt string, writer int, n int")
+            store.overwrite(key, df, ["dt"], [{"dt": dt}])
 
-    threads = [threading.Thread(target=write, args=(w,)) for w in (1, 2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
+    assert _run_concurrently(write, writers=(1, 2)) == []
     table = store.table(key)
     assert table is not None
     expected = [("2026-01-01", 0, 0)] + [(f"2026-02-{w * 10 + n:02d}", w, n) for w in (1, 2) for n in range(rounds)]
