@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -144,8 +144,9 @@ class ExternalSource:
         return DeltaStore(str(self.location.parent)), self.location.name
 
     # --- deliveries -----------------------------------------------------------------------------------
-    def file_deliveries(self) -> list[Delivery]:
-        """Every directory with a marker, in name order (directories without a marker are still arriving)."""
+    def file_deliveries(self, decided: Mapping[str, str] | None = None) -> list[Delivery]:
+        """Every directory with a marker, in name order (directories without a marker are still arriving), but
+        those whose signature (marker and file stats) is already ``decided``: their files are not read again."""
         if not self.location.is_dir():
             return []
         found = []
@@ -161,6 +162,8 @@ class ExternalSource:
             signature = _sha(
                 [str(stat.st_mtime_ns), *(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in data)]
             )
+            if decided is not None and decided.get(directory.name) == signature:
+                continue
             if not data:
                 found.append(
                     Delivery(directory.name, value, delivered, signature=signature, problem="marker without data files")

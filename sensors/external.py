@@ -1,4 +1,5 @@
-"""One sensor per external producer: reports each partition that has truly arrived, once.
+"""One sensor per external producer: reports each partition that has truly arrived, once, while the dependency
+center's engine does not (it reports deliveries as they land: :class:`warehouse_assets.external.ExternalWatcher`).
 
 What counts as arrived, what is rejected and why: :mod:`warehouse_assets.external`. The cursor holds, per delivery,
 the signature already decided and, per partition, the fingerprint reported, so a restarted daemon neither repeats
@@ -10,7 +11,16 @@ from dagster import DefaultSensorStatus, SensorDefinition, SensorEvaluationConte
 from resources.external import ExternalResource
 from resources.settings import current
 from warehouse_assets.catalog import Catalog, ExternalTable
-from warehouse_assets.external import Clock, Cursor, evaluate, external_source, last_reported, now_in_business_tz
+from warehouse_assets.external import (
+    WATCH_STALE_SECONDS,
+    Clock,
+    Cursor,
+    evaluate,
+    external_source,
+    last_reported,
+    now_in_business_tz,
+    watched_ago,
+)
 
 
 def sensor_interval() -> int:
@@ -28,6 +38,9 @@ def build_external_sensor(table: ExternalTable, clock: Clock = now_in_business_t
         description=f"Reports a partition of {table.fqn} when {what} for that day has arrived (validated).",
     )
     def _external(context: SensorEvaluationContext, external: ExternalResource) -> SensorResult | SkipReason:
+        ago = watched_ago(context.instance)
+        if ago is not None and ago < WATCH_STALE_SECONDS:
+            return SkipReason(f"the engine reports {table.fqn}'s deliveries as they land (it looked {ago:.0f} s ago)")
         cursor = Cursor.load(context.cursor)
         tick, new_cursor = evaluate(
             external_source(external, table), cursor, clock(), last_reported(context.instance, table.key)

@@ -1,6 +1,8 @@
-"""The ODS hours' data-quality checks, batched: one run checks every hour reported since the last run.
+"""The ODS hours' data-quality checks, batched: one run checks every reported hour still without verdicts.
 
-The readiness sensor reports ODS hours as materializations (sensors/ods_readiness.py). Their declared checks
+The ingestion run that makes hours ready judges them itself (:mod:`warehouse_assets.ods`); this sensor is the
+fallback for the hours the readiness sensor reports (sensors/ods_readiness.py) and for a run that died before
+judging, and waits while an ingestion run is in flight. The declared checks of ODS hours
 (key uniqueness, not-null, ...) are blocking like those of every other layer: a DWD day runs only when all
 24 of its hours passed. Left to Dagster's automation, each table and hour would get a run of its own —
 120 runs per simulated day, each starting a process, which flooded the run queue and held back every
@@ -38,18 +40,12 @@ from dagster._core.storage.asset_check_execution_record import AssetCheckExecuti
 from resources.settings import current
 from warehouse_assets.catalog import Catalog, Table
 from warehouse_assets.center import LOOKBACK
+from warehouse_assets.ods import IN_FLIGHT, ingestion_in_flight
 from warehouse_assets.ods_checks import JOB, checked_tables
 from warehouse_assets.partitions import BY_PERIOD, business_zone
 
 MAX_HOURS_PER_RUN = 24 * 5 * 2  # two days of the five ODS tables
 RETRY_AFTER = 120.0  # seconds after a failed run before its hours are tried again
-IN_FLIGHT = [
-    DagsterRunStatus.QUEUED,
-    DagsterRunStatus.NOT_STARTED,
-    DagsterRunStatus.STARTING,
-    DagsterRunStatus.STARTED,
-    DagsterRunStatus.CANCELING,
-]
 VERDICTS = (AssetCheckExecutionRecordStatus.SUCCEEDED, AssetCheckExecutionRecordStatus.FAILED)
 
 
@@ -102,6 +98,9 @@ def build_ods_checks_sensor(catalog: Catalog, ods_quality_checks: JobDefinition)
         running = instance.get_runs(RunsFilter(job_name=JOB, statuses=IN_FLIGHT), limit=1)
         if running:
             return SkipReason(f"run {running[0].run_id} is still checking ODS hours")
+        ingesting = ingestion_in_flight(instance)
+        if ingesting:  # it judges the hours it reports: a check run now would judge them a second time
+            return SkipReason(f"ingestion run {ingesting} is in flight; it judges the hours it reports")
         last = instance.get_run_records(RunsFilter(job_name=JOB), limit=1)
         if last and last[0].dagster_run.status == DagsterRunStatus.FAILURE and last[0].end_time:
             wait = RETRY_AFTER - (time.time() - last[0].end_time)

@@ -13,12 +13,17 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
+from dagster import AssetCheckKey, AssetKey, AssetRecordsFilter, SensorResult, build_sensor_context, instance_for_test
 from pyspark.sql import SparkSession
 
-from resources.delta_lake import DeltaStore
-from resources.landing import Landing
+from resources import resources_from_env
+from resources.delta_lake import DeltaLakeResource, DeltaStore
+from resources.landing import Landing, LandingResource
+from sensors.ods_checks import unchecked_hours
+from sensors.ods_readiness import build_readiness_sensor
 from warehouse_assets.catalog import Catalog, Table, load_catalog
 from warehouse_assets.ingestion import ingest_table
+from warehouse_assets.ods import build_ingest_job
 from warehouse_assets.readiness import readiness, readiness_events, ready_hours
 from warehouse_assets.why import explain
 
@@ -378,3 +383,93 @@ def test_a_message_re_sent_in_a_later_batch_does_not_complete_the_hour(
     [batch] = report.batches  # the re-sent change is a duplicate, not applied again
     assert (batch.rows_in, batch.rows_applied, batch.rows_duplicate) == (1, 0, 1)
     assert batch.ingested == {}
+
+
+def test_the_ingestion_run_reports_the_hours_it_completed_with_their_verdicts_and_the_sensors_add_nothing(
+    spark: SparkSession, tmp_path: Path, order: Table
+) -> None:
+    """Issue 13: an ODS handoff pays no sensor tick and no check run. The ``ods_ingest`` run reports the hours its
+    commit completed and logs their checks' verdicts; its late changes re-report the hour once, and the fallback
+    sensors (readiness, checks) find nothing left to do."""
+    lenient = replace(order, completeness_threshold=0.9)
+    landing_root = tmp_path / "landing"
+    shard = Source(landing_root, "order_00")
+    pk = 0
+    for window in windows(H10, H10 + timedelta(hours=2)):
+        rows = []
+        for _ in range(10):
+            pk += 1
+            rows.append((pk, window + timedelta(seconds=pk % 300)))
+        shard.segment(window, rows)
+    shard.count_hour(H10, 121)
+    shard.publish_counts()
+    catalog = only(lenient)
+    resources = {
+        "spark": resources_from_env({})["spark"],
+        "lake": DeltaLakeResource(root=str(tmp_path / "lake")),
+        "landing": LandingResource(root=str(landing_root)),
+    }
+    ods = AssetKey(lenient.key)
+    checks = [AssetCheckKey(ods, c.name) for c in lenient.checks]
+    assert checks, "ods.order declares checks"
+
+    def reports() -> list[tuple[str, int, bool, str]]:
+        records = instance.fetch_materializations(AssetRecordsFilter(asset_key=ods), limit=100).records
+        return sorted(
+            (
+                str(r.partition_key),
+                r.asset_materialization.metadata["ingested_rows"].value,  # type: ignore[union-attr]
+                r.asset_materialization.metadata["late_changes"].value,  # type: ignore[union-attr]
+                r.run_id,
+            )
+            for r in records
+        )
+
+    def verdicts() -> dict[str, set[str]]:
+        """Per hour, the checks with a current verdict that passed."""
+        out: dict[str, set[str]] = {}
+        for info in instance.event_log_storage.get_asset_check_partition_info(checks):
+            if info.partition_key and info.is_current and info.latest_execution_status.value == "SUCCEEDED":
+                out.setdefault(info.partition_key, set()).add(info.check_key.name)
+        return out
+
+    job = build_ingest_job(catalog)
+    readiness_sensor = build_readiness_sensor(catalog)
+    names = {c.name for c in lenient.checks}
+    with instance_for_test() as instance:
+        first = job.execute_in_process(instance=instance, resources=resources)
+        assert first.success
+        assert reports() == [
+            ("2026-03-02-10:00", 120, False, first.run_id),
+            ("2026-03-02-11:00", 120, False, first.run_id),
+        ]
+        assert verdicts() == {"2026-03-02-10:00": names, "2026-03-02-11:00": names}
+        sensor_context = build_sensor_context(instance=instance, resources=resources)
+        fallback = readiness_sensor(sensor_context)
+        assert not isinstance(fallback, SensorResult) or not fallback.asset_events
+        cursor = fallback.cursor if isinstance(fallback, SensorResult) else None
+        assert unchecked_hours(instance, {lenient.fqn: lenient}) == {}
+
+        # a change of hour 10 arrives late: the next ingestion run re-reports hour 10 (only) and judges it again
+        shard.segment(H10 + timedelta(hours=2), [(pk + 1, H10 + timedelta(minutes=59))], count=False)
+        second = job.execute_in_process(instance=instance, resources=resources)
+        assert second.success
+        assert reports() == [
+            ("2026-03-02-10:00", 120, False, first.run_id),
+            ("2026-03-02-10:00", 121, True, second.run_id),
+            ("2026-03-02-11:00", 120, False, first.run_id),
+        ]
+        assert verdicts() == {"2026-03-02-10:00": names, "2026-03-02-11:00": names}
+        # the sensor's cursor predates the late changes; the hour's latest report already counts them
+        after = readiness_sensor(build_sensor_context(instance=instance, cursor=cursor, resources=resources))
+        assert not isinstance(after, SensorResult) or not after.asset_events
+        assert unchecked_hours(instance, {lenient.fqn: lenient}) == {}
+
+        # the headless path reports on its own (its hours bounded by the range it builds): the run reports nothing
+        shard.segment(H10 + timedelta(hours=2, minutes=5), [(pk + 2, H10 + timedelta(minutes=58))], count=False)
+        quiet = job.execute_in_process(
+            instance=instance,
+            resources=resources,
+            run_config={"ops": {"ingest_ods": {"config": {"report_ready": False}}}},
+        )
+        assert quiet.success and len(reports()) == 3

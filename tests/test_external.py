@@ -7,7 +7,7 @@ the dependency center is stepped at it (``tests.center_harness``), so partitions
 from __future__ import annotations
 
 import csv
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -19,6 +19,7 @@ from dagster import (
     AssetSpec,
     DagsterInstance,
     SensorResult,
+    SkipReason,
     build_sensor_context,
     instance_for_test,
     materialize,
@@ -43,8 +44,11 @@ from simulator.external import (
     simulate_external,
 )
 from tests.center_harness import CenterTicker
+from warehouse_assets.catalog import Catalog
+from warehouse_assets.center import RunPlan
 from warehouse_assets.definitions import catalog, defs
-from warehouse_assets.external import Cursor, evaluate, external_source
+from warehouse_assets.engine import Engine
+from warehouse_assets.external import Cursor, ExternalWatcher, evaluate, external_source, watched_ago
 from warehouse_assets.quality import report_valid
 from warehouse_assets.why import explain
 
@@ -418,3 +422,60 @@ def test_external_assets_are_declared_partitioned_and_reported_by_running_sensor
         assert sensor.default_status.value == "RUNNING"
     assert AssetKey(SPEND.key) in graph.get(ROI).parent_keys
     assert AssetKey(FX.key) in graph.get(USD).parent_keys
+
+
+class Recorder:
+    """A submitter recording what the engine submits (the GraphQL submitter is exercised by test_embedded_stack)."""
+
+    def __init__(self) -> None:
+        self.plans: list[RunPlan] = []
+
+    def submit(self, plan: RunPlan, asset_key: AssetKey) -> str:
+        self.plans.append(plan)
+        return f"run-{len(self.plans)}"
+
+
+def test_the_engine_reports_a_delivery_and_starts_its_downstream_in_the_round_it_lands(tmp_path: Path) -> None:
+    """Issue 13: no sensor tick between a delivery and its downstream run. The engine's watcher reports the
+    marker in the round that first sees it and the same round submits ``ads.marketing_roi``; the sensor skips
+    while the engine watches and, once the engine stops, reports nothing twice. A restarted engine repeats no
+    report."""
+    at = arrival(SEED, "marketing_spend", FIRST, TZ)
+    clock = Clock(at - timedelta(minutes=1))
+    external = ExternalResource(root=str(tmp_path))
+    only_spend = Catalog({SPEND.fqn: SPEND})  # the watcher's producers (fx_rate's simulated table stays unwatched)
+    with instance_for_test() as instance:
+        report(instance, AssetKey(["ads", "daily_gmv"]), day(0))
+        simulate_external(tmp_path, FIRST, clock.now, SEED)
+        recorder = Recorder()
+        watcher = ExternalWatcher(instance, only_spend, external, clock)
+        engine = Engine(instance, catalog, recorder, clock=lambda: clock.now.astimezone(UTC), watchers=[watcher])
+        assert engine.tick() == [] and watched_ago(instance) is not None
+
+        clock.now = at + timedelta(minutes=1)
+        simulate_external(tmp_path, FIRST, clock.now, SEED)
+        submitted = engine.tick()  # one round: the marker reported, its downstream resolved and submitted
+        assert [(p.table, p.partitions) for p, _ in submitted] == [("ads.marketing_roi", (day(0),))]
+        records = instance.fetch_materializations(AssetKey(SPEND.key), limit=10).records
+        assert [r.partition_key for r in records] == [day(0)]
+        assert engine.tick() == []
+
+        daemon = Daemon(instance, tmp_path, SPEND, clock)
+        context = build_sensor_context(instance=instance, resources={"external": external})
+        skipped = daemon.sensor(context)
+        assert isinstance(skipped, SkipReason) and "the engine reports" in str(skipped.skip_message)
+
+        engine.close()
+        assert watched_ago(instance) is None
+        assert daemon.tick() == []  # the sensor takes over: the fingerprint of the engine's report stands
+
+        again = Engine(
+            instance,
+            catalog,
+            recorder,
+            clock=lambda: clock.now.astimezone(UTC),
+            watchers=[ExternalWatcher(instance, only_spend, external, clock)],
+        )
+        assert again.tick() == []
+        assert len(instance.fetch_materializations(AssetKey(SPEND.key), limit=10).records) == 1
+        again.close()

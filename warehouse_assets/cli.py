@@ -348,8 +348,10 @@ def run_engine(args: argparse.Namespace) -> int:
 
     from dagster import DagsterInstance
 
+    from resources.external import ExternalResource
     from warehouse_assets.catalog import load_catalog
     from warehouse_assets.engine import Engine, GraphQLSubmitter
+    from warehouse_assets.external import ExternalWatcher, now_in_business_tz
 
     settings = _settings(os.environ)
     # the engine's own lines only: Dagster's storage layers log every schema check at INFO
@@ -359,8 +361,10 @@ def run_engine(args: argparse.Namespace) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    catalog = load_catalog()
     with DagsterInstance.get() as instance:
-        engine = Engine(instance, load_catalog(), submitter)
+        watcher = ExternalWatcher(instance, catalog, ExternalResource(root=settings.external_dir), now_in_business_tz)
+        engine = Engine(instance, catalog, submitter, watchers=[watcher])
         try:
             engine.run(stop, settings.engine_poll_seconds)
         finally:

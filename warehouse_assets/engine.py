@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Protocol
@@ -87,6 +87,15 @@ class GraphQLSubmitter:
         return client
 
 
+class Watcher(Protocol):
+    """Looks at a source of upstream events outside Dagster's event log (an external producer's deliveries) and
+    reports what arrived into the instance, once per engine round before the round reads the log."""
+
+    def poll(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
 class Engine:
     """The state store, the reverse index and the resolver over ``instance``, and the loop that submits plans."""
 
@@ -96,8 +105,10 @@ class Engine:
         catalog: Catalog,
         submitter: RunSubmitter,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        watchers: Sequence[Watcher] = (),
     ):
         self.instance, self.catalog, self.submitter, self.clock = instance, catalog, submitter, clock
+        self.watchers = list(watchers)
         started = time.perf_counter()
         self.store = PartitionStateStore(instance)
         self.resolver = Resolver(catalog, ReverseIndex.build(catalog, current_time=clock()), self.store)
@@ -106,6 +117,8 @@ class Engine:
         self._pool = ThreadPoolExecutor(SUBMITTERS, thread_name_prefix="submit")
 
     def close(self) -> None:
+        for watcher in self.watchers:
+            watcher.close()
         self._pool.shutdown(wait=True)
         self.resolver.close()
         self.store.close()
@@ -122,7 +135,10 @@ class Engine:
         return left
 
     def tick(self) -> list[tuple[RunPlan, str]]:
-        """One round: resolve the events since the last round, submit every pending plan; the runs submitted."""
+        """One round: report what the watchers see, resolve the events since the last round, submit every pending
+        plan; the runs submitted."""
+        for watcher in self.watchers:
+            watcher.poll()
         self.resolver.step(self.clock())
         return self.submit_pending()
 

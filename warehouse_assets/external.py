@@ -1,6 +1,8 @@
 """External tables: their producers' deliveries, and which of them to report, once (design AD-4, §6.7).
 
-One sensor per external producer (:mod:`sensors.external`) and the headless CLI report what :func:`evaluate` decides.
+What :func:`evaluate` decides is reported by the dependency center's engine as deliveries land
+(:class:`ExternalWatcher`, every engine round), by one sensor per external producer (:mod:`sensors.external`) while
+no engine watches, and by the headless CLI.
 
 A partition is reported with an ``AssetMaterialization`` (observations would not start downstream runs)
 when a delivery has truly arrived — a ``_SUCCESS`` marker *and* data files, or a new version of the
@@ -23,6 +25,8 @@ the instance) still keeps an unchanged delivery from being reported twice.
 """
 
 import json
+import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -31,10 +35,15 @@ from typing import Any
 from dagster import AssetKey, AssetMaterialization, AssetRecordsFilter, DagsterInstance
 
 from resources.external import Delivery, ExternalResource, ExternalSource
-from warehouse_assets.catalog import ExternalTable, Table
+from warehouse_assets.catalog import Catalog, ExternalTable, Table
 from warehouse_assets.partitions import business_zone, periods
 
+log = logging.getLogger("warehouse.engine")
+
 MAX_REPORTS_PER_TICK = 200
+WATCH_KEY = "warehouse/engine/external_watch"  # instance key-value: when the engine last looked for deliveries
+WATCH_STALE_SECONDS = 30.0  # an engine silent this long is gone: the sensors report again
+HEARTBEAT_SECONDS = 5.0
 HORIZON = timedelta(days=400)  # cursor entries older than this are forgotten (the instance still dedupes)
 Clock = Callable[[], datetime]
 
@@ -100,7 +109,7 @@ def evaluate(
         deliveries, cursor.version = source.delta_deliveries(cursor.version, cursor.pending)
         cursor.pending = []
     else:
-        deliveries = [d for d in source.file_deliveries() if cursor.decided.get(d.name) != d.signature]
+        deliveries = [d for d in source.file_deliveries(cursor.decided) if cursor.decided.get(d.name) != d.signature]
     for delivery in deliveries:
         if len(tick.events) >= MAX_REPORTS_PER_TICK:
             if source.format == "delta":
@@ -165,3 +174,85 @@ def last_reported(instance: DagsterInstance, key: Sequence[str]) -> Callable[[st
         return str(value.value) if value is not None else None
 
     return lookup
+
+
+def watched_ago(instance: DagsterInstance) -> float | None:
+    """Seconds since the engine last looked for external deliveries (None: no engine watches)."""
+    raw = instance.run_storage.get_cursor_values({WATCH_KEY}).get(WATCH_KEY)
+    if not raw or float(raw) <= 0:
+        return None
+    return max(0.0, time.time() - float(raw))
+
+
+class ExternalWatcher:
+    """Reports external deliveries as they land, from the engine's loop (every round, a fraction of a second).
+
+    Why in the engine and not only the sensors: a sensor ticks when the sensor daemon's loop comes round (every 5 s
+    at best, ``minimum_interval_seconds`` on top), and the report then waits for the engine's next read of the event
+    log; here the delivery is reported and its downstream resolved in the same round (issue 13: detection within
+    0.5 s). A round lists the producer's directories and stats their files (contents are read only for a delivery
+    whose files changed), or reads the producer's Delta log version. Each table's cursor is kept in the instance's
+    key-value store, so a restarted engine repeats neither a report nor a rejection warning. While the engine
+    watches (its heartbeat under :data:`WATCH_STALE_SECONDS` old), the sensors skip; when it stops they take over,
+    and the fingerprint of a partition's latest report keeps either from reporting a delivery twice.
+    """
+
+    def __init__(self, instance: DagsterInstance, catalog: Catalog, external: ExternalResource, clock: Clock):
+        self.instance, self.clock = instance, clock
+        self.tables = list(catalog.externals())
+        self.sources = {t.fqn: external_source(external, t) for t in self.tables}
+        stored = instance.run_storage.get_cursor_values({self._key(t.fqn) for t in self.tables})
+        self.cursors = {t.fqn: Cursor.load(stored.get(self._key(t.fqn))) for t in self.tables}
+        self._beat = 0.0
+        self._failing: str | None = None  # the error of the current outage, logged once
+
+    @staticmethod
+    def _key(fqn: str) -> str:
+        return f"warehouse/engine/external/{fqn}"
+
+    def poll(self) -> int:
+        """One look at every producer; reports what arrived and returns how many partitions were reported."""
+        if not self.tables:
+            return 0
+        now = time.time()
+        if now - self._beat >= HEARTBEAT_SECONDS:
+            self.instance.run_storage.set_cursor_values({WATCH_KEY: repr(now)})
+            self._beat = now
+        reported = 0
+        for table in self.tables:
+            try:
+                reported += self._poll(table)
+            except Exception as exc:  # a producer's storage unreachable: the others are still watched
+                error = f"{table.fqn}: {type(exc).__name__}: {exc}"
+                if self._failing != error:
+                    log.warning("cannot look for external deliveries (%s); retrying every round", error)
+                    self._failing = error
+        return reported
+
+    def _poll(self, table: ExternalTable) -> int:
+        cursor = self.cursors[table.fqn]
+        tick, advanced = evaluate(
+            self.sources[table.fqn], cursor, self.clock(), last_reported(self.instance, table.key)
+        )
+        for line in tick.rejected:
+            log.warning(line)
+        for event in tick.events:
+            self.instance.report_runless_asset_event(event)
+        if tick.events:
+            log.info(
+                "%s: %d partition(s) arrived: %s",
+                table.fqn,
+                len(tick.events),
+                ", ".join(
+                    f"{e.partition}{' (re-delivered)' if e.metadata['redelivery'].value else ''}" for e in tick.events
+                ),
+            )
+        if advanced != cursor:  # kept only once its reports are stored: a failed report is retried next round
+            self.instance.run_storage.set_cursor_values({self._key(table.fqn): advanced.dump()})
+            self.cursors[table.fqn] = advanced
+        return len(tick.events)
+
+    def close(self) -> None:
+        """The engine stops: the sensors take over at their next tick."""
+        if self.tables:
+            self.instance.run_storage.set_cursor_values({WATCH_KEY: "0"})

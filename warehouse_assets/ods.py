@@ -1,17 +1,60 @@
-"""The ODS ingestion job: applies pending landing segments to every ODS table (or a chosen few)."""
+"""The ODS ingestion job: applies pending landing segments to every ODS table (or a chosen few), then reports
+the hours its commits completed and judges their checks.
 
-from dagster import Config, OpExecutionContext, Output, in_process_executor, job, op
+Reporting and judging in the run that committed the data is what makes an ODS handoff fast (issue 13): the hour
+reaches the dependency center with its verdicts as soon as the commit is done, instead of waiting for the readiness
+sensor's next tick (the sensor daemon loops every 5 s at best) and then for a check run of its own to launch. The
+``ods_readiness`` and ``ods_quality_checks`` sensors stay as the fallback for what a run does not see (source counts
+published after the segments were ingested, a run that died between commit and report); they wait while an
+ingestion run is in flight, and the already-reported filters of :func:`readiness_events` keep the two paths from
+reporting an hour, or its late changes, twice.
+"""
 
-from resources.delta_lake import DeltaLakeResource
-from resources.landing import LandingResource
+import time
+from collections.abc import Sequence
+
+from dagster import (
+    AssetKey,
+    Config,
+    DagsterInstance,
+    DagsterRunStatus,
+    OpExecutionContext,
+    Output,
+    RunsFilter,
+    in_process_executor,
+    job,
+    op,
+)
+
+from resources.delta_lake import DeltaLakeResource, DeltaStore
+from resources.landing import Landing, LandingResource
 from resources.spark import SparkResource
-from warehouse_assets.catalog import Catalog
-from warehouse_assets.ingestion import BatchReport, ingest_table
+from warehouse_assets.catalog import Catalog, Table
+from warehouse_assets.ingestion import BatchReport, committed_positions, ingest_table
+from warehouse_assets.ods_checks import judge_hours
+from warehouse_assets.readiness import readiness_events, reported_ingested_rows
+
+JOB = "ods_ingest"
+IN_FLIGHT = [
+    DagsterRunStatus.QUEUED,
+    DagsterRunStatus.NOT_STARTED,
+    DagsterRunStatus.STARTING,
+    DagsterRunStatus.STARTED,
+    DagsterRunStatus.CANCELING,
+]
+
+
+def ingestion_in_flight(instance: DagsterInstance) -> str | None:
+    """The id of an ``ods_ingest`` run queued or running (it will report and judge the hours it completes)."""
+    runs = instance.get_runs(RunsFilter(job_name=JOB, statuses=IN_FLIGHT), limit=1)
+    return runs[0].run_id if runs else None
 
 
 class IngestConfig(Config):  # type: ignore[misc]
     tables: list[str] = []  # ODS tables (e.g. "ods.order"); empty = all
     max_segments_per_stream: int = 288
+    # report the hours this run completed and judge their checks; the headless path reports on its own
+    report_ready: bool = True
 
 
 def build_ingest_job(catalog: Catalog):  # type: ignore[no-untyped-def]
@@ -39,9 +82,12 @@ def build_ingest_job(catalog: Catalog):  # type: ignore[no-untyped-def]
                 + (f"; new source column(s) added: {', '.join(batch.new_columns)}" if batch.new_columns else "")
             )
 
-        for table in catalog.ods():
-            if config.tables and table.fqn not in config.tables:
-                continue
+        tables = [t for t in catalog.ods() if not config.tables or t.fqn in config.tables]
+        # how far each stream's ingested counts went before this run: what the run adds is its late changes
+        before = {
+            t.fqn: committed_positions(store, t, land.streams(t.source_database, t.source_tables)) for t in tables
+        }
+        for table in tables:
             report = ingest_table(
                 session,
                 store,
@@ -51,13 +97,17 @@ def build_ingest_job(catalog: Catalog):  # type: ignore[no-untyped-def]
                 progress=progress,
             )
             summary[table.fqn] = {k: int(v) for k, v in report.metadata().items()}
-        flat = {f"{t}.{k}": v for t, m in summary.items() for k, v in m.items() if k != "seconds"}
+        flat: dict[str, int | float] = {
+            f"{t}.{k}": v for t, m in summary.items() for k, v in m.items() if k != "seconds"
+        }
         flat["rows_applied"] = sum(m["rows_applied"] for m in summary.values())
         flat["rows_quarantined"] = sum(m["rows_quarantined"] for m in summary.values())
+        if config.report_ready:
+            flat.update(report_completed_hours(context, tables, before, session, store, land))
         return Output(summary, metadata=flat)
 
     @job(
-        name="ods_ingest",
+        name=JOB,
         executor_def=in_process_executor,
         tags={"warehouse/ingest": "ods"},
         description="Apply pending CDC landing segments to the ODS Delta tables (merge-into).",
@@ -66,3 +116,53 @@ def build_ingest_job(catalog: Catalog):  # type: ignore[no-untyped-def]
         ingest_ods()
 
     return ods_ingest
+
+
+def report_completed_hours(
+    context: OpExecutionContext,
+    tables: Sequence[Table],
+    before: dict[str, dict[str, int]],
+    session: object,
+    store: DeltaStore,
+    landing: Landing,
+) -> dict[str, int | float]:
+    """Reports, in this run, every hour of ``tables`` that is ready now and was not reported (and every reported
+    hour whose ingested count this run's late changes grew), then logs its checks' verdicts; returns the numbers
+    for the run's metadata."""
+    instance, started = context.instance, time.monotonic()
+    reported: dict[str, list[str]] = {}
+    cursor: dict[str, object] = {}
+    for table in tables:
+        done = instance.get_materialized_partitions(AssetKey(table.key))
+        cursor[table.fqn] = {"last": max(done) if done else None, "seen": before[table.fqn]}
+    subset = Catalog({t.fqn: t for t in tables})
+    while True:  # at most MAX_EVENTS_PER_TICK hours per call
+        events, advanced = readiness_events(
+            store,
+            landing,
+            subset,
+            cursor,
+            lambda t: set(instance.get_materialized_partitions(AssetKey(t.key))),
+            reported_rows=reported_ingested_rows(instance),
+        )
+        for event in events:
+            context.log_event(event)
+            reported.setdefault(".".join(event.asset_key.path), []).append(str(event.partition))
+        if not events or advanced == cursor:
+            break
+        cursor = advanced
+    report_s = time.monotonic() - started
+    for fqn, keys in sorted(reported.items()):
+        context.log.info(f"{fqn}: {len(keys)} hour(s) ready, {keys[0]} .. {keys[-1]}")
+    evaluations = failed = 0
+    for table in tables:
+        if table.checks and reported.get(table.fqn):
+            judged, bad = judge_hours(context, table, reported[table.fqn], session, store)  # type: ignore[arg-type]
+            evaluations, failed = evaluations + judged, failed + bad
+    return {
+        "hours_reported": sum(len(k) for k in reported.values()),
+        "check_evaluations": evaluations,
+        "checks_failed": failed,
+        "report_s": round(report_s, 3),
+        "judge_s": round(time.monotonic() - started - report_s, 3),
+    }

@@ -1,12 +1,16 @@
 """The ``ods_quality_checks`` job: the declared checks of many ODS hours evaluated in one run.
 
-Launched by the ``ods_quality_checks`` sensor (sensors/ods_checks.py) for every hour reported since the last
-run, or by hand with ``hours`` in its config. It records one ``AssetCheckEvaluation`` per check and hour, with
-the numbers behind it, targeting the materialization it checked, so the verdict shows on the partition in the
-UI and gates the dependency center.
+The ingestion run that makes hours ready judges them itself (:func:`judge_hours`, from
+:mod:`warehouse_assets.ods`), so a handoff pays no second launch. This job is the fallback: launched by the
+``ods_quality_checks`` sensor (sensors/ods_checks.py) for every reported hour still without verdicts (reported by
+the readiness sensor, or an ingestion run that failed before judging), or by hand with ``hours`` in its config.
+Either records one ``AssetCheckEvaluation`` per check and hour, with the numbers behind it, targeting the
+materialization it checked, so the verdict shows on the partition in the UI and gates the dependency center.
 """
 
 import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from dagster import (
     Config,
@@ -19,11 +23,14 @@ from dagster import (
     op,
 )
 
-from resources.delta_lake import DeltaLakeResource
+from resources.delta_lake import DeltaLakeResource, DeltaStore
 from resources.spark import SparkResource
 from warehouse_assets.catalog import Catalog, Table
 from warehouse_assets.partitions import BY_PERIOD
 from warehouse_assets.quality import evaluation, latest_materialization
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 JOB = "ods_quality_checks"
 
@@ -34,6 +41,33 @@ class OdsChecksConfig(Config):  # type: ignore[misc]
 
 def checked_tables(catalog: Catalog) -> dict[str, Table]:
     return {t.fqn: t for t in catalog.ods() if t.checks}
+
+
+def judge_hours(
+    context: OpExecutionContext, table: Table, keys: Sequence[str], session: "SparkSession", store: DeltaStore
+) -> tuple[int, int]:
+    """Evaluates ``table``'s checks on the reported hours ``keys`` in one grouped Spark pass per check and logs
+    one verdict per check and hour in the run (``ods_quality_checks``, or the ingestion run that made the hours
+    ready); returns (evaluations, failed)."""
+    from warehouse_assets.runtime import check_ods_hours  # the run imports PySpark; compiling does not
+
+    keys = sorted(set(keys))
+    if not keys:
+        return 0, 0
+    # the materializations being checked, looked up before the rows are read
+    checked = {k: latest_materialization(context.instance, table, k) for k in keys}
+    evaluations = failed = 0
+    for outcome in check_ods_hours(table, keys, session, store):
+        # log_event accepts check evaluations at run time (its annotation lags behind)
+        context.log_event(evaluation(context.instance, table, outcome, checked[outcome.partition]))  # type: ignore[arg-type]
+        evaluations += 1
+        if not outcome.passed:
+            failed += 1
+            context.log.warning(
+                f"{table.fqn} {outcome.partition} check {outcome.check.name} FAILED: {outcome.description}"
+            )
+    context.log.info(f"{table.fqn}: checked {len(keys)} hour(s), {keys[0]} .. {keys[-1]}")
+    return evaluations, failed
 
 
 def build_ods_checks_job(catalog: Catalog) -> JobDefinition:
@@ -51,27 +85,14 @@ def build_ods_checks_job(catalog: Catalog) -> JobDefinition:
             bad = [k for k in keys if not hourly.has_partition_key(k)]
             if bad:
                 raise Failure(f"{fqn}: not hour partition keys (YYYY-MM-DD-HH:00): {', '.join(bad[:5])}")
-        from warehouse_assets.runtime import check_ods_hours  # the run imports PySpark; compiling does not
-
         session, store = spark.session(), lake.store()
         started = time.monotonic()
         counts = {"table_hours": 0, "evaluations": 0, "failed": 0}
         for fqn, keys in sorted(config.hours.items()):
-            table, keys = tables[fqn], sorted(set(keys))
-            # the materializations being checked, looked up before the rows are read
-            checked = {k: latest_materialization(context.instance, table, k) for k in keys}
-            for outcome in check_ods_hours(table, keys, session, store):
-                # log_event accepts check evaluations at run time (its annotation lags behind)
-                event = evaluation(context.instance, table, outcome, checked[outcome.partition])
-                context.log_event(event)  # type: ignore[arg-type]
-                counts["evaluations"] += 1
-                if not outcome.passed:
-                    counts["failed"] += 1
-                    context.log.warning(
-                        f"{fqn} {outcome.partition} check {outcome.check.name} FAILED: {outcome.description}"
-                    )
-            counts["table_hours"] += len(keys)
-            context.log.info(f"{fqn}: checked {len(keys)} hour(s), {keys[0]} .. {keys[-1]}")
+            evaluations, failed = judge_hours(context, tables[fqn], keys, session, store)
+            counts["table_hours"] += len(set(keys))
+            counts["evaluations"] += evaluations
+            counts["failed"] += failed
         seconds = round(time.monotonic() - started, 3)
         return Output(counts, metadata={**counts, "duration_s": seconds})
 

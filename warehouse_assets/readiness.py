@@ -32,7 +32,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from dagster import AssetKey, AssetMaterialization
+from dagster import AssetKey, AssetMaterialization, AssetRecordsFilter, DagsterInstance
 
 from resources.delta_lake import DeltaStore, ReadStats
 from resources.landing import Landing
@@ -320,12 +320,16 @@ def readiness_events(
     cursor: dict[str, Any],
     already_reported: Callable[[Table], set[str]] | None = None,
     lookback: timedelta = LATE_CHANGE_LOOKBACK,
+    reported_rows: Callable[[Table, str], int | None] | None = None,
 ) -> tuple[list[AssetMaterialization], dict[str, Any]]:
     """Materializations for every newly ready ODS hour (and reported hours with late changes), and the
     advanced cursor ``{table: {"last": hour, "seen": {stream: segment position of counts seen}}}``.
 
     ``already_reported`` (the instance's materialized partitions) keeps an hour reported by another path
-    (the headless command) from being reported twice; a late-change re-report ignores it on purpose.
+    (the ingestion run, the headless command) from being reported twice; a late-change re-report ignores it on
+    purpose. ``reported_rows`` (the ``ingested_rows`` of an hour's latest report) keeps late changes that another
+    path already re-reported from being re-reported again: only an hour whose ingested count grew past its latest
+    report's is.
     """
     events: list[AssetMaterialization] = []
     cursor = dict(cursor)
@@ -335,6 +339,8 @@ def readiness_events(
         if state.streams:
             read_counts(state, store, landing, table, *tick_hours(state, last, lookback))
         late = [k for k in late_hours(state, last, seen) if state.completeness(k).complete]
+        if reported_rows is not None:
+            late = [k for k in late if state.completeness(k).ingested_rows > (reported_rows(table, k) or -1)]
         keys = ready_hours(state, last, MAX_EVENTS_PER_TICK - len(events))
         # the counts read cover the tick's hours only: what was seen before stays seen
         counted = {s: max(seen.get(s, 0), state.counted_seq.get(s, 0)) for s in {*seen, *state.counted_seq}}
@@ -365,3 +371,18 @@ def readiness_events(
             }
             events.append(AssetMaterialization(asset_key=AssetKey(table.key), partition=key, metadata=metadata))
     return events, cursor
+
+
+def reported_ingested_rows(instance: DagsterInstance) -> Callable[[Table, str], int | None]:
+    """``reported_rows`` for :func:`readiness_events`: the ``ingested_rows`` of the hour's latest report."""
+
+    def lookup(table: Table, key: str) -> int | None:
+        records = instance.fetch_materializations(
+            AssetRecordsFilter(asset_key=AssetKey(table.key), asset_partitions=[key]), limit=1
+        ).records
+        if not records or records[0].asset_materialization is None:
+            return None
+        value = records[0].asset_materialization.metadata.get("ingested_rows")
+        return value.value if value is not None and isinstance(value.value, int) else None
+
+    return lookup
