@@ -1,31 +1,36 @@
 """Handoff latency: from an upstream partition becoming ready to its downstream run starting, with the real daemon.
 
-The embedded default runs as ``warehouse dev --no-simulate`` does (Spark Connect, webserver, daemon,
-``dagster_home/dagster.yaml``) on a temporary ``DAGSTER_HOME``, lake and landing area. Two kinds of
-handoff alternate, one at a time (every run of the previous one finished, then a random 0–3 s pause so
-deliveries do not line up with sensor ticks):
+The embedded default runs as ``warehouse dev --no-simulate`` does (Spark Connect, webserver, daemon, engine,
+``dagster_home/dagster.yaml``) on a temporary ``DAGSTER_HOME``, lake and landing area. Two kinds of handoff
+alternate, one at a time (every run of the previous one finished, then a random 0–3 s pause so deliveries do
+not line up with ticks):
 
 * **external** — the bench plays the ad partner: it drops day D's ``marketing_spend`` files and then their
-  ``_SUCCESS`` marker (t0), with ``ads.daily_gmv`` D already materialized, so the marker is the last input
-  of ``ads.marketing_roi`` D::
+  ``_SUCCESS`` marker (t0), with ``ads.daily_gmv`` D already materialized, so the marker is the last input of
+  ``ads.marketing_roi`` D::
 
-    t0 marker lands → t1 ext_marketing_spend reports the partition (sensor interval)
-       → t2 the engine submits the run → t3 the run starts (dequeue + run worker launch)
+    t0 marker lands → reported (the engine's watcher) → submitted (the engine) → created (the webserver)
+       → started (dequeue + warm launch)
 
-* **ods** — the bench plays the readiness sensor: ``ods.order`` hour H's rows are in the lake and it reports
-  the hour (t0). Its checks are blocking, so ``dws.order_hourly`` H waits for their verdicts::
+* **ods** — the bench plays the source: the simulated CDC segments (all five ODS sources) of hour H land.
+  The landing sensor starts an ``ods_ingest`` run; its ``ods.order`` commit completes H (t0), the run reports H
+  and logs its checks' verdicts, and ``dws.order_hourly`` H (checks blocking) is started by the engine::
 
-    t0 hour reported → t1 ods_quality_checks has judged it (sensor interval + a check run's launch)
-       → t2 the engine submits the run → t3 the run starts
+    landed → t0 committed (landing sensor, run launch, merge) → reported (readiness in the run)
+       → judged (checks in the run) → submitted → created → started
 
-Prints each handoff, P50 / P90 / max of t0→t3 per kind and overall, and of each stage, and a last line of
-key=value figures (overall).
+A handoff is t0 → run start. ``detect`` is the time for a ready upstream to reach the instance where the engine
+reads it: marker → reported, commit → reported. The whole chain of an ODS hour is landed → reported. When the
+ODS hours pass a day's end (over 48 handoffs), it also prints the time from that day's last hour reported to the
+day's DWD, DWS and ADS partitions materialized, per layer.
 
-    .venv/bin/python bench/handoff_latency.py [--handoffs 30]
+Prints each handoff, P50 / P90 / max per kind and stage, and a last line ``RESULT handoffs= p90= max=
+launch_p90= detect_p90= ...``.
 
-Settings that move the figures (environment / dagster.yaml): WAREHOUSE_EXTERNAL_SENSOR_INTERVAL (10 s),
-WAREHOUSE_ODS_CHECKS_INTERVAL (10 s), WAREHOUSE_ENGINE_POLL_SECONDS (0.25 s),
-run_coordinator.config.dequeue_interval_seconds (1 s).
+    .venv/bin/python bench/handoff_latency.py [--handoffs 60]
+
+Settings that move the figures (environment / dagster.yaml): WAREHOUSE_ENGINE_POLL_SECONDS (0.25 s; the watcher
+looks every round), the landing sensor's 15 s interval, run_coordinator.config.dequeue_interval_seconds (1 s).
 """
 
 from __future__ import annotations
@@ -89,79 +94,69 @@ def _seed_gmv(lake: Path, days: list[date]) -> None:
     write_deltalake(uri, table, partition_by=["dt"], configuration=DeltaStore(str(lake)).table_configuration())
 
 
-def _seed_ods(lake: Path, hours: list[datetime]) -> None:
-    """ods.order rows for each hour (three orders an hour), merged state as the ingestion leaves it."""
-    import pyarrow as pa
-    from deltalake import write_deltalake
+def _commit_time(lake: Path, key: list[str], version: int) -> float:
+    """Epoch seconds of a Delta commit (its ``timestamp`` in the log)."""
+    from deltalake import DeltaTable
 
-    from resources.delta_lake import DeltaStore
-    from simulator.cdc import merged_order_row
-    from warehouse_assets.catalog import load_catalog
-    from warehouse_assets.ingestion import ods_arrow_schema
-
-    rows = []
-    for n, hour in enumerate(hours):
-        for i in range(3):
-            created = hour + timedelta(minutes=10 * i + 5)
-            rows.append(merged_order_row(1000 * n + i, 10 + i, created, 1000 * n + i, course_id=1 + i % 2))
-    data = pa.Table.from_pylist(rows, schema=ods_arrow_schema(load_catalog()["ods.order"]))
-    uri = str(lake / "ods" / "order")
-    write_deltalake(uri, data, partition_by=["dt", "hh"], configuration=DeltaStore(str(lake)).table_configuration())
+    for entry in DeltaTable(str(lake.joinpath(*key))).history(limit=50):
+        if entry.get("version") == version:
+            return float(entry["timestamp"]) / 1000
+    raise SystemExit(f"{'.'.join(key)}: version {version} is not in the last 50 commits")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--handoffs", type=int, default=30, help="handoffs in all, half of each kind")
-    parser.add_argument("--timeout", type=float, default=180, help="seconds to wait for one handoff")
+    parser.add_argument("--handoffs", type=int, default=60, help="handoffs in all, half of each kind")
+    parser.add_argument("--timeout", type=float, default=300, help="seconds to wait for one handoff")
+    parser.add_argument("--scale", type=float, default=0.05, help="the simulated sources' volume (1.0: full)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = parser.parse_args()
 
-    from dagster import AssetKey, AssetMaterialization, AssetRecordsFilter, DagsterInstance
+    from dagster import DagsterInstance
 
+    from simulator.cdc import SimulationConfig, simulate
     from simulator.external import marketing_rows, write_marketing
     from warehouse_assets.catalog import load_catalog
+    from warehouse_assets.engine import SUBMITTED_TAG
     from warehouse_assets.quality import report_valid
 
     work = Path(tempfile.mkdtemp(prefix="handoff-"))
-    home, lake, external = work / "dagster_home", work / "lake", work / "landing" / "external"
+    home, lake, landing = work / "dagster_home", work / "lake", work / "landing"
+    external = landing / "external"
     home.mkdir(parents=True)
-    (work / "landing").mkdir()
+    landing.mkdir()
     shutil.copy(ROOT / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
     today = datetime.now(TZ).date()
     n_ext = (args.handoffs + 1) // 2
     days = [today - timedelta(days=n_ext + 1 - i) for i in range(n_ext)]  # within the lookback
     midnight = datetime(today.year, today.month, today.day, tzinfo=TZ) - timedelta(days=2)
-    hours = [midnight + timedelta(hours=i) for i in range(args.handoffs - n_ext)]  # the day before yesterday
+    hours = [midnight + timedelta(hours=i) for i in range(args.handoffs - n_ext)]  # from the day before yesterday
+    config = SimulationConfig(scale=args.scale, tz=str(TZ))
     _seed_gmv(lake, days)
-    _seed_ods(lake, hours)
     plan: list[tuple[str, str]] = []
     for i in range(max(len(days), len(hours))):
         plan += [("external", f"{days[i]:%Y-%m-%d}")] if i < len(days) else []
         plan += [("ods", f"{hours[i]:%Y-%m-%d-%H:00}")] if i < len(hours) else []
     os.environ["DAGSTER_HOME"] = str(home)
+    catalog = load_catalog()
     with DagsterInstance.from_config(str(home)) as instance:
-        gmv = load_catalog()[".".join(GMV)]
         for d in days:
-            report_valid(instance, gmv, f"{d}", "seeded by the bench")
+            report_valid(instance, catalog[".".join(GMV)], f"{d}", "seeded by the bench")
 
     port, spark_port = _free_port(), _free_port()
     env = dict(
         os.environ,
         DAGSTER_HOME=str(home),
         WAREHOUSE_LAKE_ROOT=str(lake),
-        WAREHOUSE_LANDING_ROOT=str(work / "landing"),
+        WAREHOUSE_LANDING_ROOT=str(landing),
         WAREHOUSE_LOG_DIR=str(work),
         WAREHOUSE_SPARK_MODE="connect",
         WAREHOUSE_SPARK_CONNECT_URL=f"sc://127.0.0.1:{spark_port}",
         WAREHOUSE_SPARK_DRIVER_MEMORY=os.environ.get("WAREHOUSE_SPARK_DRIVER_MEMORY", "2g"),
         DAGSTER_TELEMETRY_ENABLED="false",
     )
-    settings = {
-        "external_sensor_interval_s": env.get("WAREHOUSE_EXTERNAL_SENSOR_INTERVAL", "10"),
-        "ods_checks_interval_s": env.get("WAREHOUSE_ODS_CHECKS_INTERVAL", "10"),
-        "engine_poll_s": env.get("WAREHOUSE_ENGINE_POLL_SECONDS", "0.25"),
-    }
-    print(f"[bench] {work}: starting the embedded stack (Spark Connect + dagster dev) …", flush=True)
+    settings = {"engine_poll_s": env.get("WAREHOUSE_ENGINE_POLL_SECONDS", "0.25"), "scale": args.scale}
+    print(f"[bench] {work}: starting the embedded stack (Spark Connect + dagster dev + engine) …", flush=True)
     log = (work / "dev.log").open("wb")
     stack = subprocess.Popen(
         [sys.executable, "-m", "warehouse_assets.cli", "dev", "--no-simulate", "--port", str(port)],
@@ -173,18 +168,17 @@ def main() -> int:
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     rows: list[tuple[str, dict[str, float]]] = []
+    day_end: dict[str, float] = {}
     try:
         instance = DagsterInstance.from_config(str(home))
-        # wait until the daemon's sensors tick (the external sensor records a tick with its cursor)
         deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline:  # the landing sensor has ticked and the engine watches
             assert stack.poll() is None, f"the stack exited; see {work / 'dev.log'}"
-            sensors = ("ext_marketing_spend", "ods_quality_checks")
-            if all(_sensor_ticked(instance, name) for name in sensors):
+            if _sensor_ticked(instance, "ods_landing") and _engine_watching(instance):
                 break
             time.sleep(2)
         else:
-            raise SystemExit(f"the sensors never ticked within 300 s; see {work / 'dev.log'}")
+            raise SystemExit(f"the stack did not come up within 300 s; see {work / 'dev.log'}")
         print("[bench] stack is up; one handoff at a time, the kinds alternating", flush=True)
         for n, (kind, key) in enumerate(plan, start=1):
             _wait_until_idle(instance, args.timeout)
@@ -194,29 +188,46 @@ def main() -> int:
                 write_marketing(external, f"dt={key}", marketing_rows(7, day), datetime.now(TZ))  # marker last
                 t0 = time.time()
                 record = _wait_for_run(instance, ROI, key, t0, args.timeout, stack)
-                reported = instance.fetch_materializations(
-                    AssetRecordsFilter(asset_key=AssetKey(["ext", "marketing_spend"]), asset_partitions=[key]), limit=1
-                ).records[0]
-                ready = reported.timestamp
+                reported = _latest(instance, ["ext", "marketing_spend"], key)
+                row = {"detect": reported.timestamp - t0, "ready": reported.timestamp}
             else:
-                t0 = time.time()
-                instance.report_runless_asset_event(AssetMaterialization(asset_key=AssetKey(ODS), partition=key))
-                record = _wait_for_run(instance, HOURLY, key, t0, args.timeout, stack)
-                ready = _judged_at(instance, key)
-            row = {
-                "total": record.start_time - t0,
-                "ready": ready - t0,
-                "engine": record.create_timestamp.timestamp() - ready,
-                "launch": record.start_time - record.create_timestamp.timestamp(),
-            }
+                hour = datetime.strptime(key, "%Y-%m-%d-%H:%M").replace(tzinfo=TZ)
+                simulate(
+                    landing, midnight.replace(tzinfo=None), (hour + timedelta(hours=1)).replace(tzinfo=None), config
+                )
+                landed = time.time()
+                record = _wait_for_run(instance, HOURLY, key, landed, args.timeout, stack)
+                reported = _latest(instance, ODS, key)
+                version = reported.asset_materialization.metadata["delta_version"].value
+                t0 = _commit_time(lake, ODS, int(version))
+                judged = _judged_at(instance, key)
+                row = {
+                    "chain": reported.timestamp - landed,
+                    "ingest": t0 - landed,
+                    "detect": reported.timestamp - t0,
+                    "checks": judged - reported.timestamp,
+                    "ready": judged,
+                }
+                if hour.hour == 23:
+                    day_end[f"{hour:%Y-%m-%d}"] = max(_latest(instance, t.key, key).timestamp for t in catalog.ods())
+            run = record.dagster_run
+            submitted = float(run.tags[SUBMITTED_TAG])
+            row.update(
+                total=record.start_time - t0,
+                engine=submitted - row.pop("ready"),
+                webserver=record.create_timestamp.timestamp() - submitted,
+                launch=record.start_time - record.create_timestamp.timestamp(),
+            )
             rows.append((kind, row))
-            stage = "sensor" if kind == "external" else "checks"
+            extra = f"landed→committed {row['ingest']:4.1f}s, checks {row['checks']:4.1f}s, " if kind == "ods" else ""
             print(
-                f"[{n:>2}/{len(plan)}] {kind:<8} {key}: run started {row['total']:5.1f}s after t0 "
-                f"({stage} {row['ready']:4.1f}s, engine {row['engine']:4.1f}s, "
-                f"queue+launch {row['launch']:4.1f}s)",
+                f"[{n:>2}/{len(plan)}] {kind:<8} {key}: run started {row['total']:5.2f}s after t0 ({extra}"
+                f"detect {row['detect']:4.2f}s, engine {row['engine']:4.2f}s, webserver {row['webserver']:4.2f}s, "
+                f"queue+launch {row['launch']:4.2f}s)",
                 flush=True,
             )
+        _wait_until_idle(instance, args.timeout)
+        layers = _day_end_layers(instance, catalog, day_end)
     finally:
         os.killpg(stack.pid, signal.SIGINT)
         try:
@@ -228,35 +239,84 @@ def main() -> int:
             shutil.rmtree(work, ignore_errors=True)
 
     def figures(name: str, kind: str | None = None) -> tuple[float, float, float]:
-        values = [r[name] for k, r in rows if kind in (None, k)]
+        values = [r[name] for k, r in rows if kind in (None, k) and name in r]
         return statistics.median(values), _percentile(values, 0.9), max(values)
 
     print()
-    for kind, title, ready in (
-        ("external", "external marker → ads.marketing_roi run start", "  marker → reported (ext sensor)"),
-        ("ods", "ODS hour reported → dws.order_hourly run start", "  reported → checks judged (check run)"),
-    ):
-        count = sum(1 for k, _ in rows if k == kind)
-        print(f"{title} ({count} handoffs)")
-        for name, label in (
-            ("total", "  t0 → run start"),
-            ("ready", ready),
-            ("engine", "  ready → run created (engine)"),
-            ("launch", "  run created → started (dequeue + launch)"),
-        ):
+    stages = {
+        "external": [
+            ("total", "marker → ads.marketing_roi run start"),
+            ("detect", "  marker → reported (engine's watcher)"),
+        ],
+        "ods": [
+            ("chain", "segments landed → hour reported (whole chain)"),
+            ("ingest", "  landed → committed (landing sensor, launch, merge)"),
+            ("total", "commit → dws.order_hourly run start"),
+            ("detect", "  commit → reported (readiness in the run)"),
+            ("checks", "  reported → judged (checks in the run)"),
+        ],
+    }
+    common = [
+        ("engine", "  ready → submitted (engine)"),
+        ("webserver", "  submitted → run created (webserver)"),
+        ("launch", "  run created → started (dequeue + launch)"),
+    ]
+    for kind in ("external", "ods"):
+        print(f"{kind} ({sum(1 for k, _ in rows if k == kind)} handoffs)")
+        for name, label in stages[kind] + common:
             p50, p90, top = figures(name, kind)
-            print(f"{label:<44} P50 {p50:5.1f}s   P90 {p90:5.1f}s   max {top:5.1f}s")
+            print(f"  {label:<54} P50 {p50:6.2f}s   P90 {p90:6.2f}s   max {top:6.2f}s")
     p50, p90, top = figures("total")
-    print(f"{'all handoffs: t0 → run start':<44} P50 {p50:5.1f}s   P90 {p90:5.1f}s   max {top:5.1f}s")
-    stages = {name: statistics.mean(r[name] for _, r in rows) for name in ("ready", "engine", "launch")}
-    dominant = max(stages, key=lambda k: stages[k])
-    ext_p90, ods_p90 = figures("total", "external")[1], figures("total", "ods")[1]
+    print(f"  {'all handoffs: ready → run start':<54} P50 {p50:6.2f}s   P90 {p90:6.2f}s   max {top:6.2f}s")
+    for day, per_layer in layers.items():
+        print(f"day {day}: last ODS hour reported → " + ", ".join(f"{k} {v:.1f}s" for k, v in per_layer.items()))
+    chain_p90 = figures("chain", "ods")[1]
     print(
-        f"handoffs={len(rows)} p50={p50:.2f} p90={p90:.2f} max={top:.2f} external_p90={ext_p90:.2f} "
-        f"ods_p90={ods_p90:.2f} mean_ready={stages['ready']:.2f} mean_engine={stages['engine']:.2f} "
-        f"mean_launch={stages['launch']:.2f} dominant={dominant} " + " ".join(f"{k}={v}" for k, v in settings.items())
+        f"RESULT handoffs={len(rows)} p50={p50:.2f} p90={p90:.2f} max={top:.2f} "
+        f"launch_p90={figures('launch')[1]:.2f} detect_p90={figures('detect')[1]:.2f} "
+        f"engine_p90={figures('engine')[1]:.2f} webserver_p90={figures('webserver')[1]:.2f} "
+        f"external_p90={figures('total', 'external')[1]:.2f} ods_p90={figures('total', 'ods')[1]:.2f} "
+        f"ods_chain_p90={chain_p90:.2f} " + " ".join(f"{k}={v}" for k, v in settings.items())
     )
     return 0
+
+
+def _latest(instance: object, asset: list[str], key: str) -> object:
+    """The latest materialization record of one partition."""
+    from dagster import AssetKey, AssetRecordsFilter
+
+    found = instance.fetch_materializations(  # type: ignore[attr-defined]
+        AssetRecordsFilter(asset_key=AssetKey(asset), asset_partitions=[key]), limit=1
+    ).records
+    if not found:
+        raise SystemExit(f"no materialization of {'.'.join(asset)} {key}")
+    return found[0]
+
+
+def _engine_watching(instance: object) -> bool:
+    from warehouse_assets.external import watched_ago
+
+    return watched_ago(instance) is not None  # type: ignore[arg-type]
+
+
+def _day_end_layers(instance: object, catalog: object, day_end: dict[str, float]) -> dict[str, dict[str, float]]:
+    """Per day whose last ODS hour was reported: seconds from then to the last daily partition of each layer."""
+    from dagster import AssetKey, AssetRecordsFilter
+
+    out: dict[str, dict[str, float]] = {}
+    for day, reported in day_end.items():
+        per_layer: dict[str, float] = {}
+        for table in catalog.derived():  # type: ignore[attr-defined]
+            if table.period != "daily":
+                continue
+            records = instance.fetch_materializations(  # type: ignore[attr-defined]
+                AssetRecordsFilter(asset_key=AssetKey(table.key), asset_partitions=[day], after_timestamp=reported),
+                limit=1,
+            ).records
+            if records:
+                per_layer[table.layer] = max(per_layer.get(table.layer, 0.0), records[0].timestamp - reported)
+        out[day] = dict(sorted(per_layer.items(), key=lambda kv: ["dwd", "dws", "ads"].index(kv[0])))
+    return out
 
 
 def _sensor_ticked(instance: object, name: str) -> bool:

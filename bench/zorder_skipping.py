@@ -25,6 +25,9 @@ The last line is one ``RESULT`` line of ``key=value`` figures: ``ratio`` = unord
 
     .venv/bin/python bench/zorder_skipping.py                         # full size (50M rows)
     .venv/bin/python bench/zorder_skipping.py --rows 5000000 --keep --workdir /tmp/zbench
+    .venv/bin/python bench/zorder_skipping.py --skew 0.2          # 5 hot learners hold 20 % of the rows
+
+With ``--skew`` the result also has ``hot_skipped``: the skipping of the sampled lookups of hot learners.
 """
 
 from __future__ import annotations
@@ -101,6 +104,8 @@ class Attendance:
 
     rows: int
     months: int
+    skew: float = 0.0  # the fraction of rows held by the few hot learners (seed 001's skewed builds)
+    hot_users: int = 5
 
     def __post_init__(self) -> None:
         first = date.fromisoformat(START)
@@ -126,6 +131,9 @@ class Attendance:
     def user_course(self, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         h = _mix(r, 0)
         user = (h % np.uint64(self.users)).astype(np.int64)
+        if self.skew:  # a few hot learners (the first user ids) hold ``skew`` of the rows
+            hot = _mix(r, 3) % np.uint64(10_000) < np.uint64(round(self.skew * 10_000))
+            user = np.where(hot, (_mix(r, 4) % np.uint64(self.hot_users)).astype(np.int64), user)
         k = (h >> np.uint64(59)) % np.uint64(COURSES_PER_USER)
         course = _mix(user.astype(np.uint64) * np.uint64(COURSES_PER_USER) + k, 1) % np.uint64(self.courses)
         return user + USER_BASE, course.astype(np.int64) + COURSE_BASE
@@ -292,6 +300,7 @@ class Layout:
     lookups: list[Lookup]
     sample_skipped: float
     sample_files_read: float
+    hot_skipped: float | None = None  # the sample's lookups of hot learners only (with --skew)
 
     @property
     def seconds(self) -> float:
@@ -342,10 +351,18 @@ def measure(
     reads = [_files_matching(actions, user, course) for user, course in sample]
     total = scope.files_after_partition_pruning
     fractions = [(total - n) / total for n in reads]
-    layout = Layout(name, lookups, statistics.fmean(fractions), statistics.fmean(reads))
+    hot = [f for f, (user, _) in zip(fractions, sample, strict=True) if user - USER_BASE < gen.hot_users]
+    layout = Layout(
+        name,
+        lookups,
+        statistics.fmean(fractions),
+        statistics.fmean(reads),
+        statistics.fmean(hot) if gen.skew and hot else None,
+    )
     log(
         f"  {name}: {len(sample)} more lookups (file pruning only): {layout.sample_files_read:.1f} files read "
         f"on average, {layout.sample_skipped:.1%} skipped, worst {max(reads)} files"
+        + (f"; {len(hot)} of hot learners: {layout.hot_skipped:.1%} skipped" if layout.hot_skipped is not None else "")
     )
     return layout
 
@@ -409,6 +426,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per lookup, the best counts (default 3)")
     parser.add_argument("--sample", type=int, default=200, help="lookups measured by file pruning only")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--skew", type=float, default=0.0, help="fraction of rows held by a few hot learners (e.g. 0.2; default 0)"
+    )
+    parser.add_argument("--hot-users", type=int, default=5, help="how many hot learners --skew makes (default 5)")
     args = parser.parse_args(argv)
 
     t0 = time.monotonic()
@@ -419,11 +440,12 @@ def main(argv: list[str] | None = None) -> int:
         if lake.exists():
             shutil.rmtree(lake)
         store = DeltaStore(str(lake))
-        gen = Attendance(args.rows, args.months)
+        gen = Attendance(args.rows, args.months, args.skew, args.hot_users)
         target = int(args.target_mib * MIB)
         log(
             f"table {'.'.join(KEY)}: {gen.rows:,} rows, {gen.users:,} learners, {gen.courses:,} courses, "
             f"{gen.days} days in {gen.months} monthly partition(s); lake {lake}"
+            + (f"; {gen.hot_users} hot learners hold {gen.skew:.0%} of the rows" if gen.skew else "")
         )
         log("building (one append per day) ...")
         built = build_table(store, gen, int(args.ingest_mib * MIB))
@@ -477,7 +499,10 @@ def main(argv: list[str] | None = None) -> int:
             "compacted_skipped": round(c.sample_skipped, 4),
             "unordered_skipped": round(u.sample_skipped, 4),
             "sample": len(sample),
+            "skew": args.skew,
         }
+        if z.hot_skipped is not None:
+            fields["hot_skipped"] = round(z.hot_skipped, 4)
         fields["total_s"] = round(time.monotonic() - t0, 1)
         fields["peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 1)
         log("RESULT " + " ".join(f"{k}={v}" for k, v in fields.items()))

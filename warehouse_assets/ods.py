@@ -11,7 +11,6 @@ reporting an hour, or its late changes, twice.
 """
 
 import time
-from collections.abc import Sequence
 
 from dagster import (
     AssetKey,
@@ -83,11 +82,10 @@ def build_ingest_job(catalog: Catalog):  # type: ignore[no-untyped-def]
             )
 
         tables = [t for t in catalog.ods() if not config.tables or t.fqn in config.tables]
-        # how far each stream's ingested counts went before this run: what the run adds is its late changes
-        before = {
-            t.fqn: committed_positions(store, t, land.streams(t.source_database, t.source_tables)) for t in tables
-        }
+        gate: dict[str, int | float] = {}
         for table in tables:
+            # how far each stream's ingested counts went before this batch: what it adds are its late changes
+            before = committed_positions(store, table, land.streams(table.source_database, table.source_tables))
             report = ingest_table(
                 session,
                 store,
@@ -97,13 +95,15 @@ def build_ingest_job(catalog: Catalog):  # type: ignore[no-untyped-def]
                 progress=progress,
             )
             summary[table.fqn] = {k: int(v) for k, v in report.metadata().items()}
+            if config.report_ready:  # right after the table's commit, not after the other tables' batches
+                for name, value in report_completed_hours(context, table, before, session, store, land).items():
+                    gate[name] = round(gate.get(name, 0) + value, 3)
         flat: dict[str, int | float] = {
             f"{t}.{k}": v for t, m in summary.items() for k, v in m.items() if k != "seconds"
         }
         flat["rows_applied"] = sum(m["rows_applied"] for m in summary.values())
         flat["rows_quarantined"] = sum(m["rows_quarantined"] for m in summary.values())
-        if config.report_ready:
-            flat.update(report_completed_hours(context, tables, before, session, store, land))
+        flat.update(gate)
         return Output(summary, metadata=flat)
 
     @job(
@@ -120,49 +120,45 @@ def build_ingest_job(catalog: Catalog):  # type: ignore[no-untyped-def]
 
 def report_completed_hours(
     context: OpExecutionContext,
-    tables: Sequence[Table],
-    before: dict[str, dict[str, int]],
+    table: Table,
+    before: dict[str, int],
     session: object,
     store: DeltaStore,
     landing: Landing,
 ) -> dict[str, int | float]:
-    """Reports, in this run, every hour of ``tables`` that is ready now and was not reported (and every reported
-    hour whose ingested count this run's late changes grew), then logs its checks' verdicts; returns the numbers
-    for the run's metadata."""
+    """Reports, in this run, every hour of ``table`` that is ready now and was not reported (and every reported
+    hour whose ingested count grew since the streams' positions ``before`` this run's batch), then logs its checks'
+    verdicts; returns the numbers for the run's metadata."""
     instance, started = context.instance, time.monotonic()
-    reported: dict[str, list[str]] = {}
-    cursor: dict[str, object] = {}
-    for table in tables:
-        done = instance.get_materialized_partitions(AssetKey(table.key))
-        cursor[table.fqn] = {"last": max(done) if done else None, "seen": before[table.fqn]}
-    subset = Catalog({t.fqn: t for t in tables})
+    key = AssetKey(table.key)
+    done = instance.get_materialized_partitions(key)
+    cursor: dict[str, object] = {table.fqn: {"last": max(done) if done else None, "seen": before}}
+    keys: list[str] = []
     while True:  # at most MAX_EVENTS_PER_TICK hours per call
         events, advanced = readiness_events(
             store,
             landing,
-            subset,
+            Catalog({table.fqn: table}),
             cursor,
-            lambda t: set(instance.get_materialized_partitions(AssetKey(t.key))),
+            lambda t: set(instance.get_materialized_partitions(key)),
             reported_rows=reported_ingested_rows(instance),
         )
         for event in events:
             context.log_event(event)
-            reported.setdefault(".".join(event.asset_key.path), []).append(str(event.partition))
+            keys.append(str(event.partition))
         if not events or advanced == cursor:
             break
         cursor = advanced
     report_s = time.monotonic() - started
-    for fqn, keys in sorted(reported.items()):
-        context.log.info(f"{fqn}: {len(keys)} hour(s) ready, {keys[0]} .. {keys[-1]}")
     evaluations = failed = 0
-    for table in tables:
-        if table.checks and reported.get(table.fqn):
-            judged, bad = judge_hours(context, table, reported[table.fqn], session, store)  # type: ignore[arg-type]
-            evaluations, failed = evaluations + judged, failed + bad
+    if keys:
+        context.log.info(f"{table.fqn}: {len(keys)} hour(s) ready, {keys[0]} .. {keys[-1]}")
+        if table.checks:
+            evaluations, failed = judge_hours(context, table, keys, session, store)  # type: ignore[arg-type]
     return {
-        "hours_reported": sum(len(k) for k in reported.values()),
+        "hours_reported": len(keys),
         "check_evaluations": evaluations,
         "checks_failed": failed,
-        "report_s": round(report_s, 3),
-        "judge_s": round(time.monotonic() - started - report_s, 3),
+        "report_s": report_s,
+        "judge_s": time.monotonic() - started - report_s,
     }
