@@ -208,8 +208,8 @@ def main() -> int:
                     "checks": judged - reported.timestamp,
                     "ready": judged,
                 }
-                if hour.hour == 23:
-                    day_end[f"{hour:%Y-%m-%d}"] = max(_latest(instance, t.key, key).timestamp for t in catalog.ods())
+                if hour.hour == 23:  # the day's last hour: when every ODS table has reported it
+                    day_end[f"{hour:%Y-%m-%d}"] = _all_reported(instance, catalog, key, args.timeout)
             run = record.dagster_run
             submitted = float(run.tags[SUBMITTED_TAG])
             row.update(
@@ -291,6 +291,25 @@ def _latest(instance: object, asset: list[str], key: str) -> object:
     if not found:
         raise SystemExit(f"no materialization of {'.'.join(asset)} {key}")
     return found[0]
+
+
+def _all_reported(instance: object, catalog: object, key: str, timeout: float) -> float:
+    """When the last ODS table reported hour ``key`` (the ingestion reports the tables one after the other)."""
+    from dagster import AssetKey, AssetRecordsFilter
+
+    deadline = time.monotonic() + timeout
+    while True:
+        stamps = []
+        for table in catalog.ods():  # type: ignore[attr-defined]
+            found = instance.fetch_materializations(  # type: ignore[attr-defined]
+                AssetRecordsFilter(asset_key=AssetKey(table.key), asset_partitions=[key]), limit=1
+            ).records
+            stamps.append(found[0].timestamp if found else None)
+        if all(s is not None for s in stamps):
+            return max(s for s in stamps if s is not None)
+        if time.monotonic() > deadline:
+            raise SystemExit(f"not every ODS table reported {key} within {timeout:.0f} s")
+        time.sleep(0.2)
 
 
 def _engine_watching(instance: object) -> bool:

@@ -162,18 +162,26 @@ class Unique(_Grouped):
             )
             .collect()
         }
-        duplicated = {
-            r[PARTITION]: r
-            for r in data.groupBy(PARTITION, *cols)
-            .count()
-            .where("count > 1")
-            .groupBy(PARTITION)
-            .agg(
-                F.count("*").alias("duplicated"),
-                F.slice(F.collect_list(F.struct(*cols, "count")), 1, 3).alias("examples"),
-            )
-            .collect()
-        }
+        # a partition with as many distinct keys as rows has no duplicate and no null key: the second pass (which
+        # names examples) is needed only when one has fewer; a clean hour costs one Spark job, not two
+        suspect = [k for k, r in stats.items() if int(r["keys"]) < int(r["rows"])]
+        duplicated = (
+            {
+                r[PARTITION]: r
+                for r in data.where(F.col(PARTITION).isin(suspect))
+                .groupBy(PARTITION, *cols)
+                .count()
+                .where("count > 1")
+                .groupBy(PARTITION)
+                .agg(
+                    F.count("*").alias("duplicated"),
+                    F.slice(F.collect_list(F.struct(*cols, "count")), 1, 3).alias("examples"),
+                )
+                .collect()
+            }
+            if suspect
+            else {}
+        )
         out = []
         for key in keys:
             row, dup = stats.get(key), duplicated.get(key)
