@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from dagster import MetadataValue
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
     from warehouse_assets.catalog import Table
 
@@ -45,6 +45,7 @@ class Check:
     """One check of a table. A subclass per kind; ``blocking`` unless declared ``blocking: false``."""
 
     kind: ClassVar[str] = ""
+    row_local: ClassVar[bool] = False  # its numbers are per-partition aggregates (see _Grouped)
     blocking: bool = True
 
     @property
@@ -113,7 +114,10 @@ def _first(df: DataFrame) -> Any:
 
 
 class _Grouped(Check):
-    """A row-local kind: one partition is evaluated as a group of one."""
+    """A row-local kind: its numbers are aggregates per partition, so several such checks of a table share one
+    grouped Spark job (:func:`evaluate_grouped`); one partition is evaluated as a group of one."""
+
+    row_local: ClassVar[bool] = True
 
     def evaluate(
         self,
@@ -126,6 +130,38 @@ class _Grouped(Check):
         from pyspark.sql import functions as F
 
         return self.evaluate_partitions(table, [partition], data.withColumn(PARTITION, F.lit(partition)))[0]
+
+    def evaluate_partitions(self, table: Table, keys: Sequence[str], data: DataFrame) -> list[Outcome]:
+        return evaluate_grouped(table, [self], keys, data)
+
+    def aggregates(self, table: Table, prefix: str) -> list[Column]:
+        """The per-partition aggregates this check needs, each aliased ``prefix + name``."""
+        raise NotImplementedError
+
+    def outcomes(
+        self, table: Table, keys: Sequence[str], stats: Mapping[str, Any], data: DataFrame, prefix: str
+    ) -> list[Outcome]:
+        """The verdicts from the aggregated rows ``stats`` (partition key -> row; absent: no rows)."""
+        raise NotImplementedError
+
+
+def evaluate_grouped(table: Table, checks: Sequence[Check], keys: Sequence[str], data: DataFrame) -> list[Outcome]:
+    """Every check of ``checks`` on every partition in ``keys``; ``data`` holds their rows with the partition key in
+    column ``PARTITION``. The row-local checks' aggregates are computed in one grouped Spark job for all of them
+    (a Spark job costs a good fraction of a second however small the data: an ODS hour's checks are on the path of
+    every handoff); the other kinds are evaluated partition by partition."""
+    grouped = [c for c in checks if isinstance(c, _Grouped)]
+    stats: dict[str, Any] = {}
+    if grouped:
+        columns = [a for i, c in enumerate(grouped) for a in c.aggregates(table, f"c{i}_")]
+        stats = {r[PARTITION]: r for r in data.groupBy(PARTITION).agg(*columns).collect()}
+    out: list[Outcome] = []
+    for check in checks:
+        if isinstance(check, _Grouped):
+            out += check.outcomes(table, keys, stats, data, f"c{grouped.index(check)}_")
+        else:
+            out += check.evaluate_partitions(table, keys, data)
+    return out
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,24 +183,26 @@ class Unique(_Grouped):
             return f"{table.fqn}: checks.unique: true needs a primary_key"
         return None
 
-    def evaluate_partitions(self, table: Table, keys: Sequence[str], data: DataFrame) -> list[Outcome]:
+    def aggregates(self, table: Table, prefix: str) -> list[Column]:
         from pyspark.sql import functions as F
 
         cols = list(self.columns or table.primary_key)
         null_key = F.expr(" OR ".join(f"`{c}` IS NULL" for c in cols))
-        stats = {
-            r[PARTITION]: r
-            for r in data.groupBy(PARTITION)
-            .agg(
-                F.count("*").alias("rows"),
-                F.count_distinct(*[F.col(c) for c in cols]).alias("keys"),
-                F.count_if(null_key).alias("nulls"),
-            )
-            .collect()
-        }
+        return [
+            F.count("*").alias(f"{prefix}rows"),
+            F.count_distinct(*[F.col(c) for c in cols]).alias(f"{prefix}keys"),
+            F.count_if(null_key).alias(f"{prefix}nulls"),
+        ]
+
+    def outcomes(
+        self, table: Table, keys: Sequence[str], stats: Mapping[str, Any], data: DataFrame, prefix: str
+    ) -> list[Outcome]:
+        from pyspark.sql import functions as F
+
+        cols = list(self.columns or table.primary_key)
         # a partition with as many distinct keys as rows has no duplicate and no null key: the second pass (which
-        # names examples) is needed only when one has fewer; a clean hour costs one Spark job, not two
-        suspect = [k for k, r in stats.items() if int(r["keys"]) < int(r["rows"])]
+        # names examples) is needed only when one has fewer; a clean hour costs no job of its own
+        suspect = [k for k, r in stats.items() if int(r[f"{prefix}keys"]) < int(r[f"{prefix}rows"])]
         duplicated = (
             {
                 r[PARTITION]: r
@@ -185,7 +223,9 @@ class Unique(_Grouped):
         out = []
         for key in keys:
             row, dup = stats.get(key), duplicated.get(key)
-            rows, distinct, nulls = (int(row["rows"]), int(row["keys"]), int(row["nulls"])) if row else (0, 0, 0)
+            rows, distinct, nulls = (
+                (int(row[f"{prefix}rows"]), int(row[f"{prefix}keys"]), int(row[f"{prefix}nulls"])) if row else (0, 0, 0)
+            )
             duplicated_keys = int(dup["duplicated"]) if dup else 0
             example = [str(e.asDict()) for e in dup["examples"]] if dup else []
             out.append(
@@ -215,20 +255,21 @@ class NotNull(_Grouped):
     def describe(self) -> str:
         return f"no null in {', '.join(self.columns)}"
 
-    def evaluate_partitions(self, table: Table, keys: Sequence[str], data: DataFrame) -> list[Outcome]:
+    def aggregates(self, table: Table, prefix: str) -> list[Column]:
         from pyspark.sql import functions as F
 
-        cols = list(self.columns)
-        counted = {
-            r[PARTITION]: r
-            for r in data.groupBy(PARTITION)
-            .agg(F.count("*").alias("__rows"), *[F.count_if(F.col(c).isNull()).alias(c) for c in cols])
-            .collect()
-        }
+        return [
+            F.count("*").alias(f"{prefix}rows"),
+            *[F.count_if(F.col(c).isNull()).alias(f"{prefix}null_{c}") for c in self.columns],
+        ]
+
+    def outcomes(
+        self, table: Table, keys: Sequence[str], stats: Mapping[str, Any], data: DataFrame, prefix: str
+    ) -> list[Outcome]:
         out = []
         for key in keys:
-            row = counted.get(key)
-            null_counts = {c: int(row[c]) if row else 0 for c in cols}
+            row = stats.get(key)
+            null_counts = {c: int(row[f"{prefix}null_{c}"]) if row else 0 for c in self.columns}
             bad = {c: n for c, n in null_counts.items() if n}
             out.append(
                 Outcome(
@@ -236,7 +277,7 @@ class NotNull(_Grouped):
                     key,
                     not bad,
                     {
-                        "rows": int(row["__rows"]) if row else 0,
+                        "rows": int(row[f"{prefix}rows"]) if row else 0,
                         "nulls": MetadataValue.json(null_counts),
                         "null_values": sum(null_counts.values()),
                     },

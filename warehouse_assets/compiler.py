@@ -89,7 +89,8 @@ def build_asset(catalog: Catalog, table: DerivedTable) -> AssetsDefinition:
 
 
 def build_ods_spec(table: OdsTable) -> AssetSpec:
-    """ODS tables are written by the ingestion job; the readiness sensor reports their partitions."""
+    """ODS tables are written by the ingestion job, which reports their partitions (the readiness sensor as the
+    fallback)."""
     return AssetSpec(
         key=AssetKey(table.key),
         group_name=table.layer,

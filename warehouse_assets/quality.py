@@ -3,7 +3,7 @@
 Every declared check becomes one per-partition asset check (``AssetCheckSpec(partitions_def=...)``),
 blocking unless the catalog says ``blocking: false``. A derived table evaluates its checks in the same step,
 on the partition it just wrote (read back from Delta) and on the upstream partitions it read; an ODS table's
-checks run in a check run the ``ods_quality_checks`` sensor launches for the hours the readiness sensor reported.
+checks run in the ingestion run that reports its hours (or, as the fallback, in an ``ods_quality_checks`` run).
 Results carry the numbers behind them.
 
 Across runs the dependency center (:mod:`warehouse_assets.center`) starts a partition only when every mapped
@@ -28,7 +28,7 @@ from dagster import (
 
 from warehouse_assets.catalog import Table
 from warehouse_assets.checks import PARTITION as PARTITION  # re-exported: the compiler's grouped ODS reads
-from warehouse_assets.checks import Check, Outcome
+from warehouse_assets.checks import Check, Outcome, evaluate_grouped
 from warehouse_assets.partitions import BY_PERIOD
 
 # PySpark is imported inside the functions that evaluate checks: the gates below (read by `warehouse why`) need
@@ -67,11 +67,12 @@ def evaluate(
     return check.evaluate(table, partition, data, inputs, history)
 
 
-def evaluate_partitions(table: Table, check: Check, keys: Sequence[str], data: DataFrame) -> list[Outcome]:
-    """Evaluate ``check`` on every partition in ``keys`` at once; ``data`` holds their rows with the
-    partition key in column ``PARTITION``. Row-local kinds (unique, not_null) take one or two grouped Spark
-    jobs for all partitions; the others are evaluated partition by partition (without upstream inputs)."""
-    return check.evaluate_partitions(table, keys, data)
+def evaluate_partitions(table: Table, checks: Sequence[Check], keys: Sequence[str], data: DataFrame) -> list[Outcome]:
+    """Evaluate ``checks`` on every partition in ``keys`` at once; ``data`` holds their rows with the
+    partition key in column ``PARTITION``. The row-local kinds (unique, not_null) share one grouped Spark job for
+    all partitions (plus one to name duplicated keys where there are some); the others are evaluated partition by
+    partition (without upstream inputs)."""
+    return evaluate_grouped(table, checks, keys, data)
 
 
 def anomaly_history_keys(table: Table, check: Check, partition: str) -> list[str]:

@@ -214,8 +214,15 @@ def _check_partition(
     data, _ = store.read(spark, table.key, partitions=[partition_spec(table.period, key)])
     data = data.persist()
     try:
+        # the row-local checks (unique, not_null) in one grouped Spark job, the others one by one
+        local = [c for c in table.checks if c.row_local]
+        grouped = evaluate_partitions(table, local, [key], data.withColumn(PARTITION, F.lit(key))) if local else []
+        verdicts = dict(zip(local, grouped, strict=True))
         out = []
         for check in table.checks:
+            if check in verdicts:
+                out.append(verdicts[check])
+                continue
             history = None
             if check.kind == "anomaly":
                 keys = anomaly_history_keys(table, check, key)
@@ -258,12 +265,12 @@ def _check_columns(table: Table, key: str, out: DataFrame) -> None:
 
 def check_ods_hours(table: Table, keys: Sequence[str], spark: SparkSession, store: DeltaStore) -> list[Outcome]:
     """The declared checks of ODS hours on their rows as merged (tombstones included): one pruned read of
-    all the hours, and one grouped pass per check (:func:`warehouse_assets.quality.evaluate_partitions`)."""
+    all the hours, and one grouped Spark job for all the row-local checks (:func:`evaluate_partitions`)."""
     if not store.exists(table.key):
         raise Failure(f"{table.fqn} has no Delta table at {store.table_uri(table.key)}")
     data, _ = store.read(spark, table.key, partitions=[partition_spec(table.period, k) for k in keys])
     data = data.withColumn(PARTITION, F.concat_ws("-", "dt", F.concat("hh", F.lit(":00")))).persist()
     try:
-        return [o for check in table.checks for o in evaluate_partitions(table, check, keys, data)]
+        return evaluate_partitions(table, table.checks, keys, data)
     finally:
         data.unpersist()

@@ -205,8 +205,9 @@ class PartitionStates:
                 f"{counts.describe()}" + (f" ({short})" if short else "")
             )
         return "missing", (
-            "all shards applied past the hour and complete; the readiness sensor reports it on its "
-            "next tick (or an earlier hour is still incomplete)"
+            "all shards applied past the hour and complete; the ingestion run that completed it reports it as "
+            "it ends its table's batch, or the readiness sensor on its next tick (or an earlier hour is still "
+            "incomplete)"
         )
 
     def windows(self, table: Table, partition: str) -> list[tuple[Dependency, UpstreamPartitions]]:
