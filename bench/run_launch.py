@@ -1,22 +1,24 @@
-"""Run launch latency: the warm run launcher (warehouse_assets/warm_launcher.py) against Dagster's DefaultRunLauncher.
+"""Run launch latency: the product's launch path against Dagster's default ones.
 
 Each pass starts the product's code location (workspace.yaml) under ``dagster dev`` on a fresh SQLite instance and
 submits ``--runs`` runs of the ``why_waiting`` job one after the other through GraphQL ``launchRun``, as the engine
 and the UI do; each run is awaited before the next. Per run: run created → run started (``RUN_START``) and → its
 first step started (``STEP_START``). Passes, all on this machine in this invocation:
 
-- ``warm``: the warm launcher behind the synchronous DefaultRunCoordinator (the launch itself);
-- ``default``: Dagster's DefaultRunLauncher (the code server spawns a fresh Python per run), same coordinator;
-- ``queued_N`` for each ``--dequeue N``: the warm launcher behind the QueuedRunCoordinator with
-  ``dequeue_interval_seconds: N``, as dagster_home/dagster.yaml runs it (the daemon's hop added), with the CPU
-  seconds the daemon used during the pass.
+- ``product``: the run launcher and run coordinator of dagster_home/dagster.yaml as they are (the warm launcher
+  behind the ImmediateRunCoordinator, which launches a run that fits in the call that submits it);
+- ``default``: Dagster's defaults (DefaultRunLauncher: the code server spawns a fresh Python per run, behind the
+  synchronous coordinator);
+- ``queued_N`` for each ``--dequeue N``: the warm launcher behind Dagster's QueuedRunCoordinator with
+  ``dequeue_interval_seconds: N`` (the daemon's hop added), with the CPU seconds the daemon used during the pass.
 
-The RSS of the warm worker (zygote) is read after its first run and after the last: it should stay flat.
+The RSS of the warm worker (zygote) and of the webserver (which holds the launcher on the product's path) is read
+after the first run and after the last: over hundreds of runs (``--runs 300``) they should stay flat.
 
-    .venv/bin/python bench/run_launch.py [--runs 30] [--default-runs 30] [--dequeue 1 0]
+    .venv/bin/python bench/run_launch.py [--runs 30] [--default-runs 30] [--dequeue 1]
 
-Last line: ``RESULT launch_p50= launch_p90= default_p90= rss_mb=`` (warm pass, run created → first step, seconds;
-zygote RSS after the last run). Target (issue 13): launch_p90 ≤ 1 s.
+Last line: ``RESULT launch_p50= launch_p90= default_p90= rss_mb= webserver_rss_mb=`` (product pass, run created →
+first step, seconds; RSS after the last run). Target (issue 13): launch_p90 ≤ 1 s.
 """
 
 from __future__ import annotations
@@ -48,6 +50,16 @@ run_launcher:
   config:
     preload_modules: [pyspark.sql, pyspark.sql.connect.session, delta, deltalake]
 """
+
+
+def product_yaml() -> str:
+    """The launcher and coordinator sections of dagster_home/dagster.yaml, as the product runs them."""
+    import yaml
+
+    settings = yaml.safe_load((ROOT / "dagster_home" / "dagster.yaml").read_text())
+    return yaml.safe_dump({k: settings[k] for k in ("run_launcher", "run_coordinator")})
+
+
 QUEUED = """
 run_coordinator:
   module: dagster.core.run_coordinator
@@ -71,6 +83,7 @@ class Pass:
     failed: int = 0
     rss_first_mb: float = 0.0
     rss_last_mb: float = 0.0
+    webserver_rss_mb: tuple[float, float] = (0.0, 0.0)
     daemon_cpu_s: float | None = None
 
 
@@ -114,6 +127,10 @@ def zygote(home: Path) -> int | None:
 
 def daemon(home: Path) -> int | None:
     return next((pid for pid, cmd in processes_of(home).items() if "dagster._daemon run" in cmd), None)
+
+
+def webserver(home: Path) -> int | None:
+    return next((pid for pid, cmd in processes_of(home).items() if "dagster_webserver" in cmd), None)
 
 
 def measure(run_pass: Pass, tmp: Path) -> None:
@@ -172,13 +189,15 @@ def measure(run_pass: Pass, tmp: Path) -> None:
                 f"  {run_pass.name} run {i + 1}/{run_pass.runs}: started {record.start_time - created:.2f} s, "
                 f"first step {step - created:.2f} s"
             )
-            pid = zygote(home)
+            pid, web = zygote(home), webserver(home)
             if i == 0:
                 run_pass.rss_first_mb = rss_mb(pid) if pid else 0.0
+                run_pass.webserver_rss_mb = (rss_mb(web) if web else 0.0, 0.0)
                 daemon_pid = daemon(home)
                 daemon_cpu_before = (daemon_pid, cpu_seconds(daemon_pid)) if daemon_pid else None
             if i == run_pass.runs - 1:
                 run_pass.rss_last_mb = rss_mb(pid) if pid else 0.0
+                run_pass.webserver_rss_mb = (run_pass.webserver_rss_mb[0], rss_mb(web) if web else 0.0)
         if daemon_cpu_before is not None and run_pass.instance_yaml.count("QueuedRunCoordinator"):
             daemon_pid, before = daemon_cpu_before
             run_pass.daemon_cpu_s = cpu_seconds(daemon_pid) - before
@@ -239,6 +258,8 @@ def summary(run_pass: Pass) -> str:
     )
     if run_pass.rss_first_mb:
         line += f"   zygote RSS {run_pass.rss_first_mb:.0f} → {run_pass.rss_last_mb:.0f} MB"
+    first, last = run_pass.webserver_rss_mb
+    line += f"   webserver RSS {first:.0f} → {last:.0f} MB"
     if run_pass.daemon_cpu_s is not None:
         line += f"   daemon CPU {run_pass.daemon_cpu_s:.1f} s"
     stages = ", ".join(f"→ {stage} {statistics.median(seconds):.2f} s" for stage, seconds in run_pass.stages.items())
@@ -247,14 +268,15 @@ def summary(run_pass: Pass) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=30, help="runs per warm pass")
-    parser.add_argument("--default-runs", type=int, default=30, help="runs of the DefaultRunLauncher pass (0: none)")
-    parser.add_argument("--dequeue", type=int, nargs="*", default=[1, 0], help="QueuedRunCoordinator intervals")
+    parser.add_argument("--runs", type=int, default=30, help="runs of the product's pass")
+    parser.add_argument("--default-runs", type=int, default=30, help="runs of the Dagster defaults' pass (0: none)")
+    parser.add_argument("--queued-runs", type=int, default=30, help="runs per QueuedRunCoordinator pass")
+    parser.add_argument("--dequeue", type=int, nargs="*", default=[1], help="QueuedRunCoordinator intervals")
     args = parser.parse_args()
     passes = [
-        Pass("warm", WARM, args.runs),
+        Pass("product", product_yaml(), args.runs),
         *([Pass("default", "", args.default_runs)] if args.default_runs else []),
-        *(Pass(f"queued_{n}", WARM + QUEUED.format(interval=n), args.runs) for n in args.dequeue),
+        *(Pass(f"queued_{n}", WARM + QUEUED.format(interval=n), args.queued_runs) for n in args.dequeue),
     ]
     load = os.getloadavg()
     log(f"load average {load[0]:.1f} on {os.cpu_count()} cores")
@@ -265,11 +287,12 @@ def main() -> None:
     print(f"load average at start {load[0]:.1f} on {os.cpu_count()} cores; end {os.getloadavg()[0]:.1f}")
     for run_pass in passes:
         print(summary(run_pass))
-    warm = sorted(passes[0].created_to_step)
+    product = sorted(passes[0].created_to_step)
     default = next((sorted(p.created_to_step) for p in passes if p.name == "default"), [])
     print(
-        f"RESULT launch_p50={percentile(warm, 0.5):.2f} launch_p90={percentile(warm, 0.9):.2f} "
-        f"default_p90={percentile(default, 0.9) if default else float('nan'):.2f} rss_mb={passes[0].rss_last_mb:.0f}"
+        f"RESULT launch_p50={percentile(product, 0.5):.2f} launch_p90={percentile(product, 0.9):.2f} "
+        f"default_p90={percentile(default, 0.9) if default else float('nan'):.2f} rss_mb={passes[0].rss_last_mb:.0f} "
+        f"webserver_rss_mb={passes[0].webserver_rss_mb[1]:.0f} runs={len(product)} failed={passes[0].failed}"
     )
 
 

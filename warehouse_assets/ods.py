@@ -73,7 +73,7 @@ def build_ingest_job(catalog: Catalog):  # type: ignore[no-untyped-def]
         session, store, land = spark.session(), lake.store(), landing.landing()
         summary: dict[str, dict[str, int]] = {}
 
-        def progress(batch: BatchReport) -> None:
+        def log_batch(batch: BatchReport) -> None:
             context.log.info(
                 f"{batch.table}: {batch.segments} segments, {batch.rows_in} records in = {batch.rows_applied} "
                 f"applied + {batch.rows_quarantined} quarantined + {batch.rows_duplicate} duplicates + "
@@ -83,21 +83,40 @@ def build_ingest_job(catalog: Catalog):  # type: ignore[no-untyped-def]
 
         tables = [t for t in catalog.ods() if not config.tables or t.fqn in config.tables]
         gate: dict[str, int | float] = {}
+
+        def report_ready(table: Table, seen: dict[str, int]) -> int:
+            numbers = report_completed_hours(context, table, seen, session, store, land)
+            for name, value in numbers.items():
+                gate[name] = round(gate.get(name, 0) + value, 3)
+            return int(numbers["hours_reported"])
+
         for table in tables:
-            # how far each stream's ingested counts went before this batch: what it adds are its late changes
-            before = committed_positions(store, table, land.streams(table.source_database, table.source_tables))
+            # how far each stream's ingested counts went before the next batch: what it adds are its late changes
+            seen = committed_positions(store, table, land.streams(table.source_database, table.source_tables))
+            hours = 0
+
+            def committed(batch: BatchReport, table: Table = table, seen: dict[str, int] = seen) -> None:
+                """After each batch's commit: the hours it completed are reported and judged at once, before the
+                next batch or table (a backlog of batches makes its hours ready one batch at a time)."""
+                nonlocal hours
+                log_batch(batch)
+                if config.report_ready:
+                    hours += report_ready(table, seen)
+                    seen.update({s: max(seen.get(s, 0), p) for s, p in batch.positions.items()})
+
             report = ingest_table(
                 session,
                 store,
                 land,
                 table,
                 max_segments_per_stream=config.max_segments_per_stream,
-                progress=progress,
+                progress=committed,
             )
             summary[table.fqn] = {k: int(v) for k, v in report.metadata().items()}
-            if config.report_ready:  # right after the table's commit, not after the other tables' batches
-                for name, value in report_completed_hours(context, table, before, session, store, land).items():
-                    gate[name] = round(gate.get(name, 0) + value, 3)
+            if config.report_ready:
+                if not report.batches:  # nothing applied, but source counts published since may complete an hour
+                    hours += report_ready(table, seen)
+                summary[table.fqn]["hours_reported"] = hours
         flat: dict[str, int | float] = {
             f"{t}.{k}": v for t, m in summary.items() for k, v in m.items() if k != "seconds"
         }
