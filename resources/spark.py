@@ -56,6 +56,11 @@ DEFAULT_CONF: dict[str, str] = {
     # Delta skips by default a commit that adds and removes nothing (an empty hour written over an empty
     # partition): every write commits, so that a run finds its own commit, version and metrics in the log
     "spark.databricks.delta.skipRecordingEmptyCommits": "false",
+    # Delta computes each commit's checksum (.crc) incrementally; in a session whose time zone is not UTC (the
+    # warehouse's business time zone) it also re-derives the table's whole state after every commit to verify it,
+    # a Spark job that grows with the table: measured over Spark Connect, commit → MERGE returned 0.8-1.7 s with
+    # it and 0.15 s without, on every ODS handoff's path. UTC sessions never run it.
+    "spark.databricks.delta.allFilesInCrc.verificationMode.forceOnNonUTC.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
 }
 

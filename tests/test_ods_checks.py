@@ -263,3 +263,33 @@ def test_the_checks_executed_by_hand_over_a_range_judge_each_hour(env: Env) -> N
         if record.run_id == result.run_id
     }
     assert recorded == {(key.name, hour): AssetCheckExecutionRecordStatus.SUCCEEDED for key in keys for hour in checked}
+
+
+def test_small_hours_are_judged_by_arrow_and_large_ones_by_spark_alike(spark: SparkSession, tmp_path: Path) -> None:
+    """check_ods_hours reads small hours with Arrow in the run (no Spark job on the handoff's path) and larger ones
+    with Spark: the same verdicts and numbers either way."""
+    from resources.delta_lake import DeltaStore
+    from warehouse_assets.runtime import check_ods_hours
+
+    table = load_catalog()["ods.order"]
+    data = pa.Table.from_pylist(ods_rows(duplicate=True), schema=ods_arrow_schema(table))
+    write_deltalake(str(tmp_path / "ods" / "order"), data, partition_by=["dt", "hh"])
+    store, keys = DeltaStore(str(tmp_path)), hours(D)[8:12]
+
+    def comparable(outcomes: list[Any]) -> list[tuple[Any, ...]]:
+        return [
+            (
+                o.check.name,
+                o.partition,
+                o.passed,
+                o.description,
+                {k: v for k, v in o.metadata.items() if k != "examples"},
+            )
+            for o in outcomes
+        ]
+
+    by_arrow = check_ods_hours(table, keys, spark, store)  # a few KiB: Arrow
+    by_spark = check_ods_hours(table, keys, spark, store, arrow_max_bytes=0)  # any file is too large: Spark
+    assert comparable(by_arrow) == comparable(by_spark)
+    failed = {(o.check.name, o.partition) for o in by_arrow if not o.passed}
+    assert failed == {("unique", BAD_HOUR)}

@@ -194,3 +194,59 @@ def test_fixing_the_data_and_rerunning_d_clears_the_block(env: Env) -> None:
     rerun = env.build(env.catalog, DWS, D)
     assert rerun.success
     assert env.check_status(DWS, "references")[D] is True
+
+
+def test_arrow_and_spark_give_the_same_verdicts_on_row_local_checks(spark: SparkSession) -> None:
+    """An ODS hour's row-local checks run on Arrow when the hours are small (the handoff's path) and on Spark
+    otherwise: the same verdicts and numbers, hour by hour, on rows with every case the checks tell apart."""
+    from warehouse_assets.checks import PARTITION, NotNull, Unique, evaluate_grouped
+
+    table = load_catalog()["ods.order"]
+    checks = [Unique(), Unique(columns=("user_id", "status")), NotNull(columns=("id", "create_time", "pay_time"))]
+    hours = ["2026-03-02-09:00", "2026-03-02-10:00", "2026-03-02-11:00", "2026-03-02-12:00"]
+    created = datetime(2026, 3, 2, 9, 5, tzinfo=TZ)
+    rows = [  # 09:00 clean; 10:00 a key three times, another twice, a null key twice, nulls; 11:00 one row; 12:00 none
+        *[(hours[0], i, i, "paid", created) for i in range(5)],
+        *[(hours[1], 7, 1, "paid", created)] * 3,
+        *[(hours[1], 8, 2, "paid", None)] * 2,
+        *[(hours[1], None, 3, None, created)] * 2,
+        (hours[1], 9, 4, "created", None),
+        (hours[2], 1, None, None, None),
+    ]
+    data = pa.table(
+        {
+            PARTITION: [r[0] for r in rows],
+            "id": pa.array([r[1] for r in rows], pa.int64()),
+            "user_id": pa.array([r[2] for r in rows], pa.int64()),
+            "status": pa.array([r[3] for r in rows], pa.string()),
+            "create_time": pa.array([r[4] for r in rows], pa.timestamp("us", tz="UTC")),
+            "pay_time": pa.array([None] * len(rows), pa.timestamp("us", tz="UTC")),
+        }
+    )
+    by_arrow = evaluate_grouped(table, checks, hours, data)
+    by_spark = evaluate_grouped(table, checks, hours, spark.createDataFrame(data))
+    assert len(by_arrow) == len(by_spark) == len(checks) * len(hours)
+
+    def comparable(outcome: Any) -> tuple[Any, ...]:
+        metadata = {k: getattr(v, "value", v) for k, v in outcome.metadata.items()}
+        examples = sorted(metadata.pop("examples", []))  # Spark collects them in no defined order
+        return outcome.check, outcome.partition, outcome.passed, metadata, outcome.description, len(examples)
+
+    assert [comparable(o) for o in by_arrow] == [comparable(o) for o in by_spark]
+    verdicts = {(o.check.name, o.partition): o.passed for o in by_arrow if o.check == checks[0]}
+    assert verdicts == {
+        ("unique", hours[0]): True,
+        ("unique", hours[1]): False,
+        ("unique", hours[2]): True,
+        ("unique", hours[3]): True,
+    }
+    ten = next(o for o in by_arrow if o.check == checks[0] and o.partition == hours[1])
+    # keys 7 (3 rows), 8 (2 rows) and the null key (2 rows) are duplicated; 2 null keys
+    assert (ten.metadata["duplicated_keys"], ten.metadata["null_keys"], ten.metadata["rows"]) == (3, 2, 8)
+    examples = {
+        e
+        for o in by_arrow + by_spark
+        if o.check == checks[0] and o.partition == hours[1]
+        for e in o.metadata["examples"].value
+    }
+    assert "{'id': 7, 'count': 3}" in examples

@@ -12,11 +12,12 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeGuard
 
 from dagster import MetadataValue
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import Column, DataFrame
 
     from warehouse_assets.catalog import Table
@@ -135,24 +136,38 @@ class _Grouped(Check):
         return evaluate_grouped(table, [self], keys, data)
 
     def aggregates(self, table: Table, prefix: str) -> list[Column]:
-        """The per-partition aggregates this check needs, each aliased ``prefix + name``."""
+        """The per-partition aggregates this check needs, each aliased ``prefix + name`` (Spark)."""
+        raise NotImplementedError
+
+    def arrow_aggregates(self, table: Table, rows: pa.Table, prefix: str) -> dict[str, int]:
+        """The same aggregates over one partition's rows held by Arrow (:func:`evaluate_grouped`'s small path)."""
         raise NotImplementedError
 
     def outcomes(
-        self, table: Table, keys: Sequence[str], stats: Mapping[str, Any], data: DataFrame, prefix: str
+        self, table: Table, keys: Sequence[str], stats: Mapping[str, Any], data: DataFrame | pa.Table, prefix: str
     ) -> list[Outcome]:
         """The verdicts from the aggregated rows ``stats`` (partition key -> row; absent: no rows)."""
         raise NotImplementedError
 
 
-def evaluate_grouped(table: Table, checks: Sequence[Check], keys: Sequence[str], data: DataFrame) -> list[Outcome]:
+def evaluate_grouped(
+    table: Table, checks: Sequence[Check], keys: Sequence[str], data: DataFrame | pa.Table
+) -> list[Outcome]:
     """Every check of ``checks`` on every partition in ``keys``; ``data`` holds their rows with the partition key in
     column ``PARTITION``. The row-local checks' aggregates are computed in one grouped Spark job for all of them
     (a Spark job costs a good fraction of a second however small the data: an ODS hour's checks are on the path of
-    every handoff); the other kinds are evaluated partition by partition."""
+    every handoff); the other kinds are evaluated partition by partition.
+
+    ``data`` may instead be an Arrow table of partitions small enough for the process (only row-local checks then):
+    the same aggregates and verdicts are computed by Arrow in milliseconds, without a Spark job
+    (``tests/test_quality.py`` holds both engines to the same verdicts)."""
     grouped = [c for c in checks if isinstance(c, _Grouped)]
     stats: dict[str, Any] = {}
-    if grouped:
+    if _is_arrow(data):
+        if len(grouped) != len(checks):
+            raise ValueError(f"{table.fqn}: only row-local checks are evaluated on Arrow data")
+        stats = _arrow_stats(table, grouped, keys, data)
+    elif grouped:
         columns = [a for i, c in enumerate(grouped) for a in c.aggregates(table, f"c{i}_")]
         stats = {r[PARTITION]: r for r in data.groupBy(PARTITION).agg(*columns).collect()}
     out: list[Outcome] = []
@@ -162,6 +177,35 @@ def evaluate_grouped(table: Table, checks: Sequence[Check], keys: Sequence[str],
         else:
             out += check.evaluate_partitions(table, keys, data)
     return out
+
+
+def _is_arrow(data: Any) -> TypeGuard[pa.Table]:
+    import pyarrow as pa
+
+    return isinstance(data, pa.Table)
+
+
+def _arrow_stats(table: Table, grouped: Sequence[_Grouped], keys: Sequence[str], data: pa.Table) -> dict[str, Any]:
+    """Partition key -> the aggregates of every check (as the Spark job's rows hold them); no rows: absent."""
+    import pyarrow.compute as pc
+
+    stats: dict[str, Any] = {}
+    for key in keys:
+        rows = data.filter(pc.equal(data[PARTITION], key))
+        if rows.num_rows:
+            stats[key] = {
+                n: v for i, c in enumerate(grouped) for n, v in c.arrow_aggregates(table, rows, f"c{i}_").items()
+            }
+    return stats
+
+
+def _any_null(rows: pa.Table, columns: Sequence[str]) -> pa.ChunkedArray:
+    import pyarrow.compute as pc
+
+    mask = pc.is_null(rows[columns[0]])
+    for column in columns[1:]:
+        mask = pc.or_(mask, pc.is_null(rows[column]))
+    return mask
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -194,40 +238,34 @@ class Unique(_Grouped):
             F.count_if(null_key).alias(f"{prefix}nulls"),
         ]
 
-    def outcomes(
-        self, table: Table, keys: Sequence[str], stats: Mapping[str, Any], data: DataFrame, prefix: str
-    ) -> list[Outcome]:
-        from pyspark.sql import functions as F
+    def arrow_aggregates(self, table: Table, rows: pa.Table, prefix: str) -> dict[str, int]:
+        import pyarrow.compute as pc
 
+        cols = list(self.columns or table.primary_key)
+        null_key = _any_null(rows, cols)
+        # Spark's count(DISTINCT a, b) counts the distinct keys with no null part
+        keyed = rows.select(cols).filter(pc.invert(null_key))
+        return {
+            f"{prefix}rows": rows.num_rows,
+            f"{prefix}keys": keyed.group_by(cols).aggregate([]).num_rows,
+            f"{prefix}nulls": int(pc.sum(null_key).as_py() or 0),
+        }
+
+    def outcomes(
+        self, table: Table, keys: Sequence[str], stats: Mapping[str, Any], data: DataFrame | pa.Table, prefix: str
+    ) -> list[Outcome]:
         cols = list(self.columns or table.primary_key)
         # a partition with as many distinct keys as rows has no duplicate and no null key: the second pass (which
         # names examples) is needed only when one has fewer; a clean hour costs no job of its own
         suspect = [k for k, r in stats.items() if int(r[f"{prefix}keys"]) < int(r[f"{prefix}rows"])]
-        duplicated = (
-            {
-                r[PARTITION]: r
-                for r in data.where(F.col(PARTITION).isin(suspect))
-                .groupBy(PARTITION, *cols)
-                .count()
-                .where("count > 1")
-                .groupBy(PARTITION)
-                .agg(
-                    F.count("*").alias("duplicated"),
-                    F.slice(F.collect_list(F.struct(*cols, "count")), 1, 3).alias("examples"),
-                )
-                .collect()
-            }
-            if suspect
-            else {}
-        )
+        duplicated = _duplicated_keys(cols, suspect, data) if suspect else {}
         out = []
         for key in keys:
             row, dup = stats.get(key), duplicated.get(key)
             rows, distinct, nulls = (
                 (int(row[f"{prefix}rows"]), int(row[f"{prefix}keys"]), int(row[f"{prefix}nulls"])) if row else (0, 0, 0)
             )
-            duplicated_keys = int(dup["duplicated"]) if dup else 0
-            example = [str(e.asDict()) for e in dup["examples"]] if dup else []
+            duplicated_keys, example = dup if dup else (0, [])
             out.append(
                 Outcome(
                     self,
@@ -239,6 +277,39 @@ class Unique(_Grouped):
                 )
             )
         return out
+
+
+def _duplicated_keys(
+    cols: Sequence[str], suspect: Sequence[str], data: DataFrame | pa.Table
+) -> dict[str, tuple[int, list[str]]]:
+    """Partition key -> (keys of ``cols`` held by more than one row, up to 3 of them with their counts), for the
+    ``suspect`` partitions (a null key counts as a key, as in Spark's GROUP BY)."""
+    if _is_arrow(data):
+        import pyarrow.compute as pc
+
+        found: dict[str, tuple[int, list[str]]] = {}
+        for key in suspect:
+            rows = data.filter(pc.equal(data[PARTITION], key)).select(list(cols))
+            counted = rows.group_by(list(cols)).aggregate([([], "count_all")]).rename_columns([*cols, "count"])
+            repeated = counted.filter(pc.greater(counted["count"], 1))
+            if repeated.num_rows:
+                found[key] = (repeated.num_rows, [str(e) for e in repeated.slice(0, 3).to_pylist()])
+        return found
+    from pyspark.sql import functions as F
+
+    return {
+        r[PARTITION]: (int(r["duplicated"]), [str(e.asDict()) for e in r["examples"]])
+        for r in data.where(F.col(PARTITION).isin(list(suspect)))
+        .groupBy(PARTITION, *cols)
+        .count()
+        .where("count > 1")
+        .groupBy(PARTITION)
+        .agg(
+            F.count("*").alias("duplicated"),
+            F.slice(F.collect_list(F.struct(*cols, "count")), 1, 3).alias("examples"),
+        )
+        .collect()
+    }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -263,8 +334,11 @@ class NotNull(_Grouped):
             *[F.count_if(F.col(c).isNull()).alias(f"{prefix}null_{c}") for c in self.columns],
         ]
 
+    def arrow_aggregates(self, table: Table, rows: pa.Table, prefix: str) -> dict[str, int]:
+        return {f"{prefix}rows": rows.num_rows, **{f"{prefix}null_{c}": rows[c].null_count for c in self.columns}}
+
     def outcomes(
-        self, table: Table, keys: Sequence[str], stats: Mapping[str, Any], data: DataFrame, prefix: str
+        self, table: Table, keys: Sequence[str], stats: Mapping[str, Any], data: DataFrame | pa.Table, prefix: str
     ) -> list[Outcome]:
         out = []
         for key in keys:

@@ -34,6 +34,7 @@ from warehouse_assets.partitions import BY_PERIOD
 # PySpark is imported inside the functions that evaluate checks: the gates below (read by `warehouse why`) need
 # only the Dagster instance.
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame
 
 
@@ -67,11 +68,13 @@ def evaluate(
     return check.evaluate(table, partition, data, inputs, history)
 
 
-def evaluate_partitions(table: Table, checks: Sequence[Check], keys: Sequence[str], data: DataFrame) -> list[Outcome]:
+def evaluate_partitions(
+    table: Table, checks: Sequence[Check], keys: Sequence[str], data: DataFrame | pa.Table
+) -> list[Outcome]:
     """Evaluate ``checks`` on every partition in ``keys`` at once; ``data`` holds their rows with the
     partition key in column ``PARTITION``. The row-local kinds (unique, not_null) share one grouped Spark job for
-    all partitions (plus one to name duplicated keys where there are some); the others are evaluated partition by
-    partition (without upstream inputs)."""
+    all partitions (plus one to name duplicated keys where there are some), or one Arrow pass when ``data`` is an
+    Arrow table; the others are evaluated partition by partition (without upstream inputs)."""
     return evaluate_grouped(table, checks, keys, data)
 
 
