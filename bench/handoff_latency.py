@@ -21,8 +21,10 @@ not line up with ticks):
 
 A handoff is t0 → the downstream run's first step started (the run is at work). ``detect`` is the time for a
 ready upstream to reach the instance where the engine reads it: marker → reported, commit → reported. The whole
-chain of an ODS hour is landed → reported. When the ODS hours pass a day's end (over 48 handoffs), it also prints
-the time from that day's last hour reported to the day's DWD, DWS and ADS partitions materialized, per layer.
+chain of an ODS hour is landed → reported. The ODS hours begin on the warehouse's first day (``WAREHOUSE_START``
+of the stack), so when they pass its end (over 48 handoffs) every daily partition a first day can have is built:
+the bench prints the time from the day's last hour reported to its DWD, DWS and ADS partitions materialized, per
+layer, naming the last table of each.
 
 Prints each handoff, P50 / P90 / max per kind and stage, and a last line ``RESULT handoffs= p90= max=
 launch_p90= detect_p90= ...``.
@@ -118,6 +120,7 @@ def main() -> int:
     from simulator.cdc import SimulationConfig, simulate
     from simulator.external import marketing_rows, write_marketing
     from warehouse_assets.catalog import load_catalog
+    from warehouse_assets.center import LOOKBACK
     from warehouse_assets.engine import SUBMITTED_TAG
     from warehouse_assets.quality import report_valid
 
@@ -129,9 +132,17 @@ def main() -> int:
     shutil.copy(ROOT / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
     today = datetime.now(TZ).date()
     n_ext = (args.handoffs + 1) // 2
-    days = [today - timedelta(days=n_ext + 1 - i) for i in range(n_ext)]  # within the lookback
-    midnight = datetime(today.year, today.month, today.day, tzinfo=TZ) - timedelta(days=2)
-    hours = [midnight + timedelta(hours=i) for i in range(args.handoffs - n_ext)]  # from the day before yesterday
+    # The warehouse starts on the ODS hours' first day, so that day's snapshots need no T-1 and its cascade runs
+    # through every layer a first day can build; the ad partner's days follow it and end yesterday. All of it
+    # within the dependency center's lookback.
+    first = today - timedelta(days=n_ext + 1)
+    if (today - first).days >= LOOKBACK.days:
+        raise SystemExit(
+            f"--handoffs {args.handoffs}: the days would reach past the center's {LOOKBACK.days}-day lookback"
+        )
+    days = [first + timedelta(days=1 + i) for i in range(n_ext)]
+    midnight = datetime(first.year, first.month, first.day, tzinfo=TZ)
+    hours = [midnight + timedelta(hours=i) for i in range(args.handoffs - n_ext)]
     config = SimulationConfig(scale=args.scale, tz=str(TZ))
     _seed_gmv(lake, days)
     plan: list[tuple[str, str]] = []
@@ -139,6 +150,7 @@ def main() -> int:
         plan += [("external", f"{days[i]:%Y-%m-%d}")] if i < len(days) else []
         plan += [("ods", f"{hours[i]:%Y-%m-%d-%H:00}")] if i < len(hours) else []
     os.environ["DAGSTER_HOME"] = str(home)
+    os.environ["WAREHOUSE_START"] = f"{first:%Y-%m-%d}"  # for this process and the stack it starts
     catalog = load_catalog()
     with DagsterInstance.from_config(str(home)) as instance:
         for d in days:
@@ -271,7 +283,7 @@ def main() -> int:
     p50, p90, top = figures("total")
     print(f"  {'all handoffs: ready → run start':<54} P50 {p50:6.2f}s   P90 {p90:6.2f}s   max {top:6.2f}s")
     for day, per_layer in layers.items():
-        print(f"day {day}: last ODS hour reported → " + ", ".join(f"{k} {v:.1f}s" for k, v in per_layer.items()))
+        print(f"day {day}: last ODS hour reported → " + "; ".join(f"{k} {v}" for k, v in per_layer.items()))
     chain_p90 = figures("chain", "ods")[1]
     print(
         f"RESULT handoffs={len(rows)} p50={p50:.2f} p90={p90:.2f} max={top:.2f} "
@@ -320,13 +332,25 @@ def _engine_watching(instance: object) -> bool:
     return watched_ago(instance) is not None  # type: ignore[arg-type]
 
 
-def _day_end_layers(instance: object, catalog: object, day_end: dict[str, float]) -> dict[str, dict[str, float]]:
-    """Per day whose last ODS hour was reported: seconds from then to the last daily partition of each layer."""
+def _day_end_layers(instance: object, catalog: object, day_end: dict[str, float]) -> dict[str, dict[str, str]]:
+    """Per day whose last ODS hour was reported: per layer, seconds from then to its last daily partition (and
+    which table it was), and the same over the tables that read no external table, directly or upstream (those
+    wait for a producer's delivery, which the bench makes on its own schedule)."""
     from dagster import AssetKey, AssetRecordsFilter
 
-    out: dict[str, dict[str, float]] = {}
+    tables = {t.fqn: t for t in catalog}  # type: ignore[attr-defined]
+
+    def external_upstream(fqn: str, seen: frozenset[str] = frozenset()) -> bool:
+        table = tables[fqn]
+        if table.layer == "ext":
+            return True
+        deps = [d.table for d in getattr(table, "deps", ()) if d.table not in seen | {fqn}]  # self-dependencies
+        return any(external_upstream(dep, seen | {fqn}) for dep in deps)
+
+    out: dict[str, dict[str, str]] = {}
     for day, reported in day_end.items():
-        per_layer: dict[str, float] = {}
+        last: dict[str, tuple[float, str]] = {}
+        internal: dict[str, float] = {}
         for table in catalog.derived():  # type: ignore[attr-defined]
             if table.period != "daily":
                 continue
@@ -334,9 +358,22 @@ def _day_end_layers(instance: object, catalog: object, day_end: dict[str, float]
                 AssetRecordsFilter(asset_key=AssetKey(table.key), asset_partitions=[day], after_timestamp=reported),
                 limit=1,
             ).records
-            if records:
-                per_layer[table.layer] = max(per_layer.get(table.layer, 0.0), records[0].timestamp - reported)
-        out[day] = dict(sorted(per_layer.items(), key=lambda kv: ["dwd", "dws", "ads"].index(kv[0])))
+            if not records:
+                continue
+            seconds = records[0].timestamp - reported
+            if seconds > last.get(table.layer, (-1.0, ""))[0]:
+                last[table.layer] = (seconds, table.fqn)
+            if not external_upstream(table.fqn):
+                internal[table.layer] = max(internal.get(table.layer, 0.0), seconds)
+        out[day] = {
+            layer: f"{seconds:.1f}s ({fqn})"
+            + (
+                f", {internal[layer]:.1f}s without external inputs"
+                if layer in internal and internal[layer] < seconds
+                else ""
+            )
+            for layer, (seconds, fqn) in sorted(last.items(), key=lambda kv: ["dwd", "dws", "ads"].index(kv[0]))
+        }
     return out
 
 

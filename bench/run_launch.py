@@ -84,6 +84,7 @@ class Pass:
     rss_first_mb: float = 0.0
     rss_last_mb: float = 0.0
     webserver_rss_mb: tuple[float, float] = (0.0, 0.0)
+    rss_series: list[tuple[int, float, float]] = field(default_factory=list)  # (runs done, zygote MB, webserver MB)
     daemon_cpu_s: float | None = None
 
 
@@ -190,6 +191,9 @@ def measure(run_pass: Pass, tmp: Path) -> None:
                 f"first step {step - created:.2f} s"
             )
             pid, web = zygote(home), webserver(home)
+            if i == 0 or (i + 1) % max(1, run_pass.runs // 6) == 0 or i == run_pass.runs - 1:
+                # a few readings along the pass: growth that levels off is a cache, growth that does not, a leak
+                run_pass.rss_series.append((i + 1, rss_mb(pid) if pid else 0.0, rss_mb(web) if web else 0.0))
             if i == 0:
                 run_pass.rss_first_mb = rss_mb(pid) if pid else 0.0
                 run_pass.webserver_rss_mb = (rss_mb(web) if web else 0.0, 0.0)
@@ -263,7 +267,11 @@ def summary(run_pass: Pass) -> str:
     if run_pass.daemon_cpu_s is not None:
         line += f"   daemon CPU {run_pass.daemon_cpu_s:.1f} s"
     stages = ", ".join(f"→ {stage} {statistics.median(seconds):.2f} s" for stage, seconds in run_pass.stages.items())
-    return line + f"\n{'':10} median per stage: run created {stages}"
+    line += f"\n{'':10} median per stage: run created {stages}"
+    if len(run_pass.rss_series) > 2:
+        readings = ", ".join(f"{n}: {z:.0f}/{w:.0f}" for n, z, w in run_pass.rss_series)
+        line += f"\n{'':10} RSS MB (zygote/webserver) after N runs: {readings}"
+    return line
 
 
 def main() -> None:
