@@ -362,8 +362,13 @@ def seed_history(store: Any, catalog: Any, calendars: Calendars, day_start: floa
     return counted["rows"]
 
 
-def simulate_day(catalog: Any, resolver: Any, feed: Feed, calendars: Calendars, day_start: float) -> dict[str, Any]:
-    """The day's root hours reported in order; every requested run completed; until nothing more is requested."""
+def simulate_day(
+    catalog: Any, resolver: Any, feed: Feed, calendars: Calendars, day_start: float, budget: float | None
+) -> dict[str, Any]:
+    """The day's root hours reported in order; every requested run completed; until nothing more is requested.
+
+    Each call resolves for at most ``budget`` seconds as the engine's rounds do (None: until done); while a burst
+    leaves a backlog, the next call comes at once, with the changes of the runs completed meanwhile."""
     from warehouse_assets.gate import decide
 
     tz = ZoneInfo(periods().timezone)
@@ -371,7 +376,8 @@ def simulate_day(catalog: Any, resolver: Any, feed: Feed, calendars: Calendars, 
     roots = [t for t in catalog.ods()]
     per_event: list[float] = []
     built: Counter[tuple[str, str]] = Counter()
-    runs = rounds = 0
+    runs = rounds = sliced = 0
+    burst = longest_burst = 0.0  # seconds of consecutive calls that left a backlog, and the call that emptied it
     # the engine steps every poll, with changes or without, so its clock stands at the day's start when the day
     # begins (a resolver's first step starts its clock: the windows that ended before it are a backfill's)
     resolver.on_changes([], datetime.fromtimestamp(day_start, tz))
@@ -382,13 +388,19 @@ def simulate_day(catalog: Any, resolver: Any, feed: Feed, calendars: Calendars, 
             built[(root.fqn, hour)] += 1
         # no wake-ups of the bench's own: a partition whose upstream was complete before its window ended is the
         # resolver's clock's (it looks at the windows that ended since its last call, on every call)
-        while changes := feed.changes():
+        while (changes := feed.changes()) or resolver.backlog:
             rounds += 1
             plans = []
-            for change in changes:
+            for change in changes or [None]:  # no change: a call for the backlog alone
                 started = time.perf_counter()
-                plans += resolver.on_changes([change], now)
-                per_event.append(time.perf_counter() - started)
+                plans += resolver.on_changes([] if change is None else [change], now, budget)
+                seconds = time.perf_counter() - started
+                per_event.append(seconds)
+                if resolver.backlog:
+                    sliced += 1
+                    burst += seconds
+                else:
+                    longest_burst, burst = max(longest_burst, burst + (seconds if burst else 0.0)), 0.0
             for plan in plans:
                 runs += 1
                 feed.complete(catalog[plan.table], plan.partitions, now)
@@ -422,6 +434,8 @@ def simulate_day(catalog: Any, resolver: Any, feed: Feed, calendars: Calendars, 
         "event_p50_ms": round(percentile(per_event, 0.50) * 1e3, 3),
         "event_p99_ms": round(percentile(per_event, 0.99) * 1e3, 3),
         "event_max_ms": round(per_event[-1] * 1e3 if per_event else 0.0, 3),
+        "sliced_calls": sliced,
+        "longest_burst_s": round(longest_burst, 3),
     }
 
 
@@ -484,9 +498,12 @@ def child_main(args: argparse.Namespace) -> None:
             emit({"step": "history", "rows": rows, "history_s": round(time.perf_counter() - started, 3)})
 
             resolver = Resolver(catalog, index, store)
+            started = time.perf_counter()
+            resolver.prepare(day)  # as the engine does before its first round
+            emit({"step": "prepare", "prepare_s": round(time.perf_counter() - started, 3)})
             feed: Feed = DirectFeed(store) if resolver_only else LogFeed(instance, store)
             log(f"N={n}: simulating {day.date()}")
-            emit({"step": "day", **simulate_day(catalog, resolver, feed, calendars, day_start)})
+            emit({"step": "day", **simulate_day(catalog, resolver, feed, calendars, day_start, args.budget)})
             resolver.close()
 
             if not resolver_only:
@@ -505,6 +522,7 @@ def child_main(args: argparse.Namespace) -> None:
 def run_child(n: int, resolver_only: bool, args: argparse.Namespace) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--child", str(n), "--seed", str(args.seed)]
     cmd += ["--history-days", str(args.history_days)] + (["--resolver-only"] if resolver_only else [])
+    cmd += ["--budget", "none" if args.budget is None else str(args.budget)]
     started = time.perf_counter()
     env = {**os.environ, "WAREHOUSE_START": BENCH_START}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env)
@@ -533,6 +551,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="N = 100 and the resolver alone at 300: a smoke test")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--history-days", type=int, default=62, help="days of partitions in the store before the day")
+    parser.add_argument(
+        "--budget",
+        type=lambda v: None if v == "none" else float(v),
+        default=0.25,
+        help="seconds a resolver call may take before it leaves the rest to the next call, as the engine's round "
+        "(WAREHOUSE_ENGINE_POLL_SECONDS, 0.25); 'none': every call resolves all it is given",
+    )
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--resolver-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -574,9 +599,19 @@ def main() -> None:
     print(
         "* the resolver alone (no definitions, no event log; load s: load_catalog only). "
         "load s: load_catalog + build_definitions; "
-        "P50/P99/max: Resolver.on_changes per completion; day s: store + resolution (write s, Dagster writing the "
-        "events, apart); peak MB: RSS high-water mark of the N's process"
+        "P50/P99/max: one Resolver.on_changes call (one completion's changes, or the backlog alone), "
+        f"budget {'none' if args.budget is None else f'{args.budget} s'}; day s: store + resolution (write s, "
+        "Dagster writing the events, apart); peak MB: RSS high-water mark of the N's process"
     )
+    for r in rows:
+        if "prepare_s" in r:
+            print(f"N={r['n']}{'*' if r['resolver_only'] else ''}: the clock's tables found in {r['prepare_s']:.2f} s")
+        if r.get("sliced_calls"):
+            print(
+                f"N={r['n']}{'*' if r['resolver_only'] else ''}: {r['sliced_calls']} calls left a backlog; the "
+                f"longest burst took {r['longest_burst_s']:.1f} s to resolve, in calls of at most "
+                f"{r['event_max_ms'] / 1e3:.2f} s"
+            )
     for r in dagster_rows_of(rows):
         print(
             f"N={r['n']}: load {_f(r, 'load_s')} s = declarations {_f(r, 'catalog_s')} s + Dagster definitions "
@@ -595,9 +630,21 @@ def main() -> None:
     main_row = next((r for r in dagster_rows if r["n"] == 10000), dagster_rows[-1] if dagster_rows else rows[-1])
     figures = {k: main_row.get(k, "na") for k in ("event_p99_ms", "day_s", "load_s", "peak_mb")}
     figures["n"] = main_row["n"]
+    figures["budget_s"] = "none" if args.budget is None else args.budget
     for r in rows:
         prefix = f"{'resolver' if r['resolver_only'] else 'n'}{r['n']}_"
-        for key in ("event_p50_ms", "event_p99_ms", "day_s", "events", "runs", "missed", "load_s", "peak_mb"):
+        for key in (
+            "event_p50_ms",
+            "event_p99_ms",
+            "event_max_ms",
+            "longest_burst_s",
+            "day_s",
+            "events",
+            "runs",
+            "missed",
+            "load_s",
+            "peak_mb",
+        ):
             if key in r:
                 figures[prefix + key] = r[key]
     print("RESULT " + " ".join(f"{k}={v}" for k, v in figures.items()))

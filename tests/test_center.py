@@ -324,3 +324,38 @@ def test_each_run_respects_the_tables_max_partitions_per_run(instance: DagsterIn
         ["2026-03-03", "2026-03-04"],
         ["2026-03-05"],
     ]
+
+
+def test_a_burst_is_resolved_in_slices_new_changes_first_and_a_restart_in_the_middle_loses_nothing(
+    instance: DagsterInstance, catalog: Catalog
+) -> None:
+    """With a budget, a call evaluates candidates until it is spent (at least one) and keeps the rest in a backlog
+    persisted with its requests: a change during a burst is resolved in the next call, before the burst's clock
+    candidates, and a restart in the middle resumes the backlog; in all, each partition is requested once."""
+    center = Center(instance, catalog)
+    evening, midnight = datetime(2026, 3, 5, 20, tzinfo=TZ), datetime(2026, 3, 6, 0, 0, 1, tzinfo=TZ)
+    center.step(evening)
+    center.report("dwd.day", days("2026-02-26", "2026-03-04"))
+    center.step(evening)
+    # the day's end: ads.t1 and ads.t7 of 03-05 (their T-1 and T-7 were complete before it ended) are the clock's
+    plans = center.resolver.step(midnight, budget=0)  # a budget of 0: one candidate a call
+    assert (center.resolver.evaluated, center.resolver.backlog) == (1, 1)
+    assert [p.trigger.fields for p in plans] == [frozenset({"clock"})]
+    center.report("ods.src", hours("2026-03-05"))  # the day's hours land during the burst
+    during = center.resolver.step(midnight, budget=0)
+    assert [(p.table, p.partitions) for p in during] in ([("dwd.day", ("2026-03-05",))], [("dwd.lax", ("2026-03-05",))])
+    assert "clock" not in during[0].trigger.fields  # the new change went before the burst's rest
+    plans += during
+    assert center.resolver.backlog == 2  # the other day of the hours, and the clock's other partition
+    center.restart()
+    assert center.resolver.backlog == 2
+    while center.resolver.backlog:
+        plans += center.resolver.step(midnight, budget=0)
+        assert center.resolver.evaluated == 1
+    assert center.step(midnight) == []
+    assert requested(plans) == {
+        "ads.t1": [["2026-03-05"]],
+        "ads.t7": [["2026-03-05"]],
+        "dwd.day": [["2026-03-05"]],
+        "dwd.lax": [["2026-03-05"]],
+    }

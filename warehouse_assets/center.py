@@ -25,11 +25,17 @@ A self-dependent table catching up builds its chain in one run, as a backfill do
 written earlier in the same run): a partition that became ready extends its run to the next partitions that only
 lacked their T-1. Runs respect the compiler's backfill policy (at most ``max_partitions_per_run`` per run).
 
+A burst (the day's end makes every time-driven daily table's new partition a candidate at once: thousands at
+10,000 tables) is resolved in slices: with a ``budget``, a call evaluates candidates until that many seconds have
+passed and keeps the rest in a *backlog*, persisted with its requests, for the next calls. The candidates of new
+changes go before the backlog's clock candidates, so an upstream completing during a burst is resolved in the next
+call, not after the whole burst; and each slice's plans can be submitted while the rest is resolved.
+
 :meth:`Resolver.step` updates the store and resolves its changes; the resolver keeps the store's cursor it resolved
-through with its requests, so after a crash between the store's commit and its own it resolves the partitions
-materialized or checked meanwhile (:meth:`warehouse_assets.state_store.PartitionStateStore.changes_since`). Not
-wired to Dagster yet: the loop calling :meth:`Resolver.step` and launching the plans (Dagster's run submission)
-belong to the engine that runs the resolver; a plan returned but never launched is not requested again.
+through (each change up to it resolved, or its candidates in the backlog) with its requests, so after a crash between
+the store's commit and its own it resolves the partitions materialized or checked meanwhile
+(:meth:`warehouse_assets.state_store.PartitionStateStore.changes_since`). The engine (:mod:`warehouse_assets.engine`)
+steps it every round and submits the plans, which stay pending until their runs exist.
 """
 
 from __future__ import annotations
@@ -37,7 +43,9 @@ from __future__ import annotations
 import functools
 import json
 import sqlite3
+import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -58,6 +66,8 @@ CREATE TABLE IF NOT EXISTS center_deferred (table_fqn, partition, PRIMARY KEY (t
 CREATE TABLE IF NOT EXISTS center_cursor (id INTEGER PRIMARY KEY CHECK (id = 0), storage_id INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS center_clock (id INTEGER PRIMARY KEY CHECK (id = 0), at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS center_pending (request_id TEXT PRIMARY KEY, planned_at REAL NOT NULL, plan TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS center_backlog (table_fqn, partition, by_clock INTEGER NOT NULL, trigger TEXT NOT NULL,
+    PRIMARY KEY (table_fqn, partition));
 """
 
 TAG_PREFIX = "warehouse/trigger"
@@ -82,6 +92,15 @@ class Trigger:
 
     def describe(self) -> str:
         return f"{self.table} {self.partition} ({', '.join(sorted(self.fields))})"
+
+    def to_json(self) -> list[object]:
+        return [self.table, self.partition, self.storage_id, self.run_id, sorted(self.fields)]
+
+    @classmethod
+    def from_json(cls, value: Sequence[object]) -> Trigger:
+        table, partition, storage_id, run_id, fields = value
+        assert isinstance(fields, list)
+        return cls(str(table), str(partition), storage_id, run_id, frozenset(fields))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -112,16 +131,12 @@ class RunPlan:
         }
 
     def to_json(self) -> str:
-        t = self.trigger
-        return json.dumps(
-            [self.table, self.partitions, [t.table, t.partition, t.storage_id, t.run_id, sorted(t.fields)]]
-        )
+        return json.dumps([self.table, self.partitions, self.trigger.to_json()])
 
     @classmethod
     def from_json(cls, text: str, request_id: str) -> RunPlan:
-        table, partitions, (t_table, t_partition, storage_id, run_id, fields) = json.loads(text)
-        trigger = Trigger(t_table, t_partition, storage_id, run_id, frozenset(fields))
-        return cls(table, tuple(partitions), trigger, request_id)
+        table, partitions, trigger = json.loads(text)
+        return cls(table, tuple(partitions), Trigger.from_json(trigger), request_id)
 
 
 def _max_partitions_per_run(table: Table) -> int | None:
@@ -149,6 +164,9 @@ class Resolver:
         # a new resolver starts where the store is: the partitions ready before it are a backfill's, or the automation's
         self._db.execute("INSERT OR IGNORE INTO center_cursor VALUES (0, ?)", (store.cursor,))
         self.evaluated = 0  # partitions the last call asked the gate about: its cost
+        # candidates not evaluated yet, in the order they came: new changes' first, then the clock's; their keys as
+        # persisted (center_backlog) after the last call
+        self._backlog = _Backlog(self._db)
         self._time_driven_tables: dict[str, list[str]] | None = None
         self._pruned_at: datetime | None = None
 
@@ -160,18 +178,27 @@ class Resolver:
         """The store's cursor when the resolver last recorded its requests: the changes up to it are resolved."""
         return int(self._db.execute("SELECT storage_id FROM center_cursor").fetchone()[0])
 
-    def step(self, now: datetime) -> list[RunPlan]:
-        """Update the store and resolve its changes, with those a crash between the store's commit and the
-        resolver's left unresolved."""
-        missed = self.store.changes_since(self.resolved_through) if self.resolved_through < self.store.cursor else []
-        return self.on_changes([*missed, *self.store.update()], now)
+    @property
+    def backlog(self) -> int:
+        """Candidates left for the next calls by a call's ``budget``: call again without waiting while there are."""
+        return len(self._backlog)
 
-    def on_changes(self, changes: Iterable[Change], now: datetime) -> list[RunPlan]:
+    def step(self, now: datetime, budget: float | None = None) -> list[RunPlan]:
+        """Update the store and resolve its changes, with those a crash between the store's commit and the
+        resolver's left unresolved; ``budget`` as in :meth:`on_changes`."""
+        missed = self.store.changes_since(self.resolved_through) if self.resolved_through < self.store.cursor else []
+        return self.on_changes([*missed, *self.store.update()], now, budget)
+
+    def on_changes(self, changes: Iterable[Change], now: datetime, budget: float | None = None) -> list[RunPlan]:
         """The runs ``changes`` (those of the store's latest update) made possible at ``now``, ordered by their first
         partition's time; each partition of them is remembered as requested for its current upstream state, and the
-        store's cursor as resolved, in one transaction."""
+        store's cursor as resolved, in one transaction.
+
+        With ``budget`` (seconds), candidates are evaluated until it is spent (at least one), the backlog's after the
+        new changes' and the clock's last; the others stay in the backlog, persisted in the same transaction."""
+        started = time.perf_counter()
         states = _Snapshot(self.store)
-        candidates: dict[tuple[str, str], Trigger] = {}
+        backlog = self._backlog
         for change in changes:
             fqn = self._fqn.get(change.asset_key)
             if fqn is None:
@@ -179,16 +206,21 @@ class Resolver:
             trigger = Trigger(fqn, change.partition, change.state.storage_id, change.state.run_id, change.fields)
             for downstream, keys in self.index.downstream_of(fqn, change.partition, now).items():
                 for key in keys:
-                    candidates.setdefault((downstream, key), trigger)
+                    backlog.add((downstream, key), trigger, by_clock=False)
             run_ended = "in_progress" in change.fields and not change.state.in_progress
             if run_ended and self._deferred(fqn, change.partition):
-                candidates.setdefault((fqn, change.partition), trigger)
+                backlog.add((fqn, change.partition), trigger, by_clock=False)
         for candidate, trigger in self._clock_candidates(now).items():
-            candidates.setdefault(candidate, trigger)
+            backlog.add(candidate, trigger, by_clock=True)
         self.evaluated = 0
         ready: dict[tuple[str, str], tuple[Trigger, str]] = {}
         deferred: list[tuple[str, str]] = []
-        for (fqn, partition), trigger in candidates.items():
+        evaluated: list[tuple[str, str]] = []
+        while backlog:
+            if budget is not None and evaluated and time.perf_counter() - started > budget:
+                break
+            (fqn, partition), trigger = backlog.pop()
+            evaluated.append((fqn, partition))
             table = self.catalog[fqn]
             if not self._in_lookback(table, partition, now):
                 continue
@@ -201,7 +233,7 @@ class Resolver:
                 ready[(fqn, partition)] = (trigger, outcome)
         self._extend_chains(ready, states, now)
         plans = [replace(plan, request_id=uuid.uuid4().hex) for plan in self._coalesce(ready)]
-        self._remember(ready, deferred, candidates, plans, now)
+        self._remember(ready, deferred, evaluated, plans, now)
         return plans
 
     # --- submission: a plan stays pending until the engine has submitted its run --------------------------------
@@ -233,24 +265,44 @@ class Resolver:
                     found[(fqn, key)] = Trigger(fqn, key, None, None, frozenset({CLOCK}))
         return found
 
+    def prepare(self, now: datetime) -> None:
+        """Find the time-driven tables (what the clock looks at) now, not in the first step that needs them: a
+        call the engine makes before its first round (a second or so at 10,000 tables)."""
+        self._time_driven(now)
+
     def _time_driven(self, now: datetime) -> dict[str, list[str]]:
         """Per period, the tables some partition of which can become ready by its window ending: every upstream
         partition it needs (a sample partition's, one lookback back) ends before its own window does, or is not
         one yet."""
-        if self._time_driven_tables is None:
-            self._time_driven_tables = {}
-            for table in self.catalog.derived():
+        if self._time_driven_tables is not None:
+            return self._time_driven_tables
+        self._time_driven_tables = {}
+        ends: dict[tuple[str, str], datetime] = {}  # Dagster's arithmetic costs about a millisecond a call
+
+        def window_end(period: str, key: str) -> datetime:
+            if (period, key) not in ends:
+                ends[(period, key)] = BY_PERIOD[period].time_window_for_partition_key(key).end
+            return ends[(period, key)]
+
+        samples: dict[str, str] = {}
+        for table in self.catalog.derived():
+            if table.period not in samples:
                 pdef = BY_PERIOD[table.period]
-                key = pdef.get_partition_key_for_timestamp((now - self.lookback).timestamp())
-                end = pdef.time_window_for_partition_key(key).end
-                ends = []
-                for dep in table.deps:
-                    up = upstream_partitions(self.catalog, table, dep, key, current_time=now)
-                    up_def = BY_PERIOD[self.catalog[dep.table].period]
-                    if up.nonexistent or up.keys:  # none: a self-dependency's T-1 before the table's start
-                        ends.append(end if up.nonexistent else up_def.time_window_for_partition_key(up.keys[-1]).end)
-                if ends and max(ends) < end:
-                    self._time_driven_tables.setdefault(table.period, []).append(table.fqn)
+                samples[table.period] = pdef.get_partition_key_for_timestamp((now - self.lookback).timestamp())
+            key = samples[table.period]
+            end = window_end(table.period, key)
+            upstream_ends = []
+            for dep in table.deps:
+                up_period = self.catalog[dep.table].period
+                keys = self.index.upstream_of(table.fqn, dep.table, key, now)  # offset arithmetic, no mapping
+                if keys is not None:
+                    upstream_ends.append(window_end(up_period, keys[-1]))
+                    continue
+                up = upstream_partitions(self.catalog, table, dep, key, current_time=now)
+                if up.nonexistent or up.keys:  # none: a self-dependency's T-1 before the table's start
+                    upstream_ends.append(end if up.nonexistent else window_end(up_period, up.keys[-1]))
+            if upstream_ends and max(upstream_ends) < end:
+                self._time_driven_tables.setdefault(table.period, []).append(table.fqn)
         return self._time_driven_tables
 
     # --- one partition ---------------------------------------------------------------------------------------
@@ -355,18 +407,19 @@ class Resolver:
         self,
         ready: dict[tuple[str, str], tuple[Trigger, str]],
         deferred: Sequence[tuple[str, str]],
-        candidates: dict[tuple[str, str], Trigger],
+        evaluated: Sequence[tuple[str, str]],
         plans: Sequence[RunPlan],
         now: datetime,
     ) -> None:
         """Record the requests, their plans as pending, the deferred partitions (a deferred partition looked at again
-        is settled), the store's cursor and the clock, in one transaction."""
+        is settled), the backlog, the store's cursor and the clock, in one transaction."""
         self._db.execute("BEGIN IMMEDIATE")
         try:
             self._db.executemany(
                 "DELETE FROM center_deferred WHERE table_fqn = ? AND partition = ?",
-                [c for c in candidates if c not in deferred],
+                [c for c in evaluated if c not in deferred],
             )
+            self._backlog.persist(evaluated)
             self._db.executemany("INSERT OR IGNORE INTO center_deferred VALUES (?, ?)", deferred)
             self._db.executemany(
                 "INSERT OR IGNORE INTO center_requests VALUES (?, ?, ?, ?)",
@@ -389,6 +442,7 @@ class Resolver:
             )
         except BaseException:
             self._db.execute("ROLLBACK")
+            self._backlog = _Backlog(self._db)  # what the failed call took from it is still to do
             raise
         self._db.execute("COMMIT")
 
@@ -418,6 +472,46 @@ class Resolver:
 
 
 _DEFER = "defer"
+
+
+class _Backlog:
+    """The candidates a budgeted call left for the next: new changes' before the clock's, each kind first come first
+    out, and their mirror in ``center_backlog`` (written by :meth:`persist` inside the caller's transaction)."""
+
+    def __init__(self, db: sqlite3.Connection):
+        self._db = db
+        self._events: OrderedDict[tuple[str, str], Trigger] = OrderedDict()
+        self._clock: OrderedDict[tuple[str, str], Trigger] = OrderedDict()
+        rows = db.execute("SELECT table_fqn, partition, by_clock, trigger FROM center_backlog ORDER BY rowid")
+        for fqn, partition, by_clock, trigger in rows:
+            (self._clock if by_clock else self._events)[(fqn, partition)] = Trigger.from_json(json.loads(trigger))
+        self._persisted = {*self._events, *self._clock}
+        self._added: list[tuple[tuple[str, str], Trigger, bool]] = []
+
+    def __len__(self) -> int:
+        return len(self._events) + len(self._clock)
+
+    def add(self, candidate: tuple[str, str], trigger: Trigger, *, by_clock: bool) -> None:
+        """Queue ``candidate`` unless it is queued already (then its first trigger stands)."""
+        if candidate not in self._events and candidate not in self._clock:
+            (self._clock if by_clock else self._events)[candidate] = trigger
+            self._added.append((candidate, trigger, by_clock))
+
+    def pop(self) -> tuple[tuple[str, str], Trigger]:
+        return (self._events or self._clock).popitem(last=False)
+
+    def persist(self, evaluated: Sequence[tuple[str, str]]) -> None:
+        """Delete the evaluated candidates from ``center_backlog``, insert the ones added and still queued."""
+        done = [c for c in evaluated if c in self._persisted]
+        self._db.executemany("DELETE FROM center_backlog WHERE table_fqn = ? AND partition = ?", done)
+        self._persisted.difference_update(done)
+        queued = [(c, t, k) for c, t, k in self._added if c in self._events or c in self._clock]
+        self._db.executemany(
+            "INSERT INTO center_backlog VALUES (?, ?, ?, ?)",
+            [(fqn, partition, int(by_clock), json.dumps(t.to_json())) for (fqn, partition), t, by_clock in queued],
+        )
+        self._persisted.update(c for c, _, _ in queued)
+        self._added = []
 
 
 def _ended_between(pdef: TimeWindowPartitionsDefinition, since: datetime, now: datetime) -> list[str]:

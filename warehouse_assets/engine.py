@@ -115,6 +115,7 @@ class Engine:
         started = time.perf_counter()
         self.store = PartitionStateStore(instance)
         self.resolver = Resolver(catalog, ReverseIndex.build(catalog, current_time=clock()), self.store)
+        self.resolver.prepare(clock())
         self.load_seconds = time.perf_counter() - started
         self._failing: str | None = None  # the error of the current outage, logged once
         self._pool = ThreadPoolExecutor(SUBMITTERS, thread_name_prefix="submit")
@@ -137,12 +138,13 @@ class Engine:
                 left += 1
         return left
 
-    def tick(self) -> list[tuple[RunPlan, str]]:
-        """One round: report what the watchers see, resolve the events since the last round, submit every pending
-        plan; the runs submitted."""
+    def tick(self, budget: float | None = None) -> list[tuple[RunPlan, str]]:
+        """One round: report what the watchers see, resolve the events since the last round (for at most ``budget``
+        seconds: a burst is resolved over several rounds, new events first), submit every pending plan; the runs
+        submitted."""
         for watcher in self.watchers:
             watcher.poll()
-        self.resolver.step(self.clock())
+        self.resolver.step(self.clock(), budget)
         return self.submit_pending()
 
     def submit_pending(self) -> list[tuple[RunPlan, str]]:
@@ -171,7 +173,10 @@ class Engine:
             return None
 
     def run(self, stop: threading.Event, poll: float) -> None:
-        """Tick every ``poll`` seconds until ``stop`` is set; an error in a round is logged and the next one retries."""
+        """Tick every ``poll`` seconds until ``stop`` is set; an error in a round is logged and the next one retries.
+
+        A round resolves for at most ``poll`` seconds; while a burst (a day's end) leaves candidates in the resolver's
+        backlog, the next round starts at once, so the events of the meantime wait one round, not the whole burst."""
         left = self.recover()
         log.info(
             "engine ready in %.1f s: %d tables, store at storage id %d, %d pending plan(s) to submit",
@@ -182,11 +187,13 @@ class Engine:
         )
         while not stop.is_set():
             started = time.monotonic()
+            busy = False
             try:
-                self.tick()
+                self.tick(budget=poll)
+                busy = self.resolver.backlog > 0
             except Exception:  # a locked database, a storage hiccup: nothing was recorded, the next round redoes it
                 log.exception("engine round failed; retrying")
-            stop.wait(max(0.0, poll - (time.monotonic() - started)))
+            stop.wait(0.0 if busy else max(0.0, poll - (time.monotonic() - started)))
 
 
 def _span(keys: tuple[str, ...]) -> str:
