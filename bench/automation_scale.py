@@ -48,6 +48,7 @@ line of ``key=value`` figures, the first four of the 10,000-table row (or the la
 from __future__ import annotations
 
 import argparse
+import gc
 import graphlib
 import json
 import logging
@@ -500,6 +501,7 @@ def child_main(args: argparse.Namespace) -> None:
             resolver = Resolver(catalog, index, store)
             started = time.perf_counter()
             resolver.prepare(day)  # as the engine does before its first round
+            gc.freeze()  # as the engine does: what lives as long as it stays out of the collector's full passes
             emit({"step": "prepare", "prepare_s": round(time.perf_counter() - started, 3)})
             feed: Feed = DirectFeed(store) if resolver_only else LogFeed(instance, store)
             log(f"N={n}: simulating {day.date()}")
