@@ -34,10 +34,12 @@ in-process engine keeps the one of the greater stream name.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -141,6 +143,19 @@ def preparation(
 # --- in process ------------------------------------------------------------------------------------------------
 
 
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cycle collector off while a batch is parsed and classified: it would otherwise walk the hundreds
+    of thousands of young dicts and lists the batch allocates (none in a cycle) over and over."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _parse(value: str) -> Any:
     """The JSON value of a line as Spark's reader sees it: leading whitespace and anything after the first
     value are ignored; None when the line is no JSON."""
@@ -161,6 +176,10 @@ class InProcessPreparation:
     """The batch parsed once in this process; classified with Arrow compute and dictionaries."""
 
     def __init__(self, table: Table, lines: pa.Table, timezone: str) -> None:
+        with _collector_paused():
+            self._parse_lines(table, lines, timezone)
+
+    def _parse_lines(self, table: Table, lines: pa.Table, timezone: str) -> None:
         assert isinstance(table, OdsTable)
         self.table = table
         self.lines = lines
@@ -182,6 +201,10 @@ class InProcessPreparation:
         values = lines.column("value").to_pylist()
         partition_time = table.partition_time
         database = table.source_database
+        sha256 = hashlib.sha256
+        row_line, row_index, row_image = self.row_line.append, self.row_index.append, self.row_image.append
+        row_old_time, row_es, row_op = self.row_old_time.append, self.row_es.append, self.row_op.append
+        row_msg_id, row_change = self.row_msg_id.append, self.row_change.append
         for i, value in enumerate(values):
             m = None if value is None else _parse(value)
             if not isinstance(m, dict):
@@ -200,20 +223,20 @@ class InProcessPreparation:
             old = spark_map_array(m.get("old"))
             msg_id = spark_long(m.get("id"))
             position = spark_string(m.get("position"))
-            head = f"{op}|{es}|" if es is not None else f"{op}|"
+            head = (f"{op}|{es}|" if es is not None else f"{op}|").encode()
             tail = b"" if position is None else b"|" + position.encode()
+            before_times = [None if o is None else o.get(partition_time) for o in old] if old is not None else []
             for index, image in enumerate(data):
-                self.row_line.append(i)
-                self.row_index.append(index)
-                self.row_image.append(image)
-                before = old[index] if old is not None and index < len(old) else None
-                self.row_old_time.append(None if before is None else before.get(partition_time))
-                self.row_es.append(es)
-                self.row_op.append(op)
-                self.row_msg_id.append(msg_id)
+                row_line(i)
+                row_index(index)
+                row_image(image)
+                row_old_time(before_times[index] if index < len(before_times) else None)
+                row_es(es)
+                row_op(op)
+                row_msg_id(msg_id)
                 # Spark's sha2(concat_ws("|", type, es, to_json(row), position)): concat_ws skips nulls
-                content = head.encode() + map_to_json(image) + tail if image is not None else head[:-1].encode() + tail
-                self.row_change.append(hashlib.sha256(content).hexdigest())
+                content = head + map_to_json(image) + tail if image is not None else head[:-1] + tail
+                row_change(sha256(content).hexdigest())
 
     @staticmethod
     def _line_reason(
@@ -255,6 +278,10 @@ class InProcessPreparation:
         return sorted(self.hours)
 
     def classify(self, columns: Sequence[tuple[str, str]], seen: pa.Table | None) -> Classified:
+        with _collector_paused():
+            return self._classify(columns, seen)
+
+    def _classify(self, columns: Sequence[tuple[str, str]], seen: pa.Table | None) -> Classified:
         table = self.table
         assert isinstance(table, OdsTable)
         schema = classified_schema(columns)
@@ -297,18 +324,21 @@ class InProcessPreparation:
         times = typed[table.partition_time].cast(pa.int64()).to_pylist()
         olds = old_time.cast(pa.int64()).to_pylist()
         newest: dict[tuple[Any, ...], int] = {}
-        was_at: dict[tuple[Any, ...], set[int]] = {}
+        was_at: dict[tuple[Any, ...], list[int]] = {}  # a key's distinct partition times
         for i in range(n):
             if not valid[i]:
                 continue
             key = pk_values[i]
             j = newest.get(key)
-            if j is None or (self.row_es[i], pos[i], streams[i]) > (self.row_es[j], pos[j], streams[j]):
+            places = was_at.get(key)
+            if j is None or places is None:
+                newest[key], places = i, was_at.setdefault(key, [])
+            elif (self.row_es[i], pos[i], streams[i]) > (self.row_es[j], pos[j], streams[j]):
                 newest[key] = i
-            places = was_at.setdefault(key, set())
-            places.add(times[i])
-            if olds[i] is not None:
-                places.add(olds[i])
+            if times[i] not in places:
+                places.append(times[i])
+            if olds[i] is not None and olds[i] not in places:
+                places.append(olds[i])
         status = [
             "quarantine"
             if reasons[i] is not None
@@ -319,7 +349,7 @@ class InProcessPreparation:
             else "superseded"
             for i in range(n)
         ]
-        moved = [list(was_at[pk_values[i]]) if valid[i] else None for i in range(n)]
+        moved = [was_at[pk_values[i]] if valid[i] else None for i in range(n)]
         values = lines.column("value").to_pylist()
         segments = lines.column("segment").to_pylist()
         record_columns: dict[str, Any] = {
