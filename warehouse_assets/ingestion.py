@@ -47,7 +47,7 @@ from warehouse_assets.ops_tables import (
 )
 from warehouse_assets.partitions import periods
 from warehouse_assets.preparation import HOUR_MS, Engine, classified_schema, local_hour, preparation
-from warehouse_assets.spark_casts import arrow_type
+from warehouse_assets.spark_casts import UTC_MICROS, arrow_type
 
 # PySpark is imported inside the functions that compute: readiness and `warehouse why` read the ingestion state
 # (positions, counts) through this module without loading it.
@@ -353,7 +353,7 @@ def _applied(records: pa.Table, table: Table, columns: Sequence[tuple[str, str]]
             "_op": ok["_op"],
         }
     )
-    moved_from = ok["_moved_from"].combine_chunks() if ok.num_rows else pa.array([], pa.list_(pa.timestamp("us")))
+    moved_from = ok["_moved_from"].combine_chunks() if ok.num_rows else pa.array([], pa.list_(UTC_MICROS))
     parents = pc.list_parent_indices(moved_from)
     left = applied.take(parents)
     times = pc.list_flatten(moved_from)
