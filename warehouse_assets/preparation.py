@@ -67,8 +67,8 @@ if TYPE_CHECKING:
 Engine = Literal["auto", "in-process", "spark"]
 IN_PROCESS_MAX_BYTES = 256 * 2**20
 """The switch: a batch whose lines hold more bytes than this is prepared on Spark (distributed over its
-executors), a smaller one in the run's process. The in-process engine holds about 5 times its lines' size in
-memory at its peak (100,000 changes: 68 MiB of lines); 256 MiB of lines is about 400,000 changes."""
+executors), a smaller one in the run's process. The in-process engine holds about 7 times its lines' size in
+memory at its peak (100,000 changes: 68 MiB of lines, 0.5 GiB); 256 MiB of lines is about 400,000 changes."""
 HOUR_MS = 3_600_000
 CANAL_SCHEMA = (
     "id bigint, database string, `table` string, pkNames array<string>, isDdl boolean, type string, "
