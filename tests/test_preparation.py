@@ -131,7 +131,7 @@ def _nasty() -> list[str | bytes]:
         message(27, "QUERY", [order(27)], 27),  # not DML
         message(28, "INSERT", [], 28),  # no row image
         message(29, "INSERT", [order(29)], 29, data="not a list"),
-        message(30, "INSERT", [order(30), None], 30),  # a null row image  # type: ignore[list-item]
+        message(30, "INSERT", [order(30), None], 30),  # a null row image
         message(31, "INSERT", [order(31)], 31, position="mysql-bin.000003:4567"),
         message(31, "INSERT", [order(31)], 31, position="mysql-bin.000003:4999"),  # same content, other position
         message(32, "INSERT", [order(32)], 32, mysqlType={"id": "bigint(20)", "coupon": "varchar(16)", "n": 7}),
@@ -175,8 +175,7 @@ def test_the_engines_agree_on_hand_written_nasty_lines(spark: SparkSession) -> N
 def test_the_engines_cast_values_alike(spark: SparkSession, spark_type: str, values: list[str]) -> None:
     table = CATALOG["ods.order"]
     rows = [
-        (STREAM, 1, i, message(i, "INSERT", [order(i, drifted=value)], 1))  # type: ignore[arg-type]
-        for i, value in enumerate(values, start=1)
+        (STREAM, 1, i, message(i, "INSERT", [order(i, drifted=value)], 1)) for i, value in enumerate(values, start=1)
     ]
     assert_engines_agree(spark, table, _lines(rows), [*table.columns, ("drifted", spark_type)], None)
 
