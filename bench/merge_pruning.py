@@ -3,11 +3,12 @@
 Builds ODS ``order``-like Delta tables (default 20M rows over 180 daily ``dt`` partitions, several files per
 partition) whose primary keys are NOT correlated with the partition column, so file min/max statistics on
 ``id`` cannot prune anything. Change batches are written as Canal flat-message segments (one per shard) and
-applied the way the ODS ingestion applies them: ``read_lines`` + ``prepare_batch`` on the one local Spark
-session (parse, validate, dedupe), the ``ok`` records projected to ODS rows as ``ingest_batch`` does, then
-``DeltaStore.merge`` (Spark's Delta ``MERGE INTO``) with ``tombstone_column="_deleted"`` and the shard positions
-as app transactions, once with ``prune=True`` and once with ``prune=False``, each on an identical copy of the
-table.
+every run applies one end to end the way ``ingest_batch`` does, on a fresh copy of the table and of the ops tables:
+``read_lines`` + ``prepare_changes`` (parse, type, validate, dedupe, classify; in process at this size, see
+``--engine``), ``record_batch`` (the ops tables' commits and the journaled positions) and ``DeltaStore.merge``
+(Spark's Delta ``MERGE INTO``) with ``tombstone_column="_deleted"`` and the batch number as app transaction, with
+``prune=True`` and ``prune=False`` alternately. Batch (a) is also prepared once on Spark, checked to classify the
+same and timed.
 
 Batches: (a) changes to the 2 newest partitions, (b) changes spread over 30 partitions; for information,
 batch (a) again on a table whose ids increase with the day. The last line of the output is one ``RESULT``
