@@ -3,11 +3,12 @@
 Builds ODS ``order``-like Delta tables (default 20M rows over 180 daily ``dt`` partitions, several files per
 partition) whose primary keys are NOT correlated with the partition column, so file min/max statistics on
 ``id`` cannot prune anything. Change batches are written as Canal flat-message segments (one per shard) and
-applied the way the ODS ingestion applies them: ``read_lines`` + ``prepare_batch`` on the one local Spark
-session (parse, validate, dedupe), the ``ok`` records projected to ODS rows as ``ingest_batch`` does, then
-``DeltaStore.merge`` (Spark's Delta ``MERGE INTO``) with ``tombstone_column="_deleted"`` and the shard positions
-as app transactions, once with ``prune=True`` and once with ``prune=False``, each on an identical copy of the
-table.
+every run applies one end to end the way ``ingest_batch`` does, on a fresh copy of the table and of the ops tables:
+``read_lines`` + ``prepare_changes`` (parse, type, validate, dedupe, classify; in process at this size, see
+``--engine``), ``record_batch`` (the ops tables' commits and the journaled positions) and ``DeltaStore.merge``
+(Spark's Delta ``MERGE INTO``) with ``tombstone_column="_deleted"`` and the batch number as app transaction, with
+``prune=True`` and ``prune=False`` alternately. Batch (a) is also prepared once on Spark, checked to classify the
+same and timed.
 
 Batches: (a) changes to the 2 newest partitions, (b) changes spread over 30 partitions; for information,
 batch (a) again on a table whose ids increase with the day. The last line of the output is one ``RESULT``
@@ -51,11 +52,14 @@ from resources.spark import engine_label, get_session  # noqa: E402
 from simulator.cdc import LOGICAL_TABLES  # noqa: E402
 from warehouse_assets.catalog import Table, load_catalog  # noqa: E402
 from warehouse_assets.ingestion import (  # noqa: E402
+    PreparedBatch,
     ods_arrow_schema,
     position_app_id,
-    prepare_batch,
+    prepare_changes,
+    record_batch,
 )
 from warehouse_assets.partitions import START, periods  # noqa: E402
+from warehouse_assets.preparation import Engine  # noqa: E402
 
 KEY = ("ods", "order")
 SHARDS = 8
@@ -407,10 +411,13 @@ def bench_schema(table: Table) -> pa.Schema:
 @dataclasses.dataclass
 class Prepared:
     batch: pa.Table  # one row per key, the ODS row plus _op: what DeltaStore.merge receives
+    moved_out: pa.Table  # the partitions moved keys left (none in these batches)
     positions: dict[str, int]  # stream → last segment: the app transactions committed with the merge
-    counts: dict[str, int]  # records per prepare_batch status
+    counts: dict[str, int]  # records per status
     quarantined: int
-    seconds: float
+    seconds: float  # read_lines + prepare_changes
+    engine: str
+    product: PreparedBatch  # what ingest_batch records before its merge
 
 
 def segments_of(landing: Landing, table: Table) -> list[Segment]:
@@ -420,52 +427,60 @@ def segments_of(landing: Landing, table: Table) -> list[Segment]:
     ]
 
 
-def prepare(spark: Any, table: Table, schema: pa.Schema, segments: Sequence[Segment]) -> Prepared:
-    """What ``ingest_batch`` does before its merge: read the segments, ``prepare_batch`` (parse, validate,
-    dedupe) on Spark, count the statuses, collect the ok records as ODS rows and the quarantined ones."""
-    from pyspark.sql import functions as F
-
+def prepare(
+    spark: Any, store: DeltaStore, table: Table, schema: pa.Schema, segments: Sequence[Segment], engine: Engine
+) -> Prepared:
+    """What ``ingest_batch`` does before its merge: read the segments and ``prepare_changes`` (parse, validate,
+    type, dedupe against the changes the lake recorded, classify, project to ODS rows)."""
     started = time.monotonic()
     positions: dict[str, int] = {}
     for segment in segments:
         positions[segment.stream] = max(positions.get(segment.stream, 0), segment.seq)
     lines = read_lines(segments)
-    assert table.partition_time is not None
-    classified = prepare_batch(spark, table, lines).persist()
-    try:
-        counts = {
-            r["_status"]: int(r["n"]) for r in classified.groupBy("_status").agg(F.count("*").alias("n")).collect()
-        }
-        applied = (
-            classified.where(F.col("_status") == "ok")
-            .select(
-                *[name for name, _ in table.columns],
-                "_es",
-                "_pos",
-                "_stream",
-                (F.col("_op") == "DELETE").alias("_deleted"),
-                F.date_format(table.partition_time, "yyyy-MM-dd").alias("dt"),
-                "_op",
-            )
-            .toArrow()
-        )
-        quarantined = classified.where(F.col("_status") == "quarantine").select("_reason", "_raw_text").toArrow()
-    finally:
-        classified.unpersist()
+    prepared = prepare_changes(spark, store, table, lines, list(positions), tz=periods().timezone, engine=engine)
+    seconds = time.monotonic() - started
+    # the bench's table is partitioned by day only (no ``hh``)
     target = pa.schema([*schema, pa.field("_op", pa.string())])
-    batch = applied.select(target.names).cast(target)
-    return Prepared(batch, positions, counts, quarantined.num_rows, time.monotonic() - started)
+    return Prepared(
+        prepared.applied.select(target.names).cast(target),
+        prepared.moved_out.select(target.names).cast(target),
+        positions,
+        prepared.counts,
+        prepared.quarantined.num_rows,
+        seconds,
+        prepared.engine,
+        prepared,
+    )
 
 
-def merge_args(table: Table, prepared: Prepared, prune: bool) -> dict[str, Any]:
+def merge_args(table: Table, prepared: Prepared, prune: bool, txn: tuple[str, int]) -> dict[str, Any]:
     """The arguments ``ingest_batch`` gives ``DeltaStore.merge`` for an ODS batch."""
     return {
         "primary_key": table.primary_key,
         "partition_by": PARTITION_BY,
-        "app_transaction": (position_app_id(table), 1),
+        "app_transaction": txn,
         "prune": prune,
         "tombstone_column": "_deleted",
+        "moved_out": prepared.moved_out,
     }
+
+
+def ingest(
+    spark: Any,
+    store: RecordingStore,
+    table: Table,
+    schema: pa.Schema,
+    segments: Sequence[Segment],
+    prune: bool,
+    engine: Engine,
+) -> tuple[Prepared, MergeResult, float]:
+    """One batch end to end as ``ingest_batch`` runs it: prepare, record (quarantine, changes, counts, positions:
+    the ops tables' commits), then the merge that commits the batch number. Returns the wall time of all three."""
+    started = time.monotonic()
+    prepared = prepare(spark, store, table, schema, segments, engine)
+    txn = record_batch(store, table, prepared.product, segments, prepared.positions)
+    result = store.merge(spark, KEY, prepared.batch, **merge_args(table, prepared, prune, txn))
+    return prepared, result, time.monotonic() - started
 
 
 def _rchar(pid: int | None = None) -> int:
@@ -519,8 +534,8 @@ class ModeResult:
     scope_files: int
     scope_bytes: int
     merges: list[MergeRun] = dataclasses.field(default_factory=list)
-    prepare_s: float | None = None  # the pass that prepared the batch itself
-    end_to_end_s: float | None = None
+    prepares: list[float] = dataclasses.field(default_factory=list)  # read_lines + prepare_changes, per run
+    end_to_end: list[float] = dataclasses.field(default_factory=list)  # prepare + record + merge, per run
 
     @property
     def merge_s(self) -> float:
@@ -529,6 +544,14 @@ class ModeResult:
     @property
     def best_s(self) -> float:
         return min(m.seconds for m in self.merges)
+
+    @property
+    def prepare_s(self) -> float:
+        return statistics.median(self.prepares)
+
+    @property
+    def end_to_end_s(self) -> float:
+        return statistics.median(self.end_to_end)
 
     def lines(self, table_files: int) -> list[str]:
         m = self.merges[0].metrics
@@ -609,6 +632,8 @@ def scenario(
     seed: int,
     repeat: int,
     repeat_unpruned: int,
+    engine: Engine = "auto",
+    compare_spark: bool = False,
 ) -> dict[str, Any]:
     kind = "correlated" if layout.correlated else "uncorrelated"
     first, last = layout.days[plan.partitions[0]], layout.days[plan.partitions[-1]]
@@ -633,54 +658,75 @@ def scenario(
     }
     snapshots: dict[str, pa.Table] = {}
     prepared: Prepared | None = None
-    # 1. one pass each of the whole batch, prepare + merge, on identical copies of the table
-    for mode in ("pruned", "unpruned"):
-        lake = workdir / "lakes" / f"{label}-{mode}"
-        store = fresh_lake(base, lake)
-        started = time.monotonic()
-        prepared = prepare(spark, table, schema, segments_of(landing, table))
-        result = store.merge(spark, KEY, prepared.batch, **merge_args(table, prepared, prune=mode == "pruned"))
-        results[mode].end_to_end_s = time.monotonic() - started
-        results[mode].prepare_s = prepared.seconds
-        results[mode].merges.append(MergeRun(result.duration_s, result.metrics, store.read_bytes))
-        check(prepared, result, lake, expected, label)
-        snapshots[mode] = snapshot(lake, touched)
-        shutil.rmtree(lake)
-    if not snapshots["pruned"].equals(snapshots["unpruned"]):
-        raise SystemExit(f"batch {label}: the pruned and unpruned merges produced different tables")
-    # 2. the same merge (same prepared batch, same arguments) again on fresh copies, the modes interleaved
-    assert prepared is not None
+    segments = segments_of(landing, table)
+    # every run is the whole batch as ingest_batch runs it (prepare, record, merge) on a fresh copy of the table
+    # and of the ops tables, the modes interleaved so that both see the same machine
     wanted = {"pruned": repeat, "unpruned": repeat_unpruned}
     for _ in range(max(wanted.values())):
         for mode, outcome in results.items():
             if len(outcome.merges) >= wanted[mode]:
-                continue  # the passes above count as the first run of pruned and unpruned
+                continue
             lake = workdir / "lakes" / f"{label}-{mode}"
             store = fresh_lake(base, lake)
-            result = store.merge(spark, KEY, prepared.batch, **merge_args(table, prepared, prune=mode != "unpruned"))
+            prepared, result, seconds = ingest(spark, store, table, schema, segments, mode == "pruned", engine)
             outcome.merges.append(MergeRun(result.duration_s, result.metrics, store.read_bytes))
+            outcome.prepares.append(prepared.seconds)
+            outcome.end_to_end.append(seconds)
+            if mode not in snapshots:
+                check(prepared, result, lake, expected, label)
+                snapshots[mode] = snapshot(lake, touched)
             shutil.rmtree(lake)
+    if not snapshots["pruned"].equals(snapshots["unpruned"]):
+        raise SystemExit(f"batch {label}: the pruned and unpruned merges produced different tables")
+    assert prepared is not None
     p, u = results["pruned"], results["unpruned"]
-    assert p.prepare_s is not None and u.prepare_s is not None and p.end_to_end_s and u.end_to_end_s
     counts = prepared.counts
+    prepares = " ".join(f"{t:.2f}" for t in [*p.prepares, *u.prepares])
     log(
-        f"  prepare (read_lines + prepare_batch on Spark + collect): {p.prepare_s:.2f}s / {u.prepare_s:.2f}s "
-        f"(pruned / unpruned pass); records in {sum(counts.values()):,}: ok {counts.get('ok', 0):,}, "
-        f"superseded {counts.get('superseded', 0):,}, quarantined {prepared.quarantined}"
+        f"  prepare ({prepared.engine}: read_lines + prepare_changes): median {p.prepare_s:.2f}s / {u.prepare_s:.2f}s "
+        f"(pruned / unpruned runs; all runs {prepares}); records in {sum(counts.values()):,}: ok "
+        f"{counts.get('ok', 0):,}, superseded {counts.get('superseded', 0):,}, quarantined {prepared.quarantined}"
     )
+    spark_prepare_s = None
+    if compare_spark:
+        lake = workdir / "lakes" / f"{label}-spark-prepare"
+        on_spark = prepare(spark, fresh_lake(base, lake), table, schema, segments, "spark")
+        shutil.rmtree(lake)
+        if on_spark.counts != counts or not on_spark.batch.sort_by("id").equals(prepared.batch.sort_by("id")):
+            raise SystemExit(f"batch {label}: the Spark preparation classified the batch otherwise")
+        spark_prepare_s = on_spark.seconds
+        log(f"  the same batch prepared on Spark ({on_spark.engine}, one run): {spark_prepare_s:.2f}s, same rows")
     for outcome in results.values():
         for line in outcome.lines(table_files):
             log(line)
+    pairs = list(zip(p.end_to_end, u.end_to_end, strict=False))
+    merge_pairs = list(zip(p.merges, u.merges, strict=False))
+    e2e_ratios = [b / a for a, b in pairs]
+    merge_ratios = [b.seconds / a.seconds for a, b in merge_pairs]
     log(
-        f"  end to end (prepare + merge, one pass each): pruned {p.end_to_end_s:.2f}s, unpruned "
-        f"{u.end_to_end_s:.2f}s (ratio {u.end_to_end_s / p.end_to_end_s:.1f})"
+        f"  end to end (prepare + record + merge): median pruned {p.end_to_end_s:.2f}s "
+        f"[{' '.join(f'{t:.2f}' for t in p.end_to_end)}], unpruned {u.end_to_end_s:.2f}s "
+        f"[{' '.join(f'{t:.2f}' for t in u.end_to_end)}]"
     )
     log(f"  check: every merge left identical rows in the {len(touched)} touched partitions, positions committed")
     ratio = u.merge_s / p.merge_s
-    log(f"  merge ratio (unpruned / pruned): {ratio:.1f} (medians; best-of-runs {u.best_s / p.best_s:.1f})")
-    out: dict[str, Any] = {"pruned": p, "unpruned": u, "ratio": ratio, "expected": expected}
-    out["ratio_best"] = u.best_s / p.best_s
-    return out
+    e2e_ratio = u.end_to_end_s / p.end_to_end_s
+    log(
+        f"  merge ratio (unpruned / pruned): {ratio:.2f} (medians; run by run {min(merge_ratios):.2f}-"
+        f"{max(merge_ratios):.2f}); end-to-end ratio {e2e_ratio:.2f} (run by run {min(e2e_ratios):.2f}-"
+        f"{max(e2e_ratios):.2f})"
+    )
+    return {
+        "pruned": p,
+        "unpruned": u,
+        "ratio": ratio,
+        "ratio_best": u.best_s / p.best_s,
+        "ratio_range": (min(merge_ratios), max(merge_ratios)),
+        "e2e_ratio": e2e_ratio,
+        "e2e_ratio_range": (min(e2e_ratios), max(e2e_ratios)),
+        "spark_prepare_s": spark_prepare_s,
+        "expected": expected,
+    }
 
 
 def warm_up(spark: Any, table: Table, schema: pa.Schema, workdir: Path, base: Path, layout: Layout) -> None:
@@ -690,9 +736,9 @@ def warm_up(spark: Any, table: Table, schema: pa.Schema, workdir: Path, base: Pa
     plan = BatchPlan("warm-up", [layout.partitions - 1], changes, 0.4, 0.05, 0.05)
     messages, _ = generate_batch(layout, plan, seed=7)
     landing = write_segments(workdir / "landing" / "warm-up", layout, messages)
-    prepared = prepare(spark, table, schema, segments_of(landing, table))
     lake = workdir / "lakes" / "warm-up"
-    fresh_lake(base, lake).merge(spark, KEY, prepared.batch, **merge_args(table, prepared, prune=True))
+    segments = segments_of(landing, table)
+    ingest(spark, fresh_lake(base, lake), table, schema, segments, True, "auto")
     shutil.rmtree(lake)
     log(f"warm-up batch ({changes:,} changes, not timed): {time.monotonic() - started:.1f}s")
 
@@ -712,6 +758,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=None, help="where to build (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument("--seed", type=int, default=20260629)
+    parser.add_argument(
+        "--engine",
+        choices=["auto", "in-process", "spark"],
+        default="auto",
+        help="where batches are prepared (default: the product's choice, in process at this size)",
+    )
+    parser.add_argument(
+        "--no-spark-prepare", action="store_true", help="skip preparing batch (a) once on Spark for comparison"
+    )
     args = parser.parse_args(argv)
     if args.partitions < max(2, args.batch_b_partitions) or min(args.repeat, args.repeat_unpruned) < 1:
         parser.error("--partitions must be at least 2 and --batch-b-partitions; repeats at least 1")
@@ -749,7 +804,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         plan_b = BatchPlan("b", spread, args.batch_b, 0.10, 0.05, 0.02)
         common = {"spark": spark, "table": table, "schema": schema, "workdir": workdir, "repeat": args.repeat}
         common["repeat_unpruned"] = args.repeat_unpruned
-        a = scenario(**common, base=bases["uncorrelated"], layout=uncorrelated, plan=plan_a, label="a", seed=args.seed)
+        common["engine"] = args.engine
+        a = scenario(
+            **common,
+            base=bases["uncorrelated"],
+            layout=uncorrelated,
+            plan=plan_a,
+            label="a",
+            seed=args.seed,
+            compare_spark=not args.no_spark_prepare,
+        )
         b = scenario(
             **common, base=bases["uncorrelated"], layout=uncorrelated, plan=plan_b, label="b", seed=args.seed + 1
         )
@@ -782,8 +846,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             "batch_a_files_added": pa_.merges[0].metrics["num_target_files_added"],
             "ratio": round(a["ratio"], 1),
             "ratio_best": round(a["ratio_best"], 1),
-            "e2e_ratio": round(ua.end_to_end_s / pa_.end_to_end_s, 2),
+            "ratio_runs": "{:.2f}-{:.2f}".format(*a["ratio_range"]),
+            "e2e_ratio": round(a["e2e_ratio"], 2),
+            "e2e_ratio_runs": "{:.2f}-{:.2f}".format(*a["e2e_ratio_range"]),
             "prepare_rows_per_s": round(a["expected"]["changes"] / pa_.prepare_s),
+            "prepare_engine": args.engine,
+            "spark_prepare_s": None if a["spark_prepare_s"] is None else round(a["spark_prepare_s"], 2),
             "batch_b_changes": b["expected"]["changes"],
             "batch_b_prepare_s": round(b["pruned"].prepare_s, 2),
             "batch_b_pruned_s": round(b["pruned"].merge_s, 2),
@@ -791,6 +859,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "batch_b_files_scanned": b["pruned"].scope_files,
             "batch_b_files_removed": b["pruned"].merges[0].metrics["num_target_files_removed"],
             "batch_b_ratio": round(b["ratio"], 1),
+            "batch_b_e2e_ratio": round(b["e2e_ratio"], 2),
         }
         if c is not None:
             fields["correlated_pruned_s"] = round(c["pruned"].merge_s, 2)

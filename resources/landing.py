@@ -151,10 +151,11 @@ def read_lines(segments: Sequence[Segment]) -> pa.Table:
     values: list[str | None] = []
     raws: list[bytes | None] = []
     for segment in segments:
-        for line_no, raw in _split_lines(segment.path.read_bytes()):
-            streams.append(segment.stream)
-            segs.append(segment.name)
-            seqs.append(segment.seq)
+        numbered = list(_split_lines(segment.path.read_bytes()))
+        streams += [segment.stream] * len(numbered)
+        segs += [segment.name] * len(numbered)
+        seqs += [segment.seq] * len(numbered)
+        for line_no, raw in numbered:
             lines.append(line_no)
             try:
                 values.append(raw.decode("utf-8"))

@@ -5,9 +5,11 @@ For one ODS table, each batch:
 1. takes the next segments of every shard stream after the position committed with the table (the batch
    number its last merge committed as Delta app transaction ``ingest:<table>``, whose per-stream positions
    ``ops.ingestion_positions`` journals), never past a gap;
-2. Spark parses the Canal JSON, types the row images by the catalog's columns, validates them, drops
-   re-sent changes (same content: in this batch, or recorded in ``ops.ingested_changes`` by an earlier
-   one) and keeps the newest change per primary key (binlog time, then binlog position);
+2. the batch is prepared (``warehouse_assets/preparation.py``: in the run's process up to
+   ``IN_PROCESS_MAX_BYTES`` of lines, on Spark above): the Canal JSON is parsed, the row images typed by the
+   catalog's columns and validated, re-sent changes dropped (same content: in this batch, or recorded in
+   ``ops.ingested_changes`` by an earlier one) and the newest change per primary key kept (binlog time, then
+   binlog position);
 3. rows that cannot be applied go to the ``ops.quarantine`` Delta table with the reason and their source
    position (segment, line);
 4. the content hash of every change taken in goes to ``ops.ingested_changes`` (by stream and local binlog
@@ -28,9 +30,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
-from zoneinfo import ZoneInfo
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -46,11 +46,13 @@ from warehouse_assets.ops_tables import (
     OpsTable,
 )
 from warehouse_assets.partitions import periods
+from warehouse_assets.preparation import HOUR_MS, Engine, classified_schema, local_hour, preparation
+from warehouse_assets.spark_casts import UTC_MICROS, arrow_type
 
 # PySpark is imported inside the functions that compute: readiness and `warehouse why` read the ingestion state
 # (positions, counts) through this module without loading it.
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -59,15 +61,6 @@ COUNTS_KEY = INGESTED_COUNTS.key
 CHANGES_KEY = INGESTED_CHANGES.key
 QUARANTINE_SCHEMA = QUARANTINE.schema
 CHANGES_SCHEMA = INGESTED_CHANGES.schema
-HOUR_MS = 3_600_000
-CANAL_SCHEMA = (
-    "id bigint, database string, `table` string, pkNames array<string>, isDdl boolean, type string, "
-    "es bigint, ts bigint, `sql` string, mysqlType map<string,string>, "
-    "data array<map<string,string>>, old array<map<string,string>>, position string"
-)
-DML = ("INSERT", "UPDATE", "DELETE")
-POS_SEGMENT = 10_000_000  # _pos = seq * 1e7 + line * 100 + row index: binlog order within a shard
-POS_LINE = 100
 
 
 class ReconciliationError(RuntimeError):
@@ -83,28 +76,8 @@ def quarantine_app_id(table: Table, stream: str) -> str:
     return f"quarantine:{table.fqn}:{stream}"
 
 
-_ARROW_TYPES: dict[str, pa.DataType] = {
-    "bigint": pa.int64(),
-    "int": pa.int32(),
-    "smallint": pa.int16(),
-    "tinyint": pa.int8(),
-    "string": pa.string(),
-    "timestamp": pa.timestamp("us", tz="UTC"),
-    "date": pa.date32(),
-    "double": pa.float64(),
-    "boolean": pa.bool_(),
-}
-
-
-def _arrow_type(spark_type: str) -> pa.DataType:
-    if spark_type.startswith("decimal"):
-        precision, scale = spark_type[len("decimal(") : -1].split(",")
-        return pa.decimal128(int(precision), int(scale))
-    return _ARROW_TYPES[spark_type]
-
-
 def ods_arrow_schema(table: Table, extra: Sequence[tuple[str, str]] = ()) -> pa.Schema:
-    fields = [pa.field(name, _arrow_type(ctype)) for name, ctype in [*table.columns, *extra]]
+    fields = [pa.field(name, arrow_type(ctype)) for name, ctype in [*table.columns, *extra]]
     fields += [
         pa.field("_es", pa.int64()),
         pa.field("_pos", pa.int64()),
@@ -260,16 +233,15 @@ def spark_type_of_mysql(mysql_type: str) -> str:
 
 
 def _columns_with_drift(
-    spark: SparkSession, store: DeltaStore, table: Table, lines: pa.Table
+    store: DeltaStore, table: Table, source_types: Sequence[tuple[str, str]]
 ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """Catalog columns, plus columns the source added (already in the ODS table, or new in this batch).
 
     A column the source adds is kept, never dropped: it joins the ODS table (schema evolution by the
-    merge), typed from its MySQL type. Returns (all columns, the ones new to the table); the new ones are
-    candidates until :func:`_applied_columns` keeps those an applied record carries.
+    merge), typed from its MySQL type. ``source_types``: the (column, MySQL type) pairs the batch's DML messages
+    of this table name. Returns (all columns, the ones new to the table); the new ones are candidates until
+    :func:`_applied_columns` keeps those an applied record carries.
     """
-    from pyspark.sql import functions as F
-
     declared = [name for name, _ in table.columns]
     known: dict[str, str] = {}
     existing = store.arrow_schema(table.key)
@@ -279,42 +251,20 @@ def _columns_with_drift(
             if f.name not in declared and f.name not in internal:
                 known[f.name] = _spark_type_of_arrow(f.type)
     found: dict[str, str] = {}
-    if lines.num_rows:
-        # only DML messages of this table: a line quarantined as a whole must not change the schema
-        parsed = (
-            spark.createDataFrame(lines.select(["stream", "value"]))
-            .toDF("_stream", "_value")
-            .withColumn("_m", F.from_json("_value", CANAL_SCHEMA))
-            .where(_line_reason(table).isNull())
-        )
-        pairs = parsed.select(F.explode("_m.mysqlType").alias("name", "type")).distinct().collect()
-        for row in pairs:
-            name = str(row["name"])
-            if name not in declared and name not in known and not name.startswith("_"):
-                found.setdefault(name, spark_type_of_mysql(str(row["type"])))
+    for name, mysql_type in source_types:
+        if name not in declared and name not in known and not name.startswith("_"):
+            found.setdefault(name, spark_type_of_mysql(mysql_type))
     extras = sorted({**known, **found}.items())
     return [*table.columns, *extras], sorted(found.items())
 
 
 def _applied_columns(
-    classified: DataFrame, columns: list[tuple[str, str]], new: list[tuple[str, str]]
+    applied_source_columns: set[str], columns: list[tuple[str, str]], new: list[tuple[str, str]]
 ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """``columns`` and ``new`` without the new columns that no applied record's ``mysqlType`` names.
 
     Only applied records may evolve the schema: a message whose every row is quarantined must not."""
-    from pyspark.sql import functions as F
-
-    if not new:
-        return columns, new
-    names = {
-        str(r["name"])
-        for r in classified.where(F.col("_status") == "ok")
-        .select(F.explode(F.from_json("_raw_text", "struct<mysqlType: map<string,string>>")["mysqlType"]))
-        .select(F.col("key").alias("name"))
-        .distinct()
-        .collect()
-    }
-    dropped = {name for name, _ in new if name not in names}
+    dropped = {name for name, _ in new if name not in applied_source_columns}
     return [c for c in columns if c[0] not in dropped], [c for c in new if c[0] not in dropped]
 
 
@@ -323,210 +273,13 @@ def _spark_type_of_arrow(t: pa.DataType) -> str:
     return "timestamp" if name.startswith("timestamp") else name
 
 
-# --- the Spark preparation ---------------------------------------------------------------------------------
-
-
-def _typed(raw: Column, spark_type: str) -> Column:
-    from pyspark.sql import functions as F
-
-    if spark_type == "timestamp":
-        return F.try_to_timestamp(raw, F.lit("yyyy-MM-dd HH:mm:ss"))
-    return raw.try_cast(spark_type)
-
-
-def _line_reason(table: Table) -> Column:
-    """Why a whole line cannot be applied (``__ddl__`` for DDL), null for a DML message of this table.
-
-    Over the columns ``_value`` (the line) and ``_m`` (it parsed as a Canal message) and ``_stream``."""
-    from pyspark.sql import functions as F
-
-    assert isinstance(table, OdsTable)
-    expected_tables = f"^(?:{table.source_tables})$"
-    stream_table = F.substring_index("_stream", ".", -1)
-    return (
-        F.when(F.col("_value").isNull(), F.lit("invalid UTF-8"))
-        .when(F.col("_m").isNull() | F.col("_m.type").isNull(), F.lit("malformed JSON"))
-        .when(
-            (F.col("_m.database") != F.lit(table.source_database)) | (F.col("_m.table") != stream_table),
-            F.concat(
-                F.lit("unexpected table "),
-                F.coalesce(F.col("_m.database"), F.lit("?")),
-                F.lit("."),
-                F.coalesce(F.col("_m.table"), F.lit("?")),
-                F.lit(" in stream "),
-                F.col("_stream"),
-            ),
-        )
-        .when(~F.col("_m.table").rlike(expected_tables), F.lit("table not part of this ODS table"))
-        .when(F.col("_m.isDdl") | ~F.col("_m.type").isin(*DML), F.lit("__ddl__"))
-        .when(F.col("_m.data").isNull() | (F.size("_m.data") == 0), F.lit("no row image in a DML message"))
-    )
-
-
-def prepare_batch(
-    spark: SparkSession,
-    table: Table,
-    lines: pa.Table,
-    columns: Sequence[tuple[str, str]] | None = None,
-    seen: DataFrame | None = None,
-) -> DataFrame:
-    """Classify every record of the raw lines; returns one row per record with a ``status`` column.
-
-    status ∈ ok | quarantine | duplicate | superseded | ddl; ``reason`` says why for quarantine.
-    ``columns`` (name, Spark type) defaults to the catalog's; schema drift adds to it. ``seen``
-    (``_stream``, ``_change``) holds changes taken in by earlier batches: a copy of one is a duplicate.
-    """
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    columns = list(columns or table.columns)
-    raw = spark.createDataFrame(lines).toDF(*[f"_{c}" for c in lines.column_names])
-    msg = raw.withColumn("_m", F.from_json("_value", CANAL_SCHEMA))
-    msg = msg.withColumn("_line_reason", _line_reason(table))
-    line_level = msg.where(F.col("_line_reason").isNotNull()).select(
-        "_stream",
-        "_segment",
-        "_seq",
-        "_line",
-        F.lit(-1).cast("long").alias("_row_index"),
-        F.when(F.col("_line_reason") == "__ddl__", F.lit("ddl")).otherwise(F.lit("quarantine")).alias("_status"),
-        F.when(F.col("_line_reason") == "__ddl__", F.lit(None)).otherwise(F.col("_line_reason")).alias("_reason"),
-        F.coalesce(F.col("_value"), F.decode(F.col("_raw"), "ISO-8859-1")).alias("_raw_text"),
-        *[F.lit(None).cast(ctype).alias(name) for name, ctype in columns],
-        F.lit(None).cast("bigint").alias("_es"),
-        F.lit(None).cast("bigint").alias("_pos"),
-        F.lit(None).cast("string").alias("_op"),
-        F.lit(None).cast("bigint").alias("_msg_id"),
-        F.lit(None).cast("string").alias("_change"),
-        F.lit(None).cast("array<timestamp>").alias("_moved_from"),
-    )
-    rows = msg.where(F.col("_line_reason").isNull()).select(
-        "_stream",
-        "_segment",
-        "_seq",
-        "_line",
-        "_value",
-        F.col("_m.id").alias("_msg_id"),
-        F.col("_m.type").alias("_op"),
-        F.col("_m.es").alias("_es"),
-        F.col("_m.old").alias("_old"),
-        F.col("_m.position").alias("_position"),
-        F.posexplode("_m.data").alias("_row_index", "_r"),
-    )
-    typed = [_typed(F.col("_r")[name], ctype).alias(name) for name, ctype in columns]
-    assert isinstance(table, OdsTable)
-    # an UPDATE's ``old`` (parallel to ``data``) names the partition time the row had before, if it changed
-    old_time = F.try_element_at(F.col("_old"), F.col("_row_index") + 1)[table.partition_time]
-    rows = rows.select(
-        "_stream",
-        "_segment",
-        "_seq",
-        "_line",
-        F.col("_row_index").cast("long").alias("_row_index"),
-        "_value",
-        "_msg_id",
-        "_op",
-        "_es",
-        "_position",
-        "_r",
-        *typed,
-        old_time.alias("_old_time_raw"),
-        _typed(old_time, "timestamp").alias("_old_time"),
-        (F.col("_seq") * POS_SEGMENT + F.col("_line") * POS_LINE + F.col("_row_index")).alias("_pos"),
-    )
-    problems: list[Column] = []
-    for pk in table.primary_key:
-        problems.append(F.when(F.col(pk).isNull(), F.lit(f"missing primary key {pk}")))
-    problems.append(F.when(F.col("_es").isNull(), F.lit("missing binlog time es")))
-    for name, _ctype in columns:
-        bad = F.col("_r")[name].isNotNull() & F.col(name).isNull()
-        problems.append(F.when(bad, F.concat(F.lit(f"bad value for {name}: "), F.col("_r")[name])))
-    problems.append(
-        F.when(F.col(table.partition_time).isNull(), F.lit(f"missing partition time {table.partition_time}"))
-    )
-    bad_old = F.col("_old_time_raw").isNotNull() & F.col("_old_time").isNull()  # the row's old partition unknown
-    problems.append(F.when(bad_old, F.concat(F.lit(f"bad old value for {table.partition_time}: "), "_old_time_raw")))
-    rows = rows.withColumn("_reason", F.concat_ws("; ", *problems))
-    rows = rows.withColumn("_reason", F.when(F.col("_reason") == "", F.lit(None)).otherwise(F.col("_reason")))
-    # a re-sent message (same content in the same stream) counts once, in this batch or after an earlier
-    # one; then the newest change per key wins.
-    # Content, not the message id: real Canal gives all messages of one Canal batch the same id. The binlog time
-    # has whole seconds, so a row changed A→B→A→B within one second repeats its content: a source that writes the
-    # change's binlog position (``position``, as ``warehouse capture`` does) tells such changes apart, and a
-    # re-sent copy still carries the same position. Without it (null) the hash is the content's alone.
-    change = F.sha2(
-        F.concat_ws("|", F.col("_op"), F.col("_es").cast("string"), F.to_json(F.col("_r")), F.col("_position")), 256
-    )
-    rows = rows.withColumn("_change", change)
-    if seen is not None:
-        earlier = seen.select("_stream", "_change").distinct().withColumn("_seen", F.lit(True))
-        rows = rows.join(earlier, ["_stream", "_change"], "left")
-    else:
-        rows = rows.withColumn("_seen", F.lit(None).cast("boolean"))
-    first_copy = Window.partitionBy("_stream", "_change").orderBy("_seq", "_line", "_row_index")
-    rows = rows.withColumn("_copy", F.row_number().over(first_copy))
-    unique = (F.col("_copy") == 1) & F.col("_seen").isNull()
-    valid = F.col("_reason").isNull() & unique
-    newest = Window.partitionBy(valid.alias("valid"), *table.primary_key).orderBy(
-        F.col("_es").desc(), F.col("_pos").desc()
-    )
-    rows = rows.withColumn("_rank", F.when(valid, F.row_number().over(newest)))
-    # every partition time the key had in the batch (images and ``old``): the newest change leaves the others
-    changes = Window.partitionBy(valid.alias("valid"), *table.primary_key)
-    was_at = F.array_union(F.collect_set(table.partition_time).over(changes), F.collect_set("_old_time").over(changes))
-    rows = rows.withColumn("_moved_from", F.when(valid, was_at))
-    status = (
-        F.when(F.col("_reason").isNotNull(), F.lit("quarantine"))
-        .when(~unique, F.lit("duplicate"))
-        .when(F.col("_rank") > 1, F.lit("superseded"))
-        .otherwise(F.lit("ok"))
-    )
-    record_level = rows.select(
-        "_stream",
-        "_segment",
-        "_seq",
-        "_line",
-        "_row_index",
-        status.alias("_status"),
-        "_reason",
-        F.col("_value").alias("_raw_text"),
-        *[name for name, _ in columns],
-        "_es",
-        "_pos",
-        "_op",
-        "_msg_id",
-        "_change",
-        "_moved_from",
-    )
-    return line_level.unionByName(record_level)
-
-
 # --- applying a batch -------------------------------------------------------------------------------------
 
 
-def _local_hour(epoch_hour: int, tz: str) -> str:
-    """The key of a binlog hour in the ops tables and the source counts: local "YYYY-MM-DDTHH"."""
-    return datetime.fromtimestamp(epoch_hour * 3600, ZoneInfo(tz)).strftime("%Y-%m-%dT%H")
-
-
-def _binlog_hours(spark: SparkSession, lines: pa.Table, tz: str) -> list[str]:
-    """The local hours of the binlog times in the lines: where their earlier copies can be recorded."""
-    from pyspark.sql import functions as F
-
-    found = (
-        spark.createDataFrame(lines.select(["value"]))
-        .select(F.floor(F.from_json("value", "struct<es: bigint>")["es"] / HOUR_MS).alias("h"))
-        .where(F.col("h").isNotNull())
-        .distinct()
-        .collect()
-    )
-    return sorted({_local_hour(int(r["h"]), tz) for r in found})
-
-
 def _recorded_changes(
-    spark: SparkSession, store: DeltaStore, table: Table, hours: Sequence[str], committed: dict[str, int]
-) -> DataFrame | None:
-    """The changes of ``hours`` taken in by committed batches (``_stream``, ``_change``), None if none.
+    store: DeltaStore, table: Table, hours: Sequence[str], committed: dict[str, int]
+) -> pa.Table | None:
+    """The changes of ``hours`` taken in by committed batches (``stream``, ``change``), None if none.
 
     Only those from segments up to a stream's committed position: a batch that crashed before its merge
     had recorded its changes already, and its re-run must apply them, not take them for duplicates."""
@@ -542,36 +295,25 @@ def _recorded_changes(
         mine = pc.and_(pc.equal(recorded["stream"], stream), pc.less_equal(recorded["seq"], position))
         keep = pc.or_(keep, mine)
     recorded = recorded.filter(keep)
-    if not recorded.num_rows:
-        return None
-    return spark.createDataFrame(recorded.select(["stream", "change"])).toDF("_stream", "_change")
+    return recorded.select(["stream", "change"]) if recorded.num_rows else None
 
 
-def _ingested_changes(classified: DataFrame, table: Table, tz: str) -> pa.Table:
+def _ingested_changes(records: pa.Table, table: Table, tz: str) -> pa.Table:
     """The distinct changes taken in (applied, or collapsed into a newer change of the same key), in the
     shape of ``ops.ingested_changes``."""
-    from pyspark.sql import functions as F
-
-    taken = (
-        classified.where(F.col("_status").isin("ok", "superseded"))
-        .select(
-            F.col("_stream").alias("stream"),
-            F.floor(F.col("_es") / HOUR_MS).alias("h"),
-            F.col("_change").alias("change"),
-            F.col("_seq").alias("seq"),
-        )
-        .toArrow()
-    )
-    epoch_hours = pc.unique(taken["h"])
-    keys = pa.array([_local_hour(int(h), tz) for h in epoch_hours.to_pylist()], pa.string())
-    hour = pc.take(keys, pc.index_in(taken["h"], value_set=epoch_hours))
+    taken = records.filter(pc.is_in(records["_status"], pa.array(["ok", "superseded"])))
+    # the binlog hour, floored (Spark's floor(es / 1 h)): the local hour key of its earlier copies
+    epoch_hour = pc.floor(pc.divide(taken["_es"].cast(pa.float64()), float(HOUR_MS))).cast(pa.int64())
+    epoch_hours = pc.unique(epoch_hour)
+    keys = pa.array([local_hour(int(h), tz) for h in epoch_hours.to_pylist()], pa.string())
+    hour = pc.take(keys, pc.index_in(epoch_hour, value_set=epoch_hours))
     out = pa.table(
         {
             "table": pa.array([table.fqn] * taken.num_rows, pa.string()),
-            "stream": taken["stream"],
+            "stream": taken["_stream"],
             "hour": hour,
-            "change": taken["change"],
-            "seq": taken["seq"],
+            "change": taken["_change"],
+            "seq": taken["_seq"],
         }
     )
     return out.cast(CHANGES_SCHEMA)
@@ -583,30 +325,144 @@ def _by_hour(changes: pa.Table) -> dict[tuple[str, str], int]:
     return {(str(g["stream"]), str(g["hour"])): int(g["change_count"]) for g in grouped}
 
 
-def _partition_values(table: Table) -> list[Column]:
+def _partition_values(times: pa.Array | pa.ChunkedArray, tz: str) -> tuple[pa.Array, pa.Array]:
     """An ODS row's partition (``dt``, ``hh``): the local date and hour of its partition time."""
-    from pyspark.sql import functions as F
-
-    assert isinstance(table, OdsTable)
-    return [
-        F.date_format(table.partition_time, "yyyy-MM-dd").alias("dt"),
-        F.date_format(table.partition_time, "HH").alias("hh"),
-    ]
+    local = pc.local_timestamp(times.cast(pa.timestamp("us", tz=tz)))
+    return local.cast(pa.date32()).cast(pa.string()), pc.utf8_lpad(pc.hour(local).cast(pa.string()), 2, "0")
 
 
-def _moved_out(table: Table, ok: DataFrame) -> DataFrame:
-    """Per applied change, one row for each other partition its key was in during the batch (or just before
+def _applied(records: pa.Table, table: Table, columns: Sequence[tuple[str, str]], tz: str) -> tuple[pa.Table, pa.Table]:
+    """The applied records as ODS rows (plus ``_op``), and the rows retiring keys from partitions they left.
+
+    Per applied change, one row for each other partition its key was in during the batch (or just before
     it, by ``old``): the merge retires the key there, so it stays live in one partition (see DeltaStore.merge).
     The row carries the old partition time and the newest change's order values."""
-    from pyspark.sql import functions as F
-
     assert isinstance(table, OdsTable)
-    left = ok.withColumnsRenamed({"dt": "_to_dt", "hh": "_to_hh"}).withColumn(
-        table.partition_time, F.explode("_moved_from")
+    ok = records.filter(pc.equal(records["_status"], "ok"))
+    dt, hh = _partition_values(ok[table.partition_time], tz)
+    names = [name for name, _ in columns]
+    applied = pa.table(
+        {
+            **{name: ok[name] for name in names},
+            "_es": ok["_es"],
+            "_pos": ok["_pos"],
+            "_stream": ok["_stream"],
+            "_deleted": pc.equal(ok["_op"], "DELETE"),
+            "dt": dt,
+            "hh": hh,
+            "_op": ok["_op"],
+        }
     )
-    left = left.select("*", *_partition_values(table))
-    left = left.where((F.col("dt") != F.col("_to_dt")) | (F.col("hh") != F.col("_to_hh")))
-    return left.dropDuplicates([*table.primary_key, "dt", "hh"]).drop("_to_dt", "_to_hh", "_moved_from")
+    moved_from = ok["_moved_from"].combine_chunks() if ok.num_rows else pa.array([], pa.list_(UTC_MICROS))
+    parents = pc.list_parent_indices(moved_from)
+    left = applied.take(parents)
+    times = pc.list_flatten(moved_from)
+    left_dt, left_hh = _partition_values(times, tz)
+    elsewhere = pc.or_(pc.not_equal(left_dt, left["dt"]), pc.not_equal(left_hh, left["hh"]))
+    left = left.set_column(left.schema.get_field_index(table.partition_time), table.partition_time, times)
+    left = left.set_column(left.schema.get_field_index("dt"), "dt", left_dt)
+    left = left.set_column(left.schema.get_field_index("hh"), "hh", left_hh).filter(elsewhere)
+    # one row per key and partition it left (the earliest of its times there)
+    left = left.sort_by([(table.partition_time, "ascending")])
+    key_rows = zip(*(left[c].to_pylist() for c in [*table.primary_key, "dt", "hh"]), strict=True)
+    firsts: dict[tuple[Any, ...], int] = {}
+    for i, key in enumerate(key_rows):
+        firsts.setdefault(key, i)
+    return applied, left.take(pa.array(sorted(firsts.values()), pa.int64()))
+
+
+def _quarantined(records: pa.Table, table: Table) -> pa.Table:
+    rows = records.filter(pc.equal(records["_status"], "quarantine"))
+    return pa.table(
+        {
+            "table": pa.array([table.fqn] * rows.num_rows, pa.string()),
+            "stream": rows["_stream"],
+            "segment": rows["_segment"],
+            "line": rows["_line"],
+            "row_index": rows["_row_index"],
+            "reason": rows["_reason"],
+            "raw": rows["_raw_text"],
+        }
+    ).cast(QUARANTINE_SCHEMA)
+
+
+@dataclass
+class PreparedBatch:
+    """A batch ready to apply: what ``ingest_batch`` records and merges, with its counts."""
+
+    applied: pa.Table  # one row per key: the ODS row plus ``_op``
+    moved_out: pa.Table  # per moved key, each partition it left (same columns)
+    quarantined: pa.Table  # in the shape of ops.quarantine
+    changes: pa.Table  # in the shape of ops.ingested_changes
+    counts: dict[str, int]  # records per status
+    columns: list[tuple[str, str]]  # the catalog's, plus the source's added columns
+    new_columns: list[tuple[str, str]]  # the added columns the ODS table does not have yet
+    engine: str = "in-process"
+
+
+def prepare_changes(
+    spark: SparkSession | None,
+    store: DeltaStore,
+    table: Table,
+    lines: pa.Table,
+    streams: Sequence[str],
+    *,
+    tz: str,
+    engine: Engine = "auto",
+) -> PreparedBatch:
+    """Parse, validate, type, dedupe and classify a batch's lines (see ``warehouse_assets/preparation.py``),
+    against the changes earlier batches of ``streams`` took in; ``tz``: the local time of partitions, hours and
+    the Canal row images' datetimes."""
+    prep = preparation(spark, table, lines, tz, engine)
+    columns, new_columns = _columns_with_drift(store, table, prep.source_types() if lines.num_rows else [])
+    if not lines.num_rows:
+        empty = classified_schema(columns).empty_table()
+        return PreparedBatch(
+            applied=pa.Table.from_pylist([], schema=_applied_schema(table, columns)),
+            moved_out=pa.Table.from_pylist([], schema=_applied_schema(table, columns)),
+            quarantined=QUARANTINE_SCHEMA.empty_table(),
+            changes=_ingested_changes(empty, table, tz),
+            counts={},
+            columns=columns,
+            new_columns=new_columns,
+        )
+    committed = committed_positions(store, table, list(streams))
+    hours = sorted({local_hour(h, tz) for h in prep.binlog_hours()})
+    classified = prep.classify(columns, _recorded_changes(store, table, hours, committed))
+    columns, new_columns = _applied_columns(classified.applied_source_columns, columns, new_columns)
+    records = classified.records
+    counts = {str(k): int(v) for k, v in zip(*pc.value_counts(records["_status"]).flatten(), strict=True)}
+    applied, moved_out = _applied(records, table, columns, tz)
+    target = _applied_schema(table, columns)
+    return PreparedBatch(
+        applied=applied.select(target.names).cast(target),
+        moved_out=moved_out.select(target.names).cast(target),
+        quarantined=_quarantined(records, table),
+        # "ingested" = distinct DML row changes taken into the table (applied, or collapsed into a newer
+        # change of the same key), by the local hour of their binlog time — what the source counts
+        changes=_ingested_changes(records, table, tz),
+        counts=counts,
+        columns=columns,
+        new_columns=new_columns,
+        engine=type(prep).__name__,
+    )
+
+
+def _applied_schema(table: Table, columns: Sequence[tuple[str, str]]) -> pa.Schema:
+    schema = ods_arrow_schema(table, extra=[c for c in columns if c not in table.columns])
+    return pa.schema([*schema, pa.field("_op", pa.string())])
+
+
+def record_batch(
+    store: DeltaStore, table: Table, prepared: PreparedBatch, segments: Sequence[Segment], positions: dict[str, int]
+) -> tuple[str, int]:
+    """Record the batch before its merge: quarantine, changes taken in, ingested counts (each once), and the
+    positions journaled under the next batch number; returns the app transaction the merge must commit."""
+    if prepared.quarantined.num_rows:
+        _write_quarantine(store, table, prepared.quarantined, segments)
+    _write_changes(store, table, prepared.changes, positions)
+    _write_counts(store, table, prepared.changes, positions)
+    return journal_positions(store, table, positions)
 
 
 def ingest_batch(
@@ -617,10 +473,10 @@ def ingest_batch(
     *,
     prune: bool = True,
     tz: str | None = None,
+    engine: Engine = "auto",
 ) -> BatchReport:
-    """``tz``: the local time of the ODS partitions and source counts (default: the business timezone)."""
-    from pyspark.sql import functions as F
-
+    """``tz``: the local time of the ODS partitions and source counts (default: the business timezone);
+    ``engine``: where the batch is prepared (default: in process up to ``IN_PROCESS_MAX_BYTES`` of lines)."""
     tz = tz or periods().timezone
     started = time.monotonic()
     report = BatchReport(table=table.fqn, segments=len(segments))
@@ -630,83 +486,30 @@ def ingest_batch(
         positions[segment.stream] = max(positions.get(segment.stream, 0), segment.seq)
     report.positions = positions
     lines = read_lines(segments)
-    columns, new_columns = _columns_with_drift(spark, store, table, lines)
-    applied: pa.Table | None = None
-    moved_out: pa.Table | None = None
-    quarantined = pa.Table.from_pylist([], schema=QUARANTINE_SCHEMA)
-    changes = CHANGES_SCHEMA.empty_table()
-    if lines.num_rows:
-        committed = committed_positions(store, table, list(positions))
-        seen = _recorded_changes(spark, store, table, _binlog_hours(spark, lines, tz), committed)
-        classified = prepare_batch(spark, table, lines, columns, seen).persist()
-        try:
-            columns, new_columns = _applied_columns(classified, columns, new_columns)
-            counts = {
-                r["_status"]: int(r["n"]) for r in classified.groupBy("_status").agg(F.count("*").alias("n")).collect()
-            }
-            report.rows_in = sum(counts.values())
-            report.rows_duplicate = counts.get("duplicate", 0)
-            report.rows_superseded = counts.get("superseded", 0)
-            report.ddl_lines = counts.get("ddl", 0)
-            # "ingested" = distinct DML row changes taken into the table (applied, or collapsed into a newer
-            # change of the same key), by the local hour of their binlog time — what the source counts
-            changes = _ingested_changes(classified, table, tz)
-            report.ingested = _by_hour(changes)
-            assert isinstance(table, OdsTable)
-            ok = classified.where(F.col("_status") == "ok").select(
-                *[name for name, _ in columns],
-                "_es",
-                "_pos",
-                "_stream",
-                (F.col("_op") == "DELETE").alias("_deleted"),
-                *_partition_values(table),
-                "_op",
-                "_moved_from",
-            )
-            applied = ok.drop("_moved_from").toArrow()
-            moved_out = _moved_out(table, ok).toArrow()
-            quarantined = (
-                classified.where(F.col("_status") == "quarantine")
-                .select(
-                    F.lit(table.fqn).alias("table"),
-                    F.col("_stream").alias("stream"),
-                    F.col("_segment").alias("segment"),
-                    F.col("_line").alias("line"),
-                    F.col("_row_index").alias("row_index"),
-                    F.col("_reason").alias("reason"),
-                    F.col("_raw_text").alias("raw"),
-                )
-                .toArrow()
-            )
-        finally:
-            classified.unpersist()
-    report.new_columns = [name for name, _ in new_columns]
-    schema = ods_arrow_schema(table, extra=[c for c in columns if c not in table.columns])
-    if applied is None:
-        applied = pa.Table.from_pylist([], schema=schema)
+    prepared = prepare_changes(spark, store, table, lines, list(positions), tz=tz, engine=engine)
+    report.rows_in = sum(prepared.counts.values())
+    report.rows_duplicate = prepared.counts.get("duplicate", 0)
+    report.rows_superseded = prepared.counts.get("superseded", 0)
+    report.ddl_lines = prepared.counts.get("ddl", 0)
+    report.ingested = _by_hour(prepared.changes)
+    report.new_columns = [name for name, _ in prepared.new_columns]
     report.prepare_seconds = time.monotonic() - started
-    report.rows_applied = applied.num_rows
-    report.rows_quarantined = quarantined.num_rows
+    report.rows_applied = prepared.applied.num_rows
+    report.rows_quarantined = prepared.quarantined.num_rows
     report.check()
-    if quarantined.num_rows:
-        _write_quarantine(store, table, quarantined, segments)
-    _write_changes(store, table, changes, positions)
-    _write_counts(store, table, changes, positions)
-    txn = journal_positions(store, table, positions)
-    if applied.num_rows:
-        target = pa.schema([*schema, pa.field("_op", pa.string())])
-        batch = applied.select(target.names).cast(target)
+    txn = record_batch(store, table, prepared, segments, positions)
+    if prepared.applied.num_rows:
         report.merge = store.merge(
             spark,
             table.key,
-            batch,
+            prepared.applied,
             primary_key=table.primary_key,
             partition_by=table.partition_by,
             app_transaction=txn,
             prune=prune,
             tombstone_column="_deleted",
-            merge_schema=bool(new_columns),
-            moved_out=moved_out.select(target.names).cast(target) if moved_out is not None else None,
+            merge_schema=bool(prepared.new_columns),
+            moved_out=prepared.moved_out,
         )
     else:
         store.commit_app_transactions(table.key, dict([txn]))
@@ -820,6 +623,7 @@ def ingest_table(
     *,
     max_segments_per_stream: int = 288,
     progress: Callable[[BatchReport], None] | None = None,
+    engine: Engine = "auto",
 ) -> TableReport:
     """Apply every pending segment of one ODS table, in batches of at most a day of segments per shard."""
     report = TableReport(table.fqn)
@@ -827,7 +631,7 @@ def ingest_table(
         segments = pending_segments(store, landing, table, max_segments_per_stream)
         if not segments:
             return report
-        batch = ingest_batch(spark, store, table, segments, tz=landing.timezone)
+        batch = ingest_batch(spark, store, table, segments, tz=landing.timezone, engine=engine)
         positions = committed_positions(store, table, list(batch.positions))
         behind = {s: p for s, p in positions.items() if p < batch.positions[s]}
         if behind:  # never loop on a batch whose position did not stick
