@@ -1,7 +1,9 @@
 """Benchmark: ODS merge-into with and without partition pruning (seed 001's DPP, design AD-1).
 
-Builds ODS ``order``-like Delta tables (default 20M rows over 180 daily ``dt`` partitions, several files per
-partition) whose primary keys are NOT correlated with the partition column, so file min/max statistics on
+Builds ODS ``order``-like Delta tables (default 20M rows created over 180 days) in the product's ODS layout:
+partitioned by the local day and hour of ``create_time`` (``dt``, ``hh``, as ``ods.order``), one file per hour as
+the day's appends leave it (``--layout daily``: by ``dt`` only, several files a day). Their primary keys are NOT
+correlated with the partition columns, so file min/max statistics on
 ``id`` cannot prune anything. Change batches are written as Canal flat-message segments (one per shard) and
 every run applies one end to end the way ``ingest_batch`` does, on a fresh copy of the table and of the ops tables:
 ``read_lines`` + ``prepare_changes`` (parse, type, validate, dedupe, classify; in process at this size, see
@@ -10,11 +12,11 @@ every run applies one end to end the way ``ingest_batch`` does, on a fresh copy 
 ``prune=True`` and ``prune=False`` alternately. Batch (a) is also prepared once on Spark, checked to classify the
 same and timed.
 
-Batches: (a) changes to the 2 newest partitions, (b) changes spread over 30 partitions; for information,
+Batches: (a) changes to orders of the 2 newest days, (b) changes spread over 30 days; for information,
 batch (a) again on a table whose ids increase with the day. The last line of the output is one ``RESULT``
 line of ``key=value`` figures.
 
-    .venv/bin/python bench/merge_pruning.py                       # full size (20M rows, 180 partitions)
+    .venv/bin/python bench/merge_pruning.py                       # full size (20M rows, 180 days)
     .venv/bin/python bench/merge_pruning.py --rows 2000000 --partitions 60
 """
 
@@ -69,6 +71,7 @@ DAY = 86_400
 NEWEST_DAY_SPAN = 16 * 3600  # the newest partition is "today": orders until 16:00, the batch runs at 20:00
 BATCH_WINDOW = 300  # a 5-minute micro-batch
 M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+HOURS = [f"{h:02d}" for h in range(24)]
 
 
 def log(message: str) -> None:
@@ -92,8 +95,9 @@ class Layout:
     create_time order); its id is ``r + 1`` (correlated) or an affine permutation of it (uncorrelated)."""
 
     rows: int
-    partitions: int
+    partitions: int  # days
     correlated: bool
+    hourly: bool = True  # partitioned by (dt, hh) as the product's ODS tables, or by dt only
 
     def __post_init__(self) -> None:
         base, extra = divmod(self.rows, self.partitions)
@@ -177,8 +181,13 @@ class Layout:
             "_stream": _strings(shard, [f"{DB}.order_{i:02d}" for i in range(SHARDS)]),
             "_deleted": pa.array(np.zeros(n, dtype=bool)),
             "dt": _strings(p - p.min(), self.days[int(p.min()) : int(p.max()) + 1]),
+            "hh": _strings((v["create_time"] + self.utc_offset) % DAY // 3600, HOURS),
         }
         return pa.table([columns[f.name] for f in schema], schema=schema)
+
+    @property
+    def partition_by(self) -> list[str]:
+        return ["dt", "hh"] if self.hourly else ["dt"]
 
 
 def _strings(indices: np.ndarray, values: Sequence[str]) -> pa.Array:
@@ -207,7 +216,7 @@ def build_table(
                 pieces.append(np.arange(lo, hi, dtype=np.int64))
             rows = np.concatenate(pieces)
             data = layout.arrow(rows, schema)
-            write_deltalake(uri, data, partition_by=["dt"], mode="append", target_file_size=1 << 30)
+            write_deltalake(uri, data, partition_by=layout.partition_by, mode="append", target_file_size=1 << 30)
             commits += 1
             written += len(rows)
         log(
@@ -360,8 +369,21 @@ def generate_batch(layout: Layout, plan: BatchPlan, seed: int) -> tuple[list[tup
         "inserted": n_ins,
         "updated": n_upd + n_del,
         "touched_partitions": sorted({layout.days[p] for p in [*plan.partitions, layout.partitions - 1]}),
+        # the Delta partitions the batch's rows fall in: (dt,) or (dt, hh) of their creation time
+        "touched_keys": sorted(
+            set(_partition_keys(layout, old_v["partition"], old_v["create_time"]))
+            | set(_partition_keys(layout, ins["partition"], ins["create_time"]))
+        ),
     }
     return messages, expected
+
+
+def _partition_keys(layout: Layout, partition: np.ndarray, create: np.ndarray) -> list[tuple[str, ...]]:
+    days = [layout.days[int(p)] for p in partition]
+    if not layout.hourly:
+        return [(d,) for d in days]
+    hours = ((create + layout.utc_offset) % DAY // 3600).tolist()
+    return [(d, HOURS[int(h)]) for d, h in zip(days, hours, strict=True)]
 
 
 def write_segments(root: Path, layout: Layout, messages: list[tuple[str, int, dict[str, Any]]]) -> Landing:
@@ -400,12 +422,10 @@ def write_segments(root: Path, layout: Layout, messages: list[tuple[str, int, di
 
 # --- preparing and merging a batch the way the ODS ingestion does -------------------------------------------
 
-PARTITION_BY = ["dt"]
 
-
-def bench_schema(table: Table) -> pa.Schema:
-    """The ODS row of ``table`` partitioned by ``dt`` only (the product's ODS tables also carry ``hh``)."""
-    return pa.schema([f for f in ods_arrow_schema(table) if f.name != "hh"])
+def bench_schema(table: Table, layout: Layout) -> pa.Schema:
+    """The ODS row of ``table``: the product's, without ``hh`` when the table is partitioned by ``dt`` only."""
+    return pa.schema([f for f in ods_arrow_schema(table) if layout.hourly or f.name != "hh"])
 
 
 @dataclasses.dataclass
@@ -439,7 +459,7 @@ def prepare(
     lines = read_lines(segments)
     prepared = prepare_changes(spark, store, table, lines, list(positions), tz=periods().timezone, engine=engine)
     seconds = time.monotonic() - started
-    # the bench's table is partitioned by day only (no ``hh``)
+    # the bench's schema: without ``hh`` when the table is partitioned by day only
     target = pa.schema([*schema, pa.field("_op", pa.string())])
     return Prepared(
         prepared.applied.select(target.names).cast(target),
@@ -453,11 +473,13 @@ def prepare(
     )
 
 
-def merge_args(table: Table, prepared: Prepared, prune: bool, txn: tuple[str, int]) -> dict[str, Any]:
+def merge_args(
+    table: Table, prepared: Prepared, prune: bool, txn: tuple[str, int], partition_by: Sequence[str]
+) -> dict[str, Any]:
     """The arguments ``ingest_batch`` gives ``DeltaStore.merge`` for an ODS batch."""
     return {
         "primary_key": table.primary_key,
-        "partition_by": PARTITION_BY,
+        "partition_by": list(partition_by),
         "app_transaction": txn,
         "prune": prune,
         "tombstone_column": "_deleted",
@@ -479,7 +501,8 @@ def ingest(
     started = time.monotonic()
     prepared = prepare(spark, store, table, schema, segments, engine)
     txn = record_batch(store, table, prepared.product, segments, prepared.positions)
-    result = store.merge(spark, KEY, prepared.batch, **merge_args(table, prepared, prune, txn))
+    partition_by = [c for c in ("dt", "hh") if c in schema.names]  # the bench table's layout
+    result = store.merge(spark, KEY, prepared.batch, **merge_args(table, prepared, prune, txn, partition_by))
     return prepared, result, time.monotonic() - started
 
 
@@ -577,15 +600,15 @@ def fresh_lake(base: Path, lake: Path, kind: type[RecordingStore] = RecordingSto
     return kind(str(lake))
 
 
-def partition_files(base: Path) -> dict[str, tuple[int, int]]:
-    """Live files and bytes per dt partition of a table."""
-    actions = pa.table(DeltaTable(str(base)).get_add_actions(flatten=True))
-    out: dict[str, tuple[int, int]] = {}
-    for dt_value, size in zip(
-        actions.column("partition.dt").to_pylist(), actions.column("size_bytes").to_pylist(), strict=True
-    ):
-        files, total = out.get(dt_value, (0, 0))
-        out[dt_value] = (files + 1, total + int(size))
+def partition_files(base: Path) -> dict[tuple[str, ...], tuple[int, int]]:
+    """Live files and bytes per Delta partition of a table: (dt,) or (dt, hh)."""
+    dt = DeltaTable(str(base))
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    columns = [actions.column(f"partition.{c}").to_pylist() for c in dt.metadata().partition_columns]
+    out: dict[tuple[str, ...], tuple[int, int]] = {}
+    for key, size in zip(zip(*columns, strict=True), actions.column("size_bytes").to_pylist(), strict=True):
+        files, total = out.get(key, (0, 0))
+        out[key] = (files + 1, total + int(size))
     return out
 
 
@@ -649,9 +672,10 @@ def scenario(
         f"({time.monotonic() - started:.1f}s)"
     )
     per_partition = partition_files(base)
-    touched = expected["touched_partitions"]
+    touched = expected["touched_partitions"]  # days
     table_files = sum(f for f, _ in per_partition.values())
-    pruned_scope = (sum(per_partition[d][0] for d in touched), sum(per_partition[d][1] for d in touched))
+    keys = [k for k in expected["touched_keys"] if k in per_partition]  # an hour with no order yet has no files
+    pruned_scope = (sum(per_partition[k][0] for k in keys), sum(per_partition[k][1] for k in keys))
     results = {
         "pruned": ModeResult("pruned", *pruned_scope),
         "unpruned": ModeResult("unpruned", table_files, sum(b for _, b in per_partition.values())),
@@ -708,7 +732,7 @@ def scenario(
         f"[{' '.join(f'{t:.2f}' for t in p.end_to_end)}], unpruned {u.end_to_end_s:.2f}s "
         f"[{' '.join(f'{t:.2f}' for t in u.end_to_end)}]"
     )
-    log(f"  check: every merge left identical rows in the {len(touched)} touched partitions, positions committed")
+    log(f"  check: every merge left identical rows in the {len(touched)} touched days, positions committed")
     ratio = u.merge_s / p.merge_s
     e2e_ratio = u.end_to_end_s / p.end_to_end_s
     log(
@@ -746,8 +770,20 @@ def warm_up(spark: Any, table: Table, schema: pa.Schema, workdir: Path, base: Pa
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=20_000_000)
-    parser.add_argument("--partitions", type=int, default=180)
-    parser.add_argument("--files-per-partition", type=int, default=4)
+    parser.add_argument("--partitions", type=int, default=180, help="days of orders in the table")
+    parser.add_argument(
+        "--layout",
+        choices=["product", "daily"],
+        default="product",
+        help="product: partitioned by (dt, hh) as the ODS tables are; daily: by dt only",
+    )
+    parser.add_argument(
+        "--files-per-partition",
+        type=int,
+        default=4,
+        help="appends per day while building (each hour's rows land in one of them: one file per hour, or "
+        "this many files per day with --layout daily)",
+    )
     parser.add_argument("--batch-a", type=int, default=100_000, help="changes in batch (a): the 2 newest partitions")
     parser.add_argument("--batch-b", type=int, default=100_000, help="changes in batch (b)")
     parser.add_argument("--batch-b-partitions", type=int, default=30, help="partitions batch (b) touches")
@@ -776,15 +812,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="merge-pruning-")) if temporary else args.workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     log(
-        f"merge pruning bench: {args.rows:,} rows, {args.partitions} daily partitions, "
-        f"{args.files_per_partition} files per partition, workdir {workdir}"
+        f"merge pruning bench: {args.rows:,} rows over {args.partitions} days, partitioned by "
+        f"{'dt, hh' if args.layout == 'product' else 'dt'}, {args.files_per_partition} appends a day, workdir {workdir}"
     )
     try:
         table = load_catalog()["ods.order"]
-        schema = bench_schema(table)
-        layouts = {"uncorrelated": Layout(args.rows, args.partitions, correlated=False)}
+        hourly = args.layout == "product"
+        layouts = {"uncorrelated": Layout(args.rows, args.partitions, correlated=False, hourly=hourly)}
         if not args.no_correlated:
-            layouts["correlated"] = Layout(args.rows, args.partitions, correlated=True)
+            layouts["correlated"] = Layout(args.rows, args.partitions, correlated=True, hourly=hourly)
+        schema = bench_schema(table, layouts["uncorrelated"])
         bases: dict[str, Path] = {}
         builds: dict[str, dict[str, Any]] = {}
         for name, layout in layouts.items():
@@ -831,7 +868,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         fields: dict[str, Any] = {
             "engine": engine_label(spark),
             "rows": builds["uncorrelated"]["rows"],
-            "partitions": args.partitions,
+            "days": args.partitions,
+            "layout": args.layout,
             "files": builds["uncorrelated"]["files"],
             "build_s": round(builds["uncorrelated"]["seconds"], 1),
             "batch_a_changes": a["expected"]["changes"],
