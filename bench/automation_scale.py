@@ -377,7 +377,7 @@ def simulate_day(
     roots = [t for t in catalog.ods()]
     per_event: list[float] = []
     built: Counter[tuple[str, str]] = Counter()
-    runs = rounds = sliced = 0
+    runs = rounds = sliced = fed = 0
     burst = longest_burst = 0.0  # seconds of consecutive calls that left a backlog, and the call that emptied it
     # the engine steps every poll, with changes or without, so its clock stands at the day's start when the day
     # begins (a resolver's first step starts its clock: the windows that ended before it are a backfill's)
@@ -391,6 +391,7 @@ def simulate_day(
         # resolver's clock's (it looks at the windows that ended since its last call, on every call)
         while (changes := feed.changes()) or resolver.backlog:
             rounds += 1
+            fed += len(changes)
             plans = []
             for change in changes or [None]:  # no change: a call for the backlog alone
                 started = time.perf_counter()
@@ -418,6 +419,7 @@ def simulate_day(
     per_event.sort()
     return {
         "events": len(per_event),
+        "changes": fed,
         "runs": runs,
         "rounds": rounds,
         "built": len(built),

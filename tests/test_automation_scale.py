@@ -36,7 +36,7 @@ def instance(consolidated: DagsterInstance) -> DagsterInstance:
     return consolidated  # one SQLite event log (tests/conftest.py): quick to write to
 
 
-def simulate(instance: DagsterInstance, root: Path, tables: int) -> dict[str, Any]:
+def simulate(instance: DagsterInstance, root: Path, tables: int, budget: float | None) -> dict[str, Any]:
     settings = Settings.from_env({"WAREHOUSE_START": bench.BENCH_START})
     with using(settings):
         bench.generate_catalog(root, tables, seed=7)
@@ -49,17 +49,25 @@ def simulate(instance: DagsterInstance, root: Path, tables: int) -> dict[str, An
         assert bench.seed_history(store, catalog, calendars, day.timestamp(), days=62) > 0
         resolver = Resolver(catalog, ReverseIndex.build(catalog, current_time=day + timedelta(days=2)), store)
         try:
-            return bench.simulate_day(catalog, resolver, bench.LogFeed(instance, store), calendars, day.timestamp())
+            feed = bench.LogFeed(instance, store)
+            return bench.simulate_day(catalog, resolver, feed, calendars, day.timestamp(), budget)
         finally:
             resolver.close()
             store.close()
 
 
+@pytest.mark.parametrize("budget", [None, 0.0], ids=["whole-calls", "one-candidate-per-call"])
 def test_a_simulated_day_requests_every_partition_of_the_day_exactly_once(
-    instance: DagsterInstance, tmp_path: Path
+    instance: DagsterInstance, tmp_path: Path, budget: float | None
 ) -> None:
-    day = simulate(instance, tmp_path / "tables", tables=40)
+    # budget 0: every call evaluates one candidate and leaves the rest to a backlog, the engine's slicing at its
+    # most extreme; the day must come out the same
+    day = simulate(instance, tmp_path / "tables", tables=40, budget=budget)
     assert day["expected"] > 24 * 5  # the hours of the roots, and more
     assert (day["built"], day["missed"], day["built_twice"], day["unexpected"]) == (day["expected"], 0, 0, 0)
     assert 0 < day["runs"] <= day["built"]
-    assert day["events"] == day["built"]  # every completion was resolved, and nothing else was fed
+    assert day["changes"] == day["built"]  # every completion was fed, and nothing else
+    if budget is None:
+        assert (day["events"], day["sliced_calls"]) == (day["built"], 0)  # one call per change
+    else:
+        assert day["sliced_calls"] > 0  # calls left a backlog, and the day is the same
