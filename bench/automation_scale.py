@@ -1,9 +1,9 @@
 """Benchmark: the dependency center at 1,000, 10,000 and 80,000 tables (issue 12, point 5).
 
 The product resolves partitions with the dependency center (design AD-6), not with Dagster's automation sensor:
-the partition state store reads Dagster's event log by storage-id cursor (``warehouse_assets/state_store.py``) and
+the partition state store reads Dagster's event log by storage-id cursor (``warehouse_assets/center/state_store.py``) and
 the resolver finds, through the reverse index, the downstream partitions each change can unblock and asks the gate
-about them (``warehouse_assets/center.py``). This bench measures that path on synthetic catalogs, each N in a fresh
+about them (``warehouse_assets/center/resolver.py``). This bench measures that path on synthetic catalogs, each N in a fresh
 process so that its peak memory is its own:
 
 * **load**: ``load_catalog`` of the N declaration files, then the code location's own assembly,
@@ -71,7 +71,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from warehouse_assets.partitions import START, periods  # noqa: E402
+from warehouse_assets.catalog import START, periods  # noqa: E402
 
 PERIODS = ("hourly", "daily", "weekly", "monthly")
 PERIOD_WEIGHTS = (0.12, 0.60, 0.15, 0.13)
@@ -288,7 +288,7 @@ class DirectFeed:
     def complete(self, table: Any, partitions: tuple[str, ...], now: datetime) -> None:
         from dagster import AssetKey
 
-        from warehouse_assets.state_store import _COLUMNS, Change, PartitionState, _to_row
+        from warehouse_assets.center.state_store import _COLUMNS, Change, PartitionState, _to_row
 
         started = time.perf_counter()
         key = AssetKey(table.key).to_user_string()
@@ -313,8 +313,8 @@ class Calendars:
     """Every partition of each period up to a horizon: keys and window end timestamps (the reverse index's)."""
 
     def __init__(self, horizon: float):
-        from warehouse_assets.partitions import BY_PERIOD
-        from warehouse_assets.reverse_index import Calendar
+        from warehouse_assets.catalog import BY_PERIOD
+        from warehouse_assets.center.reverse_index import Calendar
 
         self._of: dict[str, Any] = {}
         for period, pdef in BY_PERIOD.items():
@@ -334,7 +334,7 @@ def seed_history(store: Any, catalog: Any, calendars: Calendars, day_start: floa
     materialized after its upstream), so that no upstream looks newer than its downstream (late data)."""
     from dagster import AssetKey
 
-    from warehouse_assets.state_store import _COLUMNS, PartitionState, _to_row
+    from warehouse_assets.center.state_store import _COLUMNS, PartitionState, _to_row
 
     order = graphlib.TopologicalSorter({t.fqn: [d.table for d in t.deps if d.table != t.fqn] for t in catalog})
     rank = {fqn: i for i, fqn in enumerate(order.static_order())}
@@ -370,7 +370,7 @@ def simulate_day(
 
     Each call resolves for at most ``budget`` seconds as the engine's rounds do (None: until done); while a burst
     leaves a backlog, the next call comes at once, with the changes of the runs completed meanwhile."""
-    from warehouse_assets.gate import decide
+    from warehouse_assets.build.gate import decide
 
     tz = ZoneInfo(periods().timezone)
     day_end = day_start + 86400
@@ -459,9 +459,9 @@ def child_main(args: argparse.Namespace) -> None:
 
         from warehouse_assets import definitions
         from warehouse_assets.catalog import load_catalog
-        from warehouse_assets.center import Resolver
-        from warehouse_assets.reverse_index import ReverseIndex
-        from warehouse_assets.state_store import PartitionStateStore
+        from warehouse_assets.center.resolver import Resolver
+        from warehouse_assets.center.reverse_index import ReverseIndex
+        from warehouse_assets.center.state_store import PartitionStateStore
 
         log(f"N={n}: loading")
         started = time.perf_counter()

@@ -119,10 +119,10 @@ def main() -> int:
 
     from simulator.cdc import SimulationConfig, simulate
     from simulator.external import marketing_rows, write_marketing
+    from warehouse_assets.build.quality import report_valid
     from warehouse_assets.catalog import load_catalog
-    from warehouse_assets.center import LOOKBACK
-    from warehouse_assets.engine import SUBMITTED_TAG
-    from warehouse_assets.quality import report_valid
+    from warehouse_assets.center.engine import SUBMITTED_TAG
+    from warehouse_assets.center.resolver import LOOKBACK
 
     work = Path(tempfile.mkdtemp(prefix="handoff-"))
     home, lake, landing = work / "dagster_home", work / "lake", work / "landing"
@@ -327,7 +327,7 @@ def _all_reported(instance: object, catalog: object, key: str, timeout: float) -
 
 
 def _engine_watching(instance: object) -> bool:
-    from warehouse_assets.external import watched_ago
+    from warehouse_assets.ingest.deliveries import watched_ago
 
     return watched_ago(instance) is not None  # type: ignore[arg-type]
 

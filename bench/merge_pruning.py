@@ -52,16 +52,15 @@ from resources.delta_lake import DeltaStore, MergeResult  # noqa: E402
 from resources.landing import Landing, Segment, read_lines  # noqa: E402
 from resources.spark import engine_label, get_session  # noqa: E402
 from simulator.cdc import LOGICAL_TABLES  # noqa: E402
-from warehouse_assets.catalog import Table, load_catalog  # noqa: E402
-from warehouse_assets.ingestion import (  # noqa: E402
+from warehouse_assets.catalog import START, Table, load_catalog, periods  # noqa: E402  # noqa: E402
+from warehouse_assets.ingest.merge import (  # noqa: E402
     PreparedBatch,
     ods_arrow_schema,
     position_app_id,
     prepare_changes,
     record_batch,
 )
-from warehouse_assets.partitions import START, periods  # noqa: E402
-from warehouse_assets.preparation import Engine  # noqa: E402
+from warehouse_assets.ingest.preparation import Engine  # noqa: E402
 
 KEY = ("ods", "order")
 SHARDS = 8

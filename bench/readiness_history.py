@@ -30,11 +30,15 @@ if str(ROOT) not in sys.path:
 
 from resources.delta_lake import DeltaStore  # noqa: E402
 from resources.landing import Landing  # noqa: E402
-from warehouse_assets.catalog import Catalog, Table, load_catalog  # noqa: E402
-from warehouse_assets.ingestion import counts_app_id, ensure_ods_table, journal_positions  # noqa: E402
-from warehouse_assets.ops_tables import INGESTED_COUNTS  # noqa: E402
-from warehouse_assets.partitions import hourly  # noqa: E402
-from warehouse_assets.readiness import hour_key, readiness_events  # noqa: E402
+from warehouse_assets.catalog import (  # noqa: E402
+    Catalog,
+    Table,
+    hourly,  # noqa: E402
+    load_catalog,
+)
+from warehouse_assets.ingest.merge import counts_app_id, ensure_ods_table, journal_positions  # noqa: E402
+from warehouse_assets.ingest.ops_tables import INGESTED_COUNTS  # noqa: E402
+from warehouse_assets.ingest.readiness import hour_key, readiness_events  # noqa: E402
 
 END = datetime(2026, 11, 1, tzinfo=ZoneInfo(hourly.timezone))
 STREAMS = ("edu_trade.order_00", "edu_trade.order_01")

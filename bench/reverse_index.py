@@ -28,9 +28,13 @@ for path in (ROOT, ROOT / "bench"):
 
 from automation_scale import generate_catalog  # noqa: E402
 
-from warehouse_assets.catalog import load_catalog  # noqa: E402
-from warehouse_assets.partitions import BY_PERIOD, START, periods  # noqa: E402
-from warehouse_assets.reverse_index import ReverseIndex  # noqa: E402
+from warehouse_assets.catalog import (  # noqa: E402
+    BY_PERIOD,
+    START,
+    load_catalog,  # noqa: E402
+    periods,
+)
+from warehouse_assets.center.reverse_index import ReverseIndex  # noqa: E402
 
 
 def percentile(sorted_values: list[float], q: float) -> float:

@@ -45,7 +45,7 @@ from tests.dev_stack import free_port, kill_stragglers  # noqa: E402
 
 WARM = """
 run_launcher:
-  module: warehouse_assets.warm_launcher
+  module: warehouse_assets.instance.warm_launcher
   class: WarmRunLauncher
   config:
     preload_modules: [pyspark.sql, pyspark.sql.connect.session, delta, deltalake]
@@ -123,7 +123,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 def zygote(home: Path) -> int | None:
-    return next((pid for pid, cmd in processes_of(home).items() if "warehouse_assets.warm_launcher" in cmd), None)
+    return next((pid for pid, cmd in processes_of(home).items() if "warehouse_assets.instance.warm_launcher" in cmd), None)
 
 
 def daemon(home: Path) -> int | None:

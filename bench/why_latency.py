@@ -32,10 +32,12 @@ from dagster import AssetKey, AssetMaterialization, instance_for_test  # noqa: E
 
 from resources.delta_lake import DeltaStore  # noqa: E402
 from resources.landing import Landing  # noqa: E402
-from warehouse_assets.catalog import load_catalog  # noqa: E402
-from warehouse_assets.partitions import BY_PERIOD  # noqa: E402
-from warehouse_assets.state_store import PartitionStateStore  # noqa: E402
-from warehouse_assets.why import explain  # noqa: E402
+from warehouse_assets.catalog import (
+    BY_PERIOD,  # noqa: E402
+    load_catalog,  # noqa: E402
+)
+from warehouse_assets.center.state_store import PartitionStateStore  # noqa: E402
+from warehouse_assets.center.why import explain  # noqa: E402
 
 
 def percentile(values: list[float], q: float) -> float:

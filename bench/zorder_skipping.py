@@ -59,7 +59,7 @@ if str(ROOT) not in sys.path:
 
 from resources.delta_lake import DeltaStore, Predicate, ReadStats  # noqa: E402
 from resources.spark import engine_label, get_session  # noqa: E402
-from warehouse_assets.partitions import START, periods  # noqa: E402
+from warehouse_assets.catalog import START, periods  # noqa: E402
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

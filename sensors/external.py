@@ -1,7 +1,7 @@
 """One sensor per external producer: reports each partition that has truly arrived, once, while the dependency
-center's engine does not (it reports deliveries as they land: :class:`warehouse_assets.external.ExternalWatcher`).
+center's engine does not (it reports deliveries as they land: :class:`warehouse_assets.ingest.deliveries.ExternalWatcher`).
 
-What counts as arrived, what is rejected and why: :mod:`warehouse_assets.external`. The cursor holds, per delivery,
+What counts as arrived, what is rejected and why: :mod:`warehouse_assets.ingest.deliveries`. The cursor holds, per delivery,
 the signature already decided and, per partition, the fingerprint reported, so a restarted daemon neither repeats
 nor loses a report.
 """
@@ -11,7 +11,7 @@ from dagster import DefaultSensorStatus, SensorDefinition, SensorEvaluationConte
 from resources.external import ExternalResource
 from resources.settings import current
 from warehouse_assets.catalog import Catalog, ExternalTable
-from warehouse_assets.external import (
+from warehouse_assets.ingest.deliveries import (
     WATCH_STALE_SECONDS,
     Clock,
     Cursor,

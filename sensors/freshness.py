@@ -1,6 +1,6 @@
 """The ``freshness_slas`` sensor: exactly one freshness check evaluation per partition, when its deadline passes.
 
-Rules and metadata: :mod:`warehouse_assets.freshness`. Each tick, for every table with an SLA, every
+Rules and metadata: :mod:`warehouse_assets.build.freshness`. Each tick, for every table with an SLA, every
 partition whose deadline fell in ``(through, now]`` is judged once — passed when it was first materialized
 by its deadline, failed otherwise — and reported as a partitioned ``AssetCheckEvaluation``
 (``SensorResult(asset_events=...)``; the daemon stores it run-less, per partition, like a check run would).
@@ -41,10 +41,9 @@ from dagster import (
 
 from resources.landing import Landing, LandingResource
 from resources.settings import Settings, current
-from warehouse_assets.catalog import Catalog, OdsTable, Table
-from warehouse_assets.freshness import due_between, first_materialized, judge, judged
-from warehouse_assets.partitions import BY_PERIOD, business_zone, upstream_partitions
-from warehouse_assets.quality import Outcome, evaluation
+from warehouse_assets.build.freshness import due_between, first_materialized, judge, judged
+from warehouse_assets.build.quality import Outcome, evaluation
+from warehouse_assets.catalog import BY_PERIOD, Catalog, OdsTable, Table, business_zone, upstream_partitions
 
 MAX_EVALUATIONS_PER_TABLE = 500
 Clock = Callable[[], datetime]

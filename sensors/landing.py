@@ -16,7 +16,7 @@ from dagster import (
 from resources.delta_lake import DeltaLakeResource
 from resources.landing import LandingResource
 from warehouse_assets.catalog import Catalog
-from warehouse_assets.ingestion import pending_segments
+from warehouse_assets.ingest.merge import pending_segments
 
 ACTIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
 

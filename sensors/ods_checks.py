@@ -1,6 +1,6 @@
 """The ODS hours' data-quality checks, batched: one run checks every reported hour still without verdicts.
 
-The ingestion run that makes hours ready judges them itself (:mod:`warehouse_assets.ods`); this sensor is the
+The ingestion run that makes hours ready judges them itself (:mod:`warehouse_assets.ingest.job`); this sensor is the
 fallback for the hours the readiness sensor reports (sensors/ods_readiness.py) and for a run that died before
 judging, and waits while an ingestion run is in flight. The declared checks of ODS hours
 (key uniqueness, not-null, ...) are blocking like those of every other layer: a DWD day runs only when all
@@ -8,7 +8,7 @@ judging, and waits while an ingestion run is in flight. The declared checks of O
 120 runs per simulated day, each starting a process, which flooded the run queue and held back every
 downstream run. Instead this sensor finds the ODS hours whose latest materialization has no verdict yet
 (new hours, and hours re-reported after late changes) and launches one ``ods_quality_checks`` run
-(:mod:`warehouse_assets.ods_checks`) for them all, oldest first, at most ``MAX_HOURS_PER_RUN`` table-hours at
+(:mod:`warehouse_assets.build.hour_checks`) for them all, oldest first, at most ``MAX_HOURS_PER_RUN`` table-hours at
 a time.
 
 Nothing is lost: the pending set is recomputed from the instance on every tick, so a failed or killed run
@@ -38,11 +38,10 @@ from dagster import (
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
 from resources.settings import current
-from warehouse_assets.catalog import Catalog, Table
-from warehouse_assets.center import LOOKBACK
-from warehouse_assets.ods import IN_FLIGHT, ingestion_in_flight
-from warehouse_assets.ods_checks import JOB, checked_tables
-from warehouse_assets.partitions import BY_PERIOD, business_zone
+from warehouse_assets.build.hour_checks import JOB, checked_tables
+from warehouse_assets.catalog import BY_PERIOD, Catalog, Table, business_zone
+from warehouse_assets.center.resolver import LOOKBACK
+from warehouse_assets.ingest.job import IN_FLIGHT, ingestion_in_flight
 
 MAX_HOURS_PER_RUN = 24 * 5 * 2  # two days of the five ODS tables
 RETRY_AFTER = 120.0  # seconds after a failed run before its hours are tried again
@@ -83,7 +82,7 @@ def next_batch(pending: Mapping[str, Sequence[str]], limit: int = MAX_HOURS_PER_
 
 
 def build_ods_checks_sensor(catalog: Catalog, ods_quality_checks: JobDefinition) -> SensorDefinition:
-    """The sensor launching ``ods_quality_checks`` (:mod:`warehouse_assets.ods_checks`) for unchecked hours."""
+    """The sensor launching ``ods_quality_checks`` (:mod:`warehouse_assets.build.hour_checks`) for unchecked hours."""
     tables = checked_tables(catalog)
 
     @sensor(

@@ -1,5 +1,5 @@
-"""The ``ods_readiness`` sensor: reports each ODS hour once it is complete (:mod:`warehouse_assets.readiness`) and
-no ingestion run did (the run reports the hours its commits complete, :mod:`warehouse_assets.ods`): hours whose
+"""The ``ods_readiness`` sensor: reports each ODS hour once it is complete (:mod:`warehouse_assets.ingest.readiness`) and
+no ingestion run did (the run reports the hours its commits complete, :mod:`warehouse_assets.ingest.job`): hours whose
 source counts arrived after their segments were ingested, or whose run died before reporting them."""
 
 import json
@@ -9,8 +9,8 @@ from dagster import AssetKey, DefaultSensorStatus, SensorEvaluationContext, Sens
 from resources.delta_lake import DeltaLakeResource
 from resources.landing import LandingResource
 from warehouse_assets.catalog import Catalog
-from warehouse_assets.ods import ingestion_in_flight
-from warehouse_assets.readiness import readiness_events, reported_ingested_rows
+from warehouse_assets.ingest.job import ingestion_in_flight
+from warehouse_assets.ingest.readiness import readiness_events, reported_ingested_rows
 
 
 def build_readiness_sensor(catalog: Catalog):  # type: ignore[no-untyped-def]

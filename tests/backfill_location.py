@@ -13,7 +13,7 @@ import os
 from dagster import Definitions, in_process_executor
 
 from resources import resources_from_env
-from warehouse_assets.compiler import build_assets, build_checks
+from warehouse_assets.build.compiler import build_assets, build_checks
 from warehouse_assets.definitions import catalog
 
 _ROOTS = {k: os.environ[k] for k in ("WAREHOUSE_LAKE_ROOT", "WAREHOUSE_LANDING_ROOT") if k in os.environ}

@@ -15,9 +15,9 @@ from pathlib import Path
 from dagster import DagsterInstance
 
 from warehouse_assets.catalog import Catalog
-from warehouse_assets.center import Resolver, RunPlan
-from warehouse_assets.reverse_index import ReverseIndex
-from warehouse_assets.state_store import PartitionStateStore
+from warehouse_assets.center.resolver import Resolver, RunPlan
+from warehouse_assets.center.reverse_index import ReverseIndex
+from warehouse_assets.center.state_store import PartitionStateStore
 
 
 class CenterTicker:

@@ -26,7 +26,7 @@ from dagster import AssetKey, DagsterInstance, DagsterRun, DagsterRunStatus, Run
 
 from resources.spark import port_open
 from simulator.cdc import SimulationConfig, simulate
-from warehouse_assets.center import TAG_PREFIX
+from warehouse_assets.center.resolver import TAG_PREFIX
 
 ROOT = Path(__file__).resolve().parent.parent
 # Not a latency target (bench/handoff_latency.py measures that): the chain — ingest, ODS hour checks, DWD, DWS,

@@ -20,9 +20,9 @@ from dagster import DagsterInstance
 
 from resources.settings import Settings, using
 from warehouse_assets.catalog import load_catalog
-from warehouse_assets.center import Resolver
-from warehouse_assets.reverse_index import ReverseIndex
-from warehouse_assets.state_store import PartitionStateStore
+from warehouse_assets.center.resolver import Resolver
+from warehouse_assets.center.reverse_index import ReverseIndex
+from warehouse_assets.center.state_store import PartitionStateStore
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 if str(BENCH) not in sys.path:

@@ -50,10 +50,10 @@ from resources import resources_from_env
 from simulator.cdc import SimulationConfig, simulate
 from simulator.external import simulate_external_for_landing
 from tests import oracle
+from warehouse_assets.build.gate import backfill_partitions
+from warehouse_assets.catalog import upstream_partitions
 from warehouse_assets.cli import report_external_deliveries, report_ready_hours, run_ingest
 from warehouse_assets.definitions import catalog
-from warehouse_assets.gate import backfill_partitions
-from warehouse_assets.partitions import upstream_partitions
 
 ROOT = Path(__file__).resolve().parent.parent
 TZ = ZoneInfo("Asia/Shanghai")

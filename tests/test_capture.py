@@ -36,7 +36,8 @@ from resources.delta_lake import DeltaStore
 from resources.landing import Landing
 from tests import oracle
 from warehouse_assets import cli
-from warehouse_assets.capture import (
+from warehouse_assets.catalog import load_catalog
+from warehouse_assets.ingest.capture import (
     STATE_FILE,
     CaptureState,
     RowsChange,
@@ -45,9 +46,8 @@ from warehouse_assets.capture import (
     canal_value,
     load_state,
 )
-from warehouse_assets.catalog import load_catalog
-from warehouse_assets.ingestion import ingest_table, ingested_counts
-from warehouse_assets.readiness import hour_key, readiness, ready_hours
+from warehouse_assets.ingest.merge import ingest_table, ingested_counts
+from warehouse_assets.ingest.readiness import hour_key, readiness, ready_hours
 
 CATALOG = load_catalog()
 TZ = ZoneInfo("Asia/Shanghai")

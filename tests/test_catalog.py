@@ -16,7 +16,7 @@ from warehouse_assets.catalog import (
     Table,
     load_catalog,
 )
-from warehouse_assets.checks import CHECK_KINDS, Anomaly, CheckSpecError, parse_checks
+from warehouse_assets.catalog.checks import CHECK_KINDS, Anomaly, CheckSpecError, parse_checks
 
 EXT = """table: ext.spend
 period: daily

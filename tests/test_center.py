@@ -20,9 +20,9 @@ from dagster import (
 
 from tests.test_state_store import create_run, end, materializations, materialize_in, report, start, verdict
 from warehouse_assets.catalog import Catalog, load_catalog
-from warehouse_assets.center import Resolver, RunPlan
-from warehouse_assets.reverse_index import ReverseIndex
-from warehouse_assets.state_store import PartitionStateStore
+from warehouse_assets.center.resolver import Resolver, RunPlan
+from warehouse_assets.center.reverse_index import ReverseIndex
+from warehouse_assets.center.state_store import PartitionStateStore
 
 TZ = ZoneInfo("Asia/Shanghai")
 NOW = datetime(2026, 3, 6, 9, tzinfo=TZ)

@@ -22,10 +22,10 @@ from resources.landing import Landing, LandingResource
 from sensors.ods_checks import unchecked_hours
 from sensors.ods_readiness import build_readiness_sensor
 from warehouse_assets.catalog import Catalog, Table, load_catalog
-from warehouse_assets.ingestion import ingest_table
-from warehouse_assets.ods import build_ingest_job
-from warehouse_assets.readiness import readiness, readiness_events, ready_hours
-from warehouse_assets.why import explain
+from warehouse_assets.center.why import explain
+from warehouse_assets.ingest.job import build_ingest_job
+from warehouse_assets.ingest.merge import ingest_table
+from warehouse_assets.ingest.readiness import readiness, readiness_events, ready_hours
 
 TZ = ZoneInfo("Asia/Shanghai")
 DB = "edu_trade"
@@ -246,7 +246,7 @@ def test_why_follows_an_ads_day_to_the_ods_hour_and_the_shard_behind_it(
     """ads.daily_gmv → dws.user_order_daily → dwd.order_detail → 24 ODS hours: the last hour waits for a shard."""
     from dagster import instance_for_test
 
-    from warehouse_assets.quality import report_valid
+    from warehouse_assets.build.quality import report_valid
 
     h23 = H10.replace(hour=23)
     day = f"{h23:%Y-%m-%d}"

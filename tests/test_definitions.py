@@ -12,9 +12,8 @@ from dagster import AssetKey, DefaultSensorStatus, TimeWindowPartitionMapping, T
 
 from resources.settings import Settings
 from tests.small_catalog import ODS, assert_refused, write
-from warehouse_assets.catalog import load_catalog
+from warehouse_assets.catalog import load_catalog, upstream_partitions
 from warehouse_assets.definitions import build_definitions, catalog, defs
-from warehouse_assets.partitions import upstream_partitions
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -92,7 +91,7 @@ def test_runs_execute_their_steps_in_process_unless_told_otherwise() -> None:
 
 
 def test_no_asset_or_check_carries_a_dagster_automation_condition() -> None:
-    """The engine starts derived partitions (warehouse_assets/engine.py): a condition on any asset or check would
+    """The engine starts derived partitions (warehouse_assets/center/engine.py): a condition on any asset or check would
     make Dagster add its default automation sensor, which evaluates the whole graph every tick and is refused
     above 500 assets and checks."""
     graph = defs.resolve_asset_graph()
@@ -276,7 +275,7 @@ def test_loading_the_code_location_imports_no_pyspark() -> None:
         "import sys\n"
         "import warehouse_assets.definitions\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j') "
-        "or m == 'warehouse_assets.runtime'))\n"
+        "or m == 'warehouse_assets.build.runner'))\n"
     )
     env = {**os.environ, "DAGSTER_TELEMETRY_ENABLED": "false"}
     done = subprocess.run(

@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 
 from resources.delta_lake import DeltaStore
 from resources.spark import DELTA_CONF, jars_dir
-from warehouse_assets.ops_tables import INGESTED_COUNTS
+from warehouse_assets.ingest.ops_tables import INGESTED_COUNTS
 
 DAYS = ["2026-03-01", "2026-03-02"]
 

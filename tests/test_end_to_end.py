@@ -32,7 +32,7 @@ from tests import oracle
 from warehouse_assets.cli import materialize_range
 
 TZ = ZoneInfo("Asia/Shanghai")
-FIRST = date(2026, 1, 1)  # the warehouse's first partition (warehouse_assets/partitions.py START)
+FIRST = date(2026, 1, 1)  # the warehouse's first partition (warehouse_assets/catalog/calendars.py START)
 DAYS = [FIRST + timedelta(days=n) for n in range(11)]  # every table: 2026-01-01 .. 2026-01-11
 MONTH = [FIRST + timedelta(days=n) for n in range(31)]  # the chain under the 30-day window and the month
 HOUR_DAY = date(2026, 1, 5)  # hourly tables: its 24 hours
@@ -214,8 +214,8 @@ def test_rerunning_the_range_changes_nothing(warehouse: Warehouse) -> None:
 
 
 def test_why_explains_a_ready_and_a_waiting_partition(warehouse: Warehouse) -> None:
+    from warehouse_assets.center.why import explain
     from warehouse_assets.definitions import catalog
-    from warehouse_assets.why import explain
 
     store, landing = warehouse.resources["lake"].store(), warehouse.resources["landing"].landing()
     done = explain(warehouse.instance, catalog, store, landing, "ads.daily_gmv", "2026-01-02")
@@ -384,8 +384,8 @@ def test_monthly_report_equals_the_replay(warehouse: Warehouse) -> None:
 def test_a_self_dependent_table_must_produce_its_declared_columns(spark: SparkSession) -> None:
     from dagster import Failure
 
+    from warehouse_assets.build.runner import _check_columns, _empty_like
     from warehouse_assets.definitions import catalog
-    from warehouse_assets.runtime import _check_columns, _empty_like
 
     table = catalog["dws.user_learning_cumulative"]
     empty = _empty_like(spark, _NoLake(), table, first_of_self=True)  # the first partition's T-1

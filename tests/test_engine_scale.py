@@ -18,11 +18,11 @@ from zoneinfo import ZoneInfo
 import pytest
 from dagster import AssetKey, AssetMaterialization, DagsterInstance, Definitions
 
+from warehouse_assets.build.gate import decide
 from warehouse_assets.catalog import Catalog, load_catalog
-from warehouse_assets.center import RunPlan
+from warehouse_assets.center.engine import Engine
+from warehouse_assets.center.resolver import RunPlan
 from warehouse_assets.definitions import build_definitions
-from warehouse_assets.engine import Engine
-from warehouse_assets.gate import decide
 
 TZ = ZoneInfo("Asia/Shanghai")
 DAY = "2026-03-05"

@@ -13,8 +13,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from dagster import AssetKey
 
-from warehouse_assets.center import RunPlan, Trigger
-from warehouse_assets.engine import SUBMITTERS, GraphQLSubmitter
+from warehouse_assets.center.engine import SUBMITTERS, GraphQLSubmitter
+from warehouse_assets.center.resolver import RunPlan, Trigger
 
 
 class _Webserver(ThreadingHTTPServer):

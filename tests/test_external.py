@@ -44,13 +44,13 @@ from simulator.external import (
     simulate_external,
 )
 from tests.center_harness import CenterTicker
+from warehouse_assets.build.quality import report_valid
 from warehouse_assets.catalog import Catalog
-from warehouse_assets.center import RunPlan
+from warehouse_assets.center.engine import Engine
+from warehouse_assets.center.resolver import RunPlan
+from warehouse_assets.center.why import explain
 from warehouse_assets.definitions import catalog, defs
-from warehouse_assets.engine import Engine
-from warehouse_assets.external import Cursor, ExternalWatcher, evaluate, external_source, watched_ago
-from warehouse_assets.quality import report_valid
-from warehouse_assets.why import explain
+from warehouse_assets.ingest.deliveries import Cursor, ExternalWatcher, evaluate, external_source, watched_ago
 
 TZ = ZoneInfo("Asia/Shanghai")
 FIRST = date(2026, 3, 2)

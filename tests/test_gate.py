@@ -11,8 +11,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from warehouse_assets.catalog import Catalog, Table, load_catalog
-from warehouse_assets.gate import (
+from warehouse_assets.build.gate import (
     CHECK_FAILED,
     IN_PROGRESS,
     MISSING,
@@ -22,6 +21,7 @@ from warehouse_assets.gate import (
     decide,
     nonexistent_upstream,
 )
+from warehouse_assets.catalog import Catalog, Table, load_catalog
 
 TZ = ZoneInfo("Asia/Shanghai")
 NOW = datetime(2026, 3, 10, 12, tzinfo=TZ)

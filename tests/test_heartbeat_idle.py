@@ -12,8 +12,8 @@ from pyspark.sql import SparkSession
 from resources.delta_lake import DeltaStore
 from resources.landing import Landing
 from warehouse_assets.catalog import load_catalog
-from warehouse_assets.ingestion import ingest_table
-from warehouse_assets.readiness import readiness, ready_hours
+from warehouse_assets.ingest.merge import ingest_table
+from warehouse_assets.ingest.readiness import readiness, ready_hours
 
 TZ = ZoneInfo("Asia/Shanghai")
 START = datetime(2026, 3, 2, tzinfo=TZ)

@@ -19,7 +19,7 @@ from resources.delta_lake import DeltaStore
 from resources.landing import Landing
 from tests import oracle
 from warehouse_assets.catalog import Table, load_catalog
-from warehouse_assets.ingestion import (
+from warehouse_assets.ingest.merge import (
     QUARANTINE_KEY,
     BatchReport,
     ReconciliationError,

@@ -14,8 +14,14 @@ from bench.readiness_history import build_history, tick
 from resources.delta_lake import DeltaLakeResource, DeltaStore, ReadStats, storage_options
 from resources.spark import SparkResource
 from warehouse_assets.catalog import load_catalog
-from warehouse_assets.maintenance import build_maintenance
-from warehouse_assets.ops_tables import INGESTED_CHANGES, INGESTED_COUNTS, INGESTION_POSITIONS, OPS_TABLES, QUARANTINE
+from warehouse_assets.ingest.maintenance import build_maintenance
+from warehouse_assets.ingest.ops_tables import (
+    INGESTED_CHANGES,
+    INGESTED_COUNTS,
+    INGESTION_POSITIONS,
+    OPS_TABLES,
+    QUARANTINE,
+)
 
 
 class RecordingStore(DeltaStore):

@@ -26,7 +26,7 @@ import yaml
 from dagster import AssetKey, AssetRecordsFilter, DagsterEventType, DagsterRunStatus
 
 from tests.dev_stack import DAY, ROOT, await_partition, free_port, launched_by_the_stack, start_stack
-from warehouse_assets.state_store import PartitionStateStore
+from warehouse_assets.center.state_store import PartitionStateStore
 
 POSTGRES_INSTANCE = ROOT / "dagster_home" / "postgres" / "dagster.yaml"
 IN_PROGRESS = {

@@ -21,8 +21,8 @@ from resources.landing import Landing, read_lines
 from simulator.cdc import SimulationConfig, simulate
 from tests.test_ingestion import DB, _local, message, order
 from warehouse_assets.catalog import Table, load_catalog
-from warehouse_assets.ingestion import CHANGES_KEY, QUARANTINE_KEY, ingest_table
-from warehouse_assets.preparation import InProcessPreparation, SparkPreparation, classified_schema
+from warehouse_assets.ingest.merge import CHANGES_KEY, QUARANTINE_KEY, ingest_table
+from warehouse_assets.ingest.preparation import InProcessPreparation, SparkPreparation, classified_schema
 
 CATALOG = load_catalog()
 TZ = "Asia/Shanghai"

@@ -33,10 +33,10 @@ from resources import resources_from_env
 from resources.landing import Landing
 from simulator.cdc import merged_order_row
 from tests.center_harness import CenterTicker
+from warehouse_assets.build.compiler import build_assets
 from warehouse_assets.catalog import Catalog, load_catalog
-from warehouse_assets.compiler import build_assets
-from warehouse_assets.ingestion import ods_arrow_schema
-from warehouse_assets.why import explain
+from warehouse_assets.center.why import explain
+from warehouse_assets.ingest.merge import ods_arrow_schema
 
 TZ = ZoneInfo("Asia/Shanghai")
 D, D1 = "2026-03-02", "2026-03-03"
@@ -199,7 +199,7 @@ def test_fixing_the_data_and_rerunning_d_clears_the_block(env: Env) -> None:
 def test_arrow_and_spark_give_the_same_verdicts_on_row_local_checks(spark: SparkSession) -> None:
     """An ODS hour's row-local checks run on Arrow when the hours are small (the handoff's path) and on Spark
     otherwise: the same verdicts and numbers, hour by hour, on rows with every case the checks tell apart."""
-    from warehouse_assets.checks import PARTITION, NotNull, Unique, evaluate_grouped
+    from warehouse_assets.catalog.checks import PARTITION, NotNull, Unique, evaluate_grouped
 
     table = load_catalog()["ods.order"]
     checks = [Unique(), Unique(columns=("user_id", "status")), NotNull(columns=("id", "create_time", "pay_time"))]

@@ -27,9 +27,9 @@ from sensors.landing import build_landing_sensor
 from sensors.ods_readiness import build_readiness_sensor
 from simulator.cdc import SimulationConfig, simulate
 from warehouse_assets.catalog import Catalog, load_catalog
-from warehouse_assets.ingestion import ingest_table
-from warehouse_assets.ods import build_ingest_job
-from warehouse_assets.readiness import readiness, readiness_events, ready_hours
+from warehouse_assets.ingest.job import build_ingest_job
+from warehouse_assets.ingest.merge import ingest_table
+from warehouse_assets.ingest.readiness import readiness, readiness_events, ready_hours
 
 TZ = ZoneInfo("Asia/Shanghai")
 LAGGING = "edu_trade.order_03"

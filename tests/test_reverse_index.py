@@ -18,9 +18,8 @@ from dagster import TimeWindowPartitionMapping
 
 from resources.settings import Settings, using
 from tests.small_catalog import ODS
-from warehouse_assets.catalog import Catalog, load_catalog
-from warehouse_assets.partitions import BY_PERIOD, upstream_partitions
-from warehouse_assets.reverse_index import EdgeMapping, ReverseIndex
+from warehouse_assets.catalog import BY_PERIOD, Catalog, load_catalog, upstream_partitions
+from warehouse_assets.center.reverse_index import EdgeMapping, ReverseIndex
 
 LOS_ANGELES = Settings.from_env({"WAREHOUSE_TIMEZONE": "America/Los_Angeles"})
 

@@ -1,4 +1,4 @@
-"""The run coordinator's fast path (warehouse_assets/run_coordinator.py) on the tiny code location of the warm
+"""The run coordinator's fast path (warehouse_assets/instance/run_coordinator.py) on the tiny code location of the warm
 launcher's tests: a run that fits starts in the call that submits it, with no daemon; the others queue, and
 Dagster's daemon launches them as it would behind its own QueuedRunCoordinator."""
 
@@ -20,15 +20,15 @@ from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import Queued
 
 from tests.dev_stack import kill_stragglers
 from tests.test_warm_launcher import LOCATION, wait_finished
-from warehouse_assets.run_coordinator import ImmediateRunCoordinator
+from warehouse_assets.instance.run_coordinator import ImmediateRunCoordinator
 
 CONFIG = """
 telemetry: {enabled: false}
 run_launcher:
-  module: warehouse_assets.warm_launcher
+  module: warehouse_assets.instance.warm_launcher
   class: WarmRunLauncher
 run_coordinator:
-  module: warehouse_assets.run_coordinator
+  module: warehouse_assets.instance.run_coordinator
   class: ImmediateRunCoordinator
   config:
     max_concurrent_runs: 2

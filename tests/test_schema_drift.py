@@ -16,7 +16,7 @@ from resources.landing import Landing
 from simulator.cdc import SimulationConfig, simulate
 from tests import oracle
 from warehouse_assets.catalog import load_catalog
-from warehouse_assets.ingestion import QUARANTINE_KEY, ingest_batch, ingest_table, spark_type_of_mysql
+from warehouse_assets.ingest.merge import QUARANTINE_KEY, ingest_batch, ingest_table, spark_type_of_mysql
 
 CATALOG = load_catalog()
 

@@ -15,10 +15,16 @@ from pydantic import SecretStr
 
 from resources import resources_from_env
 from resources.settings import Settings, current, using
-from warehouse_assets.catalog import load_catalog
+from warehouse_assets.build.freshness import deadline
+from warehouse_assets.catalog import (
+    BY_PERIOD,
+    load_catalog,
+    mapped_upstream,
+    partition_mapping,
+    periods,
+    upstream_partitions,
+)
 from warehouse_assets.definitions import build_definitions, run_executor
-from warehouse_assets.freshness import deadline
-from warehouse_assets.partitions import BY_PERIOD, mapped_upstream, partition_mapping, periods, upstream_partitions
 
 CATALOG = load_catalog()
 LOS_ANGELES = Settings.from_env({"WAREHOUSE_TIMEZONE": "America/Los_Angeles"})

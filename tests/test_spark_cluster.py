@@ -34,9 +34,9 @@ from resources import LandingResource, resources_from_env
 from resources.spark import port_open, spark_home
 from simulator.cdc import SimulationConfig, simulate
 from tests.dev_stack import free_port
+from warehouse_assets.build.zorder import build_zorder_job
 from warehouse_assets.catalog import load_catalog
 from warehouse_assets.cli import materialize_range, run_ingest
-from warehouse_assets.zorder import build_zorder_job
 
 ROOT = Path(__file__).resolve().parents[1]
 WAREHOUSE = Path(sys.executable).parent / "warehouse"

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 PROBE = """
 import json
-from warehouse_assets.partitions import BY_PERIOD
+from warehouse_assets.catalog import BY_PERIOD
 print(json.dumps({p: d.get_first_partition_key() for p, d in BY_PERIOD.items()}))
 """
 

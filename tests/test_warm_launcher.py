@@ -1,4 +1,4 @@
-"""The warm run launcher (warehouse_assets/warm_launcher.py) on a tiny code location (tests/warm_location.py).
+"""The warm run launcher (warehouse_assets/instance/warm_launcher.py) on a tiny code location (tests/warm_location.py).
 
 The first tests call the instance's launcher directly, as the daemon does when it dequeues a run; the last starts
 `dagster dev` on the product's instance settings (dagster_home/dagster.yaml: the warm launcher behind the
@@ -26,7 +26,7 @@ from dagster_graphql import DagsterGraphQLClient
 
 from resources.spark import port_open
 from tests.dev_stack import free_port, graphql, kill_stragglers
-from warehouse_assets.warm_launcher import WORKER_TAG, WarmRunLauncher
+from warehouse_assets.instance.warm_launcher import WORKER_TAG, WarmRunLauncher
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCATION = ROOT / "tests" / "warm_location.py"
@@ -34,7 +34,7 @@ RUN_TIMEOUT_S = 120  # a run of the tiny location takes a second or two; the fir
 WARM_CONFIG = """
 telemetry: {enabled: false}
 run_launcher:
-  module: warehouse_assets.warm_launcher
+  module: warehouse_assets.instance.warm_launcher
   class: WarmRunLauncher
 """
 

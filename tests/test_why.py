@@ -19,9 +19,9 @@ from dagster import AssetKey, AssetMaterialization, DagsterInstance, instance_fo
 
 from resources.delta_lake import DeltaStore
 from resources.landing import Landing
+from warehouse_assets.build.quality import Outcome, evaluation, latest_materialization, report_valid
 from warehouse_assets.catalog import Catalog, load_catalog
-from warehouse_assets.quality import Outcome, evaluation, latest_materialization, report_valid
-from warehouse_assets.why import WhyReport, explain
+from warehouse_assets.center.why import WhyReport, explain
 
 ROOT = Path(__file__).resolve().parent.parent
 DAY = "2026-03-02"
@@ -122,7 +122,7 @@ def test_the_why_command_loads_neither_pyspark_nor_the_code_location(tmp_path: P
         "from warehouse_assets.cli import main\n"
         f"status = main(['why', 'ads.daily_gmv', {DAY!r}, '--dagster-home', {str(tmp_path / 'home')!r}])\n"
         "print(json.dumps({'status': status, 'modules': sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('pyspark', 'py4j') or m in ('warehouse_assets.definitions', 'warehouse_assets.compiler'))}))\n"
+        "('pyspark', 'py4j') or m in ('warehouse_assets.definitions', 'warehouse_assets.build.compiler'))}))\n"
     )
     env = {
         **os.environ,

@@ -22,13 +22,13 @@ from sensors.landing import build_landing_sensor
 from sensors.ods_checks import build_ods_checks_sensor
 from sensors.ods_readiness import build_readiness_sensor
 from sensors.zorder import build_zorder_sensor
+from warehouse_assets.build.compiler import build_assets, build_checks
+from warehouse_assets.build.hour_checks import build_ods_checks_job
+from warehouse_assets.build.zorder import build_zorder_job
 from warehouse_assets.catalog import Catalog, load_catalog
-from warehouse_assets.compiler import build_assets, build_checks
-from warehouse_assets.maintenance import build_maintenance
-from warehouse_assets.ods import build_ingest_job
-from warehouse_assets.ods_checks import build_ods_checks_job
-from warehouse_assets.why import build_why_job
-from warehouse_assets.zorder import build_zorder_job
+from warehouse_assets.center.why import build_why_job
+from warehouse_assets.ingest.job import build_ingest_job
+from warehouse_assets.ingest.maintenance import build_maintenance
 
 # Deliberate uses of Dagster 1.13 features marked beta or preview (single-run backfill policies, partitioned
 # asset checks): the project pins Dagster, so the warning every process

@@ -35,8 +35,7 @@ from typing import Any
 from dagster import AssetKey, AssetMaterialization, AssetRecordsFilter, DagsterInstance
 
 from resources.external import Delivery, ExternalResource, ExternalSource
-from warehouse_assets.catalog import Catalog, ExternalTable, Table
-from warehouse_assets.partitions import business_zone, periods
+from warehouse_assets.catalog import Catalog, ExternalTable, Table, business_zone, periods
 
 log = logging.getLogger("warehouse.engine")
 

@@ -21,7 +21,7 @@ launching (milliseconds), and only across hosts if the webserver and the daemon 
 Configured in ``dagster_home/dagster.yaml`` with the ``QueuedRunCoordinator``'s settings::
 
     run_coordinator:
-      module: warehouse_assets.run_coordinator
+      module: warehouse_assets.instance.run_coordinator
       class: ImmediateRunCoordinator
       config: {max_concurrent_runs: 2, tag_concurrency_limits: [...]}
 """

@@ -6,9 +6,9 @@ on the partition it just wrote (read back from Delta) and on the upstream partit
 checks run in the ingestion run that reports its hours (or, as the fallback, in an ``ods_quality_checks`` run).
 Results carry the numbers behind them.
 
-Across runs the dependency center (:mod:`warehouse_assets.center`) starts a partition only when every mapped
+Across runs the dependency center (:mod:`warehouse_assets.center.resolver`) starts a partition only when every mapped
 upstream partition's blocking checks passed on its latest materialization — except for dependencies declared
-``ignore_dq: true`` (seed 002). The run guard (:mod:`warehouse_assets.gate`) refuses a failed one.
+``ignore_dq: true`` (seed 002). The run guard (:mod:`warehouse_assets.build.gate`) refuses a failed one.
 """
 
 from __future__ import annotations
@@ -26,10 +26,9 @@ from dagster import (
     DagsterInstance,
 )
 
-from warehouse_assets.catalog import Table
-from warehouse_assets.checks import PARTITION as PARTITION  # re-exported: the compiler's grouped ODS reads
-from warehouse_assets.checks import Check, Outcome, evaluate_grouped
-from warehouse_assets.partitions import BY_PERIOD
+from warehouse_assets.catalog import BY_PERIOD, Table
+from warehouse_assets.catalog.checks import PARTITION as PARTITION  # re-exported: the compiler's grouped ODS reads
+from warehouse_assets.catalog.checks import Check, Outcome, evaluate_grouped
 
 # PySpark is imported inside the functions that evaluate checks: the gates below (read by `warehouse why`) need
 # only the Dagster instance.
@@ -52,7 +51,7 @@ def check_specs(table: Table) -> list[AssetCheckSpec]:
     ]
 
 
-# --- evaluation on Spark: each kind evaluates itself (warehouse_assets.checks) -----------------------------------
+# --- evaluation on Spark: each kind evaluates itself (warehouse_assets.catalog.checks) -----------------------------------
 
 
 def evaluate(

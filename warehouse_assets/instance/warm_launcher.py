@@ -21,7 +21,7 @@ session or JVM, so that forking it is safe. Per run it forks a child that re-ope
 Configured in ``dagster_home/dagster.yaml``::
 
     run_launcher:
-      module: warehouse_assets.warm_launcher
+      module: warehouse_assets.instance.warm_launcher
       class: WarmRunLauncher
       config:
         preload_modules: [pyspark.sql, delta]
@@ -380,7 +380,7 @@ class _Zygote:
             log.exception("WarmRunLauncher: could not record the end of run worker %s (run %s)", pid, run_id)
 
 
-# -- the zygote process (`python -m warehouse_assets.warm_launcher FD`) -------------------------------------------
+# -- the zygote process (`python -m warehouse_assets.instance.warm_launcher FD`) -------------------------------------------
 
 
 def _zygote_main(answers_fd: int) -> None:

@@ -1,7 +1,7 @@
 """The engine: the dependency center's long-lived process, beside Dagster's webserver and daemon (design AD-6).
 
 Every ``poll`` seconds it brings the partition state store up to the event log (one indexed read by storage id),
-resolves what changed (:class:`warehouse_assets.center.Resolver`) and submits the runs that became possible through
+resolves what changed (:class:`warehouse_assets.center.resolver.Resolver`) and submits the runs that became possible through
 Dagster's GraphQL API, the webserver's public interface: ``launchRun`` on the implicit asset job with the table's
 asset and Dagster's partition (or partition range) tags. The runs are queued by the instance's run coordinator and
 appear in the UI like any other, tagged with the engine, their request and the change that triggered them.
@@ -32,9 +32,9 @@ from urllib.parse import urlsplit
 from dagster import AssetKey, DagsterInstance, RunsFilter
 
 from warehouse_assets.catalog import Catalog
-from warehouse_assets.center import REQUEST_TAG, Resolver, RunPlan
-from warehouse_assets.reverse_index import ReverseIndex
-from warehouse_assets.state_store import PartitionStateStore
+from warehouse_assets.center.resolver import REQUEST_TAG, Resolver, RunPlan
+from warehouse_assets.center.reverse_index import ReverseIndex
+from warehouse_assets.center.state_store import PartitionStateStore
 
 if TYPE_CHECKING:
     from dagster_graphql import DagsterGraphQLClient

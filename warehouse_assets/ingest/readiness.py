@@ -3,7 +3,7 @@
 An ODS hour H is ready once
 
 1. every shard stream of its source has been *applied* (committed in the ODS Delta table, see
-   :mod:`warehouse_assets.ingestion`) through the end of H. A stream's watermark is the end of the window of
+   :mod:`warehouse_assets.ingest.merge`) through the end of H. A stream's watermark is the end of the window of
    the last segment committed; segments are written for every window, empty when the shard was idle, so an
    idle shard still advances while a lagging one holds the hour back; and
 2. the rows ingested for H reach the table's completeness threshold (default 99.995 %) of the rows the
@@ -37,9 +37,8 @@ from dagster import AssetKey, AssetMaterialization, AssetRecordsFilter, DagsterI
 from resources.delta_lake import DeltaStore, ReadStats
 from resources.landing import Landing
 from resources.settings import DEFAULT_TIMEZONE
-from warehouse_assets.catalog import Catalog, OdsTable, Table
-from warehouse_assets.ingestion import committed_positions, ingested_counts
-from warehouse_assets.partitions import hourly
+from warehouse_assets.catalog import Catalog, OdsTable, Table, hourly
+from warehouse_assets.ingest.merge import committed_positions, ingested_counts
 
 MAX_EVENTS_PER_TICK = 500
 # How far back from the last reported hour a tick looks for late changes. The automation re-runs a day's

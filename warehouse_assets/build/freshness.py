@@ -61,10 +61,9 @@ from dagster import (
 from dagster._core.definitions.asset_checks.asset_check_evaluation import AssetCheckEvaluationTargetMaterializationData
 from dagster._core.event_api import PartitionKeyFilter
 
-from warehouse_assets.catalog import Catalog, Sla, Table
-from warehouse_assets.checks import Check
-from warehouse_assets.partitions import BY_PERIOD, business_zone
-from warehouse_assets.quality import Outcome, latest_materialization
+from warehouse_assets.build.quality import Outcome, latest_materialization
+from warehouse_assets.catalog import BY_PERIOD, Catalog, Sla, Table, business_zone
+from warehouse_assets.catalog.checks import Check
 
 
 @dataclass(frozen=True, kw_only=True)

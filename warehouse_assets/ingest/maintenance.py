@@ -1,6 +1,6 @@
 """Lake maintenance: vacuum, log checkpoints and log cleanup for every table, on a daily schedule.
 
-The tables Spark writes are vacuumed by Spark's ``VACUUM``; the ops tables (:mod:`warehouse_assets.ops_tables`),
+The tables Spark writes are vacuumed by Spark's ``VACUUM``; the ops tables (:mod:`warehouse_assets.ingest.ops_tables`),
 which delta-rs writes, by delta-rs, and they are also compacted: they grow by a small commit per batch.
 """
 
@@ -17,9 +17,8 @@ from dagster import (
 
 from resources.delta_lake import DeltaLakeResource
 from resources.spark import SparkResource
-from warehouse_assets.catalog import Catalog
-from warehouse_assets.ops_tables import OPS_TABLES
-from warehouse_assets.partitions import periods
+from warehouse_assets.catalog import Catalog, periods
+from warehouse_assets.ingest.ops_tables import OPS_TABLES
 
 
 def build_maintenance(catalog: Catalog) -> tuple[JobDefinition, ScheduleDefinition]:

@@ -1,9 +1,9 @@
 """The dependency center's resolver: from changes of partition state to the runs that became possible (design AD-6).
 
-The partition state store (:mod:`warehouse_assets.state_store`) reports each partition whose state changed (a
+The partition state store (:mod:`warehouse_assets.center.state_store`) reports each partition whose state changed (a
 materialization, a check verdict, a run started or ended). For each change, :meth:`Resolver.on_changes` finds the
-downstream partitions it can unblock through the reverse index (:mod:`warehouse_assets.reverse_index`), asks the
-gate (:func:`warehouse_assets.gate.decide`) about each on the store, and returns the ones that may run now as
+downstream partitions it can unblock through the reverse index (:mod:`warehouse_assets.center.reverse_index`), asks the
+gate (:func:`warehouse_assets.build.gate.decide`) about each on the store, and returns the ones that may run now as
 :class:`RunPlan` objects, coalesced per table into ranges of contiguous partitions in time order. The cost is the
 changes' fan-out: no catalog scan, no partition history read.
 
@@ -34,7 +34,7 @@ call, not after the whole burst; and each slice's plans can be submitted while t
 :meth:`Resolver.step` updates the store and resolves its changes; the resolver keeps the store's cursor it resolved
 through (each change up to it resolved, or its candidates in the backlog) with its requests, so after a crash between
 the store's commit and its own it resolves the partitions materialized or checked meanwhile
-(:meth:`warehouse_assets.state_store.PartitionStateStore.changes_since`). The engine (:mod:`warehouse_assets.engine`)
+(:meth:`warehouse_assets.center.state_store.PartitionStateStore.changes_since`). The engine (:mod:`warehouse_assets.center.engine`)
 steps it every round and submits the plans, which stay pending until their runs exist.
 """
 
@@ -52,12 +52,11 @@ from datetime import UTC, datetime, timedelta
 
 from dagster import AssetKey, TimeWindowPartitionsDefinition
 
-from warehouse_assets.catalog import Catalog, Dependency, Table
-from warehouse_assets.compiler import backfill_policy
-from warehouse_assets.gate import Verdict, decide
-from warehouse_assets.partitions import BY_PERIOD, UpstreamPartitions, upstream_partitions
-from warehouse_assets.reverse_index import ReverseIndex
-from warehouse_assets.state_store import Change, PartitionState, PartitionStateStore, failed_blocking_checks
+from warehouse_assets.build.compiler import backfill_policy
+from warehouse_assets.build.gate import Verdict, decide
+from warehouse_assets.catalog import BY_PERIOD, Catalog, Dependency, Table, UpstreamPartitions, upstream_partitions
+from warehouse_assets.center.reverse_index import ReverseIndex
+from warehouse_assets.center.state_store import Change, PartitionState, PartitionStateStore, failed_blocking_checks
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS center_requests (table_fqn, partition, upstream, requested_at,

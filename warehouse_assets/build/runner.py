@@ -1,9 +1,9 @@
 """The partition runtime: what a derived table's asset body and the ODS checks run, with Spark.
 
-Imported by the bodies of the assets and checks the compiler builds (:mod:`warehouse_assets.compiler`), never
+Imported by the bodies of the assets and checks the compiler builds (:mod:`warehouse_assets.build.compiler`), never
 when the code location loads: loading it imports PySpark. For each partition of the run, in time order:
 
-1. the gate (:mod:`warehouse_assets.gate`) decides whether it may run — every exact upstream partition exists,
+1. the gate (:mod:`warehouse_assets.build.gate`) decides whether it may run — every exact upstream partition exists,
    is materialized (or was written earlier in this run) and passed its blocking checks (unless the dependency
    says ``ignore_dq``); if not, the run fails with the gate's reason. Dagster drops nonexistent partitions
    silently (design §6.2), so the guard lives here;
@@ -11,7 +11,7 @@ when the code location loads: loading it imports PySpark. For each partition of 
    or Delta table through :class:`resources.external.ExternalResource` — and registered under the names its
    SQL uses;
 3. the SQL runs with Spark and overwrites exactly the partition;
-4. the table's declared checks are evaluated on the partition it wrote (:mod:`warehouse_assets.quality`).
+4. the table's declared checks are evaluated on the partition it wrote (:mod:`warehouse_assets.build.quality`).
 
 The materialization of every partition is reported first, then one check evaluation per check and partition,
 targeting that materialization; a failed blocking check fails the step (Dagster's in-run gate) and the gate
@@ -39,11 +39,8 @@ from sqlglot import exp
 
 from resources.delta_lake import DeltaStore, Predicate
 from resources.external import ExternalResource
-from warehouse_assets.catalog import Catalog, DerivedTable, Table
-from warehouse_assets.external import external_source
-from warehouse_assets.gate import InstanceStates, decide, span
-from warehouse_assets.partitions import BY_PERIOD
-from warehouse_assets.quality import (
+from warehouse_assets.build.gate import InstanceStates, decide, span
+from warehouse_assets.build.quality import (
     PARTITION,
     Outcome,
     anomaly_history_keys,
@@ -51,6 +48,8 @@ from warehouse_assets.quality import (
     evaluate_partitions,
     evaluation,
 )
+from warehouse_assets.catalog import BY_PERIOD, Catalog, DerivedTable, Table
+from warehouse_assets.ingest.deliveries import external_source
 
 
 def partition_spec(period: str, partition_key: str) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """The reverse index of the exact mappings: which downstream partitions need one upstream partition.
 
-The inverse of :func:`warehouse_assets.partitions.upstream_partitions`: given an event on an upstream
+The inverse of :func:`warehouse_assets.catalog.upstream_partitions`: given an event on an upstream
 (table, partition), :meth:`ReverseIndex.downstream_of` lists the partitions of each direct downstream table
 whose exact upstream partitions include it, across periods (hour → day → week → month roll-ups), offsets
 (T-1, T-7), sliding windows and self-dependencies, limited to partitions that exist (not before the
@@ -32,8 +32,7 @@ from datetime import UTC, datetime, timedelta
 
 from dagster import TimeWindowPartitionMapping, TimeWindowPartitionsDefinition
 
-from warehouse_assets.catalog import Catalog, Dependency
-from warehouse_assets.partitions import Periods, partition_mapping, periods
+from warehouse_assets.catalog import Catalog, Dependency, Periods, partition_mapping, periods
 
 _EXTEND_BY = timedelta(days=62)  # how far past what is asked a calendar enumerates, so that it extends rarely
 

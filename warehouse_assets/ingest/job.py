@@ -28,10 +28,10 @@ from dagster import (
 from resources.delta_lake import DeltaLakeResource, DeltaStore
 from resources.landing import Landing, LandingResource
 from resources.spark import SparkResource
+from warehouse_assets.build.hour_checks import judge_hours
 from warehouse_assets.catalog import Catalog, Table
-from warehouse_assets.ingestion import BatchReport, committed_positions, ingest_table
-from warehouse_assets.ods_checks import judge_hours
-from warehouse_assets.readiness import readiness_events, reported_ingested_rows
+from warehouse_assets.ingest.merge import BatchReport, committed_positions, ingest_table
+from warehouse_assets.ingest.readiness import readiness_events, reported_ingested_rows
 
 JOB = "ods_ingest"
 IN_FLIGHT = [

@@ -10,7 +10,7 @@ are runless materializations of their asset keys, so they are rows like any othe
 returns what changed, partition by partition: the dependency center reacts to those changes. The rows and the cursor
 are committed in one SQLite transaction, next to the instance by default (``$DAGSTER_HOME/storage/
 partition_states.db``), so a restart resumes from the cursor; :meth:`PartitionStateStore.rebuild` drops everything
-and replays the log from the start. The store is a :class:`warehouse_assets.gate.PartitionStateReader`.
+and replays the log from the start. The store is a :class:`warehouse_assets.build.gate.PartitionStateReader`.
 
 Where it differs from the instance's own view, and why:
 

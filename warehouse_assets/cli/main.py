@@ -30,7 +30,7 @@ from zoneinfo import ZoneInfo
 if TYPE_CHECKING:
     from resources.settings import Settings
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository: warehouse_assets/cli/main.py
 
 
 def _instance(dagster_home: str | None) -> Any:
@@ -59,7 +59,7 @@ def _say(message: str) -> None:
 def run_ingest(instance: Any, resources: dict[str, Any], tables: Sequence[str] = ()) -> dict[str, Any]:
     """Run the ``ods_ingest`` job in this process against ``instance``; returns its summary."""
     from warehouse_assets.catalog import load_catalog
-    from warehouse_assets.ods import build_ingest_job
+    from warehouse_assets.ingest.job import build_ingest_job
 
     result = build_ingest_job(load_catalog()).execute_in_process(
         instance=instance,
@@ -79,9 +79,8 @@ def report_ready_hours(
     """
     from dagster import AssetKey
 
-    from warehouse_assets.catalog import Catalog, load_catalog
-    from warehouse_assets.partitions import hourly
-    from warehouse_assets.readiness import readiness_events
+    from warehouse_assets.catalog import Catalog, hourly, load_catalog
+    from warehouse_assets.ingest.readiness import readiness_events
 
     catalog = load_catalog()
     store, landing = resources["lake"].store(), resources["landing"].landing()
@@ -104,7 +103,7 @@ def report_ready_hours(
 def report_external_deliveries(instance: Any, resources: dict[str, Any]) -> int:
     """Report every external partition that has arrived and is not reported yet (what their sensors do)."""
     from warehouse_assets.catalog import load_catalog
-    from warehouse_assets.external import Cursor, evaluate, external_source, last_reported, now_in_business_tz
+    from warehouse_assets.ingest.deliveries import Cursor, evaluate, external_source, last_reported, now_in_business_tz
 
     reported = 0
     for table in load_catalog().externals():
@@ -120,7 +119,7 @@ def report_external_deliveries(instance: Any, resources: dict[str, Any]) -> int:
 
 def _external_missing(catalog: Any, instance: Any, table: Any, keys: list[str]) -> dict[str, list[str]]:
     """Partition key -> external upstream partitions it needs that have not arrived, as the gate judges them."""
-    from warehouse_assets.gate import InstanceStates, decide
+    from warehouse_assets.build.gate import InstanceStates, decide
 
     states = InstanceStates(instance)
     missing: dict[str, list[str]] = {}
@@ -179,9 +178,9 @@ def materialize_range(
     ingest: bool = True,
 ) -> bool:
     """The headless path: ingest, report ready hours, then build each derived table over the range."""
+    from warehouse_assets.build.compiler import build_assets, topological
+    from warehouse_assets.build.gate import backfill_partitions, nonexistent_upstream, partitions_in_range
     from warehouse_assets.catalog import load_catalog
-    from warehouse_assets.compiler import build_assets, topological
-    from warehouse_assets.gate import backfill_partitions, nonexistent_upstream, partitions_in_range
 
     catalog = load_catalog()
     begun = time.monotonic()
@@ -265,7 +264,7 @@ def warehouse_start(env: dict[str, str], landing: Path) -> str | None:
 
     The simulated landing area records where it starts (``simulation.json``) and keeps it when it is
     extended, so the partitions start on the same day across restarts. Without a simulation and without
-    a value, the default of ``warehouse_assets.partitions`` applies (None).
+    a value, the default of ``warehouse_assets.catalog`` applies (None).
     """
     from simulator.cdc import read_simulation
 
@@ -357,8 +356,8 @@ def run_engine(args: argparse.Namespace) -> int:
 
     from resources.external import ExternalResource
     from warehouse_assets.catalog import load_catalog
-    from warehouse_assets.engine import Engine, GraphQLSubmitter
-    from warehouse_assets.external import ExternalWatcher, now_in_business_tz
+    from warehouse_assets.center.engine import Engine, GraphQLSubmitter
+    from warehouse_assets.ingest.deliveries import ExternalWatcher, now_in_business_tz
 
     settings = _settings(os.environ)
     # the engine's own lines only: Dagster's storage layers log every schema check at INFO
@@ -437,8 +436,8 @@ def run_spark_server(args: argparse.Namespace) -> int:
 
 def run_capture(args: argparse.Namespace) -> int:
     from resources.landing import Landing
-    from warehouse_assets import capture
     from warehouse_assets.catalog import load_catalog
+    from warehouse_assets.ingest import capture
 
     settings = _settings(os.environ)
     url = args.source or settings.capture_source
@@ -544,7 +543,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the catalog alone, not the code location (warehouse_assets.definitions): building every asset, check
         # and sensor took seconds, and `why` needs only the tables, their windows and the instance's state
         from warehouse_assets.catalog import load_catalog
-        from warehouse_assets.why import explain
+        from warehouse_assets.center.why import explain
 
         try:
             report = explain(

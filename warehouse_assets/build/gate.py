@@ -1,6 +1,6 @@
 """The one gate: may partition P of a table run now, and if not, why?
 
-Built on the exact upstream partitions (:func:`warehouse_assets.partitions.upstream_partitions`, never Dagster's
+Built on the exact upstream partitions (:func:`warehouse_assets.catalog.upstream_partitions`, never Dagster's
 clamped mappings): for each dependency of P, every upstream partition P needs is judged
 
 * ``does not exist`` — before the upstream's first partition or in the future: P cannot run now (and a window
@@ -13,9 +13,9 @@ clamped mappings): for each dependency of P, every upstream partition P needs is
 
 P may run when every upstream partition is ``ok``. The gate reads partition state through
 :class:`PartitionStateReader` only; callers supply the state they trust: the run guard
-(:mod:`warehouse_assets.runtime`) the instance's materializations plus what its own run wrote, ``warehouse why``
-(:mod:`warehouse_assets.why`) the instance's partition statuses, the headless path
-(:mod:`warehouse_assets.cli`) the instance, the dependency center (:mod:`warehouse_assets.center`) its partition
+(:mod:`warehouse_assets.build.runner`) the instance's materializations plus what its own run wrote, ``warehouse why``
+(:mod:`warehouse_assets.center.why`) the instance's partition statuses, the headless path
+(:mod:`warehouse_assets.cli`) the instance, the dependency center (:mod:`warehouse_assets.center.resolver`) its partition
 state store; the backfill plan (:func:`backfill_partitions`)
 asks it over a range.
 """
@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from dagster import AssetKey, DagsterInstance
 
-from warehouse_assets.partitions import BY_PERIOD, UpstreamPartitions, upstream_partitions
-from warehouse_assets.quality import failed_blocking_checks
+from warehouse_assets.build.quality import failed_blocking_checks
+from warehouse_assets.catalog import BY_PERIOD, UpstreamPartitions, upstream_partitions
 
 if TYPE_CHECKING:
     from warehouse_assets.catalog import Catalog, Dependency, Table

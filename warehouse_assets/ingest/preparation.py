@@ -22,7 +22,7 @@ record (a row image of a DML message, or a whole line that cannot be applied or 
 * of the valid changes of one key, the newest (binlog time, then position) is ``ok``, the others ``superseded``;
   ``_moved_from`` lists every partition time the key had in the batch, so the merge can retire it elsewhere.
 
-The in-process engine reproduces Spark's reading of the JSON (``warehouse_assets/spark_casts.py``) and hashes
+The in-process engine reproduces Spark's reading of the JSON (``warehouse_assets/ingest/casts.py``) and hashes
 the same bytes, so a change hashed by either engine is recognised by the other (``tests/test_preparation.py``
 compares both engines column by column on the simulator's nasty cases). Known differences, all outside what
 Canal writes: Spark's JSON reader also accepts single-quoted strings and keeps the other fields of a message
@@ -50,7 +50,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from warehouse_assets.catalog import OdsTable, Table
-from warehouse_assets.spark_casts import (
+from warehouse_assets.ingest.casts import (
     UTC_MICROS,
     arrow_type,
     cast_strings,

@@ -5,7 +5,7 @@ ODS hour whose shard is behind or rows are missing, an external delivery not arr
 a partition that does not exist (before the warehouse start, or in the future), or a derived partition whose
 own upstream is all ready but that has not run (or whose run failed).
 
-The walk rests on the gate (:mod:`warehouse_assets.gate`, "may P run now, and if not why?"), which judges the
+The walk rests on the gate (:mod:`warehouse_assets.build.gate`, "may P run now, and if not why?"), which judges the
 exact upstream partitions of each partition on the chain, and on one question asked per partition,
 :meth:`PartitionStates.states` ("is P itself ready, and if not why?"), which is also what the gate reads. It reads
 the catalog, the dependency center's partition state store for the partitions on the chain only (the engine's view,
@@ -35,12 +35,20 @@ from dagster import (
 from resources.delta_lake import DeltaLakeResource, DeltaStore
 from resources.external import ExternalResource
 from resources.landing import Landing, LandingResource
-from warehouse_assets.catalog import Catalog, Dependency, OdsTable, Table
-from warehouse_assets.external import external_source
-from warehouse_assets.gate import CHECK_FAILED, IN_PROGRESS, NONEXISTENT, Verdict, decide
-from warehouse_assets.partitions import BY_PERIOD, START, UpstreamPartitions, upstream_partitions
-from warehouse_assets.readiness import Readiness, shard_state, with_counts
-from warehouse_assets.state_store import PartitionState, PartitionStateStore, StateView
+from warehouse_assets.build.gate import CHECK_FAILED, IN_PROGRESS, NONEXISTENT, Verdict, decide
+from warehouse_assets.catalog import (
+    BY_PERIOD,
+    START,
+    Catalog,
+    Dependency,
+    OdsTable,
+    Table,
+    UpstreamPartitions,
+    upstream_partitions,
+)
+from warehouse_assets.center.state_store import PartitionState, PartitionStateStore, StateView
+from warehouse_assets.ingest.deliveries import external_source
+from warehouse_assets.ingest.readiness import Readiness, shard_state, with_counts
 
 READY = "materialized"
 ROOT_CAUSES_SHOWN = 3  # per table and state: a day behind a lagging shard has up to 24 hours with one reason
@@ -105,7 +113,7 @@ def _status(state: PartitionState) -> str:
 class PartitionStates:
     """The state of any partition of the catalog, and why it is not ready, read once per partition.
 
-    Run states and check verdicts are read from the partition state store (:mod:`warehouse_assets.state_store`,
+    Run states and check verdicts are read from the partition state store (:mod:`warehouse_assets.center.state_store`,
     the engine's, with the events it has not applied yet) per table for the partitions asked about (a
     self-dependent table's back to its first partition), an ODS table's readiness (watermarks, counts) once per
     table.

@@ -2,7 +2,7 @@
 its description (shown in the UI), its validation against its table and its evaluation on Spark.
 
 ``CHECK_KINDS`` is the one table of kinds: the catalog parses ``checks:`` through it, and
-:mod:`warehouse_assets.quality` describes and evaluates each check through the check's own methods.
+:mod:`warehouse_assets.build.quality` describes and evaluates each check through the check's own methods.
 PySpark is imported inside the evaluating methods: the catalog (read by ``warehouse why``) needs none of it.
 """
 
@@ -12,7 +12,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, TypeGuard
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeGuard
 
 from dagster import MetadataValue
 
@@ -20,10 +20,25 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import Column, DataFrame
 
-    from warehouse_assets.catalog import Table
-
 PARTITION = "__partition"  # the column carrying each row's partition key in evaluate_partitions
 _METRIC = re.compile(r"^(?:rows|count\(\*\)|(?P<fn>sum|avg|min|max)\((?P<col>[A-Za-z_][A-Za-z0-9_]*)\))$")
+
+
+class Table(Protocol):
+    """What a check reads of the table it guards: the catalog's tables hold checks, so checks name no table class."""
+
+    @property
+    def fqn(self) -> str: ...
+    @property
+    def period(self) -> str: ...
+    @property
+    def primary_key(self) -> tuple[str, ...]: ...
+    @property
+    def partition_by(self) -> list[str]: ...
+    @property
+    def is_ods(self) -> bool: ...
+    @property
+    def deps(self) -> Sequence[Any]: ...
 
 
 class CheckSpecError(ValueError):
@@ -602,7 +617,7 @@ class Anomaly(Check):
 
     def history_keys(self, table: Table, partition: str) -> list[str]:
         """The ``periods`` partition keys before ``partition`` (the trailing window)."""
-        from warehouse_assets.partitions import BY_PERIOD
+        from warehouse_assets.catalog.calendars import BY_PERIOD
 
         pdef = BY_PERIOD[table.period]
         keys: list[str] = []

@@ -1,6 +1,6 @@
 """The warehouse catalog: every table declared once, beside its body (design AD-3).
 
-Two kinds of declaration live under ``warehouse_assets/tables/<layer>/``:
+Two kinds of declaration live under ``warehouse_assets/catalog/tables/<layer>/``:
 
 * ``<name>.yaml`` for ODS tables fed by CDC: the source database and shard tables, the columns with their
   types, the primary key and the column whose local hour partitions the table;
@@ -32,13 +32,13 @@ per-partition Dagster asset check, blocking unless it says ``blocking: false``::
 Freshness SLAs (``sla:``) say by when a partition must be materialized, after its window ends:
 ``sla: {within: 1h, grace: 15m}`` (ODS hours) or ``sla: {deadline: "09:00"}`` (by 09:00 the next morning,
 local time, for daily tables). Each becomes a non-blocking per-partition ``freshness`` check that the
-``freshness_slas`` sensor evaluates once the partition's deadline passes (:mod:`warehouse_assets.freshness`).
+``freshness_slas`` sensor evaluates once the partition's deadline passes (:mod:`warehouse_assets.build.freshness`).
 ODS tables also set the completeness threshold of their readiness:
 ``completeness: {threshold: 0.99995}``.
 Each kind of table is its own typed model, validated by pydantic as it is built (also by
 ``dataclasses.replace``): :class:`OdsTable`, :class:`DerivedTable` and :class:`ExternalTable` on the common
 :class:`Table`; a kind's own fields are required on it and absent from the others. Each check kind is one
-class of :mod:`warehouse_assets.checks`.
+class of :mod:`warehouse_assets.catalog.checks`.
 A table that reads itself needs a negative offset (``{set: [-1]}``, self T-1) and declares its
 output ``columns`` (its first partition reads an empty T-1 of that shape); any other cycle is an error.
 """
@@ -50,28 +50,20 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass as plain_dataclass
 from dataclasses import field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import sqlglot
-import yaml
-from pydantic import InstanceOf, ValidationError, field_validator, model_validator
+from pydantic import InstanceOf, field_validator, model_validator
 from pydantic.dataclasses import dataclass
-from sqlglot import exp
 
-from warehouse_assets.checks import Check, CheckSpecError, parse_checks
-from warehouse_assets.partitions import BY_PERIOD, PARTITION_COLUMNS
+from warehouse_assets.catalog.calendars import PARTITION_COLUMNS
+from warehouse_assets.catalog.checks import Check, parse_checks
 
-TABLES_DIR = Path(__file__).parent / "tables"
 LAYERS = ("ext", "ods", "dwd", "dws", "ads")
 EXTERNAL_FORMATS = ("csv_files", "delta")
 PERIOD_ORDER = {"hourly": 0, "daily": 1, "weekly": 2, "monthly": 3}
 SPARK_TYPES = {"bigint", "int", "tinyint", "smallint", "string", "timestamp", "date", "double", "boolean"}
 DEFAULT_COMPLETENESS = 0.99995
 _DECIMAL = re.compile(r"^decimal\(\d+,\s*\d+\)$")
-# libyaml's safe loader (in PyYAML's wheels) parses ~10x faster than the pure-Python one: at 10,000 declarations
-# that is most of the catalog's load time
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_HEADER = re.compile(r"^\s*/\*\s*---\s*\n(?P<yaml>.*?)\n\s*---\s*\*/", re.DOTALL)
 _DURATION = re.compile(r"^(?P<n>\d+)\s*(?P<unit>[mhd])$")
 _CLOCK = re.compile(r"^(?P<h>[01]?\d|2[0-3]):(?P<m>[0-5]\d)$")
 
@@ -409,206 +401,3 @@ class Catalog:
 
     def derived(self) -> list[DerivedTable]:
         return [t for t in self.tables.values() if isinstance(t, DerivedTable)]
-
-
-# --- loading the declarations -----------------------------------------------------------------------------------
-
-_T = TypeVar("_T", bound=Table)
-# the declaration's wording of a field, for pydantic's own errors (a missing field, a wrong type)
-_DECLARED_AS = {
-    "source_database": "source.database",
-    "source_tables": "source.tables",
-    "heartbeat_idle_grace_minutes": "idle_proof.heartbeat_grace_minutes",
-    "completeness_threshold": "completeness.threshold",
-}
-
-
-def _fail(path: Path, message: str) -> CatalogError:
-    return CatalogError(f"{path}: {message}")
-
-
-def _build(kind: type[_T], path: Path, fields: Mapping[str, Any]) -> _T:
-    """The typed table of ``kind``, or a :class:`CatalogError` naming the file and what is wrong."""
-    try:
-        return kind(path=path, **fields)
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        if error["type"] == "value_error":
-            raise _fail(path, str(error["ctx"]["error"])) from None
-        where = ".".join(_DECLARED_AS.get(str(part), str(part)) for part in error["loc"])
-        raise _fail(path, f"{where}: {error['msg']}, got {error.get('input')!r}") from None
-    except (CheckSpecError, ValueError) as exc:  # raised outside pydantic's validators
-        raise _fail(path, str(exc)) from None
-
-
-def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        header = yaml.load(path.read_text(), Loader=_YAML_LOADER) or {}
-    except yaml.YAMLError as exc:
-        raise _fail(path, f"invalid YAML: {exc}") from exc
-    if not isinstance(header, dict):
-        raise _fail(path, "the declaration must be a YAML mapping")
-    return header
-
-
-def _header(path: Path, text: str) -> tuple[dict[str, Any], str]:
-    match = _HEADER.match(text)
-    if not match:
-        raise _fail(path, "missing the /* --- yaml --- */ header with table, period and description")
-    try:
-        header = yaml.load(match.group("yaml"), Loader=_YAML_LOADER) or {}
-    except yaml.YAMLError as exc:
-        raise _fail(path, f"invalid YAML header: {exc}") from exc
-    if not isinstance(header, dict):
-        raise _fail(path, "the header must be a YAML mapping")
-    return header, text[match.end() :].strip()
-
-
-def _identity(header: Mapping[str, Any], path: Path) -> dict[str, Any]:
-    """``table: layer.name`` and ``period``, and the fields every kind shares."""
-    fqn = header.get("table")
-    if not isinstance(fqn, str) or fqn.count(".") != 1:
-        raise _fail(path, f"'table' must be layer.name, got {fqn!r}")
-    layer, name = fqn.split(".")
-    if layer not in LAYERS:
-        raise _fail(path, f"unknown layer {layer!r} (expected one of {', '.join(LAYERS)})")
-    if path.parent.name != layer or path.stem != name:
-        raise _fail(path, f"table {fqn} must live in tables/{layer}/{name}{path.suffix}")
-    period = header.get("period")
-    if period not in BY_PERIOD:
-        raise _fail(path, f"period must be one of {', '.join(BY_PERIOD)}, got {period!r}")
-    shared = ("primary_key", "description", "owner", "zorder", "columns", "checks", "sla")
-    return {"layer": layer, "name": name, "period": period} | {k: header[k] for k in shared if k in header}
-
-
-def referenced_tables(sql: str) -> set[str]:
-    """The ``layer.table`` names a SQL body reads (CTE names excluded)."""
-    tree = sqlglot.parse_one(sql, read="spark")
-    ctes = {cte.alias_or_name for cte in tree.find_all(exp.CTE)}
-    found = set()
-    for table in tree.find_all(exp.Table):
-        if table.name in ctes and not table.db:
-            continue
-        if table.db:
-            found.add(f"{table.db}.{table.name}")
-        else:
-            found.add(table.name)
-    return found
-
-
-def _load_sql(path: Path) -> DerivedTable:
-    header, body = _header(path, path.read_text())
-    fields = _identity(header, path)
-    if fields["layer"] == "ext":
-        raise _fail(path, "external tables are declared in YAML (tables/ext/<name>.yaml); nothing here computes them")
-    if not body:
-        raise _fail(path, "the SQL body is empty")
-    try:
-        reads = referenced_tables(body)
-    except sqlglot.errors.ParseError as exc:
-        raise _fail(path, f"the SQL does not parse: {exc}") from exc
-    declared = header.get("depends_on") or {}
-    if not isinstance(declared, Mapping):
-        raise _fail(path, "depends_on must map layer.table to its offsets")
-    for dep in declared:
-        if dep not in reads:
-            raise _fail(path, f"{header['table']} declares a dependency on {dep} that its SQL never reads")
-    try:
-        deps = tuple(Dependency.parse(dep, declared.get(dep)) for dep in sorted(reads))
-    except ValueError as exc:
-        raise _fail(path, str(exc)) from None
-    return _build(DerivedTable, path, fields | {"deps": deps, "sql": body})
-
-
-def _load_ods(path: Path) -> OdsTable:
-    header = _read_yaml(path)
-    fields = _identity(header, path)
-    source = header.get("source") or {}
-    if not isinstance(source, Mapping) or not source.get("database") or not source.get("tables"):
-        raise _fail(path, "source needs database and tables (a regular expression of the shard tables)")
-    fields |= {
-        "source_database": str(source["database"]),
-        "source_tables": str(source["tables"]),
-        "partition_time": str(header.get("partition_time")),
-    }
-    idle_proof = header.get("idle_proof") or {}
-    if isinstance(idle_proof, Mapping) and idle_proof.get("heartbeat_grace_minutes") is not None:
-        fields["heartbeat_idle_grace_minutes"] = idle_proof["heartbeat_grace_minutes"]
-    completeness = header.get("completeness") or {}
-    fields["completeness_threshold"] = (
-        completeness.get("threshold", DEFAULT_COMPLETENESS) if isinstance(completeness, Mapping) else None
-    )
-    # its checks are evaluated in batches by the ods_quality_checks sensor (sensors/ods_checks.py)
-    return _build(OdsTable, path, fields)
-
-
-def _load_external(path: Path) -> ExternalTable:
-    header = _read_yaml(path)
-    return _build(ExternalTable, path, _identity(header, path) | {"external": header.get("external")})
-
-
-def load_catalog(root: Path = TABLES_DIR) -> Catalog:
-    """Load and validate every declaration under ``root``."""
-    catalog = Catalog()
-    for path in sorted([*root.glob("*/*.sql"), *root.glob("*/*.yaml")]):
-        table: Table
-        if path.suffix == ".sql":
-            table = _load_sql(path)
-        elif path.parent.name == "ext":
-            table = _load_external(path)
-        else:
-            table = _load_ods(path)
-        if table.fqn in catalog.tables:
-            raise _fail(path, f"{table.fqn} is declared twice (also in {catalog.tables[table.fqn].path})")
-        catalog.tables[table.fqn] = table
-    _validate_graph(catalog)
-    return catalog
-
-
-def _validate_graph(catalog: Catalog) -> None:
-    for table in catalog:
-        for check in table.checks:
-            problem = check.problem_in(table)
-            if problem:
-                raise _fail(table.path, problem)
-    for derived in catalog.derived():
-        for dep in derived.deps:
-            if dep.table not in catalog.tables:
-                raise _fail(derived.path, f"{derived.fqn} reads {dep.table}, which is not in the catalog")
-            upstream = catalog.tables[dep.table]
-            if PERIOD_ORDER[upstream.period] > PERIOD_ORDER[derived.period]:
-                raise _fail(
-                    derived.path,
-                    f"{derived.fqn} ({derived.period}) cannot depend on the coarser {dep.table} ({upstream.period})",
-                )
-            crosses = upstream.period != derived.period and dep.start_offset is not None
-            if crosses and not _covers_whole_period(derived.period, upstream.period, dep):
-                raise _fail(
-                    derived.path,
-                    f"{derived.fqn}: offsets across periods must cover the whole {derived.period} period of"
-                    f" {dep.table} (range: [0, 23] for a day's hours, [0, 6] for a week's days; omit the offsets"
-                    f" for the default roll-up, e.g. a month on its days)",
-                )
-    # cycles (a self-dependency is declared explicitly and excluded here)
-    state: dict[str, int] = {}
-
-    def visit(fqn: str, trail: list[str]) -> None:
-        if state.get(fqn) == 2:
-            return
-        if state.get(fqn) == 1:
-            cycle = " -> ".join([*trail[trail.index(fqn) :], fqn])
-            raise _fail(catalog.tables[fqn].path, f"dependency cycle: {cycle}")
-        state[fqn] = 1
-        for dep in catalog.tables[fqn].deps:
-            if dep.table != fqn:
-                visit(dep.table, [*trail, fqn])
-        state[fqn] = 2
-
-    for fqn in catalog.tables:
-        visit(fqn, [])
-
-
-def _covers_whole_period(child: str, parent: str, dep: Dependency) -> bool:
-    """``range: [0, 23]`` of hours under a day (or [0, 6] days under a week) is the default roll-up."""
-    span = {("daily", "hourly"): 23, ("weekly", "daily"): 6}.get((child, parent))
-    return span is not None and dep.start_offset == 0 and dep.end_offset == span

@@ -1,7 +1,7 @@
 """The ``ods_quality_checks`` job: the declared checks of many ODS hours evaluated in one run.
 
 The ingestion run that makes hours ready judges them itself (:func:`judge_hours`, from
-:mod:`warehouse_assets.ods`), so a handoff pays no second launch. This job is the fallback: launched by the
+:mod:`warehouse_assets.ingest.job`), so a handoff pays no second launch. This job is the fallback: launched by the
 ``ods_quality_checks`` sensor (sensors/ods_checks.py) for every reported hour still without verdicts (reported by
 the readiness sensor, or an ingestion run that failed before judging), or by hand with ``hours`` in its config.
 Either records one ``AssetCheckEvaluation`` per check and hour, with the numbers behind it, targeting the
@@ -25,9 +25,8 @@ from dagster import (
 
 from resources.delta_lake import DeltaLakeResource, DeltaStore
 from resources.spark import SparkResource
-from warehouse_assets.catalog import Catalog, Table
-from warehouse_assets.partitions import BY_PERIOD
-from warehouse_assets.quality import evaluation, latest_materialization
+from warehouse_assets.build.quality import evaluation, latest_materialization
+from warehouse_assets.catalog import BY_PERIOD, Catalog, Table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -49,7 +48,7 @@ def judge_hours(
     """Evaluates ``table``'s checks on the reported hours ``keys`` in one grouped Spark pass per check and logs
     one verdict per check and hour in the run (``ods_quality_checks``, or the ingestion run that made the hours
     ready); returns (evaluations, failed)."""
-    from warehouse_assets.runtime import check_ods_hours  # the run imports PySpark; compiling does not
+    from warehouse_assets.build.runner import check_ods_hours  # the run imports PySpark; compiling does not
 
     keys = sorted(set(keys))
     if not keys:

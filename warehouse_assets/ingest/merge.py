@@ -5,7 +5,7 @@ For one ODS table, each batch:
 1. takes the next segments of every shard stream after the position committed with the table (the batch
    number its last merge committed as Delta app transaction ``ingest:<table>``, whose per-stream positions
    ``ops.ingestion_positions`` journals), never past a gap;
-2. the batch is prepared (``warehouse_assets/preparation.py``: in the run's process up to
+2. the batch is prepared (``warehouse_assets/ingest/preparation.py``: in the run's process up to
    ``IN_PROCESS_MAX_BYTES`` of lines, on Spark above): the Canal JSON is parsed, the row images typed by the
    catalog's columns and validated, re-sent changes dropped (same content: in this batch, or recorded in
    ``ops.ingested_changes`` by an earlier one) and the newest change per primary key kept (binlog time, then
@@ -37,17 +37,16 @@ import pyarrow.compute as pc
 
 from resources.delta_lake import DeltaStore, MergeResult, ReadStats, normalize_arrow_schema, spark_type
 from resources.landing import Landing, Segment, read_lines
-from warehouse_assets.catalog import OdsTable, Table
-from warehouse_assets.ops_tables import (
+from warehouse_assets.catalog import OdsTable, Table, periods
+from warehouse_assets.ingest.casts import UTC_MICROS, arrow_type
+from warehouse_assets.ingest.ops_tables import (
     INGESTED_CHANGES,
     INGESTED_COUNTS,
     INGESTION_POSITIONS,
     QUARANTINE,
     OpsTable,
 )
-from warehouse_assets.partitions import periods
-from warehouse_assets.preparation import HOUR_MS, Engine, classified_schema, local_hour, preparation
-from warehouse_assets.spark_casts import UTC_MICROS, arrow_type
+from warehouse_assets.ingest.preparation import HOUR_MS, Engine, classified_schema, local_hour, preparation
 
 # PySpark is imported inside the functions that compute: readiness and `warehouse why` read the ingestion state
 # (positions, counts) through this module without loading it.
@@ -410,7 +409,7 @@ def prepare_changes(
     tz: str,
     engine: Engine = "auto",
 ) -> PreparedBatch:
-    """Parse, validate, type, dedupe and classify a batch's lines (see ``warehouse_assets/preparation.py``),
+    """Parse, validate, type, dedupe and classify a batch's lines (see ``warehouse_assets/ingest/preparation.py``),
     against the changes earlier batches of ``streams`` took in; ``tz``: the local time of partitions, hours and
     the Canal row images' datetimes."""
     prep = preparation(spark, table, lines, tz, engine)

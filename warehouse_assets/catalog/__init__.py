@@ -1,0 +1,79 @@
+"""What the warehouse is: the tables (typed models, loaded from ``tables/<layer>/``), the periods' calendars,
+the exact partition mappings between tables and the data-quality check declarations.
+
+Import from here (``from warehouse_assets.catalog import Table``) however the modules below split.
+"""
+
+from typing import Any
+
+from warehouse_assets.catalog import calendars
+from warehouse_assets.catalog.calendars import (
+    BY_PERIOD,
+    PARTITION_COLUMNS,
+    Periods,
+    business_zone,
+    first_monday,
+    first_month,
+    periods,
+)
+from warehouse_assets.catalog.checks import CHECK_KINDS, Check, CheckSpecError, Outcome, parse_checks
+from warehouse_assets.catalog.loader import TABLES_DIR, load_catalog, referenced_tables
+from warehouse_assets.catalog.mappings import (
+    MappedPartitions,
+    UpstreamPartitions,
+    mapped_upstream,
+    partition_mapping,
+    upstream_partitions,
+)
+from warehouse_assets.catalog.model import (
+    LAYERS,
+    PERIOD_ORDER,
+    Catalog,
+    CatalogError,
+    Dependency,
+    DerivedTable,
+    External,
+    ExternalTable,
+    OdsTable,
+    Sla,
+    Table,
+)
+
+__all__ = [
+    "BY_PERIOD",
+    "CHECK_KINDS",
+    "LAYERS",
+    "PARTITION_COLUMNS",
+    "PERIOD_ORDER",
+    "TABLES_DIR",
+    "Catalog",
+    "CatalogError",
+    "Check",
+    "CheckSpecError",
+    "Dependency",
+    "DerivedTable",
+    "External",
+    "ExternalTable",
+    "MappedPartitions",
+    "OdsTable",
+    "Outcome",
+    "Periods",
+    "Sla",
+    "Table",
+    "UpstreamPartitions",
+    "business_zone",
+    "first_monday",
+    "first_month",
+    "load_catalog",
+    "mapped_upstream",
+    "parse_checks",
+    "partition_mapping",
+    "periods",
+    "referenced_tables",
+    "upstream_partitions",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # the current process's definitions (``hourly``, ``START`` ...) follow the settings: resolved when used
+    return getattr(calendars, name)
