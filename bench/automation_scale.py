@@ -1,9 +1,9 @@
-"""Benchmark: the dependency center at 1,000, 10,000 and 80,000 tables (issue 12, point 5).
+"""Benchmark: the dependency center at 1,000, 10,000 and 80,000 tables.
 
-The product resolves partitions with the dependency center (design AD-6), not with Dagster's automation sensor:
-the partition state store reads Dagster's event log by storage-id cursor (``warehouse_assets/center/state_store.py``) and
-the resolver finds, through the reverse index, the downstream partitions each change can unblock and asks the gate
-about them (``warehouse_assets/center/resolver.py``). This bench measures that path on synthetic catalogs, each N in a fresh
+The product resolves partitions with the dependency center, not with Dagster's automation sensor: the partition state
+store reads Dagster's event log by storage-id cursor (``warehouse_assets/center/state_store.py``) and the resolver
+finds, through the reverse index, the downstream partitions each change can unblock and asks the gate about them
+(``warehouse_assets/center/resolver.py``). This bench measures that path on synthetic catalogs, each N in a fresh
 process so that its peak memory is its own:
 
 * **load**: ``load_catalog`` of the N declaration files, then the code location's own assembly,
@@ -71,7 +71,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from warehouse_assets.catalog import START, periods  # noqa: E402
+from warehouse_assets.build.compiler import max_partitions_per_run
+from warehouse_assets.catalog import START, periods
 
 PERIODS = ("hourly", "daily", "weekly", "monthly")
 PERIOD_WEIGHTS = (0.12, 0.60, 0.15, 0.13)
@@ -500,7 +501,7 @@ def child_main(args: argparse.Namespace) -> None:
             rows = seed_history(store, catalog, calendars, day_start, args.history_days)
             emit({"step": "history", "rows": rows, "history_s": round(time.perf_counter() - started, 3)})
 
-            resolver = Resolver(catalog, index, store)
+            resolver = Resolver(catalog, index, store, max_partitions_per_run)
             started = time.perf_counter()
             resolver.prepare(day)  # as the engine does before its first round
             gc.freeze()  # as the engine does: what lives as long as it stays out of the collector's full passes

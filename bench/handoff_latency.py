@@ -56,7 +56,7 @@ from zoneinfo import ZoneInfo
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from resources.settings import Settings  # noqa: E402
+from resources.settings import Settings
 
 TZ = ZoneInfo(Settings.from_env().timezone)  # the warehouse started below inherits this environment
 ROI = ["ads", "marketing_roi"]

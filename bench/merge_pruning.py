@@ -1,4 +1,4 @@
-"""Benchmark: ODS merge-into with and without partition pruning (seed 001's DPP, design AD-1).
+"""Benchmark: ODS merge-into with and without partition pruning (dynamic partition pruning).
 
 Builds ODS ``order``-like Delta tables (default 20M rows created over 180 days) in the product's ODS layout:
 partitioned by the local day and hour of ``create_time`` (``dt``, ``hh``, as ``ods.order``), one file per hour as
@@ -48,19 +48,19 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from resources.delta_lake import DeltaStore, MergeResult  # noqa: E402
-from resources.landing import Landing, Segment, read_lines  # noqa: E402
-from resources.spark import engine_label, get_session  # noqa: E402
-from simulator.cdc import LOGICAL_TABLES  # noqa: E402
-from warehouse_assets.catalog import START, Table, load_catalog, periods  # noqa: E402  # noqa: E402
-from warehouse_assets.ingest.merge import (  # noqa: E402
+from resources.delta_lake import DeltaStore, MergeResult
+from resources.landing import Landing, Segment, read_lines
+from resources.spark import engine_label, get_session
+from simulator.cdc import LOGICAL_TABLES
+from warehouse_assets.catalog import START, Table, load_catalog, periods  # noqa: E402
+from warehouse_assets.ingest.merge import (
     PreparedBatch,
     ods_arrow_schema,
     position_app_id,
     prepare_changes,
     record_batch,
 )
-from warehouse_assets.ingest.preparation import Engine  # noqa: E402
+from warehouse_assets.ingest.preparation import Engine
 
 KEY = ("ods", "order")
 SHARDS = 8

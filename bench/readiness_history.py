@@ -1,4 +1,4 @@
-"""Benchmark: one readiness tick at 30 and at 300 days of ingestion history (issue 11, point 2).
+"""Benchmark: one readiness tick at 30 and at 300 days of ingestion history.
 
 Builds, per history length, the state a readiness tick reads: ``ods.order`` with two shard streams (one
 segment per shard and day, its position committed in the ODS table), the source's counts per hour and
@@ -28,17 +28,17 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from resources.delta_lake import DeltaStore  # noqa: E402
-from resources.landing import Landing  # noqa: E402
-from warehouse_assets.catalog import (  # noqa: E402
+from resources.delta_lake import DeltaStore
+from resources.landing import Landing
+from warehouse_assets.catalog import (
     Catalog,
     Table,
-    hourly,  # noqa: E402
+    hourly,
     load_catalog,
 )
-from warehouse_assets.ingest.merge import counts_app_id, ensure_ods_table, journal_positions  # noqa: E402
-from warehouse_assets.ingest.ops_tables import INGESTED_COUNTS  # noqa: E402
-from warehouse_assets.ingest.readiness import hour_key, readiness_events  # noqa: E402
+from warehouse_assets.ingest.merge import counts_app_id, ensure_ods_table, journal_positions
+from warehouse_assets.ingest.ops_tables import INGESTED_COUNTS
+from warehouse_assets.ingest.readiness import hour_key, readiness_events
 
 END = datetime(2026, 11, 1, tzinfo=ZoneInfo(hourly.timezone))
 STREAMS = ("edu_trade.order_00", "edu_trade.order_01")

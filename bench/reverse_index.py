@@ -1,4 +1,4 @@
-"""Benchmark: the reverse index of the exact mappings at 1,000 and 10,000 tables (issue 12, point 2).
+"""Benchmark: the reverse index of the exact mappings at 1,000 and 10,000 tables.
 
 For each N it writes ``bench/automation_scale.py``'s synthetic catalog of N tables (same generator, same
 seed), loads it (``load_catalog``), builds ``ReverseIndex.build`` on it, then times ``downstream_of`` for
@@ -26,15 +26,15 @@ for path in (ROOT, ROOT / "bench"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-from automation_scale import generate_catalog  # noqa: E402
+from automation_scale import generate_catalog
 
-from warehouse_assets.catalog import (  # noqa: E402
+from warehouse_assets.catalog import (
     BY_PERIOD,
     START,
-    load_catalog,  # noqa: E402
+    load_catalog,
     periods,
 )
-from warehouse_assets.center.reverse_index import ReverseIndex  # noqa: E402
+from warehouse_assets.center.reverse_index import ReverseIndex
 
 
 def percentile(sorted_values: list[float], q: float) -> float:

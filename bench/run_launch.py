@@ -18,7 +18,7 @@ after the first run and after the last: over hundreds of runs (``--runs 300``) t
     .venv/bin/python bench/run_launch.py [--runs 30] [--default-runs 30] [--dequeue 1]
 
 Last line: ``RESULT launch_p50= launch_p90= default_p90= rss_mb= webserver_rss_mb=`` (product pass, run created →
-first step, seconds; RSS after the last run). Target (issue 13): launch_p90 ≤ 1 s.
+first step, seconds; RSS after the last run). Target: launch_p90 ≤ 1 s.
 """
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dagster import DagsterInstance, DagsterRun  # noqa: E402
-from dagster_graphql import DagsterGraphQLClient  # noqa: E402
+from dagster import DagsterInstance, DagsterRun
+from dagster_graphql import DagsterGraphQLClient
 
-from resources.spark import port_open  # noqa: E402
-from tests.dev_stack import free_port, kill_stragglers  # noqa: E402
+from resources.spark import port_open
+from tests.dev_stack import free_port, kill_stragglers
 
 WARM = """
 run_launcher:
@@ -123,7 +123,9 @@ def cpu_seconds(pid: int) -> float:
 
 
 def zygote(home: Path) -> int | None:
-    return next((pid for pid, cmd in processes_of(home).items() if "warehouse_assets.instance.warm_launcher" in cmd), None)
+    return next(
+        (pid for pid, cmd in processes_of(home).items() if "warehouse_assets.instance.warm_launcher" in cmd), None
+    )
 
 
 def daemon(home: Path) -> int | None:

@@ -11,7 +11,7 @@ engine has not applied yet (``--tail``), which the view applies in memory.
     .venv/bin/python bench/why_latency.py [--days 60] [--repeat 20] [--tail 300]
 
 Last line: ``RESULT why_p50_ms= why_p90_ms= why_max_ms= tail_p90_ms= partitions=``. Target: under 100 ms per
-partition (issue 12).
+partition.
 """
 
 from __future__ import annotations
@@ -28,16 +28,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dagster import AssetKey, AssetMaterialization, instance_for_test  # noqa: E402
+from dagster import AssetKey, AssetMaterialization, instance_for_test
 
-from resources.delta_lake import DeltaStore  # noqa: E402
-from resources.landing import Landing  # noqa: E402
+from resources.delta_lake import DeltaStore
+from resources.landing import Landing
 from warehouse_assets.catalog import (
-    BY_PERIOD,  # noqa: E402
-    load_catalog,  # noqa: E402
+    BY_PERIOD,
+    load_catalog,
 )
-from warehouse_assets.center.state_store import PartitionStateStore  # noqa: E402
-from warehouse_assets.center.why import explain  # noqa: E402
+from warehouse_assets.center.state_store import PartitionStateStore
+from warehouse_assets.center.why import explain
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -1,4 +1,4 @@
-"""Benchmark: Z-order data skipping for a selective two-column lookup (seed 001 "使用 Zorder 提高读性能", AD-1).
+"""Benchmark: Z-order data skipping for a selective two-column lookup (Z-order for reads).
 
 Builds a lesson-attendance fact table with ``write_deltalake`` (default 50M rows: one month, monthly ``dt``
 partition as the warehouse's monthly tables have it), one append per day in micro-batch sized files. Rows
@@ -57,9 +57,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from resources.delta_lake import DeltaStore, Predicate, ReadStats  # noqa: E402
-from resources.spark import engine_label, get_session  # noqa: E402
-from warehouse_assets.catalog import START, periods  # noqa: E402
+from resources.delta_lake import DeltaStore, Predicate, ReadStats
+from resources.spark import engine_label, get_session
+from warehouse_assets.catalog import START, periods
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -1,9 +1,10 @@
 """One sensor per external producer: reports each partition that has truly arrived, once, while the dependency
-center's engine does not (it reports deliveries as they land: :class:`warehouse_assets.ingest.deliveries.ExternalWatcher`).
+center's engine does not (it reports deliveries as they land:
+:class:`warehouse_assets.ingest.deliveries.ExternalWatcher`).
 
-What counts as arrived, what is rejected and why: :mod:`warehouse_assets.ingest.deliveries`. The cursor holds, per delivery,
-the signature already decided and, per partition, the fingerprint reported, so a restarted daemon neither repeats
-nor loses a report.
+What counts as arrived, what is rejected and why: :mod:`warehouse_assets.ingest.deliveries`. The cursor holds, per
+delivery, the signature already decided and, per partition, the fingerprint reported, so a restarted daemon neither
+repeats nor loses a report.
 """
 
 from dagster import DefaultSensorStatus, SensorDefinition, SensorEvaluationContext, SensorResult, SkipReason, sensor

@@ -1,6 +1,6 @@
-"""The ``ods_readiness`` sensor: reports each ODS hour once it is complete (:mod:`warehouse_assets.ingest.readiness`) and
-no ingestion run did (the run reports the hours its commits complete, :mod:`warehouse_assets.ingest.job`): hours whose
-source counts arrived after their segments were ingested, or whose run died before reporting them."""
+"""The ``ods_readiness`` sensor: reports each ODS hour once it is complete (:mod:`warehouse_assets.ingest.readiness`)
+and no ingestion run did (the run reports the hours its commits complete, :mod:`warehouse_assets.ingest.job`): hours
+whose source counts arrived after their segments were ingested, or whose run died before reporting them."""
 
 import json
 

@@ -1,4 +1,5 @@
-"""The simulated external producers of the embedded default (design §4), deterministic and appendable.
+"""The simulated external producers of the embedded default (an ad partner's daily files, a finance
+system's fx_rate Delta table), deterministic and appendable.
 
 * The **ad partner** delivers day D's ``marketing_spend`` as two CSV files and a ``_SUCCESS`` marker the
   next morning (normally D+1 05:00–09:00; some days early, just after midnight, some late, the next

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from dagster import DagsterInstance
 
+from warehouse_assets.build.compiler import max_partitions_per_run
 from warehouse_assets.catalog import Catalog
 from warehouse_assets.center.resolver import Resolver, RunPlan
 from warehouse_assets.center.reverse_index import ReverseIndex
@@ -38,7 +39,9 @@ class CenterTicker:
     def tick(self, at: datetime) -> dict[str, list[str]]:
         if self.resolver is None:
             store = PartitionStateStore(self.instance, self.store_path)
-            self.resolver = Resolver(self.catalog, ReverseIndex.build(self.catalog, current_time=at), store)
+            self.resolver = Resolver(
+                self.catalog, ReverseIndex.build(self.catalog, current_time=at), store, max_partitions_per_run
+            )
         self.plans = self.resolver.step(at)
         for plan in self.plans:
             self.resolver.submitted(plan.request_id)

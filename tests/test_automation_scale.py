@@ -19,6 +19,7 @@ import pytest
 from dagster import DagsterInstance
 
 from resources.settings import Settings, using
+from warehouse_assets.build.compiler import max_partitions_per_run
 from warehouse_assets.catalog import load_catalog
 from warehouse_assets.center.resolver import Resolver
 from warehouse_assets.center.reverse_index import ReverseIndex
@@ -47,7 +48,9 @@ def simulate(instance: DagsterInstance, root: Path, tables: int, budget: float |
         store = PartitionStateStore(instance)
         calendars = bench.Calendars(day.timestamp() + 2 * 86400)
         assert bench.seed_history(store, catalog, calendars, day.timestamp(), days=62) > 0
-        resolver = Resolver(catalog, ReverseIndex.build(catalog, current_time=day + timedelta(days=2)), store)
+        resolver = Resolver(
+            catalog, ReverseIndex.build(catalog, current_time=day + timedelta(days=2)), store, max_partitions_per_run
+        )
         try:
             feed = bench.LogFeed(instance, store)
             return bench.simulate_day(catalog, resolver, feed, calendars, day.timestamp(), budget)

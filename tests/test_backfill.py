@@ -319,7 +319,7 @@ def test_a_two_day_backfill_launched_from_the_ui_succeeds(backfilled: Backfilled
     """Issue 10: a backfill of ``dws.user_order_daily`` + ``ads.daily_gmv`` over two days, launched the UI's way,
     wrote the data but its run failed: the run includes every check of its assets, and the freshness check
     read ``partition_key`` in a ranged run. The backfill must complete and every run succeed; in the ranged
-    runs each partition gets its own verdict of each quality check (design §6.16, §6.23), and the freshness
+    runs each partition gets its own verdict of each quality check, and the freshness
     verdict stays the sensor's (the run records none)."""
     b = backfilled
     days = b.plan["ads.daily_gmv"][-2:]

@@ -19,6 +19,7 @@ from dagster import (
 )
 
 from tests.test_state_store import create_run, end, materializations, materialize_in, report, start, verdict
+from warehouse_assets.build.compiler import max_partitions_per_run
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.center.resolver import Resolver, RunPlan
 from warehouse_assets.center.reverse_index import ReverseIndex
@@ -78,7 +79,7 @@ class Center:
 
     def open(self) -> None:
         self.store = PartitionStateStore(self.instance)
-        self.resolver = Resolver(self.catalog, self.index, self.store)
+        self.resolver = Resolver(self.catalog, self.index, self.store, max_partitions_per_run)
 
     def restart(self) -> None:
         self.resolver.close()

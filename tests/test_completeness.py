@@ -21,6 +21,7 @@ from resources.delta_lake import DeltaLakeResource, DeltaStore
 from resources.landing import Landing, LandingResource
 from sensors.ods_checks import unchecked_hours
 from sensors.ods_readiness import build_readiness_sensor
+from warehouse_assets.build.hour_checks import judge_hours
 from warehouse_assets.catalog import Catalog, Table, load_catalog
 from warehouse_assets.center.why import explain
 from warehouse_assets.ingest.job import build_ingest_job
@@ -433,7 +434,7 @@ def test_the_ingestion_run_reports_the_hours_it_completed_with_their_verdicts_an
                 out.setdefault(info.partition_key, set()).add(info.check_key.name)
         return out
 
-    job = build_ingest_job(catalog)
+    job = build_ingest_job(catalog, judge_hours)
     readiness_sensor = build_readiness_sensor(catalog)
     names = {c.name for c in lenient.checks}
     with instance_for_test() as instance:

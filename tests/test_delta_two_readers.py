@@ -1,4 +1,4 @@
-"""One table format, two readers (issue 17 point 3): what the product writes with Spark's Delta, delta-rs reads
+"""One table format, two readers: what the product writes with Spark's Delta, delta-rs reads
 as the same rows, version and partitions, and the reverse for the tables delta-rs still writes (the ops
 tables); a repaired partition reads ``VERSION AS OF`` the version before the repair; a plain Spark session
 with nothing but Delta's extension opens a table the product wrote."""

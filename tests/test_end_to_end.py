@@ -1,4 +1,4 @@
-"""The example warehouse of design §4 on a simulated January, every figure checked against an independent replay.
+"""The example warehouse on a simulated January, every figure checked against an independent replay.
 
 One module-scoped materialization (the headless path, ``materialize_range``) from the warehouse's first day:
 

@@ -18,9 +18,10 @@ from zoneinfo import ZoneInfo
 import pytest
 from dagster import AssetKey, AssetMaterialization, DagsterInstance, Definitions
 
+from warehouse_assets.build.compiler import max_partitions_per_run
 from warehouse_assets.build.gate import decide
 from warehouse_assets.catalog import Catalog, load_catalog
-from warehouse_assets.center.engine import Engine
+from warehouse_assets.center.engine import assemble_engine
 from warehouse_assets.center.resolver import RunPlan
 from warehouse_assets.definitions import build_definitions
 
@@ -95,7 +96,7 @@ def test_the_engine_requests_exactly_the_partitions_that_became_ready_at_1000_ta
     catalog: Catalog, instance: DagsterInstance
 ) -> None:
     recorder = Recorder()
-    engine = Engine(instance, catalog, recorder, clock=lambda: NOW)
+    engine = assemble_engine(instance, catalog, recorder, max_partitions_per_run, clock=lambda: NOW)
     assert engine.recover() == 0 and engine.tick() == []
 
     def report(tables: list[str], keys: list[str]) -> None:

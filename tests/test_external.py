@@ -44,9 +44,10 @@ from simulator.external import (
     simulate_external,
 )
 from tests.center_harness import CenterTicker
+from warehouse_assets.build.compiler import max_partitions_per_run
 from warehouse_assets.build.quality import report_valid
 from warehouse_assets.catalog import Catalog
-from warehouse_assets.center.engine import Engine
+from warehouse_assets.center.engine import assemble_engine
 from warehouse_assets.center.resolver import RunPlan
 from warehouse_assets.center.why import explain
 from warehouse_assets.definitions import catalog, defs
@@ -449,7 +450,9 @@ def test_the_engine_reports_a_delivery_and_starts_its_downstream_in_the_round_it
         simulate_external(tmp_path, FIRST, clock.now, SEED)
         recorder = Recorder()
         watcher = ExternalWatcher(instance, only_spend, external, clock)
-        engine = Engine(instance, catalog, recorder, clock=lambda: clock.now.astimezone(UTC), watchers=[watcher])
+        engine = assemble_engine(
+            instance, catalog, recorder, max_partitions_per_run, lambda: clock.now.astimezone(UTC), [watcher]
+        )
         assert engine.tick() == [] and watched_ago(instance) is not None
 
         clock.now = at + timedelta(minutes=1)
@@ -469,10 +472,11 @@ def test_the_engine_reports_a_delivery_and_starts_its_downstream_in_the_round_it
         assert watched_ago(instance) is None
         assert daemon.tick() == []  # the sensor takes over: the fingerprint of the engine's report stands
 
-        again = Engine(
+        again = assemble_engine(
             instance,
             catalog,
             recorder,
+            max_partitions_per_run,
             clock=lambda: clock.now.astimezone(UTC),
             watchers=[ExternalWatcher(instance, only_spend, external, clock)],
         )

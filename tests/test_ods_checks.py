@@ -238,7 +238,7 @@ def test_a_bad_request_names_what_is_wrong(env: Env) -> None:
 def test_the_checks_executed_by_hand_over_a_range_judge_each_hour(env: Env) -> None:
     """From the UI (hours older than the engine's lookback are checked by hand), an ODS table's checks over
     a range of hours: one verdict per check and hour. The check read ``partition_key`` and failed the ranged
-    run (design §6.16), and a result without its partition would be recorded as partition None (§6.23)."""
+    run, and a result without its partition would be recorded as partition None."""
     keys = [AssetCheckKey(ODS, check.name) for check in env.catalog["ods.order"].checks]
     checked = [f"{D}-11:00", f"{D}-12:00"]
     env.report(checked)

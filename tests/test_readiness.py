@@ -26,6 +26,7 @@ from resources.landing import Landing, LandingResource
 from sensors.landing import build_landing_sensor
 from sensors.ods_readiness import build_readiness_sensor
 from simulator.cdc import SimulationConfig, simulate
+from warehouse_assets.build.hour_checks import judge_hours
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.ingest.job import build_ingest_job
 from warehouse_assets.ingest.merge import ingest_table
@@ -128,7 +129,7 @@ def test_event_rows_are_the_rows_of_the_partition(lake: Lake) -> None:
 
 
 def test_landing_sensor_requests_a_run_when_segments_are_pending_and_skips_otherwise(lake: Lake) -> None:
-    sensor = build_landing_sensor(lake.catalog, build_ingest_job(lake.catalog))
+    sensor = build_landing_sensor(lake.catalog, build_ingest_job(lake.catalog, judge_hours))
     with instance_for_test() as instance:
         pending = sensor.evaluate_tick(build_sensor_context(instance=instance, resources=lake.resources(lake.empty)))
         assert len(pending.run_requests) == 1

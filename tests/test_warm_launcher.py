@@ -192,7 +192,7 @@ def test_runs_launched_from_the_ui_go_through_the_warm_launcher(
         env=dict(os.environ, DAGSTER_HOME=str(home)),
         stdout=log,
         stderr=subprocess.STDOUT,
-        start_new_session=True,  # design fact 10: stopped with SIGINT to its group
+        start_new_session=True,  # stopped with SIGINT to its group: a background `dagster dev` ignores SIGTERM
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:

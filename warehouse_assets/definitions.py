@@ -23,7 +23,7 @@ from sensors.ods_checks import build_ods_checks_sensor
 from sensors.ods_readiness import build_readiness_sensor
 from sensors.zorder import build_zorder_sensor
 from warehouse_assets.build.compiler import build_assets, build_checks
-from warehouse_assets.build.hour_checks import build_ods_checks_job
+from warehouse_assets.build.hour_checks import build_ods_checks_job, judge_hours
 from warehouse_assets.build.zorder import build_zorder_job
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.center.why import build_why_job
@@ -74,7 +74,7 @@ def build_definitions(catalog: Catalog, settings: Settings | None = None) -> Def
 
 
 def _build(catalog: Catalog, settings: Settings) -> Definitions:
-    ingest_job = build_ingest_job(catalog)
+    ingest_job = build_ingest_job(catalog, judge_hours)
     maintenance_job, maintenance_schedule = build_maintenance(catalog)
     zorder_job, ods_checks_job = build_zorder_job(catalog), build_ods_checks_job(catalog)
     resources = resources_from_env(settings)

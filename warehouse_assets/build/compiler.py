@@ -48,6 +48,11 @@ def backfill_policy(table: Table) -> BackfillPolicy:
     return BackfillPolicy.single_run()
 
 
+def max_partitions_per_run(table: Table) -> int | None:
+    """The run-size policy the dependency center plans runs by: the backfill policy's limit."""
+    return backfill_policy(table).max_partitions_per_run
+
+
 def build_asset(catalog: Catalog, table: DerivedTable) -> AssetsDefinition:
     deps = [
         AssetDep(AssetKey(dep.key), partition_mapping=partition_mapping(table, dep, catalog[dep.table].period))
@@ -145,7 +150,7 @@ def build_ods_checks(table: Table) -> AssetChecksDefinition:
         checked = {k: latest_materialization(context.instance, table, k) for k in keys}
         for outcome in check_ods_hours(table, keys, spark.session(), lake.store()):
             if outcome.check.name in selected:
-                # an evaluation naming its hour: in a ranged run Dagster would record partition None (§6.23)
+                # an evaluation naming its hour: in a ranged run Dagster would record partition None
                 yield evaluation(context.instance, table, outcome, checked[outcome.partition])
 
     return _checks

@@ -6,7 +6,7 @@ when the code location loads: loading it imports PySpark. For each partition of 
 1. the gate (:mod:`warehouse_assets.build.gate`) decides whether it may run — every exact upstream partition exists,
    is materialized (or was written earlier in this run) and passed its blocking checks (unless the dependency
    says ``ignore_dq``); if not, the run fails with the gate's reason. Dagster drops nonexistent partitions
-   silently (design §6.2), so the guard lives here;
+   silently, so the guard lives here;
 2. the upstream partitions are read from Delta (pruned) — or, for an external table, from its producer's files
    or Delta table through :class:`resources.external.ExternalResource` — and registered under the names its
    SQL uses;
@@ -265,7 +265,7 @@ def _check_columns(table: Table, key: str, out: DataFrame) -> None:
 
 # Above this many bytes of Parquet an ODS hour's row-local checks run on Spark; below, Arrow reads the hours' files
 # in this process (delta-rs) and evaluates them in milliseconds. A Spark job costs 0.5-1 s however small the data,
-# and the checks are on the path of every ODS handoff (issue 13); 64 MiB of Parquet stays well within a run
+# and the checks are on the path of every ODS handoff; 64 MiB of Parquet stays well within a run
 # worker's memory.
 ARROW_CHECKS_MAX_BYTES = 64 * 1024 * 1024
 

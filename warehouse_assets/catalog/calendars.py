@@ -1,6 +1,7 @@
 """The calendars: the partitions definitions of each period, defined once and imported everywhere (tests included).
 
-One business timezone for all of them (design AD-5): mapped time-window partitions must share it exactly.
+One business timezone for all of them: Dagster maps time-window partitions only between definitions of the same
+timezone.
 It is the settings' ``WAREHOUSE_TIMEZONE`` (``resources.settings``); :func:`periods` builds the definitions
 of a configuration, and the module-level names (``hourly``, ``daily``, ``BY_PERIOD``, ``START`` ...) are the
 current process's. Roll-ups (hour → day → week → month) use Dagster's default time-window mapping between

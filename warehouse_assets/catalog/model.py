@@ -1,4 +1,5 @@
-"""The warehouse catalog: every table declared once, beside its body (design AD-3).
+"""The warehouse catalog: every table declared once, beside its body; the compiler turns it into
+assets, so adding a table never means editing Dagster wiring.
 
 Two kinds of declaration live under ``warehouse_assets/catalog/tables/<layer>/``:
 
@@ -12,11 +13,11 @@ Two kinds of declaration live under ``warehouse_assets/catalog/tables/<layer>/``
   finance system's Delta table). They are never computed here; a sensor per producer reports each
   partition that has truly arrived, and downstream SQL reads them like any other input.
 
-Dependencies are found in the SQL itself (seed 000's lineage); a ``depends_on`` entry only adds offsets
+Dependencies are found in the SQL itself (lineage); a ``depends_on`` entry only adds offsets
 in the seeds' vocabulary: ``{set: [-1]}`` (T-1), ``{range: [0, 23]}`` (the 24 hours of a day; a set without
 holes such as ``{set: [0, 1, 2, 3, 4, 5, 6]}`` is the same as its range),
 ``{range: [-29, 0]}`` (a 30-period sliding window). ``ignore_dq: true`` beside the offsets lets the table
-run on that dependency even when the upstream partition failed a blocking data-quality check (seed 002).
+run on that dependency even when the upstream partition failed a blocking data-quality check.
 
 Data-quality checks sit beside the table, under ``checks:`` (SQL header or ODS yaml); each becomes one
 per-partition Dagster asset check, blocking unless it says ``blocking: false``::
@@ -116,7 +117,7 @@ class Dependency:
     table: str
     start_offset: int | None = None
     end_offset: int | None = None
-    ignore_dq: bool = False  # run even when the upstream partition failed a blocking check (seed 002)
+    ignore_dq: bool = False  # run even when the upstream partition failed a blocking check
 
     @property
     def key(self) -> list[str]:

@@ -1,10 +1,10 @@
-"""The engine: the dependency center's long-lived process, beside Dagster's webserver and daemon (design AD-6).
+"""The engine: the dependency center's long-lived process, beside Dagster's webserver and daemon.
 
 Every ``poll`` seconds it brings the partition state store up to the event log (one indexed read by storage id),
-resolves what changed (:class:`warehouse_assets.center.resolver.Resolver`) and submits the runs that became possible through
-Dagster's GraphQL API, the webserver's public interface: ``launchRun`` on the implicit asset job with the table's
-asset and Dagster's partition (or partition range) tags. The runs are queued by the instance's run coordinator and
-appear in the UI like any other, tagged with the engine, their request and the change that triggered them.
+resolves what changed (:class:`warehouse_assets.center.resolver.Resolver`) and submits the runs that became possible
+through Dagster's GraphQL API, the webserver's public interface: ``launchRun`` on the implicit asset job with the
+table's asset and Dagster's partition (or partition range) tags. The runs are queued by the instance's run coordinator
+and appear in the UI like any other, tagged with the engine, their request and the change that triggered them.
 
 Why a process of its own and not a Dagster sensor: an automation sensor evaluated on the code server is refused
 above 500 assets and checks, a sensor's tick waits for the daemon's loop (at least 5 s), and a sensor cannot keep a
@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 
 from dagster import AssetKey, DagsterInstance, RunsFilter
 
-from warehouse_assets.catalog import Catalog
+from warehouse_assets.catalog import Catalog, Table
 from warehouse_assets.center.resolver import REQUEST_TAG, Resolver, RunPlan
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import PartitionStateStore
@@ -106,16 +106,15 @@ class Engine:
     def __init__(
         self,
         instance: DagsterInstance,
-        catalog: Catalog,
+        resolver: Resolver,
         submitter: RunSubmitter,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         watchers: Sequence[Watcher] = (),
     ):
-        self.instance, self.catalog, self.submitter, self.clock = instance, catalog, submitter, clock
+        self.instance, self.resolver, self.submitter, self.clock = instance, resolver, submitter, clock
+        self.catalog, self.store = resolver.catalog, resolver.store
         self.watchers = list(watchers)
         started = time.perf_counter()
-        self.store = PartitionStateStore(instance)
-        self.resolver = Resolver(catalog, ReverseIndex.build(catalog, current_time=clock()), self.store)
         self.resolver.prepare(clock())
         # the catalog, the index and the store's caches live as long as the engine: out of the collector's full passes,
         # which otherwise walk their millions of objects (about a second at 80,000 tables) in the middle of a round
@@ -198,6 +197,23 @@ class Engine:
             except Exception:  # a locked database, a storage hiccup: nothing was recorded, the next round redoes it
                 log.exception("engine round failed; retrying")
             stop.wait(0.0 if busy else max(0.0, poll - (time.monotonic() - started)))
+
+
+def assemble_engine(
+    instance: DagsterInstance,
+    catalog: Catalog,
+    submitter: RunSubmitter,
+    max_partitions_per_run: Callable[[Table], int | None],
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    watchers: Sequence[Watcher] = (),
+) -> Engine:
+    """The engine over ``instance``'s state store, the catalog's reverse index and a resolver over both."""
+    started = time.perf_counter()
+    store = PartitionStateStore(instance)
+    resolver = Resolver(catalog, ReverseIndex.build(catalog, current_time=clock()), store, max_partitions_per_run)
+    engine = Engine(instance, resolver, submitter, clock, watchers)
+    engine.load_seconds = time.perf_counter() - started  # the store and the index included
+    return engine
 
 
 def _span(keys: tuple[str, ...]) -> str:

@@ -1,4 +1,4 @@
-"""The dependency center's resolver: from changes of partition state to the runs that became possible (design AD-6).
+"""The dependency center's resolver: from changes of partition state to the runs that became possible.
 
 The partition state store (:mod:`warehouse_assets.center.state_store`) reports each partition whose state changed (a
 materialization, a check verdict, a run started or ended). For each change, :meth:`Resolver.on_changes` finds the
@@ -7,7 +7,7 @@ gate (:func:`warehouse_assets.build.gate.decide`) about each on the store, and r
 :class:`RunPlan` objects, coalesced per table into ranges of contiguous partitions in time order. The cost is the
 changes' fan-out: no catalog scan, no partition history read.
 
-The semantics are today's automation condition's (:mod:`warehouse_assets.automation`):
+The semantics (what Dagster's eager automation condition would decide, with exact windows):
 
 * within ``LOOKBACK`` of the latest partition (older history is a backfill), never a partition whose window has not
   ended (the reverse index lists none) nor one whose window reaches before an upstream's start (the gate);
@@ -34,8 +34,9 @@ call, not after the whole burst; and each slice's plans can be submitted while t
 :meth:`Resolver.step` updates the store and resolves its changes; the resolver keeps the store's cursor it resolved
 through (each change up to it resolved, or its candidates in the backlog) with its requests, so after a crash between
 the store's commit and its own it resolves the partitions materialized or checked meanwhile
-(:meth:`warehouse_assets.center.state_store.PartitionStateStore.changes_since`). The engine (:mod:`warehouse_assets.center.engine`)
-steps it every round and submits the plans, which stay pending until their runs exist.
+(:meth:`warehouse_assets.center.state_store.PartitionStateStore.changes_since`). The engine
+(:mod:`warehouse_assets.center.engine`) steps it every round and submits the plans, which stay pending until their
+runs exist.
 """
 
 from __future__ import annotations
@@ -52,7 +53,6 @@ from datetime import UTC, datetime, timedelta
 
 from dagster import AssetKey, TimeWindowPartitionsDefinition
 
-from warehouse_assets.build.compiler import backfill_policy
 from warehouse_assets.build.gate import Verdict, decide
 from warehouse_assets.catalog import BY_PERIOD, Catalog, Dependency, Table, UpstreamPartitions, upstream_partitions
 from warehouse_assets.center.reverse_index import ReverseIndex
@@ -73,7 +73,8 @@ TAG_PREFIX = "warehouse/trigger"
 REQUEST_TAG = "warehouse/request"  # the request a run was submitted for: how a restart finds what it submitted
 ENGINE_TAG = "warehouse/engine"
 
-# Automatic runs look this far back from the latest partition; older history is a backfill's (design §6.4).
+# Automatic runs look this far back from the latest partition; older history is a backfill's: deploying
+# a table must not start runs for all of its past.
 LOOKBACK = timedelta(days=35)
 PRUNE_EVERY = timedelta(hours=1)  # how often old requests are deleted
 CLOCK = "clock"  # a Trigger's field: the partition's window ended, nothing upstream changed
@@ -138,10 +139,6 @@ class RunPlan:
         return cls(table, tuple(partitions), Trigger.from_json(trigger), request_id)
 
 
-def _max_partitions_per_run(table: Table) -> int | None:
-    return backfill_policy(table).max_partitions_per_run
-
-
 class Resolver:
     """Changes of partition state → the runs that became possible; requests remembered in ``store``'s file."""
 
@@ -150,9 +147,11 @@ class Resolver:
         catalog: Catalog,
         index: ReverseIndex,
         store: PartitionStateStore,
+        max_partitions_per_run: Callable[[Table], int | None],
         lookback: timedelta = LOOKBACK,
-        max_partitions_per_run: Callable[[Table], int | None] = _max_partitions_per_run,
     ):
+        """``max_partitions_per_run``: how many partitions of a table one run may build (None: any number), the
+        compiler's backfill policy, so that a plan is a run Dagster accepts."""
         self.catalog, self.index, self.store = catalog, index, store
         self.lookback = lookback
         self.max_partitions_per_run = max_partitions_per_run

@@ -21,7 +21,7 @@ Where it differs from the instance's own view, and why:
 * an asset wipe deletes events without logging one: :meth:`PartitionStateStore.rebuild` after a wipe;
 * on Postgres, concurrent writers can commit storage ids out of order, so a reader can pass an id whose event
   commits later: the store re-reads :data:`OVERLAP` ids behind its cursor whenever new events arrive and applies
-  the ones it had not seen (design fact 21). SQLite storage has one writer at a time: no overlap.
+  the ones it had not seen. SQLite storage has one writer at a time: no overlap.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ CREATE TABLE IF NOT EXISTS applied (storage_id INTEGER PRIMARY KEY);
 
 # How far behind its cursor the store re-reads on storages with concurrent writers (PostgreSQL, MySQL): their ids
 # come from a sequence taken before the insert commits, so an event can become visible after a later id was read
-# (design fact 21). The ids applied within the overlap are remembered, so a re-read applies only the late ones.
+# later. The ids applied within the overlap are remembered, so a re-read applies only the late ones.
 OVERLAP = 500
 
 

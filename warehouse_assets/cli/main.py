@@ -58,10 +58,11 @@ def _say(message: str) -> None:
 
 def run_ingest(instance: Any, resources: dict[str, Any], tables: Sequence[str] = ()) -> dict[str, Any]:
     """Run the ``ods_ingest`` job in this process against ``instance``; returns its summary."""
+    from warehouse_assets.build.hour_checks import judge_hours
     from warehouse_assets.catalog import load_catalog
     from warehouse_assets.ingest.job import build_ingest_job
 
-    result = build_ingest_job(load_catalog()).execute_in_process(
+    result = build_ingest_job(load_catalog(), judge_hours).execute_in_process(
         instance=instance,
         resources=resources,
         run_config={"ops": {"ingest_ods": {"config": {"tables": list(tables)}}}},
@@ -355,8 +356,9 @@ def run_engine(args: argparse.Namespace) -> int:
     from dagster import DagsterInstance
 
     from resources.external import ExternalResource
+    from warehouse_assets.build.compiler import max_partitions_per_run
     from warehouse_assets.catalog import load_catalog
-    from warehouse_assets.center.engine import Engine, GraphQLSubmitter
+    from warehouse_assets.center.engine import GraphQLSubmitter, assemble_engine
     from warehouse_assets.ingest.deliveries import ExternalWatcher, now_in_business_tz
 
     settings = _settings(os.environ)
@@ -370,7 +372,7 @@ def run_engine(args: argparse.Namespace) -> int:
     catalog = load_catalog()
     with DagsterInstance.get() as instance:
         watcher = ExternalWatcher(instance, catalog, ExternalResource(root=settings.external_dir), now_in_business_tz)
-        engine = Engine(instance, catalog, submitter, watchers=[watcher])
+        engine = assemble_engine(instance, catalog, submitter, max_partitions_per_run, watchers=[watcher])
         try:
             engine.run(stop, settings.engine_poll_seconds)
         finally:

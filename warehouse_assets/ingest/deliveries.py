@@ -1,4 +1,5 @@
-"""External tables: their producers' deliveries, and which of them to report, once (design AD-4, §6.7).
+"""External tables: their producers' deliveries, and which of them to report, once. A delivery is
+reported when it has truly arrived (its marker, or a new producer version), never from a partial write.
 
 What :func:`evaluate` decides is reported by the dependency center's engine as deliveries land
 (:class:`ExternalWatcher`, every engine round), by one sensor per external producer (:mod:`sensors.external`) while
@@ -188,7 +189,7 @@ class ExternalWatcher:
 
     Why in the engine and not only the sensors: a sensor ticks when the sensor daemon's loop comes round (every 5 s
     at best, ``minimum_interval_seconds`` on top), and the report then waits for the engine's next read of the event
-    log; here the delivery is reported and its downstream resolved in the same round (issue 13: detection within
+    log; here the delivery is reported and its downstream resolved in the same round (detection within
     0.5 s). A round lists the producer's directories and stats their files (contents are read only for a delivery
     whose files changed), or reads the producer's Delta log version. Each table's cursor is kept in the instance's
     key-value store, so a restarted engine repeats neither a report nor a rejection warning. While the engine

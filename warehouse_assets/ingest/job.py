@@ -1,7 +1,7 @@
 """The ODS ingestion job: applies pending landing segments to every ODS table (or a chosen few), then reports
 the hours its commits completed and judges their checks.
 
-Reporting and judging in the run that committed the data is what makes an ODS handoff fast (issue 13): the hour
+Reporting and judging in the run that committed the data is what makes an ODS handoff fast: the hour
 reaches the dependency center with its verdicts as soon as the commit is done, instead of waiting for the readiness
 sensor's next tick (the sensor daemon loops every 5 s at best) and then for a check run of its own to launch. The
 ``ods_readiness`` and ``ods_quality_checks`` sensors stay as the fallback for what a run does not see (source counts
@@ -11,6 +11,8 @@ reporting an hour, or its late changes, twice.
 """
 
 import time
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from dagster import (
     AssetKey,
@@ -28,7 +30,6 @@ from dagster import (
 from resources.delta_lake import DeltaLakeResource, DeltaStore
 from resources.landing import Landing, LandingResource
 from resources.spark import SparkResource
-from warehouse_assets.build.hour_checks import judge_hours
 from warehouse_assets.catalog import Catalog, Table
 from warehouse_assets.ingest.merge import BatchReport, committed_positions, ingest_table
 from warehouse_assets.ingest.readiness import readiness_events, reported_ingested_rows
@@ -56,7 +57,12 @@ class IngestConfig(Config):  # type: ignore[misc]
     report_ready: bool = True
 
 
-def build_ingest_job(catalog: Catalog):  # type: ignore[no-untyped-def]
+# Judges the reported hours of a table in the run (context, table, hour keys, Spark session, store) → (evaluations,
+# failed). Handed in by whoever assembles the job: evaluating checks belongs to building, above ingestion.
+JudgeHours = Callable[[OpExecutionContext, Table, Sequence[str], Any, DeltaStore], tuple[int, int]]
+
+
+def build_ingest_job(catalog: Catalog, judge_hours: JudgeHours):  # type: ignore[no-untyped-def]
     known = {t.fqn for t in catalog.ods()}
 
     @op(name="ingest_ods", description="Merge new CDC segments into the ODS Delta tables.")
@@ -85,7 +91,7 @@ def build_ingest_job(catalog: Catalog):  # type: ignore[no-untyped-def]
         gate: dict[str, int | float] = {}
 
         def report_ready(table: Table, seen: dict[str, int]) -> int:
-            numbers = report_completed_hours(context, table, seen, session, store, land)
+            numbers = report_completed_hours(context, table, seen, session, store, land, judge_hours)
             for name, value in numbers.items():
                 gate[name] = round(gate.get(name, 0) + value, 3)
             return int(numbers["hours_reported"])
@@ -144,6 +150,7 @@ def report_completed_hours(
     session: object,
     store: DeltaStore,
     landing: Landing,
+    judge_hours: JudgeHours,
 ) -> dict[str, int | float]:
     """Reports, in this run, every hour of ``table`` that is ready now and was not reported (and every reported
     hour whose ingested count grew since the streams' positions ``before`` this run's batch), then logs its checks'
@@ -173,7 +180,7 @@ def report_completed_hours(
     if keys:
         context.log.info(f"{table.fqn}: {len(keys)} hour(s) ready, {keys[0]} .. {keys[-1]}")
         if table.checks:
-            evaluations, failed = judge_hours(context, table, keys, session, store)  # type: ignore[arg-type]
+            evaluations, failed = judge_hours(context, table, keys, session, store)
     return {
         "hours_reported": len(keys),
         "check_evaluations": evaluations,

@@ -1,4 +1,4 @@
-"""ODS ingestion: Canal binlog segments → ODS Delta tables through merge-into (design AD-1, seed 001).
+"""ODS ingestion: Canal binlog segments → ODS Delta tables through Delta's MERGE INTO with partition pruning.
 
 For one ODS table, each batch:
 

@@ -1,4 +1,4 @@
-"""ODS readiness: when is an hour of an ODS table complete? (design AD-4, seeds 001 and 002)
+"""ODS readiness: when is an hour of an ODS table complete?
 
 An ODS hour H is ready once
 
@@ -220,7 +220,7 @@ def shard_state(store: DeltaStore, landing: Landing, table: Table) -> Readiness:
         state = StreamState(stream, positions[stream], seg.end if seg else None)
         if heartbeat is not None and grace is not None and landing.segment_at(stream, positions[stream] + 1) is None:
             # Nothing pending for this shard and the source's heartbeat has moved on: no binlog means
-            # no change (seed 001), up to the heartbeat minus the grace the distributor may lag.
+            # no change, up to the heartbeat minus the grace the distributor may lag.
             idle_until = heartbeat - timedelta(minutes=grace)
             if state.watermark is None or idle_until > state.watermark:
                 state.watermark, state.idle_by_heartbeat = idle_until, True

@@ -1,7 +1,7 @@
 """A run coordinator that launches a run at once when the queue is empty and the run fits the concurrency limits.
 
 Dagster's ``QueuedRunCoordinator`` only queues: its daemon dequeues every ``dequeue_interval_seconds`` (whole
-seconds, and its loop sleeps in 0.5 s steps), so every run pays ~1 s before it launches (design fact 20). The
+seconds, and its loop sleeps in 0.5 s steps), so every run pays ~1 s before it launches. The
 default coordinator launches at once but ignores every limit. :class:`ImmediateRunCoordinator` is the queued one
 with a fast path: in ``submit_run`` (the webserver's ``launchRun``, a sensor's or backfill's request in the daemon)
 it launches the run itself when

@@ -1,7 +1,7 @@
 """A Dagster run launcher that forks each run from a warm, pre-imported worker instead of a fresh interpreter.
 
 Dagster's default launcher asks the code server to *spawn* a Python per run, which imports Dagster, PySpark and the
-code location again: seconds per run (design fact 15, 19). :class:`WarmRunLauncher` keeps one "zygote" process per
+code location again: 5-9 s per run on two cores. :class:`WarmRunLauncher` keeps one "zygote" process per
 code location, started lazily by whichever process holds the launcher (the daemon with the QueuedRunCoordinator).
 The zygote imports Dagster, the ``preload_modules`` and the code location, and opens no gRPC channel, thread, Spark
 session or JVM, so that forking it is safe. Per run it forks a child that re-opens the instance
@@ -380,7 +380,7 @@ class _Zygote:
             log.exception("WarmRunLauncher: could not record the end of run worker %s (run %s)", pid, run_id)
 
 
-# -- the zygote process (`python -m warehouse_assets.instance.warm_launcher FD`) -------------------------------------------
+# -- the zygote process (`python -m warehouse_assets.instance.warm_launcher FD`) ------------------------------------
 
 
 def _zygote_main(answers_fd: int) -> None:
