@@ -19,9 +19,8 @@ from pyspark.sql import SparkSession
 from resources import resources_from_env
 from resources.delta_lake import DeltaLakeResource, DeltaStore
 from resources.landing import Landing, LandingResource
-from sensors.ods_checks import unchecked_hours
-from sensors.ods_readiness import build_readiness_sensor
-from warehouse_assets.build.hour_checks import judge_hours
+from sensors.ods import build_readiness_sensor
+from warehouse_assets.build.hour_checks import judge_hours, unchecked_hours
 from warehouse_assets.catalog import Catalog, Table, load_catalog
 from warehouse_assets.center.why import explain
 from warehouse_assets.ingest.job import build_ingest_job

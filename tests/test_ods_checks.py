@@ -40,11 +40,11 @@ from pyspark.sql import SparkSession
 
 from resources import resources_from_env
 from resources.landing import Landing
-from sensors.ods_checks import build_ods_checks_sensor, next_batch, unchecked_hours
+from sensors.ods import build_ods_checks_sensor
 from simulator.cdc import merged_order_row
 from tests.center_harness import CenterTicker
 from warehouse_assets.build.compiler import build_assets, build_checks
-from warehouse_assets.build.hour_checks import JOB, build_ods_checks_job, checked_tables
+from warehouse_assets.build.hour_checks import JOB, build_ods_checks_job, checked_tables, next_batch, unchecked_hours
 from warehouse_assets.catalog import Catalog, hourly, load_catalog
 from warehouse_assets.center.why import explain
 from warehouse_assets.definitions import catalog, defs

@@ -23,8 +23,7 @@ from pyspark.sql import SparkSession
 
 from resources.delta_lake import DeltaLakeResource, DeltaStore
 from resources.landing import Landing, LandingResource
-from sensors.landing import build_landing_sensor
-from sensors.ods_readiness import build_readiness_sensor
+from sensors.ods import build_landing_sensor, build_readiness_sensor
 from simulator.cdc import SimulationConfig, simulate
 from warehouse_assets.build.hour_checks import judge_hours
 from warehouse_assets.catalog import Catalog, load_catalog

@@ -18,9 +18,7 @@ from resources import resources_from_env
 from resources.settings import Settings, current, using
 from sensors.external import build_external_sensors
 from sensors.freshness import build_freshness_sensor
-from sensors.landing import build_landing_sensor
-from sensors.ods_checks import build_ods_checks_sensor
-from sensors.ods_readiness import build_readiness_sensor
+from sensors.ods import build_landing_sensor, build_ods_checks_sensor, build_readiness_sensor
 from sensors.zorder import build_zorder_sensor
 from warehouse_assets.build.compiler import build_assets, build_checks
 from warehouse_assets.build.hour_checks import build_ods_checks_job, judge_hours

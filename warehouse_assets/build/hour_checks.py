@@ -2,18 +2,22 @@
 
 The ingestion run that makes hours ready judges them itself (:func:`judge_hours`, from
 :mod:`warehouse_assets.ingest.job`), so a handoff pays no second launch. This job is the fallback: launched by the
-``ods_quality_checks`` sensor (sensors/ods_checks.py) for every reported hour still without verdicts (reported by
+``ods_quality_checks`` sensor (:mod:`sensors.ods`) for every reported hour still without verdicts (reported by
 the readiness sensor, or an ingestion run that failed before judging), or by hand with ``hours`` in its config.
 Either records one ``AssetCheckEvaluation`` per check and hour, with the numbers behind it, targeting the
 materialization it checked, so the verdict shows on the partition in the UI and gates the dependency center.
 """
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from dagster import (
+    AssetCheckKey,
+    AssetKey,
     Config,
+    DagsterInstance,
     Failure,
     JobDefinition,
     OpExecutionContext,
@@ -22,6 +26,7 @@ from dagster import (
     job,
     op,
 )
+from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
 from resources.delta_lake import DeltaLakeResource, DeltaStore
 from resources.spark import SparkResource
@@ -100,3 +105,46 @@ def build_ods_checks_job(catalog: Catalog) -> JobDefinition:
         evaluate_ods_hours()
 
     return ods_quality_checks
+
+
+# --- which hours the ods_quality_checks sensor sends to the job -----------------------------------------------
+#
+# Nothing is lost: the pending set is recomputed from the instance on every tick, so a failed or killed run leaves
+# its hours pending and a later run checks them (after RETRY_AFTER when the last run failed).
+
+MAX_HOURS_PER_RUN = 24 * 5 * 2  # two days of the five ODS tables
+RETRY_AFTER = 120.0  # seconds after a failed run before its hours are tried again
+VERDICTS = (AssetCheckExecutionRecordStatus.SUCCEEDED, AssetCheckExecutionRecordStatus.FAILED)
+
+
+def unchecked_hours(
+    instance: DagsterInstance, tables: Mapping[str, Table], since: datetime | None = None
+) -> dict[str, list[str]]:
+    """Per ODS table, the materialized hours (from ``since``) whose latest materialization lacks a verdict
+    of one of the table's checks."""
+    hourly = BY_PERIOD["hourly"]
+    horizon = hourly.get_partition_key_for_timestamp(since.timestamp()) if since else ""
+    pending: dict[str, list[str]] = {}
+    for fqn, table in sorted(tables.items()):
+        key = AssetKey(table.key)
+        materialized = {k for k in instance.get_materialized_partitions(key) if k >= horizon}
+        if not materialized:
+            continue
+        checks = [AssetCheckKey(key, c.name) for c in table.checks]
+        judged: dict[AssetCheckKey, set[str]] = {c: set() for c in checks}
+        for info in instance.event_log_storage.get_asset_check_partition_info(checks):
+            if info.partition_key is not None and info.is_current and info.latest_execution_status in VERDICTS:
+                judged[info.check_key].add(info.partition_key)
+        hours = sorted(k for k in materialized if any(k not in done for done in judged.values()))
+        if hours:
+            pending[fqn] = hours
+    return pending
+
+
+def next_batch(pending: Mapping[str, Sequence[str]], limit: int = MAX_HOURS_PER_RUN) -> dict[str, list[str]]:
+    """The oldest ``limit`` table-hours of ``pending`` (so that whole days complete first)."""
+    pairs = sorted((hour, fqn) for fqn, hours in pending.items() for hour in hours)[:limit]
+    batch: dict[str, list[str]] = {}
+    for hour, fqn in pairs:
+        batch.setdefault(fqn, []).append(hour)
+    return batch

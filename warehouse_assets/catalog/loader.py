@@ -161,7 +161,7 @@ def _load_ods(path: Path) -> OdsTable:
     fields["completeness_threshold"] = (
         completeness.get("threshold", DEFAULT_COMPLETENESS) if isinstance(completeness, Mapping) else None
     )
-    # its checks are evaluated in batches by the ods_quality_checks sensor (sensors/ods_checks.py)
+    # its checks are evaluated in batches by the ods_quality_checks sensor (sensors/ods.py)
     return _build(OdsTable, path, fields)
 
 
