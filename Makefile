@@ -7,7 +7,7 @@ STAMP       := $(VENV)/.installed-stamp
 JARS        := $(VENV)/jars
 JARS_STAMP  := $(JARS)/.installed-stamp
 
-.PHONY: install system-packages dev dev-postgres test test-backfill-month lint format typecheck check bench clean-data
+.PHONY: install system-packages dev dev-postgres test test-fast test-backfill-month lint format typecheck check clean-data
 
 $(STAMP): pyproject.toml uv.lock
 	@command -v java >/dev/null 2>&1 || { \
@@ -34,9 +34,9 @@ $(JARS_STAMP): pom.xml | $(STAMP)
 
 install: $(STAMP) $(JARS_STAMP)
 
-# Debian packages the tests of real components start (PostgreSQL for tests/test_postgres.py, MariaDB for
-# tests/test_capture.py, Chromium and its WebDriver for tests/test_embedded_stack.py). CI runs as root: what is missing is installed after one `apt-get update`; elsewhere the
-# tests needing it skip, saying why.
+# Debian packages the `stack` tests of real components start (PostgreSQL, MariaDB for the capture connector,
+# Chromium and its WebDriver for the UI). CI runs as root: what is missing is installed after one `apt-get update`;
+# elsewhere the tests needing it skip, saying why.
 DEBIAN_PACKAGES := postgresql mariadb-server chromium chromium-driver
 system-packages:
 	@missing=$$(for p in $(DEBIAN_PACKAGES); do \
@@ -53,12 +53,15 @@ dev: install  ## simulated sources + Spark Connect + Dagster UI on http://127.0.
 
 dev-postgres: install  ## `make dev` on the PostgreSQL instance of dagster_home/postgres (DAGSTER_PG_* set)
 	@for v in DAGSTER_PG_HOST DAGSTER_PG_PORT DAGSTER_PG_USER DAGSTER_PG_PASSWORD DAGSTER_PG_DB; do \
-	  printenv $$v >/dev/null || { echo "error: $$v is not set (README: Production deployment)"; exit 1; }; done
+	  printenv $$v >/dev/null || { echo "error: $$v is not set (docs/operations.md: Production deployment)"; exit 1; }; done
 	DAGSTER_HOME=$(CURDIR)/dagster_home/postgres $(VENV)/bin/warehouse dev
 
 test: install system-packages  ## the whole test suite
 	@command -v java >/dev/null 2>&1 || { echo "error: 'java' was not found on PATH (Spark needs Java 17)"; exit 1; }
 	$(VENV)/bin/pytest -n 2 --dist loadfile --no-loadscope-reorder
+
+test-fast: install  ## the pure tier: no Spark, no servers (under 3 minutes); `make test` runs every tier
+	$(VENV)/bin/pytest -n 2 -m "not spark and not stack"
 
 test-backfill-month: install  ## the backfill test over all of January, the whole graph (~25 min on 2 cores)
 	BACKFILL_DAYS=31 BACKFILL_HOURLY_DAYS=31 $(VENV)/bin/pytest -s tests/test_backfill.py

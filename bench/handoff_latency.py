@@ -43,7 +43,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -56,6 +55,7 @@ from zoneinfo import ZoneInfo
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.processes import free_port
 from resources.settings import Settings
 
 TZ = ZoneInfo(Settings.from_env().timezone)  # the warehouse started below inherits this environment
@@ -63,12 +63,6 @@ ROI = ["ads", "marketing_roi"]
 GMV = ["ads", "daily_gmv"]
 ODS = ["ods", "order"]
 HOURLY = ["dws", "order_hourly"]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -156,7 +150,7 @@ def main() -> int:
         for d in days:
             report_valid(instance, catalog[".".join(GMV)], f"{d}", "seeded by the bench")
 
-    port, spark_port = _free_port(), _free_port()
+    port, spark_port = free_port(), free_port()
     env = dict(
         os.environ,
         DAGSTER_HOME=str(home),

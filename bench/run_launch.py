@@ -40,8 +40,8 @@ sys.path.insert(0, str(ROOT))
 from dagster import DagsterInstance, DagsterRun
 from dagster_graphql import DagsterGraphQLClient
 
+from bench.processes import free_port, kill_stragglers
 from resources.spark import port_open
-from tests.dev_stack import free_port, kill_stragglers
 
 WARM = """
 run_launcher:

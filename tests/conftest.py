@@ -11,6 +11,7 @@ from dagster import DagsterInstance, instance_for_test
 from pyspark.sql import SparkSession
 
 from resources import resources_from_env
+from resources import spark as spark_resources
 from resources.delta_lake import DeltaStore
 from resources.spark import stop_session
 
@@ -32,8 +33,24 @@ LONGEST_FIRST = (
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # a test that asks for the Spark session is in the `spark` tier however its module is marked
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.spark)
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+
+
+@pytest.fixture(autouse=True)
+def _pure_tests_start_no_spark(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The unmarked tier is what `make test-fast` runs: a test that starts Spark there fails, naming its marker."""
+    if request.node.get_closest_marker("spark") or request.node.get_closest_marker("stack"):
+        return
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise RuntimeError(f"{request.node.nodeid} starts Spark: mark it `@pytest.mark.spark`")
+
+    monkeypatch.setattr(spark_resources, "get_session", refuse)
 
 
 @pytest.fixture(scope="session")

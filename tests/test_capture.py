@@ -49,6 +49,8 @@ from warehouse_assets.ingest.capture import (
 from warehouse_assets.ingest.merge import ingest_table, ingested_counts
 from warehouse_assets.ingest.readiness import hour_key, readiness, ready_hours
 
+pytestmark = pytest.mark.stack
+
 CATALOG = load_catalog()
 TZ = ZoneInfo("Asia/Shanghai")
 WAREHOUSE = Path(sys.executable).with_name("warehouse")

@@ -45,6 +45,8 @@ from resources.spark import port_open
 from tests.dev_stack import DAY, DEADLINE_S, ROOT, STALL_S, await_partition, free_port, graphql, start_stack
 from tests.test_spark_delta import assert_round
 
+pytestmark = pytest.mark.stack
+
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 # a page of the UI on a loaded 2-core machine: its GraphQL queries wait behind the runs' Spark work
 PAGE_S = 180

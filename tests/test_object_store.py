@@ -23,6 +23,8 @@ from resources.delta_lake import DeltaStore, storage_options
 from resources.spark import port_open
 from tests.dev_stack import free_port
 
+pytestmark = pytest.mark.stack
+
 BUCKET = "lake"
 
 

@@ -1,4 +1,4 @@
-"""The product's stack on a PostgreSQL instance (dagster_home/postgres/dagster.yaml; README: Production deployment).
+"""The product's stack on a PostgreSQL instance (dagster_home/postgres/dagster.yaml; docs/operations.md: Production deployment).
 
 A PostgreSQL server from the machine's packages (`make system-packages` installs Debian's `postgresql`) runs on a
 free loopback port from a data directory of its own; `warehouse dev` runs against it as
@@ -27,6 +27,8 @@ from dagster import AssetKey, AssetRecordsFilter, DagsterEventType, DagsterRunSt
 
 from tests.dev_stack import DAY, ROOT, await_partition, free_port, launched_by_the_stack, start_stack
 from warehouse_assets.center.state_store import PartitionStateStore
+
+pytestmark = pytest.mark.stack
 
 POSTGRES_INSTANCE = ROOT / "dagster_home" / "postgres" / "dagster.yaml"
 IN_PROGRESS = {

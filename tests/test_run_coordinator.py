@@ -22,6 +22,8 @@ from tests.dev_stack import kill_stragglers
 from tests.test_warm_launcher import LOCATION, wait_finished
 from warehouse_assets.instance.run_coordinator import ImmediateRunCoordinator
 
+pytestmark = pytest.mark.stack
+
 CONFIG = """
 telemetry: {enabled: false}
 run_launcher:

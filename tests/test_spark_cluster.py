@@ -1,4 +1,4 @@
-"""The warehouse on a Spark cluster (README: "Pointing it at a real cluster").
+"""The warehouse on a Spark cluster (docs/operations.md: "A Spark cluster").
 
 A standalone master and one worker, separate JVMs started from the pyspark wheel (``spark-class``), on
 loopback. The same slice runs three times on one simulated source (two ODS tables ingested with ``MERGE INTO``,
@@ -37,6 +37,8 @@ from tests.dev_stack import free_port
 from warehouse_assets.build.zorder import build_zorder_job
 from warehouse_assets.catalog import load_catalog
 from warehouse_assets.cli import materialize_range, run_ingest
+
+pytestmark = [pytest.mark.spark, pytest.mark.stack]
 
 ROOT = Path(__file__).resolve().parents[1]
 WAREHOUSE = Path(sys.executable).parent / "warehouse"

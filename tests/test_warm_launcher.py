@@ -28,6 +28,8 @@ from resources.spark import port_open
 from tests.dev_stack import free_port, graphql, kill_stragglers
 from warehouse_assets.instance.warm_launcher import WORKER_TAG, WarmRunLauncher
 
+pytestmark = pytest.mark.stack
+
 ROOT = Path(__file__).resolve().parent.parent
 LOCATION = ROOT / "tests" / "warm_location.py"
 RUN_TIMEOUT_S = 120  # a run of the tiny location takes a second or two; the first pays the warm worker's imports
