@@ -52,7 +52,7 @@ from simulator.external import simulate_external_for_landing
 from tests import oracle
 from warehouse_assets.build.gate import backfill_partitions
 from warehouse_assets.catalog import upstream_partitions
-from warehouse_assets.cli import report_external_deliveries, report_ready_hours, run_ingest
+from warehouse_assets.cli.headless import report_external_deliveries, report_ready_hours, run_ingest
 from warehouse_assets.definitions import catalog
 
 ROOT = Path(__file__).resolve().parent.parent

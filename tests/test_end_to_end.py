@@ -29,7 +29,7 @@ from pyspark.sql import SparkSession
 from resources import LandingResource, resources_from_env
 from simulator.cdc import SimulationConfig, simulate
 from tests import oracle
-from warehouse_assets.cli import materialize_range
+from warehouse_assets.cli.headless import materialize_range
 
 TZ = ZoneInfo("Asia/Shanghai")
 FIRST = date(2026, 1, 1)  # the warehouse's first partition (warehouse_assets/catalog/calendars.py START)

@@ -36,7 +36,7 @@ from simulator.cdc import SimulationConfig, simulate
 from tests.dev_stack import free_port
 from warehouse_assets.build.zorder import build_zorder_job
 from warehouse_assets.catalog import load_catalog
-from warehouse_assets.cli import materialize_range, run_ingest
+from warehouse_assets.cli.headless import materialize_range, run_ingest
 
 pytestmark = [pytest.mark.spark, pytest.mark.stack]
 

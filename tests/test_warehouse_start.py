@@ -10,7 +10,7 @@ from datetime import datetime
 from pathlib import Path
 
 from simulator.cdc import SimulationConfig, append, simulate
-from warehouse_assets.cli import warehouse_start
+from warehouse_assets.cli.dev import warehouse_start
 
 ROOT = Path(__file__).resolve().parent.parent
 
