@@ -1,4 +1,4 @@
-"""The product's stack on a PostgreSQL instance (dagster_home/postgres/dagster.yaml; docs/operations.md: Production deployment).
+"""The product's stack on a PostgreSQL instance (dagster_home/postgres/dagster.yaml; docs/operations.md).
 
 A PostgreSQL server from the machine's packages (`make system-packages` installs Debian's `postgresql`) runs on a
 free loopback port from a data directory of its own; `warehouse dev` runs against it as

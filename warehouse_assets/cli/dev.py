@@ -128,8 +128,8 @@ def run_engine(args: argparse.Namespace) -> int:
     from dagster import DagsterInstance
 
     from resources.external import ExternalResource
-    from warehouse_assets.catalog import load_catalog
     from warehouse_assets.build.compiler import max_partitions_per_run
+    from warehouse_assets.catalog import load_catalog
     from warehouse_assets.center.engine import GraphQLSubmitter, assemble_engine
     from warehouse_assets.ingest.deliveries import ExternalWatcher, now_in_business_tz
 

@@ -17,8 +17,8 @@ from warehouse_assets.cli.common import say
 
 def run_ingest(instance: Any, resources: dict[str, Any], tables: Sequence[str] = ()) -> dict[str, Any]:
     """Run the ``ods_ingest`` job in this process against ``instance``; returns its summary."""
-    from warehouse_assets.catalog import load_catalog
     from warehouse_assets.build.hour_checks import judge_hours
+    from warehouse_assets.catalog import load_catalog
     from warehouse_assets.ingest.job import build_ingest_job
 
     result = build_ingest_job(load_catalog(), judge_hours).execute_in_process(
