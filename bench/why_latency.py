@@ -25,7 +25,7 @@ from datetime import date, datetime, timedelta
 from datetime import time as dt_time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from dagster import AssetKey, AssetMaterialization, instance_for_test

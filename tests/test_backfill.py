@@ -49,13 +49,13 @@ from pyspark.sql import SparkSession
 from resources import resources_from_env
 from simulator.cdc import SimulationConfig, simulate
 from simulator.external import simulate_external_for_landing
-from tests import oracle
+from tests.support import oracle
 from warehouse_assets.build.gate import backfill_partitions
 from warehouse_assets.catalog import upstream_partitions
 from warehouse_assets.cli.headless import report_external_deliveries, report_ready_hours, run_ingest
 from warehouse_assets.definitions import catalog
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[1]
 TZ = ZoneInfo("Asia/Shanghai")
 DAYS = int(os.environ.get("BACKFILL_DAYS", "11"))
 HOURLY_DAYS = min(DAYS, int(os.environ.get("BACKFILL_HOURLY_DAYS", "1")))
@@ -166,10 +166,10 @@ def backfilled(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) ->
             in_range = {k for k in instance.get_materialized_partitions(AssetKey(table.key)) if k < END.isoformat()}
             assert len(in_range) == 24 * DAYS, table.fqn  # every ODS hour of the range is ready
         assert report_external_deliveries(instance, resources) >= 2 * DAYS  # both producers, every day
-        sys.modules.pop("tests.backfill_location", None)
-        importlib.import_module("tests.backfill_location")  # resources from the env above
+        sys.modules.pop("tests.support.backfill_location", None)
+        importlib.import_module("tests.support.backfill_location")  # resources from the env above
         origin = InProcessCodeLocationOrigin(
-            LoadableTargetOrigin(module_name="tests.backfill_location", working_directory=str(ROOT)),
+            LoadableTargetOrigin(module_name="tests.support.backfill_location", working_directory=str(ROOT)),
             location_name="warehouse",
         )
         with WorkspaceProcessContext(instance, InProcessWorkspaceLoadTarget([origin])) as workspace:

@@ -11,11 +11,11 @@ import pytest
 from dagster import AssetKey, DefaultSensorStatus, TimeWindowPartitionMapping, TimeWindowPartitionsDefinition
 
 from resources.settings import Settings
-from tests.small_catalog import ODS, assert_refused, write
+from tests.support.small_catalog import ODS, assert_refused, write
 from warehouse_assets.catalog import load_catalog, upstream_partitions
 from warehouse_assets.definitions import build_definitions, catalog, defs
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_dagster_definitions_validate(tmp_path: Path) -> None:
@@ -87,7 +87,7 @@ def test_the_simulated_source_runs_only_in_dev_mode() -> None:
 def test_runs_execute_their_steps_in_process_unless_told_otherwise() -> None:
     # the engine's runs go through the implicit asset job: one process and one Spark session per run
     assert defs.resolve_implicit_global_asset_job_def().executor_def.name == "in_process"
-    # choosing another executor, and the error for an unknown one: tests/test_settings.py
+    # choosing another executor, and the error for an unknown one: tests/resources/test_settings.py
 
 
 def test_no_asset_or_check_carries_a_dagster_automation_condition() -> None:

@@ -42,8 +42,8 @@ from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
 from resources.spark import port_open
-from tests.dev_stack import DAY, DEADLINE_S, ROOT, STALL_S, await_partition, free_port, graphql, start_stack
-from tests.test_spark_delta import assert_round
+from tests.resources.test_spark_delta import assert_round
+from tests.support.dev_stack import DAY, DEADLINE_S, ROOT, STALL_S, await_partition, free_port, graphql, start_stack
 
 pytestmark = pytest.mark.stack
 
@@ -218,7 +218,7 @@ def test_the_connect_server_of_dev_runs_delta_sql(stack: Stack, tmp_path: Path) 
     client = (
         "import json, sys\n"
         "from pyspark.sql import SparkSession\n"
-        "from tests.test_spark_delta import spark_delta_round\n"
+        "from tests.resources.test_spark_delta import spark_delta_round\n"
         "session = SparkSession.builder.remote(sys.argv[1]).getOrCreate()\n"
         "print(json.dumps(spark_delta_round(session, sys.argv[2])))\n"
     )

@@ -28,7 +28,7 @@ from pyspark.sql import SparkSession
 
 from resources import LandingResource, resources_from_env
 from simulator.cdc import SimulationConfig, simulate
-from tests import oracle
+from tests.support import oracle
 from warehouse_assets.cli.headless import materialize_range
 
 TZ = ZoneInfo("Asia/Shanghai")

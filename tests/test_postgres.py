@@ -25,7 +25,7 @@ import pytest
 import yaml
 from dagster import AssetKey, AssetRecordsFilter, DagsterEventType, DagsterRunStatus
 
-from tests.dev_stack import DAY, ROOT, await_partition, free_port, launched_by_the_stack, start_stack
+from tests.support.dev_stack import DAY, ROOT, await_partition, free_port, launched_by_the_stack, start_stack
 from warehouse_assets.center.state_store import PartitionStateStore
 
 pytestmark = pytest.mark.stack

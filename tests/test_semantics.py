@@ -4,7 +4,7 @@ For a chosen partition of each pattern: the exact upstream partition keys, throu
 ``upstream_partitions`` and through Dagster's asset graph (the mapping on the edge). Then: a partition
 whose mapped upstream partitions do not all exist — before the upstream's start, in the future, or simply
 not materialized — is never started by the dependency center's engine (its resolver stepped at pinned times,
-``tests.center_harness``), and fails naming the partitions when launched by hand; the first partition of a
+``tests.support.center_harness``), and fails naming the partitions when launched by hand; the first partition of a
 self-dependent table needs no T-1, a later one never runs without it (the engine builds a chain in one run, T-1
 first, as a backfill does).
 
@@ -31,7 +31,7 @@ from dagster import (
 from pyspark.sql import SparkSession
 
 from resources import resources_from_env
-from tests.center_harness import CenterTicker
+from tests.support.center_harness import CenterTicker
 from warehouse_assets.build.compiler import build_assets
 from warehouse_assets.catalog import BY_PERIOD, START, Catalog, load_catalog, upstream_partitions
 

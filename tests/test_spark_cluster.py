@@ -33,7 +33,7 @@ from pyspark.sql import SparkSession
 from resources import LandingResource, resources_from_env
 from resources.spark import port_open, spark_home
 from simulator.cdc import SimulationConfig, simulate
-from tests.dev_stack import free_port
+from tests.support.dev_stack import free_port
 from warehouse_assets.build.zorder import build_zorder_job
 from warehouse_assets.catalog import load_catalog
 from warehouse_assets.cli.headless import materialize_range, run_ingest

@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 from resources.delta_lake import DeltaStore
 from resources.landing import Landing
 from simulator.cdc import SimulationConfig, simulate
-from tests import oracle
+from tests.support import oracle
 from warehouse_assets.catalog import load_catalog
 from warehouse_assets.ingest.merge import QUARANTINE_KEY, ingest_batch, ingest_table, spark_type_of_mysql
 

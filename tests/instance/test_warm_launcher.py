@@ -1,4 +1,4 @@
-"""The warm run launcher (warehouse_assets/instance/warm_launcher.py) on a tiny code location (tests/warm_location.py).
+"""The warm run launcher (warehouse_assets/instance/warm_launcher.py) on a tiny code location (tests/support).
 
 The first tests call the instance's launcher directly, as the daemon does when it dequeues a run; the last starts
 `dagster dev` on the product's instance settings (dagster_home/dagster.yaml: the warm launcher behind the
@@ -25,13 +25,13 @@ from dagster._core.launcher import WorkerStatus
 from dagster_graphql import DagsterGraphQLClient
 
 from resources.spark import port_open
-from tests.dev_stack import free_port, graphql, kill_stragglers
+from tests.support.dev_stack import free_port, graphql, kill_stragglers
 from warehouse_assets.instance.warm_launcher import WORKER_TAG, WarmRunLauncher
 
 pytestmark = pytest.mark.stack
 
-ROOT = Path(__file__).resolve().parent.parent
-LOCATION = ROOT / "tests" / "warm_location.py"
+ROOT = Path(__file__).resolve().parents[2]
+LOCATION = ROOT / "tests" / "support" / "warm_location.py"
 RUN_TIMEOUT_S = 120  # a run of the tiny location takes a second or two; the first pays the warm worker's imports
 WARM_CONFIG = """
 telemetry: {enabled: false}
@@ -183,7 +183,7 @@ def test_runs_launched_from_the_ui_go_through_the_warm_launcher(
     shutil.copy(ROOT / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
     workspace = tmp_path / "workspace.yaml"
     workspace.write_text(
-        "load_from:\n  - python_module:\n      module_name: tests.warm_location\n"
+        "load_from:\n  - python_module:\n      module_name: tests.support.warm_location\n"
         f"      working_directory: {ROOT}\n      location_name: warm_test\n"
     )
     port = free_port()

@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 
 from resources.delta_lake import DeltaStore
 from resources.landing import Landing
-from tests import oracle
+from tests.support import oracle
 from warehouse_assets.catalog import Table, load_catalog
 from warehouse_assets.ingest.merge import (
     QUARANTINE_KEY,

@@ -34,7 +34,7 @@ from pyspark.sql import SparkSession
 
 from resources.delta_lake import DeltaStore
 from resources.landing import Landing
-from tests import oracle
+from tests.support import oracle
 from warehouse_assets import cli
 from warehouse_assets.catalog import load_catalog
 from warehouse_assets.ingest.capture import (

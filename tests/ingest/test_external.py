@@ -1,7 +1,7 @@
 """External tables as virtual dependencies: the simulated producers, their sensors, and the downstream users.
 
 Every time is pinned: the producers are simulated up to a clock, each sensor is built with that clock, and
-the dependency center is stepped at it (``tests.center_harness``), so partitions are exact.
+the dependency center is stepped at it (``tests.support.center_harness``), so partitions are exact.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from simulator.external import (
     events_until,
     simulate_external,
 )
-from tests.center_harness import CenterTicker
+from tests.support.center_harness import CenterTicker
 from warehouse_assets.build.compiler import max_partitions_per_run
 from warehouse_assets.build.quality import report_valid
 from warehouse_assets.catalog import Catalog

@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 
 from resources.delta_lake import DeltaStore, storage_options
 from resources.spark import port_open
-from tests.dev_stack import free_port
+from tests.support.dev_stack import free_port
 
 pytestmark = pytest.mark.stack
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from tests.small_catalog import ODS, assert_refused
+from tests.support.small_catalog import ODS, assert_refused
 from warehouse_assets.catalog import (
     DerivedTable,
     ExternalTable,

@@ -28,7 +28,7 @@ from resources.spark import port_open
 from simulator.cdc import SimulationConfig, simulate
 from warehouse_assets.center.resolver import TAG_PREFIX
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # Not a latency target (bench/handoff_latency.py measures that): the chain — ingest, ODS hour checks, DWD, DWS,
 # ADS, a run launch each on 2 run slots — takes about 4 min on a quiet 2-core machine and twice that on a busy one.
 # A wait fails when the stack stops making progress (no run or step event for STALL_S), or at DEADLINE_S

@@ -42,7 +42,7 @@ from resources import resources_from_env
 from resources.landing import Landing
 from sensors.ods import build_ods_checks_sensor
 from simulator.cdc import merged_order_row
-from tests.center_harness import CenterTicker
+from tests.support.center_harness import CenterTicker
 from warehouse_assets.build.compiler import build_assets, build_checks
 from warehouse_assets.build.hour_checks import JOB, build_ods_checks_job, checked_tables, next_batch, unchecked_hours
 from warehouse_assets.catalog import Catalog, hourly, load_catalog

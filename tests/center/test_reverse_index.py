@@ -17,7 +17,7 @@ import pytest
 from dagster import TimeWindowPartitionMapping
 
 from resources.settings import Settings, using
-from tests.small_catalog import ODS
+from tests.support.small_catalog import ODS
 from warehouse_assets.catalog import BY_PERIOD, Catalog, load_catalog, upstream_partitions
 from warehouse_assets.center.reverse_index import EdgeMapping, ReverseIndex
 

@@ -23,7 +23,7 @@ from warehouse_assets.build.quality import Outcome, evaluation, latest_materiali
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.center.why import WhyReport, explain
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DAY = "2026-03-02"
 HOURS = [f"{DAY}-{h:02d}:00" for h in range(24)]
 

@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from resources.delta_lake import DeltaLayerError, DeltaStore, Predicate
-from tests import oracle
+from tests.support import oracle
 
 KEY = ("dwd", "sales")
 

@@ -18,7 +18,7 @@ from deltalake import DeltaTable
 from resources import spark as spark_module
 from resources.spark import DELTA_CONF, jars_dir, jvm_dependency_conf, spark_home
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # a jar's artifact and version: `log4j-1.2-api-2.25.4.jar`, `zstd-jni-1.5.7-7.jar`, `orc-core-2.3.0-shaded-protobuf.jar`
 JAR_NAME = re.compile(r"^(?P<artifact>.+)-(?P<version>\d+\.[^-]*(-[\w.-]+)?)\.jar$")
 

@@ -1,4 +1,4 @@
-"""A tiny code location for tests/test_warm_launcher.py: runs that succeed at once, crash, or wait to be killed."""
+"""A tiny code location for the warm launcher's tests: runs that succeed at once, crash, or wait to be killed."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 ``ods.order`` is written directly (two days, 2026-03-02 and 03) with a duplicated order on day D = 03-02;
 ``dwd.order_detail`` is materialized in process, its ``unique`` check fails on D only; the dependency center is
-stepped at a pinned time (``tests.center_harness``). D's downstream (``dws.user_order_daily``) is held back,
+stepped at a pinned time (``tests.support.center_harness``). D's downstream (``dws.user_order_daily``) is held back,
 D+1's is not; an ``ignore_dq`` dependency proceeds; fixing the data and re-running D clears the block.
 """
 
@@ -32,7 +32,7 @@ from pyspark.sql import SparkSession
 from resources import resources_from_env
 from resources.landing import Landing
 from simulator.cdc import merged_order_row
-from tests.center_harness import CenterTicker
+from tests.support.center_harness import CenterTicker
 from warehouse_assets.build.compiler import build_assets
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.center.why import explain

@@ -20,7 +20,7 @@ from simulator.cdc import (
     read_simulation,
     simulate,
 )
-from tests.oracle import (
+from tests.support.oracle import (
     daily_gmv,
     logical_name,
     parse_line,

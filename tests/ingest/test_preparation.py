@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 from resources.delta_lake import DeltaStore
 from resources.landing import Landing, read_lines
 from simulator.cdc import SimulationConfig, simulate
-from tests.test_ingestion import DB, _local, message, order
+from tests.ingest.test_ingestion import DB, _local, message, order
 from warehouse_assets.catalog import Table, load_catalog
 from warehouse_assets.ingest.merge import CHANGES_KEY, QUARANTINE_KEY, ingest_table
 from warehouse_assets.ingest.preparation import InProcessPreparation, SparkPreparation, classified_schema

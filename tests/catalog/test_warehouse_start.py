@@ -12,7 +12,7 @@ from pathlib import Path
 from simulator.cdc import SimulationConfig, append, simulate
 from warehouse_assets.cli.dev import warehouse_start
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = """
 import json

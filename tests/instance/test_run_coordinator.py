@@ -18,8 +18,8 @@ from dagster._core.remote_origin import InProcessCodeLocationOrigin, RemoteJobOr
 from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import QueuedRunCoordinatorDaemon
 
-from tests.dev_stack import kill_stragglers
-from tests.test_warm_launcher import LOCATION, wait_finished
+from tests.instance.test_warm_launcher import LOCATION, wait_finished
+from tests.support.dev_stack import kill_stragglers
 from warehouse_assets.instance.run_coordinator import ImmediateRunCoordinator
 
 pytestmark = pytest.mark.stack
