@@ -15,8 +15,8 @@ from warehouse_assets.catalog import Catalog, ExternalTable
 from warehouse_assets.ingest.deliveries import (
     WATCH_STALE_SECONDS,
     Clock,
-    Cursor,
-    evaluate,
+    DeliveryCursor,
+    delivery_tick,
     external_source,
     last_reported,
     now_in_business_tz,
@@ -42,8 +42,8 @@ def build_external_sensor(table: ExternalTable, clock: Clock = now_in_business_t
         ago = watched_ago(context.instance)
         if ago is not None and ago < WATCH_STALE_SECONDS:
             return SkipReason(f"the engine reports {table.fqn}'s deliveries as they land (it looked {ago:.0f} s ago)")
-        cursor = Cursor.load(context.cursor)
-        tick, new_cursor = evaluate(
+        cursor = DeliveryCursor.load(context.cursor)
+        tick, new_cursor = delivery_tick(
             external_source(external, table), cursor, clock(), last_reported(context.instance, table.key)
         )
         for line in tick.rejected:

@@ -51,7 +51,13 @@ from warehouse_assets.center.engine import assemble_engine
 from warehouse_assets.center.resolver import RunPlan
 from warehouse_assets.center.why import explain
 from warehouse_assets.definitions import catalog, defs
-from warehouse_assets.ingest.deliveries import Cursor, ExternalWatcher, evaluate, external_source, watched_ago
+from warehouse_assets.ingest.deliveries import (
+    DeliveryCursor,
+    ExternalWatcher,
+    delivery_tick,
+    external_source,
+    watched_ago,
+)
 
 TZ = ZoneInfo("Asia/Shanghai")
 FIRST = date(2026, 3, 2)
@@ -207,11 +213,11 @@ def test_fx_rate_version_starts_order_usd_daily_exactly_once(tmp_path: Path) -> 
 def replay(root: Path, table: object, until: datetime) -> tuple[list[tuple[str, bool]], list[str]]:
     """Tick the sensor right after every producer event up to ``until``; reports and rejections."""
     source = external_source(ExternalResource(root=str(root)), table)  # type: ignore[arg-type]
-    cursor, reported, rejected = Cursor(), [], []
+    cursor, reported, rejected = DeliveryCursor(), [], []
     times = sorted({e.at for e in events_until(SEED, FIRST, until)} | {until})
     for now in times:
         simulate_external(root, FIRST, now, SEED)
-        tick, cursor = evaluate(source, cursor, now + timedelta(minutes=1))
+        tick, cursor = delivery_tick(source, cursor, now + timedelta(minutes=1))
         reported += [(str(e.partition), bool(e.metadata["redelivery"].value)) for e in tick.events]
         rejected += tick.rejected
     return reported, rejected
@@ -267,14 +273,16 @@ def test_a_future_directory_is_rejected(tmp_path: Path) -> None:
     future.mkdir()
     (future / "part-00000.csv").write_text("channel,campaign_id,spend,impressions,clicks\nx,y,1.00,1,1\n")
     (future / "_SUCCESS").write_text("")
-    tick, cursor = evaluate(external_source(ExternalResource(root=str(tmp_path)), SPEND), Cursor(), now)
+    tick, cursor = delivery_tick(external_source(ExternalResource(root=str(tmp_path)), SPEND), DeliveryCursor(), now)
     assert sorted(str(e.partition) for e in tick.events) == [day(0), day(1)]
     assert [line for line in tick.rejected if "2026-03-20" in line] == [
         "ext.marketing_spend: rejected delivery dt=2026-03-20 — partition 2026-03-20 is in the future "
         "(now 2026-03-04 12:00); not reported"
     ]
     # decided once: the next tick neither reports nor repeats the warning
-    tick, _ = evaluate(external_source(ExternalResource(root=str(tmp_path)), SPEND), cursor, now + timedelta(minutes=1))
+    tick, _ = delivery_tick(
+        external_source(ExternalResource(root=str(tmp_path)), SPEND), cursor, now + timedelta(minutes=1)
+    )
     assert tick.events == [] and tick.rejected == []
 
 

@@ -15,9 +15,8 @@ P may run when every upstream partition is ``ok``. The gate reads partition stat
 :class:`PartitionStateReader` only; callers supply the state they trust: the run guard
 (:mod:`warehouse_assets.build.runner`) the instance's materializations plus what its own run wrote, ``warehouse why``
 (:mod:`warehouse_assets.center.why`) the instance's partition statuses, the headless path
-(:mod:`warehouse_assets.cli`) the instance, the dependency center (:mod:`warehouse_assets.center.resolver`) its
-partition state store; the backfill plan (:func:`backfill_partitions`)
-asks it over a range.
+(:mod:`warehouse_assets.cli.headless`) the instance, the dependency center (:mod:`warehouse_assets.center.resolver`)
+its partition state store; the backfill plan (:func:`backfill_partitions`) asks it over a range.
 """
 
 from __future__ import annotations

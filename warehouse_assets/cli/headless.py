@@ -63,12 +63,18 @@ def report_ready_hours(
 def report_external_deliveries(instance: Any, resources: dict[str, Any]) -> int:
     """Report every external partition that has arrived and is not reported yet (what their sensors do)."""
     from warehouse_assets.catalog import load_catalog
-    from warehouse_assets.ingest.deliveries import Cursor, evaluate, external_source, last_reported, now_in_business_tz
+    from warehouse_assets.ingest.deliveries import (
+        DeliveryCursor,
+        delivery_tick,
+        external_source,
+        last_reported,
+        now_in_business_tz,
+    )
 
     reported = 0
     for table in load_catalog().externals():
         source = external_source(resources["external"], table)
-        tick, _ = evaluate(source, Cursor(), now_in_business_tz(), last_reported(instance, table.key))
+        tick, _ = delivery_tick(source, DeliveryCursor(), now_in_business_tz(), last_reported(instance, table.key))
         for line in tick.rejected:
             say(f"[ext   ] {line}")
         for event in tick.events:

@@ -1,7 +1,7 @@
 """External tables: their producers' deliveries, and which of them to report, once. A delivery is
 reported when it has truly arrived (its marker, or a new producer version), never from a partial write.
 
-What :func:`evaluate` decides is reported by the dependency center's engine as deliveries land
+What :func:`delivery_tick` decides is reported by the dependency center's engine as deliveries land
 (:class:`ExternalWatcher`, every engine round), by one sensor per external producer (:mod:`sensors.external`) while
 no engine watches, and by the headless CLI.
 
@@ -69,14 +69,14 @@ def now_in_business_tz() -> datetime:
 
 
 @dataclass
-class Cursor:
+class DeliveryCursor:
     decided: dict[str, str] = field(default_factory=dict)  # delivery name -> signature already decided
     reported: dict[str, str] = field(default_factory=dict)  # partition -> fingerprint reported
     version: int | None = None  # Delta: the last producer version looked at
     pending: list[str] = field(default_factory=list)  # Delta: valid partitions waiting for their day to end
 
     @classmethod
-    def load(cls, raw: str | None) -> "Cursor":
+    def load(cls, raw: str | None) -> "DeliveryCursor":
         data = json.loads(raw) if raw else {}
         return cls(data.get("decided", {}), data.get("reported", {}), data.get("version"), data.get("pending", []))
 
@@ -90,21 +90,21 @@ class Cursor:
 
 
 @dataclass
-class Tick:
+class DeliveryTick:
     events: list[AssetMaterialization] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)  # one line per rejected delivery (logged as warnings)
     waiting: list[str] = field(default_factory=list)  # valid deliveries whose day is not over yet
 
 
-def evaluate(
+def delivery_tick(
     source: ExternalSource,
-    cursor: Cursor,
+    cursor: DeliveryCursor,
     now: datetime,
     last_reported: Callable[[str], str | None] = lambda key: None,
-) -> tuple[Tick, Cursor]:
+) -> tuple[DeliveryTick, DeliveryCursor]:
     """What one tick reports for one external table, and the cursor after it (pure but for the reads)."""
-    cursor = Cursor(dict(cursor.decided), dict(cursor.reported), cursor.version, list(cursor.pending))
-    tick = Tick()
+    cursor = DeliveryCursor(dict(cursor.decided), dict(cursor.reported), cursor.version, list(cursor.pending))
+    tick = DeliveryTick()
     if source.format == "delta":
         deliveries, cursor.version = source.delta_deliveries(cursor.version, cursor.pending)
         cursor.pending = []
@@ -202,7 +202,7 @@ class ExternalWatcher:
         self.tables = list(catalog.externals())
         self.sources = {t.fqn: external_source(external, t) for t in self.tables}
         stored = instance.run_storage.get_cursor_values({self._key(t.fqn) for t in self.tables})
-        self.cursors = {t.fqn: Cursor.load(stored.get(self._key(t.fqn))) for t in self.tables}
+        self.cursors = {t.fqn: DeliveryCursor.load(stored.get(self._key(t.fqn))) for t in self.tables}
         self._beat = 0.0
         self._failing: str | None = None  # the error of the current outage, logged once
 
@@ -231,7 +231,7 @@ class ExternalWatcher:
 
     def _poll(self, table: ExternalTable) -> int:
         cursor = self.cursors[table.fqn]
-        tick, advanced = evaluate(
+        tick, advanced = delivery_tick(
             self.sources[table.fqn], cursor, self.clock(), last_reported(self.instance, table.key)
         )
         for line in tick.rejected:
