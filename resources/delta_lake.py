@@ -160,11 +160,6 @@ def _sql_literal(value: Any) -> str:
 # --- type mapping ------------------------------------------------------------------------------------------
 
 
-def spark_ddl(schema: pa.Schema) -> str:
-    """A Spark DDL schema string for an Arrow schema (the subset of types the warehouse uses)."""
-    return ", ".join(f"`{f.name}` {spark_type(f.type)}" for f in schema)
-
-
 def spark_type(t: pa.DataType) -> str:
     """The Spark type name of an Arrow type (``timestamp`` for an aware timestamp, ``timestamp_ntz`` otherwise)."""
     if pa.types.is_boolean(t):
@@ -839,12 +834,6 @@ class DeltaStore:
             commits.append(commit)
         return commits
 
-    def partitions_present(self, key: Sequence[str] | str) -> list[dict[str, str]]:
-        dt = self.table(key)
-        if dt is None:
-            return []
-        return [{k: str(v) for k, v in p.items()} for p in dt.partitions()]
-
 
 def batch_partitions(batch: pa.Table, partition_by: Sequence[str]) -> list[dict[str, str]]:
     """A batch's distinct partitions, by an Arrow hash aggregate (not a Python dict per row), sorted."""
@@ -951,9 +940,3 @@ class DeltaLakeResource(ConfigurableResource):  # type: ignore[misc]
         environment (:func:`storage_options`)."""
         options = {**storage_options(self.root), **self.storage_options}
         return DeltaStore(self.root, options, self.time_travel_hours, self.checkpoint_interval)
-
-
-def local_uri_path(uri: str) -> Path:
-    """The local path of a ``file://`` or plain-path URI."""
-    parsed = urlparse(uri)
-    return Path(parsed.path if parsed.scheme == "file" else uri)

@@ -593,9 +593,6 @@ class IngestedCounts:
     seq: dict[str, int] = field(default_factory=dict)
     read: ReadStats = field(default_factory=ReadStats)  # the ops.ingested_counts files read for them
 
-    def hours_counted_after(self, seen: dict[str, int], entries: list[dict[str, Any]]) -> set[str]:
-        return {e["hour"] for e in entries if e["seq_to"] > seen.get(e["stream"], 0)}
-
 
 def ingested_counts(
     store: DeltaStore, table: Table, dates: Sequence[str] | None = None
