@@ -49,6 +49,7 @@ from deltalake import CommitProperties, DeltaTable, Schema, write_deltalake
 from deltalake.transaction import Transaction
 from pydantic import Field
 
+from resources.column_types import normalize_arrow_schema
 from resources.delta_read import DeltaReader, PartitionSpec, ReadStats
 from resources.storage import DeltaLayerError, normalize_root, spark_uri, storage_options
 
@@ -154,51 +155,6 @@ def _sql_literal(value: Any) -> str:
     if value is None:
         return "NULL"
     return str(value)
-
-
-# --- type mapping ------------------------------------------------------------------------------------------
-
-
-def spark_type(t: pa.DataType) -> str:
-    """The Spark type name of an Arrow type (``timestamp`` for an aware timestamp, ``timestamp_ntz`` otherwise)."""
-    if pa.types.is_boolean(t):
-        return "boolean"
-    if pa.types.is_int8(t):
-        return "tinyint"
-    if pa.types.is_int16(t):
-        return "smallint"
-    if pa.types.is_int32(t):
-        return "int"
-    if pa.types.is_int64(t):
-        return "bigint"
-    if pa.types.is_float32(t):
-        return "float"
-    if pa.types.is_float64(t):
-        return "double"
-    if pa.types.is_decimal(t):
-        return f"decimal({t.precision},{t.scale})"
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
-        return "string"
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
-        return "binary"
-    if pa.types.is_date32(t):
-        return "date"
-    if pa.types.is_timestamp(t):
-        return "timestamp" if t.tz else "timestamp_ntz"
-    raise DeltaLayerError(f"unsupported column type {t}")
-
-
-def normalize_arrow_schema(schema: pa.Schema) -> pa.Schema:
-    """Arrow schema as Delta stores it: plain strings, microsecond UTC timestamps."""
-    fields = []
-    for f in schema:
-        t = f.type
-        if pa.types.is_large_string(t) or pa.types.is_string_view(t):
-            t = pa.string()
-        elif pa.types.is_timestamp(t):
-            t = pa.timestamp("us", tz="UTC") if t.tz else pa.timestamp("us")
-        fields.append(pa.field(f.name, t, nullable=True))
-    return pa.schema(fields)
 
 
 # --- the store ---------------------------------------------------------------------------------------------

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from resources.column_types import jdbc_type
 from resources.settings import DEFAULT_TIMEZONE
 
 __all__ = [
@@ -67,15 +68,6 @@ __all__ = [
 # Schema
 # --------------------------------------------------------------------------------------------------------
 
-JDBC_TYPES: dict[str, int] = {
-    "bigint": -5,
-    "varchar": 12,
-    "decimal": 3,
-    "datetime": 93,
-    "tinyint": -6,
-    "int": 4,
-}
-
 
 @dataclass(frozen=True)
 class Column:
@@ -87,7 +79,7 @@ class Column:
     @property
     def sql_type(self) -> int:
         """The JDBC type code Canal writes in ``sqlType``."""
-        return JDBC_TYPES[self.mysql_type.split("(")[0]]
+        return jdbc_type(self.mysql_type)
 
 
 def _cols(*pairs: tuple[str, str]) -> tuple[Column, ...]:

@@ -42,6 +42,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 from zoneinfo import ZoneInfo
 
+from resources.column_types import canal_column_type
 from resources.landing import HEARTBEAT_TABLE, Landing
 from warehouse_assets.catalog import Catalog, OdsTable
 
@@ -103,51 +104,6 @@ def capture_targets(catalog: Catalog) -> dict[str, str]:
 
 
 # --- Canal flat messages ----------------------------------------------------------------------------------------
-
-# MySQL column type code → (Canal's mysqlType spelling, JDBC type code in sqlType)
-_TYPES: dict[int, tuple[str, int]] = {
-    1: ("tinyint(4)", -6),
-    2: ("smallint(6)", 5),
-    3: ("int(11)", 4),
-    4: ("float", 7),
-    5: ("double", 8),
-    7: ("timestamp", 93),
-    8: ("bigint(20)", -5),
-    9: ("mediumint(9)", 4),
-    10: ("date", 91),
-    11: ("time", 92),
-    12: ("datetime", 93),
-    13: ("year", 91),
-    14: ("date", 91),
-    16: ("bit", -7),
-    17: ("timestamp", 93),
-    18: ("datetime", 93),
-    19: ("time", 92),
-    245: ("json", 12),
-    247: ("enum", 4),
-    248: ("set", -7),
-    249: ("tinytext", 2005),
-    250: ("mediumtext", 2005),
-    251: ("longtext", 2005),
-    252: ("text", 2005),
-    254: ("char", 1),
-    255: ("geometry", -2),
-}
-_BYTES_PER_CHAR = {"utf8mb4": 4, "utf8mb3": 3, "utf8": 3, "latin1": 1, "ascii": 1, "binary": 1}
-
-
-def mysql_type(column: Any) -> tuple[str, int]:
-    """Canal's ``mysqlType`` and ``sqlType`` for a binlog column (``bigint(20)``, ``decimal(10,2)``, ...)."""
-    code = int(column.type)
-    if code in (0, 246):
-        return f"decimal({column.precision},{column.decimals})", 3
-    if code in (15, 253):
-        per_char = _BYTES_PER_CHAR.get(str(getattr(column, "character_set_name", None) or ""), 1)
-        return f"varchar({int(column.max_length) // per_char})", 12
-    spelled, jdbc = _TYPES.get(code, ("varchar", 12))
-    if getattr(column, "unsigned", False) and code in (1, 2, 3, 8, 9):
-        spelled += " unsigned"
-    return spelled, jdbc
 
 
 def canal_value(value: Any) -> str | None:
@@ -222,7 +178,7 @@ def rows_change(event: Any, log_file: str = "") -> RowsChange:
     from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
     columns = [c for c in event.columns if c.name is not None]
-    types = {c.name: mysql_type(c) for c in columns}
+    types = {c.name: canal_column_type(c) for c in columns}
     key = event.primary_key
     pk_names = tuple(key) if isinstance(key, list | tuple) else ((key,) if key else ())
 
