@@ -1,13 +1,10 @@
 """The capture connector: a MySQL/MariaDB row-based binlog → Canal flat-message segments in the landing area.
 
 ``warehouse capture`` is the real-source counterpart of the simulator (``simulator/cdc.py``): it reads the
-source server's binlog as a replica would and writes what the ingestion reads (``resources/landing.py``), in
-the same layout::
-
-    binlog/<db>/<physical table>/<seq:06d>-<YYYYMMDDTHHMM>.jsonl   one segment per window and shard, may be empty
-    binlog/<db>/heartbeat/...                                       the source's heartbeat table, the same way
-    counts/<db>/<physical table>.jsonl                               {"hour": "YYYY-MM-DDTHH", "rows": N}
-    capture.json                                                     the binlog position and the open window
+source server's binlog as a replica would and writes what the ingestion reads, in the landing area's layout
+(``resources/landing.py`` names every file): one segment per window and shard, empty when the shard had no
+change; the same for each captured database's heartbeat table; and each shard's rows per local hour. Its own
+state is ``capture.json`` in the landing root: the binlog position and the open window.
 
 What it captures is the catalog's: every ODS table's ``source: {database, tables}``, plus each of those
 databases' ``heartbeat`` table.
@@ -43,7 +40,15 @@ from urllib.parse import unquote, urlsplit
 from zoneinfo import ZoneInfo
 
 from resources.column_types import canal_column_type
-from resources.landing import HEARTBEAT_TABLE, Landing
+from resources.landing import (
+    HEARTBEAT_TABLE,
+    Landing,
+    count_hour,
+    counts_text,
+    read_counts,
+    stream_name,
+    stream_parts,
+)
 from warehouse_assets.catalog import Catalog, OdsTable
 
 log = logging.getLogger(__name__)
@@ -149,7 +154,7 @@ class RowsChange:
 
     @property
     def stream(self) -> str:
-        return f"{self.database}.{self.table}"
+        return stream_name(self.database, self.table)
 
     def encode(self, message_id: int) -> str:
         """The Canal flat message (keys sorted, compact, UTF-8, like the simulator and Canal's fastjson)."""
@@ -331,47 +336,33 @@ class SegmentWriter:
         for change in changes:
             by_stream[change.stream].append(change)
         local = datetime.fromtimestamp(start / 1000, self.tz)
-        hour = local.strftime("%Y-%m-%dT%H")
+        hour = count_hour(local)
         for stream, stream_changes in sorted(by_stream.items()):
             progress = self.state.streams[stream]
             lines = [c.encode(progress.next_id + i) for i, c in enumerate(stream_changes)]
             seq = progress.seq + 1
-            path = self.landing.stream_dir(stream) / f"{seq:06d}-{local.strftime('%Y%m%dT%H%M')}.jsonl"
-            _write_atomic(path, "".join(line + "\n" for line in lines))
+            _write_atomic(self.landing.segment_path(stream, seq, local), "".join(line + "\n" for line in lines))
             progress.seq = seq
             progress.next_id += len(lines)
-            if stream.split(".", 1)[1] == HEARTBEAT_TABLE:
+            if stream_parts(stream)[1] == HEARTBEAT_TABLE:
                 continue
             hours = self.state.counts.setdefault(stream, {})
             hours.setdefault(hour, 0)  # an hour the shard was idle in is counted as 0 rows, like the simulator
             for change in stream_changes:
-                changed_hour = datetime.fromtimestamp(change.es / 1000, self.tz).strftime("%Y-%m-%dT%H")
+                changed_hour = count_hour(datetime.fromtimestamp(change.es / 1000, self.tz))
                 hours[changed_hour] = hours.get(changed_hour, 0) + len(change.data)
 
     def _write_counts(self) -> None:
         assert self.state.window is not None
         horizon = datetime.fromtimestamp(self.state.window / 1000, self.tz) - timedelta(days=COUNTS_KEPT_DAYS)
-        oldest = horizon.strftime("%Y-%m-%dT%H")
+        oldest = count_hour(horizon)
         for stream, hours in self.state.counts.items():
-            database, table = stream.split(".", 1)
-            path = self.landing.root / "counts" / database / f"{table}.jsonl"
-            merged = {**_read_counts(path), **hours}
-            _write_atomic(path, "".join(json.dumps({"hour": h, "rows": n}) + "\n" for h, n in sorted(merged.items())))
+            path = self.landing.counts_path(stream)
+            _write_atomic(path, counts_text({**read_counts(path), **hours}))
             self.state.counts[stream] = {h: n for h, n in hours.items() if h >= oldest}
 
     def save(self) -> None:
         _write_atomic(self.landing.root / STATE_FILE, json.dumps(self.state.to_json(), indent=1) + "\n")
-
-
-def _read_counts(path: Path) -> dict[str, int]:
-    if not path.is_file():
-        return {}
-    found = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            item = json.loads(line)
-            found[str(item["hour"])] = int(item["rows"])
-    return found
 
 
 # --- the connector -------------------------------------------------------------------------------------------
@@ -452,11 +443,11 @@ def _present(connection: Any, targets: Mapping[str, str]) -> dict[str, str]:
 
 def _existing_streams(connection: Any, targets: Mapping[str, str], heartbeat: bool) -> list[str]:
     captured = _captured(targets)
-    streams = [f"{db}.{HEARTBEAT_TABLE}" for db in targets] if heartbeat else []
+    streams = [stream_name(db, HEARTBEAT_TABLE) for db in targets] if heartbeat else []
     with connection.cursor() as cursor:
         for database in targets:
             cursor.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (database,))
-            streams += [f"{database}.{name}" for (name,) in cursor.fetchall() if captured(database, str(name))]
+            streams += [stream_name(database, name) for (name,) in cursor.fetchall() if captured(database, str(name))]
     return sorted(set(streams))
 
 
