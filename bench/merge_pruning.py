@@ -1,4 +1,5 @@
-"""Benchmark: ODS merge-into with and without partition pruning (seed 001's DPP, design AD-1).
+"""Benchmark: ODS merge-into with and without partition pruning (the merge condition naming the batch's
+partitions, so that Delta scans only those).
 
 Builds ODS ``order``-like Delta tables (default 20M rows created over 180 days) in the product's ODS layout:
 partitioned by the local day and hour of ``create_time`` (``dt``, ``hh``, as ``ods.order``), one file per hour as

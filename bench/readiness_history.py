@@ -1,4 +1,5 @@
-"""Benchmark: one readiness tick at 30 and at 300 days of ingestion history (issue 11, point 2).
+"""Benchmark: one readiness tick at 30 and at 300 days of ingestion history (a tick should cost about the same
+however long the history grows).
 
 Builds, per history length, the state a readiness tick reads: ``ods.order`` with two shard streams (one
 segment per shard and day, its position committed in the ODS table), the source's counts per hour and
