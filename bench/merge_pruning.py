@@ -1,4 +1,5 @@
-"""Benchmark: ODS merge-into with and without partition pruning (dynamic partition pruning).
+"""Benchmark: ODS merge-into with and without partition pruning (the merge condition naming the batch's
+partitions, so that Delta scans only those).
 
 Builds ODS ``order``-like Delta tables (default 20M rows created over 180 days) in the product's ODS layout:
 partitioned by the local day and hour of ``create_time`` (``dt``, ``hh``, as ``ods.order``), one file per hour as
@@ -49,10 +50,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from resources.delta_lake import DeltaStore, MergeResult
-from resources.landing import Landing, Segment, read_lines
+from resources.landing import Landing, Segment, read_lines, segment_name, stream_dir
 from resources.spark import engine_label, get_session
 from simulator.cdc import LOGICAL_TABLES
-from warehouse_assets.catalog import START, Table, load_catalog, periods  # noqa: E402
+from warehouse_assets.catalog import START, Table, load_catalog, periods
 from warehouse_assets.ingest.merge import (
     PreparedBatch,
     ods_arrow_schema,
@@ -389,7 +390,7 @@ def write_segments(root: Path, layout: Layout, messages: list[tuple[str, int, di
     """One segment per shard holding the window's messages in binlog order, as Canal writes them."""
     mysql_type = LOGICAL_TABLES["order"].mysql_types()
     sql_type = {c.name: c.sql_type for c in LOGICAL_TABLES["order"].columns}
-    start = datetime.fromtimestamp(layout.batch_start, ZoneInfo(periods().timezone)).strftime("%Y%m%dT%H%M")
+    start = datetime.fromtimestamp(layout.batch_start, ZoneInfo(periods().timezone))
     by_shard: dict[str, list[tuple[int, dict[str, Any]]]] = {}
     for table, es, message in messages:
         by_shard.setdefault(table, []).append((es, message))
@@ -413,9 +414,9 @@ def write_segments(root: Path, layout: Layout, messages: list[tuple[str, int, di
                 "type": m["type"],
             }
             lines.append(json.dumps(obj, ensure_ascii=False, separators=(",", ":")))
-        directory = root / "binlog" / DB / table
+        directory = stream_dir(root, DB, table)
         directory.mkdir(parents=True, exist_ok=True)
-        (directory / f"000001-{start}.jsonl").write_text("\n".join(lines) + "\n")
+        (directory / segment_name(1, start)).write_text("\n".join(lines) + "\n")
     return Landing(root, periods().timezone)
 
 

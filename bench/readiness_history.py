@@ -1,4 +1,5 @@
-"""Benchmark: one readiness tick at 30 and at 300 days of ingestion history.
+"""Benchmark: one readiness tick at 30 and at 300 days of ingestion history (a tick should cost about the same
+however long the history grows).
 
 Builds, per history length, the state a readiness tick reads: ``ods.order`` with two shard streams (one
 segment per shard and day, its position committed in the ODS table), the source's counts per hour and
@@ -67,7 +68,7 @@ def build_history(root: Path, days: int) -> History:
         for stream in STREAMS:
             directory = landing.stream_dir(stream)
             directory.mkdir(parents=True, exist_ok=True)
-            (directory / f"{seq:06d}-{day:%Y%m%dT%H%M}.jsonl").touch()
+            landing.segment_path(stream, seq, day).touch()
             for h in range(24):
                 hour = f"{day:%Y-%m-%d}T{h:02d}"
                 source[stream].append(json.dumps({"hour": hour, "rows": ROWS_PER_HOUR}))
@@ -83,8 +84,7 @@ def build_history(root: Path, days: int) -> History:
         )
     store.commit_app_transactions(table.key, dict([journal_positions(store, table, {s: days for s in STREAMS})]))
     for stream, lines in source.items():
-        database, physical = stream.split(".", 1)
-        path = landing.root / "counts" / database / f"{physical}.jsonl"
+        path = landing.counts_path(stream)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("\n".join(lines) + "\n")
     cursor = {table.fqn: {"last": hour_key(END - timedelta(hours=3)), "seen": dict.fromkeys(STREAMS, days)}}

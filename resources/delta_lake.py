@@ -1,5 +1,7 @@
-"""The Delta lake layer: Spark computes and writes Delta through Delta Lake for Spark; delta-rs reads the
-log where no JVM should start (design AD-1).
+"""The Delta lake layer's writes: Spark computes and writes the lake's tables through Delta Lake for Spark;
+delta-rs writes the small tables the warehouse keeps about itself and maintains every table's log, where no JVM
+should start. Reads without Spark are :mod:`resources.delta_read`'s; where the lake lives and how each engine
+reaches it, :mod:`resources.storage`'s.
 
 Every table lives at ``<lake root>/<layer>/<table>`` and is partitioned by string columns
 (``dt`` for daily tables, ``dt`` + ``hh`` for hourly ones). On Spark's Delta:
@@ -9,26 +11,28 @@ Every table lives at ``<lake root>/<layer>/<table>`` and is partitioned by strin
 * :meth:`DeltaStore.overwrite` — one atomic partition overwrite (``replaceWhere``): a crashed write leaves
   the previous version, a re-run gives the same content, a commit race is written again;
 * :meth:`DeltaStore.merge` — ``MERGE INTO`` of a change batch (deduplicated by key) whose condition names the
-  batch's partition values (seed 001's pruning), the ingestion's app transaction in the same commit;
+  batch's partition values, so Delta scans only the partitions the batch touches, with the ingestion's app
+  transaction in the same commit;
 * :meth:`DeltaStore.optimize` — ``OPTIMIZE ... [WHERE partition] [ZORDER BY]``;
 * :meth:`DeltaStore.maintain` with a session — ``VACUUM ... RETAIN n HOURS`` of the tables Spark writes.
 
-With delta-rs, in the Dagster process and without Spark: versions, history, live files and their counts
-(:meth:`DeltaStore.live_files`), the small tables the warehouse keeps about itself and a producer's table
-(:meth:`DeltaStore.append` with app transactions for exactly-once appends, :meth:`DeltaStore.app_versions`,
-:meth:`DeltaStore.read_rows`), and :meth:`DeltaStore.maintain` (the ops tables' vacuum; every table's
-checkpoint and log cleanup, which read and write only the log). Tables use
-only features both engines read and write (no deletion vectors, no column mapping).
+With delta-rs, in the Dagster process and without Spark: the small tables the warehouse keeps about itself
+(:meth:`DeltaStore.append` with app transactions for exactly-once appends,
+:meth:`DeltaStore.commit_app_transactions`), and :meth:`DeltaStore.maintain` (the ops tables' vacuum; every
+table's checkpoint and log cleanup, which read and write only the log). :class:`DeltaStore` also answers the
+reads (versions, history, live files and their counts, :meth:`DeltaStore.read_rows`,
+:meth:`DeltaStore.app_versions`) through its :class:`~resources.delta_read.DeltaReader`. Tables use only
+features both engines read and write (no deletion vectors, no column mapping).
 
-This module is the one seam to ``deltalake`` (an import-linter contract). The lake root's storage options
-come from dagster-deltalake's storage configuration (:func:`storage_config`).
+This module and :mod:`resources.delta_read` are the only ones importing ``deltalake`` (an import-linter
+contract). The lake root's storage options come from dagster-deltalake's storage configuration
+(:func:`resources.storage.storage_config`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
 import uuid
@@ -36,21 +40,18 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs as pafs
 from dagster import ConfigurableResource
-from dagster_deltalake import AzureConfig, GcsConfig, LocalConfig, S3Config
 from deltalake import CommitProperties, DeltaTable, Schema, write_deltalake
-from deltalake.exceptions import TableNotFoundError
 from deltalake.transaction import Transaction
 from pydantic import Field
 
-from resources.settings import s3_endpoint
+from resources.column_types import normalize_arrow_schema
+from resources.delta_read import DeltaReader, PartitionSpec, ReadStats
+from resources.storage import DeltaLayerError, normalize_root, spark_uri, storage_options
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -58,24 +59,23 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 COMMIT_ATTEMPTS = 4
 
-PartitionSpec = Mapping[str, str]
-"""One partition: partition column → value, e.g. ``{"dt": "2024-03-05", "hh": "13"}``."""
-
-
-class DeltaLayerError(RuntimeError):
-    """A Delta operation could not be carried out; the message names the table and the reason."""
+__all__ = [
+    "COMMIT_ATTEMPTS",
+    "DeltaLakeResource",
+    "DeltaLayerError",
+    "DeltaStore",
+    "MergeResult",
+    "PartitionSpec",
+    "Predicate",
+    "ReadStats",
+    "WriteResult",
+    "batch_partitions",
+    "normalize_root",
+    "storage_options",
+]
 
 
 # --- results -----------------------------------------------------------------------------------------------
-
-
-@dataclass
-class ReadStats:
-    files_in_table: int = 0
-    files_after_partition_pruning: int = 0
-    files_read: int = 0
-    bytes_read: int = 0
-    version: int | None = None
 
 
 @dataclass
@@ -157,76 +157,7 @@ def _sql_literal(value: Any) -> str:
     return str(value)
 
 
-# --- type mapping ------------------------------------------------------------------------------------------
-
-
-def spark_ddl(schema: pa.Schema) -> str:
-    """A Spark DDL schema string for an Arrow schema (the subset of types the warehouse uses)."""
-    return ", ".join(f"`{f.name}` {spark_type(f.type)}" for f in schema)
-
-
-def spark_type(t: pa.DataType) -> str:
-    """The Spark type name of an Arrow type (``timestamp`` for an aware timestamp, ``timestamp_ntz`` otherwise)."""
-    if pa.types.is_boolean(t):
-        return "boolean"
-    if pa.types.is_int8(t):
-        return "tinyint"
-    if pa.types.is_int16(t):
-        return "smallint"
-    if pa.types.is_int32(t):
-        return "int"
-    if pa.types.is_int64(t):
-        return "bigint"
-    if pa.types.is_float32(t):
-        return "float"
-    if pa.types.is_float64(t):
-        return "double"
-    if pa.types.is_decimal(t):
-        return f"decimal({t.precision},{t.scale})"
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
-        return "string"
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
-        return "binary"
-    if pa.types.is_date32(t):
-        return "date"
-    if pa.types.is_timestamp(t):
-        return "timestamp" if t.tz else "timestamp_ntz"
-    raise DeltaLayerError(f"unsupported column type {t}")
-
-
-def normalize_arrow_schema(schema: pa.Schema) -> pa.Schema:
-    """Arrow schema as Delta stores it: plain strings, microsecond UTC timestamps."""
-    fields = []
-    for f in schema:
-        t = f.type
-        if pa.types.is_large_string(t) or pa.types.is_string_view(t):
-            t = pa.string()
-        elif pa.types.is_timestamp(t):
-            t = pa.timestamp("us", tz="UTC") if t.tz else pa.timestamp("us")
-        fields.append(pa.field(f.name, t, nullable=True))
-    return pa.schema(fields)
-
-
 # --- the store ---------------------------------------------------------------------------------------------
-
-
-def normalize_root(root: str) -> str:
-    """A lake root as an absolute URI-ish string: relative paths become absolute local paths."""
-    if "://" in root:
-        return root.rstrip("/")
-    return str(Path(root).expanduser().resolve())
-
-
-def _conjunction(specs: Sequence[PartitionSpec]) -> list[tuple[str, str, Any]] | None:
-    """The partitions as one delta-rs filter (``=`` on the columns they share a value of, ``in`` on one that
-    varies), or None when they do not fit one conjunction (the caller then filters rows itself)."""
-    if not specs or any(set(s) != set(specs[0]) for s in specs):
-        return None
-    filters: list[tuple[str, str, Any]] = []
-    for column in specs[0]:
-        values = sorted({str(s[column]) for s in specs})
-        filters.append((column, "=", values[0]) if len(values) == 1 else (column, "in", values))
-    return filters if sum(op == "in" for _, op, _ in filters) <= 1 else None
 
 
 def _partition_columns(specs: Sequence[PartitionSpec]) -> list[str]:
@@ -360,38 +291,28 @@ class DeltaStore:
             storage_options=self.storage_options or None,
         )
 
-    # paths -----------------------------------------------------------------------------------------------
-    def table_uri(self, key: Sequence[str] | str) -> str:
-        parts = [key] if isinstance(key, str) else list(key)
-        for part in parts:
-            if not part or "/" in part or part.startswith((".", "_")):
-                raise DeltaLayerError(f"invalid table key part {part!r} in {parts}")
-        return self.root + "/" + "/".join(parts)
+    # reads: delta-rs, no JVM ------------------------------------------------------------------------------
+    @property
+    def reader(self) -> DeltaReader:
+        """The store's tables as delta-rs reads them (its root and storage options as they are now)."""
+        return DeltaReader(self.root, self.storage_options)
 
-    def _fs(self, uri: str) -> tuple[pafs.FileSystem, str]:
-        if "://" not in uri:
-            return pafs.LocalFileSystem(), uri
-        return pafs.FileSystem.from_uri(uri)  # type: ignore[no-any-return]
+    def table_uri(self, key: Sequence[str] | str) -> str:
+        return self.reader.table_uri(key)
 
     def table(self, key: Sequence[str] | str, version: int | None = None) -> DeltaTable | None:
-        try:
-            return DeltaTable(self.table_uri(key), version=version, storage_options=self.storage_options or None)
-        except TableNotFoundError:
-            return None
+        return self.reader.table(key, version)
 
     def exists(self, key: Sequence[str] | str) -> bool:
-        return DeltaTable.is_deltatable(self.table_uri(key), storage_options=self.storage_options or None)
+        return self.reader.exists(key)
 
     def version(self, key: Sequence[str] | str, at: int | None = None) -> int | None:
         """The table's current version (or ``at`` if that version is still readable), None without a table."""
-        dt = self.table(key, at)
-        return None if dt is None else int(dt.version())
+        return self.reader.version(key, at)
 
     def arrow_schema(self, key: Sequence[str] | str) -> pa.Schema | None:
-        dt = self.table(key)
-        return None if dt is None else pa.schema(dt.schema().to_arrow())  # type: ignore[call-overload]
+        return self.reader.arrow_schema(key)
 
-    # rows without Spark: the small tables the warehouse keeps about itself, a producer's table ---------------
     def read_rows(
         self,
         key: Sequence[str] | str,
@@ -400,35 +321,37 @@ class DeltaStore:
         version: int | None = None,
         where: pc.Expression | None = None,
     ) -> tuple[pa.Table, ReadStats]:
-        """The rows of ``partitions`` (all without), read by Arrow from the files the Delta log selects,
-        that match ``where`` (Arrow skips the row groups whose statistics exclude it).
+        """The rows of ``partitions`` (all without) matching ``where``, read by Arrow from the files the Delta
+        log selects (:meth:`DeltaReader.read_rows <resources.delta_read.DeltaReader.read_rows>`): the small
+        tables the warehouse keeps about itself, a producer's table."""
+        return self.reader.read_rows(key, partitions, columns, version, where)
 
-        The stats say how many files were read: partition pruning keeps a read of a few partitions the
-        same size however many partitions the table has. An empty table (no rows) when it does not exist.
-        """
-        dt = self.table(key, version)
-        if dt is None:
-            return pa.table({}), ReadStats()
-        # delta-rs selects the files by partition before Arrow sees them: a few partitions cost the same in a
-        # table of any size. The Arrow filter then keeps exactly the wanted partitions.
-        dataset = dt.to_pyarrow_dataset(file_pruning_predicate=_conjunction(partitions or []))
-        selected = None
-        for spec in partitions or []:
-            term = None
-            for column, value in spec.items():
-                equal = pc.field(column) == str(value)
-                term = equal if term is None else term & equal
-            selected = term if selected is None else selected | term
-        if partitions is not None and selected is None:  # no partition wanted: nothing to read
-            selected = pc.scalar(False)
-        if where is not None:
-            selected = where if selected is None else selected & where
-        fragments = list(dataset.get_fragments(filter=selected))
-        rows = dataset.to_table(columns=list(columns) if columns else None, filter=selected)
-        # files_in_table stays 0: counting them would cost what the pruning saves
-        stats = ReadStats(0, len(fragments), len(fragments), version=int(dt.version()))
-        return rows, stats
+    def app_versions(self, key: Sequence[str] | str, app_ids: Iterable[str]) -> dict[str, int]:
+        """The last version committed for each app id (0 for none, or when the table does not exist)."""
+        return self.reader.app_versions(key, app_ids)
 
+    def app_version(self, key: Sequence[str] | str, app_id: str) -> int | None:
+        """The last version committed for ``app_id`` (e.g. an ingestion position), or None."""
+        return self.reader.app_version(key, app_id)
+
+    def live_files(
+        self,
+        key: Sequence[str] | str,
+        partitions: Sequence[PartitionSpec] | None = None,
+        version: int | None = None,
+    ) -> tuple[list[dict[str, Any]], ReadStats]:
+        """The table's live files in ``partitions`` (every live file without), from the Delta log.
+
+        Metadata for the Dagster process (row and file counts, what a producer changed): reading rows goes
+        through :meth:`read`, where Spark's Delta reader prunes and skips files itself."""
+        return self.reader.live_files(key, partitions, version)
+
+    def history(self, key: Sequence[str] | str, limit: int | None = None) -> list[dict[str, Any]]:
+        """The newest commits first; the ``warehouse.*`` keys of a Spark commit's user metadata at the top
+        level, as delta-rs writes them."""
+        return self.reader.history(key, limit)
+
+    # writes with delta-rs: the small tables the warehouse keeps about itself ------------------------------
     def append(
         self,
         key: Sequence[str] | str,
@@ -458,40 +381,10 @@ class DeltaStore:
         )
         return self._version(key)
 
-    def app_versions(self, key: Sequence[str] | str, app_ids: Iterable[str]) -> dict[str, int]:
-        """The last version committed for each app id (0 for none, or when the table does not exist)."""
-        dt = self.table(key)
-        return {app_id: (dt.transaction_version(app_id) if dt is not None else None) or 0 for app_id in app_ids}
-
-    # file selection from the log (no data read) -------------------------------------------------------
-    def live_files(
-        self,
-        key: Sequence[str] | str,
-        partitions: Sequence[PartitionSpec] | None = None,
-        version: int | None = None,
-    ) -> tuple[list[dict[str, Any]], ReadStats]:
-        """The table's live files in ``partitions`` (every live file without), from the Delta log.
-
-        Metadata for the Dagster process (row and file counts, what a producer changed): reading rows goes
-        through :meth:`read`, where Spark's Delta reader prunes and skips files itself."""
-        dt = self.table(key, version)
-        if dt is None:
-            raise DeltaLayerError(f"table {self.table_uri(key)} does not exist")
-        actions = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
-        stats = ReadStats(files_in_table=len(actions), version=dt.version())
-        if partitions is not None:
-            wanted = {tuple(sorted((k, str(v)) for k, v in p.items())) for p in partitions}
-            cols = sorted({k for p in partitions for k in p})
-            actions = [a for a in actions if tuple(sorted((c, a.get(f"partition.{c}")) for c in cols)) in wanted]
-        stats.files_after_partition_pruning = stats.files_read = len(actions)
-        stats.bytes_read = sum(int(a["size_bytes"]) for a in actions)
-        return actions, stats
-
     # Spark's Delta: read, overwrite, merge, optimize ------------------------------------------------------
     def spark_path(self, key: Sequence[str] | str) -> str:
         """The table's location as Spark's Hadoop file systems name it (``s3a://`` for ``s3://``)."""
-        uri = self.table_uri(key)
-        return "s3a://" + uri[len("s3://") :] if uri.startswith("s3://") else uri
+        return spark_uri(self.table_uri(key))
 
     def read(
         self,
@@ -600,7 +493,7 @@ class DeltaStore:
 
         ``batch`` holds at most one row per key (the caller deduplicates) with ``op_column`` = INSERT /
         UPDATE / DELETE. Rows of ``op_column`` are not stored. With ``prune`` the merge condition names the
-        batch's partition values, so Delta scans only those partitions (seed 001's DPP).
+        batch's partition values, so Delta scans only those partitions.
         ``app_transaction`` (app id, version) is committed in the same transaction (Delta's idempotent
         writes): a version not above the one recorded makes the merge a no-op, so a batch is applied once.
         With ``merge_schema`` the batch's new columns join the table (Delta's schema evolution).
@@ -707,11 +600,6 @@ class DeltaStore:
             raise DeltaLayerError(f"table {self.table_uri(key)} vanished after a commit")
         return int(dt.version())
 
-    def app_version(self, key: Sequence[str] | str, app_id: str) -> int | None:
-        """The last version committed for ``app_id`` (e.g. an ingestion position), or None."""
-        dt = self.table(key)
-        return None if dt is None else dt.transaction_version(app_id)
-
     # maintenance -----------------------------------------------------------------------------------------
     def optimize(
         self,
@@ -792,12 +680,12 @@ class DeltaStore:
             vacuumed = self._vacuum_with_spark(spark, key, hours)
             dt = self.table(key) or dt  # the log as Spark left it
         dt.create_checkpoint()
-        logs_before = self._log_entries(key)
+        logs_before = self.reader.log_entries(key)
         dt.cleanup_metadata()
         return {
             "files_compacted": int(compacted.get("numFilesRemoved", 0)),
             "files_vacuumed": vacuumed,
-            "log_files_removed": logs_before - self._log_entries(key),
+            "log_files_removed": logs_before - self.reader.log_entries(key),
             "delta_version": dt.version(),
             "retention_hours": hours,
             "duration_s": round(time.monotonic() - started, 3),
@@ -820,30 +708,6 @@ class DeltaStore:
             doomed = spark.sql(f"{command} DRY RUN").count()
             spark.sql(command).collect()
         return int(doomed)
-
-    def _log_entries(self, key: Sequence[str] | str) -> int:
-        fs, base = self._fs(self.table_uri(key) + "/_delta_log")
-        infos = fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
-        return sum(1 for i in infos if i.path.endswith(".json"))
-
-    def history(self, key: Sequence[str] | str, limit: int | None = None) -> list[dict[str, Any]]:
-        """The newest commits first; the ``warehouse.*`` keys of a Spark commit's user metadata at the top
-        level, as delta-rs writes them."""
-        dt = self.table(key)
-        commits = []
-        for commit in [] if dt is None else dt.history(limit):
-            commit = dict(commit)
-            extra = commit.get("userMetadata")
-            if isinstance(extra, str) and extra.startswith("{"):
-                commit.update({k: v for k, v in json.loads(extra).items() if k.startswith("warehouse.")})
-            commits.append(commit)
-        return commits
-
-    def partitions_present(self, key: Sequence[str] | str) -> list[dict[str, str]]:
-        dt = self.table(key)
-        if dt is None:
-            return []
-        return [{k: str(v) for k, v in p.items()} for p in dt.partitions()]
 
 
 def batch_partitions(batch: pa.Table, partition_by: Sequence[str]) -> list[dict[str, str]]:
@@ -871,73 +735,6 @@ def _newer_predicate(order_by: Sequence[str]) -> str:
     return "(" + " OR ".join(terms) + ")"
 
 
-# Where each object store's credentials come from: the variables its own SDKs read (dagster-deltalake's fields).
-_STORAGE_ENV: dict[str, dict[str, str]] = {
-    "s3": {
-        "access_key_id": "AWS_ACCESS_KEY_ID",
-        "secret_access_key": "AWS_SECRET_ACCESS_KEY",
-        "token": "AWS_SESSION_TOKEN",
-        "region": "AWS_REGION",
-        "endpoint": "AWS_ENDPOINT_URL",
-    },
-    "gcs": {
-        "service_account": "GOOGLE_SERVICE_ACCOUNT",
-        "service_account_key": "GOOGLE_SERVICE_ACCOUNT_KEY",
-        "application_credentials": "GOOGLE_APPLICATION_CREDENTIALS",
-    },
-    "azure": {
-        "account_name": "AZURE_STORAGE_ACCOUNT_NAME",
-        "account_key": "AZURE_STORAGE_ACCOUNT_KEY",
-        "sas_key": "AZURE_STORAGE_SAS_KEY",
-        "client_id": "AZURE_CLIENT_ID",
-        "client_secret": "AZURE_CLIENT_SECRET",
-        "tenant_id": "AZURE_TENANT_ID",
-    },
-}
-_SCHEMES = {"s3": "s3", "s3a": "s3", "gs": "gcs", "az": "azure", "abfs": "azure", "abfss": "azure"}
-
-
-def storage_config(root: str, env: Mapping[str, str] | None = None) -> LocalConfig | S3Config | GcsConfig | AzureConfig:
-    """dagster-deltalake's storage configuration for a lake root: local for a path, else the object store of
-    the URI's scheme with its credentials from the environment (unset ones left to the store's own chain)."""
-    env = os.environ if env is None else env
-    scheme = urlparse(root).scheme if "://" in root else "file"
-    provider = _SCHEMES.get(scheme)
-    if provider is None:
-        if scheme != "file":
-            raise DeltaLayerError(
-                f"lake root {root!r}: unsupported scheme {scheme!r} (a path, s3://, gs:// or abfss://)"
-            )
-        return LocalConfig()
-    values = {field_: env[var] for field_, var in _STORAGE_ENV[provider].items() if env.get(var)}
-    config_class = {"s3": S3Config, "gcs": GcsConfig, "azure": AzureConfig}[provider]
-    return config_class(**values)  # type: ignore[no-any-return]
-
-
-def storage_options(root: str, env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The delta-rs storage options of a lake root (see :func:`storage_config`)."""
-    config = storage_config(root, env).model_dump(exclude={"provider"})  # the discriminator is no store option
-    options = {name: str(value) for name, value in config.items() if value is not None}
-    if "://" not in root:
-        return {}
-    if _SCHEMES.get(urlparse(root).scheme) == "s3":
-        options = {**_s3_commit_options(env), **options}
-    return options
-
-
-def _s3_commit_options(env: Mapping[str, str] | None) -> dict[str, str]:
-    """What delta-rs needs beyond credentials on S3: an S3-compatible endpoint (MinIO, moto) is addressed by
-    path (bucket in the path, not the host name) and may be plain http. Commits need no option and no DynamoDB
-    lock: delta-rs 1.x writes each log entry with S3's conditional put (``If-None-Match``), so two writers of
-    one table never both write version N (tests/test_object_store.py)."""
-    options: dict[str, str] = {}
-    endpoint = s3_endpoint(env)
-    if endpoint:
-        options["virtual_hosted_style_request"] = "false"
-        options["allow_http"] = "true" if endpoint.startswith("http://") else "false"
-    return options
-
-
 class DeltaLakeResource(ConfigurableResource):  # type: ignore[misc]
     """Where the lake lives. ``root`` is a path or URI (``s3://bucket/lake``); storage options pass to delta-rs."""
 
@@ -951,9 +748,3 @@ class DeltaLakeResource(ConfigurableResource):  # type: ignore[misc]
         environment (:func:`storage_options`)."""
         options = {**storage_options(self.root), **self.storage_options}
         return DeltaStore(self.root, options, self.time_travel_hours, self.checkpoint_interval)
-
-
-def local_uri_path(uri: str) -> Path:
-    """The local path of a ``file://`` or plain-path URI."""
-    parsed = urlparse(uri)
-    return Path(parsed.path if parsed.scheme == "file" else uri)

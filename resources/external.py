@@ -9,7 +9,8 @@ Two kinds of producer deliver tables the platform does not compute (declared in 
   is a ``dt`` touched by a new table version; its fingerprint is the hash of that ``dt``'s rows, its time
   the newest modification time of the ``dt``'s files.
 
-Partition values come from the outside world, so they are validated (design §6.7): :func:`key_problem`.
+Partition values come from the outside world, so they are validated before any is reported (malformed, not a
+calendar date, before the first partition, in the future, delivered before its day began): :func:`key_problem`.
 The sensors in :mod:`sensors.external` decide what to report; downstream SQL reads the reported
 partitions through :meth:`ExternalSource.read`, never by polling the producer itself.
 """
@@ -28,6 +29,7 @@ from zoneinfo import ZoneInfo
 from dagster import ConfigurableResource
 from pydantic import Field
 
+from resources.column_types import spark_schema
 from resources.delta_lake import DeltaStore
 
 if TYPE_CHECKING:  # imported in read(): `warehouse why` describes deliveries without PySpark
@@ -101,10 +103,6 @@ def _sha(parts: Iterable[str | bytes]) -> str:
         digest.update(part if isinstance(part, bytes) else part.encode())
         digest.update(b"\0")
     return digest.hexdigest()[:16]
-
-
-def spark_schema(columns: Sequence[tuple[str, str]]) -> str:
-    return ", ".join(f"`{name}` {ctype}" for name, ctype in columns)
 
 
 @dataclass(frozen=True)

@@ -1,19 +1,27 @@
 """The CDC landing area: ordered Canal flat-message segments per physical shard table.
 
-Layout (what the simulator writes, and what a Kafka → file distributor would write for real sources)::
+Layout (what the simulator and the capture connector write, and what a Kafka → file distributor would write
+for real sources)::
 
     <landing>/binlog/<database>/<physical table>/<seq:06d>-<YYYYMMDDTHHMM>.jsonl
-    <landing>/counts/<database>/<physical table>.jsonl      per local hour: {"hour", "rows"}
+    <landing>/binlog/<database>/heartbeat/...               the source database's heartbeat table, the same way
+    <landing>/counts/<database>/<physical table>.jsonl      per local hour: {"hour": "YYYY-MM-DDTHH", "rows": N}
 
 A segment holds the binlog of one micro-batch window (``segment_minutes``, local time in its name), in
 binlog order, and is written atomically; an empty segment says the shard had no change in that window,
-which is how an idle shard proves its progress. Sequence numbers are contiguous per shard.
+which is how an idle shard proves its progress. Sequence numbers are contiguous per shard. A stream is one
+shard table, named ``<database>.<physical table>``.
+
+This module is the one place the layout is spelled: the writers name their files with :func:`stream_dir`,
+:func:`segment_name`, :func:`counts_path`, :func:`count_hour` and :func:`counts_text`; the ingestion reads
+them through :class:`Landing`.
 """
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -25,9 +33,88 @@ from pydantic import Field
 
 from resources.settings import DEFAULT_TIMEZONE
 
-_SEGMENT = re.compile(r"^(?P<seq>\d+)-(?P<start>\d{8}T\d{4})\.jsonl$")
+BINLOG_DIR = "binlog"
+COUNTS_DIR = "counts"
 HEARTBEAT_TABLE = "heartbeat"
+"""The table every source database keeps a heartbeat in: its segments carry the source's clock."""
+_SUFFIX = ".jsonl"
+_SEGMENT = re.compile(r"^(?P<seq>\d+)-(?P<start>\d{8}T\d{4})\.jsonl$")
+_WINDOW_START = "%Y%m%dT%H%M"  # a segment's window start, local time
+COUNT_HOUR = "%Y-%m-%dT%H"  # a counted local hour
 _COUNTED_HOUR = re.compile(r'"hour"\s*:\s*"([^"]*)"')
+
+
+# --- names ------------------------------------------------------------------------------------------------------
+
+
+def stream_name(database: str, table: str) -> str:
+    """The stream of one shard table: ``<database>.<physical table>``."""
+    return f"{database}.{table}"
+
+
+def stream_parts(stream: str) -> tuple[str, str]:
+    """(database, physical table) of a stream."""
+    database, table = stream.split(".", 1)
+    return database, table
+
+
+def stream_dir(root: Path, database: str, table: str) -> Path:
+    """The directory holding a shard table's segments."""
+    return root / BINLOG_DIR / database / table
+
+
+def segment_name(seq: int, start: datetime) -> str:
+    """The file name of a shard's ``seq``-th segment, whose window starts at ``start`` (local time)."""
+    return f"{seq:06d}-{start.strftime(_WINDOW_START)}{_SUFFIX}"
+
+
+def segment_seq(name: str) -> int | None:
+    """The sequence number in a segment's file name; None for a file that is no segment."""
+    match = _SEGMENT.match(name)
+    return int(match.group("seq")) if match else None
+
+
+def segment_start(name: str) -> datetime:
+    """The window start in a segment's file name (one :func:`segment_seq` accepts), as a naive local time.
+
+    Apart from :func:`segment_seq`: a listing parses only the starts of the segments it keeps."""
+    return datetime.strptime(name[name.index("-") + 1 : -len(_SUFFIX)], _WINDOW_START)
+
+
+def counts_path(root: Path, database: str, table: str) -> Path:
+    """The file of a shard table's rows per local hour, as its source counted them."""
+    return root / COUNTS_DIR / database / f"{table}{_SUFFIX}"
+
+
+def count_hour(moment: datetime) -> str:
+    """The local hour a counts file keys ``moment`` by (``YYYY-MM-DDTHH``, in ``moment``'s time zone)."""
+    return moment.strftime(COUNT_HOUR)
+
+
+def counts_text(hours: Mapping[str, int]) -> str:
+    """A counts file's content: one ``{"hour": ..., "rows": ...}`` line per hour, in hour order."""
+    return "".join(json.dumps({"hour": h, "rows": n}) + "\n" for h, n in sorted(hours.items()))
+
+
+def read_counts(path: Path) -> dict[str, int]:
+    """Rows per hour of a counts file (none when it does not exist)."""
+    if not path.is_file():
+        return {}
+    found = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            item = json.loads(line)
+            found[str(item["hour"])] = int(item["rows"])
+    return found
+
+
+def has_segments(root: Path) -> bool:
+    """Whether a landing area holds any segment file."""
+    binlog = root / BINLOG_DIR
+    return binlog.exists() and any(p.suffix == _SUFFIX for p in binlog.rglob(f"*{_SUFFIX}"))
+
+
+# --- reading ----------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -55,15 +142,21 @@ class Landing:
 
     def streams(self, database: str, tables_pattern: str) -> list[str]:
         """Physical streams of a logical table: ``database.table`` for shard tables matching the pattern."""
-        base = self.root / "binlog" / database
+        base = self.root / BINLOG_DIR / database
         if not base.is_dir():
             return []
         pattern = re.compile(f"^(?:{tables_pattern})$")
-        return sorted(f"{database}.{d.name}" for d in base.iterdir() if d.is_dir() and pattern.match(d.name))
+        return sorted(stream_name(database, d.name) for d in base.iterdir() if d.is_dir() and pattern.match(d.name))
 
     def stream_dir(self, stream: str) -> Path:
-        database, table = stream.split(".", 1)
-        return self.root / "binlog" / database / table
+        return stream_dir(self.root, *stream_parts(stream))
+
+    def segment_path(self, stream: str, seq: int, start: datetime) -> Path:
+        """Where a stream's ``seq``-th segment, of the window starting at ``start`` (local time), is written."""
+        return self.stream_dir(stream) / segment_name(seq, start)
+
+    def counts_path(self, stream: str) -> Path:
+        return counts_path(self.root, *stream_parts(stream))
 
     def segments(self, stream: str, after_seq: int = 0) -> list[Segment]:
         """Segments of a stream with seq > ``after_seq``, in order, stopping at the first gap."""
@@ -73,13 +166,10 @@ class Landing:
             return found
         step = timedelta(minutes=self.segment_minutes)
         for entry in directory.iterdir():
-            match = _SEGMENT.match(entry.name)
-            if not match:
+            seq = segment_seq(entry.name)
+            if seq is None or seq <= after_seq:
                 continue
-            seq = int(match.group("seq"))
-            if seq <= after_seq:
-                continue
-            start = datetime.strptime(match.group("start"), "%Y%m%dT%H%M").replace(tzinfo=self.tz)
+            start = segment_start(entry.name).replace(tzinfo=self.tz)
             found.append(Segment(stream, seq, start, start + step, entry))
         found.sort(key=lambda s: s.seq)
         contiguous: list[Segment] = []
@@ -97,11 +187,10 @@ class Landing:
 
     def segment_at(self, stream: str, seq: int) -> Segment | None:
         """The segment with sequence number ``seq`` (one directory probe, no listing)."""
-        matches = sorted(self.stream_dir(stream).glob(f"{seq:06d}-*.jsonl"))
+        matches = sorted(self.stream_dir(stream).glob(f"{seq:06d}-*{_SUFFIX}"))
         for path in matches:
-            match = _SEGMENT.match(path.name)
-            if match and int(match.group("seq")) == seq:
-                start = datetime.strptime(match.group("start"), "%Y%m%dT%H%M").replace(tzinfo=self.tz)
+            if segment_seq(path.name) == seq:
+                start = segment_start(path.name).replace(tzinfo=self.tz)
                 return Segment(stream, seq, start, start + timedelta(minutes=self.segment_minutes), path)
         return None
 
@@ -110,20 +199,16 @@ class Landing:
 
     def heartbeat_clock(self, database: str) -> datetime | None:
         """End of the newest heartbeat segment of a source database (the source's own clock)."""
-        segments = self.segments(f"{database}.{HEARTBEAT_TABLE}")
+        segments = self.segments(stream_name(database, HEARTBEAT_TABLE))
         return segments[-1].end if segments else None
 
     def publishes_counts(self, stream: str) -> bool:
-        database, table = stream.split(".", 1)
-        return (self.root / "counts" / database / f"{table}.jsonl").is_file()
+        return self.counts_path(stream).is_file()
 
     def source_counts(self, stream: str, hours: tuple[str, str] | None = None) -> dict[str, int]:
         """Rows the source produced per local hour ("YYYY-MM-DDTHH"), if it publishes counts; only the hours
         ``first <= hour <= last`` of ``hours = (first, last)`` if given (a line of another hour is not parsed)."""
-        import json
-
-        database, table = stream.split(".", 1)
-        path = self.root / "counts" / database / f"{table}.jsonl"
+        path = self.counts_path(stream)
         counts: dict[str, int] = {}
         if path.is_file():
             for line in path.read_text().splitlines():

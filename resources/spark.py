@@ -1,6 +1,6 @@
 """Spark session configuration, in one place.
 
-Two modes (design AD-2):
+Two modes, so that nothing in the product depends on running beside the Spark driver:
 
 * ``local``   — a ``local[N]`` session inside this process (tests, scripts, single runs);
 * ``connect`` — a client of a Spark Connect server (``sc://host:port``). The embedded default starts one

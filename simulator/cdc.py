@@ -12,11 +12,10 @@ random generators seeded by ``(seed, table, slot[, index])`` only. The events of
 the lifecycle events falling in that window, so the content of every segment is a pure function of the
 configuration and of the window, however the generated range is split into calls.
 
-Landing area layout (``landing`` is a directory)::
-
-    binlog/<db>/<physical_table>/<seq:06d>-<YYYYMMDDTHHMM>.jsonl   one segment per window, may be empty
-    counts/<db>/<physical_table>.jsonl                               {"hour": "YYYY-MM-DDTHH", "rows": N}
-    simulation.json                                                  parameters and progress (for append)
+The landing area (``landing`` is a directory) gets the layout the ingestion reads (``resources/landing.py``
+names every file): one segment per window and shard table, empty when the shard had no change, and each
+shard's rows per local hour; plus the simulation's own state, ``simulation.json`` (parameters and progress,
+for append).
 
 Run ``python -m simulator.cdc --help`` for the command line.
 """
@@ -43,6 +42,19 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from resources.column_types import jdbc_type
+from resources.landing import (
+    HEARTBEAT_TABLE,
+    count_hour,
+    counts_path,
+    counts_text,
+    has_segments,
+    read_counts,
+    segment_name,
+    stream_dir,
+    stream_name,
+    stream_parts,
+)
 from resources.settings import DEFAULT_TIMEZONE
 
 __all__ = [
@@ -67,15 +79,6 @@ __all__ = [
 # Schema
 # --------------------------------------------------------------------------------------------------------
 
-JDBC_TYPES: dict[str, int] = {
-    "bigint": -5,
-    "varchar": 12,
-    "decimal": 3,
-    "datetime": 93,
-    "tinyint": -6,
-    "int": 4,
-}
-
 
 @dataclass(frozen=True)
 class Column:
@@ -87,7 +90,7 @@ class Column:
     @property
     def sql_type(self) -> int:
         """The JDBC type code Canal writes in ``sqlType``."""
-        return JDBC_TYPES[self.mysql_type.split("(")[0]]
+        return jdbc_type(self.mysql_type)
 
 
 def _cols(*pairs: tuple[str, str]) -> tuple[Column, ...]:
@@ -208,7 +211,7 @@ LOGICAL_TABLES: dict[str, TableSpec] = {
 
 DATABASES: tuple[str, ...] = ("edu_user", "edu_course", "edu_trade", "edu_learning")
 HEARTBEAT_COLUMNS: tuple[Column, ...] = _cols(("id", _BIGINT), ("ts", _DATETIME))
-HEARTBEAT = "heartbeat"
+HEARTBEAT = HEARTBEAT_TABLE
 
 _PHYSICAL_TO_LOGICAL = {p: spec.name for spec in LOGICAL_TABLES.values() for p in spec.physical_tables}
 
@@ -958,10 +961,6 @@ class _State:
     streams: dict[str, _StreamState] = field(default_factory=dict)
 
 
-def _stream_key(db: str, table: str) -> str:
-    return f"{db}.{table}"
-
-
 def _config_to_json(config: SimulationConfig) -> dict[str, Any]:
     tz = ZoneInfo(config.tz)
 
@@ -1074,15 +1073,15 @@ def _hour_start(ms: int, tz: ZoneInfo) -> int:
 
 
 def _hour_key(ms: int, tz: ZoneInfo) -> str:
-    return datetime.fromtimestamp(ms // 1000, tz).strftime("%Y-%m-%dT%H")
+    return count_hour(datetime.fromtimestamp(ms // 1000, tz))
 
 
 def _normalise_lag(lag: Mapping[str, timedelta]) -> dict[str, timedelta]:
     """Lag keys as ``db.table``; a bare physical name must be unambiguous."""
-    known = {_stream_key(db, table) for db, table in STREAMS}
+    known = {stream_name(db, table) for db, table in STREAMS}
     out: dict[str, timedelta] = {}
     for key, delta in lag.items():
-        matches = [k for k in known if k == key or k.split(".", 1)[1] == key]
+        matches = [k for k in known if k == key or stream_parts(k)[1] == key]
         if len(matches) != 1:
             raise ValueError(f"lag key {key!r} must name one physical table (e.g. 'order_03' or 'edu_trade.heartbeat')")
         if delta < timedelta(0):
@@ -1143,7 +1142,7 @@ def _plan(state: _State, end: int) -> _Run:
     tz = ZoneInfo(config.tz)
     write_from, write_until = {}, {}
     for db, table in STREAMS:
-        key = _stream_key(db, table)
+        key = stream_name(db, table)
         stream = state.streams.setdefault(key, _StreamState(origin))
         write_from[key] = stream.written_until
         lag_ms = int(lag.get(key, timedelta(0)).total_seconds() * 1000)
@@ -1195,12 +1194,12 @@ def _process_window(
 ) -> None:
     by_stream: dict[str, list[RowEvent]] = defaultdict(list)
     for event in stream.pop_until(end):
-        by_stream[_stream_key(event.db, event.table)].append(event)
+        by_stream[stream_name(event.db, event.table)].append(event)
     for db in DATABASES:
-        by_stream[_stream_key(db, HEARTBEAT)] = run.world.heartbeats(db, start, end)
+        by_stream[stream_name(db, HEARTBEAT)] = run.world.heartbeats(db, start, end)
     window_index = (start - run.state.origin) // (run.state.config.batch_minutes * MINUTE_MS)
     for db, table in STREAMS:
-        key = _stream_key(db, table)
+        key = stream_name(db, table)
         events = by_stream.get(key, [])
         if events and table != HEARTBEAT:
             rng = _rng(run.world.seed, "messages", key, window_index)
@@ -1226,11 +1225,11 @@ def _count(run: _Run, key: str, messages: list[_Message], day_totals: list[int])
 def _write_segment(
     landing: Path, run: _Run, db: str, table: str, start: int, window_index: int, messages: list[_Message]
 ) -> None:
-    key = _stream_key(db, table)
+    key = stream_name(db, table)
     stream = run.state.streams[key]
-    directory = landing / "binlog" / db / table
+    directory = stream_dir(landing, db, table)
     directory.mkdir(parents=True, exist_ok=True)
-    name = f"{window_index + 1:06d}-{run.world.local_datetime(start).strftime('%Y%m%dT%H%M')}.jsonl"
+    name = segment_name(window_index + 1, run.world.local_datetime(start))
     lines = _segment_lines(messages, stream.next_id)
     _write_atomic(directory / name, "".join(line + "\n" for line in lines))
     stream.next_id += len(messages)
@@ -1247,38 +1246,21 @@ def _write_counts(landing: Path, run: _Run) -> None:
     for db, table in STREAMS:
         if table == HEARTBEAT:
             continue
-        key = _stream_key(db, table)
-        path = landing / "counts" / db / f"{table}.jsonl"
-        hours = {h: n for h, n in _read_counts(path).items() if h < first_key}
+        key = stream_name(db, table)
+        path = counts_path(landing, db, table)
+        hours = {h: n for h, n in read_counts(path).items() if h < first_key}
         hour = _hour_start(run.count_from, tz)
         while hour < run.end:
             hour_key = _hour_key(hour, tz)
             hours[hour_key] = run.counts[key].get(hour_key, 0)
             hour = _hour_start(hour + HOUR_MS + 1, tz)
         path.parent.mkdir(parents=True, exist_ok=True)
-        text = "".join(json.dumps({"hour": h, "rows": n}) + "\n" for h, n in sorted(hours.items()))
-        _write_atomic(path, text)
-
-
-def _read_counts(path: Path) -> dict[str, int]:
-    if not path.exists():
-        return {}
-    out = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            obj = json.loads(line)
-            out[str(obj["hour"])] = int(obj["rows"])
-    return out
+        _write_atomic(path, counts_text(hours))
 
 
 # --------------------------------------------------------------------------------------------------------
 # Public API
 # --------------------------------------------------------------------------------------------------------
-
-
-def _has_segments(landing: Path) -> bool:
-    binlog = landing / "binlog"
-    return binlog.exists() and any(p.suffix == ".jsonl" for p in binlog.rglob("*.jsonl"))
 
 
 def _mismatch(state: _State, config: SimulationConfig, start_ms: int) -> str | None:
@@ -1317,7 +1299,7 @@ def simulate(
     landing = Path(landing)
     state = _load_state(landing)
     if state is None:
-        if _has_segments(landing):
+        if has_segments(landing):
             raise ValueError(f"{landing} holds binlog segments but no {STATE_FILE}; refusing to overwrite them")
         state = _State(config, start_ms, start_ms)
     else:

@@ -1,5 +1,5 @@
-"""The warehouse catalog: every table declared once, beside its body; the compiler turns it into
-assets, so adding a table never means editing Dagster wiring.
+"""The warehouse catalog: every table declared once, beside its body, so a table's columns, partitions,
+checks and SQL are read and changed in one place.
 
 Two kinds of declaration live under ``warehouse_assets/catalog/tables/<layer>/``:
 
@@ -13,8 +13,8 @@ Two kinds of declaration live under ``warehouse_assets/catalog/tables/<layer>/``
   finance system's Delta table). They are never computed here; a sensor per producer reports each
   partition that has truly arrived, and downstream SQL reads them like any other input.
 
-Dependencies are found in the SQL itself (lineage); a ``depends_on`` entry only adds offsets
-in the seeds' vocabulary: ``{set: [-1]}`` (T-1), ``{range: [0, 23]}`` (the 24 hours of a day; a set without
+Dependencies are found in the SQL itself (the tables it reads); a ``depends_on`` entry only adds offsets
+to one of them: ``{set: [-1]}`` (T-1), ``{range: [0, 23]}`` (the 24 hours of a day; a set without
 holes such as ``{set: [0, 1, 2, 3, 4, 5, 6]}`` is the same as its range),
 ``{range: [-29, 0]}`` (a 30-period sliding window). ``ignore_dq: true`` beside the offsets lets the table
 run on that dependency even when the upstream partition failed a blocking data-quality check.
@@ -56,15 +56,14 @@ from typing import Any
 from pydantic import InstanceOf, field_validator, model_validator
 from pydantic.dataclasses import dataclass
 
+from resources.column_types import is_spark_type
 from warehouse_assets.catalog.calendars import PARTITION_COLUMNS
 from warehouse_assets.catalog.checks import Check, parse_checks
 
 LAYERS = ("ext", "ods", "dwd", "dws", "ads")
 EXTERNAL_FORMATS = ("csv_files", "delta")
 PERIOD_ORDER = {"hourly": 0, "daily": 1, "weekly": 2, "monthly": 3}
-SPARK_TYPES = {"bigint", "int", "tinyint", "smallint", "string", "timestamp", "date", "double", "boolean"}
 DEFAULT_COMPLETENESS = 0.99995
-_DECIMAL = re.compile(r"^decimal\(\d+,\s*\d+\)$")
 _DURATION = re.compile(r"^(?P<n>\d+)\s*(?P<unit>[mhd])$")
 _CLOCK = re.compile(r"^(?P<h>[01]?\d|2[0-3]):(?P<m>[0-5]\d)$")
 
@@ -155,7 +154,7 @@ def _parse_offsets(spec: Any, dep: str) -> tuple[int | None, int | None]:
 
 
 def _contiguous_set(values: list[int], dep: str) -> tuple[int, int]:
-    """Seed 000 writes a week on its days as ``set: [0, 1, 2, 3, 4, 5, 6]``: a set without holes is that range.
+    """A week may be written as its days, ``set: [0, 1, 2, 3, 4, 5, 6]``: a set without holes is that range.
 
     A set with holes (``[-7, -1]``) has no Dagster partition mapping: a time-window mapping is one window.
     """
@@ -254,7 +253,7 @@ class Table:
         if not isinstance(value, Mapping) or not value:
             raise ValueError("columns must map each column to a Spark type")
         for column, ctype in value.items():
-            if ctype not in SPARK_TYPES and not _DECIMAL.match(str(ctype)):
+            if not is_spark_type(ctype):
                 raise ValueError(f"column {column}: unsupported type {ctype!r}")
         return tuple((str(k), str(v)) for k, v in value.items())
 

@@ -1,13 +1,10 @@
 """The capture connector: a MySQL/MariaDB row-based binlog → Canal flat-message segments in the landing area.
 
 ``warehouse capture`` is the real-source counterpart of the simulator (``simulator/cdc.py``): it reads the
-source server's binlog as a replica would and writes what the ingestion reads (``resources/landing.py``), in
-the same layout::
-
-    binlog/<db>/<physical table>/<seq:06d>-<YYYYMMDDTHHMM>.jsonl   one segment per window and shard, may be empty
-    binlog/<db>/heartbeat/...                                       the source's heartbeat table, the same way
-    counts/<db>/<physical table>.jsonl                               {"hour": "YYYY-MM-DDTHH", "rows": N}
-    capture.json                                                     the binlog position and the open window
+source server's binlog as a replica would and writes what the ingestion reads, in the landing area's layout
+(``resources/landing.py`` names every file): one segment per window and shard, empty when the shard had no
+change; the same for each captured database's heartbeat table; and each shard's rows per local hour. Its own
+state is ``capture.json`` in the landing root: the binlog position and the open window.
 
 What it captures is the catalog's: every ODS table's ``source: {database, tables}``, plus each of those
 databases' ``heartbeat`` table.
@@ -42,7 +39,16 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 from zoneinfo import ZoneInfo
 
-from resources.landing import HEARTBEAT_TABLE, Landing
+from resources.column_types import canal_column_type
+from resources.landing import (
+    HEARTBEAT_TABLE,
+    Landing,
+    count_hour,
+    counts_text,
+    read_counts,
+    stream_name,
+    stream_parts,
+)
 from warehouse_assets.catalog import Catalog, OdsTable
 
 log = logging.getLogger(__name__)
@@ -104,51 +110,6 @@ def capture_targets(catalog: Catalog) -> dict[str, str]:
 
 # --- Canal flat messages ----------------------------------------------------------------------------------------
 
-# MySQL column type code → (Canal's mysqlType spelling, JDBC type code in sqlType)
-_TYPES: dict[int, tuple[str, int]] = {
-    1: ("tinyint(4)", -6),
-    2: ("smallint(6)", 5),
-    3: ("int(11)", 4),
-    4: ("float", 7),
-    5: ("double", 8),
-    7: ("timestamp", 93),
-    8: ("bigint(20)", -5),
-    9: ("mediumint(9)", 4),
-    10: ("date", 91),
-    11: ("time", 92),
-    12: ("datetime", 93),
-    13: ("year", 91),
-    14: ("date", 91),
-    16: ("bit", -7),
-    17: ("timestamp", 93),
-    18: ("datetime", 93),
-    19: ("time", 92),
-    245: ("json", 12),
-    247: ("enum", 4),
-    248: ("set", -7),
-    249: ("tinytext", 2005),
-    250: ("mediumtext", 2005),
-    251: ("longtext", 2005),
-    252: ("text", 2005),
-    254: ("char", 1),
-    255: ("geometry", -2),
-}
-_BYTES_PER_CHAR = {"utf8mb4": 4, "utf8mb3": 3, "utf8": 3, "latin1": 1, "ascii": 1, "binary": 1}
-
-
-def mysql_type(column: Any) -> tuple[str, int]:
-    """Canal's ``mysqlType`` and ``sqlType`` for a binlog column (``bigint(20)``, ``decimal(10,2)``, ...)."""
-    code = int(column.type)
-    if code in (0, 246):
-        return f"decimal({column.precision},{column.decimals})", 3
-    if code in (15, 253):
-        per_char = _BYTES_PER_CHAR.get(str(getattr(column, "character_set_name", None) or ""), 1)
-        return f"varchar({int(column.max_length) // per_char})", 12
-    spelled, jdbc = _TYPES.get(code, ("varchar", 12))
-    if getattr(column, "unsigned", False) and code in (1, 2, 3, 8, 9):
-        spelled += " unsigned"
-    return spelled, jdbc
-
 
 def canal_value(value: Any) -> str | None:
     """A column value as Canal writes it: a string, or null."""
@@ -193,7 +154,7 @@ class RowsChange:
 
     @property
     def stream(self) -> str:
-        return f"{self.database}.{self.table}"
+        return stream_name(self.database, self.table)
 
     def encode(self, message_id: int) -> str:
         """The Canal flat message (keys sorted, compact, UTF-8, like the simulator and Canal's fastjson)."""
@@ -222,7 +183,7 @@ def rows_change(event: Any, log_file: str = "") -> RowsChange:
     from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
     columns = [c for c in event.columns if c.name is not None]
-    types = {c.name: mysql_type(c) for c in columns}
+    types = {c.name: canal_column_type(c) for c in columns}
     key = event.primary_key
     pk_names = tuple(key) if isinstance(key, list | tuple) else ((key,) if key else ())
 
@@ -375,47 +336,33 @@ class SegmentWriter:
         for change in changes:
             by_stream[change.stream].append(change)
         local = datetime.fromtimestamp(start / 1000, self.tz)
-        hour = local.strftime("%Y-%m-%dT%H")
+        hour = count_hour(local)
         for stream, stream_changes in sorted(by_stream.items()):
             progress = self.state.streams[stream]
             lines = [c.encode(progress.next_id + i) for i, c in enumerate(stream_changes)]
             seq = progress.seq + 1
-            path = self.landing.stream_dir(stream) / f"{seq:06d}-{local.strftime('%Y%m%dT%H%M')}.jsonl"
-            _write_atomic(path, "".join(line + "\n" for line in lines))
+            _write_atomic(self.landing.segment_path(stream, seq, local), "".join(line + "\n" for line in lines))
             progress.seq = seq
             progress.next_id += len(lines)
-            if stream.split(".", 1)[1] == HEARTBEAT_TABLE:
+            if stream_parts(stream)[1] == HEARTBEAT_TABLE:
                 continue
             hours = self.state.counts.setdefault(stream, {})
             hours.setdefault(hour, 0)  # an hour the shard was idle in is counted as 0 rows, like the simulator
             for change in stream_changes:
-                changed_hour = datetime.fromtimestamp(change.es / 1000, self.tz).strftime("%Y-%m-%dT%H")
+                changed_hour = count_hour(datetime.fromtimestamp(change.es / 1000, self.tz))
                 hours[changed_hour] = hours.get(changed_hour, 0) + len(change.data)
 
     def _write_counts(self) -> None:
         assert self.state.window is not None
         horizon = datetime.fromtimestamp(self.state.window / 1000, self.tz) - timedelta(days=COUNTS_KEPT_DAYS)
-        oldest = horizon.strftime("%Y-%m-%dT%H")
+        oldest = count_hour(horizon)
         for stream, hours in self.state.counts.items():
-            database, table = stream.split(".", 1)
-            path = self.landing.root / "counts" / database / f"{table}.jsonl"
-            merged = {**_read_counts(path), **hours}
-            _write_atomic(path, "".join(json.dumps({"hour": h, "rows": n}) + "\n" for h, n in sorted(merged.items())))
+            path = self.landing.counts_path(stream)
+            _write_atomic(path, counts_text({**read_counts(path), **hours}))
             self.state.counts[stream] = {h: n for h, n in hours.items() if h >= oldest}
 
     def save(self) -> None:
         _write_atomic(self.landing.root / STATE_FILE, json.dumps(self.state.to_json(), indent=1) + "\n")
-
-
-def _read_counts(path: Path) -> dict[str, int]:
-    if not path.is_file():
-        return {}
-    found = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            item = json.loads(line)
-            found[str(item["hour"])] = int(item["rows"])
-    return found
 
 
 # --- the connector -------------------------------------------------------------------------------------------
@@ -496,11 +443,11 @@ def _present(connection: Any, targets: Mapping[str, str]) -> dict[str, str]:
 
 def _existing_streams(connection: Any, targets: Mapping[str, str], heartbeat: bool) -> list[str]:
     captured = _captured(targets)
-    streams = [f"{db}.{HEARTBEAT_TABLE}" for db in targets] if heartbeat else []
+    streams = [stream_name(db, HEARTBEAT_TABLE) for db in targets] if heartbeat else []
     with connection.cursor() as cursor:
         for database in targets:
             cursor.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (database,))
-            streams += [f"{database}.{name}" for (name,) in cursor.fetchall() if captured(database, str(name))]
+            streams += [stream_name(database, name) for (name,) in cursor.fetchall() if captured(database, str(name))]
     return sorted(set(streams))
 
 

@@ -19,6 +19,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from resources.column_types import UTC_MICROS, arrow_type
+
 # Spark trims the characters up to U+0020 around a string it casts to a number or a boolean (UTF8String.trimAll)
 _TRIM = "".join(chr(c) for c in range(0x21))
 _PLAIN_INT = r"^-?[0-9]+$"
@@ -33,7 +35,6 @@ _DATE = re.compile(r"([0-9]{4})(?:-([0-9]{1,2})(?:-([0-9]{1,2})(?:[ T].*)?)?)?",
 _INT_RANGES = {"bigint": 63, "int": 31, "smallint": 15, "tinyint": 7}
 _TRUE = {"t", "true", "y", "yes", "1"}
 _FALSE = {"f", "false", "n", "no", "0"}
-UTC_MICROS = pa.timestamp("us", tz="UTC")
 
 
 # --- JSON: Spark's from_json of a string field, to_json of a map -------------------------------------------
@@ -131,27 +132,6 @@ def map_to_json(row: dict[str, str | None]) -> bytes:
 
 def _json_string(text: str) -> str:
     return map_to_json({"": text}).decode()[4:-1]
-
-
-_ARROW_TYPES: dict[str, pa.DataType] = {
-    "bigint": pa.int64(),
-    "int": pa.int32(),
-    "smallint": pa.int16(),
-    "tinyint": pa.int8(),
-    "string": pa.string(),
-    "timestamp": UTC_MICROS,
-    "date": pa.date32(),
-    "double": pa.float64(),
-    "boolean": pa.bool_(),
-}
-
-
-def arrow_type(spark_type: str) -> pa.DataType:
-    """The Arrow type of a column of a Spark type (as the catalog and the source's MySQL types name it)."""
-    if spark_type.startswith("decimal"):
-        precision, scale = spark_type[len("decimal(") : -1].split(",")
-        return pa.decimal128(int(precision), int(scale))
-    return _ARROW_TYPES[spark_type]
 
 
 # --- casts of a column of strings ---------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""ODS ingestion: Canal binlog segments → ODS Delta tables through Delta's MERGE INTO with partition pruning.
+"""ODS ingestion: Canal binlog segments → ODS Delta tables through Spark's ``MERGE INTO``, pruned to the
+partitions a batch touches.
 
 For one ODS table, each batch:
 
@@ -35,10 +36,16 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from resources.delta_lake import DeltaStore, MergeResult, ReadStats, normalize_arrow_schema, spark_type
+from resources.column_types import (
+    UTC_MICROS,
+    arrow_type,
+    normalize_arrow_schema,
+    spark_type_of_arrow,
+    spark_type_of_mysql,
+)
+from resources.delta_lake import DeltaStore, MergeResult, ReadStats
 from resources.landing import Landing, Segment, read_lines
 from warehouse_assets.catalog import OdsTable, Table, periods
-from warehouse_assets.ingest.casts import UTC_MICROS, arrow_type
 from warehouse_assets.ingest.ops_tables import (
     INGESTED_CHANGES,
     INGESTED_COUNTS,
@@ -209,28 +216,6 @@ def pending_segments(
 # --- schema drift ------------------------------------------------------------------------------------------
 
 
-def spark_type_of_mysql(mysql_type: str) -> str:
-    """The Spark type an ODS column gets for a MySQL column type (as Canal's ``mysqlType`` spells it)."""
-    t = mysql_type.lower().strip()
-    base = t.split("(")[0].replace(" unsigned", "").strip()
-    if base == "decimal" and "(" in t:
-        return "decimal" + t[t.index("(") : t.index(")") + 1].replace(" ", "")
-    return {
-        "tinyint": "tinyint",
-        "smallint": "smallint",
-        "mediumint": "int",
-        "int": "int",
-        "integer": "int",
-        "bigint": "bigint",
-        "float": "double",
-        "double": "double",
-        "datetime": "timestamp",
-        "timestamp": "timestamp",
-        "date": "date",
-        "bit": "boolean",
-    }.get(base, "string")
-
-
 def _columns_with_drift(
     store: DeltaStore, table: Table, source_types: Sequence[tuple[str, str]]
 ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
@@ -248,7 +233,7 @@ def _columns_with_drift(
         internal = {"_es", "_pos", "_stream", "_deleted", "dt", "hh", *table.partition_by}
         for f in existing:
             if f.name not in declared and f.name not in internal:
-                known[f.name] = _spark_type_of_arrow(f.type)
+                known[f.name] = spark_type_of_arrow(f.type)
     found: dict[str, str] = {}
     for name, mysql_type in source_types:
         if name not in declared and name not in known and not name.startswith("_"):
@@ -265,11 +250,6 @@ def _applied_columns(
     Only applied records may evolve the schema: a message whose every row is quarantined must not."""
     dropped = {name for name, _ in new if name not in applied_source_columns}
     return [c for c in columns if c[0] not in dropped], [c for c in new if c[0] not in dropped]
-
-
-def _spark_type_of_arrow(t: pa.DataType) -> str:
-    name = spark_type(t)
-    return "timestamp" if name.startswith("timestamp") else name
 
 
 # --- applying a batch -------------------------------------------------------------------------------------
@@ -592,9 +572,6 @@ class IngestedCounts:
     rows: dict[str, dict[str, int]] = field(default_factory=dict)
     seq: dict[str, int] = field(default_factory=dict)
     read: ReadStats = field(default_factory=ReadStats)  # the ops.ingested_counts files read for them
-
-    def hours_counted_after(self, seen: dict[str, int], entries: list[dict[str, Any]]) -> set[str]:
-        return {e["hour"] for e in entries if e["seq_to"] > seen.get(e["stream"], 0)}
 
 
 def ingested_counts(

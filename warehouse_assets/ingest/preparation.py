@@ -49,10 +49,9 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from resources.column_types import UTC_MICROS, arrow_type
 from warehouse_assets.catalog import OdsTable, Table
 from warehouse_assets.ingest.casts import (
-    UTC_MICROS,
-    arrow_type,
     cast_strings,
     map_to_json,
     spark_long,
