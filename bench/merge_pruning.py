@@ -443,11 +443,14 @@ class Prepared:
     product: PreparedBatch  # what ingest_batch records before its merge
 
 
-def segments_of(landing: Landing, table: Table) -> list[Segment]:
+def segments_of(landing: Landing, table: Table, after_seq: int) -> list[Segment]:
+    """The batch's segments: those after the ``after_seq`` the ops history committed, as the sensor lists them."""
     assert table.source_database and table.source_tables
-    return [
-        s for stream in landing.streams(table.source_database, table.source_tables) for s in landing.segments(stream)
-    ]
+    streams = landing.streams(table.source_database, table.source_tables)
+    segments = [s for stream in streams for s in landing.segments(stream, after_seq)]
+    if not segments:
+        raise SystemExit(f"no segment after {after_seq} in {landing.root}: the batch would apply nothing")
+    return segments
 
 
 def prepare(
@@ -732,7 +735,7 @@ def scenario(
     }
     snapshots: dict[str, pa.Table] = {}
     prepared: Prepared | None = None
-    segments = segments_of(landing, table)
+    segments = segments_of(landing, table, history)
     # every run is the whole batch as ingest_batch runs it (prepare, record, merge) on a fresh copy of the table
     # and of the ops tables, the modes interleaved so that both see the same machine
     wanted = {"pruned": repeat, "unpruned": repeat_unpruned}
@@ -813,7 +816,7 @@ def warm_up(
     messages, _ = generate_batch(layout, plan, seed=7)
     landing = write_segments(workdir / "landing" / "warm-up", layout, messages, history + 1)
     lake = workdir / "lakes" / "warm-up"
-    segments = segments_of(landing, table)
+    segments = segments_of(landing, table, history)
     ingest(spark, fresh_lake(base, lake), table, schema, segments, True, "auto")
     shutil.rmtree(lake)
     log(f"warm-up batch ({changes:,} changes, not timed): {time.monotonic() - started:.1f}s")
