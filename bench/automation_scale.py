@@ -359,7 +359,7 @@ def seed_history(store: Any, catalog: Any, calendars: Calendars, day_start: floa
             yield row
 
     store._db.execute("BEGIN IMMEDIATE")
-    store._db.executemany(f"INSERT INTO partitions ({_COLUMNS}) VALUES ({', '.join('?' * 10)})", counting())
+    store._db.executemany(f"INSERT INTO partitions ({_COLUMNS}) VALUES ({', '.join('?' * len(template))})", counting())
     store._db.execute("COMMIT")
     return counted["rows"]
 

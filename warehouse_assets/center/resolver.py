@@ -54,6 +54,7 @@ from datetime import UTC, datetime, timedelta
 from dagster import AssetKey, TimeWindowPartitionsDefinition
 
 from warehouse_assets.build.gate import Verdict, decide
+from warehouse_assets.build.validity import Taint
 from warehouse_assets.catalog import BY_PERIOD, Catalog, Dependency, Table, UpstreamPartitions, upstream_partitions
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import Change, PartitionState, PartitionStateStore, failed_blocking_checks
@@ -569,3 +570,7 @@ class _Snapshot:
         return failed_blocking_checks(
             table, self.states(table, [k for k in keys if (table.fqn, k) not in self.planned])
         )
+
+    def tainted(self, table: Table, keys: Sequence[str]) -> dict[str, Taint]:
+        fresh = [k for k in keys if (table.fqn, k) not in self.planned]  # rebuilt earlier in the run: new data
+        return {k: s.taint for k, s in self.states(table, fresh).items() if s.taint is not None}
