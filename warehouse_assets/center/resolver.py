@@ -17,6 +17,9 @@ The semantics (what Dagster's eager automation condition would decide, with exac
   is remembered (*deferred*) and looked at again when that run ends, as ``since_last_handled`` does;
 * a partition already materialized is requested again only when an upstream was re-materialized after it (late data,
   ``any_deps_updated``);
+* never on a tainted upstream partition (the gate), and never a tainted partition whose repair backfill is running:
+  that backfill rebuilds it (:mod:`warehouse_assets.center.taint`); a tainted partition with no running repair is
+  rebuilt like late data, once its upstream is valid again;
 * exactly once per upstream state: a request is keyed by the partition and the storage ids of its upstream partitions'
   latest materializations, kept in the state store's SQLite file (tables ``center_requests``, ``center_deferred``),
   so the same changes applied twice, or by a new resolver after a restart, request nothing new.
@@ -313,6 +316,8 @@ class Resolver:
         own = states.state(table, partition)
         if own.in_progress:
             return _DEFER
+        if own.taint is not None and own.taint.repair and states.repairing(own.taint.repair):
+            return None  # its repair backfill rebuilds it, in dependency order: building it here too would be twice
         windows = self._windows(table, partition, now)
         verdict = decide(self.catalog, table, partition, states, current_time=now, windows=windows)
         if not verdict.may_run:
@@ -547,6 +552,14 @@ class _Snapshot:
         self.store = store
         self.planned: set[tuple[str, str]] = set()
         self._seen: dict[tuple[str, str], PartitionState] = {}
+        self._repairing: dict[str, bool] = {}
+
+    def repairing(self, backfill_id: str) -> bool:
+        """Whether the backfill ``backfill_id`` is still running (read from the instance once per call)."""
+        if backfill_id not in self._repairing:
+            backfill = self.store.instance.get_backfill(backfill_id)
+            self._repairing[backfill_id] = backfill is not None and backfill.status.value == "REQUESTED"
+        return self._repairing[backfill_id]
 
     def states(self, table: Table, keys: Sequence[str]) -> dict[str, PartitionState]:
         missing = [k for k in keys if (table.fqn, k) not in self._seen]
