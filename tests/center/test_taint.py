@@ -17,7 +17,9 @@ import pytest
 from dagster import AssetKey, DagsterInstance, instance_for_test
 
 from tests.center.test_state_store import materializations, report, verdict
+from tests.support.center_harness import CenterTicker
 from warehouse_assets.build.compiler import max_partitions_per_run
+from warehouse_assets.build.validity import Taint
 from warehouse_assets.catalog import BY_PERIOD, Catalog, load_catalog, upstream_partitions
 from warehouse_assets.center.resolver import Resolver
 from warehouse_assets.center.reverse_index import ReverseIndex
@@ -364,3 +366,70 @@ def test_every_example_of_the_closure_is_cheap_in_lookups(index: ReverseIndex) -
     assert closure["dwd.day"] == days("2026-02-01", "2026-02-10")
     assert closure["dws.cum"] == days("2026-02-01", "2026-03-19")
     assert list(itertools.chain(closure["dws.week"])) == ["2026-01-26", "2026-02-02", "2026-02-09"]
+
+
+# --- late data failing its checks taints what was built before it, and the fix rebuilds it once -----------------
+
+
+def store_taints(store: PartitionStateStore) -> list[Taint]:
+    return [s.taint for s in store.all_states() if s.taint is not None]
+
+
+def test_a_late_failed_verdict_taints_what_was_built_holds_it_back_and_the_fix_rebuilds_it_once(
+    instance: DagsterInstance, catalog: Catalog
+) -> None:
+    src = AssetKey(["ods", "src"])
+    late = "2026-03-10-13:00"
+    build(instance, catalog, {"ods.src": hours("2026-03-09") + hours("2026-03-10")})
+    build(instance, catalog, {"dwd.day": days("2026-03-04", "2026-03-10"), "dws.cum": days("2026-03-01", "2026-03-10")})
+    build(instance, catalog, {"ads.win7": ["2026-03-10"], "dws.hourly": hours("2026-03-10")})
+    engine = CenterTicker(instance, catalog)
+    at = datetime(2026, 3, 11, 0, 30, tzinfo=TZ)
+    engine.tick(at)  # the engine starts: everything there is already built
+
+    # late data re-reports the hour; then, with the next day's data, its check fails on the new data
+    report(instance, src, late)
+    assert engine.tick(at)["dwd.day"] == [] and not engine.jobs  # its verdict is still to come
+    build(instance, catalog, {"ods.src": hours("2026-03-11"), "dwd.day": ["2026-03-11"]})
+    verdict(instance, src, late, False, materializations(instance, src, late)[0])
+    at = datetime(2026, 3, 12, 0, 30, tzinfo=TZ)
+    requested = engine.tick(at)
+    # nothing is built on what the old data made, from this very step: not the next cumulative day, not the windows
+    assert requested["dws.cum"] == [] and requested["ads.win7"] == []
+    [job] = engine.jobs  # the taint run, executed
+    store = PartitionStateStore(instance)
+    store.update()
+    tainted = {(s.asset_key, s.partition) for s in store.all_states() if s.tainted}
+    assert tainted == {
+        ("dwd/day", "2026-03-10"),
+        ("dws/cum", "2026-03-10"),
+        ("ads/win7", "2026-03-10"),
+        ("dws/hourly", late),
+    }
+    [(reason, root, by, repair)] = {(t.reason, t.root, t.by, t.repair) for t in store_taints(store)}
+    assert (root, by, repair) == (f"ods.src {late} (check not_null failed)", "engine", "")
+    assert reason.startswith("late data: not_null failed on its materialization of ")
+    assert not store.states(src, [late])[late].tainted  # the hour itself failed its check: that is what it is
+    assert engine.tick(at) == {t: [] for t in engine.tables} and len(engine.jobs) == 1  # once
+
+    # the hour is fixed: re-reported, its check passes; the tainted closure is rebuilt, each partition once
+    build(instance, catalog, {"ods.src": [late]})
+    rebuilt: list[tuple[str, str]] = []
+    for _ in range(6):
+        for fqn, keys in engine.tick(at).items():
+            rebuilt.extend((fqn, k) for k in keys)
+            build(instance, catalog, {fqn: keys})  # each run succeeds
+    assert sorted(rebuilt) == sorted(
+        [
+            ("dwd.day", "2026-03-10"),
+            ("dws.hourly", late),
+            ("dws.cum", "2026-03-10"),
+            ("ads.win7", "2026-03-10"),
+            ("dws.cum", "2026-03-11"),  # held back, now built once on the repaired chain
+            ("ads.win7", "2026-03-11"),
+        ]
+    )
+    store.update()
+    assert not any(s.tainted for s in store.all_states())
+    engine.close()
+    store.close()
