@@ -24,6 +24,10 @@ process so that its peak memory is its own:
   (Dagster's), timed apart as ``write s`` and not counted in the day. *Resolver-only rows*: a completion's row is
   written straight into the store (no event log), and that write counts in the day;
 * **log build**: a second store ``rebuild()`` from the whole event log of the day (events read per second);
+* **taint closure**: for a 10-day taint of each ODS root (240 hours ending the day before the simulated day), the
+  exact closure of every partition built from it (``ReverseIndex.closure``), and for the root with the largest
+  closure the whole plan of ``warehouse taint`` (``plan_taint``: the closure, each partition's state from the store
+  with its history, the runs counted);
 * **peak memory**: the RSS high-water mark of the N's process (``ru_maxrss`` from ``os.wait4``), so it includes
   Python, Dagster and, in the Dagster rows, the definitions.
 
@@ -299,7 +303,8 @@ class DirectFeed:
             states.append(PartitionState(key, partition, storage_id=self.events, run_id="", timestamp=now.timestamp()))
         self.store._db.execute("BEGIN IMMEDIATE")
         self.store._db.executemany(
-            f"INSERT OR REPLACE INTO partitions ({_COLUMNS}) VALUES ({', '.join('?' * 10)})", map(_to_row, states)
+            f"INSERT OR REPLACE INTO partitions ({_COLUMNS}) VALUES ({', '.join('?' * len(_to_row(states[0])))})",
+            map(_to_row, states),
         )
         self.store._db.execute("COMMIT")
         self._pending += [Change(key, s.partition, frozenset({"materialized"}), s) for s in states]
@@ -359,7 +364,7 @@ def seed_history(store: Any, catalog: Any, calendars: Calendars, day_start: floa
             yield row
 
     store._db.execute("BEGIN IMMEDIATE")
-    store._db.executemany(f"INSERT INTO partitions ({_COLUMNS}) VALUES ({', '.join('?' * 10)})", counting())
+    store._db.executemany(f"INSERT INTO partitions ({_COLUMNS}) VALUES ({', '.join('?' * len(template))})", counting())
     store._db.execute("COMMIT")
     return counted["rows"]
 
@@ -501,6 +506,8 @@ def child_main(args: argparse.Namespace) -> None:
             rows = seed_history(store, catalog, calendars, day_start, args.history_days)
             emit({"step": "history", "rows": rows, "history_s": round(time.perf_counter() - started, 3)})
 
+            emit({"step": "taint", **time_taint(catalog, index, store, day)})
+
             resolver = Resolver(catalog, index, store, max_partitions_per_run)
             started = time.perf_counter()
             resolver.prepare(day)  # as the engine does before its first round
@@ -519,6 +526,34 @@ def child_main(args: argparse.Namespace) -> None:
                 emit({"step": "log", "log_events": rebuilt.records_read, "log_s": round(seconds, 3)})
                 rebuilt.close()
             store.close()
+
+
+def time_taint(catalog: Any, index: Any, store: Any, day: datetime) -> dict[str, Any]:
+    """The closure of a 10-day taint of each ODS root, and the whole plan for the largest."""
+    from warehouse_assets.center.taint import new_taint, plan_taint
+
+    hours = [(day - timedelta(hours=h)).strftime("%Y-%m-%d-%H:00") for h in range(240, 0, -1)]
+    slowest = 0.0
+    largest: tuple[int, int, str] = (0, 0, "")  # partitions, tables, root
+    for table in catalog.ods():
+        started = time.perf_counter()
+        closure = index.closure({table.fqn: hours}, day)
+        slowest = max(slowest, time.perf_counter() - started)
+        largest = max(largest, (sum(len(keys) for keys in closure.values()), len(closure), table.fqn))
+    size, tables, root = largest
+    taint = new_taint(root, hours[0], hours[-1], "bench", "bench")
+    started = time.perf_counter()
+    plan = plan_taint(catalog, index, store, root, hours[0], hours[-1], taint, now=day)
+    plan_s = time.perf_counter() - started
+    return {
+        "closure_s": round(slowest, 4),
+        "closure_partitions": size,
+        "closure_tables": tables,
+        "closure_root": root,
+        "plan_s": round(plan_s, 3),
+        "plan_marked": plan.marked,
+        "plan_runs": plan.runs,
+    }
 
 
 # --- the parent: one child per N, the table ----------------------------------------------------------------
@@ -617,6 +652,14 @@ def main() -> None:
                 f"longest burst took {r['longest_burst_s']:.1f} s to resolve, in calls of at most "
                 f"{r['event_max_ms'] / 1e3:.2f} s"
             )
+    for r in rows:
+        if "closure_s" in r:
+            print(
+                f"N={r['n']}{'*' if r['resolver_only'] else ''}: a 10-day taint of an ODS table: closure in "
+                f"{r['closure_s'] * 1e3:.1f} ms at most ({r['closure_partitions']} partitions of {r['closure_tables']} "
+                f"tables from {r['closure_root']}); its whole plan {r['plan_s']:.2f} s ({r['plan_marked']} to mark, "
+                f"{r['plan_runs']} runs)"
+            )
     for r in dagster_rows_of(rows):
         print(
             f"N={r['n']}: load {_f(r, 'load_s')} s = declarations {_f(r, 'catalog_s')} s + Dagster definitions "
@@ -649,6 +692,9 @@ def main() -> None:
             "missed",
             "load_s",
             "peak_mb",
+            "closure_s",
+            "closure_partitions",
+            "plan_s",
         ):
             if key in r:
                 figures[prefix + key] = r[key]

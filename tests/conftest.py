@@ -26,6 +26,7 @@ LONGEST_FIRST = (
     "test_end_to_end.py",  # ~470 s: a simulated January through every table
     "test_embedded_stack.py",  # ~380 s: `warehouse dev` and the browser
     "test_backfill.py",  # ~350 s
+    "test_taint_end_to_end.py",  # ~270 s: eight simulated days built, one bad hour tainted and repaired
     "test_postgres.py",  # ~210 s
     "test_spark_cluster.py",  # ~190 s
     "test_warm_launcher.py",

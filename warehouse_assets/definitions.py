@@ -24,6 +24,7 @@ from warehouse_assets.build.compiler import build_assets, build_checks
 from warehouse_assets.build.hour_checks import build_ods_checks_job, judge_hours
 from warehouse_assets.build.zorder import build_zorder_job
 from warehouse_assets.catalog import Catalog, load_catalog
+from warehouse_assets.center.taint import build_taint_job
 from warehouse_assets.center.why import build_why_job
 from warehouse_assets.ingest.job import build_ingest_job
 from warehouse_assets.ingest.maintenance import build_maintenance
@@ -79,7 +80,14 @@ def _build(catalog: Catalog, settings: Settings) -> Definitions:
     return Definitions(
         assets=build_assets(catalog),
         asset_checks=build_checks(catalog),
-        jobs=[ingest_job, build_why_job(catalog), maintenance_job, zorder_job, ods_checks_job],
+        jobs=[
+            ingest_job,
+            build_why_job(catalog),
+            build_taint_job(catalog),
+            maintenance_job,
+            zorder_job,
+            ods_checks_job,
+        ],
         schedules=[maintenance_schedule],
         sensors=[
             build_landing_sensor(catalog, ingest_job),

@@ -7,21 +7,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
 
+from tests.support.small_catalog import ODS, write
 from warehouse_assets.build.gate import (
     CHECK_FAILED,
     IN_PROGRESS,
     MISSING,
     NONEXISTENT,
     OK,
+    TAINTED,
     backfill_partitions,
     decide,
     nonexistent_upstream,
 )
-from warehouse_assets.catalog import Catalog, Table, load_catalog
+from warehouse_assets.build.validity import Taint
+from warehouse_assets.catalog import Catalog, CatalogError, Table, load_catalog
 
 TZ = ZoneInfo("Asia/Shanghai")
 NOW = datetime(2026, 3, 10, 12, tzinfo=TZ)
@@ -46,8 +50,10 @@ class FakeStates:
         materialized: dict[str, set[str]] | None = None,
         running: dict[str, set[str]] | None = None,
         failed: dict[str, dict[str, list[str]]] | None = None,
+        taints: dict[str, dict[str, Taint]] | None = None,
     ):
         self.done, self.running, self.failed = materialized or {}, running or {}, failed or {}
+        self.taints = taints or {}
 
     def materialized(self, table: Table, keys: Sequence[str]) -> set[str]:
         return self.done.get(table.fqn, set()) & set(keys)
@@ -57,6 +63,9 @@ class FakeStates:
 
     def failed_blocking_checks(self, table: Table, keys: Sequence[str]) -> dict[str, list[str]]:
         return {k: v for k, v in self.failed.get(table.fqn, {}).items() if k in keys}
+
+    def tainted(self, table: Table, keys: Sequence[str]) -> dict[str, Taint]:
+        return {k: v for k, v in self.taints.get(table.fqn, {}).items() if k in keys}
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +120,55 @@ def test_an_ignore_dq_dependency_sees_a_failed_check_but_is_not_held_back(catalo
     verdict = decide(catalog, lenient, "2026-03-05", states, current_time=NOW)
     assert verdict.may_run
     assert verdict.edges[0].ignored_checks == {"2026-03-05": ["not_null"]}
+
+
+BAD = Taint("amounts 100x too high", "ods.order 2026-03-04-13:00", "oncall", 0.0)
+
+
+def test_a_tainted_upstream_partition_holds_the_partition_back_like_a_missing_one(catalog: Catalog) -> None:
+    states = FakeStates(
+        materialized={"dwd.raw": {"2026-03-03", "2026-03-04", "2026-03-05"}}, taints={"dwd.raw": {"2026-03-04": BAD}}
+    )
+    verdict = decide(catalog, catalog["ads.wk"], "2026-03-05", states, current_time=NOW)
+    [edge] = verdict.edges
+    assert [edge.state(k) for k in edge.upstream.keys] == [OK, TAINTED, OK]
+    assert not verdict.may_run
+    assert verdict.reasons == [
+        "ads.wk 2026-03-05 refuses to run: 1 partition(s) of dwd.raw are tainted (2026-03-04; 2026-03-04: tainted: "
+        "amounts 100x too high, from ods.order 2026-03-04-13:00). They are rebuilt by their repair (`warehouse taint "
+        "... --apply`); declare `accept_tainted: true` on the dependency to proceed anyway."
+    ]
+    # a window that does not contain it is not held back
+    assert decide(catalog, catalog["dwd.day"], "2026-03-05", states, current_time=NOW).may_run
+
+
+def test_an_accept_tainted_dependency_sees_the_taint_but_is_not_held_back(catalog: Catalog) -> None:
+    lenient = replace(catalog["ads.wk"], deps=tuple(replace(d, accept_tainted=True) for d in catalog["ads.wk"].deps))
+    states = FakeStates(
+        materialized={"dwd.raw": {"2026-03-03", "2026-03-04", "2026-03-05"}}, taints={"dwd.raw": {"2026-03-04": BAD}}
+    )
+    verdict = decide(catalog, lenient, "2026-03-05", states, current_time=NOW)
+    assert verdict.may_run
+    assert verdict.edges[0].accepted_taints == {"2026-03-04": BAD}
+    # accepting taints is not ignoring failed checks
+    states.failed = {"dwd.raw": {"2026-03-05": ["not_null"]}}
+    assert not decide(catalog, lenient, "2026-03-05", states, current_time=NOW).may_run
+
+
+def test_accept_tainted_is_declared_beside_the_offsets(tmp_path: Path) -> None:
+    write(tmp_path, "ods/src.yaml", ODS)
+    header = "period: daily\ndepends_on:\n  ods.src: {range: [0, 23], accept_tainted: true, ignore_dq: true}\n"
+    write(tmp_path, "dwd/day.sql", f"/* ---\ntable: dwd.day\n{header}--- */\nSELECT id FROM ods.src\n")
+    [dep] = load_catalog(tmp_path)["dwd.day"].deps
+    assert (dep.start_offset, dep.end_offset, dep.accept_tainted, dep.ignore_dq) == (0, 23, True, True)
+    write(
+        tmp_path,
+        "dwd/day.sql",
+        f"/* ---\ntable: dwd.day\n{header.replace('accept_tainted: true', 'accept_tainted: 1')}--- */\n"
+        "SELECT id FROM ods.src\n",
+    )
+    with pytest.raises(CatalogError, match="accept_tainted must be true or false"):
+        load_catalog(tmp_path)
 
 
 def test_a_window_before_the_start_or_in_the_future_does_not_exist(catalog: Catalog) -> None:

@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import pytest
 from dagster import AssetKey
@@ -24,6 +25,7 @@ class _Webserver(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _LaunchRun)
         self.lock = threading.Lock()
         self.open = self.most_open = self.launched = 0
+        self.bodies: list[dict[str, Any]] = []
 
 
 class _LaunchRun(BaseHTTPRequestHandler):
@@ -32,6 +34,7 @@ class _LaunchRun(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802 - the name http.server dispatches to
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         with self.server.lock:
+            self.server.bodies.append(body)
             self.server.open += 1
             self.server.most_open = max(self.server.most_open, self.server.open)
             self.server.launched += 1
@@ -75,3 +78,19 @@ def test_concurrent_submissions_each_create_their_run(webserver: _Webserver) -> 
 
     assert sorted(run_ids) == sorted(f"run-{n}" for n in range(1, len(plans) + 1))
     assert webserver.most_open > 1, "the submissions ran one at a time"
+
+
+def test_a_taint_plan_launches_the_taint_job_with_its_config_and_no_partition(webserver: _Webserver) -> None:
+    submitter = GraphQLSubmitter(f"http://127.0.0.1:{webserver.server_port}", "warehouse")
+    config = {"ops": {"taint_and_repair": {"config": {"table": "ods.order", "start": "2026-11-01-03:00"}}}}
+    plan = RunPlan(
+        "ods.order", ("2026-11-01-03:00",), _plan(1).trigger, "r1", job="taint_repair", run_config=json.dumps(config)
+    )
+    assert submitter.submit_job(plan) == "run-1"
+    [body] = webserver.bodies
+    params = body["variables"]["executionParams"]
+    assert params["selector"]["pipelineName"] == "taint_repair" and params["selector"]["assetSelection"] is None
+    assert params["runConfigData"] == config
+    tags = {t["key"]: t["value"] for t in params["executionMetadata"]["tags"]}
+    assert not {"dagster/partition", "dagster/asset_partition_range_start"} & set(tags)
+    assert tags["warehouse/engine"] == "center" and tags["warehouse/request"] == "r1"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import random
+import sqlite3
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -47,6 +48,7 @@ from dagster._core.utils import make_new_run_id
 from resources.delta_lake import DeltaStore
 from resources.landing import Landing
 from warehouse_assets.build.gate import decide
+from warehouse_assets.build.validity import VALID
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.center import state_store
 from warehouse_assets.center.state_store import Change, PartitionState, PartitionStateStore, default_path
@@ -104,6 +106,33 @@ def verdict(instance: DagsterInstance, key: AssetKey, partition: str, passed: bo
     instance.report_dagster_event(event, make_new_run_id())
 
 
+def taint(
+    instance: DagsterInstance,
+    key: AssetKey,
+    partition: str,
+    target: int | None,
+    reason: str = "wrong amounts",
+    root: str = "ods/b 2026-03-01",
+    passed: bool = False,
+) -> None:
+    """A ``valid`` verdict on the materialization ``target``: failed = a taint (reason, root, who as metadata), passed
+    = valid again; logged in a run of its own, as the taint job logs it."""
+    data = (
+        AssetCheckEvaluationTargetMaterializationData(storage_id=target, run_id="", timestamp=0.0) if target else None
+    )
+    metadata = {} if passed else {"reason": reason, "root": root, "by": "oncall", "repair": ""}
+    evaluation = AssetCheckEvaluation(
+        asset_key=key,
+        check_name=VALID,
+        passed=passed,
+        partition=partition,
+        target_materialization_data=data,
+        metadata=metadata,
+    )
+    event = DagsterEvent(DagsterEventType.ASSET_CHECK_EVALUATION.value, "taint_repair", event_specific_data=evaluation)
+    instance.report_dagster_event(event, make_new_run_id())
+
+
 def create_run(instance: DagsterInstance, keys: list[str], key: AssetKey = A) -> DagsterRun:
     """A run over ``keys`` (consecutive), created as the daemon creates it: planned materializations logged."""
     if len(keys) == 1:
@@ -136,14 +165,15 @@ def random_history(
     instance: DagsterInstance, store: PartitionStateStore, rng: random.Random, steps: int
 ) -> list[Change]:
     """``steps`` random events (reports of B, verdicts on the latest or an older materialization, runs of A created,
-    started, materializing some of their partitions, ending every way), with incremental updates after random
-    batches. Returns the changes the updates reported."""
+    started, materializing some of their partitions, ending every way, taints and their clearing on the latest or an
+    older materialization), with incremental updates after random batches. Returns the changes the updates
+    reported."""
     created: list[DagsterRun] = []
     started: list[DagsterRun] = []
     targets: dict[str, list[str]] = {}
     changes: list[Change] = []
     for _ in range(steps):
-        action = rng.choice(["report", "report", "verdict", "verdict", "create", "start", "end", "update"])
+        action = rng.choice(["report", "report", "verdict", "verdict", "create", "start", "end", "update", "taint"])
         if action == "report":
             report(instance, B, rng.choice(PARTITIONS), rng.choice([None, rng.randrange(100)]))
         elif action == "verdict":
@@ -151,6 +181,11 @@ def random_history(
             ids = materializations(instance, key, partition)
             target = rng.choice(ids) if ids and rng.random() < 0.8 else None  # mostly the latest one, not always
             verdict(instance, key, partition, rng.random() < 0.6, target)
+        elif action == "taint":
+            key, partition = rng.choice([A, B]), rng.choice(PARTITIONS)
+            ids = materializations(instance, key, partition)
+            target = rng.choice(ids) if ids and rng.random() < 0.8 else None
+            taint(instance, key, partition, target, reason=f"bad {rng.randrange(9)}", passed=rng.random() < 0.3)
         elif action == "create":
             first = rng.randrange(len(PARTITIONS))
             keys = PARTITIONS[first : first + rng.randint(1, 3)]
@@ -184,6 +219,8 @@ def test_incremental_updates_after_random_events_equal_a_rebuild_from_the_log(
     instance = consolidated
     store = PartitionStateStore(instance, tmp_path / "incremental.db")
     changes = random_history(instance, store, random.Random(seed), 90)
+    tainted = next(p for p in PARTITIONS if materializations(instance, B, p))  # at least one taint stands at the end
+    taint(instance, B, tainted, materializations(instance, B, tainted)[0])
     changes.extend(store.update())
     incremental = store.all_states()
 
@@ -198,8 +235,10 @@ def test_incremental_updates_after_random_events_equal_a_rebuild_from_the_log(
     store.rebuild()
     assert store.all_states() == incremental
     # the updates on the way met every kind of change, both verdicts, and runs both started and failed
-    assert set().union(*(c.fields for c in changes)) == {"materialized", "checks", "in_progress", "failed"}
+    assert set().union(*(c.fields for c in changes)) == {"materialized", "checks", "validity", "in_progress", "failed"}
     assert {c.state.checks.get(CHECK) for c in changes} >= {True, False}
+    assert {c.state.tainted for c in changes if "validity" in c.fields} == {True, False}  # tainted, and cleared
+    assert any(s.tainted for s in incremental)
     assert {c.state.in_progress for c in changes} == {c.state.failed for c in changes} == {True, False}
 
 
@@ -217,6 +256,54 @@ def test_a_verdict_counts_only_for_the_latest_materialization(instance: DagsterI
     assert store.update()[0].fields == {"materialized", "checks"}
     [state] = store.states(A, ["2026-03-02"]).values()
     assert state.checks == {} and state.delta_version == 5 and state.run_id == ""  # a runless report
+
+
+def test_a_taint_holds_on_its_materialization_until_a_new_one_or_a_passed_valid_verdict(
+    instance: DagsterInstance, tmp_path: Path
+) -> None:
+    store = PartitionStateStore(instance)
+    report(instance, B, "2026-03-02")
+    [first] = materializations(instance, B, "2026-03-02")
+    taint(instance, B, "2026-03-02", first, reason="duplicated rows", root="ods/b 2026-03-02")
+    [change] = store.update()
+    assert change.fields == {"materialized", "validity"}
+    assert change.state.taint is not None
+    assert (change.state.taint.reason, change.state.taint.root, change.state.taint.by) == (
+        "duplicated rows",
+        "ods/b 2026-03-02",
+        "oncall",
+    )
+    assert change.state.taint.describe() == "tainted: duplicated rows, from ods/b 2026-03-02"
+    assert change.state.checks == {}  # validity is not one of the declared checks
+
+    report(instance, B, "2026-03-02")  # the repair: new data, judged by its own checks
+    taint(instance, B, "2026-03-02", first)  # a taint of the old materialization no longer counts
+    [change] = store.update()
+    assert change.fields == {"materialized", "validity"} and not change.state.tainted
+    [latest, _] = materializations(instance, B, "2026-03-02")
+    taint(instance, B, "2026-03-02", latest)
+    assert store.update()[0].state.tainted
+    taint(instance, B, "2026-03-02", latest, passed=True)  # judged valid again on the same data
+    [change] = store.update()
+    assert change.fields == {"validity"} and not change.state.tainted
+
+    replayed = PartitionStateStore(instance, tmp_path / "replayed.db")
+    replayed.rebuild()
+    assert replayed.all_states() == store.all_states()
+
+
+def test_a_store_written_before_validity_opens_and_keeps_its_rows(instance: DagsterInstance, tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as old:  # the schema of a store written by the previous version
+        old.executescript(
+            "CREATE TABLE partitions (asset_key, partition, storage_id, run_id, timestamp, delta_version, checks, "
+            "latest_run, in_progress, failed, PRIMARY KEY (asset_key, partition)) WITHOUT ROWID;"
+            "INSERT INTO partitions VALUES ('ods/b', '2026-03-01', 5, '', 1.0, 3, '{}', NULL, 0, 0);"
+        )
+    store = PartitionStateStore(instance, path)
+    assert store.states(B, ["2026-03-01"])["2026-03-01"] == PartitionState(
+        "ods/b", "2026-03-01", 5, "", 1.0, 3, {}, None, False, False, None
+    )
 
 
 def test_a_run_is_in_progress_from_its_start_to_its_end_and_failed_if_it_did_not_materialize(
@@ -363,6 +450,7 @@ def test_the_gate_decides_the_same_on_the_store_as_on_the_instance(
     verdict(instance, raw, "2026-03-05", False, old)
     report(instance, raw, "2026-03-05")  # re-materialized since its failed verdict: no longer failed
     start(instance, create_run(instance, ["2026-03-04"], raw))  # 03-04 in progress; 03-07 .. missing
+    taint(instance, raw, "2026-03-06", materializations(instance, raw, "2026-03-06")[0])
 
     store = PartitionStateStore(instance)
     store.update()
@@ -380,4 +468,4 @@ def test_the_gate_decides_the_same_on_the_store_as_on_the_instance(
                 states = [mine.state(k) for k in mine.upstream.keys]
                 assert states == [theirs.state(k) for k in theirs.upstream.keys]
                 seen.update(states)
-    assert seen == {"ok", "missing", "in progress", "check failed"}
+    assert seen == {"ok", "missing", "in progress", "check failed", "tainted"}

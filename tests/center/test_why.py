@@ -19,6 +19,7 @@ from dagster import AssetKey, AssetMaterialization, DagsterInstance, instance_fo
 
 from resources.delta_lake import DeltaStore
 from resources.landing import Landing
+from tests.center.test_state_store import taint
 from warehouse_assets.build.quality import Outcome, evaluation, latest_materialization, report_valid
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.center.why import WhyReport, explain
@@ -74,6 +75,28 @@ def test_a_failed_check_two_levels_up_is_the_root_cause(
     why = _why(instance, catalog, tmp_path, "dws.user_order_daily", next_day)
     assert _causes(why) == [("dwd.order_detail", next_day, "missing")]
     assert "every upstream partition is ready" in why.root_causes[0].detail
+
+
+def test_a_tainted_partition_is_named_with_its_reason_and_root(
+    instance: DagsterInstance, catalog: Catalog, tmp_path: Path
+) -> None:
+    order = catalog["ods.order"]
+    for hour in HOURS:
+        report_valid(instance, order, hour, "loaded by the test")
+    bad = latest_materialization(instance, order, HOURS[13])
+    taint(instance, AssetKey(order.key), HOURS[13], bad.storage_id, "amounts 100x", f"ods.order {HOURS[13]}")
+
+    why = _why(instance, catalog, tmp_path, "dwd.order_detail", DAY)
+    assert not why.verdict.startswith("all")
+    tainted = [u for u in why.upstream if u.state == "tainted"]
+    assert [(u.table, u.partition) for u in tainted] == [("ods.order", HOURS[13])]
+    assert tainted[0].detail == f"tainted: amounts 100x, from ods.order {HOURS[13]}"
+    assert _causes(why) == [("ods.order", HOURS[13], "tainted")]
+    assert f"tainted — tainted: amounts 100x, from ods.order {HOURS[13]}" in why.lines()[-2]
+
+    # a tainted partition asked about says so on its first line
+    own = _why(instance, catalog, tmp_path, "ods.order", HOURS[13])
+    assert own.lines()[0] == f"ods.order {HOURS[13]}: materialized, tainted: amounts 100x, from ods.order {HOURS[13]}"
 
 
 def test_an_ods_hour_reached_through_two_tables_is_one_root_cause(

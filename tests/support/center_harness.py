@@ -2,12 +2,14 @@
 
 The engine (``warehouse engine``) steps the resolver every fraction of a second and submits the plans through the
 webserver; here the same store and resolver are stepped at the times a test chooses, over the test's instance, and
-each plan counts as submitted. Built at the first tick, as the engine starts: what was reported before it is read
+each plan counts as submitted. A plan of the taint job (a late failed verdict's) is executed here, in process, as
+the code location would run it. Built at the first tick, as the engine starts: what was reported before it is read
 then.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -19,6 +21,7 @@ from warehouse_assets.catalog import Catalog
 from warehouse_assets.center.resolver import Resolver, RunPlan
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import PartitionStateStore
+from warehouse_assets.center.taint import build_taint_job
 
 
 class CenterTicker:
@@ -35,6 +38,7 @@ class CenterTicker:
         self.tables = list(tables) if tables is not None else [t.fqn for t in catalog.derived()]
         self.resolver: Resolver | None = None
         self.plans: list[RunPlan] = []  # the last tick's
+        self.jobs: list[RunPlan] = []  # every job run planned (the taint job's), executed
 
     def tick(self, at: datetime) -> dict[str, list[str]]:
         if self.resolver is None:
@@ -44,16 +48,22 @@ class CenterTicker:
             )
         self.plans = self.resolver.step(at)
         for plan in self.plans:
+            if plan.job:
+                run = build_taint_job(self.catalog).execute_in_process(
+                    run_config=json.loads(plan.run_config), instance=self.instance, tags=plan.tags
+                )
+                assert run.success, plan
+                self.jobs.append(plan)
             self.resolver.submitted(plan.request_id)
         requested: dict[str, list[str]] = {t: [] for t in self.tables}
         for plan in self.plans:
-            if plan.table in requested:
+            if plan.table in requested and not plan.job:
                 requested[plan.table].extend(plan.partitions)
         return {t: sorted(keys) for t, keys in requested.items()}
 
     def runs(self, table: str) -> list[list[str]]:
         """The last tick's runs of ``table``: each run's partitions."""
-        return [list(plan.partitions) for plan in self.plans if plan.table == table]
+        return [list(plan.partitions) for plan in self.plans if plan.table == table and not plan.job]
 
     def close(self) -> None:
         if self.resolver is not None:

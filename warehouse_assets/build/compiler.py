@@ -34,7 +34,8 @@ from dagster import (
 from resources.delta_lake import DeltaLakeResource
 from resources.spark import SparkResource
 from warehouse_assets.build.freshness import build_freshness_checks
-from warehouse_assets.build.quality import check_specs, evaluation, latest_materialization
+from warehouse_assets.build.quality import check_specs, evaluation, failed_blocking_checks, latest_materialization
+from warehouse_assets.build.validity import taint_evaluation, tainted_in_instance, valid_evaluation, valid_spec
 from warehouse_assets.catalog import BY_PERIOD, Catalog, DerivedTable, ExternalTable, OdsTable, Table, partition_mapping
 
 
@@ -69,7 +70,7 @@ def build_asset(catalog: Catalog, table: DerivedTable) -> AssetsDefinition:
         owners=[f"team:{table.owner}"],
         kinds={"spark", "delta"},
         code_version=_code_version(table),
-        check_specs=check_specs(table),
+        check_specs=[*check_specs(table), valid_spec(table)],
         backfill_policy=backfill_policy(table),
         # one body for every table: the resources are looked up by key, the external one only where read
         required_resource_keys={"spark", "lake", "external"} if reads_external else {"spark", "lake"},
@@ -156,6 +157,31 @@ def build_ods_checks(table: Table) -> AssetChecksDefinition:
     return _checks
 
 
+def build_validity_check(table: Table) -> AssetChecksDefinition:
+    """The ``valid`` check of a table the warehouse does not build (ODS, external), executable from the UI: it
+    judges the selected partitions again as of now, from the instance. A derived table's ``valid`` check is one of
+    its asset's checks, judged by each build."""
+
+    @multi_asset_check(name=f"{table.layer}_{table.name}_validity", specs=[valid_spec(table)], can_subset=True)
+    def _validity(context: AssetCheckExecutionContext) -> Iterator[AssetCheckEvaluation]:
+        keys = list(context.partition_keys)
+        taints = tainted_in_instance(context.instance, table, keys)
+        failed = failed_blocking_checks(context.instance, table, keys)
+        for key in keys:
+            record = latest_materialization(context.instance, table, key)
+            if record is None:
+                context.log.info(f"{table.fqn} {key}: never materialized, nothing to judge")
+            elif key in taints:  # still tainted: the same verdict on the same materialization
+                target = (record.storage_id, record.run_id, record.timestamp)
+                yield taint_evaluation(table, key, taints[key], target)
+            elif key in failed:
+                context.log.info(f"{table.fqn} {key}: blocking check(s) failed ({', '.join(failed[key])})")
+            else:
+                yield valid_evaluation(table, key, record, "not tainted, no blocking check failed")
+
+    return _validity
+
+
 def build_assets(catalog: Catalog) -> list[AssetsDefinition | AssetSpec]:
     built: list[AssetsDefinition | AssetSpec] = [build_external_spec(t) for t in catalog.externals()]
     built += [build_ods_spec(t) for t in catalog.ods()]
@@ -164,8 +190,14 @@ def build_assets(catalog: Catalog) -> list[AssetsDefinition | AssetSpec]:
 
 
 def build_checks(catalog: Catalog) -> list[AssetChecksDefinition]:
-    """The ODS tables' data-quality checks and every table's freshness SLA check."""
-    return [build_ods_checks(t) for t in catalog.ods() if t.checks] + build_freshness_checks(catalog)
+    """The ODS tables' data-quality checks, the validity of the tables the warehouse does not build, and every
+    table's freshness SLA check."""
+    sources = [*catalog.ods(), *catalog.externals()]
+    return (
+        [build_ods_checks(t) for t in catalog.ods() if t.checks]
+        + [build_validity_check(t) for t in sources]
+        + build_freshness_checks(catalog)
+    )
 
 
 def topological(catalog: Catalog) -> list[Table]:

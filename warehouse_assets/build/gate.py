@@ -7,6 +7,8 @@ clamped mappings): for each dependency of P, every upstream partition P needs is
   reaching before the warehouse start never can);
 * ``missing`` — exists but is not materialized;
 * ``in progress`` — not materialized, a run is building it;
+* ``tainted`` — materialized, but marked tainted (its data is known bad, :mod:`warehouse_assets.build.validity`)
+  and not rebuilt since, unless the dependency says ``accept_tainted``: a tainted upstream is as good as missing;
 * ``check failed`` — materialized, but a blocking data-quality check failed on its latest materialization
   (unless the dependency says ``ignore_dq``);
 * ``ok`` otherwise.
@@ -29,6 +31,7 @@ from typing import TYPE_CHECKING, Protocol
 from dagster import AssetKey, DagsterInstance
 
 from warehouse_assets.build.quality import failed_blocking_checks
+from warehouse_assets.build.validity import Taint, tainted_in_instance
 from warehouse_assets.catalog import BY_PERIOD, UpstreamPartitions, upstream_partitions
 
 if TYPE_CHECKING:
@@ -39,6 +42,7 @@ MISSING = "missing"
 NONEXISTENT = "does not exist"
 IN_PROGRESS = "in progress"
 CHECK_FAILED = "check failed"
+TAINTED = "tainted"
 
 
 class PartitionStateReader(Protocol):
@@ -55,6 +59,10 @@ class PartitionStateReader(Protocol):
 
     def failed_blocking_checks(self, table: Table, keys: Sequence[str]) -> dict[str, list[str]]:
         """Partition → its blocking checks that failed on its latest materialization."""
+        ...
+
+    def tainted(self, table: Table, keys: Sequence[str]) -> dict[str, Taint]:
+        """Partition → its taint, for those of ``keys`` marked tainted on their latest materialization."""
         ...
 
 
@@ -80,6 +88,11 @@ class InstanceStates:
         fresh = self.written.get(table.fqn, set())
         return failed_blocking_checks(self.instance, table, [k for k in keys if k not in fresh])
 
+    def tainted(self, table: Table, keys: Sequence[str]) -> dict[str, Taint]:
+        # a partition this run rewrote is new data: its taint was on the previous materialization
+        fresh = self.written.get(table.fqn, set())
+        return tainted_in_instance(self.instance, table, [k for k in keys if k not in fresh])
+
 
 @dataclass(frozen=True)
 class EdgeVerdict:
@@ -91,6 +104,8 @@ class EdgeVerdict:
     in_progress: list[str] = field(default_factory=list)
     failed_checks: dict[str, list[str]] = field(default_factory=dict)  # partition → blocking checks failed
     ignored_checks: dict[str, list[str]] = field(default_factory=dict)  # failed, but the dependency says ignore_dq
+    tainted: dict[str, Taint] = field(default_factory=dict)  # partition → its taint
+    accepted_taints: dict[str, Taint] = field(default_factory=dict)  # tainted, but the dependency says accept_tainted
 
     @property
     def nonexistent(self) -> list[str]:
@@ -98,7 +113,7 @@ class EdgeVerdict:
 
     @property
     def ok(self) -> bool:
-        return not (self.nonexistent or self.missing or self.in_progress or self.failed_checks)
+        return not (self.nonexistent or self.missing or self.in_progress or self.tainted or self.failed_checks)
 
     def state(self, key: str) -> str:
         """The verdict on one upstream partition of this edge."""
@@ -108,6 +123,8 @@ class EdgeVerdict:
             return IN_PROGRESS
         if key in self.missing:
             return MISSING
+        if key in self.tainted:
+            return TAINTED
         return CHECK_FAILED if key in self.failed_checks else OK
 
     def reason(self, table: Table, partition: str) -> str | None:
@@ -122,6 +139,13 @@ class EdgeVerdict:
             return (
                 f"{table.fqn} {partition} waits for {len(waiting)} partition(s) of {self.dep.table} that are not "
                 f"materialized: {names(waiting)}"
+            )
+        if self.tainted:
+            first, taint = next(iter(self.tainted.items()))
+            return (
+                f"{table.fqn} {partition} refuses to run: {len(self.tainted)} partition(s) of {self.dep.table} are "
+                f"tainted ({span(list(self.tainted))}; {first}: {taint.describe()}). They are rebuilt by their repair "
+                "(`warehouse taint ... --apply`); declare `accept_tainted: true` on the dependency to proceed anyway."
             )
         if self.failed_checks:
             first, checks = next(iter(self.failed_checks.items()))
@@ -176,6 +200,7 @@ def judge(catalog: Catalog, dep: Dependency, up: UpstreamPartitions, states: Par
     done = states.materialized(upstream, up.keys)
     running = states.in_progress(upstream, [k for k in up.keys if k not in done])
     failed = states.failed_blocking_checks(upstream, [k for k in up.keys if k in done])
+    tainted = states.tainted(upstream, [k for k in up.keys if k in done])
     return EdgeVerdict(
         dep,
         up,
@@ -183,6 +208,8 @@ def judge(catalog: Catalog, dep: Dependency, up: UpstreamPartitions, states: Par
         in_progress=[k for k in up.keys if k in running],
         failed_checks={} if dep.ignore_dq else failed,
         ignored_checks=failed if dep.ignore_dq else {},
+        tainted={} if dep.accept_tainted else tainted,
+        accepted_taints=tainted if dep.accept_tainted else {},
     )
 
 

@@ -31,6 +31,7 @@ from dagster._core.storage.asset_check_execution_record import AssetCheckExecuti
 from resources.delta_lake import DeltaLakeResource, DeltaStore
 from resources.spark import SparkResource
 from warehouse_assets.build.quality import evaluation, latest_materialization
+from warehouse_assets.build.validity import valid_evaluation
 from warehouse_assets.catalog import BY_PERIOD, Catalog, Table
 
 if TYPE_CHECKING:
@@ -61,15 +62,21 @@ def judge_hours(
     # the materializations being checked, looked up before the rows are read
     checked = {k: latest_materialization(context.instance, table, k) for k in keys}
     evaluations = failed = 0
+    refused: set[str] = set()
     for outcome in check_ods_hours(table, keys, session, store):
         # log_event accepts check evaluations at run time (its annotation lags behind)
         context.log_event(evaluation(context.instance, table, outcome, checked[outcome.partition]))  # type: ignore[arg-type]
         evaluations += 1
         if not outcome.passed:
             failed += 1
+            refused.update([outcome.partition] if outcome.check.blocking else [])
             context.log.warning(
                 f"{table.fqn} {outcome.partition} check {outcome.check.name} FAILED: {outcome.description}"
             )
+    for key in keys:  # the hours whose blocking checks passed are valid (again, after a taint)
+        if key not in refused and checked[key] is not None:
+            detail = "reported; its blocking checks passed"
+            context.log_event(valid_evaluation(table, key, checked[key], detail))  # type: ignore[arg-type]
     context.log.info(f"{table.fqn}: checked {len(keys)} hour(s), {keys[0]} .. {keys[-1]}")
     return evaluations, failed
 

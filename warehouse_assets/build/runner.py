@@ -15,7 +15,8 @@ when the code location loads: loading it imports PySpark. For each partition of 
 
 The materialization of every partition is reported first, then one check evaluation per check and partition,
 targeting that materialization; a failed blocking check fails the step (Dagster's in-run gate) and the gate
-holds back the partition's downstream in later runs.
+holds back the partition's downstream in later runs. A partition whose blocking checks all passed also gets a passed
+``valid`` verdict (:mod:`warehouse_assets.build.validity`): the UI then shows a repaired partition valid again.
 """
 
 import time
@@ -47,7 +48,9 @@ from warehouse_assets.build.quality import (
     evaluate,
     evaluate_partitions,
     evaluation,
+    latest_materialization,
 )
+from warehouse_assets.build.validity import valid_evaluation
 from warehouse_assets.catalog import BY_PERIOD, Catalog, DerivedTable, Table
 from warehouse_assets.ingest.deliveries import external_source
 
@@ -121,6 +124,13 @@ def run_table(
             f"{'passed' if outcome.passed else 'FAILED'} — {outcome.description}"
         )
         yield event
+    refused = {o.partition for o in outcomes if o.check.blocking and not o.passed}
+    blocking = any(c.blocking for c in table.checks)
+    detail = "built in this run; its blocking checks passed" if blocking else "built in this run (no blocking check)"
+    for key in context.partition_keys:
+        record = latest_materialization(context.instance, table, key)
+        if key not in refused and record is not None:
+            yield valid_evaluation(table, key, record, detail)
     for output_name in context.assets_def.check_specs_by_output_name:
         yield Output(None, output_name=output_name)
 

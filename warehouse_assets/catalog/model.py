@@ -17,7 +17,8 @@ Dependencies are found in the SQL itself (the tables it reads); a ``depends_on``
 to one of them: ``{set: [-1]}`` (T-1), ``{range: [0, 23]}`` (the 24 hours of a day; a set without
 holes such as ``{set: [0, 1, 2, 3, 4, 5, 6]}`` is the same as its range),
 ``{range: [-29, 0]}`` (a 30-period sliding window). ``ignore_dq: true`` beside the offsets lets the table
-run on that dependency even when the upstream partition failed a blocking data-quality check.
+run on that dependency even when the upstream partition failed a blocking data-quality check, and
+``accept_tainted: true`` even when it is marked tainted (``warehouse taint``).
 
 Data-quality checks sit beside the table, under ``checks:`` (SQL header or ODS yaml); each becomes one
 per-partition Dagster asset check, blocking unless it says ``blocking: false``::
@@ -117,6 +118,7 @@ class Dependency:
     start_offset: int | None = None
     end_offset: int | None = None
     ignore_dq: bool = False  # run even when the upstream partition failed a blocking check
+    accept_tainted: bool = False  # run even when the upstream partition is marked tainted
 
     @property
     def key(self) -> list[str]:
@@ -124,16 +126,19 @@ class Dependency:
 
     @classmethod
     def parse(cls, dep: str, spec: Any) -> Dependency:
-        """``depends_on`` entry: ``{set: [...]}`` or ``{range: [a, b]}``, with ``ignore_dq`` beside them."""
-        ignore_dq = False
-        if isinstance(spec, Mapping) and "ignore_dq" in spec:
+        """``depends_on`` entry: ``{set: [...]}`` or ``{range: [a, b]}``, with the flags ``ignore_dq`` and
+        ``accept_tainted`` beside them."""
+        flags = {"ignore_dq": False, "accept_tainted": False}
+        if isinstance(spec, Mapping) and set(flags) & set(spec):
             spec = dict(spec)
-            flag = spec.pop("ignore_dq")
-            if not isinstance(flag, bool):
-                raise ValueError(f"dependency {dep}: ignore_dq must be true or false, got {flag!r}")
-            ignore_dq = flag
+            for name in flags:
+                if name in spec:
+                    flag = spec.pop(name)
+                    if not isinstance(flag, bool):
+                        raise ValueError(f"dependency {dep}: {name} must be true or false, got {flag!r}")
+                    flags[name] = flag
         start, end = _parse_offsets(spec, dep)
-        return cls(dep, start, end, ignore_dq)
+        return cls(dep, start, end, flags["ignore_dq"], flags["accept_tainted"])
 
 
 def _parse_offsets(spec: Any, dep: str) -> tuple[int | None, int | None]:

@@ -20,6 +20,7 @@ submits the pending plans and forgets each once its run exists. After a crash, a
 from __future__ import annotations
 
 import gc
+import json
 import logging
 import threading
 import time
@@ -52,6 +53,10 @@ class RunSubmitter(Protocol):
 
     def submit(self, plan: RunPlan, asset_key: AssetKey) -> str: ...
 
+    def submit_job(self, plan: RunPlan) -> str:
+        """A plan of a job of the code location (``plan.job``, ``plan.run_config``): the taint job."""
+        ...
+
 
 class GraphQLSubmitter:
     """Submits through the webserver's GraphQL API (``launchRun``), as the UI's Materialize button does.
@@ -73,6 +78,11 @@ class GraphQLSubmitter:
         return self._client().submit_job_execution(
             ASSET_JOB, self.location, REPOSITORY, run_config={}, tags=tags, asset_selection=[asset_key]
         )
+
+    def submit_job(self, plan: RunPlan) -> str:
+        tags = {**plan.tags, SUBMITTED_TAG: f"{time.time():.3f}"}
+        config = json.loads(plan.run_config)
+        return self._client().submit_job_execution(plan.job, self.location, REPOSITORY, run_config=config, tags=tags)
 
     def _client(self) -> DagsterGraphQLClient:
         client = getattr(self._local, "client", None)
@@ -166,6 +176,8 @@ class Engine:
 
     def _submit(self, plan: RunPlan) -> str | None:
         try:
+            if plan.job:
+                return self.submitter.submit_job(plan)
             return self.submitter.submit(plan, AssetKey(self.catalog[plan.table].key))
         except Exception as exc:  # the webserver down or restarting: the plan stays pending, retried next round
             cause = exc.__cause__ or exc  # the GraphQL client wraps the transport's error in a generic one

@@ -17,6 +17,13 @@ The semantics (what Dagster's eager automation condition would decide, with exac
   is remembered (*deferred*) and looked at again when that run ends, as ``since_last_handled`` does;
 * a partition already materialized is requested again only when an upstream was re-materialized after it (late data,
   ``any_deps_updated``);
+* never on a tainted upstream partition (the gate), and never a tainted partition whose repair backfill is running:
+  that backfill rebuilds it (:mod:`warehouse_assets.center.taint`); a tainted partition with no running repair is
+  rebuilt like late data, once its upstream is valid again;
+* late data that fails its checks taints what was built before it: when a blocking check fails on a partition's new
+  materialization while downstream partitions were built from its previous one, the resolver plans a run of the
+  ``taint_repair`` job marking them (root: that partition and the check; no backfill) and, until the marks are in
+  the log, holds them back itself; once the partition is fixed, they are rebuilt as late data, each once;
 * exactly once per upstream state: a request is keyed by the partition and the storage ids of its upstream partitions'
   latest materializations, kept in the state store's SQLite file (tables ``center_requests``, ``center_deferred``),
   so the same changes applied twice, or by a new resolver after a restart, request nothing new.
@@ -50,13 +57,16 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 from dagster import AssetKey, TimeWindowPartitionsDefinition
 
 from warehouse_assets.build.gate import Verdict, decide
+from warehouse_assets.build.validity import Taint
 from warehouse_assets.catalog import BY_PERIOD, Catalog, Dependency, Table, UpstreamPartitions, upstream_partitions
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import Change, PartitionState, PartitionStateStore, failed_blocking_checks
+from warehouse_assets.center.taint import JOB as TAINT_JOB
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS center_requests (table_fqn, partition, upstream, requested_at,
@@ -67,6 +77,8 @@ CREATE TABLE IF NOT EXISTS center_clock (id INTEGER PRIMARY KEY CHECK (id = 0), 
 CREATE TABLE IF NOT EXISTS center_pending (request_id TEXT PRIMARY KEY, planned_at REAL NOT NULL, plan TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS center_backlog (table_fqn, partition, by_clock INTEGER NOT NULL, trigger TEXT NOT NULL,
     PRIMARY KEY (table_fqn, partition));
+CREATE TABLE IF NOT EXISTS center_taints (table_fqn, partition, storage_id INTEGER NOT NULL, taint TEXT NOT NULL,
+    marked TEXT NOT NULL, PRIMARY KEY (table_fqn, partition, storage_id)) WITHOUT ROWID;
 """
 
 TAG_PREFIX = "warehouse/trigger"
@@ -105,18 +117,23 @@ class Trigger:
 
 @dataclass(frozen=True)
 class RunPlan:
-    """One run to request: contiguous partitions of one table, in time order, and the change that triggered it."""
+    """One run to request: contiguous partitions of one table, in time order, and the change that triggered it; or,
+    with ``job``, a run of that job with ``run_config`` (the taint job after a late failed verdict)."""
 
     table: str  # fqn
     partitions: tuple[str, ...]
     trigger: Trigger
     request_id: str = ""  # set when the plan is recorded: the key of its submission
+    job: str = ""
+    run_config: str = ""  # JSON
 
     @property
     def tags(self) -> dict[str, str]:
         """Dagster's partition tags of the run, and the triggering event."""
         first, last = self.partitions[0], self.partitions[-1]
-        if first == last:
+        if self.job:
+            tags = {}  # a job of ops: no partitions of its own
+        elif first == last:
             tags = {"dagster/partition": first}
         else:
             tags = {"dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last}
@@ -131,12 +148,12 @@ class RunPlan:
         }
 
     def to_json(self) -> str:
-        return json.dumps([self.table, self.partitions, self.trigger.to_json()])
+        return json.dumps([self.table, self.partitions, self.trigger.to_json(), self.job, self.run_config])
 
     @classmethod
     def from_json(cls, text: str, request_id: str) -> RunPlan:
-        table, partitions, trigger = json.loads(text)
-        return cls(table, tuple(partitions), Trigger.from_json(trigger), request_id)
+        table, partitions, trigger, *job = json.loads(text)  # a plan recorded before jobs had two fields less
+        return cls(table, tuple(partitions), Trigger.from_json(trigger), request_id, *job)
 
 
 class Resolver:
@@ -195,13 +212,16 @@ class Resolver:
         With ``budget`` (seconds), candidates are evaluated until it is spent (at least one), the backlog's after the
         new changes' and the clock's last; the others stay in the backlog, persisted in the same transaction."""
         started = time.perf_counter()
-        states = _Snapshot(self.store)
+        states = _Snapshot(self.store, self._db)
         backlog = self._backlog
+        taints: list[RunPlan] = []
         for change in changes:
             fqn = self._fqn.get(change.asset_key)
             if fqn is None:
                 continue  # an asset outside the catalog (a freshness check's, a job's)
             trigger = Trigger(fqn, change.partition, change.state.storage_id, change.state.run_id, change.fields)
+            if "checks" in change.fields:
+                taints.extend(self._late_verdict(self.catalog[fqn], change.state, trigger, states, now))
             for downstream, keys in self.index.downstream_of(fqn, change.partition, now).items():
                 for key in keys:
                     backlog.add((downstream, key), trigger, by_clock=False)
@@ -230,8 +250,8 @@ class Resolver:
             elif outcome is not None:
                 ready[(fqn, partition)] = (trigger, outcome)
         self._extend_chains(ready, states, now)
-        plans = [replace(plan, request_id=uuid.uuid4().hex) for plan in self._coalesce(ready)]
-        self._remember(ready, deferred, evaluated, plans, now)
+        plans = [replace(plan, request_id=uuid.uuid4().hex) for plan in [*taints, *self._coalesce(ready)]]
+        self._remember(ready, deferred, evaluated, plans, now, states)
         return plans
 
     # --- submission: a plan stays pending until the engine has submitted its run --------------------------------
@@ -312,6 +332,8 @@ class Resolver:
         own = states.state(table, partition)
         if own.in_progress:
             return _DEFER
+        if own.taint is not None and own.taint.repair and states.repairing(own.taint.repair):
+            return None  # its repair backfill rebuilds it, in dependency order: building it here too would be twice
         windows = self._windows(table, partition, now)
         verdict = decide(self.catalog, table, partition, states, current_time=now, windows=windows)
         if not verdict.may_run:
@@ -328,6 +350,47 @@ class Resolver:
         if own.materialized and not late and not self._deferred(table.fqn, partition):
             return None
         return key
+
+    def _late_verdict(
+        self, table: Table, state: PartitionState, trigger: Trigger, states: _Snapshot, now: datetime
+    ) -> list[RunPlan]:
+        """A blocking check failed on ``state``'s materialization while downstream partitions were built from an
+        earlier one: plan the taint of everything built from it (once per materialization), and hold it back now."""
+        failed = [c.name for c in table.checks if c.blocking and state.checks.get(c.name) is False]
+        if not failed or state.storage_id is None:
+            return []
+        key = (table.fqn, state.partition, state.storage_id)
+        if key in states.pending_roots():
+            return []
+        built_before = False
+        for downstream, keys in self.index.downstream_of(table.fqn, state.partition, now).items():
+            found = states.states(self.catalog[downstream], keys).values()
+            built_before |= any(s.storage_id is not None and s.storage_id < state.storage_id for s in found)
+        if not built_before:
+            return []  # its first data failed: nothing was built from it, the gate holds its downstream back
+        closure = self.index.closure({table.fqn: [state.partition]}, now)
+        marked = [
+            (fqn, k, s.storage_id)
+            for fqn, keys in closure.items()
+            for k, s in states.states(self.catalog[fqn], keys).items()
+            if s.storage_id is not None and (fqn, k) != (table.fqn, state.partition)
+        ]
+        when = datetime.fromtimestamp(state.timestamp or 0, ZoneInfo(BY_PERIOD[table.period].timezone))
+        reason = f"late data: {', '.join(failed)} failed on its materialization of {when:%Y-%m-%d %H:%M}"
+        config = {
+            "table": table.fqn,
+            "start": state.partition,
+            "end": state.partition,
+            "reason": reason,
+            "apply": True,
+            "rebuild": False,  # the engine rebuilds them once the partition is fixed, as late data
+            "by": "engine",
+            "root_check": ", ".join(failed),
+        }
+        root = f"{table.fqn} {state.partition} (check {', '.join(failed)} failed)"
+        states.hold(key, Taint(reason, root, "engine", now.timestamp()), marked)
+        run_config = {"ops": {"taint_and_repair": {"config": config}}}
+        return [RunPlan(table.fqn, (state.partition,), trigger, job=TAINT_JOB, run_config=json.dumps(run_config))]
 
     def _windows(self, table: Table, partition: str, now: datetime) -> list[tuple[Dependency, UpstreamPartitions]]:
         """Each dependency's exact upstream partitions: by the index's arithmetic, or through Dagster's mapping
@@ -408,6 +471,7 @@ class Resolver:
         evaluated: Sequence[tuple[str, str]],
         plans: Sequence[RunPlan],
         now: datetime,
+        states: _Snapshot,
     ) -> None:
         """Record the requests, their plans as pending, the deferred partitions (a deferred partition looked at again
         is settled), the backlog, the store's cursor and the clock, in one transaction."""
@@ -419,6 +483,7 @@ class Resolver:
             )
             self._backlog.persist(evaluated)
             self._db.executemany("INSERT OR IGNORE INTO center_deferred VALUES (?, ?)", deferred)
+            states.persist_holds()
             self._db.executemany(
                 "INSERT OR IGNORE INTO center_requests VALUES (?, ?, ?, ?)",
                 [(fqn, partition, key, now.timestamp()) for (fqn, partition), (_, key) in ready.items()],
@@ -542,10 +607,52 @@ class _Snapshot:
     """The store as the gate's reader, each partition's state read once per call; ``planned`` partitions (earlier
     in a run being planned) count as materialized, with no verdict yet, as the run guard counts what its run wrote."""
 
-    def __init__(self, store: PartitionStateStore):
-        self.store = store
+    def __init__(self, store: PartitionStateStore, db: sqlite3.Connection):
+        self.store, self._db = store, db
         self.planned: set[tuple[str, str]] = set()
         self._seen: dict[tuple[str, str], PartitionState] = {}
+        self._repairing: dict[str, bool] = {}
+        # taints planned after late failed verdicts, held here until their root is materialized again: the run
+        # marking them is on its way, and nothing may be built on them meanwhile
+        self._holds: dict[tuple[str, str, int], tuple[Taint, list[tuple[str, str, int]]]] = {}
+        self._new_holds: list[tuple[tuple[str, str, int], Taint, list[tuple[str, str, int]]]] = []
+        self._stale: list[tuple[str, str, int]] = []
+        self._held: dict[tuple[str, str], tuple[Taint, int]] = {}  # partition → taint, on that materialization
+        rows = db.execute("SELECT table_fqn, partition, storage_id, taint, marked FROM center_taints").fetchall()
+        for fqn, partition, storage_id, taint, marked in rows:
+            triples = [(t, k, i) for t, k, i in json.loads(marked)]
+            self._holds[(fqn, partition, storage_id)] = (Taint.from_json(json.loads(taint)), triples)
+        for key, (taint, marked) in self._holds.items():
+            [root] = store.states(AssetKey(key[0].split(".")), [key[1]]).values()
+            if root.storage_id != key[2]:
+                self._stale.append(key)  # the root was materialized again: the marks (or the rebuild) took over
+            else:
+                self._held.update({(t, k): (taint, i) for t, k, i in marked})
+
+    def pending_roots(self) -> set[tuple[str, str, int]]:
+        return set(self._holds)
+
+    def hold(self, key: tuple[str, str, int], taint: Taint, marked: list[tuple[str, str, int]]) -> None:
+        self._holds[key] = (taint, marked)
+        self._new_holds.append((key, taint, marked))
+        self._held.update({(t, k): (taint, i) for t, k, i in marked})
+
+    def persist_holds(self) -> None:
+        """Record the new holds and forget the stale ones (inside the caller's transaction)."""
+        self._db.executemany(
+            "INSERT OR IGNORE INTO center_taints VALUES (?, ?, ?, ?, ?)",
+            [(*key, json.dumps(taint.to_json()), json.dumps(marked)) for key, taint, marked in self._new_holds],
+        )
+        self._db.executemany(
+            "DELETE FROM center_taints WHERE table_fqn = ? AND partition = ? AND storage_id = ?", self._stale
+        )
+
+    def repairing(self, backfill_id: str) -> bool:
+        """Whether the backfill ``backfill_id`` is still running (read from the instance once per call)."""
+        if backfill_id not in self._repairing:
+            backfill = self.store.instance.get_backfill(backfill_id)
+            self._repairing[backfill_id] = backfill is not None and backfill.status.value == "REQUESTED"
+        return self._repairing[backfill_id]
 
     def states(self, table: Table, keys: Sequence[str]) -> dict[str, PartitionState]:
         missing = [k for k in keys if (table.fqn, k) not in self._seen]
@@ -569,3 +676,14 @@ class _Snapshot:
         return failed_blocking_checks(
             table, self.states(table, [k for k in keys if (table.fqn, k) not in self.planned])
         )
+
+    def tainted(self, table: Table, keys: Sequence[str]) -> dict[str, Taint]:
+        fresh = [k for k in keys if (table.fqn, k) not in self.planned]  # rebuilt earlier in the run: new data
+        found = self.states(table, fresh)
+        taints = {k: s.taint for k, s in found.items() if s.taint is not None}
+        for k, state in found.items():
+            held = self._held.get((table.fqn, k))
+            # a hold stands for the materialization it was planned on: a rebuild since is new data
+            if held is not None and k not in taints and state.storage_id == held[1]:
+                taints[k] = held[0]
+        return taints

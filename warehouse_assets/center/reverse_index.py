@@ -21,12 +21,19 @@ bounds (so daylight saving time is Dagster's: 23- and 25-hour days, the repeated
 up to a horizon and extended as time passes. The same arithmetic answers the forward question for the resolver
 (:meth:`ReverseIndex.upstream_of`: a dependency's window of existing partitions), where Dagster's mapping costs
 milliseconds a partition.
+
+:meth:`ReverseIndex.closure` follows the edges transitively: every partition built, directly or not, from some
+partitions (what a taint condemns). Every mapping is monotone and maps a run of consecutive partitions to a run of
+consecutive partitions, so the closure is computed on runs of positions, table by table in dependency order, never
+partition by partition: a 10-day taint of an ODS table at 10,000 tables costs milliseconds, not the partitions'
+count of lookups.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections import defaultdict
+from collections import defaultdict, deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -108,6 +115,12 @@ class ReverseIndex:
         self._outgoing = outgoing
         self._incoming = incoming or {}  # (downstream, upstream) → the edge's mapping, for upstream_of
         self._calendars: dict[TimeWindowPartitionsDefinition, Calendar] = {}
+        self._pdefs: dict[str, TimeWindowPartitionsDefinition] = {}  # table → its partitions, for closures
+        for table, groups in outgoing.items():
+            for em, edges in groups.items():
+                self._pdefs.setdefault(table, em.upstream)
+                for edge in edges:
+                    self._pdefs.setdefault(edge.downstream, em.downstream)
 
     @classmethod
     def build(
@@ -182,6 +195,118 @@ class ReverseIndex:
             return None
         return up.keys[first : last + 1]
 
+    def closure(self, roots: Mapping[str, Sequence[str]], current_time: datetime | None = None) -> dict[str, list[str]]:
+        """Table → every partition (in time order) built, directly or through other partitions, from the ``roots``
+        (table → partitions), the roots included: across periods, offsets, sliding windows and self-dependencies (a
+        partition of a self-dependent table taints every later one). Only partitions that exist at ``current_time``
+        (default: now) are listed, as :meth:`downstream_of` lists them."""
+        now = (current_time or datetime.now(UTC)).timestamp()
+        runs: dict[str, list[tuple[int, int]]] = defaultdict(list)  # table → runs of positions (first, last)
+        for table, keys in roots.items():
+            pdef = self._pdefs.get(table)
+            if pdef is None:  # a table no other reads and that reads nothing: its partitions are the closure
+                continue
+            calendar = self._calendar(pdef, now)
+            positions = sorted(i for k in keys if (i := calendar.locate(k)) is not None)
+            runs[table].extend((i, i) for i in positions)
+        for table in self._order(list(runs)):
+            merged = _merge(runs[table])
+            for edge_mapping, edges in self._outgoing.get(table, {}).items():
+                if any(edge.downstream == table for edge in edges):  # its self-dependency (and its T-1 readers)
+                    merged = self._self_closure(edge_mapping, merged, now)
+            runs[table] = merged
+            for edge_mapping, edges in self._outgoing.get(table, {}).items():
+                spans = [self._downstream_span(edge_mapping, first, last, now) for first, last in merged]
+                spans = [(a, b) for a, b in spans if a <= b]
+                for edge in edges:
+                    if edge.downstream != table and spans:
+                        runs[edge.downstream].extend(spans)
+        closure: dict[str, list[str]] = {}
+        for table, found in runs.items():
+            keys = self._calendar(self._pdefs[table], now).keys
+            closure[table] = [k for first, last in _merge(found) for k in keys[first : last + 1]]
+        for table, keys in roots.items():  # the roots of a table outside every edge, as they are
+            closure.setdefault(table, list(keys))
+        return {t: k for t, k in closure.items() if k}
+
+    def runs(self, table_fqn: str, keys: Sequence[str], current_time: datetime | None = None) -> list[list[str]]:
+        """``keys`` of ``table_fqn`` (in time order) cut into runs of consecutive partitions."""
+        pdef = self._pdefs.get(table_fqn)
+        if pdef is None or not keys:
+            return [list(keys)] if keys else []
+        calendar = self._calendar(pdef, (current_time or datetime.now(UTC)).timestamp())
+        out: list[list[str]] = []
+        previous = None
+        for key in keys:
+            i = calendar.locate(key)
+            if out and i is not None and previous is not None and i == previous + 1:
+                out[-1].append(key)
+            else:
+                out.append([key])
+            previous = i
+        return out
+
+    def _order(self, start: list[str]) -> list[str]:
+        """The tables reachable from ``start``, each after every reachable table it reads (self-dependencies aside)."""
+        reachable = set(start)
+        queue = deque(start)
+        while queue:
+            for edge in self.edges(queue.popleft()):
+                if edge.downstream not in reachable:
+                    reachable.add(edge.downstream)
+                    queue.append(edge.downstream)
+        waiting = dict.fromkeys(reachable, 0)
+        for table in reachable:
+            for downstream in {e.downstream for e in self.edges(table)} - {table}:
+                waiting[downstream] += 1
+        ready = deque(sorted(t for t, n in waiting.items() if n == 0))
+        order: list[str] = []
+        while ready:
+            table = ready.popleft()
+            order.append(table)
+            for downstream in sorted({e.downstream for e in self.edges(table)} - {table}):
+                waiting[downstream] -= 1
+                if waiting[downstream] == 0:
+                    ready.append(downstream)
+        return order
+
+    def _self_closure(
+        self, edge_mapping: EdgeMapping, runs: list[tuple[int, int]], now: float
+    ) -> list[tuple[int, int]]:
+        """``runs`` of a self-dependent table with every later partition built from them through the self edge."""
+        found = _merge(runs)
+        frontier = found
+        end = self._last_position(edge_mapping.downstream, now)
+        while frontier:
+            added = []
+            for first, last in frontier:
+                a, b = self._downstream_span(edge_mapping, first, last, now)
+                if a > b:
+                    continue
+                # a run that reaches its own next partition (T-1) goes on to the last one; a longer offset (T-7)
+                # skips: follow it hop by hop
+                added.append((first, end) if a <= last + 1 else (a, b))
+            merged = _merge([*found, *added])
+            frontier = [r for r in merged if r not in found]
+            found = merged
+        return found
+
+    def _last_position(self, pdef: TimeWindowPartitionsDefinition, now: float) -> int:
+        calendar = self._calendar(pdef, now)
+        return bisect_right(calendar.ends, now) - 1
+
+    def _downstream_span(self, edge_mapping: EdgeMapping, first: int, last: int, now: float) -> tuple[int, int]:
+        """The positions of the existing downstream partitions upstream positions ``first`` … ``last`` map to."""
+        up = self._calendar(edge_mapping.upstream, now)
+        down = self._calendar(edge_mapping.downstream, now)
+        mapping = edge_mapping.mapping
+        if edge_mapping.upstream == edge_mapping.downstream:  # offsets in the one period: positions shift
+            a, b = first - mapping.end_offset, last - mapping.start_offset
+        else:  # a roll-up: the downstream windows overlapping the upstream's
+            a = bisect_right(down.starts, up.starts[first]) - 1
+            b = bisect_left(down.starts, up.ends[last]) - 1
+        return max(a, 0), min(b, bisect_right(down.ends, now) - 1)
+
     def _calendar(self, pdef: TimeWindowPartitionsDefinition, now: float) -> Calendar:
         calendar = self._calendars.get(pdef)
         if calendar is None:
@@ -196,11 +321,16 @@ class ReverseIndex:
         j = up.locate(partition_key)
         if j is None:
             return []
-        mapping = edge_mapping.mapping
-        if edge_mapping.upstream == edge_mapping.downstream:  # offsets in the one period: positions shift
-            first, last = j - mapping.end_offset, j - mapping.start_offset
-        else:  # a roll-up: the downstream windows overlapping the upstream's
-            first = bisect_right(down.starts, up.starts[j]) - 1
-            last = bisect_left(down.starts, up.ends[j]) - 1
-        last = min(last, bisect_right(down.ends, now) - 1)  # a window not ended yet is not a partition yet
-        return down.keys[max(first, 0) : last + 1]
+        first, last = self._downstream_span(edge_mapping, j, j, now)  # none whose window has not ended yet
+        return down.keys[first : last + 1]
+
+
+def _merge(runs: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Runs of positions sorted, overlapping and adjacent ones joined."""
+    merged: list[tuple[int, int]] = []
+    for first, last in sorted(runs):
+        if merged and first <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], last))
+        else:
+            merged.append((first, last))
+    return merged

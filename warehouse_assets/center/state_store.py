@@ -2,8 +2,10 @@
 
 One row per (asset key, partition): its latest materialization (storage id, run, time, Delta version from the
 materialization's metadata), the verdicts of the checks evaluated on *that* materialization (a verdict on an older
-one does not count, as Dagster's ``is_current``), the latest run that targets it, whether that run is in progress
-(started, not ended) and whether it failed without materializing the partition. External deliveries and ODS hours
+one does not count, as Dagster's ``is_current``), its validity (a taint: a failed ``valid`` verdict on that
+materialization, with reason, root, who and the repairing backfill, :mod:`warehouse_assets.build.validity`), the
+latest run that targets it, whether that run is in progress (started, not ended) and whether it failed without
+materializing the partition. External deliveries and ODS hours
 are runless materializations of their asset keys, so they are rows like any other.
 
 :meth:`PartitionStateStore.update` reads only the event records after its cursor (a storage id of the event log) and
@@ -34,6 +36,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dagster import AssetKey, DagsterEventType, DagsterInstance, EventLogEntry
+
+from warehouse_assets.build.validity import VALID, Taint
 
 if TYPE_CHECKING:
     from warehouse_assets.catalog import Table
@@ -70,10 +74,15 @@ class PartitionState:
     latest_run: str | None = None  # the latest run that targets it
     in_progress: bool = False  # that run has started and not ended
     failed: bool = False  # that run ended failed or canceled without materializing it
+    taint: Taint | None = None  # a failed ``valid`` verdict on the latest materialization
 
     @property
     def materialized(self) -> bool:
         return self.storage_id is not None
+
+    @property
+    def tainted(self) -> bool:
+        return self.taint is not None
 
 
 @dataclass(frozen=True)
@@ -87,8 +96,16 @@ class Change:
 
 
 # what the gate reads, by the name a change reports; a change of anything else is no news
-_FIELDS = {"materialized": "storage_id", "checks": "checks", "in_progress": "in_progress", "failed": "failed"}
-_COLUMNS = "asset_key, partition, storage_id, run_id, timestamp, delta_version, checks, latest_run, in_progress, failed"
+_FIELDS = {
+    "materialized": "storage_id",
+    "checks": "checks",
+    "validity": "taint",
+    "in_progress": "in_progress",
+    "failed": "failed",
+}
+_COLUMNS = (
+    "asset_key, partition, storage_id, run_id, timestamp, delta_version, checks, latest_run, in_progress, failed, taint"
+)
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS partitions ({_COLUMNS}, PRIMARY KEY (asset_key, partition)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS run_targets (run_id, asset_key, partition, PRIMARY KEY (run_id, asset_key, partition))
@@ -124,6 +141,9 @@ class _GateReader:
             return {}
         return failed_blocking_checks(table, self.states(AssetKey(table.key), keys))
 
+    def tainted(self, table: Table, keys: Sequence[str]) -> dict[str, Taint]:
+        return {k: s.taint for k, s in self.states(AssetKey(table.key), keys).items() if s.taint is not None}
+
 
 class PartitionStateStore(_GateReader):
     """Every partition's state, maintained incrementally from ``instance``'s event log and persisted at ``path``."""
@@ -141,6 +161,9 @@ class PartitionStateStore(_GateReader):
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(partitions)")}
+        if "taint" not in columns:  # a store written before validity: no taint was ever logged before it either
+            self._db.execute("ALTER TABLE partitions ADD COLUMN taint")
         self.records_read = 0  # event records the last update read: its cost
 
     def close(self) -> None:
@@ -186,7 +209,8 @@ class PartitionStateStore(_GateReader):
                 asset_key, partition, name = m.asset_key, m.partition, "materialized"
             elif event is not None and event.event_type == CHECKED:
                 e = event.asset_check_evaluation_data
-                asset_key, partition, name = e.asset_key, e.partition, "checks"
+                asset_key, partition = e.asset_key, e.partition
+                name = "validity" if e.check_name == VALID else "checks"
             else:
                 continue
             if partition is not None:
@@ -232,7 +256,7 @@ class PartitionStateStore(_GateReader):
             for storage_id, entry in records:
                 step.apply(storage_id, entry)
             self._db.executemany(
-                f"INSERT OR REPLACE INTO partitions ({_COLUMNS}) VALUES ({', '.join('?' * 10)})",
+                f"INSERT OR REPLACE INTO partitions ({_COLUMNS}) VALUES ({', '.join('?' * 11)})",
                 [_to_row(s) for s in step.touched.values()],
             )
             self._db.execute("INSERT OR REPLACE INTO cursor VALUES (0, ?)", (head,))
@@ -317,6 +341,7 @@ class _Step:
                     timestamp=entry.timestamp,
                     delta_version=version.value if version is not None and isinstance(version.value, int) else None,
                     checks={},  # verdicts on the previous materialization no longer count
+                    taint=None,  # nor does a taint: the new data is judged by its own checks
                     failed=False,
                 )
         elif event.event_type == CHECKED:
@@ -324,7 +349,11 @@ class _Step:
             if e.partition is not None:
                 current = self.row(e.asset_key, e.partition)
                 target = e.target_materialization_data.storage_id if e.target_materialization_data else None
-                if target == current.storage_id:  # a verdict on an older materialization does not count
+                if target != current.storage_id:  # a verdict on an older materialization does not count
+                    return
+                if e.check_name == VALID:  # validity: failed = tainted, passed = valid again
+                    self.set(current, taint=None if e.passed else Taint.of(e, entry.timestamp))
+                else:
                     self.set(current, checks={**current.checks, e.check_name: e.passed})
         elif event.event_type == PLANNED:
             planned = event.asset_materialization_planned_data
@@ -428,11 +457,12 @@ def _to_row(s: PartitionState) -> tuple[object, ...]:
         s.latest_run,
         int(s.in_progress),
         int(s.failed),
+        json.dumps(s.taint.to_json()) if s.taint is not None else None,
     )
 
 
 def _from_row(r: Sequence[object]) -> PartitionState:
-    asset_key, partition, storage_id, run_id, timestamp, version, checks, latest_run, in_progress, failed = r
+    asset_key, partition, storage_id, run_id, timestamp, version, checks, latest_run, in_progress, failed, taint = r
     return PartitionState(
         str(asset_key),
         str(partition),
@@ -444,6 +474,7 @@ def _from_row(r: Sequence[object]) -> PartitionState:
         latest_run,  # type: ignore[arg-type]
         bool(in_progress),
         bool(failed),
+        Taint.from_json(json.loads(str(taint))) if taint is not None else None,
     )
 
 

@@ -2,8 +2,9 @@
 
 The root causes are the deepest upstream partitions on the chain that are not ready, each with its reason: an
 ODS hour whose shard is behind or rows are missing, an external delivery not arrived, a failed blocking check,
-a partition that does not exist (before the warehouse start, or in the future), or a derived partition whose
-own upstream is all ready but that has not run (or whose run failed).
+a tainted partition (``tainted: <reason>, from <root>``), a partition that does not exist (before the warehouse
+start, or in the future), or a derived partition whose own upstream is all ready but that has not run (or whose run
+failed).
 
 The walk rests on the gate (:mod:`warehouse_assets.build.gate`, "may P run now, and if not why?"), which judges the
 exact upstream partitions of each partition on the chain, and on one question asked per partition,
@@ -35,7 +36,8 @@ from dagster import (
 from resources.delta_lake import DeltaLakeResource, DeltaStore
 from resources.external import ExternalResource
 from resources.landing import Landing, LandingResource
-from warehouse_assets.build.gate import CHECK_FAILED, IN_PROGRESS, NONEXISTENT, Verdict, decide
+from warehouse_assets.build.gate import CHECK_FAILED, IN_PROGRESS, NONEXISTENT, TAINTED, Verdict, decide
+from warehouse_assets.build.validity import Taint
 from warehouse_assets.catalog import (
     BY_PERIOD,
     START,
@@ -58,10 +60,12 @@ ROOT_CAUSES_SHOWN = 3  # per table and state: a day behind a lagging shard has u
 class UpstreamState:
     table: str
     partition: str
-    # materialized | missing | in progress | failed | check failed | not ready | external not arrived | does not exist
+    # materialized | missing | in progress | failed | check failed | tainted | not ready | external not arrived |
+    # does not exist
     state: str
     detail: str = ""
     failed_checks: tuple[str, ...] = ()  # blocking checks failed on its latest materialization
+    taint: Taint | None = None  # marked tainted on its latest materialization
 
     @property
     def blocks(self) -> bool:
@@ -79,9 +83,12 @@ class WhyReport:
     upstream: list[UpstreamState] = field(default_factory=list)
     root_causes: list[UpstreamState] = field(default_factory=list)
     verdict: str = ""
+    own_taint: Taint | None = None  # the partition itself is tainted: its repair rebuilds it
 
     def lines(self) -> list[str]:
         out = [f"{self.table} {self.partition}: {self.own_state}"]
+        if self.own_taint is not None:
+            out[0] += f", {self.own_taint.describe()}"
         out.extend(u.line() for u in self.upstream)
         if self.root_causes:
             out.append("root causes:")
@@ -161,9 +168,13 @@ class PartitionStates:
         if todo:
             statuses = self.status(fqn, todo)
             failed = self.partitions.failed_blocking_checks(table, [k for k in todo if statuses[k] == READY])
+            tainted = self.partitions.tainted(table, [k for k in todo if statuses[k] == READY])
             for key in todo:
                 state = UpstreamState(fqn, key, statuses[key])
-                if key in failed:
+                if key in tainted:
+                    state.state, state.taint, state.detail = TAINTED, tainted[key], tainted[key].describe()
+                    state.failed_checks = tuple(failed.get(key, ()))
+                elif key in failed:
                     state.state, state.failed_checks = "check failed", tuple(failed[key])
                     state.detail = f"blocking check(s) failed: {', '.join(failed[key])}"
                 elif state.state == "missing" and table.is_external:
@@ -256,7 +267,10 @@ class PartitionStates:
         out: list[UpstreamState] = []
         for edge in self.verdict(table, partition).edges:
             for entry in self.states(edge.dep.table, edge.upstream.keys):
-                if entry.partition in edge.ignored_checks:
+                if entry.partition in edge.accepted_taints:
+                    detail = f"{entry.detail} (accepted: the dependency says accept_tainted)"
+                    entry = replace(entry, state=CHECK_FAILED if entry.failed_checks else READY, detail=detail)
+                if entry.partition in edge.ignored_checks and entry.state in (READY, CHECK_FAILED):
                     names = ", ".join(edge.ignored_checks[entry.partition])
                     detail = f"check failed: {names} (ignored: the dependency says ignore_dq)"
                     entry = replace(entry, state=READY, detail=detail)
@@ -273,13 +287,16 @@ class PartitionStates:
     # --- the gate's PartitionStateReader: the instance's partition statuses, read once per partition
 
     def materialized(self, table: Table, keys: Sequence[str]) -> set[str]:
-        return {s.partition for s in self.states(table.fqn, keys) if s.state in (READY, CHECK_FAILED)}
+        return {s.partition for s in self.states(table.fqn, keys) if s.state in (READY, CHECK_FAILED, TAINTED)}
 
     def in_progress(self, table: Table, keys: Sequence[str]) -> set[str]:
         return {s.partition for s in self.states(table.fqn, keys) if s.state == IN_PROGRESS}
 
     def failed_blocking_checks(self, table: Table, keys: Sequence[str]) -> dict[str, list[str]]:
-        return {s.partition: list(s.failed_checks) for s in self.states(table.fqn, keys) if s.state == CHECK_FAILED}
+        return {s.partition: list(s.failed_checks) for s in self.states(table.fqn, keys) if s.failed_checks}
+
+    def tainted(self, table: Table, keys: Sequence[str]) -> dict[str, Taint]:
+        return {s.partition: s.taint for s in self.states(table.fqn, keys) if s.taint is not None}
 
     def _never(self, fqn: str, key: str) -> str:
         pdef = BY_PERIOD[self.catalog[fqn].period]
@@ -362,6 +379,7 @@ def explain(
         )
     states = PartitionStates(instance, catalog, store, landing, external)
     report = WhyReport(fqn, partition, states.status(fqn, [partition])[partition])
+    report.own_taint = states.states(fqn, [partition])[0].taint
     report.upstream = states.upstream(table, partition)
     waiting = [u for u in report.upstream if u.blocks]
     if report.own_state == "in progress":

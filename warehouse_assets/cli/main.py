@@ -5,6 +5,8 @@
     warehouse materialize --start D --end D     ingest, report ready ODS hours, build every derived table
                                                 for [start, end) in dependency order (headless path)
     warehouse why dwd.order_detail 2026-03-02   why a partition waits: its upstream partitions and the root causes
+    warehouse taint ods.order S E --reason R    what partitions S..E taint downstream; --apply marks and repairs
+    warehouse status dwd.order_detail           each partition: materialized, valid or tainted, checks
     warehouse spark-server                      run the embedded Spark Connect server in the foreground
     warehouse capture --source mysql://U@H:P    real sources: a MySQL/MariaDB binlog into the landing area
     warehouse dev                               what `make dev` runs: data, Spark Connect, dagster dev
@@ -27,6 +29,7 @@ from zoneinfo import ZoneInfo
 from warehouse_assets.cli.common import ROOT, load_settings, say
 from warehouse_assets.cli.dev import run_capture, run_dev, run_engine, run_spark_server, simulate_externals
 from warehouse_assets.cli.headless import materialize_range, run_ingest
+from warehouse_assets.cli.repair import add_parsers, status_command, taint_command
 
 
 def _instance(dagster_home: str | None) -> Any:
@@ -125,6 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     why.add_argument("partition", help="e.g. 2026-03-02 (hourly: 2026-03-02-13:00)")
     why.add_argument("--dagster-home", default=None)
 
+    add_parsers(sub)  # taint, status
+
     dev = sub.add_parser("dev", help="the embedded warehouse: simulated data, Spark Connect, dagster dev")
     dev.add_argument("--host", default="127.0.0.1")
     dev.add_argument("--port", type=int, default=3000)
@@ -168,6 +173,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     instance = _instance(args.dagster_home)
     if args.command == "why":
         return why_command(args, instance, resources)
+    if args.command == "taint":
+        return taint_command(args, instance)
+    if args.command == "status":
+        return status_command(args, instance)
     if args.command == "ingest":
         return ingest_command(args, instance, resources)
     return materialize_command(args, instance, resources)

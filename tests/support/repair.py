@@ -1,0 +1,74 @@
+"""Taint and repair in tests as the product does it: the ``taint_repair`` job executed on the test's instance, then its
+backfill run by Dagster's own backfill daemon iteration over the code location, with runs executed synchronously in
+the test process (and its one Spark session)."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from dagster import DagsterInstance
+
+from warehouse_assets.catalog import Catalog
+from warehouse_assets.center.taint import build_taint_job
+
+ROOT = Path(__file__).resolve().parents[2]
+log = logging.getLogger(__name__)
+
+# runs go straight to a launcher that executes them in this process (the daemon would launch each in its own)
+SYNC_RUNS = {
+    "run_launcher": {
+        "module": "dagster._core.launcher.sync_in_memory_run_launcher",
+        "class": "SyncInMemoryRunLauncher",
+    },
+    "run_coordinator": {"module": "dagster._core.run_coordinator", "class": "DefaultRunCoordinator"},
+}
+
+
+def apply_taint(instance: DagsterInstance, catalog: Catalog, table: str, start: str, end: str, reason: str) -> Any:
+    """``warehouse taint TABLE START END --reason REASON --apply``: the job's output (counts, backfill, lines)."""
+    config = {"table": table, "start": start, "end": end, "reason": reason, "apply": True, "by": "test"}
+    result = build_taint_job(catalog).execute_in_process(
+        run_config={"ops": {"taint_and_repair": {"config": config}}}, instance=instance
+    )
+    assert result.success
+    return result.output_for_node("taint_and_repair")
+
+
+@contextmanager
+def code_location(instance: DagsterInstance) -> Iterator[Any]:
+    """The warehouse's code location (tests/support/backfill_location.py: the lake and landing of the environment)
+    loaded in process, as the backfill daemon sees it."""
+    from dagster._core.remote_origin import InProcessCodeLocationOrigin
+    from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+    from dagster._core.workspace.context import WorkspaceProcessContext
+    from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
+
+    sys.modules.pop("tests.support.backfill_location", None)
+    importlib.import_module("tests.support.backfill_location")  # resources from the environment as it is now
+    origin = InProcessCodeLocationOrigin(
+        LoadableTargetOrigin(module_name="tests.support.backfill_location", working_directory=str(ROOT)),
+        location_name="warehouse",
+    )
+    with WorkspaceProcessContext(instance, InProcessWorkspaceLoadTarget([origin])) as workspace:
+        yield workspace
+
+
+def run_backfill(instance: DagsterInstance, workspace: Any, backfill_id: str, iterations: int = 60) -> Any:
+    """The backfill daemon's iterations until the backfill is done; the finished backfill."""
+    from dagster._core.execution.backfill import BulkActionStatus
+    from dagster._daemon.backfill import execute_backfill_iteration
+
+    for _ in range(iterations):
+        backfill = instance.get_backfill(backfill_id)
+        assert backfill is not None
+        if backfill.status != BulkActionStatus.REQUESTED:
+            return backfill
+        errors = [e for e in execute_backfill_iteration(workspace, log) if e is not None]
+        assert not errors, errors[0].to_string()
+    raise AssertionError(f"the backfill {backfill_id} does not finish")

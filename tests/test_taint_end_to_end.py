@@ -1,0 +1,284 @@
+"""Bad source data found and repaired exactly, on the example warehouse, end to end.
+
+The simulated source sends one hour of orders (2026-01-05, the hour with the most paid orders confined to it) with
+amounts 100 times too high. The warehouse ingests it and builds every table over 2026-01-01 .. 01-08 (the hourly
+ones on the 5th) through the headless path, so the bad hour flows into DWD, DWS and ADS. Then, as on-call would:
+``warehouse taint ods.order H H --reason …`` prints the plan; the source re-sends the corrected rows; ``--apply``
+marks the closure tainted and launches the repair backfill; the ingestion applies the corrected rows and reports the
+hour again (its checks pass: valid again); the backfill daemon runs the repair.
+
+Afterwards every ADS figure equals the independent replay of the landing area again, every partition the closure
+does not hold kept its Delta files and its materialization (nothing else was rebuilt), and every run succeeded.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Iterator
+from contextlib import redirect_stdout
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pyarrow as pa
+import pytest
+from dagster import AssetKey, AssetRecordsFilter, DagsterInstance, DagsterRunStatus, instance_for_test
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+
+from resources import LandingResource, resources_from_env
+from simulator.cdc import SimulationConfig, simulate
+from simulator.corrections import confined_rows, corrupt_hour, resend_corrected
+from tests.support import oracle
+from tests.support.repair import SYNC_RUNS, code_location, run_backfill
+from warehouse_assets.build.validity import tainted_in_instance
+from warehouse_assets.catalog import load_catalog
+from warehouse_assets.cli import main
+from warehouse_assets.cli.headless import materialize_range, run_ingest
+
+TZ = ZoneInfo("Asia/Shanghai")
+DAYS = [date(2026, 1, 1) + timedelta(days=n) for n in range(8)]
+HOUR_DAY = date(2026, 1, 5)
+BATCH_MINUTES = 1440  # one landing segment per shard and day
+DAILY = [
+    "dwd.user_snapshot",
+    "dwd.lesson_snapshot",
+    "dwd.order_detail",
+    "dwd.attendance_detail",
+    "dws.user_order_daily",
+    "dws.user_learning_daily",
+    "dws.user_learning_cumulative",
+    "dws.user_active_daily",
+    "ads.daily_gmv",
+    "ads.attendance_rate_daily",
+    "ads.retention_d1",
+    "ads.retention_d7",
+]
+HOURLY = ["dws.order_hourly", "ads.gmv_hourly"]
+
+
+@dataclass
+class Repaired:
+    landing: Path
+    lake: Path
+    instance: DagsterInstance
+    hour: str  # the bad hour's partition key
+    keys: set[int]  # the orders it corrupted
+    plan: list[str]  # what `warehouse taint` printed
+    applied: list[str]  # what `--apply` printed
+    gmv_before: Decimal  # the bad day's GMV as built from the bad hour
+    files_before: dict[str, dict[str, set[str]]]  # table → partition → its Delta files, before the repair
+    latest_before: dict[str, dict[str, int]]  # table → partition → storage id of its latest materialization
+    closure: dict[str, set[str]]  # table → the partitions the taint marked
+    backfill: Any
+
+
+def _at(day: date) -> datetime:
+    return datetime(day.year, day.month, day.day, tzinfo=TZ)
+
+
+def _rows(lake: Path, fqn: str) -> list[dict[str, Any]]:
+    rows = pa.table(DeltaTable(str(lake / Path(*fqn.split(".")))).to_pyarrow_table()).to_pylist()
+    return [r for r in rows if not r.get("_deleted")]
+
+
+def _partition_of(fqn: str, row_partition: dict[str, Any]) -> str:
+    if "hh" in row_partition and row_partition["hh"] is not None:
+        return f"{row_partition['dt']}-{row_partition['hh']}:00"
+    return str(row_partition["dt"])
+
+
+def _files(lake: Path, fqn: str) -> dict[str, set[str]]:
+    """Partition key → the data files of the table's current version holding it."""
+    actions = pa.table(DeltaTable(str(lake / Path(*fqn.split(".")))).get_add_actions(flatten=True)).to_pylist()
+    found: dict[str, set[str]] = {}
+    for action in actions:
+        values = {k.removeprefix("partition."): v for k, v in action.items() if k.startswith("partition.")}
+        found.setdefault(_partition_of(fqn, values), set()).add(action["path"])
+    return found
+
+
+def _latest(instance: DagsterInstance, fqn: str) -> dict[str, int]:
+    """Partition key → storage id of its latest materialization."""
+    key = AssetKey(fqn.split("."))
+    partitions = sorted(instance.get_materialized_partitions(key))
+    out: dict[str, int] = {}
+    for partition in partitions:
+        [record] = instance.fetch_materializations(
+            AssetRecordsFilter(asset_key=key, asset_partitions=[partition]), limit=1
+        ).records
+        out[partition] = record.storage_id
+    return out
+
+
+def _bad_hour(landing: Path) -> tuple[datetime, set[int]]:
+    """The hour of HOUR_DAY whose confined orders hold the most paid ones: where the corruption shows most."""
+    truth = oracle.replay(landing)["order"]
+    best: tuple[int, datetime, set[int]] = (-1, datetime(2026, 1, 5), set())
+    for h in range(24):
+        hour = datetime(HOUR_DAY.year, HOUR_DAY.month, HOUR_DAY.day, h)
+        keys = confined_rows(landing, "order", hour)
+        paid = sum(1 for k in keys if truth[k]["status"] == "paid")
+        if paid > best[0]:
+            best = (paid, hour, keys)
+    assert best[0] > 0, "the simulation should pay orders within one hour of the 5th"
+    return best[1], best[2]
+
+
+@pytest.fixture(scope="module")
+def repaired(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) -> Iterator[Repaired]:
+    root = tmp_path_factory.mktemp("taint_e2e")
+    landing, lake, home = root / "landing", root / "lake", root / "home"
+    home.mkdir()
+    simulate(
+        landing,
+        datetime(2026, 1, 1),
+        datetime(2026, 1, 10),
+        SimulationConfig(seed=11, scale=0.03, batch_minutes=BATCH_MINUTES),
+    )
+    hour, keys = _bad_hour(landing)
+    assert corrupt_hour(landing, "order", hour) == keys  # the source sends the hour wrong
+    env = {
+        "WAREHOUSE_LAKE_ROOT": str(lake),
+        "WAREHOUSE_LANDING_ROOT": str(landing),
+        "DAGSTER_HOME": str(home),
+    }
+    resources = resources_from_env(env)
+    resources["landing"] = LandingResource(root=str(landing), timezone="Asia/Shanghai", segment_minutes=BATCH_MINUTES)
+    with pytest.MonkeyPatch.context() as patch, instance_for_test(temp_dir=str(home), overrides=SYNC_RUNS) as instance:
+        for name, value in env.items():
+            patch.setenv(name, value)
+        end = _at(DAYS[-1] + timedelta(days=1))
+        assert materialize_range(instance, resources, _at(DAYS[0]), end, tables=DAILY)
+        assert materialize_range(instance, resources, _at(HOUR_DAY), _at(HOUR_DAY + timedelta(days=1)), HOURLY, False)
+        gmv_before = {r["dt"]: r["gmv"] for r in _rows(lake, "ads.daily_gmv")}[HOUR_DAY.isoformat()]
+        derived = [*DAILY, *HOURLY]
+        files_before = {fqn: _files(lake, fqn) for fqn in derived}
+        latest_before = {fqn: _latest(instance, fqn) for fqn in ["ods.order", *derived]}
+
+        key = f"{hour:%Y-%m-%d-%H}:00"
+        reason = "order amounts 100x too high (a unit error at the source)"
+        command = ["taint", "ods.order", key, key, "--reason", reason, "--by", "oncall"]
+        with redirect_stdout(io.StringIO()) as out:
+            assert main(command) == 0  # the plan, before anything is done
+        plan = out.getvalue().splitlines()
+        assert resend_corrected(landing, "order", hour, keys) == len(keys)  # the source is fixed
+        with redirect_stdout(io.StringIO()) as out:
+            assert main([*command, "--apply"]) == 0
+        applied = out.getvalue().splitlines()
+        catalog = load_catalog()
+        closure = {
+            fqn: set(tainted_in_instance(instance, catalog[fqn], list(latest_before[fqn])))
+            for fqn in ["ods.order", *derived]
+        }
+        summary = run_ingest(instance, resources)  # the corrected rows: the hour is reported again, checked
+        assert summary["ods.order"]["hours_reported"] >= 1
+        assert tainted_in_instance(instance, catalog["ods.order"], [key]) == {}  # its checks passed on the new data
+        [backfill_id] = re.findall(r"repair backfill (\w+)", applied[-1])
+        with code_location(instance) as workspace:
+            backfill = run_backfill(instance, workspace, backfill_id)
+        yield Repaired(
+            landing,
+            lake,
+            instance,
+            key,
+            keys,
+            plan,
+            applied,
+            gmv_before,
+            files_before,
+            latest_before,
+            closure,
+            backfill,
+        )
+
+
+def test_the_plan_names_the_closure_before_anything_is_done(repaired: Repaired) -> None:
+    day = HOUR_DAY.isoformat()
+    plan = repaired.plan
+    assert (
+        plan[0]
+        == f"taint ods.order {repaired.hour}: order amounts 100x too high (a unit error at the source) (by oncall)"
+    )
+    tables = {line.split()[0]: line.split()[1] for line in plan[1:] if line.startswith("  ") and "run(s)" in line}
+    assert {t: tables[t] for t in ("dwd.order_detail", "dws.user_order_daily", "ads.daily_gmv")} == dict.fromkeys(
+        ("dwd.order_detail", "dws.user_order_daily", "ads.daily_gmv"), day
+    )
+    assert tables["dws.order_hourly"] == tables["ads.gmv_hourly"] == repaired.hour
+    assert any(line.startswith("nothing marked yet") for line in plan)
+    assert not repaired.instance.get_backfills()[1:]  # the plan alone launched nothing: one backfill, the apply's
+
+
+def test_apply_marked_exactly_what_was_built_from_the_hour(repaired: Repaired) -> None:
+    day = HOUR_DAY.isoformat()
+    assert {t: k for t, k in repaired.closure.items() if k} == {
+        "ods.order": {repaired.hour},
+        "dwd.order_detail": {day},
+        "dws.user_order_daily": {day},
+        "dws.user_active_daily": {day},
+        "ads.daily_gmv": {day},
+        "ads.retention_d1": {day},
+        "dws.order_hourly": {repaired.hour},
+        "ads.gmv_hourly": {repaired.hour},
+    }
+
+
+def test_the_repair_succeeded_and_every_partition_is_valid_again(repaired: Repaired) -> None:
+    assert repaired.backfill.status.value == "COMPLETED_SUCCESS"
+    failed = [
+        r.dagster_run for r in repaired.instance.get_run_records() if r.dagster_run.status != DagsterRunStatus.SUCCESS
+    ]
+    assert not failed, [(r.job_name, r.run_id) for r in failed]
+    catalog = load_catalog()
+    for fqn, keys in repaired.closure.items():
+        assert tainted_in_instance(repaired.instance, catalog[fqn], sorted(keys)) == {}, fqn
+
+
+def test_every_ads_figure_equals_the_replay_again(repaired: Repaired) -> None:
+    truth = oracle.replay(repaired.landing)  # the corrected source
+    day = HOUR_DAY.isoformat()
+    gmv = {r["dt"]: r for r in _rows(repaired.lake, "ads.daily_gmv")}
+    expected = oracle.daily_gmv(truth["order"], "Asia/Shanghai")
+    assert repaired.gmv_before != expected[HOUR_DAY]  # the bad hour did show in the figure
+    for d in DAYS:
+        assert gmv[d.isoformat()]["gmv"] == expected.get(d, Decimal("0")), d
+    hourly = {f"{r['dt']} {r['hh']}": r for r in _rows(repaired.lake, "ads.gmv_hourly")}
+    for h in range(24):
+        stamp = f"{day} {h:02d}"
+        want = oracle.gmv_hourly(truth, stamp)
+        assert {k: hourly[stamp][k] for k in want} == want, stamp
+    rates = {r["dt"]: r for r in _rows(repaired.lake, "ads.attendance_rate_daily")}
+    retention = {r["dt"]: r for r in _rows(repaired.lake, "ads.retention_d1")}
+    for d in DAYS:
+        want = oracle.attendance_rate(truth, d.isoformat())
+        assert {k: rates[d.isoformat()][k] for k in want if k != "attendance_rate"} == {
+            k: v for k, v in want.items() if k != "attendance_rate"
+        }
+        if d.isoformat() in retention:
+            want = oracle.retention(truth, d.isoformat(), 1)
+            assert {k: retention[d.isoformat()][k] for k in ("cohort_users", "retained_users")} == {
+                k: want[k] for k in ("cohort_users", "retained_users")
+            }
+
+
+def test_nothing_outside_the_closure_was_rebuilt(repaired: Repaired) -> None:
+    for fqn, before in repaired.files_before.items():
+        after = _files(repaired.lake, fqn)
+        marked = repaired.closure.get(fqn, set())
+        for partition, files in before.items():
+            if partition in marked:
+                assert after[partition].isdisjoint(files), (fqn, partition)  # rebuilt
+            else:
+                assert after[partition] == files, (fqn, partition)  # the same Delta files
+    for fqn, before in repaired.latest_before.items():
+        after = _latest(repaired.instance, fqn)
+        marked = repaired.closure.get(fqn, set())
+        changed = {p for p, storage_id in before.items() if after[p] != storage_id}
+        if fqn == "ods.order":
+            assert changed == {repaired.hour}  # reported again with the corrected rows
+        else:
+            assert changed == marked, fqn

@@ -1,0 +1,155 @@
+"""Partition validity: every partition is ``valid`` or ``tainted``, and a taint says who, when, why and from where.
+
+A taint is a failed evaluation of the per-partition check ``valid`` that every table carries, targeting the
+partition's materialization it condemns, with the reason, the root partition it was tainted from, who marked it and
+the backfill repairing it as metadata. Why a check evaluation rather than a store of our own:
+
+* it is an event in Dagster's instance, so the event log stays the one source of truth: the dependency center's
+  state store reads it by storage id with the other verdicts, and a rebuild of the store from the log gives the
+  same validity;
+* it shows where on-call engineers look: the asset's partition, its checks, the check's history, with the reason
+  and the root as metadata;
+* it targets one materialization, as every verdict does: a new materialization (the repair) leaves it behind, and
+  the partition is judged again by its blocking checks on the new data, exactly as Dagster's own ``is_current``.
+
+So a partition is tainted while the latest ``valid`` verdict on its latest materialization failed. A rebuild that
+passes its blocking checks logs a passed ``valid`` verdict (the runner, the ODS hours' judge), so the UI shows the
+partition valid again; until its checks pass, its downstream waits (the gate waits for blocking verdicts).
+
+Taints are logged inside a run (the ``taint_repair`` job's, :mod:`warehouse_assets.center.taint`), never run-less:
+Dagster 1.13 keeps one run-less evaluation per check and partition and rejects a second, while a partition may be
+tainted, repaired and tainted again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from dagster import AssetCheckEvaluation, AssetCheckKey, AssetCheckSpec, AssetKey, DagsterEventType, DagsterInstance
+
+from warehouse_assets.catalog import BY_PERIOD
+
+if TYPE_CHECKING:
+    from warehouse_assets.catalog import Table
+
+VALID = "valid"  # the check every table carries: failed = tainted
+
+
+@dataclass(frozen=True)
+class Taint:
+    """Why a partition is tainted: ``root`` is the partition it was tainted from (``ods.order 2026-01-05-13:00``,
+    with the failed check when a late verdict tainted it), ``repair`` the backfill rebuilding it, if any."""
+
+    reason: str
+    root: str
+    by: str
+    at: float  # epoch seconds
+    repair: str = ""
+
+    def describe(self) -> str:
+        return f"tainted: {self.reason}, from {self.root}"
+
+    def metadata(self) -> dict[str, str]:
+        return {"validity": "tainted", "reason": self.reason, "root": self.root, "by": self.by, "repair": self.repair}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"reason": self.reason, "root": self.root, "by": self.by, "at": self.at, "repair": self.repair}
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> Taint:
+        return cls(str(value["reason"]), str(value["root"]), str(value["by"]), float(value["at"]), value["repair"])
+
+    @classmethod
+    def of(cls, evaluation: AssetCheckEvaluation, at: float) -> Taint:
+        """The taint a failed ``valid`` evaluation records (logged ``at``)."""
+        meta = {k: v.value for k, v in evaluation.metadata.items()}
+        return cls(
+            reason=str(meta.get("reason") or evaluation.description or "marked tainted"),
+            root=str(meta.get("root") or f"{evaluation.asset_key.to_user_string()} {evaluation.partition}"),
+            by=str(meta.get("by") or ""),
+            at=at,
+            repair=str(meta.get("repair") or ""),
+        )
+
+
+def valid_spec(table: Table) -> AssetCheckSpec:
+    """The table's ``valid`` check: non-blocking for Dagster, because the gate reads validity itself (a taint must
+    hold back runs in other runs, and a tainted upstream may be accepted per dependency)."""
+    return AssetCheckSpec(
+        VALID,
+        asset=AssetKey(table.key),
+        description="Failed = tainted: the partition's data is known bad (reason, root and who in the metadata); "
+        "passed once a rebuild passed its blocking checks. Marked by `warehouse taint` or the taint_repair job.",
+        blocking=False,
+        partitions_def=BY_PERIOD[table.period],
+        metadata={"kind": "validity"},
+    )
+
+
+def target_data(storage_id: int, run_id: str, timestamp: float) -> Any:
+    from dagster._core.definitions.asset_checks.asset_check_evaluation import (
+        AssetCheckEvaluationTargetMaterializationData,
+    )
+
+    return AssetCheckEvaluationTargetMaterializationData(storage_id=storage_id, run_id=run_id, timestamp=timestamp)
+
+
+def taint_evaluation(
+    table: Table, partition: str, taint: Taint, target: tuple[int, str, float] | None
+) -> AssetCheckEvaluation:
+    """The event marking ``partition`` tainted, on its materialization ``target`` (storage id, run id, time)."""
+    return AssetCheckEvaluation(
+        asset_key=AssetKey(table.key),
+        check_name=VALID,
+        passed=False,
+        partition=partition,
+        target_materialization_data=target_data(*target) if target else None,
+        metadata={**taint.metadata(), "partition": partition},
+        blocking=False,
+        description=taint.describe(),
+    )
+
+
+def valid_evaluation(table: Table, partition: str, target: Any, detail: str) -> AssetCheckEvaluation:
+    """A passed ``valid`` verdict on the materialization ``target`` (a record, or the target data itself)."""
+    data = getattr(target, "storage_id", None)
+    return AssetCheckEvaluation(
+        asset_key=AssetKey(table.key),
+        check_name=VALID,
+        passed=True,
+        partition=partition,
+        target_materialization_data=target_data(target.storage_id, target.run_id, target.timestamp)
+        if data is not None
+        else None,
+        metadata={"validity": "valid", "partition": partition},
+        blocking=False,
+        description=detail,
+    )
+
+
+def tainted_in_instance(instance: DagsterInstance, table: Table, keys: Sequence[str]) -> dict[str, Taint]:
+    """Partition → its taint, for those of ``keys`` whose latest ``valid`` verdict on their latest materialization
+    failed, read from the instance (the run guard's view; the dependency center reads its state store)."""
+    if not keys:
+        return {}
+    from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
+
+    wanted = set(keys)
+    check = AssetCheckKey(AssetKey(table.key), VALID)
+    found: dict[str, Taint] = {}
+    storage = instance.event_log_storage
+    for info in storage.get_asset_check_partition_info([check], partition_keys=sorted(wanted)):
+        failed = info.latest_execution_status == AssetCheckExecutionRecordStatus.FAILED
+        if info.partition_key in wanted and info.is_current and failed:
+            # the verdict's metadata (reason, root) is in its event: one read by storage id
+            event_id = info.latest_check_event_storage_id
+            logs = storage.get_logs_for_all_runs_by_log_id(
+                after_cursor=event_id - 1, dagster_event_type=DagsterEventType.ASSET_CHECK_EVALUATION, limit=1
+            )
+            entry = logs.get(event_id)
+            evaluation = entry.dagster_event.asset_check_evaluation_data if entry and entry.dagster_event else None
+            if evaluation is not None:
+                found[str(info.partition_key)] = Taint.of(evaluation, entry.timestamp)  # type: ignore[union-attr]
+    return dict(sorted(found.items()))

@@ -1,0 +1,67 @@
+"""``warehouse status TABLE [--range START END]``: each partition's state at a glance, from the dependency center's
+state store (the engine's view, with the events it has not applied yet): materialized or not (when, by which run,
+which Delta version), valid or tainted (why, from where), and each declared check's verdict on it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from dagster import AssetKey, PartitionKeyRange
+
+from warehouse_assets.catalog import BY_PERIOD, Catalog
+from warehouse_assets.center.state_store import PartitionState, StateView
+
+DEFAULT_DAYS = 3  # without a range: the partitions that ended in the last days
+
+
+def status_keys(
+    catalog: Catalog, fqn: str, start: str | None, end: str | None, now: datetime | None = None
+) -> list[str]:
+    """The partitions START … END of ``fqn`` (inclusive), or by default those that ended in the last few days."""
+    if fqn not in catalog.tables:
+        raise ValueError(f"unknown table {fqn!r}; known: {', '.join(sorted(catalog.tables))}")
+    pdef = BY_PERIOD[catalog[fqn].period]
+    now = now or datetime.now(UTC)
+    if start is None or end is None:
+        keys = pdef.get_partition_keys(current_time=now)
+        since = now - timedelta(days=DEFAULT_DAYS)
+        recent = [k for k in keys[-400:] if pdef.time_window_for_partition_key(k).end > since]
+        return recent or list(keys[-1:])
+    for key in (start, end):
+        if not pdef.has_partition_key(key):
+            raise ValueError(f"{key!r} is not a partition of {fqn} ({catalog[fqn].period})")
+    return list(pdef.get_partition_keys_in_range(PartitionKeyRange(start, end)))
+
+
+def status_lines(catalog: Catalog, states: StateView, fqn: str, keys: Sequence[str]) -> list[str]:
+    table = catalog[fqn]
+    found = states.states(AssetKey(table.key), keys)
+    zone = ZoneInfo(BY_PERIOD[table.period].timezone)
+    tainted = sum(1 for s in found.values() if s.tainted)
+    done = sum(1 for s in found.values() if s.materialized)
+    out = [f"{fqn} ({table.period}): {len(keys)} partition(s), {done} materialized, {tainted} tainted"]
+    for key in keys:
+        out.append(f"  {key:<18} {_line(found[key], [c.name for c in table.checks], zone)}")
+    return out
+
+
+def _line(state: PartitionState, checks: Sequence[str], zone: ZoneInfo) -> str:
+    if state.in_progress:
+        run = "in progress"
+    elif not state.materialized:
+        run = "failed" if state.failed else "missing"
+    else:
+        when = datetime.fromtimestamp(state.timestamp or 0, zone).strftime("%Y-%m-%d %H:%M")
+        by = f"run {state.run_id[:8]}" if state.run_id else "reported"
+        version = f", Delta v{state.delta_version}" if state.delta_version is not None else ""
+        run = f"materialized {when} ({by}{version})"
+    if not state.materialized:
+        return run
+    validity = state.taint.describe() if state.taint is not None else "valid"
+    verdicts = []
+    for name in checks:
+        verdict = state.checks.get(name)
+        verdicts.append(f"{name} {'—' if verdict is None else 'passed' if verdict else 'FAILED'}")
+    return f"{run}  {validity}" + (f"  checks: {', '.join(verdicts)}" if verdicts else "")

@@ -1,0 +1,398 @@
+"""Taint and repair: mark bad partitions and everything built from them tainted, then rebuild exactly those.
+
+``warehouse taint TABLE START END --reason "…"`` and the ``taint_repair`` job (the UI's Launchpad: table, range,
+reason, apply) compute the same plan:
+
+1. the **closure**: every partition built, directly or not, from the partitions START … END of TABLE, across periods,
+   offsets, sliding windows and self-dependencies (:meth:`warehouse_assets.center.reverse_index.ReverseIndex.closure`:
+   the exact mappings inverted, by runs of partitions, no scan);
+2. what to **mark**: the closure's materialized partitions. A partition never built holds no bad data: it waits for
+   its repaired upstream like any other (``not built yet``), or can never be built because its window reaches before
+   the warehouse start (named, left out). A root partition re-materialized after every partition built from it (the
+   corrected source re-ingested before the taint was applied) holds the corrected data: it is named and not marked;
+3. what to **rebuild**: the marked partitions of derived tables, in one Dagster asset backfill (the UI shows it; the
+   backfill daemon runs them in dependency order, each table's runs as its backfill policy says). A marked ODS hour or
+   external delivery is repaired at its source: it is valid again once reported anew with passing checks, and the
+   backfill's runs reading it wait for that through the run guard.
+
+With ``apply`` the job marks every partition (a failed ``valid`` verdict each, :mod:`warehouse_assets.build.validity`,
+naming the backfill) and launches the backfill; the dependency center leaves those partitions to it while it runs.
+Without, it only prints the plan: tables × partitions as ranges, and the runs the repair needs.
+
+The engine uses the same job when late data fails a blocking check (:mod:`warehouse_assets.center.resolver`): the
+partitions built from the hour's previous data are marked, with the hour and the failed check as root, and no backfill:
+the engine rebuilds them itself once the hour is fixed.
+"""
+
+import getpass
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from dagster import (
+    AssetKey,
+    Config,
+    DagsterInstance,
+    Failure,
+    MetadataValue,
+    OpExecutionContext,
+    Output,
+    PartitionKeyRange,
+    job,
+    op,
+)
+
+from warehouse_assets.build.compiler import max_partitions_per_run, topological
+from warehouse_assets.build.gate import span
+from warehouse_assets.build.validity import Taint, taint_evaluation
+from warehouse_assets.catalog import BY_PERIOD, Catalog, Table, upstream_partitions
+from warehouse_assets.center.reverse_index import ReverseIndex
+from warehouse_assets.center.state_store import PartitionState, PartitionStateStore, StateView
+
+JOB = "taint_repair"
+TAINT_TAG = "warehouse/taint"  # on the repair backfill: the run of the taint job that launched it
+
+
+@dataclass
+class TablePlan:
+    """One table of a plan: its partitions in the closure, by what happens to them."""
+
+    table: str
+    marked: list[str] = field(default_factory=list)  # materialized: marked tainted
+    rebuilt: list[str] = field(default_factory=list)  # of those, rebuilt by the backfill (derived tables)
+    waiting: list[str] = field(default_factory=list)  # never built: they wait for the repaired upstream
+    never: list[str] = field(default_factory=list)  # can never be built (a window before the warehouse start)
+    corrected: list[str] = field(default_factory=list)  # roots re-materialized since: not marked
+    runs: int = 0  # the runs rebuilding them
+
+
+@dataclass
+class TaintPlan:
+    table: str
+    start: str
+    end: str
+    taint: Taint
+    roots: list[str]
+    tables: list[TablePlan]
+    index: ReverseIndex = field(repr=False)
+    now: datetime = field(repr=False)
+    backfill: bool = True  # the repair is one backfill; False: the engine rebuilds them once the root is fixed
+
+    @property
+    def marked(self) -> int:
+        return sum(len(t.marked) for t in self.tables)
+
+    @property
+    def rebuilt(self) -> int:
+        return sum(len(t.rebuilt) for t in self.tables)
+
+    @property
+    def runs(self) -> int:
+        return sum(t.runs for t in self.tables)
+
+    def rebuild(self) -> dict[str, list[str]]:
+        """Derived table → its partitions the repair backfill rebuilds."""
+        return {t.table: t.rebuilt for t in self.tables if t.rebuilt}
+
+    def ranges(self, table: str, keys: Sequence[str]) -> str:
+        """``keys`` as runs of consecutive partitions: ``2026-01-05 .. 2026-01-09 (5), 2026-01-12``."""
+        runs = self.index.runs(table, keys, self.now)
+        shown = [span(run) for run in runs[:6]]
+        if len(runs) > 6:
+            shown.append(f"… {len(runs) - 6} more runs, through {runs[-1][-1]}")
+        return ", ".join(shown)
+
+    @property
+    def title(self) -> str:
+        keys = self.start if self.start == self.end else f"{self.start} .. {self.end}"
+        return f"{self.table} {keys}: {self.taint.reason} (by {self.taint.by})"
+
+    def summary(self) -> str:
+        tables = sum(1 for t in self.tables if t.marked)
+        rebuilt = sum(1 for t in self.tables if t.rebuilt)
+        if not self.backfill:
+            return (
+                f"{self.marked} partition(s) of {tables} table(s) to mark tainted; the engine rebuilds {self.rebuilt} "
+                f"partition(s) of {rebuilt} table(s) once {self.table} {self.start} is fixed"
+            )
+        return (
+            f"{self.marked} partition(s) of {tables} table(s) to mark tainted; the repair rebuilds {self.rebuilt} "
+            f"partition(s) of {rebuilt} table(s) in {self.runs} run(s), one asset backfill"
+        )
+
+    def _how(self, t: TablePlan) -> str:
+        if not t.rebuilt:
+            return "repaired at its source (reported again)"
+        return f"rebuilt in {t.runs} run(s)" if self.backfill else "rebuilt by the engine"
+
+    def lines(self) -> list[str]:
+        out = [f"taint {self.title}"]
+        for t in self.tables:
+            if t.marked:
+                how = self._how(t)
+                out.append(f"  {t.table:<28} {self.ranges(t.table, t.marked):<44} {how}")
+        out.append(self.summary())
+        for label, attr in [
+            ("re-materialized since what was built from it (taken as corrected, not marked)", "corrected"),
+            ("not built yet (they wait for the repair)", "waiting"),
+            ("can never be built (their window reaches before the warehouse start), left out", "never"),
+        ]:
+            named = [(t.table, getattr(t, attr)) for t in self.tables if getattr(t, attr)]
+            if named:
+                out.append(f"{label}:")
+                out.extend(f"  {table:<28} {self.ranges(table, keys)}" for table, keys in named)
+        return out
+
+    def markdown(self) -> str:
+        out = [
+            f"**Taint** {self.title}",
+            "",
+            "| table | tainted partitions | count | repair |",
+            "|---|---|---|---|",
+        ]
+        for t in self.tables:
+            if t.marked:
+                how = self._how(t)
+                out.append(f"| `{t.table}` | {self.ranges(t.table, t.marked)} | {len(t.marked)} | {how} |")
+        out += ["", self.summary()]
+        for label, attr in [
+            ("Corrected roots", "corrected"),
+            ("Not built yet", "waiting"),
+            ("Never buildable", "never"),
+        ]:
+            for t in self.tables:
+                if getattr(t, attr):
+                    out.append(f"- {label}: `{t.table}` {self.ranges(t.table, getattr(t, attr))}")
+        return "\n".join(out)
+
+
+def new_taint(table: str, start: str, end: str, reason: str, by: str = "", root_check: str = "") -> Taint:
+    """The taint of partitions START … END of ``table``: its root names them (and the failed check, for the engine's
+    taint after a late verdict); ``by`` defaults to the user running the process."""
+    root = f"{table} {start}" if start == end else f"{table} {start} .. {end}"
+    return Taint(
+        reason=reason,
+        root=f"{root} (check {root_check} failed)" if root_check else root,
+        by=by or getpass.getuser(),
+        at=time.time(),
+    )
+
+
+def root_keys(catalog: Catalog, table: str, start: str, end: str) -> list[str]:
+    """The partitions START … END of ``table``, validated."""
+    if table not in catalog.tables:
+        raise ValueError(f"unknown table {table!r}; known: {', '.join(sorted(catalog.tables))}")
+    pdef = BY_PERIOD[catalog[table].period]
+    for key in (start, end):
+        if not pdef.has_partition_key(key):
+            example = pdef.get_first_partition_key()
+            raise ValueError(f"{key!r} is not a partition of {table} ({catalog[table].period}, e.g. {example})")
+    keys = list(pdef.get_partition_keys_in_range(PartitionKeyRange(start, end)))
+    if not keys:
+        raise ValueError(f"{start} .. {end} is empty: START must not come after END")
+    return keys
+
+
+def plan_taint(
+    catalog: Catalog,
+    index: ReverseIndex,
+    states: StateView | PartitionStateStore,
+    table: str,
+    start: str,
+    end: str,
+    taint: Taint,
+    mark_roots: bool = True,
+    now: datetime | None = None,
+    backfill: bool = True,
+) -> TaintPlan:
+    """The plan of tainting partitions START … END of ``table`` (inclusive) with ``taint`` (see the module's doc).
+    ``mark_roots=False``: only what was built from them is marked (a late verdict taints downstream, not the hour)."""
+    now = now or datetime.now(UTC)
+    roots = root_keys(catalog, table, start, end)
+    closure = index.closure({table: roots}, now)
+    plans: list[TablePlan] = []
+    for fqn in _in_dependency_order(catalog, closure):
+        keys = closure[fqn]
+        t = catalog[fqn]
+        found = states.states(AssetKey(t.key), keys)
+        plan = TablePlan(fqn)
+        for key in keys:
+            state = found[key]
+            if fqn == table and key in roots:
+                if not mark_roots or not state.materialized:
+                    continue
+                if _corrected(catalog, index, states, fqn, key, state, now):
+                    plan.corrected.append(key)
+                    continue
+            if state.materialized:
+                plan.marked.append(key)
+            elif t.is_source:
+                continue  # an ODS hour or a delivery not reported yet: nothing built from it either
+            elif _never_buildable(catalog, index, t, key, now):
+                plan.never.append(key)
+            else:
+                plan.waiting.append(key)
+        if not t.is_source:
+            plan.rebuilt = list(plan.marked)
+            limit = max_partitions_per_run(t)
+            plan.runs = sum(-(-len(run) // (limit or len(run))) for run in index.runs(fqn, plan.rebuilt, now))
+        plans.append(plan)
+    return TaintPlan(table, start, end, taint, roots, plans, index, now, backfill)
+
+
+def _corrected(
+    catalog: Catalog,
+    index: ReverseIndex,
+    states: StateView | PartitionStateStore,
+    table: str,
+    key: str,
+    state: PartitionState,
+    now: datetime,
+) -> bool:
+    """A root materialized again after every partition that read it was built: its data is newer than what they
+    used (the corrected source re-ingested before the taint), so it is not what is bad."""
+    built: list[int] = []
+    for downstream, keys in index.downstream_of(table, key, now).items():
+        found = states.states(AssetKey(catalog[downstream].key), keys)
+        built.extend(s.storage_id for s in found.values() if s.storage_id is not None)
+    return bool(built) and state.storage_id is not None and state.storage_id > max(built)
+
+
+def _never_buildable(catalog: Catalog, index: ReverseIndex, table: Table, key: str, now: datetime) -> bool:
+    """Some dependency of ``key`` needs partitions before its upstream's first one: it can never be built."""
+    for dep in table.deps:
+        if index.upstream_of(table.fqn, dep.table, key, now) is not None:
+            continue  # every partition of that window exists: the index's arithmetic, no mapping
+        up = upstream_partitions(catalog, table, dep, key, current_time=now)
+        first = BY_PERIOD[catalog[dep.table].period].get_first_partition_window()
+        windows = [BY_PERIOD[catalog[dep.table].period].time_window_for_partition_key(k) for k in up.nonexistent]
+        if first is not None and any(w.start < first.start for w in windows):
+            return True
+    return False
+
+
+def _in_dependency_order(catalog: Catalog, closure: dict[str, list[str]]) -> list[str]:
+    rank = {fqn: i for i, fqn in enumerate(t.fqn for t in [*catalog.ods(), *catalog.externals()])}
+    rank.update({t.fqn: len(rank) + i for i, t in enumerate(topological(catalog))})
+    return sorted(closure, key=lambda fqn: rank.get(fqn, len(rank)))
+
+
+# --- applying: the marks are events of the job's run, the repair is one asset backfill --------------------------
+
+
+def mark(context: OpExecutionContext, catalog: Catalog, plan: TaintPlan, states: StateView, taint: Taint) -> int:
+    """Log the failed ``valid`` verdict of every partition the plan marks, in this run, on its latest
+    materialization; returns how many."""
+    marked = 0
+    for t in plan.tables:
+        table = catalog[t.table]
+        found = states.states(AssetKey(table.key), t.marked)
+        for key in t.marked:
+            state = found[key]
+            assert state.storage_id is not None
+            target = (state.storage_id, state.run_id or "", state.timestamp or 0.0)
+            # log_event accepts check evaluations at run time (its annotation lags behind)
+            context.log_event(taint_evaluation(table, key, taint, target))  # type: ignore[arg-type]
+            marked += 1
+    return marked
+
+
+def launch_backfill(
+    instance: DagsterInstance, catalog: Catalog, plan: TaintPlan, backfill_id: str, run_id: str
+) -> None:
+    """The repair: one asset backfill of the plan's derived partitions, the kind the UI's ``launchPartitionBackfill``
+    creates (partitions per asset) and a sensor's ``RunRequest.for_asset_graph_subset`` too, so the UI lists it and the
+    backfill daemon runs it. Built from the catalog's partitions definitions: launching it needs no code location."""
+    from dagster._core.definitions.assets.graph.asset_graph_subset import AssetGraphSubset
+    from dagster._core.execution.backfill import PartitionBackfill
+
+    subsets = {
+        AssetKey(catalog[fqn].key): BY_PERIOD[catalog[fqn].period].subset_with_partition_keys(keys)
+        for fqn, keys in plan.rebuild().items()
+    }
+    backfill = PartitionBackfill.from_asset_graph_subset(
+        backfill_id=backfill_id,
+        backfill_timestamp=time.time(),
+        tags={TAINT_TAG: run_id},
+        dynamic_partitions_store=instance,
+        # the serdes decorator hides the NamedTuple's fields from mypy
+        asset_graph_subset=AssetGraphSubset(partitions_subsets_by_asset_key=subsets),  # type: ignore[call-arg]
+        title=f"repair: {plan.table} {plan.start} .. {plan.end}",
+        description=f"{plan.taint.reason} (by {plan.taint.by}); {plan.summary()}",
+        run_config=None,
+    )
+    instance.add_backfill(backfill)
+
+
+class TaintConfig(Config):  # type: ignore[misc]
+    table: str  # e.g. "ods.order"
+    start: str  # first partition, e.g. "2026-01-05-08:00"
+    end: str  # last partition (inclusive)
+    reason: str
+    apply: bool = False  # False: show the plan only
+    by: str = ""  # who marks it (default: the user running the job's process)
+    rebuild: bool = True  # launch the repair backfill
+    root_check: str = ""  # set by the engine: a late verdict of this check taints what was built before it
+
+
+def build_taint_job(catalog: Catalog):  # type: ignore[no-untyped-def]
+    @op(name="taint_and_repair")
+    def taint_and_repair(context: OpExecutionContext, config: TaintConfig) -> Output[dict[str, Any]]:
+        store = PartitionStateStore(context.instance)
+        try:
+            states = store.view()  # the engine's view, with the events it has not applied yet
+            index = ReverseIndex.build(catalog)
+            automatic = bool(config.root_check)
+            taint = new_taint(config.table, config.start, config.end, config.reason, config.by, config.root_check)
+            try:
+                plan = plan_taint(
+                    catalog,
+                    index,
+                    states,
+                    config.table,
+                    config.start,
+                    config.end,
+                    taint,
+                    mark_roots=not automatic,
+                    backfill=config.rebuild,
+                )
+            except ValueError as exc:
+                raise Failure(str(exc)) from exc
+            for line in plan.lines():
+                context.log.info(line)
+            backfill_id = ""
+            if config.apply:
+                if config.rebuild and plan.rebuild():
+                    from dagster._core.utils import make_new_backfill_id
+
+                    backfill_id = make_new_backfill_id()
+                    taint = Taint(taint.reason, taint.root, taint.by, taint.at, repair=backfill_id)
+                marked = mark(context, catalog, plan, states, taint)
+                if backfill_id:
+                    launch_backfill(context.instance, catalog, plan, backfill_id, context.run_id)
+                    context.log.info(f"marked {marked} partition(s) tainted; repair backfill {backfill_id}")
+                else:
+                    context.log.info(f"marked {marked} partition(s) tainted; no backfill")
+            counts = {"marked": plan.marked, "rebuilt": plan.rebuilt, "runs": plan.runs}
+            metadata: dict[str, Any] = {
+                "plan": MetadataValue.md(plan.markdown()),
+                **counts,
+                "applied": config.apply,
+                "backfill": backfill_id,
+            }
+            return Output({**counts, "backfill": backfill_id, "lines": plan.lines()}, metadata=metadata)
+        finally:
+            store.close()
+
+    @job(
+        name=JOB,
+        description="Mark a table's partitions tainted with everything built from them, and rebuild exactly those: "
+        "launch with table, start, end, reason (and apply: true to act; without, the run shows the plan).",
+        tags={"warehouse/taint": "plan"},
+    )
+    def taint_repair() -> None:
+        taint_and_repair()
+
+    return taint_repair

@@ -1,0 +1,95 @@
+"""``warehouse taint`` and ``warehouse status``: mark bad data and what was built from it, repair it, look at it.
+
+Neither needs Spark. ``taint`` without ``--apply`` reads the catalog and the dependency center's state store only; with
+``--apply`` it executes the ``taint_repair`` job in this process (the run, its plan as Markdown and the repair backfill
+show in the UI as if launched from the Launchpad).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+
+def taint_command(args: argparse.Namespace, instance: Any) -> int:
+    from warehouse_assets.catalog import load_catalog
+    from warehouse_assets.center.reverse_index import ReverseIndex
+    from warehouse_assets.center.state_store import PartitionStateStore
+    from warehouse_assets.center.taint import new_taint, plan_taint
+
+    if not args.apply:
+        catalog = load_catalog()
+        store = PartitionStateStore(instance)
+        try:
+            taint = new_taint(args.table, args.start, args.end, args.reason, args.by)
+            plan = plan_taint(
+                catalog, ReverseIndex.build(catalog), store.view(), args.table, args.start, args.end, taint
+            )
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        finally:
+            store.close()
+        print("\n".join(plan.lines()))
+        print("nothing marked yet: --apply marks them tainted and launches the repair backfill")
+        return 0
+
+    from warehouse_assets.center.taint import build_taint_job
+
+    # the code location's job, executed here: its run shows in the UI as the Launchpad's would
+    config = {"table": args.table, "start": args.start, "end": args.end, "reason": args.reason, "apply": True}
+    result = build_taint_job(load_catalog()).execute_in_process(
+        run_config={
+            "ops": {"taint_and_repair": {"config": {**config, "by": args.by}}},
+            "loggers": {"console": {"config": {"log_level": "WARNING"}}},  # the plan is printed once, below
+        },
+        instance=instance,
+        raise_on_error=False,
+    )
+    if not result.success:
+        failure = next((e for e in result.all_events if e.is_step_failure), None)
+        error = failure.step_failure_data.error if failure is not None and failure.step_failure_data else None
+        message = error.message.strip() if error is not None else "see the run's log"
+        print(f"error: {message.splitlines()[-1] if message else message} (run {result.run_id})", file=sys.stderr)
+        return 1
+    out = result.output_for_node("taint_and_repair")
+    print("\n".join(out["lines"]))
+    backfill = f"repair backfill {out['backfill']}" if out["backfill"] else "nothing to rebuild: no backfill"
+    print(f"marked {out['marked']} partition(s) tainted; {backfill} (run {result.run_id})")
+    return 0
+
+
+def status_command(args: argparse.Namespace, instance: Any) -> int:
+    from warehouse_assets.catalog import load_catalog
+    from warehouse_assets.center.state_store import PartitionStateStore
+    from warehouse_assets.center.status import status_keys, status_lines
+
+    catalog = load_catalog()
+    start, end = args.range or (None, None)
+    store = PartitionStateStore(instance)
+    try:
+        keys = status_keys(catalog, args.table, start, end)
+        print("\n".join(status_lines(catalog, store.view(), args.table, keys)))
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        store.close()
+    return 0
+
+
+def add_parsers(sub: Any) -> None:
+    taint = sub.add_parser("taint", help="mark partitions and everything built from them tainted; --apply repairs")
+    taint.add_argument("table", help="e.g. ods.order")
+    taint.add_argument("start", help="first partition, e.g. 2026-03-02-08:00 (daily: 2026-03-02)")
+    taint.add_argument("end", help="last partition (inclusive)")
+    taint.add_argument("--reason", required=True, help="why the data is bad: shown on every tainted partition")
+    taint.add_argument("--apply", action="store_true", help="mark them and launch the repair backfill")
+    taint.add_argument("--by", default="", help="who marks them (default: your user name)")
+    taint.add_argument("--dagster-home", default=None)
+
+    status = sub.add_parser("status", help="each partition's state: materialized, valid or tainted, checks")
+    status.add_argument("table", help="e.g. dwd.order_detail")
+    status.add_argument("--range", nargs=2, metavar=("START", "END"), help="partitions (default: the last 3 days)")
+    status.add_argument("--dagster-home", default=None)
