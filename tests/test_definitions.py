@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from dagster import AssetKey, DefaultSensorStatus, TimeWindowPartitionMapping, TimeWindowPartitionsDefinition
+from dagster import (
+    AssetKey,
+    DagsterInstance,
+    DefaultSensorStatus,
+    TimeWindowPartitionMapping,
+    TimeWindowPartitionsDefinition,
+)
 
+from resources import resources_from_env
 from resources.settings import Settings
 from tests.support.small_catalog import ODS, assert_refused, write
 from warehouse_assets.catalog import load_catalog, upstream_partitions
@@ -60,6 +68,7 @@ def test_daily_dwd_depends_on_the_24_hours_of_its_day() -> None:
 
 
 PRODUCTION_SENSORS = {
+    "dependency_center",
     "ods_landing",
     "ods_readiness",
     "ods_quality_checks",
@@ -82,6 +91,30 @@ def test_the_simulated_source_runs_only_in_dev_mode() -> None:
     sensors = {s.name: s for s in build_definitions(catalog, dev).sensors or []}
     assert set(sensors) == PRODUCTION_SENSORS | {"simulated_source"}
     assert sensors["simulated_source"].default_status == DefaultSensorStatus.RUNNING
+
+
+def test_a_run_prints_its_info_lines_not_every_event(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a run prints in `make dev`'s terminal, on the dev instance: its own lines (the why_waiting job's answer
+    here), not a DEBUG line per event (a step start, a check verdict), which all stay in the run's log in the UI."""
+    home = tmp_path / "home"
+    home.mkdir()
+    shutil.copy(ROOT / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))  # the file locates its storage by it
+    env = {"WAREHOUSE_LAKE_ROOT": str(tmp_path / "lake"), "WAREHOUSE_LANDING_ROOT": str(tmp_path)}
+    config = {"ops": {"explain_partition": {"config": {"table": "ads.daily_gmv", "partition": "2026-01-02"}}}}
+    with DagsterInstance.from_config(str(home)) as instance:
+        result = defs.resolve_job_def("why_waiting").execute_in_process(
+            run_config=config, instance=instance, resources=resources_from_env(env)
+        )
+        assert result.success
+        stored = {e.dagster_event.event_type_value for e in instance.all_logs(result.run_id) if e.dagster_event}
+    assert {"STEP_START", "STEP_SUCCESS", "PIPELINE_SUCCESS"} <= stored
+    printed = capfd.readouterr()
+    lines = (printed.out + printed.err).splitlines()
+    assert any(" - INFO - why_waiting - " in line and "verdict: waiting for" in line for line in lines), lines
+    assert not [line for line in lines if " - DEBUG - " in line]
 
 
 def test_runs_execute_their_steps_in_process_unless_told_otherwise() -> None:
