@@ -141,7 +141,7 @@ def test_a_day_is_requested_once_all_its_24_hours_are_in_not_before(
         "dagster/partition": "2026-03-05",
         "dagster/priority": "-89",  # a DWD day resolved the next morning (NOW): see the queue's order below
         "warehouse/request": day.request_id,
-        "warehouse/trigger": "ods.src 2026-03-05-23:00 (checks, materialized)",
+        "warehouse/trigger": "ods.src 2026-03-05-23:00 (checked, materialized)",
     }
     assert center.step() == []
 

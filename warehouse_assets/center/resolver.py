@@ -91,6 +91,9 @@ def run_priority(table: str, first_partition_start: datetime | None, now: dateti
 LOOKBACK = timedelta(days=35)
 PRUNE_EVERY = timedelta(hours=1)  # how often old requests are deleted
 CLOCK = "clock"  # a Trigger's field: the partition's window ended, nothing upstream changed
+# a trigger's fields as the run's tag says them: a run is planned only once nothing upstream is in progress, so an
+# in-progress change that triggers one is a run that ended
+CHANGE_WORDS = {"checks": "checked", "in_progress": "run ended", "failed": "run failed", CLOCK: "window ended"}
 
 
 @dataclass(frozen=True)
@@ -104,7 +107,8 @@ class Trigger:
     fields: frozenset[str]  # ``materialized``, ``checks``, ``in_progress``, ``failed``, or ``clock``
 
     def describe(self) -> str:
-        return f"{self.table} {self.partition} ({', '.join(sorted(self.fields))})"
+        """In words, for the run's tag and the engine's log: ``dws.user_order_daily 2026-11-20 (materialized)``."""
+        return f"{self.table} {self.partition} ({', '.join(sorted(CHANGE_WORDS.get(f, f) for f in self.fields))})"
 
     def to_json(self) -> list[object]:
         return [self.table, self.partition, self.storage_id, self.run_id, sorted(self.fields)]
