@@ -27,7 +27,8 @@ the bench prints the time from the day's last hour reported to its DWD, DWS and 
 layer, naming the last table of each.
 
 Prints each handoff, P50 / P90 / max per kind and stage, and a last line ``RESULT handoffs= p90= max=
-launch_p90= detect_p90= ...``.
+launch_p90= detect_p90= ...``. The bench fails instead when a run it timed did not succeed, when any run of the
+stack failed meanwhile, or when the stack did not settle between handoffs.
 
     .venv/bin/python bench/handoff_latency.py [--handoffs 60]
 
@@ -187,6 +188,7 @@ def main() -> int:
         else:
             raise SystemExit(f"the stack did not come up within 300 s; see {work / 'dev.log'}")
         print("[bench] stack is up; one handoff at a time, the kinds alternating", flush=True)
+        started_at, timed_run_ids = time.time(), []
         for n, (kind, key) in enumerate(plan, start=1):
             _wait_until_idle(instance, args.timeout)
             time.sleep(random.uniform(0, 3))
@@ -218,6 +220,7 @@ def main() -> int:
                 if hour.hour == 23:  # the day's last hour: when every ODS table has reported it
                     day_end[f"{hour:%Y-%m-%d}"] = _all_reported(instance, catalog, key, args.timeout)
             run = record.dagster_run
+            timed_run_ids.append(run.run_id)
             submitted = float(run.tags[SUBMITTED_TAG])
             step = _first_step(instance, run.run_id, args.timeout)  # the run has started: its first step executes
             row.update(
@@ -235,6 +238,12 @@ def main() -> int:
                 flush=True,
             )
         _wait_until_idle(instance, args.timeout)
+        failed = _failed_runs(instance, started_at)
+        if failed:
+            raise SystemExit(f"{len(failed)} run(s) failed during the bench: {'; '.join(failed[:5])}")
+        timed_runs = [timed for timed in timed_run_ids if timed not in _succeeded(instance, timed_run_ids)]
+        if timed_runs:
+            raise SystemExit(f"timed run(s) did not succeed: {timed_runs}")
         layers = _day_end_layers(instance, catalog, day_end)
     finally:
         os.killpg(stack.pid, signal.SIGINT)
@@ -438,6 +447,28 @@ def _wait_until_idle(instance: object, timeout: float) -> None:
         if not instance.get_runs(RunsFilter(statuses=busy), limit=1):  # type: ignore[attr-defined]
             return
         time.sleep(0.5)
+    raise SystemExit(f"the stack did not settle: runs still queued or in progress after {timeout:.0f} s")
+
+
+def _succeeded(instance: object, run_ids: list[str]) -> set[str]:
+    from dagster import DagsterRunStatus, RunsFilter
+
+    records = instance.get_run_records(RunsFilter(run_ids=run_ids))  # type: ignore[attr-defined]
+    return {r.dagster_run.run_id for r in records if r.dagster_run.status == DagsterRunStatus.SUCCESS}
+
+
+def _failed_runs(instance: object, since: float) -> list[str]:
+    """The runs created since ``since`` that did not succeed: a timed handoff whose run failed is no handoff."""
+    from dagster import DagsterRunStatus, RunsFilter
+
+    records = instance.get_run_records(  # type: ignore[attr-defined]
+        RunsFilter(statuses=[DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED])
+    )
+    return [
+        f"{r.dagster_run.run_id} {r.dagster_run.job_name} {r.dagster_run.tags.get('dagster/partition', '')}"
+        for r in records
+        if r.create_timestamp.timestamp() >= since
+    ]
 
 
 if __name__ == "__main__":

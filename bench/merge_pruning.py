@@ -6,7 +6,9 @@ partitioned by the local day and hour of ``create_time`` (``dt``, ``hh``, as ``o
 the day's appends leave it (``--layout daily``: by ``dt`` only, several files a day). Their primary keys are NOT
 correlated with the partition columns, so file min/max statistics on
 ``id`` cannot prune anything. Change batches are written as Canal flat-message segments (one per shard) and
-every run applies one end to end the way ``ingest_batch`` does, on a fresh copy of the table and of the ops tables:
+every run applies one end to end the way ``ingest_batch`` does, on a fresh copy of the table and of the ops tables,
+which hold the history production's do (``--history-batches`` earlier 5-minute batches recorded by ``record_batch``,
+default a day: the dedupe reads the changes recorded in the batch's binlog hours, the positions their journal):
 ``read_lines`` + ``prepare_changes`` (parse, type, validate, dedupe, classify; in process at this size, see
 ``--engine``), ``record_batch`` (the ops tables' commits and the journaled positions) and ``DeltaStore.merge``
 (Spark's Delta ``MERGE INTO``) with ``tombstone_column="_deleted"`` and the batch number as app transaction, with
@@ -50,7 +52,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from resources.delta_lake import DeltaStore, MergeResult
-from resources.landing import Landing, Segment, read_lines, segment_name, stream_dir
+from resources.landing import Landing, Segment, read_lines, segment_name, stream_dir, stream_name
 from resources.spark import engine_label, get_session
 from simulator.cdc import LOGICAL_TABLES
 from warehouse_assets.catalog import START, Table, load_catalog, periods
@@ -236,11 +238,12 @@ def build_table(
 
 
 def clone_table(src: Path, dst: Path) -> None:
-    """An identical copy: data files hard-linked (Delta never rewrites them), the log copied."""
+    """An identical copy of a table, or of a lake of tables: data files hard-linked (Delta never rewrites them),
+    the logs copied (``_last_checkpoint`` is rewritten in place)."""
     for dirpath, _dirs, files in os.walk(src):
         rel = Path(dirpath).relative_to(src)
         (dst / rel).mkdir(parents=True, exist_ok=True)
-        in_log = rel.parts[:1] == ("_delta_log",)
+        in_log = "_delta_log" in rel.parts
         for name in files:
             if in_log:
                 shutil.copy2(Path(dirpath) / name, dst / rel / name)
@@ -386,8 +389,8 @@ def _partition_keys(layout: Layout, partition: np.ndarray, create: np.ndarray) -
     return [(d, HOURS[int(h)]) for d, h in zip(days, hours, strict=True)]
 
 
-def write_segments(root: Path, layout: Layout, messages: list[tuple[str, int, dict[str, Any]]]) -> Landing:
-    """One segment per shard holding the window's messages in binlog order, as Canal writes them."""
+def write_segments(root: Path, layout: Layout, messages: list[tuple[str, int, dict[str, Any]]], seq: int) -> Landing:
+    """One segment per shard (number ``seq``) holding the window's messages in binlog order, as Canal writes them."""
     mysql_type = LOGICAL_TABLES["order"].mysql_types()
     sql_type = {c.name: c.sql_type for c in LOGICAL_TABLES["order"].columns}
     start = datetime.fromtimestamp(layout.batch_start, ZoneInfo(periods().timezone))
@@ -416,7 +419,7 @@ def write_segments(root: Path, layout: Layout, messages: list[tuple[str, int, di
             lines.append(json.dumps(obj, ensure_ascii=False, separators=(",", ":")))
         directory = stream_dir(root, DB, table)
         directory.mkdir(parents=True, exist_ok=True)
-        (directory / segment_name(1, start)).write_text("\n".join(lines) + "\n")
+        (directory / segment_name(seq, start)).write_text("\n".join(lines) + "\n")
     return Landing(root, periods().timezone)
 
 
@@ -561,6 +564,11 @@ class ModeResult:
     end_to_end: list[float] = dataclasses.field(default_factory=list)  # prepare + record + merge, per run
 
     @property
+    def files_scanned(self) -> int | str:
+        """Files the merge scanned after data skipping, as Delta's MERGE reported it (the first run's)."""
+        return self.merges[0].metrics.get("num_target_files_scanned", "not reported")
+
+    @property
     def merge_s(self) -> float:
         return statistics.median(m.seconds for m in self.merges)
 
@@ -584,8 +592,10 @@ class ModeResult:
             f"  merge {self.mode:<8} {self.merge_s:7.2f}s  (median of {len(self.merges)}: {times}; first run: "
             f"Spark's merge {m['execution_time_ms'] / 1000:.2f}s, of which scan+join {m['scan_time_ms'] / 1000:.2f}s"
             f" and rewrite {m['rewrite_time_ms'] / 1000:.2f}s)",
-            f"    files in the merge's scope {self.scope_files} of {table_files} (holding "
-            f"{self.scope_bytes / 2**20:,.0f} MiB; the Spark JVM read {read / 2**20:,.0f} MiB during the merge, "
+            f"    Delta's MERGE scanned {self.files_scanned} file(s) in {m.get('num_target_partitions_scanned', '?')} "
+            f"partition(s) of {m.get('num_target_files_in_table', '?')} (the batch's partitions hold "
+            f"{self.scope_files} files, {self.scope_bytes / 2**20:,.0f} MiB; the Spark JVM read "
+            f"{read / 2**20:,.0f} MiB during the merge, "
             f"page cache included); files rewritten: removed {m['num_target_files_removed']}, added "
             f"{m['num_target_files_added']}",
             f"    rows: source {m['num_source_rows']:,}, inserted {m['num_target_rows_inserted']:,}, updated "
@@ -594,10 +604,48 @@ class ModeResult:
 
 
 def fresh_lake(base: Path, lake: Path, kind: type[RecordingStore] = RecordingStore) -> RecordingStore:
+    """A copy of the base lake: the ODS table and the ops tables with their history."""
     if lake.exists():
         shutil.rmtree(lake)
-    clone_table(base, lake / KEY[0] / KEY[1])
+    clone_table(base, lake)
     return kind(str(lake))
+
+
+# --- the ops tables' history: what a batch's dedupe and positions read in production -------------------------
+
+
+def build_ops_history(lake: Path, table: Table, layout: Layout, batches: int, changes: int, seed: int) -> float:
+    """``batches`` earlier 5-minute batches recorded in ``lake`` as the ingestion records them (``record_batch``:
+    the changes taken in, the ingested counts and the journaled positions, then the ODS table's commit of the
+    batch number), ending where the bench's batch starts, each with ``changes`` change hashes across the shards.
+    The bench's batch then reads what production reads before its merge: the recorded changes of its binlog hours
+    (the last dozen batches share them) and the committed positions. Returns the seconds it took."""
+    started = time.monotonic()
+    store = DeltaStore(str(lake))
+    rng = np.random.default_rng(seed)
+    tz = ZoneInfo(periods().timezone)
+    streams = [stream_name(DB, f"order_{i:02d}") for i in range(SHARDS)]
+    empty = pa.table({})
+    for k in range(1, batches + 1):
+        at = datetime.fromtimestamp(layout.batch_start - (batches - k + 1) * BATCH_WINDOW, tz)
+        hour = f"{at:%Y-%m-%dT%H}"
+        stream = pa.array([streams[i % SHARDS] for i in range(changes)], pa.string())
+        hashes = rng.integers(0, 2**63 - 1, size=(changes, 2), dtype=np.int64)
+        recorded = pa.table(
+            {
+                "table": pa.array([table.fqn] * changes, pa.string()),
+                "stream": stream,
+                "hour": pa.array([hour] * changes, pa.string()),
+                "change": pa.array([f"{a:016x}{b:016x}" for a, b in hashes.tolist()], pa.string()),
+                "seq": pa.array([k] * changes, pa.int64()),
+            }
+        )
+        prepared = PreparedBatch(empty, empty, empty, recorded, {}, [], [])
+        app_id, version = record_batch(store, table, prepared, [], dict.fromkeys(streams, k))
+        store.commit_app_transactions(KEY, {app_id: version})
+        if k % 48 == 0 or k == batches:
+            log(f"  ops history: {k}/{batches} batches recorded, {time.monotonic() - started:.0f}s")
+    return time.monotonic() - started
 
 
 def partition_files(base: Path) -> dict[tuple[str, ...], tuple[int, int]]:
@@ -639,7 +687,7 @@ def check(prepared: Prepared, result: MergeResult, lake: Path, expected: dict[st
     if got != want:
         raise SystemExit(f"batch {label}: expected {want}, got {got}")
     dt = DeltaTable(str(lake / KEY[0] / KEY[1]))
-    if dt.transaction_version(position_app_id(load_catalog()["ods.order"])) != 1:
+    if dt.transaction_version(position_app_id(load_catalog()["ods.order"])) != expected["batch_number"]:
         raise SystemExit(f"batch {label}: the batch number was not committed with the merge")
 
 
@@ -657,6 +705,7 @@ def scenario(
     repeat_unpruned: int,
     engine: Engine = "auto",
     compare_spark: bool = False,
+    history: int = 0,
 ) -> dict[str, Any]:
     kind = "correlated" if layout.correlated else "uncorrelated"
     first, last = layout.days[plan.partitions[0]], layout.days[plan.partitions[-1]]
@@ -666,12 +715,13 @@ def scenario(
     )
     started = time.monotonic()
     messages, expected = generate_batch(layout, plan, seed)
-    landing = write_segments(workdir / "landing" / label, layout, messages)
+    expected["batch_number"] = history + 1  # the next batch after the ops tables' history
+    landing = write_segments(workdir / "landing" / label, layout, messages, history + 1)
     log(
         f"  generated {len(messages):,} Canal flat messages in {SHARDS} shard segments "
         f"({time.monotonic() - started:.1f}s)"
     )
-    per_partition = partition_files(base)
+    per_partition = partition_files(base / KEY[0] / KEY[1])
     touched = expected["touched_partitions"]  # days
     table_files = sum(f for f, _ in per_partition.values())
     keys = [k for k in expected["touched_keys"] if k in per_partition]  # an hour with no order yet has no files
@@ -753,13 +803,15 @@ def scenario(
     }
 
 
-def warm_up(spark: Any, table: Table, schema: pa.Schema, workdir: Path, base: Path, layout: Layout) -> None:
+def warm_up(
+    spark: Any, table: Table, schema: pa.Schema, workdir: Path, base: Path, layout: Layout, history: int
+) -> None:
     """A batch through the whole path first, so JVM start-up, JIT and code generation are not timed."""
     started = time.monotonic()
     changes = min(100_000, int(layout.counts[-1]) // 2)
     plan = BatchPlan("warm-up", [layout.partitions - 1], changes, 0.4, 0.05, 0.05)
     messages, _ = generate_batch(layout, plan, seed=7)
-    landing = write_segments(workdir / "landing" / "warm-up", layout, messages)
+    landing = write_segments(workdir / "landing" / "warm-up", layout, messages, history + 1)
     lake = workdir / "lakes" / "warm-up"
     segments = segments_of(landing, table)
     ingest(spark, fresh_lake(base, lake), table, schema, segments, True, "auto")
@@ -787,6 +839,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batch-a", type=int, default=100_000, help="changes in batch (a): the 2 newest partitions")
     parser.add_argument("--batch-b", type=int, default=100_000, help="changes in batch (b)")
     parser.add_argument("--batch-b-partitions", type=int, default=30, help="partitions batch (b) touches")
+    parser.add_argument(
+        "--history-batches",
+        type=int,
+        default=288,
+        help="earlier 5-minute batches recorded in the ops tables before the timed one (default a day: 288)",
+    )
+    parser.add_argument(
+        "--history-changes", type=int, default=None, help="changes per history batch (default: batch (a) / 12)"
+    )
     parser.add_argument("--repeat", type=int, default=5, help="pruned merges per batch (the median is reported)")
     parser.add_argument("--repeat-unpruned", type=int, default=3, help="unpruned merges per batch (median reported)")
     parser.add_argument("--chunk-rows", type=int, default=2_000_000, help="rows generated per write while building")
@@ -830,11 +891,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             builds[name] = build_table(
                 str(bases[name]), layout, schema, args.files_per_partition, args.chunk_rows, name
             )
+        history_changes = args.history_changes or max(1, args.batch_a // 12)
+        lakes: dict[str, Path] = {}
+        for name, layout in layouts.items():
+            log(
+                f"recording the ops tables' history of the {name} table: {args.history_batches} batches of "
+                f"{history_changes:,} changes ..."
+            )
+            lakes[name] = workdir / "history" / name
+            clone_table(bases[name], lakes[name] / KEY[0] / KEY[1])
+            builds[name]["history_s"] = build_ops_history(
+                lakes[name], table, layout, args.history_batches, history_changes, args.seed
+            )
         started = time.monotonic()
         spark = get_session()
         log(f"Spark session (local): {time.monotonic() - started:.1f}s")
         uncorrelated = layouts["uncorrelated"]
-        warm_up(spark, table, schema, workdir, bases["uncorrelated"], uncorrelated)
+        warm_up(spark, table, schema, workdir, lakes["uncorrelated"], uncorrelated, args.history_batches)
         newest = list(range(args.partitions - 2, args.partitions))
         spread = list(range(args.partitions - args.batch_b_partitions, args.partitions))
         plan_a = BatchPlan("a", newest, args.batch_a, 0.40, 0.05, 0.05)
@@ -842,9 +915,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         common = {"spark": spark, "table": table, "schema": schema, "workdir": workdir, "repeat": args.repeat}
         common["repeat_unpruned"] = args.repeat_unpruned
         common["engine"] = args.engine
+        common["history"] = args.history_batches
         a = scenario(
             **common,
-            base=bases["uncorrelated"],
+            base=lakes["uncorrelated"],
             layout=uncorrelated,
             plan=plan_a,
             label="a",
@@ -852,13 +926,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             compare_spark=not args.no_spark_prepare,
         )
         b = scenario(
-            **common, base=bases["uncorrelated"], layout=uncorrelated, plan=plan_b, label="b", seed=args.seed + 1
+            **common, base=lakes["uncorrelated"], layout=uncorrelated, plan=plan_b, label="b", seed=args.seed + 1
         )
         c = None
         if "correlated" in layouts:
             c = scenario(
                 **common,
-                base=bases["correlated"],
+                base=lakes["correlated"],
                 layout=layouts["correlated"],
                 plan=plan_a,
                 label="a-correlated",
@@ -878,8 +952,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "batch_a_unpruned_s": round(ua.merge_s, 2),
             "batch_a_e2e_pruned_s": round(pa_.end_to_end_s, 2),
             "batch_a_e2e_unpruned_s": round(ua.end_to_end_s, 2),
-            "batch_a_files_scanned": pa_.scope_files,
-            "batch_a_files_scanned_unpruned": ua.scope_files,
+            "batch_a_files_scanned": pa_.files_scanned,
+            "batch_a_files_scanned_unpruned": ua.files_scanned,
             "batch_a_files_removed": pa_.merges[0].metrics["num_target_files_removed"],
             "batch_a_files_added": pa_.merges[0].metrics["num_target_files_added"],
             "ratio": round(a["ratio"], 1),
@@ -894,7 +968,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "batch_b_prepare_s": round(b["pruned"].prepare_s, 2),
             "batch_b_pruned_s": round(b["pruned"].merge_s, 2),
             "batch_b_unpruned_s": round(b["unpruned"].merge_s, 2),
-            "batch_b_files_scanned": b["pruned"].scope_files,
+            "batch_b_files_scanned": b["pruned"].files_scanned,
             "batch_b_files_removed": b["pruned"].merges[0].metrics["num_target_files_removed"],
             "batch_b_ratio": round(b["ratio"], 1),
             "batch_b_e2e_ratio": round(b["e2e_ratio"], 2),

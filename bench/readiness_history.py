@@ -54,13 +54,13 @@ class History:
     cursor: dict[str, object]  # the tick's cursor: three hours before the end reported, every count seen
 
 
-def build_history(root: Path, days: int) -> History:
-    """``days`` days of daily batches of ``ods.order`` ending at :data:`END`, under ``root``."""
+def build_history(root: Path, days: int, end: datetime = END) -> History:
+    """``days`` days of daily batches of ``ods.order`` ending at ``end`` (a local midnight), under ``root``."""
     table: Table = load_catalog()["ods.order"]
     landing = Landing(root / "landing", hourly.timezone, segment_minutes=24 * 60)
     store = DeltaStore(str(root / "lake"))
     ensure_ods_table(store, table)
-    first = END - timedelta(days=days)
+    first = end - timedelta(days=days)
     source: dict[str, list[str]] = {s: [] for s in STREAMS}
     for seq in range(1, days + 1):
         day = first + timedelta(days=seq - 1)
@@ -87,7 +87,7 @@ def build_history(root: Path, days: int) -> History:
         path = landing.counts_path(stream)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("\n".join(lines) + "\n")
-    cursor = {table.fqn: {"last": hour_key(END - timedelta(hours=3)), "seen": dict.fromkeys(STREAMS, days)}}
+    cursor = {table.fqn: {"last": hour_key(end - timedelta(hours=3)), "seen": dict.fromkeys(STREAMS, days)}}
     return History(store, landing, Catalog({table.fqn: table}), cursor)
 
 

@@ -1,12 +1,16 @@
 """Why is this waiting, from the state store: the time ``warehouse why`` takes per partition, after its imports.
 
-The example warehouse (26 tables) on a SQLite instance with ``--days`` of history reported as the product reports it
-(runless materializations of every ODS hour and derived partition, as the readiness sensor and the runs write
-them), except the last ODS hour of ``ods.order``: every partition downstream of that day waits for it. The engine's
-partition state store is brought up to date once (as the engine keeps it). Then ``explain()`` (what ``warehouse why``
-and the ``why_waiting`` job call) answers for a set of partitions, waiting ones (their chain walked to the root
-cause) and materialized ones: P50 / P90 / max per call, with the store up to date, and with a tail of events the
-engine has not applied yet (``--tail``), which the view applies in memory.
+The example warehouse on a SQLite instance with ``--days`` of history reported as the product reports it (runless
+materializations of every ODS hour and derived partition, as the readiness sensor and the runs write them), except the
+last ODS hour of ``ods.order``: every partition downstream of that day waits for it. The lake and the landing area
+hold that history too (built as ``bench/readiness_history.py`` builds it: ``ods.order`` with two shard streams, a
+segment per shard and day, the source's counts, ``ops.ingested_counts`` and the stream positions committed in the ODS
+table), except the last day's data, so the root-cause step of the waiting hour does what it does on a real lake: reads
+the streams' positions from the Delta log, lists the segments and reads the counts. The engine's partition state store
+is brought up to date once (as the engine keeps it). Then ``explain()`` (what ``warehouse why`` and the
+``why_waiting`` job call, with the CLI's arguments) answers for a set of partitions, waiting ones (their chain walked
+to the root cause) and materialized ones: P50 / P90 / max per call, with the store up to date, and with a tail of
+events the engine has not applied yet (``--tail``), which the view applies in memory.
 
     .venv/bin/python bench/why_latency.py [--days 60] [--repeat 20] [--tail 300]
 
@@ -30,8 +34,8 @@ sys.path.insert(0, str(ROOT))
 
 from dagster import AssetKey, AssetMaterialization, instance_for_test
 
-from resources.delta_lake import DeltaStore
-from resources.landing import Landing
+from bench.readiness_history import build_history
+from resources.external import ExternalResource
 from warehouse_assets.catalog import (
     BY_PERIOD,
     load_catalog,
@@ -83,7 +87,12 @@ def main() -> int:
         started = time.perf_counter()
         store.update()
         print(f"[bench] state store built from the log in {time.perf_counter() - started:.2f} s")
-        lake, landing = DeltaStore(str(Path(tmp) / "lake")), Landing(Path(tmp) / "landing")
+        started = time.perf_counter()
+        end = datetime.combine(last, dt_time.min, BY_PERIOD["hourly"].get_first_partition_window().start.tzinfo)
+        history = build_history(Path(tmp) / "history", args.days - 1, end)  # every day but the last
+        lake, landing = history.store, history.landing
+        external = ExternalResource(root=str(Path(tmp) / "external"))
+        print(f"[bench] lake and landing area of ods.order built in {time.perf_counter() - started:.0f} s")
         materialized = [
             (t.fqn, f"{last - timedelta(days=5):%Y-%m-%d}") for t in catalog.derived() if t.period == "daily"
         ]
@@ -94,17 +103,21 @@ def main() -> int:
             for _ in range(args.repeat):
                 for fqn, partition in samples:
                     t0 = time.perf_counter()
-                    report = explain(instance, catalog, lake, landing, fqn, partition)
+                    report = explain(instance, catalog, lake, landing, fqn, partition, external)
                     times.append((time.perf_counter() - t0) * 1000)
                     assert report.upstream is not None
             return times
 
-        explain(instance, catalog, lake, landing, *samples[0])  # warm: first-call imports and caches
+        explain(instance, catalog, lake, landing, *samples[0], external)  # warm: first-call imports and caches
         fresh = timed()
-        waiting = explain(instance, catalog, lake, landing, "ads.daily_gmv", f"{last:%Y-%m-%d}")
+        waiting = explain(instance, catalog, lake, landing, "ads.daily_gmv", f"{last:%Y-%m-%d}", external)
         print(
             f"[bench] e.g. ads.daily_gmv {last:%Y-%m-%d}: {waiting.verdict}; root causes "
-            f"{[(c.table, c.partition, c.state) for c in waiting.root_causes]}"
+            f"{[(c.table, c.partition, c.state, c.detail) for c in waiting.root_causes]}"
+        )
+        # the root cause must come from the lake and the landing area, not from their absence
+        assert any("shard stream" in c.detail and "no shard stream" not in c.detail for c in waiting.root_causes), (
+            "the waiting hour's root cause did not read the lake and the landing area"
         )
         for n in range(args.tail):  # events the engine has not applied yet
             day = first + timedelta(days=n % args.days)

@@ -1,30 +1,30 @@
-"""Benchmark: Z-order data skipping for a selective two-column lookup (Z-order for reads).
+"""Benchmark: Z-order data skipping for a selective two-column lookup, as the product ships it.
 
-Builds a lesson-attendance fact table with ``write_deltalake`` (default 50M rows: one month, monthly ``dt``
-partition as the warehouse's monthly tables have it), one append per day in micro-batch sized files. Rows
-arrive in time order; ``user_id`` and ``course_id`` are hashes of the row number, uncorrelated with it. Then
-it runs the analyst's lookup "this learner's attendance of this course this month" through the product's
-read path, ``DeltaStore.read(spark, key, partitions=[month], predicates=[user_id = X, course_id = Y])`` and
-``collect()``, on three layouts of the same table:
+The table is declared as the product's are: ``dwd.attendance_detail`` of the catalog, daily partitions (``dt``),
+Z-ordered by its declared ``zorder.by`` columns into files of its declared ``zorder.file_size``. The bench builds
+``--days`` days of lesson attendance (default one day of 2,000,000 rows, about 50 MiB of Parquet: a day of the
+example's company at scale) with ``write_deltalake``, one append per micro-batch in small files, as rows arrive in
+time order; ``user_id`` and ``course_id`` are hashes of the row number, uncorrelated with it. Then it runs the
+analyst's lookup "this learner's attendance of this course that day" through the product's read path,
+``DeltaStore.read(spark, key, partitions=[day], predicates=[user_id = X, course_id = Y])`` and ``collect()``, on
+three layouts of the same table:
 
 * ``unordered``  - as ingested;
-* ``compacted``  - after ``DeltaStore.optimize(target_size=...)``, the control: bigger files, same order;
-* ``zordered``   - after ``DeltaStore.optimize(zorder_by=("user_id", "course_id"), target_size=...)``.
+* ``compacted``  - the control: ``DeltaStore.optimize`` to files of the declared size, same order;
+* ``zordered``   - after the shipped ``zorder_partitions`` job (what the ``zorder_complete_partitions`` sensor
+  launches), run in process on the bench's lake: Spark's ``OPTIMIZE ... WHERE dt = ... ZORDER BY (...)`` with the
+  declared file size.
 
 Every layout is timed the same way: one warm-up run, then the best of ``--repeat`` runs of each lookup. The
 lookups must return the same rows on every layout (checked). Skipping is also measured for ``--sample``
-more lookups without reading data: the read path's own pruning (each live file's
-min/max, as ``DeltaStore.live_files`` applies it) over one listing of the partition's files.
-
-Compaction and Z-order are Spark's Delta (``OPTIMIZE delta.`path` WHERE dt = ... [ZORDER BY (user_id,
-course_id)]``, the product's maintenance path); the lookups are read by Spark's Delta reader, whose planner skips
-files by their statistics.
+more lookups without reading data: the read path's own pruning (each live file's min/max, as
+``DeltaStore.live_files`` applies it) over one listing of the partition's files.
 
 The last line is one ``RESULT`` line of ``key=value`` figures: ``ratio`` = unordered time / Z-ordered time,
 ``skipped`` = mean fraction of the partition's files a lookup skips after Z-order.
 
-    .venv/bin/python bench/zorder_skipping.py                         # full size (50M rows)
-    .venv/bin/python bench/zorder_skipping.py --rows 5000000 --keep --workdir /tmp/zbench
+    .venv/bin/python bench/zorder_skipping.py                         # one day of 2,000,000 rows
+    .venv/bin/python bench/zorder_skipping.py --rows-per-day 500000 --keep --workdir /tmp/zbench
     .venv/bin/python bench/zorder_skipping.py --skew 0.2          # 5 hot learners hold 20 % of the rows
 
 With ``--skew`` the result also has ``hot_skipped``: the skipping of the sampled lookups of hot learners.
@@ -33,7 +33,6 @@ With ``--skew`` the result also has ``hot_skipped``: the skipping of the sampled
 from __future__ import annotations
 
 import argparse
-import calendar
 import dataclasses
 import os
 import resource
@@ -57,15 +56,21 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from dagster import DagsterInstance
+
+from resources import resources_from_env
 from resources.delta_lake import DeltaStore, Predicate, ReadStats
 from resources.spark import engine_label, get_session
-from warehouse_assets.catalog import START, periods
+from warehouse_assets.build.zorder import build_zorder_job
+from warehouse_assets.catalog import START, load_catalog, periods
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-KEY = ("dwd", "attendance_detail")
-ZORDER = ("user_id", "course_id")
+CATALOG = load_catalog()
+TABLE = CATALOG["dwd.attendance_detail"]  # declared as the product declares it: the columns and the file size
+KEY = tuple(TABLE.key)
+ZORDER = TABLE.zorder
 MIB = 1024 * 1024
 M64 = 0xFFFFFFFFFFFFFFFF
 PLATFORMS = ("android", "ios", "web", "pc", "pad")
@@ -76,6 +81,7 @@ COURSE_BASE = 200_000
 COURSES_PER_USER = 4
 LESSONS_PER_COURSE = 48
 ATTENDANCES_PER_USER = 25  # per month: about one lesson a day for an active learner
+DAYS_PER_MONTH = 30
 HEARTBEAT_S = 15.0
 
 
@@ -96,37 +102,31 @@ def _mix(x: np.ndarray, salt: int) -> np.ndarray:
 
 @dataclasses.dataclass
 class Attendance:
-    """Row ``r`` is the ``r``-th attendance of the period in time order (rows spread evenly over the days).
+    """Row ``r`` is the ``r``-th attendance in time order, ``rows_per_day`` a day.
 
     Every learner attends lessons of up to ``COURSES_PER_USER`` courses; which learner and which course a row
     belongs to is a hash of ``r``, so neither column says anything about the insertion order.
     """
 
-    rows: int
-    months: int
-    skew: float = 0.0  # the fraction of rows held by the few hot learners (seed 001's skewed builds)
+    rows_per_day: int
+    days: int
+    skew: float = 0.0  # the fraction of rows held by the few hot learners (a skewed build)
     hot_users: int = 5
 
     def __post_init__(self) -> None:
         first = date.fromisoformat(START)
-        self.month_starts: list[date] = []
-        y, m = first.year, first.month
-        for _ in range(self.months):
-            self.month_starts.append(date(y, m, 1))
-            y, m = (y + 1, 1) if m == 12 else (y, m + 1)
-        last = self.month_starts[-1]
-        end = last.replace(day=calendar.monthrange(last.year, last.month)[1]) + timedelta(days=1)
-        self.days = (end - first).days
+        self.rows = self.rows_per_day * self.days
         tz = ZoneInfo(periods().timezone)
         self.day_dates = [first + timedelta(days=d) for d in range(self.days)]
         self.day_epoch = [int(datetime.combine(d, datetime.min.time(), tz).timestamp()) for d in self.day_dates]
         self.day_first = np.array([self.rows * d // self.days for d in range(self.days + 1)], dtype=np.int64)
-        self.users = max(1_000, self.rows // (ATTENDANCES_PER_USER * self.months))
+        # a month's active learners, of whom a day sees a share
+        self.users = max(1_000, self.rows_per_day * DAYS_PER_MONTH // ATTENDANCES_PER_USER)
         self.courses = 20_000
 
     @property
     def partitions(self) -> list[dict[str, str]]:
-        return [{"dt": m.isoformat()} for m in self.month_starts]
+        return [{"dt": d.isoformat()} for d in self.day_dates]
 
     def user_course(self, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         h = _mix(r, 0)
@@ -139,7 +139,7 @@ class Attendance:
         return user + USER_BASE, course.astype(np.int64) + COURSE_BASE
 
     def day(self, d: int) -> pa.Table:
-        """The attendances of day ``d`` (in time order) as an Arrow table with its month partition column."""
+        """The attendances of day ``d`` (in time order) as an Arrow table with its day partition column."""
         r = np.arange(self.day_first[d], self.day_first[d + 1], dtype=np.int64)
         n = len(r)
         user, course = self.user_course(r)
@@ -151,7 +151,7 @@ class Attendance:
         version = ((h >> np.uint64(36)) % np.uint64(len(APP_VERSIONS))).astype(np.int32)
         lesson = course * 100 + ((h >> np.uint64(48)) % np.uint64(LESSONS_PER_COURSE)).astype(np.int64)
         ts = pa.timestamp("us", tz="UTC")
-        month = self.day_dates[d].replace(day=1).isoformat()
+        day = self.day_dates[d].isoformat()
         return pa.table(
             {
                 "id": pa.array(r + 1),
@@ -162,7 +162,7 @@ class Attendance:
                 "duration_sec": pa.array(duration.astype(np.int32)),
                 "platform": _strings(platform, PLATFORMS),
                 "app_version": _strings(version, APP_VERSIONS),
-                "dt": pa.array([month] * n, pa.string()),
+                "dt": pa.array([day] * n, pa.string()),
             }
         )
 
@@ -180,19 +180,23 @@ def _strings(indices: np.ndarray, values: tuple[str, ...]) -> pa.Array:
 # --- building and optimizing -------------------------------------------------------------------------------
 
 
-def build_table(store: DeltaStore, gen: Attendance, ingest_file_bytes: int) -> dict[str, Any]:
-    """One ``write_deltalake`` append per day, files rolled at ``ingest_file_bytes`` (micro-batch sized)."""
+def build_table(store: DeltaStore, gen: Attendance, ingest_file_bytes: int, batches_per_day: int) -> dict[str, Any]:
+    """``batches_per_day`` ``write_deltalake`` appends a day (the day's micro-batches, in time order), files
+    rolled at ``ingest_file_bytes``."""
     uri = store.table_uri(KEY)
     started = last = time.monotonic()
     for d in range(gen.days):
-        write_deltalake(
-            uri,
-            gen.day(d),
-            mode="append",
-            partition_by=["dt"],
-            target_file_size=ingest_file_bytes,
-            configuration=store.table_configuration() if d == 0 else None,
-        )
+        rows = gen.day(d)
+        step = -(-rows.num_rows // batches_per_day)
+        for b in range(batches_per_day):
+            write_deltalake(
+                uri,
+                rows.slice(b * step, step),
+                mode="append",
+                partition_by=["dt"],
+                target_file_size=ingest_file_bytes,
+                configuration=store.table_configuration() if d == b == 0 else None,
+            )
         now = time.monotonic()
         if now - last >= 10 or d == gen.days - 1:
             log(f"  build: {d + 1}/{gen.days} days, {int(gen.day_first[d + 1]):,} rows, {now - started:.0f}s")
@@ -241,24 +245,42 @@ def _new_files(directory: Path, since: float) -> tuple[int, int]:
     return count, size
 
 
-def optimize(
-    store: DeltaStore, gen: Attendance, target_size: int, zorder_by: tuple[str, ...], spark: SparkSession
-) -> dict[str, Any]:
-    """``DeltaStore.optimize`` of each month partition, as the product's Z-order job calls it."""
-    what = f"Z-order by {', '.join(zorder_by)}" if zorder_by else "compaction"
+def compact(store: DeltaStore, gen: Attendance, target_size: int | None, spark: SparkSession) -> dict[str, Any]:
+    """The control: ``DeltaStore.optimize`` of each day to files of the declared size, without Z-order."""
     started = time.monotonic()
     for spec in gen.partitions:
         m = with_heartbeat(
-            f"{what} dt={spec['dt']}",
+            f"compaction dt={spec['dt']}",
             Path(store.table_uri(KEY)),
-            lambda spec=spec: store.optimize(
-                KEY, partitions=[spec], zorder_by=zorder_by, target_size=target_size, spark=spark
-            ),
+            lambda spec=spec: store.optimize(KEY, partitions=[spec], target_size=target_size, spark=spark),
         )
         log(
-            f"  {what} dt={spec['dt']}: {m['numFilesRemoved']} files -> {m['numFilesAdded']} files "
+            f"  compaction dt={spec['dt']}: {m['numFilesRemoved']} files -> {m['numFilesAdded']} files "
             f"in {m['duration_s']:.1f}s"
         )
+    return {"seconds": time.monotonic() - started, **table_files(store, KEY)}
+
+
+def zorder_job(store: DeltaStore, gen: Attendance) -> dict[str, Any]:
+    """The shipped ``zorder_partitions`` job over the bench's days, in process, on the bench's lake: what the
+    ``zorder_complete_partitions`` sensor launches once a day's partition is complete."""
+    resources = resources_from_env({"WAREHOUSE_LAKE_ROOT": store.root})
+    days = [spec["dt"] for spec in gen.partitions]
+    started = time.monotonic()
+    with DagsterInstance.ephemeral() as instance:
+        result = with_heartbeat(
+            f"zorder_partitions {days[0]}..{days[-1]}",
+            Path(store.table_uri(KEY)),
+            lambda: build_zorder_job(CATALOG).execute_in_process(
+                run_config={"ops": {"zorder_partition_files": {"config": {"table": TABLE.fqn, "partitions": days}}}},
+                instance=instance,
+                resources={"lake": resources["lake"], "spark": resources["spark"]},
+            ),
+        )
+    if not result.success:
+        raise SystemExit("the zorder_partitions job failed")
+    for numbers in result.output_for_node("zorder_partition_files"):
+        log(f"  zorder_partitions: {numbers}")
     return {"seconds": time.monotonic() - started, **table_files(store, KEY)}
 
 
@@ -387,41 +409,34 @@ def check_same_rows(reference: Layout, other: Layout) -> None:
 # --- main --------------------------------------------------------------------------------------------------
 
 
-def explain(gen: Attendance, target_mib: float, built: dict[str, Any], zordered: dict[str, Any]) -> list[str]:
+def explain(gen: Attendance, built: dict[str, Any], zordered: dict[str, Any]) -> list[str]:
     files = zordered["files"] / len(gen.partitions)
-    part_gib = zordered["bytes"] / len(gen.partitions) / 2**30
-    period = "one month" if gen.months == 1 else f"{gen.months} months"
+    part_mib = zordered["bytes"] / len(gen.partitions) / MIB
+    size = TABLE.zorder_file_size
+    declared = f"{size / MIB:g} MiB" if size else "Delta's default (1 GiB)"
     return [
-        "Layout choice (for the README):",
-        f"  {gen.rows:,} rows are {period} of lesson attendance ({gen.users:,} learners, ~{ATTENDANCES_PER_USER} "
-        "lessons each a month). The table is partitioned by month (dt = month start, as the warehouse's monthly "
-        f"tables): {part_gib:.1f} GiB per partition, about the 1 GB a partition should at least hold. Daily "
-        f"partitions would hold {gen.rows / gen.days / 1e6:.1f}M rows each, Z-ordered into a couple of files "
-        "that each span the whole id range, which is why the earlier trial (60 daily partitions, 2 files each) "
-        "skipped nothing.",
-        f"  Ingestion appends a day per commit in micro-batch sized files ({built['files']} files of "
-        f"{built['bytes'] / built['files'] / MIB:.1f} MiB). OPTIMIZE runs with target_size={target_mib:g} MiB, "
-        f"with and without Z-order, so the month's Z-ordered region holds {files:.0f} files of "
-        f"{zordered['bytes'] / zordered['files'] / MIB:.1f} MiB ({gen.rows / zordered['files'] / 1e3:.0f}k rows, "
-        "one row group each).",
-        "  Why so small a target: a lookup skips whole files, so what it can skip is bounded by the number of "
-        "files in the Z-ordered region, not by their size. Seed 001's table (20 billion rows) Z-ordered into "
-        "128-256 MiB files has thousands of files per region; at 50M rows, hundreds of files means a few MiB each.",
-        "  How the Z-order is built: Spark's Delta (OPTIMIZE ... WHERE dt = ... ZORDER BY (user_id, course_id)) "
-        "range-partitions the partition's rows on an interleaved (Morton) key of the two columns and writes files "
-        "of about the target size, committed as one rewrite (dataChange=false), so each file covers a small box "
-        "of (user_id, course_id) and its min/max statistics let the planner skip the others.",
+        "What a user of the product gets:",
+        f"  {TABLE.fqn} is declared with zorder.by = {', '.join(ZORDER)} and zorder.file_size = {declared}. "
+        f"A day of {gen.rows_per_day:,} attendances ({gen.users:,} learners a month) is {part_mib:.0f} MiB of "
+        f"Parquet; the shipped job Z-orders it into {files:.0f} file(s) of "
+        f"{zordered['bytes'] / max(1, zordered['files']) / MIB:.1f} MiB.",
+        f"  As ingested, the day is {built['files'] / len(gen.partitions):.0f} files of "
+        f"{built['bytes'] / max(1, built['files']) / MIB:.1f} MiB, each spanning the whole id range: a lookup reads "
+        "them all.",
+        "  What a lookup can skip is bounded by the number of files in its partition, not by their size: with "
+        "Delta's default 1 GiB a day this size is one file and nothing is skipped. A table sets zorder.file_size "
+        "so that its partitions split into tens of files or more.",
     ]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, default=50_000_000, help="rows in the table (default 50,000,000)")
+    parser.add_argument("--rows-per-day", type=int, default=2_000_000, help="rows a day (default 2,000,000)")
     parser.add_argument("--workdir", type=Path, default=None, help="where the lake goes (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
-    parser.add_argument("--months", type=int, default=1, help="monthly partitions (default 1)")
-    parser.add_argument("--target-mib", type=float, default=4.0, help="OPTIMIZE target_size in MiB (default 4)")
+    parser.add_argument("--days", type=int, default=1, help="daily partitions (default 1)")
     parser.add_argument("--ingest-mib", type=float, default=2.0, help="file roll size of the appends (default 2)")
+    parser.add_argument("--batches", type=int, default=24, help="appends a day, in time order (default 24)")
     parser.add_argument("--lookups", type=int, default=1, help="timed (user, course) lookups (default 1)")
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per lookup, the best counts (default 3)")
     parser.add_argument("--sample", type=int, default=200, help="lookups measured by file pruning only")
@@ -440,15 +455,15 @@ def main(argv: list[str] | None = None) -> int:
         if lake.exists():
             shutil.rmtree(lake)
         store = DeltaStore(str(lake))
-        gen = Attendance(args.rows, args.months, args.skew, args.hot_users)
-        target = int(args.target_mib * MIB)
+        gen = Attendance(args.rows_per_day, args.days, args.skew, args.hot_users)
+        target = TABLE.zorder_file_size
         log(
-            f"table {'.'.join(KEY)}: {gen.rows:,} rows, {gen.users:,} learners, {gen.courses:,} courses, "
-            f"{gen.days} days in {gen.months} monthly partition(s); lake {lake}"
+            f"table {TABLE.fqn}: {gen.rows:,} rows, {gen.users:,} learners, {gen.courses:,} courses, "
+            f"{gen.days} daily partition(s); declared zorder.by={list(ZORDER)} file_size={target}; lake {lake}"
             + (f"; {gen.hot_users} hot learners hold {gen.skew:.0%} of the rows" if gen.skew else "")
         )
-        log("building (one append per day) ...")
-        built = build_table(store, gen, int(args.ingest_mib * MIB))
+        log(f"building ({args.batches} appends a day) ...")
+        built = build_table(store, gen, int(args.ingest_mib * MIB), args.batches)
         log(f"built: {built['files']} files, {built['bytes'] / MIB:.0f} MiB in {built['seconds']:.1f}s")
 
         spark = get_session()
@@ -457,12 +472,14 @@ def main(argv: list[str] | None = None) -> int:
         log(f"timed lookups: {'; '.join(f'user_id={u} AND course_id={c}' for u, c in timed)} in {gen.partitions}")
 
         layouts = {"unordered": measure("unordered", spark, store, KEY, gen, timed, sample, args.repeat)}
-        log(f"compacting (DeltaStore.optimize, target_size={args.target_mib:g} MiB) ... [{time.monotonic() - t0:.0f}s]")
-        compacted = optimize(store, gen, target, (), spark)
+        log(f"compacting (DeltaStore.optimize, target_size={target}) ... [{time.monotonic() - t0:.0f}s]")
+        compacted = compact(store, gen, target, spark)
         log(f"compacted: {compacted['files']} files, {compacted['bytes'] / MIB:.0f} MiB in {compacted['seconds']:.0f}s")
         layouts["compacted"] = measure("compacted", spark, store, KEY, gen, timed, sample, args.repeat)
-        log(f"Z-ordering by {', '.join(ZORDER)} (same target_size) ... [{time.monotonic() - t0:.0f}s]")
-        zordered = optimize(store, gen, target, ZORDER, spark)
+        log(
+            f"the zorder_partitions job (by {', '.join(ZORDER)}, declared file size) ... [{time.monotonic() - t0:.0f}s]"
+        )
+        zordered = zorder_job(store, gen)
         log(f"Z-ordered: {zordered['files']} files, {zordered['bytes'] / MIB:.0f} MiB in {zordered['seconds']:.0f}s")
         layouts["zordered"] = measure("zordered", spark, store, KEY, gen, timed, sample, args.repeat)
         for name, layout in layouts.items():
@@ -471,17 +488,18 @@ def main(argv: list[str] | None = None) -> int:
 
         u, c, z = layouts["unordered"], layouts["compacted"], layouts["zordered"]
         log()
-        for line in explain(gen, args.target_mib, built, zordered):
+        for line in explain(gen, built, zordered):
             log(line)
         log()
         fields: dict[str, Any] = {
             "engine": engine_label(spark),
             "rows": gen.rows,
+            "rows_per_day": gen.rows_per_day,
             "partitions": len(gen.partitions),
             "files": zordered["files"],
             "files_unordered": built["files"],
             "files_compacted": compacted["files"],
-            "target_mib": args.target_mib,
+            "file_size_mib": round(target / MIB, 1) if target else "default",
             "mib_zordered": round(zordered["bytes"] / MIB),
             "build_s": round(built["seconds"], 1),
             "compact_s": round(compacted["seconds"], 1),

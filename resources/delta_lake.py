@@ -51,6 +51,7 @@ from pydantic import Field
 
 from resources.column_types import normalize_arrow_schema
 from resources.delta_read import DeltaReader, PartitionSpec, ReadStats
+from resources.spark import merge_scan_metrics
 from resources.storage import DeltaLayerError, normalize_root, spark_uri, storage_options
 
 if TYPE_CHECKING:
@@ -112,7 +113,7 @@ class MergeResult:
 
     def metadata(self) -> dict[str, Any]:
         m = self.metrics
-        return {
+        meta: dict[str, Any] = {
             "source_rows": m.get("num_source_rows", 0),  # the batch's changes + moved_out
             "rows_moved_out": self.moved_out,
             "rows_inserted": m.get("num_target_rows_inserted", 0),
@@ -120,12 +121,20 @@ class MergeResult:
             "rows_deleted": m.get("num_target_rows_deleted", 0),
             "files_added": m.get("num_target_files_added", 0),
             "files_removed": m.get("num_target_files_removed", 0),
-            "files_scanned": m.get("num_target_files_scanned", 0),
-            "files_skipped": m.get("num_target_files_skipped_during_scan", 0),
             "partitions_touched": len(self.partitions),
+            "rows_copied": m.get("num_target_rows_copied", 0),
             "delta_version": self.version,
             "merge_seconds": round(self.duration_s, 3),
+            # reported by Delta's MERGE, absent when the engine does not expose them (never inferred)
+            **{
+                name: m[f"num_target_{name}"]
+                for name in ("files_in_table", "files_scanned", "partitions_scanned")
+                if f"num_target_{name}" in m
+            },
         }
+        if "files_in_table" in meta and "files_scanned" in meta:
+            meta["files_skipped"] = meta["files_in_table"] - meta["files_scanned"]
+        return meta
 
 
 @dataclass(frozen=True)
@@ -551,7 +560,7 @@ class DeltaStore:
         evolution = " WITH SCHEMA EVOLUTION" if merge_schema else ""
         try:
             with _session_confs(spark, confs), _spark_errors(uri, "merge"):
-                spark.sql(
+                done = spark.sql(
                     f"MERGE{evolution} INTO delta.`{self.spark_path(key)}` AS t USING {source} AS s "
                     f"ON {' AND '.join(conditions)} {clauses}"
                 )
@@ -559,15 +568,12 @@ class DeltaStore:
             spark.catalog.dropTempView(source)
         try:
             commit = self._commit_of(key, write_id)
+            scan = merge_scan_metrics(done)  # what it scanned, as Delta measured it (files, partitions)
         except DeltaLayerError:  # the app transaction was already at this version: Delta skipped the batch
             commit = {"version": self._version(key), "operationMetrics": {}}
+            scan = {}
         metrics = {_snake(k): int(v) for k, v in (commit.get("operationMetrics") or {}).items()}
-        if "read_version" in commit or "readVersion" in commit:
-            # the files the merge's join read: those of the partitions its condition names (all without it)
-            read_version = int(commit.get("readVersion", commit.get("read_version", 0)))
-            scanned = self.live_files(key, specs if prune and specs else None, version=read_version)[1]
-            metrics["num_target_files_scanned"] = scanned.files_read
-            metrics["num_target_files_skipped_during_scan"] = scanned.files_in_table - scanned.files_read
+        metrics.update({f"num_target_{name}": value for name, value in scan.items()})
         return MergeResult(
             table=uri,
             version=int(commit["version"]),

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dagster import ConfigurableResource
 from pydantic import Field
@@ -221,6 +221,34 @@ def engine_label(spark: SparkSession) -> str:
 
     master = spark.conf.get("spark.master", None) or "connect"
     return f"delta-spark-{version('delta-spark')}/spark-{spark.version}/{master}"
+
+
+# Delta's MERGE reports how many files and partitions it scanned only as the SQL metrics of its command (its commit's
+# operationMetrics leave them out); these are their names on the command's node, and the product's names for them
+MERGE_SCAN_METRICS = {
+    "numTargetFilesBeforeSkipping": "files_in_table",
+    "numTargetFilesAfterSkipping": "files_scanned",
+    "numTargetPartitionsAfterSkipping": "partitions_scanned",
+}
+
+
+def merge_scan_metrics(result: Any) -> dict[str, int]:
+    """What the ``MERGE INTO`` that returned ``result`` scanned, as Delta's command measured it: files in the
+    table, files left after data skipping, partitions left, read from the command's plan in a classic session.
+    Over Spark Connect the command runs on the server and its client gets no plan metrics back: empty then, the
+    numbers are reported, never inferred."""
+    try:
+        plan = result._jdf.queryExecution().executedPlan()
+    except Exception:  # Spark Connect: no JVM on this side
+        return {}
+    inner = plan.commandPhysicalPlan() if hasattr(plan, "commandPhysicalPlan") else plan
+    found: dict[str, int] = {}
+    metrics = inner.metrics()
+    for name, ours in MERGE_SCAN_METRICS.items():
+        value = metrics.get(name)
+        if value.isDefined():
+            found[ours] = int(value.get().value())
+    return found
 
 
 def port_open(host: str, port: int) -> bool:

@@ -258,29 +258,35 @@ def test_zorder_follows_complete_partitions_off_the_critical_path(warehouse: War
 
     from warehouse_assets.definitions import defs
 
-    before = sorted(r["order_id"] for r in _table(warehouse, "dwd", "order_detail"))
+    # the tables the catalog declares Z-order columns and a file size for (analysts' lookups by learner and course)
+    zordered = ["dwd.attendance_detail", "dwd.order_detail"]
+    before = {fqn: sorted(map(str, _table(warehouse, *fqn.split(".")))) for fqn in zordered}
     sensor = defs.get_sensor_def("zorder_complete_partitions")
     result = sensor(build_sensor_context(instance=warehouse.instance))
     requests = result.run_requests or []
-    assert [r.run_config["ops"]["zorder_partition_files"]["config"] for r in requests] == [
-        {"table": "dwd.order_detail", "partitions": [d.isoformat() for d in MONTH]}
+    configs = [r.run_config["ops"]["zorder_partition_files"]["config"] for r in requests]
+    assert sorted(configs, key=lambda c: c["table"]) == [
+        {"table": fqn, "partitions": [d.isoformat() for d in MONTH]} for fqn in zordered
     ]
     job = defs.get_job_def("zorder_partitions")
-    run = job.execute_in_process(
-        run_config=requests[0].run_config,
-        instance=warehouse.instance,
-        resources={"lake": warehouse.resources["lake"], "spark": warehouse.resources["spark"]},
-    )
-    assert run.success
-    observations = warehouse.instance.get_event_records(
-        EventRecordsFilter(DagsterEventType.ASSET_OBSERVATION, asset_key=AssetKey(["dwd", "order_detail"]))
-    )
-    numbers = {r.partition_key: r.asset_observation.metadata for r in observations}  # type: ignore[union-attr]
-    assert set(numbers) == {d.isoformat() for d in MONTH}
-    for metadata in numbers.values():
-        assert metadata["files_removed"].value == metadata["files_before"].value >= 1
-        assert metadata["files_after"].value >= 1 and metadata["zorder_by"].value == "user_id"
-    assert sorted(r["order_id"] for r in _table(warehouse, "dwd", "order_detail")) == before
+    for request in requests:
+        run = job.execute_in_process(
+            run_config=request.run_config,
+            instance=warehouse.instance,
+            resources={"lake": warehouse.resources["lake"], "spark": warehouse.resources["spark"]},
+        )
+        assert run.success
+    for fqn in zordered:
+        observations = warehouse.instance.get_event_records(
+            EventRecordsFilter(DagsterEventType.ASSET_OBSERVATION, asset_key=AssetKey(fqn.split(".")))
+        )
+        numbers = {r.partition_key: r.asset_observation.metadata for r in observations}  # type: ignore[union-attr]
+        assert set(numbers) == {d.isoformat() for d in MONTH}
+        for metadata in numbers.values():
+            assert metadata["files_removed"].value == metadata["files_before"].value >= 1
+            assert metadata["files_after"].value >= 1 and metadata["zorder_by"].value == "user_id, course_id"
+            assert metadata["file_size_mib"].value == 4.0  # the declared file size reached OPTIMIZE
+        assert sorted(map(str, _table(warehouse, *fqn.split(".")))) == before[fqn]
     # the next tick has nothing new: each complete partition is Z-ordered once
     again = sensor(build_sensor_context(instance=warehouse.instance, cursor=result.cursor))
     assert not again.run_requests

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from tests.support.small_catalog import ODS, assert_refused
+from tests.support.small_catalog import ODS, assert_refused, write
 from warehouse_assets.catalog import (
     DerivedTable,
     ExternalTable,
@@ -79,10 +79,26 @@ def test_a_table_revalidates_when_a_field_is_replaced() -> None:
             "sla.deadline \\(next morning\\) is for daily tables",
         ),
         ({"ods/src.yaml": ODS + "checks: {anomaly: {metric: rows}}\n"}, "anomaly checks are for derived tables"),
+        ({"ods/src.yaml": ODS + "zorder: {by: [id], file_size: big}\n"}, "zorder.file_size must be a size such as"),
+        ({"ods/src.yaml": ODS + "zorder: {by: [id], file_size: 100KB}\n"}, "must be between 1MB and 2GB"),
+        ({"ods/src.yaml": ODS + "zorder: {file_size: 8MB}\n"}, "zorder.by must list the columns"),
+        ({"ods/src.yaml": ODS + "zorder: {by: [id], size: 8MB}\n"}, "zorder takes by and file_size, not size"),
     ],
 )
 def test_declaration_errors_name_the_file_and_the_field(tmp_path: Path, files: dict[str, str], message: str) -> None:
     assert_refused(tmp_path, files, message)
+
+
+def test_a_table_declares_its_zorder_columns_and_file_size(tmp_path: Path) -> None:
+    write(tmp_path, "ods/src.yaml", ODS + "zorder: {by: [id, t], file_size: 8MB}\n")
+    write(tmp_path, "dwd/a.sql", _derived("a", "SELECT id FROM ods.src", "zorder: [id]\n"))
+    catalog = load_catalog(tmp_path)
+    assert (catalog["ods.src"].zorder, catalog["ods.src"].zorder_file_size) == (("id", "t"), 8 * 2**20)
+    assert (catalog["dwd.a"].zorder, catalog["dwd.a"].zorder_file_size) == (("id",), None)  # Delta's default size
+    # the example warehouse's detail tables analysts look up by learner and course
+    for fqn in ("dwd.order_detail", "dwd.attendance_detail"):
+        table = load_catalog()[fqn]
+        assert table.zorder == ("user_id", "course_id") and table.zorder_file_size == 4 * 2**20
 
 
 def test_each_check_kind_parses_and_describes_itself_in_one_class() -> None:

@@ -1,6 +1,8 @@
 """The ``zorder_partitions`` job: Z-order the files of complete partitions of a table that names Z-order columns.
 
-Launched off the critical path by the ``zorder_complete_partitions`` sensor (sensors/zorder.py). The results
+Launched off the critical path by the ``zorder_complete_partitions`` sensor (sensors/zorder.py). Each partition is
+Z-ordered by the table's declared columns into files of its declared ``zorder.file_size`` (Delta's default, 1 GiB,
+when it declares none). The results
 (files before/after, duration) are recorded as asset observations on the partition, so they show on the asset's
 page in the UI.
 """
@@ -49,7 +51,13 @@ def build_zorder_job(catalog: Catalog) -> JobDefinition:
         for key in config.partitions:
             spec = partition_spec(table.period, key)
             before = store.live_files(table.key, [spec])[1].files_read
-            metrics = store.optimize(table.key, partitions=[spec], zorder_by=table.zorder, spark=spark.session())
+            metrics = store.optimize(
+                table.key,
+                partitions=[spec],
+                zorder_by=table.zorder,
+                target_size=table.zorder_file_size,
+                spark=spark.session(),
+            )
             after = store.live_files(table.key, [spec])[1].files_read
             numbers = {
                 "files_before": before,
@@ -63,7 +71,11 @@ def build_zorder_job(catalog: Catalog) -> JobDefinition:
                 AssetObservation(
                     asset_key=AssetKey(table.key),
                     partition=key,
-                    metadata={**numbers, "zorder_by": ", ".join(table.zorder)},
+                    metadata={
+                        **numbers,
+                        "zorder_by": ", ".join(table.zorder),
+                        "file_size_mib": round(table.zorder_file_size / 2**20, 1) if table.zorder_file_size else "",
+                    },
                 )
             )
             context.log.info(f"{table.fqn} {key}: Z-ordered by {table.zorder}, files {before} -> {after}")

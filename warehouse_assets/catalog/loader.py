@@ -43,6 +43,7 @@ _DECLARED_AS = {
     "source_tables": "source.tables",
     "heartbeat_idle_grace_minutes": "idle_proof.heartbeat_grace_minutes",
     "completeness_threshold": "completeness.threshold",
+    "zorder_file_size": "zorder.file_size",
 }
 
 
@@ -101,7 +102,18 @@ def _identity(header: Mapping[str, Any], path: Path) -> dict[str, Any]:
     if period not in BY_PERIOD:
         raise _fail(path, f"period must be one of {', '.join(BY_PERIOD)}, got {period!r}")
     shared = ("primary_key", "description", "owner", "zorder", "columns", "checks", "sla")
-    return {"layer": layer, "name": name, "period": period} | {k: header[k] for k in shared if k in header}
+    fields = {"layer": layer, "name": name, "period": period} | {k: header[k] for k in shared if k in header}
+    zorder = header.get("zorder")
+    if isinstance(zorder, Mapping):  # zorder: {by: [columns], file_size: 8MB}
+        unknown = sorted(set(zorder) - {"by", "file_size"})
+        if unknown:
+            raise _fail(path, f"zorder takes by and file_size, not {', '.join(map(str, unknown))}")
+        if not zorder.get("by"):
+            raise _fail(path, "zorder.by must list the columns the files are Z-ordered by")
+        fields["zorder"] = zorder["by"]
+        if zorder.get("file_size") is not None:
+            fields["zorder_file_size"] = zorder["file_size"]
+    return fields
 
 
 def referenced_tables(sql: str) -> set[str]:

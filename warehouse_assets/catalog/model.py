@@ -201,6 +201,27 @@ class External:
 # --- the tables: one typed model per kind, validated by pydantic ------------------------------------------------
 
 
+_SIZE = re.compile(r"^(?P<n>\d+(?:\.\d+)?)\s*(?P<unit>[KMG]i?B)$", re.IGNORECASE)
+_UNITS = {"k": 2**10, "m": 2**20, "g": 2**30}
+MIN_FILE_SIZE, MAX_FILE_SIZE = 2**20, 2**31  # 1 MiB .. 2 GiB
+
+
+def byte_size(value: Any, what: str) -> int:
+    """``64MB`` / ``512KB`` / ``1GB`` (binary units) or a number of bytes, between 1 MiB and 2 GiB."""
+    if isinstance(value, bool):
+        raise ValueError(f"{what} must be a size such as 64MB, got {value!r}")
+    if isinstance(value, int):
+        size = value
+    else:
+        match = _SIZE.match(str(value).strip())
+        if not match:
+            raise ValueError(f"{what} must be a size such as 64MB or 512KB, got {value!r}")
+        size = int(float(match["n"]) * _UNITS[match["unit"][0].lower()])
+    if not MIN_FILE_SIZE <= size <= MAX_FILE_SIZE:
+        raise ValueError(f"{what} must be between 1MB and 2GB, got {value!r}")
+    return size
+
+
 def _names(value: Any, what: str) -> tuple[str, ...]:
     if value is None:
         return ()
@@ -223,7 +244,10 @@ class Table:
     primary_key: tuple[str, ...] = ()
     description: str = ""
     owner: str = "warehouse-team"
-    zorder: tuple[str, ...] = ()
+    zorder: tuple[str, ...] = ()  # the columns a partition's files are Z-ordered by, in order
+    # the size of the files Z-order writes (Delta's default when None): what a lookup can skip is bounded by the
+    # number of files of its partition, so a table sets it from its partitions' size
+    zorder_file_size: int | None = None
     deps: tuple[InstanceOf[Dependency], ...] = ()
     # ODS: source columns; external: delivered columns; derived: output (required if self-dependent)
     columns: tuple[tuple[str, str], ...] = ()
@@ -234,6 +258,17 @@ class Table:
     @classmethod
     def _column_names(cls, value: Any, info: Any) -> tuple[str, ...]:
         return _names(value, info.field_name)
+
+    @field_validator("zorder_file_size", mode="before")
+    @classmethod
+    def _file_size(cls, value: Any) -> int | None:
+        return None if value is None else byte_size(value, "zorder.file_size")
+
+    @model_validator(mode="after")
+    def _file_size_needs_columns(self) -> Table:
+        if self.zorder_file_size is not None and not self.zorder:
+            raise ValueError("zorder.file_size needs zorder.by: the columns the files are Z-ordered by")
+        return self
 
     @field_validator("description", mode="before")
     @classmethod

@@ -7,6 +7,9 @@ description: >
   lesson's scheduled length; a session still open (no leave time yet) has lasted 0 seconds.
 owner: teaching-data
 primary_key: [attendance_id]
+# analysts look a learner's attendance of a course up; 4 MiB files split a day's partition into enough files
+# for that lookup to skip most of them
+zorder: {by: [user_id, course_id], file_size: 4MB}
 depends_on:
   ods.attendance: {range: [0, 23]}
   dwd.lesson_snapshot: {set: [0]}
