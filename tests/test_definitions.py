@@ -67,6 +67,25 @@ def test_daily_dwd_depends_on_the_24_hours_of_its_day() -> None:
     assert keys == [f"2026-03-05-{h:02d}:00" for h in range(24)]
 
 
+def test_a_table_whose_first_partitions_never_build_says_so_in_its_description() -> None:
+    """The lineage view shows such a table's early partitions missing for good: its page says why, and from when."""
+    specs = {spec.key: spec for spec in defs.resolve_all_asset_specs()}
+    active = specs[AssetKey(["ads", "active_users"])]
+    assert active.description is not None
+    assert active.description.endswith(
+        "\n\n**Built from 2026-01-30 on** (once that day ends, 2026-01-31 00:00): its window needs "
+        "dws.user_active_daily back to 2025-12-03, before the warehouse start 2026-01-01, so its partitions before "
+        "2026-01-30 can never be built and stay missing."
+    )
+    assert active.metadata["first_buildable_partition"] == "2026-01-30"
+    # a week is a partition once all of its days can exist: the first Monday after the start
+    weekly = specs[AssetKey(["dws", "course_attendance_weekly"])].description
+    assert weekly is not None and "**First partition 2026-01-05**" in weekly
+    # a table built from the start on adds nothing
+    assert "**" not in (specs[AssetKey(["ads", "daily_gmv"])].description or "")
+    assert specs[AssetKey(["ads", "daily_gmv"])].metadata["first_buildable_partition"] == "2026-01-01"
+
+
 PRODUCTION_SENSORS = {
     "dependency_center",
     "ods_landing",
