@@ -399,7 +399,7 @@ def _wait_for_run(
     while time.monotonic() < deadline:
         assert stack.poll() is None, "the stack exited"
         records = instance.get_run_records(  # type: ignore[attr-defined]
-            RunsFilter(tags={"warehouse/engine": "center"}), limit=50
+            RunsFilter(tags={"dagster/sensor_name": "dependency_center"}), limit=50
         )
         for record in records:
             run = record.dagster_run

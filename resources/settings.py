@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from datetime import date
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -25,6 +25,7 @@ DEFAULT_TIMEZONE = "Asia/Shanghai"
 
 SparkMode = Literal["local", "connect", "master"]
 RunExecutor = Literal["in_process", "multiprocess"]
+SparkLogLevel = Literal["ERROR", "WARN", "INFO", "DEBUG"]
 
 
 def parse_start(value: str, source: str = ENV_PREFIX + "START") -> date:
@@ -66,6 +67,7 @@ class Settings(BaseModel):
     spark_connect_url: str = Field("sc://127.0.0.1:15002", description="a Spark Connect URL, sc://host:port")
     spark_driver_memory: str = Field("4g", description="a JVM memory size, e.g. 4g")
     spark_conf: dict[str, str] = Field(default_factory=dict, description="key=value pairs separated by commas")
+    spark_log_level: SparkLogLevel = Field("WARN", description="one of ERROR, WARN, INFO, DEBUG")
     time_travel_hours: int = Field(168, ge=0, description="a whole number of hours, 0 or more")
     simulate_live: bool = Field(False, description="1 or 0")
     run_executor: RunExecutor = Field("in_process", description="one of in_process, multiprocess")
@@ -112,6 +114,8 @@ class Settings(BaseModel):
             raw["start"] = parse_start(raw["start"])
         if "spark_conf" in raw:
             raw["spark_conf"] = parse_spark_conf(raw["spark_conf"])
+        if str(raw.get("spark_log_level", "")).upper() in get_args(SparkLogLevel):  # warn or WARN
+            raw["spark_log_level"] = raw["spark_log_level"].upper()
         try:
             return cls(**raw)
         except ValidationError as exc:

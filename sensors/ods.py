@@ -43,6 +43,7 @@ from warehouse_assets.ingest.job import IN_FLIGHT, ingestion_in_flight
 from warehouse_assets.ingest.merge import pending_segments
 from warehouse_assets.ingest.readiness import readiness_events, reported_ingested_rows
 
+INGEST_PRIORITY = ("dagster/priority", "1")
 ACTIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
 
 
@@ -72,7 +73,10 @@ def build_landing_sensor(catalog: Catalog, ingest_job: JobDefinition):  # type: 
         digest = hashlib.sha1("|".join(f"{k}:{v}" for k, v in sorted(heads.items())).encode()).hexdigest()[:16]
         counts = ", ".join(f"{fqn} {len(segs)}" for fqn, segs in waiting.items())
         context.log.info(f"pending segments: {counts}")
-        return RunRequest(run_key=f"ingest-{digest}", tags={"warehouse/pending": counts[:200]})
+        # first in the queue: every other run waits for the hours it reports (the engine's runs queue below zero)
+        return RunRequest(
+            run_key=f"ingest-{digest}", tags={"warehouse/pending": counts[:200], INGEST_PRIORITY[0]: INGEST_PRIORITY[1]}
+        )
 
     return ods_landing
 

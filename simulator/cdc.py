@@ -1364,14 +1364,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--end", help="end datetime (exclusive, business-local)")
     parser.add_argument("--append-until", help="continue the landing up to this datetime, or 'now'")
     defaults = SimulationConfig()
-    parser.add_argument("--scale", type=float, default=defaults.scale)
-    parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument(
+        "--scale",
+        type=float,
+        default=defaults.scale,
+        help=f"volume (1.0 ≈ 3,000 orders a day; default {defaults.scale})",
+    )
+    parser.add_argument("--seed", type=int, default=defaults.seed, help="random seed: the same seed, the same data")
     parser.add_argument("--tz", default=defaults.tz, help="business timezone")
-    parser.add_argument("--batch-minutes", type=int, default=defaults.batch_minutes)
-    parser.add_argument("--dup-rate", type=float, default=defaults.dup_rate)
-    parser.add_argument("--malformed-rate", type=float, default=defaults.malformed_rate)
-    parser.add_argument("--lag", type=_parse_lag, action="append", default=[], metavar="TABLE=DURATION")
-    parser.add_argument("--idle", type=_parse_idle, action="append", default=[], metavar="DB,START,END")
+    parser.add_argument(
+        "--batch-minutes",
+        type=int,
+        default=defaults.batch_minutes,
+        help=f"minutes of binlog per segment file (default {defaults.batch_minutes})",
+    )
+    parser.add_argument(
+        "--dup-rate", type=float, default=defaults.dup_rate, help="share of messages delivered twice (0 to 1)"
+    )
+    parser.add_argument(
+        "--malformed-rate", type=float, default=defaults.malformed_rate, help="share of lines written broken (0 to 1)"
+    )
+    parser.add_argument(
+        "--lag",
+        type=_parse_lag,
+        action="append",
+        default=[],
+        metavar="TABLE=DURATION",
+        help="a shard table that lands late, e.g. order_03=2h (repeatable)",
+    )
+    parser.add_argument(
+        "--idle",
+        type=_parse_idle,
+        action="append",
+        default=[],
+        metavar="DB,START,END",
+        help="a source database with only heartbeats between two datetimes (repeatable)",
+    )
     parser.add_argument("--schema-drift-at", type=datetime.fromisoformat, help="user rows gain 'phone' from here")
 
 

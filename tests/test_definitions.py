@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from dagster import AssetKey, DefaultSensorStatus, TimeWindowPartitionMapping, TimeWindowPartitionsDefinition
+from dagster import (
+    AssetKey,
+    DagsterInstance,
+    DefaultSensorStatus,
+    TimeWindowPartitionMapping,
+    TimeWindowPartitionsDefinition,
+)
 
+from resources import resources_from_env
 from resources.settings import Settings
 from tests.support.small_catalog import ODS, assert_refused, write
 from warehouse_assets.catalog import load_catalog, upstream_partitions
@@ -59,7 +67,27 @@ def test_daily_dwd_depends_on_the_24_hours_of_its_day() -> None:
     assert keys == [f"2026-03-05-{h:02d}:00" for h in range(24)]
 
 
+def test_a_table_whose_first_partitions_never_build_says_so_in_its_description() -> None:
+    """The lineage view shows such a table's early partitions missing for good: its page says why, and from when."""
+    specs = {spec.key: spec for spec in defs.resolve_all_asset_specs()}
+    active = specs[AssetKey(["ads", "active_users"])]
+    assert active.description is not None
+    assert active.description.endswith(
+        "\n\n**Built from 2026-01-30 on** (once that day ends, 2026-01-31 00:00): its window needs "
+        "dws.user_active_daily back to 2025-12-03, before the warehouse start 2026-01-01, so its partitions before "
+        "2026-01-30 can never be built and stay missing."
+    )
+    assert active.metadata["first_buildable_partition"] == "2026-01-30"
+    # a week is a partition once all of its days can exist: the first Monday after the start
+    weekly = specs[AssetKey(["dws", "course_attendance_weekly"])].description
+    assert weekly is not None and "**First partition 2026-01-05**" in weekly
+    # a table built from the start on adds nothing
+    assert "**" not in (specs[AssetKey(["ads", "daily_gmv"])].description or "")
+    assert specs[AssetKey(["ads", "daily_gmv"])].metadata["first_buildable_partition"] == "2026-01-01"
+
+
 PRODUCTION_SENSORS = {
+    "dependency_center",
     "ods_landing",
     "ods_readiness",
     "ods_quality_checks",
@@ -82,6 +110,30 @@ def test_the_simulated_source_runs_only_in_dev_mode() -> None:
     sensors = {s.name: s for s in build_definitions(catalog, dev).sensors or []}
     assert set(sensors) == PRODUCTION_SENSORS | {"simulated_source"}
     assert sensors["simulated_source"].default_status == DefaultSensorStatus.RUNNING
+
+
+def test_a_run_prints_its_info_lines_not_every_event(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a run prints in `make dev`'s terminal, on the dev instance: its own lines (the why_waiting job's answer
+    here), not a DEBUG line per event (a step start, a check verdict), which all stay in the run's log in the UI."""
+    home = tmp_path / "home"
+    home.mkdir()
+    shutil.copy(ROOT / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))  # the file locates its storage by it
+    env = {"WAREHOUSE_LAKE_ROOT": str(tmp_path / "lake"), "WAREHOUSE_LANDING_ROOT": str(tmp_path)}
+    config = {"ops": {"explain_partition": {"config": {"table": "ads.daily_gmv", "partition": "2026-01-02"}}}}
+    with DagsterInstance.from_config(str(home)) as instance:
+        result = defs.resolve_job_def("why_waiting").execute_in_process(
+            run_config=config, instance=instance, resources=resources_from_env(env)
+        )
+        assert result.success
+        stored = {e.dagster_event.event_type_value for e in instance.all_logs(result.run_id) if e.dagster_event}
+    assert {"STEP_START", "STEP_SUCCESS", "PIPELINE_SUCCESS"} <= stored
+    printed = capfd.readouterr()
+    lines = (printed.out + printed.err).splitlines()
+    assert any(" - INFO - why_waiting - " in line and "verdict: waiting for" in line for line in lines), lines
+    assert not [line for line in lines if " - DEBUG - " in line]
 
 
 def test_runs_execute_their_steps_in_process_unless_told_otherwise() -> None:

@@ -233,7 +233,9 @@ def test_why_explains_a_ready_and_a_waiting_partition(warehouse: Warehouse) -> N
         waiting.verdict == "waiting for 24 of 24 upstream partition(s); first: ods.order 2026-02-01-00:00 (not ready)"
     )
 
-    with pytest.raises(ValueError, match="not a partition of dwd.order_detail"):
+    with pytest.raises(
+        ValueError, match=r"^'2026-02-01-01:00' is an hour, but dwd\.order_detail is daily: its partitions"
+    ):
         explain(warehouse.instance, catalog, store, landing, "dwd.order_detail", "2026-02-01-01:00")
 
 

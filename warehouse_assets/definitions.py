@@ -16,6 +16,7 @@ from dagster import (
 
 from resources import resources_from_env
 from resources.settings import Settings, current, using
+from sensors.center import build_dependency_center_sensor
 from sensors.external import build_external_sensors
 from sensors.freshness import build_freshness_sensor
 from sensors.ods import build_landing_sensor, build_ods_checks_sensor, build_readiness_sensor
@@ -97,6 +98,7 @@ def _build(catalog: Catalog, settings: Settings) -> Definitions:
             build_zorder_sensor(catalog, zorder_job),
             *build_external_sensors(catalog),
             build_freshness_sensor(catalog),
+            build_dependency_center_sensor(catalog),
         ],
         resources=resources,
         executor=run_executor(settings),

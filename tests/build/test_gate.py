@@ -20,8 +20,10 @@ from warehouse_assets.build.gate import (
     NONEXISTENT,
     OK,
     TAINTED,
+    FirstBuildable,
     backfill_partitions,
     decide,
+    first_buildable,
     nonexistent_upstream,
 )
 from warehouse_assets.build.validity import Taint
@@ -39,6 +41,7 @@ TABLES = {
     ),
     "ads/t7.sql": ("period: daily\ndepends_on:\n  dwd.day: {set: [-7]}\n", "SELECT id, v FROM dwd.day"),
     "ads/wk.sql": ("period: daily\ndepends_on:\n  dwd.raw: {range: [-2, 0]}\n", "SELECT id, v FROM dwd.raw"),
+    "ads/on_t7.sql": ("period: daily\ndepends_on:\n  ads.t7: {set: [0]}\n", "SELECT id, v FROM ads.t7"),
 }
 
 
@@ -203,3 +206,22 @@ def test_the_backfill_plan_keeps_the_partitions_whose_every_upstream_can_exist(c
     # a range reaching past now: only what can exist by now (today's day has not ended)
     plan = backfill_partitions(catalog, datetime(2026, 3, 8, tzinfo=TZ), datetime(2026, 3, 12, tzinfo=TZ), NOW)
     assert plan["dwd.day"] == ["2026-03-08", "2026-03-09"]
+
+
+def test_the_first_buildable_partition_is_where_every_window_lies_after_the_start(catalog: Catalog) -> None:
+    # the warehouse starts on 2026-01-01: a T-7 needs 2025-12-25 for its first day, so its first week never builds
+    t7 = first_buildable(catalog, catalog["ads.t7"])
+    assert t7.partition == "2026-01-08"
+    assert t7.reason == "its window needs dwd.day back to 2025-12-25, before the warehouse start 2026-01-01"
+    wk = first_buildable(catalog, catalog["ads.wk"])
+    assert (wk.partition, wk.reason) == (
+        "2026-01-03",
+        "its window needs dwd.raw back to 2025-12-30, before the warehouse start 2026-01-01",
+    )
+    # a table reading those days of a table that never builds them never builds them either, and says through which
+    on_t7 = first_buildable(catalog, catalog["ads.on_t7"])
+    assert on_t7.partition == "2026-01-08"
+    assert on_t7.reason == f"it needs ads.t7 2026-01-01, which can never be built ({t7.reason})"
+    # from the start on: a plain day, and a self-dependent chain (its first T-1 is not needed)
+    assert first_buildable(catalog, catalog["dwd.day"]) == FirstBuildable("2026-01-01", "")
+    assert first_buildable(catalog, catalog["dws.cum"]) == FirstBuildable("2026-01-01", "")

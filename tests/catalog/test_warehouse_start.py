@@ -10,7 +10,7 @@ from datetime import datetime
 from pathlib import Path
 
 from simulator.cdc import SimulationConfig, append, simulate
-from warehouse_assets.cli.dev import warehouse_start
+from warehouse_assets.cli.common import warehouse_start
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,9 +59,28 @@ def test_a_malformed_start_is_a_clear_error() -> None:
 
 def test_dev_starts_the_warehouse_on_the_first_simulated_day_across_restarts(tmp_path: Path) -> None:
     landing = tmp_path / "landing"
-    assert warehouse_start({}, landing) is None  # no simulation: the default of partitions.py
+    env = {"WAREHOUSE_LANDING_ROOT": str(landing)}
+    assert warehouse_start(env) is None  # no simulation: the default of partitions.py
     simulate(landing, datetime(2026, 3, 4), datetime(2026, 3, 4, 0, 30), SimulationConfig(scale=0.01))
-    assert warehouse_start({}, landing) == "2026-03-04"
+    assert warehouse_start(env) == "2026-03-04"
     append(landing, datetime(2026, 3, 5, 1, 0))  # a restart a day later extends the same simulation
-    assert warehouse_start({}, landing) == "2026-03-04"
-    assert warehouse_start({"WAREHOUSE_START": "2026-03-01"}, landing) == "2026-03-01"  # the user's value wins
+    assert warehouse_start(env) == "2026-03-04"
+    assert warehouse_start({**env, "WAREHOUSE_START": "2026-03-01"}) == "2026-03-01"  # the user's value wins
+
+
+def test_every_command_works_from_the_simulated_start(tmp_path: Path) -> None:
+    """`warehouse status` (like `why` and the others) run by hand in another shell, with nothing exported, uses the
+    start `warehouse dev` derives from the simulated landing area, not the settings' default."""
+    landing = tmp_path / "landing"
+    simulate(landing, datetime(2026, 3, 4), datetime(2026, 3, 4, 0, 30), SimulationConfig(scale=0.01))
+    env = {k: v for k, v in os.environ.items() if k != "WAREHOUSE_START"}
+    env.update(WAREHOUSE_LANDING_ROOT=str(landing), DAGSTER_HOME=str(tmp_path / "home"))
+    done = subprocess.run(
+        [sys.executable, "-m", "warehouse_assets.cli", "status"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "warehouse start: 2026-03-04" in done.stdout, done.stdout + done.stderr

@@ -21,7 +21,7 @@ from dagster import (
 from tests.center.test_state_store import create_run, end, materializations, materialize_in, report, start, verdict
 from warehouse_assets.build.compiler import max_partitions_per_run
 from warehouse_assets.catalog import Catalog, load_catalog
-from warehouse_assets.center.resolver import Resolver, RunPlan
+from warehouse_assets.center.resolver import Resolver, RunPlan, Trigger, run_priority
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import PartitionStateStore
 
@@ -134,15 +134,14 @@ def test_a_day_is_requested_once_all_its_24_hours_are_in_not_before(
         day.partitions,
     )
     last_hour = materializations(instance, AssetKey(["ods", "src"]), "2026-03-05-23:00")[0]
+    assert day.trigger.storage_id == last_hour
     assert day.request_id and day.request_id != lax.request_id
+    # few and short: what the Runs page shows of the run (the engine adds the sensor that launched it)
     assert day.tags == {
         "dagster/partition": "2026-03-05",
-        "warehouse/engine": "center",
+        "dagster/priority": "-89",  # a DWD day resolved the next morning (NOW): see the queue's order below
         "warehouse/request": day.request_id,
-        "warehouse/trigger_table": "ods.src",
-        "warehouse/trigger_partition": "2026-03-05-23:00",
-        "warehouse/trigger_storage_id": str(last_hour),
-        "warehouse/trigger_change": "checks,materialized",
+        "warehouse/trigger": "ods.src 2026-03-05-23:00 (checked, materialized)",
     }
     assert center.step() == []
 
@@ -360,3 +359,31 @@ def test_a_burst_is_resolved_in_slices_new_changes_first_and_a_restart_in_the_mi
         "dwd.day": [["2026-03-05"]],
         "dwd.lax": [["2026-03-05"]],
     }
+
+
+def test_a_ranged_run_names_its_range() -> None:
+    trigger = Trigger("dws.w", "2026-03-07", storage_id=7, run_id="r", fields=frozenset({"materialized"}))
+    ranged = RunPlan("ads.a", ("2026-03-05", "2026-03-06", "2026-03-07"), trigger, request_id="q", priority=-77)
+    assert ranged.tags == {
+        "dagster/asset_partition_range_start": "2026-03-05",
+        "dagster/asset_partition_range_end": "2026-03-07",
+        "warehouse/partitions": "2026-03-05 … 2026-03-07 (3)",
+        "dagster/priority": "-77",
+        "warehouse/request": "q",
+        "warehouse/trigger": "dws.w 2026-03-07 (materialized)",
+    }
+
+
+def test_the_queue_takes_older_days_first_and_within_a_day_deeper_layers_first() -> None:
+    now = datetime(2026, 3, 8, 1, 0, tzinfo=TZ)
+    day = {n: datetime(2026, 3, n, tzinfo=TZ) for n in (5, 6, 7)}
+    order = sorted(
+        [(t, n) for t in ("dwd.a", "dws.b", "ads.c") for n in day], key=lambda r: -run_priority(r[0], day[r[1]], now)
+    )
+    assert order == [
+        ("ads.c", 5), ("dws.b", 5), ("dwd.a", 5),
+        ("ads.c", 6), ("dws.b", 6), ("dwd.a", 6),
+        ("ads.c", 7), ("dws.b", 7), ("dwd.a", 7),
+    ]  # fmt: skip
+    # all after what a user launches (priority 0), a month-old day included
+    assert run_priority("ads.c", datetime(2026, 2, 1, tzinfo=TZ), now) < 0

@@ -25,7 +25,7 @@ class _Webserver(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _LaunchRun)
         self.lock = threading.Lock()
         self.open = self.most_open = self.launched = 0
-        self.bodies: list[dict[str, Any]] = []
+        self.params: list[dict[str, Any]] = []  # each launch's execution parameters
 
 
 class _LaunchRun(BaseHTTPRequestHandler):
@@ -34,16 +34,16 @@ class _LaunchRun(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802 - the name http.server dispatches to
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         with self.server.lock:
-            self.server.bodies.append(body)
             self.server.open += 1
             self.server.most_open = max(self.server.most_open, self.server.open)
             self.server.launched += 1
             run_id = f"run-{self.server.launched}"
+            self.server.params.append(body["variables"]["executionParams"])
         time.sleep(0.2)  # the webserver builds the run from the code location: calls overlap
         with self.server.lock:
             self.server.open -= 1
-        assert "launchPipelineExecution" in body["query"]
-        answer = {"data": {"launchPipelineExecution": {"__typename": "LaunchRunSuccess", "run": {"runId": run_id}}}}
+        assert "launchRun(" in body["query"]
+        answer = {"data": {"launchRun": {"__typename": "LaunchRunSuccess", "run": {"runId": run_id}}}}
         payload = json.dumps(answer).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -80,6 +80,23 @@ def test_concurrent_submissions_each_create_their_run(webserver: _Webserver) -> 
     assert webserver.most_open > 1, "the submissions ran one at a time"
 
 
+def test_a_run_is_launched_by_the_dependency_center_with_the_tables_own_checks(webserver: _Webserver) -> None:
+    """The Runs page's "Launched by" reads Dagster's sensor tag; the freshness check, judged by its sensor at the
+    deadline, stays out of the run (it would add an op that yields nothing and logs so)."""
+    key = AssetKey(["dwd", "order"])
+    submitter = GraphQLSubmitter(f"http://127.0.0.1:{webserver.server_port}", "warehouse", {key: ["unique"]})
+    assert submitter.submit(_plan(1), key) == "run-1"
+    [params] = webserver.params
+    selector = params["selector"]
+    assert (selector["jobName"], selector["repositoryLocationName"]) == ("__ASSET_JOB", "warehouse")
+    assert selector["assetSelection"] == [{"path": ["dwd", "order"]}]
+    assert selector["assetCheckSelection"] == [{"assetKey": {"path": ["dwd", "order"]}, "name": "unique"}]
+    tags = {t["key"]: t["value"] for t in params["executionMetadata"]["tags"]}
+    assert tags["dagster/sensor_name"] == "dependency_center"
+    assert tags["warehouse/trigger"] == "ods.order 2026-11-01-00 (materialized)"
+    assert tags["dagster/partition"] == "2026-11-01"
+
+
 def test_a_taint_plan_launches_the_taint_job_with_its_config_and_no_partition(webserver: _Webserver) -> None:
     submitter = GraphQLSubmitter(f"http://127.0.0.1:{webserver.server_port}", "warehouse")
     config = {"ops": {"taint_and_repair": {"config": {"table": "ods.order", "start": "2026-11-01-03:00"}}}}
@@ -87,10 +104,11 @@ def test_a_taint_plan_launches_the_taint_job_with_its_config_and_no_partition(we
         "ods.order", ("2026-11-01-03:00",), _plan(1).trigger, "r1", job="taint_repair", run_config=json.dumps(config)
     )
     assert submitter.submit_job(plan) == "run-1"
-    [body] = webserver.bodies
-    params = body["variables"]["executionParams"]
-    assert params["selector"]["pipelineName"] == "taint_repair" and params["selector"]["assetSelection"] is None
+    [params] = webserver.params
+    selector = params["selector"]
+    assert (selector["jobName"], selector["repositoryLocationName"]) == ("taint_repair", "warehouse")
+    assert "assetSelection" not in selector
     assert params["runConfigData"] == config
     tags = {t["key"]: t["value"] for t in params["executionMetadata"]["tags"]}
     assert not {"dagster/partition", "dagster/asset_partition_range_start"} & set(tags)
-    assert tags["warehouse/engine"] == "center" and tags["warehouse/request"] == "r1"
+    assert tags["dagster/sensor_name"] == "dependency_center" and tags["warehouse/request"] == "r1"

@@ -9,16 +9,32 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import datetime, time, timedelta
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
-from dagster import AssetKey, AssetMaterialization, DagsterInstance, instance_for_test
+from dagster import (
+    AssetKey,
+    AssetMaterialization,
+    DagsterEvent,
+    DagsterInstance,
+    DagsterRunStatus,
+    DailyPartitionsDefinition,
+    Definitions,
+    asset,
+    instance_for_test,
+)
+from dagster._core.remote_origin import InProcessCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
+from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 
 from resources.delta_lake import DeltaStore
 from resources.landing import Landing
+from simulator.cdc import SimulationConfig, simulate
 from tests.center.test_state_store import taint
 from warehouse_assets.build.quality import Outcome, evaluation, latest_materialization, report_valid
 from warehouse_assets.catalog import Catalog, load_catalog
@@ -131,6 +147,21 @@ def test_a_window_before_the_warehouse_start_is_a_root_cause_that_never_clears(
     assert ("dwd.user_snapshot", "2025-12-27", "does not exist") in _causes(why)
 
 
+def test_a_partition_whose_window_reaches_before_the_start_can_never_be_built(
+    instance: DagsterInstance, catalog: Catalog, tmp_path: Path
+) -> None:
+    # DAU/WAU/MAU reads 30 days: with the warehouse starting 2026-01-01, its days before the 30th never build
+    why = _why(instance, catalog, tmp_path, "ads.active_users", "2026-01-10")
+    assert why.verdict == (
+        "can never be built: its window needs dws.user_active_daily back to 2025-12-03, before the warehouse start "
+        "2026-01-01; the first one that can be is 2026-01-30"
+    )
+    # from then on it waits like any partition, for what can still come
+    assert _why(instance, catalog, tmp_path, "ads.active_users", "2026-01-30").verdict.startswith(
+        "waiting for 30 of 30"
+    )
+
+
 def test_a_ready_partition_has_no_root_causes(instance: DagsterInstance, catalog: Catalog, tmp_path: Path) -> None:
     report_valid(instance, catalog["dwd.order_detail"], DAY, "loaded by the test")
     why = _why(instance, catalog, tmp_path, "dws.user_order_daily", DAY)
@@ -162,3 +193,78 @@ def test_the_why_command_loads_neither_pyspark_nor_the_code_location(tmp_path: P
     assert answer[0] == f"ads.daily_gmv {DAY}: missing"
     assert "root causes:" in answer
     assert any(line.split()[:2] == ["ods.order", f"{DAY}-00:00"] for line in answer)
+
+
+def _create_run(instance: DagsterInstance, key: list[str], partition: str, status: DagsterRunStatus, start: str) -> str:
+    """A run of the asset ``key`` for ``partition``, created as the webserver creates one (with its planned
+    materialization events), queued or started, without a code server."""
+    daily = DailyPartitionsDefinition(start_date=start, timezone="Asia/Shanghai")
+
+    @asset(key=key, partitions_def=daily)
+    def _table() -> None: ...
+
+    job_def = Definitions(assets=[_table]).resolve_implicit_global_asset_job_def()
+    # a queued run names its code location, as the webserver's do
+    location = InProcessCodeLocationOrigin(LoadableTargetOrigin(module_name="tables"), location_name="warehouse")
+    run = instance.create_run_for_job(
+        job_def,
+        tags={"dagster/partition": partition},
+        asset_selection=frozenset({AssetKey(key)}),
+        status=DagsterRunStatus.QUEUED if status == DagsterRunStatus.QUEUED else None,
+        remote_job_origin=RemoteJobOrigin(RemoteRepositoryOrigin(location, "__repository__"), job_def.name),
+    )
+    if status == DagsterRunStatus.STARTED:
+        instance.report_dagster_event(DagsterEvent("PIPELINE_START", job_name=run.job_name), run_id=run.run_id)
+    return run.run_id
+
+
+def test_why_on_a_dev_stack_started_later_knows_its_start_and_names_the_queued_run(tmp_path: Path) -> None:
+    """Run by hand beside `make dev` (nothing exported): the start is the simulated sources' first day, a day before
+    it can never exist, and a partition whose run waits in the queue is named by that run, not promised a start."""
+    today = datetime.now(ZoneInfo("Asia/Shanghai")).date()
+    start, before, yesterday = (today - timedelta(days=2)), (today - timedelta(days=3)), (today - timedelta(days=1))
+    landing = tmp_path / "landing"
+    simulate(landing, datetime.combine(start, time()), datetime.combine(start, time(1)), SimulationConfig(scale=0.01))
+    home = tmp_path / "home"
+    home.mkdir()
+    with DagsterInstance.from_config(str(home)) as instance:
+        busy = _create_run(instance, ["dwd", "order_detail"], f"{start}", DagsterRunStatus.STARTED, f"{start}")
+        queued = _create_run(instance, ["ads", "daily_gmv"], f"{yesterday}", DagsterRunStatus.QUEUED, f"{start}")
+    script = (
+        "import sys\n"
+        "from warehouse_assets.cli import main\n"
+        "for table, key in zip(sys.argv[1::2], sys.argv[2::2]):\n"
+        "    print('status', main(['why', table, key]), flush=True)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "WAREHOUSE_START"}
+    env.update(
+        DAGSTER_HOME=str(home),
+        WAREHOUSE_LAKE_ROOT=str(tmp_path / "lake"),
+        WAREHOUSE_LANDING_ROOT=str(landing),
+        DAGSTER_TELEMETRY_ENABLED="false",
+    )
+    queries = ["ads.daily_gmv", f"{before}", "ods.order", f"{before}-23:00", "ads.daily_gmv", f"{yesterday}"]
+    queries += ["dwd.order_detail", f"{start}"]
+    done = subprocess.run(
+        [sys.executable, "-c", script, *queries], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    answers = done.stdout.split("status 0\n")
+    assert len(answers) == 5 and answers[4] == "", done.stdout
+    never_day, never_hour, waiting, running = answers[:4]
+    assert never_day.startswith(f"ads.daily_gmv {before}: can never exist\n"), never_day
+    assert f"(the warehouse starts {start}, WAREHOUSE_START)" in never_day
+    assert never_hour.startswith(f"ods.order {before}-23:00: can never exist\n"), never_hour
+    assert waiting.startswith(f"ads.daily_gmv {yesterday}: queued\n"), waiting
+    verdict = waiting.strip().splitlines()[-1]
+    # how long: seconds, or minutes and seconds on a machine slow enough to start this interpreter in over 90 s
+    assert re.fullmatch(
+        rf"verdict: queued for (\d+ min )?\d+ s as run {queued[:8]}, behind 1 run\(s\) in progress \({busy[:8]} "
+        rf"dwd\.order_detail {start}\)",
+        verdict,
+    ), verdict
+    # the partition being built names the run building it
+    assert running.startswith(f"dwd.order_detail {start}: in progress\n"), running
+    verdict = running.strip().splitlines()[-1]
+    assert re.fullmatch(rf"verdict: running for (\d+ min )?\d+ s as run {busy[:8]}", verdict), verdict
+    assert "starts it within a second" not in done.stdout

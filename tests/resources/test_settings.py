@@ -70,6 +70,7 @@ def test_every_variable_is_read() -> None:
         "WAREHOUSE_SPARK_CONNECT_URL": "sc://spark:15002",
         "WAREHOUSE_SPARK_DRIVER_MEMORY": "2g",
         "WAREHOUSE_SPARK_CONF": "spark.a=1, spark.b=x=y",
+        "WAREHOUSE_SPARK_LOG_LEVEL": "info",
         "WAREHOUSE_TIME_TRAVEL_HOURS": "24",
         "WAREHOUSE_SIMULATE_LIVE": "1",
         "WAREHOUSE_RUN_EXECUTOR": "multiprocess",
@@ -96,6 +97,7 @@ def test_every_variable_is_read() -> None:
         "spark_connect_url": "sc://spark:15002",
         "spark_driver_memory": "2g",
         "spark_conf": {"spark.a": "1", "spark.b": "x=y"},
+        "spark_log_level": "INFO",
         "time_travel_hours": 24,
         "simulate_live": True,
         "run_executor": "multiprocess",
@@ -144,6 +146,7 @@ def test_every_variable_is_read() -> None:
         ),
         ("WAREHOUSE_SIMULATE_LIVE", "maybe", "WAREHOUSE_SIMULATE_LIVE='maybe': expected 1 or 0"),
         ("WAREHOUSE_SPARK_CONF", "spark.a=1,oops", "WAREHOUSE_SPARK_CONF='spark.a=1,oops': expected key=value pairs"),
+        ("WAREHOUSE_SPARK_LOG_LEVEL", "loud", "WAREHOUSE_SPARK_LOG_LEVEL='loud': expected one of ERROR, WARN, INFO"),
     ],
 )
 def test_a_bad_value_is_an_error_naming_the_variable(variable: str, value: str, message: str) -> None:

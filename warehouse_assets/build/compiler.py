@@ -34,9 +34,19 @@ from dagster import (
 from resources.delta_lake import DeltaLakeResource
 from resources.spark import SparkResource
 from warehouse_assets.build.freshness import build_freshness_checks
+from warehouse_assets.build.gate import first_buildable
 from warehouse_assets.build.quality import check_specs, evaluation, failed_blocking_checks, latest_materialization
 from warehouse_assets.build.validity import taint_evaluation, tainted_in_instance, valid_evaluation, valid_spec
-from warehouse_assets.catalog import BY_PERIOD, Catalog, DerivedTable, ExternalTable, OdsTable, Table, partition_mapping
+from warehouse_assets.catalog import (
+    BY_PERIOD,
+    Catalog,
+    DerivedTable,
+    ExternalTable,
+    OdsTable,
+    Table,
+    partition_mapping,
+    periods,
+)
 
 
 def _code_version(table: DerivedTable) -> str:
@@ -54,6 +64,31 @@ def max_partitions_per_run(table: Table) -> int | None:
     return backfill_policy(table).max_partitions_per_run
 
 
+def first_partition_note(catalog: Catalog, table: DerivedTable) -> str:
+    """What the asset's description adds when the table's partitions do not all begin at the warehouse start: the
+    first partition that can be built, and why the earlier ones never can (their window reaches before the start)
+    or why there is none before it (a week or a month is a partition only when all of its days can exist). Those
+    tables show missing partitions, or none, in the UI for good reason; this says it where the user looks."""
+    pdef = BY_PERIOD[table.period]
+    since = first_buildable(catalog, table)
+    start = periods().start
+    noun = {"hourly": "hour", "daily": "day", "weekly": "week", "monthly": "month"}[table.period]
+    if since.partition is None:
+        return f"\n\n**Cannot be built yet:** {since.reason}."
+    end = pdef.time_window_for_partition_key(since.partition).end
+    if since.reason:
+        return (
+            f"\n\n**Built from {since.partition} on** (once that {noun} ends, {end:%Y-%m-%d %H:%M}): {since.reason}, "
+            f"so its partitions before {since.partition} can never be built and stay missing."
+        )
+    if pdef.start.date() > start:
+        return (
+            f"\n\n**First partition {since.partition}**, built once that {noun} ends ({end:%Y-%m-%d %H:%M}): a {noun} "
+            f"is a partition only when all of its days can exist, and the warehouse starts {start:%Y-%m-%d}."
+        )
+    return ""
+
+
 def build_asset(catalog: Catalog, table: DerivedTable) -> AssetsDefinition:
     deps = [
         AssetDep(AssetKey(dep.key), partition_mapping=partition_mapping(table, dep, catalog[dep.table].period))
@@ -66,7 +101,7 @@ def build_asset(catalog: Catalog, table: DerivedTable) -> AssetsDefinition:
         group_name=table.layer,
         partitions_def=BY_PERIOD[table.period],
         deps=deps,
-        description=table.description,
+        description=table.description + first_partition_note(catalog, table),
         owners=[f"team:{table.owner}"],
         kinds={"spark", "delta"},
         code_version=_code_version(table),
@@ -79,6 +114,7 @@ def build_asset(catalog: Catalog, table: DerivedTable) -> AssetsDefinition:
             "primary_key": ", ".join(table.primary_key),
             "source_file": str(table.path.relative_to(table.path.parents[2])),
             "sql": MetadataValue.md(f"```sql\n{table.sql}\n```"),
+            "first_buildable_partition": first_buildable(catalog, table).partition or "none within reach",
         },
     )
 

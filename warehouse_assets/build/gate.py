@@ -228,6 +228,68 @@ def nonexistent_upstream(
     ]
 
 
+@dataclass(frozen=True)
+class FirstBuildable:
+    """Where a table's buildable partitions begin: ``partition`` (None: not within ``BUILDABLE_SCAN`` periods of its
+    start), and why the ones before it can never be built (empty when it is the table's first partition)."""
+
+    partition: str | None
+    reason: str = ""
+
+
+BUILDABLE_SCAN = 1000  # periods looked at from a table's first partition: windows reach back days, not years
+_NO_LATER_THAN = datetime(2200, 1, 1, tzinfo=UTC)  # existence judged by the start alone: the future is no reason
+
+
+def first_buildable(catalog: Catalog, table: Table, _known: dict[str, FirstBuildable] | None = None) -> FirstBuildable:
+    """The first partition of ``table`` that can ever be built: every upstream partition its window needs, through
+    every dependency, lies after the warehouse start, and was itself buildable. A 30-day window's first 29 days, a
+    T-7's first week, and whatever depends on them, never are (Dagster shows them missing for good)."""
+    known = {} if _known is None else _known
+    if table.fqn in known:
+        return known[table.fqn]
+    pdef = BY_PERIOD[table.period]
+    key: str | None = pdef.get_partition_key_for_timestamp(pdef.start.timestamp())
+    found = FirstBuildable(key)
+    first_reason = ""
+    for _ in range(BUILDABLE_SCAN):
+        if key is None:
+            break
+        reason = _unbuildable_because(catalog, table, key, known)
+        if reason is None:
+            found = FirstBuildable(key, first_reason)
+            break
+        first_reason = first_reason or reason
+        key = pdef.get_partition_key_for_timestamp(pdef.time_window_for_partition_key(key).end.timestamp())
+    else:
+        found = FirstBuildable(None, first_reason)
+    known[table.fqn] = found
+    return found
+
+
+def _unbuildable_because(catalog: Catalog, table: Table, key: str, known: dict[str, FirstBuildable]) -> str | None:
+    """Why partition ``key`` of ``table`` can never be built, or None if it can."""
+    for dep in table.deps:
+        if dep.table == table.fqn:
+            continue  # the chain starts at the first buildable partition: its T-1 is not needed
+        up = upstream_partitions(catalog, table, dep, key, current_time=_NO_LATER_THAN)
+        if up.nonexistent:
+            return (
+                f"its window needs {dep.table} back to {up.nonexistent[0]}, before the warehouse start "
+                f"{BY_PERIOD[catalog[dep.table].period].start:%Y-%m-%d}"
+            )
+        upstream = catalog[dep.table]
+        since = first_buildable(catalog, upstream, known)
+        up_def = BY_PERIOD[upstream.period]
+        if up.keys and (
+            since.partition is None
+            or up_def.time_window_for_partition_key(up.keys[0]).start
+            < up_def.time_window_for_partition_key(since.partition).start
+        ):
+            return f"it needs {dep.table} {up.keys[0]}, which can never be built ({since.reason})"
+    return None
+
+
 def partitions_in_range(period: str, start: datetime, end: datetime) -> list[str]:
     """The partition keys of ``period`` whose whole window lies in [start, end)."""
     pdef = BY_PERIOD[period]

@@ -17,6 +17,7 @@ from warehouse_assets.catalog.calendars import (
     periods,
 )
 from warehouse_assets.catalog.checks import CHECK_KINDS, Check, CheckSpecError, Outcome, parse_checks
+from warehouse_assets.catalog.keys import PartitionKeyError, check_partition_key
 from warehouse_assets.catalog.loader import TABLES_DIR, load_catalog, referenced_tables
 from warehouse_assets.catalog.mappings import (
     MappedPartitions,
@@ -37,6 +38,7 @@ from warehouse_assets.catalog.model import (
     OdsTable,
     Sla,
     Table,
+    UnknownTable,
 )
 
 __all__ = [
@@ -57,11 +59,14 @@ __all__ = [
     "MappedPartitions",
     "OdsTable",
     "Outcome",
+    "PartitionKeyError",
     "Periods",
     "Sla",
     "Table",
+    "UnknownTable",
     "UpstreamPartitions",
     "business_zone",
+    "check_partition_key",
     "first_monday",
     "first_month",
     "load_catalog",

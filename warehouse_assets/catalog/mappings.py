@@ -15,7 +15,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from dagster import PartitionMapping, TimeWindowPartitionMapping, TimeWindowPartitionsDefinition
+from dagster import (
+    PartitionMapping,
+    TimeWindowPartitionMapping,
+    TimeWindowPartitionsDefinition,
+    partition_loading_context,
+)
 
 from warehouse_assets.catalog.calendars import BY_PERIOD
 
@@ -59,8 +64,10 @@ def mapped_upstream(
     """
     now = current_time or datetime.now(UTC)
     own_u, up_u = _unbounded(own_def), _unbounded(up_def)
+    with partition_loading_context(_FAR_FUTURE):  # a key after now is a key too: the subset would drop it
+        downstream = own_u.empty_subset().with_partition_keys(partition_keys)
     result = mapping.get_upstream_mapped_partitions_result_for_partitions(
-        own_u.empty_subset().with_partition_keys(partition_keys), own_u, up_u, current_time=_FAR_FUTURE
+        downstream, own_u, up_u, current_time=_FAR_FUTURE
     )
     first = up_def.get_first_partition_window()
     keys: list[str] = []

@@ -47,6 +47,7 @@ output ``columns`` (its first partition reads an empty T-1 of that shape); any o
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass as plain_dataclass
@@ -441,3 +442,30 @@ class Catalog:
 
     def derived(self) -> list[DerivedTable]:
         return [t for t in self.tables.values() if isinstance(t, DerivedTable)]
+
+    def lookup(self, name: str) -> Table:
+        """The table named ``name`` (``layer.table``); :class:`UnknownTable` suggesting the closest names if none is."""
+        if name in self.tables:
+            return self.tables[name]
+        raise UnknownTable(name, self.closest(name), sorted(self.tables))
+
+    def closest(self, name: str, n: int = 3) -> list[str]:
+        """The table names closest to ``name``: those whose table part is ``name`` (the layer left out), then the
+        nearest spellings of either the whole name or its table part."""
+        wanted = name.strip().lower()
+        exact = [fqn for fqn, t in self.tables.items() if t.name.lower() == wanted.rsplit(".", 1)[-1]]
+        by_name: dict[str, str] = {t.name: fqn for fqn, t in self.tables.items()}
+        near = difflib.get_close_matches(wanted, list(self.tables), n=n, cutoff=0.6)
+        bare = wanted.rsplit(".", 1)[-1]
+        near += [by_name[m] for m in difflib.get_close_matches(bare, list(by_name), n=n, cutoff=0.6)]
+        return list(dict.fromkeys([*exact, *near]))[:n]
+
+
+class UnknownTable(ValueError):
+    """A table name the catalog does not know, with the closest names it does."""
+
+    def __init__(self, name: str, suggestions: list[str], known: list[str]):
+        self.name, self.suggestions = name, suggestions
+        layered = "" if "." in name else " (tables are named layer.table)"
+        hint = f"did you mean {' or '.join(suggestions)}?" if suggestions else f"known tables: {', '.join(known)}"
+        super().__init__(f"unknown table {name!r}{layered}: {hint}")

@@ -4,7 +4,9 @@ Every ``poll`` seconds it brings the partition state store up to the event log (
 resolves what changed (:class:`warehouse_assets.center.resolver.Resolver`) and submits the runs that became possible
 through Dagster's GraphQL API, the webserver's public interface: ``launchRun`` on the implicit asset job with the
 table's asset and Dagster's partition (or partition range) tags. The runs are queued by the instance's run coordinator
-and appear in the UI like any other, tagged with the engine, their request and the change that triggered them.
+and appear in the UI like any other: "Launched by" the ``dependency_center`` sensor (its ``dagster/sensor_name``
+tag; the sensor's ticks show the engine's heartbeat, :mod:`warehouse_assets.center.heartbeat`), with a queue priority
+by layer, their request and the change that triggered them in words.
 
 Why a process of its own and not a Dagster sensor: an automation sensor evaluated on the code server is refused
 above 500 assets and checks, a sensor's tick waits for the daemon's loop (at least 5 s), and a sensor cannot keep a
@@ -24,26 +26,28 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+import urllib.request
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 from urllib.parse import urlsplit
 
 from dagster import AssetKey, DagsterInstance, RunsFilter
 
 from warehouse_assets.catalog import Catalog, Table
+from warehouse_assets.center import heartbeat
+from warehouse_assets.center.heartbeat import SENSOR_NAME, Heartbeat
 from warehouse_assets.center.resolver import REQUEST_TAG, Resolver, RunPlan
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import PartitionStateStore
-
-if TYPE_CHECKING:
-    from dagster_graphql import DagsterGraphQLClient
 
 log = logging.getLogger("warehouse.engine")
 
 ASSET_JOB = "__ASSET_JOB"  # Dagster's implicit job of every asset: what the UI's "Materialize" launches
 REPOSITORY = "__repository__"  # the repository of a code location defined by a Definitions object
+SENSOR_TAG = "dagster/sensor_name"  # what the Runs page's "Launched by" shows, linked to the sensor of that name
 SUBMITTED_TAG = "warehouse/submitted_at"  # epoch seconds at which the engine submitted the run
 SUBMITTERS = 4  # runs submitted at once: each call waits for the webserver to build the run from the code location
 
@@ -58,47 +62,72 @@ class RunSubmitter(Protocol):
         ...
 
 
+class SubmitError(RuntimeError):
+    """The webserver refused a launch, or answered something else than a run."""
+
+
+_LAUNCH = """
+mutation LaunchRun($executionParams: ExecutionParams!) {
+  launchRun(executionParams: $executionParams) {
+    __typename
+    ... on LaunchRunSuccess { run { runId } }
+    ... on PythonError { message }
+    ... on RunConfigValidationInvalid { errors { message } }
+    ... on Error { message }
+  }
+}
+"""
+
+
 class GraphQLSubmitter:
     """Submits through the webserver's GraphQL API (``launchRun``), as the UI's Materialize button does.
 
-    Safe to call from several threads: each thread has a GraphQL client of its own, because a client holds one
-    transport that refuses a second request while one is open (``TransportAlreadyConnected``)."""
+    A run builds the asset and the checks ``checks`` names for it (the table's own, blocking or not): a check
+    evaluated elsewhere (freshness, judged by its sensor at the deadline) is left out, where the UI's button would
+    add an op that yields nothing and says so in every run's log. An asset ``checks`` does not name gets all of
+    its checks. Safe to call from several threads: each call is one HTTP request of its own."""
 
-    def __init__(self, url: str, location: str):
+    def __init__(self, url: str, location: str, checks: Mapping[AssetKey, Sequence[str]] | None = None):
         parts = urlsplit(url if "://" in url else f"http://{url}")
         if not parts.hostname:
             raise ValueError(f"{url!r}: expected the webserver's URL, e.g. http://127.0.0.1:3000")
         self.url, self.location = url, location
-        self._parts = parts
-        self._local = threading.local()
+        self.endpoint = f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}/graphql"
+        self.checks = dict(checks or {})
 
     def submit(self, plan: RunPlan, asset_key: AssetKey) -> str:
-        # when the engine asked: the run's creation time minus this is the webserver's share of a handoff
-        tags = {**plan.tags, SUBMITTED_TAG: f"{time.time():.3f}"}
-        return self._client().submit_job_execution(
-            ASSET_JOB, self.location, REPOSITORY, run_config={}, tags=tags, asset_selection=[asset_key]
-        )
+        selector: dict[str, object] = {"jobName": ASSET_JOB, "assetSelection": [{"path": list(asset_key.path)}]}
+        if asset_key in self.checks:
+            selector["assetCheckSelection"] = [
+                {"assetKey": {"path": list(asset_key.path)}, "name": name} for name in self.checks[asset_key]
+            ]
+        return self._launch(plan, selector, {})
 
     def submit_job(self, plan: RunPlan) -> str:
-        tags = {**plan.tags, SUBMITTED_TAG: f"{time.time():.3f}"}
-        config = json.loads(plan.run_config)
-        return self._client().submit_job_execution(plan.job, self.location, REPOSITORY, run_config=config, tags=tags)
+        return self._launch(plan, {"jobName": plan.job}, json.loads(plan.run_config))
 
-    def _client(self) -> DagsterGraphQLClient:
-        client = getattr(self._local, "client", None)
-        if client is None:
-            from dagster_graphql import (
-                DagsterGraphQLClient,  # imported by the engine only: the code location never needs it
-            )
+    def _launch(self, plan: RunPlan, selector: dict[str, object], run_config: dict[str, object]) -> str:
+        # when the engine asked: the run's creation time minus this is the webserver's share of a handoff
+        tags = {**plan.tags, SENSOR_TAG: SENSOR_NAME, SUBMITTED_TAG: f"{time.time():.3f}"}
+        params = {
+            "selector": {"repositoryLocationName": self.location, "repositoryName": REPOSITORY, **selector},
+            "runConfigData": run_config,
+            "executionMetadata": {"tags": [{"key": k, "value": v} for k, v in tags.items()]},
+        }
+        body = json.dumps({"query": _LAUNCH, "variables": {"executionParams": params}}).encode()
+        request = urllib.request.Request(self.endpoint, data=body, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            answer = json.loads(response.read())
+        result = (answer.get("data") or {}).get("launchRun") or {}
+        if result.get("__typename") == "LaunchRunSuccess":
+            return str(result["run"]["runId"])
+        why = result.get("message") or "; ".join(e["message"] for e in result.get("errors", [])) or answer.get("errors")
+        raise SubmitError(f"{result.get('__typename', 'no answer')}: {why}")
 
-            client = self._local.client = DagsterGraphQLClient(
-                self._parts.hostname or "",
-                port_number=self._parts.port,
-                use_https=self._parts.scheme == "https",
-                timeout=60,
-                path_prefix=self._parts.path.rstrip("/"),
-            )
-        return client
+
+def own_checks(catalog: Catalog) -> dict[AssetKey, list[str]]:
+    """Each derived table's checks a run of it evaluates: those declared beside the table."""
+    return {AssetKey(t.key): [c.name for c in t.checks] for t in catalog.derived()}
 
 
 class Watcher(Protocol):
@@ -131,14 +160,39 @@ class Engine:
         gc.freeze()
         self.load_seconds = time.perf_counter() - started
         self._failing: str | None = None  # the error of the current outage, logged once
+        self._round_error = ""  # why the last round failed, while rounds fail
         self._pool = ThreadPoolExecutor(SUBMITTERS, thread_name_prefix="submit")
+        self._started = time.time()
+        self._submitted = 0
+        self._latest: deque[str] = deque(maxlen=heartbeat.SHOWN)  # newest first
+        self._beat_at = 0.0
 
     def close(self) -> None:
         for watcher in self.watchers:
             watcher.close()
         self._pool.shutdown(wait=True)
+        if self._beat_at:  # it beat while it ran: its last beat says it stopped
+            self.beat(stopped=True)
         self.resolver.close()
         self.store.close()
+
+    def beat(self, stopped: bool = False) -> None:
+        """Write the heartbeat the ``dependency_center`` sensor and ``warehouse status`` read."""
+        self._beat_at = time.time()
+        heartbeat.beat(
+            self.instance,
+            Heartbeat(
+                at=self._beat_at,
+                started_at=self._started,
+                cursor=self.store.cursor,
+                backlog=self.resolver.backlog,
+                pending=len(self.resolver.pending()),
+                submitted=self._submitted,
+                latest=list(self._latest),
+                failing=self._round_error or self._failing or "",
+                stopped=stopped,
+            ),
+        )
 
     def recover(self) -> int:
         """Settle the plans a previous engine recorded but may not have submitted: the ones whose run exists are done.
@@ -169,6 +223,9 @@ class Engine:
         for plan, run_id in done:
             self.resolver.submitted(plan.request_id)
             log.info("%s %s → run %s (%s)", plan.table, _span(plan.partitions), run_id, plan.trigger.describe())
+            self._submitted += 1
+            at = time.strftime("%H:%M:%S")
+            self._latest.appendleft(f"{plan.table} {_span(plan.partitions)} → {run_id[:8]} at {at}")
         if len(done) == len(plans) and self._failing is not None:
             log.info("submitting runs again after: %s", self._failing)
             self._failing = None
@@ -180,7 +237,7 @@ class Engine:
                 return self.submitter.submit_job(plan)
             return self.submitter.submit(plan, AssetKey(self.catalog[plan.table].key))
         except Exception as exc:  # the webserver down or restarting: the plan stays pending, retried next round
-            cause = exc.__cause__ or exc  # the GraphQL client wraps the transport's error in a generic one
+            cause = exc.__cause__ or exc  # an HTTP client may wrap the transport's error in a generic one
             error = f"{type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}"
             if self._failing is None:
                 log.warning("cannot submit runs (%s): the plans stay pending and are retried every round", error)
@@ -206,8 +263,16 @@ class Engine:
             try:
                 self.tick(budget=poll)
                 busy = self.resolver.backlog > 0
-            except Exception:  # a locked database, a storage hiccup: nothing was recorded, the next round redoes it
+                self._round_error = ""
+            except Exception as exc:  # a locked database, a storage hiccup: nothing recorded, the next round redoes it
                 log.exception("engine round failed; retrying")
+                first = str(exc).splitlines()[0] if str(exc) else ""
+                self._round_error = f"round failed: {type(exc).__name__}: {first}"
+            if time.time() - self._beat_at >= heartbeat.BEAT_SECONDS:
+                try:
+                    self.beat()
+                except Exception:  # the instance's storage busy: the next round beats again
+                    log.warning("could not write the engine's heartbeat; retrying next round", exc_info=True)
             stop.wait(0.0 if busy else max(0.0, poll - (time.monotonic() - started)))
 
 

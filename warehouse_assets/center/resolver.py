@@ -81,15 +81,31 @@ CREATE TABLE IF NOT EXISTS center_taints (table_fqn, partition, storage_id INTEG
     marked TEXT NOT NULL, PRIMARY KEY (table_fqn, partition, storage_id)) WITHOUT ROWID;
 """
 
-TAG_PREFIX = "warehouse/trigger"
 REQUEST_TAG = "warehouse/request"  # the request a run was submitted for: how a restart finds what it submitted
-ENGINE_TAG = "warehouse/engine"
+TRIGGER_TAG = "warehouse/trigger"  # the change that made the run's partitions ready, in words
+PARTITIONS_TAG = "warehouse/partitions"  # a ranged run's partitions in words (Dagster's two range tags are apart)
+PRIORITY_TAG = "dagster/priority"  # Dagster's queue launches higher priorities first, then the oldest
+
+
+def run_priority(table: str, first_partition_start: datetime | None, now: datetime | None) -> int:
+    """The queue priority of the engine's run of ``table`` whose first partition starts at ``first_partition_start``.
+
+    Older days first, and within a day deeper layers first: a catch-up finishes the oldest day's chain up to its
+    figures (ADS) before it starts the next day's, instead of building every day's DWD before any DWS. Always below
+    zero, so that a run a user launches (priority 0: the UI's Materialize, a backfill) goes before the engine's."""
+    rank = {"dwd": 1, "dws": 2, "ads": 3}.get(table.split(".", 1)[0], 3)
+    age = 0 if first_partition_start is None or now is None else max(0, (now - first_partition_start).days)
+    return -100 + 10 * min(age, 9) + rank
+
 
 # Automatic runs look this far back from the latest partition; older history is a backfill's: deploying
 # a table must not start runs for all of its past.
 LOOKBACK = timedelta(days=35)
 PRUNE_EVERY = timedelta(hours=1)  # how often old requests are deleted
 CLOCK = "clock"  # a Trigger's field: the partition's window ended, nothing upstream changed
+# a trigger's fields as the run's tag says them: a run is planned only once nothing upstream is in progress, so an
+# in-progress change that triggers one is a run that ended
+CHANGE_WORDS = {"checks": "checked", "in_progress": "run ended", "failed": "run failed", CLOCK: "window ended"}
 
 
 @dataclass(frozen=True)
@@ -103,7 +119,8 @@ class Trigger:
     fields: frozenset[str]  # ``materialized``, ``checks``, ``in_progress``, ``failed``, or ``clock``
 
     def describe(self) -> str:
-        return f"{self.table} {self.partition} ({', '.join(sorted(self.fields))})"
+        """In words, for the run's tag and the engine's log: ``dws.user_order_daily 2026-11-20 (materialized)``."""
+        return f"{self.table} {self.partition} ({', '.join(sorted(CHANGE_WORDS.get(f, f) for f in self.fields))})"
 
     def to_json(self) -> list[object]:
         return [self.table, self.partition, self.storage_id, self.run_id, sorted(self.fields)]
@@ -126,34 +143,40 @@ class RunPlan:
     request_id: str = ""  # set when the plan is recorded: the key of its submission
     job: str = ""
     run_config: str = ""  # JSON
+    priority: int | None = None  # in Dagster's queue (:func:`run_priority`); None: by its layer alone
 
     @property
     def tags(self) -> dict[str, str]:
-        """Dagster's partition tags of the run, and the triggering event."""
+        """Dagster's partition tags of the run and its queue priority, the request, the triggering change in words,
+        and a ranged run's partitions in words: few and short, as they are what the Runs page shows of a run."""
         first, last = self.partitions[0], self.partitions[-1]
         if self.job:
             tags = {}  # a job of ops: no partitions of its own
         elif first == last:
             tags = {"dagster/partition": first}
         else:
-            tags = {"dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last}
+            tags = {
+                "dagster/asset_partition_range_start": first,
+                "dagster/asset_partition_range_end": last,
+                PARTITIONS_TAG: f"{first} … {last} ({len(self.partitions)})",
+            }
         return {
             **tags,
-            ENGINE_TAG: "center",
+            PRIORITY_TAG: str(self.priority if self.priority is not None else run_priority(self.table, None, None)),
             REQUEST_TAG: self.request_id,
-            f"{TAG_PREFIX}_table": self.trigger.table,
-            f"{TAG_PREFIX}_partition": self.trigger.partition,
-            f"{TAG_PREFIX}_storage_id": "" if self.trigger.storage_id is None else str(self.trigger.storage_id),
-            f"{TAG_PREFIX}_change": ",".join(sorted(self.trigger.fields)),
+            TRIGGER_TAG: self.trigger.describe(),
         }
 
     def to_json(self) -> str:
-        return json.dumps([self.table, self.partitions, self.trigger.to_json(), self.job, self.run_config])
+        return json.dumps(
+            [self.table, self.partitions, self.trigger.to_json(), self.job, self.run_config, self.priority]
+        )
 
     @classmethod
     def from_json(cls, text: str, request_id: str) -> RunPlan:
-        table, partitions, trigger, *job = json.loads(text)  # a plan recorded before jobs had two fields less
-        return cls(table, tuple(partitions), Trigger.from_json(trigger), request_id, *job)
+        table, partitions, trigger, *rest = json.loads(text)
+        job, run_config, priority = [*rest, "", "", None][:3]  # plans recorded before jobs and priorities
+        return cls(table, tuple(partitions), Trigger.from_json(trigger), request_id, job, run_config, priority)
 
 
 class Resolver:
@@ -250,7 +273,7 @@ class Resolver:
             elif outcome is not None:
                 ready[(fqn, partition)] = (trigger, outcome)
         self._extend_chains(ready, states, now)
-        plans = [replace(plan, request_id=uuid.uuid4().hex) for plan in [*taints, *self._coalesce(ready)]]
+        plans = [replace(plan, request_id=uuid.uuid4().hex) for plan in [*taints, *self._coalesce(ready, now)]]
         self._remember(ready, deferred, evaluated, plans, now, states)
         return plans
 
@@ -511,7 +534,7 @@ class Resolver:
 
     # --- coalescing --------------------------------------------------------------------------------------------
 
-    def _coalesce(self, ready: dict[tuple[str, str], tuple[Trigger, str]]) -> list[RunPlan]:
+    def _coalesce(self, ready: dict[tuple[str, str], tuple[Trigger, str]], now: datetime) -> list[RunPlan]:
         """Per table, contiguous partitions in time order, at most ``max_partitions_per_run`` a run."""
         by_table: dict[str, list[str]] = {}
         for fqn, partition in ready:
@@ -526,12 +549,18 @@ class Resolver:
             previous_end = None
             for window, partition in windows:
                 if run and (window.start != previous_end or (limit is not None and len(run) >= limit)):
-                    plans.append(RunPlan(fqn, tuple(run), ready[(fqn, run[0])][0]))
+                    plans.append(self._plan(fqn, run, ready, now))
                     run = []
                 run.append(partition)
                 previous_end = window.end
-            plans.append(RunPlan(fqn, tuple(run), ready[(fqn, run[0])][0]))
+            plans.append(self._plan(fqn, run, ready, now))
         return sorted(plans, key=lambda p: (_start(self.catalog[p.table], p.partitions[0]), p.table))
+
+    def _plan(
+        self, fqn: str, run: list[str], ready: dict[tuple[str, str], tuple[Trigger, str]], now: datetime
+    ) -> RunPlan:
+        start = BY_PERIOD[self.catalog[fqn].period].time_window_for_partition_key(run[0]).start
+        return RunPlan(fqn, tuple(run), ready[(fqn, run[0])][0], priority=run_priority(fqn, start, now))
 
 
 _DEFER = "defer"

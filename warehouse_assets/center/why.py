@@ -26,9 +26,12 @@ from dagster import (
     AssetKey,
     Config,
     DagsterInstance,
+    DagsterRunStatus,
     OpExecutionContext,
     Output,
     PartitionKeyRange,
+    RunRecord,
+    RunsFilter,
     job,
     op,
 )
@@ -36,16 +39,26 @@ from dagster import (
 from resources.delta_lake import DeltaLakeResource, DeltaStore
 from resources.external import ExternalResource
 from resources.landing import Landing, LandingResource
-from warehouse_assets.build.gate import CHECK_FAILED, IN_PROGRESS, NONEXISTENT, TAINTED, Verdict, decide
+from warehouse_assets.build.gate import (
+    CHECK_FAILED,
+    IN_PROGRESS,
+    NONEXISTENT,
+    TAINTED,
+    Verdict,
+    decide,
+    first_buildable,
+)
 from warehouse_assets.build.validity import Taint
 from warehouse_assets.catalog import (
     BY_PERIOD,
-    START,
     Catalog,
     Dependency,
     OdsTable,
+    PartitionKeyError,
     Table,
     UpstreamPartitions,
+    check_partition_key,
+    periods,
     upstream_partitions,
 )
 from warehouse_assets.center.state_store import PartitionState, PartitionStateStore, StateView
@@ -53,6 +66,11 @@ from warehouse_assets.ingest.deliveries import external_source
 from warehouse_assets.ingest.readiness import Readiness, shard_state, with_counts
 
 READY = "materialized"
+QUEUED = "queued"
+NEVER = "can never exist"
+NOT_YET = "does not exist yet"
+# a run that will build the partition but has not started: Dagster's statuses before STARTED
+WAITING_RUN = (DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING)
 ROOT_CAUSES_SHOWN = 3  # per table and state: a day behind a lagging shard has up to 24 hours with one reason
 
 
@@ -60,8 +78,8 @@ ROOT_CAUSES_SHOWN = 3  # per table and state: a day behind a lagging shard has u
 class UpstreamState:
     table: str
     partition: str
-    # materialized | missing | in progress | failed | check failed | tainted | not ready | external not arrived |
-    # does not exist
+    # materialized | missing | queued | in progress | failed | check failed | tainted | not ready |
+    # external not arrived | does not exist
     state: str
     detail: str = ""
     failed_checks: tuple[str, ...] = ()  # blocking checks failed on its latest materialization
@@ -145,11 +163,34 @@ class PartitionStates:
         self._windows: dict[tuple[str, str], list[tuple[Dependency, UpstreamPartitions]]] = {}
         self._shards: dict[str, Readiness] = {}  # per ODS table
         self._readiness: dict[tuple[str, str], Readiness] = {}  # per ODS table and local day
+        self._runs: dict[str, RunRecord | None] = {}  # runs waiting to start, by id (None: not waiting)
 
     def status(self, fqn: str, keys: Sequence[str]) -> dict[str, str]:
-        """The run status of partitions: materialized, missing, in progress or failed."""
+        """The run status of partitions: materialized, missing, queued, in progress or failed."""
         found = self.partitions.states(AssetKey(self.catalog[fqn].key), keys)
-        return {k: _status(found[k]) for k in keys}
+        statuses = {k: _status(found[k]) for k in keys}
+        for key in keys:
+            run = found[key].latest_run
+            if statuses[key] == "missing" and run and self._run(run) is not None:
+                statuses[key] = QUEUED  # a run that targets it exists and has not started
+        return statuses
+
+    def _run(self, run_id: str) -> RunRecord | None:
+        """The record of ``run_id`` if it is waiting to start (queued, starting), else None."""
+        if run_id not in self._runs:
+            record = self.instance.get_run_record_by_id(run_id)
+            self._runs[run_id] = record if record and record.dagster_run.status in WAITING_RUN else None
+        return self._runs[run_id]
+
+    def run_detail(self, fqn: str, key: str) -> str:
+        """Which run will build (or is building) the partition, for how long it has waited and behind what."""
+        state = self.partitions.states(AssetKey(self.catalog[fqn].key), [key])[key]
+        if not state.latest_run:
+            return ""
+        record = self.instance.get_run_record_by_id(state.latest_run)
+        if record is None:
+            return ""
+        return describe_run(self.instance, record, self.now)
 
     def states(self, fqn: str, keys: Sequence[str]) -> list[UpstreamState]:
         """Is each partition ready (``materialized``, its blocking checks not failed), and if not, why?
@@ -177,6 +218,8 @@ class PartitionStates:
                 elif key in failed:
                     state.state, state.failed_checks = "check failed", tuple(failed[key])
                     state.detail = f"blocking check(s) failed: {', '.join(failed[key])}"
+                elif state.state in (QUEUED, "in progress"):
+                    state.detail = self.run_detail(fqn, key)
                 elif state.state == "missing" and table.is_external:
                     state.state = "external not arrived"
                     state.detail = (
@@ -303,7 +346,8 @@ class PartitionStates:
         window = pdef.time_window_for_partition_key(key)
         first = pdef.get_first_partition_key()
         if first is None or window.start < pdef.time_window_for_partition_key(first).start:
-            return f"before {fqn}'s first partition {first} (the warehouse starts {START}): it can never exist"
+            start = periods().start.isoformat()
+            return f"before {fqn}'s first partition {first} (the warehouse starts {start}): it can never exist"
         return f"in the future: a partition once its window ends at {window.end:%Y-%m-%d %H:%M}"
 
     def root_causes(self, blocked: Iterable[UpstreamState]) -> list[UpstreamState]:
@@ -357,7 +401,65 @@ def _followed(node: UpstreamState, table: Table) -> bool:
 def _unblocked(state: str) -> str:
     if state == "failed":
         return "every upstream partition is ready, but its last run failed: read that run's log, then re-run it"
-    return "every upstream partition is ready: the engine starts it within a second (or launch it)"
+    return (
+        "every upstream partition is ready, and no run of it is queued or running: the dependency center submits "
+        "one when it sees the upstream's last change (`warehouse status` says whether its engine is alive), or "
+        "materialize it from the UI"
+    )
+
+
+def describe_run(instance: DagsterInstance, record: RunRecord, now: datetime) -> str:
+    """A run that builds a partition, as ``why`` names it: its id, its status and for how long, and for a run still
+    queued what it waits behind (the runs in progress and the queued ones the queue launches first, by priority and
+    then age, as Dagster's queue does)."""
+    run = record.dagster_run
+    short = run.run_id[:8]
+    if run.status not in WAITING_RUN:
+        since = record.start_time or record.create_timestamp.timestamp()
+        if run.status == DagsterRunStatus.STARTED:
+            return f"running for {_ago(now.timestamp() - since)} as run {short}"
+        return f"its latest run {short} is {run.status.value.lower()}"
+    waited = _ago(now.timestamp() - record.create_timestamp.timestamp())
+    active = instance.get_run_records(
+        RunsFilter(statuses=[DagsterRunStatus.STARTING, DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING])
+    )
+    ahead = [
+        r
+        for r in instance.get_run_records(RunsFilter(statuses=[DagsterRunStatus.QUEUED]))
+        if r.dagster_run.run_id != run.run_id and _queue_order(r) < _queue_order(record)
+    ]
+    running = ", ".join(_run_name(r) for r in active[:3]) + (f" and {len(active) - 3} more" if len(active) > 3 else "")
+    behind = f"behind {len(active)} run(s) in progress ({running})" if active else "with no run in progress"
+    queued = f" and {len(ahead)} queued ahead of it" if ahead else ""
+    status = "queued" if run.status == DagsterRunStatus.QUEUED else run.status.value.lower()
+    return f"{status} for {waited} as run {short}, {behind}{queued}"
+
+
+def _queue_order(record: RunRecord) -> tuple[int, float]:
+    try:
+        priority = int(record.dagster_run.tags.get("dagster/priority", "0"))
+    except ValueError:
+        priority = 0
+    return (-priority, record.create_timestamp.timestamp())
+
+
+def _run_name(record: RunRecord) -> str:
+    run = record.dagster_run
+    what = run.job_name
+    if run.asset_selection:
+        what = ", ".join(sorted(k.to_user_string().replace("/", ".") for k in run.asset_selection))
+    partition = run.tags.get("dagster/partition") or run.tags.get("dagster/asset_partition_range_start")
+    return f"{run.run_id[:8]} {what}" + (f" {partition}" if partition else "")
+
+
+def _ago(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 90:
+        return f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 90:
+        return f"{minutes} min {seconds} s"
+    return f"{minutes // 60} h {minutes % 60} min"
 
 
 def explain(
@@ -368,22 +470,30 @@ def explain(
     fqn: str,
     partition: str,
     external: ExternalResource | None = None,
+    current_time: datetime | None = None,
 ) -> WhyReport:
-    if fqn not in catalog.tables:
-        raise ValueError(f"unknown table {fqn!r}; known: {', '.join(sorted(catalog.tables))}")
-    table = catalog[fqn]
-    pdef = BY_PERIOD[table.period]
-    if not pdef.has_partition_key(partition):
-        raise ValueError(
-            f"{partition!r} is not a partition of {fqn} ({table.period}, e.g. {pdef.get_first_partition_key()})"
-        )
-    states = PartitionStates(instance, catalog, store, landing, external)
+    """Why ``partition`` of ``fqn`` waits. A table the catalog does not know, or a key that is not one of the table's
+    (malformed, of another period), raises ValueError saying exactly what is wrong; a partition that does not exist
+    (before the warehouse start, not finished yet, in the future) is answered as such."""
+    table = catalog.lookup(fqn)
+    now = current_time or datetime.now(UTC)
+    try:
+        check_partition_key(table, partition, now)
+    except PartitionKeyError as exc:
+        if exc.kind not in ("before_start", "unfinished", "future"):
+            raise
+        return WhyReport(fqn, partition, NOT_YET if exc.exists_later else NEVER, verdict=exc.message)
+    states = PartitionStates(instance, catalog, store, landing, external, current_time=now)
     report = WhyReport(fqn, partition, states.status(fqn, [partition])[partition])
     report.own_taint = states.states(fqn, [partition])[0].taint
     report.upstream = states.upstream(table, partition)
     waiting = [u for u in report.upstream if u.blocks]
-    if report.own_state == "in progress":
-        report.verdict = "running now"
+    never = _never_built(catalog, table, partition)
+    if report.own_state in ("in progress", QUEUED):
+        report.verdict = states.run_detail(fqn, partition) or report.own_state
+    elif never:
+        report.root_causes = states.root_causes(waiting)
+        report.verdict = never
     elif states.verdict(table, partition).may_run:
         report.verdict = f"all {len(report.upstream)} upstream partition(s) are materialized: ready" + (
             " (already materialized)" if report.own_state == "materialized" else ""
@@ -396,6 +506,17 @@ def explain(
             f"first: {first.table} {first.partition} ({first.state})"
         )
     return report
+
+
+def _never_built(catalog: Catalog, table: Table, partition: str) -> str:
+    """Why ``partition`` can never be built (its window reaches before the warehouse start), or ''."""
+    since = first_buildable(catalog, table)
+    pdef = BY_PERIOD[table.period]
+    start = pdef.time_window_for_partition_key(partition).start
+    if since.partition is not None and start >= pdef.time_window_for_partition_key(since.partition).start:
+        return ""
+    first = f"the first one that can be is {since.partition}" if since.partition else "none of its first ones can be"
+    return f"can never be built: {since.reason}; {first}"
 
 
 class WhyConfig(Config):  # type: ignore[misc]

@@ -1,8 +1,10 @@
-"""What the ``warehouse`` commands share: the repository root, their progress lines and the settings."""
+"""What the ``warehouse`` commands share: the repository root, their progress lines, the settings and the
+warehouse start."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,3 +26,34 @@ def load_settings(env: Mapping[str, str]) -> Settings:
         return Settings.from_env(env)
     except ValueError as exc:
         raise SystemExit(f"error: {exc}") from None
+
+
+def warehouse_start(env: Mapping[str, str]) -> str | None:
+    """The warehouse start every command works with: ``WAREHOUSE_START`` when set, else the first day of the
+    simulated landing area (``make dev``'s sources), else None (the settings' default applies).
+
+    The simulated landing area records where it starts and keeps it when it is extended, so ``warehouse dev``,
+    ``why``, ``status`` and the others agree on the first partition of every table across restarts, without the
+    user exporting anything. Real sources record no such day: set ``WAREHOUSE_START`` for them.
+    """
+    from simulator.cdc import read_simulation
+
+    if env.get("WAREHOUSE_START", "").strip():
+        return env["WAREHOUSE_START"].strip()
+    simulated = read_simulation(Path(load_settings(env).landing_root))
+    if simulated is None:
+        return None
+    _, first, _ = simulated
+    return first.strftime("%Y-%m-%d")
+
+
+def adopt_warehouse_start(env: MutableMapping[str, str] | None = None) -> str | None:
+    """Resolve the start (:func:`warehouse_start`) and put it in ``env`` (default: this process's environment, so
+    that the settings read later and the processes started from here see it); a bad value fails naming the variable.
+    Call it before anything reads the settings: they are read once per process."""
+    env = os.environ if env is None else env
+    start = warehouse_start(env)
+    if start is not None:
+        load_settings({**env, "WAREHOUSE_START": start})
+        env["WAREHOUSE_START"] = start
+    return start

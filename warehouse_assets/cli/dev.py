@@ -6,15 +6,20 @@ Spark Connect, ``dagster dev`` and the engine, stopped together) and the command
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+import time
+import uuid
 from datetime import datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-from warehouse_assets.cli.common import ROOT, load_settings, say
+from warehouse_assets.cli.common import ROOT, adopt_warehouse_start, load_settings, say
+
+DEV_MARK = "WAREHOUSE_DEV_SESSION"  # in the environment of every process `warehouse dev` starts
 
 
 def simulate_externals(landing: Path, external_root: Path) -> None:
@@ -42,59 +47,73 @@ def _ensure_simulated(landing: Path, days: int, scale: float, tz: str, external_
     simulate_externals(landing, external_root)
 
 
-def warehouse_start(env: dict[str, str], landing: Path) -> str | None:
-    """``WAREHOUSE_START`` for ``warehouse dev``: the user's value, else the first simulated day.
-
-    The simulated landing area records where it starts (``simulation.json``) and keeps it when it is
-    extended, so the partitions start on the same day across restarts. Without a simulation and without
-    a value, the default of ``warehouse_assets.catalog`` applies (None).
-    """
-    from simulator.cdc import read_simulation
-
-    if env.get("WAREHOUSE_START"):
-        return env["WAREHOUSE_START"]
-    simulated = read_simulation(landing)
-    if simulated is None:
-        return None
-    _, first, _ = simulated
-    return first.strftime("%Y-%m-%d")
-
-
 def run_dev(args: argparse.Namespace) -> int:
-    from resources.spark import start_connect_server
-
+    """Simulated sources, Spark Connect, ``dagster dev`` and the engine, until SIGINT or SIGTERM stops them all."""
+    # Both signals stop everything, however this process was started: one started in the background by a shell
+    # or a script inherits SIGINT as ignored, and Python then leaves it ignored (Ctrl-C in a terminal works only
+    # because the terminal's process is in the foreground)
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
     os.chdir(ROOT)
-    env = dict(os.environ)
+    # every process started from here carries this mark, however deep: what outlives its parent is found by it
+    os.environ[DEV_MARK] = uuid.uuid4().hex
+    started: list[tuple[subprocess.Popen[bytes], int, float]] = []  # process group leaders, how to stop each
+    try:
+        return _run_dev(args, started)
+    except KeyboardInterrupt:
+        say("[dev] stopping the engine, Dagster and Spark …")
+        return 0
+    finally:
+        # a second Ctrl-C must not interrupt the stopping half-way and leave processes behind
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        for proc, sig, timeout in reversed(started):
+            _stop_group(proc, sig, timeout)
+        left = stop_marked(os.environ[DEV_MARK])
+        if left:
+            say(f"[dev] stopped {left} process(es) left behind by Dagster (run workers, a code server)")
+
+
+def _run_dev(args: argparse.Namespace, started: list[tuple[subprocess.Popen[bytes], int, float]]) -> int:
+    from resources.spark import port_open, start_connect_server
+
+    begun = time.monotonic()
+    env = os.environ
     env.setdefault("DAGSTER_HOME", str(ROOT / "dagster_home"))
     env.setdefault("WAREHOUSE_SPARK_MODE", "connect")
     env.setdefault("WAREHOUSE_SIMULATE_LIVE", "1" if args.simulate else "0")
     env.setdefault("DAGSTER_TELEMETRY_ENABLED", "false")
-    os.environ.update(env)
     settings = load_settings(env)
     landing = Path(settings.landing_root)
     tz = settings.timezone
     if args.simulate:
         _ensure_simulated(landing, args.days, args.scale, tz, Path(settings.external_dir))
-    start = warehouse_start(env, landing)
+    start = adopt_warehouse_start(env)  # a bad start fails here, naming the variable
     if start is not None:
-        settings = load_settings({**env, "WAREHOUSE_START": start})  # a bad start fails here, naming the variable
-        # set for the processes it starts (dagster dev, its code server, daemon and runs)
-        env["WAREHOUSE_START"] = os.environ["WAREHOUSE_START"] = start
+        settings = load_settings(env)
         say(f"[dev] the warehouse starts on {start} (WAREHOUSE_START): the first partition of every table")
-    server = None
     if settings.spark_mode == "connect":
         host, port = settings.spark_connect_url.removeprefix("sc://").split("/")[0].split(":")
         log_path = Path(settings.log_dir) / "spark-connect.log"
-        say(f"[dev] starting the Spark Connect server on {host}:{port} (log: {log_path})")
+        say(f"[dev] starting the Spark Connect server on {host}:{port} (log: {log_path}, {settings.spark_log_level})")
         server = start_connect_server(
-            host=host, port=int(port), master=settings.spark_master, timezone=tz, log_path=log_path
+            host=host,
+            port=int(port),
+            master=settings.spark_master,
+            timezone=tz,
+            log_path=log_path,
+            log_level=settings.spark_log_level,
         )
         if server is None:
             say("[dev] a Spark Connect server already listens there; using it")
+        else:
+            started.append((server, signal.SIGTERM, 15))
     _prepare_instance(Path(env["DAGSTER_HOME"]))
     command = [sys.executable, "-m", "dagster", "dev", "-h", args.host, "-p", str(args.port), "-w", "workspace.yaml"]
-    say(f"[dev] starting Dagster: http://{args.host}:{args.port}  (Ctrl-C stops everything)")
+    command += ["--log-level", args.dagster_log_level]
+    say(f"[dev] starting Dagster (webserver, daemon, code server; log level {args.dagster_log_level})")
     dagster = subprocess.Popen(command, env=env, start_new_session=True, preexec_fn=_default_signals)
+    started.append((dagster, signal.SIGINT, 30))
     engine_command = [
         sys.executable,
         "-m",
@@ -105,19 +124,18 @@ def run_dev(args: argparse.Namespace) -> int:
     ]
     say("[dev] starting the engine (the dependency center: starts each partition once its upstream is ready)")
     engine = subprocess.Popen(engine_command, env=env, start_new_session=True, preexec_fn=_default_signals)
-
-    signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        return dagster.wait()
-    except KeyboardInterrupt:
-        say("[dev] stopping the engine, Dagster and Spark …")
-        _stop_group(engine, signal.SIGTERM, timeout=15)
-        _stop_group(dagster, signal.SIGINT, timeout=30)
-        return 0
-    finally:
-        _stop_group(engine, signal.SIGTERM, timeout=15)
-        if server is not None:
-            _stop_group(server, signal.SIGTERM, timeout=15)
+    started.append((engine, signal.SIGTERM, 15))
+    announced = False
+    while dagster.poll() is None:
+        if not announced and port_open(args.host, args.port):
+            announced = True
+            say(
+                f"[dev] the UI is up: http://{args.host}:{args.port} ({time.monotonic() - begun:.0f} s; "
+                'Ctrl-C stops everything). What to expect minute by minute: README.md, "What you will see"'
+            )
+        time.sleep(0.5)
+    say(f"[dev] Dagster exited with status {dagster.returncode}: stopping the rest")
+    return dagster.returncode or 1
 
 
 def run_engine(args: argparse.Namespace) -> int:
@@ -130,18 +148,19 @@ def run_engine(args: argparse.Namespace) -> int:
     from resources.external import ExternalResource
     from warehouse_assets.build.compiler import max_partitions_per_run
     from warehouse_assets.catalog import load_catalog
-    from warehouse_assets.center.engine import GraphQLSubmitter, assemble_engine
+    from warehouse_assets.center.engine import GraphQLSubmitter, assemble_engine, own_checks
     from warehouse_assets.ingest.deliveries import ExternalWatcher, now_in_business_tz
 
     settings = load_settings(os.environ)
     # the engine's own lines only: Dagster's storage layers log every schema check at INFO
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s [engine] %(message)s", stream=sys.stdout)
     logging.getLogger("warehouse.engine").setLevel(logging.INFO)
-    submitter = GraphQLSubmitter(args.url or settings.webserver_url, settings.code_location)
+    catalog = load_catalog()
+    # each run evaluates the table's own checks; the freshness check is its sensor's, at the deadline
+    submitter = GraphQLSubmitter(args.url or settings.webserver_url, settings.code_location, own_checks(catalog))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    catalog = load_catalog()
     with DagsterInstance.get() as instance:
         watcher = ExternalWatcher(instance, catalog, ExternalResource(root=settings.external_dir), now_in_business_tz)
         engine = assemble_engine(instance, catalog, submitter, max_partitions_per_run, watchers=[watcher])
@@ -163,7 +182,7 @@ def _prepare_instance(home: Path) -> None:
 
 
 def _interrupt(*_: object) -> None:
-    """SIGTERM handled as Ctrl-C: the ``finally`` blocks stop the process groups this command started."""
+    """SIGINT or SIGTERM, whatever disposition this process inherited: the ``finally`` blocks stop what it started."""
     raise KeyboardInterrupt
 
 
@@ -171,6 +190,45 @@ def _default_signals() -> None:
     """Children handle Ctrl-C / SIGTERM even when this process was started with them ignored."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def marked_processes(mark: str) -> list[int]:
+    """The processes whose environment carries ``DEV_MARK=mark`` (Linux: read from /proc), this one excluded."""
+    needle = f"{DEV_MARK}={mark}".encode() + b"\0"
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if int(entry.name) != os.getpid() and needle in (entry / "environ").read_bytes():
+                found.append(int(entry.name))
+        except (OSError, ValueError):
+            continue  # gone meanwhile, or not ours to read
+    return found
+
+
+def stop_marked(mark: str, grace: float = 10.0) -> int:
+    """Stop every process still carrying ``mark``: SIGTERM, then SIGKILL after ``grace`` seconds. Dagster's own
+    stop leaves some behind when it is quick about it (a code server, the warm launcher's worker, a run's process);
+    how many there were."""
+    pids = marked_processes(mark)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while (alive := [p for p in pids if _alive(p)]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid in alive:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return len(pids)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie waiting for its parent counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
 
 
 def _stop_group(proc: subprocess.Popen[bytes], sig: int, timeout: float) -> None:
@@ -194,12 +252,16 @@ def run_spark_server(args: argparse.Namespace) -> int:
         master=settings.spark_master,
         timezone=settings.timezone,
         log_path=Path(settings.log_dir) / "spark-connect.log",
+        log_level=settings.spark_log_level,
     )
     if server is None:
         say(f"a server already listens on 127.0.0.1:{args.port}")
         return 0
     say(f"Spark Connect listening on sc://127.0.0.1:{args.port}, master {settings.spark_master} (Ctrl-C stops it)")
-    signal.signal(signal.SIGTERM, _interrupt)  # a supervisor's stop: the server runs in a process group of its own
+    # a supervisor's stop (the server runs in a process group of its own), and Ctrl-C even when started in the
+    # background, where SIGINT comes ignored
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     try:
         return server.wait()
     except KeyboardInterrupt:
@@ -229,10 +291,8 @@ def run_capture(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise SystemExit(f"error: {exc}") from None
 
-    def stop(*_: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)  # ignored when started in the background: stop on it all the same
     try:
         capture.run_capture(source, config, say=say)
     except KeyboardInterrupt:

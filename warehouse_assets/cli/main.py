@@ -4,15 +4,17 @@
     warehouse ingest                            apply pending landing segments to the ODS tables
     warehouse materialize --start D --end D     ingest, report ready ODS hours, build every derived table
                                                 for [start, end) in dependency order (headless path)
-    warehouse why dwd.order_detail 2026-03-02   why a partition waits: its upstream partitions and the root causes
+    warehouse why ads.daily_gmv 2026-11-24      why a partition waits: its upstream partitions and the root causes
     warehouse taint ods.order S E --reason R    what partitions S..E taint downstream; --apply marks and repairs
+    warehouse status                            the engine's heartbeat, the runs queued and running, the start
     warehouse status dwd.order_detail           each partition: materialized, valid or tainted, checks
     warehouse spark-server                      run the embedded Spark Connect server in the foreground
     warehouse capture --source mysql://U@H:P    real sources: a MySQL/MariaDB binlog into the landing area
     warehouse dev                               what `make dev` runs: data, Spark Connect, dagster dev
 
 Every command runs against the Dagster instance in ``$DAGSTER_HOME`` (default ``./dagster_home``), so runs
-and materializations show in the UI exactly as if the daemon had made them.
+and materializations show in the UI exactly as if the daemon had made them, and works from the same warehouse start
+as ``warehouse dev``: ``WAREHOUSE_START``, else the first day of the simulated landing area.
 """
 
 from __future__ import annotations
@@ -26,10 +28,10 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from warehouse_assets.cli.common import ROOT, load_settings, say
+from warehouse_assets.cli.common import ROOT, adopt_warehouse_start, load_settings, say
 from warehouse_assets.cli.dev import run_capture, run_dev, run_engine, run_spark_server, simulate_externals
 from warehouse_assets.cli.headless import materialize_range, run_ingest
-from warehouse_assets.cli.repair import add_parsers, status_command, taint_command
+from warehouse_assets.cli.repair import add_taint_parser, table_status_command, taint_command
 
 
 def _instance(dagster_home: str | None) -> Any:
@@ -78,14 +80,66 @@ def why_command(args: argparse.Namespace, instance: Any, resources: dict[str, An
             args.partition,
             resources["external"],
         )
-    except ValueError as exc:
+    except ValueError as exc:  # an unknown table, a key that is not one of the table's: said exactly
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print("\n".join(report.lines()))
     return 0
 
 
+def status_command(args: argparse.Namespace, instance: Any) -> int:
+    """The warehouse start, the engine's heartbeat (as the ``dependency_center`` sensor's ticks show it) and the runs
+    queued and in progress; exit status 1 when the engine is not running."""
+    from dagster import DagsterRunStatus, RunsFilter
+
+    from resources.settings import current
+    from warehouse_assets.center.heartbeat import EngineDown, engine_status
+
+    print(f"warehouse start: {current().start} (the first partition of every table; WAREHOUSE_START)")
+    try:
+        print(engine_status(instance))
+        alive = True
+    except EngineDown as exc:
+        print(f"engine NOT RUNNING: {exc}")
+        alive = False
+    for label, statuses in (
+        ("in progress", [DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]),
+        ("queued", [DagsterRunStatus.QUEUED]),
+    ):
+        records = instance.get_run_records(RunsFilter(statuses=statuses))
+        print(f"runs {label}: {len(records)}")
+        for record in records[: args.runs]:
+            print(f"  {_run_line(record)}")
+        if len(records) > args.runs:
+            print(f"  … and {len(records) - args.runs} more")
+    return 0 if alive else 1
+
+
+def _run_line(record: Any) -> str:
+    run = record.dagster_run
+    what = run.job_name
+    if run.asset_selection:
+        what = ", ".join(sorted(k.to_user_string().replace("/", ".") for k in run.asset_selection))
+    tags = run.tags
+    partition = tags.get("warehouse/partitions") or tags.get("dagster/partition", "")
+    by = tags.get("dagster/sensor_name") or ("backfill" if "dagster/backfill" in tags else "manual")
+    return f"{run.run_id[:8]} {what} {partition} (by {by}, created {record.create_timestamp:%H:%M:%S})"
+
+
+def _check_tables(names: Sequence[str]) -> None:
+    """Refuse a table name the catalog does not know, suggesting the closest ones."""
+    from warehouse_assets.catalog import load_catalog
+
+    catalog = load_catalog()
+    for name in names:
+        try:
+            catalog.lookup(name)
+        except ValueError as exc:
+            raise SystemExit(f"error: {exc}") from None
+
+
 def ingest_command(args: argparse.Namespace, instance: Any, resources: dict[str, Any]) -> int:
+    _check_tables(args.tables)
     summary = run_ingest(instance, resources, args.tables)
     for fqn, numbers in summary.items():
         say(f"{fqn:<16} " + "  ".join(f"{k}={v}" for k, v in numbers.items()))
@@ -93,6 +147,7 @@ def ingest_command(args: argparse.Namespace, instance: Any, resources: dict[str,
 
 
 def materialize_command(args: argparse.Namespace, instance: Any, resources: dict[str, Any]) -> int:
+    _check_tables(args.tables)
     tz = resources["spark"].timezone
     ok = materialize_range(
         instance, resources, _parse_day(args.start, tz), _parse_day(args.end, tz), args.tables, not args.no_ingest
@@ -103,9 +158,10 @@ def materialize_command(args: argparse.Namespace, instance: Any, resources: dict
 # --- entry point -------------------------------------------------------------------------------------------
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="warehouse", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    home_help = "the Dagster instance's directory (default: $DAGSTER_HOME, else ./dagster_home)"
 
     from simulator import cdc as simulator
 
@@ -114,35 +170,51 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     ing = sub.add_parser("ingest", help="apply pending landing segments to the ODS tables")
     ing.add_argument("--tables", nargs="*", default=[], help="ODS tables, e.g. ods.order (default: all)")
-    ing.add_argument("--dagster-home", default=None)
+    ing.add_argument("--dagster-home", default=None, help=home_help)
 
     mat = sub.add_parser("materialize", help="headless: ingest and build every table for a date range")
     mat.add_argument("--start", required=True, help="first day, YYYY-MM-DD (business timezone)")
     mat.add_argument("--end", required=True, help="day after the last one, YYYY-MM-DD (exclusive)")
     mat.add_argument("--tables", nargs="*", default=[], help="derived tables to build (default: all)")
     mat.add_argument("--no-ingest", action="store_true", help="skip applying landing segments first")
-    mat.add_argument("--dagster-home", default=None)
+    mat.add_argument("--dagster-home", default=None, help=home_help)
 
     why = sub.add_parser("why", help="why is a table partition waiting? (upstream partitions, root causes)")
-    why.add_argument("table", help="e.g. dwd.order_detail")
-    why.add_argument("partition", help="e.g. 2026-03-02 (hourly: 2026-03-02-13:00)")
-    why.add_argument("--dagster-home", default=None)
+    why.add_argument("table", help="layer.table, e.g. ads.daily_gmv")
+    why.add_argument("partition", help="e.g. 2026-11-24 (hourly: 2026-11-24-13:00; weekly: its Monday)")
+    why.add_argument("--dagster-home", default=None, help=home_help)
 
-    add_parsers(sub)  # taint, status
+    st = sub.add_parser(
+        "status", help="the engine's heartbeat and the runs queued and running; with a table, each partition's state"
+    )
+    st.add_argument("table", nargs="?", help="a table, e.g. dwd.order_detail: its partitions, valid or tainted, checks")
+    st.add_argument(
+        "--range", nargs=2, metavar=("START", "END"), help="the table's partitions shown (default: the last 3 days)"
+    )
+    st.add_argument("--runs", type=int, default=10, help="runs listed per status (default 10)")
+    st.add_argument("--dagster-home", default=None, help=home_help)
+
+    add_taint_parser(sub)
 
     dev = sub.add_parser("dev", help="the embedded warehouse: simulated data, Spark Connect, dagster dev")
-    dev.add_argument("--host", default="127.0.0.1")
-    dev.add_argument("--port", type=int, default=3000)
+    dev.add_argument("--host", default="127.0.0.1", help="the webserver's address (default 127.0.0.1)")
+    dev.add_argument("--port", type=int, default=3000, help="the webserver's port (default 3000)")
     dev.add_argument("--days", type=int, default=3, help="days of history to simulate on first start")
     dev.add_argument("--scale", type=float, default=0.2, help="simulated volume (1.0 ≈ 3,000 orders a day)")
     dev.add_argument(
         "--no-simulate", dest="simulate", action="store_false", help="use the landing area as it is (real sources)"
     )
+    dev.add_argument(
+        "--dagster-log-level",
+        default="warning",
+        choices=("critical", "error", "warning", "info", "debug"),
+        help="what the webserver and daemon print (default warning; info adds a line per sensor tick and queue pass)",
+    )
 
     eng = sub.add_parser("engine", help="the dependency center: starts each partition's run once its upstream is ready")
     eng.add_argument("--url", default=None, help="the Dagster webserver (default: WAREHOUSE_WEBSERVER_URL)")
     srv = sub.add_parser("spark-server", help="run the Spark Connect server in the foreground")
-    srv.add_argument("--port", type=int, default=15002)
+    srv.add_argument("--port", type=int, default=15002, help="the port it listens on (default 15002)")
 
     cap = sub.add_parser("capture", help="real sources: read a MySQL/MariaDB binlog into the landing area")
     cap.add_argument(
@@ -154,12 +226,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--start", choices=("earliest", "current"), default="current", help="first start: binlog position to read from"
     )
     cap.add_argument("--heartbeat-seconds", type=float, default=60.0, help="heartbeat table update interval (0: none)")
+    return parser
 
-    args = parser.parse_args(argv)
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.command == "simulate":
         return simulate_command(args)
     if args.command == "dev":
-        return run_dev(args)
+        return run_dev(args)  # resolves the start once its simulated sources exist
+    # the same warehouse start as `warehouse dev`, before anything reads the settings
+    adopt_warehouse_start()
     if args.command == "spark-server":
         return run_spark_server(args)
     if args.command == "engine":
@@ -176,7 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "taint":
         return taint_command(args, instance)
     if args.command == "status":
-        return status_command(args, instance)
+        return table_status_command(args, instance) if args.table else status_command(args, instance)
     if args.command == "ingest":
         return ingest_command(args, instance, resources)
     return materialize_command(args, instance, resources)

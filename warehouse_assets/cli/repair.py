@@ -1,4 +1,4 @@
-"""``warehouse taint`` and ``warehouse status``: mark bad data and what was built from it, repair it, look at it.
+"""``warehouse taint`` and ``warehouse status TABLE``: mark bad data and what was built from it, repair it, look at it.
 
 Neither needs Spark. ``taint`` without ``--apply`` reads the catalog and the dependency center's state store only; with
 ``--apply`` it executes the ``taint_repair`` job in this process (the run, its plan as Markdown and the repair backfill
@@ -60,7 +60,8 @@ def taint_command(args: argparse.Namespace, instance: Any) -> int:
     return 0
 
 
-def status_command(args: argparse.Namespace, instance: Any) -> int:
+def table_status_command(args: argparse.Namespace, instance: Any) -> int:
+    """Each partition of ``args.table`` in ``args.range``: materialized, valid or tainted, its checks."""
     from warehouse_assets.catalog import load_catalog
     from warehouse_assets.center.state_store import PartitionStateStore
     from warehouse_assets.center.status import status_keys, status_lines
@@ -79,7 +80,7 @@ def status_command(args: argparse.Namespace, instance: Any) -> int:
     return 0
 
 
-def add_parsers(sub: Any) -> None:
+def add_taint_parser(sub: Any) -> None:
     taint = sub.add_parser("taint", help="mark partitions and everything built from them tainted; --apply repairs")
     taint.add_argument("table", help="e.g. ods.order")
     taint.add_argument("start", help="first partition, e.g. 2026-03-02-08:00 (daily: 2026-03-02)")
@@ -87,9 +88,8 @@ def add_parsers(sub: Any) -> None:
     taint.add_argument("--reason", required=True, help="why the data is bad: shown on every tainted partition")
     taint.add_argument("--apply", action="store_true", help="mark them and launch the repair backfill")
     taint.add_argument("--by", default="", help="who marks them (default: your user name)")
-    taint.add_argument("--dagster-home", default=None)
-
-    status = sub.add_parser("status", help="each partition's state: materialized, valid or tainted, checks")
-    status.add_argument("table", help="e.g. dwd.order_detail")
-    status.add_argument("--range", nargs=2, metavar=("START", "END"), help="partitions (default: the last 3 days)")
-    status.add_argument("--dagster-home", default=None)
+    taint.add_argument(
+        "--dagster-home",
+        default=None,
+        help="the Dagster instance's directory (default: $DAGSTER_HOME, else ./dagster_home)",
+    )

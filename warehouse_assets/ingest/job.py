@@ -1,6 +1,10 @@
 """The ODS ingestion job: applies pending landing segments to every ODS table (or a chosen few), then reports
 the hours its commits completed and judges their checks.
 
+A backlog (the days ``make dev`` simulates before it starts, a source back after an outage) is applied in rounds,
+one batch of each table per round, the oldest day of every table first: its downstream can build while the rest is
+merged, instead of waiting for the tables ahead of it in the catalog to apply their whole backlog.
+
 Reporting and judging in the run that committed the data is what makes an ODS handoff fast: the hour
 reaches the dependency center with its verdicts as soon as the commit is done, instead of waiting for the readiness
 sensor's next tick (the sensor daemon loops every 5 s at best) and then for a check run of its own to launch. The
@@ -31,7 +35,7 @@ from resources.delta_lake import DeltaLakeResource, DeltaStore
 from resources.landing import Landing, LandingResource
 from resources.spark import SparkResource
 from warehouse_assets.catalog import Catalog, Table
-from warehouse_assets.ingest.merge import BatchReport, committed_positions, ingest_table
+from warehouse_assets.ingest.merge import BatchReport, TableReport, committed_positions, ingest_next_batch
 from warehouse_assets.ingest.readiness import readiness_events, reported_ingested_rows
 
 JOB = "ods_ingest"
@@ -52,7 +56,12 @@ def ingestion_in_flight(instance: DagsterInstance) -> str | None:
 
 class IngestConfig(Config):  # type: ignore[misc]
     tables: list[str] = []  # ODS tables (e.g. "ods.order"); empty = all
-    max_segments_per_stream: int = 288
+    # a backlog is applied in rounds, one batch of each table per round: the first round takes the oldest day
+    # (288 five-minute segments per shard) of every table, so that day's hours of every table are reported, and its
+    # downstream builds, while the rest is merged; the later rounds take up to three days at once, so the days after
+    # are reported together and their downstream runs cover them in one range per table instead of one run a day
+    first_batch_segments: int = 288
+    max_segments_per_stream: int = 3 * 288
     # report the hours this run completed and judge their checks; the headless path reports on its own
     report_ready: bool = True
 
@@ -96,33 +105,33 @@ def build_ingest_job(catalog: Catalog, judge_hours: JudgeHours):  # type: ignore
                 gate[name] = round(gate.get(name, 0) + value, 3)
             return int(numbers["hours_reported"])
 
-        for table in tables:
-            # how far each stream's ingested counts went before the next batch: what it adds are its late changes
-            seen = committed_positions(store, table, land.streams(table.source_database, table.source_tables))
-            hours = 0
-
-            def committed(batch: BatchReport, table: Table = table, seen: dict[str, int] = seen) -> None:
-                """After each batch's commit: the hours it completed are reported and judged at once, before the
-                next batch or table (a backlog of batches makes its hours ready one batch at a time)."""
-                nonlocal hours
+        seen = {  # per table: how far each stream's ingested counts went before the next batch (its late changes)
+            t.fqn: committed_positions(store, t, land.streams(t.source_database, t.source_tables)) for t in tables
+        }
+        hours = dict.fromkeys(seen, 0)
+        reports = {t.fqn: TableReport(t.fqn) for t in tables}
+        left, first_round = list(tables), True
+        while left:
+            for table in list(left):
+                limit = config.first_batch_segments if first_round else config.max_segments_per_stream
+                batch = ingest_next_batch(session, store, land, table, max_segments_per_stream=limit)
+                if batch is None:
+                    left.remove(table)
+                    continue
+                reports[table.fqn].batches.append(batch)
                 log_batch(batch)
                 if config.report_ready:
-                    hours += report_ready(table, seen)
-                    seen.update({s: max(seen.get(s, 0), p) for s, p in batch.positions.items()})
-
-            report = ingest_table(
-                session,
-                store,
-                land,
-                table,
-                max_segments_per_stream=config.max_segments_per_stream,
-                progress=committed,
-            )
+                    # the hours this batch completed are reported and judged at once, before the next batch
+                    hours[table.fqn] += report_ready(table, seen[table.fqn])
+                    seen[table.fqn].update({s: max(seen[table.fqn].get(s, 0), p) for s, p in batch.positions.items()})
+            first_round = False
+        for table in tables:
+            report = reports[table.fqn]
             summary[table.fqn] = {k: int(v) for k, v in report.metadata().items()}
             if config.report_ready:
                 if not report.batches:  # nothing applied, but source counts published since may complete an hour
-                    hours += report_ready(table, seen)
-                summary[table.fqn]["hours_reported"] = hours
+                    hours[table.fqn] += report_ready(table, seen[table.fqn])
+                summary[table.fqn]["hours_reported"] = hours[table.fqn]
         flat: dict[str, int | float] = {
             f"{t}.{k}": v for t, m in summary.items() for k, v in m.items() if k != "seconds"
         }

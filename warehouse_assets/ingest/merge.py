@@ -591,6 +591,28 @@ def ingested_counts(
     return result, entries
 
 
+def ingest_next_batch(
+    spark: SparkSession,
+    store: DeltaStore,
+    landing: Landing,
+    table: Table,
+    *,
+    max_segments_per_stream: int = 288,
+    engine: Engine = "auto",
+) -> BatchReport | None:
+    """Apply the oldest pending segments of one ODS table (at most ``max_segments_per_stream`` per shard) as one
+    batch; None when nothing is pending."""
+    segments = pending_segments(store, landing, table, max_segments_per_stream)
+    if not segments:
+        return None
+    batch = ingest_batch(spark, store, table, segments, tz=landing.timezone, engine=engine)
+    positions = committed_positions(store, table, list(batch.positions))
+    behind = {s: p for s, p in positions.items() if p < batch.positions[s]}
+    if behind:  # never loop on a batch whose position did not stick
+        raise RuntimeError(f"{table.fqn}: positions not recorded after a batch: {behind} < {batch.positions}")
+    return batch
+
+
 def ingest_table(
     spark: SparkSession,
     store: DeltaStore,
@@ -604,14 +626,11 @@ def ingest_table(
     """Apply every pending segment of one ODS table, in batches of at most a day of segments per shard."""
     report = TableReport(table.fqn)
     while True:
-        segments = pending_segments(store, landing, table, max_segments_per_stream)
-        if not segments:
+        batch = ingest_next_batch(
+            spark, store, landing, table, max_segments_per_stream=max_segments_per_stream, engine=engine
+        )
+        if batch is None:
             return report
-        batch = ingest_batch(spark, store, table, segments, tz=landing.timezone, engine=engine)
-        positions = committed_positions(store, table, list(batch.positions))
-        behind = {s: p for s, p in positions.items() if p < batch.positions[s]}
-        if behind:  # never loop on a batch whose position did not stick
-            raise RuntimeError(f"{table.fqn}: positions not recorded after a batch: {behind} < {batch.positions}")
         report.batches.append(batch)
         if progress:
             progress(batch)

@@ -1,0 +1,134 @@
+"""Partition keys as a user types them: what is wrong with one, said exactly.
+
+A key can be wrong in five ways, each with its own message (``warehouse why``, the ``why_waiting`` job):
+
+* ``malformed``    — not a date (or hour) at all: ``2026-13-45``, ``yesterday``;
+* ``wrong_period`` — a date of another period: an hour for a daily table, a day for an hourly one, a Wednesday
+  for a weekly table (weeks are named by their Monday), the 15th for a monthly one;
+* ``before_start`` — a partition before the table's first one (the warehouse start): it can never exist;
+* ``unfinished``   — the current period: its partition exists once the period ends;
+* ``future``       — a period that has not begun.
+
+The first two are mistakes in the key; the last three are keys of the right shape for partitions that do not
+exist (:attr:`PartitionKeyError.exists_later` tells which of those may exist one day).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from warehouse_assets.catalog.calendars import BY_PERIOD, periods
+from warehouse_assets.catalog.model import Table
+
+HOUR_FORMAT = "%Y-%m-%d-%H:%M"
+DAY_FORMAT = "%Y-%m-%d"
+# how each period's partitions are written, as a user would read it
+SHAPES = {
+    "hourly": "hours written YYYY-MM-DD-HH:00",
+    "daily": "days written YYYY-MM-DD",
+    "weekly": "ISO weeks named by their Monday, YYYY-MM-DD",
+    "monthly": "months named by their first day, YYYY-MM-01",
+}
+PERIOD_NOUN = {"hourly": "hour", "daily": "day", "weekly": "week", "monthly": "month"}
+
+
+class PartitionKeyError(ValueError):
+    """What is wrong with a partition key: ``kind`` is one of the module's five, ``message`` says it exactly."""
+
+    def __init__(self, kind: str, message: str):
+        self.kind, self.message = kind, message
+        super().__init__(message)
+
+    @property
+    def exists_later(self) -> bool:
+        return self.kind in ("unfinished", "future")
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    at: datetime  # naive, business-local
+    hourly: bool  # written as an hour (YYYY-MM-DD-HH:MM)
+
+
+def _parse(key: str) -> _Parsed | None:
+    for fmt, hourly in ((HOUR_FORMAT, True), (DAY_FORMAT, False)):
+        try:
+            parsed = datetime.strptime(key.strip(), fmt)
+        except ValueError:
+            continue
+        if key.strip() == parsed.strftime(fmt):  # strptime accepts 2026-3-4; keys are zero-padded
+            return _Parsed(parsed, hourly)
+    return None
+
+
+def example_key(table: Table, now: datetime) -> str:
+    """The table's latest finished partition at ``now`` (else its first): a key of the right shape."""
+    pdef = BY_PERIOD[table.period]
+    current = pdef.time_window_for_partition_key(pdef.get_partition_key_for_timestamp(now.timestamp())).start
+    if current - timedelta(seconds=1) < pdef.start:  # nothing has finished yet: the first partition
+        return pdef.start.strftime(HOUR_FORMAT if table.period == "hourly" else DAY_FORMAT)
+    return pdef.get_partition_key_for_timestamp((current - timedelta(seconds=1)).timestamp())
+
+
+def check_partition_key(table: Table, key: str, now: datetime | None = None) -> None:
+    """Raise :class:`PartitionKeyError` saying what is wrong with ``key`` as a partition of ``table`` at ``now``
+    (default: the current time); return if it names one of its partitions that exist."""
+    now = now or datetime.now(UTC)
+    pdef = BY_PERIOD[table.period]
+    zone = ZoneInfo(pdef.timezone)
+    period, noun = table.period, PERIOD_NOUN[table.period]
+    example = example_key(table, now)
+    shape = f"{table.fqn} is {period}: its partitions are {SHAPES[period]}, e.g. {example}"
+    parsed = _parse(key)
+    if parsed is None:
+        raise PartitionKeyError("malformed", f"{key!r} is not a partition key: {shape}")
+    at = parsed.at
+    if period == "hourly" and not parsed.hourly:
+        raise PartitionKeyError("wrong_period", f"{key!r} is a day, but {shape} (the day's 24 hours, from {key}-00:00)")
+    if period != "hourly" and parsed.hourly:
+        raise PartitionKeyError("wrong_period", f"{key!r} is an hour, but {shape}")
+    if period == "hourly" and at.minute != 0:
+        raise PartitionKeyError("wrong_period", f"{key!r} does not start on the hour, but {shape}")
+    if period == "weekly" and at.weekday() != 0:
+        monday = at - timedelta(days=at.weekday())
+        raise PartitionKeyError("wrong_period", f"{key!r} is a {at:%A}, but {shape} (its week is {monday:%Y-%m-%d})")
+    if period == "monthly" and at.day != 1:
+        raise PartitionKeyError(
+            "wrong_period", f"{key!r} is not the first of a month, but {shape} (its month is {at:%Y-%m-01})"
+        )
+    start = at.replace(tzinfo=zone)
+    if start < pdef.start:  # the first partition's start, whether or not it has ended yet
+        first = pdef.start.strftime(HOUR_FORMAT if period == "hourly" else DAY_FORMAT)
+        raise PartitionKeyError(
+            "before_start",
+            f"{table.fqn} {key} can never exist: it is before the table's first partition {first} (the warehouse "
+            f"starts {periods().start:%Y-%m-%d}, WAREHOUSE_START); nothing before it is ever ingested or built",
+        )
+    window = pdef.time_window_for_partition_key(key)
+    if window.start > now:
+        raise PartitionKeyError(
+            "future",
+            f"{table.fqn} {key} is in the future: the {noun} begins at {_local(window.start, zone)} and its partition "
+            f"exists once it ends, at {_local(window.end, zone)}",
+        )
+    if window.end > now:
+        raise PartitionKeyError(
+            "unfinished",
+            f"{table.fqn} {key} has not finished yet: the {noun} ends at {_local(window.end, zone)} "
+            f"(in {_duration(window.end - now)}); its partition exists from then. The latest finished one is "
+            f"{example}",
+        )
+
+
+def _local(at: datetime, zone: ZoneInfo) -> str:
+    return f"{at.astimezone(zone):%Y-%m-%d %H:%M} {zone.key}"
+
+
+def _duration(delta: timedelta) -> str:
+    minutes = max(1, int(delta.total_seconds() // 60))
+    days, rest = divmod(minutes, 24 * 60)
+    hours, minutes = divmod(rest, 60)
+    parts = [f"{days} d" if days else "", f"{hours} h" if hours else "", f"{minutes} min" if minutes else ""]
+    return " ".join(p for p in parts if p)

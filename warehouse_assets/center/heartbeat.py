@@ -1,0 +1,114 @@
+"""The engine's heartbeat: how the dependency center shows in the UI and in ``warehouse status``.
+
+The engine is a process of its own, not a Dagster sensor, so nothing in Dagster would show whether it is alive. It
+writes a heartbeat into the instance's key-value store every few seconds (when it beats, the store's cursor, its
+backlog, the plans it still has to submit, its latest submissions) and a last one when it stops. The
+``dependency_center`` sensor (:mod:`sensors.center`) reads it on every tick: an alive engine is a skipped tick whose
+message is the heartbeat, so each engine-driven asset's Automation tab names the sensor and its ticks read as the
+engine's pulse; an engine that stopped, died or hangs makes the tick fail, saying since when. The engine's runs carry
+the sensor's name in Dagster's ``dagster/sensor_name`` tag, which the Runs page shows as "Launched by".
+
+The instance's key-value store is where the engine already keeps its external watch, and it is shared by every
+process of a deployment (SQLite or PostgreSQL), so the sensor may run on another host than the engine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+
+from dagster import DagsterInstance
+
+SENSOR_NAME = "dependency_center"  # the sensor that shows the engine, and the "Launched by" of its runs
+KEY = "warehouse/engine/heartbeat"  # in the instance's key-value store
+BEAT_SECONDS = 5.0  # how often the engine writes its heartbeat
+STALE_SECONDS = 60.0  # a heartbeat older than this: the engine died or hangs
+SHOWN = 3  # latest submissions in a tick's message
+
+
+@dataclass
+class Heartbeat:
+    """One beat of the engine."""
+
+    at: float  # epoch seconds
+    started_at: float
+    host: str = field(default_factory=socket.gethostname)
+    pid: int = field(default_factory=os.getpid)
+    cursor: int = -1  # the state store's cursor: the event log's storage id it has read through
+    backlog: int = 0  # candidates left for the next rounds (a burst is resolved over several)
+    pending: int = 0  # plans recorded whose runs are not created yet
+    submitted: int = 0  # runs submitted since the engine started
+    latest: list[str] = field(default_factory=list)  # the latest submissions, newest first
+    failing: str = ""  # why the last round or submission failed, while it does
+    stopped: bool = False  # the engine's last beat, as it stops
+
+    def dump(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def load(cls, raw: str | None) -> Heartbeat | None:
+        if not raw:
+            return None
+        try:
+            return cls(**json.loads(raw))
+        except (TypeError, ValueError):
+            return None  # written by another version: as if none
+
+
+def beat(instance: DagsterInstance, heartbeat: Heartbeat) -> None:
+    instance.run_storage.set_cursor_values({KEY: heartbeat.dump()})
+
+
+def read(instance: DagsterInstance) -> Heartbeat | None:
+    return Heartbeat.load(instance.run_storage.get_cursor_values({KEY}).get(KEY))
+
+
+class EngineDown(Exception):
+    """The engine is not running: no heartbeat, a stopped one, or one too old."""
+
+
+def engine_status(instance: DagsterInstance, now: float | None = None) -> str:
+    """The engine's heartbeat as one line: alive, how far behind the event log its cursor is, its backlog and latest
+    submissions. :class:`EngineDown` when it is not running, saying since when and what to do."""
+    now = time.time() if now is None else now
+    heartbeat = read(instance)
+    restart = "nothing starts derived partitions until it runs again (`warehouse dev` starts it, or `warehouse engine`)"
+    if heartbeat is None:
+        raise EngineDown(f"the dependency center's engine has never run against this instance: {restart}")
+    where = f"pid {heartbeat.pid} on {heartbeat.host}"
+    if heartbeat.stopped:
+        raise EngineDown(f"the engine stopped at {_clock(heartbeat.at)} ({where}): {restart}")
+    age = now - heartbeat.at
+    if age > STALE_SECONDS:
+        raise EngineDown(
+            f"no heartbeat from the engine for {age:.0f} s (last at {_clock(heartbeat.at)}, {where}): it died or "
+            f"hangs; {restart}"
+        )
+    head = instance.event_log_storage.get_maximum_record_id() or -1
+    lag = max(0, head - heartbeat.cursor)
+    parts = [
+        f"engine alive ({where}, up {_span(now - heartbeat.started_at)}, last beat {age:.0f} s ago)",
+        f"cursor {lag} event(s) behind the log",
+        f"backlog {heartbeat.backlog} candidate(s)",
+        f"{heartbeat.pending} run(s) to submit",
+        f"{heartbeat.submitted} submitted since start",
+    ]
+    text = "; ".join(parts)
+    if heartbeat.latest:
+        text += "; latest: " + "; ".join(heartbeat.latest[:SHOWN])
+    if heartbeat.failing:
+        text += f"; failing: {heartbeat.failing}"
+    return text
+
+
+def _clock(at: float) -> str:
+    return datetime.fromtimestamp(at).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def _span(seconds: float) -> str:
+    minutes = int(max(0.0, seconds) // 60)
+    return f"{minutes // 60} h {minutes % 60} min" if minutes >= 60 else f"{minutes} min"
