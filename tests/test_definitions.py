@@ -344,3 +344,16 @@ def test_imports_point_one_way() -> None:
     )
     assert result.returncode == 0, result.stdout[-3000:]
     assert "0 broken" in result.stdout
+
+
+def test_the_engines_check_selection_is_every_check_its_asset_builds_but_the_deadline_ones() -> None:
+    """A derived table's asset cannot be built with a subset of its own checks: the engine's selection must name
+    all of them; the freshness checks, judged by their sensor at the deadline, are separate definitions."""
+    from warehouse_assets.center.engine import own_checks
+
+    selection = own_checks(catalog)
+    graph = defs.resolve_asset_graph()
+    for table in catalog.derived():
+        key = AssetKey(table.key)
+        built_with_it = {spec.key.name for spec in graph.get(key).assets_def.check_specs if spec.asset_key == key}
+        assert set(selection[key]) == built_with_it, key

@@ -36,6 +36,7 @@ from urllib.parse import urlsplit
 
 from dagster import AssetKey, DagsterInstance, RunsFilter
 
+from warehouse_assets.build.validity import VALID
 from warehouse_assets.catalog import Catalog, Table
 from warehouse_assets.center import heartbeat
 from warehouse_assets.center.heartbeat import SENSOR_NAME, Heartbeat
@@ -126,8 +127,9 @@ class GraphQLSubmitter:
 
 
 def own_checks(catalog: Catalog) -> dict[AssetKey, list[str]]:
-    """Each derived table's checks a run of it evaluates: those declared beside the table."""
-    return {AssetKey(t.key): [c.name for c in t.checks] for t in catalog.derived()}
+    """Each derived table's checks a run of it evaluates: those declared beside the table and its ``valid`` check,
+    which its asset carries too (an asset with checks cannot be built without all of them)."""
+    return {AssetKey(t.key): [*(c.name for c in t.checks), VALID] for t in catalog.derived()}
 
 
 class Watcher(Protocol):
