@@ -44,6 +44,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from resources.spark import port_open
 from tests.resources.test_spark_delta import assert_round
 from tests.support.dev_stack import DAY, DEADLINE_S, ROOT, STALL_S, await_partition, free_port, graphql, start_stack
+from warehouse_assets.build.validity import VALID
 from warehouse_assets.catalog import load_catalog
 
 pytestmark = pytest.mark.stack
@@ -195,8 +196,9 @@ def test_dev_materializes_downstream_partitions_without_a_click(stack: Stack) ->
     run = instance.get_run_by_id(records[0].run_id)
     assert run is not None and run.tags.get("dagster/sensor_name") == "dependency_center", run and run.tags
     assert run.tags["warehouse/request"] and run.tags["warehouse/trigger"].startswith(("dws.", "dwd.")), run.tags
-    # the table's own checks, not the freshness check its sensor judges at the deadline
-    assert run.asset_check_selection == {AssetCheckKey(target, c.name) for c in load_catalog()["ads.daily_gmv"].checks}
+    # the table's own checks and its validity, not the freshness check its sensor judges at the deadline
+    declared = {AssetCheckKey(target, c.name) for c in load_catalog()["ads.daily_gmv"].checks}
+    assert run.asset_check_selection == {*declared, AssetCheckKey(target, VALID)}
     assert instance.get_runs_count(RunsFilter(tags={"warehouse/request": run.tags["warehouse/request"]})) == 1
     # with the table's blocking checks, evaluated in the same step as the write
     checks = instance.event_log_storage.get_asset_check_execution_history(AssetCheckKey(target, "unique"), limit=10)
