@@ -73,7 +73,9 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def _seed_gmv(lake: Path, days: list[date]) -> None:
-    """ads.daily_gmv for every day, written as the compiler would (one Delta partition per day)."""
+    """ads.daily_gmv for every day, written as the compiler would (one Delta partition per day), with the columns its
+    SQL produces: the engine builds the warehouse's first day over the seed, and an overwrite with other columns
+    fails (a seed without ``paying_rate`` failed that run, 60 handoffs in)."""
     import pyarrow as pa
     from deltalake import write_deltalake
 
@@ -84,6 +86,7 @@ def _seed_gmv(lake: Path, days: list[date]) -> None:
             "ds": [f"{d:%Y-%m-%d}" for d in days],
             "gmv": pa.array([100_000 + 10 * i for i in range(len(days))], pa.decimal128(18, 2)),
             "paying_users": pa.array([40 + i for i in range(len(days))], pa.int64()),
+            "paying_rate": pa.array([0.4 + i / 1000 for i in range(len(days))], pa.float64()),
             "orders": pa.array([90 + i for i in range(len(days))], pa.int64()),
             "dt": [f"{d:%Y-%m-%d}" for d in days],
         }
