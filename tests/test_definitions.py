@@ -274,6 +274,7 @@ EXAMPLE_TABLES = {
         "order_hourly",
         "user_active_daily",
         "order_usd_daily",  # uses the external fx_rate
+        "revenue_usd_daily",  # estimated on the previous day's rate, completed on the day's
     },
     "ads": {
         "daily_gmv",
@@ -284,6 +285,9 @@ EXAMPLE_TABLES = {
         "gmv_hourly",
         "monthly_report",
         "marketing_roi",  # needs the external marketing_spend
+        "gmv_usd_daily",  # the external fx_rate until a deadline, then degraded
+        "lesson_catalog",  # any one of the last three lesson snapshots
+        "revenue_flash",  # takes the revenue estimated, and again completed
     },
     "ext": {"marketing_spend", "fx_rate"},
 }

@@ -13,6 +13,7 @@ The source is small (scale 0.03) and lands one segment per shard and day, so the
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
@@ -52,6 +53,7 @@ EVERY_DAY = [
     "ads.attendance_rate_daily",
     "ads.retention_d1",
     "ads.retention_d7",
+    "ads.lesson_catalog",  # any one of its last three snapshots: from the first day on
 ]
 HOURLY = ["dws.order_hourly", "ads.gmv_hourly"]
 MONTH_CHAIN = [  # the rest of January, under the 30-day window and the month
@@ -161,6 +163,18 @@ def test_daily_gmv_equals_an_independent_computation(warehouse: Warehouse) -> No
             if r["status"] == "paid" and r["create_time"].startswith(day.isoformat())
         }
         assert ads[day.isoformat()]["paying_users"] == len(paying)
+
+
+def test_lesson_catalog_counts_the_freshest_snapshot_of_its_window(warehouse: Warehouse) -> None:
+    """Each day's own snapshot is the freshest of its three-day any window once it is built (the first day's window
+    has two days before the start, waived)."""
+    snapshot = _table(warehouse, "dwd", "lesson_snapshot")
+    rows = _table(warehouse, "ads", "lesson_catalog")
+    for day in DAYS:
+        ds = day.isoformat()
+        expected = Counter(r["course_id"] for r in snapshot if r["dt"] == ds)
+        got = {r["course_id"]: (r["lessons"], r["snapshot_of"]) for r in rows if r["dt"] == ds}
+        assert expected and got == {course: (n, ds) for course, n in expected.items()}, ds
 
 
 def test_dwd_and_dws_agree_with_the_replay(warehouse: Warehouse) -> None:

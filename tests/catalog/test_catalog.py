@@ -58,7 +58,7 @@ def test_a_table_revalidates_when_a_field_is_replaced() -> None:
 @pytest.mark.parametrize(
     ("files", "message"),
     [
-        ({"ods/src.yaml": ODS.replace("partition_time: t\n", "")}, "'None' is not a declared column"),
+        ({"ods/src.yaml": ODS.replace("partition_time: t\n", "")}, "partition_time is required: the timestamp column"),
         ({"ods/src.yaml": ODS.replace('source: {database: db, tables: "src"}\n', "")}, "source needs database"),
         ({"ods/src.yaml": ODS + "completeness: {threshold: true}\n"}, "completeness.threshold must be a fraction"),
         ({"ods/src.yaml": ODS + "idle_proof: {heartbeat_grace_minutes: -1}\n"}, "must be a non-negative integer"),

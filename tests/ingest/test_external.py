@@ -45,10 +45,12 @@ from simulator.external import (
 )
 from tests.support.center_harness import CenterTicker
 from warehouse_assets.build.compiler import max_partitions_per_run
+from warehouse_assets.build.gate import DEGRADED, STATE
 from warehouse_assets.build.quality import report_valid
 from warehouse_assets.catalog import Catalog
 from warehouse_assets.center.engine import assemble_engine
 from warehouse_assets.center.resolver import RunPlan
+from warehouse_assets.center.state_store import PartitionStateStore
 from warehouse_assets.center.why import explain
 from warehouse_assets.definitions import catalog, defs
 from warehouse_assets.ingest.deliveries import (
@@ -419,6 +421,120 @@ def test_marketing_roi_and_order_usd_equal_an_independent_computation(tmp_path: 
     assert usd["paid"]["orders"] == 3 and usd["paid"]["amount_cny"] == paid
     assert usd["paid"]["amount_usd"] == (paid * rate).quantize(Decimal("0.01"), ROUND_HALF_UP)
     assert usd["cancelled"]["cny_usd_rate"] == rate
+
+
+GMV_USD = AssetKey(["ads", "gmv_usd_daily"])
+
+
+def test_gmv_usd_runs_degraded_past_its_deadline_and_whole_once_the_rate_arrives(
+    tmp_path: Path, spark: SparkSession
+) -> None:
+    """ads.gmv_usd_daily waits for the day's rate until 10:00 on D+1 (long past here): built without it, its USD
+    figure is null and the partition says degraded (metadata, state store, why); the rate arriving builds it whole."""
+    from deltalake import DeltaTable
+
+    rate_at = arrival(SEED, "fx_rate", FIRST, TZ)
+    external = ExternalResource(root=str(tmp_path / "external"))
+    simulate_external(tmp_path / "external", FIRST, rate_at - timedelta(minutes=1), SEED)  # no rate for day 0 yet
+    store, landing = DeltaStore(str(tmp_path / "lake")), Landing(tmp_path / "landing")
+    gmv = Decimal("12345.67")
+    store.overwrite(
+        ["ads", "daily_gmv"],
+        spark.sql(f"SELECT '{day(0)}' AS ds, CAST({gmv} AS decimal(18,2)) AS gmv, '{day(0)}' AS dt"),
+        ["dt"],
+        [{"dt": day(0)}],
+    )
+    resources = {"spark": SparkResource(), "lake": DeltaLakeResource(root=str(tmp_path / "lake")), "external": external}
+    lake = str(tmp_path / "lake" / "ads" / "gmv_usd_daily")
+    with instance_for_test() as instance:
+        report(instance, AssetKey(["ads", "daily_gmv"]), day(0))
+        Daemon(instance, tmp_path / "external", FX, Clock(rate_at - timedelta(minutes=1))).tick()
+        assert day(0) not in instance.get_materialized_partitions(AssetKey(FX.key))
+
+        numbers = _materialize(instance, GMV_USD, day(0), resources)
+        lacking = f"ext.fx_rate {day(0)} (missing; deadline {day(1)} 10:00)"
+        assert numbers[DEGRADED] == {day(0): lacking}
+        [row] = DeltaTable(lake).to_pyarrow_table().to_pylist()
+        assert (row["gmv"], row["gmv_usd"], row["cny_usd_rate"]) == (gmv, None, None)
+        states = PartitionStateStore(instance)
+        states.update()
+        assert states.states(GMV_USD, [day(0)])[day(0)].degraded == lacking
+        why = explain(instance, catalog, store, landing, "ads.gmv_usd_daily", day(0), external)
+        assert why.own_state == (f"materialized, degraded: built without {lacking}; it is built again when they arrive")
+        assert {u.table: u.state for u in why.upstream}["ext.fx_rate"] == "waived"
+
+        simulate_external(tmp_path / "external", FIRST, rate_at + timedelta(minutes=1), SEED)
+        Daemon(instance, tmp_path / "external", FX, Clock(rate_at + timedelta(minutes=1))).tick()
+        numbers = _materialize(instance, GMV_USD, day(0), resources)
+        assert DEGRADED not in numbers
+        states.update()
+        assert states.states(GMV_USD, [day(0)])[day(0)].degraded is None
+        states.close()
+
+    fx = DeltaTable(str(tmp_path / "external" / "fx_rate")).to_pyarrow_table().to_pylist()
+    [rate] = [r["rate"] for r in fx if r["dt"] == day(0) and r["currency"] == "CNY" and r["quote"] == "USD"]
+    [row] = DeltaTable(lake).to_pyarrow_table().to_pylist()
+    assert row["cny_usd_rate"] == rate
+    assert row["gmv_usd"] == (gmv * rate).quantize(Decimal("0.01"), ROUND_HALF_UP)
+
+
+REVENUE = AssetKey(["dws", "revenue_usd_daily"])
+FLASH = AssetKey(["ads", "revenue_flash"])
+
+
+def test_revenue_is_estimated_on_the_previous_rate_then_completed_on_the_days_own(
+    tmp_path: Path, spark: SparkSession
+) -> None:
+    """dws.revenue_usd_daily day 1: estimated with day 0's rate while day 1's has not arrived (its materialization
+    says so, the state store keeps it, a consumer accepting estimated builds on it), completed with day 1's."""
+    from deltalake import DeltaTable
+
+    before = arrival(SEED, "fx_rate", FIRST + timedelta(days=1), TZ) - timedelta(minutes=1)
+    assert arrival(SEED, "fx_rate", FIRST, TZ) < before  # day 0's rate is in, day 1's is not
+    external = ExternalResource(root=str(tmp_path / "external"))
+    simulate_external(tmp_path / "external", FIRST, before, SEED)
+    store = DeltaStore(str(tmp_path / "lake"))
+    store.overwrite(
+        ["dws", "user_order_daily"],
+        spark.sql(
+            f"SELECT CAST(7 AS bigint) AS user_id, CAST(2 AS bigint) AS orders, CAST(1 AS bigint) AS paid_orders, "
+            f"CAST(100.00 AS decimal(20,2)) AS paid_amount, CAST(0 AS bigint) AS refunded_orders, '{day(1)}' AS dt"
+        ),
+        ["dt"],
+        [{"dt": day(1)}],
+    )
+    resources = {"spark": SparkResource(), "lake": DeltaLakeResource(root=str(tmp_path / "lake")), "external": external}
+    lake = tmp_path / "lake"
+    with instance_for_test() as instance:
+        report(instance, AssetKey(["dws", "user_order_daily"]), day(1))
+        Daemon(instance, tmp_path / "external", FX, Clock(before)).tick()
+        assert instance.get_materialized_partitions(AssetKey(FX.key)) == {day(0)}
+
+        assert _materialize(instance, REVENUE, day(1), resources)[STATE] == {day(1): "estimated"}
+        [row] = DeltaTable(str(lake / "dws" / "revenue_usd_daily")).to_pyarrow_table().to_pylist()
+        assert row["rate_of"] == day(0) and row["revenue_cny"] == Decimal("100.00")
+        states = PartitionStateStore(instance)
+        states.update()
+        assert states.states(REVENUE, [day(1)])[day(1)].state == "estimated"
+        _materialize(instance, FLASH, day(1), resources)  # the flash accepts an estimated day
+        [flash] = DeltaTable(str(lake / "ads" / "revenue_flash")).to_pyarrow_table().to_pylist()
+        assert flash["final"] is False
+
+        simulate_external(tmp_path / "external", FIRST, before + timedelta(minutes=2), SEED)
+        Daemon(instance, tmp_path / "external", FX, Clock(before + timedelta(minutes=2))).tick()
+        assert _materialize(instance, REVENUE, day(1), resources)[STATE] == {day(1): "completed"}
+        states.update()
+        assert states.states(REVENUE, [day(1)])[day(1)].state == "completed"
+        states.close()
+        _materialize(instance, FLASH, day(1), resources)
+
+    fx = DeltaTable(str(tmp_path / "external" / "fx_rate")).to_pyarrow_table().to_pylist()
+    [rate] = [r["rate"] for r in fx if r["dt"] == day(1) and r["currency"] == "CNY" and r["quote"] == "USD"]
+    [row] = DeltaTable(str(lake / "dws" / "revenue_usd_daily")).to_pyarrow_table().to_pylist()
+    assert (row["rate_of"], row["cny_usd_rate"]) == (day(1), rate)
+    assert row["revenue_usd"] == (Decimal("100.00") * rate).quantize(Decimal("0.01"), ROUND_HALF_UP)
+    [flash] = DeltaTable(str(lake / "ads" / "revenue_flash")).to_pyarrow_table().to_pylist()
+    assert flash["final"] is True and flash["revenue_usd"] == row["revenue_usd"]
 
 
 def test_external_assets_are_declared_partitioned_and_reported_by_running_sensors() -> None:

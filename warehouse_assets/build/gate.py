@@ -13,7 +13,12 @@ clamped mappings): for each dependency of P, every upstream partition P needs is
   (unless the dependency says ``ignore_dq``);
 * ``ok`` otherwise.
 
-P may run when every upstream partition is ``ok``. The gate reads partition state through
+P may run when every upstream partition is ``ok``, except through a weak dependency: past its ``deadline`` (mode
+``deadline``), or with at least ``min`` usable partitions of its window (mode ``any``), the partitions that are not
+usable are *waived*: P runs without them. A partition built past a deadline without some upstream is *degraded*
+(:attr:`Verdict.degraded`); when what it lacked arrives, it is new upstream data and P is built again.
+
+The gate reads partition state through
 :class:`PartitionStateReader` only; callers supply the state they trust: the run guard
 (:mod:`warehouse_assets.build.runner`) the instance's materializations plus what its own run wrote, ``warehouse why``
 (:mod:`warehouse_assets.center.why`) the instance's partition statuses, the headless path
@@ -23,16 +28,24 @@ its partition state store; the backfill plan (:func:`backfill_partitions`) asks 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dagster import AssetKey, DagsterInstance
 
-from warehouse_assets.build.quality import failed_blocking_checks
+from warehouse_assets.build.quality import failed_blocking_checks, latest_materialization
 from warehouse_assets.build.validity import Taint, tainted_in_instance
-from warehouse_assets.catalog import BY_PERIOD, UpstreamPartitions, upstream_partitions
+from warehouse_assets.catalog import (
+    ANY,
+    BY_PERIOD,
+    DEADLINE,
+    DerivedTable,
+    UpstreamPartitions,
+    upstream_partitions,
+    weak_deadline,
+)
 
 if TYPE_CHECKING:
     from warehouse_assets.catalog import Catalog, Dependency, Table
@@ -43,6 +56,8 @@ NONEXISTENT = "does not exist"
 IN_PROGRESS = "in progress"
 CHECK_FAILED = "check failed"
 TAINTED = "tainted"
+EARLIER_STATE = "earlier state"  # materialized, in a state the dependency does not accept yet (estimated)
+WAIVED = "waived"  # not usable, not waited for: past a deadline, or an any window has enough without it
 
 
 class PartitionStateReader(Protocol):
@@ -63,6 +78,11 @@ class PartitionStateReader(Protocol):
 
     def tainted(self, table: Table, keys: Sequence[str]) -> dict[str, Taint]:
         """Partition → its taint, for those of ``keys`` marked tainted on their latest materialization."""
+        ...
+
+    def reached_states(self, table: Table, keys: Sequence[str]) -> dict[str, str | None]:
+        """Partition → the state its latest materialization reached, for materialized ``keys`` of a table that
+        declares states (None: built before it declared them, taken as its last state)."""
         ...
 
 
@@ -93,6 +113,13 @@ class InstanceStates:
         fresh = self.written.get(table.fqn, set())
         return tainted_in_instance(self.instance, table, [k for k in keys if k not in fresh])
 
+    def reached_states(self, table: Table, keys: Sequence[str]) -> dict[str, str | None]:
+        found: dict[str, str | None] = {}
+        for key in keys:  # a run reads few partitions of a table with states: one lookup each
+            record = latest_materialization(self.instance, table, key)
+            found[key] = state_in(record.asset_materialization, key) if record is not None else None
+        return found
+
 
 @dataclass(frozen=True)
 class EdgeVerdict:
@@ -106,17 +133,37 @@ class EdgeVerdict:
     ignored_checks: dict[str, list[str]] = field(default_factory=dict)  # failed, but the dependency says ignore_dq
     tainted: dict[str, Taint] = field(default_factory=dict)  # partition → its taint
     accepted_taints: dict[str, Taint] = field(default_factory=dict)  # tainted, but the dependency says accept_tainted
+    # a weak dependency's partitions that are not usable and not waited for: past its deadline, or enough of an any
+    # window usable without them; they are in none of the lists above
+    waived: dict[str, str] = field(default_factory=dict)  # partition → what it was (missing, in progress, ...)
+    early: dict[str, str] = field(default_factory=dict)  # partition → its state, one the dependency does not accept
+    accepted: tuple[str, ...] = ()  # the upstream's states the dependency accepts, if it declares states
+    deadline: datetime | None = None  # mode deadline: when the dependency stops being waited for
 
     @property
     def nonexistent(self) -> list[str]:
-        return self.upstream.nonexistent
+        return [k for k in self.upstream.nonexistent if k not in self.waived]
 
     @property
     def ok(self) -> bool:
-        return not (self.nonexistent or self.missing or self.in_progress or self.tainted or self.failed_checks)
+        return not (
+            self.nonexistent or self.missing or self.in_progress or self.tainted or self.failed_checks or self.early
+        )
+
+    @property
+    def used(self) -> list[str]:
+        """The upstream partitions the partition reads: its window but the waived ones."""
+        return [k for k in self.upstream.keys if k not in self.waived]
+
+    @property
+    def degraded(self) -> bool:
+        """Built without partitions it waits for until a deadline: not the data it should be, until they arrive."""
+        return self.dep.mode == DEADLINE and bool(self.waived)
 
     def state(self, key: str) -> str:
         """The verdict on one upstream partition of this edge."""
+        if key in self.waived:
+            return WAIVED
         if key in self.nonexistent:
             return NONEXISTENT
         if key in self.in_progress:
@@ -125,20 +172,43 @@ class EdgeVerdict:
             return MISSING
         if key in self.tainted:
             return TAINTED
-        return CHECK_FAILED if key in self.failed_checks else OK
+        if key in self.failed_checks:
+            return CHECK_FAILED
+        return EARLIER_STATE if key in self.early else OK
 
     def reason(self, table: Table, partition: str) -> str | None:
         """Why this edge holds ``partition`` of ``table`` back (the run guard's message), or None."""
+        if self.ok:
+            return None
+        if self.dep.mode == ANY:
+            usable = len(self.upstream.keys) - len(self.missing) - len(self.in_progress)
+            usable -= len(self.tainted) + len(self.failed_checks)
+            return (
+                f"{table.fqn} {partition} waits for {self.dep.min} usable partition(s) of {self.dep.table} in its "
+                f"window ({span([*self.upstream.nonexistent, *self.upstream.keys])}); {max(usable, 0)} are"
+            )
+        until = (
+            f" until {self.deadline:%Y-%m-%d %H:%M} (then it runs without them, degraded)"
+            if self.deadline is not None
+            else ""
+        )
         if self.nonexistent:
             return (
                 f"{table.fqn} {partition} needs {len(self.nonexistent)} partition(s) of {self.dep.table} that do not "
-                f"exist (in the future or before its first partition): {names(self.nonexistent)}"
+                f"exist (in the future or before its first partition): {names(self.nonexistent)}{until}"
             )
         waiting = [k for k in self.upstream.keys if k in self.missing or k in self.in_progress]
         if waiting:
             return (
                 f"{table.fqn} {partition} waits for {len(waiting)} partition(s) of {self.dep.table} that are not "
-                f"materialized: {names(waiting)}"
+                f"materialized: {names(waiting)}{until}"
+            )
+        if self.early:
+            wanted = " or ".join(self.accepted)
+            first, reached = next(iter(self.early.items()))
+            return (
+                f"{table.fqn} {partition} waits for {len(self.early)} partition(s) of {self.dep.table} to reach "
+                f"{wanted} ({span(list(self.early))}; {first} is {reached}){until}"
             )
         if self.tainted:
             first, taint = next(iter(self.tainted.items()))
@@ -146,16 +216,15 @@ class EdgeVerdict:
                 f"{table.fqn} {partition} refuses to run: {len(self.tainted)} partition(s) of {self.dep.table} are "
                 f"tainted ({span(list(self.tainted))}; {first}: {taint.describe()}). They are rebuilt by their repair "
                 "(`warehouse taint ... --apply`); declare `accept_tainted: true` on the dependency to proceed anyway."
+                + until
             )
-        if self.failed_checks:
-            first, checks = next(iter(self.failed_checks.items()))
-            return (
-                f"{table.fqn} {partition} refuses to run: {len(self.failed_checks)} partition(s) of {self.dep.table} "
-                f"failed a blocking data-quality check ({span(list(self.failed_checks))}; {first}: "
-                f"{', '.join(checks)}). Fix and re-run {self.dep.table}, or declare `ignore_dq: true` on the "
-                "dependency to proceed anyway."
-            )
-        return None
+        first, checks = next(iter(self.failed_checks.items()))
+        return (
+            f"{table.fqn} {partition} refuses to run: {len(self.failed_checks)} partition(s) of {self.dep.table} "
+            f"failed a blocking data-quality check ({span(list(self.failed_checks))}; {first}: "
+            f"{', '.join(checks)}). Fix and re-run {self.dep.table}, or declare `ignore_dq: true` on the "
+            "dependency to proceed anyway." + until
+        )
 
 
 @dataclass(frozen=True)
@@ -165,6 +234,9 @@ class Verdict:
     table: Table
     partition: str
     edges: list[EdgeVerdict]
+    state: str | None = None  # of a table with states: the latest one the partition can reach now (None: none)
+    # of a table with states, built in an earlier one: what its last state waits for
+    later: list[str] = field(default_factory=list)
 
     @property
     def may_run(self) -> bool:
@@ -173,6 +245,11 @@ class Verdict:
     @property
     def reasons(self) -> list[str]:
         return [r for edge in self.edges if (r := edge.reason(self.table, self.partition)) is not None]
+
+    @property
+    def degraded(self) -> dict[str, dict[str, str]]:
+        """Upstream table → its partitions the partition runs without past their deadline, and what they were."""
+        return {edge.dep.table: edge.waived for edge in self.edges if edge.degraded}
 
 
 def decide(
@@ -191,17 +268,64 @@ def decide(
         windows = [
             (dep, upstream_partitions(catalog, table, dep, partition, current_time=current_time)) for dep in table.deps
         ]
-    return Verdict(table, partition, [judge(catalog, dep, up, states) for dep, up in windows])
+    now = current_time or datetime.now(UTC)
+    if table.state_names:
+        return _decide_state(catalog, table, partition, states, now)
+    return Verdict(
+        table,
+        partition,
+        [judge(catalog, dep, up, states, weak_deadline(table, dep, partition), now) for dep, up in windows],
+    )
 
 
-def judge(catalog: Catalog, dep: Dependency, up: UpstreamPartitions, states: PartitionStateReader) -> EdgeVerdict:
-    """The verdict on one dependency whose exact upstream partitions are ``up``."""
+def _decide_state(
+    catalog: Catalog, table: Table, partition: str, states: PartitionStateReader, now: datetime
+) -> Verdict:
+    """A table with states: the latest state ``partition`` can reach now, judged on that state's dependencies; when it
+    can reach none, the first state's verdict (what it waits for at all)."""
+    assert isinstance(table, DerivedTable)
+    verdicts = []
+    for state in table.states:
+        edges = [
+            judge(
+                catalog,
+                dep,
+                upstream_partitions(catalog, table, dep, partition, current_time=now),
+                states,
+                weak_deadline(table, dep, partition),
+                now,
+            )
+            for dep in state.deps
+        ]
+        verdicts.append(Verdict(table, partition, edges, state=state.name))
+    reachable = [v for v in verdicts if v.may_run]
+    if not reachable:
+        return replace(verdicts[0], state=None, later=verdicts[-1].reasons)
+    best = reachable[-1]
+    return best if best is verdicts[-1] else replace(best, later=verdicts[-1].reasons)
+
+
+def judge(
+    catalog: Catalog,
+    dep: Dependency,
+    up: UpstreamPartitions,
+    states: PartitionStateReader,
+    deadline: datetime | None = None,
+    now: datetime | None = None,
+) -> EdgeVerdict:
+    """The verdict on one dependency whose exact upstream partitions are ``up`` (and, for a deadline dependency, whose
+    ``deadline`` is judged at ``now``)."""
     upstream = catalog[dep.table]
     done = states.materialized(upstream, up.keys)
     running = states.in_progress(upstream, [k for k in up.keys if k not in done])
     failed = states.failed_blocking_checks(upstream, [k for k in up.keys if k in done])
     tainted = states.tainted(upstream, [k for k in up.keys if k in done])
-    return EdgeVerdict(
+    early: dict[str, str] = {}
+    accepted = (dep.states or upstream.state_names[-1:]) if upstream.state_names else ()
+    if accepted:  # a partition in a state the dependency does not accept is not there yet for it
+        reached = states.reached_states(upstream, [k for k in up.keys if k in done])
+        early = {k: r for k, r in reached.items() if r is not None and r not in accepted}
+    strict = EdgeVerdict(
         dep,
         up,
         missing=[k for k in up.keys if k not in done and k not in running],
@@ -210,7 +334,60 @@ def judge(catalog: Catalog, dep: Dependency, up: UpstreamPartitions, states: Par
         ignored_checks=failed if dep.ignore_dq else {},
         tainted={} if dep.accept_tainted else tainted,
         accepted_taints=tainted if dep.accept_tainted else {},
+        early=early,
+        accepted=accepted,
+        deadline=deadline,
     )
+    if strict.ok or not dep.weak:
+        return strict
+    if dep.mode == DEADLINE:
+        past = deadline is not None and (now or datetime.now(UTC)) >= deadline
+        return _waive(strict) if past else strict
+    usable = [k for k in up.keys if strict.state(k) == OK]
+    return _waive(strict) if len(usable) >= dep.min else strict
+
+
+def _waive(edge: EdgeVerdict) -> EdgeVerdict:
+    """``edge`` with every partition that is not usable waived: the partition runs without them."""
+    waived = {k: edge.state(k) for k in [*edge.upstream.nonexistent, *edge.upstream.keys] if edge.state(k) != OK}
+    return replace(
+        edge,
+        missing=[],
+        in_progress=[],
+        failed_checks={},
+        tainted={},
+        early={},
+        waived=waived,
+    )
+
+
+DEGRADED = "degraded"  # a materialization's metadata: partition → what it was built without, past a deadline
+STATE = "state"  # a materialization's metadata, of a table with states: partition → the state it was built in
+
+
+def per_partition(metadata: Mapping[str, Any], name: str, partition: str) -> str | None:
+    """A per-partition entry of materialization metadata (``degraded``, ``state``): a ranged run's materializations
+    share one metadata, so each partition has its entry in a JSON map."""
+    value = metadata.get(name)
+    found = value.value.get(partition) if value is not None and isinstance(value.value, dict) else None
+    return str(found) if found else None
+
+
+def state_in(materialization: Any, partition: str) -> str | None:
+    """The state ``partition`` was built in by ``materialization`` (None: no state recorded)."""
+    return per_partition(materialization.metadata, STATE, partition) if materialization is not None else None
+
+
+def degraded_description(verdict: Verdict) -> str:
+    """What a partition is built without, past its dependencies' deadlines, in words ("" when nothing):
+    ``ext.fx_rate 2026-03-05 (missing; deadline 2026-03-06 09:00)``."""
+    parts = []
+    for edge in verdict.edges:
+        if edge.degraded:
+            when = f"; deadline {edge.deadline:%Y-%m-%d %H:%M}" if edge.deadline is not None else ""
+            states = ", ".join(sorted(set(edge.waived.values())))
+            parts.append(f"{edge.dep.table} {span(list(edge.waived))} ({states}{when})")
+    return "; ".join(parts)
 
 
 # --- existence: can the partition run at all now --------------------------------------------------------------
@@ -220,12 +397,22 @@ def nonexistent_upstream(
     catalog: Catalog, table: Table, partition: str, current_time: datetime | None = None
 ) -> list[str]:
     """The upstream tables ``partition`` needs partitions of that do not exist at ``current_time``: such a partition
-    cannot run now (a window before the warehouse start never can). A self-dependency's first T-1 is exempt."""
-    return [
-        dep.table
-        for dep in table.deps
-        if upstream_partitions(catalog, table, dep, partition, current_time=current_time).nonexistent
-    ]
+    cannot run now (a window before the warehouse start never can). A self-dependency's first T-1 is exempt, and so is
+    a weak dependency (it runs without what is not there, past its deadline or on enough of its window)."""
+    options = (
+        [state.deps for state in table.states] if isinstance(table, DerivedTable) and table.states else [table.deps]
+    )
+    missing: list[str] = []
+    for deps in reversed(options):  # a table with states can run when one of its states can
+        missing = [
+            dep.table
+            for dep in deps
+            if not dep.weak
+            and upstream_partitions(catalog, table, dep, partition, current_time=current_time).nonexistent
+        ]
+        if not missing:
+            return []
+    return missing
 
 
 @dataclass(frozen=True)
@@ -268,10 +455,19 @@ def first_buildable(catalog: Catalog, table: Table, _known: dict[str, FirstBuild
 
 
 def _unbuildable_because(catalog: Catalog, table: Table, key: str, known: dict[str, FirstBuildable]) -> str | None:
-    """Why partition ``key`` of ``table`` can never be built, or None if it can."""
-    for dep in table.deps:
-        if dep.table == table.fqn:
-            continue  # the chain starts at the first buildable partition: its T-1 is not needed
+    """Why partition ``key`` of ``table`` can never be built, or None if it can (in one of its states, if it has)."""
+    if isinstance(table, DerivedTable) and table.states:
+        reasons = [_unbuildable_on(catalog, table, state.deps, key, known) for state in table.states]
+        return None if None in reasons else reasons[0]
+    return _unbuildable_on(catalog, table, table.deps, key, known)
+
+
+def _unbuildable_on(
+    catalog: Catalog, table: Table, deps: Sequence[Dependency], key: str, known: dict[str, FirstBuildable]
+) -> str | None:
+    for dep in deps:
+        if dep.table == table.fqn or dep.weak:
+            continue  # the chain starts at the first buildable partition: its T-1 is not needed; a weak one waives
         up = upstream_partitions(catalog, table, dep, key, current_time=_NO_LATER_THAN)
         if up.nonexistent:
             return (

@@ -40,7 +40,7 @@ from sqlglot import exp
 
 from resources.delta_lake import DeltaStore, Predicate
 from resources.external import ExternalResource
-from warehouse_assets.build.gate import InstanceStates, decide, span
+from warehouse_assets.build.gate import DEGRADED, STATE, InstanceStates, decide, degraded_description, span
 from warehouse_assets.build.quality import (
     PARTITION,
     Outcome,
@@ -148,6 +148,8 @@ def _build_partitions(
     keys = sorted(context.partition_keys, key=lambda k: _start(pdef, k))
     states = InstanceStates(context.instance)
     written: list[dict[str, Any]] = []
+    degraded: dict[str, str] = {}  # partition → what it was built without, past a deadline
+    reached: dict[str, str] = {}  # partition → the state it is built in, of a table with states
     totals = {"rows": 0, "files_added": 0, "files_removed": 0, "bytes_added": 0, "files_read": 0, "files_skipped": 0}
     started = time.monotonic()
     version = None
@@ -158,9 +160,9 @@ def _build_partitions(
         inputs: dict[str, DataFrame] = {}
         read_from: dict[str, list[str]] = {}
         for edge in verdict.edges:
-            dep, up = edge.dep, edge.upstream
+            dep, used = edge.dep, edge.used  # a weak dependency's waived partitions are not read
             upstream = catalog[dep.table]
-            specs = [partition_spec(upstream.period, k) for k in up.keys]
+            specs = [partition_spec(upstream.period, k) for k in used]
             if upstream.is_external:
                 if external is None:
                     raise Failure(f"{table.fqn} reads the external {dep.table} but has no external resource")
@@ -183,7 +185,11 @@ def _build_partitions(
             else:
                 df = _empty_like(spark, store, upstream, first_of_self=dep.table == table.fqn)
             inputs[dep.table] = df
-            read_from[dep.table] = up.keys
+            read_from[dep.table] = used
+        for dep in table.deps:  # a dependency the partition's state does not need reads as empty
+            if dep.table not in inputs:
+                inputs[dep.table] = _empty_like(spark, store, catalog[dep.table], external=external)
+                read_from[dep.table] = []
         for name, df in inputs.items():
             df.createOrReplaceTempView(view_name(name))
         out = spark.sql(render_sql(table, key))
@@ -195,6 +201,11 @@ def _build_partitions(
         for name in ("rows", "files_added", "files_removed", "bytes_added"):
             totals[name] += int(getattr(result, name))
         states.written.setdefault(table.fqn, set()).add(key)
+        lacking = degraded_description(verdict)
+        if lacking:
+            degraded[key] = lacking
+        if verdict.state is not None:
+            reached[key] = verdict.state
         written.append(
             {
                 "partition": key,
@@ -202,12 +213,16 @@ def _build_partitions(
                 "files_added": result.files_added,
                 "delta_version": result.version,
                 "upstream": {t: span(k) for t, k in read_from.items()},
+                **({"degraded": lacking} if lacking else {}),
+                **({"state": verdict.state} if verdict.state else {}),
             }
         )
         context.log.info(
             f"{table.fqn} {key}: {result.rows} rows, +{result.files_added}/-{result.files_removed} files, "
             f"Delta version {result.version}, read {', '.join(f'{t} {span(k)}' for t, k in read_from.items())}"
         )
+        if lacking:
+            context.log.warning(f"{table.fqn} {key} is degraded: {lacking}; it is built again when they arrive")
         if table.checks:
             outcomes.extend(_check_partition(table, key, spark, store, inputs))
     return MaterializeResult(
@@ -218,6 +233,9 @@ def _build_partitions(
             "duration_s": round(time.monotonic() - started, 3),
             "table_uri": store.table_uri(table.key),
             "partitions": MetadataValue.json(written),
+            # per partition, as a ranged run's materializations share one metadata: the state store reads its own
+            **({DEGRADED: MetadataValue.json(degraded)} if degraded else {}),
+            **({STATE: MetadataValue.json(reached)} if reached else {}),
         }
     )
 
@@ -251,8 +269,17 @@ def _check_partition(
         data.unpersist()
 
 
-def _empty_like(spark: SparkSession, store: DeltaStore, upstream: Table, first_of_self: bool = False) -> DataFrame:
-    """No partition of ``upstream`` is needed: an empty frame of its shape (a self-dependency's first T-1)."""
+def _empty_like(
+    spark: SparkSession,
+    store: DeltaStore,
+    upstream: Table,
+    first_of_self: bool = False,
+    external: ExternalResource | None = None,
+) -> DataFrame:
+    """No partition of ``upstream`` is needed: an empty frame of its shape (a self-dependency's first T-1, a
+    dependency a partition's state does without)."""
+    if upstream.is_external and external is not None:
+        return external_source(external, upstream).read(spark, [])
     if store.exists(upstream.key):
         df, _ = store.read(spark, upstream.key, partitions=[])
         return df

@@ -25,10 +25,14 @@ from warehouse_assets.catalog.mappings import (
     mapped_upstream,
     partition_mapping,
     upstream_partitions,
+    weak_deadline,
 )
 from warehouse_assets.catalog.model import (
+    ANY,
+    DEADLINE,
     LAYERS,
     PERIOD_ORDER,
+    STRICT,
     Catalog,
     CatalogError,
     Dependency,
@@ -38,10 +42,14 @@ from warehouse_assets.catalog.model import (
     OdsTable,
     Sla,
     Table,
+    TableState,
     UnknownTable,
 )
 
 __all__ = [
+    "ANY",
+    "DEADLINE",
+    "STRICT",
     "BY_PERIOD",
     "CHECK_KINDS",
     "LAYERS",
@@ -63,6 +71,7 @@ __all__ = [
     "Periods",
     "Sla",
     "Table",
+    "TableState",
     "UnknownTable",
     "UpstreamPartitions",
     "business_zone",
@@ -76,6 +85,7 @@ __all__ = [
     "periods",
     "referenced_tables",
     "upstream_partitions",
+    "weak_deadline",
 ]
 
 

@@ -28,6 +28,7 @@ from warehouse_assets.catalog.model import (
     ExternalTable,
     OdsTable,
     Table,
+    parse_states,
 )
 
 TABLES_DIR = Path(__file__).parent / "tables"
@@ -150,9 +151,10 @@ def _load_sql(path: Path) -> DerivedTable:
             raise _fail(path, f"{header['table']} declares a dependency on {dep} that its SQL never reads")
     try:
         deps = tuple(Dependency.parse(dep, declared.get(dep)) for dep in sorted(reads))
+        states = parse_states(header.get("states"), deps)
     except ValueError as exc:
         raise _fail(path, str(exc)) from None
-    return _build(DerivedTable, path, fields | {"deps": deps, "sql": body})
+    return _build(DerivedTable, path, fields | {"deps": deps, "sql": body, "states": states})
 
 
 def _load_ods(path: Path) -> OdsTable:
@@ -161,10 +163,17 @@ def _load_ods(path: Path) -> OdsTable:
     source = header.get("source") or {}
     if not isinstance(source, Mapping) or not source.get("database") or not source.get("tables"):
         raise _fail(path, "source needs database and tables (a regular expression of the shard tables)")
+    if not header.get("partition_time"):
+        raise _fail(
+            path,
+            "partition_time is required: the timestamp column whose local hour partitions the ODS table (e.g. "
+            "create_time). A source table without a time column cannot be mirrored as an hourly ODS table; "
+            "snapshot and static tables are not supported yet",
+        )
     fields |= {
         "source_database": str(source["database"]),
         "source_tables": str(source["tables"]),
-        "partition_time": str(header.get("partition_time")),
+        "partition_time": str(header["partition_time"]),
     }
     idle_proof = header.get("idle_proof") or {}
     if isinstance(idle_proof, Mapping) and idle_proof.get("heartbeat_grace_minutes") is not None:
@@ -211,6 +220,12 @@ def _validate_graph(catalog: Catalog) -> None:
             if dep.table not in catalog.tables:
                 raise _fail(derived.path, f"{derived.fqn} reads {dep.table}, which is not in the catalog")
             upstream = catalog.tables[dep.table]
+            if dep.states is not None:
+                known = upstream.state_names
+                unknown = [name for name in dep.states if name not in known]
+                if unknown:
+                    has = f"its states are {', '.join(known)}" if known else "it declares no states"
+                    raise _fail(derived.path, f"{derived.fqn} accepts state {', '.join(unknown)} of {dep.table}: {has}")
             if PERIOD_ORDER[upstream.period] > PERIOD_ORDER[derived.period]:
                 raise _fail(
                     derived.path,

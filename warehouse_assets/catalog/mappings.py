@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from dagster import (
@@ -121,3 +121,16 @@ def upstream_partitions(
         self_dependency=dep.table == table.fqn,
     )
     return UpstreamPartitions(table=dep.table, keys=mapped.keys, nonexistent=mapped.nonexistent)
+
+
+def weak_deadline(table: Table, dep: Dependency, partition_key: str) -> datetime | None:
+    """When ``dep`` of ``partition_key`` stops being waited for (mode ``deadline``): the first local ``HH:MM`` at or
+    after the partition's window ends (09:00 on D+1 for day D), in the business timezone; None for other modes."""
+    if dep.deadline is None:
+        return None
+    end = BY_PERIOD[table.period].time_window_for_partition_key(partition_key).end
+    hour, minute = (int(part) for part in dep.deadline.split(":"))
+    at = end.replace(hour=hour, minute=minute, second=0, microsecond=0)
+    if at < end:
+        at = (end + timedelta(days=1)).replace(hour=hour, minute=minute, second=0, microsecond=0)
+    return at  # aware arithmetic on a ZoneInfo time is wall-clock: 09:00 stays 09:00 across a daylight-saving change

@@ -51,7 +51,7 @@ import difflib
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass as plain_dataclass
-from dataclasses import field
+from dataclasses import field, replace
 from pathlib import Path
 from typing import Any
 
@@ -111,35 +111,102 @@ def _minutes(value: Any, what: str) -> int:
     return int(match.group("n")) * {"m": 1, "h": 60, "d": 1440}[match.group("unit")]
 
 
+STRICT, DEADLINE, ANY = "strict", "deadline", "any"
+DEPENDENCY_MODES = (STRICT, DEADLINE, ANY)
+
+
 @plain_dataclass(frozen=True)
 class Dependency:
-    """One upstream table with the offsets that refine the default mapping (None = default)."""
+    """One upstream table with the offsets that refine the default mapping (None = default), and how strictly the
+    downstream waits for the partitions they name.
+
+    ``mode``: ``strict`` (every partition, the default); ``deadline`` (strict until the local time ``deadline``
+    first reached at or after the downstream partition's window ends, e.g. 09:00 on D+1 for day D; after it the
+    partition runs without what is missing, marked degraded, and is rebuilt when it arrives); ``any`` (ready when at
+    least ``min`` partitions of the window exist and are usable)."""
 
     table: str
     start_offset: int | None = None
     end_offset: int | None = None
     ignore_dq: bool = False  # run even when the upstream partition failed a blocking check
     accept_tainted: bool = False  # run even when the upstream partition is marked tainted
+    mode: str = STRICT
+    deadline: str | None = None  # "HH:MM", business time, for mode deadline
+    min: int = 1  # for mode any: how many partitions of the window suffice
+    # the states of an upstream that declares states this dependency accepts; None: its last state only
+    states: tuple[str, ...] | None = None
 
     @property
     def key(self) -> list[str]:
         return self.table.split(".")
 
+    @property
+    def weak(self) -> bool:
+        return self.mode != STRICT
+
+    def describe_mode(self) -> str:
+        """The dependency's mode in words, for messages: ``strict``, ``until 09:00`` or ``any 1 of the window``."""
+        if self.mode == DEADLINE:
+            return f"deadline {self.deadline}"
+        if self.mode == ANY:
+            return f"any {self.min} of the window"
+        return STRICT
+
     @classmethod
     def parse(cls, dep: str, spec: Any) -> Dependency:
         """``depends_on`` entry: ``{set: [...]}`` or ``{range: [a, b]}``, with the flags ``ignore_dq`` and
-        ``accept_tainted`` beside them."""
-        flags = {"ignore_dq": False, "accept_tainted": False}
-        if isinstance(spec, Mapping) and set(flags) & set(spec):
+        ``accept_tainted`` beside them, and a weak ``mode`` (``mode: deadline, deadline: "09:00"``; ``mode: any``
+        with an optional ``min: k``; ``min: k`` alone is ``mode: any``)."""
+        flags: dict[str, Any] = {"ignore_dq": False, "accept_tainted": False}
+        weak: dict[str, Any] = {}
+        accepted: tuple[str, ...] | None = None
+        if isinstance(spec, Mapping) and "state" in spec:
             spec = dict(spec)
-            for name in flags:
+            accepted = _names(spec.pop("state"), f"dependency {dep}: state")
+            if not accepted:
+                raise ValueError(f"dependency {dep}: state names the upstream states it accepts, e.g. [estimated]")
+        if isinstance(spec, Mapping) and (set(flags) | {"mode", "deadline", "min"}) & set(spec):
+            spec = dict(spec)
+            for name in list(flags):
                 if name in spec:
                     flag = spec.pop(name)
                     if not isinstance(flag, bool):
                         raise ValueError(f"dependency {dep}: {name} must be true or false, got {flag!r}")
                     flags[name] = flag
+            weak = {name: spec.pop(name) for name in ("mode", "deadline", "min") if name in spec}
         start, end = _parse_offsets(spec, dep)
-        return cls(dep, start, end, flags["ignore_dq"], flags["accept_tainted"])
+        mode = _parse_mode(dep, weak, start, end)
+        return cls(dep, start, end, flags["ignore_dq"], flags["accept_tainted"], **mode, states=accepted)
+
+
+def _parse_mode(dep: str, weak: Mapping[str, Any], start: int | None, end: int | None) -> dict[str, Any]:
+    """The weak mode of a dependency, validated: its fields for :class:`Dependency`."""
+    mode = weak.get("mode", ANY if "min" in weak else STRICT)
+    if mode not in DEPENDENCY_MODES:
+        raise ValueError(f"dependency {dep}: mode must be one of {', '.join(DEPENDENCY_MODES)}, got {mode!r}")
+    if mode == DEADLINE:
+        deadline = weak.get("deadline")
+        if deadline is None or not _CLOCK.match(str(deadline)):
+            raise ValueError(
+                f'dependency {dep}: mode deadline needs deadline: a local time HH:MM (e.g. "09:00": the morning '
+                f"after a daily partition's day), got {deadline!r}"
+            )
+        if "min" in weak:
+            raise ValueError(f"dependency {dep}: min is for mode any, not deadline")
+        return {"mode": DEADLINE, "deadline": str(deadline)}
+    if "deadline" in weak:
+        raise ValueError(f"dependency {dep}: deadline needs mode: deadline")
+    if mode == ANY:
+        size = None if start is None or end is None else end - start + 1
+        if size is None or size < 2:
+            raise ValueError(
+                f"dependency {dep}: mode any needs a window of several partitions, e.g. {{range: [-6, 0], mode: any}}"
+            )
+        least = weak.get("min", 1)
+        if isinstance(least, bool) or not isinstance(least, int) or not 1 <= least <= size:
+            raise ValueError(f"dependency {dep}: min must be an integer from 1 to the window's {size} partitions")
+        return {"mode": ANY, "min": least}
+    return {}
 
 
 def _parse_offsets(spec: Any, dep: str) -> tuple[int | None, int | None]:
@@ -201,6 +268,59 @@ class External:
             producer=str(spec.get("producer", "")),
             marker=str(spec.get("marker", "_SUCCESS")),
         )
+
+
+@plain_dataclass(frozen=True)
+class TableState:
+    """A named state a table's partitions pass through, in the order declared (``estimated`` then ``completed``),
+    and what a partition needs to reach it: each of the table's dependencies as declared, a narrower window of one
+    (same period, within the declared offsets), or none of it (read as empty)."""
+
+    name: str
+    deps: tuple[Dependency, ...]
+
+
+def parse_states(spec: Any, deps: tuple[Dependency, ...]) -> tuple[TableState, ...]:
+    """``states: {estimated: {ext.fx_rate: {set: [-1]}}, completed: {}}``: at least two, each naming only declared
+    dependencies; a state's window of a dependency lies within the declared one (the reverse index and the taint
+    closure follow the declared window, so every state's inputs are in it)."""
+    if spec is None:
+        return ()
+    if not isinstance(spec, Mapping) or len(spec) < 2:
+        raise ValueError(
+            "states lists at least two states in order, each with what it needs, e.g. "
+            "{estimated: {ext.fx_rate: {set: [-1]}}, completed: {}}"
+        )
+    declared = {dep.table: dep for dep in deps}
+    states = []
+    for name, overrides in spec.items():
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", str(name)):
+            raise ValueError(f"state {name!r}: a state is named in lower case, e.g. estimated")
+        overrides = overrides or {}
+        if not isinstance(overrides, Mapping):
+            raise ValueError(f"state {name}: map each dependency it needs differently to its window, or to none")
+        unknown = sorted(set(overrides) - set(declared))
+        if unknown:
+            raise ValueError(f"state {name}: {', '.join(unknown)} is not a dependency of the table")
+        needs = []
+        for dep in deps:
+            if dep.table not in overrides:
+                needs.append(dep)
+            elif overrides[dep.table] not in (None, "none"):
+                needs.append(_narrowed(name, dep, overrides[dep.table]))
+        states.append(TableState(str(name), tuple(needs)))
+    return tuple(states)
+
+
+def _narrowed(state: str, dep: Dependency, spec: Any) -> Dependency:
+    start, end = _parse_offsets(spec, dep.table)
+    low, high = (0, 0) if dep.start_offset is None else (dep.start_offset, dep.end_offset)
+    if start is None or end is None or high is None or not low <= start <= end <= high:
+        raise ValueError(
+            f"state {state}: the window of {dep.table} must lie within the declared one ({{range: [{low}, {high}]}}), "
+            f"got {spec!r}"
+        )
+    return replace(dep, start_offset=start, end_offset=end)
 
 
 # --- the tables: one typed model per kind, validated by pydantic ------------------------------------------------
@@ -327,6 +447,11 @@ class Table:
         return PARTITION_COLUMNS[self.period]
 
     @property
+    def state_names(self) -> tuple[str, ...]:
+        """The states its partitions pass through, in order (none: a partition is built once, whole)."""
+        return ()
+
+    @property
     def is_ods(self) -> bool:
         return isinstance(self, OdsTable)
 
@@ -385,6 +510,11 @@ class DerivedTable(Table):
     """A table the compiler builds from its Spark SQL (``sql``), on the mapped partitions of ``deps``."""
 
     sql: str
+    states: tuple[InstanceOf[TableState], ...] = ()  # in order; empty: a partition is built once, whole
+
+    @property
+    def state_names(self) -> tuple[str, ...]:
+        return tuple(state.name for state in self.states)
 
     @model_validator(mode="after")
     def _self_dependency(self) -> DerivedTable:
@@ -394,6 +524,13 @@ class DerivedTable(Table):
                 raise ValueError(
                     f"{self.fqn} reads itself: a self-dependency needs a negative offset, e.g. {{set: [-1]}} for T-1"
                 )
+            if dep.weak:
+                raise ValueError(
+                    f"{self.fqn} reads itself: a self-dependency is strict (mode {dep.mode} would build a partition "
+                    "on a T-1 that is not there)"
+                )
+        if own and self.states:
+            raise ValueError(f"{self.fqn} reads itself: a self-dependent table has no states (each day builds on T-1)")
         if own and not self.columns:
             raise ValueError(
                 f"{self.fqn} depends on itself: declare its output columns (columns: {{name: type}}), "

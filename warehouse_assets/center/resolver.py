@@ -63,7 +63,16 @@ from dagster import AssetKey, TimeWindowPartitionsDefinition
 
 from warehouse_assets.build.gate import Verdict, decide
 from warehouse_assets.build.validity import Taint
-from warehouse_assets.catalog import BY_PERIOD, Catalog, Dependency, Table, UpstreamPartitions, upstream_partitions
+from warehouse_assets.catalog import (
+    BY_PERIOD,
+    DEADLINE,
+    Catalog,
+    Dependency,
+    Table,
+    UpstreamPartitions,
+    upstream_partitions,
+    weak_deadline,
+)
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import Change, PartitionState, PartitionStateStore, failed_blocking_checks
 from warehouse_assets.center.taint import JOB as TAINT_JOB
@@ -103,9 +112,16 @@ def run_priority(table: str, first_partition_start: datetime | None, now: dateti
 LOOKBACK = timedelta(days=35)
 PRUNE_EVERY = timedelta(hours=1)  # how often old requests are deleted
 CLOCK = "clock"  # a Trigger's field: the partition's window ended, nothing upstream changed
+DEADLINE_PASSED = "deadline"  # a Trigger's field: a dependency's deadline passed, nothing upstream changed
 # a trigger's fields as the run's tag says them: a run is planned only once nothing upstream is in progress, so an
 # in-progress change that triggers one is a run that ended
-CHANGE_WORDS = {"checks": "checked", "in_progress": "run ended", "failed": "run failed", CLOCK: "window ended"}
+CHANGE_WORDS = {
+    "checks": "checked",
+    "in_progress": "run ended",
+    "failed": "run failed",
+    CLOCK: "window ended",
+    DEADLINE_PASSED: "deadline passed",
+}
 
 
 @dataclass(frozen=True)
@@ -206,6 +222,12 @@ class Resolver:
         # persisted (center_backlog) after the last call
         self._backlog = _Backlog(self._db)
         self._time_driven_tables: dict[str, list[str]] | None = None
+        self._deadline_deps: dict[str, list[tuple[Table, Dependency]]] = {}  # HH:MM → the deadline dependencies
+        for table in catalog.derived():
+            for dep in table.deps:
+                if dep.mode == DEADLINE and dep.deadline is not None:
+                    self._deadline_deps.setdefault(dep.deadline, []).append((table, dep))
+        self._timezone = ZoneInfo(BY_PERIOD["daily"].timezone)
         self._pruned_at: datetime | None = None
 
     def close(self) -> None:
@@ -252,6 +274,8 @@ class Resolver:
             if run_ended and self._deferred(fqn, change.partition):
                 backlog.add((fqn, change.partition), trigger, by_clock=False)
         for candidate, trigger in self._clock_candidates(now).items():
+            backlog.add(candidate, trigger, by_clock=True)
+        for candidate, trigger in self._deadline_candidates(now).items():
             backlog.add(candidate, trigger, by_clock=True)
         self.evaluated = 0
         ready: dict[tuple[str, str], tuple[Trigger, str]] = {}
@@ -304,6 +328,24 @@ class Resolver:
             for key in _ended_between(BY_PERIOD[period], since, now):
                 for fqn in tables:
                     found[(fqn, key)] = Trigger(fqn, key, None, None, frozenset({CLOCK}))
+        return found
+
+    def _deadline_candidates(self, now: datetime) -> dict[tuple[str, str], Trigger]:
+        """The partitions one of whose deadline dependencies reached its deadline since the last call: past it they
+        may run without that upstream, and nothing else happens at 09:00 to name them."""
+        row = self._db.execute("SELECT at FROM center_clock").fetchone()
+        if row is None or not self._deadline_deps:
+            return {}
+        since = max(datetime.fromtimestamp(row[0], UTC), now - self.lookback)
+        found: dict[tuple[str, str], Trigger] = {}
+        for hhmm, edges in self._deadline_deps.items():
+            for instant in _local_times_between(hhmm, since, now, self._timezone):
+                # a deadline is the first HH:MM at or after a window's end: those windows ended within the day before
+                for table, dep in edges:
+                    pdef = BY_PERIOD[table.period]
+                    for key in _ended_between(pdef, instant - timedelta(days=1, hours=1), instant):
+                        if weak_deadline(table, dep, key) == instant:
+                            found[(table.fqn, key)] = Trigger(table.fqn, key, None, None, frozenset({DEADLINE_PASSED}))
         return found
 
     def prepare(self, now: datetime) -> None:
@@ -362,15 +404,22 @@ class Resolver:
         if not verdict.may_run:
             return None
         upstream = self._upstream_states(verdict, states)
-        if any(s.in_progress for s in upstream):
+        if any(s.in_progress for s in self._upstream_states(verdict, states, used_only=True)):
             return None  # an upstream is being rebuilt: its end is a change of its own
         if not self._checks_passed(verdict, states):
             return None  # a verdict still to come: it is a change of its own
         key = json.dumps(sorted([s.asset_key, s.partition, s.storage_id] for s in upstream))
+        if verdict.state is not None:
+            key += f" {verdict.state}"  # the same inputs reached as a later state are a new request
         if self._requested(table.fqn, partition, key):
             return None
         late = any(s.storage_id is not None and s.storage_id > (own.storage_id or -1) for s in upstream)
-        if own.materialized and not late and not self._deferred(table.fqn, partition):
+        if (
+            own.materialized
+            and not late
+            and not _advances(table, own, verdict)
+            and not self._deferred(table.fqn, partition)
+        ):
             return None
         return key
 
@@ -427,11 +476,15 @@ class Resolver:
                 windows.append((dep, UpstreamPartitions(dep.table, keys, [])))
         return windows
 
-    def _upstream_states(self, verdict: Verdict, states: _Snapshot) -> list[PartitionState]:
+    def _upstream_states(self, verdict: Verdict, states: _Snapshot, used_only: bool = False) -> list[PartitionState]:
+        """The states of every upstream partition of the verdict's windows (its request key: a waived partition that
+        arrives later is new upstream data), or of those the partition reads (``used_only``)."""
         return [
             s
             for edge in verdict.edges
-            for s in states.states(self.catalog[edge.dep.table], edge.upstream.keys).values()
+            for s in states.states(
+                self.catalog[edge.dep.table], edge.used if used_only else edge.upstream.keys
+            ).values()
         ]
 
     def _checks_passed(self, verdict: Verdict, states: _Snapshot) -> bool:
@@ -443,7 +496,7 @@ class Resolver:
             blocking = [c.name for c in upstream.checks if c.blocking]
             if edge.dep.ignore_dq or not blocking:
                 continue
-            for key, state in states.states(upstream, edge.upstream.keys).items():
+            for key, state in states.states(upstream, edge.used).items():
                 if (upstream.fqn, key) not in states.planned and not all(state.checks.get(n) for n in blocking):
                     return False
         return True
@@ -622,6 +675,27 @@ def _ended_between(pdef: TimeWindowPartitionsDefinition, since: datetime, now: d
     return keys
 
 
+def _local_times_between(hhmm: str, since: datetime, now: datetime, tz: ZoneInfo) -> list[datetime]:
+    """The instants in (since, now] whose local time in ``tz`` is ``hhmm``: none in almost every call."""
+    hour, minute = (int(part) for part in hhmm.split(":"))
+    day = since.astimezone(tz).date()
+    found = []
+    while (at := datetime(day.year, day.month, day.day, hour, minute, tzinfo=tz)) <= now:
+        if at > since:
+            found.append(at)
+        day += timedelta(days=1)
+    return found
+
+
+def _advances(table: Table, own: PartitionState, verdict: Verdict) -> bool:
+    """Whether the partition can now reach a later state than the one it was built in (estimated → completed)."""
+    names = table.state_names
+    if verdict.state is None or not names:
+        return False
+    built = names.index(own.state) if own.state in names else len(names) - 1  # no state: built whole
+    return names.index(verdict.state) > built
+
+
 def _start(table: Table, partition: str) -> float:
     return BY_PERIOD[table.period].time_window_for_partition_key(partition).start.timestamp()
 
@@ -705,6 +779,11 @@ class _Snapshot:
         return failed_blocking_checks(
             table, self.states(table, [k for k in keys if (table.fqn, k) not in self.planned])
         )
+
+    def reached_states(self, table: Table, keys: Sequence[str]) -> dict[str, str | None]:
+        # planned earlier in the run: in a state the run decides, taken as not accepted yet (a run never plans a
+        # partition of a table with states together with its downstream)
+        return {k: s.state for k, s in self.states(table, keys).items()}
 
     def tainted(self, table: Table, keys: Sequence[str]) -> dict[str, Taint]:
         fresh = [k for k in keys if (table.fqn, k) not in self.planned]  # rebuilt earlier in the run: new data

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from dagster import AssetKey, DagsterEventType, DagsterInstance, EventLogEntry
 
+from warehouse_assets.build.gate import DEGRADED, STATE, per_partition
 from warehouse_assets.build.validity import VALID, Taint
 
 if TYPE_CHECKING:
@@ -75,6 +76,8 @@ class PartitionState:
     in_progress: bool = False  # that run has started and not ended
     failed: bool = False  # that run ended failed or canceled without materializing it
     taint: Taint | None = None  # a failed ``valid`` verdict on the latest materialization
+    degraded: str | None = None  # what the latest materialization was built without, past a dependency's deadline
+    state: str | None = None  # the state the latest materialization reached, of a table with states
 
     @property
     def materialized(self) -> bool:
@@ -104,7 +107,8 @@ _FIELDS = {
     "failed": "failed",
 }
 _COLUMNS = (
-    "asset_key, partition, storage_id, run_id, timestamp, delta_version, checks, latest_run, in_progress, failed, taint"
+    "asset_key, partition, storage_id, run_id, timestamp, delta_version, checks, latest_run, in_progress, failed,"
+    " taint, degraded, state"
 )
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS partitions ({_COLUMNS}, PRIMARY KEY (asset_key, partition)) WITHOUT ROWID;
@@ -144,6 +148,9 @@ class _GateReader:
     def tainted(self, table: Table, keys: Sequence[str]) -> dict[str, Taint]:
         return {k: s.taint for k, s in self.states(AssetKey(table.key), keys).items() if s.taint is not None}
 
+    def reached_states(self, table: Table, keys: Sequence[str]) -> dict[str, str | None]:
+        return {k: s.state for k, s in self.states(AssetKey(table.key), keys).items()}
+
 
 class PartitionStateStore(_GateReader):
     """Every partition's state, maintained incrementally from ``instance``'s event log and persisted at ``path``."""
@@ -162,8 +169,13 @@ class PartitionStateStore(_GateReader):
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
         columns = {row[1] for row in self._db.execute("PRAGMA table_info(partitions)")}
-        if "taint" not in columns:  # a store written before validity: no taint was ever logged before it either
-            self._db.execute("ALTER TABLE partitions ADD COLUMN taint")
+        for column in (
+            "taint",
+            "degraded",
+            "state",
+        ):  # a store written before them: none was ever logged before it either
+            if column not in columns:
+                self._db.execute(f"ALTER TABLE partitions ADD COLUMN {column}")
         self.records_read = 0  # event records the last update read: its cost
 
     def close(self) -> None:
@@ -256,7 +268,7 @@ class PartitionStateStore(_GateReader):
             for storage_id, entry in records:
                 step.apply(storage_id, entry)
             self._db.executemany(
-                f"INSERT OR REPLACE INTO partitions ({_COLUMNS}) VALUES ({', '.join('?' * 11)})",
+                f"INSERT OR REPLACE INTO partitions ({_COLUMNS}) VALUES ({', '.join('?' * 13)})",
                 [_to_row(s) for s in step.touched.values()],
             )
             self._db.execute("INSERT OR REPLACE INTO cursor VALUES (0, ?)", (head,))
@@ -323,8 +335,8 @@ class _Step:
             self.touched[key] = self.before[key] = self.store._row(*key)
         return self.touched[key]
 
-    def set(self, state: PartitionState, **fields: object) -> None:
-        self.touched[(state.asset_key, state.partition)] = replace(state, **fields)  # type: ignore[arg-type]
+    def set(self, row: PartitionState, /, **fields: object) -> None:
+        self.touched[(row.asset_key, row.partition)] = replace(row, **fields)  # type: ignore[arg-type]
 
     def apply(self, storage_id: int, entry: EventLogEntry) -> None:
         event = entry.dagster_event
@@ -342,6 +354,8 @@ class _Step:
                     delta_version=version.value if version is not None and isinstance(version.value, int) else None,
                     checks={},  # verdicts on the previous materialization no longer count
                     taint=None,  # nor does a taint: the new data is judged by its own checks
+                    degraded=per_partition(m.metadata, DEGRADED, m.partition),
+                    state=per_partition(m.metadata, STATE, m.partition),
                     failed=False,
                 )
         elif event.event_type == CHECKED:
@@ -458,11 +472,27 @@ def _to_row(s: PartitionState) -> tuple[object, ...]:
         int(s.in_progress),
         int(s.failed),
         json.dumps(s.taint.to_json()) if s.taint is not None else None,
+        s.degraded,
+        s.state,
     )
 
 
 def _from_row(r: Sequence[object]) -> PartitionState:
-    asset_key, partition, storage_id, run_id, timestamp, version, checks, latest_run, in_progress, failed, taint = r
+    (
+        asset_key,
+        partition,
+        storage_id,
+        run_id,
+        timestamp,
+        version,
+        checks,
+        latest_run,
+        in_progress,
+        failed,
+        taint,
+        lack,
+        reached,
+    ) = r
     return PartitionState(
         str(asset_key),
         str(partition),
@@ -475,6 +505,8 @@ def _from_row(r: Sequence[object]) -> PartitionState:
         bool(in_progress),
         bool(failed),
         Taint.from_json(json.loads(str(taint))) if taint is not None else None,
+        str(lack) if lack is not None else None,
+        str(reached) if reached is not None else None,
     )
 
 

@@ -60,6 +60,10 @@ def _line(state: PartitionState, checks: Sequence[str], zone: ZoneInfo) -> str:
     if not state.materialized:
         return run
     validity = state.taint.describe() if state.taint is not None else "valid"
+    if state.state:
+        validity += f", {state.state}"
+    if state.degraded:
+        validity += f", degraded (built without {state.degraded})"
     verdicts = []
     for name in checks:
         verdict = state.checks.get(name)

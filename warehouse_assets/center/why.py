@@ -44,6 +44,8 @@ from warehouse_assets.build.gate import (
     IN_PROGRESS,
     NONEXISTENT,
     TAINTED,
+    WAIVED,
+    EdgeVerdict,
     Verdict,
     decide,
     first_buildable,
@@ -51,6 +53,7 @@ from warehouse_assets.build.gate import (
 from warehouse_assets.build.validity import Taint
 from warehouse_assets.catalog import (
     BY_PERIOD,
+    DEADLINE,
     Catalog,
     Dependency,
     OdsTable,
@@ -87,7 +90,7 @@ class UpstreamState:
 
     @property
     def blocks(self) -> bool:
-        return self.state != READY
+        return self.state not in (READY, WAIVED)
 
     def line(self) -> str:
         return f"  {self.table:<28} {self.partition:<18} {self.state}" + (f" — {self.detail}" if self.detail else "")
@@ -310,7 +313,9 @@ class PartitionStates:
         out: list[UpstreamState] = []
         for edge in self.verdict(table, partition).edges:
             for entry in self.states(edge.dep.table, edge.upstream.keys):
-                if entry.partition in edge.accepted_taints:
+                if entry.partition in edge.waived:
+                    entry = replace(entry, state=WAIVED, detail=_waived(edge, entry))
+                elif entry.partition in edge.accepted_taints:
                     detail = f"{entry.detail} (accepted: the dependency says accept_tainted)"
                     entry = replace(entry, state=CHECK_FAILED if entry.failed_checks else READY, detail=detail)
                 if entry.partition in edge.ignored_checks and entry.state in (READY, CHECK_FAILED):
@@ -325,7 +330,9 @@ class PartitionStates:
 
     def verdict(self, table: Table, partition: str) -> Verdict:
         """The gate's verdict on ``partition`` of ``table``, on the states read here."""
-        return decide(self.catalog, table, partition, self, windows=self.windows(table, partition))
+        return decide(
+            self.catalog, table, partition, self, current_time=self.now, windows=self.windows(table, partition)
+        )
 
     # --- the gate's PartitionStateReader: the instance's partition statuses, read once per partition
 
@@ -340,6 +347,9 @@ class PartitionStates:
 
     def tainted(self, table: Table, keys: Sequence[str]) -> dict[str, Taint]:
         return {s.partition: s.taint for s in self.states(table.fqn, keys) if s.taint is not None}
+
+    def reached_states(self, table: Table, keys: Sequence[str]) -> dict[str, str | None]:
+        return self.partitions.reached_states(table, keys)
 
     def _never(self, fqn: str, key: str) -> str:
         pdef = BY_PERIOD[self.catalog[fqn].period]
@@ -486,6 +496,11 @@ def explain(
     states = PartitionStates(instance, catalog, store, landing, external, current_time=now)
     report = WhyReport(fqn, partition, states.status(fqn, [partition])[partition])
     report.own_taint = states.states(fqn, [partition])[0].taint
+    own = states.partitions.states(AssetKey(table.key), [partition])[partition]
+    if own.materialized and own.state:
+        report.own_state += f", state {own.state}"
+    if own.materialized and own.degraded:
+        report.own_state += f", degraded: built without {own.degraded}; it is built again when they arrive"
     report.upstream = states.upstream(table, partition)
     waiting = [u for u in report.upstream if u.blocks]
     never = _never_built(catalog, table, partition)
@@ -494,18 +509,47 @@ def explain(
     elif never:
         report.root_causes = states.root_causes(waiting)
         report.verdict = never
-    elif states.verdict(table, partition).may_run:
+    elif (verdict := states.verdict(table, partition)).may_run:
         report.verdict = f"all {len(report.upstream)} upstream partition(s) are materialized: ready" + (
             " (already materialized)" if report.own_state == "materialized" else ""
         )
+        if verdict.state is not None:
+            report.verdict += f" to be {verdict.state}"
+        if verdict.later:
+            last = table.state_names[-1]
+            report.verdict += f"; {last} waits: " + "; ".join(verdict.later)
     else:
         report.root_causes = states.root_causes(waiting)
         first = waiting[0]
         report.verdict = (
             f"waiting for {len(waiting)} of {len(report.upstream)} upstream partition(s); "
             f"first: {first.table} {first.partition} ({first.state})"
-        )
+        ) + "".join(f"; {note}" for note in _weak_notes(states.verdict(table, partition)))
     return report
+
+
+def _waived(edge: EdgeVerdict, entry: UpstreamState) -> str:
+    """Why a weak dependency's partition is not waited for, with what it is (missing, ...)."""
+    what = entry.state + (f" — {entry.detail}" if entry.detail else "")
+    if edge.dep.mode == DEADLINE and edge.deadline is not None:
+        return f"past the deadline {edge.deadline:%Y-%m-%d %H:%M}, runs without it (degraded): {what}"
+    return f"not needed: {len(edge.used)} of the window are usable (any, min {edge.dep.min}): {what}"
+
+
+def _weak_notes(verdict: Verdict) -> list[str]:
+    """What each weak dependency holding the partition back waits for, and until when."""
+    notes = []
+    for edge in verdict.edges:
+        if edge.ok or not edge.dep.weak:
+            continue
+        if edge.dep.mode == DEADLINE and edge.deadline is not None:
+            notes.append(
+                f"{edge.dep.table} is waited for until {edge.deadline:%Y-%m-%d %H:%M}, then the partition runs "
+                "without what is missing (degraded) and is built again when it arrives"
+            )
+        else:
+            notes.append(f"{edge.dep.table} needs {edge.dep.min} usable partition(s) of its window (mode any)")
+    return notes
 
 
 def _never_built(catalog: Catalog, table: Table, partition: str) -> str:

@@ -1,0 +1,273 @@
+"""Weak dependencies: a deadline after which a partition runs without a late upstream (degraded, rebuilt when it
+arrives), and ``any`` windows ready on the first (or ``min``-th) usable partition.
+
+The gate is asked on plain sets; the dependency center (state store + resolver) is stepped at pinned times on a
+temp-dir instance, as tests/center/test_center.py does: no Spark, no code location.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+from dagster import AssetKey, AssetMaterialization, DagsterInstance, MetadataValue
+
+from tests.build.test_gate import FakeStates
+from tests.center.test_center import Center, days, hours, requested
+from tests.support.small_catalog import ODS, assert_refused, write
+from warehouse_assets.build.gate import DEGRADED, MISSING, NONEXISTENT, OK, WAIVED, decide
+from warehouse_assets.catalog import ANY, DEADLINE, Catalog, load_catalog
+from warehouse_assets.center.resolver import DEADLINE_PASSED
+
+TZ = ZoneInfo("Asia/Shanghai")
+
+TABLES = {  # path → (header, SQL)
+    "dwd/day.sql": ("period: daily\n", "SELECT id FROM ods.src"),
+    "dwd/rate.sql": ("period: daily\n", "SELECT 1 AS id"),  # the late one: a finance system's rate, say
+    "dws/usd.sql": (
+        'period: daily\ndepends_on:\n  dwd.rate: {set: [0], mode: deadline, deadline: "09:00"}\n',
+        "SELECT d.id FROM dwd.day d LEFT JOIN dwd.rate r ON d.id = r.id",
+    ),
+    "dws/usd_strict.sql": ("period: daily\n", "SELECT d.id FROM dwd.day d LEFT JOIN dwd.rate r ON d.id = r.id"),
+    "ads/any7.sql": ("period: daily\ndepends_on:\n  dwd.day: {range: [-6, 0], mode: any}\n", "SELECT id FROM dwd.day"),
+    "ads/min3.sql": ("period: daily\ndepends_on:\n  dwd.day: {range: [-6, 0], min: 3}\n", "SELECT id FROM dwd.day"),
+}
+
+
+@pytest.fixture(scope="module")
+def catalog(tmp_path_factory: pytest.TempPathFactory) -> Catalog:
+    root = tmp_path_factory.mktemp("weak")
+    write(root, "ods/src.yaml", ODS)
+    for rel, (header, sql) in TABLES.items():
+        layer, name = rel[:-4].split("/")
+        write(root, rel, f"/* ---\ntable: {layer}.{name}\n{header}--- */\n{sql}\n")
+    return load_catalog(root)
+
+
+def at(day: str, clock: str) -> datetime:
+    return datetime.fromisoformat(f"{day}T{clock}").replace(tzinfo=TZ)
+
+
+# --- the declaration ------------------------------------------------------------------------------------------
+
+
+def test_the_declared_modes_are_parsed(catalog: Catalog) -> None:
+    [rate] = [d for d in catalog["dws.usd"].deps if d.table == "dwd.rate"]
+    assert (rate.mode, rate.deadline, rate.weak) == (DEADLINE, "09:00", True)
+    [window] = catalog["ads.any7"].deps
+    assert (window.mode, window.min, window.start_offset, window.end_offset) == (ANY, 1, -6, 0)
+    [three] = catalog["ads.min3"].deps
+    assert (three.mode, three.min) == (ANY, 3)  # min alone says any
+    assert not any(d.weak for d in catalog["dws.usd_strict"].deps)  # strict stays the default
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("{set: [0], mode: deadline}", "mode deadline needs deadline: a local time HH:MM"),
+        ('{set: [0], mode: deadline, deadline: "9am"}', "mode deadline needs deadline: a local time HH:MM"),
+        ('{set: [0], deadline: "09:00"}', "deadline needs mode: deadline"),
+        ("{set: [0], mode: any}", "mode any needs a window of several partitions"),
+        ("{range: [-6, 0], min: 8}", "min must be an integer from 1 to the window's 7 partitions"),
+        ("{range: [-6, 0], mode: some}", "mode must be one of strict, deadline, any"),
+        ('{range: [-6, 0], mode: deadline, deadline: "09:00", min: 2}', "min is for mode any, not deadline"),
+    ],
+)
+def test_a_wrong_weak_dependency_is_refused_naming_what_is_wrong(tmp_path: Path, spec: str, message: str) -> None:
+    sql = f"/* ---\ntable: dwd.x\nperiod: daily\ndepends_on:\n  ods.src: {spec}\n--- */\nSELECT id FROM ods.src\n"
+    assert_refused(tmp_path, {"dwd/x.sql": sql}, message)
+
+
+def test_a_self_dependency_cannot_be_weak(tmp_path: Path) -> None:
+    header = (
+        'period: daily\ncolumns: {id: bigint}\ndepends_on:\n  dws.cum: {set: [-1], mode: deadline, deadline: "09:00"}\n'
+    )
+    sql = f"/* ---\ntable: dws.cum\n{header}--- */\nSELECT id FROM dws.cum UNION ALL SELECT id FROM ods.src\n"
+    assert_refused(tmp_path, {"dws/cum.sql": sql}, "a self-dependency is strict")
+
+
+# --- the gate ---------------------------------------------------------------------------------------------------
+
+
+def test_a_deadline_dependency_is_strict_before_its_deadline_and_waived_after(catalog: Catalog) -> None:
+    usd, strict = catalog["dws.usd"], catalog["dws.usd_strict"]
+    states = FakeStates({"dwd.day": {"2026-03-05"}})
+    before = decide(catalog, usd, "2026-03-05", states, current_time=at("2026-03-06", "08:59"))
+    assert not before.may_run and before.degraded == {}
+    assert before.reasons == [
+        "dws.usd 2026-03-05 waits for 1 partition(s) of dwd.rate that are not materialized: 2026-03-05 until "
+        "2026-03-06 09:00 (then it runs without them, degraded)"
+    ]
+    after = decide(catalog, usd, "2026-03-05", states, current_time=at("2026-03-06", "09:00"))
+    assert after.may_run and after.reasons == []
+    assert after.degraded == {"dwd.rate": {"2026-03-05": MISSING}}
+    rate = next(e for e in after.edges if e.dep.table == "dwd.rate")
+    assert rate.used == [] and rate.state("2026-03-05") == WAIVED
+    # a strict dependency on the same data never proceeds, however late
+    late = decide(catalog, strict, "2026-03-05", states, current_time=at("2026-04-30", "12:00"))
+    assert not late.may_run
+    # once the rate is there, nothing is waived: the partition is whole
+    states.done["dwd.rate"] = {"2026-03-05"}
+    whole = decide(catalog, usd, "2026-03-05", states, current_time=at("2026-03-06", "10:00"))
+    assert whole.may_run and whole.degraded == {}
+
+
+def test_past_its_deadline_a_failed_or_running_upstream_is_waived_too(catalog: Catalog) -> None:
+    usd = catalog["dws.usd"]
+    states = FakeStates(
+        {"dwd.day": {"2026-03-05"}, "dwd.rate": {"2026-03-05"}}, failed={"dwd.rate": {"2026-03-05": ["not_null"]}}
+    )
+    verdict = decide(catalog, usd, "2026-03-05", states, current_time=at("2026-03-06", "09:30"))
+    assert verdict.may_run and verdict.degraded == {"dwd.rate": {"2026-03-05": "check failed"}}
+    # the strict dependency is still strict: a missing day holds it back past any deadline
+    states.done["dwd.day"] = set()
+    assert not decide(catalog, usd, "2026-03-05", states, current_time=at("2026-03-06", "09:30")).may_run
+
+
+def test_an_any_window_runs_on_its_first_usable_partition(catalog: Catalog) -> None:
+    now = at("2026-03-10", "12:00")
+    any7, min3 = catalog["ads.any7"], catalog["ads.min3"]
+    states = FakeStates({"dwd.day": {"2026-03-02"}}, failed={"dwd.day": {"2026-03-03": ["not_null"]}})
+    states.done["dwd.day"].add("2026-03-03")
+    verdict = decide(catalog, any7, "2026-03-05", states, current_time=now)
+    assert verdict.may_run and verdict.degraded == {}  # any is satisfied by design, not degraded
+    [edge] = verdict.edges
+    assert edge.used == ["2026-03-02"]
+    assert edge.waived == {
+        "2026-02-27": MISSING,
+        "2026-02-28": MISSING,
+        "2026-03-01": MISSING,
+        "2026-03-03": "check failed",  # a failed check is not usable
+        "2026-03-04": MISSING,
+        "2026-03-05": MISSING,
+    }
+    refused = decide(catalog, min3, "2026-03-05", states, current_time=now)
+    assert not refused.may_run
+    assert refused.reasons == [
+        "ads.min3 2026-03-05 waits for 3 usable partition(s) of dwd.day in its window "
+        "(2026-02-27 .. 2026-03-05 (7)); 1 are"
+    ]
+    states.done["dwd.day"] |= {"2026-03-04", "2026-03-05"}
+    assert decide(catalog, min3, "2026-03-05", states, current_time=now).may_run
+    # nothing usable: the window waits, and says what it waits for
+    empty = decide(catalog, any7, "2026-03-20", FakeStates(), current_time=at("2026-03-25", "12:00"))
+    assert not empty.may_run and [e.state("2026-03-20") for e in empty.edges] == [MISSING]
+
+
+def test_an_any_window_reaching_before_the_start_waives_what_cannot_exist(catalog: Catalog) -> None:
+    """On the warehouse's first day a 7-day any window has 6 days that can never exist: one usable day suffices."""
+    states = FakeStates({"dwd.day": {"2026-01-01"}})
+    verdict = decide(catalog, catalog["ads.any7"], "2026-01-01", states, current_time=at("2026-01-05", "00:00"))
+    assert verdict.may_run
+    [edge] = verdict.edges
+    assert edge.used == ["2026-01-01"] and set(edge.waived.values()) == {NONEXISTENT}
+    assert edge.nonexistent == []
+
+
+# --- the dependency center: acting on the deadline by itself, rebuilding on arrival, exactly once ---------------
+
+
+@pytest.fixture
+def instance(consolidated: DagsterInstance) -> DagsterInstance:
+    return consolidated
+
+
+def test_the_engine_acts_at_the_deadline_and_rebuilds_once_the_late_upstream_arrives(
+    instance: DagsterInstance, catalog: Catalog
+) -> None:
+    center = Center(instance, catalog)
+    day = "2026-03-05"
+    center.step(at("2026-03-06", "06:00"))  # the engine runs from the early morning
+    center.report("ods.src", hours(day))
+    center.report("dwd.day", [day])
+    # the day is in, the rate is not: both wait until the deadline, and nothing else happens meanwhile
+    assert "dws.usd" not in requested(center.step(at("2026-03-06", "08:00")))
+    assert center.step(at("2026-03-06", "08:59")) == []
+    # at 09:00 nothing changes upstream: the deadline alone makes the partition ready, and only the weak one
+    [plan] = center.step(at("2026-03-06", "09:00"))
+    assert (plan.table, plan.partitions) == ("dws.usd", (day,))
+    assert plan.trigger.fields == frozenset({DEADLINE_PASSED})
+    assert plan.tags["warehouse/trigger"] == "dws.usd 2026-03-05 (deadline passed)"
+    assert center.step(at("2026-03-06", "09:01")) == []  # once
+    center.report("dws.usd", [day])  # built degraded
+    assert center.step(at("2026-03-06", "09:30")) == []
+    # the rate arrives at 10:00: the degraded partition is built again, and the strict one for the first time
+    center.report("dwd.rate", [day])
+    assert requested(center.step(at("2026-03-06", "10:00"))) == {"dws.usd": [[day]], "dws.usd_strict": [[day]]}
+    center.report("dws.usd", [day])
+    center.report("dws.usd_strict", [day])
+    assert center.step(at("2026-03-06", "10:01")) == []  # whole now: no further rebuild
+
+
+def test_a_deadline_passed_while_the_engine_was_down_is_acted_on_after_its_restart(
+    instance: DagsterInstance, catalog: Catalog
+) -> None:
+    center = Center(instance, catalog)
+    center.step(at("2026-03-06", "06:00"))
+    center.report("ods.src", hours("2026-03-05"))
+    center.report("dwd.day", ["2026-03-05"])
+    assert "dws.usd" not in requested(center.step(at("2026-03-06", "08:30")))
+    center.restart()  # down over 09:00
+    assert requested(center.step(at("2026-03-06", "11:15"))) == {"dws.usd": [["2026-03-05"]]}
+    center.restart()
+    assert center.step(at("2026-03-06", "11:16")) == []  # and only once
+
+
+def test_an_any_window_is_requested_on_the_first_arrival_and_again_as_its_window_fills(
+    instance: DagsterInstance, catalog: Catalog
+) -> None:
+    center = Center(instance, catalog)
+    now = at("2026-03-06", "12:00")
+    center.report("dwd.day", ["2026-03-02"])
+    # every partition whose window holds 03-02 and has ended: 03-02 .. 03-05 (03-06 has not ended yet); and the day's
+    # dws.usd, whose rate's deadline (03-03 09:00) is long past
+    assert requested(center.step(now)) == {"ads.any7": [days("2026-03-02", "2026-03-05")], "dws.usd": [["2026-03-02"]]}
+    center.report("ads.any7", days("2026-03-02", "2026-03-05"))
+    center.report("dwd.day", ["2026-03-03", "2026-03-04"])
+    plans = requested(center.step(now))
+    # min 3 reached for the windows holding all three days; the any windows holding a new day read more now
+    assert plans == {
+        "ads.min3": [days("2026-03-04", "2026-03-05")],
+        "ads.any7": [days("2026-03-03", "2026-03-05")],
+        "dws.usd": [days("2026-03-03", "2026-03-04")],
+    }
+
+
+# --- what is kept and shown -------------------------------------------------------------------------------------
+
+
+def test_the_state_store_keeps_what_a_partition_was_built_without_until_it_is_built_whole(
+    instance: DagsterInstance, catalog: Catalog
+) -> None:
+    center = Center(instance, catalog)
+    key = AssetKey(["dws", "usd"])
+    lacking = "dwd.rate 2026-03-05 (missing; deadline 2026-03-06 09:00)"
+    # a ranged run's materializations share one metadata: each partition finds its own entry
+    metadata = {DEGRADED: MetadataValue.json({"2026-03-05": lacking})}
+    for partition in ["2026-03-04", "2026-03-05"]:
+        instance.report_runless_asset_event(AssetMaterialization(key, partition=partition, metadata=metadata))
+    center.store.update()
+    states = center.store.states(key, ["2026-03-04", "2026-03-05"])
+    assert (states["2026-03-04"].degraded, states["2026-03-05"].degraded) == (None, lacking)
+    center.store.rebuild()  # the log is the source of truth: a store rebuilt from it knows the same
+    assert center.store.states(key, ["2026-03-05"])["2026-03-05"].degraded == lacking
+    instance.report_runless_asset_event(AssetMaterialization(key, partition="2026-03-05"))  # rebuilt whole
+    center.store.update()
+    assert center.store.states(key, ["2026-03-05"])["2026-03-05"].degraded is None
+
+
+def _ok(states: Sequence[str]) -> bool:
+    return all(s == OK for s in states)
+
+
+def test_a_strict_catalog_is_unchanged(catalog: Catalog) -> None:
+    """The default is strict: a table without modes judges exactly as before (no waiver, no degradation)."""
+    strict = catalog["dws.usd_strict"]
+    states = FakeStates({"dwd.day": {"2026-03-05"}, "dwd.rate": {"2026-03-05"}})
+    verdict = decide(catalog, strict, "2026-03-05", states, current_time=at("2026-03-06", "12:00"))
+    assert verdict.may_run and verdict.degraded == {}
+    assert _ok([e.state(k) for e in verdict.edges for k in e.upstream.keys])
+    assert all(e.waived == {} for e in verdict.edges)
