@@ -231,3 +231,26 @@ def test_status_shows_the_state_each_partition_reached(instance: DagsterInstance
     assert lines[0] == "dws.rev (daily): 3 partition(s), 2 materialized, 0 tainted"
     assert "  valid, completed" in lines[1] and "  valid, estimated" in lines[2]
     assert lines[3].endswith("missing")
+
+
+PREVIOUS_DAY = (  # estimated on the previous day alone: nothing upstream changes when it can be reached
+    "/* ---\ntable: dws.prev\nperiod: daily\ndepends_on:\n  dwd.rate: {range: [-1, 0]}\n"
+    "states: {estimated: {dwd.rate: {set: [-1]}}, completed: {dwd.rate: {set: [0]}}}\n--- */\nSELECT id FROM dwd.rate\n"
+)
+
+
+def test_a_state_needing_only_the_previous_day_is_reached_when_the_day_ends(
+    instance: DagsterInstance, tmp_path: Path
+) -> None:
+    """dws.prev is estimated on the previous day's rate alone: that rate arrived before the day ended, so no change
+    names the day; the engine's clock does, at the day's end."""
+    root = tmp_path / "catalog"
+    write(root, "ods/src.yaml", ODS)
+    write(root, "dwd/rate.sql", "/* ---\ntable: dwd.rate\nperiod: daily\n--- */\nSELECT 1 AS id\n")
+    write(root, "dws/prev.sql", PREVIOUS_DAY)
+    center = Center(instance, load_catalog(root))
+    center.step(datetime(2026, 3, 5, 23, tzinfo=TZ))
+    center.report("dwd.rate", ["2026-03-04"])
+    # the rate completes 03-04 (its own day) at once; 03-05 has not ended
+    assert requested(center.step(datetime(2026, 3, 5, 23, 30, tzinfo=TZ))) == {"dws.prev": [["2026-03-04"]]}
+    assert requested(center.step(datetime(2026, 3, 6, 0, 1, tzinfo=TZ))) == {"dws.prev": [["2026-03-05"]]}

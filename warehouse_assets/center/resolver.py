@@ -68,6 +68,7 @@ from warehouse_assets.catalog import (
     DEADLINE,
     Catalog,
     Dependency,
+    DerivedTable,
     Table,
     UpstreamPartitions,
     upstream_partitions,
@@ -374,18 +375,23 @@ class Resolver:
                 samples[table.period] = pdef.get_partition_key_for_timestamp((now - self.lookback).timestamp())
             key = samples[table.period]
             end = window_end(table.period, key)
-            upstream_ends = []
-            for dep in table.deps:
-                up_period = self.catalog[dep.table].period
-                keys = self.index.upstream_of(table.fqn, dep.table, key, now)  # offset arithmetic, no mapping
-                if keys is not None:
-                    upstream_ends.append(window_end(up_period, keys[-1]))
-                    continue
-                up = upstream_partitions(self.catalog, table, dep, key, current_time=now)
-                if up.nonexistent or up.keys:  # none: a self-dependency's T-1 before the table's start
-                    upstream_ends.append(end if up.nonexistent else window_end(up_period, up.keys[-1]))
-            if upstream_ends and max(upstream_ends) < end:
-                self._time_driven_tables.setdefault(table.period, []).append(table.fqn)
+            # a table with states is time-driven when one of its states is: an estimate on the previous day's data
+            options = [state.deps for state in table.states] if isinstance(table, DerivedTable) else []
+            for deps in options or [table.deps]:
+                upstream_ends = []
+                for dep in deps:
+                    up_period = self.catalog[dep.table].period
+                    # offset arithmetic, no mapping; a state's narrower window is not the index's
+                    keys = None if options else self.index.upstream_of(table.fqn, dep.table, key, now)
+                    if keys is not None:
+                        upstream_ends.append(window_end(up_period, keys[-1]))
+                        continue
+                    up = upstream_partitions(self.catalog, table, dep, key, current_time=now)
+                    if up.nonexistent or up.keys:  # none: a self-dependency's T-1 before the table's start
+                        upstream_ends.append(end if up.nonexistent else window_end(up_period, up.keys[-1]))
+                if upstream_ends and max(upstream_ends) < end:
+                    self._time_driven_tables.setdefault(table.period, []).append(table.fqn)
+                    break
         return self._time_driven_tables
 
     # --- one partition ---------------------------------------------------------------------------------------
