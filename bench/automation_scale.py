@@ -40,7 +40,11 @@ monthly (12 / 60 / 15 / 13 %; the resolver-only rows 4.5 / 67.5 / 15 / 13 %, so 
 completions as in seed 000), each reading 1-3 earlier tables (mean 1.5) with the seeds' offsets: set 0, set -1,
 set -7, range 0-23 hours under a day, range 0-6 days under a week, a month on its days (default), sliding windows
 range [-6, 0] and [-29, 0], hourly range [-23, 0]; about 3 % of daily tables are self-dependent (T-1). Generation
-is deterministic (``--seed``); ``bench/reverse_index.py`` uses the same generator.
+is deterministic (``--seed``); ``bench/reverse_index.py`` uses the same generator. The gate's richer rules are drawn
+on top, from a random stream of their own (the same tables and edges with ``--no-rules``): 5 % of the daily set-0
+daily dependencies wait until 09:00 (``mode: deadline``), 10 % of daily sliding windows take any of their days
+(``mode: any``), and 3 % of the daily tables with a daily set-0 dependency are estimated on its previous day and
+completed on its own (``states``: such a partition may be built twice in the day, once per state).
 
 No Spark is started. Progress goes to stderr, the table to stdout, and the last line of stdout is one ``RESULT``
 line of ``key=value`` figures, the first four of the 10,000-table row (or the largest Dagster row).
@@ -83,6 +87,12 @@ PERIOD_WEIGHTS = (0.12, 0.60, 0.15, 0.13)
 RANK = {p: i for i, p in enumerate(PERIODS)}
 DEP_COUNTS = ((1, 0.6), (2, 0.3), (3, 0.1))  # mean 1.5 upstream tables per derived table
 SELF_DEP_SHARE = 0.03  # of daily derived tables
+# the gate's richer rules, drawn from a random stream of their own so that the tables and edges are the same with and
+# without them (--no-rules): a daily set-0 dependency with a 09:00 deadline, a sliding window with mode any, a daily
+# table estimated on its upstream's previous day and completed on its own
+DEADLINE_SHARE = 0.05  # of daily tables' daily set-0 dependencies
+ANY_SHARE = 0.10  # of daily tables' sliding windows
+STATES_SHARE = 0.03  # of daily tables with a daily set-0 dependency
 # (own period, upstream period) -> offsets in the seeds' vocabulary with their weights (None = default mapping)
 OFFSETS: dict[tuple[str, str], list[tuple[dict[str, list[int]] | None, float]]] = {
     ("hourly", "hourly"): [(None, 0.6), ({"set": [0]}, 0.1), ({"set": [-1]}, 0.2), ({"range": [-23, 0]}, 0.1)],
@@ -115,10 +125,12 @@ def _pick(rng: random.Random, options: list[tuple[Any, float]]) -> Any:
 
 
 def generate_catalog(
-    root: Path, n: int, seed: int, period_weights: tuple[float, ...] = PERIOD_WEIGHTS
+    root: Path, n: int, seed: int, period_weights: tuple[float, ...] = PERIOD_WEIGHTS, rules: bool = True
 ) -> dict[str, Any]:
     """Write ``n`` table declarations under ``root/<layer>/``; return a summary of what was written."""
     rng = random.Random(seed)
+    weak_rng = random.Random(seed + 1)
+    ruled: Counter[str] = Counter()
     n_roots = 5 + n // 1000
     tables: list[tuple[str, str]] = []  # (fqn, period) in creation order
     # per period, the earlier tables it may read, in creation order (kept as tables are added: linear in n)
@@ -171,6 +183,9 @@ def generate_catalog(
             reads.append(fqn)
             self_deps += 1
         edges += len(reads)
+        states: list[str] = []
+        if rules and period == "daily":
+            states = _add_rules(weak_rng, declared, ups, ruled, may_have_states=fqn not in declared)
         header = [
             f"table: {fqn}",
             f"period: {period}",
@@ -184,7 +199,8 @@ def generate_catalog(
             header.append("columns: {id: bigint, user_id: bigint, n: bigint, ds: string}")
         if declared:
             header.append("depends_on:")
-            header += [f"  {up}: {json.dumps(off).replace(chr(34), '')}" for up, off in declared.items()]
+            header += [f"  {up}: {_flow(off)}" for up, off in declared.items()]
+        header += states
         joins = "".join(f"\nLEFT JOIN {up} AS t{a} ON t0.id = t{a}.id" for a, up in enumerate(reads[1:], start=1))
         sql = (
             "/* ---\n" + "\n".join(header) + "\n--- */\n"
@@ -194,7 +210,52 @@ def generate_catalog(
         (root / layer / f"{name}.sql").write_text(sql)
         add((fqn, period))
     periods = {p: sum(1 for _, q in tables if q == p) for p in PERIODS}
-    return {"roots": n_roots, "edges": edges, "self_deps": self_deps, "periods": periods, "kinds": by_kind}
+    return {
+        "roots": n_roots,
+        "edges": edges,
+        "self_deps": self_deps,
+        **{f"rule_{k}": v for k, v in sorted(ruled.items())},
+        "periods": periods,
+        "kinds": by_kind,
+    }
+
+
+def _flow(offsets: dict[str, Any]) -> str:
+    """A dependency's spec as a YAML flow mapping: ``{set: [0], mode: deadline, deadline: "09:00"}``."""
+    items = [f"{key}: {json.dumps(value) if key == 'deadline' else value}" for key, value in offsets.items()]
+    return "{" + ", ".join(items) + "}"
+
+
+def _add_rules(
+    rng: random.Random,
+    declared: dict[str, Any],
+    ups: list[tuple[str, str]],
+    ruled: Counter[str],
+    may_have_states: bool,
+) -> list[str]:
+    """Weak modes and states on a daily table's daily dependencies, in place; the header lines of its states (none
+    for a self-dependent table)."""
+    for up, up_period in ups:
+        offsets = declared.get(up)
+        if up_period != "daily" or offsets is None:
+            continue
+        if offsets == {"set": [0]}:
+            draw = rng.random()
+            if draw < STATES_SHARE and may_have_states:
+                declared[up] = {"range": [-1, 0]}
+                ruled["states"] += 1
+                return [
+                    "states:",
+                    f"  estimated: {{{up}: {{set: [-1]}}}}",
+                    f"  completed: {{{up}: {{set: [0]}}}}",
+                ]
+            if draw < STATES_SHARE + DEADLINE_SHARE:
+                declared[up] = {**offsets, "mode": "deadline", "deadline": "09:00"}
+                ruled["deadline"] += 1
+        elif "range" in offsets and offsets["range"][0] < 0 and rng.random() < ANY_SHARE:
+            declared[up] = {**offsets, "mode": "any"}
+            ruled["any"] += 1
+    return []
 
 
 RESOLVER_PERIOD_WEIGHTS = (0.045, 0.675, 0.15, 0.13)  # about 150,000 completions a day at 80,000 tables (seed 000)
@@ -369,6 +430,18 @@ def seed_history(store: Any, catalog: Any, calendars: Calendars, day_start: floa
     return counted["rows"]
 
 
+def _rebuilt_by_rules(catalog: Any) -> set[str]:
+    """The tables whose partitions the rules build more than once by design: those with states or an any window,
+    and every table downstream of them."""
+    found = {t.fqn for t in catalog.derived() if t.state_names or any(d.mode == "any" for d in t.deps)}
+    for table in graphlib.TopologicalSorter(
+        {t.fqn: [d.table for d in t.deps if d.table != t.fqn] for t in catalog}
+    ).static_order():
+        if any(d.table in found for d in catalog[table].deps if d.table != table):
+            found.add(table)
+    return found
+
+
 def simulate_day(
     catalog: Any, resolver: Any, feed: Feed, calendars: Calendars, day_start: float, budget: float | None
 ) -> dict[str, Any]:
@@ -422,6 +495,8 @@ def simulate_day(
     missed_ready = [
         (f, p) for f, p in missed if decide(catalog, catalog[f], p, resolver.store, current_time=now).may_run
     ]
+    rebuilding = _rebuilt_by_rules(catalog)
+    twice = [k for k, count in built.items() if count > 1 and k[0] not in rebuilding]
     per_event.sort()
     return {
         "events": len(per_event),
@@ -429,7 +504,11 @@ def simulate_day(
         "runs": runs,
         "rounds": rounds,
         "built": len(built),
-        "built_twice": sum(1 for count in built.values() if count > 1),
+        # by design, a partition of a table with states is built once per state it reaches, and one reading an any
+        # window again as the window fills; so is what is built from them: those are counted apart
+        "built_twice": len(twice),
+        "rebuilt_by_rules": sum(1 for (f, _), count in built.items() if count > 1 and f in rebuilding),
+        "built_twice_partitions": sorted(twice)[:5],
         "unexpected": len(set(built) - expected),
         "expected": len(expected),
         "missed": len(missed),
@@ -457,7 +536,7 @@ def child_main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix=f"automation_scale_{n}_") as tmp:
         root = Path(tmp) / "tables"
         log(f"N={n}: writing the synthetic catalog")
-        summary = generate_catalog(root, n, args.seed, weights)
+        summary = generate_catalog(root, n, args.seed, weights, rules=not args.no_rules)
         emit({"step": "generate", **{k: v for k, v in summary.items() if k != "kinds"}})
 
         # imported here so that their import is not part of the load figure
@@ -560,7 +639,9 @@ def time_taint(catalog: Any, index: Any, store: Any, day: datetime) -> dict[str,
 
 
 def run_child(n: int, resolver_only: bool, args: argparse.Namespace) -> dict[str, Any]:
-    cmd = [sys.executable, __file__, "--child", str(n), "--seed", str(args.seed)]
+    cmd = [sys.executable, __file__, "--child", str(n), "--seed", str(args.seed)] + (
+        ["--no-rules"] if args.no_rules else []
+    )
     cmd += ["--history-days", str(args.history_days)] + (["--resolver-only"] if resolver_only else [])
     cmd += ["--budget", "none" if args.budget is None else str(args.budget)]
     started = time.perf_counter()
@@ -590,6 +671,11 @@ def main() -> None:
     parser.add_argument("--resolver-sizes", default="80000", help="tables, the resolver alone ('' for none)")
     parser.add_argument("--quick", action="store_true", help="N = 100 and the resolver alone at 300: a smoke test")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--no-rules",
+        action="store_true",
+        help="the same tables and edges without deadlines, any windows and states: the baseline of the rules' cost",
+    )
     parser.add_argument("--history-days", type=int, default=62, help="days of partitions in the store before the day")
     parser.add_argument(
         "--budget",
@@ -679,6 +765,7 @@ def main() -> None:
     figures = {k: main_row.get(k, "na") for k in ("event_p99_ms", "day_s", "load_s", "peak_mb")}
     figures["n"] = main_row["n"]
     figures["budget_s"] = "none" if args.budget is None else args.budget
+    figures["rules"] = "off" if args.no_rules else "on"
     for r in rows:
         prefix = f"{'resolver' if r['resolver_only'] else 'n'}{r['n']}_"
         for key in (
@@ -690,6 +777,11 @@ def main() -> None:
             "events",
             "runs",
             "missed",
+            "built_twice",
+            "rebuilt_by_rules",
+            "rule_deadline",
+            "rule_any",
+            "rule_states",
             "load_s",
             "peak_mb",
             "closure_s",
