@@ -16,12 +16,15 @@ from zoneinfo import ZoneInfo
 import pytest
 from dagster import AssetKey, AssetMaterialization, DagsterInstance, MetadataValue
 
+from resources.delta_lake import DeltaStore
+from resources.landing import Landing
 from tests.build.test_gate import FakeStates
 from tests.center.test_center import Center, hours, requested
 from tests.support.small_catalog import ODS, assert_refused, write
 from warehouse_assets.build.gate import EARLIER_STATE, STATE, decide, first_buildable
 from warehouse_assets.catalog import Catalog, Table, load_catalog
 from warehouse_assets.center.status import status_lines
+from warehouse_assets.center.why import explain
 
 TZ = ZoneInfo("Asia/Shanghai")
 NOW = datetime(2026, 3, 10, 12, tzinfo=TZ)
@@ -254,3 +257,25 @@ def test_a_state_needing_only_the_previous_day_is_reached_when_the_day_ends(
     # the rate completes 03-04 (its own day) at once; 03-05 has not ended
     assert requested(center.step(datetime(2026, 3, 5, 23, 30, tzinfo=TZ))) == {"dws.prev": [["2026-03-04"]]}
     assert requested(center.step(datetime(2026, 3, 6, 0, 1, tzinfo=TZ))) == {"dws.prev": [["2026-03-05"]]}
+
+
+def test_why_says_the_state_reached_and_what_the_last_one_waits_for(
+    instance: DagsterInstance, catalog: Catalog, tmp_path: Path
+) -> None:
+    center = Center(instance, catalog)
+    day = "2026-03-05"
+    center.report("dwd.day", [day])
+    center.report("dwd.rate", ["2026-03-04"])
+    built(instance, "dws.rev", day, "estimated")
+    args = (instance, catalog, DeltaStore(str(tmp_path / "lake")), Landing(tmp_path / "landing"))
+    rev = explain(*args, "dws.rev", day, current_time=NOW)
+    assert rev.own_state == "materialized, state estimated"
+    assert rev.verdict == (
+        "all 2 upstream partition(s) are materialized: ready to be estimated (already materialized);"
+        " completed waits: dws.rev 2026-03-05 waits for 1 partition(s) of dwd.rate that are not"
+        " materialized: 2026-03-05"
+    )
+    strict = explain(*args, "ads.strict", day, current_time=NOW)
+    [upstream] = strict.upstream
+    assert (upstream.state, upstream.detail) == (EARLIER_STATE, "it is estimated; the dependency takes completed")
+    assert strict.verdict == "waiting for 1 of 1 upstream partition(s); first: dws.rev 2026-03-05 (earlier state)"

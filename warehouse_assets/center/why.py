@@ -41,6 +41,7 @@ from resources.external import ExternalResource
 from resources.landing import Landing, LandingResource
 from warehouse_assets.build.gate import (
     CHECK_FAILED,
+    EARLIER_STATE,
     IN_PROGRESS,
     NONEXISTENT,
     TAINTED,
@@ -315,6 +316,10 @@ class PartitionStates:
             for entry in self.states(edge.dep.table, edge.upstream.keys):
                 if entry.partition in edge.waived:
                     entry = replace(entry, state=WAIVED, detail=_waived(edge, entry))
+                elif entry.partition in edge.early:
+                    wanted = " or ".join(edge.accepted)
+                    detail = f"it is {edge.early[entry.partition]}; the dependency takes {wanted}"
+                    entry = replace(entry, state=EARLIER_STATE, detail=detail)
                 elif entry.partition in edge.accepted_taints:
                     detail = f"{entry.detail} (accepted: the dependency says accept_tainted)"
                     entry = replace(entry, state=CHECK_FAILED if entry.failed_checks else READY, detail=detail)
@@ -510,11 +515,11 @@ def explain(
         report.root_causes = states.root_causes(waiting)
         report.verdict = never
     elif (verdict := states.verdict(table, partition)).may_run:
-        report.verdict = f"all {len(report.upstream)} upstream partition(s) are materialized: ready" + (
-            " (already materialized)" if report.own_state == "materialized" else ""
+        report.verdict = (
+            f"all {len(report.upstream)} upstream partition(s) are materialized: ready"
+            + (f" to be {verdict.state}" if verdict.state is not None else "")
+            + (" (already materialized)" if own.materialized else "")
         )
-        if verdict.state is not None:
-            report.verdict += f" to be {verdict.state}"
         if verdict.later:
             last = table.state_names[-1]
             report.verdict += f"; {last} waits: " + "; ".join(verdict.later)
