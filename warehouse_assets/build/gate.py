@@ -181,11 +181,10 @@ class EdgeVerdict:
         if self.ok:
             return None
         if self.dep.mode == ANY:
-            usable = len(self.upstream.keys) - len(self.missing) - len(self.in_progress)
-            usable -= len(self.tainted) + len(self.failed_checks)
+            usable = sum(1 for k in self.upstream.keys if self.state(k) == OK)
             return (
                 f"{table.fqn} {partition} waits for {self.dep.min} usable partition(s) of {self.dep.table} in its "
-                f"window ({span([*self.upstream.nonexistent, *self.upstream.keys])}); {max(usable, 0)} are"
+                f"window ({span([*self.upstream.nonexistent, *self.upstream.keys])}); {usable} are"
             )
         until = (
             f" until {self.deadline:%Y-%m-%d %H:%M} (then it runs without them, degraded)"
@@ -262,15 +261,14 @@ def decide(
 ) -> Verdict:
     """The gate: judge every upstream partition ``partition`` of ``table`` needs, dependency by dependency.
 
-    ``windows`` are the exact upstream partitions of each dependency when the caller has them already.
+    ``windows`` are the exact upstream partitions of each dependency when the caller has them already (a table with
+    states is judged on each state's own windows).
     """
-    if windows is None:
-        windows = [
-            (dep, upstream_partitions(catalog, table, dep, partition, current_time=current_time)) for dep in table.deps
-        ]
     now = current_time or datetime.now(UTC)
     if table.state_names:
         return _decide_state(catalog, table, partition, states, now)
+    if windows is None:
+        windows = [(dep, upstream_partitions(catalog, table, dep, partition, current_time=now)) for dep in table.deps]
     return Verdict(
         table,
         partition,
