@@ -51,7 +51,7 @@ from pydantic import Field
 
 from resources.column_types import normalize_arrow_schema
 from resources.delta_read import DeltaReader, PartitionSpec, ReadStats
-from resources.spark import merge_scan_metrics
+from resources.spark import arrow_frame, merge_scan_metrics
 from resources.storage import DeltaLayerError, normalize_root, spark_uri, storage_options
 
 if TYPE_CHECKING:
@@ -417,6 +417,29 @@ class DeltaStore:
             df = df.where(p.spark_sql())
         return df, stats
 
+    def live_rows_of_keys(
+        self,
+        spark: SparkSession,
+        key: Sequence[str] | str,
+        keys: pa.Table,
+        columns: Sequence[str],
+        *,
+        partitions: Sequence[PartitionSpec] | None = None,
+        tombstone_column: str | None = None,
+    ) -> pa.Table:
+        """The live rows of the keys ``keys`` holds (its columns are the key's), as the key plus ``columns``, read
+        by Spark's Delta reader in ``partitions`` (the whole table without): where those keys are now."""
+        from pyspark.sql import functions as F
+
+        names = list(keys.column_names)
+        if not self.exists(key) or not keys.num_rows or (partitions is not None and not partitions):
+            return pa.table({name: pa.array([], pa.null()) for name in [*names, *columns]})
+        df, _ = self.read(spark, key, partitions)
+        if tombstone_column is not None:
+            df = df.where(~F.col(tombstone_column))
+        wanted = arrow_frame(spark, keys.group_by(names).aggregate([]))
+        return df.join(F.broadcast(wanted), names, "left_semi").select(*names, *columns).toArrow()
+
     def overwrite(
         self,
         key: Sequence[str] | str,
@@ -547,7 +570,7 @@ class DeltaStore:
                 f"WHEN NOT MATCHED AND s.`{op_column}` <> 'DELETE' THEN INSERT {inserts}"
             )
         source = f"__merge_source_{uuid.uuid4().hex[:12]}"
-        spark.createDataFrame(batch).createOrReplaceTempView(source)
+        arrow_frame(spark, batch).createOrReplaceTempView(source)
         write_id = f"m-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:12]}"
         confs = {
             "spark.databricks.delta.commitInfo.userMetadata": json.dumps(

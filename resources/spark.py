@@ -30,7 +30,8 @@ from pydantic import Field
 from resources.settings import DEFAULT_TIMEZONE, SparkMode, s3_endpoint
 
 if TYPE_CHECKING:  # imported when a session is made: `warehouse why` loads resources without PySpark
-    from pyspark.sql import SparkSession
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
 
 _LOCK = threading.Lock()
 _SESSION: SparkSession | None = None
@@ -249,6 +250,13 @@ def merge_scan_metrics(result: Any) -> dict[str, int]:
         if value.isDefined():
             found[ours] = int(value.get().value())
     return found
+
+
+def arrow_frame(spark: SparkSession, table: pa.Table) -> DataFrame:
+    """A Spark DataFrame of an Arrow table, its chunks combined first: PySpark's ``createDataFrame`` loses the rows
+    of the record batches after an empty one (batches of 1, 0 and 1 rows gave a DataFrame of 1 row), and a
+    filtered or concatenated Arrow table often holds empty batches."""
+    return spark.createDataFrame(table.combine_chunks())
 
 
 def port_open(host: str, port: int) -> bool:

@@ -274,6 +274,10 @@ class SimulationConfig:
     lag: Mapping[str, timedelta] = field(default_factory=dict)
     idle: Sequence[IdleRange] = ()
     schema_drift_at: datetime | None = None
+    unplaced_move_rate: float = 0.0
+    """Share of orders re-dated (``create_time`` an hour and more later, so another hourly partition) soon after
+    their INSERT by an UPDATE whose ``old`` does not carry the previous ``create_time``: ``null``, or only the
+    other changed columns, as ``binlog_row_image=MINIMAL`` or a producer other than Canal gives."""
 
 
 @dataclass(frozen=True)
@@ -466,13 +470,13 @@ class _Lifecycle:
         drift = self.world.drift_ms
         return bool(self.spec.drift_columns) and drift is not None and t >= drift
 
-    def _emit(self, kind: str, t: int) -> None:
+    def _emit(self, kind: str, t: int, hide_old: Sequence[str] | None = ()) -> None:
         image = dict(self.row)
         if self._drifted(t):
             image["phone"] = self.phone
         old = None
-        if kind == "UPDATE":
-            old = {k: v for k, v in self._image.items() if k in image and image[k] != v}
+        if kind == "UPDATE" and hide_old is not None:
+            old = {k: v for k, v in self._image.items() if k in image and image[k] != v and k not in hide_old}
         self.events.append(RowEvent(t, kind, self.spec.db, self.table, self.pk, image, old))
         self._image = image
 
@@ -485,14 +489,15 @@ class _Lifecycle:
             return None
         return shifted
 
-    def update(self, t: int, changes: Changes) -> None:
+    def update(self, t: int, changes: Changes, hide_old: Sequence[str] | None = ()) -> None:
+        """``hide_old``: columns whose previous values ``old`` leaves out (None: ``old`` is null)."""
         when = self._when(t)
         if when is None:
             return
         values = changes(when) if callable(changes) else changes
         self.row.update(values)
         self.row["update_time"] = self.world.local(when)
-        self._emit("UPDATE", when)
+        self._emit("UPDATE", when, hide_old)
 
     def delete(self, t: int) -> None:
         when = self._when(t)
@@ -601,6 +606,13 @@ def _build_order(w: _World, slot: int, k: int, pk: int, t0: int) -> list[RowEven
         "update_time": w.local(t0),
     }
     life = _Lifecycle(w, LOGICAL_TABLES["order"], pk, t0, row)
+    if w.config.unplaced_move_rate:  # a generator of its own: the other draws stay those of the default stream
+        redate = _rng(w.seed, "unplaced-move", slot, k)
+        if redate.random() < w.config.unplaced_move_rate:
+            # before any other change of the order (a payment comes a minute after its creation at the earliest)
+            moved = w.local(t0 + _between(redate, HOUR_MS + MINUTE_MS, 3 * HOUR_MS))
+            hide = None if redate.random() < 0.5 else ("create_time",)
+            life.update(t0 + _between(redate, 1000, MINUTE_MS - 1000), {"create_time": moved}, hide)
     outcome = rng.random()
     if outcome < ORDER_PAID_P:
         _pay_order(w, rng, life, t0)
@@ -911,7 +923,9 @@ def _encode(message: _Message, message_id: int) -> str:
         "id": message_id,
         "isDdl": False,
         "mysqlType": mysql_type,
-        "old": [e.old for e in message.rows] if first.kind == "UPDATE" else None,
+        "old": None
+        if first.kind != "UPDATE" or all(e.old is None for e in message.rows)
+        else [e.old for e in message.rows],
         "pkNames": ["id"],
         "sql": "",
         "sqlType": {name: _SQL_TYPE_OF[m] for name, m in mysql_type.items()},
@@ -977,6 +991,7 @@ def _config_to_json(config: SimulationConfig) -> dict[str, Any]:
         "lag": {key: delta.total_seconds() for key, delta in sorted(_normalise_lag(config.lag).items())},
         "idle": [[db, iso(start), iso(end)] for db, start, end in config.idle],
         "schema_drift_at": None if config.schema_drift_at is None else iso(config.schema_drift_at),
+        "unplaced_move_rate": config.unplaced_move_rate,
     }
 
 
@@ -992,6 +1007,7 @@ def _config_from_json(obj: Mapping[str, Any]) -> SimulationConfig:
         lag={key: timedelta(seconds=seconds) for key, seconds in obj.get("lag", {}).items()},
         idle=tuple((db, datetime.fromisoformat(s), datetime.fromisoformat(e)) for db, s, e in obj.get("idle", [])),
         schema_drift_at=None if drift is None else datetime.fromisoformat(drift),
+        unplaced_move_rate=float(obj.get("unplaced_move_rate", 0.0)),
     )
 
 
@@ -1096,7 +1112,7 @@ def _validate(config: SimulationConfig) -> None:
         raise ValueError(f"scale must be positive, got {config.scale}")
     if not 1 <= config.batch_minutes <= 24 * 60:
         raise ValueError(f"batch_minutes must be between 1 and 1440, got {config.batch_minutes}")
-    for name in ("dup_rate", "malformed_rate"):
+    for name in ("dup_rate", "malformed_rate", "unplaced_move_rate"):
         if not 0 <= getattr(config, name) <= 1:
             raise ValueError(f"{name} must be within [0, 1]")
     _normalise_lag(config.lag)
@@ -1401,6 +1417,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a source database with only heartbeats between two datetimes (repeatable)",
     )
     parser.add_argument("--schema-drift-at", type=datetime.fromisoformat, help="user rows gain 'phone' from here")
+    parser.add_argument(
+        "--unplaced-move-rate",
+        type=float,
+        default=defaults.unplaced_move_rate,
+        help="share of orders re-dated to a later hour by an UPDATE whose old lacks create_time (0 to 1)",
+    )
 
 
 def _parse_when(text: str, tz: ZoneInfo) -> datetime:
@@ -1435,6 +1457,7 @@ def _run(args: argparse.Namespace) -> SimulationSummary:
         lag=dict(args.lag),
         idle=tuple(args.idle),
         schema_drift_at=args.schema_drift_at,
+        unplaced_move_rate=args.unplaced_move_rate,
     )
     tz = ZoneInfo(config.tz)
     start = _aware(datetime.fromisoformat(args.start), tz)

@@ -449,6 +449,64 @@ def test_several_moves_of_a_key_in_one_batch_leave_it_live_in_the_newest_partiti
     assert ods.places(3) == [(DAY, "10", True), (DAY, "11", False)]
 
 
+def unplaced_move(msg_id: int, key: int, to: float, minute: float, old: list[dict[str, str | None]] | None) -> str:
+    """An UPDATE setting ``create_time`` of ``key`` to 10:00 + ``to`` minutes whose ``old`` does not carry the
+    previous ``create_time``: ``None`` as a producer without before images writes, or only other columns, as
+    ``binlog_row_image=MINIMAL`` gives."""
+    line = json.loads(
+        message(msg_id, "UPDATE", [order(key, create_time=_local(to), update_time=_local(minute))], minute)
+    )
+    line["old"] = old
+    return json.dumps(line, ensure_ascii=False, separators=(",", ":"))
+
+
+@pytest.mark.parametrize(
+    "old", [None, [{"update_time": _local(1)}], [None]], ids=["old-null", "old-without-partition-time", "row-old-null"]
+)
+def test_an_update_moving_the_partition_time_without_its_old_value_finds_the_key_where_it_was(
+    ods: Ods, old: list[dict[str, str | None]] | None
+) -> None:
+    ods.write("order_00", 1, [message(1, "INSERT", [order(1), order(2)], 1)])
+    ods.write("order_00", 2, [message(2, "INSERT", [order(3, create_time=_local(125))], 6)])  # hour 12
+    ods.ingest()
+
+    # key 1: hour 10 → hour 11, a batch later, and nothing in the batch says it was in hour 10
+    ods.write("order_00", 3, [unplaced_move(3, 1, to=65, minute=11, old=old)])
+    batch = ods.ingest().batches[0]
+    _balanced(batch)
+    assert (batch.rows_in, batch.rows_applied, batch.rows_quarantined) == (1, 1, 0)
+    rows = ods.by_id()  # no key live twice anywhere
+    assert {k: (r["dt"], r["hh"]) for k, r in rows.items()} == {1: (DAY, "11"), 2: (DAY, "10"), 3: (DAY, "12")}
+    assert ods.places(1) == [(DAY, "10", True), (DAY, "11", False)]
+    assert batch.merge is not None
+    merge = batch.merge.metadata()
+    assert (merge["source_rows"], merge["rows_moved_out"], merge["partitions_touched"]) == (2, 1, 2)
+
+    # key 3: hour 12 → hour 10, where key 2 lives; and key 1 moves on to hour 12 within the same batch
+    ods.write(
+        "order_00",
+        4,
+        [unplaced_move(4, 3, to=2, minute=16, old=old), unplaced_move(5, 1, to=126, minute=17, old=old)],
+    )
+    ods.ingest()
+    assert {k: (r["dt"], r["hh"]) for k, r in ods.by_id().items()} == {1: (DAY, "12"), 2: (DAY, "10"), 3: (DAY, "10")}
+    assert ods.places(1) == [(DAY, "10", True), (DAY, "11", True), (DAY, "12", False)]
+    assert ods.places(3) == [(DAY, "10", False), (DAY, "12", True)]
+
+
+def test_an_update_without_its_old_partition_time_that_stays_put_retires_nothing(ods: Ods) -> None:
+    ods.write("order_00", 1, [message(1, "INSERT", [order(1)], 1)])
+    ods.ingest()
+    ods.write("order_00", 2, [unplaced_move(2, 1, to=1, minute=6, old=[{"update_time": _local(1)}])])
+    ods.write("order_00", 3, [unplaced_move(3, 2, to=65, minute=11, old=None)])  # a key never seen: nowhere yet
+    batch = ods.ingest().batches[0]
+    _balanced(batch)
+    assert {k: (r["dt"], r["hh"]) for k, r in ods.by_id().items()} == {1: (DAY, "10"), 2: (DAY, "11")}
+    assert ods.places(1) == [(DAY, "10", False)]
+    assert batch.merge is not None
+    assert batch.merge.metadata()["rows_moved_out"] == 0
+
+
 def test_an_update_whose_old_partition_time_is_unreadable_is_quarantined(ods: Ods) -> None:
     bad = order(1, create_time=_local(65), update_time=_local(6))
     ods.write(

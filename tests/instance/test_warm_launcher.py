@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
 from dagster._core.definitions.reconstruct import ReconstructableRepository
 from dagster._core.errors import DagsterLaunchFailedError
@@ -39,6 +40,8 @@ run_launcher:
   module: warehouse_assets.instance.warm_launcher
   class: WarmRunLauncher
 """
+# the product's retry policy (its runs are retried by the daemon, which these tests do not start)
+PRODUCT_RETRIES = yaml.safe_load((ROOT / "dagster_home" / "dagster.yaml").read_text()).get("run_retries")
 
 
 @pytest.fixture
@@ -54,7 +57,7 @@ def location(
     shutil.copy(LOCATION, code / "warm_location.py")
     home = tmp_path / "home"
     home.mkdir()
-    (home / "dagster.yaml").write_text(WARM_CONFIG)
+    (home / "dagster.yaml").write_text(WARM_CONFIG + yaml.safe_dump({"run_retries": PRODUCT_RETRIES or {}}))
     instance = DagsterInstance.from_config(str(home))
     recon_repo = ReconstructableRepository.for_module("warm_location", "defs", working_directory=str(code))
     try:
@@ -88,6 +91,12 @@ def wait_finished(instance: DagsterInstance, run_id: str, timeout: float = RUN_T
 
 def failure_message(instance: DagsterInstance, run_id: str) -> str:
     return "\n".join(e.message for e in instance.all_logs(run_id) if e.dagster_event and e.dagster_event.is_run_failure)
+
+
+def _tags(instance: DagsterInstance, run_id: str) -> dict[str, str]:
+    run = instance.get_run_by_id(run_id)
+    assert run is not None
+    return dict(run.tags)
 
 
 def worker_pid(run: DagsterRun) -> int:
@@ -133,6 +142,29 @@ def test_runs_are_forked_from_one_warm_worker_that_survives_crashed_and_killed_r
     after = wait_finished(instance, launch(instance, recon_repo, "quick_job").run_id)
     assert after.status == DagsterRunStatus.SUCCESS
     assert zygote_pid(instance) == zygote
+
+
+def test_a_run_whose_worker_is_killed_is_marked_to_run_again(location) -> None:
+    # the daemon re-executes the failed runs so marked: the partition of a run whose process died is built after all
+    instance, recon_repo, _ = location
+    waiting = launch(instance, recon_repo, "waiting_job")
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while not any(
+        e.dagster_event and e.dagster_event.event_type_value == "STEP_START" for e in instance.all_logs(waiting.run_id)
+    ):
+        assert time.monotonic() < deadline, "the waiting run never started its step"
+        time.sleep(0.1)
+    started = instance.get_run_by_id(waiting.run_id)
+    assert started is not None
+    os.kill(worker_pid(started), signal.SIGKILL)
+    killed = wait_finished(instance, waiting.run_id, timeout=10)
+    assert killed.status == DagsterRunStatus.FAILURE
+    assert instance.run_retries_enabled
+    deadline = time.monotonic() + 10  # the verdict is tagged just after the failure is stored
+    while (tags := _tags(instance, killed.run_id)).get("dagster/will_retry") is None:
+        assert time.monotonic() < deadline, tags
+        time.sleep(0.1)
+    assert tags["dagster/will_retry"] == "true"
 
 
 def test_a_dead_warm_worker_is_restarted_and_its_running_runs_are_still_watched(location) -> None:

@@ -202,6 +202,32 @@ def test_merge_applies_latest_change_per_key_and_deletes(spark: SparkSession, st
     assert rows == [(1, "a2"), (2, "b")]
 
 
+def test_merge_applies_every_row_of_a_batch_holding_an_empty_record_batch(
+    spark: SparkSession, store: DeltaStore
+) -> None:
+    # a filtered or concatenated Arrow table often holds empty record batches: PySpark's createDataFrame lost the
+    # rows after one, so a merge applied part of its batch, silently
+    schema = pa.schema(
+        [("id", pa.int64()), ("_es", pa.int64()), ("_pos", pa.int64()), ("_op", pa.string()), ("dt", pa.string())]
+    )
+
+    def rows(ids: list[int]) -> pa.Table:
+        n = len(ids)
+        return pa.table(
+            {"id": ids, "_es": [1] * n, "_pos": ids, "_op": ["INSERT"] * n, "dt": ["2024-03-05"] * n}, schema=schema
+        )
+
+    batch = pa.concat_tables([rows([1]), rows([]), rows([2, 3])])
+    assert [b.num_rows for b in batch.to_batches()] == [1, 0, 2]
+    result = store.merge(spark, ("ods", "e"), batch, primary_key=["id"], partition_by=["dt"])
+    assert sorted(r["id"] for r in DeltaTable(store.table_uri(("ods", "e"))).to_pyarrow_table().to_pylist()) == [
+        1,
+        2,
+        3,
+    ]
+    assert result.metadata()["rows_inserted"] == 3
+
+
 def test_merge_scans_only_the_batch_partitions(spark: SparkSession, store: DeltaStore) -> None:
     days = [f"2024-03-{d:02d}" for d in range(1, 11)]
     base = pa.table(

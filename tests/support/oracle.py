@@ -89,6 +89,7 @@ class ReplayResult:
     duplicates: int = 0
     malformed: int = 0
     messages_by_stream: dict[str, int] = field(default_factory=dict)
+    rows_by_stream: dict[str, int] = field(default_factory=dict)  # the row images of the messages applied
 
 
 def replay_detailed(landing: Path, cutoff_es_ms: int | None = None) -> ReplayResult:
@@ -117,6 +118,7 @@ def replay_detailed(landing: Path, cutoff_es_ms: int | None = None) -> ReplayRes
             result.messages += 1
             result.rows += len(message["data"])
             result.messages_by_stream[stream] = result.messages_by_stream.get(stream, 0) + 1
+            result.rows_by_stream[stream] = result.rows_by_stream.get(stream, 0) + len(message["data"])
     return result
 
 

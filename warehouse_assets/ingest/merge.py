@@ -20,7 +20,10 @@ For one ODS table, each batch:
    merges the batch into the partitions it touches, and the same commit records that batch number (Delta's
    idempotent writes) — so the position never runs ahead of committed data and a restart neither skips nor
    re-applies anything. A change that moved a key's partition time (Canal's ``old``) also retires the
-   key in the partitions it left, as a tombstone: one key is live in one partition.
+   key in the partitions it left, as a tombstone: one key is live in one partition. An UPDATE whose ``old``
+   does not say where the row was (``old`` null, or without the partition time, as ``binlog_row_image=MINIMAL``
+   or a producer other than Canal gives) is looked up by key before the merge, for those keys only: first in
+   the partitions the batch touches, then in the whole table for the keys not found there.
 
 Every batch checks ``in = applied + quarantined + duplicates + superseded + ddl``.
 """
@@ -43,7 +46,7 @@ from resources.column_types import (
     spark_type_of_arrow,
     spark_type_of_mysql,
 )
-from resources.delta_lake import DeltaStore, MergeResult, ReadStats
+from resources.delta_lake import DeltaStore, MergeResult, ReadStats, batch_partitions
 from resources.landing import Landing, Segment, read_lines
 from warehouse_assets.catalog import OdsTable, Table, periods
 from warehouse_assets.ingest.ops_tables import (
@@ -371,6 +374,7 @@ class PreparedBatch:
 
     applied: pa.Table  # one row per key: the ODS row plus ``_op``
     moved_out: pa.Table  # per moved key, each partition it left (same columns)
+    unplaced: pa.Table  # the applied rows of keys whose partition before the batch is unknown (same columns)
     quarantined: pa.Table  # in the shape of ops.quarantine
     changes: pa.Table  # in the shape of ops.ingested_changes
     counts: dict[str, int]  # records per status
@@ -399,6 +403,7 @@ def prepare_changes(
         return PreparedBatch(
             applied=pa.Table.from_pylist([], schema=_applied_schema(table, columns)),
             moved_out=pa.Table.from_pylist([], schema=_applied_schema(table, columns)),
+            unplaced=pa.Table.from_pylist([], schema=_applied_schema(table, columns)),
             quarantined=QUARANTINE_SCHEMA.empty_table(),
             changes=_ingested_changes(empty, table, tz),
             counts={},
@@ -412,10 +417,13 @@ def prepare_changes(
     records = classified.records
     counts = {str(k): int(v) for k, v in zip(*pc.value_counts(records["_status"]).flatten(), strict=True)}
     applied, moved_out = _applied(records, table, columns, tz)
+    ok = records.filter(pc.equal(records["_status"], "ok"))
+    unplaced = applied.filter(pc.fill_null(ok["_unplaced"], False)) if ok.num_rows else applied
     target = _applied_schema(table, columns)
     return PreparedBatch(
         applied=applied.select(target.names).cast(target),
         moved_out=moved_out.select(target.names).cast(target),
+        unplaced=unplaced.select(target.names).cast(target),
         quarantined=_quarantined(records, table),
         # "ingested" = distinct DML row changes taken into the table (applied, or collapsed into a newer
         # change of the same key), by the local hour of their binlog time — what the source counts
@@ -476,6 +484,7 @@ def ingest_batch(
     report.rows_applied = prepared.applied.num_rows
     report.rows_quarantined = prepared.quarantined.num_rows
     report.check()
+    moved_out = _with_located_moves(spark, store, table, prepared)
     txn = record_batch(store, table, prepared, segments, positions)
     if prepared.applied.num_rows:
         report.merge = store.merge(
@@ -488,12 +497,65 @@ def ingest_batch(
             prune=prune,
             tombstone_column="_deleted",
             merge_schema=bool(prepared.new_columns),
-            moved_out=prepared.moved_out,
+            moved_out=moved_out,
         )
     else:
         store.commit_app_transactions(table.key, dict([txn]))
     report.seconds = time.monotonic() - started
     return report
+
+
+def _with_located_moves(spark: SparkSession, store: DeltaStore, table: Table, prepared: PreparedBatch) -> pa.Table:
+    """The batch's moved-out rows, plus one per partition where a key whose change did not say where it was is
+    live now, other than its new one. Looked up by key for those keys only: first in the partitions the batch
+    touches (where an ordinary update finds its row), then in the whole table for the keys not found there."""
+    assert isinstance(table, OdsTable)
+    unplaced = prepared.unplaced
+    if not unplaced.num_rows:
+        return prepared.moved_out
+    pk, parts = list(table.primary_key), list(table.partition_by)
+    where = [table.partition_time, *parts]
+    near = store.live_rows_of_keys(
+        spark,
+        table.key,
+        unplaced.select(pk),
+        where,
+        partitions=batch_partitions(prepared.applied, parts),
+        tombstone_column="_deleted",
+    )
+    found_near = set(zip(*(near[c].to_pylist() for c in pk), strict=True))
+    keys = list(zip(*(unplaced[c].to_pylist() for c in pk), strict=True))
+    farther = unplaced.filter(pa.array([k not in found_near for k in keys], pa.bool_())).select(pk)
+    far = store.live_rows_of_keys(spark, table.key, farther, where, tombstone_column="_deleted")
+    found = [*near.to_pylist(), *far.to_pylist()]
+    if not found:
+        return prepared.moved_out
+    row_of = {key: i for i, key in enumerate(keys)}
+    new_place = list(zip(*(unplaced[c].to_pylist() for c in parts), strict=True))
+    already = set(zip(*(prepared.moved_out[c].to_pylist() for c in [*pk, *parts]), strict=True))
+    take: list[int] = []
+    times: list[Any] = []
+    places: dict[str, list[Any]] = {c: [] for c in parts}
+    for live in found:
+        key = tuple(live[c] for c in pk)
+        place = tuple(live[c] for c in parts)
+        i = row_of[key]
+        if place == new_place[i] or (*key, *place) in already:
+            continue
+        already.add((*key, *place))
+        take.append(i)
+        times.append(live[table.partition_time])
+        for c in parts:
+            places[c].append(live[c])
+    if not take:
+        return prepared.moved_out
+    left = unplaced.take(pa.array(take, pa.int64()))
+    schema = left.schema
+    for name, values in [(table.partition_time, times), *places.items()]:
+        index = schema.get_field_index(name)
+        left = left.set_column(index, schema.field(index), pa.array(values).cast(schema.field(index).type))
+    log.info("%s: %d key(s) found live where an update without its old partition time left them", table.fqn, len(take))
+    return pa.concat_tables([prepared.moved_out, left.select(prepared.moved_out.schema.names)])
 
 
 def _write_quarantine(store: DeltaStore, table: Table, rows: pa.Table, segments: Sequence[Segment]) -> None:

@@ -20,7 +20,10 @@ record (a row image of a DML message, or a whole line that cannot be applied or 
 * a change whose content hash (SHA-256 of ``type|es|row image as JSON|position``, persisted in
   ``ops.ingested_changes``) was taken in by an earlier batch, or already seen in this one, is a ``duplicate``;
 * of the valid changes of one key, the newest (binlog time, then position) is ``ok``, the others ``superseded``;
-  ``_moved_from`` lists every partition time the key had in the batch, so the merge can retire it elsewhere.
+  ``_moved_from`` lists every partition time the key had in the batch, so the merge can retire it elsewhere;
+  ``_unplaced`` marks a key whose first change in the batch is an UPDATE whose ``old`` does not carry the
+  previous partition time (``old`` null, or without that column): where it lived before is not in the batch, the
+  ingestion looks it up by key before the merge.
 
 The in-process engine reproduces Spark's reading of the JSON (``warehouse_assets/ingest/casts.py``) and hashes
 the same bytes, so a change hashed by either engine is recognised by the other (``tests/test_preparation.py``
@@ -50,6 +53,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from resources.column_types import UTC_MICROS, arrow_type
+from resources.spark import arrow_frame
 from warehouse_assets.catalog import OdsTable, Table
 from warehouse_assets.ingest.casts import (
     cast_strings,
@@ -99,6 +103,7 @@ def classified_schema(columns: Sequence[tuple[str, str]]) -> pa.Schema:
             pa.field("_msg_id", pa.int64()),
             pa.field("_change", pa.string()),
             pa.field("_moved_from", pa.list_(UTC_MICROS)),
+            pa.field("_unplaced", pa.bool_()),
         ]
     )
 
@@ -323,6 +328,7 @@ class InProcessPreparation:
         times = typed[table.partition_time].cast(pa.int64()).to_pylist()
         olds = old_time.cast(pa.int64()).to_pylist()
         newest: dict[tuple[Any, ...], int] = {}
+        oldest: dict[tuple[Any, ...], int] = {}
         was_at: dict[tuple[Any, ...], list[int]] = {}  # a key's distinct partition times
         for i in range(n):
             if not valid[i]:
@@ -331,9 +337,13 @@ class InProcessPreparation:
             j = newest.get(key)
             places = was_at.get(key)
             if j is None or places is None:
-                newest[key], places = i, was_at.setdefault(key, [])
-            elif (self.row_es[i], pos[i], streams[i]) > (self.row_es[j], pos[j], streams[j]):
-                newest[key] = i
+                newest[key], oldest[key], places = i, i, was_at.setdefault(key, [])
+            else:
+                if (self.row_es[i], pos[i], streams[i]) > (self.row_es[j], pos[j], streams[j]):
+                    newest[key] = i
+                f = oldest[key]
+                if (self.row_es[i], pos[i], streams[i]) < (self.row_es[f], pos[f], streams[f]):
+                    oldest[key] = i
             if times[i] not in places:
                 places.append(times[i])
             if olds[i] is not None and olds[i] not in places:
@@ -349,6 +359,9 @@ class InProcessPreparation:
             for i in range(n)
         ]
         moved = [was_at[pk_values[i]] if valid[i] else None for i in range(n)]
+        # the key's first change here an UPDATE that does not say where the row was: the batch cannot know it
+        unplaced_keys = {key for key, f in oldest.items() if self.row_op[f] == "UPDATE" and olds[f] is None}
+        unplaced = [pk_values[i] in unplaced_keys if valid[i] else None for i in range(n)]
         values = lines.column("value").to_pylist()
         segments = lines.column("segment").to_pylist()
         record_columns: dict[str, Any] = {
@@ -367,6 +380,7 @@ class InProcessPreparation:
             "_msg_id": self.row_msg_id,
             "_change": self.row_change,
             "_moved_from": pa.array(moved, pa.list_(pa.int64())).cast(pa.list_(UTC_MICROS)),
+            "_unplaced": unplaced,
         }
         records = pa.table([_as_array(record_columns[f.name], f.type) for f in schema], schema=schema)
         whole = [i for i, reason in enumerate(self.line_reasons) if reason is not None]
@@ -471,7 +485,7 @@ class SparkPreparation:
             return []
         # only DML messages of this table: a line quarantined as a whole must not change the schema
         parsed = (
-            self.spark.createDataFrame(self.lines.select(["stream", "value"]))
+            arrow_frame(self.spark, self.lines.select(["stream", "value"]))
             .toDF("_stream", "_value")
             .withColumn("_m", F.from_json("_value", CANAL_SCHEMA))
             .where(_line_reason(self.table).isNull())
@@ -485,7 +499,7 @@ class SparkPreparation:
         if not self.lines.num_rows:
             return []
         found = (
-            self.spark.createDataFrame(self.lines.select(["value"]))
+            arrow_frame(self.spark, self.lines.select(["value"]))
             .select(F.floor(F.from_json("value", "struct<es: bigint>")["es"] / HOUR_MS).alias("h"))
             .where(F.col("h").isNotNull())
             .distinct()
@@ -498,7 +512,7 @@ class SparkPreparation:
 
         earlier = None
         if seen is not None and seen.num_rows:
-            earlier = self.spark.createDataFrame(seen.select(["stream", "change"])).toDF("_stream", "_change")
+            earlier = arrow_frame(self.spark, seen.select(["stream", "change"])).toDF("_stream", "_change")
         classified = prepare_batch(self.spark, self.table, self.lines, columns, earlier).persist()
         try:
             applied = {
@@ -571,7 +585,7 @@ def prepare_batch(
     from pyspark.sql import functions as F
 
     columns = list(columns or table.columns)
-    raw = spark.createDataFrame(lines).toDF(*[f"_{c}" for c in lines.column_names])
+    raw = arrow_frame(spark, lines).toDF(*[f"_{c}" for c in lines.column_names])
     msg = raw.withColumn("_m", F.from_json("_value", CANAL_SCHEMA))
     msg = msg.withColumn("_line_reason", _line_reason(table))
     line_level = msg.where(F.col("_line_reason").isNotNull()).select(
@@ -590,6 +604,7 @@ def prepare_batch(
         F.lit(None).cast("bigint").alias("_msg_id"),
         F.lit(None).cast("string").alias("_change"),
         F.lit(None).cast("array<timestamp>").alias("_moved_from"),
+        F.lit(None).cast("boolean").alias("_unplaced"),
     )
     rows = msg.where(F.col("_line_reason").isNull()).select(
         "_stream",
@@ -666,6 +681,15 @@ def prepare_batch(
     changes = Window.partitionBy(valid.alias("valid"), *table.primary_key)
     was_at = F.array_union(F.collect_set(table.partition_time).over(changes), F.collect_set("_old_time").over(changes))
     rows = rows.withColumn("_moved_from", F.when(valid, was_at))
+    # the key's first change here an UPDATE that does not say where the row was: the batch cannot know it
+    oldest = Window.partitionBy(valid.alias("valid"), *table.primary_key).orderBy(
+        F.col("_es").asc(), F.col("_pos").asc(), F.col("_stream").asc()
+    )
+    first = F.first(F.struct(F.col("_op"), F.col("_old_time"))).over(
+        oldest.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    )
+    unplaced = (first["_op"] == F.lit("UPDATE")) & first["_old_time"].isNull()
+    rows = rows.withColumn("_unplaced", F.when(valid, unplaced))
     status = (
         F.when(F.col("_reason").isNotNull(), F.lit("quarantine"))
         .when(~unique, F.lit("duplicate"))
@@ -688,5 +712,6 @@ def prepare_batch(
         "_msg_id",
         "_change",
         "_moved_from",
+        "_unplaced",
     )
     return line_level.unionByName(record_level)
