@@ -21,9 +21,10 @@ record (a row image of a DML message, or a whole line that cannot be applied or 
   ``ops.ingested_changes``) was taken in by an earlier batch, or already seen in this one, is a ``duplicate``;
 * of the valid changes of one key, the newest (binlog time, then position) is ``ok``, the others ``superseded``;
   ``_moved_from`` lists every partition time the key had in the batch, so the merge can retire it elsewhere;
-  ``_unplaced`` marks a key whose first change in the batch is an UPDATE whose ``old`` does not carry the
-  previous partition time (``old`` null, or without that column): where it lived before is not in the batch, the
-  ingestion looks it up by key before the merge.
+  ``_unplaced`` marks a key whose first change in the batch is an UPDATE with no ``old`` for its row (``old`` null,
+  as a producer without before images writes): where it lived before is not in the batch, the ingestion looks it up
+  by key before the merge. Canal's ``old`` lists every column the update changed, so an ``old`` without the
+  partition time says the row stayed in its partition: ordinary updates cost no lookup.
 
 The in-process engine reproduces Spark's reading of the JSON (``warehouse_assets/ingest/casts.py``) and hashes
 the same bytes, so a change hashed by either engine is recognised by the other (``tests/test_preparation.py``
@@ -197,6 +198,7 @@ class InProcessPreparation:
         self.row_index: list[int] = []
         self.row_image: list[dict[str, str | None] | None] = []
         self.row_old_time: list[str | None] = []
+        self.row_has_old: list[bool] = []  # the row's ``old`` image is there (it names every changed column)
         self.row_es: list[int | None] = []
         self.row_op: list[str] = []
         self.row_msg_id: list[int | None] = []
@@ -235,6 +237,7 @@ class InProcessPreparation:
                 row_index(index)
                 row_image(image)
                 row_old_time(before_times[index] if index < len(before_times) else None)
+                self.row_has_old.append(old is not None and index < len(old) and old[index] is not None)
                 row_es(es)
                 row_op(op)
                 row_msg_id(msg_id)
@@ -360,7 +363,7 @@ class InProcessPreparation:
         ]
         moved = [was_at[pk_values[i]] if valid[i] else None for i in range(n)]
         # the key's first change here an UPDATE that does not say where the row was: the batch cannot know it
-        unplaced_keys = {key for key, f in oldest.items() if self.row_op[f] == "UPDATE" and olds[f] is None}
+        unplaced_keys = {key for key, f in oldest.items() if self.row_op[f] == "UPDATE" and not self.row_has_old[f]}
         unplaced = [pk_values[i] in unplaced_keys if valid[i] else None for i in range(n)]
         values = lines.column("value").to_pylist()
         segments = lines.column("segment").to_pylist()
@@ -638,6 +641,7 @@ def prepare_batch(
         *typed,
         old_time.alias("_old_time_raw"),
         _typed(old_time, "timestamp").alias("_old_time"),
+        F.try_element_at(F.col("_old"), F.col("_row_index") + 1).isNotNull().alias("_has_old"),
         (F.col("_seq") * POS_SEGMENT + F.col("_line") * POS_LINE + F.col("_row_index")).alias("_pos"),
     )
     problems: list[Column] = []
@@ -685,10 +689,10 @@ def prepare_batch(
     oldest = Window.partitionBy(valid.alias("valid"), *table.primary_key).orderBy(
         F.col("_es").asc(), F.col("_pos").asc(), F.col("_stream").asc()
     )
-    first = F.first(F.struct(F.col("_op"), F.col("_old_time"))).over(
+    first = F.first(F.struct(F.col("_op"), F.col("_has_old"))).over(
         oldest.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
     )
-    unplaced = (first["_op"] == F.lit("UPDATE")) & first["_old_time"].isNull()
+    unplaced = (first["_op"] == F.lit("UPDATE")) & ~first["_has_old"]
     rows = rows.withColumn("_unplaced", F.when(valid, unplaced))
     status = (
         F.when(F.col("_reason").isNotNull(), F.lit("quarantine"))
