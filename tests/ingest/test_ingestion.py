@@ -18,6 +18,7 @@ from pyspark.sql import SparkSession
 from resources.delta_lake import DeltaStore
 from resources.landing import Landing
 from tests.support import oracle
+from tests.support.lake import row_dicts
 from warehouse_assets.catalog import Table, load_catalog
 from warehouse_assets.ingest.merge import (
     QUARANTINE_KEY,
@@ -130,7 +131,7 @@ class Ods:
 
     def all_rows(self) -> list[dict[str, Any]]:
         """Every row, tombstones included: a DELETE is kept as a row flagged ``_deleted`` that readers skip."""
-        return DeltaTable(self.store.table_uri(self.table.key)).to_pyarrow_table().to_pylist()
+        return row_dicts(self.store.table_uri(self.table.key))
 
     def rows(self) -> list[dict[str, Any]]:
         """Live rows."""
@@ -149,7 +150,7 @@ class Ods:
     def quarantine(self) -> list[dict[str, Any]]:
         if not self.store.exists(QUARANTINE_KEY):
             return []
-        return DeltaTable(self.store.table_uri(QUARANTINE_KEY)).to_pyarrow_table().to_pylist()
+        return row_dicts(self.store.table_uri(QUARANTINE_KEY))
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from pyspark.sql import SparkSession
 
 from resources.delta_lake import DeltaStore
 from resources.spark import DELTA_CONF, jars_dir
+from tests.support.lake import table_rows
 from warehouse_assets.ingest.ops_tables import INGESTED_COUNTS
 
 DAYS = ["2026-03-01", "2026-03-02"]
@@ -80,7 +81,7 @@ def _spark_rows(
 
 
 def _rs_rows(path: str, columns: list[str], version: int | None = None) -> list[tuple[Any, ...]]:
-    data = DeltaTable(path, version=version).to_pyarrow_table().select(columns).to_pylist()
+    data = table_rows(path, version=version).select(columns).to_pylist()
     return sorted(tuple(r[c] for c in columns) for r in data)
 
 
