@@ -415,6 +415,29 @@ def test_an_update_moving_the_partition_time_leaves_the_key_live_in_its_new_part
     assert ods.places(1) == [(DAY, "10", True), (DAY, "11", True)]
 
 
+def test_a_batch_marks_the_rows_it_replaces_in_deletion_vectors_and_copies_none(ods: Ods) -> None:
+    ods.write("order_00", 1, [message(1, "INSERT", [order(1), order(2), order(3)], 1)])
+    ods.ingest()
+    assert ods.store.has_deletion_vectors(ods.table.key)  # the ingestion created the table with them
+
+    update = message(2, "UPDATE", [order(1, "paid", update_time=_local(6))], 6)
+    delete = message(3, "DELETE", [order(2, update_time=_local(7))], 7)
+    ods.write("order_00", 2, [update, delete, move(4, 3, frm=1, to=65, minute=8)])
+    batch = ods.ingest().batches[0]
+    assert batch.merge is not None
+    merge = batch.merge.metadata()
+    # three of hour 10's rows replaced (the delete is a tombstone) in place: no unchanged row rewritten
+    assert merge["rows_copied"] == 0 and merge["deletion_vectors_added"] == 1
+    assert {k: (r["status"], r["hh"]) for k, r in ods.by_id().items()} == {1: ("paid", "10"), 3: ("created", "11")}
+
+    def seen(rows: Sequence[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        return sorted((r["id"], r["status"], r["dt"], r["hh"], r["_deleted"]) for r in rows)
+
+    # the independent replay of the log (data files minus the rows their deletion vectors mark) agrees
+    replayed = oracle.delta_live_rows(Path(ods.store.table_uri(ods.table.key)))
+    assert seen(replayed) == seen(ods.all_rows()) and len(replayed) == 4  # 1, 2's tombstone, 3 and its tombstone
+
+
 def test_several_moves_of_a_key_in_one_batch_leave_it_live_in_the_newest_partition_only(ods: Ods) -> None:
     ods.write("order_00", 1, [message(1, "INSERT", [order(1), order(2)], 1)])
     ods.ingest()
