@@ -416,7 +416,7 @@ def test_an_update_moving_the_partition_time_leaves_the_key_live_in_its_new_part
 
 
 def test_a_batch_marks_the_rows_it_replaces_in_deletion_vectors_and_copies_none(ods: Ods) -> None:
-    ods.write("order_00", 1, [message(1, "INSERT", [order(1), order(2), order(3)], 1)])
+    ods.write("order_00", 1, [message(1, "INSERT", [order(1), order(2), order(3), order(4)], 1)])
     ods.ingest()
     assert ods.store.has_deletion_vectors(ods.table.key)  # the ingestion created the table with them
 
@@ -426,16 +426,21 @@ def test_a_batch_marks_the_rows_it_replaces_in_deletion_vectors_and_copies_none(
     batch = ods.ingest().batches[0]
     assert batch.merge is not None
     merge = batch.merge.metadata()
-    # three of hour 10's rows replaced (the delete is a tombstone) in place: no unchanged row rewritten
+    # three of hour 10's four rows replaced (the delete is a tombstone): marked in a deletion vector, and the
+    # unchanged row 4 is not rewritten
     assert merge["rows_copied"] == 0 and merge["deletion_vectors_added"] == 1
-    assert {k: (r["status"], r["hh"]) for k, r in ods.by_id().items()} == {1: ("paid", "10"), 3: ("created", "11")}
+    assert {k: (r["status"], r["hh"]) for k, r in ods.by_id().items()} == {
+        1: ("paid", "10"),
+        3: ("created", "11"),
+        4: ("created", "10"),
+    }
 
     def seen(rows: Sequence[dict[str, Any]]) -> list[tuple[Any, ...]]:
         return sorted((r["id"], r["status"], r["dt"], r["hh"], r["_deleted"]) for r in rows)
 
     # the independent replay of the log (data files minus the rows their deletion vectors mark) agrees
     replayed = oracle.delta_live_rows(Path(ods.store.table_uri(ods.table.key)))
-    assert seen(replayed) == seen(ods.all_rows()) and len(replayed) == 4  # 1, 2's tombstone, 3 and its tombstone
+    assert seen(replayed) == seen(ods.all_rows()) and len(replayed) == 5  # 1, 2's tombstone, 3 and its tombstone, 4
 
 
 def test_several_moves_of_a_key_in_one_batch_leave_it_live_in_the_newest_partition_only(ods: Ods) -> None:
