@@ -962,6 +962,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             "pruned_growth": round(largest["pruned_s"] / smallest["pruned_s"] - 1, 3),
             f"e2e_ratio_{_millions(sizes[-1])}": largest["e2e_ratio"],
         }
+        if len(sizes) > 1:  # the scan's growth between sizes, free of its fixed cost (what a per-size slope includes)
+            growth = (largest["unpruned_scan_s"] - smallest["unpruned_scan_s"]) / ((sizes[-1] - sizes[0]) / 1e6)
+            fields["slope_between_sizes_s_per_mrows"] = round(growth, 4)
+            fields["model_ratio_20b"] = round(
+                (largest["unpruned_s"] + growth * (SEED_001_ROWS - sizes[-1]) / 1e6) / largest["pruned_s"], 1
+            )
         for rows, figures in per_size.items():
             for name in ("pruned_s", "unpruned_s", "merge_dv_s", "merge_rewrite_s", "slope_s_per_mrows"):
                 fields[f"{name}_{_millions(rows)}"] = figures[name]
