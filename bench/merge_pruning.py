@@ -1,26 +1,25 @@
-"""Benchmark: ODS merge-into with and without partition pruning (the merge condition naming the batch's
-partitions, so that Delta scans only those).
+"""Benchmark: does an ODS change batch's cost grow with the table? The same 100,000-change batch applied end to
+end to ODS tables of several sizes, pruned and unpruned, with and without deletion vectors.
 
-Builds ODS ``order``-like Delta tables (default 20M rows created over 180 days) in the product's ODS layout:
-partitioned by the local day and hour of ``create_time`` (``dt``, ``hh``, as ``ods.order``), one file per hour as
-the day's appends leave it (``--layout daily``: by ``dt`` only, several files a day). Their primary keys are NOT
-correlated with the partition columns, so file min/max statistics on
-``id`` cannot prune anything. Change batches are written as Canal flat-message segments (one per shard) and
-every run applies one end to end the way ``ingest_batch`` does, on a fresh copy of the table and of the ops tables,
-which hold the history production's do (``--history-batches`` earlier 5-minute batches recorded by ``record_batch``,
-default a day: the dedupe reads the changes recorded in the batch's binlog hours, the positions their journal):
-``read_lines`` + ``prepare_changes`` (parse, type, validate, dedupe, classify; in process at this size, see
-``--engine``), ``record_batch`` (the ops tables' commits and the journaled positions) and ``DeltaStore.merge``
-(Spark's Delta ``MERGE INTO``) with ``tombstone_column="_deleted"`` and the batch number as app transaction, with
-``prune=True`` and ``prune=False`` alternately. Batch (a) is also prepared once on Spark, checked to classify the
-same and timed.
+For each size (default 20M and 100M rows created over 180 days) it builds an ODS ``order``-like Delta table in the
+product's ODS layout: partitioned by the local day and hour of ``create_time`` (``dt``, ``hh``, as ``ods.order``),
+one file per hour as the day's appends leave it (``--layout daily``: by ``dt`` only). Primary keys are NOT
+correlated with the partition columns, so file min/max statistics on ``id`` cannot prune anything. The ops tables
+hold the history production's do (``--history-batches`` earlier 5-minute batches recorded by ``record_batch``,
+default a day). The batch (changes to orders of the 2 newest days) is written as Canal flat-message segments (one
+per shard) and every run applies it the way ``ingest_batch`` does, on a fresh copy of the table and of the ops
+tables: ``read_lines`` + ``prepare_changes``, ``record_batch`` (the ops tables' commits, the journaled positions)
+and ``DeltaStore.merge`` (Spark's Delta ``MERGE INTO``, tombstones, the batch number as app transaction).
 
-Batches: (a) changes to orders of the 2 newest days, (b) changes spread over 30 days; for information,
-batch (a) again on a table whose ids increase with the day. The last line of the output is one ``RESULT``
-line of ``key=value`` figures.
+Modes, interleaved run by run: ``pruned-dv`` (the product: the condition names the batch's partitions, the table
+has deletion vectors, turned on as ``warehouse upgrade-lake`` does), ``unpruned-dv`` (no partition predicate) and
+``pruned`` (no deletion vectors: the merge rewrites every file holding a changed key). Files scanned, rows copied
+and the scan time are Delta's own merge metrics. Per size it prints pruned_s and unpruned_s (end to end), the
+unpruned scan's slope in seconds per million rows, and the end-to-end ratio a table of seed 001's size (20 billion
+rows) would give on that slope: a model, not a measurement. The last line is one ``RESULT`` line.
 
-    .venv/bin/python bench/merge_pruning.py                       # full size (20M rows, 180 days)
-    .venv/bin/python bench/merge_pruning.py --rows 2000000 --partitions 60
+    .venv/bin/python bench/merge_pruning.py                                 # 20M and 100M rows
+    .venv/bin/python bench/merge_pruning.py --sizes 2000000,10000000 --partitions 60   # a quick look
 """
 
 from __future__ import annotations
@@ -44,7 +43,6 @@ from zoneinfo import ZoneInfo
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -600,7 +598,7 @@ class ModeResult:
             f"{self.scope_files} files, {self.scope_bytes / 2**20:,.0f} MiB; the Spark JVM read "
             f"{read / 2**20:,.0f} MiB during the merge, "
             f"page cache included); files rewritten: removed {m['num_target_files_removed']}, added "
-            f"{m['num_target_files_added']}",
+            f"{m['num_target_files_added']}, deletion vectors added {m.get('num_target_deletion_vectors_added', 0)}",
             f"    rows: source {m['num_source_rows']:,}, inserted {m['num_target_rows_inserted']:,}, updated "
             f"{m['num_target_rows_updated']:,}, copied {m['num_target_rows_copied']:,}",
         ]
@@ -665,14 +663,9 @@ def partition_files(base: Path) -> dict[tuple[str, ...], tuple[int, int]]:
 
 def snapshot(lake: Path, days: Sequence[str]) -> pa.Table:
     """The touched partitions' rows (the columns a merge changes), sorted: to compare merge results."""
-    data = (
-        DeltaTable(str(lake / KEY[0] / KEY[1]))
-        .to_pyarrow_dataset()
-        .to_table(
-            columns=["id", "status", "amount", "pay_time", "update_time", "_es", "_pos", "_deleted", "dt"],
-            filter=pc.field("dt").isin(list(days)),
-        )
-    )
+    columns = ["id", "status", "amount", "pay_time", "update_time", "_es", "_pos", "_deleted", "dt"]
+    # the product's reader without a JVM: it applies deletion vectors
+    data, _ = DeltaStore(str(lake)).read_rows(KEY, [{"dt": d} for d in days], columns=columns)
     return data.sort_by([("id", "ascending")])
 
 
@@ -694,6 +687,14 @@ def check(prepared: Prepared, result: MergeResult, lake: Path, expected: dict[st
         raise SystemExit(f"batch {label}: the batch number was not committed with the merge")
 
 
+@dataclasses.dataclass(frozen=True)
+class Mode:
+    name: str
+    prune: bool  # the merge condition names the batch's partitions
+    deletion_vectors: bool  # the table has delta.enableDeletionVectors=true (the product's ODS tables)
+    runs: int
+
+
 def scenario(
     spark: Any,
     table: Table,
@@ -704,8 +705,7 @@ def scenario(
     plan: BatchPlan,
     label: str,
     seed: int,
-    repeat: int,
-    repeat_unpruned: int,
+    modes: Sequence[Mode],
     engine: Engine = "auto",
     compare_spark: bool = False,
     history: int = 0,
@@ -729,40 +729,42 @@ def scenario(
     table_files = sum(f for f, _ in per_partition.values())
     keys = [k for k in expected["touched_keys"] if k in per_partition]  # an hour with no order yet has no files
     pruned_scope = (sum(per_partition[k][0] for k in keys), sum(per_partition[k][1] for k in keys))
-    results = {
-        "pruned": ModeResult("pruned", *pruned_scope),
-        "unpruned": ModeResult("unpruned", table_files, sum(b for _, b in per_partition.values())),
-    }
+    whole = (table_files, sum(b for _, b in per_partition.values()))
+    results = {m.name: ModeResult(m.name, *(pruned_scope if m.prune else whole)) for m in modes}
     snapshots: dict[str, pa.Table] = {}
     prepared: Prepared | None = None
     segments = segments_of(landing, table, history)
     # every run is the whole batch as ingest_batch runs it (prepare, record, merge) on a fresh copy of the table
-    # and of the ops tables, the modes interleaved so that both see the same machine
-    wanted = {"pruned": repeat, "unpruned": repeat_unpruned}
-    for _ in range(max(wanted.values())):
-        for mode, outcome in results.items():
-            if len(outcome.merges) >= wanted[mode]:
+    # and of the ops tables, the modes interleaved so that all see the same machine
+    for _ in range(max(m.runs for m in modes)):
+        for mode in modes:
+            outcome = results[mode.name]
+            if len(outcome.merges) >= mode.runs:
                 continue
-            lake = workdir / "lakes" / f"{label}-{mode}"
+            lake = workdir / "lakes" / f"{label}-{mode.name}"
             store = fresh_lake(base, lake)
-            prepared, result, seconds = ingest(spark, store, table, schema, segments, mode == "pruned", engine)
+            if mode.deletion_vectors:  # as `warehouse upgrade-lake` does it, not timed
+                store.enable_deletion_vectors(spark, KEY)
+            prepared, result, seconds = ingest(spark, store, table, schema, segments, mode.prune, engine)
             outcome.merges.append(MergeRun(result.duration_s, result.metrics, store.read_bytes))
             outcome.prepares.append(prepared.seconds)
             outcome.end_to_end.append(seconds)
-            if mode not in snapshots:
+            if mode.name not in snapshots:
                 check(prepared, result, lake, expected, label)
-                snapshots[mode] = snapshot(lake, touched)
+                snapshots[mode.name] = snapshot(lake, touched)
             shutil.rmtree(lake)
-    if not snapshots["pruned"].equals(snapshots["unpruned"]):
-        raise SystemExit(f"batch {label}: the pruned and unpruned merges produced different tables")
+    reference = snapshots[modes[0].name]
+    for name, taken in snapshots.items():
+        if not taken.equals(reference):
+            raise SystemExit(f"batch {label}: the {name} merge left other rows than the {modes[0].name} one")
     assert prepared is not None
-    p, u = results["pruned"], results["unpruned"]
     counts = prepared.counts
-    prepares = " ".join(f"{t:.2f}" for t in [*p.prepares, *u.prepares])
+    prepares = " ".join(f"{t:.2f}" for r in results.values() for t in r.prepares)
     log(
-        f"  prepare ({prepared.engine}: read_lines + prepare_changes): median {p.prepare_s:.2f}s / {u.prepare_s:.2f}s "
-        f"(pruned / unpruned runs; all runs {prepares}); records in {sum(counts.values()):,}: ok "
-        f"{counts.get('ok', 0):,}, superseded {counts.get('superseded', 0):,}, quarantined {prepared.quarantined}"
+        f"  prepare ({prepared.engine}: read_lines + prepare_changes): median "
+        f"{statistics.median(t for r in results.values() for t in r.prepares):.2f}s (all runs {prepares}); records "
+        f"in {sum(counts.values()):,}: ok {counts.get('ok', 0):,}, superseded {counts.get('superseded', 0):,}, "
+        f"quarantined {prepared.quarantined}"
     )
     spark_prepare_s = None
     if compare_spark:
@@ -776,34 +778,9 @@ def scenario(
     for outcome in results.values():
         for line in outcome.lines(table_files):
             log(line)
-    pairs = list(zip(p.end_to_end, u.end_to_end, strict=False))
-    merge_pairs = list(zip(p.merges, u.merges, strict=False))
-    e2e_ratios = [b / a for a, b in pairs]
-    merge_ratios = [b.seconds / a.seconds for a, b in merge_pairs]
-    log(
-        f"  end to end (prepare + record + merge): median pruned {p.end_to_end_s:.2f}s "
-        f"[{' '.join(f'{t:.2f}' for t in p.end_to_end)}], unpruned {u.end_to_end_s:.2f}s "
-        f"[{' '.join(f'{t:.2f}' for t in u.end_to_end)}]"
-    )
+        log(f"    end to end {outcome.end_to_end_s:.2f}s [{' '.join(f'{t:.2f}' for t in outcome.end_to_end)}]")
     log(f"  check: every merge left identical rows in the {len(touched)} touched days, positions committed")
-    ratio = u.merge_s / p.merge_s
-    e2e_ratio = u.end_to_end_s / p.end_to_end_s
-    log(
-        f"  merge ratio (unpruned / pruned): {ratio:.2f} (medians; run by run {min(merge_ratios):.2f}-"
-        f"{max(merge_ratios):.2f}); end-to-end ratio {e2e_ratio:.2f} (run by run {min(e2e_ratios):.2f}-"
-        f"{max(e2e_ratios):.2f})"
-    )
-    return {
-        "pruned": p,
-        "unpruned": u,
-        "ratio": ratio,
-        "ratio_best": u.best_s / p.best_s,
-        "ratio_range": (min(merge_ratios), max(merge_ratios)),
-        "e2e_ratio": e2e_ratio,
-        "e2e_ratio_range": (min(e2e_ratios), max(e2e_ratios)),
-        "spark_prepare_s": spark_prepare_s,
-        "expected": expected,
-    }
+    return {"modes": results, "spark_prepare_s": spark_prepare_s, "expected": expected, "table_files": table_files}
 
 
 def warm_up(
@@ -822,9 +799,52 @@ def warm_up(
     log(f"warm-up batch ({changes:,} changes, not timed): {time.monotonic() - started:.1f}s")
 
 
+def _millions(rows: int) -> str:
+    return f"{rows / 1e6:g}m"
+
+
+SEED_001_ROWS = 20_000_000_000  # the table size behind seed 001's 6.7x
+
+
+def size_figures(rows: int, a: dict[str, Any]) -> dict[str, Any]:
+    """One size's figures: the product's batch (deletion vectors, pruned) end to end and what it is made of, the
+    same unpruned, the unpruned scan's slope, and the ratio that slope models for a table of seed 001's size."""
+    modes = a["modes"]
+    pruned, unpruned, rewriting = modes["pruned-dv"], modes["unpruned-dv"], modes["pruned"]
+    scan_s = statistics.median(r.metrics["scan_time_ms"] for r in unpruned.merges) / 1000
+    slope = scan_s / (rows / 1e6)  # seconds of unpruned scan per million rows
+    # the model: the pruned batch stays as measured (its growth is measured between sizes), the unpruned one grows
+    # by its scan's slope up to 20 billion rows
+    modelled = (unpruned.end_to_end_s + slope * (SEED_001_ROWS - rows) / 1e6) / pruned.end_to_end_s
+    record_s = statistics.median(
+        e - p - m.seconds for e, p, m in zip(pruned.end_to_end, pruned.prepares, pruned.merges, strict=True)
+    )
+    return {
+        "pruned_s": round(pruned.end_to_end_s, 2),
+        "unpruned_s": round(unpruned.end_to_end_s, 2),
+        "e2e_ratio": round(unpruned.end_to_end_s / pruned.end_to_end_s, 2),
+        "prepare_s": round(pruned.prepare_s, 2),
+        "record_s": round(record_s, 2),
+        "merge_dv_s": round(pruned.merge_s, 2),
+        "merge_rewrite_s": round(rewriting.merge_s, 2),
+        "merge_unpruned_dv_s": round(unpruned.merge_s, 2),
+        "dv_merge_speedup": round(rewriting.merge_s / pruned.merge_s, 2),
+        "rows_copied_dv": pruned.merges[0].metrics["num_target_rows_copied"],
+        "rows_copied_rewrite": rewriting.merges[0].metrics["num_target_rows_copied"],
+        "files_scanned": pruned.files_scanned,
+        "files_scanned_unpruned": unpruned.files_scanned,
+        "files": a["table_files"],
+        "unpruned_scan_s": round(scan_s, 2),
+        "slope_s_per_mrows": round(slope, 4),
+        "model_ratio_20b": round(modelled, 1),
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, default=20_000_000)
+    parser.add_argument(
+        "--sizes", default="20000000,100000000", help="table sizes in rows, comma-separated, smallest first"
+    )
     parser.add_argument("--partitions", type=int, default=180, help="days of orders in the table")
     parser.add_argument(
         "--layout",
@@ -839,9 +859,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="appends per day while building (each hour's rows land in one of them: one file per hour, or "
         "this many files per day with --layout daily)",
     )
-    parser.add_argument("--batch-a", type=int, default=100_000, help="changes in batch (a): the 2 newest partitions")
-    parser.add_argument("--batch-b", type=int, default=100_000, help="changes in batch (b)")
-    parser.add_argument("--batch-b-partitions", type=int, default=30, help="partitions batch (b) touches")
+    parser.add_argument("--batch-a", type=int, default=100_000, help="changes in the batch: the 2 newest partitions")
     parser.add_argument(
         "--history-batches",
         type=int,
@@ -849,12 +867,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="earlier 5-minute batches recorded in the ops tables before the timed one (default a day: 288)",
     )
     parser.add_argument(
-        "--history-changes", type=int, default=None, help="changes per history batch (default: batch (a) / 12)"
+        "--history-changes", type=int, default=None, help="changes per history batch (default: the batch / 12)"
     )
-    parser.add_argument("--repeat", type=int, default=5, help="pruned merges per batch (the median is reported)")
-    parser.add_argument("--repeat-unpruned", type=int, default=3, help="unpruned merges per batch (median reported)")
+    parser.add_argument("--repeat", type=int, default=5, help="runs of each pruned mode (the median is reported)")
+    parser.add_argument("--repeat-unpruned", type=int, default=3, help="unpruned runs (the median is reported)")
     parser.add_argument("--chunk-rows", type=int, default=2_000_000, help="rows generated per write while building")
-    parser.add_argument("--no-correlated", action="store_true", help="skip the table with correlated keys")
     parser.add_argument("--workdir", type=Path, default=None, help="where to build (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument("--seed", type=int, default=20260629)
@@ -865,121 +882,96 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="where batches are prepared (default: the product's choice, in process at this size)",
     )
     parser.add_argument(
-        "--no-spark-prepare", action="store_true", help="skip preparing batch (a) once on Spark for comparison"
+        "--no-spark-prepare", action="store_true", help="skip preparing the batch once on Spark for comparison"
     )
     args = parser.parse_args(argv)
-    if args.partitions < max(2, args.batch_b_partitions) or min(args.repeat, args.repeat_unpruned) < 1:
-        parser.error("--partitions must be at least 2 and --batch-b-partitions; repeats at least 1")
+    sizes = [int(v) for v in args.sizes.split(",")]
+    if args.partitions < 2 or min(args.repeat, args.repeat_unpruned) < 1 or sizes != sorted(sizes):
+        parser.error("--partitions must be at least 2, repeats at least 1, --sizes in increasing order")
 
     t0 = time.monotonic()
     temporary = args.workdir is None
     workdir = Path(tempfile.mkdtemp(prefix="merge-pruning-")) if temporary else args.workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     log(
-        f"merge pruning bench: {args.rows:,} rows over {args.partitions} days, partitioned by "
-        f"{'dt, hh' if args.layout == 'product' else 'dt'}, {args.files_per_partition} appends a day, workdir {workdir}"
+        f"merge bench: the same {args.batch_a:,}-change batch on tables of {', '.join(map(_millions, sizes))} rows "
+        f"over {args.partitions} days, partitioned by {'dt, hh' if args.layout == 'product' else 'dt'}, "
+        f"workdir {workdir}"
     )
+    modes = [
+        Mode("pruned-dv", prune=True, deletion_vectors=True, runs=args.repeat),  # the product
+        Mode("unpruned-dv", prune=False, deletion_vectors=True, runs=args.repeat_unpruned),
+        Mode("pruned", prune=True, deletion_vectors=False, runs=args.repeat),  # the files rewritten
+    ]
     try:
         table = load_catalog()["ods.order"]
         hourly = args.layout == "product"
-        layouts = {"uncorrelated": Layout(args.rows, args.partitions, correlated=False, hourly=hourly)}
-        if not args.no_correlated:
-            layouts["correlated"] = Layout(args.rows, args.partitions, correlated=True, hourly=hourly)
-        schema = bench_schema(table, layouts["uncorrelated"])
-        bases: dict[str, Path] = {}
-        builds: dict[str, dict[str, Any]] = {}
-        for name, layout in layouts.items():
-            log(f"building the {name} table ...")
-            bases[name] = workdir / "base" / name
-            builds[name] = build_table(
-                str(bases[name]), layout, schema, args.files_per_partition, args.chunk_rows, name
+        spark = None
+        per_size: dict[int, dict[str, Any]] = {}
+        for rows in sizes:
+            layout = Layout(rows, args.partitions, correlated=False, hourly=hourly)
+            schema = bench_schema(table, layout)
+            size_dir = workdir / _millions(rows)
+            log(f"\n=== {rows:,} rows: building the table ...")
+            build = build_table(
+                str(size_dir / "base"), layout, schema, args.files_per_partition, args.chunk_rows, _millions(rows)
             )
-        history_changes = args.history_changes or max(1, args.batch_a // 12)
-        lakes: dict[str, Path] = {}
-        for name, layout in layouts.items():
-            log(
-                f"recording the ops tables' history of the {name} table: {args.history_batches} batches of "
-                f"{history_changes:,} changes ..."
+            history_changes = args.history_changes or max(1, args.batch_a // 12)
+            log(f"recording the ops tables' history: {args.history_batches} batches of {history_changes:,} changes")
+            lake = size_dir / "history"
+            clone_table(size_dir / "base", lake / KEY[0] / KEY[1])
+            build["history_s"] = build_ops_history(
+                lake, table, layout, args.history_batches, history_changes, args.seed
             )
-            lakes[name] = workdir / "history" / name
-            clone_table(bases[name], lakes[name] / KEY[0] / KEY[1])
-            builds[name]["history_s"] = build_ops_history(
-                lakes[name], table, layout, args.history_batches, history_changes, args.seed
-            )
-        started = time.monotonic()
-        spark = get_session()
-        log(f"Spark session (local): {time.monotonic() - started:.1f}s")
-        uncorrelated = layouts["uncorrelated"]
-        warm_up(spark, table, schema, workdir, lakes["uncorrelated"], uncorrelated, args.history_batches)
-        newest = list(range(args.partitions - 2, args.partitions))
-        spread = list(range(args.partitions - args.batch_b_partitions, args.partitions))
-        plan_a = BatchPlan("a", newest, args.batch_a, 0.40, 0.05, 0.05)
-        plan_b = BatchPlan("b", spread, args.batch_b, 0.10, 0.05, 0.02)
-        common = {"spark": spark, "table": table, "schema": schema, "workdir": workdir, "repeat": args.repeat}
-        common["repeat_unpruned"] = args.repeat_unpruned
-        common["engine"] = args.engine
-        common["history"] = args.history_batches
-        a = scenario(
-            **common,
-            base=lakes["uncorrelated"],
-            layout=uncorrelated,
-            plan=plan_a,
-            label="a",
-            seed=args.seed,
-            compare_spark=not args.no_spark_prepare,
-        )
-        b = scenario(
-            **common, base=lakes["uncorrelated"], layout=uncorrelated, plan=plan_b, label="b", seed=args.seed + 1
-        )
-        c = None
-        if "correlated" in layouts:
-            c = scenario(
-                **common,
-                base=lakes["correlated"],
-                layout=layouts["correlated"],
-                plan=plan_a,
-                label="a-correlated",
+            shutil.rmtree(size_dir / "base")
+            if spark is None:
+                started = time.monotonic()
+                spark = get_session()
+                log(f"Spark session (local): {time.monotonic() - started:.1f}s")
+                warm_up(spark, table, schema, size_dir, lake, layout, args.history_batches)
+            plan = BatchPlan("a", list(range(args.partitions - 2, args.partitions)), args.batch_a, 0.40, 0.05, 0.05)
+            a = scenario(
+                spark,
+                table,
+                schema,
+                size_dir,
+                lake,
+                layout,
+                plan,
+                label=_millions(rows),
                 seed=args.seed,
+                modes=modes,
+                engine=args.engine,
+                compare_spark=rows == sizes[0] and not args.no_spark_prepare,
+                history=args.history_batches,
             )
-        pa_, ua = a["pruned"], a["unpruned"]
+            figures = size_figures(rows, a)
+            figures["build_s"] = round(build["seconds"], 1)
+            if a["spark_prepare_s"] is not None:
+                figures["spark_prepare_s"] = round(a["spark_prepare_s"], 2)
+            per_size[rows] = figures
+            log(f"SIZE rows={rows} " + " ".join(f"{k}={v}" for k, v in figures.items()))
+            shutil.rmtree(size_dir, ignore_errors=True)
+        assert spark is not None
+        smallest, largest = per_size[sizes[0]], per_size[sizes[-1]]
         fields: dict[str, Any] = {
             "engine": engine_label(spark),
-            "rows": builds["uncorrelated"]["rows"],
-            "days": args.partitions,
-            "layout": args.layout,
-            "files": builds["uncorrelated"]["files"],
-            "build_s": round(builds["uncorrelated"]["seconds"], 1),
-            "batch_a_changes": a["expected"]["changes"],
-            "batch_a_prepare_s": round(pa_.prepare_s, 2),
-            "batch_a_pruned_s": round(pa_.merge_s, 2),
-            "batch_a_unpruned_s": round(ua.merge_s, 2),
-            "batch_a_e2e_pruned_s": round(pa_.end_to_end_s, 2),
-            "batch_a_e2e_unpruned_s": round(ua.end_to_end_s, 2),
-            "batch_a_files_scanned": pa_.files_scanned,
-            "batch_a_files_scanned_unpruned": ua.files_scanned,
-            "batch_a_files_removed": pa_.merges[0].metrics["num_target_files_removed"],
-            "batch_a_files_added": pa_.merges[0].metrics["num_target_files_added"],
-            "ratio": round(a["ratio"], 1),
-            "ratio_best": round(a["ratio_best"], 1),
-            "ratio_runs": "{:.2f}-{:.2f}".format(*a["ratio_range"]),
-            "e2e_ratio": round(a["e2e_ratio"], 2),
-            "e2e_ratio_runs": "{:.2f}-{:.2f}".format(*a["e2e_ratio_range"]),
-            "prepare_rows_per_s": round(a["expected"]["changes"] / pa_.prepare_s),
-            "prepare_engine": args.engine,
-            "spark_prepare_s": None if a["spark_prepare_s"] is None else round(a["spark_prepare_s"], 2),
-            "batch_b_changes": b["expected"]["changes"],
-            "batch_b_prepare_s": round(b["pruned"].prepare_s, 2),
-            "batch_b_pruned_s": round(b["pruned"].merge_s, 2),
-            "batch_b_unpruned_s": round(b["unpruned"].merge_s, 2),
-            "batch_b_files_scanned": b["pruned"].files_scanned,
-            "batch_b_files_removed": b["pruned"].merges[0].metrics["num_target_files_removed"],
-            "batch_b_ratio": round(b["ratio"], 1),
-            "batch_b_e2e_ratio": round(b["e2e_ratio"], 2),
+            "sizes": ",".join(_millions(r) for r in sizes),
+            "batch_changes": args.batch_a,
+            "dv_merge_speedup": smallest["dv_merge_speedup"],  # at the smallest size (the target's 20M)
+            "pruned_growth": round(largest["pruned_s"] / smallest["pruned_s"] - 1, 3),
+            f"e2e_ratio_{_millions(sizes[-1])}": largest["e2e_ratio"],
         }
-        if c is not None:
-            fields["correlated_pruned_s"] = round(c["pruned"].merge_s, 2)
-            fields["correlated_unpruned_s"] = round(c["unpruned"].merge_s, 2)
-            fields["correlated_ratio"] = round(c["ratio"], 1)
+        if len(sizes) > 1:  # the scan's growth between sizes, free of its fixed cost (what a per-size slope includes)
+            growth = (largest["unpruned_scan_s"] - smallest["unpruned_scan_s"]) / ((sizes[-1] - sizes[0]) / 1e6)
+            fields["slope_between_sizes_s_per_mrows"] = round(growth, 4)
+            fields["model_ratio_20b"] = round(
+                (largest["unpruned_s"] + growth * (SEED_001_ROWS - sizes[-1]) / 1e6) / largest["pruned_s"], 1
+            )
+        for rows, figures in per_size.items():
+            for name in ("pruned_s", "unpruned_s", "merge_dv_s", "merge_rewrite_s", "slope_s_per_mrows"):
+                fields[f"{name}_{_millions(rows)}"] = figures[name]
+            fields[f"model_ratio_20b_from_{_millions(rows)}"] = figures["model_ratio_20b"]
         fields["total_s"] = round(time.monotonic() - t0, 1)
         fields["peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 1)
         log("\nRESULT " + " ".join(f"{k}={v}" for k, v in fields.items()))

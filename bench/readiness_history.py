@@ -37,7 +37,7 @@ from warehouse_assets.catalog import (
     hourly,
     load_catalog,
 )
-from warehouse_assets.ingest.merge import counts_app_id, ensure_ods_table, journal_positions
+from warehouse_assets.ingest.merge import counts_app_id, journal_positions, ods_arrow_schema
 from warehouse_assets.ingest.ops_tables import INGESTED_COUNTS
 from warehouse_assets.ingest.readiness import hour_key, readiness_events
 
@@ -59,7 +59,8 @@ def build_history(root: Path, days: int, end: datetime = END) -> History:
     table: Table = load_catalog()["ods.order"]
     landing = Landing(root / "landing", hourly.timezone, segment_minutes=24 * 60)
     store = DeltaStore(str(root / "lake"))
-    ensure_ods_table(store, table)
+    # the table holds no rows here, only the positions its merges would commit: delta-rs creates it without a JVM
+    store.create_table(table.key, ods_arrow_schema(table), table.partition_by)
     first = end - timedelta(days=days)
     source: dict[str, list[str]] = {s: [] for s in STREAMS}
     for seq in range(1, days + 1):

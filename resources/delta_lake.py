@@ -14,7 +14,8 @@ Every table lives at ``<lake root>/<layer>/<table>`` and is partitioned by strin
   batch's partition values, so Delta scans only the partitions the batch touches, with the ingestion's app
   transaction in the same commit;
 * :meth:`DeltaStore.optimize` — ``OPTIMIZE ... [WHERE partition] [ZORDER BY]``;
-* :meth:`DeltaStore.maintain` with a session — ``VACUUM ... RETAIN n HOURS`` of the tables Spark writes.
+* :meth:`DeltaStore.maintain` with a session — ``REORG TABLE ... APPLY (PURGE)`` of the partitions with many rows
+  marked deleted, then ``VACUUM ... RETAIN n HOURS`` of the tables Spark writes.
 
 With delta-rs, in the Dagster process and without Spark: the small tables the warehouse keeps about itself
 (:meth:`DeltaStore.append` with app transactions for exactly-once appends,
@@ -22,7 +23,9 @@ With delta-rs, in the Dagster process and without Spark: the small tables the wa
 table's checkpoint and log cleanup, which read and write only the log). :class:`DeltaStore` also answers the
 reads (versions, history, live files and their counts, :meth:`DeltaStore.read_rows`,
 :meth:`DeltaStore.app_versions`) through its :class:`~resources.delta_read.DeltaReader`. Tables use only
-features both engines read and write (no deletion vectors, no column mapping).
+features both engines read (no column mapping); the tables Spark merges into have deletion vectors
+(:meth:`DeltaStore.enable_deletion_vectors`), which delta-rs reads through DataFusion only, so every read of rows
+without a JVM is :meth:`DeltaStore.read_rows`; maintenance purges them (:meth:`DeltaStore.purge_deletion_vectors`).
 
 This module and :mod:`resources.delta_read` are the only ones importing ``deltalake`` (an import-linter
 contract). The lake root's storage options come from dagster-deltalake's storage configuration
@@ -43,7 +46,6 @@ from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from dagster import ConfigurableResource
 from deltalake import CommitProperties, DeltaTable, Schema, write_deltalake
 from deltalake.transaction import Transaction
@@ -59,9 +61,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 COMMIT_ATTEMPTS = 4
+# Maintenance purges a partition once its deletion vectors mark more than this share of its stored rows deleted:
+# every read then still reads them to drop them (Delta's OPTIMIZE rewrites a file past 5 % on its own)
+DELETED_ROWS_PURGE_FRACTION = 0.1
 
 __all__ = [
     "COMMIT_ATTEMPTS",
+    "DELETED_ROWS_PURGE_FRACTION",
     "DeltaLakeResource",
     "DeltaLayerError",
     "DeltaStore",
@@ -123,6 +129,8 @@ class MergeResult:
             "files_removed": m.get("num_target_files_removed", 0),
             "partitions_touched": len(self.partitions),
             "rows_copied": m.get("num_target_rows_copied", 0),
+            # rows marked replaced or deleted in place (tables with deletion vectors) instead of rewritten
+            "deletion_vectors_added": m.get("num_target_deletion_vectors_added", 0),
             "delta_version": self.version,
             "merge_seconds": round(self.duration_s, 3),
             # reported by Delta's MERGE, absent when the engine does not expose them (never inferred)
@@ -284,7 +292,8 @@ class DeltaStore:
             "delta.logRetentionDuration": window,
             "delta.deletedFileRetentionDuration": window,
             "delta.checkpointInterval": str(self.checkpoint_interval),
-            # delta-rs writes tables without deletion vectors: Spark must not turn them on for its merges
+            # off unless a table asks for them (:meth:`enable_deletion_vectors`): delta-rs writes the ops tables
+            # and cannot write deletion vectors, and a partition overwrite gains nothing from them
             "delta.enableDeletionVectors": "false",
         }
 
@@ -299,6 +308,25 @@ class DeltaStore:
             configuration=self.table_configuration(),
             storage_options=self.storage_options or None,
         )
+
+    def enable_deletion_vectors(self, spark: SparkSession, key: Sequence[str] | str) -> bool:
+        """Let Spark's MERGE, UPDATE and DELETE mark replaced and deleted rows in deletion vectors instead of
+        rewriting every file that holds one: a table property, and the protocol's ``deletionVectors`` feature
+        (reader 3, writer 7), in one commit; no data file is rewritten. False when the table had them already.
+
+        Readers then need deletion vectors: delta-rs reads the table through :meth:`read_rows` only (its
+        DataFusion reader); Delta for Spark reads it as any table."""
+        dt = self.table(key)
+        if dt is None:
+            raise DeltaLayerError(f"table {self.table_uri(key)} does not exist")
+        if dt.metadata().configuration.get("delta.enableDeletionVectors") == "true":
+            return False
+        confs = {"spark.databricks.delta.commitInfo.userMetadata": json.dumps({"warehouse.operation": "upgrade"})}
+        with _session_confs(spark, confs), _spark_errors(self.table_uri(key), "enable deletion vectors"):
+            spark.sql(
+                f"ALTER TABLE delta.`{self.spark_path(key)}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')"
+            ).collect()
+        return True
 
     # reads: delta-rs, no JVM ------------------------------------------------------------------------------
     @property
@@ -322,17 +350,20 @@ class DeltaStore:
     def arrow_schema(self, key: Sequence[str] | str) -> pa.Schema | None:
         return self.reader.arrow_schema(key)
 
+    def has_deletion_vectors(self, key: Sequence[str] | str) -> bool:
+        return self.reader.has_deletion_vectors(key)
+
     def read_rows(
         self,
         key: Sequence[str] | str,
         partitions: Sequence[PartitionSpec] | None = None,
         columns: Sequence[str] | None = None,
         version: int | None = None,
-        where: pc.Expression | None = None,
+        where: str | None = None,
     ) -> tuple[pa.Table, ReadStats]:
-        """The rows of ``partitions`` (all without) matching ``where``, read by Arrow from the files the Delta
-        log selects (:meth:`DeltaReader.read_rows <resources.delta_read.DeltaReader.read_rows>`): the small
-        tables the warehouse keeps about itself, a producer's table."""
+        """The rows of ``partitions`` (all without) matching the SQL condition ``where``, read without a JVM by
+        delta-rs's DataFusion reader, which applies deletion vectors
+        (:meth:`DeltaReader.read_rows <resources.delta_read.DeltaReader.read_rows>`)."""
         return self.reader.read_rows(key, partitions, columns, version, where)
 
     def app_versions(self, key: Sequence[str] | str, app_ids: Iterable[str]) -> dict[str, int]:
@@ -544,6 +575,8 @@ class DeltaStore:
         target_columns = [c for c in batch.schema.names if c != op_column]
         if not self.exists(key):
             self.create_table(key, normalize_arrow_schema(batch.select(target_columns).schema), partition_by)
+            # a merged table marks the rows a batch replaces or deletes instead of rewriting their files
+            self.enable_deletion_vectors(spark, key)
         moved = 0
         if moved_out is not None and moved_out.num_rows:
             moved = moved_out.num_rows
@@ -681,31 +714,74 @@ class DeltaStore:
         result["delta_version"] = self._version(key)
         return result
 
+    def purge_deletion_vectors(
+        self, spark: SparkSession, key: Sequence[str] | str, max_deleted_fraction: float = DELETED_ROWS_PURGE_FRACTION
+    ) -> dict[str, Any]:
+        """Rewrite the files of every partition whose deletion vectors mark more than ``max_deleted_fraction`` of
+        its stored rows deleted, without those rows (Spark's ``REORG TABLE ... APPLY (PURGE)``): readers stop
+        reading rows only to drop them. A rewrite (``dataChange=false``): the versions before it still read as
+        they did, until vacuum removes their files."""
+        files, _ = self.live_files(key)
+        stored: dict[tuple[tuple[str, str], ...], list[int]] = {}
+        for action in files:
+            values = {k.removeprefix("partition."): str(v) for k, v in action.items() if k.startswith("partition.")}
+            partition = tuple(sorted(values.items()))
+            totals = stored.setdefault(partition, [0, 0])
+            totals[0] += int(action.get("num_records") or 0)
+            totals[1] += int(action["deleted_records"])
+        due = [
+            dict(p)
+            for p, (rows, deleted) in sorted(stored.items())
+            if deleted and deleted > max_deleted_fraction * rows
+        ]
+        result: dict[str, Any] = {
+            "partitions_purged": len(due),
+            "rows_purged": sum(stored[tuple(sorted(p.items()))][1] for p in due),
+            "files_rewritten": 0,
+        }
+        if not due:
+            return result
+        where = ""
+        if due[0]:  # a partitioned table: only the partitions past the threshold
+            where = " WHERE " + _sql_partition_predicate(None, due, _partition_columns(due))
+        confs = {"spark.databricks.delta.commitInfo.userMetadata": json.dumps({"warehouse.operation": "purge"})}
+        with _session_confs(spark, confs), _spark_errors(self.table_uri(key), "purge deletion vectors"):
+            row = spark.sql(f"REORG TABLE delta.`{self.spark_path(key)}`{where} APPLY (PURGE)").first()
+        metrics = row["metrics"] if row is not None else None
+        result["files_rewritten"] = int(metrics["numFilesRemoved"]) if metrics else 0
+        return result
+
     def maintain(
         self,
         key: Sequence[str] | str,
         retention_hours: int | None = None,
         compact: bool = False,
         spark: SparkSession | None = None,
+        max_deleted_fraction: float = DELETED_ROWS_PURGE_FRACTION,
     ) -> dict[str, Any]:
-        """Keep storage bounded while the time-travel window stays readable.
+        """Keep storage and reads bounded while the time-travel window stays readable.
 
         With ``compact``, first bin-packs each partition's small files into few (a table appended to in
-        small commits, like the ops tables). Then vacuums data files removed longer than ``retention_hours``
-        ago (default: the store's window), writes a checkpoint of the log and drops log entries older than
-        the table's log retention. With ``spark`` (the tables Spark writes) the compaction is Spark's
-        ``OPTIMIZE`` and the vacuum Spark's ``VACUUM``; without, delta-rs does both (the ops tables).
+        small commits, like the ops tables). With ``spark``, the partitions whose deletion vectors mark more
+        than ``max_deleted_fraction`` of their rows deleted are purged (:meth:`purge_deletion_vectors`). Then
+        vacuums data files removed longer than ``retention_hours`` ago (default: the store's window), writes a
+        checkpoint of the log and drops log entries older than the table's log retention. With ``spark`` (the
+        tables Spark writes) the compaction is Spark's ``OPTIMIZE`` and the vacuum Spark's ``VACUUM``; without,
+        delta-rs does both (the ops tables).
         """
         dt = self.table(key)
         if dt is None:
             raise DeltaLayerError(f"table {self.table_uri(key)} does not exist")
         hours = self.time_travel_hours if retention_hours is None else retention_hours
         started = time.monotonic()
+        purged: dict[str, Any] = {}
         if spark is None:
             compacted = dict(dt.optimize.compact()) if compact else {}
             vacuumed = len(dt.vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=False))
         else:
             compacted = self.optimize(key, spark=spark) if compact else {}
+            if self.has_deletion_vectors(key):
+                purged = self.purge_deletion_vectors(spark, key, max_deleted_fraction)
             vacuumed = self._vacuum_with_spark(spark, key, hours)
             dt = self.table(key) or dt  # the log as Spark left it
         dt.create_checkpoint()
@@ -713,6 +789,8 @@ class DeltaStore:
         dt.cleanup_metadata()
         return {
             "files_compacted": int(compacted.get("numFilesRemoved", 0)),
+            "partitions_purged": int(purged.get("partitions_purged", 0)),
+            "rows_purged": int(purged.get("rows_purged", 0)),
             "files_vacuumed": vacuumed,
             "log_files_removed": logs_before - self.reader.log_entries(key),
             "delta_version": dt.version(),

@@ -3,9 +3,9 @@
 
 :class:`DeltaReader` opens a table at ``<lake root>/<key parts>`` (a version of it, for time travel) and reads
 from its log: versions, schema, history, application transaction versions, the live files of some partitions
-and their counts, and the rows of the small tables the warehouse keeps about itself or a producer's table
-(Arrow reads the files the log selects). Nothing here writes; :class:`resources.delta_lake.DeltaStore`
-writes, and delegates its reads here.
+and their counts (rows marked deleted by deletion vectors subtracted); and rows, through delta-rs's DataFusion
+reader, the one that applies deletion vectors (:meth:`DeltaReader.read_rows`). Nothing here writes;
+:class:`resources.delta_lake.DeltaStore` writes, and delegates its reads here.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.fs as pafs
-from deltalake import DeltaTable
+from deltalake import DeltaTable, QueryBuilder
 from deltalake.exceptions import TableNotFoundError
 
 from resources.storage import DeltaLayerError, filesystem
@@ -36,16 +36,41 @@ class ReadStats:
     version: int | None = None
 
 
-def _conjunction(specs: Sequence[PartitionSpec]) -> list[tuple[str, str, Any]] | None:
-    """The partitions as one delta-rs filter (``=`` on the columns they share a value of, ``in`` on one that
-    varies), or None when they do not fit one conjunction (the caller then filters rows itself)."""
-    if not specs or any(set(s) != set(specs[0]) for s in specs):
+def _identifier(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _literal(value: Any) -> str:
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def _sql_partitions(specs: Sequence[PartitionSpec] | None) -> str | None:
+    """The partitions as one SQL condition on their columns (None: every partition; FALSE: none)."""
+    if specs is None:
         return None
-    filters: list[tuple[str, str, Any]] = []
-    for column in specs[0]:
-        values = sorted({str(s[column]) for s in specs})
-        filters.append((column, "=", values[0]) if len(values) == 1 else (column, "in", values))
-    return filters if sum(op == "in" for _, op, _ in filters) <= 1 else None
+    if not specs:
+        return "FALSE"
+    terms = [" AND ".join(f"{_identifier(c)} = {_literal(v)}" for c, v in spec.items()) or "TRUE" for spec in specs]
+    return " OR ".join(f"({t})" for t in terms)
+
+
+def uses_deletion_vectors(dt: DeltaTable) -> bool:
+    return "deletionVectors" in (dt.protocol().reader_features or [])
+
+
+def deleted_rows(dt: DeltaTable) -> dict[str, int]:
+    """Rows marked deleted per data file (its path relative to the table, unquoted) by the table's deletion
+    vectors; nothing is read from a table whose protocol has none."""
+    if not uses_deletion_vectors(dt):
+        return {}
+    base = unquote(dt.table_uri.rstrip("/") + "/")
+    out: dict[str, int] = {}
+    for batch in dt.deletion_vectors():
+        vectors = pa.record_batch(batch)
+        for uri, keep in zip(vectors["filepath"].to_pylist(), vectors["selection_vector"].to_pylist(), strict=True):
+            path = unquote(str(uri))
+            out[path[len(base) :] if path.startswith(base) else path] = keep.count(False)
+    return out
 
 
 @dataclass
@@ -82,43 +107,43 @@ class DeltaReader:
         dt = self.table(key)
         return None if dt is None else pa.schema(dt.schema().to_arrow())  # type: ignore[call-overload]
 
-    # rows: the small tables the warehouse keeps about itself, a producer's table --------------------------
+    # rows: every read of a table's rows without a JVM -----------------------------------------------------
     def read_rows(
         self,
         key: Sequence[str] | str,
         partitions: Sequence[PartitionSpec] | None = None,
         columns: Sequence[str] | None = None,
         version: int | None = None,
-        where: pc.Expression | None = None,
+        where: str | None = None,
     ) -> tuple[pa.Table, ReadStats]:
-        """The rows of ``partitions`` (all without), read by Arrow from the files the Delta log selects,
-        that match ``where`` (Arrow skips the row groups whose statistics exclude it).
+        """The rows of ``partitions`` (all without) that match ``where`` (a SQL condition), read by delta-rs's
+        DataFusion reader: the one way the product reads a table's rows without Spark, with the table's own
+        column types. An empty table (no columns) when the table does not exist.
 
-        The stats say how many files were read: partition pruning keeps a read of a few partitions the
-        same size however many partitions the table has. An empty table (no rows) when it does not exist.
+        DataFusion applies deletion vectors, which delta-rs's Arrow dataset path refuses: a table merged by
+        Spark marks replaced and deleted rows in them instead of rewriting its files. The partitions prune
+        files from the log first, so a read of a few partitions costs the same in a table of any size; the
+        stats say how many files they selected.
         """
         dt = self.table(key, version)
         if dt is None:
             return pa.table({}), ReadStats()
-        # delta-rs selects the files by partition before Arrow sees them: a few partitions cost the same in a
-        # table of any size. The Arrow filter then keeps exactly the wanted partitions.
-        dataset = dt.to_pyarrow_dataset(file_pruning_predicate=_conjunction(partitions or []))
-        selected = None
-        for spec in partitions or []:
-            term = None
-            for column, value in spec.items():
-                equal = pc.field(column) == str(value)
-                term = equal if term is None else term & equal
-            selected = term if selected is None else selected | term
-        if partitions is not None and selected is None:  # no partition wanted: nothing to read
-            selected = pc.scalar(False)
-        if where is not None:
-            selected = where if selected is None else selected & where
-        fragments = list(dataset.get_fragments(filter=selected))
-        rows = dataset.to_table(columns=list(columns) if columns else None, filter=selected)
+        wanted = _sql_partitions(partitions)
+        condition = " AND ".join(f"({c})" for c in (wanted, where) if c is not None)
+        schema = pa.schema(dt.schema().to_arrow())  # type: ignore[call-overload]
+        names = list(columns) if columns else schema.names
+        missing = [c for c in names if c not in schema.names]
+        if missing:
+            raise DeltaLayerError(f"{self.table_uri(key)} has no column(s) {missing}")
+        query = f"SELECT {', '.join(_identifier(c) for c in names)} FROM {_identifier('rows')}"
+        if condition:
+            query += f" WHERE {condition}"
+        reader = QueryBuilder().register("rows", dt).execute(query)
+        # DataFusion reads strings as views: the callers see the table's own types
+        rows = pa.table(reader).cast(pa.schema([schema.field(c) for c in names]))
+        files = 0 if wanted == "FALSE" else len(dt.file_uris(file_pruning_predicate=wanted))
         # files_in_table stays 0: counting them would cost what the pruning saves
-        stats = ReadStats(0, len(fragments), len(fragments), version=int(dt.version()))
-        return rows, stats
+        return rows, ReadStats(0, files, files, version=int(dt.version()))
 
     # application transactions: how far an exactly-once writer got ---------------------------------------
     def app_versions(self, key: Sequence[str] | str, app_ids: Iterable[str]) -> dict[str, int]:
@@ -138,7 +163,9 @@ class DeltaReader:
         partitions: Sequence[PartitionSpec] | None = None,
         version: int | None = None,
     ) -> tuple[list[dict[str, Any]], ReadStats]:
-        """The table's live files in ``partitions`` (every live file without), from the Delta log."""
+        """The table's live files in ``partitions`` (every live file without), from the Delta log: delta-rs's
+        add actions plus ``deleted_records``, the rows its deletion vector marks deleted, and ``live_records``, the
+        rows a reader sees (``num_records`` counts every row the file stores)."""
         dt = self.table(key, version)
         if dt is None:
             raise DeltaLayerError(f"table {self.table_uri(key)} does not exist")
@@ -148,9 +175,18 @@ class DeltaReader:
             wanted = {tuple(sorted((k, str(v)) for k, v in p.items())) for p in partitions}
             cols = sorted({k for p in partitions for k in p})
             actions = [a for a in actions if tuple(sorted((c, a.get(f"partition.{c}")) for c in cols)) in wanted]
+        deleted = deleted_rows(dt) if actions else {}
+        for action in actions:
+            action["deleted_records"] = deleted.get(unquote(str(action["path"])), 0)
+            action["live_records"] = int(action.get("num_records") or 0) - action["deleted_records"]
         stats.files_after_partition_pruning = stats.files_read = len(actions)
         stats.bytes_read = sum(int(a["size_bytes"]) for a in actions)
         return actions, stats
+
+    def has_deletion_vectors(self, key: Sequence[str] | str) -> bool:
+        """Whether the table's writers may mark rows deleted in deletion vectors (its protocol allows them)."""
+        dt = self.table(key)
+        return dt is not None and uses_deletion_vectors(dt)
 
     def history(self, key: Sequence[str] | str, limit: int | None = None) -> list[dict[str, Any]]:
         """The newest commits first; the ``warehouse.*`` keys of a Spark commit's user metadata at the top

@@ -212,12 +212,17 @@ class ExternalSource:
                 touched |= set(by_value)
             else:
                 old_actions, _ = store.live_files(key, version=since_version)
-                before = {str(a["path"]) for a in old_actions}
-                now_paths = {str(a["path"]) for a in actions}
-                touched |= {str(a.get("partition.dt")) for a in actions if a["path"] not in before}
-                removed = before - now_paths
+                # a file is its path and the rows its deletion vector marks deleted (a DELETE may only add one)
+                before = {(str(a["path"]), a["deleted_records"]) for a in old_actions}
+                now_files = {(str(a["path"]), a["deleted_records"]) for a in actions}
+                touched |= {
+                    str(a.get("partition.dt")) for a in actions if (a["path"], a["deleted_records"]) not in before
+                }
+                removed = before - now_files
                 if removed:
-                    touched |= {str(a.get("partition.dt")) for a in old_actions if a["path"] in removed}
+                    touched |= {
+                        str(a.get("partition.dt")) for a in old_actions if (a["path"], a["deleted_records"]) in removed
+                    }
         deliveries = []
         for value in sorted(touched):
             files = by_value.get(value)

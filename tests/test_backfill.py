@@ -43,13 +43,13 @@ from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from dagster._core.workspace.context import WorkspaceProcessContext
 from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
 from dagster._daemon.backfill import execute_backfill_iteration
-from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from resources import resources_from_env
 from simulator.cdc import SimulationConfig, simulate
 from simulator.external import simulate_external_for_landing
 from tests.support import oracle
+from tests.support.lake import row_dicts
 from warehouse_assets.build.gate import backfill_partitions
 from warehouse_assets.catalog import upstream_partitions
 from warehouse_assets.cli.headless import report_external_deliveries, report_ready_hours, run_ingest
@@ -196,7 +196,7 @@ def _runs_of(b: Backfilled, fqn: str) -> list[Any]:
 
 
 def _rows(b: Backfilled, layer: str, name: str) -> list[dict[str, Any]]:
-    return DeltaTable(str(b.lake / layer / name)).to_pyarrow_table().to_pylist()
+    return row_dicts(str(b.lake / layer / name))
 
 
 def test_the_backfill_completes_and_materializes_every_planned_partition(backfilled: Backfilled) -> None:

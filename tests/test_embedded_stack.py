@@ -30,7 +30,6 @@ from pathlib import Path
 import pytest
 from dagster import AssetCheckKey, AssetKey, AssetRecordsFilter, DagsterInstance, DagsterRunStatus, RunsFilter
 from dagster._core.execution.backfill import BulkActionStatus
-from deltalake import DeltaTable
 from selenium import webdriver
 from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service
@@ -44,6 +43,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from resources.spark import port_open
 from tests.resources.test_spark_delta import assert_round
 from tests.support.dev_stack import DAY, DEADLINE_S, ROOT, STALL_S, await_partition, free_port, graphql, start_stack
+from tests.support.lake import row_dicts
 from warehouse_assets.build.validity import VALID
 from warehouse_assets.catalog import load_catalog
 
@@ -279,7 +279,7 @@ def test_runs_creating_one_table_at_once_over_connect_all_land(stack: Stack, tmp
     )
     assert done.returncode == 0, done.stderr[-3000:]
     for n in range(3):
-        rows = DeltaTable(str(lake / "dws" / f"t{n}")).to_pyarrow_table().to_pylist()
+        rows = row_dicts(str(lake / "dws" / f"t{n}"))
         assert sorted(r["hh"] for r in rows) == ["00", "01"], rows
 
 

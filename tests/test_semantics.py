@@ -367,7 +367,7 @@ def test_by_hand_the_self_dependent_chain_starts_at_the_first_partition_and_need
     # the first partition needs no T-1; a range is built in time order in one run
     assert _run(catalog, lake, instance, "dws.cum", "2026-01-01", "2026-01-03") is None
     assert instance.get_materialized_partitions(AssetKey(["dws", "cum"])) == set(_days("2026-01-01", "2026-01-03"))
-    rows = lake["resources"]["lake"].store().table(["dws", "cum"]).to_pyarrow_table().to_pylist()
+    rows = lake["resources"]["lake"].store().read_rows(["dws", "cum"])[0].to_pylist()
     totals = {(r["dt"], r["id"]): r["v"] for r in rows}
     assert totals == {(d, i): n for n, d in enumerate(_days("2026-01-01", "2026-01-03"), 1) for i in (1, 2)}
 

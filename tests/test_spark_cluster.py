@@ -34,6 +34,7 @@ from resources import LandingResource, resources_from_env
 from resources.spark import port_open, spark_home
 from simulator.cdc import SimulationConfig, simulate
 from tests.support.dev_stack import free_port
+from tests.support.lake import row_dicts
 from warehouse_assets.build.zorder import build_zorder_job
 from warehouse_assets.catalog import load_catalog
 from warehouse_assets.cli.headless import materialize_range, run_ingest
@@ -69,8 +70,7 @@ def _materialize(lake: Path, landing: Path, env: Mapping[str, str]) -> bool:
 
 def _rows(lake: Path, fqn: str) -> list[str]:
     layer, name = fqn.split(".")
-    table = DeltaTable(str(lake / layer / name))
-    return sorted(json.dumps(row, sort_keys=True, default=str) for row in table.to_pyarrow_table().to_pylist())
+    return sorted(json.dumps(row, sort_keys=True, default=str) for row in row_dicts(lake / layer / name))
 
 
 def _start(args: list[str], env: Mapping[str, str], log: Path) -> subprocess.Popen[bytes]:

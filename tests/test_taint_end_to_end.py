@@ -34,6 +34,7 @@ from resources import LandingResource, resources_from_env
 from simulator.cdc import SimulationConfig, simulate
 from simulator.corrections import confined_rows, corrupt_hour, resend_corrected
 from tests.support import oracle
+from tests.support.lake import row_dicts
 from tests.support.repair import SYNC_RUNS, code_location, run_backfill
 from warehouse_assets.build.validity import tainted_in_instance
 from warehouse_assets.catalog import load_catalog
@@ -82,7 +83,7 @@ def _at(day: date) -> datetime:
 
 
 def _rows(lake: Path, fqn: str) -> list[dict[str, Any]]:
-    rows = pa.table(DeltaTable(str(lake / Path(*fqn.split(".")))).to_pyarrow_table()).to_pylist()
+    rows = row_dicts(lake / Path(*fqn.split(".")))
     return [r for r in rows if not r.get("_deleted")]
 
 

@@ -29,12 +29,12 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from resources.delta_lake import DeltaStore
 from resources.landing import Landing
 from tests.support import oracle
+from tests.support.lake import row_dicts
 from warehouse_assets import cli
 from warehouse_assets.catalog import load_catalog
 from warehouse_assets.ingest.capture import (
@@ -319,7 +319,7 @@ def _source_rows(db: MariaDB, database: str, table: str) -> dict[int, dict[str, 
 
 def _ods_rows(store: DeltaStore, fqn: str) -> dict[int, dict[str, Any]]:
     table = CATALOG[fqn]
-    rows = DeltaTable(store.table_uri(table.key)).to_pyarrow_table().to_pylist()
+    rows = row_dicts(store.table_uri(table.key))
     oracle.assert_each_key_live_once(rows, table.primary_key, table.partition_by)
     return {int(r["id"]): r for r in rows if not r["_deleted"]}
 

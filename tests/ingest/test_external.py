@@ -44,6 +44,7 @@ from simulator.external import (
     simulate_external,
 )
 from tests.support.center_harness import CenterTicker
+from tests.support.lake import row_dicts
 from warehouse_assets.build.compiler import max_partitions_per_run
 from warehouse_assets.build.gate import DEGRADED, STATE
 from warehouse_assets.build.quality import report_valid
@@ -354,7 +355,6 @@ def _materialize(
 
 
 def test_marketing_roi_and_order_usd_equal_an_independent_computation(tmp_path: Path, spark: SparkSession) -> None:
-    from deltalake import DeltaTable
 
     now = datetime(2026, 3, 4, 12, tzinfo=TZ)
     simulate_external(tmp_path / "external", FIRST, now, SEED)
@@ -400,7 +400,7 @@ def test_marketing_roi_and_order_usd_equal_an_independent_computation(tmp_path: 
     for path in sorted((tmp_path / "external" / "marketing_spend" / f"dt={day(0)}").glob("part-*.csv")):
         rows += list(csv.DictReader(path.open()))
     spend = sum(Decimal(r["spend"]) for r in rows)
-    [roi] = DeltaTable(str(tmp_path / "lake" / "ads" / "marketing_roi")).to_pyarrow_table().to_pylist()
+    [roi] = row_dicts(str(tmp_path / "lake" / "ads" / "marketing_roi"))
     assert roi["ds"] == roi["dt"] == day(0)
     assert roi["spend"] == spend
     assert roi["impressions"] == sum(int(r["impressions"]) for r in rows)
@@ -410,12 +410,9 @@ def test_marketing_roi_and_order_usd_equal_an_independent_computation(tmp_path: 
     assert roi["roi"] == (gmv / spend).quantize(Decimal("0.0001"), ROUND_HALF_UP)
     assert roi["cost_per_paying_user"] == (spend / paying).quantize(Decimal("0.01"), ROUND_HALF_UP)
 
-    fx = DeltaTable(str(tmp_path / "external" / "fx_rate")).to_pyarrow_table().to_pylist()
+    fx = row_dicts(str(tmp_path / "external" / "fx_rate"))
     [rate] = [r["rate"] for r in fx if r["dt"] == day(0) and r["currency"] == "CNY" and r["quote"] == "USD"]
-    usd = {
-        r["status"]: r
-        for r in DeltaTable(str(tmp_path / "lake" / "dws" / "order_usd_daily")).to_pyarrow_table().to_pylist()
-    }
+    usd = {r["status"]: r for r in row_dicts(str(tmp_path / "lake" / "dws" / "order_usd_daily"))}
     assert set(usd) == {"paid", "cancelled"}
     paid = sum(Decimal(a) for _, s, a in orders if s == "paid")
     assert usd["paid"]["orders"] == 3 and usd["paid"]["amount_cny"] == paid

@@ -18,6 +18,7 @@ from pyspark.sql import SparkSession
 from resources.delta_lake import DeltaStore
 from resources.landing import Landing
 from tests.support import oracle
+from tests.support.lake import row_dicts
 from warehouse_assets.catalog import Table, load_catalog
 from warehouse_assets.ingest.merge import (
     QUARANTINE_KEY,
@@ -130,7 +131,7 @@ class Ods:
 
     def all_rows(self) -> list[dict[str, Any]]:
         """Every row, tombstones included: a DELETE is kept as a row flagged ``_deleted`` that readers skip."""
-        return DeltaTable(self.store.table_uri(self.table.key)).to_pyarrow_table().to_pylist()
+        return row_dicts(self.store.table_uri(self.table.key))
 
     def rows(self) -> list[dict[str, Any]]:
         """Live rows."""
@@ -149,7 +150,7 @@ class Ods:
     def quarantine(self) -> list[dict[str, Any]]:
         if not self.store.exists(QUARANTINE_KEY):
             return []
-        return DeltaTable(self.store.table_uri(QUARANTINE_KEY)).to_pyarrow_table().to_pylist()
+        return row_dicts(self.store.table_uri(QUARANTINE_KEY))
 
 
 @pytest.fixture
@@ -412,6 +413,34 @@ def test_an_update_moving_the_partition_time_leaves_the_key_live_in_its_new_part
     ods.ingest()
     assert sorted(ods.by_id()) == [2]
     assert ods.places(1) == [(DAY, "10", True), (DAY, "11", True)]
+
+
+def test_a_batch_marks_the_rows_it_replaces_in_deletion_vectors_and_copies_none(ods: Ods) -> None:
+    ods.write("order_00", 1, [message(1, "INSERT", [order(1), order(2), order(3), order(4)], 1)])
+    ods.ingest()
+    assert ods.store.has_deletion_vectors(ods.table.key)  # the ingestion created the table with them
+
+    update = message(2, "UPDATE", [order(1, "paid", update_time=_local(6))], 6)
+    delete = message(3, "DELETE", [order(2, update_time=_local(7))], 7)
+    ods.write("order_00", 2, [update, delete, move(4, 3, frm=1, to=65, minute=8)])
+    batch = ods.ingest().batches[0]
+    assert batch.merge is not None
+    merge = batch.merge.metadata()
+    # three of hour 10's four rows replaced (the delete is a tombstone): marked in a deletion vector, and the
+    # unchanged row 4 is not rewritten
+    assert merge["rows_copied"] == 0 and merge["deletion_vectors_added"] == 1
+    assert {k: (r["status"], r["hh"]) for k, r in ods.by_id().items()} == {
+        1: ("paid", "10"),
+        3: ("created", "11"),
+        4: ("created", "10"),
+    }
+
+    def seen(rows: Sequence[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        return sorted((r["id"], r["status"], r["dt"], r["hh"], r["_deleted"]) for r in rows)
+
+    # the independent replay of the log (data files minus the rows their deletion vectors mark) agrees
+    replayed = oracle.delta_live_rows(Path(ods.store.table_uri(ods.table.key)))
+    assert seen(replayed) == seen(ods.all_rows()) and len(replayed) == 5  # 1, 2's tombstone, 3 and its tombstone, 4
 
 
 def test_several_moves_of_a_key_in_one_batch_leave_it_live_in_the_newest_partition_only(ods: Ods) -> None:

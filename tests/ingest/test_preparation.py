@@ -13,13 +13,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from resources.delta_lake import DeltaStore
 from resources.landing import Landing, read_lines
 from simulator.cdc import SimulationConfig, simulate
 from tests.ingest.test_ingestion import DB, _local, message, order
+from tests.support.lake import table_rows
 from warehouse_assets.catalog import Table, load_catalog
 from warehouse_assets.ingest.merge import CHANGES_KEY, QUARANTINE_KEY, ingest_table
 from warehouse_assets.ingest.preparation import InProcessPreparation, SparkPreparation, classified_schema
@@ -228,7 +228,7 @@ def test_ingestion_on_either_engine_leaves_the_same_tables(
         ingest_table(spark, store, landing, table, max_segments_per_stream=24, engine=engine)  # type: ignore[arg-type]
 
     def content(store: DeltaStore, key: Sequence[str], order_by: Sequence[str]) -> list[dict[str, Any]]:
-        data = DeltaTable(store.table_uri(key)).to_pyarrow_table()
+        data = table_rows(store.table_uri(key))
         return data.sort_by([(c, "ascending") for c in order_by]).to_pylist()
 
     a, b = lakes["in-process"], lakes["spark"]
@@ -236,4 +236,4 @@ def test_ingestion_on_either_engine_leaves_the_same_tables(
     assert content(a, CHANGES_KEY, ["stream", "change"]) == content(b, CHANGES_KEY, ["stream", "change"])
     order_q = ["stream", "segment", "line", "row_index"]
     assert content(a, QUARANTINE_KEY, order_q) == content(b, QUARANTINE_KEY, order_q)
-    assert pc.sum(DeltaTable(a.table_uri(CHANGES_KEY)).to_pyarrow_table()["seq"]).as_py() > 0
+    assert pc.sum(table_rows(a.table_uri(CHANGES_KEY))["seq"]).as_py() > 0

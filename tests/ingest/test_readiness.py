@@ -18,13 +18,13 @@ from dagster import (
     instance_for_test,
 )
 from dagster._core.test_utils import create_run_for_test
-from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from resources.delta_lake import DeltaLakeResource, DeltaStore
 from resources.landing import Landing, LandingResource
 from sensors.ods import build_landing_sensor, build_readiness_sensor
 from simulator.cdc import SimulationConfig, simulate
+from tests.support.lake import row_dicts
 from warehouse_assets.build.hour_checks import judge_hours
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.ingest.job import build_ingest_job
@@ -119,7 +119,7 @@ def test_event_rows_are_the_rows_of_the_partition(lake: Lake) -> None:
     counted = 0
     for event in events:
         table = lake.catalog[".".join(event.asset_key.path)]
-        rows = DeltaTable(lake.store.table_uri(table.key)).to_pyarrow_table().to_pylist()
+        rows = row_dicts(lake.store.table_uri(table.key))
         start = datetime.strptime(str(event.partition), "%Y-%m-%d-%H:%M")
         expected = sum(1 for r in rows if (r["dt"], r["hh"]) == (f"{start:%Y-%m-%d}", f"{start:%H}"))
         assert event.metadata["rows"].value == expected, (table.fqn, event.partition)

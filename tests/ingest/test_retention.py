@@ -21,9 +21,7 @@ def _write(store: DeltaStore, spark: SparkSession, value: int) -> None:
 
 
 def _values(store: DeltaStore, version: int | None = None) -> set[int]:
-    table = store.table(KEY, version)
-    assert table is not None
-    return set(table.to_pyarrow_table().column("v").to_pylist())
+    return set(store.read_rows(KEY, columns=["v"], version=version)[0].column("v").to_pylist())
 
 
 @ENGINES

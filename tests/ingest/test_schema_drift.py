@@ -15,6 +15,7 @@ from resources.delta_lake import DeltaStore
 from resources.landing import Landing
 from simulator.cdc import SimulationConfig, simulate
 from tests.support import oracle
+from tests.support.lake import row_dicts, table_rows
 from warehouse_assets.catalog import load_catalog
 from warehouse_assets.ingest.merge import QUARANTINE_KEY, ingest_batch, ingest_table, spark_type_of_mysql
 
@@ -23,7 +24,7 @@ CATALOG = load_catalog()
 
 def _live(store: DeltaStore, fqn: str) -> list[dict]:
     table = CATALOG[fqn]
-    rows = DeltaTable(store.table_uri(table.key)).to_pyarrow_table().to_pylist()
+    rows = row_dicts(store.table_uri(table.key))
     oracle.assert_each_key_live_once(rows, table.primary_key, table.partition_by)
     return [r for r in rows if not r["_deleted"]]
 
@@ -79,7 +80,7 @@ def test_a_changed_column_type_is_quarantined_with_its_value(spark: SparkSession
     store = DeltaStore(str(tmp_path / "lake"))
     report = ingest_table(spark, store, Landing(tmp_path / "landing"), CATALOG["ods.user"])
     assert report.total("rows_quarantined") == 1
-    quarantined = DeltaTable(store.table_uri(QUARANTINE_KEY)).to_pyarrow_table().to_pylist()
+    quarantined = row_dicts(store.table_uri(QUARANTINE_KEY))
     assert quarantined[0]["reason"] == "bad value for grade: G3"
     assert (quarantined[0]["segment"], quarantined[0]["line"]) == ("000001-20260302T1000.jsonl", 1)
 
@@ -110,7 +111,7 @@ def test_applying_the_same_segments_twice_changes_no_content(spark: SparkSession
 
 
 def _content(store: DeltaStore, key: list[str]) -> pa.Table:
-    data = DeltaTable(store.table_uri(key)).to_pyarrow_table()
+    data = table_rows(store.table_uri(key))
     return data.sort_by([(name, "ascending") for name in data.column_names])
 
 
@@ -168,5 +169,5 @@ def test_a_quarantined_record_does_not_change_the_schema(
     schema = DeltaTable(store.table_uri(CATALOG["ods.user"].key)).schema().to_arrow()
     assert "coupon" not in pa.schema(schema).names  # type: ignore[call-overload]
     assert [r["id"] for r in _live(store, "ods.user")] == [4]
-    quarantined = DeltaTable(store.table_uri(QUARANTINE_KEY)).to_pyarrow_table().to_pylist()
+    quarantined = row_dicts(store.table_uri(QUARANTINE_KEY))
     assert [(q["line"], q["reason"], q["raw"]) for q in quarantined] == [(2, reason, drifted)]

@@ -17,6 +17,7 @@ from deltalake import DeltaTable
 
 from resources import spark as spark_module
 from resources.spark import DELTA_CONF, jars_dir, jvm_dependency_conf, spark_home
+from tests.support.lake import table_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 # a jar's artifact and version: `log4j-1.2-api-2.25.4.jar`, `zstd-jni-1.5.7-7.jar`, `orc-core-2.3.0-shaded-protobuf.jar`
@@ -56,15 +57,15 @@ def assert_round(path: str, seen_by_spark: dict[str, Any]) -> None:
     assert seen_by_spark["version_0"] == [list(row) for row in ORIGINAL]
     assert seen_by_spark["history"] == [[0, "WRITE"], [1, "MERGE"]]
 
-    def delta_rs_rows(table: DeltaTable) -> list[list[Any]]:
-        data = table.to_pyarrow_table().to_pydict()
+    def delta_rs_rows(version: int | None = None) -> list[list[Any]]:
+        data = table_rows(path, version=version).to_pydict()
         return sorted([list(row) for row in zip(data["order_id"], data["amount"], data["day"], strict=True)])
 
     table = DeltaTable(path)
     assert table.version() == 1
     assert table.metadata().partition_columns == ["day"]
-    assert delta_rs_rows(table) == seen_by_spark["current"]
-    assert delta_rs_rows(DeltaTable(path, version=0)) == seen_by_spark["version_0"]
+    assert delta_rs_rows() == seen_by_spark["current"]
+    assert delta_rs_rows(version=0) == seen_by_spark["version_0"]
 
 
 def test_spark_writes_merges_and_time_travels_delta_that_delta_rs_reads(spark: Any, tmp_path: Path) -> None:

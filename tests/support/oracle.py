@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import struct
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,7 +24,10 @@ from datetime import date, datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 from zoneinfo import ZoneInfo
+
+import pyarrow.parquet as pq
 
 LOGICAL_TABLES = ("user", "course", "lesson", "order", "attendance")
 HEARTBEAT = "heartbeat"
@@ -227,17 +231,125 @@ def partition_counts(
     return dict(sorted(out.items()))
 
 
-def delta_live_paths(table_dir: Path) -> set[str]:
-    """Live data files of a Delta table by a plain replay of its JSON log (independent of delta-rs)."""
-    live: set[str] = set()
+def _live_files(table_dir: Path) -> dict[str, dict[str, Any]]:
+    """The add actions of a Delta table's live files by a plain replay of its JSON log (independent of delta-rs
+    and Spark). A file is its path and its deletion vector: a commit that marks more of a file's rows deleted
+    removes the (path, old vector) and adds the (path, new vector), in either order."""
+
+    def identity(action: Mapping[str, Any]) -> tuple[str, str | None]:
+        dv = action.get("deletionVector")
+        return action["path"], None if not dv else f"{dv['storageType']}{dv['pathOrInlineDv']}@{dv.get('offset')}"
+
+    live: dict[tuple[str, str | None], dict[str, Any]] = {}
     for entry in sorted((Path(table_dir) / "_delta_log").glob("*.json")):
         for line in entry.read_text(encoding="utf-8").splitlines():
             action = json.loads(line)
             if "add" in action:
-                live.add(action["add"]["path"])
+                live[identity(action["add"])] = action["add"]
             elif "remove" in action:
-                live.discard(action["remove"]["path"])
-    return live
+                live.pop(identity(action["remove"]), None)
+    return {f"{path}#{vector}": add for (path, vector), add in live.items()}
+
+
+def delta_live_paths(table_dir: Path) -> set[str]:
+    """Live data files of a Delta table by a plain replay of its JSON log (independent of delta-rs)."""
+    return {add["path"] for add in _live_files(table_dir).values()}
+
+
+_Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
+_DV_MAGIC = 1681511377
+
+
+def _z85_decode(text: str) -> bytes:
+    out = bytearray()
+    for i in range(0, len(text), 5):
+        value = 0
+        for char in text[i : i + 5]:
+            value = value * 85 + _Z85.index(char)
+        out += value.to_bytes(4, "big")
+    return bytes(out)
+
+
+def _roaring_bitmap(data: bytes, at: int) -> tuple[set[int], int]:
+    """One 32-bit Roaring bitmap in the portable format (RoaringFormatSpec) starting at ``at``, and where it ends."""
+    (cookie,) = struct.unpack_from("<I", data, at)
+    at += 4
+    runs: bytes = b""
+    if cookie & 0xFFFF == 12347:  # with run containers
+        size = (cookie >> 16) + 1
+        runs = data[at : at + (size + 7) // 8]
+        at += len(runs)
+    elif cookie == 12346:
+        (size,) = struct.unpack_from("<I", data, at)
+        at += 4
+    else:
+        raise ValueError(f"not a portable Roaring bitmap (cookie {cookie})")
+    header = [struct.unpack_from("<HH", data, at + 4 * i) for i in range(size)]
+    at += 4 * size
+    if not runs or size >= 4:  # the offset header, not needed to read the containers in order
+        at += 4 * size
+    values: set[int] = set()
+    for i, (key, cardinality_minus_one) in enumerate(header):
+        high = key << 16
+        if runs and runs[i // 8] >> (i % 8) & 1:
+            (count,) = struct.unpack_from("<H", data, at)
+            at += 2
+            for start, length in (struct.unpack_from("<HH", data, at + 4 * r) for r in range(count)):
+                values.update(range(high + start, high + start + length + 1))
+            at += 4 * count
+        elif cardinality_minus_one + 1 > 4096:  # a bitset of 2^16 bits
+            for word_index, word in enumerate(struct.unpack_from("<1024Q", data, at)):
+                values.update(high + word_index * 64 + b for b in range(64) if word >> b & 1)
+            at += 8192
+        else:
+            count = cardinality_minus_one + 1
+            values.update(high + v for v in struct.unpack_from(f"<{count}H", data, at))
+            at += 2 * count
+    return values, at
+
+
+def deleted_row_indexes(table_dir: Path, vector: Mapping[str, Any]) -> set[int]:
+    """The row indexes a deletion vector descriptor marks deleted, decoded as the Delta protocol describes it:
+    z85-encoded inline or in a ``deletion_vector_<uuid>.bin`` file (at ``offset``, a big-endian size first), a
+    magic number then a 64-bit Roaring bitmap array (bitmaps by their high 32 bits)."""
+    kind, where = vector["storageType"], vector["pathOrInlineDv"]
+    if kind == "i":
+        data = _z85_decode(where)
+    else:
+        if kind == "u":
+            raw = _z85_decode(where[-20:]).hex()
+            uuid = f"{raw[:8]}-{raw[8:12]}-{raw[12:16]}-{raw[16:20]}-{raw[20:]}"
+            path = Path(table_dir) / where[:-20] / f"deletion_vector_{uuid}.bin"
+        else:
+            path = Path(where.removeprefix("file:"))
+        blob = path.read_bytes()
+        offset = int(vector.get("offset") or 1)
+        (size,) = struct.unpack_from(">I", blob, offset)
+        data = blob[offset + 4 : offset + 4 + size]
+    magic, bitmaps = struct.unpack_from("<IQ", data, 0)
+    if magic != _DV_MAGIC:
+        raise ValueError(f"{table_dir}: deletion vector {where} has magic {magic}, not {_DV_MAGIC}")
+    at, rows = 12, set()
+    for _ in range(bitmaps):
+        (high,) = struct.unpack_from("<I", data, at)
+        low, at = _roaring_bitmap(data, at + 4)
+        rows.update((high << 32) | v for v in low)
+    if len(rows) != int(vector["cardinality"]):
+        raise ValueError(
+            f"{table_dir}: deletion vector {where} decodes to {len(rows)} rows, not {vector['cardinality']}"
+        )
+    return rows
+
+
+def delta_live_rows(table_dir: Path) -> list[Row]:
+    """The rows a reader of a Delta table sees, by a plain replay of its JSON log: each live file read with Parquet
+    alone, the rows its deletion vector marks deleted dropped, its partition values (strings) added."""
+    rows: list[Row] = []
+    for add in _live_files(table_dir).values():
+        data = pq.read_table(Path(table_dir) / unquote(add["path"])).to_pylist()
+        deleted = deleted_row_indexes(table_dir, add["deletionVector"]) if add.get("deletionVector") else set()
+        rows += [{**row, **add["partitionValues"]} for i, row in enumerate(data) if i not in deleted]
+    return rows
 
 
 # --- the example warehouse's figures, from the replayed rows ----------------------------------------------

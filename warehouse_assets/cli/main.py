@@ -8,6 +8,7 @@
     warehouse taint ods.order S E --reason R    what partitions S..E taint downstream; --apply marks and repairs
     warehouse status                            the engine's heartbeat, the runs queued and running, the start
     warehouse status dwd.order_detail           each partition: materialized, valid or tainted, checks
+    warehouse upgrade-lake                      turn deletion vectors on for an existing lake's ODS tables (in place)
     warehouse spark-server                      run the embedded Spark Connect server in the foreground
     warehouse capture --source mysql://U@H:P    real sources: a MySQL/MariaDB binlog into the landing area
     warehouse dev                               what `make dev` runs: data, Spark Connect, dagster dev
@@ -155,6 +156,21 @@ def materialize_command(args: argparse.Namespace, instance: Any, resources: dict
     return 0 if ok else 1
 
 
+def upgrade_lake_command(resources: dict[str, Any]) -> int:
+    """Deletion vectors for every ODS table of an existing lake, in place: a table property change and the protocol
+    feature it needs, one commit per table; no data file is rewritten and earlier versions stay readable."""
+    from warehouse_assets.catalog import load_catalog
+    from warehouse_assets.ingest.maintenance import upgrade_to_deletion_vectors
+
+    store = resources["lake"].store()
+    upgraded = upgrade_to_deletion_vectors(store, load_catalog(), resources["spark"].session())
+    for fqn, now in sorted(upgraded.items()):
+        say(f"{fqn:<16} {'deletion vectors enabled' if now else 'already has deletion vectors'}")
+    if not upgraded:
+        say(f"no ODS table under {store.root} yet: tables are created with deletion vectors")
+    return 0
+
+
 # --- entry point -------------------------------------------------------------------------------------------
 
 
@@ -213,6 +229,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     eng = sub.add_parser("engine", help="the dependency center: starts each partition's run once its upstream is ready")
     eng.add_argument("--url", default=None, help="the Dagster webserver (default: WAREHOUSE_WEBSERVER_URL)")
+    sub.add_parser(
+        "upgrade-lake",
+        help="turn deletion vectors on for the ODS tables of an existing lake (a table property; no data rewritten)",
+    )
     srv = sub.add_parser("spark-server", help="run the Spark Connect server in the foreground")
     srv.add_argument("--port", type=int, default=15002, help="the port it listens on (default 15002)")
 
@@ -247,6 +267,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from resources import resources_from_env
 
     resources = resources_from_env()
+    if args.command == "upgrade-lake":
+        return upgrade_lake_command(resources)
     instance = _instance(args.dagster_home)
     if args.command == "why":
         return why_command(args, instance, resources)

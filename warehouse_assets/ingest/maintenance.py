@@ -1,8 +1,13 @@
-"""Lake maintenance: vacuum, log checkpoints and log cleanup for every table, on a daily schedule.
+"""Lake maintenance: vacuum, log checkpoints and log cleanup for every table, on a daily schedule; and the in-place
+upgrade of an existing lake's ODS tables to deletion vectors.
 
-The tables Spark writes are vacuumed by Spark's ``VACUUM``; the ops tables (:mod:`warehouse_assets.ingest.ops_tables`),
-which delta-rs writes, by delta-rs, and they are also compacted: they grow by a small commit per batch.
+The tables Spark writes are vacuumed by Spark's ``VACUUM``, after their partitions with many rows marked deleted by
+deletion vectors are purged (``REORG TABLE ... APPLY (PURGE)``); the ops tables
+(:mod:`warehouse_assets.ingest.ops_tables`), which delta-rs writes, by delta-rs, and they are also compacted: they grow
+by a small commit per batch.
 """
+
+from typing import TYPE_CHECKING
 
 from dagster import (
     DefaultScheduleStatus,
@@ -15,10 +20,20 @@ from dagster import (
     op,
 )
 
-from resources.delta_lake import DeltaLakeResource
+from resources.delta_lake import DeltaLakeResource, DeltaStore
 from resources.spark import SparkResource
 from warehouse_assets.catalog import Catalog, periods
 from warehouse_assets.ingest.ops_tables import OPS_TABLES
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def upgrade_to_deletion_vectors(store: DeltaStore, catalog: Catalog, spark: "SparkSession") -> dict[str, bool]:
+    """Turn deletion vectors on for every existing ODS table that has none (a table property and the protocol
+    feature, one commit each, no data file rewritten): their merges then mark the rows they replace or delete
+    instead of rewriting the files holding them. Table → whether it was upgraded now (False: it had them)."""
+    return {t.fqn: store.enable_deletion_vectors(spark, t.key) for t in catalog if t.is_ods and store.exists(t.key)}
 
 
 def build_maintenance(catalog: Catalog) -> tuple[JobDefinition, ScheduleDefinition]:
@@ -30,7 +45,8 @@ def build_maintenance(catalog: Catalog) -> tuple[JobDefinition, ScheduleDefiniti
 
     @op(
         name="maintain_lake",
-        description="Compact the ops tables; vacuum outside the time-travel window, checkpoint, clean the log.",
+        description="Compact the ops tables; purge deletion vectors past their threshold; vacuum outside the "
+        "time-travel window, checkpoint, clean the log.",
     )
     def maintain_lake(
         context: OpExecutionContext, lake: DeltaLakeResource, spark: SparkResource
@@ -45,6 +61,7 @@ def build_maintenance(catalog: Catalog) -> tuple[JobDefinition, ScheduleDefiniti
             done[".".join(key)] = {k: int(v) for k, v in result.items() if k != "duration_s"}
             context.log.info(
                 f"{'.'.join(key)}: {result['files_compacted']} files compacted, "
+                f"{result['partitions_purged']} partitions purged of {result['rows_purged']} deleted rows, "
                 f"{result['files_vacuumed']} files vacuumed, "
                 f"{result['log_files_removed']} log entries removed, version {result['delta_version']}"
             )
@@ -53,6 +70,7 @@ def build_maintenance(catalog: Catalog) -> tuple[JobDefinition, ScheduleDefiniti
             metadata={
                 "tables": len(done),
                 "files_compacted": sum(d["files_compacted"] for d in done.values()),
+                "partitions_purged": sum(d["partitions_purged"] for d in done.values()),
                 "files_vacuumed": sum(d["files_vacuumed"] for d in done.values()),
                 "log_files_removed": sum(d["log_files_removed"] for d in done.values()),
             },

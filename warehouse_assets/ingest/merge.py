@@ -156,9 +156,12 @@ class TableReport:
         }
 
 
-def ensure_ods_table(store: DeltaStore, table: Table) -> None:
+def ensure_ods_table(store: DeltaStore, table: Table, spark: SparkSession) -> None:
+    """The ODS table, created on first use with deletion vectors: a merge marks the rows it replaces or deletes
+    instead of rewriting every file holding one."""
     if not store.exists(table.key):
         store.create_table(table.key, ods_arrow_schema(table), table.partition_by, table.description)
+        store.enable_deletion_vectors(spark, table.key)
 
 
 def committed_batch(store: DeltaStore, table: Table) -> tuple[int, dict[str, int]]:
@@ -467,7 +470,7 @@ def ingest_batch(
     tz = tz or periods().timezone
     started = time.monotonic()
     report = BatchReport(table=table.fqn, segments=len(segments))
-    ensure_ods_table(store, table)
+    ensure_ods_table(store, table, spark)
     positions: dict[str, int] = {}
     for segment in segments:
         positions[segment.stream] = max(positions.get(segment.stream, 0), segment.seq)

@@ -289,7 +289,7 @@ def late_hours(state: Readiness, last_reported: str | None, seen: dict[str, int]
 
 
 def partition_rows(store: DeltaStore, table: Table) -> dict[tuple[str, str], dict[str, int]]:
-    """Rows and files per (dt, hh) from the Delta log statistics (no data read)."""
+    """Live rows and files per (dt, hh) from the Delta log statistics and deletion vectors (no data read)."""
     if not store.exists(table.key):
         return {}
     actions, _ = store.live_files(table.key)
@@ -297,7 +297,7 @@ def partition_rows(store: DeltaStore, table: Table) -> dict[tuple[str, str], dic
     for a in actions:
         key = (str(a.get("partition.dt")), str(a.get("partition.hh")))
         entry = out.setdefault(key, {"rows": 0, "files": 0})
-        entry["rows"] += int(a.get("num_records") or 0)
+        entry["rows"] += int(a["live_records"])
         entry["files"] += 1
     return out
 

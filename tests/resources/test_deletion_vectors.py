@@ -1,0 +1,216 @@
+"""Deletion vectors on the tables Spark merges into: Spark's MERGE marks replaced and deleted rows instead of
+rewriting their files; delta-rs's DataFusion reader (the Delta seam's one reader of rows), Spark and an independent
+replay of the log read the same rows; delta-rs's Arrow path refuses the table rather than return deleted rows;
+maintenance purges them past a threshold, time travel and vacuum still work; an existing lake is upgraded in place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaProtocolError
+from pyspark.sql import SparkSession
+
+from resources.delta_lake import DeltaStore
+from tests.support import oracle
+from warehouse_assets.catalog import load_catalog
+from warehouse_assets.ingest.maintenance import upgrade_to_deletion_vectors
+
+COLUMNS = ["id", "v", "dt", "hh"]
+SCHEMA = pa.schema(
+    [("id", pa.int64()), ("v", pa.string()), ("_es", pa.int64()), ("_pos", pa.int64()), ("_op", pa.string()),
+     ("dt", pa.string()), ("hh", pa.string())]
+)  # fmt: skip
+MERGE_ARGS: dict[str, Any] = {"primary_key": ["id"], "partition_by": ["dt", "hh"]}
+DAY = "2026-03-02"
+Rows = dict[int, tuple[str, str, str]]  # id → (v, dt, hh)
+
+
+def _batch(changes: list[tuple[int, str | None, str, int]], op: str = "UPSERT") -> pa.Table:
+    """(id, v, hh, binlog time) → change rows; ``v`` None is a DELETE."""
+    return pa.table(
+        {
+            "id": [c[0] for c in changes],
+            "v": [c[1] for c in changes],
+            "_es": [c[3] for c in changes],
+            "_pos": [0] * len(changes),
+            "_op": ["DELETE" if c[1] is None else op for c in changes],
+            "dt": [DAY] * len(changes),
+            "hh": [c[2] for c in changes],
+        },
+        schema=SCHEMA,
+    )
+
+
+def _base() -> tuple[pa.Table, Rows]:
+    # one big hour (10,000 keys) so that the deletion vectors hold more than a few rows, and a small one
+    changes = [(i, f"v{i}", "10", 1) for i in range(10_000)] + [(i, f"v{i}", "11", 1) for i in range(10_000, 10_100)]
+    return _batch(changes, "INSERT"), {i: (v, DAY, hh) for i, v, hh, _ in changes if v is not None}
+
+
+def seam_rows(store: DeltaStore, key: tuple[str, ...], version: int | None = None) -> Rows:
+    rows, _ = store.read_rows(key, columns=COLUMNS, version=version)
+    return _keyed(rows.to_pylist())
+
+
+def spark_rows(store: DeltaStore, spark: SparkSession, key: tuple[str, ...], version: int | None = None) -> Rows:
+    df, _ = store.read(spark, key, version=version)
+    return _keyed(r.asDict() for r in df.select(*COLUMNS).collect())
+
+
+def replayed_rows(store: DeltaStore, key: tuple[str, ...]) -> Rows:
+    return _keyed(oracle.delta_live_rows(Path(store.table_uri(key))))
+
+
+def _keyed(rows: Any) -> Rows:
+    out: Rows = {}
+    for r in rows:
+        assert r["id"] not in out, f"key {r['id']} read twice"
+        out[r["id"]] = (r["v"], r["dt"], r["hh"])
+    return out
+
+
+def _dv_commit_metrics(store: DeltaStore, key: tuple[str, ...]) -> dict[str, int]:
+    return {k: int(v) for k, v in store.history(key, 1)[0]["operationMetrics"].items()}
+
+
+@dataclass
+class Merged:
+    store: DeltaStore
+    key: tuple[str, ...]
+    before: Rows  # the rows of version ``before_version``, before the change batch
+    before_version: int
+    expected: Rows
+    metadata: dict[str, Any]
+    metrics: dict[str, int]
+
+
+def merge_with_deletion_vectors(spark: SparkSession, root: Path, name: str) -> Merged:
+    """A table created by the store's MERGE, then one batch: an update, 5,000 contiguous deletes plus every third
+    key of another range, a key moved to another hour, an insert."""
+    store = DeltaStore(str(root))
+    key = ("ods", name)
+    base, expected = _base()
+    store.merge(spark, key, base, **MERGE_ARGS)
+    before, before_version = dict(expected), store.version(key)
+    assert before_version is not None
+    deleted = [*range(100, 5_100), *range(6_000, 9_000, 3)]
+    changes = [(5, "updated", "10", 2), (10_050, "moved", "12", 2), (20_000, "inserted", "12", 2)]
+    changes += [(i, None, "10", 2) for i in deleted]
+    moved_out = _batch([(10_050, "moved", "11", 2)])  # the hour the moved key left (merged as its DELETE)
+    result = store.merge(spark, key, _batch(changes), moved_out=moved_out, **MERGE_ARGS)
+    for i in deleted:
+        del expected[i]
+    expected[5] = ("updated", DAY, "10")
+    expected[10_050] = ("moved", DAY, "12")
+    expected[20_000] = ("inserted", DAY, "12")
+    return Merged(store, key, before, before_version, expected, result.metadata(), _dv_commit_metrics(store, key))
+
+
+@pytest.fixture(scope="module")
+def merged(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Merged:
+    return merge_with_deletion_vectors(spark, tmp_path_factory.mktemp("dv") / "lake", "orders")
+
+
+def test_a_merge_marks_rows_in_deletion_vectors_instead_of_copying_them(merged: Merged) -> None:
+    assert merged.store.has_deletion_vectors(merged.key)
+    assert merged.metadata["rows_copied"] == 0  # no unchanged row was rewritten
+    assert merged.metadata["deletion_vectors_added"] == merged.metrics["numTargetDeletionVectorsAdded"] >= 2
+    # 6,000 deletes and the moved key's old row; the update, and the moved key's new row is an insert
+    assert (merged.metadata["rows_deleted"], merged.metadata["rows_updated"]) == (6_001, 1)
+
+
+def test_delta_rs_spark_and_a_log_replay_read_the_same_rows(spark: SparkSession, merged: Merged) -> None:
+    store, key = merged.store, merged.key
+    assert seam_rows(store, key) == merged.expected
+    assert spark_rows(store, spark, key) == merged.expected
+    assert replayed_rows(store, key) == merged.expected
+    # the version before the batch, read by time travel, still holds every row the batch replaced or deleted
+    assert seam_rows(store, key, merged.before_version) == merged.before
+    assert spark_rows(store, spark, key, merged.before_version) == merged.before
+
+
+def test_live_file_counts_subtract_the_rows_deletion_vectors_mark(merged: Merged) -> None:
+    files, _ = merged.store.live_files(merged.key)
+    per_hour: dict[str, int] = {}
+    for f in files:
+        per_hour[f["partition.hh"]] = per_hour.get(f["partition.hh"], 0) + f["live_records"]
+    assert sum(f["deleted_records"] for f in files) == 6_000 + 1 + 1  # the deletes, the update, the move
+    expected: dict[str, int] = {}
+    for _, _, hh in merged.expected.values():
+        expected[hh] = expected.get(hh, 0) + 1
+    assert per_hour == expected
+
+
+def test_the_arrow_path_refuses_a_table_with_deletion_vectors(merged: Merged) -> None:
+    table = DeltaTable(merged.store.table_uri(merged.key))
+    with pytest.raises(DeltaProtocolError, match="deletionVectors"):
+        table.to_pyarrow_table()
+    with pytest.raises(DeltaProtocolError, match="deletionVectors"):
+        table.to_pyarrow_dataset()
+
+
+def test_product_code_reads_rows_only_through_the_delta_seam() -> None:
+    root = Path(__file__).resolve().parents[2]
+    offenders = [
+        f"{path.relative_to(root)}:{n}"
+        for package in ("resources", "warehouse_assets", "sensors", "simulator")
+        for path in sorted((root / package).rglob("*.py"))
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if any(call in line for call in (".to_pyarrow_table(", ".to_pyarrow_dataset(", ".to_pandas("))
+    ]
+    assert offenders == []
+
+
+def test_maintenance_purges_deletion_vectors_past_the_threshold(spark: SparkSession, tmp_path: Path) -> None:
+    m = merge_with_deletion_vectors(spark, tmp_path / "lake", "purged")
+    store, key = m.store, m.key
+    changed = store.version(key)
+
+    # hour 10 has 6,001 of 10,000 rows marked deleted, hour 11 one of 100: only hour 10 is past 10 %
+    done = store.maintain(key, spark=spark)
+    assert (done["partitions_purged"], done["rows_purged"], done["files_vacuumed"]) == (1, 6_001, 0)
+    files, _ = store.live_files(key)
+    assert {f["partition.hh"] for f in files if f["deleted_records"]} == {"11"}
+    purged = store.version(key)
+    assert purged is not None and changed is not None and purged > changed
+    for version in (None, changed):  # the purge changed no row
+        assert seam_rows(store, key, version) == spark_rows(store, spark, key, version) == m.expected
+    assert replayed_rows(store, key) == m.expected
+    # inside the time-travel window the versions before the purge read as they did
+    assert seam_rows(store, key, m.before_version) == spark_rows(store, spark, key, m.before_version) == m.before
+
+    # a zero window: every deletion vector purged, then vacuum removes the replaced files and the vectors
+    done = store.maintain(key, retention_hours=0, spark=spark, max_deleted_fraction=0.0)
+    assert done["partitions_purged"] == 1 and done["files_vacuumed"] > 0
+    assert not any(f["deleted_records"] for f in store.live_files(key)[0])
+    assert not list(Path(store.table_uri(key)).rglob("deletion_vector_*.bin"))
+    assert seam_rows(store, key) == spark_rows(store, spark, key) == replayed_rows(store, key) == m.expected
+
+
+def test_an_existing_lake_is_upgraded_in_place(spark: SparkSession, tmp_path: Path) -> None:
+    store = DeltaStore(str(tmp_path / "lake"))
+    key = ("ods", "order")  # a table of the catalog, created as a lake from before deletion vectors has it
+    base, expected = _base()
+    store.create_table(key, SCHEMA.remove(SCHEMA.get_field_index("_op")), ["dt", "hh"])
+    store.merge(spark, key, base, **MERGE_ARGS)
+    rewrite = store.merge(spark, key, _batch([(1, "a", "10", 2)]), **MERGE_ARGS)
+    assert not store.has_deletion_vectors(key) and rewrite.metadata()["rows_copied"] > 0  # the old cost
+    files, version = oracle.delta_live_paths(Path(store.table_uri(key))), store.version(key)
+
+    upgraded = upgrade_to_deletion_vectors(store, load_catalog(), spark)
+    assert upgraded == {"ods.order": True}  # the catalog's other ODS tables do not exist here
+    assert store.version(key) == (version or 0) + 1  # one commit
+    assert oracle.delta_live_paths(Path(store.table_uri(key))) == files  # no data file rewritten
+    assert store.has_deletion_vectors(key)
+    assert upgrade_to_deletion_vectors(store, load_catalog(), spark) == {"ods.order": False}
+
+    after = store.merge(spark, key, _batch([(2, "b", "10", 3), (3, None, "10", 3)]), **MERGE_ARGS)
+    assert after.metadata()["rows_copied"] == 0 and after.metadata()["deletion_vectors_added"] >= 1
+    expected.update({1: ("a", DAY, "10"), 2: ("b", DAY, "10")})
+    del expected[3]
+    assert seam_rows(store, key) == spark_rows(store, spark, key) == replayed_rows(store, key) == expected
