@@ -30,6 +30,7 @@ def resources_from_env(settings: Settings | Mapping[str, str] | None = None) -> 
             driver_memory=settings.spark_driver_memory,
             timezone=settings.timezone,
             conf=settings.spark_conf,
+            lake_root=settings.lake_root,
         ),
         "lake": DeltaLakeResource(root=settings.lake_root, time_travel_hours=settings.time_travel_hours),
         "landing": LandingResource(

@@ -41,7 +41,7 @@ from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
-from resources.spark import port_open
+from resources.spark import connect_client_url, connect_token_file, port_open, read_connect_token
 from tests.resources.test_spark_delta import assert_round
 from tests.support.dev_stack import DAY, DEADLINE_S, ROOT, STALL_S, await_partition, free_port, graphql, start_stack
 from warehouse_assets.build.validity import VALID
@@ -80,6 +80,16 @@ class Stack:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def lake(self) -> Path:
+        return self.home.parent / "lake"
+
+    def spark_url(self) -> str:
+        """The stack's Spark Connect URL with the token `warehouse dev` generated for the product's own clients."""
+        token = read_connect_token(connect_token_file(self.home.parent))
+        assert token, "warehouse dev left no Spark Connect token in its log dir"
+        return connect_client_url(f"sc://127.0.0.1:{self.spark_port}", token)
 
     def instance(self) -> DagsterInstance:
         """The stack's instance, once the webserver listens (`warehouse dev` has then created its storage)."""
@@ -228,7 +238,7 @@ def test_the_connect_server_of_dev_runs_delta_sql(stack: Stack, tmp_path: Path) 
         "print(json.dumps(spark_delta_round(session, sys.argv[2])))\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", client, f"sc://127.0.0.1:{spark_port}", path],
+        [sys.executable, "-c", client, stack.spark_url(), path],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -271,7 +281,7 @@ def test_runs_creating_one_table_at_once_over_connect_all_land(stack: Stack, tmp
     client = textwrap.dedent(CREATING_CLIENT)
     lake = tmp_path / "lake"
     done = subprocess.run(
-        [sys.executable, "-c", client, f"sc://127.0.0.1:{stack.spark_port}", str(lake)],
+        [sys.executable, "-c", client, stack.spark_url(), str(lake)],
         cwd=ROOT,
         capture_output=True,
         text=True,

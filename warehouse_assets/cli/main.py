@@ -8,6 +8,7 @@
     warehouse taint ods.order S E --reason R    what partitions S..E taint downstream; --apply marks and repairs
     warehouse status                            the engine's heartbeat, the runs queued and running, the start
     warehouse status dwd.order_detail           each partition: materialized, valid or tainted, checks
+    warehouse sql "SELECT … FROM dwd.t"         read-only SQL over the tables by name (a prompt without a query)
     warehouse spark-server                      run the embedded Spark Connect server in the foreground
     warehouse capture --source mysql://U@H:P    real sources: a MySQL/MariaDB binlog into the landing area
     warehouse dev                               what `make dev` runs: data, Spark Connect, dagster dev
@@ -32,6 +33,7 @@ from warehouse_assets.cli.common import ROOT, adopt_warehouse_start, load_settin
 from warehouse_assets.cli.dev import run_capture, run_dev, run_engine, run_spark_server, simulate_externals
 from warehouse_assets.cli.headless import materialize_range, run_ingest
 from warehouse_assets.cli.repair import add_taint_parser, table_status_command, taint_command
+from warehouse_assets.cli.sql import add_sql_parser, run_sql
 
 
 def _instance(dagster_home: str | None) -> Any:
@@ -195,6 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--dagster-home", default=None, help=home_help)
 
     add_taint_parser(sub)
+    add_sql_parser(sub)
 
     dev = sub.add_parser("dev", help="the embedded warehouse: simulated data, Spark Connect, dagster dev")
     dev.add_argument("--host", default="127.0.0.1", help="the webserver's address (default 127.0.0.1)")
@@ -233,6 +236,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "simulate":
         return simulate_command(args)
+    if args.command == "sql":
+        return run_sql(args)
     if args.command == "dev":
         return run_dev(args)  # resolves the start once its simulated sources exist
     # the same warehouse start as `warehouse dev`, before anything reads the settings
