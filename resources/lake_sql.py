@@ -19,7 +19,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, tzinfo
 from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
@@ -57,8 +57,9 @@ class AsOf:
     timestamp: datetime | None = None
 
     @classmethod
-    def parse(cls, text: str) -> AsOf:
-        """``12`` (a version) or an ISO timestamp (``2026-03-02``, ``2026-03-02T08:00:00+08:00``)."""
+    def parse(cls, text: str, zone: tzinfo | None = None) -> AsOf:
+        """``12`` (a version) or an ISO timestamp (``2026-03-02``, ``2026-03-02T08:00:00+08:00``); one without an
+        offset is in ``zone`` (the warehouse's business time zone), else this machine's."""
         value = text.strip()
         if value.isdigit():
             return cls(version=int(value))
@@ -66,15 +67,21 @@ class AsOf:
             moment = datetime.fromisoformat(value)
         except ValueError:
             raise SqlRefused(
-                f"--as-of {text!r}: expected a table version (a whole number) or an ISO timestamp, e.g. 2026-03-02T08:00"
+                f"--as-of {text!r}: expected a table version (a whole number) or an ISO timestamp, "
+                "e.g. 2026-03-02T08:00"
             ) from None
-        return cls(timestamp=moment if moment.tzinfo else moment.astimezone())
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=zone) if zone is not None else moment.astimezone()
+        return cls(timestamp=moment)
 
     def spark_clause(self) -> exp.Version:
         if self.version is not None:
             return exp.Version(this="VERSION", kind="AS OF", expression=exp.Literal.number(self.version))
         assert self.timestamp is not None
-        return exp.Version(this="TIMESTAMP", kind="AS OF", expression=exp.Literal.string(self.timestamp.isoformat()))
+        # the instant as a number: a timestamp string would be read in the Spark session's time zone
+        micros = round(self.timestamp.timestamp() * 1_000_000)
+        instant = exp.Anonymous(this="timestamp_micros", expressions=[exp.Literal.number(micros)])
+        return exp.Version(this="TIMESTAMP", kind="AS OF", expression=instant)
 
 
 @dataclass(frozen=True)
@@ -98,7 +105,7 @@ class TableRef:
 
 def _stamp(as_of: AsOf) -> str:
     assert as_of.timestamp is not None
-    return re.sub(r"\W", "_", as_of.timestamp.isoformat())
+    return re.sub(r"\W", "_", as_of.timestamp.isoformat()).lower()  # DataFusion folds unquoted names to lowercase
 
 
 @dataclass
@@ -112,6 +119,8 @@ class ReadQuery:
 
 def _literal_as_of(version: exp.Version) -> AsOf:
     value = version.expression
+    if isinstance(value, exp.Anonymous) and str(value.this).lower() == "timestamp_micros":
+        return AsOf(timestamp=datetime.fromtimestamp(int(value.expressions[0].name) / 1_000_000, tz=UTC))
     text = value.name if isinstance(value, exp.Literal) else value.sql()
     kind = str(version.this).upper()
     return AsOf.parse(text) if kind == "VERSION" else AsOf(timestamp=AsOf.parse(text).timestamp or None)
@@ -142,10 +151,12 @@ def parse_query(sql: str, as_of: AsOf | None = None) -> ReadQuery:
     tables: list[TableRef] = []
 
     def to_lake(node: exp.Expression) -> exp.Expression:
-        if not isinstance(node, exp.Table) or not node.name or (not node.db and node.name in ctes):
+        if not isinstance(node, exp.Table):
             return node
         if isinstance(node.this, exp.Func):  # a table-valued function: it could read anything by path
             raise SqlRefused(f"only the lake's tables can be read: {node.sql(dialect='spark')} is refused")
+        if not node.name or (not node.db and node.name in ctes):
+            return node
         layer, table = node.db, node.name
         if node.catalog or not layer or not NAME.fullmatch(layer) or not NAME.fullmatch(table):
             raise SqlRefused(
@@ -254,7 +265,9 @@ class LakeSql:
         dt = DeltaTable(uri, storage_options=options)
         if ref.as_of is not None:
             try:
-                dt.load_as_version(ref.as_of.version if ref.as_of.version is not None else ref.as_of.timestamp)
+                point = ref.as_of.version if ref.as_of.version is not None else ref.as_of.timestamp
+                assert point is not None
+                dt.load_as_version(point)
             except Exception as exc:
                 raise SqlRefused(f"{ref.name} has no readable version {_as_of_text(ref.as_of)}: {exc}") from None
         return dt
@@ -340,7 +353,15 @@ class LakeSql:
         session, where = self.spark()
         # the names resolve in this lake (ignored by a confined server, which has its own)
         session.conf.set(SESSION_LAKE, spark_uri(self.root))
-        rows = session.sql(query.tree.sql(dialect="spark")).toArrow()
+        zone = session.conf.get("spark.sql.session.timeZone")
+        if any(ref.as_of is not None and ref.as_of.timestamp is not None for ref in query.tables):
+            # Delta 4.4 shifts a TIMESTAMP AS OF instant by the session's UTC offset (it looked 8 hours early in
+            # Asia/Shanghai): the query travels in a UTC session; the instant itself is given in microseconds
+            session.conf.set("spark.sql.session.timeZone", "UTC")
+        try:
+            rows = session.sql(query.tree.sql(dialect="spark")).toArrow()
+        finally:
+            session.conf.set("spark.sql.session.timeZone", zone or "UTC")
         return Answer(rows, "spark", time.perf_counter() - begun, plan, why, where)
 
 

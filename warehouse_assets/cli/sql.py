@@ -12,6 +12,7 @@ local session. Each answer says which engine answered, why, how long it took and
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -83,7 +84,7 @@ def run_sql(args: argparse.Namespace) -> int:
     settings = load_settings(os.environ)
     engine = lake_sql(settings, args.memory_budget_mb)
     try:
-        as_of = AsOf.parse(args.as_of) if args.as_of else None
+        as_of = AsOf.parse(args.as_of, settings.zone) if args.as_of else None
         if args.output and args.format == "table":
             args.format = Path(args.output).suffix.lstrip(".") if Path(args.output).suffix else "csv"
         if args.query is None:
@@ -116,11 +117,11 @@ def _prompt(engine: LakeSql, args: argparse.Namespace, as_of: object) -> int:
 
     from resources.lake_sql import SqlRefused
 
-    try:
+    with contextlib.suppress(OSError):
         readline.read_history_file(HISTORY)
-    except OSError:
-        pass
-    print("warehouse sql: read-only queries over layer.table (e.g. SELECT * FROM dwd.order_detail LIMIT 5); Ctrl-D quits")
+    print(
+        "warehouse sql: read-only queries over layer.table (e.g. SELECT * FROM dwd.order_detail LIMIT 5); Ctrl-D quits"
+    )
     pending: list[str] = []
     while True:
         try:
@@ -146,10 +147,8 @@ def _prompt(engine: LakeSql, args: argparse.Namespace, as_of: object) -> int:
             print(f"error: {exc}")
         except Exception as exc:  # a failed query leaves the prompt up
             print(f"error: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}")
-    try:
+    with contextlib.suppress(OSError):
         readline.write_history_file(HISTORY)
-    except OSError:
-        pass
     return 0
 
 
