@@ -285,10 +285,10 @@ def new_connect_token() -> str:
     return secrets.token_urlsafe(32)
 
 
-def connect_token_file(log_dir: str | Path) -> Path:
-    """Where a started server's token is kept for the product's own tools started later (readable by its owner
-    only): ``<log dir>/spark-connect.token``."""
-    return Path(log_dir) / "spark-connect.token"
+def connect_token_file(log_dir: str | Path, *, analysts: bool = False) -> Path:
+    """Where a started server's token is kept for the tools started later (readable by its owner only, who hands
+    the analysts' one to analysts): ``<log dir>/spark-connect.token``, ``spark-connect-analysts.token``."""
+    return Path(log_dir) / ("spark-connect-analysts.token" if analysts else "spark-connect.token")
 
 
 def write_connect_token(path: Path, token: str) -> None:

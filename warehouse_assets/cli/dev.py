@@ -237,7 +237,7 @@ def _stop_group(proc: subprocess.Popen[bytes], sig: int, timeout: float) -> None
 
 
 def _start_server_with_token(
-    settings: Settings, *, host: str, port: int, log_path: Path
+    settings: Settings, *, host: str, port: int, log_path: Path, analysts: bool = False
 ) -> subprocess.Popen[bytes] | None:
     """The product's Spark Connect server, which refuses clients without a token generated here: this process's
     children get it in ``$SPARK_CONNECT_AUTHENTICATE_TOKEN``, tools started later from the token file in the log
@@ -251,7 +251,7 @@ def _start_server_with_token(
         write_connect_token,
     )
 
-    token_file = connect_token_file(settings.log_dir)
+    token_file = connect_token_file(settings.log_dir, analysts=analysts)
     token = new_connect_token()
     # in front of a cluster when WAREHOUSE_SPARK_MASTER names one: the server is the cluster's driver
     server = start_connect_server(
@@ -263,28 +263,36 @@ def _start_server_with_token(
         log_level=settings.spark_log_level,
         token=token,
         lake_root=settings.lake_root,
+        confined=analysts,
     )
     if server is None:
         adopted = read_connect_token(token_file)
-        if adopted:
+        if adopted and not analysts:
             os.environ[CONNECT_TOKEN_VARIABLE] = adopted
         return None
     write_connect_token(token_file, token)
-    os.environ[CONNECT_TOKEN_VARIABLE] = token
+    if not analysts:  # the product's own processes talk to the product's server only
+        os.environ[CONNECT_TOKEN_VARIABLE] = token
     return server
 
 
 def run_spark_server(args: argparse.Namespace) -> int:
     settings = load_settings(os.environ)
+    name = "spark-connect-analysts" if args.analysts else "spark-connect"
     server = _start_server_with_token(
-        settings, host="127.0.0.1", port=args.port, log_path=Path(settings.log_dir) / "spark-connect.log"
+        settings,
+        host="127.0.0.1",
+        port=args.port,
+        log_path=Path(settings.log_dir) / f"{name}.log",
+        analysts=args.analysts,
     )
     if server is None:
         say(f"a server already listens on 127.0.0.1:{args.port}")
         return 0
     say(
         f"Spark Connect listening on sc://127.0.0.1:{args.port}, master {settings.spark_master} (Ctrl-C stops it); "
-        f"clients need the token in {Path(settings.log_dir) / 'spark-connect.token'}"
+        f"clients need the token in {Path(settings.log_dir) / (name + '.token')}"
+        + (" (analysts': reads the lake's tables by name only, writes nothing)" if args.analysts else "")
     )
     # a supervisor's stop (the server runs in a process group of its own), and Ctrl-C even when started in the
     # background, where SIGINT comes ignored

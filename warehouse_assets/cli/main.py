@@ -217,7 +217,12 @@ def build_parser() -> argparse.ArgumentParser:
     eng = sub.add_parser("engine", help="the dependency center: starts each partition's run once its upstream is ready")
     eng.add_argument("--url", default=None, help="the Dagster webserver (default: WAREHOUSE_WEBSERVER_URL)")
     srv = sub.add_parser("spark-server", help="run the Spark Connect server in the foreground")
-    srv.add_argument("--port", type=int, default=15002, help="the port it listens on (default 15002)")
+    srv.add_argument("--port", type=int, default=None, help="the port it listens on (default 15002; analysts' 15003)")
+    srv.add_argument(
+        "--analysts",
+        action="store_true",
+        help="the analysts' server: names resolve in the lake only, nothing is written through them, no paths",
+    )
 
     cap = sub.add_parser("capture", help="real sources: read a MySQL/MariaDB binlog into the landing area")
     cap.add_argument(
@@ -243,6 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # the same warehouse start as `warehouse dev`, before anything reads the settings
     adopt_warehouse_start()
     if args.command == "spark-server":
+        args.port = args.port or (15003 if args.analysts else 15002)
         return run_spark_server(args)
     if args.command == "engine":
         return run_engine(args)
