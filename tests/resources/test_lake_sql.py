@@ -234,3 +234,36 @@ def test_the_catalog_settings_confine_an_analysts_spark(tmp_path: Path) -> None:
         "spark.sql.runSQLOnFiles": "false",
     }
     assert lake_conf("") == {}
+
+
+def test_without_a_query_the_cli_is_a_prompt_with_history(
+    lake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from warehouse_assets.cli import sql as sql_cli
+
+    history = tmp_path / "history"
+    monkeypatch.setattr(sql_cli, "HISTORY", history)
+    monkeypatch.setenv("WAREHOUSE_LAKE_ROOT", str(lake))
+    typed = iter(
+        [
+            "SELECT count(*) AS n",
+            "FROM dwd.orders;",
+            "DELETE FROM dwd.orders;",
+            "SELECT max(order_id) AS m",
+            "FROM dwd.orders",
+            "",
+        ]
+    )
+
+    def prompt(_: str) -> str:
+        try:
+            return next(typed)
+        except StopIteration:
+            raise EOFError from None
+
+    monkeypatch.setattr("builtins.input", prompt)
+    assert main(["sql"]) == 0
+    out = capsys.readouterr().out
+    assert "| 600 |" in out and "| 599 |" in out  # ended by ';', then by an empty line
+    assert "error: warehouse sql answers read-only queries (SELECT …); DELETE is refused" in out  # the prompt stays up
+    assert "SELECT max(order_id) AS m" in history.read_text()

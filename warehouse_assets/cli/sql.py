@@ -112,7 +112,7 @@ def _answer(engine: LakeSql, query: str, args: argparse.Namespace, as_of: object
 
 
 def _prompt(engine: LakeSql, args: argparse.Namespace, as_of: object) -> int:
-    """Read queries until EOF (Ctrl-D): one per ';' or per line, with readline's editing and a history file."""
+    """Read queries until EOF (Ctrl-D), each ended by ';' or an empty line, with readline's editing and history."""
     import readline
 
     from resources.lake_sql import SqlRefused
@@ -120,7 +120,8 @@ def _prompt(engine: LakeSql, args: argparse.Namespace, as_of: object) -> int:
     with contextlib.suppress(OSError):
         readline.read_history_file(HISTORY)
     print(
-        "warehouse sql: read-only queries over layer.table (e.g. SELECT * FROM dwd.order_detail LIMIT 5); Ctrl-D quits"
+        "warehouse sql: read-only queries over layer.table, e.g. SELECT * FROM dwd.order_detail LIMIT 5; "
+        "end each with ';' or an empty line; Ctrl-D quits"
     )
     pending: list[str] = []
     while True:
@@ -133,14 +134,15 @@ def _prompt(engine: LakeSql, args: argparse.Namespace, as_of: object) -> int:
             print()
             pending = []
             continue
-        pending.append(line)
+        if line.strip():
+            pending.append(line)
+            if not line.rstrip().endswith(";"):
+                continue  # a query ends with ';' or an empty line
         text = "\n".join(pending).strip()
         if not text:
-            pending = []
-            continue
-        if not text.endswith(";") and len(pending) == 1 and not _complete(text):
             continue
         pending = []
+        readline.add_history(text)  # the whole query as one entry (input() adds lines only on a terminal)
         try:
             _answer(engine, text.rstrip(";"), args, as_of)
         except SqlRefused as exc:
@@ -150,13 +152,3 @@ def _prompt(engine: LakeSql, args: argparse.Namespace, as_of: object) -> int:
     with contextlib.suppress(OSError):
         readline.write_history_file(HISTORY)
     return 0
-
-
-def _complete(text: str) -> bool:
-    """A one-line query without ';' runs as typed once it parses (a longer one waits for its ';')."""
-    import sqlglot
-
-    try:
-        return bool(sqlglot.parse(text, read="spark"))
-    except sqlglot.errors.ParseError:
-        return False
