@@ -205,8 +205,10 @@ class Answer:
         where = f" ({self.spark_where})" if self.spark_where else ""
         text = f"{self.rows.num_rows} row(s) in {self.seconds:.3f} s on {self.engine}{where}: {self.why}"
         if self.plan is not None:
+            # Spark's own scan metrics stay on its server over Connect: its answers show delta-rs's plan of the query
+            source = "" if self.engine == "datafusion" else " in delta-rs's plan"
             text += (
-                f"; files: {self.plan.files_read} scanned, {self.plan.files_skipped} skipped of "
+                f"; files{source}: {self.plan.files_read} scanned, {self.plan.files_skipped} skipped of "
                 f"{self.plan.files_total} ({_size(self.plan.bytes_read)} read after pruning)"
             )
         return text
