@@ -196,7 +196,9 @@ def get_session(
     to ``lake_root``'s tables; over Spark Connect the server's lake is the one its names resolve to."""
     global _SESSION, _SESSION_KEY
     conf = conf or {}
-    key = (mode, master, connect_url, driver_memory, timezone, ui, tuple(sorted(conf.items())), lake_root)
+    # the lake is not part of the session's identity: a process that works on another lake (a test's, a bench's)
+    # keeps its one session and points the names at that lake
+    key = (mode, master, connect_url, driver_memory, timezone, ui, tuple(sorted(conf.items())))
     with _LOCK:
         if _SESSION is not None:
             if key != _SESSION_KEY:
@@ -204,6 +206,8 @@ def get_session(
                     "a Spark session with another configuration already runs in this process; "
                     "one process holds one session"
                 )
+            if lake_root and mode != "connect":
+                _SESSION.conf.set(SESSION_LAKE, spark_uri(normalize_root(lake_root)))
             return _SESSION
         from pyspark.sql import SparkSession
 
