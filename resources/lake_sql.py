@@ -223,14 +223,18 @@ def _size(n: int) -> str:
 
 
 FILE_GROUPS = re.compile(r"file_groups=\{[^:]*: \[(.*?)\]\}")
+FILE_RANGE = re.compile(r":\d+\.\.\d+$")
 
 
 def files_in_plan(plan_text: str) -> list[str]:
     """The files every scan of a DataFusion physical plan reads (one entry per scan and file)."""
     files: list[str] = []
     for groups in FILE_GROUPS.findall(plan_text):
+        scan: dict[str, None] = {}
         for group in re.findall(r"\[([^\[\]]*)\]", groups):
-            files += [f.strip() for f in group.split(",") if f.strip()]
+            # a large file is read in byte ranges (`path:0..1048576`), maybe in two groups: one file
+            scan.update({FILE_RANGE.sub("", f.strip()): None for f in group.split(",") if f.strip()})
+        files += list(scan)
     return files
 
 

@@ -162,7 +162,8 @@ def test_a_large_scan_goes_to_spark(lake: Path) -> None:
 
 def test_files_are_counted_per_scan_of_the_plan() -> None:
     plan = (
-        "DataSourceExec: file_groups={2 groups: [[a/x.parquet, a/y.parquet], [a/z.parquet]]}, projection=[id]\n"
+        "DataSourceExec: file_groups={2 groups: [[a/x.parquet, a/y.parquet:0..10], "
+        "[a/y.parquet:10..20, a/z.parquet]]}, projection=[id]\n"
         "  DataSourceExec: file_groups={1 group: [[b/w.parquet]]}, projection=[id]"
     )
     assert files_in_plan(plan) == ["a/x.parquet", "a/y.parquet", "a/z.parquet", "b/w.parquet"]
