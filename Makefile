@@ -32,7 +32,22 @@ $(JARS_STAMP): pom.xml | $(STAMP)
 	rm -rf $(JARS) && mv $(JARS).tmp $(JARS)
 	@touch $(JARS_STAMP)
 
-install: $(STAMP) $(JARS_STAMP)
+# The warehouse's own Spark classes (resources/jvm: the catalog that resolves `layer.table` to the lake's Delta
+# tables), compiled against the jars every Spark the product starts carries, into the same folder.
+LAKE_JAR    := $(JARS)/warehouse-spark-0.1.0.jar
+JVM_SOURCES := $(shell find resources/jvm -name '*.java')
+$(LAKE_JAR): $(JVM_SOURCES) $(JARS_STAMP)
+	@command -v javac >/dev/null 2>&1 || { \
+	  echo "error: 'javac' was not found on PATH. The warehouse's Spark catalog is compiled at install:"; \
+	  echo "       apt-get install -y openjdk-17-jdk-headless   (or set JAVA_HOME to a JDK 17)"; exit 1; }
+	rm -rf $(JARS)/.classes && mkdir -p $(JARS)/.classes
+	javac --release 17 -nowarn -d $(JARS)/.classes \
+	  -cp "$$($(VENV)/bin/python -c 'import pyspark, os; print(os.path.dirname(pyspark.__file__))')/jars/*:$(JARS)/*" \
+	  $(JVM_SOURCES)
+	jar --create --file $@ -C $(JARS)/.classes .
+	rm -rf $(JARS)/.classes
+
+install: $(STAMP) $(JARS_STAMP) $(LAKE_JAR)
 
 # Debian packages the `stack` tests of real components start (PostgreSQL, MariaDB for the capture connector,
 # Chromium and its WebDriver for the UI). CI runs as root: what is missing is installed after one `apt-get update`;

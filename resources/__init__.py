@@ -1,15 +1,34 @@
-"""External systems behind small interfaces: Spark, the Delta lake, the CDC landing area, external producers."""
+"""External systems behind small interfaces: Spark, the Delta lake, the CDC landing area, external producers.
+
+The resources load when first named (``from resources import DeltaLakeResource``): a command that needs only one
+module of this package (``warehouse sql``'s ``resources.lake_sql``) does not import Dagster through the others."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from resources.delta_lake import DeltaLakeResource
-from resources.external import ExternalResource
-from resources.landing import LandingResource
-from resources.settings import Settings, current
-from resources.spark import SparkResource
+if TYPE_CHECKING:
+    from resources.delta_lake import DeltaLakeResource
+    from resources.external import ExternalResource
+    from resources.landing import LandingResource
+    from resources.settings import Settings
+    from resources.spark import SparkResource
+
+_HOMES = {
+    "DeltaLakeResource": "resources.delta_lake",
+    "ExternalResource": "resources.external",
+    "LandingResource": "resources.landing",
+    "Settings": "resources.settings",
+    "SparkResource": "resources.spark",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        return getattr(importlib.import_module(_HOMES[name]), name)
+    raise AttributeError(f"module 'resources' has no attribute {name!r}")
 
 
 def resources_from_env(settings: Settings | Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -18,6 +37,12 @@ def resources_from_env(settings: Settings | Mapping[str, str] | None = None) -> 
     A mapping is read as environment variables (``{"WAREHOUSE_LAKE_ROOT": ...}``). Defaults are the embedded
     warehouse: local Spark, ``data/lake`` and ``data/landing`` under the working directory.
     """
+    from resources.delta_lake import DeltaLakeResource
+    from resources.external import ExternalResource
+    from resources.landing import LandingResource
+    from resources.settings import Settings, current
+    from resources.spark import SparkResource
+
     if settings is None:
         settings = current()
     elif not isinstance(settings, Settings):
@@ -30,6 +55,7 @@ def resources_from_env(settings: Settings | Mapping[str, str] | None = None) -> 
             driver_memory=settings.spark_driver_memory,
             timezone=settings.timezone,
             conf=settings.spark_conf,
+            lake_root=settings.lake_root,
         ),
         "lake": DeltaLakeResource(root=settings.lake_root, time_travel_hours=settings.time_travel_hours),
         "landing": LandingResource(

@@ -269,9 +269,8 @@ class ExternalSource:
         """The reported partitions as one DataFrame with the declared columns and ``dt``."""
         from pyspark.sql import functions as F
 
-        if (
-            not values
-        ):  # nothing to read (a weak dependency past its deadline): its shape, whether the producer has begun
+        # nothing to read (a weak dependency past its deadline): its shape, whether the producer has begun or not
+        if not values:
             return spark.createDataFrame([], spark_schema(self.columns) + ", dt string")
         if self.format == "delta":
             store, key = self._store()

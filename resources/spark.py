@@ -14,6 +14,7 @@ A process holds at most one session: :func:`get_session` caches it.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -28,6 +29,7 @@ from dagster import ConfigurableResource
 from pydantic import Field
 
 from resources.settings import DEFAULT_TIMEZONE, SparkMode, s3_endpoint
+from resources.storage import normalize_root, spark_uri
 
 if TYPE_CHECKING:  # imported when a session is made: `warehouse why` loads resources without PySpark
     import pyarrow as pa
@@ -76,11 +78,29 @@ def spark_home() -> Path:
 
 
 # Delta Lake on every Spark the warehouse starts: its SQL (MERGE INTO, OPTIMIZE, VERSION AS OF, delta.`path`)
-# and its catalog for `format("delta")` tables.
+# and its catalog for `format("delta")` tables, extended by the warehouse's own (resources/jvm, built by `make
+# install`), which also resolves a table's name, `layer.table`, to its Delta table in the lake.
+LAKE_CATALOG = "warehouse.spark.LakeCatalog"
 DELTA_CONF: dict[str, str] = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    "spark.sql.catalog.spark_catalog": LAKE_CATALOG,
 }
+# a session's own lake for the names (the product's tools on a session shared across lakes, e.g. in tests); a
+# confined catalog ignores it
+SESSION_LAKE = "spark.warehouse.lake"
+
+
+def lake_conf(lake_root: str, *, confined: bool = False) -> dict[str, str]:
+    """The settings that make ``layer.table`` name the Delta table ``<lake_root>/<layer>/<table>``. ``confined``:
+    for a Spark analysts reach: names only inside this lake, nothing outside it by path, no writes through names."""
+    if not lake_root:
+        return {}
+    conf = {"spark.sql.catalog.spark_catalog.lake": spark_uri(normalize_root(lake_root))}
+    if confined:
+        conf["spark.sql.catalog.spark_catalog.confined"] = "true"
+        # `csv.`/path``, `parquet.`/path``: Spark's own reads of files by path, outside any catalog
+        conf["spark.sql.runSQLOnFiles"] = "false"
+    return conf
 
 
 def jars_dir() -> Path:
@@ -118,6 +138,7 @@ class SparkResource(ConfigurableResource):  # type: ignore[misc]
     timezone: str = Field(default=DEFAULT_TIMEZONE, description="business timezone = Spark session timezone")
     ui: bool = Field(default=False, description="start the Spark UI (local/master modes)")
     conf: dict[str, str] = Field(default_factory=dict, description="extra Spark settings")
+    lake_root: str = Field(default="", description="the lake whose tables `layer.table` names (local/master modes)")
 
     def session(self) -> SparkSession:
         return get_session(
@@ -128,6 +149,7 @@ class SparkResource(ConfigurableResource):  # type: ignore[misc]
             timezone=self.timezone,
             ui=self.ui,
             conf=self.conf,
+            lake_root=self.lake_root,
         )
 
 
@@ -169,10 +191,14 @@ def get_session(
     timezone: str = DEFAULT_TIMEZONE,
     ui: bool = False,
     conf: dict[str, str] | None = None,
+    lake_root: str = "",
 ) -> SparkSession:
-    """Return this process's Spark session, creating it on first use."""
+    """Return this process's Spark session, creating it on first use. A session it starts resolves ``layer.table``
+    to ``lake_root``'s tables; over Spark Connect the server's lake is the one its names resolve to."""
     global _SESSION, _SESSION_KEY
     conf = conf or {}
+    # the lake is not part of the session's identity: a process that works on another lake (a test's, a bench's)
+    # keeps its one session and points the names at that lake
     key = (mode, master, connect_url, driver_memory, timezone, ui, tuple(sorted(conf.items())))
     with _LOCK:
         if _SESSION is not None:
@@ -181,12 +207,14 @@ def get_session(
                     "a Spark session with another configuration already runs in this process; "
                     "one process holds one session"
                 )
+            if lake_root and mode != "connect":
+                _SESSION.conf.set(SESSION_LAKE, spark_uri(normalize_root(lake_root)))
             return _SESSION
         from pyspark.sql import SparkSession
 
         settings = _settings(timezone, conf)
         if mode == "connect":
-            session = SparkSession.builder.remote(connect_url).getOrCreate()
+            session = SparkSession.builder.remote(connect_client_url(connect_url)).getOrCreate()
             for name in ("spark.sql.session.timeZone", "spark.sql.shuffle.partitions"):
                 session.conf.set(name, settings[name])
         else:
@@ -196,7 +224,7 @@ def get_session(
             builder = SparkSession.builder.master(master).appName("warehouse")
             builder = builder.config("spark.driver.memory", driver_memory)
             builder = builder.config("spark.ui.enabled", "true" if ui else "false")
-            for name, value in {**jvm_dependency_conf(master), **settings}.items():
+            for name, value in {**jvm_dependency_conf(master), **lake_conf(lake_root), **settings}.items():
                 builder = builder.config(name, value)
             session = builder.getOrCreate()
             session.sparkContext.setLogLevel("ERROR")
@@ -259,6 +287,60 @@ def arrow_frame(spark: SparkSession, table: pa.Table) -> DataFrame:
     return spark.createDataFrame(table.combine_chunks())
 
 
+# Spark's pre-shared key for Spark Connect: the server (Spark 4's spark.connect.authenticate.token, read from this
+# variable too, so the key stays out of the command line other users see) refuses a client without it; pyspark's
+# client sends it from the same variable
+CONNECT_TOKEN_VARIABLE = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
+
+
+def new_connect_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def connect_token_file(log_dir: str | Path, *, analysts: bool = False) -> Path:
+    """Where a started server's token is kept for the tools started later (readable by its owner only, who hands
+    the analysts' one to analysts): ``<log dir>/spark-connect.token``, ``spark-connect-analysts.token``."""
+    return Path(log_dir) / ("spark-connect-analysts.token" if analysts else "spark-connect.token")
+
+
+def write_connect_token(path: Path, token: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(token)
+
+
+def read_connect_token(path: Path) -> str | None:
+    try:
+        return path.read_text().strip() or None
+    except FileNotFoundError:
+        return None
+
+
+def connect_token() -> str | None:
+    """The product's Connect token: ``$SPARK_CONNECT_AUTHENTICATE_TOKEN`` (the processes a server's starter started),
+    else the token file the server's starter wrote in the warehouse's log dir (a tool started later); None without."""
+    from resources.settings import current
+
+    return os.environ.get(CONNECT_TOKEN_VARIABLE) or read_connect_token(connect_token_file(current().log_dir))
+
+
+def connect_client_url(url: str, token: str | None = None) -> str:
+    """``url`` as pyspark's client must be given it to send ``token`` (default: :func:`connect_token`).
+
+    pyspark sends a token only over a secure channel: TLS, or gRPC's local credentials, which it picks for the host
+    name ``localhost`` alone; so a loopback address is named ``localhost``. Without a token: ``url`` unchanged."""
+    token = token or connect_token()
+    if not token:
+        return url
+    head, sep, params = url.partition("/;")
+    head = head.replace("sc://127.0.0.1:", "sc://localhost:").replace("sc://[::1]:", "sc://localhost:")
+    if "token=" not in params:
+        params = f"{params};token={token}" if params else f"token={token}"
+    return f"{head}/;{params}" if sep or params else head
+
+
 def port_open(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(0.5)
@@ -308,17 +390,24 @@ def start_connect_server(
     log_path: Path,
     log_level: str = "WARN",
     timeout_s: float = 120.0,
+    token: str | None = None,
+    lake_root: str = "",
+    confined: bool = False,
 ) -> subprocess.Popen[bytes] | None:
     """Start a Spark Connect server from the pyspark wheel; return None if one already listens there.
 
-    Its log4j log goes to ``log_path`` at ``log_level`` (:func:`connect_log_config`); what the JVM itself prints
-    (a crash, a start-up failure) to ``<log_path without .log>.out``."""
+    With ``token`` it refuses every client that does not send it; ``layer.table`` names ``lake_root``'s tables
+    (``confined``: :func:`lake_conf`). Its log4j log goes to ``log_path`` at ``log_level`` (:func:`connect_log_config`);
+    what the JVM itself prints (a crash, a start-up failure) to ``<log_path without .log>.out``."""
     if port_open(host, port):
         return None
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         raise RuntimeError("java was not found: Spark needs Java 17 (install openjdk-17-jre-headless)")
     home = spark_home()
     env = dict(os.environ, SPARK_HOME=str(home), PYSPARK_PYTHON=sys.executable)
+    env.pop(CONNECT_TOKEN_VARIABLE, None)
+    if token:
+        env[CONNECT_TOKEN_VARIABLE] = token
     log_path.parent.mkdir(parents=True, exist_ok=True)
     config = log_path.with_suffix(".log4j2.properties")
     config.write_text(connect_log_config(log_path, log_level))
@@ -339,7 +428,11 @@ def start_connect_server(
         "--conf",
         "spark.ui.enabled=false",
     ]
-    for name, value in {**jvm_dependency_conf(master), **_settings(timezone, {})}.items():
+    for name, value in {
+        **jvm_dependency_conf(master),
+        **lake_conf(lake_root, confined=confined),
+        **_settings(timezone, {}),
+    }.items():
         args += ["--conf", f"{name}={value}"]
     args.append("spark-internal")
     output = log_path.with_suffix(".out")

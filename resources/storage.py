@@ -15,12 +15,15 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
-from dagster_deltalake import AzureConfig, GcsConfig, LocalConfig, S3Config
 
 from resources.settings import s3_endpoint
+
+if TYPE_CHECKING:  # imported when used: dagster-deltalake brings Dagster, which `warehouse sql` does without
+    from dagster_deltalake import AzureConfig, GcsConfig, LocalConfig, S3Config
 
 
 class DeltaLayerError(RuntimeError):
@@ -75,6 +78,8 @@ _SCHEMES = {"s3": "s3", "s3a": "s3", "gs": "gcs", "az": "azure", "abfs": "azure"
 def storage_config(root: str, env: Mapping[str, str] | None = None) -> LocalConfig | S3Config | GcsConfig | AzureConfig:
     """dagster-deltalake's storage configuration for a lake root: local for a path, else the object store of
     the URI's scheme with its credentials from the environment (unset ones left to the store's own chain)."""
+    from dagster_deltalake import AzureConfig, GcsConfig, LocalConfig, S3Config
+
     env = os.environ if env is None else env
     scheme = urlparse(root).scheme if "://" in root else "file"
     provider = _SCHEMES.get(scheme)
@@ -91,10 +96,10 @@ def storage_config(root: str, env: Mapping[str, str] | None = None) -> LocalConf
 
 def storage_options(root: str, env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The delta-rs storage options of a lake root (see :func:`storage_config`)."""
-    config = storage_config(root, env).model_dump(exclude={"provider"})  # the discriminator is no store option
-    options = {name: str(value) for name, value in config.items() if value is not None}
     if "://" not in root:
         return {}
+    config = storage_config(root, env).model_dump(exclude={"provider"})  # the discriminator is no store option
+    options = {name: str(value) for name, value in config.items() if value is not None}
     if _SCHEMES.get(urlparse(root).scheme) == "s3":
         options = {**_s3_commit_options(env), **options}
     return options

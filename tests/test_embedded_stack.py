@@ -16,6 +16,7 @@ its day.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -27,9 +28,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from dagster import AssetCheckKey, AssetKey, AssetRecordsFilter, DagsterInstance, DagsterRunStatus, RunsFilter
 from dagster._core.execution.backfill import BulkActionStatus
+from deltalake import DeltaTable, write_deltalake
 from selenium import webdriver
 from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service
@@ -40,7 +43,13 @@ from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
-from resources.spark import port_open
+from resources.spark import (
+    CONNECT_TOKEN_VARIABLE,
+    connect_client_url,
+    connect_token_file,
+    port_open,
+    read_connect_token,
+)
 from tests.resources.test_spark_delta import assert_round
 from tests.support.dev_stack import DAY, DEADLINE_S, ROOT, STALL_S, await_partition, free_port, graphql, start_stack
 from tests.support.lake import row_dicts
@@ -80,6 +89,16 @@ class Stack:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def lake(self) -> Path:
+        return self.home.parent / "lake"
+
+    def spark_url(self) -> str:
+        """The stack's Spark Connect URL with the token `warehouse dev` generated for the product's own clients."""
+        token = read_connect_token(connect_token_file(self.home.parent))
+        assert token, "warehouse dev left no Spark Connect token in its log dir"
+        return connect_client_url(f"sc://127.0.0.1:{self.spark_port}", token)
 
     def instance(self) -> DagsterInstance:
         """The stack's instance, once the webserver listens (`warehouse dev` has then created its storage)."""
@@ -228,7 +247,7 @@ def test_the_connect_server_of_dev_runs_delta_sql(stack: Stack, tmp_path: Path) 
         "print(json.dumps(spark_delta_round(session, sys.argv[2])))\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", client, f"sc://127.0.0.1:{spark_port}", path],
+        [sys.executable, "-c", client, stack.spark_url(), path],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -236,6 +255,63 @@ def test_the_connect_server_of_dev_runs_delta_sql(stack: Stack, tmp_path: Path) 
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert_round(path, json.loads(done.stdout.splitlines()[-1]))
+
+
+# an analyst's client: plain SQL over the warehouse's tables by name, one created after the server started
+NAMES_CLIENT = """
+    import json, sys
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.builder.remote(sys.argv[1]).getOrCreate()
+    probe = session.sql("SELECT id, note FROM dws.analyst_probe ORDER BY id").collect()
+    built = session.sql(f"SELECT count(*) AS n FROM dwd.order_detail VERSION AS OF {sys.argv[2]}").collect()[0].n
+    print(json.dumps({"probe": [list(row) for row in probe], "built": built}))
+"""
+
+
+def test_names_resolve_over_connect_for_a_table_created_after_the_server_started(stack: Stack) -> None:
+    """`layer.table` resolves on the stack's Spark Connect server to the lake's Delta table: one the engine built,
+    and one created after the server started (the catalog looks a name up when a query names it)."""
+    target = AssetKey(["dwd", "order_detail"])
+    await_partition(stack.proc, stack.port, stack.home, target, DAYS[0])
+    assert port_open("127.0.0.1", stack.spark_port)  # the server started before the probe table exists
+    write_deltalake(str(stack.lake / "dws" / "analyst_probe"), pa.table({"id": [2, 1], "note": ["b", "a"]}))
+    built = DeltaTable(str(stack.lake / "dwd" / "order_detail"))
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(NAMES_CLIENT), stack.spark_url(), str(built.version())],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert seen["probe"] == [[1, "a"], [2, "b"]]
+    assert seen["built"] == built.to_pyarrow_table().num_rows > 0
+
+
+def test_a_connect_client_without_the_token_is_refused(stack: Stack) -> None:
+    """The product's Connect server requires the token `warehouse dev` generated: a local user without it runs
+    nothing, not even a read."""
+    deadline = time.monotonic() + STALL_S
+    while not port_open("127.0.0.1", stack.spark_port):
+        assert stack.proc.poll() is None and time.monotonic() < deadline, "the Spark Connect server did not start"
+        time.sleep(2)
+    client = (
+        "import sys\n"
+        "from pyspark.sql import SparkSession\n"
+        "SparkSession.builder.remote(sys.argv[1]).getOrCreate().sql('SELECT 1').collect()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != CONNECT_TOKEN_VARIABLE}
+    for url in (
+        f"sc://127.0.0.1:{stack.spark_port}",
+        connect_client_url(f"sc://127.0.0.1:{stack.spark_port}", "guess"),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-c", client, url], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode != 0
+        assert "UNAUTHENTICATED" in done.stderr, done.stderr[-2000:]
 
 
 # two threads of one Connect client create three new tables at once, each writing its own hour
@@ -271,7 +347,7 @@ def test_runs_creating_one_table_at_once_over_connect_all_land(stack: Stack, tmp
     client = textwrap.dedent(CREATING_CLIENT)
     lake = tmp_path / "lake"
     done = subprocess.run(
-        [sys.executable, "-c", client, f"sc://127.0.0.1:{stack.spark_port}", str(lake)],
+        [sys.executable, "-c", client, stack.spark_url(), str(lake)],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -201,6 +201,7 @@ def test_the_slice_on_a_cluster_equals_the_local_run(
         server_env = {**env, "WAREHOUSE_LOG_DIR": str(root / mode)}
         server = _start([str(WAREHOUSE), "spark-server", "--port", str(port)], server_env, root / mode / "server.log")
         env["WAREHOUSE_SPARK_CONNECT_URL"] = f"sc://127.0.0.1:{port}"
+        env["WAREHOUSE_LOG_DIR"] = str(root / mode)  # where the run finds the server's token
         deadline = time.monotonic() + 180
         while not port_open("127.0.0.1", port):
             assert server.poll() is None, (root / mode / "server.log").read_text()[-4000:]

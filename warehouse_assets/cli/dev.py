@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+from resources.settings import Settings
 from warehouse_assets.cli.common import ROOT, adopt_warehouse_start, load_settings, say
 
 DEV_MARK = "WAREHOUSE_DEV_SESSION"  # in the environment of every process `warehouse dev` starts
@@ -75,7 +76,7 @@ def run_dev(args: argparse.Namespace) -> int:
 
 
 def _run_dev(args: argparse.Namespace, started: list[tuple[subprocess.Popen[bytes], int, float]]) -> int:
-    from resources.spark import port_open, start_connect_server
+    from resources.spark import port_open
 
     begun = time.monotonic()
     env = os.environ
@@ -96,16 +97,9 @@ def _run_dev(args: argparse.Namespace, started: list[tuple[subprocess.Popen[byte
         host, port = settings.spark_connect_url.removeprefix("sc://").split("/")[0].split(":")
         log_path = Path(settings.log_dir) / "spark-connect.log"
         say(f"[dev] starting the Spark Connect server on {host}:{port} (log: {log_path}, {settings.spark_log_level})")
-        server = start_connect_server(
-            host=host,
-            port=int(port),
-            master=settings.spark_master,
-            timezone=tz,
-            log_path=log_path,
-            log_level=settings.spark_log_level,
-        )
+        server = _start_server_with_token(settings, host=host, port=int(port), log_path=log_path)
         if server is None:
-            say("[dev] a Spark Connect server already listens there; using it")
+            say("[dev] a Spark Connect server already listens there; using it (and its token, if it left one)")
         else:
             started.append((server, signal.SIGTERM, 15))
     _prepare_instance(Path(env["DAGSTER_HOME"]))
@@ -242,22 +236,64 @@ def _stop_group(proc: subprocess.Popen[bytes], sig: int, timeout: float) -> None
         proc.wait()
 
 
-def run_spark_server(args: argparse.Namespace) -> int:
-    from resources.spark import start_connect_server
+def _start_server_with_token(
+    settings: Settings, *, host: str, port: int, log_path: Path, analysts: bool = False
+) -> subprocess.Popen[bytes] | None:
+    """The product's Spark Connect server, which refuses clients without a token generated here: this process's
+    children get it in ``$SPARK_CONNECT_AUTHENTICATE_TOKEN``, tools started later from the token file in the log
+    dir (its owner's alone). When a server already listens there, its token file (if any) is adopted instead."""
+    from resources.spark import (
+        CONNECT_TOKEN_VARIABLE,
+        connect_token_file,
+        new_connect_token,
+        read_connect_token,
+        start_connect_server,
+        write_connect_token,
+    )
 
-    settings = load_settings(os.environ)
+    token_file = connect_token_file(settings.log_dir, analysts=analysts)
+    token = new_connect_token()
     # in front of a cluster when WAREHOUSE_SPARK_MASTER names one: the server is the cluster's driver
     server = start_connect_server(
-        port=args.port,
+        host=host,
+        port=port,
         master=settings.spark_master,
         timezone=settings.timezone,
-        log_path=Path(settings.log_dir) / "spark-connect.log",
+        log_path=log_path,
         log_level=settings.spark_log_level,
+        token=token,
+        lake_root=settings.lake_root,
+        confined=analysts,
+    )
+    if server is None:
+        adopted = read_connect_token(token_file)
+        if adopted and not analysts:
+            os.environ[CONNECT_TOKEN_VARIABLE] = adopted
+        return None
+    write_connect_token(token_file, token)
+    if not analysts:  # the product's own processes talk to the product's server only
+        os.environ[CONNECT_TOKEN_VARIABLE] = token
+    return server
+
+
+def run_spark_server(args: argparse.Namespace) -> int:
+    settings = load_settings(os.environ)
+    name = "spark-connect-analysts" if args.analysts else "spark-connect"
+    server = _start_server_with_token(
+        settings,
+        host="127.0.0.1",
+        port=args.port,
+        log_path=Path(settings.log_dir) / f"{name}.log",
+        analysts=args.analysts,
     )
     if server is None:
         say(f"a server already listens on 127.0.0.1:{args.port}")
         return 0
-    say(f"Spark Connect listening on sc://127.0.0.1:{args.port}, master {settings.spark_master} (Ctrl-C stops it)")
+    say(
+        f"Spark Connect listening on sc://127.0.0.1:{args.port}, master {settings.spark_master} (Ctrl-C stops it); "
+        f"clients need the token in {Path(settings.log_dir) / (name + '.token')}"
+        + (" (analysts': reads the lake's tables by name only, writes nothing)" if args.analysts else "")
+    )
     # a supervisor's stop (the server runs in a process group of its own), and Ctrl-C even when started in the
     # background, where SIGINT comes ignored
     signal.signal(signal.SIGTERM, _interrupt)

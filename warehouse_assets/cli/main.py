@@ -9,6 +9,7 @@
     warehouse status                            the engine's heartbeat, the runs queued and running, the start
     warehouse status dwd.order_detail           each partition: materialized, valid or tainted, checks
     warehouse upgrade-lake                      turn deletion vectors on for an existing lake's ODS tables (in place)
+    warehouse sql "SELECT … FROM dwd.t"         read-only SQL over the tables by name (a prompt without a query)
     warehouse spark-server                      run the embedded Spark Connect server in the foreground
     warehouse capture --source mysql://U@H:P    real sources: a MySQL/MariaDB binlog into the landing area
     warehouse dev                               what `make dev` runs: data, Spark Connect, dagster dev
@@ -33,6 +34,7 @@ from warehouse_assets.cli.common import ROOT, adopt_warehouse_start, load_settin
 from warehouse_assets.cli.dev import run_capture, run_dev, run_engine, run_spark_server, simulate_externals
 from warehouse_assets.cli.headless import materialize_range, run_ingest
 from warehouse_assets.cli.repair import add_taint_parser, table_status_command, taint_command
+from warehouse_assets.cli.sql import add_sql_parser, run_sql
 
 
 def _instance(dagster_home: str | None) -> Any:
@@ -211,6 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--dagster-home", default=None, help=home_help)
 
     add_taint_parser(sub)
+    add_sql_parser(sub)
 
     dev = sub.add_parser("dev", help="the embedded warehouse: simulated data, Spark Connect, dagster dev")
     dev.add_argument("--host", default="127.0.0.1", help="the webserver's address (default 127.0.0.1)")
@@ -234,7 +237,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="turn deletion vectors on for the ODS tables of an existing lake (a table property; no data rewritten)",
     )
     srv = sub.add_parser("spark-server", help="run the Spark Connect server in the foreground")
-    srv.add_argument("--port", type=int, default=15002, help="the port it listens on (default 15002)")
+    srv.add_argument("--port", type=int, default=None, help="the port it listens on (default 15002; analysts' 15003)")
+    srv.add_argument(
+        "--analysts",
+        action="store_true",
+        help="the analysts' server: names resolve in the lake only, nothing is written through them, no paths",
+    )
 
     cap = sub.add_parser("capture", help="real sources: read a MySQL/MariaDB binlog into the landing area")
     cap.add_argument(
@@ -253,11 +261,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "simulate":
         return simulate_command(args)
+    if args.command == "sql":
+        return run_sql(args)
     if args.command == "dev":
         return run_dev(args)  # resolves the start once its simulated sources exist
     # the same warehouse start as `warehouse dev`, before anything reads the settings
     adopt_warehouse_start()
     if args.command == "spark-server":
+        args.port = args.port or (15003 if args.analysts else 15002)
         return run_spark_server(args)
     if args.command == "engine":
         return run_engine(args)

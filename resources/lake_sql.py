@@ -1,0 +1,438 @@
+"""Read-only SQL over the lake's tables by name (``SELECT … FROM dwd.order_detail``), on two engines.
+
+* **datafusion**: delta-rs's DataFusion reader in this process, no JVM: it prunes partitions and skips files by the
+  statistics in the Delta log, then reads what is left. Answers a selective query in milliseconds.
+* **spark**: Spark's Delta reader (the Spark Connect server when it runs, else a local session), whose catalog
+  resolves the same names (``warehouse.spark.LakeCatalog``). For large scans and joins.
+
+``auto`` plans the query on delta-rs first (an ``EXPLAIN``, no data read): the files it would read after pruning
+and their bytes decide. Past ``scan_budget`` bytes, or when DataFusion cannot plan the query (Spark SQL it does
+not speak), Spark answers; and a query that runs out of DataFusion's memory budget is answered by Spark instead
+of failing. Only queries run: one ``SELECT`` (``WITH``, ``UNION`` …); writes, DDL and settings are refused
+before any engine sees them, and a name outside the lake's ``layer.table`` tables is refused.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, tzinfo
+from typing import TYPE_CHECKING, Any, Literal
+
+import pyarrow as pa
+import sqlglot
+from deltalake import DeltaTable, QueryBuilder
+from sqlglot import exp
+
+from resources.storage import normalize_root, spark_uri
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+Engine = Literal["auto", "datafusion", "spark"]
+ENGINES: tuple[Engine, ...] = ("auto", "datafusion", "spark")
+
+# a layer or table name: what the warehouse creates, and nothing that could name a folder outside the lake
+NAME = re.compile(r"[a-z][a-z0-9_]{0,127}")
+DEFAULT_MEMORY_BUDGET = 1 << 30  # DataFusion's memory pool in this process
+DEFAULT_SCAN_BUDGET = 512 << 20  # bytes of Parquet after pruning above which Spark reads instead
+
+READ_ONLY_ROOTS = (exp.Select, exp.SetOperation, exp.Subquery)
+
+logging.getLogger("sqlglot").setLevel(logging.ERROR)  # "falling back to parsing as a Command": refused below
+
+
+class SqlRefused(ValueError):
+    """The statement is not a read-only query over the lake's tables; the message says what is wrong."""
+
+
+@dataclass(frozen=True)
+class AsOf:
+    """A point of time travel for every table of a query: a Delta version, or a timestamp."""
+
+    version: int | None = None
+    timestamp: datetime | None = None
+
+    @classmethod
+    def parse(cls, text: str, zone: tzinfo | None = None) -> AsOf:
+        """``12`` (a version) or an ISO timestamp (``2026-03-02``, ``2026-03-02T08:00:00+08:00``); one without an
+        offset is in ``zone`` (the warehouse's business time zone), else this machine's."""
+        value = text.strip()
+        if value.isdigit():
+            return cls(version=int(value))
+        try:
+            moment = datetime.fromisoformat(value)
+        except ValueError:
+            raise SqlRefused(
+                f"--as-of {text!r}: expected a table version (a whole number) or an ISO timestamp, "
+                "e.g. 2026-03-02T08:00"
+            ) from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=zone) if zone is not None else moment.astimezone()
+        return cls(timestamp=moment)
+
+    def spark_clause(self) -> exp.Version:
+        if self.version is not None:
+            return exp.Version(this="VERSION", kind="AS OF", expression=exp.Literal.number(self.version))
+        assert self.timestamp is not None
+        # the instant as a number: a timestamp string would be read in the Spark session's time zone
+        micros = round(self.timestamp.timestamp() * 1_000_000)
+        instant = exp.Anonymous(this="timestamp_micros", expressions=[exp.Literal.number(micros)])
+        return exp.Version(this="TIMESTAMP", kind="AS OF", expression=instant)
+
+
+@dataclass(frozen=True)
+class TableRef:
+    layer: str
+    table: str
+    as_of: AsOf | None  # the query's own `VERSION AS OF` / `TIMESTAMP AS OF` on this reference
+
+    @property
+    def name(self) -> str:
+        return f"{self.layer}.{self.table}"
+
+    @property
+    def view(self) -> str:
+        """The name DataFusion knows it by: one identifier, unique per version read."""
+        suffix = ""
+        if self.as_of is not None:
+            suffix = f"__v{self.as_of.version}" if self.as_of.version is not None else f"__t{_stamp(self.as_of)}"
+        return f"{self.layer}__{self.table}{suffix}"
+
+
+def _stamp(as_of: AsOf) -> str:
+    assert as_of.timestamp is not None
+    return re.sub(r"\W", "_", as_of.timestamp.isoformat()).lower()  # DataFusion folds unquoted names to lowercase
+
+
+@dataclass
+class ReadQuery:
+    """A statement checked to be one read-only query; its lake tables, each reference's own time travel applied."""
+
+    sql: str
+    tree: exp.Expression
+    tables: list[TableRef]
+
+
+def _literal_as_of(version: exp.Version) -> AsOf:
+    value = version.expression
+    if isinstance(value, exp.Anonymous) and str(value.this).lower() == "timestamp_micros":
+        return AsOf(timestamp=datetime.fromtimestamp(int(value.expressions[0].name) / 1_000_000, tz=UTC))
+    text = value.name if isinstance(value, exp.Literal) else value.sql()
+    kind = str(version.this).upper()
+    return AsOf.parse(text) if kind == "VERSION" else AsOf(timestamp=AsOf.parse(text).timestamp or None)
+
+
+def parse_query(sql: str, as_of: AsOf | None = None) -> ReadQuery:
+    """``sql`` as a read-only query; SqlRefused naming what is refused. ``as_of`` applies to every lake table the
+    query names (a reference's own ``VERSION AS OF`` wins)."""
+    try:
+        statements = [s for s in sqlglot.parse(sql, read="spark") if s is not None]
+    except sqlglot.errors.ParseError as exc:
+        raise SqlRefused(f"cannot parse the query: {str(exc).splitlines()[0]}") from None
+    if not statements:
+        raise SqlRefused("no query given")
+    if len(statements) > 1:
+        raise SqlRefused(f"one query at a time: {len(statements)} statements given")
+    tree = statements[0]
+    if not isinstance(tree, READ_ONLY_ROOTS):
+        kind = tree.key.upper() if not isinstance(tree, exp.Command) else str(tree.this).upper()
+        raise SqlRefused(
+            f"warehouse sql answers read-only queries (SELECT …); {kind} is refused: the warehouse's tables "
+            "are written by their runs only"
+        )
+    for node in tree.walk():
+        if isinstance(node, exp.Insert | exp.Delete | exp.Update | exp.Merge | exp.Create | exp.Drop | exp.Alter):
+            raise SqlRefused(f"warehouse sql answers read-only queries; {node.key.upper()} is refused")
+    ctes = {cte.alias_or_name for cte in tree.find_all(exp.CTE)}
+    tables: list[TableRef] = []
+
+    def to_lake(node: exp.Expression) -> exp.Expression:
+        if not isinstance(node, exp.Table):
+            return node
+        if isinstance(node.this, exp.Func):  # a table-valued function: it could read anything by path
+            raise SqlRefused(f"only the lake's tables can be read: {node.sql(dialect='spark')} is refused")
+        if not node.name or (not node.db and node.name in ctes):
+            return node
+        layer, table = node.db, node.name
+        if node.catalog or not layer or not NAME.fullmatch(layer) or not NAME.fullmatch(table):
+            raise SqlRefused(
+                f"{node.sql(dialect='spark')}: tables are named layer.table in lowercase (e.g. dwd.order_detail)"
+            )
+        own = node.args.get("version")
+        ref = TableRef(layer, table, _literal_as_of(own) if own is not None else as_of)
+        tables.append(ref)
+        if ref.as_of is not None and own is None:
+            node = node.copy()
+            node.set("version", ref.as_of.spark_clause())
+        return node
+
+    tree = tree.transform(to_lake)
+    if not tables:
+        raise SqlRefused("the query reads no table of the lake (name one as layer.table, e.g. dwd.order_detail)")
+    return ReadQuery(sql, tree, tables)
+
+
+# --- the outcome ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ScanPlan:
+    """What delta-rs would read for the query: files in the tables it names and those left after pruning."""
+
+    files_total: int
+    files_read: int
+    bytes_read: int
+
+    @property
+    def files_skipped(self) -> int:
+        return self.files_total - self.files_read
+
+
+@dataclass
+class Answer:
+    rows: pa.Table
+    engine: Literal["datafusion", "spark"]
+    seconds: float
+    plan: ScanPlan | None  # None when delta-rs could not plan the query
+    why: str  # why this engine answered
+    spark_where: str = ""  # which Spark: the Connect URL or the local master
+
+    def summary(self) -> str:
+        where = f" ({self.spark_where})" if self.spark_where else ""
+        text = f"{self.rows.num_rows} row(s) in {self.seconds:.3f} s on {self.engine}{where}: {self.why}"
+        if self.plan is not None:
+            # Spark's own scan metrics stay on its server over Connect: its answers show delta-rs's plan of the query
+            source = "" if self.engine == "datafusion" else " in delta-rs's plan"
+            text += (
+                f"; files{source}: {self.plan.files_read} scanned, {self.plan.files_skipped} skipped of "
+                f"{self.plan.files_total} ({_size(self.plan.bytes_read)} read after pruning)"
+            )
+        return text
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return f"{n} B"
+
+
+FILE_GROUPS = re.compile(r"file_groups=\{[^:]*: \[(.*?)\]\}")
+FILE_RANGE = re.compile(r":\d+\.\.\d+$")
+
+
+def files_in_plan(plan_text: str) -> list[str]:
+    """The files every scan of a DataFusion physical plan reads (one entry per scan and file)."""
+    files: list[str] = []
+    for groups in FILE_GROUPS.findall(plan_text):
+        scan: dict[str, None] = {}
+        for group in re.findall(r"\[([^\[\]]*)\]", groups):
+            # a large file is read in byte ranges (`path:0..1048576`), maybe in two groups: one file
+            scan.update({FILE_RANGE.sub("", f.strip()): None for f in group.split(",") if f.strip()})
+        files += list(scan)
+    return files
+
+
+# --- the engines ------------------------------------------------------------------------------------------
+
+
+def _resources_exhausted(exc: BaseException) -> bool:
+    return "Resources exhausted" in str(exc)
+
+
+@dataclass
+class LakeSql:
+    """Read-only SQL over the tables of the lake at ``root``.
+
+    ``spark`` returns the Spark to answer on (called only when Spark answers) and a label saying which one."""
+
+    root: str
+    storage_options: dict[str, str] = field(default_factory=dict)
+    spark: Callable[[], tuple[SparkSession, str]] | None = None
+    memory_budget: int = DEFAULT_MEMORY_BUDGET
+    scan_budget: int = DEFAULT_SCAN_BUDGET
+
+    def __post_init__(self) -> None:
+        self.root = normalize_root(self.root)
+
+    def table_uri(self, ref: TableRef) -> str:
+        return f"{self.root}/{ref.layer}/{ref.table}"
+
+    def _open(self, ref: TableRef) -> DeltaTable:
+        uri = self.table_uri(ref)
+        options = self.storage_options or None
+        if not DeltaTable.is_deltatable(uri, storage_options=options):
+            raise SqlRefused(f"no table {ref.name} in the lake ({uri} is no Delta table)")
+        dt = DeltaTable(uri, storage_options=options)
+        if ref.as_of is not None:
+            try:
+                point = ref.as_of.version if ref.as_of.version is not None else ref.as_of.timestamp
+                assert point is not None
+                dt.load_as_version(point)
+            except Exception as exc:
+                raise SqlRefused(f"{ref.name} has no readable version {_as_of_text(ref.as_of)}: {exc}") from None
+        return dt
+
+    def _datafusion(self, query: ReadQuery) -> tuple[QueryBuilder, str, ScanPlan]:
+        """A DataFusion session with the query's tables, the query in its dialect, and its scan plan."""
+        builder = QueryBuilder()
+        sizes: dict[str, int] = {}
+        files_total = 0
+        registered: set[str] = set()
+        for ref in query.tables:
+            dt = self._open(ref)
+            actions = pa.table(dt.get_add_actions(flatten=True))
+            files_total += actions.num_rows
+            for path, size in zip(actions["path"].to_pylist(), actions["size_bytes"].to_pylist(), strict=True):
+                sizes[path] = int(size)
+            if ref.view not in registered:
+                builder.register(ref.view, dt)
+                registered.add(ref.view)
+        # DataFusion's pool takes whole kibibytes: a query that needs more fails "Resources exhausted" (caught)
+        list(builder.execute(f"SET datafusion.runtime.memory_limit = '{max(1, self.memory_budget // 1024)}K'"))
+        by_view = {(r.layer, r.table, r.as_of): r.view for r in query.tables}
+
+        def rename(node: exp.Expression) -> exp.Expression:
+            if isinstance(node, exp.Table) and node.db and NAME.fullmatch(node.db):
+                own = node.args.get("version")
+                key = (node.db, node.name, _literal_as_of(own) if own is not None else None)
+                view = by_view.get(key) or next(v for (la, ta, _), v in by_view.items() if (la, ta) == key[:2])
+                return exp.Table(
+                    this=exp.to_identifier(view),
+                    alias=exp.TableAlias(this=exp.to_identifier(node.alias or node.name)),
+                )
+            return node
+
+        sql = query.tree.transform(rename).sql(dialect="postgres")
+        explained = pa.table(builder.execute("EXPLAIN VERBOSE " + sql).read_all())
+        kinds, plans = explained["plan_type"].to_pylist(), explained["plan"].to_pylist()
+        files = files_in_plan(plans[kinds.index("physical_plan")])
+        read = sum(_size_of(f, sizes) for f in files)
+        return builder, sql, ScanPlan(files_total, len(files), read)
+
+    def run(self, sql: str, engine: Engine = "auto", as_of: AsOf | None = None) -> Answer:
+        """The query's rows from ``engine`` (``auto``: chosen from what it would read after pruning)."""
+        if engine not in ENGINES:
+            raise SqlRefused(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
+        begun = time.perf_counter()
+        query = parse_query(sql, as_of)
+        plan: ScanPlan | None = None
+        try:
+            builder, dialect_sql, plan = self._datafusion(query)
+        except SqlRefused:
+            raise
+        except Exception as exc:
+            if engine == "datafusion":
+                raise SqlRefused(f"the JVM-free engine cannot run this query: {_first_line(exc)}") from None
+            if engine == "auto":
+                return self._on_spark(query, begun, None, f"DataFusion cannot plan it ({_first_line(exc)})")
+        if engine == "spark":
+            return self._on_spark(query, begun, plan, "--engine spark")
+        assert plan is not None
+        if engine == "auto" and plan.bytes_read > self.scan_budget:
+            why = f"reads {_size(plan.bytes_read)} after pruning, above the JVM-free engine's {_size(self.scan_budget)}"
+            return self._on_spark(query, begun, plan, why)
+        try:
+            rows = pa.table(builder.execute(dialect_sql).read_all())
+        except Exception as exc:
+            if not _resources_exhausted(exc):
+                raise SqlRefused(f"the JVM-free engine failed: {_first_line(exc)}") from None
+            why = f"over the JVM-free engine's memory budget ({_size(self.memory_budget)})"
+            if engine == "datafusion":
+                raise SqlRefused(f"{why}; run it on Spark (--engine spark or auto)") from None
+            return self._on_spark(query, begun, plan, why)
+        why = "--engine datafusion" if engine == "datafusion" else f"reads {_size(plan.bytes_read)} after pruning"
+        return Answer(rows, "datafusion", time.perf_counter() - begun, plan, why)
+
+    def _on_spark(self, query: ReadQuery, begun: float, plan: ScanPlan | None, why: str) -> Answer:
+        from resources.spark import SESSION_LAKE
+
+        if self.spark is None:
+            raise SqlRefused(f"this query needs Spark ({why}), and none is configured")
+        for ref in query.tables:
+            self._open(ref)  # a missing table or version: the same message as on DataFusion
+        session, where = self.spark()
+        # the names resolve in this lake (ignored by a confined server, which has its own)
+        session.conf.set(SESSION_LAKE, spark_uri(self.root))
+        zone = session.conf.get("spark.sql.session.timeZone")
+        if any(ref.as_of is not None and ref.as_of.timestamp is not None for ref in query.tables):
+            # Delta 4.4 shifts a TIMESTAMP AS OF instant by the session's UTC offset (it looked 8 hours early in
+            # Asia/Shanghai): the query travels in a UTC session; the instant itself is given in microseconds
+            session.conf.set("spark.sql.session.timeZone", "UTC")
+        try:
+            rows = session.sql(query.tree.sql(dialect="spark")).toArrow()
+        finally:
+            session.conf.set("spark.sql.session.timeZone", zone or "UTC")
+        return Answer(rows, "spark", time.perf_counter() - begun, plan, why, where)
+
+
+def _size_of(path: str, sizes: dict[str, int]) -> int:
+    """A file's size from the log, by the path a DataFusion plan shows (relative to the table or to `/`)."""
+    for relative, size in sizes.items():
+        if path.endswith(relative):
+            return size
+    return 0
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+
+
+def _as_of_text(as_of: AsOf) -> str:
+    return str(as_of.version) if as_of.version is not None else str(as_of.timestamp)
+
+
+def render_table(rows: pa.Table, max_rows: int = 50) -> str:
+    """The rows as an aligned text table, at most ``max_rows`` of them."""
+    names = rows.column_names
+    shown = rows.slice(0, max_rows).to_pylist()
+    cells = [[_cell(r[n]) for n in names] for r in shown]
+    widths = [max([len(n)] + [len(c[i]) for c in cells]) for i, n in enumerate(names)]
+    line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+    out = [line, "| " + " | ".join(n.ljust(w) for n, w in zip(names, widths, strict=True)) + " |", line]
+    out += ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |" for row in cells]
+    out.append(line)
+    if rows.num_rows > max_rows:
+        out.append(f"… {rows.num_rows - max_rows} more row(s): --output FILE exports them all")
+    return "\n".join(out)
+
+
+def _cell(value: Any) -> str:
+    return "NULL" if value is None else str(value)
+
+
+def export(rows: pa.Table, fmt: str, path: str | None) -> str | None:
+    """Write the rows as csv, json (one object per line) or parquet to ``path`` (csv/json: stdout text without)."""
+    import io
+    import json
+
+    if fmt == "parquet":
+        if not path:
+            raise SqlRefused("--format parquet needs --output FILE")
+        import pyarrow.parquet as pq
+
+        pq.write_table(rows, path)
+        return None
+    if fmt == "csv":
+        import pyarrow.csv as pacsv
+
+        buffer = io.BytesIO()
+        pacsv.write_csv(rows, buffer)
+        text = buffer.getvalue().decode()
+    elif fmt == "json":
+        text = "".join(json.dumps(r, default=str, ensure_ascii=False) + "\n" for r in rows.to_pylist())
+    else:
+        raise SqlRefused(f"--format {fmt!r}: expected one of table, csv, json, parquet")
+    if path:
+        with open(path, "w", encoding="utf-8") as out:
+            out.write(text)
+        return None
+    return text
+
+
+__all__: Sequence[str] = ["ENGINES", "Answer", "AsOf", "LakeSql", "ReadQuery", "SqlRefused", "parse_query"]

@@ -1,0 +1,270 @@
+"""`warehouse sql`'s JVM-free side: only read-only queries over the lake's `layer.table` names pass; delta-rs's
+DataFusion answers them with partition pruning and file skipping, says how many files it read, and a query over its
+memory budget is a clear error, never an out-of-memory crash. (Same rows on Spark: test_lake_sql_spark.py.)"""
+
+from __future__ import annotations
+
+import csv
+import json
+from datetime import timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from resources.lake_sql import AsOf, LakeSql, SqlRefused, files_in_plan, parse_query
+from resources.settings import Settings, using
+from resources.spark import (
+    CONNECT_TOKEN_VARIABLE,
+    connect_client_url,
+    connect_token_file,
+    lake_conf,
+    write_connect_token,
+)
+from warehouse_assets.cli.main import main
+
+DAYS = ("2026-03-01", "2026-03-02", "2026-03-03")
+
+
+def build_lake(root: Path) -> Path:
+    """dwd.orders: 3 days x 2 files (ids 0-599, each file a disjoint id range), 6 versions; dwd.users: 7 users."""
+    for n in range(6):
+        ids = range(n * 100, (n + 1) * 100)
+        batch = pa.table(
+            {
+                "order_id": pa.array(ids, pa.int64()),
+                "user_id": pa.array([i % 7 for i in ids], pa.int64()),
+                "amount": pa.array([float(i % 50) for i in ids]),
+                "dt": [DAYS[n % 3]] * 100,
+            }
+        )
+        write_deltalake(str(root / "dwd" / "orders"), batch, partition_by=["dt"], mode="append")
+    users = pa.table({"user_id": pa.array(range(7), pa.int64()), "name": [f"user {i}" for i in range(7)]})
+    write_deltalake(str(root / "dwd" / "users"), users)
+    return root
+
+
+@pytest.fixture
+def lake(tmp_path: Path) -> Path:
+    return build_lake(tmp_path / "lake")
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "INSERT INTO dwd.orders VALUES (1, 1, 1.0, '2026-03-01')",
+        "DELETE FROM dwd.orders WHERE dt = '2026-03-01'",
+        "UPDATE dwd.orders SET amount = 0",
+        "MERGE INTO dwd.orders t USING dwd.users s ON t.user_id = s.user_id WHEN MATCHED THEN DELETE",
+        "CREATE TABLE dwd.copy AS SELECT * FROM dwd.orders",
+        "DROP TABLE dwd.orders",
+        "ALTER TABLE dwd.orders ADD COLUMNS (x int)",
+        "OPTIMIZE dwd.orders ZORDER BY (order_id)",
+        "VACUUM dwd.orders",
+        "SET spark.sql.shuffle.partitions = 1",
+        "CACHE TABLE dwd.orders",
+    ],
+)
+def test_writes_ddl_and_settings_are_refused(statement: str) -> None:
+    with pytest.raises(SqlRefused, match=r"read-only queries .* is refused"):
+        parse_query(statement)
+
+
+@pytest.mark.parametrize(
+    ("statement", "message"),
+    [
+        ("SELECT * FROM dwd.orders; DROP TABLE dwd.orders", "one query at a time"),
+        ("SELECT * FROM parquet.`/etc/passwd`", "tables are named layer.table"),
+        ("SELECT * FROM delta.`/tmp/elsewhere`", "tables are named layer.table"),
+        ("SELECT * FROM `dwd`.`../ods/order`", "tables are named layer.table"),
+        ("SELECT * FROM spark_catalog.dwd.orders", "tables are named layer.table"),
+        ("SELECT * FROM DWD.Orders", "tables are named layer.table"),
+        ("SELECT 1", "reads no table of the lake"),
+        ("SELECT * FROM read_files('/etc')", "only the lake's tables"),
+    ],
+)
+def test_names_outside_the_lake_are_refused(statement: str, message: str) -> None:
+    with pytest.raises(SqlRefused, match=message):
+        parse_query(statement)
+
+
+def test_a_query_names_its_tables_and_each_gets_the_time_travel() -> None:
+    query = parse_query(
+        "WITH big AS (SELECT * FROM dwd.orders WHERE amount > 10) "
+        "SELECT u.name, count(*) FROM big JOIN dwd.users VERSION AS OF 0 u ON big.user_id = u.user_id GROUP BY u.name",
+        AsOf(version=3),
+    )
+    assert sorted(((t.name, t.as_of) for t in query.tables), key=str) == [
+        ("dwd.orders", AsOf(version=3)),
+        ("dwd.users", AsOf(version=0)),  # its own clause wins
+    ]
+    assert "dwd.orders VERSION AS OF 3" in query.tree.sql(dialect="spark")
+
+
+def test_as_of_reads_a_version_or_a_timestamp() -> None:
+    assert AsOf.parse("12") == AsOf(version=12)
+    moment = AsOf.parse("2026-03-02T08:00:00+08:00").timestamp
+    assert moment is not None and moment.utcoffset() is not None and moment.hour == 8
+    naive = AsOf.parse("2026-03-02T08:00", ZoneInfo("Asia/Shanghai")).timestamp
+    assert naive is not None and naive.utcoffset() == timedelta(hours=8)  # the business time zone's 08:00
+    with pytest.raises(SqlRefused, match="expected a table version"):
+        AsOf.parse("yesterday")
+
+
+def test_datafusion_prunes_partitions_and_skips_files_by_statistics(lake: Path) -> None:
+    sql = LakeSql(str(lake))
+    day = sql.run("SELECT count(*) AS n, sum(amount) AS s FROM dwd.orders WHERE dt = '2026-03-02'")
+    assert day.engine == "datafusion"
+    assert day.rows.to_pylist() == [{"n": 200, "s": sum(float(i % 50) for i in [*range(100, 200), *range(400, 500)])}]
+    assert day.plan is not None and (day.plan.files_read, day.plan.files_total) == (2, 6)  # the day's two files
+
+    lookup = sql.run("SELECT order_id, dt FROM dwd.orders WHERE order_id = 250")
+    assert lookup.rows.to_pylist() == [{"order_id": 250, "dt": "2026-03-03"}]
+    assert lookup.plan is not None and (lookup.plan.files_read, lookup.plan.files_skipped) == (1, 5)  # min/max stats
+    assert "1 scanned, 5 skipped of 6" in lookup.summary() and "on datafusion" in lookup.summary()
+
+
+def test_joins_aggregates_and_time_travel_on_datafusion(lake: Path) -> None:
+    sql = LakeSql(str(lake))
+    joined = sql.run(
+        "SELECT u.name, count(*) AS n FROM dwd.orders o JOIN dwd.users u ON o.user_id = u.user_id "
+        "WHERE o.order_id < 14 GROUP BY u.name ORDER BY u.name"
+    )
+    assert joined.rows.to_pylist() == [{"name": f"user {i}", "n": 2} for i in range(7)]
+    first = sql.run("SELECT count(*) AS n FROM dwd.orders", as_of=AsOf(version=0))
+    assert first.rows.to_pylist() == [{"n": 100}]
+    own = sql.run("SELECT count(*) AS n FROM dwd.orders VERSION AS OF 2")
+    assert own.rows.to_pylist() == [{"n": 300}]
+    with pytest.raises(SqlRefused, match="no table dwd.nothing in the lake"):
+        sql.run("SELECT * FROM dwd.nothing")
+    with pytest.raises(SqlRefused, match="has no readable version 99"):
+        sql.run("SELECT * FROM dwd.orders", as_of=AsOf(version=99))
+
+
+def test_over_the_memory_budget_datafusion_says_so_and_never_runs_out_of_memory(lake: Path) -> None:
+    small = LakeSql(str(lake), memory_budget=16 << 10)
+    query = "SELECT order_id, count(*) AS n FROM dwd.orders GROUP BY order_id ORDER BY n, order_id"
+    with pytest.raises(SqlRefused, match=r"over the JVM-free engine's memory budget \(16.0 KB\); run it on Spark"):
+        small.run(query, engine="datafusion")
+    # auto goes to Spark instead (test_lake_sql_spark.py runs it there); without a Spark it says it needs one
+    with pytest.raises(SqlRefused, match=r"needs Spark \(over the JVM-free engine's memory budget"):
+        small.run(query)
+    assert LakeSql(str(lake)).run(query, engine="datafusion").rows.num_rows == 600  # the default budget suffices
+
+
+def test_a_large_scan_goes_to_spark(lake: Path) -> None:
+    with pytest.raises(SqlRefused, match=r"needs Spark \(reads .* after pruning, above the JVM-free engine's 1.0 KB"):
+        LakeSql(str(lake), scan_budget=1024).run("SELECT * FROM dwd.orders")
+
+
+def test_files_are_counted_per_scan_of_the_plan() -> None:
+    plan = (
+        "DataSourceExec: file_groups={2 groups: [[a/x.parquet, a/y.parquet:0..10], "
+        "[a/y.parquet:10..20, a/z.parquet]]}, projection=[id]\n"
+        "  DataSourceExec: file_groups={1 group: [[b/w.parquet]]}, projection=[id]"
+    )
+    assert files_in_plan(plan) == ["a/x.parquet", "a/y.parquet", "a/z.parquet", "b/w.parquet"]
+
+
+def test_the_cli_refuses_a_write_and_changes_nothing(
+    lake: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("WAREHOUSE_LAKE_ROOT", str(lake))
+    before = DeltaTable(str(lake / "dwd" / "orders")).version()
+    assert main(["sql", "DELETE FROM dwd.orders WHERE dt = '2026-03-01'"]) == 2
+    assert "error: warehouse sql answers read-only queries (SELECT …); DELETE is refused" in capsys.readouterr().err
+    assert DeltaTable(str(lake / "dwd" / "orders")).version() == before
+    assert len(DeltaTable(str(lake / "dwd" / "orders")).file_uris()) == 6
+
+
+def test_the_cli_prints_rows_engine_time_and_files_and_exports(
+    lake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("WAREHOUSE_LAKE_ROOT", str(lake))
+    query = "SELECT order_id, amount FROM dwd.orders WHERE order_id IN (7, 307) ORDER BY order_id"
+    assert main(["sql", query]) == 0
+    out = capsys.readouterr().out
+    assert "| order_id | amount |" in out and "| 307      | 7.0    |" in out
+    assert "2 row(s) in " in out and " s on datafusion" in out and "2 scanned, 4 skipped of 6" in out
+
+    for fmt in ("csv", "json", "parquet"):
+        target = tmp_path / f"rows.{fmt}"
+        assert main(["sql", "--format", fmt, "--output", str(target), query]) == 0
+        if fmt == "csv":
+            rows = list(csv.DictReader(target.open()))
+            assert [(r["order_id"], r["amount"]) for r in rows] == [("7", "7"), ("307", "7")]
+        elif fmt == "json":
+            assert [json.loads(line) for line in target.read_text().splitlines()] == [
+                {"order_id": 7, "amount": 7.0},
+                {"order_id": 307, "amount": 7.0},
+            ]
+        else:
+            assert pq.read_table(target).to_pylist() == [
+                {"order_id": 7, "amount": 7.0},
+                {"order_id": 307, "amount": 7.0},
+            ]
+    assert main(["sql", "--as-of", "0", "--format", "json", "SELECT count(*) AS n FROM dwd.orders"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[0]) == {"n": 100}
+
+
+def test_connect_clients_send_the_token_over_a_local_channel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # pyspark sends a token only over TLS or to the host named `localhost` (gRPC's local credentials)
+    assert connect_client_url("sc://127.0.0.1:15002", "t0k") == "sc://localhost:15002/;token=t0k"
+    assert connect_client_url("sc://spark:15002/;use_ssl=true", "t0k") == "sc://spark:15002/;use_ssl=true;token=t0k"
+    # no token anywhere: the URL as given
+    monkeypatch.delenv(CONNECT_TOKEN_VARIABLE, raising=False)
+    with using(Settings(log_dir=str(tmp_path))):
+        assert connect_client_url("sc://127.0.0.1:15002") == "sc://127.0.0.1:15002"
+        # a tool started later finds the token its server's starter left (its owner's alone) in the log dir
+        write_connect_token(connect_token_file(tmp_path), "from-file")
+        assert (connect_token_file(tmp_path).stat().st_mode & 0o777) == 0o600
+        assert connect_client_url("sc://127.0.0.1:15002") == "sc://localhost:15002/;token=from-file"
+        # the processes the starter started have it in their environment
+        monkeypatch.setenv(CONNECT_TOKEN_VARIABLE, "from-env")
+        assert connect_client_url("sc://127.0.0.1:15002") == "sc://localhost:15002/;token=from-env"
+
+
+def test_the_catalog_settings_confine_an_analysts_spark(tmp_path: Path) -> None:
+    assert lake_conf(str(tmp_path / "lake")) == {"spark.sql.catalog.spark_catalog.lake": str(tmp_path / "lake")}
+    assert lake_conf("s3://bucket/lake", confined=True) == {
+        "spark.sql.catalog.spark_catalog.lake": "s3a://bucket/lake",
+        "spark.sql.catalog.spark_catalog.confined": "true",
+        "spark.sql.runSQLOnFiles": "false",
+    }
+    assert lake_conf("") == {}
+
+
+def test_without_a_query_the_cli_is_a_prompt_with_history(
+    lake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from warehouse_assets.cli import sql as sql_cli
+
+    history = tmp_path / "history"
+    monkeypatch.setattr(sql_cli, "HISTORY", history)
+    monkeypatch.setenv("WAREHOUSE_LAKE_ROOT", str(lake))
+    typed = iter(
+        [
+            "SELECT count(*) AS n",
+            "FROM dwd.orders;",
+            "DELETE FROM dwd.orders;",
+            "SELECT max(order_id) AS m",
+            "FROM dwd.orders",
+            "",
+        ]
+    )
+
+    def prompt(_: str) -> str:
+        try:
+            return next(typed)
+        except StopIteration:
+            raise EOFError from None
+
+    monkeypatch.setattr("builtins.input", prompt)
+    assert main(["sql"]) == 0
+    out = capsys.readouterr().out
+    assert "| 600 |" in out and "| 599 |" in out  # ended by ';', then by an empty line
+    assert "error: warehouse sql answers read-only queries (SELECT …); DELETE is refused" in out  # the prompt stays up
+    assert "SELECT max(order_id) AS m" in history.read_text()

@@ -1,0 +1,120 @@
+"""`warehouse sql` on Spark: the catalog every Spark of the product carries resolves `layer.table` in the lake,
+the two engines return the same rows for filters, joins, aggregates and time travel, a query over DataFusion's
+memory budget is answered by Spark, and a confined catalog (an analysts' Spark) reads but never writes."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+from pyspark.sql import SparkSession
+
+from resources.lake_sql import AsOf, LakeSql
+from resources.spark import SESSION_LAKE
+from tests.resources.test_lake_sql import build_lake
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture
+def lake(tmp_path: Path) -> Path:
+    return build_lake(tmp_path / "lake")
+
+
+@pytest.fixture
+def both(lake: Path, spark: SparkSession) -> Iterator[LakeSql]:
+    yield LakeSql(str(lake), spark=lambda: (spark, "local test session"))
+    spark.conf.unset(SESSION_LAKE)
+
+
+def normalized(rows: pa.Table) -> list[tuple[Any, ...]]:
+    def value(v: Any) -> Any:
+        return round(v, 6) if isinstance(v, float) and math.isfinite(v) else v
+
+    return sorted((tuple(value(v) for v in row.values()) for row in rows.to_pylist()), key=repr)
+
+
+QUERIES = [
+    "SELECT order_id, user_id, amount, dt FROM dwd.orders WHERE dt = '2026-03-02' AND amount > 40",
+    "SELECT * FROM dwd.orders WHERE order_id = 457",
+    "SELECT dt, count(*) AS n, sum(amount) AS total, avg(amount) AS mean FROM dwd.orders GROUP BY dt",
+    "SELECT u.name, count(*) AS n, max(o.amount) AS top FROM dwd.orders o JOIN dwd.users u ON o.user_id = u.user_id "
+    "WHERE o.dt IN ('2026-03-01', '2026-03-03') GROUP BY u.name",
+    "WITH big AS (SELECT user_id, amount FROM dwd.orders WHERE amount >= 45) "
+    "SELECT user_id, count(*) AS n FROM big GROUP BY user_id HAVING count(*) > 5",
+    "SELECT count(*) AS n, min(order_id) AS lo, max(order_id) AS hi FROM dwd.orders VERSION AS OF 1",
+]
+
+
+@pytest.mark.parametrize("query", QUERIES)
+def test_both_engines_return_the_same_rows(both: LakeSql, query: str) -> None:
+    jvm_free = both.run(query, engine="datafusion")
+    on_spark = both.run(query, engine="spark")
+    assert (jvm_free.engine, on_spark.engine) == ("datafusion", "spark")
+    assert jvm_free.rows.num_rows > 0
+    assert normalized(jvm_free.rows) == normalized(on_spark.rows)
+
+
+def test_both_engines_travel_to_the_same_version_and_time(both: LakeSql, lake: Path) -> None:
+    query = "SELECT dt, count(*) AS n FROM dwd.orders GROUP BY dt"
+    by_version = [both.run(query, engine=e, as_of=AsOf(version=2)) for e in ("datafusion", "spark")]
+    assert (
+        normalized(by_version[0].rows)
+        == normalized(by_version[1].rows)
+        == [(d, 100) for d in ("2026-03-01", "2026-03-02", "2026-03-03")]
+    )
+    committed = {c["version"]: c["timestamp"] for c in DeltaTable(str(lake / "dwd" / "orders")).history()}
+    moment = AsOf(timestamp=datetime.fromtimestamp(committed[1] / 1000, tz=UTC))
+    by_time = [both.run(query, engine=e, as_of=moment) for e in ("datafusion", "spark")]
+    assert normalized(by_time[0].rows) == normalized(by_time[1].rows) == [("2026-03-01", 100), ("2026-03-02", 100)]
+
+
+def test_a_query_over_the_memory_budget_goes_to_spark(lake: Path, spark: SparkSession) -> None:
+    query = "SELECT order_id, count(*) AS n FROM dwd.orders GROUP BY order_id"
+    small = LakeSql(str(lake), spark=lambda: (spark, "local test session"), memory_budget=16 << 10)
+    answer = small.run(query)
+    assert answer.engine == "spark"
+    assert "over the JVM-free engine's memory budget (16.0 KB)" in answer.why
+    assert sorted(normalized(answer.rows)) == [(i, 1) for i in range(600)]
+
+
+def test_names_resolve_to_tables_created_after_the_session_started(lake: Path, spark: SparkSession) -> None:
+    spark.conf.set(SESSION_LAKE, str(lake))
+    try:
+        assert spark.sql("SELECT count(*) AS n FROM dwd.orders").collect()[0].n == 600
+        write_deltalake(str(lake / "ads" / "fresh"), pa.table({"x": [1, 2, 3]}))  # after the first query
+        assert spark.sql("SELECT sum(x) AS s FROM ads.fresh").collect()[0].s == 6
+        with pytest.raises(Exception, match="TABLE_OR_VIEW_NOT_FOUND"):
+            spark.sql("SELECT * FROM ads.missing").collect()
+    finally:
+        spark.conf.unset(SESSION_LAKE)
+
+
+def test_a_confined_catalog_reads_the_lake_and_writes_nothing(lake: Path, spark: SparkSession, tmp_path: Path) -> None:
+    """What an analysts' Spark runs with (`lake_conf(confined=True)`): names only in its lake, no writes."""
+    analysts = spark.newSession()
+    analysts.conf.set("spark.sql.catalog.spark_catalog.lake", str(lake))
+    analysts.conf.set("spark.sql.catalog.spark_catalog.confined", "true")
+    analysts.conf.set(SESSION_LAKE, str(tmp_path / "elsewhere"))  # ignored: a confined lake is its own
+    orders = DeltaTable(str(lake / "dwd" / "orders"))
+    before = (orders.version(), sorted(orders.file_uris()))
+    assert analysts.sql("SELECT count(*) AS n FROM dwd.orders").collect()[0].n == 600
+    for write in (
+        "INSERT INTO dwd.orders VALUES (9999, 1, 1.0, '2026-03-01')",
+        "DELETE FROM dwd.orders WHERE dt = '2026-03-01'",
+        "UPDATE dwd.orders SET amount = 0",
+    ):
+        with pytest.raises(Exception, match="reads the warehouse only: dwd.orders cannot be written here"):
+            analysts.sql(write).collect()
+    outside = tmp_path / "outside"
+    write_deltalake(str(outside), pa.table({"secret": [1]}))
+    with pytest.raises(Exception, match="is outside the lake"):
+        analysts.sql(f"SELECT * FROM delta.`{outside}`").collect()
+    orders = DeltaTable(str(lake / "dwd" / "orders"))
+    assert (orders.version(), sorted(orders.file_uris())) == before
