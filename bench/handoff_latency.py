@@ -194,8 +194,11 @@ def main() -> int:
         started_at, timed_run_ids = time.time(), []
         for n, (kind, key) in enumerate(plan, start=1):
             # before the first handoff the engine catches up on what the seeded days make ready (ads.gmv_usd_daily
-            # over the seeded ads.daily_gmv, past its rate's deadline): that is not a handoff, and takes longer
-            _wait_until_idle(instance, args.timeout * (3 if n == 1 else 1))
+            # over the seeded ads.daily_gmv, past its rate's deadline): not a handoff, and longer; its run may be
+            # submitted a moment after the stack is idle, so the first wait asks for a quiet spell
+            if n == 1:
+                _wait_until_idle(instance, args.timeout * 3, quiet=20)
+            _wait_until_idle(instance, args.timeout)
             time.sleep(random.uniform(0, 3))
             if kind == "external":
                 day = date.fromisoformat(key)
@@ -442,15 +445,21 @@ def _judged_at(instance: object, key: str) -> float:
     return max(stamps)
 
 
-def _wait_until_idle(instance: object, timeout: float) -> None:
-    """No run queued or in progress (the previous handoff's downstream runs have finished)."""
+def _wait_until_idle(instance: object, timeout: float, quiet: float = 0.0) -> None:
+    """No run queued or in progress (the previous handoff's downstream runs have finished), for ``quiet`` seconds
+    in a row."""
     from dagster import DagsterRunStatus, RunsFilter
 
     busy = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
     deadline = time.monotonic() + timeout
+    idle_since = None
     while time.monotonic() < deadline:
-        if not instance.get_runs(RunsFilter(statuses=busy), limit=1):  # type: ignore[attr-defined]
-            return
+        if instance.get_runs(RunsFilter(statuses=busy), limit=1):  # type: ignore[attr-defined]
+            idle_since = None
+        else:
+            idle_since = idle_since or time.monotonic()
+            if time.monotonic() - idle_since >= quiet:
+                return
         time.sleep(0.5)
     raise SystemExit(f"the stack did not settle: runs still queued or in progress after {timeout:.0f} s")
 
