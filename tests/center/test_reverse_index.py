@@ -101,7 +101,11 @@ def test_an_event_finds_its_downstream_partitions_across_periods_offsets_and_win
     early = local("2026-02-28T23:30", "Asia/Shanghai")
     assert "dws.order_hourly" not in index.downstream_of("ods.order", "2026-02-28-23:00", current_time=early)
     assert index.downstream_of("ods.order", "2026-02-28-22:00", current_time=early)["dws.order_hourly"]
-    assert index.downstream_of("ads.monthly_report", "2026-01-01", current_time=now) == {}  # a sink
+    # a day reads the latest month ended by its own end: January from its last day on, while it is one of the three
+    # months that end a day may look back over
+    january_on = ["2026-01-31", *(f"2026-02-{d:02d}" for d in range(1, 29))]
+    assert index.downstream_of("ads.monthly_report", "2026-01-01", current_time=now) == {"ads.gmv_vs_month": january_on}
+    assert index.downstream_of("ads.gmv_vs_month", "2026-01-31", current_time=now) == {}  # a sink
     assert index.downstream_of("ods.order", "2025-12-31-23:00", current_time=now) == {}  # before the start
     assert index.downstream_of("ods.order", "not a key", current_time=now) == {}
 
@@ -149,6 +153,14 @@ PATTERNS: dict[str, tuple[str, dict[str, str | None]]] = {
     "ads.month": ("monthly", {"dwd.day": None}),  # daily → monthly
     "ads.month_hours": ("monthly", {"ods.src": None}),  # hourly → monthly
     "ads.month_t1": ("monthly", {"ads.month": "{set: [-1]}"}),
+    # a finer table on a coarser one: the month holding the day, the day's previous month, the latest month ended
+    "dwd.on_month": ("daily", {"ads.month": None}),
+    "dwd.prev_month": ("daily", {"ads.month": "{set: [-1]}"}),
+    "dwd.latest_month": ("daily", {"ads.month": "{latest: true}"}),
+    "dws.week_prev_month": ("weekly", {"ads.month": "{range: [-2, -1]}"}),
+    "dws.week_latest_month": ("weekly", {"ads.month": "{range: [-1, 0], latest: true}"}),
+    "dws.hour_yesterday": ("hourly", {"dwd.day": "{set: [-1]}"}),
+    "dwd.latest7": ("daily", {"dwd.day": "{range: [-6, 0], latest: true}"}),
 }
 
 
@@ -181,6 +193,8 @@ def write_patterns(root: Path) -> Catalog:
         ({"WAREHOUSE_TIMEZONE": "America/Los_Angeles", "WAREHOUSE_START": "2026-10-22"}, "2026-11-10T05:30"),
         # the spring change (2026-03-08, 23 hours) and the end of February
         ({"WAREHOUSE_TIMEZONE": "America/Los_Angeles", "WAREHOUSE_START": "2026-02-20"}, "2026-03-11T00:00"),
+        # months that end under the finer tables reading them: February, a 23-hour day in March, a week across two
+        ({"WAREHOUSE_TIMEZONE": "America/Los_Angeles", "WAREHOUSE_START": "2026-01-14"}, "2026-04-03T07:00"),
     ],
 )
 def test_every_pattern_inverts_its_exact_upstream_partitions(tmp_path: Path, env: dict[str, str], now: str) -> None:
@@ -196,6 +210,7 @@ def test_every_pattern_inverts_its_exact_upstream_partitions(tmp_path: Path, env
         ({"WAREHOUSE_START": "2026-02-25"}, "2026-04-02T00:00"),
         ({"WAREHOUSE_TIMEZONE": "America/Los_Angeles", "WAREHOUSE_START": "2026-10-22"}, "2026-11-10T05:30"),
         ({"WAREHOUSE_TIMEZONE": "America/Los_Angeles", "WAREHOUSE_START": "2026-02-20"}, "2026-03-11T00:00"),
+        ({"WAREHOUSE_TIMEZONE": "America/Los_Angeles", "WAREHOUSE_START": "2026-01-14"}, "2026-04-03T07:00"),
     ],
 )
 def test_every_patterns_windows_by_arithmetic_are_its_exact_upstream_partitions(

@@ -19,8 +19,9 @@ from tests.build.test_gate import FakeStates
 from tests.center.test_center import Center, days, hours, requested
 from tests.support.small_catalog import ODS, assert_refused, write
 from warehouse_assets.build.gate import DEGRADED, MISSING, NONEXISTENT, OK, WAIVED, decide
-from warehouse_assets.catalog import ANY, DEADLINE, Catalog, load_catalog
+from warehouse_assets.catalog import ANY, DEADLINE, LATEST, Catalog, load_catalog, upstream_partitions
 from warehouse_assets.center.resolver import DEADLINE_PASSED
+from warehouse_assets.center.reverse_index import ReverseIndex
 
 TZ = ZoneInfo("Asia/Shanghai")
 
@@ -271,3 +272,134 @@ def test_a_strict_catalog_is_unchanged(catalog: Catalog) -> None:
     assert verdict.may_run and verdict.degraded == {}
     assert _ok([e.state(k) for e in verdict.edges for k in e.upstream.keys])
     assert all(e.waived == {} for e in verdict.edges)
+
+
+# --- latest, and a finer table on a coarser one -------------------------------------------------------------------
+
+COARSE = {  # path → (header, SQL): days reading a month
+    "dwd/day.sql": ("period: daily\n", "SELECT id FROM ods.src"),
+    "ads/month.sql": ("period: monthly\n", "SELECT id FROM dwd.day"),
+    "ads/vs_month.sql": (  # the day against whichever month was last built
+        "period: daily\ndepends_on:\n  ads.month: {latest: true}\n",
+        "SELECT d.id FROM dwd.day d JOIN ads.month m USING (id)",
+    ),
+    "ads/prev_month.sql": (
+        "period: daily\ndepends_on:\n  ads.month: {set: [-1]}\n",
+        "SELECT d.id FROM dwd.day d JOIN ads.month m USING (id)",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def coarse(tmp_path_factory: pytest.TempPathFactory) -> Catalog:
+    root = tmp_path_factory.mktemp("coarse")
+    write(root, "ods/src.yaml", ODS)
+    for rel, (header, sql) in COARSE.items():
+        layer, name = rel[:-4].split("/")
+        write(root, rel, f"/* ---\ntable: {layer}.{name}\n{header}--- */\n{sql}\n")
+    return load_catalog(root)
+
+
+def test_latest_is_a_mode_over_a_window_looking_back(coarse: Catalog) -> None:
+    [month] = [d for d in coarse["ads.vs_month"].deps if d.table == "ads.month"]
+    assert (month.mode, month.start_offset, month.end_offset, month.weak) == (LATEST, -2, 0, True)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("{set: [0], latest: true}", "latest looks back over a window of several periods"),
+        ("{range: [-2, 1], latest: true}", "latest looks back over a window of several periods"),
+        ("{range: [-2, 0], latest: true, mode: any}", "latest: true is a mode of its own"),
+        ("{latest: yes please}", "latest must be true or false"),
+    ],
+)
+def test_a_wrong_latest_dependency_is_refused_naming_what_is_wrong(tmp_path: Path, spec: str, message: str) -> None:
+    sql = f"/* ---\ntable: dwd.x\nperiod: daily\ndepends_on:\n  dwd.y: {spec}\n--- */\nSELECT id FROM dwd.y\n"
+    y = "/* ---\ntable: dwd.y\nperiod: daily\n--- */\nSELECT id FROM ods.src\n"
+    assert_refused(tmp_path, {"dwd/x.sql": sql, "dwd/y.sql": y}, message)
+
+
+def test_offsets_on_a_coarser_upstream_look_back_from_the_period_holding_the_partition(tmp_path: Path) -> None:
+    month = "/* ---\ntable: ads.m\nperiod: monthly\n--- */\nSELECT id FROM ods.src\n"
+    ahead = "/* ---\ntable: dwd.x\nperiod: daily\ndepends_on:\n  ads.m: {set: [1]}\n--- */\nSELECT id FROM ads.m\n"
+    assert_refused(tmp_path, {"ads/m.sql": month, "dwd/x.sql": ahead}, "so they end at 0 at the latest")
+
+
+def test_a_day_needs_exactly_its_previous_month_or_the_latest_ended_months(coarse: Catalog) -> None:
+    now = at("2026-06-01", "00:00")
+
+    def needs(table: str, day: str) -> tuple[list[str], list[str]]:
+        dep = next(d for d in coarse[table].deps if d.table == "ads.month")
+        up = upstream_partitions(coarse, coarse[table], dep, day, current_time=now)
+        return up.keys, up.nonexistent
+
+    assert needs("ads.prev_month", "2026-03-01") == (["2026-02-01"], [])
+    assert needs("ads.prev_month", "2026-03-31") == (["2026-02-01"], [])
+    assert needs("ads.prev_month", "2026-01-20") == ([], ["2025-12-01"])  # before the warehouse's first month
+    # latest: the month holding the day and the two before, of which those ended by the day's end
+    assert needs("ads.vs_month", "2026-03-15") == (["2026-01-01", "2026-02-01"], [])
+    assert needs("ads.vs_month", "2026-03-31") == (["2026-01-01", "2026-02-01", "2026-03-01"], [])
+    assert needs("ads.vs_month", "2026-02-10") == (["2026-01-01"], ["2025-12-01"])
+    # the month holding a day ends after it: the default mapping waits for the whole month
+    assert needs("ads.vs_month", "2026-01-10") == ([], ["2025-11-01", "2025-12-01"])
+
+
+def test_latest_reads_the_most_recent_usable_month_and_waits_when_there_is_none(coarse: Catalog) -> None:
+    now = at("2026-03-20", "12:00")
+    vs_month = coarse["ads.vs_month"]
+    states = FakeStates({"dwd.day": {"2026-03-15"}})
+    waiting = decide(coarse, vs_month, "2026-03-15", states, current_time=now)
+    assert not waiting.may_run
+    assert waiting.reasons == [
+        "ads.vs_month 2026-03-15 waits for 1 usable partition(s) of ads.month in its window "
+        "(2026-01-01 .. 2026-02-01 (2)); 0 are"
+    ]
+    states.done["ads.month"] = {"2026-01-01"}
+    january = decide(coarse, vs_month, "2026-03-15", states, current_time=now)
+    month = next(e for e in january.edges if e.dep.table == "ads.month")
+    assert january.may_run and january.degraded == {}  # the latest there is, by design: not degraded
+    assert month.used == ["2026-01-01"] and month.waived == {"2026-02-01": MISSING}
+    states.done["ads.month"].add("2026-02-01")
+    february = decide(coarse, vs_month, "2026-03-15", states, current_time=now)
+    month = next(e for e in february.edges if e.dep.table == "ads.month")
+    assert month.used == ["2026-02-01"] and month.waived == {"2026-01-01": OK}  # usable, but not the latest
+    # a month whose check failed is not usable: the one before it is read
+    states.failed["ads.month"] = {"2026-02-01": ["not_null"]}
+    month = next(
+        e for e in decide(coarse, vs_month, "2026-03-15", states, current_time=now).edges if e.dep.table == "ads.month"
+    )
+    assert month.used == ["2026-01-01"]
+
+
+def test_the_engine_builds_days_on_the_latest_month_and_again_once_when_a_more_recent_one_arrives(
+    instance: DagsterInstance, coarse: Catalog
+) -> None:
+    center = Center(instance, coarse)
+    now = at("2026-03-04", "12:00")
+    march = days("2026-03-01", "2026-03-03")
+    center.report("dwd.day", march)
+    center.report("ads.month", ["2026-01-01"])
+    # the days read January, the latest month there is; the previous month (February) is not there yet
+    assert requested(center.step(now)) == {"ads.vs_month": [march]}
+    center.report("ads.vs_month", march)
+    assert center.step(now) == []
+    center.report("ads.month", ["2026-02-01"])  # a more recent month: each day once more, and the previous-month days
+    assert requested(center.step(now)) == {"ads.vs_month": [march], "ads.prev_month": [march]}
+    center.report("ads.vs_month", march)
+    center.report("ads.prev_month", march)
+    assert center.step(now) == []
+    center.report("ads.month", ["2026-01-01"])  # an older month rebuilt: no day reads it any more
+    assert center.step(now) == []
+
+
+def test_a_taint_of_a_month_reaches_exactly_the_days_that_may_have_read_it(coarse: Catalog) -> None:
+    """The taint closure follows the coarser edges: February condemns March's days (their previous month) and every
+    day whose latest window holds it, from its last day (it has ended by then) to the days of April."""
+    now = at("2026-04-10", "00:00")
+    closure = ReverseIndex.build(coarse, current_time=now).closure({"ads.month": ["2026-02-01"]}, now)
+    assert closure == {
+        "ads.month": ["2026-02-01"],
+        "ads.prev_month": days("2026-03-01", "2026-03-31"),
+        "ads.vs_month": days("2026-02-28", "2026-04-09"),
+    }

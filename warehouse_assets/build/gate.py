@@ -15,7 +15,8 @@ clamped mappings): for each dependency of P, every upstream partition P needs is
 
 P may run when every upstream partition is ``ok``, except through a weak dependency: past its ``deadline`` (mode
 ``deadline``), or with at least ``min`` usable partitions of its window (mode ``any``), the partitions that are not
-usable are *waived*: P runs without them. A partition built past a deadline without some upstream is *degraded*
+usable are *waived*: P runs without them; through a ``latest`` dependency P reads only the most recent usable partition
+of its window and waives the others. A partition built past a deadline without some upstream is *degraded*
 (:attr:`Verdict.degraded`); when what it lacked arrives, it is new upstream data and P is built again.
 
 The gate reads partition state through
@@ -41,6 +42,7 @@ from warehouse_assets.catalog import (
     ANY,
     BY_PERIOD,
     DEADLINE,
+    LATEST,
     DerivedTable,
     UpstreamPartitions,
     upstream_partitions,
@@ -180,7 +182,7 @@ class EdgeVerdict:
         """Why this edge holds ``partition`` of ``table`` back (the run guard's message), or None."""
         if self.ok:
             return None
-        if self.dep.mode == ANY:
+        if self.dep.mode in (ANY, LATEST):
             usable = sum(1 for k in self.upstream.keys if self.state(k) == OK)
             return (
                 f"{table.fqn} {partition} waits for {self.dep.min} usable partition(s) of {self.dep.table} in its "
@@ -336,18 +338,25 @@ def judge(
         accepted=accepted,
         deadline=deadline,
     )
-    if strict.ok or not dep.weak:
+    if not dep.weak or (strict.ok and dep.mode != LATEST):
         return strict
     if dep.mode == DEADLINE:
         past = deadline is not None and (now or datetime.now(UTC)) >= deadline
         return _waive(strict) if past else strict
     usable = [k for k in up.keys if strict.state(k) == OK]
-    return _waive(strict) if len(usable) >= dep.min else strict
+    if len(usable) < dep.min:
+        return strict
+    return _waive(strict, keep=usable[-1] if dep.mode == LATEST else None)
 
 
-def _waive(edge: EdgeVerdict) -> EdgeVerdict:
-    """``edge`` with every partition that is not usable waived: the partition runs without them."""
-    waived = {k: edge.state(k) for k in [*edge.upstream.nonexistent, *edge.upstream.keys] if edge.state(k) != OK}
+def _waive(edge: EdgeVerdict, keep: str | None = None) -> EdgeVerdict:
+    """``edge`` with every partition that is not usable waived, and every other one but ``keep`` when given (a latest
+    dependency's most recent usable partition): the partition runs without them."""
+    waived = {
+        k: edge.state(k)
+        for k in [*edge.upstream.nonexistent, *edge.upstream.keys]
+        if edge.state(k) != OK or (keep is not None and k != keep)
+    }
     return replace(
         edge,
         missing=[],
@@ -396,7 +405,8 @@ def nonexistent_upstream(
 ) -> list[str]:
     """The upstream tables ``partition`` needs partitions of that do not exist at ``current_time``: such a partition
     cannot run now (a window before the warehouse start never can). A self-dependency's first T-1 is exempt, and so is
-    a weak dependency (it runs without what is not there, past its deadline or on enough of its window)."""
+    a weak dependency that can run without what is not there: past its deadline, or on enough of its window that
+    exists (``any``, ``latest``)."""
     options = (
         [state.deps for state in table.states] if isinstance(table, DerivedTable) and table.states else [table.deps]
     )
@@ -405,8 +415,8 @@ def nonexistent_upstream(
         missing = [
             dep.table
             for dep in deps
-            if not dep.weak
-            and upstream_partitions(catalog, table, dep, partition, current_time=current_time).nonexistent
+            if dep.mode != DEADLINE
+            and _too_few(dep, upstream_partitions(catalog, table, dep, partition, current_time=current_time))
         ]
         if not missing:
             return []
@@ -460,13 +470,27 @@ def _unbuildable_because(catalog: Catalog, table: Table, key: str, known: dict[s
     return _unbuildable_on(catalog, table, table.deps, key, known)
 
 
+def _too_few(dep: Dependency, up: UpstreamPartitions) -> bool:
+    """Whether the partitions of ``up`` that exist are not enough for ``dep``: all of them, or ``min`` of an any or
+    latest window."""
+    return len(up.keys) < dep.min if dep.mode in (ANY, LATEST) else bool(up.nonexistent)
+
+
 def _unbuildable_on(
     catalog: Catalog, table: Table, deps: Sequence[Dependency], key: str, known: dict[str, FirstBuildable]
 ) -> str | None:
     for dep in deps:
-        if dep.table == table.fqn or dep.weak:
-            continue  # the chain starts at the first buildable partition: its T-1 is not needed; a weak one waives
+        if dep.table == table.fqn or dep.mode == DEADLINE:
+            continue  # the chain starts at the first buildable partition: its T-1 is not needed; past a deadline
+            # the partition runs without what is not there
         up = upstream_partitions(catalog, table, dep, key, current_time=_NO_LATER_THAN)
+        if dep.mode in (ANY, LATEST):
+            if _too_few(dep, up):
+                return (
+                    f"its window of {dep.table} ({span([*up.nonexistent, *up.keys])}) holds fewer than {dep.min} "
+                    f"partition(s) after the warehouse start {BY_PERIOD[catalog[dep.table].period].start:%Y-%m-%d}"
+                )
+            continue
         if up.nonexistent:
             return (
                 f"its window needs {dep.table} back to {up.nonexistent[0]}, before the warehouse start "

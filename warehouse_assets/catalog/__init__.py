@@ -22,6 +22,8 @@ from warehouse_assets.catalog.loader import TABLES_DIR, load_catalog, referenced
 from warehouse_assets.catalog.mappings import (
     MappedPartitions,
     UpstreamPartitions,
+    anchored,
+    anchored_upstream,
     mapped_upstream,
     partition_mapping,
     upstream_partitions,
@@ -30,6 +32,7 @@ from warehouse_assets.catalog.mappings import (
 from warehouse_assets.catalog.model import (
     ANY,
     DEADLINE,
+    LATEST,
     LAYERS,
     PERIOD_ORDER,
     STRICT,
@@ -48,6 +51,7 @@ from warehouse_assets.catalog.model import (
 
 __all__ = [
     "ANY",
+    "LATEST",
     "DEADLINE",
     "STRICT",
     "BY_PERIOD",
@@ -79,6 +83,8 @@ __all__ = [
     "first_monday",
     "first_month",
     "load_catalog",
+    "anchored",
+    "anchored_upstream",
     "mapped_upstream",
     "parse_checks",
     "partition_mapping",

@@ -19,6 +19,7 @@ from warehouse_assets.catalog.calendars import BY_PERIOD
 from warehouse_assets.catalog.checks import CheckSpecError
 from warehouse_assets.catalog.model import (
     DEFAULT_COMPLETENESS,
+    LATEST,
     LAYERS,
     PERIOD_ORDER,
     Catalog,
@@ -227,10 +228,22 @@ def _validate_graph(catalog: Catalog) -> None:
                     has = f"its states are {', '.join(known)}" if known else "it declares no states"
                     raise _fail(derived.path, f"{derived.fqn} accepts state {', '.join(unknown)} of {dep.table}: {has}")
             if PERIOD_ORDER[upstream.period] > PERIOD_ORDER[derived.period]:
-                raise _fail(
-                    derived.path,
-                    f"{derived.fqn} ({derived.period}) cannot depend on the coarser {dep.table} ({upstream.period})",
-                )
+                # offsets count the coarser upstream's periods back from the one holding the partition's start
+                if dep.end_offset is not None and dep.end_offset > 0:
+                    raise _fail(
+                        derived.path,
+                        f"{derived.fqn} ({derived.period}) reads the coarser {dep.table} ({upstream.period}): its "
+                        f"offsets count {upstream.period} periods back from the one holding each partition's start "
+                        f"({{set: [-1]}}: the previous one, {{set: [0]}}: its own, which ends after it), so they end "
+                        f"at 0 at the latest",
+                    )
+                if dep.mode == LATEST and dep.start_offset is not None and dep.start_offset >= 0:
+                    raise _fail(
+                        derived.path,
+                        f"{derived.fqn}: latest over the coarser {dep.table} needs a window reaching back before the "
+                        f"{upstream.period} period holding the partition (e.g. {{range: [-2, 0], latest: true}})",
+                    )
+                continue
             crosses = upstream.period != derived.period and dep.start_offset is not None
             if crosses and not _covers_whole_period(derived.period, upstream.period, dep):
                 raise _fail(

@@ -23,6 +23,7 @@ from dagster import (
 )
 
 from warehouse_assets.catalog.calendars import BY_PERIOD
+from warehouse_assets.catalog.model import LATEST, PERIOD_ORDER
 
 if TYPE_CHECKING:
     from warehouse_assets.catalog.model import Catalog, Dependency, Table
@@ -85,8 +86,29 @@ def mapped_upstream(
     return MappedPartitions(sorted(keys, key=order.__getitem__), sorted(nonexistent, key=order.__getitem__))
 
 
+def anchored(table: Table, dep: Dependency, upstream_period: str) -> bool:
+    """Whether ``dep`` counts offsets on a coarser upstream: from the upstream period holding the partition's start
+    (a day's previous month). Dagster's time-window mapping cannot say it: across periods it shifts the downstream's
+    own window by downstream periods, so the exact partitions are this module's and the reverse index's arithmetic."""
+    return dep.start_offset is not None and PERIOD_ORDER[upstream_period] > PERIOD_ORDER[table.period]
+
+
+# downstream partitions one upstream partition spans at most (a 31-day month, a 25-hour autumn day)
+_MOST_PER = {("daily", "hourly"): 25, ("weekly", "hourly"): 169, ("monthly", "hourly"): 745}
+_MOST_PER |= {("weekly", "daily"): 7, ("monthly", "daily"): 31, ("monthly", "weekly"): 6}
+
+
 def partition_mapping(table: Table, dep: Dependency, upstream_period: str) -> TimeWindowPartitionMapping:
-    """The mapping of one edge: offsets in the upstream's periods, or the default roll-up."""
+    """The mapping of one edge: offsets in the upstream's periods, or the default roll-up.
+
+    Dagster's mapping of an edge with offsets on a coarser upstream is a superset of the exact partitions (what the
+    UI shows and what Dagster's backfills order by): every upstream period from the first the offsets reach to the one
+    holding the partition; the gate decides on the exact ones (:func:`upstream_partitions`)."""
+    if anchored(table, dep, upstream_period):
+        assert dep.start_offset is not None
+        return TimeWindowPartitionMapping(
+            start_offset=dep.start_offset * _MOST_PER[(upstream_period, table.period)], end_offset=0
+        )
     if dep.start_offset is None or dep.end_offset is None:
         return TimeWindowPartitionMapping()
     if dep.start_offset == dep.end_offset == 0:
@@ -112,8 +134,14 @@ def upstream_partitions(
     before its start or in the future is listed in ``nonexistent`` (except a self-dependency's partitions
     before the table's first one, which the first partition does not need).
     """
+    upstream_period = catalog[dep.table].period
+    if anchored(table, dep, upstream_period):
+        mapped = anchored_upstream(
+            BY_PERIOD[table.period], BY_PERIOD[upstream_period], dep, partition_key, current_time=current_time
+        )
+        return UpstreamPartitions(table=dep.table, keys=mapped.keys, nonexistent=mapped.nonexistent)
     mapped = mapped_upstream(
-        partition_mapping(table, dep, catalog[dep.table].period),
+        partition_mapping(table, dep, upstream_period),
         BY_PERIOD[table.period],
         BY_PERIOD[catalog[dep.table].period],
         [partition_key],
@@ -121,6 +149,39 @@ def upstream_partitions(
         self_dependency=dep.table == table.fqn,
     )
     return UpstreamPartitions(table=dep.table, keys=mapped.keys, nonexistent=mapped.nonexistent)
+
+
+def anchored_upstream(
+    own_def: TimeWindowPartitionsDefinition,
+    up_def: TimeWindowPartitionsDefinition,
+    dep: Dependency,
+    partition_key: str,
+    current_time: datetime | None = None,
+) -> MappedPartitions:
+    """The partitions of a coarser upstream ``partition_key`` needs through ``dep``: the upstream periods ``start`` ..
+    ``end`` counted from the one holding the partition's start, split by existence at ``current_time``; of a
+    ``latest`` dependency only those that ended by the partition's own end (nothing after the partition is read)."""
+    assert dep.start_offset is not None and dep.end_offset is not None
+    now = current_time or datetime.now(UTC)
+    up_u = _unbounded(up_def)
+    window = own_def.time_window_for_partition_key(partition_key)
+    anchor = up_u.time_window_for_partition_key(up_u.get_partition_key_for_timestamp(window.start.timestamp()))
+    windows = [anchor]
+    while len(windows) <= -dep.start_offset:
+        previous = up_u.get_prev_partition_window(windows[0].start, respect_bounds=False)
+        assert previous is not None
+        windows.insert(0, previous)
+    del windows[len(windows) + dep.end_offset :]  # offsets end at or before the anchor (the catalog's rule)
+    if dep.mode == LATEST:
+        windows = [w for w in windows if w.end.timestamp() <= window.end.timestamp()]
+    first = up_def.get_first_partition_window()
+    keys: list[str] = []
+    nonexistent: list[str] = []
+    for w in windows:
+        key = up_u.get_partition_key_for_timestamp(w.start.timestamp())
+        before_start = first is None or w.start.timestamp() < first.start.timestamp()
+        (nonexistent if before_start or w.end > now else keys).append(key)
+    return MappedPartitions(keys, nonexistent)
 
 
 def weak_deadline(table: Table, dep: Dependency, partition_key: str) -> datetime | None:

@@ -111,8 +111,11 @@ def _minutes(value: Any, what: str) -> int:
     return int(match.group("n")) * {"m": 1, "h": 60, "d": 1440}[match.group("unit")]
 
 
-STRICT, DEADLINE, ANY = "strict", "deadline", "any"
-DEPENDENCY_MODES = (STRICT, DEADLINE, ANY)
+STRICT, DEADLINE, ANY, LATEST = "strict", "deadline", "any", "latest"
+DEPENDENCY_MODES = (STRICT, DEADLINE, ANY, LATEST)
+# what ``latest: true`` looks back over without a range: the upstream period that holds the partition's start and the
+# two before it (a month, a day), of which those ended by the partition's end are candidates
+LATEST_LOOKBACK = (-2, 0)
 
 
 @plain_dataclass(frozen=True)
@@ -123,7 +126,12 @@ class Dependency:
     ``mode``: ``strict`` (every partition, the default); ``deadline`` (strict until the local time ``deadline``
     first reached at or after the downstream partition's window ends, e.g. 09:00 on D+1 for day D; after it the
     partition runs without what is missing, marked degraded, and is rebuilt when it arrives); ``any`` (ready when at
-    least ``min`` partitions of the window exist and are usable)."""
+    least ``min`` partitions of the window exist and are usable); ``latest`` (reads only the most recent usable
+    partition of its window that ended by the partition's own end: a month's figures for each day after it, whichever
+    month is the last one built; ready when there is one, rebuilt once when a more recent one arrives).
+
+    On a coarser upstream (a daily table on a monthly one), offsets count the upstream's periods from the one that
+    holds the partition's start: ``{set: [-1]}`` is the previous month of every day of a month."""
 
     table: str
     start_offset: int | None = None
@@ -150,13 +158,16 @@ class Dependency:
             return f"deadline {self.deadline}"
         if self.mode == ANY:
             return f"any {self.min} of the window"
+        if self.mode == LATEST:
+            return "the latest usable of the window"
         return STRICT
 
     @classmethod
     def parse(cls, dep: str, spec: Any) -> Dependency:
         """``depends_on`` entry: ``{set: [...]}`` or ``{range: [a, b]}``, with the flags ``ignore_dq`` and
         ``accept_tainted`` beside them, and a weak ``mode`` (``mode: deadline, deadline: "09:00"``; ``mode: any``
-        with an optional ``min: k``; ``min: k`` alone is ``mode: any``)."""
+        with an optional ``min: k``; ``min: k`` alone is ``mode: any``; ``latest: true``, over the window of its offsets
+        or by default the upstream period holding the partition's start and the two before)."""
         flags: dict[str, Any] = {"ignore_dq": False, "accept_tainted": False}
         weak: dict[str, Any] = {}
         accepted: tuple[str, ...] | None = None
@@ -165,7 +176,7 @@ class Dependency:
             accepted = _names(spec.pop("state"), f"dependency {dep}: state")
             if not accepted:
                 raise ValueError(f"dependency {dep}: state names the upstream states it accepts, e.g. [estimated]")
-        if isinstance(spec, Mapping) and (set(flags) | {"mode", "deadline", "min"}) & set(spec):
+        if isinstance(spec, Mapping) and (set(flags) | {"mode", "deadline", "min", "latest"}) & set(spec):
             spec = dict(spec)
             for name in list(flags):
                 if name in spec:
@@ -173,8 +184,17 @@ class Dependency:
                     if not isinstance(flag, bool):
                         raise ValueError(f"dependency {dep}: {name} must be true or false, got {flag!r}")
                     flags[name] = flag
-            weak = {name: spec.pop(name) for name in ("mode", "deadline", "min") if name in spec}
+            weak = {name: spec.pop(name) for name in ("mode", "deadline", "min", "latest") if name in spec}
         start, end = _parse_offsets(spec, dep)
+        if weak.get("latest") is not None:
+            if not isinstance(weak["latest"], bool):
+                raise ValueError(f"dependency {dep}: latest must be true or false, got {weak['latest']!r}")
+            if weak.pop("latest"):
+                if set(weak) - {"mode"} or weak.get("mode", LATEST) != LATEST:
+                    raise ValueError(f"dependency {dep}: latest: true is a mode of its own (no mode, deadline or min)")
+                weak["mode"] = LATEST
+        if weak.get("mode") == LATEST and start is None:
+            start, end = LATEST_LOOKBACK
         mode = _parse_mode(dep, weak, start, end)
         return cls(dep, start, end, flags["ignore_dq"], flags["accept_tainted"], **mode, states=accepted)
 
@@ -196,6 +216,13 @@ def _parse_mode(dep: str, weak: Mapping[str, Any], start: int | None, end: int |
         return {"mode": DEADLINE, "deadline": str(deadline)}
     if "deadline" in weak:
         raise ValueError(f"dependency {dep}: deadline needs mode: deadline")
+    if mode == LATEST:
+        if start is None or end is None or end > 0 or start == end:
+            raise ValueError(
+                f"dependency {dep}: latest looks back over a window of several periods ending at or before the "
+                f"partition's own (e.g. {{range: [-6, 0], latest: true}}), got {{range: [{start}, {end}]}}"
+            )
+        return {"mode": LATEST}
     if mode == ANY:
         size = None if start is None or end is None else end - start + 1
         if size is None or size < 2:

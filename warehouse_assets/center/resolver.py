@@ -66,6 +66,7 @@ from warehouse_assets.build.validity import Taint
 from warehouse_assets.catalog import (
     BY_PERIOD,
     DEADLINE,
+    LATEST,
     Catalog,
     Dependency,
     DerivedTable,
@@ -484,12 +485,13 @@ class Resolver:
 
     def _upstream_states(self, verdict: Verdict, states: _Snapshot, used_only: bool = False) -> list[PartitionState]:
         """The states of every upstream partition of the verdict's windows (its request key: a waived partition that
-        arrives later is new upstream data), or of those the partition reads (``used_only``)."""
+        arrives later is new upstream data), or of those the partition reads (``used_only``). Of a latest dependency,
+        always the one it reads: an older partition of its window changing is no new data for it."""
         return [
             s
             for edge in verdict.edges
             for s in states.states(
-                self.catalog[edge.dep.table], edge.used if used_only else edge.upstream.keys
+                self.catalog[edge.dep.table], edge.used if used_only or edge.dep.mode == LATEST else edge.upstream.keys
             ).values()
         ]
 

@@ -13,8 +13,10 @@ scanning the catalog or the partitions' history:
 
 * same period, offsets ``[a, b]`` (T-1, T-7, sliding windows, the identity): downstream partition ``i`` needs
   upstream ``i + a`` … ``i + b``, so upstream ``j`` is needed by downstream ``j - b`` … ``j - a``;
-* a roll-up (the default mapping from a finer period): the downstream partitions whose window overlaps the
-  upstream's window, found by bisection on window starts.
+* a roll-up (the default mapping from a finer period, or to a coarser one): the downstream partitions whose window
+  overlaps the upstream's window, found by bisection on window starts;
+* offsets on a coarser upstream ``[a, b]`` (a day's previous month): downstream partition ``i`` needs the upstream
+  periods ``a`` … ``b`` from the one holding its start; of a ``latest`` dependency only those ended by its end.
 
 Positions and windows come from a :class:`Calendar` per partitions definition: Dagster's own keys and window
 bounds (so daylight saving time is Dagster's: 23- and 25-hour days, the repeated autumn hour), enumerated once
@@ -39,7 +41,7 @@ from datetime import UTC, datetime, timedelta
 
 from dagster import TimeWindowPartitionMapping, TimeWindowPartitionsDefinition
 
-from warehouse_assets.catalog import Catalog, Dependency, Periods, partition_mapping, periods
+from warehouse_assets.catalog import LATEST, Catalog, Dependency, Periods, anchored, partition_mapping, periods
 
 _EXTEND_BY = timedelta(days=62)  # how far past what is asked a calendar enumerates, so that it extends rarely
 
@@ -59,10 +61,15 @@ class EdgeMapping:
     mapping: TimeWindowPartitionMapping
     upstream: TimeWindowPartitionsDefinition
     downstream: TimeWindowPartitionsDefinition
+    # offsets on a coarser upstream, in its periods from the one holding the downstream partition's start (the
+    # mapping is then Dagster's superset, not used here)
+    anchor: tuple[int, int] | None = None
+    ends_within: bool = False  # a latest dependency: only upstream partitions ended by the downstream's end
 
     def __post_init__(self) -> None:
-        # the catalog allows no offsets across periods but the roll-up's (catalog._covers_whole_period)
-        if self.upstream != self.downstream and (self.mapping.start_offset, self.mapping.end_offset) != (0, 0):
+        # across periods the catalog allows no offsets but the roll-up's and those on a coarser upstream (anchored)
+        offsets = (self.mapping.start_offset, self.mapping.end_offset)
+        if self.upstream != self.downstream and offsets != (0, 0) and self.anchor is None:
             raise ValueError(f"no reverse mapping for offsets across periods: {self.mapping}")
 
 
@@ -134,8 +141,16 @@ class ReverseIndex:
         for table in catalog.derived():
             for dep in table.deps:
                 up_period = catalog[dep.table].period
+                anchor = None
+                if anchored(table, dep, up_period):
+                    assert dep.start_offset is not None and dep.end_offset is not None
+                    anchor = (dep.start_offset, dep.end_offset)
                 key = EdgeMapping(
-                    partition_mapping(table, dep, up_period), by_period[up_period], by_period[table.period]
+                    partition_mapping(table, dep, up_period),
+                    by_period[up_period],
+                    by_period[table.period],
+                    anchor,
+                    ends_within=anchor is not None and dep.mode == LATEST,
                 )
                 outgoing[dep.table][key].append(Edge(table.fqn, dep))
                 incoming[(table.fqn, dep.table)] = key
@@ -184,7 +199,14 @@ class ReverseIndex:
         if i is None:
             return None
         mapping = edge_mapping.mapping
-        if edge_mapping.upstream == edge_mapping.downstream:  # offsets in the one period: positions shift
+        if edge_mapping.anchor is not None:  # from the coarser period holding the partition's start
+            holding = bisect_right(up.starts, down.starts[i]) - 1
+            if holding < 0:
+                return None  # it starts before the upstream's first partition
+            first, last = holding + edge_mapping.anchor[0], holding + edge_mapping.anchor[1]
+            if edge_mapping.ends_within:
+                last = min(last, bisect_right(up.ends, down.ends[i]) - 1)
+        elif edge_mapping.upstream == edge_mapping.downstream:  # offsets in the one period: positions shift
             first, last = i + mapping.start_offset, i + mapping.end_offset
         else:  # a roll-up: the upstream windows overlapping the downstream's
             first = bisect_right(up.ends, down.starts[i])
@@ -300,7 +322,13 @@ class ReverseIndex:
         up = self._calendar(edge_mapping.upstream, now)
         down = self._calendar(edge_mapping.downstream, now)
         mapping = edge_mapping.mapping
-        if edge_mapping.upstream == edge_mapping.downstream:  # offsets in the one period: positions shift
+        if edge_mapping.anchor is not None:  # the downstream partitions whose start lies in the periods that map
+            low, high = first - edge_mapping.anchor[1], last - edge_mapping.anchor[0]  # offsets end at 0 at most
+            a = bisect_left(down.starts, up.starts[low])
+            b = bisect_left(down.starts, up.ends[high]) - 1 if high < len(up.ends) else len(down.starts) - 1
+            if edge_mapping.ends_within:  # and that end after it
+                a = max(a, bisect_left(down.ends, up.ends[first]))
+        elif edge_mapping.upstream == edge_mapping.downstream:  # offsets in the one period: positions shift
             a, b = first - mapping.end_offset, last - mapping.start_offset
         else:  # a roll-up: the downstream windows overlapping the upstream's
             a = bisect_right(down.starts, up.starts[first]) - 1
