@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -65,6 +65,8 @@ MONTH_CHAIN = [  # the rest of January, under the 30-day window and the month
     "dws.user_active_daily",
 ]
 WINDOWED = ["ads.active_users", "ads.monthly_report"]
+# January's last day against the latest month: January, which has ended by then (no earlier day has a month)
+MONTH_END = ["ads.daily_gmv", "ads.gmv_vs_month"]
 
 
 def _at(day: date) -> datetime:
@@ -100,6 +102,7 @@ def warehouse(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) -> 
             (HOURLY, HOUR_DAY, HOUR_DAY + timedelta(days=1)),
             (MONTH_CHAIN, DAYS[-1] + timedelta(days=1), MONTH[-1] + timedelta(days=1)),
             (WINDOWED, MONTH[0], MONTH[-1] + timedelta(days=1)),  # only the partitions that can exist run
+            (MONTH_END, MONTH[-1], MONTH[-1] + timedelta(days=1)),
         ]
         for index, (tables, start, end) in enumerate(runs):
             ok = materialize_range(instance, resources, _at(start), _at(end), tables=tables, ingest=index == 0)
@@ -155,8 +158,8 @@ def test_ods_partitions_follow_the_local_create_hour(warehouse: Warehouse) -> No
 def test_daily_gmv_equals_an_independent_computation(warehouse: Warehouse) -> None:
     expected = oracle.daily_gmv(warehouse.truth["order"], "Asia/Shanghai")
     ads = {r["dt"]: r for r in _table(warehouse, "ads", "daily_gmv")}
-    assert sorted(ads) == [d.isoformat() for d in DAYS]
-    for day in DAYS:
+    assert sorted(ads) == [d.isoformat() for d in [*DAYS, MONTH[-1]]]
+    for day in [*DAYS, MONTH[-1]]:
         assert ads[day.isoformat()]["gmv"] == expected.get(day, Decimal("0")), day
         paying = {
             r["user_id"]
@@ -196,6 +199,8 @@ def test_every_partition_is_materialized_in_dagster(warehouse: Warehouse) -> Non
             assert materialized(fqn) == month, fqn
         elif fqn == "dws.course_attendance_weekly":
             assert materialized(fqn) == {WEEK}
+        elif fqn == "ads.daily_gmv":
+            assert materialized(fqn) == {*days, MONTH[-1].isoformat()}
         elif fqn.startswith("ads.retention_d"):  # T-n of the first n days is before the warehouse's start
             n = int(fqn.removeprefix("ads.retention_d"))
             assert materialized(fqn) == {d.isoformat() for d in DAYS[n:]}, fqn
@@ -206,6 +211,7 @@ def test_every_partition_is_materialized_in_dagster(warehouse: Warehouse) -> Non
         assert materialized(fqn) == hours, fqn
     assert materialized("ads.active_users") == {"2026-01-30", "2026-01-31"}  # the first whole 30-day windows
     assert materialized("ads.monthly_report") == {"2026-01-01"}
+    assert materialized("ads.gmv_vs_month") == {"2026-01-31"}
     ods_hours = materialized("ods.order")
     assert len(ods_hours) == 31 * 24 and "2026-01-01-00:00" in ods_hours and "2026-01-31-23:00" in ods_hours
 
@@ -402,6 +408,15 @@ def test_monthly_report_equals_the_replay(warehouse: Warehouse) -> None:
     expected = oracle.monthly_report(warehouse.truth, "2026-01")
     assert {k: row[k] for k in expected} == {**expected, "avg_dau": RATE(expected["avg_dau"], abs=1e-9)}
     assert isinstance(row["gmv"], Decimal) and row["gmv"] > 0
+
+
+def test_the_last_day_of_january_reads_januarys_report_as_the_latest_month(warehouse: Warehouse) -> None:
+    (row,) = _table(warehouse, "ads", "gmv_vs_month")
+    day_gmv = oracle.daily_gmv(warehouse.truth["order"], "Asia/Shanghai").get(MONTH[-1], Decimal("0"))
+    average = oracle.monthly_report(warehouse.truth, "2026-01")["gmv"] / 31
+    assert (row["dt"], row["month"], row["gmv"]) == ("2026-01-31", "2026-01", day_gmv)
+    assert row["month_avg_daily_gmv"] == average.quantize(Decimal("0.01"), ROUND_HALF_UP)
+    assert row["vs_month"] == RATE(float(day_gmv / average), rel=1e-6)
 
 
 def test_a_self_dependent_table_must_produce_its_declared_columns(spark: SparkSession) -> None:
