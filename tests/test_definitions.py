@@ -287,6 +287,7 @@ EXAMPLE_TABLES = {
         "marketing_roi",  # needs the external marketing_spend
         "gmv_usd_daily",  # the external fx_rate until a deadline, then degraded
         "gmv_vs_month",  # a daily table on the latest monthly report
+        "gmv_week_to_date",  # cumulative within the week
         "lesson_catalog",  # any one of the last three lesson snapshots
         "revenue_flash",  # takes the revenue estimated, and again completed
     },
@@ -313,6 +314,7 @@ def test_the_example_warehouse_has_every_table_of_design_section_4() -> None:
         ("ads.active_users", "dws.user_active_daily", (-29, 0)),  # a 30-day sliding window
         ("dws.user_learning_cumulative", "dws.user_learning_cumulative", (-1, -1)),  # self T-1
         ("dwd.user_snapshot", "dwd.user_snapshot", (-1, -1)),  # self T-1 (a dimension snapshot)
+        ("ads.gmv_week_to_date", "ads.gmv_week_to_date", (-1, -1)),  # self T-1 within the week (Monday reads none)
         ("ads.gmv_hourly", "dws.order_hourly", (0, 0)),  # hourly on hourly
         # a day on the latest month: Dagster's superset of the exact months (two months of days back, to its own)
         ("ads.gmv_vs_month", "ads.monthly_report", (-62, 0)),

@@ -55,6 +55,7 @@ EVERY_DAY = [
     "ads.retention_d1",
     "ads.retention_d7",
     "ads.lesson_catalog",  # any one of its last three snapshots: from the first day on
+    "ads.gmv_week_to_date",  # cumulative within the week: Thursday 1st .. Sunday 4th, then from Monday 5th afresh
 ]
 HOURLY = ["dws.order_hourly", "ads.gmv_hourly"]
 MONTH_CHAIN = [  # the rest of January, under the 30-day window and the month
@@ -408,6 +409,20 @@ def test_monthly_report_equals_the_replay(warehouse: Warehouse) -> None:
     expected = oracle.monthly_report(warehouse.truth, "2026-01")
     assert {k: row[k] for k in expected} == {**expected, "avg_dau": RATE(expected["avg_dau"], abs=1e-9)}
     assert isinstance(row["gmv"], Decimal) and row["gmv"] > 0
+
+
+def test_the_week_to_date_adds_each_day_and_starts_afresh_on_monday(warehouse: Warehouse) -> None:
+    daily = oracle.daily_gmv(warehouse.truth["order"], "Asia/Shanghai")
+    orders = Counter(r["create_time"][:10] for r in warehouse.truth["order"].values())
+    rows = {r["dt"]: r for r in _table(warehouse, "ads", "gmv_week_to_date")}
+    assert sorted(rows) == [d.isoformat() for d in DAYS]
+    for day in DAYS:
+        since = max(day - timedelta(days=day.weekday()), FIRST)  # its Monday, or the warehouse's first day
+        week = [since + timedelta(days=n) for n in range((day - since).days + 1)]
+        row = rows[day.isoformat()]
+        assert row["week_gmv"] == sum((daily.get(d, Decimal("0")) for d in week), Decimal("0")), day
+        assert row["week_orders"] == sum(orders[d.isoformat()] for d in week), day
+        assert row["days"] == len(week), day
 
 
 def test_the_last_day_of_january_reads_januarys_report_as_the_latest_month(warehouse: Warehouse) -> None:

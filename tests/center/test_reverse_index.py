@@ -161,7 +161,13 @@ PATTERNS: dict[str, tuple[str, dict[str, str | None]]] = {
     "dws.week_latest_month": ("weekly", {"ads.month": "{range: [-1, 0], latest: true}"}),
     "dws.hour_yesterday": ("hourly", {"dwd.day": "{set: [-1]}"}),
     "dwd.latest7": ("daily", {"dwd.day": "{range: [-6, 0], latest: true}"}),
+    # windows kept inside a coarser period: the week and the month to date, cumulative tables that start afresh
+    "dwd.wtd": ("daily", {"dwd.day": "{range: [-6, 0], within: weekly}"}),
+    "dwd.mtd": ("daily", {"dwd.day": "{range: [-30, 0], within: monthly}"}),
+    "dwd.cum_week": ("daily", {"dwd.cum_week": "{set: [-1]}", "dwd.day": "{set: [0]}"}),
+    "dws.cum_day": ("hourly", {"dws.cum_day": "{set: [-1]}", "ods.src": None}),
 }
+KINDS = {"dwd.cum_week": "kind: cumulative\nresets: weekly\n", "dws.cum_day": "kind: cumulative\nresets: daily\n"}
 
 
 def write_patterns(root: Path) -> Catalog:
@@ -172,6 +178,7 @@ def write_patterns(root: Path) -> Catalog:
         layer, name = fqn.split(".")
         declared = "".join(f"  {up}: {offsets}\n" for up, offsets in deps.items() if offsets)
         header = f"table: {fqn}\nperiod: {period}\n" + ("columns: {id: bigint}\n" if fqn in deps else "")
+        header += KINDS.get(fqn, "")
         header += f"depends_on:\n{declared}" if declared else ""
         first, *others = deps
         body = f"SELECT id FROM {first} AS t0" + "".join(

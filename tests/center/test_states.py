@@ -20,7 +20,7 @@ from resources.delta_lake import DeltaStore
 from resources.landing import Landing
 from tests.build.test_gate import FakeStates
 from tests.center.test_center import Center, hours, requested
-from tests.support.small_catalog import ODS, assert_refused, write
+from tests.support.small_catalog import ODS, assert_refused, sql_catalog, write
 from warehouse_assets.build.gate import EARLIER_STATE, STATE, decide, first_buildable
 from warehouse_assets.catalog import Catalog, Table, load_catalog
 from warehouse_assets.center.status import status_lines
@@ -50,12 +50,7 @@ TABLES = {  # path → (header, SQL)
 
 @pytest.fixture(scope="module")
 def catalog(tmp_path_factory: pytest.TempPathFactory) -> Catalog:
-    root = tmp_path_factory.mktemp("states")
-    write(root, "ods/src.yaml", ODS)
-    for rel, (header, sql) in TABLES.items():
-        layer, name = rel[:-4].split("/")
-        write(root, rel, f"/* ---\ntable: {layer}.{name}\n{header}--- */\n{sql}\n")
-    return load_catalog(root)
+    return sql_catalog(tmp_path_factory.mktemp("states"), TABLES)
 
 
 class StatedFakes(FakeStates):

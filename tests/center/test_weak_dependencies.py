@@ -17,9 +17,9 @@ from dagster import AssetKey, AssetMaterialization, DagsterInstance, MetadataVal
 
 from tests.build.test_gate import FakeStates
 from tests.center.test_center import Center, days, hours, requested
-from tests.support.small_catalog import ODS, assert_refused, write
+from tests.support.small_catalog import assert_refused, sql_catalog
 from warehouse_assets.build.gate import DEGRADED, MISSING, NONEXISTENT, OK, WAIVED, decide
-from warehouse_assets.catalog import ANY, DEADLINE, LATEST, Catalog, load_catalog, upstream_partitions
+from warehouse_assets.catalog import ANY, DEADLINE, LATEST, Catalog, upstream_partitions
 from warehouse_assets.center.resolver import DEADLINE_PASSED
 from warehouse_assets.center.reverse_index import ReverseIndex
 
@@ -40,12 +40,7 @@ TABLES = {  # path → (header, SQL)
 
 @pytest.fixture(scope="module")
 def catalog(tmp_path_factory: pytest.TempPathFactory) -> Catalog:
-    root = tmp_path_factory.mktemp("weak")
-    write(root, "ods/src.yaml", ODS)
-    for rel, (header, sql) in TABLES.items():
-        layer, name = rel[:-4].split("/")
-        write(root, rel, f"/* ---\ntable: {layer}.{name}\n{header}--- */\n{sql}\n")
-    return load_catalog(root)
+    return sql_catalog(tmp_path_factory.mktemp("weak"), TABLES)
 
 
 def at(day: str, clock: str) -> datetime:
@@ -292,12 +287,7 @@ COARSE = {  # path → (header, SQL): days reading a month
 
 @pytest.fixture(scope="module")
 def coarse(tmp_path_factory: pytest.TempPathFactory) -> Catalog:
-    root = tmp_path_factory.mktemp("coarse")
-    write(root, "ods/src.yaml", ODS)
-    for rel, (header, sql) in COARSE.items():
-        layer, name = rel[:-4].split("/")
-        write(root, rel, f"/* ---\ntable: {layer}.{name}\n{header}--- */\n{sql}\n")
-    return load_catalog(root)
+    return sql_catalog(tmp_path_factory.mktemp("coarse"), COARSE)
 
 
 def test_latest_is_a_mode_over_a_window_looking_back(coarse: Catalog) -> None:

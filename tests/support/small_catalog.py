@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from warehouse_assets.catalog import CatalogError, load_catalog
+from warehouse_assets.catalog import Catalog, CatalogError, load_catalog
 
 # an hourly ODS table with one key column: the root most test catalogs read
 ODS = """table: ods.src
@@ -34,3 +34,13 @@ def assert_refused(root: Path, files: dict[str, str], message: str) -> None:
     with pytest.raises(CatalogError, match=message) as info:
         load_catalog(root)
     assert str(root) in str(info.value)
+
+
+def sql_catalog(root: Path, tables: dict[str, tuple[str, str]]) -> Catalog:
+    """``ods.src`` and the SQL tables ``tables`` (``layer/name.sql`` → (header lines after ``table:``, SQL)) under
+    ``root``, loaded."""
+    write(root, "ods/src.yaml", ODS)
+    for rel, (header, sql) in tables.items():
+        layer, name = rel.removesuffix(".sql").split("/")
+        write(root, rel, f"/* ---\ntable: {layer}.{name}\n{header}--- */\n{sql}\n")
+    return load_catalog(root)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -18,10 +19,12 @@ from sqlglot import exp
 from warehouse_assets.catalog.calendars import BY_PERIOD
 from warehouse_assets.catalog.checks import CheckSpecError
 from warehouse_assets.catalog.model import (
+    CUMULATIVE,
     DEFAULT_COMPLETENESS,
     LATEST,
     LAYERS,
     PERIOD_ORDER,
+    TIME_SERIES,
     Catalog,
     CatalogError,
     Dependency,
@@ -155,7 +158,16 @@ def _load_sql(path: Path) -> DerivedTable:
         states = parse_states(header.get("states"), deps)
     except ValueError as exc:
         raise _fail(path, str(exc)) from None
-    return _build(DerivedTable, path, fields | {"deps": deps, "sql": body, "states": states})
+    kind = header.get("kind", TIME_SERIES)
+    if kind == CUMULATIVE and header.get("resets") is not None:  # its T-1 does not reach back over a reset
+        deps = tuple(
+            replace(dep, within=dep.within or header["resets"])
+            if dep.table == f"{fields['layer']}.{fields['name']}"
+            else dep
+            for dep in deps
+        )
+    extra = {"kind": kind, "resets": header.get("resets")}
+    return _build(DerivedTable, path, fields | {"deps": deps, "sql": body, "states": states} | extra)
 
 
 def _load_ods(path: Path) -> OdsTable:
@@ -227,6 +239,17 @@ def _validate_graph(catalog: Catalog) -> None:
                 if unknown:
                     has = f"its states are {', '.join(known)}" if known else "it declares no states"
                     raise _fail(derived.path, f"{derived.fqn} accepts state {', '.join(unknown)} of {dep.table}: {has}")
+            if dep.within is not None and (
+                upstream.period != derived.period
+                or PERIOD_ORDER[dep.within] <= PERIOD_ORDER[derived.period]
+                or (dep.end_offset or 0) > 0
+            ):
+                raise _fail(
+                    derived.path,
+                    f"{derived.fqn}: within {dep.within} keeps a window of {dep.table} inside a coarser period of the "
+                    f"table's own ({derived.period}); it is for a dependency of the same period whose offsets end at "
+                    "0 at the latest",
+                )
             if PERIOD_ORDER[upstream.period] > PERIOD_ORDER[derived.period]:
                 # offsets count the coarser upstream's periods back from the one holding the partition's start
                 if dep.end_offset is not None and dep.end_offset > 0:

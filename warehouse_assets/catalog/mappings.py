@@ -148,7 +148,25 @@ def upstream_partitions(
         current_time=current_time,
         self_dependency=dep.table == table.fqn,
     )
+    if dep.within is not None:  # nothing before the start of the coarser period holding the partition
+        since = within_start(BY_PERIOD[table.period], BY_PERIOD[dep.within], partition_key)
+        up_def = BY_PERIOD[upstream_period]
+
+        def inside(keys: list[str]) -> list[str]:
+            return [k for k in keys if up_def.time_window_for_partition_key(k).start.timestamp() >= since]
+
+        return UpstreamPartitions(table=dep.table, keys=inside(mapped.keys), nonexistent=inside(mapped.nonexistent))
     return UpstreamPartitions(table=dep.table, keys=mapped.keys, nonexistent=mapped.nonexistent)
+
+
+def within_start(
+    own_def: TimeWindowPartitionsDefinition, within_def: TimeWindowPartitionsDefinition, partition_key: str
+) -> float:
+    """When the ``within_def`` period holding ``partition_key`` starts (a timestamp): a ``within`` dependency reads
+    nothing before it."""
+    start = own_def.time_window_for_partition_key(partition_key).start.timestamp()
+    within = _unbounded(within_def)
+    return within.time_window_for_partition_key(within.get_partition_key_for_timestamp(start)).start.timestamp()
 
 
 def anchored_upstream(

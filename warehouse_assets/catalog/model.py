@@ -116,6 +116,9 @@ DEPENDENCY_MODES = (STRICT, DEADLINE, ANY, LATEST)
 # what ``latest: true`` looks back over without a range: the upstream period that holds the partition's start and the
 # two before it (a month, a day), of which those ended by the partition's end are candidates
 LATEST_LOOKBACK = (-2, 0)
+# seed 003's data kinds a table built from SQL may declare
+TIME_SERIES, CUMULATIVE = "time_series", "cumulative"
+DERIVED_KINDS = (TIME_SERIES, CUMULATIVE)
 
 
 @plain_dataclass(frozen=True)
@@ -143,6 +146,9 @@ class Dependency:
     min: int = 1  # for mode any: how many partitions of the window suffice
     # the states of an upstream that declares states this dependency accepts; None: its last state only
     states: tuple[str, ...] | None = None
+    # a coarser period the window does not reach back over: ``weekly`` keeps a day's window within its own week (the
+    # week to date; a cumulative table's T-1, which starts afresh each Monday)
+    within: str | None = None
 
     @property
     def key(self) -> list[str]:
@@ -176,6 +182,12 @@ class Dependency:
             accepted = _names(spec.pop("state"), f"dependency {dep}: state")
             if not accepted:
                 raise ValueError(f"dependency {dep}: state names the upstream states it accepts, e.g. [estimated]")
+        within = None
+        if isinstance(spec, Mapping) and "within" in spec:
+            spec = dict(spec)
+            within = spec.pop("within")
+            if within not in PERIOD_ORDER or within == "hourly":
+                raise ValueError(f"dependency {dep}: within names a period (daily, weekly or monthly), got {within!r}")
         if isinstance(spec, Mapping) and (set(flags) | {"mode", "deadline", "min", "latest"}) & set(spec):
             spec = dict(spec)
             for name in list(flags):
@@ -196,7 +208,7 @@ class Dependency:
         if weak.get("mode") == LATEST and start is None:
             start, end = LATEST_LOOKBACK
         mode = _parse_mode(dep, weak, start, end)
-        return cls(dep, start, end, flags["ignore_dq"], flags["accept_tainted"], **mode, states=accepted)
+        return cls(dep, start, end, flags["ignore_dq"], flags["accept_tainted"], **mode, states=accepted, within=within)
 
 
 def _parse_mode(dep: str, weak: Mapping[str, Any], start: int | None, end: int | None) -> dict[str, Any]:
@@ -538,10 +550,40 @@ class DerivedTable(Table):
 
     sql: str
     states: tuple[InstanceOf[TableState], ...] = ()  # in order; empty: a partition is built once, whole
+    # time_series: each partition from its inputs; cumulative: each adds its own data to the previous partition's,
+    # starting afresh at the start of each ``resets`` period (Monday, Monday + Tuesday, ...)
+    kind: str = TIME_SERIES
+    resets: str | None = None
 
     @property
     def state_names(self) -> tuple[str, ...]:
         return tuple(state.name for state in self.states)
+
+    @model_validator(mode="after")
+    def _kind(self) -> DerivedTable:
+        if self.kind not in DERIVED_KINDS:
+            raise ValueError(
+                f"kind must be one of {', '.join(DERIVED_KINDS)} for a table built from SQL, got {self.kind!r}"
+            )
+        if self.kind != CUMULATIVE:
+            if self.resets is not None:
+                raise ValueError("resets is for kind: cumulative (the period its accumulation starts afresh)")
+            return self
+        coarser = [p for p, order in PERIOD_ORDER.items() if order > PERIOD_ORDER[self.period]]
+        if self.resets not in coarser:
+            raise ValueError(
+                f"kind cumulative needs resets: the period whose start begins a new accumulation, one of "
+                f"{', '.join(coarser) or '(none: nothing is coarser than ' + self.period + ')'}; got {self.resets!r}"
+            )
+        own = [dep for dep in self.deps if dep.table == self.fqn]
+        if [(d.start_offset, d.end_offset) for d in own] != [(-1, -1)]:
+            raise ValueError(
+                f"kind cumulative adds each {self.period} partition to the previous one: the table reads itself at "
+                f"T-1 ({self.fqn}: {{set: [-1]}})"
+            )
+        if own[0].within not in (None, self.resets):
+            raise ValueError(f"{self.fqn} resets {self.resets}: its T-1 cannot be within {own[0].within}")
+        return self
 
     @model_validator(mode="after")
     def _self_dependency(self) -> DerivedTable:

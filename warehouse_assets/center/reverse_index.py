@@ -65,6 +65,8 @@ class EdgeMapping:
     # mapping is then Dagster's superset, not used here)
     anchor: tuple[int, int] | None = None
     ends_within: bool = False  # a latest dependency: only upstream partitions ended by the downstream's end
+    # same period, kept inside the coarser period holding the downstream partition (a week to date, a cumulative T-1)
+    within: TimeWindowPartitionsDefinition | None = None
 
     def __post_init__(self) -> None:
         # across periods the catalog allows no offsets but the roll-up's and those on a coarser upstream (anchored)
@@ -151,6 +153,7 @@ class ReverseIndex:
                     by_period[table.period],
                     anchor,
                     ends_within=anchor is not None and dep.mode == LATEST,
+                    within=by_period[dep.within] if dep.within is not None else None,
                 )
                 outgoing[dep.table][key].append(Edge(table.fqn, dep))
                 incoming[(table.fqn, dep.table)] = key
@@ -208,6 +211,10 @@ class ReverseIndex:
                 last = min(last, bisect_right(up.ends, down.ends[i]) - 1)
         elif edge_mapping.upstream == edge_mapping.downstream:  # offsets in the one period: positions shift
             first, last = i + mapping.start_offset, i + mapping.end_offset
+            if edge_mapping.within is not None:  # not before the coarser period holding the partition
+                first = max(first, self._period_bounds(edge_mapping, i, now)[0])
+                if last < first:
+                    return []  # it starts the period: nothing of this dependency is needed
         else:  # a roll-up: the upstream windows overlapping the downstream's
             first = bisect_right(up.ends, down.starts[i])
             last = bisect_left(up.starts, down.ends[i]) - 1
@@ -238,8 +245,9 @@ class ReverseIndex:
                     merged = self._self_closure(edge_mapping, merged, now)
             runs[table] = merged
             for edge_mapping, edges in self._outgoing.get(table, {}).items():
-                spans = [self._downstream_span(edge_mapping, first, last, now) for first, last in merged]
-                spans = [(a, b) for a, b in spans if a <= b]
+                spans = [
+                    span for first, last in merged for span in self._downstream_spans(edge_mapping, first, last, now)
+                ]
                 for edge in edges:
                     if edge.downstream != table and spans:
                         runs[edge.downstream].extend(spans)
@@ -302,7 +310,10 @@ class ReverseIndex:
         while frontier:
             added = []
             for first, last in frontier:
-                a, b = self._downstream_span(edge_mapping, first, last, now)
+                if edge_mapping.within is not None:  # hop by hop: the chain stops at each period's end
+                    added += self._downstream_spans(edge_mapping, first, last, now)
+                    continue
+                [(a, b)] = self._downstream_spans(edge_mapping, first, last, now) or [(1, 0)]
                 if a > b:
                     continue
                 # a run that reaches its own next partition (T-1) goes on to the last one; a longer offset (T-7)
@@ -316,6 +327,36 @@ class ReverseIndex:
     def _last_position(self, pdef: TimeWindowPartitionsDefinition, now: float) -> int:
         calendar = self._calendar(pdef, now)
         return bisect_right(calendar.ends, now) - 1
+
+    def _downstream_spans(self, edge_mapping: EdgeMapping, first: int, last: int, now: float) -> list[tuple[int, int]]:
+        """The runs of positions of the existing downstream partitions upstream positions ``first`` … ``last`` map to:
+        one run, or one per coarser period of a ``within`` edge (a Sunday's T-1 is read by no Monday)."""
+        if edge_mapping.within is None:
+            a, b = self._downstream_span(edge_mapping, first, last, now)
+            return [(a, b)] if a <= b else []
+        spans = []
+        j = first
+        while j <= last:  # the upstream positions in one coarser period at a time
+            _, period_last = self._period_bounds(edge_mapping, j, now)
+            upto = min(last, period_last)
+            a, b = self._downstream_span(edge_mapping, j, upto, now)
+            if min(b, period_last) >= a:
+                spans.append((a, min(b, period_last)))
+            j = upto + 1
+        return spans
+
+    def _period_bounds(self, edge_mapping: EdgeMapping, i: int, now: float) -> tuple[int, int]:
+        """The first and last positions of the partitions in the ``within`` period holding position ``i`` (first -1: the
+        period began before the first partition)."""
+        assert edge_mapping.within is not None
+        down = self._calendar(edge_mapping.downstream, now)
+        periods = self._calendar(edge_mapping.within, now)
+        k = bisect_right(periods.starts, down.starts[i]) - 1
+        if k < 0:  # before the first whole period (the warehouse started mid-week): it began before the first partition
+            return -1, bisect_left(down.starts, periods.starts[0]) - 1 if periods.starts else len(down.starts) - 1
+        first = bisect_left(down.starts, periods.starts[k])
+        last = bisect_left(down.starts, periods.ends[k]) - 1 if k < len(periods.ends) else len(down.starts) - 1
+        return first, last
 
     def _downstream_span(self, edge_mapping: EdgeMapping, first: int, last: int, now: float) -> tuple[int, int]:
         """The positions of the existing downstream partitions upstream positions ``first`` … ``last`` map to."""
@@ -349,8 +390,8 @@ class ReverseIndex:
         j = up.locate(partition_key)
         if j is None:
             return []
-        first, last = self._downstream_span(edge_mapping, j, j, now)  # none whose window has not ended yet
-        return down.keys[first : last + 1]
+        spans = self._downstream_spans(edge_mapping, j, j, now)  # none whose window has not ended yet
+        return [key for first, last in spans for key in down.keys[first : last + 1]]
 
 
 def _merge(runs: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -1,0 +1,125 @@
+"""Seed 003's cumulative data kind: a table whose period of data (the week so far) is not its period of processing
+(the day). Each day adds its own data to the day before's, and the first day of each week starts afresh; the
+mechanism beneath it, a window kept inside a coarser period (``within: weekly``), also gives the week or month to
+date of any daily table. Judged by the gate, the reverse index and the taint closure at pinned times, and by the
+dependency center stepped on a temp-dir instance: no Spark.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+from dagster import DagsterInstance
+
+from tests.build.test_gate import FakeStates
+from tests.center.test_center import Center, days, requested
+from tests.support.small_catalog import assert_refused, sql_catalog
+from warehouse_assets.build.gate import decide
+from warehouse_assets.catalog import Catalog, upstream_partitions
+from warehouse_assets.center.reverse_index import ReverseIndex
+
+TZ = ZoneInfo("Asia/Shanghai")
+CUMULATIVE = "kind: cumulative\nresets: weekly\ncolumns: {id: bigint}\n"
+TABLES = {
+    "dwd/day.sql": ("period: daily\n", "SELECT id FROM ods.src"),
+    "dws/week_so_far.sql": (
+        f"period: daily\n{CUMULATIVE}depends_on:\n  dws.week_so_far: {{set: [-1]}}\n",
+        "SELECT id FROM dwd.day UNION ALL SELECT id FROM dws.week_so_far",
+    ),
+    "ads/month_to_date.sql": (
+        "period: daily\ndepends_on:\n  dwd.day: {range: [-30, 0], within: monthly}\n",
+        "SELECT id FROM dwd.day",
+    ),
+}
+MONDAY, TUESDAY, SUNDAY = "2026-03-09", "2026-03-10", "2026-03-15"
+
+
+@pytest.fixture(scope="module")
+def catalog(tmp_path_factory: pytest.TempPathFactory) -> Catalog:
+    return sql_catalog(tmp_path_factory.mktemp("kinds"), TABLES)
+
+
+def at(day: str, clock: str = "12:00") -> datetime:
+    return datetime.fromisoformat(f"{day}T{clock}").replace(tzinfo=TZ)
+
+
+def needs(catalog: Catalog, table: str, upstream: str, key: str) -> list[str]:
+    dep = next(d for d in catalog[table].deps if d.table == upstream)
+    up = upstream_partitions(catalog, catalog[table], dep, key, current_time=at("2026-06-01"))
+    assert up.nonexistent == []
+    return up.keys
+
+
+def test_a_cumulative_day_reads_the_day_before_except_on_the_first_day_of_its_week(catalog: Catalog) -> None:
+    table = catalog["dws.week_so_far"]
+    assert (table.kind, table.resets) == ("cumulative", "weekly")
+    assert needs(catalog, "dws.week_so_far", "dws.week_so_far", TUESDAY) == [MONDAY]
+    assert needs(catalog, "dws.week_so_far", "dws.week_so_far", SUNDAY) == ["2026-03-14"]
+    assert needs(catalog, "dws.week_so_far", "dws.week_so_far", MONDAY) == []  # a new week: nothing before
+    # the month to date: from the 1st, however long the declared window
+    assert needs(catalog, "ads.month_to_date", "dwd.day", "2026-03-03") == days("2026-03-01", "2026-03-03")
+    assert needs(catalog, "ads.month_to_date", "dwd.day", "2026-03-31") == days("2026-03-01", "2026-03-31")
+
+
+def test_the_gate_lets_a_monday_run_without_the_sunday_before(catalog: Catalog) -> None:
+    table = catalog["dws.week_so_far"]
+    states = FakeStates({"dwd.day": {MONDAY, TUESDAY}})
+    assert decide(catalog, table, MONDAY, states, current_time=at("2026-03-11")).may_run
+    waiting = decide(catalog, table, TUESDAY, states, current_time=at("2026-03-11"))
+    assert waiting.reasons == [
+        f"dws.week_so_far {TUESDAY} waits for 1 partition(s) of dws.week_so_far that are not materialized: {MONDAY}"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("header", "message"),
+    [
+        ("kind: cumulative\ncolumns: {id: bigint}\n", "kind cumulative needs resets: the period whose start begins"),
+        ("kind: cumulative\nresets: daily\ncolumns: {id: bigint}\n", "one of weekly, monthly; got 'daily'"),
+        ("kind: snapshot\n", "kind must be one of time_series, cumulative for a table built from SQL"),
+        ("resets: weekly\n", "resets is for kind: cumulative"),
+    ],
+)
+def test_a_wrong_kind_is_refused_naming_what_is_wrong(tmp_path: Path, header: str, message: str) -> None:
+    sql = f"/* ---\ntable: dws.w\nperiod: daily\n{header}depends_on:\n  dws.w: {{set: [-1]}}\n--- */\n"
+    sql += "SELECT id FROM ods.src UNION ALL SELECT id FROM dws.w\n"
+    assert_refused(tmp_path, {"dws/w.sql": sql}, message)
+
+
+def test_a_cumulative_table_reads_itself_at_t_minus_1(tmp_path: Path) -> None:
+    sql = f"/* ---\ntable: dws.w\nperiod: daily\n{CUMULATIVE}--- */\nSELECT id FROM ods.src\n"
+    assert_refused(tmp_path, {"dws/w.sql": sql}, r"the table reads itself at T-1 \(dws.w: \{set: \[-1\]\}\)")
+
+
+def test_within_is_for_a_same_period_window(tmp_path: Path) -> None:
+    sql = "/* ---\ntable: dws.w\nperiod: daily\ndepends_on:\n  ods.src: {range: [0, 23], within: weekly}\n--- */\n"
+    assert_refused(tmp_path, {"dws/w.sql": sql + "SELECT id FROM ods.src\n"}, "it is for a dependency of the same")
+
+
+def test_a_taint_reaches_the_rest_of_its_week_and_no_further(catalog: Catalog) -> None:
+    now = at("2026-03-31", "00:00")
+    closure = ReverseIndex.build(catalog, current_time=now).closure({"dwd.day": [TUESDAY]}, now)
+    assert closure["dws.week_so_far"] == days(TUESDAY, SUNDAY)  # not next Monday: it starts afresh
+    assert closure["ads.month_to_date"] == days(TUESDAY, "2026-03-30")  # to the end of the month that has ended
+    closure = ReverseIndex.build(catalog, current_time=now).closure({"dwd.day": ["2026-02-27"]}, now)
+    assert closure["ads.month_to_date"] == days("2026-02-27", "2026-02-28")
+
+
+def test_the_engine_starts_each_week_afresh_and_chains_its_days(
+    consolidated: DagsterInstance, catalog: Catalog
+) -> None:
+    center = Center(consolidated, catalog)
+    now = at("2026-03-17")
+    center.report("dwd.day", ["2026-03-15", MONDAY, TUESDAY, "2026-03-16"])
+    # Mondays 9th and 16th start weeks, and Tuesday follows Monday in the same run; Sunday 15th waits for Saturday
+    assert requested(center.step(now)).get("dws.week_so_far") == [[MONDAY, TUESDAY], ["2026-03-16"]]
+    center.report("dws.week_so_far", [MONDAY, TUESDAY, "2026-03-16"])
+    assert "dws.week_so_far" not in requested(center.step(now))
+    center.report("dwd.day", days("2026-03-11", "2026-03-14"))
+    # the rest of the week in one chain, and nothing of it reaches Monday 16th
+    assert requested(center.step(now)).get("dws.week_so_far") == [days("2026-03-11", SUNDAY)]
+    center.report("dws.week_so_far", days("2026-03-11", SUNDAY))
+    assert "dws.week_so_far" not in requested(center.step(now))  # Sunday's end is no new data for Monday 16th
