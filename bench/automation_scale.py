@@ -43,8 +43,9 @@ range [-6, 0] and [-29, 0], hourly range [-23, 0]; about 3 % of daily tables are
 is deterministic (``--seed``); ``bench/reverse_index.py`` uses the same generator. The gate's richer rules are drawn
 on top, from a random stream of their own (the same tables and edges with ``--no-rules``): 5 % of the daily set-0
 daily dependencies wait until 09:00 (``mode: deadline``), 10 % of daily sliding windows take any of their days
-(``mode: any``), and 3 % of the daily tables with a daily set-0 dependency are estimated on its previous day and
-completed on its own (``states``: such a partition may be built twice in the day, once per state).
+(``mode: any``) and 5 % read only the latest usable day (``latest: true``), 3 % of the daily tables with a daily set-0
+dependency are estimated on its previous day and completed on its own (``states``: such a partition may be built
+twice in the day, once per state), and half of the self-dependent daily tables are cumulative within the week.
 
 No Spark is started. Progress goes to stderr, the table to stdout, and the last line of stdout is one ``RESULT``
 line of ``key=value`` figures, the first four of the 10,000-table row (or the largest Dagster row).
@@ -93,6 +94,8 @@ SELF_DEP_SHARE = 0.03  # of daily derived tables
 DEADLINE_SHARE = 0.05  # of daily tables' daily set-0 dependencies
 ANY_SHARE = 0.10  # of daily tables' sliding windows
 STATES_SHARE = 0.03  # of daily tables with a daily set-0 dependency
+LATEST_SHARE = 0.05  # of daily tables' sliding windows not drawn any: the latest usable day of the window
+CUMULATIVE_SHARE = 0.5  # of self-dependent daily tables: cumulative within the week (afresh each Monday)
 # (own period, upstream period) -> offsets in the seeds' vocabulary with their weights (None = default mapping)
 OFFSETS: dict[tuple[str, str], list[tuple[dict[str, list[int]] | None, float]]] = {
     ("hourly", "hourly"): [(None, 0.6), ({"set": [0]}, 0.1), ({"set": [-1]}, 0.2), ({"range": [-23, 0]}, 0.1)],
@@ -186,6 +189,9 @@ def generate_catalog(
         states: list[str] = []
         if rules and period == "daily":
             states = _add_rules(weak_rng, declared, ups, ruled, may_have_states=fqn not in declared)
+            if fqn in declared and weak_rng.random() < CUMULATIVE_SHARE:
+                states += ["kind: cumulative", "resets: weekly"]
+                ruled["cumulative"] += 1
         header = [
             f"table: {fqn}",
             f"period: {period}",
@@ -252,9 +258,14 @@ def _add_rules(
             if draw < STATES_SHARE + DEADLINE_SHARE:
                 declared[up] = {**offsets, "mode": "deadline", "deadline": "09:00"}
                 ruled["deadline"] += 1
-        elif "range" in offsets and offsets["range"][0] < 0 and rng.random() < ANY_SHARE:
-            declared[up] = {**offsets, "mode": "any"}
-            ruled["any"] += 1
+        elif "range" in offsets and offsets["range"][0] < 0:
+            draw = rng.random()
+            if draw < ANY_SHARE:
+                declared[up] = {**offsets, "mode": "any"}
+                ruled["any"] += 1
+            elif draw < ANY_SHARE + LATEST_SHARE:
+                declared[up] = {**offsets, "latest": "true"}
+                ruled["latest"] += 1
     return []
 
 
@@ -431,9 +442,9 @@ def seed_history(store: Any, catalog: Any, calendars: Calendars, day_start: floa
 
 
 def _rebuilt_by_rules(catalog: Any) -> set[str]:
-    """The tables whose partitions the rules build more than once by design: those with states or an any window,
-    and every table downstream of them."""
-    found = {t.fqn for t in catalog.derived() if t.state_names or any(d.mode == "any" for d in t.deps)}
+    """The tables whose partitions the rules build more than once by design: those with states, an any or a latest
+    window, and every table downstream of them."""
+    found = {t.fqn for t in catalog.derived() if t.state_names or any(d.mode in ("any", "latest") for d in t.deps)}
     for table in graphlib.TopologicalSorter(
         {t.fqn: [d.table for d in t.deps if d.table != t.fqn] for t in catalog}
     ).static_order():
@@ -782,6 +793,8 @@ def main() -> None:
             "rule_deadline",
             "rule_any",
             "rule_states",
+            "rule_latest",
+            "rule_cumulative",
             "load_s",
             "peak_mb",
             "closure_s",
