@@ -34,6 +34,7 @@ from resources.landing import Landing
 from simulator.cdc import merged_order_row
 from tests.support.center_harness import CenterTicker
 from warehouse_assets.build.compiler import build_assets
+from warehouse_assets.build.runner import RETRY_ON_STEP_FAILURE_TAG
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.center.why import explain
 from warehouse_assets.ingest.merge import ods_arrow_schema
@@ -139,6 +140,9 @@ def test_a_dq_failure_on_d_blocks_d_downstream_but_not_d_plus_1(env: Env) -> Non
     good = env.build(env.catalog, DWD, D1)
     assert good.success
     assert env.instance.get_materialized_partitions(DWD) == {D, D1}  # … after the partition was written
+    # the daemon's run retries would fail on the same data twice more: the run says it is not worth retrying
+    assert env.instance.get_run_by_id(bad.run_id).tags.get(RETRY_ON_STEP_FAILURE_TAG) == "false"
+    assert RETRY_ON_STEP_FAILURE_TAG not in env.instance.get_run_by_id(good.run_id).tags
     assert env.check_status(DWD, "unique") == {D: False, D1: True}
     unique = [
         r.evaluation
@@ -157,6 +161,7 @@ def test_a_dq_failure_on_d_blocks_d_downstream_but_not_d_plus_1(env: Env) -> Non
     assert not refused.success
     failure = next(e for e in refused.all_events if e.event_type_value == "STEP_FAILURE")
     assert "failed a blocking data-quality check" in str(failure.event_specific_data)
+    assert env.instance.get_run_by_id(refused.run_id).tags.get(RETRY_ON_STEP_FAILURE_TAG) == "false"
     assert "dwd.order_detail" in str(failure.event_specific_data)
 
     # … and why says so

@@ -117,6 +117,8 @@ def run_table(
     outcomes: list[Outcome] = []
     result = _build_partitions(context, catalog, table, spark, store, outcomes, external)
     yield result
+    if any(o.check.blocking and not o.passed for o in outcomes):
+        not_worth_retrying(context)  # Dagster fails the step on the failed blocking check
     for outcome in outcomes:
         event = evaluation(context.instance, table, outcome)
         (context.log.info if outcome.passed else context.log.warning)(
@@ -133,6 +135,17 @@ def run_table(
             yield valid_evaluation(table, key, record, detail)
     for output_name in context.assets_def.check_specs_by_output_name:
         yield Output(None, output_name=output_name)
+
+
+# Dagster's run tag: whether the daemon's run retries (dagster.yaml: run_retries) re-execute a run failed by a step
+RETRY_ON_STEP_FAILURE_TAG = "dagster/retry_on_asset_or_op_failure"
+
+
+def not_worth_retrying(context: AssetExecutionContext) -> None:
+    """Tell the daemon not to retry this run when it fails: it fails on the data (a blocking check failed, an input is
+    not there), which running it again at once does not change; the engine requests it again when its inputs change.
+    Runs whose process or Spark died are still retried."""
+    context.instance.add_run_tags(context.run_id, {RETRY_ON_STEP_FAILURE_TAG: "false"})
 
 
 def _build_partitions(
@@ -156,6 +169,7 @@ def _build_partitions(
     for key in keys:
         verdict = decide(catalog, table, key, states)
         if not verdict.may_run:
+            not_worth_retrying(context)
             raise Failure(verdict.reasons[0])
         inputs: dict[str, DataFrame] = {}
         read_from: dict[str, list[str]] = {}
