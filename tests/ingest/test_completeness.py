@@ -13,15 +13,28 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
-from dagster import AssetCheckKey, AssetKey, AssetRecordsFilter, SensorResult, build_sensor_context, instance_for_test
+from dagster import (
+    AssetCheckKey,
+    AssetKey,
+    AssetRecordsFilter,
+    DagsterInstance,
+    SensorResult,
+    build_sensor_context,
+    instance_for_test,
+)
 from pyspark.sql import SparkSession
 
 from resources import resources_from_env
 from resources.delta_lake import DeltaLakeResource, DeltaStore
 from resources.landing import Landing, LandingResource
 from sensors.ods import build_readiness_sensor
+from tests.center.test_state_store import report
+from warehouse_assets.build.compiler import max_partitions_per_run
 from warehouse_assets.build.hour_checks import judge_hours, unchecked_hours
 from warehouse_assets.catalog import Catalog, Table, load_catalog
+from warehouse_assets.center.resolver import Resolver
+from warehouse_assets.center.reverse_index import ReverseIndex
+from warehouse_assets.center.state_store import PartitionStateStore
 from warehouse_assets.center.why import explain
 from warehouse_assets.ingest.job import build_ingest_job
 from warehouse_assets.ingest.merge import ingest_table
@@ -94,6 +107,51 @@ class Source:
             if count:
                 hour = at.strftime("%Y-%m-%dT%H")
                 self.counts[hour] = self.counts.get(hour, 0) + 1
+        name = f"{self.seq:06d}-{window:%Y%m%dT%H%M}.jsonl"
+        (directory / name).write_text("".join(line + "\n" for line in lines))
+
+    def updates(self, window: datetime, changes: list[tuple[int, datetime, datetime, datetime | None]]) -> None:
+        """One 5-minute segment starting at ``window`` with an UPDATE per (id, create time, binlog time, old create
+        time: None if the update kept it) paying the order, counted in its binlog hour as the source counts it."""
+        self.seq += 1
+        directory = self.root / "binlog" / DB / self.shard
+        directory.mkdir(parents=True, exist_ok=True)
+        lines = []
+        for pk, created, at, moved_from in changes:
+            self.message_id += 1
+            stamp = at.strftime("%Y-%m-%d %H:%M:%S")
+            data = {
+                "id": str(pk),
+                "user_id": str(pk % 97),
+                "course_id": "1",
+                "amount": "10.00",
+                "status": "paid",
+                "pay_time": stamp,
+                "create_time": created.strftime("%Y-%m-%d %H:%M:%S"),
+                "update_time": stamp,
+            }
+            old = {"status": "created", "pay_time": None, "update_time": None}
+            if moved_from is not None:
+                old["create_time"] = moved_from.strftime("%Y-%m-%d %H:%M:%S")
+            es = int(at.timestamp() * 1000)
+            message = {
+                "data": [data],
+                "database": DB,
+                "es": es,
+                "id": self.message_id,
+                "isDdl": False,
+                "mysqlType": MYSQL,
+                "old": [old],
+                "pkNames": ["id"],
+                "sql": "",
+                "sqlType": {},
+                "table": self.shard,
+                "ts": es + 50,
+                "type": "UPDATE",
+            }
+            lines.append(json.dumps(message, separators=(",", ":")))
+            hour = at.strftime("%Y-%m-%dT%H")
+            self.counts[hour] = self.counts.get(hour, 0) + 1
         name = f"{self.seq:06d}-{window:%Y%m%dT%H%M}.jsonl"
         (directory / name).write_text("".join(line + "\n" for line in lines))
 
@@ -473,3 +531,129 @@ def test_the_ingestion_run_reports_the_hours_it_completed_with_their_verdicts_an
             run_config={"ops": {"ingest_ods": {"config": {"report_ready": False}}}},
         )
         assert quiet.success and len(reports()) == 3
+
+
+H08 = datetime(2026, 3, 2, 8, tzinfo=TZ)
+
+
+class IngestRuns:
+    """The ``ods_ingest`` job on one landing area and lake, its runs checked, its reports of ``ods.order`` read."""
+
+    def __init__(self, tmp_path: Path, table: Table, instance: DagsterInstance):
+        self.table, self.instance = table, instance
+        self.job = build_ingest_job(only(table), judge_hours)
+        self.resources = {
+            "spark": resources_from_env({})["spark"],
+            "lake": DeltaLakeResource(root=str(tmp_path / "lake")),
+            "landing": LandingResource(root=str(tmp_path / "landing")),
+        }
+
+    def run(self) -> list[tuple[str, bool, int, int]]:
+        """One run, which must succeed; what it reported: (hour, late changes, live rows, Delta version)."""
+        result = self.job.execute_in_process(instance=self.instance, resources=self.resources)
+        assert result.success
+        records = self.instance.fetch_materializations(
+            AssetRecordsFilter(asset_key=AssetKey(self.table.key)), limit=100
+        ).records
+        return sorted(
+            (
+                str(r.partition_key),
+                r.asset_materialization.metadata["late_changes"].value,  # type: ignore[union-attr]
+                r.asset_materialization.metadata["rows"].value,  # type: ignore[union-attr]
+                r.asset_materialization.metadata["delta_version"].value,  # type: ignore[union-attr]
+            )
+            for r in records
+            if r.run_id == result.run_id
+        )
+
+
+def orders_of_two_hours(shard: Source) -> None:
+    """12 orders created in each of hours 08:00 and 09:00 (one per 5-minute window, binlog = create time)."""
+    for n, window in enumerate(windows(H08, H08 + timedelta(hours=2))):
+        shard.segment(window, [(n + 1, window + timedelta(minutes=1))])
+    shard.publish_counts()
+
+
+def test_an_update_arriving_hours_later_reports_the_hour_of_its_row_again_and_its_downstream_rebuilds_once(
+    spark: SparkSession, tmp_path: Path, consolidated: DagsterInstance, order: Table
+) -> None:
+    """An order created at 08:01 and paid at 10:33: the change counts in binlog hour 10:00 but rewrites partition
+    08:00, already reported and built downstream. The run that merges it reports 08:00 again (once), so the
+    dependency center requests dws.order_hourly 08:00 again, and only it; so does an update moving a row out of
+    08:00 (its old partition)."""
+    shard = Source(tmp_path / "landing", "order_00")
+    orders_of_two_hours(shard)
+    hourly_orders = load_catalog()["dws.order_hourly"]
+    catalog = Catalog(tables={order.fqn: order, hourly_orders.fqn: hourly_orders})
+    now = datetime(2026, 3, 3, 9, tzinfo=TZ)
+    store = PartitionStateStore(consolidated)
+    resolver = Resolver(catalog, ReverseIndex.build(catalog, current_time=now), store, max_partitions_per_run)
+    downstream = AssetKey(hourly_orders.key)
+
+    def requested() -> list[str]:
+        plans = resolver.step(now)
+        assert {p.table for p in plans} <= {hourly_orders.fqn}
+        keys = sorted(k for p in plans for k in p.partitions)
+        for key in keys:  # its run built it
+            report(consolidated, downstream, key)
+        return keys
+
+    try:
+        runs = IngestRuns(tmp_path, order, consolidated)
+        first = runs.run()
+        assert [(hour, late, rows) for hour, late, rows, _ in first] == [
+            ("2026-03-02-08:00", False, 12),
+            ("2026-03-02-09:00", False, 12),
+        ]
+        assert requested() == ["2026-03-02-08:00", "2026-03-02-09:00"]
+        assert requested() == []
+
+        # order 1 (created 08:01) is paid at 10:33, after an idle half hour of the shard
+        shard.idle(H08 + timedelta(hours=2), H08 + timedelta(hours=2, minutes=30))
+        shard.updates(
+            H08 + timedelta(hours=2, minutes=30),
+            [(1, H08 + timedelta(minutes=1), H08 + timedelta(hours=2, minutes=33), None)],
+        )
+        shard.publish_counts()
+        second = runs.run()
+        assert [(hour, late, rows) for hour, late, rows, _ in second] == [("2026-03-02-08:00", True, 12)]
+        assert second[0][3] > first[0][3]  # the Delta version that holds the change
+        assert requested() == ["2026-03-02-08:00"]
+        assert requested() == []
+
+        # order 2 (created 08:06) is re-dated to 10:06 at 10:40: its old hour changed (the row left it), its new
+        # hour 10:00 is not complete yet and is not reported
+        moved = (
+            2,
+            H08 + timedelta(hours=2, minutes=6),
+            H08 + timedelta(hours=2, minutes=40),
+            H08 + timedelta(minutes=6),
+        )
+        shard.updates(H08 + timedelta(hours=2, minutes=35), [moved])
+        shard.publish_counts()
+        third = runs.run()
+        # (the key stays in 08:00 as a tombstone, a row of the partition: its live rows stay 12)
+        assert [(hour, late) for hour, late, *_ in third] == [("2026-03-02-08:00", True)]
+        assert third[0][3] > second[0][3]
+        assert requested() == ["2026-03-02-08:00"]
+        assert requested() == []
+    finally:
+        resolver.close()
+        store.close()
+
+
+def test_a_batch_changing_only_hours_not_reported_yet_reports_nothing_again(
+    spark: SparkSession, tmp_path: Path, consolidated: DagsterInstance, order: Table
+) -> None:
+    """Orders of 10:00 inserted and paid within their hour while hours 08:00 and 09:00 are reported: nothing is
+    reported again, and hour 10:00 waits for the readiness judgement (its end is not applied yet)."""
+    shard = Source(tmp_path / "landing", "order_00")
+    orders_of_two_hours(shard)
+    runs = IngestRuns(tmp_path, order, consolidated)
+    assert [hour for hour, *_ in runs.run()] == ["2026-03-02-08:00", "2026-03-02-09:00"]
+
+    h10 = H08 + timedelta(hours=2)
+    shard.segment(h10, [(100, h10 + timedelta(minutes=1)), (101, h10 + timedelta(minutes=2))])
+    shard.updates(h10 + timedelta(minutes=5), [(100, h10 + timedelta(minutes=1), h10 + timedelta(minutes=7), None)])
+    shard.publish_counts()
+    assert runs.run() == []

@@ -34,6 +34,10 @@ def test_the_oldest_day_of_every_table_is_reported_before_a_later_day_is_merged(
         for table in catalog.ods():
             records = instance.fetch_materializations(AssetRecordsFilter(asset_key=AssetKey(table.key)), limit=500)
             for record in records.records:
+                if record.asset_materialization.metadata["late_changes"].value:  # type: ignore[union-attr]
+                    # a first-day hour reported again: a later day's batch changed its rows (an order paid the
+                    # next day); the order asserted is that of the hours' first reports
+                    continue
                 day = first if str(record.partition_key).startswith(f"{DAY:%Y-%m-%d}") else later
                 day.setdefault(table.fqn, []).append(record.storage_id)
     tables = {t.fqn for t in catalog.ods()}

@@ -36,7 +36,7 @@ from resources.landing import Landing, LandingResource
 from resources.spark import SparkResource
 from warehouse_assets.catalog import Catalog, Table
 from warehouse_assets.ingest.merge import BatchReport, TableReport, committed_positions, ingest_next_batch
-from warehouse_assets.ingest.readiness import readiness_events, reported_ingested_rows
+from warehouse_assets.ingest.readiness import changed_hours, readiness_events, reported_ingested_rows
 
 JOB = "ods_ingest"
 IN_FLIGHT = [
@@ -99,8 +99,8 @@ def build_ingest_job(catalog: Catalog, judge_hours: JudgeHours):  # type: ignore
         tables = [t for t in catalog.ods() if not config.tables or t.fqn in config.tables]
         gate: dict[str, int | float] = {}
 
-        def report_ready(table: Table, seen: dict[str, int]) -> int:
-            numbers = report_completed_hours(context, table, seen, session, store, land, judge_hours)
+        def report_ready(table: Table, seen: dict[str, int], changed: Sequence[str] = ()) -> int:
+            numbers = report_completed_hours(context, table, seen, session, store, land, judge_hours, changed)
             for name, value in numbers.items():
                 gate[name] = round(gate.get(name, 0) + value, 3)
             return int(numbers["hours_reported"])
@@ -121,8 +121,10 @@ def build_ingest_job(catalog: Catalog, judge_hours: JudgeHours):  # type: ignore
                 reports[table.fqn].batches.append(batch)
                 log_batch(batch)
                 if config.report_ready:
-                    # the hours this batch completed are reported and judged at once, before the next batch
-                    hours[table.fqn] += report_ready(table, seen[table.fqn])
+                    # the hours this batch completed are reported and judged at once, before the next batch, and
+                    # so are the reported hours whose partitions it changed
+                    changed = changed_hours(batch.partitions_changed, land.timezone)
+                    hours[table.fqn] += report_ready(table, seen[table.fqn], changed)
                     seen[table.fqn].update({s: max(seen[table.fqn].get(s, 0), p) for s, p in batch.positions.items()})
             first_round = False
         for table in tables:
@@ -160,14 +162,18 @@ def report_completed_hours(
     store: DeltaStore,
     landing: Landing,
     judge_hours: JudgeHours,
+    changed: Sequence[str] = (),
 ) -> dict[str, int | float]:
     """Reports, in this run, every hour of ``table`` that is ready now and was not reported (and every reported
-    hour whose ingested count grew since the streams' positions ``before`` this run's batch), then logs its checks'
-    verdicts; returns the numbers for the run's metadata."""
+    hour whose ingested count grew since the streams' positions ``before`` this run's batch, or whose partition
+    the batch changed: ``changed``, hour keys), then logs its checks' verdicts; returns the numbers for the run's
+    metadata. An hour not reported yet is reported only once it is complete, whatever changed it."""
     instance, started = context.instance, time.monotonic()
     key = AssetKey(table.key)
     done = instance.get_materialized_partitions(key)
     cursor: dict[str, object] = {table.fqn: {"last": max(done) if done else None, "seen": before}}
+    # reported again once, in the first call: the later ones see this call's reports as done
+    again: dict[str, Sequence[str]] | None = {table.fqn: [k for k in changed if k in done]}
     keys: list[str] = []
     while True:  # at most MAX_EVENTS_PER_TICK hours per call
         events, advanced = readiness_events(
@@ -177,7 +183,9 @@ def report_completed_hours(
             cursor,
             lambda t: set(instance.get_materialized_partitions(key)),
             reported_rows=reported_ingested_rows(instance),
+            changed=again,
         )
+        again = None
         for event in events:
             context.log_event(event)
             keys.append(str(event.partition))

@@ -123,6 +123,12 @@ class BatchReport:
     seconds: float = 0.0
     prepare_seconds: float = 0.0
 
+    @property
+    def partitions_changed(self) -> list[dict[str, str]]:
+        """The partitions the batch's merge wrote to: those of its rows (inserted, updated, deleted), and those its
+        moved keys left. Known from the batch itself, no scan."""
+        return self.merge.partitions if self.merge is not None else []
+
     def check(self) -> None:
         accounted = (
             self.rows_applied + self.rows_quarantined + self.rows_duplicate + self.rows_superseded + self.ddl_lines

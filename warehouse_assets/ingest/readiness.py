@@ -17,7 +17,9 @@ An ODS hour H is ready once
 Hours are reported in order, so a ready hour also means every earlier hour was complete. One sensor covers
 all ODS tables and reports each ready hour as a materialization; when late changes of an hour already
 reported are ingested (its ingested count grows), the hour is reported again, so its downstream partitions
-re-run (``any_deps_updated``).
+re-run (``any_deps_updated``). The count is by binlog hour, so it misses a change written in a later hour to a row
+of a reported one (an order of 08:00 paid at 14:33 counts in 14:00 but changes partition 08:00): the ingestion run
+reports such hours again too, from the partitions its merge wrote (:func:`changed_hours`).
 
 A tick reads ``ops.ingested_counts`` only for the hours it judges: the ones after the last reported hour
 (at most :data:`MAX_EVENTS_PER_TICK`) and the :data:`LATE_CHANGE_LOOKBACK` before it, where late changes are
@@ -26,7 +28,7 @@ looked for, pruned to their date partitions. Its cost does not grow with the lak
 """
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -272,6 +274,17 @@ def ready_hours(state: Readiness, after: str | None, limit: int = MAX_EVENTS_PER
     return keys
 
 
+def changed_hours(partitions: Iterable[Mapping[str, str]], timezone: str) -> list[str]:
+    """The hour partition keys of ODS partitions (``dt``, ``hh``: local date and hour in ``timezone``), such as
+    those a merge wrote (:attr:`~warehouse_assets.ingest.merge.BatchReport.partitions_changed`)."""
+    local, zone = ZoneInfo(timezone), ZoneInfo(hourly.timezone)
+    keys = set()
+    for partition in partitions:
+        start = datetime.strptime(f"{partition['dt']}T{partition['hh']}", "%Y-%m-%dT%H").replace(tzinfo=local)
+        keys.add(hour_key(start.astimezone(zone)))
+    return sorted(k for k in keys if hourly.has_partition_key(k))
+
+
 def late_hours(state: Readiness, last_reported: str | None, seen: dict[str, int]) -> list[str]:
     """Hours up to ``last_reported`` whose ingested count grew since the cursor's ``seen`` positions."""
     if last_reported is None:
@@ -320,6 +333,7 @@ def readiness_events(
     already_reported: Callable[[Table], set[str]] | None = None,
     lookback: timedelta = LATE_CHANGE_LOOKBACK,
     reported_rows: Callable[[Table, str], int | None] | None = None,
+    changed: Mapping[str, Sequence[str]] | None = None,
 ) -> tuple[list[AssetMaterialization], dict[str, Any]]:
     """Materializations for every newly ready ODS hour (and reported hours with late changes), and the
     advanced cursor ``{table: {"last": hour, "seen": {stream: segment position of counts seen}}}``.
@@ -329,6 +343,12 @@ def readiness_events(
     purpose. ``reported_rows`` (the ``ingested_rows`` of an hour's latest report) keeps late changes that another
     path already re-reported from being re-reported again: only an hour whose ingested count grew past its latest
     report's is.
+
+    ``changed`` (table → hour keys): hours already reported whose partitions a merge has changed since, reported
+    again as late changes whether their ingested count grew or not (a late change counts in its binlog hour,
+    not in the hour of the row it changes). Hours past the last reported one are left to the walk, which
+    reports an hour only once it is complete; hours before the counts read (``lookback``) are not reported
+    again, as for count growth.
     """
     events: list[AssetMaterialization] = []
     cursor = dict(cursor)
@@ -340,6 +360,9 @@ def readiness_events(
         late = [k for k in late_hours(state, last, seen) if state.completeness(k).complete]
         if reported_rows is not None:
             late = [k for k in late if state.completeness(k).ingested_rows > (reported_rows(table, k) or -1)]
+        if changed and changed.get(table.fqn) and last is not None:
+            rewritten = [k for k in changed[table.fqn] if k <= last and state.counts_cover(state.local_hour(k))]
+            late = sorted({*late, *rewritten})
         keys = ready_hours(state, last, MAX_EVENTS_PER_TICK - len(events))
         # the counts read cover the tick's hours only: what was seen before stays seen
         counted = {s: max(seen.get(s, 0), state.counted_seq.get(s, 0)) for s in {*seen, *state.counted_seq}}
