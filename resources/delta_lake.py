@@ -379,12 +379,22 @@ class DeltaStore:
         key: Sequence[str] | str,
         partitions: Sequence[PartitionSpec] | None = None,
         version: int | None = None,
+        deletions: bool = True,
     ) -> tuple[list[dict[str, Any]], ReadStats]:
-        """The table's live files in ``partitions`` (every live file without), from the Delta log.
+        """The table's live files in ``partitions`` (every live file without), from the Delta log; with their rows
+        marked deleted unless ``deletions`` is False
+        (:meth:`DeltaReader.live_files <resources.delta_read.DeltaReader.live_files>`).
 
         Metadata for the Dagster process (row and file counts, what a producer changed): reading rows goes
         through :meth:`read`, where Spark's Delta reader prunes and skips files itself."""
-        return self.reader.live_files(key, partitions, version)
+        return self.reader.live_files(key, partitions, version, deletions)
+
+    def count_rows(
+        self, key: Sequence[str] | str, partitions: Sequence[PartitionSpec], by: Sequence[str]
+    ) -> dict[tuple[str, ...], int]:
+        """Live rows per value of the columns ``by`` in ``partitions``, without a JVM
+        (:meth:`DeltaReader.count_rows <resources.delta_read.DeltaReader.count_rows>`)."""
+        return self.reader.count_rows(key, partitions, by)
 
     def history(self, key: Sequence[str] | str, limit: int | None = None) -> list[dict[str, Any]]:
         """The newest commits first; the ``warehouse.*`` keys of a Spark commit's user metadata at the top

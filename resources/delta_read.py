@@ -145,6 +145,22 @@ class DeltaReader:
         # files_in_table stays 0: counting them would cost what the pruning saves
         return rows, ReadStats(0, files, files, version=int(dt.version()))
 
+    def count_rows(
+        self, key: Sequence[str] | str, partitions: Sequence[PartitionSpec], by: Sequence[str]
+    ) -> dict[tuple[str, ...], int]:
+        """Live rows per value of the partition columns ``by`` in ``partitions``, counted by DataFusion (deletion
+        vectors applied): the files of those partitions are read, never the whole table's deletion vectors."""
+        dt = self.table(key)
+        if dt is None or not partitions:
+            return {}
+        columns = ", ".join(_identifier(c) for c in by)
+        query = (
+            f"SELECT {columns}, count(*) AS n FROM {_identifier('rows')} WHERE {_sql_partitions(partitions)} "
+            f"GROUP BY {columns}"
+        )
+        counted = pa.table(QueryBuilder().register("rows", dt).execute(query)).to_pylist()
+        return {tuple(str(row[c]) for c in by): int(row["n"]) for row in counted}
+
     # application transactions: how far an exactly-once writer got ---------------------------------------
     def app_versions(self, key: Sequence[str] | str, app_ids: Iterable[str]) -> dict[str, int]:
         """The last version committed for each app id (0 for none, or when the table does not exist)."""
@@ -162,10 +178,12 @@ class DeltaReader:
         key: Sequence[str] | str,
         partitions: Sequence[PartitionSpec] | None = None,
         version: int | None = None,
+        deletions: bool = True,
     ) -> tuple[list[dict[str, Any]], ReadStats]:
         """The table's live files in ``partitions`` (every live file without), from the Delta log: delta-rs's
         add actions plus ``deleted_records``, the rows its deletion vector marks deleted, and ``live_records``, the
-        rows a reader sees (``num_records`` counts every row the file stores)."""
+        rows a reader sees (``num_records`` counts every row the file stores). Without ``deletions`` the deletion
+        vectors are not read (delta-rs reads every one of the table's): those two keys are left out."""
         dt = self.table(key, version)
         if dt is None:
             raise DeltaLayerError(f"table {self.table_uri(key)} does not exist")
@@ -175,8 +193,8 @@ class DeltaReader:
             wanted = {tuple(sorted((k, str(v)) for k, v in p.items())) for p in partitions}
             cols = sorted({k for p in partitions for k in p})
             actions = [a for a in actions if tuple(sorted((c, a.get(f"partition.{c}")) for c in cols)) in wanted]
-        deleted = deleted_rows(dt) if actions else {}
-        for action in actions:
+        deleted = deleted_rows(dt) if actions and deletions else {}
+        for action in actions if deletions else []:
             action["deleted_records"] = deleted.get(unquote(str(action["path"])), 0)
             action["live_records"] = int(action.get("num_records") or 0) - action["deleted_records"]
         stats.files_after_partition_pruning = stats.files_read = len(actions)

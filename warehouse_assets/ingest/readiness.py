@@ -301,17 +301,20 @@ def late_hours(state: Readiness, last_reported: str | None, seen: dict[str, int]
     return sorted(k for k in keys if hourly.has_partition_key(k))
 
 
-def partition_rows(store: DeltaStore, table: Table) -> dict[tuple[str, str], dict[str, int]]:
-    """Live rows and files per (dt, hh) from the Delta log statistics and deletion vectors (no data read)."""
-    if not store.exists(table.key):
+def partition_rows(store: DeltaStore, table: Table, keys: Sequence[str]) -> dict[tuple[str, str], dict[str, int]]:
+    """Live rows and files per (dt, hh) of the hours ``keys``: files from the Delta log, rows counted in those hours'
+    files with their deletion vectors applied. Never the whole table's deletion vectors, which delta-rs reads all at
+    once: a year of merged hours would be read for each report."""
+    if not store.exists(table.key) or not keys:
         return {}
-    actions, _ = store.live_files(table.key)
+    starts = [hourly.time_window_for_partition_key(key).start for key in keys]
+    specs = [{"dt": start.strftime("%Y-%m-%d"), "hh": start.strftime("%H")} for start in starts]
+    actions, _ = store.live_files(table.key, specs, deletions=False)
     out: dict[tuple[str, str], dict[str, int]] = {}
     for a in actions:
-        key = (str(a.get("partition.dt")), str(a.get("partition.hh")))
-        entry = out.setdefault(key, {"rows": 0, "files": 0})
-        entry["rows"] += int(a["live_records"])
-        entry["files"] += 1
+        out.setdefault((str(a.get("partition.dt")), str(a.get("partition.hh"))), {"rows": 0, "files": 0})["files"] += 1
+    for (dt, hh), rows in store.count_rows(table.key, specs, ["dt", "hh"]).items():
+        out.setdefault((dt, hh), {"rows": 0, "files": 0})["rows"] = rows
     return out
 
 
@@ -374,7 +377,7 @@ def readiness_events(
         keys = [k for k in keys if k not in done]
         if not keys and not late:
             continue
-        rows = partition_rows(store, table)
+        rows = partition_rows(store, table, [*late, *keys])
         version = store.version(table.key)
         for key in [*late, *keys]:
             start = hourly.time_window_for_partition_key(key).start
