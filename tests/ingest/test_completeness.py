@@ -55,6 +55,21 @@ MYSQL = {
 }
 
 
+def _order(pk: int, created: datetime, at: datetime, status: str) -> dict[str, str | None]:
+    """An order row as Canal's ``data`` carries it: created at ``created``, last changed at ``at``."""
+    stamp = at.strftime("%Y-%m-%d %H:%M:%S")
+    return {
+        "id": str(pk),
+        "user_id": str(pk % 97),
+        "course_id": "1",
+        "amount": "10.00",
+        "status": status,
+        "pay_time": stamp if status == "paid" else None,
+        "create_time": created.strftime("%Y-%m-%d %H:%M:%S"),
+        "update_time": stamp,
+    }
+
+
 class Source:
     """Writes Canal segments and the source counts of one shard stream, window by window."""
 
@@ -68,92 +83,56 @@ class Source:
     ) -> None:
         """One 5-minute segment starting at ``window`` with an INSERT per (id, event time), each at its binlog
         ``positions`` if the source writes them (as ``warehouse capture`` does)."""
-        self.seq += 1
-        directory = self.root / "binlog" / DB / self.shard
-        directory.mkdir(parents=True, exist_ok=True)
-        lines = []
+        messages = []
         for n, (pk, at) in enumerate(rows):
-            self.message_id += 1
-            stamp = at.strftime("%Y-%m-%d %H:%M:%S")
-            data = {
-                "id": str(pk),
-                "user_id": str(pk % 97),
-                "course_id": "1",
-                "amount": "10.00",
-                "status": "created",
-                "pay_time": None,
-                "create_time": stamp,
-                "update_time": stamp,
-            }
-            es = int(at.timestamp() * 1000)
-            message = {
-                "data": [data],
-                "database": DB,
-                "es": es,
-                "id": self.message_id,
-                "isDdl": False,
-                "mysqlType": MYSQL,
-                "old": None,
-                "pkNames": ["id"],
-                "sql": "",
-                "sqlType": {},
-                "table": self.shard,
-                "ts": es + 50,
-                "type": "INSERT",
-            }
+            message = self._message("INSERT", _order(pk, at, at, "created"), None, at, count)
             if positions is not None:
                 message["position"] = positions[n]
-            lines.append(json.dumps(message, separators=(",", ":")))
-            if count:
-                hour = at.strftime("%Y-%m-%dT%H")
-                self.counts[hour] = self.counts.get(hour, 0) + 1
-        name = f"{self.seq:06d}-{window:%Y%m%dT%H%M}.jsonl"
-        (directory / name).write_text("".join(line + "\n" for line in lines))
+            messages.append(message)
+        self._write(window, messages)
 
     def updates(self, window: datetime, changes: list[tuple[int, datetime, datetime, datetime | None]]) -> None:
         """One 5-minute segment starting at ``window`` with an UPDATE per (id, create time, binlog time, old create
         time: None if the update kept it) paying the order, counted in its binlog hour as the source counts it."""
+        messages = []
+        for pk, created, at, moved_from in changes:
+            old: dict[str, str | None] = {"status": "created", "pay_time": None, "update_time": None}
+            if moved_from is not None:
+                old["create_time"] = moved_from.strftime("%Y-%m-%d %H:%M:%S")
+            messages.append(self._message("UPDATE", _order(pk, created, at, "paid"), old, at, True))
+        self._write(window, messages)
+
+    def _message(
+        self, kind: str, data: dict[str, str | None], old: dict[str, str | None] | None, at: datetime, count: bool
+    ) -> dict[str, object]:
+        """A Canal message of one row at binlog time ``at``, counted in its binlog hour when ``count``."""
+        self.message_id += 1
+        es = int(at.timestamp() * 1000)
+        if count:
+            hour = at.strftime("%Y-%m-%dT%H")
+            self.counts[hour] = self.counts.get(hour, 0) + 1
+        return {
+            "data": [data],
+            "database": DB,
+            "es": es,
+            "id": self.message_id,
+            "isDdl": False,
+            "mysqlType": MYSQL,
+            "old": None if old is None else [old],
+            "pkNames": ["id"],
+            "sql": "",
+            "sqlType": {},
+            "table": self.shard,
+            "ts": es + 50,
+            "type": kind,
+        }
+
+    def _write(self, window: datetime, messages: list[dict[str, object]]) -> None:
         self.seq += 1
         directory = self.root / "binlog" / DB / self.shard
         directory.mkdir(parents=True, exist_ok=True)
-        lines = []
-        for pk, created, at, moved_from in changes:
-            self.message_id += 1
-            stamp = at.strftime("%Y-%m-%d %H:%M:%S")
-            data = {
-                "id": str(pk),
-                "user_id": str(pk % 97),
-                "course_id": "1",
-                "amount": "10.00",
-                "status": "paid",
-                "pay_time": stamp,
-                "create_time": created.strftime("%Y-%m-%d %H:%M:%S"),
-                "update_time": stamp,
-            }
-            old = {"status": "created", "pay_time": None, "update_time": None}
-            if moved_from is not None:
-                old["create_time"] = moved_from.strftime("%Y-%m-%d %H:%M:%S")
-            es = int(at.timestamp() * 1000)
-            message = {
-                "data": [data],
-                "database": DB,
-                "es": es,
-                "id": self.message_id,
-                "isDdl": False,
-                "mysqlType": MYSQL,
-                "old": [old],
-                "pkNames": ["id"],
-                "sql": "",
-                "sqlType": {},
-                "table": self.shard,
-                "ts": es + 50,
-                "type": "UPDATE",
-            }
-            lines.append(json.dumps(message, separators=(",", ":")))
-            hour = at.strftime("%Y-%m-%dT%H")
-            self.counts[hour] = self.counts.get(hour, 0) + 1
         name = f"{self.seq:06d}-{window:%Y%m%dT%H%M}.jsonl"
-        (directory / name).write_text("".join(line + "\n" for line in lines))
+        (directory / name).write_text("".join(json.dumps(m, separators=(",", ":")) + "\n" for m in messages))
 
     def count_hour(self, hour: datetime, rows: int) -> None:
         self.counts[hour.strftime("%Y-%m-%dT%H")] = rows
