@@ -22,6 +22,7 @@ from warehouse_assets.build.gate import DEGRADED, MISSING, NONEXISTENT, OK, WAIV
 from warehouse_assets.catalog import ANY, DEADLINE, LATEST, Catalog, upstream_partitions
 from warehouse_assets.center.resolver import DEADLINE_PASSED
 from warehouse_assets.center.reverse_index import ReverseIndex
+from warehouse_assets.center.why import READY, UpstreamState, _waived, _weak_notes
 
 TZ = ZoneInfo("Asia/Shanghai")
 
@@ -354,6 +355,13 @@ def test_latest_reads_the_most_recent_usable_month_and_waits_when_there_is_none(
     february = decide(coarse, vs_month, "2026-03-15", states, current_time=now)
     month = next(e for e in february.edges if e.dep.table == "ads.month")
     assert month.used == ["2026-02-01"] and month.waived == {"2026-01-01": OK}  # usable, but not the latest
+    # why says which month is read and why the other is not
+    waived = next(e for e in february.edges if e.dep.table == "ads.month")
+    entry = UpstreamState("ads.month", "2026-01-01", READY, "")
+    assert _waived(waived, entry) == "not read: 2026-02-01 is the latest usable of the window (latest): materialized"
+    assert _weak_notes(waiting) == [
+        "ads.month needs one usable partition of its window; the latest one is read (latest)"
+    ]
     # a month whose check failed is not usable: the one before it is read
     states.failed["ads.month"] = {"2026-02-01": ["not_null"]}
     month = next(

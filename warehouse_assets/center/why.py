@@ -55,6 +55,7 @@ from warehouse_assets.build.validity import Taint
 from warehouse_assets.catalog import (
     BY_PERIOD,
     DEADLINE,
+    LATEST,
     Catalog,
     Dependency,
     OdsTable,
@@ -538,6 +539,8 @@ def _waived(edge: EdgeVerdict, entry: UpstreamState) -> str:
     what = entry.state + (f" — {entry.detail}" if entry.detail else "")
     if edge.dep.mode == DEADLINE and edge.deadline is not None:
         return f"past the deadline {edge.deadline:%Y-%m-%d %H:%M}, runs without it (degraded): {what}"
+    if edge.dep.mode == LATEST:
+        return f"not read: {', '.join(edge.used)} is the latest usable of the window (latest): {what}"
     return f"not needed: {len(edge.used)} of the window are usable (any, min {edge.dep.min}): {what}"
 
 
@@ -552,6 +555,8 @@ def _weak_notes(verdict: Verdict) -> list[str]:
                 f"{edge.dep.table} is waited for until {edge.deadline:%Y-%m-%d %H:%M}, then the partition runs "
                 "without what is missing (degraded) and is built again when it arrives"
             )
+        elif edge.dep.mode == LATEST:
+            notes.append(f"{edge.dep.table} needs one usable partition of its window; the latest one is read (latest)")
         else:
             notes.append(f"{edge.dep.table} needs {edge.dep.min} usable partition(s) of its window (mode any)")
     return notes
