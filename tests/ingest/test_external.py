@@ -163,7 +163,9 @@ def test_marketing_spend_arrival_starts_marketing_roi_exactly_once(tmp_path: Pat
         simulate_external(tmp_path, FIRST, clock.now, SEED)
         assert daemon.tick() == []
         engine = CenterTicker(instance, catalog)
-        assert requested(engine, clock.now) == {}, "nothing may start before the partner's delivery"
+        # the seeded day's own downstream starts (its week so far: a Monday needs no day before); marketing_roi
+        # waits for the partner's delivery
+        assert requested(engine, clock.now) == {"ads/gmv_week_to_date": {day(0)}}
 
         clock.now = at + timedelta(minutes=1)
         simulate_external(tmp_path, FIRST, clock.now, SEED)
@@ -574,7 +576,10 @@ def test_the_engine_reports_a_delivery_and_starts_its_downstream_in_the_round_it
         engine = assemble_engine(
             instance, catalog, recorder, max_partitions_per_run, lambda: clock.now.astimezone(UTC), [watcher]
         )
-        assert engine.tick() == [] and watched_ago(instance) is not None
+        # the seeded day's own downstream starts (its week so far); marketing_roi waits for the partner's delivery
+        first = engine.tick()
+        assert [(p.table, p.partitions) for p, _ in first] == [("ads.gmv_week_to_date", (day(0),))]
+        assert watched_ago(instance) is not None
 
         clock.now = at + timedelta(minutes=1)
         simulate_external(tmp_path, FIRST, clock.now, SEED)
