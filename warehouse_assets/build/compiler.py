@@ -35,7 +35,13 @@ from resources.delta_lake import DeltaLakeResource
 from resources.spark import SparkResource
 from warehouse_assets.build.freshness import build_freshness_checks
 from warehouse_assets.build.gate import first_buildable
-from warehouse_assets.build.quality import check_specs, evaluation, failed_blocking_checks, latest_materialization
+from warehouse_assets.build.quality import (
+    check_specs,
+    evaluation,
+    failed_blocking_checks,
+    latest_materialization,
+    latest_materializations,
+)
 from warehouse_assets.build.validity import taint_evaluation, tainted_in_instance, valid_evaluation, valid_spec
 from warehouse_assets.catalog import (
     BY_PERIOD,
@@ -184,7 +190,7 @@ def build_ods_checks(table: Table) -> AssetChecksDefinition:
         keys = list(context.partition_keys)  # one hour or a range selected in the UI
         selected = {k.name for k in context.selected_asset_check_keys}
         # the materializations being checked, looked up before the rows are read
-        checked = {k: latest_materialization(context.instance, table, k) for k in keys}
+        checked = latest_materializations(context.instance, table, keys)
         for outcome in check_ods_hours(table, keys, spark.session(), lake.store()):
             if outcome.check.name in selected:
                 # an evaluation naming its hour: in a ranged run Dagster would record partition None

@@ -30,7 +30,7 @@ from dagster._core.storage.asset_check_execution_record import AssetCheckExecuti
 
 from resources.delta_lake import DeltaLakeResource, DeltaStore
 from resources.spark import SparkResource
-from warehouse_assets.build.quality import evaluation, latest_materialization
+from warehouse_assets.build.quality import evaluation, latest_materializations
 from warehouse_assets.build.validity import valid_evaluation
 from warehouse_assets.catalog import BY_PERIOD, Catalog, Table
 
@@ -60,7 +60,7 @@ def judge_hours(
     if not keys:
         return 0, 0
     # the materializations being checked, looked up before the rows are read
-    checked = {k: latest_materialization(context.instance, table, k) for k in keys}
+    checked = latest_materializations(context.instance, table, keys)
     evaluations = failed = 0
     refused: set[str] = set()
     for outcome in check_ods_hours(table, keys, session, store):
