@@ -239,6 +239,8 @@ def main() -> int:
             )
             rows.append((kind, row))
             extra = f"landed→committed {row['ingest']:4.1f}s, checks {row['checks']:4.1f}s, " if kind == "ods" else ""
+            if "dagster/asset_partition_range_start" in run.tags:  # late changes had rewritten earlier hours too
+                extra = f"one run from {run.tags['dagster/asset_partition_range_start']}, " + extra
             print(
                 f"[{n:>2}/{len(plan)}] {kind:<8} {key}: run started {row['total']:5.2f}s after t0 ({extra}"
                 f"detect {row['detect']:4.2f}s, engine {row['engine']:4.2f}s, webserver {row['webserver']:4.2f}s, "
@@ -411,9 +413,12 @@ def _wait_for_run(
         )
         for record in records:
             run = record.dagster_run
-            partition = run.tags.get("dagster/partition") or run.tags.get("dagster/asset_partition_range_start")
-            ours = AssetKey(asset) in (run.asset_selection or set())
-            if ours and partition == key and record.start_time and record.create_timestamp.timestamp() >= t0 - 1:
+            # a ranged run covers the key too: hours a late change rewrote are built again with the new one
+            first = run.tags.get("dagster/partition") or run.tags.get("dagster/asset_partition_range_start")
+            last = run.tags.get("dagster/asset_partition_range_end", first)
+            ours = AssetKey(asset) in (run.asset_selection or set()) and first is not None
+            covers = ours and first <= key <= last
+            if covers and record.start_time and record.create_timestamp.timestamp() >= t0 - 1:
                 return record
         time.sleep(0.2)
     raise SystemExit(f"no run of {'/'.join(asset)} {key} started within {timeout:.0f} s")
