@@ -33,14 +33,9 @@ import pytest
 from dagster import AssetCheckKey, AssetKey, AssetRecordsFilter, DagsterInstance, DagsterRunStatus, RunsFilter
 from dagster._core.execution.backfill import BulkActionStatus
 from deltalake import DeltaTable, write_deltalake
-from selenium import webdriver
-from selenium.common.exceptions import WebDriverException
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
-from selenium.webdriver.remote.webelement import WebElement
-from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
 from resources.spark import (
@@ -53,15 +48,22 @@ from resources.spark import (
 from tests.resources.test_spark_delta import assert_round
 from tests.support.dev_stack import DAY, DEADLINE_S, ROOT, STALL_S, await_partition, free_port, graphql, start_stack
 from tests.support.lake import row_dicts
+from tests.support.ui import (
+    PAGE_S,
+    REPOSITORY,
+    button,
+    chromium,
+    clickable,
+    needs_browser,
+    page_text,
+    shoot,
+    wait_for_text,
+)
 from warehouse_assets.build.validity import VALID
 from warehouse_assets.catalog import load_catalog
 
 pytestmark = pytest.mark.stack
 
-CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
-# a page of the UI on a loaded 2-core machine: its GraphQL queries wait behind the runs' Spark work
-PAGE_S = 180
-REPOSITORY = "__repository__@warehouse"  # the code location of workspace.yaml, as the UI's URLs name it
 LAYERS = {
     "ods": ("order", "user"),
     "dwd": ("order_detail", "user_snapshot"),
@@ -70,13 +72,6 @@ LAYERS = {
 }
 GOING = (BulkActionStatus.REQUESTED, BulkActionStatus.CANCELING, BulkActionStatus.FAILING)  # a backfill not done
 DAYS = [f"{DAY + timedelta(days=n):%Y-%m-%d}" for n in range(3)]  # two full simulated days, the third's first hour
-
-MISSING = [str(path) for path in (CHROMIUM, CHROMEDRIVER) if not path.exists()]
-needs_browser = pytest.mark.skipif(
-    bool(MISSING),
-    reason=f"not installed: {', '.join(MISSING)} (`make system-packages` installs Debian's chromium and "
-    "chromium-driver when run as root)",
-)
 
 
 @dataclass
@@ -130,65 +125,14 @@ def monkeypatch_module() -> Iterator[pytest.MonkeyPatch]:
 
 @pytest.fixture(scope="module")
 def browser(stack: Stack) -> Iterator[WebDriver]:
-    """Headless Chromium on the stack's origin, the community pop-up of a fresh profile dismissed."""
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    # no sandbox: CI runs as root, where Chromium's sandbox refuses to start
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1600,1300"):
-        options.add_argument(argument)
-    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
-    try:
-        stack.instance()  # the webserver listens
-        driver.get(f"{stack.url}/health")
-        driver.execute_script("localStorage.setItem('communityNux', JSON.stringify('1'))")
+    stack.instance()  # the webserver listens
+    with chromium(stack.url) as driver:
         yield driver
-    finally:
-        driver.quit()  # Chromium and chromedriver with it
 
 
 @pytest.fixture(scope="module")
 def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("screenshots")
-
-
-def shoot(driver: WebDriver, screenshots: Path, name: str) -> Path:
-    path = screenshots / f"{name}.png"
-    assert driver.save_screenshot(str(path)), path
-    print(f"screenshot: {path}")
-    return path
-
-
-def page_text(driver: WebDriver) -> str:
-    return driver.find_element(By.TAG_NAME, "body").text
-
-
-def wait_for_text(driver: WebDriver, pattern: str, timeout: float = PAGE_S) -> re.Match[str]:
-    """Wait until the page's visible text matches ``pattern`` (a regular expression); the match."""
-    found: list[re.Match[str]] = []
-
-    def matches(d: WebDriver) -> bool:
-        try:
-            match = re.search(pattern, page_text(d))
-        except WebDriverException:  # the page re-rendered under us
-            return False
-        found[:] = [match] if match else []
-        return bool(match)
-
-    try:
-        WebDriverWait(driver, timeout, poll_frequency=1).until(matches)
-    except Exception:
-        pytest.fail(f"no text matching {pattern!r} on {driver.current_url} after {timeout}s:\n{page_text(driver)}")
-    return found[0]
-
-
-def clickable(driver: WebDriver, xpath: str, timeout: float = PAGE_S) -> WebElement:
-    return WebDriverWait(driver, timeout, poll_frequency=1).until(
-        expected_conditions.element_to_be_clickable((By.XPATH, xpath))
-    )
-
-
-def button(label: str) -> str:
-    return f"//button[normalize-space(.)='{label}']"
 
 
 def all_runs_succeeded(instance: DagsterInstance, runs: RunsFilter | None = None) -> None:

@@ -11,9 +11,6 @@ and tests/test_taint_end_to_end.py's business. No Spark either: the taint job re
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,19 +20,18 @@ from dagster import AssetKey, DagsterInstance, DagsterRunStatus, MarkdownMetadat
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
-from resources.spark import port_open
 from tests.center.test_state_store import report
-from tests.support.dev_stack import ROOT, free_port, kill_stragglers
-from tests.test_embedded_stack import (
-    CHROMEDRIVER,
-    CHROMIUM,
+from tests.support.ui import (
     PAGE_S,
     REPOSITORY,
     button,
+    chromium,
     clickable,
     needs_browser,
     shoot,
+    sqlite_home,
     wait_for_text,
+    webserver,
 )
 from warehouse_assets.build.validity import tainted_in_instance
 from warehouse_assets.catalog import load_catalog
@@ -46,16 +42,6 @@ DAY = "2026-01-05"
 START, END = f"{DAY}-08:00", f"{DAY}-17:00"
 REASON = "order amounts 100x too high"
 BUILT = ["dwd.order_detail", "dws.user_order_daily", "ads.daily_gmv"]  # the day, as built from the 24 hours
-# runs launched by the webserver go straight to a process of their own (no daemon, no queue)
-INSTANCE = """storage:
-  sqlite:
-    base_dir: {home}
-telemetry:
-  enabled: false
-run_coordinator:
-  module: dagster._core.run_coordinator
-  class: DefaultRunCoordinator
-"""
 
 
 @dataclass
@@ -70,66 +56,21 @@ class Server:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("taint_ui")
-    home = root / "dagster_home"
-    home.mkdir()
-    (home / "dagster.yaml").write_text(INSTANCE.format(home=home))
-    env = dict(
-        os.environ,
-        DAGSTER_HOME=str(home),
-        WAREHOUSE_LAKE_ROOT=str(root / "lake"),
-        WAREHOUSE_LANDING_ROOT=str(root / "landing"),
-    )
+    home = sqlite_home(root)
     instance = DagsterInstance.from_config(str(home))
     for hour in range(24):
         report(instance, AssetKey(["ods", "order"]), f"{DAY}-{hour:02d}:00")
     for fqn in BUILT:
         report(instance, AssetKey(fqn.split(".")), DAY)
     instance.dispose()
-
-    port = free_port()
-    log = (root / "webserver.log").open("wb")
-    proc = subprocess.Popen(
-        [str(ROOT / ".venv" / "bin" / "dagster-webserver"), "-h", "127.0.0.1", "-p", str(port), "-w", "workspace.yaml"],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
-    try:
-        WebDriverWait(None, PAGE_S, poll_frequency=1).until(
-            lambda _: proc.poll() is not None or port_open("127.0.0.1", port)
-        )
-        assert proc.poll() is None, (root / "webserver.log").read_text()[-3000:]
-        yield Server(f"http://127.0.0.1:{port}", home)
-    finally:
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        kill_stragglers(f"DAGSTER_HOME={home}")
-        log.close()
+    with webserver(root, home) as url:
+        yield Server(url, home)
 
 
 @pytest.fixture(scope="module")
 def browser(server: Server) -> Iterator[WebDriver]:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1600,1300"):
-        options.add_argument(argument)
-    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
-    try:
-        driver.get(f"{server.url}/health")
-        driver.execute_script("localStorage.setItem('communityNux', JSON.stringify('1'))")
+    with chromium(server.url) as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 @pytest.fixture(scope="module")

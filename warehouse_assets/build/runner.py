@@ -241,15 +241,16 @@ def _build_partitions(
             outcomes.extend(_check_partition(table, key, spark, store, inputs))
     return MaterializeResult(
         metadata={
+            # first, where the UI's partition page shows them at the top; per partition, as a ranged run's
+            # materializations share one metadata: the state store reads its own
+            **({STATE: MetadataValue.json(reached)} if reached else {}),
+            **({DEGRADED: MetadataValue.json(degraded)} if degraded else {}),
             **totals,
             "partitions_written": len(written),
             "delta_version": version,
             "duration_s": round(time.monotonic() - started, 3),
             "table_uri": store.table_uri(table.key),
             "partitions": MetadataValue.json(written),
-            # per partition, as a ranged run's materializations share one metadata: the state store reads its own
-            **({DEGRADED: MetadataValue.json(degraded)} if degraded else {}),
-            **({STATE: MetadataValue.json(reached)} if reached else {}),
         }
     )
 

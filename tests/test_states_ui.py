@@ -1,0 +1,68 @@
+"""A partition's state as a user sees it in the UI: a day of ``dws.revenue_usd_daily`` built estimated (on the
+previous day's CNY→USD rate), then built again completed once the day's own rate arrived. The asset's page for that
+partition shows, at the top of its metadata, the state its latest materialization reached.
+
+The builds run in this process (``materialize`` on the table's asset, as a run of the engine would), on an instance
+Dagster's webserver serves at the same time; a headless Chromium reads the page after each build.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from dagster import AssetKey, DagsterInstance
+from pyspark.sql import SparkSession
+
+from resources.delta_lake import DeltaLakeResource, DeltaStore
+from resources.external import ExternalResource
+from resources.spark import SparkResource
+from simulator.external import arrival, simulate_external
+from tests.ingest.test_external import FIRST, FX, REVENUE, SEED, TZ, Clock, Daemon, _materialize, day, report
+from tests.support.ui import chromium, needs_browser, shoot, sqlite_home, wait_for_text, webserver
+from warehouse_assets.build.gate import STATE
+
+pytestmark = [pytest.mark.stack, needs_browser]
+
+
+def test_the_partition_page_shows_the_state_its_latest_build_reached(tmp_path: Path, spark: SparkSession) -> None:
+    home, external = sqlite_home(tmp_path), tmp_path / "external"
+    before = arrival(SEED, "fx_rate", FIRST + timedelta(days=1), TZ) - timedelta(minutes=1)
+    simulate_external(external, FIRST, before, SEED)  # day 0's rate is in, day 1's is not
+    DeltaStore(str(tmp_path / "lake")).overwrite(
+        ["dws", "user_order_daily"],
+        spark.sql(
+            f"SELECT CAST(7 AS bigint) AS user_id, CAST(2 AS bigint) AS orders, CAST(1 AS bigint) AS paid_orders, "
+            f"CAST(100.00 AS decimal(20,2)) AS paid_amount, CAST(0 AS bigint) AS refunded_orders, '{day(1)}' AS dt"
+        ),
+        ["dt"],
+        [{"dt": day(1)}],
+    )
+    resources = {
+        "spark": SparkResource(),
+        "lake": DeltaLakeResource(root=str(tmp_path / "lake")),
+        "external": ExternalResource(root=str(external)),
+    }
+    page = f"/assets/dws/revenue_usd_daily?view=partitions&partition={day(1)}"
+    instance = DagsterInstance.from_config(str(home))
+    try:
+        report(instance, AssetKey(["dws", "user_order_daily"]), day(1))
+        rates = Daemon(instance, external, FX, Clock(before))
+        rates.tick()
+        assert _materialize(instance, REVENUE, day(1), resources)[STATE] == {day(1): "estimated"}
+        with webserver(tmp_path, home) as url, chromium(url) as browser:
+            browser.get(url + page)
+            # the first row of the partition's metadata
+            wait_for_text(browser, rf'Metadata\s+state\s+\{{\s*"{day(1)}": "estimated"')
+            shoot(browser, tmp_path, "ui-partition-estimated")
+
+            simulate_external(external, FIRST, before + timedelta(minutes=2), SEED)  # day 1's rate arrives
+            rates.clock.now = before + timedelta(minutes=2)
+            rates.tick()
+            assert _materialize(instance, REVENUE, day(1), resources)[STATE] == {day(1): "completed"}
+            browser.get(url + page)
+            wait_for_text(browser, rf'Metadata\s+state\s+\{{\s*"{day(1)}": "completed"')
+            shoot(browser, tmp_path, "ui-partition-completed")
+    finally:
+        instance.dispose()
