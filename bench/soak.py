@@ -14,8 +14,10 @@ whose ``old`` lacks the previous ``create_time``) land one simulated hour every 
 times drawn from ``--seed`` over the feed: SIGKILL of the engine, the daemon, the webserver, the daemon's code
 server, the Spark Connect server (its JVM), the warm launcher's zygote, the worker of an ODS ingestion run in
 progress (its batches: preparation, bookkeeping, merge) and the worker of a derived partition's run in progress
-(its overwrite); each kind once per simulated day. Not injected yet: a burst of 10x the change rate, a shard that
-goes silent and comes back, re-sent segments.
+(its overwrite); each kind once per simulated day. And on the source's side, once per run: a burst of 10x the change
+rate for a simulated hour, and a shard that goes silent for three simulated hours (its segments held back, its source
+counts still published) and then delivers them all at once, the first one re-sending the last segment delivered
+before the silence, as a producer resuming from its last acknowledged position does.
 
 Then the bench waits for the warehouse to settle (no run queued or in progress, none created for a while), stops the
 stack and checks:
@@ -78,6 +80,8 @@ KINDS = (
     "worker_overwrite",
 )
 BUSY = ("QUEUED", "NOT_STARTED", "STARTING", "STARTED")
+BURST_FACTOR = 10.0  # the change rate during the source's burst hour
+SILENT_HOURS = 3  # how long the silent shard holds its segments back
 
 
 def say(text: str) -> None:
@@ -227,6 +231,45 @@ def inject(fault: Fault, supervisor: Supervisor, instance: Any) -> bool:
     fault.killed_at, fault.pid = time.time(), target
     say(f"SIGKILL {fault.kind} (pid {target}{', ' + fault.note if fault.note else ''})")
     return True
+
+
+class SilentShard:
+    """One shard stream whose segments stop reaching the landing area in [start, end) of simulated time, then arrive
+    all at once, the first re-sending the lines of the last non-empty segment delivered before the silence."""
+
+    def __init__(self, landing: Path, hold: Path, stream: str, start: datetime, end: datetime) -> None:
+        self.folder, self.hold = landing / "binlog" / stream, hold
+        self.stream, self.start, self.end = stream, start, end
+        self.held: list[Path] = []
+        self.released = False
+
+    @staticmethod
+    def _time(path: Path) -> datetime:
+        return datetime.strptime(path.stem.split("-", 1)[1], "%Y%m%dT%H%M")  # 000358-20261027T0545.jsonl
+
+    def after_feed(self, fed_until: datetime) -> None:
+        """Called after each feed: hold back the silent window's new segments, or deliver them once it is over."""
+        if self.released or fed_until <= self.start:
+            return
+        self.hold.mkdir(parents=True, exist_ok=True)
+        for path in sorted(self.folder.glob("*.jsonl")):
+            if self.start <= self._time(path) < self.end:
+                held = self.hold / path.name
+                path.rename(held)  # same file system: the landing never shows a partial file
+                self.held.append(held)
+        if fed_until < self.end or not self.held:
+            return
+        delivered = sorted(p for p in self.folder.glob("*.jsonl") if self._time(p) < self.start and p.stat().st_size)
+        first = min(self.held)
+        if delivered:  # the producer re-sends from its last acknowledged position: the last segment's lines again
+            first.write_bytes(delivered[-1].read_bytes() + first.read_bytes())
+        for held in sorted(self.held):
+            held.rename(self.folder / held.name)
+        say(
+            f"silent shard {self.stream}: {len(self.held)} segment(s) of {self.start:%H:%M}-{self.end:%H:%M} "
+            f"delivered, the first re-sending {delivered[-1].name if delivered else 'nothing'}"
+        )
+        self.released = True
 
 
 # --- checks ------------------------------------------------------------------------------------------------------
@@ -445,7 +488,18 @@ def main() -> int:
     end = start + timedelta(days=args.days, hours=1)  # the next day's first hour: the last day's hours complete
     # No malformed lines: their rows are counted at the source and never ingested, so their hour stays incomplete
     # (not ready) until the source sends them again, by design, and its downstream partitions are never built
-    config = SimulationConfig(seed=args.seed, scale=args.scale, tz=str(TZ), dup_rate=0.01, unplaced_move_rate=0.05)
+    source_rng = random.Random(f"{args.seed}-source")  # the source's faults, apart from the kills' schedule
+    burst_at = start + timedelta(hours=source_rng.randrange(2, 24 * args.days - 2))
+    silent_at = start + timedelta(hours=source_rng.randrange(2, 24 * args.days - 4))
+    silent_stream = f"edu_trade/order_{source_rng.randrange(8):02d}"
+    config = SimulationConfig(
+        seed=args.seed,
+        scale=args.scale,
+        tz=str(TZ),
+        dup_rate=0.01,
+        unplaced_move_rate=0.05,
+        bursts=((burst_at, burst_at + timedelta(hours=1), BURST_FACTOR),),
+    )
     mark = uuid.uuid4().hex
     port, spark_port = free_port(), free_port()
     env = dict(
@@ -470,6 +524,11 @@ def main() -> int:
     )
     say(f"{work}: {args.days} day(s) from {first} at scale {args.scale}, one simulated hour every {args.hour_seconds}s")
     say("fault schedule (s after the feed starts): " + ", ".join(f"{f.kind}@{f.at:.0f}" for f in faults))
+    silent = SilentShard(landing, work / "held", silent_stream, silent_at, silent_at + timedelta(hours=SILENT_HOURS))
+    say(
+        f"source: x{BURST_FACTOR:g} burst {burst_at:%Y-%m-%d %H:00}; {silent_stream} silent "
+        f"{silent_at:%Y-%m-%d %H:00} .. {silent.end:%H:00}, then re-sending its last segment"
+    )
 
     with DagsterInstance.from_config(str(home)) as instance:
         instance.get_runs_count()  # storage created once, before three processes race to create it
@@ -499,6 +558,7 @@ def main() -> int:
             if fed_until < min(due, end):
                 fed_until = min(due, end)
                 simulate(landing, start, fed_until, config)
+                silent.after_feed(fed_until)
             for fault in [f for f in pending if f.at <= elapsed]:
                 if inject(fault, supervisor, instance) or elapsed > fault.at + 300:
                     pending.remove(fault)
@@ -554,7 +614,8 @@ def main() -> int:
         f"RESULT faults={len(injected)} lost={found.lost} duplicated={found.duplicated} missing={found.missing} "
         f"mismatched_partitions={len(found.mismatched)} stuck_runs={len(found.stuck)} orphans={orphans} "
         f"recover_p50_s={p50:.1f} recover_p90_s={p90:.1f} recover_max_s={top:.1f} days={args.days} seed={args.seed} "
-        f"storage={'postgres' if args.postgres else 'sqlite'}"
+        f"storage={'postgres' if args.postgres else 'sqlite'} burst={burst_at:%Y-%m-%dT%H} "
+        f"silent={silent_stream}@{silent_at:%Y-%m-%dT%H}+{SILENT_HOURS}h resent={int(silent.released)}"
     )
     bad = found.lost or found.duplicated or found.missing or found.mismatched or found.stuck or orphans
     return 1 if bad else 0

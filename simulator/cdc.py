@@ -255,6 +255,7 @@ STREAMS: tuple[tuple[str, str], ...] = tuple(_stream_keys())
 # --------------------------------------------------------------------------------------------------------
 
 IdleRange = tuple[str, datetime, datetime]
+Burst = tuple[datetime, datetime, float]  # (start, end, factor): the change rate times factor in [start, end)
 
 
 @dataclass(frozen=True)
@@ -278,6 +279,9 @@ class SimulationConfig:
     """Share of orders re-dated (``create_time`` an hour and more later, so another hourly partition) soon after
     their INSERT by an UPDATE whose ``old`` does not carry the previous ``create_time``: ``null``, or only the
     other changed columns, as ``binlog_row_image=MINIMAL`` or a producer other than Canal gives."""
+    bursts: Sequence[Burst] = ()
+    """(start, end, factor): every table's new entities in [start, end) come at ``factor`` times the normal rate (a
+    sale, a migration replaying a backlog), and their lifecycles' later changes with them."""
 
 
 @dataclass(frozen=True)
@@ -692,6 +696,7 @@ class _World:
             self.idle[db].append((_to_ms(start, self.tz), _to_ms(end, self.tz)))
         for ranges in self.idle.values():
             ranges.sort()
+        self.bursts = [(_to_ms(start, self.tz), _to_ms(end, self.tz), factor) for start, end, factor in config.bursts]
         self._prefix: dict[str, list[int]] = {name: [0] for name in LOGICAL_TABLES}
         self.local = lru_cache(maxsize=1 << 16)(self._local_uncached)
         # facts about referenced entities, looked up again and again by orders and attendance
@@ -756,7 +761,8 @@ class _World:
         else:
             curve = _ACTIVITY
         weight = curve[local.hour] * len(curve) / sum(curve)
-        return daily * SLOT_MS / DAY_MS * weight
+        burst = math.prod(factor for begin, end, factor in self.bursts if begin <= start < end)
+        return daily * SLOT_MS / DAY_MS * weight * burst
 
     # entities ----------------------------------------------------------------------------------------
     def entity_rng(self, table: str, slot: int, k: int) -> random.Random:
@@ -992,6 +998,7 @@ def _config_to_json(config: SimulationConfig) -> dict[str, Any]:
         "idle": [[db, iso(start), iso(end)] for db, start, end in config.idle],
         "schema_drift_at": None if config.schema_drift_at is None else iso(config.schema_drift_at),
         "unplaced_move_rate": config.unplaced_move_rate,
+        "bursts": [[iso(start), iso(end), factor] for start, end, factor in config.bursts],
     }
 
 
@@ -1008,6 +1015,10 @@ def _config_from_json(obj: Mapping[str, Any]) -> SimulationConfig:
         idle=tuple((db, datetime.fromisoformat(s), datetime.fromisoformat(e)) for db, s, e in obj.get("idle", [])),
         schema_drift_at=None if drift is None else datetime.fromisoformat(drift),
         unplaced_move_rate=float(obj.get("unplaced_move_rate", 0.0)),
+        bursts=tuple(
+            (datetime.fromisoformat(start), datetime.fromisoformat(end), float(factor))
+            for start, end, factor in obj.get("bursts", [])
+        ),
     )
 
 
@@ -1121,6 +1132,11 @@ def _validate(config: SimulationConfig) -> None:
             raise ValueError(f"idle range names unknown database {db!r}; known: {', '.join(DATABASES)}")
         if _to_ms(end, ZoneInfo(config.tz)) <= _to_ms(start, ZoneInfo(config.tz)):
             raise ValueError(f"idle range for {db} ends before it starts")
+    for start, end, factor in config.bursts:
+        if _to_ms(end, ZoneInfo(config.tz)) <= _to_ms(start, ZoneInfo(config.tz)) or not 0 < factor <= 1000:
+            raise ValueError(
+                f"burst {start} .. {end} x{factor}: it must end after it starts, with a factor in (0, 1000]"
+            )
 
 
 def _check_start(start: datetime, config: SimulationConfig) -> None:

@@ -295,6 +295,30 @@ def test_unplaced_moves_re_date_orders_by_updates_without_old(tmp_path: Path) ->
     assert all(truth[int(i)]["create_time"] == t for i, t in created.items() if int(i) in truth)
 
 
+def test_a_burst_multiplies_the_new_rows_of_its_hour_and_survives_a_resumed_run(tmp_path: Path) -> None:
+    start, hour = DAY + timedelta(hours=8), DAY + timedelta(hours=10)
+    plain = SimulationConfig(scale=0.05, batch_minutes=15)
+    burst = SimulationConfig(scale=0.05, batch_minutes=15, bursts=((hour, hour + timedelta(hours=1), 10.0),))
+    simulate(tmp_path / "plain", start, start + timedelta(hours=4), plain)
+    simulate(tmp_path / "burst", start, start + timedelta(hours=3), burst)
+    simulate(tmp_path / "burst", start, start + timedelta(hours=4), burst)  # resumed: the burst is in its state
+
+    def inserts(landing: Path, at: datetime) -> int:
+        return sum(
+            len(m["data"])
+            for _, _, _, m in messages(landing)
+            if m["type"] == "INSERT" and ms(at) <= m["es"] < ms(at + timedelta(hours=1))
+        )
+
+    assert inserts(tmp_path / "burst", hour) >= 6 * inserts(tmp_path / "plain", hour) > 0
+    before = DAY + timedelta(hours=9)
+    assert inserts(tmp_path / "burst", before) == inserts(tmp_path / "plain", before)  # the hour before: untouched
+    with pytest.raises(ValueError, match="bursts"):  # the landing remembers its burst
+        simulate(tmp_path / "burst", start, start + timedelta(hours=5), plain)
+    with pytest.raises(ValueError, match="burst .* factor"):
+        simulate(tmp_path / "bad", start, start + timedelta(hours=1), SimulationConfig(bursts=((hour, start, 2.0),)))
+
+
 def test_refuses_a_different_configuration(tmp_path: Path) -> None:
     config = SimulationConfig(scale=0.02, batch_minutes=30)
     simulate(tmp_path, DAY, DAY + timedelta(hours=2), config)
