@@ -196,10 +196,15 @@ def test_late_data_requests_the_downstream_day_again_once(instance: DagsterInsta
     assert "dwd.day" not in requested(center.step())
     center.report("ods.src", ["2026-03-05-10:00"])  # late data for one hour
     changes = center.store.update()
-    assert requested(center.resolver.on_changes(changes, NOW)) == {
+    plans = center.resolver.on_changes(changes, NOW)
+    assert requested(plans) == {
         "dwd.day": [["2026-03-05"]],
         "dwd.lax": [["2026-03-05"]],
     }
+    # dwd.day is built again: its run queues after every first build (dwd.lax's day was never built)
+    priority = {plan.table: plan.priority for plan in plans}
+    assert priority == {"dwd.day": -189, "dwd.lax": -89}
+    assert run_priority("dwd.day", datetime(2026, 3, 5, tzinfo=TZ), NOW, rebuild=True) == -189
     assert center.resolver.on_changes(changes, NOW) == []  # the same changes again: nothing new
     center.report("dwd.day", ["2026-03-05"])  # rebuilt after the late hour: nothing more
     assert "dwd.day" not in requested(center.step())
@@ -387,3 +392,7 @@ def test_the_queue_takes_older_days_first_and_within_a_day_deeper_layers_first()
     ]  # fmt: skip
     # all after what a user launches (priority 0), a month-old day included
     assert run_priority("ads.c", datetime(2026, 2, 1, tzinfo=TZ), now) < 0
+    # a rebuild after every first build, a month-old one included
+    rebuilds = [run_priority(t, day[n], now, rebuild=True) for t in ("dwd.a", "ads.c") for n in (5, 7)]
+    rebuilds.append(run_priority("ads.c", datetime(2026, 2, 1, tzinfo=TZ), now, rebuild=True))
+    assert max(rebuilds) < min(run_priority(t, day[n], now) for t in ("dwd.a", "ads.c") for n in (5, 7))

@@ -98,15 +98,20 @@ PARTITIONS_TAG = "warehouse/partitions"  # a ranged run's partitions in words (D
 PRIORITY_TAG = "dagster/priority"  # Dagster's queue launches higher priorities first, then the oldest
 
 
-def run_priority(table: str, first_partition_start: datetime | None, now: datetime | None) -> int:
+def run_priority(
+    table: str, first_partition_start: datetime | None, now: datetime | None, rebuild: bool = False
+) -> int:
     """The queue priority of the engine's run of ``table`` whose first partition starts at ``first_partition_start``.
 
     Older days first, and within a day deeper layers first: a catch-up finishes the oldest day's chain up to its
-    figures (ADS) before it starts the next day's, instead of building every day's DWD before any DWS. Always below
-    zero, so that a run a user launches (priority 0: the UI's Materialize, a backfill) goes before the engine's."""
+    figures (ADS) before it starts the next day's, instead of building every day's DWD before any DWS. A ``rebuild``
+    (every partition of the run was built before: late data, a later state, a late upstream past its deadline) goes
+    after every first build: late changes to yesterday arrive all day, and the new hours must not wait behind
+    yesterday's chain being built again. Always below zero, so that a run a user launches (priority 0: the UI's
+    Materialize, a backfill) goes before the engine's."""
     rank = {"dwd": 1, "dws": 2, "ads": 3}.get(table.split(".", 1)[0], 3)
     age = 0 if first_partition_start is None or now is None else max(0, (now - first_partition_start).days)
-    return -100 + 10 * min(age, 9) + rank
+    return (-200 if rebuild else -100) + 10 * min(age, 9) + rank
 
 
 # Automatic runs look this far back from the latest partition; older history is a backfill's: deploying
@@ -299,7 +304,8 @@ class Resolver:
             elif outcome is not None:
                 ready[(fqn, partition)] = (trigger, outcome)
         self._extend_chains(ready, states, now)
-        plans = [replace(plan, request_id=uuid.uuid4().hex) for plan in [*taints, *self._coalesce(ready, now)]]
+        coalesced = self._coalesce(ready, now, states)
+        plans = [replace(plan, request_id=uuid.uuid4().hex) for plan in [*taints, *coalesced]]
         self._remember(ready, deferred, evaluated, plans, now, states)
         return plans
 
@@ -595,7 +601,9 @@ class Resolver:
 
     # --- coalescing --------------------------------------------------------------------------------------------
 
-    def _coalesce(self, ready: dict[tuple[str, str], tuple[Trigger, str]], now: datetime) -> list[RunPlan]:
+    def _coalesce(
+        self, ready: dict[tuple[str, str], tuple[Trigger, str]], now: datetime, states: _Snapshot
+    ) -> list[RunPlan]:
         """Per table, contiguous partitions in time order, at most ``max_partitions_per_run`` a run."""
         by_table: dict[str, list[str]] = {}
         for fqn, partition in ready:
@@ -610,18 +618,25 @@ class Resolver:
             previous_end = None
             for window, partition in windows:
                 if run and (window.start != previous_end or (limit is not None and len(run) >= limit)):
-                    plans.append(self._plan(fqn, run, ready, now))
+                    plans.append(self._plan(fqn, run, ready, now, states))
                     run = []
                 run.append(partition)
                 previous_end = window.end
-            plans.append(self._plan(fqn, run, ready, now))
+            plans.append(self._plan(fqn, run, ready, now, states))
         return sorted(plans, key=lambda p: (_start(self.catalog[p.table], p.partitions[0]), p.table))
 
     def _plan(
-        self, fqn: str, run: list[str], ready: dict[tuple[str, str], tuple[Trigger, str]], now: datetime
+        self,
+        fqn: str,
+        run: list[str],
+        ready: dict[tuple[str, str], tuple[Trigger, str]],
+        now: datetime,
+        states: _Snapshot,
     ) -> RunPlan:
-        start = BY_PERIOD[self.catalog[fqn].period].time_window_for_partition_key(run[0]).start
-        return RunPlan(fqn, tuple(run), ready[(fqn, run[0])][0], priority=run_priority(fqn, start, now))
+        table = self.catalog[fqn]
+        start = BY_PERIOD[table.period].time_window_for_partition_key(run[0]).start
+        rebuild = all(states.state(table, partition).materialized for partition in run)
+        return RunPlan(fqn, tuple(run), ready[(fqn, run[0])][0], priority=run_priority(fqn, start, now, rebuild))
 
 
 _DEFER = "defer"
