@@ -242,6 +242,7 @@ class SilentShard:
         self.stream, self.start, self.end = stream, start, end
         self.held: list[Path] = []
         self.released = False
+        self.resent_lines = 0  # lines delivered a second time (0 when the shard had sent nothing before)
 
     @staticmethod
     def _time(path: Path) -> datetime:
@@ -262,7 +263,9 @@ class SilentShard:
         delivered = sorted(p for p in self.folder.glob("*.jsonl") if self._time(p) < self.start and p.stat().st_size)
         first = min(self.held)
         if delivered:  # the producer re-sends from its last acknowledged position: the last segment's lines again
-            first.write_bytes(delivered[-1].read_bytes() + first.read_bytes())
+            again = delivered[-1].read_bytes()
+            first.write_bytes(again + first.read_bytes())
+            self.resent_lines = again.count(b"\n")
         for held in sorted(self.held):
             held.rename(self.folder / held.name)
         say(
@@ -615,7 +618,7 @@ def main() -> int:
         f"mismatched_partitions={len(found.mismatched)} stuck_runs={len(found.stuck)} orphans={orphans} "
         f"recover_p50_s={p50:.1f} recover_p90_s={p90:.1f} recover_max_s={top:.1f} days={args.days} seed={args.seed} "
         f"storage={'postgres' if args.postgres else 'sqlite'} burst={burst_at:%Y-%m-%dT%H} "
-        f"silent={silent_stream}@{silent_at:%Y-%m-%dT%H}+{SILENT_HOURS}h resent={int(silent.released)}"
+        f"silent={silent_stream}@{silent_at:%Y-%m-%dT%H}+{SILENT_HOURS}h resent_lines={silent.resent_lines}"
     )
     bad = found.lost or found.duplicated or found.missing or found.mismatched or found.stuck or orphans
     return 1 if bad else 0
