@@ -15,11 +15,23 @@ import pytest
 from dagster import AssetKey, DagsterInstance
 from pyspark.sql import SparkSession
 
-from resources.delta_lake import DeltaLakeResource, DeltaStore
+from resources.delta_lake import DeltaLakeResource
 from resources.external import ExternalResource
 from resources.spark import SparkResource
 from simulator.external import arrival, simulate_external
-from tests.ingest.test_external import FIRST, FX, REVENUE, SEED, TZ, Clock, Daemon, _materialize, day, report
+from tests.ingest.test_external import (
+    FIRST,
+    FX,
+    REVENUE,
+    SEED,
+    TZ,
+    Clock,
+    Daemon,
+    _materialize,
+    day,
+    report,
+    seed_paid_day,
+)
 from tests.support.ui import chromium, needs_browser, shoot, sqlite_home, wait_for_text, webserver
 from warehouse_assets.build.gate import STATE
 
@@ -30,15 +42,7 @@ def test_the_partition_page_shows_the_state_its_latest_build_reached(tmp_path: P
     home, external = sqlite_home(tmp_path), tmp_path / "external"
     before = arrival(SEED, "fx_rate", FIRST + timedelta(days=1), TZ) - timedelta(minutes=1)
     simulate_external(external, FIRST, before, SEED)  # day 0's rate is in, day 1's is not
-    DeltaStore(str(tmp_path / "lake")).overwrite(
-        ["dws", "user_order_daily"],
-        spark.sql(
-            f"SELECT CAST(7 AS bigint) AS user_id, CAST(2 AS bigint) AS orders, CAST(1 AS bigint) AS paid_orders, "
-            f"CAST(100.00 AS decimal(20,2)) AS paid_amount, CAST(0 AS bigint) AS refunded_orders, '{day(1)}' AS dt"
-        ),
-        ["dt"],
-        [{"dt": day(1)}],
-    )
+    seed_paid_day(spark, tmp_path / "lake", day(1))
     resources = {
         "spark": SparkResource(),
         "lake": DeltaLakeResource(root=str(tmp_path / "lake")),

@@ -477,6 +477,19 @@ def test_gmv_usd_runs_degraded_past_its_deadline_and_whole_once_the_rate_arrives
     assert row["gmv_usd"] == (gmv * rate).quantize(Decimal("0.01"), ROUND_HALF_UP)
 
 
+def seed_paid_day(spark: SparkSession, lake: Path, partition: str) -> None:
+    """``dws.user_order_daily`` ``partition`` in the lake: one user who paid 100.00 CNY that day."""
+    DeltaStore(str(lake)).overwrite(
+        ["dws", "user_order_daily"],
+        spark.sql(
+            f"SELECT CAST(7 AS bigint) AS user_id, CAST(2 AS bigint) AS orders, CAST(1 AS bigint) AS paid_orders, "
+            f"CAST(100.00 AS decimal(20,2)) AS paid_amount, CAST(0 AS bigint) AS refunded_orders, '{partition}' AS dt"
+        ),
+        ["dt"],
+        [{"dt": partition}],
+    )
+
+
 REVENUE = AssetKey(["dws", "revenue_usd_daily"])
 FLASH = AssetKey(["ads", "revenue_flash"])
 
@@ -492,16 +505,7 @@ def test_revenue_is_estimated_on_the_previous_rate_then_completed_on_the_days_ow
     assert arrival(SEED, "fx_rate", FIRST, TZ) < before  # day 0's rate is in, day 1's is not
     external = ExternalResource(root=str(tmp_path / "external"))
     simulate_external(tmp_path / "external", FIRST, before, SEED)
-    store = DeltaStore(str(tmp_path / "lake"))
-    store.overwrite(
-        ["dws", "user_order_daily"],
-        spark.sql(
-            f"SELECT CAST(7 AS bigint) AS user_id, CAST(2 AS bigint) AS orders, CAST(1 AS bigint) AS paid_orders, "
-            f"CAST(100.00 AS decimal(20,2)) AS paid_amount, CAST(0 AS bigint) AS refunded_orders, '{day(1)}' AS dt"
-        ),
-        ["dt"],
-        [{"dt": day(1)}],
-    )
+    seed_paid_day(spark, tmp_path / "lake", day(1))
     resources = {"spark": SparkResource(), "lake": DeltaLakeResource(root=str(tmp_path / "lake")), "external": external}
     lake = tmp_path / "lake"
     with instance_for_test() as instance:
