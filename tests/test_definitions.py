@@ -265,7 +265,7 @@ def test_a_set_without_holes_is_its_range(tmp_path: Path) -> None:
 
 EXAMPLE_TABLES = {
     "ods": {"user", "course", "lesson", "order", "attendance"},
-    "dwd": {"order_detail", "attendance_detail", "user_snapshot", "lesson_snapshot"},
+    "dwd": {"order_detail", "attendance_detail", "user_snapshot", "lesson_snapshot", "course_daily"},  # a snapshot
     "dws": {
         "user_order_daily",
         "user_learning_daily",

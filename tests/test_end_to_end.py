@@ -42,6 +42,7 @@ WEEK = "2026-01-05"  # the ISO week 2026-01-05 (Monday) .. 2026-01-11
 BATCH_MINUTES = 1440  # one landing segment per shard and day: a month ingests in seconds
 EVERY_DAY = [
     "dwd.user_snapshot",
+    "dwd.course_daily",  # a snapshot: the courses as of each day, from ods.course's change stream
     "dwd.lesson_snapshot",
     "dwd.order_detail",
     "dwd.attendance_detail",
@@ -124,11 +125,31 @@ def _messages(landing: Path, db: str) -> Iterator[dict[str, Any]]:
                 yield message
 
 
-@pytest.mark.parametrize("table", ["order", "user", "course", "lesson", "attendance"])
+@pytest.mark.parametrize("table", ["order", "user", "lesson", "attendance"])
 def test_ods_holds_the_deduplicated_source_state(warehouse: Warehouse, table: str) -> None:
     rows = _table(warehouse, "ods", table)
     oracle.assert_each_key_live_once(rows)  # table-wide: no key live in two partitions (or twice in one)
     assert {r["id"] for r in rows} == set(warehouse.truth[table])
+
+
+def test_a_snapshot_ods_table_holds_each_change_once_in_the_hour_of_its_binlog_time(warehouse: Warehouse) -> None:
+    rows = row_dicts(str(warehouse.lake / "ods" / "course"))  # deletions included: they are changes
+    source = oracle.replay_detailed(warehouse.landing).rows_by_stream["edu_course.course"]
+    assert len(rows) == source > len(warehouse.truth["course"])  # a course's discount is a row of its own
+    for row in rows:
+        local = row["_changed_at"].astimezone(TZ)
+        assert row["_changed_at"] == datetime.fromtimestamp(row["_es"] / 1000, TZ)
+        assert (row["dt"], row["hh"]) == (local.strftime("%Y-%m-%d"), local.strftime("%H"))
+
+
+@pytest.mark.parametrize("day", [DAYS[0], DAYS[5], DAYS[-1]], ids=str)  # a course is discounted on the 2nd
+def test_each_days_snapshot_equals_the_source_at_the_end_of_that_day(warehouse: Warehouse, day: date) -> None:
+    rows = [r for r in row_dicts(str(warehouse.lake / "dwd" / "course_daily")) if r["dt"] == day.isoformat()]
+    end = int(_at(day + timedelta(days=1)).timestamp() * 1000)
+    truth = oracle.replay_until(warehouse.landing, end)["course"]
+    assert {r["course_id"]: (r["title"], r["price"]) for r in rows} == {
+        key: (row["title"], Decimal(row["price"])) for key, row in truth.items()
+    }
 
 
 def test_deleted_keys_are_absent_and_updated_keys_hold_their_latest_value(warehouse: Warehouse) -> None:

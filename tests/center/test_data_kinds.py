@@ -16,9 +16,9 @@ from dagster import DagsterInstance
 
 from tests.build.test_gate import FakeStates
 from tests.center.test_center import Center, days, requested
-from tests.support.small_catalog import assert_refused, sql_catalog
+from tests.support.small_catalog import assert_refused, sql_catalog, write
 from warehouse_assets.build.gate import decide
-from warehouse_assets.catalog import Catalog, upstream_partitions
+from warehouse_assets.catalog import CHANGED_AT, Catalog, OdsTable, upstream_partitions
 from warehouse_assets.center.reverse_index import ReverseIndex
 
 TZ = ZoneInfo("Asia/Shanghai")
@@ -40,6 +40,10 @@ MONDAY, TUESDAY, SUNDAY = "2026-03-09", "2026-03-10", "2026-03-15"
 @pytest.fixture(scope="module")
 def catalog(tmp_path_factory: pytest.TempPathFactory) -> Catalog:
     return sql_catalog(tmp_path_factory.mktemp("kinds"), TABLES)
+
+
+def hours(day: str) -> list[str]:
+    return [f"{day}-{h:02d}:00" for h in range(24)]
 
 
 def at(day: str, clock: str = "12:00") -> datetime:
@@ -79,7 +83,8 @@ def test_the_gate_lets_a_monday_run_without_the_sunday_before(catalog: Catalog) 
     [
         ("kind: cumulative\ncolumns: {id: bigint}\n", "kind cumulative needs resets: the period whose start begins"),
         ("kind: cumulative\nresets: daily\ncolumns: {id: bigint}\n", "one of weekly, monthly; got 'daily'"),
-        ("kind: snapshot\n", "kind must be one of time_series, cumulative for a table built from SQL"),
+        ("kind: static\n", "kind must be one of time_series, cumulative, snapshot for a table built from SQL"),
+        ("kind: snapshot\ncolumns: {id: bigint}\n", r"the previous partition's \(dws.w: \{set: \[-1\]\}\) with"),
         ("resets: weekly\n", "resets is for kind: cumulative"),
     ],
 )
@@ -123,3 +128,83 @@ def test_the_engine_starts_each_week_afresh_and_chains_its_days(
     assert requested(center.step(now)).get("dws.week_so_far") == [days("2026-03-11", SUNDAY)]
     center.report("dws.week_so_far", days("2026-03-11", SUNDAY))
     assert "dws.week_so_far" not in requested(center.step(now))  # Sunday's end is no new data for Monday 16th
+
+
+# --- snapshot: a dimension without a time column, its changes kept per binlog hour and consolidated each day ---
+
+SNAPSHOT_ODS = """table: ods.item
+period: hourly
+kind: snapshot
+source: {database: db, tables: "item"}
+primary_key: [id]
+columns: {id: bigint, price: int}
+"""
+SNAPSHOT_SQL = (
+    "period: daily\nkind: snapshot\nprimary_key: [id]\ncolumns: {id: bigint, price: int}\n"
+    "depends_on:\n  dwd.item_daily: {set: [-1]}\n",
+    "SELECT id, price FROM (SELECT *, row_number() OVER (PARTITION BY id ORDER BY e DESC) AS n FROM ("
+    "SELECT id, price, false AS gone, -1L AS e FROM dwd.item_daily "
+    "UNION ALL SELECT id, price, _deleted, _es FROM ods.item)) WHERE n = 1 AND NOT gone",
+)
+
+
+@pytest.fixture(scope="module")
+def snapshots(tmp_path_factory: pytest.TempPathFactory) -> Catalog:
+    root = tmp_path_factory.mktemp("snapshot")
+    write(root, "ods/item.yaml", SNAPSHOT_ODS)
+    return sql_catalog(root, {"dwd/item_daily.sql": SNAPSHOT_SQL})
+
+
+def test_a_snapshot_ods_table_keeps_each_change_in_the_hour_of_its_binlog_time(snapshots: Catalog) -> None:
+    ods = snapshots["ods.item"]
+    assert isinstance(ods, OdsTable)
+    assert (ods.kind, ods.partition_time, ods.changelog) == ("snapshot", CHANGED_AT, True)
+    assert ods.row_key == ("id", CHANGED_AT)  # one row per key and change, not per key
+    assert dict(ods.columns)[CHANGED_AT] == "timestamp"
+    daily = snapshots["dwd.item_daily"]
+    assert daily.kind == "snapshot"
+    assert needs(snapshots, "dwd.item_daily", "ods.item", "2026-03-10") == hours("2026-03-10")
+    assert needs(snapshots, "dwd.item_daily", "dwd.item_daily", "2026-03-10") == ["2026-03-09"]
+
+
+@pytest.mark.parametrize(
+    ("declaration", "message"),
+    [
+        (SNAPSHOT_ODS + "partition_time: t\n", "a snapshot ODS table is partitioned by each change's binlog time"),
+        (SNAPSHOT_ODS.replace("price: int", "price: int, _changed_at: timestamp"), "do not declare it"),
+        (SNAPSHOT_ODS.replace("kind: snapshot\n", ""), "partition_time is required: .* kind: snapshot"),
+        (SNAPSHOT_ODS.replace("kind: snapshot", "kind: static"), "kind must be one of time_series, snapshot"),
+    ],
+)
+def test_a_wrong_snapshot_ods_declaration_says_what_to_declare(tmp_path: Path, declaration: str, message: str) -> None:
+    assert_refused(tmp_path, {"ods/item.yaml": declaration}, message)
+
+
+def test_a_snapshot_day_waits_for_the_day_before_and_its_24_hours_of_changes(snapshots: Catalog) -> None:
+    table, day = snapshots["dwd.item_daily"], "2026-03-10"
+    now = at("2026-03-11")
+    complete = FakeStates({"ods.item": set(hours(day)), "dwd.item_daily": {"2026-03-09"}})
+    assert decide(snapshots, table, day, complete, current_time=now).may_run
+    waiting = decide(snapshots, table, day, FakeStates({"ods.item": set(hours(day))}), current_time=now)
+    assert waiting.reasons == [
+        f"dwd.item_daily {day} waits for 1 partition(s) of dwd.item_daily that are not materialized: 2026-03-09"
+    ]
+
+
+def test_a_tainted_hour_of_changes_reaches_its_day_and_every_picture_after_it(snapshots: Catalog) -> None:
+    now = at("2026-03-14", "00:00")
+    index = ReverseIndex.build(snapshots, current_time=now)
+    closure = index.closure({"ods.item": ["2026-03-10-07:00"]}, now)
+    assert closure["dwd.item_daily"] == days("2026-03-10", "2026-03-13")  # each day's picture carries the last
+
+
+def test_the_engine_builds_a_snapshot_day_once_its_hours_are_in(
+    consolidated: DagsterInstance, snapshots: Catalog
+) -> None:
+    center = Center(consolidated, snapshots)
+    now = at("2026-03-12")
+    center.report("dwd.item_daily", ["2026-03-09"])
+    center.report("ods.item", hours("2026-03-10")[:-1])
+    assert "dwd.item_daily" not in requested(center.step(now))  # 23 of its 24 hours
+    center.report("ods.item", hours("2026-03-10")[-1:])
+    assert requested(center.step(now)).get("dwd.item_daily") == [["2026-03-10"]]

@@ -117,6 +117,7 @@ def build_asset(catalog: Catalog, table: DerivedTable) -> AssetsDefinition:
         required_resource_keys={"spark", "lake", "external"} if reads_external else {"spark", "lake"},
         metadata={
             "period": table.period,
+            "kind": table.kind,
             "primary_key": ", ".join(table.primary_key),
             "source_file": str(table.path.relative_to(table.path.parents[2])),
             "sql": MetadataValue.md(f"```sql\n{table.sql}\n```"),
@@ -147,6 +148,7 @@ def build_ods_spec(table: OdsTable) -> AssetSpec:
         kinds={"delta"},
         metadata={
             "source": f"{table.source_database}.{table.source_tables}",
+            "kind": table.kind,
             "primary_key": ", ".join(table.primary_key),
             "partition_time": table.partition_time or "",
             "source_file": str(table.path.relative_to(table.path.parents[2])),

@@ -51,7 +51,7 @@ from warehouse_assets.build.quality import (
     latest_materialization,
 )
 from warehouse_assets.build.validity import valid_evaluation
-from warehouse_assets.catalog import BY_PERIOD, Catalog, DerivedTable, Table
+from warehouse_assets.catalog import BY_PERIOD, Catalog, DerivedTable, OdsTable, Table
 from warehouse_assets.ingest.deliveries import external_source
 
 
@@ -182,7 +182,9 @@ def _build_partitions(
                     raise Failure(f"{table.fqn} reads the external {dep.table} but has no external resource")
                 df = external_source(external, upstream).read(spark, [s["dt"] for s in specs])
             elif specs and store.exists(upstream.key):
-                live = [Predicate("_deleted", "=", False)] if upstream.is_ods else []  # skip CDC tombstones
+                # skip CDC tombstones, except in a changelog, where a DELETE is a change its snapshot applies
+                mirror = isinstance(upstream, OdsTable) and not upstream.changelog
+                live = [Predicate("_deleted", "=", False)] if mirror else []
                 # the version of now, for the build and for its checks, which evaluate the inputs again after the
                 # write: an ingestion merging late changes into these partitions meanwhile (the rest of a backlog)
                 # must not make them compare the partition with other rows; the late change re-reports the upstream,

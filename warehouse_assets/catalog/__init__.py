@@ -31,10 +31,12 @@ from warehouse_assets.catalog.mappings import (
 )
 from warehouse_assets.catalog.model import (
     ANY,
+    CHANGED_AT,
     DEADLINE,
     LATEST,
     LAYERS,
     PERIOD_ORDER,
+    SNAPSHOT,
     STRICT,
     Catalog,
     CatalogError,
@@ -51,6 +53,8 @@ from warehouse_assets.catalog.model import (
 
 __all__ = [
     "ANY",
+    "CHANGED_AT",
+    "SNAPSHOT",
     "LATEST",
     "DEADLINE",
     "STRICT",

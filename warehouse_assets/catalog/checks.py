@@ -34,6 +34,8 @@ class Table(Protocol):
     @property
     def primary_key(self) -> tuple[str, ...]: ...
     @property
+    def row_key(self) -> tuple[str, ...]: ...
+    @property
     def partition_by(self) -> list[str]: ...
     @property
     def is_ods(self) -> bool: ...
@@ -245,7 +247,7 @@ class Unique(_Grouped):
     def aggregates(self, table: Table, prefix: str) -> list[Column]:
         from pyspark.sql import functions as F
 
-        cols = list(self.columns or table.primary_key)
+        cols = list(self.columns or table.row_key)
         null_key = F.expr(" OR ".join(f"`{c}` IS NULL" for c in cols))
         return [
             F.count("*").alias(f"{prefix}rows"),
@@ -256,7 +258,7 @@ class Unique(_Grouped):
     def arrow_aggregates(self, table: Table, rows: pa.Table, prefix: str) -> dict[str, int]:
         import pyarrow.compute as pc
 
-        cols = list(self.columns or table.primary_key)
+        cols = list(self.columns or table.row_key)
         null_key = _any_null(rows, cols)
         # Spark's count(DISTINCT a, b) counts the distinct keys with no null part
         keyed = rows.select(cols).filter(pc.invert(null_key))
@@ -269,7 +271,7 @@ class Unique(_Grouped):
     def outcomes(
         self, table: Table, keys: Sequence[str], stats: Mapping[str, Any], data: DataFrame | pa.Table, prefix: str
     ) -> list[Outcome]:
-        cols = list(self.columns or table.primary_key)
+        cols = list(self.columns or table.row_key)
         # a partition with as many distinct keys as rows has no duplicate and no null key: the second pass (which
         # names examples) is needed only when one has fewer; a clean hour costs no job of its own
         suspect = [k for k, r in stats.items() if int(r[f"{prefix}keys"]) < int(r[f"{prefix}rows"])]

@@ -19,11 +19,14 @@ from sqlglot import exp
 from warehouse_assets.catalog.calendars import BY_PERIOD
 from warehouse_assets.catalog.checks import CheckSpecError
 from warehouse_assets.catalog.model import (
+    CHANGED_AT,
     CUMULATIVE,
     DEFAULT_COMPLETENESS,
     LATEST,
     LAYERS,
+    ODS_KINDS,
     PERIOD_ORDER,
+    SNAPSHOT,
     TIME_SERIES,
     Catalog,
     CatalogError,
@@ -176,18 +179,33 @@ def _load_ods(path: Path) -> OdsTable:
     source = header.get("source") or {}
     if not isinstance(source, Mapping) or not source.get("database") or not source.get("tables"):
         raise _fail(path, "source needs database and tables (a regular expression of the shard tables)")
-    if not header.get("partition_time"):
+    kind = header.get("kind", TIME_SERIES)
+    if kind not in ODS_KINDS:
+        raise _fail(path, f"kind must be one of {', '.join(ODS_KINDS)} for an ODS table, got {kind!r}")
+    if kind == SNAPSHOT:
+        if header.get("partition_time"):
+            raise _fail(
+                path,
+                f"a snapshot ODS table is partitioned by each change's binlog time ({CHANGED_AT}): drop "
+                "partition_time, or drop kind: snapshot to mirror the table by that column",
+            )
+        if CHANGED_AT in (header.get("columns") or {}):
+            raise _fail(
+                path, f"{CHANGED_AT} is the change's binlog time, added to a snapshot ODS table: do not declare it"
+            )
+        header = {**header, "columns": {**(header.get("columns") or {}), CHANGED_AT: "timestamp"}}
+        fields = _identity(header, path)
+        fields |= {"partition_time": CHANGED_AT, "kind": SNAPSHOT}
+    elif not header.get("partition_time"):
         raise _fail(
             path,
             "partition_time is required: the timestamp column whose local hour partitions the ODS table (e.g. "
-            "create_time). A source table without a time column cannot be mirrored as an hourly ODS table; "
-            "snapshot and static tables are not supported yet",
+            "create_time). A source table without a time column is declared kind: snapshot (each change kept "
+            "in the hour of its binlog time, consolidated into a daily snapshot table)",
         )
-    fields |= {
-        "source_database": str(source["database"]),
-        "source_tables": str(source["tables"]),
-        "partition_time": str(header["partition_time"]),
-    }
+    else:
+        fields |= {"partition_time": str(header["partition_time"]), "kind": kind}
+    fields |= {"source_database": str(source["database"]), "source_tables": str(source["tables"])}
     idle_proof = header.get("idle_proof") or {}
     if isinstance(idle_proof, Mapping) and idle_proof.get("heartbeat_grace_minutes") is not None:
         fields["heartbeat_idle_grace_minutes"] = idle_proof["heartbeat_grace_minutes"]

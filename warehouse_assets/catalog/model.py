@@ -65,6 +65,7 @@ from warehouse_assets.catalog.checks import Check, parse_checks
 LAYERS = ("ext", "ods", "dwd", "dws", "ads")
 EXTERNAL_FORMATS = ("csv_files", "delta")
 PERIOD_ORDER = {"hourly": 0, "daily": 1, "weekly": 2, "monthly": 3}
+PERIOD_NOUN = {"hourly": "hour", "daily": "day", "weekly": "week", "monthly": "month"}
 DEFAULT_COMPLETENESS = 0.99995
 _DURATION = re.compile(r"^(?P<n>\d+)\s*(?P<unit>[mhd])$")
 _CLOCK = re.compile(r"^(?P<h>[01]?\d|2[0-3]):(?P<m>[0-5]\d)$")
@@ -117,8 +118,11 @@ DEPENDENCY_MODES = (STRICT, DEADLINE, ANY, LATEST)
 # two before it (a month, a day), of which those ended by the partition's end are candidates
 LATEST_LOOKBACK = (-2, 0)
 # seed 003's data kinds a table built from SQL may declare
-TIME_SERIES, CUMULATIVE = "time_series", "cumulative"
-DERIVED_KINDS = (TIME_SERIES, CUMULATIVE)
+TIME_SERIES, CUMULATIVE, SNAPSHOT = "time_series", "cumulative", "snapshot"
+DERIVED_KINDS = (TIME_SERIES, CUMULATIVE, SNAPSHOT)
+ODS_KINDS = (TIME_SERIES, SNAPSHOT)
+# a snapshot ODS table's partition time: the binlog time of the change the row is (its source has no time column)
+CHANGED_AT = "_changed_at"
 
 
 @plain_dataclass(frozen=True)
@@ -491,6 +495,11 @@ class Table:
         return ()
 
     @property
+    def row_key(self) -> tuple[str, ...]:
+        """The columns that identify one row of a partition: the primary key, unless the table keeps each change."""
+        return self.primary_key
+
+    @property
     def is_ods(self) -> bool:
         return isinstance(self, OdsTable)
 
@@ -507,13 +516,30 @@ class Table:
 @dataclass(frozen=True, kw_only=True)
 class OdsTable(Table):
     """An hourly ODS table fed by CDC from ``source_database``'s shard tables (``source_tables``, a regular
-    expression), partitioned by the local hour of ``partition_time``."""
+    expression), partitioned by the local hour of ``partition_time``.
+
+    ``kind: time_series`` (the default) mirrors the source: one live row per key, in the hour of its
+    ``partition_time``. ``kind: snapshot`` is for a source without a time column (a product catalogue, a config
+    table): each change is kept as a row of its own, ``_changed_at`` (its binlog time) its partition time, a
+    DELETE as a row flagged ``_deleted``; a daily snapshot table consolidates the hours into the picture of each
+    day (yesterday's picture, then the day's changes, the newest per key)."""
 
     source_database: str
     source_tables: str
     partition_time: str
+    kind: str = TIME_SERIES
     heartbeat_idle_grace_minutes: int | None = None  # heartbeats may prove an idle shard (see readiness)
     completeness_threshold: float = DEFAULT_COMPLETENESS  # ingested rows / source rows for a ready hour
+
+    @property
+    def changelog(self) -> bool:
+        """Each change is a row of its own (a DELETE too, flagged ``_deleted``): a snapshot's change stream."""
+        return self.kind == SNAPSHOT
+
+    @property
+    def row_key(self) -> tuple[str, ...]:
+        # a snapshot's changelog holds each change of a key: one row per key and binlog time
+        return (*self.primary_key, CHANGED_AT) if self.changelog else self.primary_key
 
     @field_validator("heartbeat_idle_grace_minutes", mode="before")
     @classmethod
@@ -533,6 +559,12 @@ class OdsTable(Table):
     def _hourly_on_declared_columns(self) -> OdsTable:
         if self.layer != "ods" or self.period != "hourly":
             raise ValueError("YAML declarations are for hourly ODS tables fed by CDC")
+        if self.kind not in ODS_KINDS:
+            raise ValueError(f"kind must be one of {', '.join(ODS_KINDS)} for an ODS table, got {self.kind!r}")
+        if (self.kind == SNAPSHOT) != (self.partition_time == CHANGED_AT):
+            raise ValueError(f"{CHANGED_AT} is the partition time of a snapshot ODS table, and only of one")
+        if not self.primary_key:
+            raise ValueError("primary_key is required: the columns that identify a source row")
         columns = dict(self.columns)
         if not columns:
             raise ValueError("columns must map each column to a Spark type")
@@ -565,6 +597,14 @@ class DerivedTable(Table):
             raise ValueError(
                 f"kind must be one of {', '.join(DERIVED_KINDS)} for a table built from SQL, got {self.kind!r}"
             )
+        if self.kind == SNAPSHOT:
+            own = [dep for dep in self.deps if dep.table == self.fqn]
+            if [(d.start_offset, d.end_offset, d.within) for d in own] != [(-1, -1, None)] or not self.primary_key:
+                raise ValueError(
+                    f"kind snapshot is the whole picture each {PERIOD_NOUN[self.period]}: the previous "
+                    f"partition's ({self.fqn}: {{set: [-1]}}) with the period's changes applied, the newest per "
+                    "primary_key (declare it)"
+                )
         if self.kind != CUMULATIVE:
             if self.resets is not None:
                 raise ValueError("resets is for kind: cumulative (the period its accumulation starts afresh)")

@@ -355,7 +355,7 @@ def _applied(records: pa.Table, table: Table, columns: Sequence[tuple[str, str]]
     left = left.set_column(left.schema.get_field_index("hh"), "hh", left_hh).filter(elsewhere)
     # one row per key and partition it left (the earliest of its times there)
     left = left.sort_by([(table.partition_time, "ascending")])
-    key_rows = zip(*(left[c].to_pylist() for c in [*table.primary_key, "dt", "hh"]), strict=True)
+    key_rows = zip(*(left[c].to_pylist() for c in [*table.row_key, "dt", "hh"]), strict=True)
     firsts: dict[tuple[Any, ...], int] = {}
     for i, key in enumerate(key_rows):
         firsts.setdefault(key, i)
@@ -500,7 +500,7 @@ def ingest_batch(
             spark,
             table.key,
             prepared.applied,
-            primary_key=table.primary_key,
+            primary_key=table.row_key,
             partition_by=table.partition_by,
             app_transaction=txn,
             prune=prune,

@@ -55,7 +55,7 @@ import pyarrow.compute as pc
 
 from resources.column_types import UTC_MICROS, arrow_type
 from resources.spark import arrow_frame
-from warehouse_assets.catalog import OdsTable, Table
+from warehouse_assets.catalog import CHANGED_AT, SNAPSHOT, OdsTable, Table
 from warehouse_assets.ingest.casts import (
     cast_strings,
     map_to_json,
@@ -308,6 +308,8 @@ class InProcessPreparation:
         old_raw = pa.array(self.row_old_time, pa.string())
         old_time = cast_strings(old_raw, "timestamp", self.timezone)
         es = pa.array(self.row_es, pa.int64())
+        if table.kind == SNAPSHOT:
+            typed[CHANGED_AT] = pc.multiply(es, 1000).cast(UTC_MICROS)
         streams = [line_stream[i] for i in self.row_line]
         order = [(line_seq[i], line_no[i], k) for i, k in zip(self.row_line, self.row_index, strict=True)]
         pos = [seq * POS_SEGMENT + line * POS_LINE + k for seq, line, k in order]
@@ -327,7 +329,7 @@ class InProcessPreparation:
         ]
         valid = [reasons[i] is None and unique[i] for i in range(n)]
         # of a key's valid changes the newest wins; every partition time the key had in the batch is kept
-        pk_values = list(zip(*(typed[pk].to_pylist() for pk in table.primary_key), strict=True))
+        pk_values = list(zip(*(typed[pk].to_pylist() for pk in table.row_key), strict=True))
         times = typed[table.partition_time].cast(pa.int64()).to_pylist()
         olds = old_time.cast(pa.int64()).to_pylist()
         newest: dict[tuple[Any, ...], int] = {}
@@ -363,7 +365,11 @@ class InProcessPreparation:
         ]
         moved = [was_at[pk_values[i]] if valid[i] else None for i in range(n)]
         # the key's first change here an UPDATE that does not say where the row was: the batch cannot know it
-        unplaced_keys = {key for key, f in oldest.items() if self.row_op[f] == "UPDATE" and not self.row_has_old[f]}
+        unplaced_keys = {
+            key
+            for key, f in oldest.items()
+            if self.row_op[f] == "UPDATE" and not self.row_has_old[f] and table.kind != SNAPSHOT
+        }
         unplaced = [pk_values[i] in unplaced_keys if valid[i] else None for i in range(n)]
         values = lines.column("value").to_pylist()
         segments = lines.column("segment").to_pylist()
@@ -622,8 +628,13 @@ def prepare_batch(
         F.col("_m.position").alias("_position"),
         F.posexplode("_m.data").alias("_row_index", "_r"),
     )
-    typed = [_typed(F.col("_r")[name], ctype).alias(name) for name, ctype in columns]
     assert isinstance(table, OdsTable)
+    typed = [
+        F.timestamp_millis("_es").alias(name)
+        if name == CHANGED_AT and table.kind == SNAPSHOT
+        else _typed(F.col("_r")[name], ctype).alias(name)
+        for name, ctype in columns
+    ]
     # an UPDATE's ``old`` (parallel to ``data``) names the partition time the row had before, if it changed
     old_time = F.try_element_at(F.col("_old"), F.col("_row_index") + 1)[table.partition_time]
     rows = rows.select(
@@ -677,22 +688,20 @@ def prepare_batch(
     rows = rows.withColumn("_copy", F.row_number().over(first_copy))
     unique = (F.col("_copy") == 1) & F.col("_seen").isNull()
     valid = F.col("_reason").isNull() & unique
-    newest = Window.partitionBy(valid.alias("valid"), *table.primary_key).orderBy(
-        F.col("_es").desc(), F.col("_pos").desc()
-    )
+    newest = Window.partitionBy(valid.alias("valid"), *table.row_key).orderBy(F.col("_es").desc(), F.col("_pos").desc())
     rows = rows.withColumn("_rank", F.when(valid, F.row_number().over(newest)))
     # every partition time the key had in the batch (images and ``old``): the newest change leaves the others
-    changes = Window.partitionBy(valid.alias("valid"), *table.primary_key)
+    changes = Window.partitionBy(valid.alias("valid"), *table.row_key)
     was_at = F.array_union(F.collect_set(table.partition_time).over(changes), F.collect_set("_old_time").over(changes))
     rows = rows.withColumn("_moved_from", F.when(valid, was_at))
     # the key's first change here an UPDATE that does not say where the row was: the batch cannot know it
-    oldest = Window.partitionBy(valid.alias("valid"), *table.primary_key).orderBy(
+    oldest = Window.partitionBy(valid.alias("valid"), *table.row_key).orderBy(
         F.col("_es").asc(), F.col("_pos").asc(), F.col("_stream").asc()
     )
     first = F.first(F.struct(F.col("_op"), F.col("_has_old"))).over(
         oldest.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
     )
-    unplaced = (first["_op"] == F.lit("UPDATE")) & ~first["_has_old"]
+    unplaced = (first["_op"] == F.lit("UPDATE")) & ~first["_has_old"] & F.lit(table.kind != SNAPSHOT)
     rows = rows.withColumn("_unplaced", F.when(valid, unplaced))
     status = (
         F.when(F.col("_reason").isNotNull(), F.lit("quarantine"))
