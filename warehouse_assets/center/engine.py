@@ -17,6 +17,11 @@ Exactly once: the resolver records each plan as *pending* in the transaction tha
 submits the pending plans and forgets each once its run exists. After a crash, a pending plan whose run exists
 (found by its ``warehouse/request`` tag) was submitted; the others are submitted now. A submission that fails
 (the webserver restarting) stays pending and is retried, with one log line per outage rather than one per try.
+
+A run that failed is Dagster's to retry (``run_retries`` in the instance). But when launching the retry fails (the
+code server restarting at that moment), Dagster gives the run up for good (``dagster/will_retry=false``) and nothing
+would build its partitions until new upstream data came. Every :data:`LOST_RETRY_SWEEP_S` the engine looks for such
+runs of its own and submits them again, once: a run that failed on its data, or used up its retries, is left alone.
 """
 
 from __future__ import annotations
@@ -34,13 +39,21 @@ from datetime import UTC, datetime
 from typing import Protocol
 from urllib.parse import urlsplit
 
-from dagster import AssetKey, DagsterInstance, RunsFilter
+from dagster import AssetKey, DagsterInstance, DagsterRun, DagsterRunStatus, PartitionKeyRange, RunsFilter
 
 from warehouse_assets.build.validity import VALID
-from warehouse_assets.catalog import Catalog, Table
+from warehouse_assets.catalog import BY_PERIOD, Catalog, Table
 from warehouse_assets.center import heartbeat
 from warehouse_assets.center.heartbeat import SENSOR_NAME, Heartbeat
-from warehouse_assets.center.resolver import REQUEST_TAG, Resolver, RunPlan
+from warehouse_assets.center.resolver import (
+    LOST_RETRY,
+    PRIORITY_TAG,
+    REQUEST_TAG,
+    Resolver,
+    RunPlan,
+    Trigger,
+    run_priority,
+)
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import PartitionStateStore
 
@@ -51,6 +64,13 @@ REPOSITORY = "__repository__"  # the repository of a code location defined by a 
 SENSOR_TAG = "dagster/sensor_name"  # what the Runs page's "Launched by" shows, linked to the sensor of that name
 SUBMITTED_TAG = "warehouse/submitted_at"  # epoch seconds at which the engine submitted the run
 SUBMITTERS = 4  # runs submitted at once: each call waits for the webserver to build the run from the code location
+LOST_RETRY_SWEEP_S = 30.0  # how often the engine looks for failed runs whose retry Dagster could not launch
+LOST_RETRY_PREFIX = "retry-"  # the request id of a run submitted again: retry-<failed run id>
+# Dagster's run tags (dagster._core.storage.tags): the retry decision on a failed run, and a retry's place in its group
+WILL_RETRY_TAG = "dagster/will_retry"
+AUTO_RETRY_RUN_ID_TAG = "dagster/auto_retry_run_id"
+RETRY_NUMBER_TAG = "dagster/retry_number"
+RETRY_ON_STEP_FAILURE_TAG = "dagster/retry_on_asset_or_op_failure"
 
 
 class RunSubmitter(Protocol):
@@ -168,6 +188,8 @@ class Engine:
         self._submitted = 0
         self._latest: deque[str] = deque(maxlen=heartbeat.SHOWN)  # newest first
         self._beat_at = 0.0
+        self.sweep_every = LOST_RETRY_SWEEP_S
+        self._swept_at: float | None = None  # time.monotonic() of the last look for lost retries
 
     def close(self) -> None:
         for watcher in self.watchers:
@@ -213,8 +235,58 @@ class Engine:
         submitted."""
         for watcher in self.watchers:
             watcher.poll()
+        if self._swept_at is None or time.monotonic() - self._swept_at >= self.sweep_every:
+            self.plan_lost_retries()
+            self._swept_at = time.monotonic()
         self.resolver.step(self.clock(), budget)
         return self.submit_pending()
+
+    def plan_lost_retries(self) -> list[RunPlan]:
+        """Plan again each run of the engine's, within the lookback, that failed without failing on its data and that
+        Dagster gave up retrying before its retries were used up; only its partitions no later run targeted."""
+        now = self.clock()
+        if not self.instance.run_retries_enabled:
+            return []
+        records = self.instance.get_run_records(
+            RunsFilter(
+                statuses=[DagsterRunStatus.FAILURE],
+                tags={WILL_RETRY_TAG: "false"},
+                created_after=now - self.resolver.lookback,
+            )
+        )
+        plans: list[RunPlan] = []
+        for record in records:
+            plan = self._lost_retry(record.dagster_run)
+            if plan is None or self.instance.get_run_records(RunsFilter(tags={REQUEST_TAG: plan.request_id}), limit=1):
+                continue
+            if self.resolver.add_pending(plan, now):
+                log.warning(
+                    "run %s failed and Dagster could not launch its retry: submitting it again", plan.trigger.run_id
+                )
+                plans.append(plan)
+        return plans
+
+    def _lost_retry(self, run: DagsterRun) -> RunPlan | None:
+        tags = run.tags
+        request = tags.get(REQUEST_TAG)
+        if not request or request.startswith(LOST_RETRY_PREFIX) or tags.get(AUTO_RETRY_RUN_ID_TAG):
+            return None  # not the engine's, submitted again already, or retried by Dagster
+        if tags.get(RETRY_ON_STEP_FAILURE_TAG) == "false":
+            return None  # it failed on its data: the engine requests it again when its inputs change
+        if int(tags.get(RETRY_NUMBER_TAG, "0")) >= self.instance.run_retries_max_retries:
+            return None  # its retries are used up
+        assets = list(run.asset_selection or ())
+        table = self.catalog.tables.get(".".join(assets[0].path)) if len(assets) == 1 else None
+        if table is None:
+            return None  # a job's run (the taint job), not a table's
+        keys = _partitions_of(table, tags)
+        states = self.store.states(AssetKey(table.key), keys)
+        partitions = [key for key in keys if states[key].latest_run in (None, run.run_id)]
+        if not partitions:
+            return None  # a later run took them over
+        trigger = Trigger(table.fqn, partitions[0], None, run.run_id, frozenset({LOST_RETRY}))
+        priority = int(tags.get(PRIORITY_TAG, run_priority(table.fqn, None, None)))
+        return RunPlan(table.fqn, tuple(partitions), trigger, LOST_RETRY_PREFIX + run.run_id, priority=priority)
 
     def submit_pending(self) -> list[tuple[RunPlan, str]]:
         plans = self.resolver.pending()
@@ -293,6 +365,16 @@ def assemble_engine(
     engine = Engine(instance, resolver, submitter, clock, watchers)
     engine.load_seconds = time.perf_counter() - started  # the store and the index included
     return engine
+
+
+def _partitions_of(table: Table, tags: Mapping[str, str]) -> list[str]:
+    """The partitions a run's tags name: one, or a range of the table's partitions."""
+    if "dagster/partition" in tags:
+        return [tags["dagster/partition"]]
+    first, last = tags.get("dagster/asset_partition_range_start"), tags.get("dagster/asset_partition_range_end")
+    if first is None or last is None:
+        return []
+    return list(BY_PERIOD[table.period].get_partition_keys_in_range(PartitionKeyRange(first, last)))
 
 
 def _span(keys: tuple[str, ...]) -> str:

@@ -120,6 +120,7 @@ LOOKBACK = timedelta(days=35)
 PRUNE_EVERY = timedelta(hours=1)  # how often old requests are deleted
 CLOCK = "clock"  # a Trigger's field: the partition's window ended, nothing upstream changed
 DEADLINE_PASSED = "deadline"  # a Trigger's field: a dependency's deadline passed, nothing upstream changed
+LOST_RETRY = "lost_retry"  # a Trigger's field: the run failed and Dagster could not launch its retry
 # a trigger's fields as the run's tag says them: a run is planned only once nothing upstream is in progress, so an
 # in-progress change that triggers one is a run that ended
 CHANGE_WORDS = {
@@ -128,6 +129,7 @@ CHANGE_WORDS = {
     "failed": "run failed",
     CLOCK: "window ended",
     DEADLINE_PASSED: "deadline passed",
+    LOST_RETRY: "its retry could not be launched",
 }
 
 
@@ -319,6 +321,16 @@ class Resolver:
     def submitted(self, request_id: str) -> None:
         """The run of ``request_id`` exists in Dagster: the plan is done."""
         self._db.execute("DELETE FROM center_pending WHERE request_id = ?", (request_id,))
+
+    def add_pending(self, plan: RunPlan, now: datetime) -> bool:
+        """Record ``plan`` (with its own request id) to be submitted, unless it is pending already."""
+        known = self._db.execute("SELECT 1 FROM center_pending WHERE request_id = ?", (plan.request_id,))
+        if known.fetchone() is not None:
+            return False
+        self._db.execute(
+            "INSERT INTO center_pending VALUES (?, ?, ?)", (plan.request_id, now.timestamp(), plan.to_json())
+        )
+        return True
 
     # --- the clock: a partition whose upstream was complete before its own window ended --------------------------
 
