@@ -15,11 +15,11 @@ from dagster import AssetKey, DagsterInstance, DagsterRun, instance_for_test
 from tests.center.test_state_store import job_of, report, start
 from tests.support.small_catalog import sql_catalog
 from warehouse_assets.build.compiler import max_partitions_per_run
+from warehouse_assets.build.gate import RETRY_ON_STEP_FAILURE_TAG
 from warehouse_assets.catalog import Catalog
 from warehouse_assets.center.engine import (
     AUTO_RETRY_RUN_ID_TAG,
     RETRY_NUMBER_TAG,
-    RETRY_ON_STEP_FAILURE_TAG,
     WILL_RETRY_TAG,
     Engine,
 )

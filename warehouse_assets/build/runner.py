@@ -40,7 +40,15 @@ from sqlglot import exp
 
 from resources.delta_lake import DeltaStore, Predicate
 from resources.external import ExternalResource
-from warehouse_assets.build.gate import DEGRADED, STATE, InstanceStates, decide, degraded_description, span
+from warehouse_assets.build.gate import (
+    DEGRADED,
+    RETRY_ON_STEP_FAILURE_TAG,
+    STATE,
+    InstanceStates,
+    decide,
+    degraded_description,
+    span,
+)
 from warehouse_assets.build.quality import (
     PARTITION,
     Outcome,
@@ -135,10 +143,6 @@ def run_table(
             yield valid_evaluation(table, key, record, detail)
     for output_name in context.assets_def.check_specs_by_output_name:
         yield Output(None, output_name=output_name)
-
-
-# Dagster's run tag: whether the daemon's run retries (dagster.yaml: run_retries) re-execute a run failed by a step
-RETRY_ON_STEP_FAILURE_TAG = "dagster/retry_on_asset_or_op_failure"
 
 
 def not_worth_retrying(context: AssetExecutionContext) -> None:

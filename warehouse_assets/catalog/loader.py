@@ -193,8 +193,7 @@ def _load_ods(path: Path) -> OdsTable:
             raise _fail(
                 path, f"{CHANGED_AT} is the change's binlog time, added to a snapshot ODS table: do not declare it"
             )
-        header = {**header, "columns": {**(header.get("columns") or {}), CHANGED_AT: "timestamp"}}
-        fields = _identity(header, path)
+        fields["columns"] = {**(header.get("columns") or {}), CHANGED_AT: "timestamp"}
         fields |= {"partition_time": CHANGED_AT, "kind": SNAPSHOT}
     elif not header.get("partition_time"):
         raise _fail(

@@ -41,6 +41,7 @@ from urllib.parse import urlsplit
 
 from dagster import AssetKey, DagsterInstance, DagsterRun, DagsterRunStatus, PartitionKeyRange, RunsFilter
 
+from warehouse_assets.build.gate import RETRY_ON_STEP_FAILURE_TAG
 from warehouse_assets.build.validity import VALID
 from warehouse_assets.catalog import BY_PERIOD, Catalog, Table
 from warehouse_assets.center import heartbeat
@@ -70,7 +71,6 @@ LOST_RETRY_PREFIX = "retry-"  # the request id of a run submitted again: retry-<
 WILL_RETRY_TAG = "dagster/will_retry"
 AUTO_RETRY_RUN_ID_TAG = "dagster/auto_retry_run_id"
 RETRY_NUMBER_TAG = "dagster/retry_number"
-RETRY_ON_STEP_FAILURE_TAG = "dagster/retry_on_asset_or_op_failure"
 
 
 class RunSubmitter(Protocol):
