@@ -641,7 +641,7 @@ def build_ops_history(lake: Path, table: Table, layout: Layout, batches: int, ch
                 "seq": pa.array([k] * changes, pa.int64()),
             }
         )
-        prepared = PreparedBatch(empty, empty, empty, recorded, {}, [], [])
+        prepared = PreparedBatch(empty, empty, empty, empty, recorded, {}, [], [])
         app_id, version = record_batch(store, table, prepared, [], dict.fromkeys(streams, k))
         store.commit_app_transactions(KEY, {app_id: version})
         if k % 48 == 0 or k == batches:
