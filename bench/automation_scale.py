@@ -45,7 +45,8 @@ on top, from a random stream of their own (the same tables and edges with ``--no
 daily dependencies wait until 09:00 (``mode: deadline``), 10 % of daily sliding windows take any of their days
 (``mode: any``) and 5 % read only the latest usable day (``latest: true``), 3 % of the daily tables with a daily set-0
 dependency are estimated on its previous day and completed on its own (``states``: such a partition may be built
-twice in the day, once per state), and half of the self-dependent daily tables are cumulative within the week.
+twice in the day, once per state), half of the self-dependent daily tables are cumulative within the week, and 5 %
+of the derived tables read a static table whole (one per 2,000 tables, ``kind: static``, built before the day).
 
 No Spark is started. Progress goes to stderr, the table to stdout, and the last line of stdout is one ``RESULT``
 line of ``key=value`` figures, the first four of the 10,000-table row (or the largest Dagster row).
@@ -96,6 +97,8 @@ ANY_SHARE = 0.10  # of daily tables' sliding windows
 STATES_SHARE = 0.03  # of daily tables with a daily set-0 dependency
 LATEST_SHARE = 0.05  # of daily tables' sliding windows not drawn any: the latest usable day of the window
 CUMULATIVE_SHARE = 0.5  # of self-dependent daily tables: cumulative within the week (afresh each Monday)
+STATIC_EVERY = 2000  # one static reference table per this many tables (at least one)
+STATIC_SHARE = 0.05  # of derived tables: read one static table whole (no offsets)
 # (own period, upstream period) -> offsets in the seeds' vocabulary with their weights (None = default mapping)
 OFFSETS: dict[tuple[str, str], list[tuple[dict[str, list[int]] | None, float]]] = {
     ("hourly", "hourly"): [(None, 0.6), ({"set": [0]}, 0.1), ({"set": [-1]}, 0.2), ({"range": [-23, 0]}, 0.1)],
@@ -147,6 +150,14 @@ def generate_catalog(
 
     for layer in ("ods", "dwd", "dws", "ads"):
         (root / layer).mkdir(parents=True, exist_ok=True)
+    statics = [f"dwd.ref_{i:03d}" for i in range(max(1, n // STATIC_EVERY))]  # read only with the rules
+    for fqn in statics:
+        (root / "dwd" / f"{fqn.split('.')[1]}.sql").write_text(
+            f"/* ---\ntable: {fqn}\nkind: static\ndescription: Synthetic reference table.\nowner: bench\n"
+            "primary_key: [id]\ncolumns: {id: bigint, label: string}\n--- */\n"
+            "SELECT id, label FROM VALUES (1L, 'a'), (2L, 'b') AS t(id, label)\n"
+        )
+    ruled["static"] = len(statics)
     for i in range(n_roots):
         name = f"src_{i:03d}"
         (root / "ods" / f"{name}.yaml").write_text(
@@ -207,7 +218,14 @@ def generate_catalog(
             header.append("depends_on:")
             header += [f"  {up}: {_flow(off)}" for up, off in declared.items()]
         header += states
+        if rules and weak_rng.random() < STATIC_SHARE:
+            reads_static = weak_rng.choice(statics)
+            ruled["static_readers"] += 1
+        else:
+            reads_static = ""
         joins = "".join(f"\nLEFT JOIN {up} AS t{a} ON t0.id = t{a}.id" for a, up in enumerate(reads[1:], start=1))
+        if reads_static:
+            joins += f"\nLEFT JOIN {reads_static} AS r ON t0.id = r.id"
         sql = (
             "/* ---\n" + "\n".join(header) + "\n--- */\n"
             "SELECT t0.id, max(t0.user_id) AS user_id, count(*) AS n, '${ds}' AS ds\n"
@@ -412,6 +430,7 @@ def seed_history(store: Any, catalog: Any, calendars: Calendars, day_start: floa
     materialized after its upstream), so that no upstream looks newer than its downstream (late data)."""
     from dagster import AssetKey
 
+    from warehouse_assets.catalog import WHOLE
     from warehouse_assets.center.state_store import _COLUMNS, PartitionState, _to_row
 
     order = graphlib.TopologicalSorter({t.fqn: [d.table for d in t.deps if d.table != t.fqn] for t in catalog})
@@ -424,6 +443,9 @@ def seed_history(store: Any, catalog: Any, calendars: Calendars, day_start: floa
     def rows() -> Iterator[tuple[object, ...]]:
         for table in catalog:
             key = AssetKey(table.key).to_user_string()
+            if table.is_static:  # built by its sensor before the history's first day
+                yield (key, WHOLE, -(days + 1) * 1440 * n - rank[table.fqn], "", day_start - days * 86400, *rest)
+                continue
             for partition, end in calendars.ended(table.period, day_start - days * 86400, day_start):
                 storage_id = (int(end - day_start) // 60 - 1) * n + rank[table.fqn]
                 yield (key, partition, storage_id, "", end, *rest)
@@ -499,7 +521,9 @@ def simulate_day(
                 built.update((plan.table, p) for p in plan.partitions)
         log(f"    {hour}: {len(built)} partitions built, {runs} runs, {len(per_event)} events resolved")
     resolve_s = sum(per_event)
-    expected = {(t.fqn, key) for t in catalog for key, _ in calendars.ended(t.period, day_start, day_end)}
+    expected = {
+        (t.fqn, key) for t in catalog if not t.is_static for key, _ in calendars.ended(t.period, day_start, day_end)
+    }
     missed = expected - set(built)
     # of the partitions never requested, those the gate lets run at the end of the day: their upstream was complete
     # before their own window ended, and no later change came (the others wait for one of them)
@@ -795,6 +819,8 @@ def main() -> None:
             "rule_states",
             "rule_latest",
             "rule_cumulative",
+            "rule_static",
+            "rule_static_readers",
             "load_s",
             "peak_mb",
             "closure_s",

@@ -492,28 +492,32 @@ class DeltaStore:
         operation: str = "overwrite",
     ) -> WriteResult:
         """Replace exactly ``partitions`` with the rows of ``df`` that belong to them: one Delta commit by
-        Spark (``replaceWhere``). Until it lands nothing is visible, so a failed write leaves the previous
+        Spark (``replaceWhere``); an unpartitioned table (no ``partition_by``, no ``partitions``) is replaced
+        whole. Until it lands nothing is visible, so a failed write leaves the previous
         version (its orphan files are removed by vacuum). A concurrent writer that replaced the same
         partitions first makes Delta refuse ours; it is written again on the new version (last writer wins,
         nothing mixed). Creates the table on first use."""
         started = time.monotonic()
-        if not partitions:
+        whole = not partition_by  # an unpartitioned table (a static one) is replaced whole, its schema included
+        if not partitions and not whole:
             raise DeltaLayerError("overwrite needs at least one target partition")
+        if partitions and whole:
+            raise DeltaLayerError(f"{self.table_uri(key)} is unpartitioned: it is replaced whole, not by partition")
         missing = [c for c in partition_by if c not in df.columns]
         if missing:
             raise DeltaLayerError(f"the DataFrame lacks partition column(s) {missing} for {self.table_uri(key)}")
         for spec in partitions:
             if set(spec) != set(partition_by):
                 raise DeltaLayerError(f"partition {dict(spec)} does not match partition columns {list(partition_by)}")
-        predicate = _sql_partition_predicate(None, partitions, partition_by)
-        rows = df.where(predicate)
+        predicate = "" if whole else _sql_partition_predicate(None, partitions, partition_by)
+        rows = df if whole else df.where(predicate)
         write_id = f"w-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:12]}"
         metadata = json.dumps({"warehouse.operation": operation, "warehouse.write_id": write_id})
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
-            writer = rows.write.format("delta").mode("overwrite")
-            writer = writer.option("replaceWhere", predicate).option("userMetadata", metadata)
+            writer = rows.write.format("delta").mode("overwrite").option("userMetadata", metadata)
+            writer = writer.option("overwriteSchema", "true") if whole else writer.option("replaceWhere", predicate)
             if not self.exists(key):  # the first write creates the table, with the lake's table properties
-                writer = writer.partitionBy(*partition_by)
+                writer = writer.partitionBy(*partition_by) if partition_by else writer
                 properties = {**self.table_configuration(), **(configuration or {})}
                 for name, value in properties.items():
                     if value is not None:

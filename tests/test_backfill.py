@@ -50,9 +50,10 @@ from simulator.cdc import SimulationConfig, simulate
 from simulator.external import simulate_external_for_landing
 from tests.support import oracle
 from tests.support.lake import row_dicts
+from warehouse_assets.build.compiler import build_assets
 from warehouse_assets.build.gate import backfill_partitions
 from warehouse_assets.catalog import upstream_partitions
-from warehouse_assets.cli.headless import report_external_deliveries, report_ready_hours, run_ingest
+from warehouse_assets.cli.headless import build_static, report_external_deliveries, report_ready_hours, run_ingest
 from warehouse_assets.definitions import catalog
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -166,6 +167,9 @@ def backfilled(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) ->
             in_range = {k for k in instance.get_materialized_partitions(AssetKey(table.key)) if k < END.isoformat()}
             assert len(in_range) == 24 * DAYS, table.fqn  # every ODS hour of the range is ready
         assert report_external_deliveries(instance, resources) >= 2 * DAYS  # both producers, every day
+        # the static tables, built as their sensor builds them once the code location loads
+        for static in catalog.statics():
+            assert build_static(instance, resources, build_assets(catalog), static), static.fqn
         sys.modules.pop("tests.support.backfill_location", None)
         importlib.import_module("tests.support.backfill_location")  # resources from the env above
         origin = InProcessCodeLocationOrigin(

@@ -49,6 +49,9 @@ def test_every_layer_is_present_with_one_timezone() -> None:
     for key in keys:
         node = graph.get(key)
         assert node.group_name == key.path[0]
+        if key == AssetKey(["dwd", "city_tier"]):  # static: one unpartitioned reference table
+            assert node.partitions_def is None
+            continue
         assert isinstance(node.partitions_def, TimeWindowPartitionsDefinition)
         assert node.partitions_def.timezone == "Asia/Shanghai"
     assert len([k for k in keys if k.path[0] == "ods"]) == 5
@@ -95,6 +98,7 @@ PRODUCTION_SENSORS = {
     "ext_marketing_spend",
     "ext_fx_rate",
     "freshness_slas",
+    "static_tables",
 }
 
 
@@ -265,7 +269,14 @@ def test_a_set_without_holes_is_its_range(tmp_path: Path) -> None:
 
 EXAMPLE_TABLES = {
     "ods": {"user", "course", "lesson", "order", "attendance"},
-    "dwd": {"order_detail", "attendance_detail", "user_snapshot", "lesson_snapshot", "course_daily"},  # a snapshot
+    "dwd": {
+        "order_detail",
+        "attendance_detail",
+        "user_snapshot",
+        "lesson_snapshot",
+        "course_daily",  # a snapshot
+        "city_tier",  # static: one unpartitioned reference table
+    },
     "dws": {
         "user_order_daily",
         "user_learning_daily",
@@ -290,6 +301,7 @@ EXAMPLE_TABLES = {
         "gmv_week_to_date",  # cumulative within the week
         "lesson_catalog",  # any one of the last three lesson snapshots
         "revenue_flash",  # takes the revenue estimated, and again completed
+        "new_users_by_tier",  # reads the static city_tier whole, every day
     },
     "ext": {"marketing_spend", "fx_rate"},
 }

@@ -57,6 +57,7 @@ EVERY_DAY = [
     "ads.retention_d7",
     "ads.lesson_catalog",  # any one of its last three snapshots: from the first day on
     "ads.gmv_week_to_date",  # cumulative within the week: Thursday 1st .. Sunday 4th, then from Monday 5th afresh
+    "ads.new_users_by_tier",  # reads the static dwd.city_tier, built once before its first day
 ]
 HOURLY = ["dws.order_hourly", "ads.gmv_hourly"]
 MONTH_CHAIN = [  # the rest of January, under the 30-day window and the month
@@ -201,6 +202,25 @@ def test_lesson_catalog_counts_the_freshest_snapshot_of_its_window(warehouse: Wa
         expected = Counter(r["course_id"] for r in snapshot if r["dt"] == ds)
         got = {r["course_id"]: (r["lessons"], r["snapshot_of"]) for r in rows if r["dt"] == ds}
         assert expected and got == {course: (n, ds) for course, n in expected.items()}, ds
+
+
+def test_the_static_table_is_built_once_and_read_whole_by_every_day(warehouse: Warehouse) -> None:
+    tiers = {r["city"]: r["tier"] for r in _table(warehouse, "dwd", "city_tier")}
+    assert len(tiers) == 16 and tiers["北京"] == "tier 1" and tiers["杭州"] == "new tier 1"
+    key = AssetKey(["dwd", "city_tier"])
+    assert len(warehouse.instance.fetch_materializations(key, limit=10).records) == 1  # unpartitioned, built once
+    by_day: dict[str, dict[str, int]] = {}
+    for row in _table(warehouse, "ads", "new_users_by_tier"):
+        by_day.setdefault(row["dt"], {})[row["tier"]] = row["new_users"]
+    users = _table(warehouse, "dwd", "user_snapshot")
+    for day in DAYS:
+        expected: dict[str, int] = {}
+        for user in users:
+            if user["dt"] == day.isoformat() and user["register_dt"] == day.isoformat():
+                tier = tiers.get(user["city"], "unlisted")
+                expected[tier] = expected.get(tier, 0) + 1
+        assert by_day.get(day.isoformat(), {}) == expected, day
+    assert sum(by_day[DAYS[0].isoformat()].values()) > 0
 
 
 def test_dwd_and_dws_agree_with_the_replay(warehouse: Warehouse) -> None:

@@ -20,6 +20,7 @@ from sensors.center import build_dependency_center_sensor
 from sensors.external import build_external_sensors
 from sensors.freshness import build_freshness_sensor
 from sensors.ods import build_landing_sensor, build_ods_checks_sensor, build_readiness_sensor
+from sensors.static import build_static_sensor
 from sensors.zorder import build_zorder_sensor
 from warehouse_assets.build.compiler import build_assets, build_checks
 from warehouse_assets.build.hour_checks import build_ods_checks_job, judge_hours
@@ -99,6 +100,7 @@ def _build(catalog: Catalog, settings: Settings) -> Definitions:
             *build_external_sensors(catalog),
             build_freshness_sensor(catalog),
             build_dependency_center_sensor(catalog),
+            *build_static_sensor(catalog),
         ],
         resources=resources,
         executor=run_executor(settings),

@@ -12,14 +12,33 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
-from dagster import DagsterInstance
+from dagster import (
+    AssetKey,
+    AssetMaterialization,
+    DagsterInstance,
+    Definitions,
+    ResourceDefinition,
+    build_sensor_context,
+)
 
+from sensors.static import CODE_VERSION_TAG, build_static_sensor
 from tests.build.test_gate import FakeStates
 from tests.center.test_center import Center, days, requested
 from tests.support.small_catalog import assert_refused, sql_catalog, write
+from warehouse_assets.build.compiler import build_assets, code_version
 from warehouse_assets.build.gate import decide
-from warehouse_assets.catalog import CHANGED_AT, Catalog, OdsTable, upstream_partitions
+from warehouse_assets.build.validity import Taint
+from warehouse_assets.catalog import (
+    CHANGED_AT,
+    WHOLE,
+    Catalog,
+    DerivedTable,
+    OdsTable,
+    StaticTable,
+    upstream_partitions,
+)
 from warehouse_assets.center.reverse_index import ReverseIndex
+from warehouse_assets.center.state_store import PartitionStateStore
 
 TZ = ZoneInfo("Asia/Shanghai")
 CUMULATIVE = "kind: cumulative\nresets: weekly\ncolumns: {id: bigint}\n"
@@ -83,7 +102,8 @@ def test_the_gate_lets_a_monday_run_without_the_sunday_before(catalog: Catalog) 
     [
         ("kind: cumulative\ncolumns: {id: bigint}\n", "kind cumulative needs resets: the period whose start begins"),
         ("kind: cumulative\nresets: daily\ncolumns: {id: bigint}\n", "one of weekly, monthly; got 'daily'"),
-        ("kind: static\n", "kind must be one of time_series, cumulative, snapshot for a table built from SQL"),
+        ("kind: static\n", "a static table has no period: its one partition is the whole table"),
+        ("kind: weekly_sum\n", "kind must be one of time_series, cumulative, snapshot for a table built from SQL"),
         ("kind: snapshot\ncolumns: {id: bigint}\n", r"the previous partition's \(dws.w: \{set: \[-1\]\}\) with"),
         ("resets: weekly\n", "resets is for kind: cumulative"),
     ],
@@ -208,3 +228,131 @@ def test_the_engine_builds_a_snapshot_day_once_its_hours_are_in(
     assert "dwd.item_daily" not in requested(center.step(now))  # 23 of its 24 hours
     center.report("ods.item", hours("2026-03-10")[-1:])
     assert requested(center.step(now)).get("dwd.item_daily") == [["2026-03-10"]]
+
+
+# --- static: one unpartitioned reference table, read whole by every partition of the tables that read it ---------
+
+STATIC_SQL = (
+    "kind: static\nprimary_key: [code]\ncolumns: {code: string, name: string}\n",
+    "SELECT code, name FROM VALUES ('CN', 'China'), ('FR', 'France') AS t(code, name)",
+)
+NO_RESOURCES = {"spark": ResourceDefinition.none_resource(), "lake": ResourceDefinition.none_resource()}
+READS_STATIC = ("period: daily\n", "SELECT s.id, c.name FROM dwd.day s LEFT JOIN dwd.country c ON s.id = 1")
+
+
+@pytest.fixture(scope="module")
+def statics(tmp_path_factory: pytest.TempPathFactory) -> Catalog:
+    return sql_catalog(
+        tmp_path_factory.mktemp("static"),
+        {"dwd/country.sql": STATIC_SQL, "dwd/day.sql": TABLES["dwd/day.sql"], "ads/named.sql": READS_STATIC},
+    )
+
+
+def built_static(instance: DagsterInstance, catalog: Catalog, fqn: str) -> None:
+    """The static table's run, as Dagster records it: a materialization of the unpartitioned asset."""
+    instance.report_runless_asset_event(AssetMaterialization(AssetKey(catalog[fqn].key)))
+
+
+def test_a_static_table_has_no_partitions_and_is_read_whole_without_an_offset(statics: Catalog) -> None:
+    country, named = statics["dwd.country"], statics["ads.named"]
+    assert isinstance(country, StaticTable) and country.kind == "static" and country.partition_by == []
+    assert isinstance(named, DerivedTable)
+    assert [d.table for d in named.deps] == ["dwd.day"]  # the partitioned dependencies: the index's edges
+    assert [r.table for r in named.references] == ["dwd.country"]
+    assert statics.statics() == [country] and statics.referencing("dwd.country") == [named]
+    defs = Definitions(assets=build_assets(statics), resources=NO_RESOURCES)
+    graph = defs.resolve_asset_graph()
+    assert graph.get(AssetKey(["dwd", "country"])).partitions_def is None  # compiles to no partitions
+    assert AssetKey(["dwd", "country"]) in graph.get(AssetKey(["ads", "named"])).parent_keys
+
+
+@pytest.mark.parametrize(
+    ("files", "message"),
+    [
+        ({"dwd/country.sql": ("period: daily\n" + STATIC_SQL[0], STATIC_SQL[1])}, "a static table has no period"),
+        ({"dwd/country.sql": (STATIC_SQL[0], "SELECT id AS code, 'x' AS name FROM ods.src")}, "it reads no table"),
+        ({"dwd/country.sql": ("kind: static\n", STATIC_SQL[1])}, "a static table declares its columns"),
+        ({"dwd/country.sql": (STATIC_SQL[0] + "checks: {unique: true}\n", STATIC_SQL[1])}, "checks is for"),
+        (
+            {
+                "dwd/country.sql": STATIC_SQL,
+                "ads/named.sql": (
+                    "period: daily\ndepends_on:\n  dwd.country: {set: [-1]}\n",
+                    "SELECT * FROM dwd.country",
+                ),
+            },
+            "reads the static table dwd.country: it has no partitions, so its dependency takes no offsets",
+        ),
+    ],
+)
+def test_a_wrong_static_declaration_says_what_is_wrong(
+    tmp_path: Path, files: dict[str, tuple[str, str]], message: str
+) -> None:
+    texts = {}
+    for rel, (header, sql) in files.items():
+        layer, name = rel.removesuffix(".sql").split("/")
+        texts[rel] = f"/* ---\ntable: {layer}.{name}\n{header}--- */\n{sql}\n"
+    assert_refused(tmp_path, texts, message)
+
+
+def test_every_partition_waits_for_the_static_table_to_be_built_and_valid(statics: Catalog) -> None:
+    table, day, now = statics["ads.named"], "2026-03-10", at("2026-03-11")
+    waiting = decide(statics, table, day, FakeStates({"dwd.day": {day}}), current_time=now)
+    assert waiting.reasons == [f"ads.named {day} waits for the static table dwd.country, which is not built yet"]
+    built = FakeStates({"dwd.day": {day}, "dwd.country": {WHOLE}})
+    verdict = decide(statics, table, day, built, current_time=now)
+    assert verdict.may_run and [e.used for e in verdict.edges] == [[day], [WHOLE]]
+    taint = Taint("wrong country names", "dwd.country", "ops", 0.0)
+    refused = decide(statics, table, day, FakeStates(built.done, taints={"dwd.country": {WHOLE: taint}}), now)
+    assert refused.reasons[0].startswith(f"ads.named {day} refuses to run: 1 partition(s) of dwd.country are tainted")
+
+
+def test_the_state_store_keeps_the_static_tables_one_partition(consolidated: DagsterInstance, statics: Catalog) -> None:
+    store = PartitionStateStore(consolidated)
+    built_static(consolidated, statics, "dwd.country")
+    [change] = store.update()
+    assert (change.asset_key, change.partition, "materialized" in change.fields) == ("dwd/country", WHOLE, True)
+    assert store.materialized(statics["dwd.country"], [WHOLE]) == {WHOLE}
+
+
+def test_the_engine_starts_what_waited_for_a_static_table_once_it_is_built_and_rebuilds_nothing(
+    consolidated: DagsterInstance, statics: Catalog
+) -> None:
+    center = Center(consolidated, statics)
+    now = at("2026-03-12")
+    center.report("dwd.day", ["2026-03-10"])
+    assert "ads.named" not in requested(center.step(now))  # its day is in; the static table is not built
+    built_static(consolidated, statics, "dwd.country")
+    assert requested(center.step(now)).get("ads.named") == [["2026-03-10"]]  # the day that waited for it
+    center.report("ads.named", ["2026-03-10"])
+    center.report("dwd.day", ["2026-03-11"])
+    assert requested(center.step(at("2026-03-13"))).get("ads.named") == [["2026-03-11"]]
+    center.report("ads.named", ["2026-03-11"])
+    # a new version of the reference data: read by the partitions built from now on, not a rebuild of history
+    built_static(consolidated, statics, "dwd.country")
+    assert "ads.named" not in requested(center.step(at("2026-03-13")))
+
+
+def test_the_static_tables_sensor_builds_a_static_table_when_missing_and_when_its_sql_changes(
+    consolidated: DagsterInstance, statics: Catalog
+) -> None:
+    [sensor] = build_static_sensor(statics)
+    version = code_version(statics["dwd.country"])
+
+    def requests() -> list[str]:
+        definitions = Definitions(assets=build_assets(statics), sensors=[sensor], resources=NO_RESOURCES)
+        context = build_sensor_context(instance=consolidated, definitions=definitions)
+        result = sensor.evaluate_tick(context)
+        return [r.run_key or "" for r in result.run_requests or []]
+
+    assert requests() == [f"dwd.country@{version}"]  # never built
+    key = AssetKey(statics["dwd.country"].key)
+    consolidated.report_runless_asset_event(AssetMaterialization(key, tags={CODE_VERSION_TAG: version}))
+    assert requests() == []  # built from its SQL as it is
+    consolidated.report_runless_asset_event(AssetMaterialization(key, tags={CODE_VERSION_TAG: "an-older-sql"}))
+    assert requests() == [f"dwd.country@{version}"]  # its SQL changed since its latest build
+    assert build_static_sensor(sql_catalog_without_statics(statics)) == []
+
+
+def sql_catalog_without_statics(catalog: Catalog) -> Catalog:
+    return Catalog({fqn: t for fqn, t in catalog.tables.items() if not t.is_static})

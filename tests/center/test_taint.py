@@ -14,13 +14,13 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
-from dagster import AssetKey, DagsterInstance, instance_for_test
+from dagster import AssetKey, AssetMaterialization, DagsterInstance, instance_for_test
 
 from tests.center.test_state_store import materializations, report, verdict
 from tests.support.center_harness import CenterTicker
 from warehouse_assets.build.compiler import max_partitions_per_run
-from warehouse_assets.build.validity import Taint
-from warehouse_assets.catalog import BY_PERIOD, Catalog, load_catalog, upstream_partitions
+from warehouse_assets.build.validity import Taint, tainted_in_instance
+from warehouse_assets.catalog import BY_PERIOD, WHOLE, Catalog, load_catalog, upstream_partitions
 from warehouse_assets.center.resolver import Resolver
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import PartitionStateStore
@@ -357,6 +357,47 @@ def test_the_taint_command_prints_the_plan_and_apply_acts_status_shows_it(
     assert f"tainted: amounts 100x, from ods.order {day}-08:00 .. {day}-17:00" in status[1]
     assert main(["why", "dws.user_order_daily", "2026-03-03"]) == 0  # read by why as the engine reads it
     assert main(["taint", "ods.order", f"{day}-18:00", f"{day}-08:00", "--reason", "x"]) == 2
+
+
+def test_a_tainted_static_table_taints_every_partition_built_from_it_and_is_repaired_by_its_sql(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    monkeypatch.setenv("WAREHOUSE_LAKE_ROOT", str(tmp_path / "lake"))
+    monkeypatch.setenv("WAREHOUSE_LANDING_ROOT", str(tmp_path / "landing"))
+    catalog = load_catalog()
+    static = AssetKey(catalog["dwd.city_tier"].key)
+    built = days("2026-03-02", "2026-03-04")
+    with instance_for_test(temp_dir=str(home)) as instance:
+        instance.report_runless_asset_event(AssetMaterialization(static))  # the static table, unpartitioned
+        build(instance, catalog, {"dwd.user_snapshot": built, "ads.new_users_by_tier": built})
+    index = ReverseIndex.build(catalog, current_time=NOW)
+    # every partition that exists of the table that reads it, and on from there
+    assert index.closure({"dwd.city_tier": [WHOLE]}, NOW)["ads.new_users_by_tier"] == days("2026-01-01", "2026-03-19")
+    assert main(["taint", "dwd.city_tier", "2026-03-02", "2026-03-02", "--reason", "x"]) == 2
+    assert "dwd.city_tier is a static table: it has no partitions" in capsys.readouterr().err
+    args = ["taint", "dwd.city_tier", "--reason", "tiers swapped", "--by", "me"]
+    assert main([*args, "--apply"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "taint dwd.city_tier (static, whole): tiers swapped (by me)"
+    assert any(line.split()[:2] == ["dwd.city_tier", "whole"] and "correcting its SQL" in line for line in out)
+    assert out[-1].startswith("marked 4 partition(s) tainted; repair backfill ")  # the table and its 3 days
+    with instance_for_test(temp_dir=str(home)) as instance:
+        store = PartitionStateStore(instance)
+        store.update()
+        taint = store.states(static, [WHOLE])[WHOLE].taint
+        assert taint is not None and taint.root == "dwd.city_tier" and taint.reason == "tiers swapped"
+        reader = store.states(AssetKey(catalog["ads.new_users_by_tier"].key), ["2026-03-03"])["2026-03-03"].taint
+        assert reader is not None and reader.root == "dwd.city_tier"
+        # the run guard reads the same from the instance
+        assert set(tainted_in_instance(instance, catalog["dwd.city_tier"], [WHOLE])) == {WHOLE}
+        instance.report_runless_asset_event(AssetMaterialization(static))  # its SQL corrected, built again
+        assert tainted_in_instance(instance, catalog["dwd.city_tier"], [WHOLE]) == {}
+        store.update()
+        assert store.states(static, [WHOLE])[WHOLE].taint is None
+        store.close()
 
 
 def test_every_example_of_the_closure_is_cheap_in_lookups(index: ReverseIndex) -> None:

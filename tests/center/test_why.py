@@ -115,6 +115,23 @@ def test_a_tainted_partition_is_named_with_its_reason_and_root(
     assert own.lines()[0] == f"ods.order {HOURS[13]}: materialized, tainted: amounts 100x, from ods.order {HOURS[13]}"
 
 
+def test_a_static_table_not_built_yet_is_what_its_readers_wait_for(
+    instance: DagsterInstance, catalog: Catalog, tmp_path: Path
+) -> None:
+    snapshot = catalog["dwd.user_snapshot"]
+    report_valid(instance, snapshot, DAY, "loaded by the test")
+    why = _why(instance, catalog, tmp_path, "ads.new_users_by_tier", DAY)
+    assert ("dwd.city_tier", "whole", "missing") in [(u.table, u.partition, u.state) for u in why.upstream]
+    assert _causes(why) == [("dwd.city_tier", "whole", "missing")]
+    instance.report_runless_asset_event(AssetMaterialization(asset_key=AssetKey(catalog["dwd.city_tier"].key)))
+    why = _why(instance, catalog, tmp_path, "ads.new_users_by_tier", DAY)
+    assert why.verdict.startswith("all 2 upstream partition(s) are materialized: ready") and why.root_causes == []
+    own = _why(instance, catalog, tmp_path, "dwd.city_tier", "whole")  # asked about itself: reads nothing
+    assert own.lines()[0].startswith("dwd.city_tier whole: materialized")
+    with pytest.raises(ValueError, match="dwd.city_tier is a static table: it has no partitions"):
+        _why(instance, catalog, tmp_path, "dwd.city_tier", DAY)
+
+
 def test_an_ods_hour_reached_through_two_tables_is_one_root_cause(
     instance: DagsterInstance, catalog: Catalog, tmp_path: Path
 ) -> None:

@@ -49,13 +49,14 @@ from warehouse_assets.catalog import (
     DerivedTable,
     ExternalTable,
     OdsTable,
+    StaticTable,
     Table,
     partition_mapping,
     periods,
 )
 
 
-def _code_version(table: DerivedTable) -> str:
+def code_version(table: DerivedTable | StaticTable) -> str:
     return hashlib.sha1((table.sql or "").encode()).hexdigest()[:12]
 
 
@@ -100,6 +101,8 @@ def build_asset(catalog: Catalog, table: DerivedTable) -> AssetsDefinition:
         AssetDep(AssetKey(dep.key), partition_mapping=partition_mapping(table, dep, catalog[dep.table].period))
         for dep in table.deps
     ]
+    # a static table is unpartitioned: Dagster maps every partition to the whole of it
+    deps += [AssetDep(AssetKey(ref.key)) for ref in table.references]
     reads_external = any(catalog[dep.table].is_external for dep in table.deps)
 
     decorate = asset(
@@ -110,7 +113,7 @@ def build_asset(catalog: Catalog, table: DerivedTable) -> AssetsDefinition:
         description=table.description + first_partition_note(catalog, table),
         owners=[f"team:{table.owner}"],
         kinds={"spark", "delta"},
-        code_version=_code_version(table),
+        code_version=code_version(table),
         check_specs=[*check_specs(table), valid_spec(table)],
         backfill_policy=backfill_policy(table),
         # one body for every table: the resources are looked up by key, the external one only where read
@@ -132,6 +135,35 @@ def build_asset(catalog: Catalog, table: DerivedTable) -> AssetsDefinition:
         resources = context.resources
         external = resources.external if reads_external else None
         yield from run_table(context, catalog, table, resources.spark.session(), resources.lake.store(), external)
+
+    return _build
+
+
+def build_static_asset(table: StaticTable) -> AssetsDefinition:
+    """A static table: one unpartitioned asset whose run writes the rows its SQL spells out, the whole table at
+    once. Its code version is its SQL's: the ``static_tables`` sensor builds it again when the SQL changes."""
+
+    @asset(
+        key=AssetKey(table.key),
+        group_name=table.layer,
+        description=table.description,
+        owners=[f"team:{table.owner}"],
+        kinds={"spark", "delta"},
+        code_version=code_version(table),
+        check_specs=[valid_spec(table)],  # a taint marks it; each build is valid again
+        required_resource_keys={"spark", "lake"},
+        metadata={
+            "kind": table.kind,
+            "primary_key": ", ".join(table.primary_key),
+            "columns": ", ".join(f"{c} {t}" for c, t in table.columns),
+            "source_file": str(table.path.relative_to(table.path.parents[2])),
+            "sql": MetadataValue.md(f"```sql\n{table.sql}\n```"),
+        },
+    )
+    def _build(context: AssetExecutionContext) -> MaterializeResult:
+        from warehouse_assets.build.runner import run_static  # the run imports PySpark; compiling does not
+
+        return run_static(context, table, context.resources.spark.session(), context.resources.lake.store())
 
     return _build
 
@@ -229,6 +261,7 @@ def build_validity_check(table: Table) -> AssetChecksDefinition:
 def build_assets(catalog: Catalog) -> list[AssetsDefinition | AssetSpec]:
     built: list[AssetsDefinition | AssetSpec] = [build_external_spec(t) for t in catalog.externals()]
     built += [build_ods_spec(t) for t in catalog.ods()]
+    built += [build_static_asset(t) for t in catalog.statics()]
     built += [build_asset(catalog, t) for t in catalog.derived()]
     return built
 

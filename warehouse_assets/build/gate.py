@@ -43,6 +43,7 @@ from warehouse_assets.catalog import (
     BY_PERIOD,
     DEADLINE,
     LATEST,
+    WHOLE,
     DerivedTable,
     UpstreamPartitions,
     upstream_partitions,
@@ -98,6 +99,9 @@ class InstanceStates:
         self.written: dict[str, set[str]] = {}  # partitions a run wrote itself, not yet visible in the instance
 
     def materialized(self, table: Table, keys: Sequence[str]) -> set[str]:
+        if table.fqn not in self._materialized and table.is_static:  # unpartitioned: materialized at all
+            built = self.instance.get_latest_materialization_event(AssetKey(table.key)) is not None
+            self._materialized[table.fqn] = {WHOLE} if built else set()
         if table.fqn not in self._materialized:
             self._materialized[table.fqn] = set(self.instance.get_materialized_partitions(AssetKey(table.key)))
         return (self._materialized[table.fqn] | self.written.get(table.fqn, set())) & set(keys)
@@ -199,6 +203,8 @@ class EdgeVerdict:
                 f"exist (in the future or before its first partition): {names(self.nonexistent)}{until}"
             )
         waiting = [k for k in self.upstream.keys if k in self.missing or k in self.in_progress]
+        if waiting == [WHOLE]:
+            return f"{table.fqn} {partition} waits for the static table {self.dep.table}, which is not built yet"
         if waiting:
             return (
                 f"{table.fqn} {partition} waits for {len(waiting)} partition(s) of {self.dep.table} that are not "
@@ -271,6 +277,7 @@ def decide(
         return _decide_state(catalog, table, partition, states, now)
     if windows is None:
         windows = [(dep, upstream_partitions(catalog, table, dep, partition, current_time=now)) for dep in table.deps]
+    windows = [*windows, *reference_windows(table)]
     return Verdict(
         table,
         partition,
@@ -297,12 +304,19 @@ def _decide_state(
             )
             for dep in state.deps
         ]
+        edges += [judge(catalog, ref, whole, states) for ref, whole in reference_windows(table)]
         verdicts.append(Verdict(table, partition, edges, state=state.name))
     reachable = [v for v in verdicts if v.may_run]
     if not reachable:
         return replace(verdicts[0], state=None, later=verdicts[-1].reasons)
     best = reachable[-1]
     return best if best is verdicts[-1] else replace(best, later=verdicts[-1].reasons)
+
+
+def reference_windows(table: Table) -> list[tuple[Dependency, UpstreamPartitions]]:
+    """The static tables ``table`` reads: each needs its one partition, the whole table, in every partition."""
+    references = table.references if isinstance(table, DerivedTable) else ()
+    return [(ref, UpstreamPartitions(ref.table, [WHOLE], [])) for ref in references]
 
 
 def judge(
@@ -446,6 +460,8 @@ def first_buildable(catalog: Catalog, table: Table, _known: dict[str, FirstBuild
     known = {} if _known is None else _known
     if table.fqn in known:
         return known[table.fqn]
+    if table.is_static:  # its one partition reads nothing
+        return FirstBuildable(WHOLE)
     pdef = BY_PERIOD[table.period]
     key: str | None = pdef.get_partition_key_for_timestamp(pdef.start.timestamp())
     found = FirstBuildable(key)

@@ -83,9 +83,10 @@ def anomaly_history_keys(table: Table, check: Check, partition: str) -> list[str
 
 
 def latest_materialization(instance: DagsterInstance, table: Table, partition: str) -> Any:
-    """The partition's latest materialization record, or None."""
+    """The partition's latest materialization record, or None (a static table's: its asset's latest)."""
+    partitions = None if table.is_static else [partition]
     records = instance.fetch_materializations(
-        AssetRecordsFilter(asset_key=AssetKey(table.key), asset_partitions=[partition]), limit=1
+        AssetRecordsFilter(asset_key=AssetKey(table.key), asset_partitions=partitions), limit=1
     ).records
     return records[0] if records else None
 

@@ -27,6 +27,7 @@ from typing import Any
 import pyarrow.compute as pc
 import sqlglot
 from dagster import (
+    AssetCheckResult,
     AssetExecutionContext,
     Failure,
     MaterializeResult,
@@ -58,8 +59,8 @@ from warehouse_assets.build.quality import (
     evaluation,
     latest_materialization,
 )
-from warehouse_assets.build.validity import valid_evaluation
-from warehouse_assets.catalog import BY_PERIOD, Catalog, DerivedTable, OdsTable, Table
+from warehouse_assets.build.validity import VALID, valid_evaluation
+from warehouse_assets.catalog import BY_PERIOD, WHOLE, Catalog, DerivedTable, OdsTable, StaticTable, Table
 from warehouse_assets.ingest.deliveries import external_source
 
 
@@ -94,7 +95,7 @@ def render_sql(table: Table, partition_key: str) -> str:
     for name, value in variables.items():
         sql = sql.replace("${" + name + "}", value)
     tree = sqlglot.parse_one(sql, read="spark")
-    deps = {dep.table for dep in table.deps}
+    deps = {dep.table for dep in [*table.deps, *table.references]}
 
     def swap(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Table) and f"{node.db}.{node.name}" in deps:
@@ -145,6 +146,31 @@ def run_table(
         yield Output(None, output_name=output_name)
 
 
+def run_static(
+    context: AssetExecutionContext, table: StaticTable, spark: SparkSession, store: DeltaStore
+) -> MaterializeResult:
+    """Build a static table: its SQL's rows replace the whole table, in one Delta commit."""
+    started = time.monotonic()
+    out = spark.sql(table.sql)
+    _check_columns(table, WHOLE, out)
+    result = store.overwrite(table.key, out, [], [], operation="replace static table")
+    context.log.info(f"{table.fqn}: {result.rows} rows, Delta version {result.version}")
+    return MaterializeResult(
+        # a build is new data: valid, whatever a taint said of the previous one
+        check_results=[
+            AssetCheckResult(check_name=VALID, passed=True, metadata={"validity": "valid"}, description="built")
+        ],
+        metadata={
+            "rows": result.rows,
+            "files_added": result.files_added,
+            "files_removed": result.files_removed,
+            "delta_version": result.version,
+            "duration_s": round(time.monotonic() - started, 3),
+            "table_uri": store.table_uri(table.key),
+        },
+    )
+
+
 def not_worth_retrying(context: AssetExecutionContext) -> None:
     """Tell the daemon not to retry this run when it fails: it fails on the data (a blocking check failed, an input is
     not there), which running it again at once does not change; the engine requests it again when its inputs change.
@@ -180,6 +206,16 @@ def _build_partitions(
         for edge in verdict.edges:
             dep, used = edge.dep, edge.used  # a weak dependency's waived partitions are not read
             upstream = catalog[dep.table]
+            if upstream.is_static:  # read whole, at the version of now (a new one is read by later builds)
+                at = store.version(upstream.key)
+                if at is None:
+                    raise Failure(
+                        f"{table.fqn} {key}: the Delta table of the static {dep.table} does not exist at "
+                        f"{store.table_uri(upstream.key)} although Dagster has it materialized"
+                    )
+                df, _ = store.read(spark, upstream.key, version=at)
+                inputs[dep.table], read_from[dep.table] = df, [f"v{at}"]
+                continue
             specs = [partition_spec(upstream.period, k) for k in used]
             if upstream.is_external:
                 if external is None:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from dagster import AssetCheckEvaluation, AssetCheckKey, AssetCheckSpec, AssetKey, DagsterEventType, DagsterInstance
 
-from warehouse_assets.catalog import BY_PERIOD
+from warehouse_assets.catalog import BY_PERIOD, WHOLE
 
 if TYPE_CHECKING:
     from warehouse_assets.catalog import Table
@@ -83,7 +83,7 @@ def valid_spec(table: Table) -> AssetCheckSpec:
         description="Failed = tainted: the partition's data is known bad (reason, root and who in the metadata); "
         "passed once a rebuild passed its blocking checks. Marked by `warehouse taint` or the taint_repair job.",
         blocking=False,
-        partitions_def=BY_PERIOD[table.period],
+        partitions_def=None if table.is_static else BY_PERIOD[table.period],
         metadata={"kind": "validity"},
     )
 
@@ -104,7 +104,7 @@ def taint_evaluation(
         asset_key=AssetKey(table.key),
         check_name=VALID,
         passed=False,
-        partition=partition,
+        partition=_dagster_partition(partition),
         target_materialization_data=target_data(*target) if target else None,
         metadata={**taint.metadata(), "partition": partition},
         blocking=False,
@@ -119,7 +119,7 @@ def valid_evaluation(table: Table, partition: str, target: Any, detail: str) -> 
         asset_key=AssetKey(table.key),
         check_name=VALID,
         passed=True,
-        partition=partition,
+        partition=_dagster_partition(partition),
         target_materialization_data=target_data(target.storage_id, target.run_id, target.timestamp)
         if data is not None
         else None,
@@ -129,12 +129,30 @@ def valid_evaluation(table: Table, partition: str, target: Any, detail: str) -> 
     )
 
 
+def _dagster_partition(partition: str) -> str | None:
+    """The partition Dagster's event names: none for a static table's one partition (its asset is unpartitioned)."""
+    return None if partition == WHOLE else partition
+
+
 def tainted_in_instance(instance: DagsterInstance, table: Table, keys: Sequence[str]) -> dict[str, Taint]:
     """Partition → its taint, for those of ``keys`` whose latest ``valid`` verdict on their latest materialization
     failed, read from the instance (the run guard's view; the dependency center reads its state store)."""
     if not keys:
         return {}
     from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
+
+    if table.is_static:  # unpartitioned: the check's latest execution, if it is on the latest materialization
+        check = AssetCheckKey(AssetKey(table.key), VALID)
+        record = instance.event_log_storage.get_latest_asset_check_execution_by_key([check]).get(check)
+        latest = instance.fetch_materializations(AssetKey(table.key), limit=1).records
+        event = record.event if record is not None else None
+        evaluation = event.dagster_event.asset_check_evaluation_data if event and event.dagster_event else None
+        target = evaluation.target_materialization_data if evaluation is not None else None
+        current = target is not None and bool(latest) and target.storage_id == latest[0].storage_id
+        failed = record is not None and record.status == AssetCheckExecutionRecordStatus.FAILED
+        if not (current and failed and evaluation is not None and event is not None):
+            return {}
+        return {WHOLE: Taint.of(evaluation, event.timestamp)}
 
     wanted = set(keys)
     check = AssetCheckKey(AssetKey(table.key), VALID)

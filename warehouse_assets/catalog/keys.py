@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from warehouse_assets.catalog.calendars import BY_PERIOD, periods
-from warehouse_assets.catalog.model import Table
+from warehouse_assets.catalog.model import WHOLE, Table
 
 HOUR_FORMAT = "%Y-%m-%d-%H:%M"
 DAY_FORMAT = "%Y-%m-%d"
@@ -76,6 +76,12 @@ def check_partition_key(table: Table, key: str, now: datetime | None = None) -> 
     """Raise :class:`PartitionKeyError` saying what is wrong with ``key`` as a partition of ``table`` at ``now``
     (default: the current time); return if it names one of its partitions that exist."""
     now = now or datetime.now(UTC)
+    if table.is_static:
+        if key.strip() == WHOLE:
+            return
+        raise PartitionKeyError(
+            "wrong_period", f"{table.fqn} is a static table: it has no partitions; its one partition is {WHOLE!r}"
+        )
     pdef = BY_PERIOD[table.period]
     zone = ZoneInfo(pdef.timezone)
     period, noun = table.period, PERIOD_NOUN[table.period]

@@ -27,6 +27,7 @@ from warehouse_assets.catalog.model import (
     ODS_KINDS,
     PERIOD_ORDER,
     SNAPSHOT,
+    STATIC,
     TIME_SERIES,
     Catalog,
     CatalogError,
@@ -34,6 +35,7 @@ from warehouse_assets.catalog.model import (
     DerivedTable,
     ExternalTable,
     OdsTable,
+    StaticTable,
     Table,
     parse_states,
 )
@@ -107,7 +109,11 @@ def _identity(header: Mapping[str, Any], path: Path) -> dict[str, Any]:
     if path.parent.name != layer or path.stem != name:
         raise _fail(path, f"table {fqn} must live in tables/{layer}/{name}{path.suffix}")
     period = header.get("period")
-    if period not in BY_PERIOD:
+    if header.get("kind") == STATIC and path.suffix == ".sql":
+        if period is not None:
+            raise _fail(path, "a static table has no period: its one partition is the whole table (drop period)")
+        period = STATIC
+    elif period not in BY_PERIOD:
         raise _fail(path, f"period must be one of {', '.join(BY_PERIOD)}, got {period!r}")
     shared = ("primary_key", "description", "owner", "zorder", "columns", "checks", "sla")
     fields = {"layer": layer, "name": name, "period": period} | {k: header[k] for k in shared if k in header}
@@ -139,7 +145,7 @@ def referenced_tables(sql: str) -> set[str]:
     return found
 
 
-def _load_sql(path: Path) -> DerivedTable:
+def _load_sql(path: Path) -> DerivedTable | StaticTable:
     header, body = _header(path, path.read_text())
     fields = _identity(header, path)
     if fields["layer"] == "ext":
@@ -150,6 +156,12 @@ def _load_sql(path: Path) -> DerivedTable:
         reads = referenced_tables(body)
     except sqlglot.errors.ParseError as exc:
         raise _fail(path, f"the SQL does not parse: {exc}") from exc
+    if header.get("kind") == STATIC:
+        unknown = sorted(set(header) & {"depends_on", "states", "resets"})
+        if unknown:
+            raise _fail(path, f"{', '.join(unknown)} is for partitioned tables; a static table reads nothing")
+        deps = tuple(Dependency(table) for table in sorted(reads))
+        return _build(StaticTable, path, fields | {"deps": deps, "sql": body})
     declared = header.get("depends_on") or {}
     if not isinstance(declared, Mapping):
         raise _fail(path, "depends_on must map layer.table to its offsets")
@@ -235,8 +247,40 @@ def load_catalog(root: Path = TABLES_DIR) -> Catalog:
         if table.fqn in catalog.tables:
             raise _fail(path, f"{table.fqn} is declared twice (also in {catalog.tables[table.fqn].path})")
         catalog.tables[table.fqn] = table
+    _split_references(catalog)
     _validate_graph(catalog)
     return catalog
+
+
+def _split_references(catalog: Catalog) -> None:
+    """A dependency on a static table is a reference: the whole table, read by every partition. It has no offsets,
+    mode or states (``ignore_dq`` and ``accept_tainted`` keep their meaning)."""
+    for table in catalog.derived():
+        references = [dep for dep in table.deps if dep.table in catalog.tables and catalog[dep.table].is_static]
+        if not references:
+            continue
+        for ref in references:
+            plain = Dependency(ref.table, ignore_dq=ref.ignore_dq, accept_tainted=ref.accept_tainted)
+            if ref != plain:
+                raise _fail(
+                    table.path,
+                    f"{table.fqn} reads the static table {ref.table}: it has no partitions, so its dependency takes "
+                    "no offsets, mode or states (only ignore_dq and accept_tainted)",
+                )
+        named = {ref.table for ref in references}
+        for state in table.states:
+            if named - {dep.table for dep in state.deps}:
+                raise _fail(
+                    table.path, f"{table.fqn}: state {state.name} leaves out a static table; each state reads it"
+                )
+        catalog.tables[table.fqn] = replace(
+            table,
+            deps=tuple(dep for dep in table.deps if dep.table not in named),
+            references=tuple(references),
+            states=tuple(
+                replace(state, deps=tuple(d for d in state.deps if d.table not in named)) for state in table.states
+            ),
+        )
 
 
 def _validate_graph(catalog: Catalog) -> None:

@@ -118,11 +118,14 @@ DEPENDENCY_MODES = (STRICT, DEADLINE, ANY, LATEST)
 # two before it (a month, a day), of which those ended by the partition's end are candidates
 LATEST_LOOKBACK = (-2, 0)
 # seed 003's data kinds a table built from SQL may declare
-TIME_SERIES, CUMULATIVE, SNAPSHOT = "time_series", "cumulative", "snapshot"
+TIME_SERIES, CUMULATIVE, SNAPSHOT, STATIC = "time_series", "cumulative", "snapshot", "static"
 DERIVED_KINDS = (TIME_SERIES, CUMULATIVE, SNAPSHOT)
 ODS_KINDS = (TIME_SERIES, SNAPSHOT)
 # a snapshot ODS table's partition time: the binlog time of the change the row is (its source has no time column)
 CHANGED_AT = "_changed_at"
+# the one partition of a static table, as the dependency center, the gate and ``why`` name it: Dagster's asset is
+# unpartitioned (its events carry no partition)
+WHOLE = "whole"
 
 
 @plain_dataclass(frozen=True)
@@ -510,7 +513,11 @@ class Table:
     @property
     def is_source(self) -> bool:
         """Built outside the compiler: ODS (ingestion) and external tables (their producers)."""
-        return not isinstance(self, DerivedTable)
+        return not isinstance(self, DerivedTable | StaticTable)
+
+    @property
+    def is_static(self) -> bool:
+        return isinstance(self, StaticTable)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -582,6 +589,8 @@ class DerivedTable(Table):
 
     sql: str
     states: tuple[InstanceOf[TableState], ...] = ()  # in order; empty: a partition is built once, whole
+    # the static tables it reads, whole, in every partition (no offsets: a static table has no partitions)
+    references: tuple[InstanceOf[Dependency], ...] = ()
     # time_series: each partition from its inputs; cumulative: each adds its own data to the previous partition's,
     # starting afresh at the start of each ``resets`` period (Monday, Monday + Tuesday, ...)
     kind: str = TIME_SERIES
@@ -649,6 +658,42 @@ class DerivedTable(Table):
 
 
 @dataclass(frozen=True, kw_only=True)
+class StaticTable(Table):
+    """Seed 003's static kind: one unpartitioned reference table (country codes, a city's tier), whose SQL spells
+    out its rows (``SELECT * FROM VALUES ...``). Dagster's asset has no partitions; it is built when it has never
+    been, and again when its SQL changes (the ``static_tables`` sensor). Every partition of a table that reads it
+    needs it built and valid (the gate: its one partition, :data:`WHOLE`); a new version is read by the partitions
+    built from then on, and the ones built before are rebuilt only when it is marked tainted (the taint closure
+    holds every partition of the tables that read it)."""
+
+    sql: str
+
+    @property
+    def kind(self) -> str:
+        return STATIC
+
+    @property
+    def partition_by(self) -> list[str]:
+        return []
+
+    @model_validator(mode="after")
+    def _reference_data(self) -> StaticTable:
+        if self.period != STATIC:
+            raise ValueError("a static table has no period: its one partition is the whole table (drop period)")
+        if self.deps:
+            raise ValueError(
+                "a static table holds reference data its SQL spells out (SELECT * FROM VALUES ...): it reads no "
+                f"table, got {', '.join(d.table for d in self.deps)}"
+            )
+        for what, value in (("sla", self.sla), ("zorder", self.zorder), ("checks", self.checks)):
+            if value:
+                raise ValueError(f"{what} is for partitioned tables; a static table is one small whole table")
+        if not self.columns:
+            raise ValueError("a static table declares its columns (columns: {name: type}), which its SQL must produce")
+        return self
+
+
+@dataclass(frozen=True, kw_only=True)
 class ExternalTable(Table):
     """A daily table produced outside the platform, reported by its producer's sensor as it arrives."""
 
@@ -688,6 +733,13 @@ class Catalog:
 
     def derived(self) -> list[DerivedTable]:
         return [t for t in self.tables.values() if isinstance(t, DerivedTable)]
+
+    def statics(self) -> list[StaticTable]:
+        return [t for t in self.tables.values() if isinstance(t, StaticTable)]
+
+    def referencing(self, fqn: str) -> list[DerivedTable]:
+        """The tables that read the static table ``fqn``."""
+        return [t for t in self.derived() if any(ref.table == fqn for ref in t.references)]
 
     def lookup(self, name: str) -> Table:
         """The table named ``name`` (``layer.table``); :class:`UnknownTable` suggesting the closest names if none is."""

@@ -67,6 +67,7 @@ from warehouse_assets.catalog import (
     BY_PERIOD,
     DEADLINE,
     LATEST,
+    WHOLE,
     Catalog,
     Dependency,
     DerivedTable,
@@ -237,6 +238,10 @@ class Resolver:
                 if dep.mode == DEADLINE and dep.deadline is not None:
                     self._deadline_deps.setdefault(dep.deadline, []).append((table, dep))
         self._timezone = ZoneInfo(BY_PERIOD["daily"].timezone)
+        self._referencing: dict[str, list[DerivedTable]] = {}  # a static table → the tables that read it
+        for table in catalog.derived():
+            for ref in table.references:
+                self._referencing.setdefault(ref.table, []).append(table)
         self._pruned_at: datetime | None = None
 
     def close(self) -> None:
@@ -274,6 +279,13 @@ class Resolver:
             if fqn is None:
                 continue  # an asset outside the catalog (a freshness check's, a job's)
             trigger = Trigger(fqn, change.partition, change.state.storage_id, change.state.run_id, change.fields)
+            if self.catalog[fqn].is_static:
+                if "materialized" in change.fields:
+                    for candidate in self._waiting_on_static(fqn, states, now):
+                        backlog.add(candidate, trigger, by_clock=False)
+                continue
+            if change.partition == WHOLE:
+                continue  # an event of a partitioned table that names no partition (a check run on none)
             if "checks" in change.fields:
                 taints.extend(self._late_verdict(self.catalog[fqn], change.state, trigger, states, now))
             for downstream, keys in self.index.downstream_of(fqn, change.partition, now).items():
@@ -438,7 +450,11 @@ class Resolver:
             key += f" {verdict.state}"  # the same inputs reached as a later state are a new request
         if self._requested(table.fqn, partition, key):
             return None
-        late = any(s.storage_id is not None and s.storage_id > (own.storage_id or -1) for s in upstream)
+        # a static table's new version is read by the partitions built from then on, not a rebuild of those before
+        late = any(
+            s.storage_id is not None and s.storage_id > (own.storage_id or -1) and s.partition != WHOLE
+            for s in upstream
+        )
         if (
             own.materialized
             and not late
@@ -551,6 +567,17 @@ class Resolver:
                 if key is None or key == _DEFER:
                     break
                 ready[(fqn, current)] = (trigger, key)
+
+    def _waiting_on_static(self, fqn: str, states: _Snapshot, now: datetime) -> list[tuple[str, str]]:
+        """The partitions a static table's materialization may let run: those of the tables that read it not built
+        yet, within the lookback (the ones built already read the version they read; a taint rebuilds them)."""
+        candidates = []
+        for table in self._referencing.get(fqn, []):
+            pdef = BY_PERIOD[table.period]
+            keys = _ended_between(pdef, _last_window_end(pdef, now) - self.lookback, now)
+            found = states.states(table, keys)
+            candidates += [(table.fqn, k) for k in keys if not found[k].materialized]
+        return candidates
 
     def _in_lookback(self, table: Table, partition: str, now: datetime) -> bool:
         pdef = BY_PERIOD[table.period]

@@ -120,11 +120,16 @@ class ReverseIndex:
         self,
         outgoing: dict[str, dict[EdgeMapping, list[Edge]]],
         incoming: dict[tuple[str, str], EdgeMapping] | None = None,
+        references: dict[str, dict[str, TimeWindowPartitionsDefinition]] | None = None,
     ):
         self._outgoing = outgoing
         self._incoming = incoming or {}  # (downstream, upstream) → the edge's mapping, for upstream_of
+        # a static table → each table that reads it whole, with its partitions: every partition of it needs it
+        self._references = references or {}
         self._calendars: dict[TimeWindowPartitionsDefinition, Calendar] = {}
         self._pdefs: dict[str, TimeWindowPartitionsDefinition] = {}  # table → its partitions, for closures
+        for readers in self._references.values():
+            self._pdefs.update(readers)
         for table, groups in outgoing.items():
             for em, edges in groups.items():
                 self._pdefs.setdefault(table, em.upstream)
@@ -140,7 +145,10 @@ class ReverseIndex:
         by_period = (periods_ or periods()).by_period
         outgoing: dict[str, dict[EdgeMapping, list[Edge]]] = defaultdict(lambda: defaultdict(list))
         incoming: dict[tuple[str, str], EdgeMapping] = {}
+        references: dict[str, dict[str, TimeWindowPartitionsDefinition]] = defaultdict(dict)
         for table in catalog.derived():
+            for ref in table.references:
+                references[ref.table][table.fqn] = by_period[table.period]
             for dep in table.deps:
                 up_period = catalog[dep.table].period
                 anchor = None
@@ -157,7 +165,7 @@ class ReverseIndex:
                 )
                 outgoing[dep.table][key].append(Edge(table.fqn, dep))
                 incoming[(table.fqn, dep.table)] = key
-        index = cls({table: dict(groups) for table, groups in outgoing.items()}, incoming)
+        index = cls({table: dict(groups) for table, groups in outgoing.items()}, incoming, dict(references))
         now = (current_time or datetime.now(UTC)).timestamp()
         for pdef in {pdef for groups in outgoing.values() for em in groups for pdef in (em.upstream, em.downstream)}:
             index._calendar(pdef, now)  # enumerated once here rather than on the first events
@@ -177,6 +185,10 @@ class ReverseIndex:
         """
         now = (current_time or datetime.now(UTC)).timestamp()
         found: dict[str, list[str]] = {}
+        for reader, pdef in self._references.get(table_fqn, {}).items():  # a static table: every partition
+            keys = self._ended(pdef, now)
+            if keys:
+                found[reader] = keys
         for edge_mapping, edges in self._outgoing.get(table_fqn, {}).items():
             keys = self._downstream_keys(edge_mapping, partition_key, now)
             if keys:
@@ -231,6 +243,11 @@ class ReverseIndex:
         (default: now) are listed, as :meth:`downstream_of` lists them."""
         now = (current_time or datetime.now(UTC)).timestamp()
         runs: dict[str, list[tuple[int, int]]] = defaultdict(list)  # table → runs of positions (first, last)
+        for table in roots:  # a static table: every partition of each table that reads it
+            for reader, reader_pdef in self._references.get(table, {}).items():
+                ended = len(self._ended(reader_pdef, now))
+                if ended:
+                    runs[reader].append((0, ended - 1))
         for table, keys in roots.items():
             pdef = self._pdefs.get(table)
             if pdef is None:  # a table no other reads and that reads nothing: its partitions are the closure
@@ -258,6 +275,15 @@ class ReverseIndex:
         for table, keys in roots.items():  # the roots of a table outside every edge, as they are
             closure.setdefault(table, list(keys))
         return {t: k for t, k in closure.items() if k}
+
+    def is_static(self, table_fqn: str) -> bool:
+        """Whether ``table_fqn`` is a static table some table reads."""
+        return table_fqn in self._references
+
+    def _ended(self, pdef: TimeWindowPartitionsDefinition, now: float) -> list[str]:
+        """Every partition of ``pdef`` whose window has ended by ``now``, in time order."""
+        calendar = self._calendar(pdef, now)
+        return calendar.keys[: bisect_right(calendar.ends, now)]
 
     def runs(self, table_fqn: str, keys: Sequence[str], current_time: datetime | None = None) -> list[list[str]]:
         """``keys`` of ``table_fqn`` (in time order) cut into runs of consecutive partitions."""

@@ -39,6 +39,7 @@ from dagster import AssetKey, DagsterEventType, DagsterInstance, EventLogEntry
 
 from warehouse_assets.build.gate import DEGRADED, STATE, per_partition
 from warehouse_assets.build.validity import VALID, Taint
+from warehouse_assets.catalog import WHOLE
 
 if TYPE_CHECKING:
     from warehouse_assets.catalog import Table
@@ -225,8 +226,7 @@ class PartitionStateStore(_GateReader):
                 name = "validity" if e.check_name == VALID else "checks"
             else:
                 continue
-            if partition is not None:
-                touched.setdefault((asset_key.to_user_string(), partition), set()).add(name)
+            touched.setdefault((asset_key.to_user_string(), _partition(partition)), set()).add(name)
         return [Change(a, p, frozenset(fields), self._row(a, p)) for (a, p), fields in touched.items()]
 
     def _read(self, after: int, head: int) -> list[tuple[int, EventLogEntry]]:
@@ -344,35 +344,33 @@ class _Step:
             return
         if event.event_type == MATERIALIZED:
             m = event.step_materialization_data.materialization
-            if m.partition is not None:
-                version = m.metadata.get("delta_version")
-                self.set(
-                    self.row(m.asset_key, m.partition),
-                    storage_id=storage_id,
-                    run_id=entry.run_id,
-                    timestamp=entry.timestamp,
-                    delta_version=version.value if version is not None and isinstance(version.value, int) else None,
-                    checks={},  # verdicts on the previous materialization no longer count
-                    taint=None,  # nor does a taint: the new data is judged by its own checks
-                    degraded=per_partition(m.metadata, DEGRADED, m.partition),
-                    state=per_partition(m.metadata, STATE, m.partition),
-                    failed=False,
-                )
+            version = m.metadata.get("delta_version")
+            self.set(
+                self.row(m.asset_key, _partition(m.partition)),
+                storage_id=storage_id,
+                run_id=entry.run_id,
+                timestamp=entry.timestamp,
+                delta_version=version.value if version is not None and isinstance(version.value, int) else None,
+                checks={},  # verdicts on the previous materialization no longer count
+                taint=None,  # nor does a taint: the new data is judged by its own checks
+                degraded=per_partition(m.metadata, DEGRADED, m.partition) if m.partition else None,
+                state=per_partition(m.metadata, STATE, m.partition) if m.partition else None,
+                failed=False,
+            )
         elif event.event_type == CHECKED:
             e = event.asset_check_evaluation_data
-            if e.partition is not None:
-                current = self.row(e.asset_key, e.partition)
-                target = e.target_materialization_data.storage_id if e.target_materialization_data else None
-                if target != current.storage_id:  # a verdict on an older materialization does not count
-                    return
-                if e.check_name == VALID:  # validity: failed = tainted, passed = valid again
-                    self.set(current, taint=None if e.passed else Taint.of(e, entry.timestamp))
-                else:
-                    self.set(current, checks={**current.checks, e.check_name: e.passed})
+            current = self.row(e.asset_key, _partition(e.partition))
+            target = e.target_materialization_data.storage_id if e.target_materialization_data else None
+            if target != current.storage_id:  # a verdict on an older materialization does not count
+                return
+            if e.check_name == VALID:  # validity: failed = tainted, passed = valid again
+                self.set(current, taint=None if e.passed else Taint.of(e, entry.timestamp))
+            else:
+                self.set(current, checks={**current.checks, e.check_name: e.passed})
         elif event.event_type == PLANNED:
             planned = event.asset_materialization_planned_data
             subset = planned.partitions_subset
-            keys = list(subset.get_partition_keys()) if subset else [p for p in [planned.partition] if p]
+            keys = list(subset.get_partition_keys()) if subset else [_partition(planned.partition)]
             self.add_targets(entry.run_id, [(planned.asset_key.to_user_string(), k) for k in keys])
             for k in keys:
                 self.set(self.row(planned.asset_key, k), latest_run=entry.run_id, in_progress=False, failed=False)
@@ -513,3 +511,9 @@ def _from_row(r: Sequence[object]) -> PartitionState:
 def _chunks(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
+
+
+def _partition(key: str | None) -> str:
+    """The store's key of an event's partition: an unpartitioned asset's events (a static table's) carry none, and
+    its one partition is the whole table."""
+    return WHOLE if key is None else key

@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 
 from dagster import AssetKey, PartitionKeyRange
 
-from warehouse_assets.catalog import BY_PERIOD, Catalog
+from warehouse_assets.catalog import BY_PERIOD, WHOLE, Catalog
 from warehouse_assets.center.state_store import PartitionState, StateView
 
 DEFAULT_DAYS = 3  # without a range: the partitions that ended in the last days
@@ -22,6 +22,10 @@ def status_keys(
     """The partitions START … END of ``fqn`` (inclusive), or by default those that ended in the last few days."""
     if fqn not in catalog.tables:
         raise ValueError(f"unknown table {fqn!r}; known: {', '.join(sorted(catalog.tables))}")
+    if catalog[fqn].is_static:
+        if {start, end} - {None, WHOLE}:
+            raise ValueError(f"{fqn} is a static table: it has no partitions, so name no range")
+        return [WHOLE]
     pdef = BY_PERIOD[catalog[fqn].period]
     now = now or datetime.now(UTC)
     if start is None or end is None:
@@ -38,7 +42,7 @@ def status_keys(
 def status_lines(catalog: Catalog, states: StateView, fqn: str, keys: Sequence[str]) -> list[str]:
     table = catalog[fqn]
     found = states.states(AssetKey(table.key), keys)
-    zone = ZoneInfo(BY_PERIOD[table.period].timezone)
+    zone = ZoneInfo(BY_PERIOD["daily"].timezone)  # the business timezone, one for every period
     tainted = sum(1 for s in found.values() if s.tainted)
     done = sum(1 for s in found.values() if s.materialized)
     out = [f"{fqn} ({table.period}): {len(keys)} partition(s), {done} materialized, {tainted} tainted"]

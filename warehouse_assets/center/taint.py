@@ -47,7 +47,7 @@ from dagster import (
 from warehouse_assets.build.compiler import max_partitions_per_run, topological
 from warehouse_assets.build.gate import span
 from warehouse_assets.build.validity import Taint, taint_evaluation
-from warehouse_assets.catalog import BY_PERIOD, Catalog, Table, upstream_partitions
+from warehouse_assets.catalog import BY_PERIOD, WHOLE, Catalog, Table, upstream_partitions
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import PartitionState, PartitionStateStore, StateView
 
@@ -107,7 +107,8 @@ class TaintPlan:
     @property
     def title(self) -> str:
         keys = self.start if self.start == self.end else f"{self.start} .. {self.end}"
-        return f"{self.table} {keys}: {self.taint.reason} (by {self.taint.by})"
+        named = f"{self.table} {keys}" if keys else f"{self.table} (static, whole)"
+        return f"{named}: {self.taint.reason} (by {self.taint.by})"
 
     def summary(self) -> str:
         tables = sum(1 for t in self.tables if t.marked)
@@ -123,6 +124,8 @@ class TaintPlan:
         )
 
     def _how(self, t: TablePlan) -> str:
+        if not t.rebuilt and self.index.is_static(t.table):
+            return "repaired by correcting its SQL (the static_tables sensor builds it again)"
         if not t.rebuilt:
             return "repaired at its source (reported again)"
         return f"rebuilt in {t.runs} run(s)" if self.backfill else "rebuilt by the engine"
@@ -172,6 +175,8 @@ def new_taint(table: str, start: str, end: str, reason: str, by: str = "", root_
     """The taint of partitions START … END of ``table``: its root names them (and the failed check, for the engine's
     taint after a late verdict); ``by`` defaults to the user running the process."""
     root = f"{table} {start}" if start == end else f"{table} {start} .. {end}"
+    if start in ("", WHOLE):  # a static table: the whole of it
+        root = table
     return Taint(
         reason=reason,
         root=f"{root} (check {root_check} failed)" if root_check else root,
@@ -184,6 +189,12 @@ def root_keys(catalog: Catalog, table: str, start: str, end: str) -> list[str]:
     """The partitions START … END of ``table``, validated."""
     if table not in catalog.tables:
         raise ValueError(f"unknown table {table!r}; known: {', '.join(sorted(catalog.tables))}")
+    if catalog[table].is_static:
+        if {start, end} - {"", WHOLE}:
+            raise ValueError(f"{table} is a static table: it has no partitions, so name no START and END")
+        return [WHOLE]
+    if not start or not end:
+        raise ValueError(f"{table} is partitioned ({catalog[table].period}): name the first and last partition")
     pdef = BY_PERIOD[catalog[table].period]
     for key in (start, end):
         if not pdef.has_partition_key(key):
@@ -234,7 +245,9 @@ def plan_taint(
                 plan.never.append(key)
             else:
                 plan.waiting.append(key)
-        if not t.is_source:
+        # a static table is repaired by correcting its SQL (the static_tables sensor builds it again), as an ODS hour
+        # is at its source; the backfill's runs reading it wait for that through the run guard
+        if not t.is_source and not t.is_static:
             plan.rebuilt = list(plan.marked)
             limit = max_partitions_per_run(t)
             plan.runs = sum(-(-len(run) // (limit or len(run))) for run in index.runs(fqn, plan.rebuilt, now))
@@ -274,7 +287,8 @@ def _never_buildable(catalog: Catalog, index: ReverseIndex, table: Table, key: s
 
 
 def _in_dependency_order(catalog: Catalog, closure: dict[str, list[str]]) -> list[str]:
-    rank = {fqn: i for i, fqn in enumerate(t.fqn for t in [*catalog.ods(), *catalog.externals()])}
+    sources = [*catalog.statics(), *catalog.ods(), *catalog.externals()]
+    rank = {fqn: i for i, fqn in enumerate(t.fqn for t in sources)}
     rank.update({t.fqn: len(rank) + i for i, t in enumerate(topological(catalog))})
     return sorted(closure, key=lambda fqn: rank.get(fqn, len(rank)))
 
@@ -328,8 +342,8 @@ def launch_backfill(
 
 class TaintConfig(Config):  # type: ignore[misc]
     table: str  # e.g. "ods.order"
-    start: str  # first partition, e.g. "2026-01-05-08:00"
-    end: str  # last partition (inclusive)
+    start: str = ""  # first partition, e.g. "2026-01-05-08:00" (none of a static table)
+    end: str = ""  # last partition (inclusive)
     reason: str
     apply: bool = False  # False: show the plan only
     by: str = ""  # who marks it (default: the user running the job's process)

@@ -564,6 +564,8 @@ def _weak_notes(verdict: Verdict) -> list[str]:
 
 def _never_built(catalog: Catalog, table: Table, partition: str) -> str:
     """Why ``partition`` can never be built (its window reaches before the warehouse start), or ''."""
+    if table.is_static:  # it reads nothing: it can always be built
+        return ""
     since = first_buildable(catalog, table)
     pdef = BY_PERIOD[table.period]
     start = pdef.time_window_for_partition_key(partition).start

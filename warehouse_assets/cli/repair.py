@@ -83,8 +83,13 @@ def table_status_command(args: argparse.Namespace, instance: Any) -> int:
 def add_taint_parser(sub: Any) -> None:
     taint = sub.add_parser("taint", help="mark partitions and everything built from them tainted; --apply repairs")
     taint.add_argument("table", help="e.g. ods.order")
-    taint.add_argument("start", help="first partition, e.g. 2026-03-02-08:00 (daily: 2026-03-02)")
-    taint.add_argument("end", help="last partition (inclusive)")
+    taint.add_argument(
+        "start",
+        nargs="?",
+        default="",
+        help="first partition, e.g. 2026-03-02-08:00 (daily: 2026-03-02); none of a static table",
+    )
+    taint.add_argument("end", nargs="?", default="", help="last partition (inclusive)")
     taint.add_argument("--reason", required=True, help="why the data is bad: shown on every tainted partition")
     taint.add_argument("--apply", action="store_true", help="mark them and launch the repair backfill")
     taint.add_argument("--by", default="", help="who marks them (default: your user name)")
