@@ -136,6 +136,7 @@ def generate_catalog(
     """Write ``n`` table declarations under ``root/<layer>/``; return a summary of what was written."""
     rng = random.Random(seed)
     weak_rng = random.Random(seed + 1)
+    static_rng = random.Random(seed + 2)  # a stream of its own: the other rules are drawn as without static tables
     ruled: Counter[str] = Counter()
     n_roots = 5 + n // 1000
     tables: list[tuple[str, str]] = []  # (fqn, period) in creation order
@@ -218,8 +219,8 @@ def generate_catalog(
             header.append("depends_on:")
             header += [f"  {up}: {_flow(off)}" for up, off in declared.items()]
         header += states
-        if rules and weak_rng.random() < STATIC_SHARE:
-            reads_static = weak_rng.choice(statics)
+        if rules and static_rng.random() < STATIC_SHARE:
+            reads_static = static_rng.choice(statics)
             ruled["static_readers"] += 1
         else:
             reads_static = ""

@@ -13,6 +13,7 @@ from warehouse_assets.catalog import (
     DerivedTable,
     ExternalTable,
     OdsTable,
+    StaticTable,
     Table,
     load_catalog,
 )
@@ -32,12 +33,13 @@ def _derived(name: str, body: str, header: str = "") -> str:
 def test_each_kind_of_table_is_its_own_model_with_its_fields_required() -> None:
     catalog = load_catalog()
     kinds = {type(t) for t in catalog}
-    assert kinds == {OdsTable, DerivedTable, ExternalTable}
+    assert kinds == {OdsTable, DerivedTable, ExternalTable, StaticTable}
     assert catalog.ods() and all(
         isinstance(t, OdsTable) and t.source_database and t.partition_time for t in catalog.ods()
     )
     assert all(isinstance(t, ExternalTable) and t.external.location for t in catalog.externals())
     assert all(isinstance(t, DerivedTable) and t.sql for t in catalog.derived())
+    assert all(isinstance(t, StaticTable) and t.sql and t.columns and not t.deps for t in catalog.statics())
     # a kind's fields are its own: no optional ODS or external field hangs on a derived table
     derived = {f.name for f in fields(DerivedTable)}
     assert not derived & {"source_database", "source_tables", "partition_time", "external", "completeness_threshold"}

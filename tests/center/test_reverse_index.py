@@ -18,7 +18,7 @@ from dagster import TimeWindowPartitionMapping
 
 from resources.settings import Settings, using
 from tests.support.small_catalog import ODS
-from warehouse_assets.catalog import BY_PERIOD, Catalog, load_catalog, upstream_partitions
+from warehouse_assets.catalog import BY_PERIOD, WHOLE, Catalog, load_catalog, upstream_partitions
 from warehouse_assets.center.reverse_index import EdgeMapping, ReverseIndex
 
 LOS_ANGELES = Settings.from_env({"WAREHOUSE_TIMEZONE": "America/Los_Angeles"})
@@ -33,6 +33,8 @@ def inverted(catalog: Catalog, now: datetime) -> dict[tuple[str, str], dict[str,
                 upstream = upstream_partitions(catalog, table, dep, key, current_time=now)
                 for needed in [*upstream.keys, *upstream.nonexistent]:
                     needed_by[(dep.table, needed)][table.fqn].append(key)
+            for ref in table.references:  # a static table: its one partition, by every partition
+                needed_by[(ref.table, WHOLE)][table.fqn].append(key)
     return needed_by
 
 
@@ -42,7 +44,8 @@ def assert_inverse(catalog: Catalog, now: datetime) -> int:
     expected = inverted(catalog, now)
     compared = 0
     for table in catalog:
-        for key in BY_PERIOD[table.period].get_partition_keys(current_time=now):
+        partitions = [WHOLE] if table.is_static else BY_PERIOD[table.period].get_partition_keys(current_time=now)
+        for key in partitions:
             want = {down: keys for down, keys in expected.get((table.fqn, key), {}).items()}
             assert index.downstream_of(table.fqn, key, current_time=now) == want, (table.fqn, key)
             compared += 1
