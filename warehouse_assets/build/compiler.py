@@ -34,7 +34,7 @@ from dagster import (
 from resources.delta_lake import DeltaLakeResource
 from resources.spark import SparkResource
 from warehouse_assets.build.freshness import build_freshness_checks
-from warehouse_assets.build.gate import first_buildable
+from warehouse_assets.build.gate import BuildableSearch, FirstBuildable, first_buildable
 from warehouse_assets.build.quality import (
     check_specs,
     evaluation,
@@ -71,13 +71,13 @@ def max_partitions_per_run(table: Table) -> int | None:
     return backfill_policy(table).max_partitions_per_run
 
 
-def first_partition_note(catalog: Catalog, table: DerivedTable) -> str:
+def first_partition_note(catalog: Catalog, table: DerivedTable, since: FirstBuildable | None = None) -> str:
     """What the asset's description adds when the table's partitions do not all begin at the warehouse start: the
     first partition that can be built, and why the earlier ones never can (their window reaches before the start)
     or why there is none before it (a week or a month is a partition only when all of its days can exist). Those
     tables show missing partitions, or none, in the UI for good reason; this says it where the user looks."""
     pdef = BY_PERIOD[table.period]
-    since = first_buildable(catalog, table)
+    since = since or first_buildable(catalog, table)
     start = periods().start
     noun = {"hourly": "hour", "daily": "day", "weekly": "week", "monthly": "month"}[table.period]
     if since.partition is None:
@@ -96,7 +96,10 @@ def first_partition_note(catalog: Catalog, table: DerivedTable) -> str:
     return ""
 
 
-def build_asset(catalog: Catalog, table: DerivedTable) -> AssetsDefinition:
+def build_asset(catalog: Catalog, table: DerivedTable, buildable: BuildableSearch | None = None) -> AssetsDefinition:
+    """``buildable``: the first buildable partitions found so far, shared by the tables of one compile (each table's
+    is found from its upstream tables': without sharing, a deep graph repeats its upstream chains table by table)."""
+    since = first_buildable(catalog, table, buildable)
     deps = [
         AssetDep(AssetKey(dep.key), partition_mapping=partition_mapping(table, dep, catalog[dep.table].period))
         for dep in table.deps
@@ -110,7 +113,7 @@ def build_asset(catalog: Catalog, table: DerivedTable) -> AssetsDefinition:
         group_name=table.layer,
         partitions_def=BY_PERIOD[table.period],
         deps=deps,
-        description=table.description + first_partition_note(catalog, table),
+        description=table.description + first_partition_note(catalog, table, since),
         owners=[f"team:{table.owner}"],
         kinds={"spark", "delta"},
         code_version=code_version(table),
@@ -124,7 +127,7 @@ def build_asset(catalog: Catalog, table: DerivedTable) -> AssetsDefinition:
             "primary_key": ", ".join(table.primary_key),
             "source_file": str(table.path.relative_to(table.path.parents[2])),
             "sql": MetadataValue.md(f"```sql\n{table.sql}\n```"),
-            "first_buildable_partition": first_buildable(catalog, table).partition or "none within reach",
+            "first_buildable_partition": since.partition or "none within reach",
         },
     )
 
@@ -262,7 +265,8 @@ def build_assets(catalog: Catalog) -> list[AssetsDefinition | AssetSpec]:
     built: list[AssetsDefinition | AssetSpec] = [build_external_spec(t) for t in catalog.externals()]
     built += [build_ods_spec(t) for t in catalog.ods()]
     built += [build_static_asset(t) for t in catalog.statics()]
-    built += [build_asset(catalog, t) for t in catalog.derived()]
+    buildable = BuildableSearch()
+    built += [build_asset(catalog, t, buildable) for t in catalog.derived()]
     return built
 
 
