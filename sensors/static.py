@@ -9,7 +9,6 @@ changes, and ``warehouse why`` shows its downstream waiting for it meanwhile.
 
 from dagster import (
     AssetKey,
-    DagsterInstance,
     DefaultSensorStatus,
     RunRequest,
     SensorDefinition,
@@ -19,17 +18,9 @@ from dagster import (
 )
 
 from warehouse_assets.build.compiler import code_version
-from warehouse_assets.catalog import Catalog, StaticTable
+from warehouse_assets.catalog import Catalog
 
 CODE_VERSION_TAG = "dagster/code_version"  # Dagster's tag on a materialization: the asset's code version then
-
-
-def built_from_current_sql(instance: DagsterInstance, table: StaticTable) -> bool:
-    """Whether the static table's latest build ran its SQL as it is now."""
-    event = instance.get_latest_materialization_event(AssetKey(table.key))
-    materialization = event.asset_materialization if event is not None else None
-    built = (materialization.tags or {}).get(CODE_VERSION_TAG) if materialization is not None else None
-    return built == code_version(table)
 
 
 def build_static_sensor(catalog: Catalog) -> list[SensorDefinition]:
@@ -37,7 +28,7 @@ def build_static_sensor(catalog: Catalog) -> list[SensorDefinition]:
     statics = {t.fqn: t for t in catalog.statics()}
     if not statics:
         return []
-    versions = {fqn: code_version(t) for fqn, t in statics.items()}  # the run keys: table@version
+    versions = {fqn: code_version(t) for fqn, t in statics.items()}
 
     @sensor(
         name="static_tables",
@@ -49,7 +40,10 @@ def build_static_sensor(catalog: Catalog) -> list[SensorDefinition]:
     def static_tables(context: SensorEvaluationContext) -> SensorResult:
         requests = []
         for fqn, table in sorted(statics.items()):
-            if not built_from_current_sql(context.instance, table):
+            event = context.instance.get_latest_materialization_event(AssetKey(table.key))
+            materialization = event.asset_materialization if event is not None else None
+            built = materialization.tags.get(CODE_VERSION_TAG) if materialization and materialization.tags else None
+            if built != versions[fqn]:
                 requests.append(
                     RunRequest(
                         run_key=f"{fqn}@{versions[fqn]}",

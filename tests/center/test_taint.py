@@ -324,20 +324,14 @@ def test_apply_marks_every_built_partition_and_launches_one_backfill_the_engine_
 # --- the command line -------------------------------------------------------------------------------------------
 
 
-def cli_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A Dagster home, lake and landing area of the test's own for the ``warehouse`` command."""
+def test_the_taint_command_prints_the_plan_and_apply_acts_status_shows_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     home = tmp_path / "dagster_home"
     home.mkdir()
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     monkeypatch.setenv("WAREHOUSE_LAKE_ROOT", str(tmp_path / "lake"))
     monkeypatch.setenv("WAREHOUSE_LANDING_ROOT", str(tmp_path / "landing"))
-    return home
-
-
-def test_the_taint_command_prints_the_plan_and_apply_acts_status_shows_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    home = cli_home(tmp_path, monkeypatch)
     day = "2026-03-02"
     catalog = load_catalog()
     with instance_for_test(temp_dir=str(home)) as instance:
@@ -368,7 +362,11 @@ def test_the_taint_command_prints_the_plan_and_apply_acts_status_shows_it(
 def test_a_tainted_static_table_taints_every_partition_built_from_it_and_is_repaired_by_its_sql(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    home = cli_home(tmp_path, monkeypatch)
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    monkeypatch.setenv("WAREHOUSE_LAKE_ROOT", str(tmp_path / "lake"))
+    monkeypatch.setenv("WAREHOUSE_LANDING_ROOT", str(tmp_path / "landing"))
     catalog = load_catalog()
     static = AssetKey(catalog["dwd.city_tier"].key)
     built = days("2026-03-02", "2026-03-04")

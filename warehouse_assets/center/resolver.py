@@ -238,8 +238,10 @@ class Resolver:
                 if dep.mode == DEADLINE and dep.deadline is not None:
                     self._deadline_deps.setdefault(dep.deadline, []).append((table, dep))
         self._timezone = ZoneInfo(BY_PERIOD["daily"].timezone)
-        # a static table → the tables that read it
-        self._referencing = {static.fqn: catalog.referencing(static.fqn) for static in catalog.statics()}
+        self._referencing: dict[str, list[DerivedTable]] = {}  # a static table → the tables that read it
+        for table in catalog.derived():
+            for ref in table.references:
+                self._referencing.setdefault(ref.table, []).append(table)
         self._pruned_at: datetime | None = None
 
     def close(self) -> None:

@@ -139,9 +139,12 @@ def build_static(instance: Any, resources: dict[str, Any], all_assets: list[Any]
     """Build a static table the range reads unless it is built from its SQL as it is now (the sensor's rule)."""
     from dagster import AssetKey, materialize
 
-    from sensors.static import built_from_current_sql
+    from sensors.static import CODE_VERSION_TAG
+    from warehouse_assets.build.compiler import code_version
 
-    if built_from_current_sql(instance, table):
+    event = instance.get_latest_materialization_event(AssetKey(table.key))
+    materialization = event.asset_materialization if event is not None else None
+    if materialization is not None and (materialization.tags or {}).get(CODE_VERSION_TAG) == code_version(table):
         return True
     say(f"[static] {table.fqn} …")
     result = materialize(
