@@ -28,6 +28,10 @@ stack and checks:
 * derived tables the oracle computes (``dwd.order_detail``, ``ads.daily_gmv``, ``ads.gmv_hourly``,
   ``ads.attendance_rate_daily``): every partition of the simulated days materialized (``missing`` otherwise) and
   equal to the replay (``mismatched_partitions`` otherwise);
+* every DWD, DWS and ADS table (and each static table): the stack stopped, the same landing area is built again
+  from scratch, without faults, by the headless path (``warehouse materialize`` on a home and lake of its own);
+  each partition of the simulated days it built must be materialized by the soak with the same rows, and the
+  soak must have built none it could not (the ODS checks above tie both to the replay);
 * exactly once: no engine request with more than one successful run (``duplicated``), and ingestion reconciled over
   the whole run: the changes each shard stream took in (``ops.ingested_counts``) equal the row images of the replay's
   distinct, well-formed messages of that stream;
@@ -413,6 +417,100 @@ def check_derived(
             found.mismatched.append(f"ads.attendance_rate_daily {day}")
 
 
+def build_reference(work: Path, landing: Path, env: dict[str, str], first: date, days: int) -> tuple[Path, Path]:
+    """The warehouse built again from scratch, without faults: a copy of the landing area ingested and every table
+    built over the simulated days by the headless path (``warehouse materialize``), with a home and lake of its
+    own and a local Spark. Returns its (home, lake)."""
+    ref = work / "reference"
+    home, lake, ref_landing = ref / "dagster_home", ref / "lake", ref / "landing"
+    home.mkdir(parents=True)
+    shutil.copy(ROOT / "dagster_home" / "dagster.yaml", home / "dagster.yaml")  # SQLite: a throwaway instance
+    shutil.copytree(landing, ref_landing)
+    ref_env = dict(
+        env,
+        DAGSTER_HOME=str(home),
+        WAREHOUSE_LAKE_ROOT=str(lake),
+        WAREHOUSE_LANDING_ROOT=str(ref_landing),
+        WAREHOUSE_LOG_DIR=str(ref),
+        WAREHOUSE_SPARK_MODE="local",
+    )
+    end = first + timedelta(days=days)
+    command = [sys.executable, "-m", "warehouse_assets.cli", "materialize", "--start", f"{first}", "--end", f"{end}"]
+    t0 = time.monotonic()
+    with (ref / "materialize.log").open("wb") as log:
+        code = subprocess.run(command, cwd=ROOT, env=ref_env, stdout=log, stderr=subprocess.STDOUT).returncode
+    if code != 0:
+        raise SystemExit(f"the reference build failed ({code}); its log: {ref / 'materialize.log'}")
+    say(f"reference built from scratch in {time.monotonic() - t0:.0f} s")
+    return home, lake
+
+
+def _canonical(value: Any) -> Any:
+    """A cell as both builds must agree on it: floats to 9 significant digits (Spark's aggregation order is not
+    fixed), timestamps in the business timezone."""
+    if isinstance(value, float):
+        return float(f"{value:.9g}")
+    if isinstance(value, datetime):
+        return _local(value)
+    return value
+
+
+def _rows_by_partition(lake: Path, table: Any) -> dict[tuple[str, ...], list[tuple[Any, ...]]]:
+    rows = _live_rows(lake, list(table.key), ["*"])
+    by = table.partition_by
+    out: dict[tuple[str, ...], list[tuple[Any, ...]]] = defaultdict(list)
+    for row in rows:
+        cells = tuple((k, _canonical(v)) for k, v in sorted(row.items()) if k not in by)
+        out[tuple(str(row[c]) for c in by)].append(cells)
+    return {part: sorted(cells, key=repr) for part, cells in out.items()}
+
+
+def check_against_reference(
+    lake: Path, instance: Any, ref_lake: Path, ref_instance: Any, catalog: Any, first: date, days: int, found: Findings
+) -> int:
+    """Every derived partition of the simulated days (DWD, DWS, ADS, static tables) the reference built is
+    materialized by the soak (``missing`` otherwise) with the same rows (``mismatched_partitions`` otherwise), and
+    the soak built none the reference could not. Returns how many partitions were compared."""
+    from dagster import AssetKey
+
+    from warehouse_assets.build.runner import partition_spec
+    from warehouse_assets.catalog import BY_PERIOD, WHOLE
+
+    begin = datetime(first.year, first.month, first.day, tzinfo=TZ)
+    end = begin + timedelta(days=days)
+
+    def in_days(table: Any, key: str) -> bool:
+        window = BY_PERIOD[table.period].time_window_for_partition_key(key)
+        return begin <= window.start and window.end <= end
+
+    compared = 0
+    for table in [*catalog.statics(), *catalog.derived()]:
+        asset = AssetKey(list(table.key))
+        if table.is_static:
+            built = {WHOLE} if ref_instance.get_latest_materialization_event(asset) else set()
+            have = {WHOLE} if instance.get_latest_materialization_event(asset) else set()
+        else:
+            built = {k for k in ref_instance.get_materialized_partitions(asset) if in_days(table, k)}
+            have = {k for k in instance.get_materialized_partitions(asset) if in_days(table, k)}
+        absent = sorted(built - have)
+        found.missing += len(absent)
+        if absent:
+            found.notes.append(f"{table.fqn}: {len(absent)} partitions never materialized, e.g. {absent[:3]}")
+        for key in sorted(have - built):
+            found.mismatched.append(f"{table.fqn} {key} (built by the soak, not buildable from scratch)")
+        if not built & have:
+            continue
+        ours, theirs = _rows_by_partition(lake, table), _rows_by_partition(ref_lake, table)
+        for key in sorted(built & have):
+            spec = () if table.is_static else tuple(partition_spec(table.period, key).values())
+            compared += 1
+            if ours.get(spec, []) != theirs.get(spec, []):
+                found.mismatched.append(
+                    f"{table.fqn} {key}: {len(ours.get(spec, []))} rows, {len(theirs.get(spec, []))} from scratch"
+                )
+    return compared
+
+
 def check_runs(instance: Any, found: Findings) -> list[Any]:
     """Runs per engine request (at most one success each) and none left queued or in progress; all run records."""
     from dagster import DagsterRunStatus
@@ -561,7 +659,7 @@ def main() -> int:
     found = Findings()
     began = time.time()
     records: list[Any] = []
-    orphans = 0
+    orphans = compared = 0
     try:
         for name in ("spark_connect", "webserver", "daemon", "engine"):
             supervisor.start(name)
@@ -611,6 +709,11 @@ def main() -> int:
         check_ingestion(lake, landing, catalog, found)
         failed = [r for r in records if r.dagster_run.status == DagsterRunStatus.FAILURE]
         say(f"settled after {settled:.0f} s: {len(records)} runs, {len(failed)} failed (the killed ones among them)")
+        supervisor.stop()  # the stack's Spark gives way to the reference build's
+        ref_home, ref_lake = build_reference(work, landing, env, first, args.days)
+        with DagsterInstance.from_config(str(ref_home)) as ref_instance:
+            compared = check_against_reference(lake, instance, ref_lake, ref_instance, catalog, first, args.days, found)
+        say(f"{compared} derived partitions compared with the build from scratch")
     finally:
         supervisor.stop()
         time.sleep(5)
@@ -636,7 +739,8 @@ def main() -> int:
     say(f"faults injected per kind: {by_kind}; restarts by the supervisor: {len(supervisor.restarts)}")
     print(
         f"RESULT faults={len(injected)} lost={found.lost} duplicated={found.duplicated} missing={found.missing} "
-        f"mismatched_partitions={len(found.mismatched)} stuck_runs={len(found.stuck)} orphans={orphans} "
+        f"mismatched_partitions={len(found.mismatched)} compared_partitions={compared} "
+        f"stuck_runs={len(found.stuck)} orphans={orphans} "
         f"recover_p50_s={p50:.1f} recover_p90_s={p90:.1f} recover_max_s={top:.1f} days={args.days} seed={args.seed} "
         f"storage={'postgres' if args.postgres else 'sqlite'} burst={burst_at:%Y-%m-%dT%H} "
         f"silent={silent_stream}@{silent_at:%Y-%m-%dT%H}+{SILENT_HOURS}h resent_lines={silent.resent_lines}"

@@ -276,6 +276,28 @@ def test_rerunning_the_range_changes_nothing(warehouse: Warehouse) -> None:
         assert sorted(map(repr, _table(warehouse, *fqn.split(".")))) == before[fqn], fqn
 
 
+def test_a_range_skips_what_waits_for_an_undelivered_external_and_what_reads_it(
+    warehouse: Warehouse, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No exchange rate was delivered: the revenue in USD waits for it (from the first day, whose previous day's
+    rate can never exist), and so does the flash that reads that revenue. The range skips both, naming why, and
+    finishes (a run of them would only fail on its gate)."""
+    tables = ["dws.revenue_usd_daily", "ads.revenue_flash"]
+    assert materialize_range(warehouse.instance, warehouse.resources, _at(DAYS[0]), _at(DAYS[3]), tables, False)
+    for fqn in tables:
+        assert not warehouse.instance.get_materialized_partitions(AssetKey(fqn.split("."))), fqn
+    out = capsys.readouterr().out
+    assert (
+        "dws.revenue_usd_daily: 3 partition(s) skipped (2026-01-01 .. 2026-01-03 (3)), not ready: "
+        "dws.revenue_usd_daily 2026-01-01 waits for 1 partition(s) of ext.fx_rate that are not materialized: "
+        "2026-01-01" in out
+    )
+    assert (
+        "ads.revenue_flash: 3 partition(s) skipped (2026-01-01 .. 2026-01-03 (3)), not ready: ads.revenue_flash "
+        "2026-01-01 waits for 1 partition(s) of dws.revenue_usd_daily that are not materialized: 2026-01-01" in out
+    )
+
+
 def test_why_explains_a_ready_and_a_waiting_partition(warehouse: Warehouse) -> None:
     from warehouse_assets.center.why import explain
     from warehouse_assets.definitions import catalog

@@ -161,6 +161,19 @@ def test_the_first_day_is_buildable_through_its_last_state(catalog: Catalog) -> 
     assert verdict.may_run and verdict.state == "completed"
 
 
+def test_on_the_first_day_nothing_reached_says_what_the_reachable_state_waits_for(catalog: Catalog) -> None:
+    """Before the day's rate arrives on the warehouse's first day, the partition waits for that rate: the state that
+    can never be reached (its previous day's rate does not exist) is not what it waits for."""
+    states = StatedFakes(materialized={"dwd.day": {"2026-01-01"}})
+    verdict = decide(catalog, catalog["dws.rev"], "2026-01-01", states, current_time=NOW)
+    assert not verdict.may_run and verdict.state is None
+    assert verdict.reasons == [
+        "dws.rev 2026-01-01 waits for 1 partition(s) of dwd.rate that are not materialized: 2026-01-01"
+    ]
+    [rate] = [e for e in verdict.edges if e.dep.table == "dwd.rate"]
+    assert rate.missing == ["2026-01-01"] and not rate.nonexistent and verdict.later == []
+
+
 # --- the dependency center -----------------------------------------------------------------------------------------
 
 

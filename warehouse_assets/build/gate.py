@@ -289,7 +289,8 @@ def _decide_state(
     catalog: Catalog, table: Table, partition: str, states: PartitionStateReader, now: datetime
 ) -> Verdict:
     """A table with states: the latest state ``partition`` can reach now, judged on that state's dependencies; when it
-    can reach none, the first state's verdict (what it waits for at all)."""
+    can reach none, the verdict of the first state whose inputs can all exist (what it waits for at all: on a
+    warehouse's first day a state reading the day before never can)."""
     assert isinstance(table, DerivedTable)
     verdicts = []
     for state in table.states:
@@ -308,7 +309,9 @@ def _decide_state(
         verdicts.append(Verdict(table, partition, edges, state=state.name))
     reachable = [v for v in verdicts if v.may_run]
     if not reachable:
-        return replace(verdicts[0], state=None, later=verdicts[-1].reasons)
+        possible = [v for v in verdicts if not any(edge.nonexistent for edge in v.edges)]
+        first = (possible or verdicts)[0]
+        return replace(first, state=None, later=[] if first is verdicts[-1] else verdicts[-1].reasons)
     best = reachable[-1]
     return best if best is verdicts[-1] else replace(best, later=verdicts[-1].reasons)
 

@@ -83,17 +83,20 @@ def report_external_deliveries(instance: Any, resources: dict[str, Any]) -> int:
     return reported
 
 
-def _external_missing(catalog: Any, instance: Any, table: Any, keys: list[str]) -> dict[str, list[str]]:
-    """Partition key -> external upstream partitions it needs that have not arrived, as the gate judges them."""
+def _held_back(catalog: Any, instance: Any, table: Any, keys: list[str]) -> dict[str, str]:
+    """Partition key -> why the gate holds it back now (an external not arrived, an upstream partition skipped
+    earlier in this range for that reason, a tainted one…). A table's own earlier partitions are not judged: one
+    ranged run builds them in order."""
     from warehouse_assets.build.gate import InstanceStates, decide
 
     states = InstanceStates(instance)
-    missing: dict[str, list[str]] = {}
+    held: dict[str, str] = {}
     for key in keys:
-        for edge in decide(catalog, table, key, states).edges:
-            if catalog[edge.dep.table].is_external and edge.missing:
-                missing.setdefault(key, []).extend(f"{edge.dep.table} {k}" for k in edge.missing)
-    return missing
+        verdict = decide(catalog, table, key, states)
+        reasons = [e.reason(table, key) for e in verdict.edges if e.dep.table != table.fqn and not e.ok]
+        if reasons:
+            held[key] = str(reasons[0])
+    return held
 
 
 def _contiguous(keys: list[str], skip: set[str]) -> list[list[str]]:
@@ -165,7 +168,7 @@ def materialize_range(
 ) -> bool:
     """The headless path: ingest, report ready hours, then build each derived table over the range."""
     from warehouse_assets.build.compiler import build_assets, topological
-    from warehouse_assets.build.gate import backfill_partitions, nonexistent_upstream, partitions_in_range
+    from warehouse_assets.build.gate import backfill_partitions, nonexistent_upstream, partitions_in_range, span
     from warehouse_assets.catalog import DerivedTable, load_catalog
 
     catalog = load_catalog()
@@ -210,10 +213,14 @@ def materialize_range(
         if not keys:
             say(f"[{index}/{len(plan)}] {table.fqn}: no whole {table.period} partition in the range, skipped")
             continue
-        waiting = _external_missing(catalog, instance, table, keys)
-        for key, lacking in waiting.items():
-            say(f"[{index}/{len(plan)}] {table.fqn} {key}: external not arrived ({', '.join(lacking)}), skipped")
-        for run_keys in _contiguous(keys, set(waiting)):
+        held = _held_back(catalog, instance, table, keys)
+        if held:
+            first = next(iter(held))
+            say(
+                f"[{index}/{len(plan)}] {table.fqn}: {len(held)} partition(s) skipped ({span(list(held))}), not "
+                f"ready: {held[first]}"
+            )
+        for run_keys in _contiguous(keys, set(held)):
             if not _materialize_keys(instance, resources, all_assets, table, run_keys, f"[{index}/{len(plan)}]"):
                 return False
     say(f"[done  ] {len(plan)} table(s) in {time.monotonic() - begun:.1f}s")
