@@ -574,7 +574,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--days", type=int, default=2, help="simulated days (each fault kind once per day)")
     parser.add_argument("--seed", type=int, default=1, help="the fault schedule's and the source's seed")
-    parser.add_argument("--hour-seconds", type=float, default=20, help="wall seconds per simulated hour")
+    parser.add_argument("--hour-seconds", type=float, default=15, help="wall seconds per simulated hour")
     parser.add_argument("--scale", type=float, default=0.03, help="the simulated sources' volume (1.0: full)")
     parser.add_argument("--settle-timeout", type=float, default=900, help="seconds to wait for the stack to settle")
     parser.add_argument("--quiet-seconds", type=float, default=90, help="no run created for this long: settled")
