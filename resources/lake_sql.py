@@ -126,9 +126,10 @@ def _literal_as_of(version: exp.Version) -> AsOf:
     return AsOf.parse(text) if kind == "VERSION" else AsOf(timestamp=AsOf.parse(text).timestamp or None)
 
 
-def parse_query(sql: str, as_of: AsOf | None = None) -> ReadQuery:
+def parse_query(sql: str, as_of: AsOf | None = None, pin: Callable[[str, str, AsOf], AsOf] | None = None) -> ReadQuery:
     """``sql`` as a read-only query; SqlRefused naming what is refused. ``as_of`` applies to every lake table the
-    query names (a reference's own ``VERSION AS OF`` wins)."""
+    query names (a reference's own ``VERSION AS OF`` wins). ``pin`` turns each reference's point of time travel into
+    the version it reads, so that every engine reads that version."""
     try:
         statements = [s for s in sqlglot.parse(sql, read="spark") if s is not None]
     except sqlglot.errors.ParseError as exc:
@@ -163,9 +164,12 @@ def parse_query(sql: str, as_of: AsOf | None = None) -> ReadQuery:
                 f"{node.sql(dialect='spark')}: tables are named layer.table in lowercase (e.g. dwd.order_detail)"
             )
         own = node.args.get("version")
-        ref = TableRef(layer, table, _literal_as_of(own) if own is not None else as_of)
+        point = _literal_as_of(own) if own is not None else as_of
+        if point is not None and pin is not None:
+            point = pin(layer, table, point)
+        ref = TableRef(layer, table, point)
         tables.append(ref)
-        if ref.as_of is not None and own is None:
+        if ref.as_of is not None and (own is None or pin is not None):
             node = node.copy()
             node.set("version", ref.as_of.spark_clause())
         return node
@@ -278,6 +282,13 @@ class LakeSql:
                 raise SqlRefused(f"{ref.name} has no readable version {_as_of_text(ref.as_of)}: {exc}") from None
         return dt
 
+    def _pin(self, layer: str, table: str, as_of: AsOf) -> AsOf:
+        """A timestamp as the version delta-rs finds at it: Spark would find it by its own reading of the commits'
+        times, and the two engines must answer from the same version."""
+        if as_of.version is not None:
+            return as_of
+        return AsOf(version=self._open(TableRef(layer, table, as_of)).version())
+
     def _datafusion(self, query: ReadQuery) -> tuple[QueryBuilder, str, ScanPlan]:
         """A DataFusion session with the query's tables, the query in its dialect, and its scan plan."""
         builder = QueryBuilder()
@@ -320,7 +331,7 @@ class LakeSql:
         if engine not in ENGINES:
             raise SqlRefused(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
         begun = time.perf_counter()
-        query = parse_query(sql, as_of)
+        query = parse_query(sql, as_of, pin=self._pin)
         plan: ScanPlan | None = None
         try:
             builder, dialect_sql, plan = self._datafusion(query)
@@ -359,15 +370,7 @@ class LakeSql:
         session, where = self.spark()
         # the names resolve in this lake (ignored by a confined server, which has its own)
         session.conf.set(SESSION_LAKE, spark_uri(self.root))
-        zone = session.conf.get("spark.sql.session.timeZone")
-        if any(ref.as_of is not None and ref.as_of.timestamp is not None for ref in query.tables):
-            # Delta 4.4 shifts a TIMESTAMP AS OF instant by the session's UTC offset (it looked 8 hours early in
-            # Asia/Shanghai): the query travels in a UTC session; the instant itself is given in microseconds
-            session.conf.set("spark.sql.session.timeZone", "UTC")
-        try:
-            rows = session.sql(query.tree.sql(dialect="spark")).toArrow()
-        finally:
-            session.conf.set("spark.sql.session.timeZone", zone or "UTC")
+        rows = session.sql(query.tree.sql(dialect="spark")).toArrow()  # every time travel pinned to a version
         return Answer(rows, "spark", time.perf_counter() - begun, plan, why, where)
 
 
