@@ -220,7 +220,8 @@ def inject(fault: Fault, supervisor: Supervisor, instance: Any) -> bool:
             p
             for owner in ("daemon", "webserver")
             for p, cmd in descendants(supervisor.procs[owner].pid)
-            if "warehouse_assets.instance.warm_launcher" in cmd
+            # the zygote's own command; a code server's carries the module too, inside its --instance-ref
+            if cmd.split()[1:3] == ["-m", "warehouse_assets.instance.warm_launcher"]
         ]
         target = found[0] if found else None
     else:
