@@ -47,6 +47,7 @@ recover_p50_s= recover_p90_s= recover_max_s=``. Exits 1 when any of those counts
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -59,6 +60,7 @@ import tempfile
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from decimal import Decimal
@@ -466,6 +468,25 @@ def _rows_by_partition(lake: Path, table: Any) -> dict[tuple[str, ...], list[tup
     return {part: sorted(cells, key=repr) for part, cells in out.items()}
 
 
+@contextlib.contextmanager
+def instance_at(home: Path) -> Iterator[Any]:
+    """The instance of ``home``: its dagster.yaml takes its storage's base_dir from DAGSTER_HOME, which in this
+    process names the soak's home, so it is set to ``home`` while the instance is made."""
+    from dagster import DagsterInstance
+
+    saved = os.environ.get("DAGSTER_HOME")
+    os.environ["DAGSTER_HOME"] = str(home)
+    try:
+        instance = DagsterInstance.from_config(str(home))
+    finally:
+        if saved is None:
+            os.environ.pop("DAGSTER_HOME")
+        else:
+            os.environ["DAGSTER_HOME"] = saved
+    with instance:
+        yield instance
+
+
 def check_against_reference(
     lake: Path, instance: Any, ref_lake: Path, ref_instance: Any, catalog: Any, first: date, days: int, found: Findings
 ) -> int:
@@ -712,7 +733,7 @@ def main() -> int:
         say(f"settled after {settled:.0f} s: {len(records)} runs, {len(failed)} failed (the killed ones among them)")
         supervisor.stop()  # the stack's Spark gives way to the reference build's
         ref_home, ref_lake = build_reference(work, landing, env, first, args.days)
-        with DagsterInstance.from_config(str(ref_home)) as ref_instance:
+        with instance_at(ref_home) as ref_instance:
             compared = check_against_reference(lake, instance, ref_lake, ref_instance, catalog, first, args.days, found)
         say(f"{compared} derived partitions compared with the build from scratch")
     finally:
