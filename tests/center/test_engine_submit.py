@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from dagster import AssetKey
 
-from warehouse_assets.center.engine import SUBMITTERS, GraphQLSubmitter
+from warehouse_assets.center.engine import SUBMITTERS, GraphQLSubmitter, SubmitError
 from warehouse_assets.center.resolver import RunPlan, Trigger
 
 
@@ -112,3 +112,59 @@ def test_a_taint_plan_launches_the_taint_job_with_its_config_and_no_partition(we
     tags = {t["key"]: t["value"] for t in params["executionMetadata"]["tags"]}
     assert not {"dagster/partition", "dagster/asset_partition_range_start"} & set(tags)
     assert tags["dagster/sensor_name"] == "dependency_center" and tags["warehouse/request"] == "r1"
+
+
+class _LostCodeServer(ThreadingHTTPServer):
+    """A webserver whose code server is gone: every launch fails until the code location is reloaded."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Unreachable)
+        self.reloads: list[str] = []
+        self.healed = False  # a reload started the code server again
+
+
+class _Unreachable(BaseHTTPRequestHandler):
+    server: _LostCodeServer
+
+    def do_POST(self) -> None:  # noqa: N802 - the name http.server dispatches to
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if "reloadRepositoryLocation(" in body["query"]:
+            self.server.reloads.append(body["variables"]["location"])
+            answer: dict[str, Any] = {"data": {"reloadRepositoryLocation": {"__typename": "WorkspaceLocationEntry"}}}
+        else:
+            if self.server.healed:
+                answer = {"data": {"launchRun": {"__typename": "LaunchRunSuccess", "run": {"runId": "run-1"}}}}
+            else:
+                error = (
+                    "dagster._core.errors.DagsterUserCodeUnreachableError: Could not reach user code server. "
+                    "gRPC Error code: UNAVAILABLE"
+                )
+                answer = {"data": {"launchRun": {"__typename": "PythonError", "message": error}}}
+        payload = json.dumps(answer).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_lost_code_server_is_reloaded_once_and_a_later_round_submits() -> None:
+    server = _LostCodeServer()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        submitter = GraphQLSubmitter(f"http://127.0.0.1:{server.server_port}", "warehouse")
+        for _ in range(3):  # rounds in quick succession: one reload asked for, not one per failed launch
+            with pytest.raises(SubmitError, match="Could not reach user code server"):
+                submitter.submit(_plan(1), AssetKey(["dwd", "order"]))
+        assert server.reloads == ["warehouse"]
+        server.healed = True
+        assert submitter.submit(_plan(1), AssetKey(["dwd", "order"])) == "run-1"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -36,7 +36,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from dagster import AssetKey, DagsterInstance, DagsterRun, DagsterRunStatus, PartitionKeyRange, RunsFilter
@@ -100,6 +100,21 @@ mutation LaunchRun($executionParams: ExecutionParams!) {
 """
 
 
+_RELOAD = """
+mutation Reload($location: String!) {
+  reloadRepositoryLocation(repositoryLocationName: $location) {
+    __typename
+    ... on PythonError { message }
+    ... on Error { message }
+  }
+}
+"""
+
+# what the webserver answers while the code server it started is gone; it does not start it again by itself
+CODE_UNREACHABLE = "Could not reach user code server"
+RELOAD_EVERY_S = 30.0  # a reload restarts the code server, which takes seconds: not every round
+
+
 class GraphQLSubmitter:
     """Submits through the webserver's GraphQL API (``launchRun``), as the UI's Materialize button does.
 
@@ -115,6 +130,8 @@ class GraphQLSubmitter:
         self.url, self.location = url, location
         self.endpoint = f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}/graphql"
         self.checks = dict(checks or {})
+        self._reload_lock = threading.Lock()
+        self._reloaded_at: float | None = None  # time.monotonic() of the last reload asked for
 
     def submit(self, plan: RunPlan, asset_key: AssetKey) -> str:
         selector: dict[str, object] = {"jobName": ASSET_JOB, "assetSelection": [{"path": list(asset_key.path)}]}
@@ -135,15 +152,38 @@ class GraphQLSubmitter:
             "runConfigData": run_config,
             "executionMetadata": {"tags": [{"key": k, "value": v} for k, v in tags.items()]},
         }
-        body = json.dumps({"query": _LAUNCH, "variables": {"executionParams": params}}).encode()
-        request = urllib.request.Request(self.endpoint, data=body, headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=60) as response:
-            answer = json.loads(response.read())
+        answer = self._post(_LAUNCH, {"executionParams": params})
         result = (answer.get("data") or {}).get("launchRun") or {}
         if result.get("__typename") == "LaunchRunSuccess":
             return str(result["run"]["runId"])
         why = result.get("message") or "; ".join(e["message"] for e in result.get("errors", [])) or answer.get("errors")
+        if CODE_UNREACHABLE in str(why):
+            self._reload()
         raise SubmitError(f"{result.get('__typename', 'no answer')}: {why}")
+
+    def _post(self, query: str, variables: dict[str, object]) -> dict[str, Any]:
+        body = json.dumps({"query": query, "variables": variables}).encode()
+        request = urllib.request.Request(self.endpoint, data=body, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            answer: dict[str, Any] = json.loads(response.read())
+        return answer
+
+    def _reload(self) -> None:
+        """Ask the webserver to reload the code location (the UI's Reload), which starts its code server again:
+        without it, the engine's submissions fail until someone clicks Reload. At most once per RELOAD_EVERY_S."""
+        with self._reload_lock:
+            now = time.monotonic()
+            if self._reloaded_at is not None and now - self._reloaded_at < RELOAD_EVERY_S:
+                return
+            self._reloaded_at = now
+        answer = self._post(_RELOAD, {"location": self.location})
+        result = (answer.get("data") or {}).get("reloadRepositoryLocation") or {}
+        log.warning(
+            "the webserver could not reach the code location %s: asked it to reload (%s%s)",
+            self.location,
+            result.get("__typename", "no answer"),
+            f": {result['message']}" if result.get("message") else "",
+        )
 
 
 def own_checks(catalog: Catalog) -> dict[AssetKey, list[str]]:
