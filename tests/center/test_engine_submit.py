@@ -3,6 +3,7 @@ submissions at once must each create their run (one shared GraphQL client refuse
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -28,7 +29,22 @@ class _Webserver(ThreadingHTTPServer):
         self.params: list[dict[str, Any]] = []  # each launch's execution parameters
 
 
-class _LaunchRun(BaseHTTPRequestHandler):
+class _GraphQL(BaseHTTPRequestHandler):
+    """Answers a POST with a GraphQL answer, as the webserver does."""
+
+    def reply(self, answer: dict[str, Any]) -> None:
+        payload = json.dumps(answer).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class _LaunchRun(_GraphQL):
     server: _Webserver
 
     def do_POST(self) -> None:  # noqa: N802 - the name http.server dispatches to
@@ -44,25 +60,25 @@ class _LaunchRun(BaseHTTPRequestHandler):
             self.server.open -= 1
         assert "launchRun(" in body["query"]
         answer = {"data": {"launchRun": {"__typename": "LaunchRunSuccess", "run": {"runId": run_id}}}}
-        payload = json.dumps(answer).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
+        self.reply(answer)
 
-    def log_message(self, *args: object) -> None:
-        pass
+
+@contextlib.contextmanager
+def _serving(server: ThreadingHTTPServer) -> Iterator[None]:
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 @pytest.fixture
 def webserver() -> Iterator[_Webserver]:
     server = _Webserver()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    with _serving(server):
+        yield server
 
 
 def _plan(n: int) -> RunPlan:
@@ -125,7 +141,7 @@ class _LostCodeServer(ThreadingHTTPServer):
         self.healed = False  # a reload started the code server again
 
 
-class _Unreachable(BaseHTTPRequestHandler):
+class _Unreachable(_GraphQL):
     server: _LostCodeServer
 
     def do_POST(self) -> None:  # noqa: N802 - the name http.server dispatches to
@@ -142,22 +158,12 @@ class _Unreachable(BaseHTTPRequestHandler):
                     "gRPC Error code: UNAVAILABLE"
                 )
                 answer = {"data": {"launchRun": {"__typename": "PythonError", "message": error}}}
-        payload = json.dumps(answer).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args: object) -> None:
-        pass
+        self.reply(answer)
 
 
 def test_a_lost_code_server_is_reloaded_once_and_a_later_round_submits() -> None:
     server = _LostCodeServer()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with _serving(server):
         submitter = GraphQLSubmitter(f"http://127.0.0.1:{server.server_port}", "warehouse")
         for _ in range(3):  # rounds in quick succession: one reload asked for, not one per failed launch
             with pytest.raises(SubmitError, match="Could not reach user code server"):
@@ -165,6 +171,3 @@ def test_a_lost_code_server_is_reloaded_once_and_a_later_round_submits() -> None
         assert server.reloads == ["warehouse"]
         server.healed = True
         assert submitter.submit(_plan(1), AssetKey(["dwd", "order"])) == "run-1"
-    finally:
-        server.shutdown()
-        server.server_close()
