@@ -396,3 +396,26 @@ def test_the_queue_takes_older_days_first_and_within_a_day_deeper_layers_first()
     rebuilds = [run_priority(t, day[n], now, rebuild=True) for t in ("dwd.a", "ads.c") for n in (5, 7)]
     rebuilds.append(run_priority("ads.c", datetime(2026, 2, 1, tzinfo=TZ), now, rebuild=True))
     assert max(rebuilds) < min(run_priority(t, day[n], now) for t in ("dwd.a", "ads.c") for n in (5, 7))
+
+
+def test_late_data_during_a_run_the_center_sees_only_after_it_ended_requests_the_day_again(
+    instance: DagsterInstance, catalog: Catalog
+) -> None:
+    """The center's round may see a run's start, an upstream's late report, the run's materialization and its end
+    all at once (a busy round; the soak found a day built before its hour's last change, never rebuilt): what the
+    run may have read is told by where it started, not by when it wrote."""
+    center = Center(instance, catalog)
+    day = AssetKey(["dwd", "day"])
+    center.report("ods.src", hours("2026-03-05"))
+    assert requested(center.step())["dwd.day"] == [["2026-03-05"]]
+    run = create_run(instance, ["2026-03-05"], day)
+    start(instance, run)
+    center.report("ods.src", ["2026-03-05-10:00"])  # committed while the run reads its hours
+    materialize_in(instance, run, "2026-03-05", day)
+    end(instance, run, "success")
+    assert requested(center.step())["dwd.day"] == [["2026-03-05"]]
+    rebuild = create_run(instance, ["2026-03-05"], day)  # the rebuild starts after that hour's report...
+    start(instance, rebuild)
+    materialize_in(instance, rebuild, "2026-03-05", day)
+    end(instance, rebuild, "success")
+    assert "dwd.day" not in requested(center.step())  # ...so it read it: nothing more

@@ -450,9 +450,16 @@ class Resolver:
             key += f" {verdict.state}"  # the same inputs reached as a later state are a new request
         if self._requested(table.fqn, partition, key):
             return None
-        # a static table's new version is read by the partitions built from then on, not a rebuild of those before
+        # a static table's new version is read by the partitions built from then on, not a rebuild of those before.
+        # Newer than what the partition's build may have read: upstream data materialized after that build's run
+        # started, by another run (its own run wrote its upstream before reading it), even if the build's
+        # materialization came later and the center saw the run only once it had ended
+        read_from = own.read_from if own.read_from is not None else own.storage_id
         late = any(
-            s.storage_id is not None and s.storage_id > (own.storage_id or -1) and s.partition != WHOLE
+            s.storage_id is not None
+            and s.storage_id > (read_from if read_from is not None else -1)
+            and s.partition != WHOLE
+            and not (s.run_id and s.run_id == own.run_id)
             for s in upstream
         )
         if (

@@ -79,6 +79,10 @@ class PartitionState:
     taint: Taint | None = None  # a failed ``valid`` verdict on the latest materialization
     degraded: str | None = None  # what the latest materialization was built without, past a dependency's deadline
     state: str | None = None  # the state the latest materialization reached, of a table with states
+    # the storage id of the start of the run that wrote the latest materialization (the materialization's own for a
+    # report outside a run): upstream data materialized after it may not have been read, even when the
+    # materialization came later
+    read_from: int | None = None
 
     @property
     def materialized(self) -> bool:
@@ -109,12 +113,13 @@ _FIELDS = {
 }
 _COLUMNS = (
     "asset_key, partition, storage_id, run_id, timestamp, delta_version, checks, latest_run, in_progress, failed,"
-    " taint, degraded, state"
+    " taint, degraded, state, read_from"
 )
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS partitions ({_COLUMNS}, PRIMARY KEY (asset_key, partition)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS run_targets (run_id, asset_key, partition, PRIMARY KEY (run_id, asset_key, partition))
     WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS run_starts (run_id PRIMARY KEY, storage_id INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS cursor (id INTEGER PRIMARY KEY CHECK (id = 0), storage_id INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS applied (storage_id INTEGER PRIMARY KEY);
 """
@@ -174,6 +179,7 @@ class PartitionStateStore(_GateReader):
             "taint",
             "degraded",
             "state",
+            "read_from",
         ):  # a store written before them: none was ever logged before it either
             if column not in columns:
                 self._db.execute(f"ALTER TABLE partitions ADD COLUMN {column}")
@@ -206,6 +212,7 @@ class PartitionStateStore(_GateReader):
         with self._transaction():
             self._db.execute("DELETE FROM partitions")
             self._db.execute("DELETE FROM run_targets")
+            self._db.execute("DELETE FROM run_starts")
             self._db.execute("DELETE FROM cursor")
             self._db.execute("DELETE FROM applied")
         return self.update()
@@ -268,7 +275,7 @@ class PartitionStateStore(_GateReader):
             for storage_id, entry in records:
                 step.apply(storage_id, entry)
             self._db.executemany(
-                f"INSERT OR REPLACE INTO partitions ({_COLUMNS}) VALUES ({', '.join('?' * 13)})",
+                f"INSERT OR REPLACE INTO partitions ({_COLUMNS}) VALUES ({', '.join('?' * 14)})",
                 [_to_row(s) for s in step.touched.values()],
             )
             self._db.execute("INSERT OR REPLACE INTO cursor VALUES (0, ?)", (head,))
@@ -286,6 +293,10 @@ class PartitionStateStore(_GateReader):
 
     def _targets(self, run_id: str) -> list[tuple[str, str]]:
         return self._db.execute("SELECT asset_key, partition FROM run_targets WHERE run_id = ?", (run_id,)).fetchall()
+
+    def _started_at(self, run_id: str) -> int | None:
+        found = self._db.execute("SELECT storage_id FROM run_starts WHERE run_id = ?", (run_id,)).fetchone()
+        return int(found[0]) if found else None
 
     def _row(self, asset_key: str, partition: str) -> PartitionState:
         found = self._db.execute(
@@ -345,6 +356,7 @@ class _Step:
         if event.event_type == MATERIALIZED:
             m = event.step_materialization_data.materialization
             version = m.metadata.get("delta_version")
+            started = self.started_at(entry.run_id) if entry.run_id else None
             self.set(
                 self.row(m.asset_key, _partition(m.partition)),
                 storage_id=storage_id,
@@ -356,6 +368,7 @@ class _Step:
                 degraded=per_partition(m.metadata, DEGRADED, m.partition) if m.partition else None,
                 state=per_partition(m.metadata, STATE, m.partition) if m.partition else None,
                 failed=False,
+                read_from=started if started is not None else storage_id,
             )
         elif event.event_type == CHECKED:
             e = event.asset_check_evaluation_data
@@ -375,6 +388,7 @@ class _Step:
             for k in keys:
                 self.set(self.row(planned.asset_key, k), latest_run=entry.run_id, in_progress=False, failed=False)
         elif event.event_type == RUN_STARTED:
+            self.add_start(entry.run_id, storage_id)
             for current in self._of_run(entry.run_id):
                 self.set(current, in_progress=True, failed=False)
         elif event.event_type in RUN_ENDED:
@@ -382,6 +396,7 @@ class _Step:
                 failed = RUN_ENDED[event.event_type] and current.run_id != entry.run_id
                 self.set(current, in_progress=False, failed=failed)
             self.drop_targets(entry.run_id)
+            self.drop_start(entry.run_id)
 
     # the partitions each run targets, from its planned events: in the store's file
 
@@ -395,6 +410,17 @@ class _Step:
 
     def targets(self, run_id: str) -> list[tuple[str, str]]:
         return self.store._targets(run_id)
+
+    # where each run in progress started in the log: what its materializations may have read
+
+    def add_start(self, run_id: str, storage_id: int) -> None:
+        self.store._db.execute("INSERT OR REPLACE INTO run_starts VALUES (?, ?)", (run_id, storage_id))
+
+    def drop_start(self, run_id: str) -> None:
+        self.store._db.execute("DELETE FROM run_starts WHERE run_id = ?", (run_id,))
+
+    def started_at(self, run_id: str) -> int | None:
+        return self.store._started_at(run_id)
 
     def _of_run(self, run_id: str) -> list[PartitionState]:
         """The partitions ``run_id`` targets whose latest run it still is."""
@@ -418,6 +444,7 @@ class _ViewStep(_Step):
         super().__init__(store)
         self._added: dict[str, list[tuple[str, str]]] = {}
         self._dropped: set[str] = set()
+        self._starts: dict[str, int | None] = {}
 
     def add_targets(self, run_id: str, targets: list[tuple[str, str]]) -> None:
         self._added.setdefault(run_id, []).extend(targets)
@@ -429,6 +456,15 @@ class _ViewStep(_Step):
         if run_id in self._dropped:
             return []
         return list(dict.fromkeys([*self.store._targets(run_id), *self._added.get(run_id, [])]))
+
+    def add_start(self, run_id: str, storage_id: int) -> None:
+        self._starts[run_id] = storage_id
+
+    def drop_start(self, run_id: str) -> None:
+        self._starts[run_id] = None
+
+    def started_at(self, run_id: str) -> int | None:
+        return self._starts[run_id] if run_id in self._starts else self.store._started_at(run_id)
 
 
 class StateView(_GateReader):
@@ -472,6 +508,7 @@ def _to_row(s: PartitionState) -> tuple[object, ...]:
         json.dumps(s.taint.to_json()) if s.taint is not None else None,
         s.degraded,
         s.state,
+        s.read_from,
     )
 
 
@@ -490,6 +527,7 @@ def _from_row(r: Sequence[object]) -> PartitionState:
         taint,
         lack,
         reached,
+        read_from,
     ) = r
     return PartitionState(
         str(asset_key),
@@ -505,6 +543,7 @@ def _from_row(r: Sequence[object]) -> PartitionState:
         Taint.from_json(json.loads(str(taint))) if taint is not None else None,
         str(lack) if lack is not None else None,
         str(reached) if reached is not None else None,
+        read_from,  # type: ignore[arg-type]
     )
 
 
