@@ -18,6 +18,12 @@ submits the pending plans and forgets each once its run exists. After a crash, a
 (found by its ``warehouse/request`` tag) was submitted; the others are submitted now. A submission that fails
 (the webserver restarting) stays pending and is retried, with one log line per outage rather than one per try.
 
+A submission whose answer was lost (the webserver killed in the middle of it) may still have created its run: before
+submitting such a plan again, the engine looks for a run with its request tag and takes it as the plan's, so a
+request never gets two runs. A run the dying webserver created but never queued would wait for Dagster's run
+monitoring to fail it and retry it (minutes, and a second run besides the engine's): the engine cancels it, tagged
+``warehouse/orphaned``, and submits the plan again.
+
 A run that failed is Dagster's to retry (``run_retries`` in the instance). But when launching the retry fails (the
 code server restarting at that moment), Dagster gives the run up for good (``dagster/will_retry=false``) and nothing
 would build its partitions until new upstream data came. Every :data:`LOST_RETRY_SWEEP_S` the engine looks for such
@@ -67,6 +73,11 @@ SUBMITTED_TAG = "warehouse/submitted_at"  # epoch seconds at which the engine su
 SUBMITTERS = 4  # runs submitted at once: each call waits for the webserver to build the run from the code location
 LOST_RETRY_SWEEP_S = 30.0  # how often the engine looks for failed runs whose retry Dagster could not launch
 LOST_RETRY_PREFIX = "retry-"  # the request id of a run submitted again: retry-<failed run id>
+# A run still NOT_STARTED this long after its creation was created by a webserver that died before queueing it (it
+# queues a run in the same request, within milliseconds); longer than a submission's HTTP timeout, so that a slow
+# webserver still answering is never taken for a dead one
+ORPHAN_AFTER_S = 90.0
+ORPHAN_TAG = "warehouse/orphaned"  # on such a run, canceled by the engine: the run submitted in its place took over
 # Dagster's run tags (dagster._core.storage.tags): the retry decision on a failed run, and a retry's place in its group
 WILL_RETRY_TAG = "dagster/will_retry"
 AUTO_RETRY_RUN_ID_TAG = "dagster/auto_retry_run_id"
@@ -230,6 +241,8 @@ class Engine:
         self._beat_at = 0.0
         self.sweep_every = LOST_RETRY_SWEEP_S
         self._swept_at: float | None = None  # time.monotonic() of the last look for lost retries
+        self.orphan_after = ORPHAN_AFTER_S
+        self._unanswered: set[str] = set()  # requests whose submission failed: its run may exist all the same
 
     def close(self) -> None:
         for watcher in self.watchers:
@@ -263,11 +276,36 @@ class Engine:
         Returns how many are left to submit."""
         left = 0
         for plan in self.resolver.pending():
-            if self.instance.get_run_records(RunsFilter(tags={REQUEST_TAG: plan.request_id}), limit=1):
+            if self._run_of(plan.request_id):
                 self.resolver.submitted(plan.request_id)
             else:
+                self._unanswered.add(plan.request_id)  # a run still to be queued by a webserver gone meanwhile
                 left += 1
         return left
+
+    def _run_of(self, request_id: str) -> str | None:
+        """The id of the run that exists for ``request_id``, if any; a run a dying webserver created and never queued
+        (NOT_STARTED for longer than ``orphan_after``) is canceled and not counted. ``""``: a run too recent to tell
+        (created, maybe about to be queued): neither the plan's nor to be replaced yet."""
+        records = self.instance.get_run_records(RunsFilter(tags={REQUEST_TAG: request_id}))
+        young = False
+        for record in records:
+            run = record.dagster_run
+            if run.tags.get(ORPHAN_TAG):
+                continue
+            if run.status != DagsterRunStatus.NOT_STARTED:
+                return run.run_id
+            if time.time() - record.create_timestamp.timestamp() < self.orphan_after:
+                young = True
+                continue
+            self.instance.add_run_tags(run.run_id, {ORPHAN_TAG: "true"})
+            self.instance.report_run_canceled(
+                run,
+                message="created by a submission whose webserver died before queueing it: the dependency center "
+                "submits its request again",
+            )
+            log.warning("run %s was created but never queued (its webserver died): submitting it again", run.run_id)
+        return "" if young else None
 
     def tick(self, budget: float | None = None) -> list[tuple[RunPlan, str]]:
         """One round: report what the watchers see, resolve the events since the last round (for at most ``budget``
@@ -347,10 +385,20 @@ class Engine:
 
     def _submit(self, plan: RunPlan) -> str | None:
         try:
+            if plan.request_id in self._unanswered:  # the last try may have created the run before its answer was lost
+                existing = self._run_of(plan.request_id)
+                if existing is not None:
+                    if existing:
+                        self._unanswered.discard(plan.request_id)
+                    return existing or None
             if plan.job:
-                return self.submitter.submit_job(plan)
-            return self.submitter.submit(plan, AssetKey(self.catalog[plan.table].key))
+                run_id = self.submitter.submit_job(plan)
+            else:
+                run_id = self.submitter.submit(plan, AssetKey(self.catalog[plan.table].key))
+            self._unanswered.discard(plan.request_id)
+            return run_id
         except Exception as exc:  # the webserver down or restarting: the plan stays pending, retried next round
+            self._unanswered.add(plan.request_id)
             cause = exc.__cause__ or exc  # an HTTP client may wrap the transport's error in a generic one
             error = f"{type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}"
             if self._failing is None:
