@@ -220,7 +220,8 @@ def test_late_data_while_the_day_runs_requests_it_again_when_the_run_ends(
     start(instance, run)
     center.report("ods.src", ["2026-03-05-10:00"])  # late data while the day is being built
     assert "dwd.day" not in requested(center.step())
-    center.report("dwd.day", ["2026-03-05"])  # the run writes the day from the hours it read before...
+    materialize_in(instance, run, "2026-03-05", AssetKey(["dwd", "day"]))  # the run writes the day from the hours
+    # it read before...
     end(instance, run, "success")
     assert requested(center.step())["dwd.day"] == [["2026-03-05"]]  # ...so it runs again, once
     assert center.step() == []
@@ -419,3 +420,39 @@ def test_late_data_during_a_run_the_center_sees_only_after_it_ended_requests_the
     materialize_in(instance, rebuild, "2026-03-05", day)
     end(instance, rebuild, "success")
     assert "dwd.day" not in requested(center.step())  # ...so it read it: nothing more
+
+
+def test_late_data_while_the_days_run_is_queued_is_read_by_that_run_not_by_a_second_one(
+    instance: DagsterInstance, catalog: Catalog
+) -> None:
+    """A run waiting in the queue reads what is there when it starts, as Dagster's own automation counts a queued
+    run as in progress: each late hour would otherwise queue one more run of the same day behind it."""
+    center = Center(instance, catalog)
+    day = AssetKey(["dwd", "day"])
+    center.report("ods.src", hours("2026-03-05"))
+    assert requested(center.step())["dwd.day"] == [["2026-03-05"]]
+    run = create_run(instance, ["2026-03-05"], day)  # queued
+    assert "dwd.day" not in requested(center.step())
+    center.report("ods.src", ["2026-03-05-10:00"])  # late data while it waits
+    center.report("ods.src", ["2026-03-05-11:00"])
+    assert "dwd.day" not in requested(center.step())
+    start(instance, run)
+    materialize_in(instance, run, "2026-03-05", day)
+    end(instance, run, "success")
+    assert "dwd.day" not in requested(center.step())  # it started after the late hours: it read them
+
+
+def test_a_queued_run_canceled_before_it_started_leaves_its_late_data_to_a_new_request(
+    instance: DagsterInstance, catalog: Catalog
+) -> None:
+    center = Center(instance, catalog)
+    day = AssetKey(["dwd", "day"])
+    center.report("ods.src", hours("2026-03-05"))
+    assert requested(center.step())["dwd.day"] == [["2026-03-05"]]
+    run = create_run(instance, ["2026-03-05"], day)
+    center.step()
+    center.report("ods.src", ["2026-03-05-10:00"])
+    assert "dwd.day" not in requested(center.step())
+    end(instance, run, "canceled")
+    assert requested(center.step())["dwd.day"] == [["2026-03-05"]]
+    assert center.step() == []

@@ -235,7 +235,14 @@ def test_incremental_updates_after_random_events_equal_a_rebuild_from_the_log(
     store.rebuild()
     assert store.all_states() == incremental
     # the updates on the way met every kind of change, both verdicts, and runs both started and failed
-    assert set().union(*(c.fields for c in changes)) == {"materialized", "checks", "validity", "in_progress", "failed"}
+    assert set().union(*(c.fields for c in changes)) == {
+        "materialized",
+        "checks",
+        "validity",
+        "in_progress",
+        "failed",
+        "queued",
+    }
     assert {c.state.checks.get(CHECK) for c in changes} >= {True, False}
     assert {c.state.tainted for c in changes if "validity" in c.fields} == {True, False}  # tainted, and cleared
     assert any(s.tainted for s in incremental)
@@ -306,16 +313,19 @@ def test_a_store_written_before_validity_opens_and_keeps_its_rows(instance: Dags
     )
 
 
-def test_a_run_is_in_progress_from_its_start_to_its_end_and_failed_if_it_did_not_materialize(
+def test_a_run_is_queued_from_its_creation_in_progress_from_its_start_to_its_end_and_failed_if_it_did_not_materialize(
     instance: DagsterInstance,
 ) -> None:
     store = PartitionStateStore(instance)
     run = create_run(instance, ["2026-03-02", "2026-03-03"])
-    assert store.update() == []  # created (queued), not started: nothing the gate reads changed
+    assert {(c.partition, c.fields, c.state.queued, c.state.in_progress) for c in store.update()} == {
+        ("2026-03-02", frozenset({"queued"}), True, False),
+        ("2026-03-03", frozenset({"queued"}), True, False),
+    }
     start(instance, run)
-    assert {(c.partition, c.fields) for c in store.update()} == {
-        ("2026-03-02", frozenset({"in_progress"})),
-        ("2026-03-03", frozenset({"in_progress"})),
+    assert {(c.partition, c.fields, c.state.queued) for c in store.update()} == {
+        ("2026-03-02", frozenset({"in_progress", "queued"}), False),
+        ("2026-03-03", frozenset({"in_progress", "queued"}), False),
     }
     materialize_in(instance, run, "2026-03-02")
     end(instance, run, "failure")
@@ -323,7 +333,7 @@ def test_a_run_is_in_progress_from_its_start_to_its_end_and_failed_if_it_did_not
     states = store.states(A, ["2026-03-02", "2026-03-03", "2026-03-04"])
     assert (states["2026-03-02"].materialized, states["2026-03-02"].failed) == (True, False)
     assert (states["2026-03-03"].materialized, states["2026-03-03"].failed) == (False, True)
-    assert not any(s.in_progress for s in states.values())
+    assert not any(s.in_progress or s.queued for s in states.values())
     assert states["2026-03-04"] == PartitionState("dwd/a", "2026-03-04")  # nothing ever happened to it
 
     retry = create_run(instance, ["2026-03-03"])

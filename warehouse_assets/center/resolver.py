@@ -127,6 +127,7 @@ LOST_RETRY = "lost_retry"  # a Trigger's field: the run failed and Dagster could
 CHANGE_WORDS = {
     "checks": "checked",
     "in_progress": "run ended",
+    "queued": "run ended",
     "failed": "run failed",
     CLOCK: "window ended",
     DEADLINE_PASSED: "deadline passed",
@@ -291,7 +292,11 @@ class Resolver:
             for downstream, keys in self.index.downstream_of(fqn, change.partition, now).items():
                 for key in keys:
                     backlog.add((downstream, key), trigger, by_clock=False)
-            run_ended = "in_progress" in change.fields and not change.state.in_progress
+            run_ended = (
+                ("in_progress" in change.fields or "queued" in change.fields)
+                and not change.state.in_progress
+                and not change.state.queued
+            )
             if run_ended and self._deferred(fqn, change.partition):
                 backlog.add((fqn, change.partition), trigger, by_clock=False)
         for candidate, trigger in self._clock_candidates(now).items():
@@ -432,8 +437,8 @@ class Resolver:
         run is in progress, None otherwise."""
         self.evaluated += 1
         own = states.state(table, partition)
-        if own.in_progress:
-            return _DEFER
+        if own.in_progress or own.queued:
+            return _DEFER  # a queued run reads what is there when it starts: no second run for the same partition
         if own.taint is not None and own.taint.repair and states.repairing(own.taint.repair):
             return None  # its repair backfill rebuilds it, in dependency order: building it here too would be twice
         windows = self._windows(table, partition, now)
@@ -462,12 +467,7 @@ class Resolver:
             and not (s.run_id and s.run_id == own.run_id)
             for s in upstream
         )
-        if (
-            own.materialized
-            and not late
-            and not _advances(table, own, verdict)
-            and not self._deferred(table.fqn, partition)
-        ):
+        if own.materialized and not late and not _advances(table, own, verdict):
             return None
         return key
 

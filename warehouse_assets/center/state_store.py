@@ -83,6 +83,7 @@ class PartitionState:
     # report outside a run): upstream data materialized after it may not have been read, even when the
     # materialization came later
     read_from: int | None = None
+    queued: bool = False  # the latest run that targets it is created and not started: it will read what is there then
 
     @property
     def materialized(self) -> bool:
@@ -110,10 +111,11 @@ _FIELDS = {
     "validity": "taint",
     "in_progress": "in_progress",
     "failed": "failed",
+    "queued": "queued",
 }
 _COLUMNS = (
     "asset_key, partition, storage_id, run_id, timestamp, delta_version, checks, latest_run, in_progress, failed,"
-    " taint, degraded, state, read_from"
+    " taint, degraded, state, read_from, queued"
 )
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS partitions ({_COLUMNS}, PRIMARY KEY (asset_key, partition)) WITHOUT ROWID;
@@ -180,6 +182,7 @@ class PartitionStateStore(_GateReader):
             "degraded",
             "state",
             "read_from",
+            "queued",
         ):  # a store written before them: none was ever logged before it either
             if column not in columns:
                 self._db.execute(f"ALTER TABLE partitions ADD COLUMN {column}")
@@ -275,7 +278,7 @@ class PartitionStateStore(_GateReader):
             for storage_id, entry in records:
                 step.apply(storage_id, entry)
             self._db.executemany(
-                f"INSERT OR REPLACE INTO partitions ({_COLUMNS}) VALUES ({', '.join('?' * 14)})",
+                f"INSERT OR REPLACE INTO partitions ({_COLUMNS}) VALUES ({', '.join('?' * 15)})",
                 [_to_row(s) for s in step.touched.values()],
             )
             self._db.execute("INSERT OR REPLACE INTO cursor VALUES (0, ?)", (head,))
@@ -386,15 +389,16 @@ class _Step:
             keys = list(subset.get_partition_keys()) if subset else [_partition(planned.partition)]
             self.add_targets(entry.run_id, [(planned.asset_key.to_user_string(), k) for k in keys])
             for k in keys:
-                self.set(self.row(planned.asset_key, k), latest_run=entry.run_id, in_progress=False, failed=False)
+                row = self.row(planned.asset_key, k)
+                self.set(row, latest_run=entry.run_id, in_progress=False, failed=False, queued=True)
         elif event.event_type == RUN_STARTED:
             self.add_start(entry.run_id, storage_id)
             for current in self._of_run(entry.run_id):
-                self.set(current, in_progress=True, failed=False)
+                self.set(current, in_progress=True, failed=False, queued=False)
         elif event.event_type in RUN_ENDED:
             for current in self._of_run(entry.run_id):
                 failed = RUN_ENDED[event.event_type] and current.run_id != entry.run_id
-                self.set(current, in_progress=False, failed=failed)
+                self.set(current, in_progress=False, failed=failed, queued=False)
             self.drop_targets(entry.run_id)
             self.drop_start(entry.run_id)
 
@@ -509,6 +513,7 @@ def _to_row(s: PartitionState) -> tuple[object, ...]:
         s.degraded,
         s.state,
         s.read_from,
+        int(s.queued),
     )
 
 
@@ -528,6 +533,7 @@ def _from_row(r: Sequence[object]) -> PartitionState:
         lack,
         reached,
         read_from,
+        queued,
     ) = r
     return PartitionState(
         str(asset_key),
@@ -544,6 +550,7 @@ def _from_row(r: Sequence[object]) -> PartitionState:
         str(lack) if lack is not None else None,
         str(reached) if reached is not None else None,
         read_from,  # type: ignore[arg-type]
+        bool(queued),
     )
 
 
