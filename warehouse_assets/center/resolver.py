@@ -13,10 +13,10 @@ The semantics (what Dagster's eager automation condition would decide, with exac
   ended (the reverse index lists none) nor one whose window reaches before an upstream's start (the gate);
 * every upstream partition materialized and its blocking checks passed on its latest materialization (a verdict
   still to come waits, as in ``blocking_checks_passed``), unless the dependency says ``ignore_dq``;
-* nothing upstream and not the partition itself in progress: a partition skipped because its own run was in progress
-  is remembered (*deferred*) and looked at again when that run ends, as ``since_last_handled`` does;
-* a partition already materialized is requested again only when an upstream was re-materialized after it (late data,
-  ``any_deps_updated``);
+* nothing upstream in progress, and not the partition itself queued or in progress: a partition skipped because its
+  own run was is remembered (*deferred*) and looked at again when that run ends, as ``since_last_handled`` does;
+* a partition already materialized is requested again only when an upstream was re-materialized, by another run,
+  after the run that built it started (late data, ``any_deps_updated``);
 * never on a tainted upstream partition (the gate), and never a tainted partition whose repair backfill is running:
   that backfill rebuilds it (:mod:`warehouse_assets.center.taint`); a tainted partition with no running repair is
   rebuilt like late data, once its upstream is valid again;
