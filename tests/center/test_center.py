@@ -456,3 +456,24 @@ def test_a_queued_run_canceled_before_it_started_leaves_its_late_data_to_a_new_r
     end(instance, run, "canceled")
     assert requested(center.step())["dwd.day"] == [["2026-03-05"]]
     assert center.step() == []
+
+
+def test_a_verdict_arriving_while_the_day_runs_does_not_settle_the_late_data_before_it(
+    instance: DagsterInstance, catalog: Catalog
+) -> None:
+    """Late data and, a moment later, its checks' verdict, both while the day is built (the soak's hour one change
+    behind: the verdict's look at the running day forgot that the data had asked for another look at its end)."""
+    center = Center(instance, catalog)
+    day, src = AssetKey(["dwd", "day"]), AssetKey(["ods", "src"])
+    center.report("ods.src", hours("2026-03-05"))
+    assert requested(center.step())["dwd.day"] == [["2026-03-05"]]
+    run = create_run(instance, ["2026-03-05"], day)
+    start(instance, run)
+    center.report("ods.src", ["2026-03-05-10:00"], checked=None)  # late data, its verdict still to come
+    assert "dwd.day" not in requested(center.step())
+    verdict(instance, src, "2026-03-05-10:00", True, materializations(instance, src, "2026-03-05-10:00")[0])
+    assert "dwd.day" not in requested(center.step())  # still running
+    materialize_in(instance, run, "2026-03-05", day)
+    end(instance, run, "success")
+    assert requested(center.step())["dwd.day"] == [["2026-03-05"]]
+    assert center.step() == []

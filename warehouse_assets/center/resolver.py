@@ -317,9 +317,9 @@ class Resolver:
                 continue
             outcome = self._resolve(table, partition, states, now)
             if outcome == _DEFER:
-                # new upstream data while it runs (not written earlier in the same run): look again at its end
-                if "materialized" in trigger.fields and trigger.run_id != states.state(table, partition).latest_run:
-                    deferred.append((fqn, partition))
+                # a change while its run waits or runs: look again at the run's end, when what the run read is known
+                # (whatever the change: a verdict arriving after the data must not settle an earlier deferral)
+                deferred.append((fqn, partition))
             elif outcome is not None:
                 ready[(fqn, partition)] = (trigger, outcome)
         self._extend_chains(ready, states, now)
