@@ -286,6 +286,46 @@ def test_a_longer_rerun_after_a_crash_applies_and_counts_each_change_once(
     assert {k: r["status"] for k, r in ods.by_id().items()} == {1: "paid", 2: "created", 3: "created", 4: "created"}
 
 
+def test_a_killed_runs_merge_that_commits_during_its_retry_leaves_nothing_of_the_retry_unapplied(
+    ods: Ods, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run killed while Spark (the Connect server) runs its merge: the merge goes on without it and can commit
+    while the retry, started meanwhile, prepares a longer batch from the same committed position. The retry's
+    merge must still apply its own batch: nothing it recorded may be left unapplied."""
+    ods.write("order_00", 1, [message(1, "INSERT", [order(1)], 1), message(2, "INSERT", [order(2)], 2)])
+    ods.ingest()
+    ods.write("order_00", 2, [message(3, "UPDATE", [order(1, "paid")], 6)])
+
+    real_merge = DeltaStore.merge
+    orphaned: list[Any] = []
+
+    def killed(self: DeltaStore, *args: Any, **kwargs: Any) -> Any:
+        orphaned.append(lambda: real_merge(self, *args, **kwargs))  # still running where the worker sent it
+        raise RuntimeError("worker killed while Spark runs its merge")
+
+    monkeypatch.setattr(DeltaStore, "merge", killed)
+    with pytest.raises(RuntimeError, match="worker killed"):
+        ods.ingest()
+
+    def retry(self: DeltaStore, *args: Any, **kwargs: Any) -> Any:
+        orphaned.pop()()  # the killed run's merge commits first
+        return real_merge(self, *args, **kwargs)
+
+    monkeypatch.setattr(DeltaStore, "merge", retry)
+    # the retry also takes a segment that arrived after the kill
+    ods.write("order_00", 3, [message(4, "UPDATE", [order(2, "paid")], 11), message(5, "INSERT", [order(3)], 12)])
+    [batch] = ods.ingest().batches
+    monkeypatch.undo()
+
+    assert not orphaned
+    _balanced(batch)
+    assert ods.positions("order_00") == {f"{DB}.order_00": 3}
+    assert {k: r["status"] for k, r in ods.by_id().items()} == {1: "paid", 2: "paid", 3: "created"}
+    counted, _ = ingested_counts(ods.store, ods.table)
+    assert counted.rows == {f"{DB}.order_00": {"2026-03-02T10": 5}}
+    assert ods.ingest().batches == []
+
+
 # --- CDC semantics ------------------------------------------------------------------------------------------
 
 

@@ -16,7 +16,7 @@ For one ODS table, each batch:
 4. the content hash of every change taken in goes to ``ops.ingested_changes`` (by stream and local binlog
    hour), and the rows ingested per shard stream and binlog hour to the ``ops.ingested_counts`` Delta
    table (what completeness readiness compares with the source's own counts, see :func:`ingested_counts`);
-5. the batch's positions are journaled under the next batch number, then Spark's Delta ``MERGE INTO``
+5. the batch's positions are journaled under a batch number no attempt used before, then Spark's Delta ``MERGE INTO``
    merges the batch into the partitions it touches, and the same commit records that batch number (Delta's
    idempotent writes) — so the position never runs ahead of committed data and a restart neither skips nor
    re-applies anything. A change that moved a key's partition time (Canal's ``old``) also retires the
@@ -190,15 +190,30 @@ def committed_positions(store: DeltaStore, table: Table, streams: Sequence[str])
     return {s: positions.get(s, 0) for s in streams}
 
 
+def _last_journaled_batch(store: DeltaStore, table: Table) -> int:
+    """The highest batch number any attempt journaled for the table, committed or not (from the Delta log)."""
+    if not store.exists(INGESTION_POSITIONS.key):
+        return 0
+    files, _ = store.live_files(INGESTION_POSITIONS.key, [{"table": table.fqn}], deletions=False)
+    return max((int(f["partition.batch"]) for f in files), default=0)
+
+
 def journal_positions(store: DeltaStore, table: Table, positions: dict[str, int]) -> tuple[str, int]:
     """Journal every stream's position after the next batch (the committed ones moved on by ``positions``);
-    returns the app transaction the batch's commit must carry."""
+    returns the app transaction the batch's commit must carry.
+
+    Each attempt takes a batch number no earlier attempt journaled. A killed run's merge may go on in Spark
+    (the Connect server outlives its client) and commit while the retry prepares: sharing its number, the
+    retry's merge would be skipped as already applied while its own, longer, positions were taken as
+    committed. With a higher number, the retry's merge applies its batch (re-applying a change is a no-op:
+    the newest change of a key wins) and Delta's conflict check refuses the older one once it committed."""
     batch, committed = committed_batch(store, table)
     after = {**committed, **{s: max(seq, committed.get(s, 0)) for s, seq in positions.items()}}
     attempt = time.time_ns()
+    number = max(batch, _last_journaled_batch(store, table)) + 1
     rows = INGESTION_POSITIONS.rows(
         [
-            {"table": table.fqn, "batch": str(batch + 1), "attempt": attempt, "stream": s, "seq": q}
+            {"table": table.fqn, "batch": str(number), "attempt": attempt, "stream": s, "seq": q}
             for s, q in sorted(after.items())
         ]
     )
@@ -209,7 +224,7 @@ def journal_positions(store: DeltaStore, table: Table, positions: dict[str, int]
         retention_hours=INGESTION_POSITIONS.retention_hours,
         operation=f"record {INGESTION_POSITIONS.fqn}",
     )
-    return position_app_id(table), batch + 1
+    return position_app_id(table), number
 
 
 def pending_segments(

@@ -92,7 +92,7 @@ INGESTION_POSITIONS = OpsTable(
     pa.schema(
         [
             pa.field("table", pa.string()),
-            pa.field("batch", pa.string()),  # the batch number the ODS table's merge commits (a partition)
+            pa.field("batch", pa.string()),  # the attempt's batch number, committed by the ODS merge (a partition)
             pa.field("attempt", pa.int64()),  # when this attempt wrote it (ns): a re-run's rows win
             pa.field("stream", pa.string()),
             pa.field("seq", pa.int64()),  # the stream's last segment applied once the batch commits
