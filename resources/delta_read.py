@@ -36,6 +36,13 @@ class ReadStats:
     version: int | None = None
 
 
+def arrow_table(data: Any) -> pa.Table:
+    """A pyarrow table of what delta-rs returns (arro3 tables and readers), through the Arrow C stream interface:
+    ``pa.table`` would first import pandas to ask whether it is a data frame, a quarter of a second of a cold
+    ``warehouse sql``."""
+    return pa.RecordBatchReader.from_stream(data).read_all()
+
+
 def _identifier(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -140,7 +147,7 @@ class DeltaReader:
             query += f" WHERE {condition}"
         reader = QueryBuilder().register("rows", dt).execute(query)
         # DataFusion reads strings as views: the callers see the table's own types
-        rows = pa.table(reader).cast(pa.schema([schema.field(c) for c in names]))
+        rows = arrow_table(reader).cast(pa.schema([schema.field(c) for c in names]))
         files = 0 if wanted == "FALSE" else len(dt.file_uris(file_pruning_predicate=wanted))
         # files_in_table stays 0: counting them would cost what the pruning saves
         return rows, ReadStats(0, files, files, version=int(dt.version()))
@@ -158,7 +165,7 @@ class DeltaReader:
             f"SELECT {columns}, count(*) AS n FROM {_identifier('rows')} WHERE {_sql_partitions(partitions)} "
             f"GROUP BY {columns}"
         )
-        counted = pa.table(QueryBuilder().register("rows", dt).execute(query)).to_pylist()
+        counted = arrow_table(QueryBuilder().register("rows", dt).execute(query)).to_pylist()
         return {tuple(str(row[c]) for c in by): int(row["n"]) for row in counted}
 
     # application transactions: how far an exactly-once writer got ---------------------------------------
@@ -187,7 +194,7 @@ class DeltaReader:
         dt = self.table(key, version)
         if dt is None:
             raise DeltaLayerError(f"table {self.table_uri(key)} does not exist")
-        actions = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
+        actions = arrow_table(dt.get_add_actions(flatten=True)).to_pylist()
         stats = ReadStats(files_in_table=len(actions), version=dt.version())
         if partitions is not None:
             wanted = {tuple(sorted((k, str(v)) for k, v in p.items())) for p in partitions}

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import subprocess
+import sys
 from datetime import timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -178,6 +181,24 @@ def test_the_cli_refuses_a_write_and_changes_nothing(
     assert "error: warehouse sql answers read-only queries (SELECT …); DELETE is refused" in capsys.readouterr().err
     assert DeltaTable(str(lake / "dwd" / "orders")).version() == before
     assert len(DeltaTable(str(lake / "dwd" / "orders")).file_uris()) == 6
+
+
+def test_a_cold_command_loads_neither_dagster_nor_pandas_and_shows_instants_in_their_zone(tmp_path: Path) -> None:
+    # in a fresh interpreter, as an analyst runs it: the two imports were most of a cold command's second
+    root = tmp_path / "lake"
+    instants = pa.array([0, 3_600_000_000, None], pa.int64()).cast(pa.timestamp("us", tz="UTC"))
+    write_deltalake(str(root / "dwd" / "events"), pa.table({"id": [1, 2, 3], "at": instants}))
+    script = (
+        "import sys\n"
+        "from warehouse_assets.cli.main import main\n"
+        "status = main(['sql', '--engine', 'datafusion', 'SELECT id, at FROM dwd.events ORDER BY id'])\n"
+        "print('loaded:', sorted(m for m in ('dagster', 'pandas', 'pyspark') if m in sys.modules), status)\n"
+    )
+    env = {**os.environ, "WAREHOUSE_LAKE_ROOT": str(root)}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "| 1  | 1970-01-01 00:00:00+00:00 |" in done.stdout and "| 3  | NULL" in done.stdout
+    assert done.stdout.rstrip().endswith("loaded: [] 0")
 
 
 def test_the_cli_prints_rows_engine_time_and_files_and_exports(
