@@ -396,6 +396,11 @@ class DeltaStore:
         (:meth:`DeltaReader.count_rows <resources.delta_read.DeltaReader.count_rows>`)."""
         return self.reader.count_rows(key, partitions, by)
 
+    def partitions_written(self, key: Sequence[str] | str, after: int) -> list[dict[str, str]]:
+        """The partitions whose rows the commits after version ``after`` changed
+        (:meth:`DeltaReader.partitions_written <resources.delta_read.DeltaReader.partitions_written>`)."""
+        return self.reader.partitions_written(key, after)
+
     def history(self, key: Sequence[str] | str, limit: int | None = None) -> list[dict[str, Any]]:
         """The newest commits first; the ``warehouse.*`` keys of a Spark commit's user metadata at the top
         level, as delta-rs writes them."""

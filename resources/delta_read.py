@@ -10,6 +10,7 @@ reader, the one that applies deletion vectors (:meth:`DeltaReader.read_rows`). N
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,6 +42,24 @@ def arrow_table(data: Any) -> pa.Table:
     ``pa.table`` would first import pandas to ask whether it is a data frame, a quarter of a second of a cold
     ``warehouse sql``."""
     return pa.RecordBatchReader.from_stream(data).read_all()
+
+
+@functools.lru_cache(maxsize=8192)  # a commit's entry never changes: each is read once per process
+def _commit_partitions(uri: str, version: int) -> frozenset[tuple[tuple[str, str], ...]]:
+    fs, base = filesystem(uri + "/_delta_log")
+    try:
+        with fs.open_input_stream(f"{base}/{version:020d}.json") as entry:
+            lines = entry.read().decode().splitlines()
+    except FileNotFoundError:
+        return frozenset()
+    found = set()
+    for line in lines:
+        action = json.loads(line) if line.strip() else {}
+        for kind in ("add", "remove"):
+            file = action.get(kind)
+            if file and file.get("dataChange", True) and file.get("partitionValues"):
+                found.add(tuple(sorted((k, str(v)) for k, v in file["partitionValues"].items())))
+    return frozenset(found)
 
 
 def _identifier(name: str) -> str:
@@ -225,6 +244,19 @@ class DeltaReader:
                 commit.update({k: v for k, v in json.loads(extra).items() if k.startswith("warehouse.")})
             commits.append(commit)
         return commits
+
+    def partitions_written(self, key: Sequence[str] | str, after: int) -> list[dict[str, str]]:
+        """The partitions whose rows the commits after version ``after`` changed: those of their data-changing
+        add and remove actions (a rewrite such as OPTIMIZE changes no row), read from the commits' log entries. A
+        commit whose entry the log no longer keeps is passed over."""
+        dt = self.table(key)
+        if dt is None:
+            return []
+        uri = self.table_uri(key)
+        found: set[tuple[tuple[str, str], ...]] = set()
+        for version in range(after + 1, dt.version() + 1):
+            found.update(_commit_partitions(uri, version))
+        return [dict(p) for p in sorted(found)]
 
     def log_entries(self, key: Sequence[str] | str) -> int:
         """How many commit entries (``_delta_log/*.json``) the table's log holds."""

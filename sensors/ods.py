@@ -41,7 +41,7 @@ from warehouse_assets.catalog import Catalog, business_zone
 from warehouse_assets.center.resolver import LOOKBACK
 from warehouse_assets.ingest.job import IN_FLIGHT, ingestion_in_flight
 from warehouse_assets.ingest.merge import pending_segments
-from warehouse_assets.ingest.readiness import readiness_events, reported_ingested_rows
+from warehouse_assets.ingest.readiness import readiness_events, reported_ingested_rows, unreported_changes
 
 INGEST_PRIORITY = ("dagster/priority", "1")
 ACTIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
@@ -100,13 +100,15 @@ def build_readiness_sensor(catalog: Catalog):  # type: ignore[no-untyped-def]
         if running:  # it reports the hours it completes: reporting them here too would race it
             return SkipReason(f"ingestion run {running} is in flight; it reports the hours it completes")
         cursor = json.loads(context.cursor) if context.cursor else {}
+        store, land = lake.store(), landing.landing()
         events, new_cursor = readiness_events(
-            lake.store(),
-            landing.landing(),
+            store,
+            land,
             catalog,
             cursor,
             lambda t: set(context.instance.get_materialized_partitions(AssetKey(t.key))),
             reported_rows=reported_ingested_rows(context.instance),
+            changed={t.fqn: unreported_changes(context.instance, store, t, land.timezone) for t in catalog.ods()},
         )
         if not events:
             if new_cursor != cursor:

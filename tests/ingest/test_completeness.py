@@ -621,6 +621,66 @@ def test_an_update_arriving_hours_later_reports_the_hour_of_its_row_again_and_it
         store.close()
 
 
+def test_late_changes_a_killed_run_merged_but_never_reported_are_reported_by_the_next_reporter(
+    spark: SparkSession, tmp_path: Path, consolidated: DagsterInstance, order: Table, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run killed after its merge committed (Spark finishes a merge whose client died) and before its report: the
+    late change it merged into 08:00 counts in binlog hour 10:00, so no count of 08:00 grows. The next reporter,
+    the ingestion run's retry or else the readiness sensor, reports 08:00 again, once."""
+    import warehouse_assets.ingest.job as ingest_job
+
+    shard = Source(tmp_path / "landing", "order_00")
+    orders_of_two_hours(shard)
+    runs = IngestRuns(tmp_path, order, consolidated)
+    assert [(hour, late) for hour, late, *_ in runs.run()] == [("2026-03-02-08:00", False), ("2026-03-02-09:00", False)]
+    sensor = build_readiness_sensor(only(order))
+    lake_and_landing = {k: runs.resources[k] for k in ("lake", "landing")}
+
+    def killed_run() -> None:
+        def killed(*args: object, **kwargs: object) -> None:
+            raise RuntimeError("worker killed after its merge committed")
+
+        monkeypatch.setattr(ingest_job, "report_completed_hours", killed)
+        dead = runs.job.execute_in_process(instance=consolidated, resources=runs.resources, raise_on_error=False)
+        monkeypatch.undo()
+        assert not dead.success
+
+    cursor: list[str | None] = [None]
+
+    def sensor_reports() -> list[tuple[str, bool]]:
+        """One tick of the readiness sensor, its cursor kept from tick to tick as the daemon keeps it."""
+        result = sensor(build_sensor_context(instance=consolidated, cursor=cursor[0], resources=lake_and_landing))
+        if not isinstance(result, SensorResult):
+            return []
+        cursor[0] = result.cursor
+        for event in result.asset_events:
+            consolidated.report_runless_asset_event(event)
+        return [(str(e.partition), e.metadata["late_changes"].value) for e in result.asset_events]
+
+    # order 1 (created 08:01) paid at 10:33: the run's retry reports 08:00 again, then nobody does
+    shard.idle(H08 + timedelta(hours=2), H08 + timedelta(hours=2, minutes=30))
+    shard.updates(
+        H08 + timedelta(hours=2, minutes=30),
+        [(1, H08 + timedelta(minutes=1), H08 + timedelta(hours=2, minutes=33), None)],
+    )
+    shard.publish_counts()
+    killed_run()
+    assert [(hour, late) for hour, late, *_ in runs.run()] == [("2026-03-02-08:00", True)]
+    assert sensor_reports() == []
+    assert runs.run() == []
+
+    # order 3 (created 08:11) paid at 10:37, its run killed the same way, no retry: the sensor reports 08:00 again
+    shard.updates(
+        H08 + timedelta(hours=2, minutes=35),
+        [(3, H08 + timedelta(minutes=11), H08 + timedelta(hours=2, minutes=37), None)],
+    )
+    shard.publish_counts()
+    killed_run()
+    assert sensor_reports() == [("2026-03-02-08:00", True)]
+    assert sensor_reports() == []
+    assert runs.run() == []
+
+
 def test_a_batch_changing_only_hours_not_reported_yet_reports_nothing_again(
     spark: SparkSession, tmp_path: Path, consolidated: DagsterInstance, order: Table
 ) -> None:

@@ -36,7 +36,12 @@ from resources.landing import Landing, LandingResource
 from resources.spark import SparkResource
 from warehouse_assets.catalog import Catalog, Table
 from warehouse_assets.ingest.merge import BatchReport, TableReport, committed_positions, ingest_next_batch
-from warehouse_assets.ingest.readiness import changed_hours, readiness_events, reported_ingested_rows
+from warehouse_assets.ingest.readiness import (
+    changed_hours,
+    readiness_events,
+    reported_ingested_rows,
+    unreported_changes,
+)
 
 JOB = "ods_ingest"
 IN_FLIGHT = [
@@ -173,7 +178,8 @@ def report_completed_hours(
     done = instance.get_materialized_partitions(key)
     cursor: dict[str, object] = {table.fqn: {"last": max(done) if done else None, "seen": before}}
     # reported again once, in the first call: the later ones see this call's reports as done
-    again: dict[str, Sequence[str]] | None = {table.fqn: [k for k in changed if k in done]}
+    changed = [*changed, *unreported_changes(instance, store, table, landing.timezone)]
+    again: dict[str, Sequence[str]] | None = {table.fqn: sorted({k for k in changed if k in done})}
     keys: list[str] = []
     while True:  # at most MAX_EVENTS_PER_TICK hours per call
         events, advanced = readiness_events(

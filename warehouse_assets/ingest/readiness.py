@@ -398,6 +398,23 @@ def readiness_events(
     return events, cursor
 
 
+def unreported_changes(instance: DagsterInstance, store: DeltaStore, table: Table, timezone: str) -> list[str]:
+    """The hours whose partitions commits made after the table's latest report changed: a run that died between
+    its merge and its report (a killed worker whose merge Spark finished anyway) leaves them unreported, and an
+    already-reported hour among them has late changes that nothing else would report (they count in their
+    binlog hour, not in the hour of the row they change). Every reporter, the ingestion run and the readiness
+    sensor, reports them again before anything else: its own report then covers those commits."""
+    records = instance.fetch_materializations(AssetRecordsFilter(asset_key=AssetKey(table.key)), limit=1).records
+    if not records or records[0].asset_materialization is None:
+        return []
+    reported = records[0].asset_materialization.metadata.get("delta_version")
+    if reported is None or not isinstance(reported.value, int) or reported.value < 0:
+        return []
+    changed = changed_hours(store.partitions_written(table.key, after=reported.value), timezone)
+    done = instance.get_materialized_partitions(AssetKey(table.key)) if changed else set()
+    return [k for k in changed if k in done]
+
+
 def reported_ingested_rows(instance: DagsterInstance) -> Callable[[Table, str], int | None]:
     """``reported_rows`` for :func:`readiness_events`: the ``ingested_rows`` of the hour's latest report."""
 
