@@ -18,7 +18,8 @@ import logging
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from typing import TYPE_CHECKING, Any, Literal
 from zoneinfo import ZoneInfo
@@ -334,6 +335,8 @@ class LakeSql:
             raise SqlRefused(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
         begun = time.perf_counter()
         query = parse_query(sql, as_of, pin=self._pin)
+        if engine == "spark":
+            return self._forced_spark(query, begun)
         plan: ScanPlan | None = None
         try:
             builder, dialect_sql, plan = self._datafusion(query)
@@ -344,8 +347,6 @@ class LakeSql:
                 raise SqlRefused(f"the JVM-free engine cannot run this query: {_first_line(exc)}") from None
             if engine == "auto":
                 return self._on_spark(query, begun, None, f"DataFusion cannot plan it ({_first_line(exc)})")
-        if engine == "spark":
-            return self._on_spark(query, begun, plan, "--engine spark")
         assert plan is not None
         if engine == "auto" and plan.bytes_read > self.scan_budget:
             why = f"reads {_size(plan.bytes_read)} after pruning, above the JVM-free engine's {_size(self.scan_budget)}"
@@ -362,13 +363,35 @@ class LakeSql:
         why = "--engine datafusion" if engine == "datafusion" else f"reads {_size(plan.bytes_read)} after pruning"
         return Answer(rows, "datafusion", time.perf_counter() - begun, plan, why)
 
-    def _on_spark(self, query: ReadQuery, begun: float, plan: ScanPlan | None, why: str) -> Answer:
+    def _forced_spark(self, query: ReadQuery, begun: float) -> Answer:
+        """``--engine spark``: delta-rs's plan chooses nothing here, it only tells which files the query reads, so it
+        is made while Spark answers (both wait outside Python's lock: delta-rs in Rust, the Spark client on its
+        socket) instead of adding its tens of milliseconds before Spark starts."""
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="delta-rs-plan") as pool:
+            planning = pool.submit(self._datafusion, query)
+            try:
+                answer = self._on_spark(query, begun, None, "--engine spark", opened=True)
+            except Exception:
+                refused = planning.exception()
+                if isinstance(refused, SqlRefused):  # a missing table or version: said as on DataFusion
+                    raise refused from None
+                raise
+            try:
+                plan: ScanPlan | None = planning.result()[2]
+            except Exception:  # SQL that DataFusion cannot plan, which Spark answered: no file figures
+                plan = None
+        return replace(answer, plan=plan, seconds=time.perf_counter() - begun)
+
+    def _on_spark(
+        self, query: ReadQuery, begun: float, plan: ScanPlan | None, why: str, opened: bool = False
+    ) -> Answer:
         from resources.spark import SESSION_LAKE
 
         if self.spark is None:
             raise SqlRefused(f"this query needs Spark ({why}), and none is configured")
-        for ref in query.tables:
-            self._open(ref)  # a missing table or version: the same message as on DataFusion
+        if not opened:
+            for ref in query.tables:
+                self._open(ref)  # a missing table or version: the same message as on DataFusion
         session, where = self.spark()
         # the names resolve in this lake (ignored by a confined server, which has its own)
         session.conf.set(SESSION_LAKE, spark_uri(self.root))

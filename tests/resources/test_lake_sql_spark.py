@@ -15,7 +15,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import SparkSession
 
-from resources.lake_sql import AsOf, LakeSql
+from resources.lake_sql import AsOf, LakeSql, SqlRefused
 from resources.spark import SESSION_LAKE
 from tests.resources.test_lake_sql import build_lake
 
@@ -59,6 +59,19 @@ def test_both_engines_return_the_same_rows(both: LakeSql, query: str) -> None:
     assert (jvm_free.engine, on_spark.engine) == ("datafusion", "spark")
     assert jvm_free.rows.num_rows > 0
     assert normalized(jvm_free.rows) == normalized(on_spark.rows)
+    # a forced Spark still shows which files the query reads: delta-rs plans them while Spark answers
+    assert on_spark.plan == jvm_free.plan
+
+
+def test_a_forced_spark_names_a_missing_table_or_version_as_datafusion_does(both: LakeSql) -> None:
+    for query, said in [
+        ("SELECT * FROM dwd.nowhere", "no table dwd.nowhere"),
+        ("SELECT * FROM dwd.orders VERSION AS OF 99", "dwd.orders has no readable version 99"),
+    ]:
+        with pytest.raises(SqlRefused, match=said):
+            both.run(query, engine="datafusion")
+        with pytest.raises(SqlRefused, match=said):
+            both.run(query, engine="spark")
 
 
 def test_both_engines_travel_to_the_same_version_and_time(both: LakeSql, lake: Path) -> None:
