@@ -46,12 +46,10 @@ def arrow_table(data: Any) -> pa.Table:
 
 @functools.lru_cache(maxsize=8192)  # a commit's entry never changes: each is read once per process
 def _commit_partitions(uri: str, version: int) -> frozenset[tuple[tuple[str, str], ...]]:
+    """The partitions a commit's data-changing actions name; FileNotFoundError (never cached) without its entry."""
     fs, base = filesystem(uri + "/_delta_log")
-    try:
-        with fs.open_input_stream(f"{base}/{version:020d}.json") as entry:
-            lines = entry.read().decode().splitlines()
-    except FileNotFoundError:
-        return frozenset()
+    with fs.open_input_stream(f"{base}/{version:020d}.json") as entry:
+        lines = entry.read().decode().splitlines()
     found = set()
     for line in lines:
         action = json.loads(line) if line.strip() else {}
@@ -60,6 +58,16 @@ def _commit_partitions(uri: str, version: int) -> frozenset[tuple[tuple[str, str
             if file and file.get("dataChange", True) and file.get("partitionValues"):
                 found.add(tuple(sorted((k, str(v)) for k, v in file["partitionValues"].items())))
     return frozenset(found)
+
+
+def _checkpoint_version(uri: str) -> int:
+    """The version of the table's latest checkpoint (``_delta_log/_last_checkpoint``), -1 without one."""
+    fs, base = filesystem(uri + "/_delta_log")
+    try:
+        with fs.open_input_stream(f"{base}/_last_checkpoint") as pointer:
+            return int(json.loads(pointer.read().decode())["version"])
+    except (FileNotFoundError, ValueError, KeyError):
+        return -1
 
 
 def _identifier(name: str) -> str:
@@ -248,14 +256,27 @@ class DeltaReader:
     def partitions_written(self, key: Sequence[str] | str, after: int) -> list[dict[str, str]]:
         """The partitions whose rows the commits after version ``after`` changed: those of their data-changing
         add and remove actions (a rewrite such as OPTIMIZE changes no row), read from the commits' log entries. A
-        commit whose entry the log no longer keeps is passed over."""
-        dt = self.table(key)
-        if dt is None:
-            return []
+        commit whose entry the log no longer keeps is passed over.
+
+        Called on every readiness tick for every ODS table, where usually nothing was committed since: the entries
+        after ``after`` are read until one is missing (one probe when there is none), and the table is opened only
+        when a checkpoint past ``after`` says that entries may have been cleaned up."""
         uri = self.table_uri(key)
         found: set[tuple[tuple[str, str], ...]] = set()
-        for version in range(after + 1, dt.version() + 1):
-            found.update(_commit_partitions(uri, version))
+        version = after + 1
+        while True:
+            try:
+                found.update(_commit_partitions(uri, version))
+            except FileNotFoundError:
+                break
+            version += 1
+        if version == after + 1 and _checkpoint_version(uri) > after:
+            dt = self.table(key)
+            for cleaned in range(after + 1, -1 if dt is None else dt.version() + 1):
+                try:
+                    found.update(_commit_partitions(uri, cleaned))
+                except FileNotFoundError:
+                    continue
         return [dict(p) for p in sorted(found)]
 
     def log_entries(self, key: Sequence[str] | str) -> int:

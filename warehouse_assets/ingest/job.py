@@ -178,7 +178,7 @@ def report_completed_hours(
     done = instance.get_materialized_partitions(key)
     cursor: dict[str, object] = {table.fqn: {"last": max(done) if done else None, "seen": before}}
     # reported again once, in the first call: the later ones see this call's reports as done
-    changed = [*changed, *unreported_changes(instance, store, table, landing.timezone)]
+    changed = [*changed, *unreported_changes(instance, store, table, landing.timezone, done)]
     again: dict[str, Sequence[str]] | None = {table.fqn: sorted({k for k in changed if k in done})}
     keys: list[str] = []
     while True:  # at most MAX_EVENTS_PER_TICK hours per call

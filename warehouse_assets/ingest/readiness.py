@@ -28,7 +28,7 @@ looked for, pruned to their date partitions. Its cost does not grow with the lak
 """
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -398,12 +398,15 @@ def readiness_events(
     return events, cursor
 
 
-def unreported_changes(instance: DagsterInstance, store: DeltaStore, table: Table, timezone: str) -> list[str]:
+def unreported_changes(
+    instance: DagsterInstance, store: DeltaStore, table: Table, timezone: str, materialized: Set[str] | None = None
+) -> list[str]:
     """The hours whose partitions commits made after the table's latest report changed: a run that died between
     its merge and its report (a killed worker whose merge Spark finished anyway) leaves them unreported, and an
     already-reported hour among them has late changes that nothing else would report (they count in their
     binlog hour, not in the hour of the row they change). Every reporter, the ingestion run and the readiness
-    sensor, reports them again before anything else: its own report then covers those commits."""
+    sensor, reports them again before anything else: its own report then covers those commits. ``materialized``: the
+    table's materialized partitions when the caller has just read them."""
     records = instance.fetch_materializations(AssetRecordsFilter(asset_key=AssetKey(table.key)), limit=1).records
     if not records or records[0].asset_materialization is None:
         return []
@@ -411,7 +414,9 @@ def unreported_changes(instance: DagsterInstance, store: DeltaStore, table: Tabl
     if reported is None or not isinstance(reported.value, int) or reported.value < 0:
         return []
     changed = changed_hours(store.partitions_written(table.key, after=reported.value), timezone)
-    done = instance.get_materialized_partitions(AssetKey(table.key)) if changed else set()
+    if not changed:
+        return []
+    done = materialized if materialized is not None else instance.get_materialized_partitions(AssetKey(table.key))
     return [k for k in changed if k in done]
 
 
