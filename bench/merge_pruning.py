@@ -1,15 +1,17 @@
 """Benchmark: does an ODS change batch's cost grow with the table? The same 100,000-change batch applied end to
 end to ODS tables of several sizes, pruned and unpruned, with and without deletion vectors.
 
-For each size (default 20M and 100M rows created over 180 days) it builds an ODS ``order``-like Delta table in the
-product's ODS layout: partitioned by the local day and hour of ``create_time`` (``dt``, ``hh``, as ``ods.order``),
-one file per hour as the day's appends leave it (``--layout daily``: by ``dt`` only). Primary keys are NOT
-correlated with the partition columns, so file min/max statistics on ``id`` cannot prune anything. The ops tables
-hold the history production's do (``--history-batches`` earlier 5-minute batches recorded by ``record_batch``,
-default a day). The batch (changes to orders of the 2 newest days) is written as Canal flat-message segments (one
-per shard) and every run applies it the way ``ingest_batch`` does, on a fresh copy of the table and of the ops
-tables: ``read_lines`` + ``prepare_changes``, ``record_batch`` (the ops tables' commits, the journaled positions)
-and ``DeltaStore.merge`` (Spark's Delta ``MERGE INTO``, tombstones, the batch number as app transaction).
+For each size (default 20M and 100M rows; ``--grow history``, the default: the larger table holds more days at the
+same orders per day, 180 and 900 days, as an ODS table's history accumulates; ``--grow density``: the same 180 days,
+more orders in each) it builds an ODS ``order``-like Delta table in the product's ODS layout: partitioned by the
+local day and hour of ``create_time`` (``dt``, ``hh``, as ``ods.order``), one file per hour as the day's appends
+leave it (``--layout daily``: by ``dt`` only). Primary keys are NOT correlated with the partition columns, so file
+min/max statistics on ``id`` cannot prune anything. The ops tables hold the history production's do
+(``--history-batches`` earlier 5-minute batches recorded by ``record_batch``, default a day). The batch (changes to
+orders of the 2 newest days) is written as Canal flat-message segments (one per shard) and every run applies it the
+way ``ingest_batch`` does, on a fresh copy of the table and of the ops tables: ``read_lines`` + ``prepare_changes``,
+``record_batch`` (the ops tables' commits, the journaled positions) and ``DeltaStore.merge`` (Spark's Delta
+``MERGE INTO``, tombstones, the batch number as app transaction).
 
 Modes, interleaved run by run: ``pruned-dv`` (the product: the condition names the batch's partitions, the table
 has deletion vectors, turned on as ``warehouse upgrade-lake`` does), ``unpruned-dv`` (no partition predicate) and
@@ -845,7 +847,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--sizes", default="20000000,100000000", help="table sizes in rows, comma-separated, smallest first"
     )
-    parser.add_argument("--partitions", type=int, default=180, help="days of orders in the table")
+    parser.add_argument("--partitions", type=int, default=180, help="days of orders in the table of the smallest size")
+    parser.add_argument(
+        "--grow",
+        choices=["history", "density"],
+        default="history",
+        help="history: a larger table holds more days at the smallest size's orders per day (an ODS table grows "
+        "as its history accumulates; the batch's days are alike at every size); density: the same days, more "
+        "orders in each (the batch's partitions grow with the table)",
+    )
     parser.add_argument(
         "--layout",
         choices=["product", "daily"],
@@ -893,9 +903,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     temporary = args.workdir is None
     workdir = Path(tempfile.mkdtemp(prefix="merge-pruning-")) if temporary else args.workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
+    spread = "growing by history from" if args.grow == "history" else "over"
     log(
         f"merge bench: the same {args.batch_a:,}-change batch on tables of {', '.join(map(_millions, sizes))} rows "
-        f"over {args.partitions} days, partitioned by {'dt, hh' if args.layout == 'product' else 'dt'}, "
+        f"{spread} {args.partitions} days, partitioned by {'dt, hh' if args.layout == 'product' else 'dt'}, "
         f"workdir {workdir}"
     )
     modes = [
@@ -909,10 +920,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         spark = None
         per_size: dict[int, dict[str, Any]] = {}
         for rows in sizes:
-            layout = Layout(rows, args.partitions, correlated=False, hourly=hourly)
+            days = args.partitions if args.grow == "density" else round(args.partitions * rows / sizes[0])
+            layout = Layout(rows, days, correlated=False, hourly=hourly)
             schema = bench_schema(table, layout)
             size_dir = workdir / _millions(rows)
-            log(f"\n=== {rows:,} rows: building the table ...")
+            log(f"\n=== {rows:,} rows over {days} days: building the table ...")
             build = build_table(
                 str(size_dir / "base"), layout, schema, args.files_per_partition, args.chunk_rows, _millions(rows)
             )
@@ -929,7 +941,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 spark = get_session()
                 log(f"Spark session (local): {time.monotonic() - started:.1f}s")
                 warm_up(spark, table, schema, size_dir, lake, layout, args.history_batches)
-            plan = BatchPlan("a", list(range(args.partitions - 2, args.partitions)), args.batch_a, 0.40, 0.05, 0.05)
+            plan = BatchPlan("a", [days - 2, days - 1], args.batch_a, 0.40, 0.05, 0.05)
             a = scenario(
                 spark,
                 table,
@@ -958,6 +970,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "engine": engine_label(spark),
             "sizes": ",".join(_millions(r) for r in sizes),
             "batch_changes": args.batch_a,
+            "grow": args.grow,
             "dv_merge_speedup": smallest["dv_merge_speedup"],  # at the smallest size (the target's 20M)
             "pruned_growth": round(largest["pruned_s"] / smallest["pruned_s"] - 1, 3),
             f"e2e_ratio_{_millions(sizes[-1])}": largest["e2e_ratio"],
