@@ -370,7 +370,7 @@ class LakeSql:
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="delta-rs-plan") as pool:
             planning = pool.submit(self._datafusion, query)
             try:
-                answer = self._on_spark(query, begun, None, "--engine spark", opened=True)
+                answer = self._on_spark(query, begun, None, "--engine spark")
             except Exception:
                 refused = planning.exception()
                 if isinstance(refused, SqlRefused):  # a missing table or version: said as on DataFusion
@@ -382,16 +382,13 @@ class LakeSql:
                 plan = None
         return replace(answer, plan=plan, seconds=time.perf_counter() - begun)
 
-    def _on_spark(
-        self, query: ReadQuery, begun: float, plan: ScanPlan | None, why: str, opened: bool = False
-    ) -> Answer:
+    def _on_spark(self, query: ReadQuery, begun: float, plan: ScanPlan | None, why: str) -> Answer:
+        """Spark's answer. A missing table or version has been named already by delta-rs's planning, which every
+        path to Spark begins with (and which refuses it with ``SqlRefused``)."""
         from resources.spark import SESSION_LAKE
 
         if self.spark is None:
             raise SqlRefused(f"this query needs Spark ({why}), and none is configured")
-        if not opened:
-            for ref in query.tables:
-                self._open(ref)  # a missing table or version: the same message as on DataFusion
         session, where = self.spark()
         # the names resolve in this lake (ignored by a confined server, which has its own)
         session.conf.set(SESSION_LAKE, spark_uri(self.root))
