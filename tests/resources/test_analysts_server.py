@@ -40,6 +40,7 @@ START_S = 180
 @dataclass
 class Server:
     url: str
+    root: Path  # its working directory, holding the lake, a folder outside it and its logs
     lake: Path
     outside: Path
     logs: Path
@@ -69,10 +70,11 @@ def analysts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         "WAREHOUSE_LAKE_ROOT": str(lake),
         "WAREHOUSE_LOG_DIR": str(root / "logs"),
         "WAREHOUSE_SPARK_MASTER": "local[1]",
+        "PYTHONPATH": str(ROOT),
     }
     proc = subprocess.Popen(
         [sys.executable, "-m", "warehouse_assets.cli", "spark-server", "--analysts", "--port", str(port)],
-        cwd=ROOT,
+        cwd=root,  # where Spark would put what a client made it create (spark-warehouse/, …)
         env=env,
         start_new_session=True,
         stdout=subprocess.DEVNULL,
@@ -85,7 +87,7 @@ def analysts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             assert proc.poll() is None, f"the analysts' server exited with {proc.returncode}; logs in {root / 'logs'}"
             assert time.monotonic() < deadline, f"the analysts' server did not listen within {START_S} s"
             time.sleep(1)
-        yield Server(f"sc://127.0.0.1:{port}", lake, outside, root / "logs")
+        yield Server(f"sc://127.0.0.1:{port}", root, lake, outside, root / "logs")
     finally:
         os.killpg(proc.pid, signal.SIGTERM)  # the command stops its Spark's process group too
         try:
@@ -120,8 +122,17 @@ def test_every_hostile_request_is_refused_and_nothing_changes(analysts: Server, 
     token = read_connect_token(connect_token_file(analysts.logs, analysts=True))
     assert token, "the analysts' server wrote no token file"
     before = lake_state(analysts.lake)
-    outside_before = sorted(str(p) for p in analysts.outside.rglob("*"))
     mark = tmp_path / "code-ran"
+
+    def visible() -> list[str]:
+        """Every file and folder of the server's directory and of the test's, but its logs and the empty folder of
+        Spark's default database, which Spark makes when its catalog is first used (what a CREATE would put in
+        it would show)."""
+        seen = [*analysts.root.rglob("*"), *tmp_path.rglob("*")]
+        own = (analysts.logs, analysts.root / "spark-warehouse")
+        return sorted(str(p) for p in seen if p not in own and analysts.logs not in p.parents)
+
+    seen_before = visible()
 
     done = run_client(analysts, token, mark, QUERIES)
 
@@ -131,9 +142,10 @@ def test_every_hostile_request_is_refused_and_nothing_changes(analysts: Server, 
     for request, said in [*SQL.items(), *DATAFRAME.items()]:
         assert outcome[request].startswith(f"refused: {READ_ONLY_PREFIX}"), (request, outcome[request])
         assert said in outcome[request], (request, outcome[request])
-    # nothing written, created or run: the lake's files and versions, the folder outside it, the mark of user code
+    # nothing written, created or run: the lake's files and versions; no file or folder anywhere in the server's
+    # directory (the lake, a folder outside it, where Spark puts tables it creates) or the test's (user code's mark)
     assert lake_state(analysts.lake) == before
-    assert sorted(str(p) for p in analysts.outside.rglob("*")) == outside_before
+    assert visible() == seen_before
     assert not mark.exists()
     # and the server answers the reads of `warehouse sql`'s tests with the rows DataFusion reads from the lake
     jvm_free = LakeSql(str(analysts.lake))
