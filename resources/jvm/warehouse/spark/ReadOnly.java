@@ -9,6 +9,8 @@ import org.apache.spark.sql.catalyst.expressions.CallMethodViaReflection;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.PlanExpression;
 import org.apache.spark.sql.catalyst.expressions.PythonFuncExpression;
+import org.apache.spark.sql.catalyst.expressions.PythonUDAF;
+import org.apache.spark.sql.catalyst.expressions.PythonUDTF;
 import org.apache.spark.sql.catalyst.expressions.TryReflect;
 import org.apache.spark.sql.catalyst.plans.logical.Command;
 import org.apache.spark.sql.catalyst.plans.logical.InsertIntoDir;
@@ -51,7 +53,7 @@ public final class ReadOnly {
       "spark.sql.adaptive.enabled",
       "spark.sql.execution.arrow.pyspark.enabled",
       "spark.sql.execution.arrow.maxrecordsperbatch",
-      "spark.sql.execution.pandas.convertToArrowArraySafely".toLowerCase(Locale.ROOT),
+      "spark.sql.execution.pandas.converttoarrowarraysafely",
       "spark.sql.repl.eagereval.enabled",
       "spark.sql.repl.eagereval.maxnumrows",
       "spark.sql.repl.eagereval.truncate",
@@ -175,8 +177,9 @@ public final class ReadOnly {
     if (expression instanceof CallMethodViaReflection) {
       return "reflect/java_method (calling Java methods by reflection)";
     }
-    if (expression instanceof PythonFuncExpression) {
-      return "a Python function (" + expression.prettyName() + ", user code)";
+    if (expression instanceof PythonFuncExpression python) {
+      String kind = python instanceof PythonUDTF ? "UDTF" : python instanceof PythonUDAF ? "UDAF" : "UDF";
+      return "a Python " + kind + " (" + python.name() + ": user code)";
     }
     if (expression instanceof PlanExpression<?> subquery && subquery.plan() instanceof LogicalPlan inner) {
       String found = refusal(inner);
