@@ -288,11 +288,10 @@ def test_requests_older_than_twice_the_lookback_are_forgotten(instance: DagsterI
     center = Center(instance, catalog)
     center.report("ods.src", hours("2026-03-05"))
     assert center.step()
-    rows = "SELECT count(*) FROM center_requests"
-    assert center.resolver._db.execute(rows).fetchone()[0] == 2
-    assert center.step(NOW + timedelta(days=69)) == [] and center.resolver._db.execute(rows).fetchone()[0] == 2
+    assert center.resolver.ledger.request_count() == 2
+    assert center.step(NOW + timedelta(days=69)) == [] and center.resolver.ledger.request_count() == 2
     center.restart()
-    assert center.step(NOW + timedelta(days=71)) == [] and center.resolver._db.execute(rows).fetchone()[0] == 0
+    assert center.step(NOW + timedelta(days=71)) == [] and center.resolver.ledger.request_count() == 0
 
 
 def test_a_partition_whose_upstream_was_complete_before_its_window_ended_is_requested_when_it_ends(

@@ -50,10 +50,8 @@ from __future__ import annotations
 
 import functools
 import json
-import sqlite3
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -76,22 +74,10 @@ from warehouse_assets.catalog import (
     upstream_partitions,
     weak_deadline,
 )
+from warehouse_assets.center.ledger import Ledger
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import Change, PartitionState, PartitionStateStore, failed_blocking_checks
 from warehouse_assets.center.taint import JOB as TAINT_JOB
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS center_requests (table_fqn, partition, upstream, requested_at,
-    PRIMARY KEY (table_fqn, partition, upstream)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS center_deferred (table_fqn, partition, PRIMARY KEY (table_fqn, partition)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS center_cursor (id INTEGER PRIMARY KEY CHECK (id = 0), storage_id INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS center_clock (id INTEGER PRIMARY KEY CHECK (id = 0), at REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS center_pending (request_id TEXT PRIMARY KEY, planned_at REAL NOT NULL, plan TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS center_backlog (table_fqn, partition, by_clock INTEGER NOT NULL, trigger TEXT NOT NULL,
-    PRIMARY KEY (table_fqn, partition));
-CREATE TABLE IF NOT EXISTS center_taints (table_fqn, partition, storage_id INTEGER NOT NULL, taint TEXT NOT NULL,
-    marked TEXT NOT NULL, PRIMARY KEY (table_fqn, partition, storage_id)) WITHOUT ROWID;
-"""
 
 REQUEST_TAG = "warehouse/request"  # the request a run was submitted for: how a restart finds what it submitted
 TRIGGER_TAG = "warehouse/trigger"  # the change that made the run's partitions ready, in words
@@ -216,22 +202,21 @@ class Resolver:
         store: PartitionStateStore,
         max_partitions_per_run: Callable[[Table], int | None],
         lookback: timedelta = LOOKBACK,
+        ledger: Ledger | None = None,
     ):
         """``max_partitions_per_run``: how many partitions of a table one run may build (None: any number), the
-        compiler's backfill policy, so that a plan is a run Dagster accepts."""
+        compiler's backfill policy, so that a plan is a run Dagster accepts. ``ledger``: where the resolver's
+        decisions are kept (by default beside the store, in its file)."""
         self.catalog, self.index, self.store = catalog, index, store
         self.lookback = lookback
         self.max_partitions_per_run = max_partitions_per_run
         self._fqn = {AssetKey(t.key).to_user_string(): t.fqn for t in catalog}  # the store's asset keys → tables
-        self._db = sqlite3.connect(store.path, isolation_level=None)  # a sibling table of the store's rows
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.executescript(_SCHEMA)
+        self.ledger = ledger if ledger is not None else Ledger(store.path)
         # a new resolver starts where the store is: the partitions ready before it are a backfill's, or the automation's
-        self._db.execute("INSERT OR IGNORE INTO center_cursor VALUES (0, ?)", (store.cursor,))
+        self.ledger.start_at(store.cursor)
         self.evaluated = 0  # partitions the last call asked the gate about: its cost
-        # candidates not evaluated yet, in the order they came: new changes' first, then the clock's; their keys as
-        # persisted (center_backlog) after the last call
-        self._backlog = _Backlog(self._db)
+        # candidates not evaluated yet, in the order they came: new changes' first, then the clock's
+        self._backlog = self._load_backlog()
         self._time_driven_tables: dict[str, list[str]] | None = None
         self._deadline_deps: dict[str, list[tuple[Table, Dependency]]] = {}  # HH:MM → the deadline dependencies
         for table in catalog.derived():
@@ -246,12 +231,15 @@ class Resolver:
         self._pruned_at: datetime | None = None
 
     def close(self) -> None:
-        self._db.close()
+        self.ledger.close()
+
+    def _load_backlog(self):  # type: ignore[no-untyped-def]
+        return self.ledger.backlog(Trigger.to_json, Trigger.from_json)
 
     @property
     def resolved_through(self) -> int:
         """The store's cursor when the resolver last recorded its requests: the changes up to it are resolved."""
-        return int(self._db.execute("SELECT storage_id FROM center_cursor").fetchone()[0])
+        return self.ledger.resolved_through
 
     @property
     def backlog(self) -> int:
@@ -272,7 +260,7 @@ class Resolver:
         With ``budget`` (seconds), candidates are evaluated until it is spent (at least one), the backlog's after the
         new changes' and the clock's last; the others stay in the backlog, persisted in the same transaction."""
         started = time.perf_counter()
-        states = _Snapshot(self.store, self._db)
+        states = _Snapshot(self.store, self.ledger)
         backlog = self._backlog
         taints: list[RunPlan] = []
         for change in changes:
@@ -332,32 +320,25 @@ class Resolver:
 
     def pending(self) -> list[RunPlan]:
         """The plans recorded but not yet submitted (all of them after a crash), oldest first."""
-        rows = self._db.execute("SELECT request_id, plan FROM center_pending ORDER BY planned_at, rowid")
-        return [RunPlan.from_json(plan, request_id) for request_id, plan in rows]
+        return [RunPlan.from_json(plan, request_id) for request_id, plan in self.ledger.pending()]
 
     def submitted(self, request_id: str) -> None:
         """The run of ``request_id`` exists in Dagster: the plan is done."""
-        self._db.execute("DELETE FROM center_pending WHERE request_id = ?", (request_id,))
+        self.ledger.submitted(request_id)
 
     def add_pending(self, plan: RunPlan, now: datetime) -> bool:
         """Record ``plan`` (with its own request id) to be submitted, unless it is pending already."""
-        known = self._db.execute("SELECT 1 FROM center_pending WHERE request_id = ?", (plan.request_id,))
-        if known.fetchone() is not None:
-            return False
-        self._db.execute(
-            "INSERT INTO center_pending VALUES (?, ?, ?)", (plan.request_id, now.timestamp(), plan.to_json())
-        )
-        return True
+        return self.ledger.add_pending(plan.request_id, plan.to_json(), now.timestamp())
 
     # --- the clock: a partition whose upstream was complete before its own window ended --------------------------
 
     def _clock_candidates(self, now: datetime) -> dict[tuple[str, str], Trigger]:
         """The partitions of time-driven tables whose windows ended since the last call: their last upstream change
         came before they existed (a T-1 day is complete before day T ends), so no change will name them."""
-        row = self._db.execute("SELECT at FROM center_clock").fetchone()
-        if row is None:
+        at = self.ledger.clock()
+        if at is None:
             return {}  # a new resolver: the windows ended before it are the backfill's or the first steps'
-        since = max(datetime.fromtimestamp(row[0], UTC), now - self.lookback)
+        since = max(datetime.fromtimestamp(at, UTC), now - self.lookback)
         found: dict[tuple[str, str], Trigger] = {}
         # the windows that ended, once per period: per table, Dagster's partition arithmetic on every call cost
         # about a millisecond per table at 10,000 tables, while windows end only on the hour
@@ -370,10 +351,10 @@ class Resolver:
     def _deadline_candidates(self, now: datetime) -> dict[tuple[str, str], Trigger]:
         """The partitions one of whose deadline dependencies reached its deadline since the last call: past it they
         may run without that upstream, and nothing else happens at 09:00 to name them."""
-        row = self._db.execute("SELECT at FROM center_clock").fetchone()
-        if row is None or not self._deadline_deps:
+        at = self.ledger.clock()
+        if at is None or not self._deadline_deps:
             return {}
-        since = max(datetime.fromtimestamp(row[0], UTC), now - self.lookback)
+        since = max(datetime.fromtimestamp(at, UTC), now - self.lookback)
         found: dict[tuple[str, str], Trigger] = {}
         for hhmm, edges in self._deadline_deps.items():
             for instant in _local_times_between(hhmm, since, now, self._timezone):
@@ -593,12 +574,10 @@ class Resolver:
     # --- requests, persisted -----------------------------------------------------------------------------------
 
     def _requested(self, fqn: str, partition: str, key: str) -> bool:
-        query = "SELECT 1 FROM center_requests WHERE table_fqn = ? AND partition = ? AND upstream = ?"
-        return self._db.execute(query, (fqn, partition, key)).fetchone() is not None
+        return self.ledger.requested(fqn, partition, key)
 
     def _deferred(self, fqn: str, partition: str) -> bool:
-        query = "SELECT 1 FROM center_deferred WHERE table_fqn = ? AND partition = ?"
-        return self._db.execute(query, (fqn, partition)).fetchone() is not None
+        return self.ledger.deferred(fqn, partition)
 
     def _remember(
         self,
@@ -611,39 +590,24 @@ class Resolver:
     ) -> None:
         """Record the requests, their plans as pending, the deferred partitions (a deferred partition looked at again
         is settled), the backlog, the store's cursor and the clock, in one transaction."""
-        self._db.execute("BEGIN IMMEDIATE")
         try:
-            self._db.executemany(
-                "DELETE FROM center_deferred WHERE table_fqn = ? AND partition = ?",
-                [c for c in evaluated if c not in deferred],
-            )
-            self._backlog.persist(evaluated)
-            self._db.executemany("INSERT OR IGNORE INTO center_deferred VALUES (?, ?)", deferred)
-            states.persist_holds()
-            self._db.executemany(
-                "INSERT OR IGNORE INTO center_requests VALUES (?, ?, ?, ?)",
-                [(fqn, partition, key, now.timestamp()) for (fqn, partition), (_, key) in ready.items()],
-            )
-            self._db.executemany(
-                "INSERT INTO center_pending VALUES (?, ?, ?)",
-                [(plan.request_id, now.timestamp(), plan.to_json()) for plan in plans],
-            )
-            self._db.execute("UPDATE center_cursor SET storage_id = ?", (self.store.cursor,))
-            if self._pruned_at is None or now - self._pruned_at > PRUNE_EVERY:
-                # a request older than twice the lookback is for a partition the center no longer looks at
-                self._db.execute(
-                    "DELETE FROM center_requests WHERE requested_at < ?", ((now - 2 * self.lookback).timestamp(),)
+            with self.ledger.batch():
+                self.ledger.set_deferred([c for c in evaluated if c not in deferred], deferred)
+                self._backlog.persist(evaluated)
+                states.persist_holds()
+                self.ledger.record_requests(
+                    [(fqn, partition, key) for (fqn, partition), (_, key) in ready.items()], now.timestamp()
                 )
-                self._pruned_at = now
-            self._db.execute(
-                "INSERT INTO center_clock VALUES (0, ?) ON CONFLICT (id) DO UPDATE SET at = max(at, excluded.at)",
-                (now.timestamp(),),
-            )
+                self.ledger.add_pendings([(plan.request_id, plan.to_json()) for plan in plans], now.timestamp())
+                self.ledger.set_resolved_through(self.store.cursor)
+                if self._pruned_at is None or now - self._pruned_at > PRUNE_EVERY:
+                    # a request older than twice the lookback is for a partition the center no longer looks at
+                    self.ledger.forget_requests_before((now - 2 * self.lookback).timestamp())
+                    self._pruned_at = now
+                self.ledger.advance_clock(now.timestamp())
         except BaseException:
-            self._db.execute("ROLLBACK")
-            self._backlog = _Backlog(self._db)  # what the failed call took from it is still to do
+            self._backlog = self._load_backlog()  # what the failed call took from it is still to do
             raise
-        self._db.execute("COMMIT")
 
     # --- coalescing --------------------------------------------------------------------------------------------
 
@@ -686,46 +650,6 @@ class Resolver:
 
 
 _DEFER = "defer"
-
-
-class _Backlog:
-    """The candidates a budgeted call left for the next: new changes' before the clock's, each kind first come first
-    out, and their mirror in ``center_backlog`` (written by :meth:`persist` inside the caller's transaction)."""
-
-    def __init__(self, db: sqlite3.Connection):
-        self._db = db
-        self._events: OrderedDict[tuple[str, str], Trigger] = OrderedDict()
-        self._clock: OrderedDict[tuple[str, str], Trigger] = OrderedDict()
-        rows = db.execute("SELECT table_fqn, partition, by_clock, trigger FROM center_backlog ORDER BY rowid")
-        for fqn, partition, by_clock, trigger in rows:
-            (self._clock if by_clock else self._events)[(fqn, partition)] = Trigger.from_json(json.loads(trigger))
-        self._persisted = {*self._events, *self._clock}
-        self._added: list[tuple[tuple[str, str], Trigger, bool]] = []
-
-    def __len__(self) -> int:
-        return len(self._events) + len(self._clock)
-
-    def add(self, candidate: tuple[str, str], trigger: Trigger, *, by_clock: bool) -> None:
-        """Queue ``candidate`` unless it is queued already (then its first trigger stands)."""
-        if candidate not in self._events and candidate not in self._clock:
-            (self._clock if by_clock else self._events)[candidate] = trigger
-            self._added.append((candidate, trigger, by_clock))
-
-    def pop(self) -> tuple[tuple[str, str], Trigger]:
-        return (self._events or self._clock).popitem(last=False)
-
-    def persist(self, evaluated: Sequence[tuple[str, str]]) -> None:
-        """Delete the evaluated candidates from ``center_backlog``, insert the ones added and still queued."""
-        done = [c for c in evaluated if c in self._persisted]
-        self._db.executemany("DELETE FROM center_backlog WHERE table_fqn = ? AND partition = ?", done)
-        self._persisted.difference_update(done)
-        queued = [(c, t, k) for c, t, k in self._added if c in self._events or c in self._clock]
-        self._db.executemany(
-            "INSERT INTO center_backlog VALUES (?, ?, ?, ?)",
-            [(fqn, partition, int(by_clock), json.dumps(t.to_json())) for (fqn, partition), t, by_clock in queued],
-        )
-        self._persisted.update(c for c, _, _ in queued)
-        self._added = []
 
 
 def _ended_between(pdef: TimeWindowPartitionsDefinition, since: datetime, now: datetime) -> list[str]:
@@ -779,8 +703,8 @@ class _Snapshot:
     """The store as the gate's reader, each partition's state read once per call; ``planned`` partitions (earlier
     in a run being planned) count as materialized, with no verdict yet, as the run guard counts what its run wrote."""
 
-    def __init__(self, store: PartitionStateStore, db: sqlite3.Connection):
-        self.store, self._db = store, db
+    def __init__(self, store: PartitionStateStore, ledger: Ledger):
+        self.store, self._ledger = store, ledger
         self.planned: set[tuple[str, str]] = set()
         self._seen: dict[tuple[str, str], PartitionState] = {}
         self._repairing: dict[str, bool] = {}
@@ -790,10 +714,9 @@ class _Snapshot:
         self._new_holds: list[tuple[tuple[str, str, int], Taint, list[tuple[str, str, int]]]] = []
         self._stale: list[tuple[str, str, int]] = []
         self._held: dict[tuple[str, str], tuple[Taint, int]] = {}  # partition → taint, on that materialization
-        rows = db.execute("SELECT table_fqn, partition, storage_id, taint, marked FROM center_taints").fetchall()
-        for fqn, partition, storage_id, taint, marked in rows:
-            triples = [(t, k, i) for t, k, i in json.loads(marked)]
-            self._holds[(fqn, partition, storage_id)] = (Taint.from_json(json.loads(taint)), triples)
+        for fqn, partition, storage_id, taint_json, marked_json in ledger.holds():
+            triples = [(t, k, i) for t, k, i in json.loads(marked_json)]
+            self._holds[(fqn, partition, storage_id)] = (Taint.from_json(json.loads(taint_json)), triples)
         for key, (taint, marked) in self._holds.items():
             [root] = store.states(AssetKey(key[0].split(".")), [key[1]]).values()
             if root.storage_id != key[2]:
@@ -811,12 +734,9 @@ class _Snapshot:
 
     def persist_holds(self) -> None:
         """Record the new holds and forget the stale ones (inside the caller's transaction)."""
-        self._db.executemany(
-            "INSERT OR IGNORE INTO center_taints VALUES (?, ?, ?, ?, ?)",
+        self._ledger.set_holds(
             [(*key, json.dumps(taint.to_json()), json.dumps(marked)) for key, taint, marked in self._new_holds],
-        )
-        self._db.executemany(
-            "DELETE FROM center_taints WHERE table_fqn = ? AND partition = ? AND storage_id = ?", self._stale
+            self._stale,
         )
 
     def repairing(self, backfill_id: str) -> bool:
