@@ -60,7 +60,9 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Catalog:
     for fqn, (header, sql) in DERIVED.items():
         layer, name = fqn.split(".")
         (root / layer).mkdir(exist_ok=True)
-        (root / layer / f"{name}.sql").write_text(f"/* ---\ntable: {fqn}\n{header}--- */\n{sql}\n")
+        # late data rebuilds at once here: the policies that delay it are tests/center/test_late_data.py's
+        late = "late_data: {rebuild: at_once}\n"
+        (root / layer / f"{name}.sql").write_text(f"/* ---\ntable: {fqn}\n{header}{late}--- */\n{sql}\n")
     return load_catalog(root)
 
 

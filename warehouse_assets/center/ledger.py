@@ -22,6 +22,7 @@ import sqlite3
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime, tzinfo
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,18 @@ class Stale:
     policy: str  # the policy in words
     note: str  # "" or why no rebuild is due
 
+    def describe(self, timezone: tzinfo) -> str:
+        """``stale: late data since 14:05 (3 changes), rebuild due 15:05 (policy every 1 h, lookback 3 d)``."""
+
+        def local(at: float) -> str:
+            return datetime.fromtimestamp(at, timezone).strftime("%Y-%m-%d %H:%M")
+
+        changes = f"{self.changes} late change{'s' if self.changes != 1 else ''}"
+        when = f"rebuild due {local(self.due)}" if self.due is not None else self.note or "no rebuild due"
+        if self.due is not None and self.note:
+            when += f"; {self.note}"
+        return f"stale: late data since {local(self.since)} ({changes}), {when} (policy {self.policy})"
+
 
 @dataclass(frozen=True)
 class Rebuild:
@@ -69,6 +82,7 @@ class Rebuild:
 
     origin: float
     changes: int
+    planned_at: float  # when the rebuild was requested: the policy's interval counts from it
 
 
 class Ledger:
@@ -204,6 +218,15 @@ class Ledger:
             [(s.table, s.partition, s.since, s.due, s.changes, s.upstream, s.policy, s.note) for s in entries],
         )
 
+    def park_stale(self, candidates: Iterable[Candidate], at: float) -> None:
+        """The stale partitions among ``candidates`` whose rebuild was due at ``at`` and was not requested (an input
+        is not ready): no longer looked at by the clock, their next change decides."""
+        self._db.executemany(
+            "UPDATE center_stale SET due = NULL, note = 'waiting for its inputs' "
+            "WHERE table_fqn = ? AND partition = ? AND due <= ?",
+            [(fqn, partition, at) for fqn, partition in candidates],
+        )
+
     def clear_stale(self, candidates: Iterable[Candidate]) -> None:
         self._db.executemany("DELETE FROM center_stale WHERE table_fqn = ? AND partition = ?", list(candidates))
 
@@ -213,17 +236,17 @@ class Ledger:
         for chunk in _chunks(partitions, 500):
             marks = ", ".join("?" * len(chunk))
             rows = self._db.execute(
-                "SELECT partition, origin, changes FROM center_rebuilds"
+                "SELECT partition, origin, changes, planned_at FROM center_rebuilds"
                 f" WHERE table_fqn = ? AND partition IN ({marks})",
                 (fqn, *chunk),
             )
-            found.update({p: Rebuild(origin, changes) for p, origin, changes in rows})
+            found.update({p: Rebuild(origin, changes, at) for p, origin, changes, at in rows})
         return found
 
-    def record_rebuilds(self, rebuilds: Iterable[tuple[str, str, Rebuild]], at: float) -> None:
+    def record_rebuilds(self, rebuilds: Iterable[tuple[str, str, Rebuild]]) -> None:
         self._db.executemany(
             "INSERT OR REPLACE INTO center_rebuilds VALUES (?, ?, ?, ?, ?)",
-            [(fqn, partition, r.origin, r.changes, at) for fqn, partition, r in rebuilds],
+            [(fqn, partition, r.origin, r.changes, r.planned_at) for fqn, partition, r in rebuilds],
         )
 
     # --- the backlog ----------------------------------------------------------------------------------------------

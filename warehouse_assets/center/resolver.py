@@ -55,11 +55,12 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from dagster import AssetKey, TimeWindowPartitionsDefinition
 
-from warehouse_assets.build.gate import Verdict, decide
+from warehouse_assets.build.gate import LATE_CHANGES_TAG, Verdict, decide
 from warehouse_assets.build.validity import Taint
 from warehouse_assets.catalog import (
     BY_PERIOD,
@@ -69,12 +70,14 @@ from warehouse_assets.catalog import (
     Catalog,
     Dependency,
     DerivedTable,
+    LateDataPolicy,
     Table,
     UpstreamPartitions,
     upstream_partitions,
     weak_deadline,
 )
-from warehouse_assets.center.ledger import Ledger
+from warehouse_assets.center.late_data import LANE_TAG, REBUILD_LANE, due_time
+from warehouse_assets.center.ledger import Ledger, Rebuild, Stale
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import Change, PartitionState, PartitionStateStore, failed_blocking_checks
 from warehouse_assets.center.taint import JOB as TAINT_JOB
@@ -108,6 +111,7 @@ PRUNE_EVERY = timedelta(hours=1)  # how often old requests are deleted
 CLOCK = "clock"  # a Trigger's field: the partition's window ended, nothing upstream changed
 DEADLINE_PASSED = "deadline"  # a Trigger's field: a dependency's deadline passed, nothing upstream changed
 LOST_RETRY = "lost_retry"  # a Trigger's field: the run failed and Dagster could not launch its retry
+LATE_DUE = "late_due"  # a Trigger's field: the late-data policy's time for a stale partition's rebuild came
 # a trigger's fields as the run's tag says them: a run is planned only once nothing upstream is in progress, so an
 # in-progress change that triggers one is a run that ended
 CHANGE_WORDS = {
@@ -118,6 +122,7 @@ CHANGE_WORDS = {
     CLOCK: "window ended",
     DEADLINE_PASSED: "deadline passed",
     LOST_RETRY: "its retry could not be launched",
+    LATE_DUE: "late data's rebuild due",
 }
 
 
@@ -157,6 +162,8 @@ class RunPlan:
     job: str = ""
     run_config: str = ""  # JSON
     priority: int | None = None  # in Dagster's queue (:func:`run_priority`); None: by its layer alone
+    rebuild: bool = False  # every partition was built before: the run goes in the rebuild lane
+    late_changes: tuple[tuple[str, int], ...] = ()  # partition → the late changes its rebuild absorbs
 
     @property
     def tags(self) -> dict[str, str]:
@@ -178,18 +185,42 @@ class RunPlan:
             PRIORITY_TAG: str(self.priority if self.priority is not None else run_priority(self.table, None, None)),
             REQUEST_TAG: self.request_id,
             TRIGGER_TAG: self.trigger.describe(),
+            **({LANE_TAG: REBUILD_LANE} if self.rebuild else {}),
+            **({LATE_CHANGES_TAG: json.dumps(dict(self.late_changes))} if self.late_changes else {}),
         }
 
     def to_json(self) -> str:
         return json.dumps(
-            [self.table, self.partitions, self.trigger.to_json(), self.job, self.run_config, self.priority]
+            [
+                self.table,
+                self.partitions,
+                self.trigger.to_json(),
+                self.job,
+                self.run_config,
+                self.priority,
+                self.rebuild,
+                self.late_changes,
+            ]
         )
 
     @classmethod
     def from_json(cls, text: str, request_id: str) -> RunPlan:
-        table, partitions, trigger, *rest = json.loads(text)
-        job, run_config, priority = [*rest, "", "", None][:3]  # plans recorded before jobs and priorities
-        return cls(table, tuple(partitions), Trigger.from_json(trigger), request_id, job, run_config, priority)
+        fields: list[Any] = json.loads(text)
+        table, partitions, trigger = fields[:3]
+        # plans recorded before jobs, priorities and lanes have fewer fields
+        defaults: list[Any] = ["", "", None, False, []]
+        job, run_config, priority, rebuild, late = [*fields[3:], *defaults[len(fields) - 3 :]]
+        return cls(
+            table,
+            tuple(partitions),
+            Trigger.from_json(trigger),
+            request_id,
+            job,
+            run_config,
+            priority,
+            bool(rebuild),
+            tuple((str(p), int(n)) for p, n in late),
+        )
 
 
 class Resolver:
@@ -291,6 +322,8 @@ class Resolver:
             backlog.add(candidate, trigger, by_clock=True)
         for candidate, trigger in self._deadline_candidates(now).items():
             backlog.add(candidate, trigger, by_clock=True)
+        for fqn, partition in self.ledger.due(now.timestamp()):
+            backlog.add((fqn, partition), Trigger(fqn, partition, None, None, frozenset({LATE_DUE})), by_clock=True)
         self.evaluated = 0
         ready: dict[tuple[str, str], tuple[Trigger, str]] = {}
         deferred: list[tuple[str, str]] = []
@@ -427,8 +460,10 @@ class Resolver:
         if not verdict.may_run:
             return None
         upstream = self._upstream_states(verdict, states)
-        if any(s.in_progress for s in self._upstream_states(verdict, states, used_only=True)):
-            return None  # an upstream is being rebuilt: its end is a change of its own
+        if any(s.in_progress or s.queued for s in self._upstream_states(verdict, states, used_only=True)):
+            # an upstream is being rebuilt, or its rebuild waits in the queue: built now, this partition would be
+            # built on the data that rebuild replaces, and again after it; the run's end is a change of its own
+            return None
         if not self._checks_passed(verdict, states):
             return None  # a verdict still to come: it is a change of its own
         key = json.dumps(sorted([s.asset_key, s.partition, s.storage_id] for s in upstream))
@@ -448,9 +483,108 @@ class Resolver:
             and not (s.run_id and s.run_id == own.run_id)
             for s in upstream
         )
-        if own.materialized and not late and not _advances(table, own, verdict):
+        advances = _advances(table, own, verdict)
+        if own.materialized and not late and not advances:
+            states.fresh.add((table.fqn, partition))
+            return None
+        if (
+            own.materialized
+            and late
+            and not advances
+            and own.taint is None  # a repair, and a degraded build's missing input, are the build it waits for
+            and not own.degraded
+            and isinstance(table, DerivedTable)
+            and not self._rebuild_due(table, partition, own, verdict, read_from, key, states, now)
+        ):
             return None
         return key
+
+    def _rebuild_due(
+        self,
+        table: DerivedTable,
+        partition: str,
+        own: PartitionState,
+        verdict: Verdict,
+        read_from: int | None,
+        key: str,
+        states: _Snapshot,
+        now: datetime,
+    ) -> bool:
+        """Whether the late data of a built partition rebuilds it now, under the late-data policy of each dependency
+        it came through (the most urgent one counts). If not, the partition is recorded stale with the time its
+        rebuild is due (or none), and the late changes its rebuild will absorb."""
+        late_policies: list[LateDataPolicy] = []
+        late_upstream: list[PartitionState] = []
+        for edge in verdict.edges:
+            keys = edge.used if edge.dep.mode == LATEST else edge.upstream.keys
+            found = [
+                s
+                for s in states.states(self.catalog[edge.dep.table], keys).values()
+                if s.storage_id is not None
+                and s.storage_id > (read_from if read_from is not None else -1)
+                and s.partition != WHOLE
+                and not (s.run_id and s.run_id == own.run_id)
+            ]
+            if found:
+                late_policies.append(table.late_data_policy(edge.dep))
+                late_upstream.extend(found)
+        previous = states.stale(table.fqn, partition)
+        # as late as the change itself: through an upstream rebuilt for late data, the change that rebuild absorbed
+        origins = [now.timestamp()]
+        for up in late_upstream:
+            rebuilt = states.rebuilt(self._fqn[up.asset_key], up.partition)
+            if rebuilt is not None:
+                origins.append(rebuilt.origin)
+        since = min([*origins, *([previous.since] if previous else [])])
+        changes = _late_changes(previous, key, late_upstream)
+        own_rebuild = states.rebuilt(table.fqn, partition)
+        pdef = BY_PERIOD[table.period]
+        window_end = pdef.time_window_for_partition_key(partition).end
+        last = None if own_rebuild is None else datetime.fromtimestamp(own_rebuild.planned_at, UTC)
+        policies = late_policies or [table.late_data]
+        dues = [
+            due_time(
+                policy,
+                window_end=window_end,
+                since=datetime.fromtimestamp(since, UTC),
+                last_rebuild=last,
+                now=now,
+                timezone=self._timezone,
+            )
+            for policy in policies
+        ]
+        timed = [(due, policy) for (due, _), policy in zip(dues, policies, strict=True) if due]
+        due: datetime | None
+        if timed:
+            due, policy = min(timed, key=lambda d: d[0])
+            note = ""
+            waiting = [u for u in late_upstream if states.stale_due(self._fqn[u.asset_key], u.partition) is not None]
+            if due <= now and not waiting:
+                states.rebuilds[(table.fqn, partition)] = Rebuild(since, changes, now.timestamp())
+                return True
+            if due <= now:
+                # an input's own rebuild is coming: rebuilt now, the partition would be rebuilt again after it; that
+                # rebuild's materialization is the change that looks at it again
+                first = waiting[0]
+                first_due = states.stale_due(self._fqn[first.asset_key], first.partition) or now.timestamp()
+                when = datetime.fromtimestamp(first_due, self._timezone)
+                note = f"waits for {self._fqn[first.asset_key]} {first.partition}'s rebuild, due {when:%Y-%m-%d %H:%M}"
+                due = None
+        else:
+            due, policy, note = None, policies[0], dues[0][1]
+        states.mark_stale(
+            Stale(
+                table.fqn,
+                partition,
+                since,
+                None if due is None else due.timestamp(),
+                changes,
+                key,
+                policy.describe(),
+                note,
+            )
+        )
+        return False
 
     def _late_verdict(
         self, table: Table, state: PartitionState, trigger: Trigger, states: _Snapshot, now: datetime
@@ -595,6 +729,7 @@ class Resolver:
                 self.ledger.set_deferred([c for c in evaluated if c not in deferred], deferred)
                 self._backlog.persist(evaluated)
                 states.persist_holds()
+                states.persist_late(evaluated, now.timestamp())
                 self.ledger.record_requests(
                     [(fqn, partition, key) for (fqn, partition), (_, key) in ready.items()], now.timestamp()
                 )
@@ -646,7 +781,15 @@ class Resolver:
         table = self.catalog[fqn]
         start = BY_PERIOD[table.period].time_window_for_partition_key(run[0]).start
         rebuild = all(states.state(table, partition).materialized for partition in run)
-        return RunPlan(fqn, tuple(run), ready[(fqn, run[0])][0], priority=run_priority(fqn, start, now, rebuild))
+        late = tuple((p, states.rebuilds[(fqn, p)].changes) for p in run if (fqn, p) in states.rebuilds)
+        return RunPlan(
+            fqn,
+            tuple(run),
+            ready[(fqn, run[0])][0],
+            priority=run_priority(fqn, start, now, rebuild),
+            rebuild=rebuild,
+            late_changes=late,
+        )
 
 
 _DEFER = "defer"
@@ -680,6 +823,16 @@ def _local_times_between(hhmm: str, since: datetime, now: datetime, tz: ZoneInfo
     return found
 
 
+def _late_changes(previous: Stale | None, key: str, late: Sequence[PartitionState]) -> int:
+    """The late changes a stale partition's rebuild absorbs: each upstream materialization newer than its build, as
+    the center saw them (several reports of one hour between two looks count once)."""
+    if previous is None:
+        return len(late)
+    seen, _ = json.JSONDecoder().raw_decode(previous.upstream)
+    before = {(asset, partition): storage_id for asset, partition, storage_id in seen}
+    return previous.changes + sum(1 for s in late if before.get((s.asset_key, s.partition)) != s.storage_id)
+
+
 def _advances(table: Table, own: PartitionState, verdict: Verdict) -> bool:
     """Whether the partition can now reach a later state than the one it was built in (estimated → completed)."""
     names = table.state_names
@@ -706,6 +859,12 @@ class _Snapshot:
     def __init__(self, store: PartitionStateStore, ledger: Ledger):
         self.store, self._ledger = store, ledger
         self.planned: set[tuple[str, str]] = set()
+        # late data: the partitions this call found stale, rebuilt (requested again), or no longer behind their inputs
+        self.stale_marks: dict[tuple[str, str], Stale] = {}
+        self.rebuilds: dict[tuple[str, str], Rebuild] = {}
+        self.fresh: set[tuple[str, str]] = set()
+        self._stale_rows: dict[tuple[str, str], Stale | None] = {}
+        self._rebuilt_rows: dict[tuple[str, str], Rebuild | None] = {}
         self._seen: dict[tuple[str, str], PartitionState] = {}
         self._repairing: dict[str, bool] = {}
         # taints planned after late failed verdicts, held here until their root is materialized again: the run
@@ -738,6 +897,40 @@ class _Snapshot:
             [(*key, json.dumps(taint.to_json()), json.dumps(marked)) for key, taint, marked in self._new_holds],
             self._stale,
         )
+
+    def stale(self, fqn: str, partition: str) -> Stale | None:
+        """The partition's stale record: as this call marked it, or as the ledger has it."""
+        if (fqn, partition) in self.stale_marks:
+            return self.stale_marks[(fqn, partition)]
+        if (fqn, partition) in self.rebuilds:
+            return None
+        if (fqn, partition) not in self._stale_rows:
+            self._stale_rows[(fqn, partition)] = self._ledger.stale(fqn, [partition]).get(partition)
+        return self._stale_rows[(fqn, partition)]
+
+    def stale_due(self, fqn: str, partition: str) -> float | None:
+        """When the partition's rebuild for late data is due, if one is coming (not requested yet)."""
+        entry = self.stale(fqn, partition)
+        return None if entry is None else entry.due
+
+    def mark_stale(self, entry: Stale) -> None:
+        self.stale_marks[(entry.table, entry.partition)] = entry
+
+    def rebuilt(self, fqn: str, partition: str) -> Rebuild | None:
+        """The latest rebuild requested of the partition for late data: this call's, or the ledger's."""
+        if (fqn, partition) in self.rebuilds:
+            return self.rebuilds[(fqn, partition)]
+        if (fqn, partition) not in self._rebuilt_rows:
+            self._rebuilt_rows[(fqn, partition)] = self._ledger.rebuilds(fqn, [partition]).get(partition)
+        return self._rebuilt_rows[(fqn, partition)]
+
+    def persist_late(self, evaluated: Sequence[tuple[str, str]], now: float) -> None:
+        """Record the stale partitions and the rebuilds (inside the caller's transaction)."""
+        self._ledger.clear_stale([*self.fresh, *self.rebuilds])
+        self._ledger.mark_stale(self.stale_marks.values())
+        self._ledger.record_rebuilds([(fqn, partition, r) for (fqn, partition), r in self.rebuilds.items()])
+        settled = {*self.fresh, *self.rebuilds, *self.stale_marks}
+        self._ledger.park_stale([c for c in evaluated if c not in settled], now)
 
     def repairing(self, backfill_id: str) -> bool:
         """Whether the backfill ``backfill_id`` is still running (read from the instance once per call)."""
