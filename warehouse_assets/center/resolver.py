@@ -525,6 +525,11 @@ class Resolver:
                 and s.partition != WHOLE
                 and not (s.run_id and s.run_id == own.run_id)
             ]
+            if found and (edge.dep.weak or self.catalog[edge.dep.table].state_names):
+                # a dependency that builds before its window is whole (a deadline, any of a window, the latest) or an
+                # upstream that passes through states: what arrives is the rest the partition was built to receive,
+                # planned, not a correction: at once
+                return True
             if found:
                 late_policies.append(table.late_data_policy(edge.dep))
                 late_upstream.extend(found)
