@@ -17,6 +17,7 @@ WRITE_ORDERS = "writing dwd.orders (INSERT, MERGE, UPDATE, DELETE) is not allowe
 # (request, what the refusal names): the same on the server and in `warehouse sql` unless SERVER_SAYS differs
 SQL: dict[str, str] = {
     "SELECT reflect('java.lang.System', 'getProperty', 'user.name')": REFLECTION,
+    "SELECT reflect('java.lang.System', 'exit', 0) FROM dwd.orders": REFLECTION,
     "SELECT java_method('java.lang.System', 'exit', 0) FROM dwd.orders": REFLECTION,
     "SELECT try_reflect('java.lang.System', 'exit', 0) FROM dwd.orders": "try_reflect (calling Java methods",
     "SELECT * FROM dwd.users WHERE name IN (SELECT reflect('java.lang.System', 'getProperty', 'user.name'))": (
