@@ -459,6 +459,8 @@ def read_only_session(session: SparkSession) -> SparkSession:
     users of it keep theirs; a Connect client's session is this process's own."""
     from resources.spark import READ_ONLY
 
+    if session.conf.get(READ_ONLY, "false") == "true":  # the analysts' server: read-only by its own configuration
+        return session
     if not type(session).__module__.startswith("pyspark.sql.connect"):
         session = session.newSession()
     # Spark's own reads of files by path (`parquet.`/path``) off, before the flag makes the setting unchangeable

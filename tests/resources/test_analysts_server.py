@@ -152,6 +152,7 @@ def test_every_hostile_request_is_refused_and_nothing_changes(analysts: Server, 
     for query in QUERIES:
         expected = normalized([list(r.values()) for r in jvm_free.run(query, engine="datafusion").rows.to_pylist()])
         assert normalized(outcome["reads"][query]) == expected, query
+    assert normalized(outcome["warehouse_sql"]) == normalized(outcome["reads"][QUERIES[0]])
 
 
 def test_only_the_analysts_token_opens_it(analysts: Server) -> None:

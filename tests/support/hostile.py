@@ -99,7 +99,7 @@ def run_client(url: str, lake: str, outside: str, mark: str, reads: list[str]) -
     from pyspark.sql import functions as F
     from pyspark.sql.functions import udf, udtf
 
-    from resources.lake_sql import read_only_message
+    from resources.lake_sql import LakeSql, read_only_message
 
     spark = SparkSession.builder.remote(url).create()
 
@@ -168,6 +168,9 @@ def run_client(url: str, lake: str, outside: str, mark: str, reads: list[str]) -
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     spark.sql("SET spark.sql.shuffle.partitions=3").collect()
     outcome["reads"] = {query: [list(row) for row in spark.sql(query).collect()] for query in reads}
+    # `warehouse sql` pointed at this server answers on it too
+    on_spark = LakeSql(lake, spark=lambda: (spark, "the analysts' server")).run(reads[0], engine="spark")
+    outcome["warehouse_sql"] = [list(row.values()) for row in on_spark.rows.to_pylist()]
     spark.stop()
     return outcome
 
