@@ -1,6 +1,7 @@
 """A table declared while the engine runs is built by itself: the engine notices the new declaration file, loads the
 catalog again, asks the webserver to reload the code location, and requests the new table's partitions whose inputs
 were all there before it existed (no event would ever name them). A declaration that does not load changes nothing.
+And ``why`` does not call a partition nothing will build simply "ready".
 """
 
 from __future__ import annotations
@@ -12,12 +13,15 @@ from zoneinfo import ZoneInfo
 import pytest
 from dagster import AssetKey, DagsterInstance
 
+from resources.delta_lake import DeltaStore
+from resources.landing import Landing
 from tests.center.test_center import hours
 from tests.center.test_state_store import report
 from warehouse_assets.build.compiler import max_partitions_per_run
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.center.engine import assemble_engine
 from warehouse_assets.center.resolver import RunPlan
+from warehouse_assets.center.why import explain
 
 TZ = ZoneInfo("Asia/Shanghai")
 NOW = datetime(2026, 3, 6, 9, tzinfo=TZ)
@@ -94,3 +98,22 @@ def test_a_table_declared_while_the_engine_runs_is_built_without_a_restart(
         assert engine.follow_catalog() == [] and len(recorder.plans) == built + 1
     finally:
         engine.close()
+
+
+def test_why_says_nothing_builds_a_ready_partition_older_than_the_lookback(
+    instance: DagsterInstance, tmp_path: Path
+) -> None:
+    root = tmp_path / "tables"
+    for layer in ("ods", "dwd"):
+        (root / layer).mkdir(parents=True)
+    (root / "ods" / "src.yaml").write_text(ODS)
+    (root / "dwd" / "day.sql").write_text(DAY_SQL)
+    catalog = load_catalog(root)
+    for day in ("2026-01-20", "2026-03-05"):
+        for hour in hours(day):
+            report(instance, AssetKey(["ods", "src"]), hour)
+    lake, landing = DeltaStore(str(tmp_path / "lake")), Landing(tmp_path / "landing")
+    old = explain(instance, catalog, lake, landing, "dwd.day", "2026-01-20", current_time=NOW)
+    assert "ready" in old.verdict and "nothing builds it by itself — a backfill does" in old.verdict
+    recent = explain(instance, catalog, lake, landing, "dwd.day", "2026-03-05", current_time=NOW)
+    assert "ready" in recent.verdict and "nothing builds it" not in recent.verdict
