@@ -112,6 +112,7 @@ CLOCK = "clock"  # a Trigger's field: the partition's window ended, nothing upst
 DEADLINE_PASSED = "deadline"  # a Trigger's field: a dependency's deadline passed, nothing upstream changed
 LOST_RETRY = "lost_retry"  # a Trigger's field: the run failed and Dagster could not launch its retry
 LATE_DUE = "late_due"  # a Trigger's field: the late-data policy's time for a stale partition's rebuild came
+DECLARED = "declared"  # a Trigger's field: the table was added to the catalog, or its declaration changed
 # a trigger's fields as the run's tag says them: a run is planned only once nothing upstream is in progress, so an
 # in-progress change that triggers one is a run that ended
 CHANGE_WORDS = {
@@ -123,6 +124,7 @@ CHANGE_WORDS = {
     DEADLINE_PASSED: "deadline passed",
     LOST_RETRY: "its retry could not be launched",
     LATE_DUE: "late data's rebuild due",
+    DECLARED: "table declared",
 }
 
 
@@ -398,6 +400,22 @@ class Resolver:
                         if weak_deadline(table, dep, key) == instant:
                             found[(table.fqn, key)] = Trigger(table.fqn, key, None, None, frozenset({DEADLINE_PASSED}))
         return found
+
+    def consider_tables(self, fqns: Iterable[str], now: datetime) -> int:
+        """Make every partition within the lookback of the tables ``fqns`` (added to the catalog, or changed) a
+        candidate of the next step, as if their windows had just ended: nothing else would name the partitions of a
+        table whose inputs were all there before it existed. The gate decides; only what was never built (or a later
+        state) is requested. Returns how many candidates were added."""
+        added = 0
+        for fqn in fqns:
+            table = self.catalog[fqn]
+            if not isinstance(table, DerivedTable):
+                continue
+            pdef = BY_PERIOD[table.period]
+            for key in _ended_between(pdef, _last_window_end(pdef, now) - self.lookback, now):
+                self._backlog.add((fqn, key), Trigger(fqn, key, None, None, frozenset({DECLARED})), by_clock=True)
+                added += 1
+        return added
 
     def prepare(self, now: datetime) -> None:
         """Find the time-driven tables (what the clock looks at) now, not in the first step that needs them: a

@@ -67,6 +67,7 @@ from warehouse_assets.catalog import (
     upstream_partitions,
 )
 from warehouse_assets.center.ledger import open_readonly
+from warehouse_assets.center.resolver import LOOKBACK
 from warehouse_assets.center.state_store import PartitionState, PartitionStateStore, StateView, default_path
 from warehouse_assets.ingest.deliveries import external_source
 from warehouse_assets.ingest.readiness import Readiness, shard_state, with_counts
@@ -527,6 +528,12 @@ def explain(
         if verdict.later:
             last = table.state_names[-1]
             report.verdict += f"; {last} waits: " + "; ".join(verdict.later)
+        pdef = BY_PERIOD[table.period]
+        if not own.materialized and pdef.time_window_for_partition_key(partition).end < now - LOOKBACK:
+            report.verdict += (
+                f"; but it ended over {LOOKBACK.days} days ago, before the dependency center's lookback: nothing "
+                "builds it by itself — a backfill does (the UI's Materialize or Backfill on this partition)"
+            )
     else:
         report.root_causes = states.root_causes(waiting)
         first = waiting[0]
