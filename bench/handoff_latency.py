@@ -127,7 +127,7 @@ def main() -> int:
     from warehouse_assets.build.quality import report_valid
     from warehouse_assets.catalog import load_catalog
     from warehouse_assets.center.engine import SUBMITTED_TAG
-    from warehouse_assets.center.resolver import LOOKBACK
+    from warehouse_assets.center.late_data import LOOKBACK
 
     work = Path(tempfile.mkdtemp(prefix="handoff-"))
     home, lake, landing = work / "dagster_home", work / "lake", work / "landing"

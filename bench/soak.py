@@ -609,7 +609,7 @@ def main() -> int:
     from simulator.cdc import SimulationConfig, simulate
     from tests.support import oracle
     from warehouse_assets.catalog import load_catalog
-    from warehouse_assets.center.resolver import LOOKBACK
+    from warehouse_assets.center.late_data import LOOKBACK
     from warehouse_assets.cli.dev import DEV_MARK, marked_processes, stop_marked
 
     work = Path(tempfile.mkdtemp(prefix="soak-"))

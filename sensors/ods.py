@@ -38,7 +38,7 @@ from resources.landing import LandingResource
 from resources.settings import current
 from warehouse_assets.build.hour_checks import JOB, RETRY_AFTER, checked_tables, next_batch, unchecked_hours
 from warehouse_assets.catalog import Catalog, business_zone
-from warehouse_assets.center.resolver import LOOKBACK
+from warehouse_assets.center.late_data import LOOKBACK
 from warehouse_assets.ingest.job import IN_FLIGHT, ingestion_in_flight
 from warehouse_assets.ingest.merge import pending_segments
 from warehouse_assets.ingest.readiness import readiness_events, reported_ingested_rows, unreported_changes

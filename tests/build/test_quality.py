@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -80,13 +80,13 @@ class Env:
             raise_on_error=False,
         )
 
-    def requested(self, catalog: Catalog, key: AssetKey, *, chain: bool = True) -> list[str]:
-        """One engine step at the pinned time: the main chain's engine (``chain``), or an engine of its own over the
-        whole history (for variant catalogs)."""
+    def requested(self, catalog: Catalog, key: AssetKey, *, chain: bool = True, at: datetime = NOW) -> list[str]:
+        """One engine step at the pinned time (or ``at``): the main chain's engine (``chain``), or an engine of its
+        own over the whole history (for variant catalogs)."""
         table = next(t.fqn for t in catalog if AssetKey(t.key) == key)
         if chain:
             assert self.engine is not None
-            return self.engine.tick(NOW).get(table, [])
+            return self.engine.tick(at).get(table, [])
         engine = CenterTicker(
             self.instance, catalog, [table], self.root / f"variant-{len(list(self.root.iterdir()))}.db"
         )
@@ -195,7 +195,11 @@ def test_fixing_the_data_and_rerunning_d_clears_the_block(env: Env) -> None:
     fixed = env.build(env.catalog, DWD, D)
     assert fixed.success
     assert env.check_status(DWD, "unique") == {D: True, D1: True}
-    assert env.requested(env.catalog, DWS) == [D]  # its upstream was updated and passed: D re-runs
+    # D was built (on the failed day, through ignore_dq): the fixed day is late data for it, which its late-data
+    # policy (the default: at most one rebuild an hour) rebuilds an hour after the engine saw it, once
+    assert env.requested(env.catalog, DWS) == []
+    assert env.requested(env.catalog, DWS, at=NOW + timedelta(minutes=59)) == []
+    assert env.requested(env.catalog, DWS, at=NOW + timedelta(minutes=60)) == [D]  # updated and passed: D re-runs
     rerun = env.build(env.catalog, DWS, D)
     assert rerun.success
     assert env.check_status(DWS, "references")[D] is True

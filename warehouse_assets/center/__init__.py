@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from warehouse_assets.center.engine import Engine, GraphQLSubmitter, assemble_engine
-    from warehouse_assets.center.resolver import LOOKBACK, Resolver, RunPlan, Trigger
+    from warehouse_assets.center.late_data import LOOKBACK
+    from warehouse_assets.center.resolver import Resolver, RunPlan, Trigger
     from warehouse_assets.center.reverse_index import ReverseIndex
     from warehouse_assets.center.state_store import Change, PartitionState, PartitionStateStore
     from warehouse_assets.center.why import WhyReport, build_why_job, explain
@@ -20,7 +21,7 @@ _HOME = {
     "Change": "state_store",
     "Engine": "engine",
     "GraphQLSubmitter": "engine",
-    "LOOKBACK": "resolver",
+    "LOOKBACK": "late_data",
     "PartitionState": "state_store",
     "PartitionStateStore": "state_store",
     "Resolver": "resolver",

@@ -15,6 +15,10 @@ from zoneinfo import ZoneInfo
 from warehouse_assets.catalog import LateDataPolicy
 from warehouse_assets.catalog.model import AT_ONCE, DAILY_AT, EVERY, NEVER
 
+# Automatic runs look this far back from the latest partition; older history is a backfill's: deploying a table must
+# not start runs for all of its past. Late data reaches back no further than each table's own, shorter, lookback.
+LOOKBACK = timedelta(days=35)
+
 # the lane of a run whose partitions were all built before (late data, a later state, a repair): the instance's run
 # coordinator holds such runs to a share of the run slots (dagster_home/dagster.yaml, tag_concurrency_limits), so a
 # first build, and what a user launches, always find a slot free

@@ -76,7 +76,7 @@ from warehouse_assets.catalog import (
     upstream_partitions,
     weak_deadline,
 )
-from warehouse_assets.center.late_data import LANE_TAG, REBUILD_LANE, due_time
+from warehouse_assets.center.late_data import LANE_TAG, LOOKBACK, REBUILD_LANE, due_time
 from warehouse_assets.center.ledger import Ledger, Rebuild, Stale
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import Change, PartitionState, PartitionStateStore, failed_blocking_checks
@@ -104,9 +104,6 @@ def run_priority(
     return (-200 if rebuild else -100) + 10 * min(age, 9) + rank
 
 
-# Automatic runs look this far back from the latest partition; older history is a backfill's: deploying
-# a table must not start runs for all of its past.
-LOOKBACK = timedelta(days=35)
 PRUNE_EVERY = timedelta(hours=1)  # how often old requests are deleted
 CLOCK = "clock"  # a Trigger's field: the partition's window ended, nothing upstream changed
 DEADLINE_PASSED = "deadline"  # a Trigger's field: a dependency's deadline passed, nothing upstream changed

@@ -66,8 +66,8 @@ from warehouse_assets.catalog import (
     periods,
     upstream_partitions,
 )
+from warehouse_assets.center.late_data import LOOKBACK
 from warehouse_assets.center.ledger import open_readonly
-from warehouse_assets.center.resolver import LOOKBACK
 from warehouse_assets.center.state_store import PartitionState, PartitionStateStore, StateView, default_path
 from warehouse_assets.ingest.deliveries import external_source
 from warehouse_assets.ingest.readiness import Readiness, shard_state, with_counts
@@ -528,8 +528,11 @@ def explain(
         if verdict.later:
             last = table.state_names[-1]
             report.verdict += f"; {last} waits: " + "; ".join(verdict.later)
-        pdef = BY_PERIOD[table.period]
-        if not own.materialized and pdef.time_window_for_partition_key(partition).end < now - LOOKBACK:
+        if (
+            not own.materialized
+            and not table.is_static  # one partition, whole: no window
+            and BY_PERIOD[table.period].time_window_for_partition_key(partition).end < now - LOOKBACK
+        ):
             report.verdict += (
                 f"; but it ended over {LOOKBACK.days} days ago, before the dependency center's lookback: nothing "
                 "builds it by itself — a backfill does (the UI's Materialize or Backfill on this partition)"
