@@ -8,8 +8,12 @@
 ``auto`` plans the query on delta-rs first (an ``EXPLAIN``, no data read): the files it would read after pruning
 and their bytes decide. Past ``scan_budget`` bytes, or when DataFusion cannot plan the query (Spark SQL it does
 not speak), Spark answers; and a query that runs out of DataFusion's memory budget is answered by Spark instead
-of failing. Only queries run: one ``SELECT`` (``WITH``, ``UNION`` …); writes, DDL and settings are refused
-before any engine sees them, and a name outside the lake's ``layer.table`` tables is refused.
+of failing. Only queries run: one ``SELECT`` (``WITH``, ``UNION`` …) over the lake's ``layer.table`` tables. What an
+analyst may not do is refused with the analysts' server's message ("analysts' access is read-only: … is not
+allowed"): first from the query's syntax tree, before any engine sees it (writes, DDL, settings, reflection,
+``TRANSFORM`` scripts, reads by path); then by each engine's own plan, whatever the syntax hid: DataFusion's logical
+plan may hold reads and nothing else, and Spark answers in a read-only session, whose plans the warehouse's JVM
+check refuses as on the analysts' server (resources/jvm/warehouse/spark/ReadOnly.java).
 """
 
 from __future__ import annotations
@@ -50,6 +54,25 @@ logging.getLogger("sqlglot").setLevel(logging.ERROR)  # "falling back to parsing
 
 class SqlRefused(ValueError):
     """The statement is not a read-only query over the lake's tables; the message says what is wrong."""
+
+
+# how the JVM's read-only check begins its refusals (ReadOnly.PREFIX): the same words whichever engine refuses
+READ_ONLY_PREFIX = "analysts' access is read-only: "
+# functions that call Java by reflection, named as the JVM check names them
+REFLECTION = {
+    "reflect": "reflect/java_method (calling Java methods by reflection)",
+    "java_method": "reflect/java_method (calling Java methods by reflection)",
+    "try_reflect": "try_reflect (calling Java methods by reflection)",
+}
+# the nodes of a DataFusion logical plan that only read (`Inner Join`, `LeftSemi Join` … end in "Join")
+DATAFUSION_READS = {
+    "Projection", "Aggregate", "Filter", "TableScan", "Subquery", "SubqueryAlias", "EmptyRelation", "Sort",
+    "Limit", "Union", "Distinct", "Distinct On", "Window", "Values", "Unnest", "RecursiveQuery", "Repartition",
+}  # fmt: skip
+
+
+def read_only_refusal(what: str) -> SqlRefused:
+    return SqlRefused(f"{READ_ONLY_PREFIX}{what} is not allowed")
 
 
 @dataclass(frozen=True)
@@ -143,14 +166,14 @@ def parse_query(sql: str, as_of: AsOf | None = None, pin: Callable[[str, str, As
         raise SqlRefused(f"one query at a time: {len(statements)} statements given")
     tree = statements[0]
     if not isinstance(tree, READ_ONLY_ROOTS):
-        kind = tree.key.upper() if not isinstance(tree, exp.Command) else str(tree.this).upper()
-        raise SqlRefused(
-            f"warehouse sql answers read-only queries (SELECT …); {kind} is refused: the warehouse's tables "
-            "are written by their runs only"
-        )
+        raise read_only_refusal(_statement_kind(tree))
     for node in tree.walk():
         if isinstance(node, exp.Insert | exp.Delete | exp.Update | exp.Merge | exp.Create | exp.Drop | exp.Alter):
-            raise SqlRefused(f"warehouse sql answers read-only queries; {node.key.upper()} is refused")
+            raise read_only_refusal(_statement_kind(node))
+        if isinstance(node, exp.QueryTransform):
+            raise read_only_refusal("TRANSFORM … USING (running an operating-system command)")
+        if isinstance(node, exp.Anonymous) and node.name.lower() in REFLECTION:  # sqlglot knows none of them
+            raise read_only_refusal(REFLECTION[node.name.lower()])
     ctes = {cte.alias_or_name for cte in tree.find_all(exp.CTE)}
     tables: list[TableRef] = []
 
@@ -161,6 +184,10 @@ def parse_query(sql: str, as_of: AsOf | None = None, pin: Callable[[str, str, As
             raise SqlRefused(f"only the lake's tables can be read: {node.sql(dialect='spark')} is refused")
         if not node.name or (not node.db and node.name in ctes):
             return node
+        if node.db and "/" in node.name:
+            raise read_only_refusal(
+                f"reading files by path ({node.db}.`{node.name}`; name a lake table as layer.table)"
+            )
         layer, table = node.db, node.name
         if node.catalog or not layer or not NAME.fullmatch(layer) or not NAME.fullmatch(table):
             raise SqlRefused(
@@ -181,6 +208,23 @@ def parse_query(sql: str, as_of: AsOf | None = None, pin: Callable[[str, str, As
     if not tables:
         raise SqlRefused("the query reads no table of the lake (name one as layer.table, e.g. dwd.order_detail)")
     return ReadQuery(sql, tree, tables)
+
+
+def _statement_kind(node: exp.Expr) -> str:
+    """What a statement does, as its keywords say it: ``INSERT``, ``CREATE TABLE``, ``ADD JAR``, ``SET``."""
+    if isinstance(node, exp.Command):
+        return str(node.this).upper()
+    kind = node.args.get("kind")
+    return f"{node.key.upper()} {str(kind).upper()}" if isinstance(kind, str) and kind else node.key.upper()
+
+
+def datafusion_refusal(logical_plan: str) -> SqlRefused | None:
+    """The refusal of a DataFusion logical plan (``EXPLAIN``'s text) holding anything but reads, or None."""
+    for line in logical_plan.splitlines():
+        node = line.strip().split(":")[0]
+        if node and node not in DATAFUSION_READS and not node.endswith("Join"):
+            return read_only_refusal(f"{node} (not a read)")
+    return None
 
 
 # --- the outcome ------------------------------------------------------------------------------------------
@@ -263,6 +307,7 @@ class LakeSql:
     spark: Callable[[], tuple[SparkSession, str]] | None = None
     memory_budget: int = DEFAULT_MEMORY_BUDGET
     scan_budget: int = DEFAULT_SCAN_BUDGET
+    _read_only: tuple[SparkSession, str] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.root = normalize_root(self.root)
@@ -325,6 +370,9 @@ class LakeSql:
         sql = query.tree.transform(rename).sql(dialect="postgres")
         explained = arrow_table(builder.execute("EXPLAIN VERBOSE " + sql))
         kinds, plans = explained["plan_type"].to_pylist(), explained["plan"].to_pylist()
+        refused = datafusion_refusal(plans[kinds.index("initial_logical_plan")])
+        if refused is not None:
+            raise refused
         files = files_in_plan(plans[kinds.index("physical_plan")])
         read = sum(_size_of(f, sizes) for f in files)
         return builder, sql, ScanPlan(files_total, len(files), read)
@@ -383,17 +431,51 @@ class LakeSql:
         return replace(answer, plan=plan, seconds=time.perf_counter() - begun)
 
     def _on_spark(self, query: ReadQuery, begun: float, plan: ScanPlan | None, why: str) -> Answer:
-        """Spark's answer. A missing table or version has been named already by delta-rs's planning, which every
-        path to Spark begins with (and which refuses it with ``SqlRefused``)."""
+        """Spark's answer, from a read-only session. A missing table or version has been named already by delta-rs's
+        planning, which every path to Spark begins with (and which refuses it with ``SqlRefused``)."""
         from resources.spark import SESSION_LAKE
 
         if self.spark is None:
             raise SqlRefused(f"this query needs Spark ({why}), and none is configured")
-        session, where = self.spark()
+        if self._read_only is None:
+            session, where = self.spark()
+            self._read_only = (read_only_session(session), where)
+        session, where = self._read_only
         # the names resolve in this lake (ignored by a confined server, which has its own)
         session.conf.set(SESSION_LAKE, spark_uri(self.root))
-        rows = session.sql(query.tree.sql(dialect="spark")).toArrow()  # every time travel pinned to a version
+        try:
+            rows = session.sql(query.tree.sql(dialect="spark")).toArrow()  # every time travel pinned to a version
+        except Exception as exc:
+            said = read_only_message(exc)
+            if said is None:
+                raise
+            raise SqlRefused(said) from None
         return Answer(rows, "spark", time.perf_counter() - begun, plan, why, where)
+
+
+def read_only_session(session: SparkSession) -> SparkSession:
+    """A session of ``session``'s Spark in which the warehouse's JVM check refuses every plan but a read (and which
+    cannot be made writable again). A classic one is a new session of the same Spark, so that the process's other
+    users of it keep theirs; a Connect client's session is this process's own."""
+    from resources.spark import READ_ONLY
+
+    if session.conf.get(READ_ONLY, "false") == "true":  # the analysts' server: read-only by its own configuration
+        return session
+    if not type(session).__module__.startswith("pyspark.sql.connect"):
+        session = session.newSession()
+    # Spark's own reads of files by path (`parquet.`/path``) off, before the flag makes the setting unchangeable
+    session.conf.set("spark.sql.runSQLOnFiles", "false")
+    session.conf.set(READ_ONLY, "true")
+    return session
+
+
+def read_only_message(exc: BaseException) -> str | None:
+    """The read-only check's refusal inside a Spark error (a JVM exception's text, through Py4J or gRPC), or None."""
+    text = str(exc)
+    at = text.find(READ_ONLY_PREFIX)
+    if at < 0:
+        return None
+    return re.split(r"[\n\"]", text[at:], maxsplit=1)[0].strip()
 
 
 def _size_of(path: str, sizes: dict[str, int]) -> int:
@@ -484,4 +566,14 @@ def export(rows: pa.Table, fmt: str, path: str | None) -> str | None:
     return text
 
 
-__all__: Sequence[str] = ["ENGINES", "Answer", "AsOf", "LakeSql", "ReadQuery", "SqlRefused", "parse_query"]
+__all__: Sequence[str] = [
+    "ENGINES",
+    "READ_ONLY_PREFIX",
+    "Answer",
+    "AsOf",
+    "LakeSql",
+    "ReadQuery",
+    "SqlRefused",
+    "parse_query",
+    "read_only_session",
+]

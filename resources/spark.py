@@ -79,12 +79,18 @@ def spark_home() -> Path:
 
 # Delta Lake on every Spark the warehouse starts: its SQL (MERGE INTO, OPTIMIZE, VERSION AS OF, delta.`path`)
 # and its catalog for `format("delta")` tables, extended by the warehouse's own (resources/jvm, built by `make
-# install`), which also resolves a table's name, `layer.table`, to its Delta table in the lake.
+# install`), which also resolves a table's name, `layer.table`, to its Delta table in the lake; and the warehouse's
+# extension, whose check makes a read-only session (READ_ONLY) refuse every plan that is not a read
 LAKE_CATALOG = "warehouse.spark.LakeCatalog"
 DELTA_CONF: dict[str, str] = {
-    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension,warehouse.spark.WarehouseExtensions",
     "spark.sql.catalog.spark_catalog": LAKE_CATALOG,
 }
+# `true` in a server's own configuration (which no client can change): every session of it is read-only; in a
+# session's settings, that session is (a tool's guard on a shared Spark; it cannot unset it again)
+READ_ONLY = "spark.warehouse.readOnly"
+# the analysts' Connect server's gate for what a client can do outside a plan (artifacts, config requests, …)
+READ_ONLY_INTERCEPTOR = "warehouse.spark.ReadOnlyInterceptor"
 # a session's own lake for the names (the product's tools on a session shared across lakes, e.g. in tests); a
 # confined catalog ignores it
 SESSION_LAKE = "spark.warehouse.lake"
@@ -92,12 +98,15 @@ SESSION_LAKE = "spark.warehouse.lake"
 
 def lake_conf(lake_root: str, *, confined: bool = False) -> dict[str, str]:
     """The settings that make ``layer.table`` name the Delta table ``<lake_root>/<layer>/<table>``. ``confined``:
-    for a Spark analysts reach: names only inside this lake, nothing outside it by path, no writes through names."""
+    for the Spark analysts reach, read-only: names only inside this lake, nothing by path, no writes, no user code,
+    no settings but harmless ones (resources/jvm/warehouse/spark/ReadOnly.java says what is refused)."""
     if not lake_root:
         return {}
     conf = {"spark.sql.catalog.spark_catalog.lake": spark_uri(normalize_root(lake_root))}
     if confined:
         conf["spark.sql.catalog.spark_catalog.confined"] = "true"
+        conf[READ_ONLY] = "true"
+        conf["spark.connect.grpc.interceptor.classes"] = READ_ONLY_INTERCEPTOR
         # `csv.`/path``, `parquet.`/path``: Spark's own reads of files by path, outside any catalog
         conf["spark.sql.runSQLOnFiles"] = "false"
     return conf

@@ -4,8 +4,8 @@ new hours' first builds never wait for that rebuild.
 
 ``ods.order`` is written directly (a day of orders, some unpaid), its hours reported as the ingestion reports them; the
 dependency center is stepped at pinned times (``tests.support.center_harness``) and each of its runs of the trade
-chain (``dwd.order_detail`` → ``dws.user_order_daily`` → ``ads.daily_gmv``, and the hourly ``dws.order_hourly``) is
-materialized in process with Spark.
+chain (``dwd.order_detail`` → ``dws.user_order_daily`` → ``ads.daily_gmv``) is materialized in process with Spark; the
+hourly ``dws.order_hourly``'s runs are only recorded (when each is requested is what the test looks at).
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ pytestmark = pytest.mark.spark
 
 TZ = ZoneInfo("Asia/Shanghai")
 DAY = "2026-03-02"
-CHAIN = ["dwd.order_detail", "dws.user_order_daily", "ads.daily_gmv", "dws.order_hourly"]
+CHAIN = ["dwd.order_detail", "dws.user_order_daily", "ads.daily_gmv"]  # built
+HOURLY = "dws.order_hourly"  # requested, not built
 CLOSED = datetime(2026, 3, 3, 0, 30, tzinfo=TZ)  # half an hour after the day ended
 
 
@@ -66,7 +67,7 @@ def orders(paid: set[int]) -> list[dict[str, Any]]:
 class Warehouse:
     def __init__(self, catalog: Catalog, root: Path, instance: DagsterInstance, resources: dict[str, Any]):
         self.catalog, self.root, self.instance, self.resources = catalog, root, instance, resources
-        self.engine = CenterTicker(instance, catalog, CHAIN)
+        self.engine = CenterTicker(instance, catalog, [*CHAIN, HOURLY])
         self.assets = build_assets(catalog)
         self.rows: list[dict[str, Any]] = []
 
@@ -99,9 +100,11 @@ class Warehouse:
         self.engine.tick(at)
         runs: dict[str, list[list[str]]] = {}
         for plan in self.engine.plans:
-            if plan.table not in CHAIN or plan.job:
+            if plan.table not in (*CHAIN, HOURLY) or plan.job:
                 continue
             runs.setdefault(plan.table, []).append(list(plan.partitions))
+            if plan.table == HOURLY:
+                continue
             single = len(plan.partitions) == 1
             result = materialize(
                 self.assets,

@@ -18,7 +18,15 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from resources.lake_sql import AsOf, LakeSql, SqlRefused, files_in_plan, parse_query
+from resources.lake_sql import (
+    READ_ONLY_PREFIX,
+    AsOf,
+    LakeSql,
+    SqlRefused,
+    datafusion_refusal,
+    files_in_plan,
+    parse_query,
+)
 from resources.settings import Settings, using
 from resources.spark import (
     CONNECT_TOKEN_VARIABLE,
@@ -27,6 +35,7 @@ from resources.spark import (
     lake_conf,
     write_connect_token,
 )
+from tests.support.hostile import SQL, WAREHOUSE_SQL_SAYS
 from warehouse_assets.cli.main import main
 
 DAYS = ("2026-03-01", "2026-03-02", "2026-03-03")
@@ -72,7 +81,7 @@ def lake(tmp_path: Path) -> Path:
     ],
 )
 def test_writes_ddl_and_settings_are_refused(statement: str) -> None:
-    with pytest.raises(SqlRefused, match=r"read-only queries .* is refused"):
+    with pytest.raises(SqlRefused, match=r"^analysts' access is read-only: .* is not allowed$"):
         parse_query(statement)
 
 
@@ -80,9 +89,9 @@ def test_writes_ddl_and_settings_are_refused(statement: str) -> None:
     ("statement", "message"),
     [
         ("SELECT * FROM dwd.orders; DROP TABLE dwd.orders", "one query at a time"),
-        ("SELECT * FROM parquet.`/etc/passwd`", "tables are named layer.table"),
-        ("SELECT * FROM delta.`/tmp/elsewhere`", "tables are named layer.table"),
-        ("SELECT * FROM `dwd`.`../ods/order`", "tables are named layer.table"),
+        ("SELECT * FROM parquet.`/etc/passwd`", r"read-only: reading files by path \(parquet.`/etc/passwd`; name a"),
+        ("SELECT * FROM delta.`/tmp/elsewhere`", r"read-only: reading files by path \(delta.`/tmp/elsewhere`; name a"),
+        ("SELECT * FROM `dwd`.`../ods/order`", r"read-only: reading files by path \(dwd.`../ods/order`; name a"),
         ("SELECT * FROM spark_catalog.dwd.orders", "tables are named layer.table"),
         ("SELECT * FROM DWD.Orders", "tables are named layer.table"),
         ("SELECT 1", "reads no table of the lake"),
@@ -178,9 +187,64 @@ def test_the_cli_refuses_a_write_and_changes_nothing(
     monkeypatch.setenv("WAREHOUSE_LAKE_ROOT", str(lake))
     before = DeltaTable(str(lake / "dwd" / "orders")).version()
     assert main(["sql", "DELETE FROM dwd.orders WHERE dt = '2026-03-01'"]) == 2
-    assert "error: warehouse sql answers read-only queries (SELECT …); DELETE is refused" in capsys.readouterr().err
+    assert "error: analysts' access is read-only: DELETE is not allowed" in capsys.readouterr().err
     assert DeltaTable(str(lake / "dwd" / "orders")).version() == before
     assert len(DeltaTable(str(lake / "dwd" / "orders")).file_uris()) == 6
+
+
+@pytest.mark.parametrize("request_sql", list(SQL))
+def test_the_hostile_matrix_is_refused_on_the_jvm_free_engine(lake: Path, tmp_path: Path, request_sql: str) -> None:
+    """The SQL an analyst's client sends to the analysts' server, through `warehouse sql`: refused with the same
+    message on every engine (Spark's: test_lake_sql_spark.py), before anything runs."""
+    text = request_sql.format(lake=lake, outside=tmp_path, mark=tmp_path / "code-ran")
+    said = WAREHOUSE_SQL_SAYS.get(request_sql, SQL[request_sql])
+    for engine in ("datafusion", "auto"):
+        with pytest.raises(SqlRefused) as refused:
+            LakeSql(str(lake)).run(text, engine=engine)  # type: ignore[arg-type]
+        message = str(refused.value)
+        assert said in message, message
+        if said != "cannot parse the query":
+            assert message.startswith(READ_ONLY_PREFIX), message
+    assert not (tmp_path / "code-ran").exists()
+
+
+def test_datafusion_plans_holding_anything_but_reads_are_refused() -> None:
+    read = "Projection: o.dt\n  Filter: o.order_id > Int64(1)\n    LeftSemi Join: o.id = s.id\n      TableScan: o"
+    assert datafusion_refusal(read) is None
+    for plan, node in [
+        ("Dml: op=[Insert Into] table=[o]\n  Values: (Int64(1))", "Dml"),
+        ("CopyTo: format=csv output_url=/tmp/x options: ()\n  TableScan: o", "CopyTo"),
+        ('CreateExternalTable: Bare { table: "x" }', "CreateExternalTable"),
+    ]:
+        refused = datafusion_refusal(plan)
+        assert refused is not None and str(refused) == f"{READ_ONLY_PREFIX}{node} (not a read) is not allowed"
+
+
+def test_the_output_is_a_new_file_in_the_working_directory_unless_forced(
+    lake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("WAREHOUSE_LAKE_ROOT", str(lake))
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    query = "SELECT count(*) AS n FROM dwd.orders"
+    outside = tmp_path / "elsewhere.csv"
+    (here / "kept.csv").write_text("precious\n")
+    (here / "link.csv").symlink_to(outside)  # a new name inside whose file is outside
+    for target, said in [
+        (str(outside), f"--output {outside}: {outside} is outside the working directory {here} (--force writes it)"),
+        ("../elsewhere.csv", f"is outside the working directory {here}"),
+        ("link.csv", f"is outside the working directory {here}"),
+        ("kept.csv", "--output kept.csv: the file exists (--force replaces it)"),
+    ]:
+        assert main(["sql", "--output", target, query]) == 2
+        assert said in capsys.readouterr().err
+    assert not outside.exists() and (here / "kept.csv").read_text() == "precious\n"
+    assert main(["sql", "--output", "new.csv", query]) == 0
+    assert (here / "new.csv").read_text() == '"n"\n600\n'
+    assert main(["sql", "--force", "--output", "kept.csv", query]) == 0
+    assert main(["sql", "--force", "--output", str(outside), query]) == 0
+    assert (here / "kept.csv").read_text() == outside.read_text() == '"n"\n600\n'
 
 
 def test_a_cold_command_loads_neither_dagster_nor_pandas_and_shows_instants_in_their_zone(tmp_path: Path) -> None:
@@ -205,6 +269,7 @@ def test_the_cli_prints_rows_engine_time_and_files_and_exports(
     lake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("WAREHOUSE_LAKE_ROOT", str(lake))
+    monkeypatch.chdir(tmp_path)  # --output writes inside the working directory
     query = "SELECT order_id, amount FROM dwd.orders WHERE order_id IN (7, 307) ORDER BY order_id"
     assert main(["sql", query]) == 0
     out = capsys.readouterr().out
@@ -253,6 +318,9 @@ def test_the_catalog_settings_confine_an_analysts_spark(tmp_path: Path) -> None:
     assert lake_conf("s3://bucket/lake", confined=True) == {
         "spark.sql.catalog.spark_catalog.lake": "s3a://bucket/lake",
         "spark.sql.catalog.spark_catalog.confined": "true",
+        # read-only by the server's own settings, which no client changes, and its Connect gate
+        "spark.warehouse.readOnly": "true",
+        "spark.connect.grpc.interceptor.classes": "warehouse.spark.ReadOnlyInterceptor",
         "spark.sql.runSQLOnFiles": "false",
     }
     assert lake_conf("") == {}
@@ -287,5 +355,5 @@ def test_without_a_query_the_cli_is_a_prompt_with_history(
     assert main(["sql"]) == 0
     out = capsys.readouterr().out
     assert "| 600 |" in out and "| 599 |" in out  # ended by ';', then by an empty line
-    assert "error: warehouse sql answers read-only queries (SELECT …); DELETE is refused" in out  # the prompt stays up
+    assert "error: analysts' access is read-only: DELETE is not allowed" in out  # the prompt stays up
     assert "SELECT max(order_id) AS m" in history.read_text()

@@ -15,9 +15,10 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import SparkSession
 
-from resources.lake_sql import AsOf, LakeSql, SqlRefused
+from resources.lake_sql import AsOf, LakeSql, SqlRefused, read_only_message, read_only_session
 from resources.spark import SESSION_LAKE
 from tests.resources.test_lake_sql import build_lake
+from tests.support.hostile import SQL, WAREHOUSE_SQL_SAYS
 
 pytestmark = pytest.mark.spark
 
@@ -128,11 +129,51 @@ def test_a_confined_catalog_reads_the_lake_and_writes_nothing(lake: Path, spark:
         "DELETE FROM dwd.orders WHERE dt = '2026-03-01'",
         "UPDATE dwd.orders SET amount = 0",
     ):
-        with pytest.raises(Exception, match="reads the warehouse only: dwd.orders cannot be written here"):
+        with pytest.raises(Exception, match=r"read-only: writing dwd.orders \(INSERT, MERGE, UPDATE, DELETE\) is not"):
             analysts.sql(write).collect()
     outside = tmp_path / "outside"
     write_deltalake(str(outside), pa.table({"secret": [1]}))
-    with pytest.raises(Exception, match="is outside the lake"):
-        analysts.sql(f"SELECT * FROM delta.`{outside}`").collect()
+    for path in (outside, lake / "dwd" / "orders"):  # by path, even inside the lake: tables are read by name
+        with pytest.raises(Exception, match=r"read-only: reading files by path \(delta.`"):
+            analysts.sql(f"SELECT * FROM delta.`{path}`").collect()
     orders = DeltaTable(str(lake / "dwd" / "orders"))
     assert (orders.version(), sorted(orders.file_uris())) == before
+
+
+@pytest.mark.parametrize("request_sql", list(SQL))
+def test_the_hostile_matrix_is_refused_on_spark_with_the_jvm_free_engines_message(
+    both: LakeSql, lake: Path, tmp_path: Path, request_sql: str
+) -> None:
+    text = request_sql.format(lake=lake, outside=tmp_path, mark=tmp_path / "code-ran")
+    said = WAREHOUSE_SQL_SAYS.get(request_sql, SQL[request_sql])
+    messages = set()
+    for engine in ("spark", "datafusion"):
+        with pytest.raises(SqlRefused) as refused:
+            both.run(text, engine=engine)  # type: ignore[arg-type]
+        messages.add(str(refused.value))
+    assert len(messages) == 1 and said in messages.pop()
+
+
+def test_warehouse_sqls_spark_session_refuses_by_the_plan_and_the_shared_session_keeps_writing(
+    lake: Path, spark: SparkSession, tmp_path: Path
+) -> None:
+    """What the syntax check might miss, Spark's plan check refuses: every request of the matrix sent straight to the
+    read-only session `warehouse sql` answers in, with the analysts' server's message; the process's shared session
+    (the product's own work) still writes."""
+    session = read_only_session(spark)
+    session.conf.set(SESSION_LAKE, str(lake))
+    before = DeltaTable(str(lake / "dwd" / "orders")).version()
+    for request, said in SQL.items():
+        text = request.format(lake=lake, outside=tmp_path, mark=tmp_path / "code-ran")
+        with pytest.raises(Exception) as refused:
+            session.sql(text).collect()
+        message = read_only_message(refused.value)
+        assert message is not None and said in message, (request, str(refused.value)[:500])
+    assert not (tmp_path / "code-ran").exists() and DeltaTable(str(lake / "dwd" / "orders")).version() == before
+    assert session.sql("SELECT count(*) AS n FROM dwd.orders").collect()[0].n == 600
+    spark.conf.set(SESSION_LAKE, str(lake))
+    try:
+        spark.sql("INSERT INTO dwd.users VALUES (7, 'user 7')").collect()
+        assert spark.sql("SELECT count(*) AS n FROM dwd.users").collect()[0].n == 8
+    finally:
+        spark.conf.unset(SESSION_LAKE)

@@ -292,7 +292,11 @@ def run_spark_server(args: argparse.Namespace) -> int:
     say(
         f"Spark Connect listening on sc://127.0.0.1:{args.port}, master {settings.spark_master} (Ctrl-C stops it); "
         f"clients need the token in {Path(settings.log_dir) / (name + '.token')}"
-        + (" (analysts': reads the lake's tables by name only, writes nothing)" if args.analysts else "")
+        + (
+            " (analysts': read-only, the lake's tables by name; docs/operations.md says what it refuses)"
+            if args.analysts
+            else ""
+        )
     )
     # a supervisor's stop (the server runs in a process group of its own), and Ctrl-C even when started in the
     # background, where SIGINT comes ignored

@@ -241,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument(
         "--analysts",
         action="store_true",
-        help="the analysts' server: names resolve in the lake only, nothing is written through them, no paths",
+        help="the analysts' server, read-only: reads of the lake's tables by name; no writes, paths, code, settings",
     )
 
     cap = sub.add_parser("capture", help="real sources: read a MySQL/MariaDB binlog into the landing area")

@@ -40,7 +40,10 @@ def add_sql_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
     )
     sql.add_argument("--as-of", help="read every table as of a version (a number) or a timestamp (ISO)")
     sql.add_argument("--format", choices=FORMATS, default="table", help="table (default), csv, json, parquet")
-    sql.add_argument("--output", help="write the rows to this file (csv, json, parquet)")
+    sql.add_argument(
+        "--output", help="write the rows to this file (csv, json, parquet), inside the working directory, a new file"
+    )
+    sql.add_argument("--force", action="store_true", help="let --output replace a file or write outside the directory")
     sql.add_argument("--max-rows", type=int, default=50, help="rows shown as a table (default 50)")
     sql.add_argument("--memory-budget-mb", type=int, default=None, help="the JVM-free engine's memory (default 1024)")
 
@@ -85,6 +88,8 @@ def run_sql(args: argparse.Namespace) -> int:
     engine = lake_sql(settings, args.memory_budget_mb)
     try:
         as_of = AsOf.parse(args.as_of, settings.zone) if args.as_of else None
+        if args.output:
+            check_output(args.output, args.force)
         if args.output and args.format == "table":
             args.format = Path(args.output).suffix.lstrip(".") if Path(args.output).suffix else "csv"
         if args.query is None:
@@ -93,6 +98,20 @@ def run_sql(args: argparse.Namespace) -> int:
     except SqlRefused as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+
+
+def check_output(path: str, force: bool) -> None:
+    """``--output`` writes a new file inside the working directory (links followed), or anything with ``--force``."""
+    from resources.lake_sql import SqlRefused
+
+    if force:
+        return
+    here = Path.cwd().resolve()
+    target = Path(path).resolve()
+    if not target.is_relative_to(here):
+        raise SqlRefused(f"--output {path}: {target} is outside the working directory {here} (--force writes it)")
+    if target.exists() or Path(path).is_symlink():
+        raise SqlRefused(f"--output {path}: the file exists (--force replaces it)")
 
 
 def _answer(engine: LakeSql, query: str, args: argparse.Namespace, as_of: object) -> int:

@@ -22,7 +22,9 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * <ul>
  *   <li>{@code lake}: the lake root as Spark's file systems name it ({@code file:/...}, {@code s3a://...});
  *   <li>{@code confined}: {@code true} for a server analysts reach: the lake root cannot be changed by a session,
- *       path identifiers ({@code delta.`/path`}) are refused outside the lake, and tables cannot be written.
+ *       path identifiers ({@code delta.`/path`}, {@code parquet.`/path`}) are refused, and tables cannot be
+ *       written. A read-only server ({@link ReadOnly}) is confined whatever this option says; a session that made
+ *       itself read-only is refused paths and writes too, but keeps its own lake.
  * </ul>
  * Outside a confined catalog a session may point the names at another lake with the runtime setting
  * {@code spark.warehouse.lake} (the product's tools on a shared test session).
@@ -34,15 +36,19 @@ public class LakeCatalog extends DeltaCatalog {
   private static final Pattern NAME = Pattern.compile("[a-z][a-z0-9_]{0,127}");
   public static final String SESSION_LAKE = "spark.warehouse.lake";
 
+  // set while this catalog loads a lake table by the path it resolved the name to: Delta's catalog loads it again
+  // through loadTable (time travel), which must not take the catalog's own path for a client's
+  private static final ThreadLocal<Boolean> LOADING_BY_NAME = ThreadLocal.withInitial(() -> false);
+
   private String lake;
-  private boolean confined;
+  private boolean confinedOption;
 
   @Override
   public void initialize(String name, CaseInsensitiveStringMap options) {
     super.initialize(name, options);
     lake = trimmed(options.get("lake"));
-    confined = Boolean.parseBoolean(options.getOrDefault("confined", "false"));
-    if (confined && lake == null) {
+    confinedOption = Boolean.parseBoolean(options.getOrDefault("confined", "false"));
+    if (confined() && lake == null) {
       throw new IllegalArgumentException("a confined LakeCatalog needs its lake root (option `lake`)");
     }
   }
@@ -58,8 +64,18 @@ public class LakeCatalog extends DeltaCatalog {
     return value;
   }
 
+  /** The analysts' Spark: its own lake only, whatever a session sets. */
+  private boolean confined() {
+    return confinedOption || ReadOnly.server(SparkSession.active());
+  }
+
+  /** Confined, or a session that made itself read-only: nothing by path, no writes. */
+  private boolean readOnly() {
+    return confined() || ReadOnly.applies(SparkSession.active());
+  }
+
   private String lakeRoot() {
-    if (!confined) {
+    if (!confined()) {
       String own = trimmed(SparkSession.active().conf().get(SESSION_LAKE, ""));
       if (own != null) {
         return own;
@@ -94,31 +110,40 @@ public class LakeCatalog extends DeltaCatalog {
   /** The identifier to load: a lake table's path, or ``ident`` itself once a confined catalog allows it. */
   private Identifier resolve(Identifier ident) {
     Identifier found = lakeTable(ident);
-    if (found != null) {
-      return found;
+    if (found != null || LOADING_BY_NAME.get()) {
+      return found != null ? found : ident;
     }
-    if (confined && ident.namespace().length == 1 && isPathIdentifier(ident)) {
-      Path path = new Path(ident.name());
-      String uri = path.toUri().normalize().toString();
-      String root = new Path(lake).toUri().normalize().toString();
-      if (!(uri + "/").startsWith(root + "/") || uri.contains("/../")) {
-        throw new SecurityException("only the warehouse's tables can be read here, by name (layer.table): "
-            + ident.name() + " is outside the lake");
-      }
+    if (readOnly() && ident.namespace().length == 1 && (isPathIdentifier(ident) || ident.name().contains("/"))) {
+      throw ReadOnly.refused("reading files by path (" + ident.namespace()[0] + ".`" + ident.name()
+          + "`; name a lake table as layer.table)");
     }
     return ident;
   }
 
+  /** ``load`` of the identifier ``ident`` resolves to, Delta's own nested loads of a lake table's path allowed. */
+  private <T> T loading(Identifier ident, java.util.function.Function<Identifier, T> load) {
+    Identifier target = resolve(ident);
+    if (target == ident || LOADING_BY_NAME.get()) {
+      return load.apply(target);
+    }
+    LOADING_BY_NAME.set(true);
+    try {
+      return load.apply(target);
+    } finally {
+      LOADING_BY_NAME.set(false);
+    }
+  }
+
   private void refuseWrites(Identifier ident) {
-    if (confined) {
-      throw new SecurityException("this Spark reads the warehouse only: " + String.join(".", ident.namespace())
-          + "." + ident.name() + " cannot be written here");
+    if (readOnly()) {
+      throw ReadOnly.refused("writing " + String.join(".", ident.namespace()) + "." + ident.name()
+          + " (INSERT, MERGE, UPDATE, DELETE)");
     }
   }
 
   @Override
   public Table loadTable(Identifier ident) {
-    return super.loadTable(resolve(ident));
+    return loading(ident, super::loadTable);
   }
 
   @Override
@@ -127,17 +152,36 @@ public class LakeCatalog extends DeltaCatalog {
     if (privileges != null && !privileges.isEmpty()) {
       refuseWrites(ident);
     }
-    return super.loadTable(resolve(ident), privileges);
+    Identifier target = resolve(ident);
+    if (target == ident) {
+      return super.loadTable(target, privileges);
+    }
+    LOADING_BY_NAME.set(true);
+    try {
+      return super.loadTable(target, privileges);
+    } finally {
+      LOADING_BY_NAME.set(false);
+    }
   }
 
   @Override
   public Table loadTable(Identifier ident, long timestamp) {
-    return super.loadTable(resolve(ident), timestamp);
+    return loading(ident, target -> super.loadTable(target, timestamp));
   }
 
   @Override
   public Table loadTable(Identifier ident, String version) {
-    return super.loadTable(resolve(ident), version);
+    return loading(ident, target -> super.loadTable(target, version));
+  }
+
+  /** Delta's test for a path identifier, which a confined Spark's ``spark.sql.runSQLOnFiles=false`` turns off for
+   * every path: on for the lake table this catalog is loading by its name, and that one only. */
+  @Override
+  public boolean isPathIdentifier(Identifier ident) {
+    if (LOADING_BY_NAME.get() && ident.namespace().length == 1 && ident.namespace()[0].equals("delta")) {
+      return new Path(ident.name()).isAbsolute();
+    }
+    return super.isPathIdentifier(ident);
   }
 
   @Override
