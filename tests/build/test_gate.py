@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from tests.support.small_catalog import ODS, write
+from tests.support.small_catalog import ODS, sql_catalog, write
 from warehouse_assets.build.gate import (
     CHECK_FAILED,
     IN_PROGRESS,
@@ -20,6 +20,7 @@ from warehouse_assets.build.gate import (
     NONEXISTENT,
     OK,
     TAINTED,
+    BuildableSearch,
     FirstBuildable,
     backfill_partitions,
     decide,
@@ -225,3 +226,24 @@ def test_the_first_buildable_partition_is_where_every_window_lies_after_the_star
     # from the start on: a plain day, and a self-dependent chain (its first T-1 is not needed)
     assert first_buildable(catalog, catalog["dwd.day"]) == FirstBuildable("2026-01-01", "")
     assert first_buildable(catalog, catalog["dws.cum"]) == FirstBuildable("2026-01-01", "")
+
+
+def test_one_search_shared_by_every_table_finds_what_each_finds_alone(tmp_path: Path) -> None:
+    # the compile shares one search across the catalog: what it keeps of one table (windows by shape, calendar steps)
+    # must never answer for another. Here the same offsets on days and on weeks, looked at on the same key (a Monday
+    # is a day and a week), and a chain that moves the days' first buildable partition past it
+    catalog = sql_catalog(
+        tmp_path,
+        {
+            "dwd/day.sql": ("period: daily\n", "SELECT id FROM ods.src"),
+            "dws/wk.sql": ("period: weekly\n", "SELECT id FROM dwd.day"),
+            "dws/t7.sql": ("period: daily\ndepends_on:\n  dwd.day: {set: [-7]}\n", "SELECT id FROM dwd.day"),
+            "ads/d1.sql": ("period: daily\ndepends_on:\n  dws.t7: {set: [-1]}\n", "SELECT id FROM dws.t7"),
+            "ads/w1.sql": ("period: weekly\ndepends_on:\n  dws.wk: {set: [-1]}\n", "SELECT id FROM dws.wk"),
+        },
+    )
+    shared = BuildableSearch()
+    for table in catalog.derived():
+        assert first_buildable(catalog, table, shared) == first_buildable(catalog, table), table.fqn
+    assert first_buildable(catalog, catalog["ads.d1"], shared).partition == "2026-01-09"
+    assert first_buildable(catalog, catalog["ads.w1"], shared).partition == "2026-01-12"
