@@ -60,6 +60,9 @@ ROOT = Path(__file__).resolve().parents[1]
 TZ = ZoneInfo("Asia/Shanghai")
 DAYS = int(os.environ.get("BACKFILL_DAYS", "11"))
 HOURLY_DAYS = min(DAYS, int(os.environ.get("BACKFILL_HOURLY_DAYS", "1")))
+# the per-test limit: the module's first test runs the whole backfill (its fixture), about 6 min on CI at the default
+# size; `make test-backfill-month` (~25 min on 2 cores) gets an hour
+pytestmark = pytest.mark.timeout(1200 if (DAYS, HOURLY_DAYS) <= (11, 1) else 3600)
 FIRST = date(2026, 1, 1)
 END = FIRST + timedelta(days=DAYS)
 SCALE = 0.01
