@@ -112,6 +112,12 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=300, help="seconds to wait for one handoff")
     parser.add_argument("--scale", type=float, default=0.05, help="the simulated sources' volume (1.0: full)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    parser.add_argument(
+        "--settle-minutes",
+        type=float,
+        default=20,
+        help="after the last handoff, how long to wait for the rebuilds the late-data policies made due meanwhile",
+    )
     args = parser.parse_args()
 
     from dagster import DagsterInstance
@@ -251,6 +257,7 @@ def main() -> int:
                 flush=True,
             )
         _wait_until_idle(instance, args.timeout, quiet=IDLE_S)
+        settled = _settle(instance, args.settle_minutes * 60, args.timeout)
         failed = _failed_runs(instance, started_at)
         if failed:
             raise SystemExit(f"{len(failed)} run(s) failed during the bench: {'; '.join(failed[:5])}")
@@ -258,6 +265,7 @@ def main() -> int:
         if timed_runs:
             raise SystemExit(f"timed run(s) did not succeed: {timed_runs}")
         layers = _day_end_layers(instance, catalog, day_end)
+        builds = _builds(instance, catalog, started_at, day_end)
     finally:
         os.killpg(stack.pid, signal.SIGINT)
         try:
@@ -300,13 +308,23 @@ def main() -> int:
     print(f"  {'all handoffs: ready → run start':<54} P50 {p50:6.2f}s   P90 {p90:6.2f}s   max {top:6.2f}s")
     for day, per_layer in layers.items():
         print(f"day {day}: last ODS hour reported → " + "; ".join(f"{k} {v}" for k, v in per_layer.items()))
+    print(
+        f"builds: {builds['materializations']} materializations of {builds['partitions']} derived partitions "
+        f"(amplification {builds['amplification']:.2f}); the closed day's most-built daily partition "
+        f"{builds['closed_day_max_builds']}x ({builds['closed_day_max_table']}); day end → its daily ADS partitions "
+        f"first built {builds['cascade_s']:.1f}s; late change reported → ads.gmv_hourly rebuilt with it: "
+        f"{builds['late_lags']} measured, P90 {builds['late_lag_p90_s']:.1f}s, {builds['late_unrebuilt']} not rebuilt"
+    )
     chain_p90 = figures("chain", "ods")[1]
     print(
         f"RESULT handoffs={len(rows)} p50={p50:.2f} p90={p90:.2f} max={top:.2f} "
         f"launch_p90={figures('launch')[1]:.2f} detect_p90={figures('detect')[1]:.2f} "
         f"engine_p90={figures('engine')[1]:.2f} webserver_p90={figures('webserver')[1]:.2f} "
         f"external_p90={figures('total', 'external')[1]:.2f} ods_p90={figures('total', 'ods')[1]:.2f} "
-        f"ods_chain_p90={chain_p90:.2f} " + " ".join(f"{k}={v}" for k, v in settings.items())
+        f"ods_chain_p90={chain_p90:.2f} amplification={builds['amplification']:.2f} "
+        f"closed_day_max_builds={builds['closed_day_max_builds']} cascade_s={builds['cascade_s']:.1f} "
+        f"late_lag_p90_s={builds['late_lag_p90_s']:.1f} late_unrebuilt={builds['late_unrebuilt']} "
+        f"stale_left={settled} " + " ".join(f"{k}={v}" for k, v in settings.items())
     )
     return 0
 
@@ -391,6 +409,86 @@ def _day_end_layers(instance: object, catalog: object, day_end: dict[str, float]
             for layer, (seconds, fqn) in sorted(last.items(), key=lambda kv: ["dwd", "dws", "ads"].index(kv[0]))
         }
     return out
+
+
+def _settle(instance: object, seconds: float, timeout: float) -> int:
+    """Wait until no partition is stale with a rebuild due within ``seconds`` (the late-data policies' rebuilds of
+    the late changes the handoffs brought) and the runs are done; the stale partitions left (due later, or never)."""
+    from warehouse_assets.center.ledger import open_readonly
+    from warehouse_assets.center.state_store import default_path
+
+    deadline = time.time() + seconds
+    while True:
+        ledger = open_readonly(default_path(instance))  # type: ignore[arg-type]
+        stale = ledger.all_stale() if ledger is not None else []
+        if ledger is not None:
+            ledger.close()
+        due = [s for s in stale if s.due is not None and s.due <= deadline]
+        if not due or time.time() > deadline:
+            break
+        time.sleep(5)
+    _wait_until_idle(instance, timeout, quiet=IDLE_S)
+    return len(stale)
+
+
+def _builds(instance: object, catalog: object, since: float, day_end: dict[str, float]) -> dict[str, object]:
+    """What the bench's handoffs cost in builds: materializations per distinct derived partition; the most-built
+    daily partition of the first closed day; the day's end (its last ODS hour reported by every table) → each of
+    its daily ADS partitions first built after it, the latest of them; and each late change (an ODS hour of
+    ``ods.order`` reported again) → the first ``ads.gmv_hourly`` build of that hour after it."""
+    from dagster import AssetKey, AssetRecordsFilter
+
+    def records(key: list[str], partition: str | None = None) -> list[object]:
+        return list(
+            instance.fetch_materializations(  # type: ignore[attr-defined]
+                AssetRecordsFilter(
+                    asset_key=AssetKey(key),
+                    asset_partitions=[partition] if partition else None,
+                    after_timestamp=since,
+                ),
+                limit=100_000,
+                ascending=True,
+            ).records
+        )
+
+    total, partitions = 0, 0
+    closed = min(day_end) if day_end else None
+    most = (0, "")
+    cascade = 0.0
+    for table in catalog.derived():  # type: ignore[attr-defined]
+        found = records(table.key)
+        total += len(found)
+        keys = [r.partition_key for r in found]  # type: ignore[attr-defined]
+        partitions += len(set(keys))
+        if closed is not None and table.period == "daily":
+            most = max(most, (keys.count(closed), table.fqn))
+            after = [r.timestamp for r in found if r.partition_key == closed and r.timestamp >= day_end[closed]]  # type: ignore[attr-defined]
+            if table.layer == "ads" and after:
+                cascade = max(cascade, after[0] - day_end[closed])
+    lags: list[float] = []
+    unrebuilt = 0
+    gmv = records(["ads", "gmv_hourly"])
+    for report in records(list(ODS)):
+        metadata = report.asset_materialization.metadata  # type: ignore[attr-defined]
+        if "late_changes" not in metadata or not metadata["late_changes"].value:
+            continue
+        hour = report.partition_key  # type: ignore[attr-defined]
+        later = [g.timestamp for g in gmv if g.partition_key == hour and g.timestamp > report.timestamp]  # type: ignore[attr-defined]
+        if later:
+            lags.append(later[0] - report.timestamp)  # type: ignore[attr-defined]
+        else:
+            unrebuilt += 1
+    return {
+        "materializations": total,
+        "partitions": partitions,
+        "amplification": total / partitions if partitions else 0.0,
+        "closed_day_max_builds": most[0],
+        "closed_day_max_table": most[1],
+        "cascade_s": cascade,
+        "late_lags": len(lags),
+        "late_lag_p90_s": _percentile(lags, 0.9) if lags else float("nan"),
+        "late_unrebuilt": unrebuilt,
+    }
 
 
 def _sensor_ticked(instance: object, name: str) -> bool:

@@ -147,3 +147,47 @@ def test_runs_over_a_limit_queue_and_the_daemon_launches_them(location) -> None:
         assert wait_finished(instance, run.run_id).status == DagsterRunStatus.SUCCESS
     started = {r.run_id: instance.get_run_record_by_id(r.run_id).start_time for r in (second_ingest, newest)}  # type: ignore[union-attr]
     assert started[second_ingest.run_id] <= started[newest.run_id]
+
+
+def test_a_first_build_starts_while_the_rebuild_lane_is_full_with_the_products_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """dagster_home/dagster.yaml's own run coordinator settings: rebuilds (late data, repairs) hold one slot at most,
+    the ingestion one, so a partition's first build finds a slot although rebuilds wait in the queue before it."""
+    import yaml
+
+    from warehouse_assets.center.late_data import LANE_TAG, REBUILD_LANE
+
+    product = yaml.safe_load((Path(__file__).parents[2] / "dagster_home" / "dagster.yaml").read_text())
+    marker = f"WARM_LAUNCHER_TEST={tmp_path}"
+    monkeypatch.setenv(*marker.split("=", 1))
+    code, home = tmp_path / "code", tmp_path / "home"
+    code.mkdir()
+    home.mkdir()
+    shutil.copy(LOCATION, code / "warm_location.py")
+    config = yaml.safe_load(CONFIG)
+    config["run_coordinator"] = product["run_coordinator"]
+    (home / "dagster.yaml").write_text(yaml.safe_dump(config))
+    instance = DagsterInstance.from_config(str(home))
+    recon_repo = ReconstructableRepository.for_module("warm_location", "defs", working_directory=str(code))
+    rebuild = {LANE_TAG: REBUILD_LANE, "dagster/priority": "-189"}
+    try:
+        first_rebuild = submit(instance, recon_repo, "waiting_job", rebuild)
+        wait_step_started(instance, first_rebuild)
+        second_rebuild = submit(instance, recon_repo, "waiting_job", rebuild)
+        assert status(instance, second_rebuild) == DagsterRunStatus.QUEUED  # the lane is full
+        ingest = submit(instance, recon_repo, "waiting_job", INGEST)
+        wait_step_started(instance, ingest)
+        first_build = submit(instance, recon_repo, "waiting_job", {"dagster/priority": "-89"})
+        assert status(instance, first_build) in (DagsterRunStatus.STARTING, DagsterRunStatus.STARTED)
+        wait_step_started(instance, first_build)
+        assert status(instance, second_rebuild) == DagsterRunStatus.QUEUED
+        for run in (first_rebuild, ingest, first_build):
+            assert instance.run_launcher.terminate(run.run_id)
+            assert wait_finished(instance, run.run_id, timeout=30).status == DagsterRunStatus.CANCELED
+        instance.run_coordinator.cancel_run(second_rebuild.run_id)
+    finally:
+        instance.run_launcher.dispose()
+        instance.dispose()
+        kill_stragglers(marker)
+        sys.modules.pop("warm_location", None)

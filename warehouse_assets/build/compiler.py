@@ -128,6 +128,7 @@ def build_asset(catalog: Catalog, table: DerivedTable, buildable: BuildableSearc
             "source_file": str(table.path.relative_to(table.path.parents[2])),
             "sql": MetadataValue.md(f"```sql\n{table.sql}\n```"),
             "first_buildable_partition": since.partition or "none within reach",
+            "late_data": table.late_data.describe(),  # when late upstream data rebuilds a built partition
         },
     )
 

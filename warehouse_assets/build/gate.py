@@ -388,6 +388,8 @@ def _waive(edge: EdgeVerdict, keep: str | None = None) -> EdgeVerdict:
 # Dagster's run tag: whether the daemon's run retries (dagster.yaml: run_retries) re-execute a run failed by a step;
 # a run the gate refuses, or whose blocking check fails, sets it to false (running it again at once changes nothing)
 RETRY_ON_STEP_FAILURE_TAG = "dagster/retry_on_asset_or_op_failure"
+# on a rebuild for late data: each partition's late changes the rebuild absorbs (JSON), for its materialization
+LATE_CHANGES_TAG = "warehouse/late_changes"
 DEGRADED = "degraded"  # a materialization's metadata: partition → what it was built without, past a deadline
 STATE = "state"  # a materialization's metadata, of a table with states: partition → the state it was built in
 

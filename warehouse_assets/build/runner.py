@@ -19,6 +19,7 @@ holds back the partition's downstream in later runs. A partition whose blocking 
 ``valid`` verdict (:mod:`warehouse_assets.build.validity`): the UI then shows a repaired partition valid again.
 """
 
+import json
 import time
 from collections.abc import Iterator, Sequence
 from datetime import datetime
@@ -43,6 +44,7 @@ from resources.delta_lake import DeltaStore, Predicate
 from resources.external import ExternalResource
 from warehouse_assets.build.gate import (
     DEGRADED,
+    LATE_CHANGES_TAG,
     RETRY_ON_STEP_FAILURE_TAG,
     STATE,
     InstanceStates,
@@ -281,12 +283,19 @@ def _build_partitions(
             context.log.warning(f"{table.fqn} {key} is degraded: {lacking}; it is built again when they arrive")
         if table.checks:
             outcomes.extend(_check_partition(table, key, spark, store, inputs))
+    # a rebuild for late data: how many late changes each partition absorbed (the dependency center's count)
+    late = {
+        k: n
+        for k, n in json.loads(context.run.tags.get(LATE_CHANGES_TAG, "{}")).items()
+        if k in {w["partition"] for w in written}
+    }
     return MaterializeResult(
         metadata={
             # first, where the UI's partition page shows them at the top; per partition, as a ranged run's
             # materializations share one metadata: the state store reads its own
             **({STATE: MetadataValue.json(reached)} if reached else {}),
             **({DEGRADED: MetadataValue.json(degraded)} if degraded else {}),
+            **({"late_changes_absorbed": MetadataValue.json(late)} if late else {}),
             **totals,
             "partitions_written": len(written),
             "delta_version": version,

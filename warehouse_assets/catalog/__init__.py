@@ -33,6 +33,7 @@ from warehouse_assets.catalog.model import (
     ANY,
     CHANGED_AT,
     DEADLINE,
+    DEFAULT_LATE_DATA,
     LATEST,
     LAYERS,
     PERIOD_ORDER,
@@ -46,6 +47,7 @@ from warehouse_assets.catalog.model import (
     DerivedTable,
     External,
     ExternalTable,
+    LateDataPolicy,
     OdsTable,
     Sla,
     StaticTable,
@@ -56,6 +58,8 @@ from warehouse_assets.catalog.model import (
 
 __all__ = [
     "ANY",
+    "DEFAULT_LATE_DATA",
+    "LateDataPolicy",
     "CHANGED_AT",
     "SNAPSHOT",
     "STATIC",

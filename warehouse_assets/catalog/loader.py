@@ -157,7 +157,7 @@ def _load_sql(path: Path) -> DerivedTable | StaticTable:
     except sqlglot.errors.ParseError as exc:
         raise _fail(path, f"the SQL does not parse: {exc}") from exc
     if header.get("kind") == STATIC:
-        unknown = sorted(set(header) & {"depends_on", "states", "resets"})
+        unknown = sorted(set(header) & {"depends_on", "states", "resets", "late_data"})
         if unknown:
             raise _fail(path, f"{', '.join(unknown)} is for partitioned tables; a static table reads nothing")
         deps = tuple(Dependency(table) for table in sorted(reads))
@@ -181,7 +181,7 @@ def _load_sql(path: Path) -> DerivedTable | StaticTable:
             else dep
             for dep in deps
         )
-    extra = {"kind": kind, "resets": header.get("resets")}
+    extra = {"kind": kind, "resets": header.get("resets"), "late_data": header.get("late_data")}
     return _build(DerivedTable, path, fields | {"deps": deps, "sql": body, "states": states} | extra)
 
 

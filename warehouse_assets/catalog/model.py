@@ -35,6 +35,10 @@ Freshness SLAs (``sla:``) say by when a partition must be materialized, after it
 ``sla: {within: 1h, grace: 15m}`` (ODS hours) or ``sla: {deadline: "09:00"}`` (by 09:00 the next morning,
 local time, for daily tables). Each becomes a non-blocking per-partition ``freshness`` check that the
 ``freshness_slas`` sensor evaluates once the partition's deadline passes (:mod:`warehouse_assets.build.freshness`).
+Late upstream data (changes to a partition already built from) rebuilds a derived partition as its late-data
+policy says: ``late_data: {rebuild: every 60m, lookback: 3d}`` (the default), ``at_once``, ``daily 06:00`` or
+``never``, per table or, beside a dependency's offsets, for the late data arriving through it
+(:class:`LateDataPolicy`).
 ODS tables also set the completeness threshold of their readiness:
 ``completeness: {threshold: 0.99995}``.
 Each kind of table is its own typed model, validated by pydantic as it is built (also by
@@ -112,6 +116,86 @@ def _minutes(value: Any, what: str) -> int:
     return int(match.group("n")) * {"m": 1, "h": 60, "d": 1440}[match.group("unit")]
 
 
+AT_ONCE, EVERY, DAILY_AT, NEVER = "at_once", "every", "daily", "never"
+_EVERY = re.compile(r"^every\s+(?P<d>\S+)$")
+_DAILY_AT = re.compile(r"^daily\s+(?P<at>\S+)$")
+
+
+@plain_dataclass(frozen=True)
+class LateDataPolicy:
+    """When a partition already built is built again because upstream data it read changed afterwards (late CDC
+    changes to a closed hour, a re-delivered file, an upstream rebuilt), and how far back that is followed.
+
+    Rebuilding at every late change is what makes late data expensive: a day read by many tables, changed all the
+    next day, is built again every hour by each of them. A policy trades the freshness of closed partitions against
+    that compute. ``rebuild``:
+
+    * ``at_once``: as soon as the late data is there and valid;
+    * ``every 30m``: at most one rebuild per interval: the first late change starts the interval, every change that
+      arrives in it is absorbed by the one rebuild at its end;
+    * ``daily 06:00``: once a day at that local time, whatever arrived since the last rebuild;
+    * ``never``: not automatically; the partition is reported stale and rebuilt by a repair (``warehouse taint``).
+
+    ``lookback``: a partition whose window ended longer ago than this is not rebuilt for late data; it is reported
+    stale (``warehouse why``/``status``), as a change that old is usually a correction that deserves a repair.
+
+    A partition's first build never waits for the policy, nor a rebuild for a later state, a taint's repair or a
+    deadline dependency's late arrival: those are the build the partition is waiting for, not late data."""
+
+    rebuild: str = EVERY
+    every_minutes: int | None = 60
+    at: str | None = None  # HH:MM, business time, for ``daily``
+    lookback_minutes: int = 3 * 1440
+
+    @classmethod
+    def parse(cls, spec: Any, what: str = "late_data") -> LateDataPolicy:
+        """``late_data: {rebuild: every 30m, lookback: 2d}``; each field optional, defaulting to the default's."""
+        if not isinstance(spec, Mapping) or not spec or set(spec) - {"rebuild", "lookback"}:
+            raise ValueError(
+                f"{what} takes rebuild (at_once, every 30m, daily 06:00 or never) and lookback (e.g. 3d), got {spec!r}"
+            )
+        default = DEFAULT_LATE_DATA
+        lookback = _minutes(spec["lookback"], f"{what}.lookback") if "lookback" in spec else default.lookback_minutes
+        if "rebuild" not in spec:
+            return replace(default, lookback_minutes=lookback)
+        rule = str(spec["rebuild"]).strip()
+        if rule in (AT_ONCE, NEVER):
+            return cls(rule, None, None, lookback)
+        if match := _EVERY.match(rule):
+            every = _minutes(match["d"], f"{what}.rebuild every")
+            if every < 1:
+                raise ValueError(f"{what}.rebuild every needs a positive interval, got {rule!r}")
+            return cls(EVERY, every, None, lookback)
+        if (match := _DAILY_AT.match(rule)) and _CLOCK.match(match["at"]):
+            return cls(DAILY_AT, None, match["at"], lookback)
+        raise ValueError(
+            f"{what}.rebuild must be at_once, every <interval> (e.g. every 30m), daily <HH:MM> or never, got {rule!r}"
+        )
+
+    def describe(self) -> str:
+        """``every 60 min, lookback 3 d``: how the policy reads in messages."""
+        rule = {
+            AT_ONCE: "at once",
+            NEVER: "never automatically",
+            EVERY: f"every {_duration(self.every_minutes or 0)}",
+            DAILY_AT: f"daily at {self.at}",
+        }[self.rebuild]
+        return f"{rule}, lookback {_duration(self.lookback_minutes)}"
+
+
+def _duration(minutes: int) -> str:
+    if minutes and minutes % 1440 == 0:
+        return f"{minutes // 1440} d"
+    if minutes and minutes % 60 == 0:
+        return f"{minutes // 60} h"
+    return f"{minutes} min"
+
+
+# what serves most tables: late changes to a closed partition wait for the hour's interval, and a change to a
+# partition older than three days is a correction, rebuilt by a repair
+DEFAULT_LATE_DATA = LateDataPolicy()
+
+
 STRICT, DEADLINE, ANY, LATEST = "strict", "deadline", "any", "latest"
 DEPENDENCY_MODES = (STRICT, DEADLINE, ANY, LATEST)
 # what ``latest: true`` looks back over without a range: the upstream period that holds the partition's start and the
@@ -156,6 +240,8 @@ class Dependency:
     # a coarser period the window does not reach back over: ``weekly`` keeps a day's window within its own week (the
     # week to date; a cumulative table's T-1, which starts afresh each Monday)
     within: str | None = None
+    # how late data arriving through this dependency rebuilds the partition; None: the table's policy
+    late_data: LateDataPolicy | None = None
 
     @property
     def key(self) -> list[str]:
@@ -189,6 +275,10 @@ class Dependency:
             accepted = _names(spec.pop("state"), f"dependency {dep}: state")
             if not accepted:
                 raise ValueError(f"dependency {dep}: state names the upstream states it accepts, e.g. [estimated]")
+        late_data = None
+        if isinstance(spec, Mapping) and "late_data" in spec:
+            spec = dict(spec)
+            late_data = LateDataPolicy.parse(spec.pop("late_data"), f"dependency {dep}: late_data")
         within = None
         if isinstance(spec, Mapping) and "within" in spec:
             spec = dict(spec)
@@ -215,7 +305,17 @@ class Dependency:
         if weak.get("mode") == LATEST and start is None:
             start, end = LATEST_LOOKBACK
         mode = _parse_mode(dep, weak, start, end)
-        return cls(dep, start, end, flags["ignore_dq"], flags["accept_tainted"], **mode, states=accepted, within=within)
+        return cls(
+            dep,
+            start,
+            end,
+            flags["ignore_dq"],
+            flags["accept_tainted"],
+            **mode,
+            states=accepted,
+            within=within,
+            late_data=late_data,
+        )
 
 
 def _parse_mode(dep: str, weak: Mapping[str, Any], start: int | None, end: int | None) -> dict[str, Any]:
@@ -595,10 +695,26 @@ class DerivedTable(Table):
     # starting afresh at the start of each ``resets`` period (Monday, Monday + Tuesday, ...)
     kind: str = TIME_SERIES
     resets: str | None = None
+    late_data: InstanceOf[LateDataPolicy] = DEFAULT_LATE_DATA
+
+    @field_validator("late_data", mode="before")
+    @classmethod
+    def _late_data(cls, value: Any) -> Any:
+        return (
+            DEFAULT_LATE_DATA
+            if value is None
+            else value
+            if isinstance(value, LateDataPolicy)
+            else (LateDataPolicy.parse(value))
+        )
 
     @property
     def state_names(self) -> tuple[str, ...]:
         return tuple(state.name for state in self.states)
+
+    def late_data_policy(self, dep: Dependency) -> LateDataPolicy:
+        """The policy of late data arriving through ``dep``: its own, or the table's."""
+        return dep.late_data if dep.late_data is not None else self.late_data
 
     @model_validator(mode="after")
     def _kind(self) -> DerivedTable:

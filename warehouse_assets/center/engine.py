@@ -35,6 +35,7 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import os
 import threading
 import time
 import urllib.request
@@ -42,6 +43,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -49,9 +51,10 @@ from dagster import AssetKey, DagsterInstance, DagsterRun, DagsterRunStatus, Par
 
 from warehouse_assets.build.gate import RETRY_ON_STEP_FAILURE_TAG
 from warehouse_assets.build.validity import VALID
-from warehouse_assets.catalog import BY_PERIOD, Catalog, Table
+from warehouse_assets.catalog import BY_PERIOD, Catalog, CatalogError, Table, load_catalog
 from warehouse_assets.center import heartbeat
 from warehouse_assets.center.heartbeat import SENSOR_NAME, Heartbeat
+from warehouse_assets.center.late_data import LANE_TAG, REBUILD_LANE
 from warehouse_assets.center.resolver import (
     LOST_RETRY,
     PRIORITY_TAG,
@@ -124,6 +127,7 @@ mutation Reload($location: String!) {
 # what the webserver answers while the code server it started is gone; it does not start it again by itself
 CODE_UNREACHABLE = "Could not reach user code server"
 RELOAD_EVERY_S = 30.0  # a reload restarts the code server, which takes seconds: not every round
+CATALOG_CHECK_S = 5.0  # how often the engine looks whether a table declaration was added, removed or changed
 
 
 class GraphQLSubmitter:
@@ -179,22 +183,29 @@ class GraphQLSubmitter:
             answer: dict[str, Any] = json.loads(response.read())
         return answer
 
-    def _reload(self) -> None:
+    def _reload(self, why: str = "the webserver could not reach the code location", force: bool = False) -> None:
         """Ask the webserver to reload the code location (the UI's Reload), which starts its code server again:
-        without it, the engine's submissions fail until someone clicks Reload. At most once per RELOAD_EVERY_S."""
+        without it, the engine's submissions fail until someone clicks Reload. At most once per RELOAD_EVERY_S,
+        unless ``force`` (the catalog changed: the new tables' assets exist only after it)."""
         with self._reload_lock:
             now = time.monotonic()
-            if self._reloaded_at is not None and now - self._reloaded_at < RELOAD_EVERY_S:
+            if not force and self._reloaded_at is not None and now - self._reloaded_at < RELOAD_EVERY_S:
                 return
             self._reloaded_at = now
         answer = self._post(_RELOAD, {"location": self.location})
         result = (answer.get("data") or {}).get("reloadRepositoryLocation") or {}
         log.warning(
-            "the webserver could not reach the code location %s: asked it to reload (%s%s)",
+            "%s %s: asked it to reload (%s%s)",
+            why,
             self.location,
             result.get("__typename", "no answer"),
             f": {result['message']}" if result.get("message") else "",
         )
+
+    def catalog_changed(self, catalog: Catalog) -> None:
+        """The catalog changed: its tables' own checks, and the code location reloaded so that their assets exist."""
+        self.checks = dict(own_checks(catalog))
+        self._reload("the catalog changed: the code location", force=True)
 
 
 def own_checks(catalog: Catalog) -> dict[AssetKey, list[str]]:
@@ -222,7 +233,9 @@ class Engine:
         submitter: RunSubmitter,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         watchers: Sequence[Watcher] = (),
+        catalog_root: Path | None = None,
     ):
+        """``catalog_root``: the folder of the table declarations to watch (by default the catalog's own)."""
         self.instance, self.resolver, self.submitter, self.clock = instance, resolver, submitter, clock
         self.catalog, self.store = resolver.catalog, resolver.store
         self.watchers = list(watchers)
@@ -243,6 +256,11 @@ class Engine:
         self._swept_at: float | None = None  # time.monotonic() of the last look for lost retries
         self.orphan_after = ORPHAN_AFTER_S
         self._unanswered: set[str] = set()  # requests whose submission failed: its run may exist all the same
+        # the declarations the catalog was loaded from: a table added or changed there is built without a restart
+        self.catalog_root = catalog_root if catalog_root is not None else _catalog_root(self.catalog)
+        self._catalog_seen = _fingerprint(self.catalog_root)
+        self._catalog_checked_at = time.monotonic()
+        self._catalog_error = ""
 
     def close(self) -> None:
         for watcher in self.watchers:
@@ -313,11 +331,57 @@ class Engine:
         submitted."""
         for watcher in self.watchers:
             watcher.poll()
+        if time.monotonic() - self._catalog_checked_at >= CATALOG_CHECK_S:
+            self._catalog_checked_at = time.monotonic()
+            self.follow_catalog()
         if self._swept_at is None or time.monotonic() - self._swept_at >= self.sweep_every:
             self.plan_lost_retries()
             self._swept_at = time.monotonic()
         self.resolver.step(self.clock(), budget)
         return self.submit_pending()
+
+    def follow_catalog(self) -> list[str]:
+        """Load the catalog again when a declaration under ``catalog_root`` was added, removed or changed, and make the
+        partitions of the new and changed tables candidates (within the lookback), as the clock does for windows that
+        end; returns those tables. A catalog that does not load keeps the previous one, its error logged once."""
+        seen = _fingerprint(self.catalog_root)
+        if seen == self._catalog_seen or self.catalog_root is None:
+            return []
+        try:
+            catalog = load_catalog(self.catalog_root)
+        except (CatalogError, ValueError) as exc:
+            if str(exc) != self._catalog_error:
+                log.error("the catalog changed but does not load; the engine keeps the previous one: %s", exc)
+                self._catalog_error = str(exc)
+            return []
+        self._catalog_seen, self._catalog_error = seen, ""
+        old = self.catalog
+        changed = sorted(fqn for fqn, table in catalog.tables.items() if old.tables.get(fqn) != table)
+        now = self.clock()
+        resolver = Resolver(
+            catalog,
+            ReverseIndex.build(catalog, current_time=now),
+            self.store,
+            self.resolver.max_partitions_per_run,
+            self.resolver.lookback,
+            ledger=self.resolver.ledger,
+        )
+        resolver.prepare(now)
+        self.resolver, self.catalog = resolver, catalog
+        on_catalog_change = getattr(self.submitter, "catalog_changed", None)
+        if on_catalog_change is not None:
+            try:
+                on_catalog_change(catalog)
+            except Exception as exc:  # the webserver down: the submissions retry, and ask for a reload themselves
+                log.warning("could not ask the webserver to reload the code location: %s", exc)
+        candidates = resolver.consider_tables(changed, now)
+        log.info(
+            "the catalog changed: %d table(s) added or changed (%s), %d partition(s) to look at",
+            len(changed),
+            ", ".join(changed[:5]) + (" …" if len(changed) > 5 else ""),
+            candidates,
+        )
+        return changed
 
     def plan_lost_retries(self) -> list[RunPlan]:
         """Plan again each run of the engine's, within the lookback, that failed without failing on its data and that
@@ -364,7 +428,14 @@ class Engine:
             return None  # a later run took them over
         trigger = Trigger(table.fqn, partitions[0], None, run.run_id, frozenset({LOST_RETRY}))
         priority = int(tags.get(PRIORITY_TAG, run_priority(table.fqn, None, None)))
-        return RunPlan(table.fqn, tuple(partitions), trigger, LOST_RETRY_PREFIX + run.run_id, priority=priority)
+        return RunPlan(
+            table.fqn,
+            tuple(partitions),
+            trigger,
+            LOST_RETRY_PREFIX + run.run_id,
+            priority=priority,
+            rebuild=tags.get(LANE_TAG) == REBUILD_LANE,  # in the lane it was in
+        )
 
     def submit_pending(self) -> list[tuple[RunPlan, str]]:
         plans = self.resolver.pending()
@@ -453,6 +524,27 @@ def assemble_engine(
     engine = Engine(instance, resolver, submitter, clock, watchers)
     engine.load_seconds = time.perf_counter() - started  # the store and the index included
     return engine
+
+
+def _catalog_root(catalog: Catalog) -> Path | None:
+    """The folder a catalog was loaded from (``tables/<layer>/<file>``), None for an empty one."""
+    first = next(iter(catalog), None)
+    return None if first is None else Path(first.path).parents[1]
+
+
+def _fingerprint(root: Path | None) -> tuple[tuple[str, int, int], ...]:
+    """Each declaration file's name, size and modification time: a change of any is a change of the catalog."""
+    if root is None or not root.is_dir():
+        return ()
+    found = []
+    for layer in sorted(os.scandir(root), key=lambda e: e.name):
+        if not layer.is_dir():
+            continue
+        for entry in os.scandir(layer.path):
+            if entry.name.endswith((".sql", ".yaml")):
+                info = entry.stat()
+                found.append((f"{layer.name}/{entry.name}", info.st_size, info.st_mtime_ns))
+    return tuple(sorted(found))
 
 
 def _partitions_of(table: Table, tags: Mapping[str, str]) -> list[str]:

@@ -50,18 +50,17 @@ from __future__ import annotations
 
 import functools
 import json
-import sqlite3
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from dagster import AssetKey, TimeWindowPartitionsDefinition
 
-from warehouse_assets.build.gate import Verdict, decide
+from warehouse_assets.build.gate import LATE_CHANGES_TAG, Verdict, decide
 from warehouse_assets.build.validity import Taint
 from warehouse_assets.catalog import (
     BY_PERIOD,
@@ -71,27 +70,17 @@ from warehouse_assets.catalog import (
     Catalog,
     Dependency,
     DerivedTable,
+    LateDataPolicy,
     Table,
     UpstreamPartitions,
     upstream_partitions,
     weak_deadline,
 )
+from warehouse_assets.center.late_data import LANE_TAG, REBUILD_LANE, due_time
+from warehouse_assets.center.ledger import Ledger, Rebuild, Stale
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import Change, PartitionState, PartitionStateStore, failed_blocking_checks
 from warehouse_assets.center.taint import JOB as TAINT_JOB
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS center_requests (table_fqn, partition, upstream, requested_at,
-    PRIMARY KEY (table_fqn, partition, upstream)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS center_deferred (table_fqn, partition, PRIMARY KEY (table_fqn, partition)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS center_cursor (id INTEGER PRIMARY KEY CHECK (id = 0), storage_id INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS center_clock (id INTEGER PRIMARY KEY CHECK (id = 0), at REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS center_pending (request_id TEXT PRIMARY KEY, planned_at REAL NOT NULL, plan TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS center_backlog (table_fqn, partition, by_clock INTEGER NOT NULL, trigger TEXT NOT NULL,
-    PRIMARY KEY (table_fqn, partition));
-CREATE TABLE IF NOT EXISTS center_taints (table_fqn, partition, storage_id INTEGER NOT NULL, taint TEXT NOT NULL,
-    marked TEXT NOT NULL, PRIMARY KEY (table_fqn, partition, storage_id)) WITHOUT ROWID;
-"""
 
 REQUEST_TAG = "warehouse/request"  # the request a run was submitted for: how a restart finds what it submitted
 TRIGGER_TAG = "warehouse/trigger"  # the change that made the run's partitions ready, in words
@@ -122,6 +111,8 @@ PRUNE_EVERY = timedelta(hours=1)  # how often old requests are deleted
 CLOCK = "clock"  # a Trigger's field: the partition's window ended, nothing upstream changed
 DEADLINE_PASSED = "deadline"  # a Trigger's field: a dependency's deadline passed, nothing upstream changed
 LOST_RETRY = "lost_retry"  # a Trigger's field: the run failed and Dagster could not launch its retry
+LATE_DUE = "late_due"  # a Trigger's field: the late-data policy's time for a stale partition's rebuild came
+DECLARED = "declared"  # a Trigger's field: the table was added to the catalog, or its declaration changed
 # a trigger's fields as the run's tag says them: a run is planned only once nothing upstream is in progress, so an
 # in-progress change that triggers one is a run that ended
 CHANGE_WORDS = {
@@ -132,6 +123,8 @@ CHANGE_WORDS = {
     CLOCK: "window ended",
     DEADLINE_PASSED: "deadline passed",
     LOST_RETRY: "its retry could not be launched",
+    LATE_DUE: "late data's rebuild due",
+    DECLARED: "table declared",
 }
 
 
@@ -171,6 +164,8 @@ class RunPlan:
     job: str = ""
     run_config: str = ""  # JSON
     priority: int | None = None  # in Dagster's queue (:func:`run_priority`); None: by its layer alone
+    rebuild: bool = False  # every partition was built before: the run goes in the rebuild lane
+    late_changes: tuple[tuple[str, int], ...] = ()  # partition → the late changes its rebuild absorbs
 
     @property
     def tags(self) -> dict[str, str]:
@@ -192,18 +187,42 @@ class RunPlan:
             PRIORITY_TAG: str(self.priority if self.priority is not None else run_priority(self.table, None, None)),
             REQUEST_TAG: self.request_id,
             TRIGGER_TAG: self.trigger.describe(),
+            **({LANE_TAG: REBUILD_LANE} if self.rebuild else {}),
+            **({LATE_CHANGES_TAG: json.dumps(dict(self.late_changes))} if self.late_changes else {}),
         }
 
     def to_json(self) -> str:
         return json.dumps(
-            [self.table, self.partitions, self.trigger.to_json(), self.job, self.run_config, self.priority]
+            [
+                self.table,
+                self.partitions,
+                self.trigger.to_json(),
+                self.job,
+                self.run_config,
+                self.priority,
+                self.rebuild,
+                self.late_changes,
+            ]
         )
 
     @classmethod
     def from_json(cls, text: str, request_id: str) -> RunPlan:
-        table, partitions, trigger, *rest = json.loads(text)
-        job, run_config, priority = [*rest, "", "", None][:3]  # plans recorded before jobs and priorities
-        return cls(table, tuple(partitions), Trigger.from_json(trigger), request_id, job, run_config, priority)
+        fields: list[Any] = json.loads(text)
+        table, partitions, trigger = fields[:3]
+        # plans recorded before jobs, priorities and lanes have fewer fields
+        defaults: list[Any] = ["", "", None, False, []]
+        job, run_config, priority, rebuild, late = [*fields[3:], *defaults[len(fields) - 3 :]]
+        return cls(
+            table,
+            tuple(partitions),
+            Trigger.from_json(trigger),
+            request_id,
+            job,
+            run_config,
+            priority,
+            bool(rebuild),
+            tuple((str(p), int(n)) for p, n in late),
+        )
 
 
 class Resolver:
@@ -216,22 +235,21 @@ class Resolver:
         store: PartitionStateStore,
         max_partitions_per_run: Callable[[Table], int | None],
         lookback: timedelta = LOOKBACK,
+        ledger: Ledger | None = None,
     ):
         """``max_partitions_per_run``: how many partitions of a table one run may build (None: any number), the
-        compiler's backfill policy, so that a plan is a run Dagster accepts."""
+        compiler's backfill policy, so that a plan is a run Dagster accepts. ``ledger``: where the resolver's
+        decisions are kept (by default beside the store, in its file)."""
         self.catalog, self.index, self.store = catalog, index, store
         self.lookback = lookback
         self.max_partitions_per_run = max_partitions_per_run
         self._fqn = {AssetKey(t.key).to_user_string(): t.fqn for t in catalog}  # the store's asset keys → tables
-        self._db = sqlite3.connect(store.path, isolation_level=None)  # a sibling table of the store's rows
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.executescript(_SCHEMA)
+        self.ledger = ledger if ledger is not None else Ledger(store.path)
         # a new resolver starts where the store is: the partitions ready before it are a backfill's, or the automation's
-        self._db.execute("INSERT OR IGNORE INTO center_cursor VALUES (0, ?)", (store.cursor,))
+        self.ledger.start_at(store.cursor)
         self.evaluated = 0  # partitions the last call asked the gate about: its cost
-        # candidates not evaluated yet, in the order they came: new changes' first, then the clock's; their keys as
-        # persisted (center_backlog) after the last call
-        self._backlog = _Backlog(self._db)
+        # candidates not evaluated yet, in the order they came: new changes' first, then the clock's
+        self._backlog = self._load_backlog()
         self._time_driven_tables: dict[str, list[str]] | None = None
         self._deadline_deps: dict[str, list[tuple[Table, Dependency]]] = {}  # HH:MM → the deadline dependencies
         for table in catalog.derived():
@@ -246,12 +264,15 @@ class Resolver:
         self._pruned_at: datetime | None = None
 
     def close(self) -> None:
-        self._db.close()
+        self.ledger.close()
+
+    def _load_backlog(self):  # type: ignore[no-untyped-def]
+        return self.ledger.backlog(Trigger.to_json, Trigger.from_json)
 
     @property
     def resolved_through(self) -> int:
         """The store's cursor when the resolver last recorded its requests: the changes up to it are resolved."""
-        return int(self._db.execute("SELECT storage_id FROM center_cursor").fetchone()[0])
+        return self.ledger.resolved_through
 
     @property
     def backlog(self) -> int:
@@ -272,7 +293,7 @@ class Resolver:
         With ``budget`` (seconds), candidates are evaluated until it is spent (at least one), the backlog's after the
         new changes' and the clock's last; the others stay in the backlog, persisted in the same transaction."""
         started = time.perf_counter()
-        states = _Snapshot(self.store, self._db)
+        states = _Snapshot(self.store, self.ledger)
         backlog = self._backlog
         taints: list[RunPlan] = []
         for change in changes:
@@ -303,6 +324,8 @@ class Resolver:
             backlog.add(candidate, trigger, by_clock=True)
         for candidate, trigger in self._deadline_candidates(now).items():
             backlog.add(candidate, trigger, by_clock=True)
+        for fqn, partition in self.ledger.due(now.timestamp()):
+            backlog.add((fqn, partition), Trigger(fqn, partition, None, None, frozenset({LATE_DUE})), by_clock=True)
         self.evaluated = 0
         ready: dict[tuple[str, str], tuple[Trigger, str]] = {}
         deferred: list[tuple[str, str]] = []
@@ -332,32 +355,25 @@ class Resolver:
 
     def pending(self) -> list[RunPlan]:
         """The plans recorded but not yet submitted (all of them after a crash), oldest first."""
-        rows = self._db.execute("SELECT request_id, plan FROM center_pending ORDER BY planned_at, rowid")
-        return [RunPlan.from_json(plan, request_id) for request_id, plan in rows]
+        return [RunPlan.from_json(plan, request_id) for request_id, plan in self.ledger.pending()]
 
     def submitted(self, request_id: str) -> None:
         """The run of ``request_id`` exists in Dagster: the plan is done."""
-        self._db.execute("DELETE FROM center_pending WHERE request_id = ?", (request_id,))
+        self.ledger.submitted(request_id)
 
     def add_pending(self, plan: RunPlan, now: datetime) -> bool:
         """Record ``plan`` (with its own request id) to be submitted, unless it is pending already."""
-        known = self._db.execute("SELECT 1 FROM center_pending WHERE request_id = ?", (plan.request_id,))
-        if known.fetchone() is not None:
-            return False
-        self._db.execute(
-            "INSERT INTO center_pending VALUES (?, ?, ?)", (plan.request_id, now.timestamp(), plan.to_json())
-        )
-        return True
+        return self.ledger.add_pending(plan.request_id, plan.to_json(), now.timestamp())
 
     # --- the clock: a partition whose upstream was complete before its own window ended --------------------------
 
     def _clock_candidates(self, now: datetime) -> dict[tuple[str, str], Trigger]:
         """The partitions of time-driven tables whose windows ended since the last call: their last upstream change
         came before they existed (a T-1 day is complete before day T ends), so no change will name them."""
-        row = self._db.execute("SELECT at FROM center_clock").fetchone()
-        if row is None:
+        at = self.ledger.clock()
+        if at is None:
             return {}  # a new resolver: the windows ended before it are the backfill's or the first steps'
-        since = max(datetime.fromtimestamp(row[0], UTC), now - self.lookback)
+        since = max(datetime.fromtimestamp(at, UTC), now - self.lookback)
         found: dict[tuple[str, str], Trigger] = {}
         # the windows that ended, once per period: per table, Dagster's partition arithmetic on every call cost
         # about a millisecond per table at 10,000 tables, while windows end only on the hour
@@ -370,10 +386,10 @@ class Resolver:
     def _deadline_candidates(self, now: datetime) -> dict[tuple[str, str], Trigger]:
         """The partitions one of whose deadline dependencies reached its deadline since the last call: past it they
         may run without that upstream, and nothing else happens at 09:00 to name them."""
-        row = self._db.execute("SELECT at FROM center_clock").fetchone()
-        if row is None or not self._deadline_deps:
+        at = self.ledger.clock()
+        if at is None or not self._deadline_deps:
             return {}
-        since = max(datetime.fromtimestamp(row[0], UTC), now - self.lookback)
+        since = max(datetime.fromtimestamp(at, UTC), now - self.lookback)
         found: dict[tuple[str, str], Trigger] = {}
         for hhmm, edges in self._deadline_deps.items():
             for instant in _local_times_between(hhmm, since, now, self._timezone):
@@ -384,6 +400,22 @@ class Resolver:
                         if weak_deadline(table, dep, key) == instant:
                             found[(table.fqn, key)] = Trigger(table.fqn, key, None, None, frozenset({DEADLINE_PASSED}))
         return found
+
+    def consider_tables(self, fqns: Iterable[str], now: datetime) -> int:
+        """Make every partition within the lookback of the tables ``fqns`` (added to the catalog, or changed) a
+        candidate of the next step, as if their windows had just ended: nothing else would name the partitions of a
+        table whose inputs were all there before it existed. The gate decides; only what was never built (or a later
+        state) is requested. Returns how many candidates were added."""
+        added = 0
+        for fqn in fqns:
+            table = self.catalog[fqn]
+            if not isinstance(table, DerivedTable):
+                continue
+            pdef = BY_PERIOD[table.period]
+            for key in _ended_between(pdef, _last_window_end(pdef, now) - self.lookback, now):
+                self._backlog.add((fqn, key), Trigger(fqn, key, None, None, frozenset({DECLARED})), by_clock=True)
+                added += 1
+        return added
 
     def prepare(self, now: datetime) -> None:
         """Find the time-driven tables (what the clock looks at) now, not in the first step that needs them: a
@@ -446,8 +478,10 @@ class Resolver:
         if not verdict.may_run:
             return None
         upstream = self._upstream_states(verdict, states)
-        if any(s.in_progress for s in self._upstream_states(verdict, states, used_only=True)):
-            return None  # an upstream is being rebuilt: its end is a change of its own
+        if any(s.in_progress or s.queued for s in self._upstream_states(verdict, states, used_only=True)):
+            # an upstream is being rebuilt, or its rebuild waits in the queue: built now, this partition would be
+            # built on the data that rebuild replaces, and again after it; the run's end is a change of its own
+            return None
         if not self._checks_passed(verdict, states):
             return None  # a verdict still to come: it is a change of its own
         key = json.dumps(sorted([s.asset_key, s.partition, s.storage_id] for s in upstream))
@@ -467,9 +501,113 @@ class Resolver:
             and not (s.run_id and s.run_id == own.run_id)
             for s in upstream
         )
-        if own.materialized and not late and not _advances(table, own, verdict):
+        advances = _advances(table, own, verdict)
+        if own.materialized and not late and not advances:
+            states.fresh.add((table.fqn, partition))
+            return None
+        if (
+            own.materialized
+            and late
+            and not advances
+            and own.taint is None  # a repair, and a degraded build's missing input, are the build it waits for
+            and not own.degraded
+            and isinstance(table, DerivedTable)
+            and not self._rebuild_due(table, partition, own, verdict, read_from, key, states, now)
+        ):
             return None
         return key
+
+    def _rebuild_due(
+        self,
+        table: DerivedTable,
+        partition: str,
+        own: PartitionState,
+        verdict: Verdict,
+        read_from: int | None,
+        key: str,
+        states: _Snapshot,
+        now: datetime,
+    ) -> bool:
+        """Whether the late data of a built partition rebuilds it now, under the late-data policy of each dependency
+        it came through (the most urgent one counts). If not, the partition is recorded stale with the time its
+        rebuild is due (or none), and the late changes its rebuild will absorb."""
+        late_policies: list[LateDataPolicy] = []
+        late_upstream: list[PartitionState] = []
+        for edge in verdict.edges:
+            keys = edge.used if edge.dep.mode == LATEST else edge.upstream.keys
+            found = [
+                s
+                for s in states.states(self.catalog[edge.dep.table], keys).values()
+                if s.storage_id is not None
+                and s.storage_id > (read_from if read_from is not None else -1)
+                and s.partition != WHOLE
+                and not (s.run_id and s.run_id == own.run_id)
+            ]
+            if found and (edge.dep.weak or self.catalog[edge.dep.table].state_names):
+                # a dependency that builds before its window is whole (a deadline, any of a window, the latest) or an
+                # upstream that passes through states: what arrives is the rest the partition was built to receive,
+                # planned, not a correction: at once
+                return True
+            if found:
+                late_policies.append(table.late_data_policy(edge.dep))
+                late_upstream.extend(found)
+        previous = states.stale(table.fqn, partition)
+        # as late as the change itself: through an upstream rebuilt for late data, the change that rebuild absorbed
+        origins = [now.timestamp()]
+        for up in late_upstream:
+            rebuilt = states.rebuilt(self._fqn[up.asset_key], up.partition)
+            if rebuilt is not None:
+                origins.append(rebuilt.origin)
+        since = min([*origins, *([previous.since] if previous else [])])
+        changes = _late_changes(previous, key, late_upstream)
+        own_rebuild = states.rebuilt(table.fqn, partition)
+        pdef = BY_PERIOD[table.period]
+        window_end = pdef.time_window_for_partition_key(partition).end
+        last = None if own_rebuild is None else datetime.fromtimestamp(own_rebuild.planned_at, UTC)
+        policies = late_policies or [table.late_data]
+        dues = [
+            due_time(
+                policy,
+                window_end=window_end,
+                since=datetime.fromtimestamp(since, UTC),
+                last_rebuild=last,
+                now=now,
+                timezone=self._timezone,
+            )
+            for policy in policies
+        ]
+        timed = [(due, policy) for (due, _), policy in zip(dues, policies, strict=True) if due]
+        due: datetime | None
+        if timed:
+            due, policy = min(timed, key=lambda d: d[0])
+            note = ""
+            waiting = [u for u in late_upstream if states.stale_due(self._fqn[u.asset_key], u.partition) is not None]
+            if due <= now and not waiting:
+                states.rebuilds[(table.fqn, partition)] = Rebuild(since, changes, now.timestamp())
+                return True
+            if due <= now:
+                # an input's own rebuild is coming: rebuilt now, the partition would be rebuilt again after it; that
+                # rebuild's materialization is the change that looks at it again
+                first = waiting[0]
+                first_due = states.stale_due(self._fqn[first.asset_key], first.partition) or now.timestamp()
+                when = datetime.fromtimestamp(first_due, self._timezone)
+                note = f"waits for {self._fqn[first.asset_key]} {first.partition}'s rebuild, due {when:%Y-%m-%d %H:%M}"
+                due = None
+        else:
+            due, policy, note = None, policies[0], dues[0][1]
+        states.mark_stale(
+            Stale(
+                table.fqn,
+                partition,
+                since,
+                None if due is None else due.timestamp(),
+                changes,
+                key,
+                policy.describe(),
+                note,
+            )
+        )
+        return False
 
     def _late_verdict(
         self, table: Table, state: PartitionState, trigger: Trigger, states: _Snapshot, now: datetime
@@ -593,12 +731,10 @@ class Resolver:
     # --- requests, persisted -----------------------------------------------------------------------------------
 
     def _requested(self, fqn: str, partition: str, key: str) -> bool:
-        query = "SELECT 1 FROM center_requests WHERE table_fqn = ? AND partition = ? AND upstream = ?"
-        return self._db.execute(query, (fqn, partition, key)).fetchone() is not None
+        return self.ledger.requested(fqn, partition, key)
 
     def _deferred(self, fqn: str, partition: str) -> bool:
-        query = "SELECT 1 FROM center_deferred WHERE table_fqn = ? AND partition = ?"
-        return self._db.execute(query, (fqn, partition)).fetchone() is not None
+        return self.ledger.deferred(fqn, partition)
 
     def _remember(
         self,
@@ -611,39 +747,25 @@ class Resolver:
     ) -> None:
         """Record the requests, their plans as pending, the deferred partitions (a deferred partition looked at again
         is settled), the backlog, the store's cursor and the clock, in one transaction."""
-        self._db.execute("BEGIN IMMEDIATE")
         try:
-            self._db.executemany(
-                "DELETE FROM center_deferred WHERE table_fqn = ? AND partition = ?",
-                [c for c in evaluated if c not in deferred],
-            )
-            self._backlog.persist(evaluated)
-            self._db.executemany("INSERT OR IGNORE INTO center_deferred VALUES (?, ?)", deferred)
-            states.persist_holds()
-            self._db.executemany(
-                "INSERT OR IGNORE INTO center_requests VALUES (?, ?, ?, ?)",
-                [(fqn, partition, key, now.timestamp()) for (fqn, partition), (_, key) in ready.items()],
-            )
-            self._db.executemany(
-                "INSERT INTO center_pending VALUES (?, ?, ?)",
-                [(plan.request_id, now.timestamp(), plan.to_json()) for plan in plans],
-            )
-            self._db.execute("UPDATE center_cursor SET storage_id = ?", (self.store.cursor,))
-            if self._pruned_at is None or now - self._pruned_at > PRUNE_EVERY:
-                # a request older than twice the lookback is for a partition the center no longer looks at
-                self._db.execute(
-                    "DELETE FROM center_requests WHERE requested_at < ?", ((now - 2 * self.lookback).timestamp(),)
+            with self.ledger.batch():
+                self.ledger.set_deferred([c for c in evaluated if c not in deferred], deferred)
+                self._backlog.persist(evaluated)
+                states.persist_holds()
+                states.persist_late(evaluated, now.timestamp())
+                self.ledger.record_requests(
+                    [(fqn, partition, key) for (fqn, partition), (_, key) in ready.items()], now.timestamp()
                 )
-                self._pruned_at = now
-            self._db.execute(
-                "INSERT INTO center_clock VALUES (0, ?) ON CONFLICT (id) DO UPDATE SET at = max(at, excluded.at)",
-                (now.timestamp(),),
-            )
+                self.ledger.add_pendings([(plan.request_id, plan.to_json()) for plan in plans], now.timestamp())
+                self.ledger.set_resolved_through(self.store.cursor)
+                if self._pruned_at is None or now - self._pruned_at > PRUNE_EVERY:
+                    # a request older than twice the lookback is for a partition the center no longer looks at
+                    self.ledger.forget_requests_before((now - 2 * self.lookback).timestamp())
+                    self._pruned_at = now
+                self.ledger.advance_clock(now.timestamp())
         except BaseException:
-            self._db.execute("ROLLBACK")
-            self._backlog = _Backlog(self._db)  # what the failed call took from it is still to do
+            self._backlog = self._load_backlog()  # what the failed call took from it is still to do
             raise
-        self._db.execute("COMMIT")
 
     # --- coalescing --------------------------------------------------------------------------------------------
 
@@ -682,50 +804,18 @@ class Resolver:
         table = self.catalog[fqn]
         start = BY_PERIOD[table.period].time_window_for_partition_key(run[0]).start
         rebuild = all(states.state(table, partition).materialized for partition in run)
-        return RunPlan(fqn, tuple(run), ready[(fqn, run[0])][0], priority=run_priority(fqn, start, now, rebuild))
+        late = tuple((p, states.rebuilds[(fqn, p)].changes) for p in run if (fqn, p) in states.rebuilds)
+        return RunPlan(
+            fqn,
+            tuple(run),
+            ready[(fqn, run[0])][0],
+            priority=run_priority(fqn, start, now, rebuild),
+            rebuild=rebuild,
+            late_changes=late,
+        )
 
 
 _DEFER = "defer"
-
-
-class _Backlog:
-    """The candidates a budgeted call left for the next: new changes' before the clock's, each kind first come first
-    out, and their mirror in ``center_backlog`` (written by :meth:`persist` inside the caller's transaction)."""
-
-    def __init__(self, db: sqlite3.Connection):
-        self._db = db
-        self._events: OrderedDict[tuple[str, str], Trigger] = OrderedDict()
-        self._clock: OrderedDict[tuple[str, str], Trigger] = OrderedDict()
-        rows = db.execute("SELECT table_fqn, partition, by_clock, trigger FROM center_backlog ORDER BY rowid")
-        for fqn, partition, by_clock, trigger in rows:
-            (self._clock if by_clock else self._events)[(fqn, partition)] = Trigger.from_json(json.loads(trigger))
-        self._persisted = {*self._events, *self._clock}
-        self._added: list[tuple[tuple[str, str], Trigger, bool]] = []
-
-    def __len__(self) -> int:
-        return len(self._events) + len(self._clock)
-
-    def add(self, candidate: tuple[str, str], trigger: Trigger, *, by_clock: bool) -> None:
-        """Queue ``candidate`` unless it is queued already (then its first trigger stands)."""
-        if candidate not in self._events and candidate not in self._clock:
-            (self._clock if by_clock else self._events)[candidate] = trigger
-            self._added.append((candidate, trigger, by_clock))
-
-    def pop(self) -> tuple[tuple[str, str], Trigger]:
-        return (self._events or self._clock).popitem(last=False)
-
-    def persist(self, evaluated: Sequence[tuple[str, str]]) -> None:
-        """Delete the evaluated candidates from ``center_backlog``, insert the ones added and still queued."""
-        done = [c for c in evaluated if c in self._persisted]
-        self._db.executemany("DELETE FROM center_backlog WHERE table_fqn = ? AND partition = ?", done)
-        self._persisted.difference_update(done)
-        queued = [(c, t, k) for c, t, k in self._added if c in self._events or c in self._clock]
-        self._db.executemany(
-            "INSERT INTO center_backlog VALUES (?, ?, ?, ?)",
-            [(fqn, partition, int(by_clock), json.dumps(t.to_json())) for (fqn, partition), t, by_clock in queued],
-        )
-        self._persisted.update(c for c, _, _ in queued)
-        self._added = []
 
 
 def _ended_between(pdef: TimeWindowPartitionsDefinition, since: datetime, now: datetime) -> list[str]:
@@ -756,6 +846,16 @@ def _local_times_between(hhmm: str, since: datetime, now: datetime, tz: ZoneInfo
     return found
 
 
+def _late_changes(previous: Stale | None, key: str, late: Sequence[PartitionState]) -> int:
+    """The late changes a stale partition's rebuild absorbs: each upstream materialization newer than its build, as
+    the center saw them (several reports of one hour between two looks count once)."""
+    if previous is None:
+        return len(late)
+    seen, _ = json.JSONDecoder().raw_decode(previous.upstream)
+    before = {(asset, partition): storage_id for asset, partition, storage_id in seen}
+    return previous.changes + sum(1 for s in late if before.get((s.asset_key, s.partition)) != s.storage_id)
+
+
 def _advances(table: Table, own: PartitionState, verdict: Verdict) -> bool:
     """Whether the partition can now reach a later state than the one it was built in (estimated → completed)."""
     names = table.state_names
@@ -779,9 +879,15 @@ class _Snapshot:
     """The store as the gate's reader, each partition's state read once per call; ``planned`` partitions (earlier
     in a run being planned) count as materialized, with no verdict yet, as the run guard counts what its run wrote."""
 
-    def __init__(self, store: PartitionStateStore, db: sqlite3.Connection):
-        self.store, self._db = store, db
+    def __init__(self, store: PartitionStateStore, ledger: Ledger):
+        self.store, self._ledger = store, ledger
         self.planned: set[tuple[str, str]] = set()
+        # late data: the partitions this call found stale, rebuilt (requested again), or no longer behind their inputs
+        self.stale_marks: dict[tuple[str, str], Stale] = {}
+        self.rebuilds: dict[tuple[str, str], Rebuild] = {}
+        self.fresh: set[tuple[str, str]] = set()
+        self._stale_rows: dict[tuple[str, str], Stale | None] = {}
+        self._rebuilt_rows: dict[tuple[str, str], Rebuild | None] = {}
         self._seen: dict[tuple[str, str], PartitionState] = {}
         self._repairing: dict[str, bool] = {}
         # taints planned after late failed verdicts, held here until their root is materialized again: the run
@@ -790,10 +896,9 @@ class _Snapshot:
         self._new_holds: list[tuple[tuple[str, str, int], Taint, list[tuple[str, str, int]]]] = []
         self._stale: list[tuple[str, str, int]] = []
         self._held: dict[tuple[str, str], tuple[Taint, int]] = {}  # partition → taint, on that materialization
-        rows = db.execute("SELECT table_fqn, partition, storage_id, taint, marked FROM center_taints").fetchall()
-        for fqn, partition, storage_id, taint, marked in rows:
-            triples = [(t, k, i) for t, k, i in json.loads(marked)]
-            self._holds[(fqn, partition, storage_id)] = (Taint.from_json(json.loads(taint)), triples)
+        for fqn, partition, storage_id, taint_json, marked_json in ledger.holds():
+            triples = [(t, k, i) for t, k, i in json.loads(marked_json)]
+            self._holds[(fqn, partition, storage_id)] = (Taint.from_json(json.loads(taint_json)), triples)
         for key, (taint, marked) in self._holds.items():
             [root] = store.states(AssetKey(key[0].split(".")), [key[1]]).values()
             if root.storage_id != key[2]:
@@ -811,13 +916,44 @@ class _Snapshot:
 
     def persist_holds(self) -> None:
         """Record the new holds and forget the stale ones (inside the caller's transaction)."""
-        self._db.executemany(
-            "INSERT OR IGNORE INTO center_taints VALUES (?, ?, ?, ?, ?)",
+        self._ledger.set_holds(
             [(*key, json.dumps(taint.to_json()), json.dumps(marked)) for key, taint, marked in self._new_holds],
+            self._stale,
         )
-        self._db.executemany(
-            "DELETE FROM center_taints WHERE table_fqn = ? AND partition = ? AND storage_id = ?", self._stale
-        )
+
+    def stale(self, fqn: str, partition: str) -> Stale | None:
+        """The partition's stale record: as this call marked it, or as the ledger has it."""
+        if (fqn, partition) in self.stale_marks:
+            return self.stale_marks[(fqn, partition)]
+        if (fqn, partition) in self.rebuilds:
+            return None
+        if (fqn, partition) not in self._stale_rows:
+            self._stale_rows[(fqn, partition)] = self._ledger.stale(fqn, [partition]).get(partition)
+        return self._stale_rows[(fqn, partition)]
+
+    def stale_due(self, fqn: str, partition: str) -> float | None:
+        """When the partition's rebuild for late data is due, if one is coming (not requested yet)."""
+        entry = self.stale(fqn, partition)
+        return None if entry is None else entry.due
+
+    def mark_stale(self, entry: Stale) -> None:
+        self.stale_marks[(entry.table, entry.partition)] = entry
+
+    def rebuilt(self, fqn: str, partition: str) -> Rebuild | None:
+        """The latest rebuild requested of the partition for late data: this call's, or the ledger's."""
+        if (fqn, partition) in self.rebuilds:
+            return self.rebuilds[(fqn, partition)]
+        if (fqn, partition) not in self._rebuilt_rows:
+            self._rebuilt_rows[(fqn, partition)] = self._ledger.rebuilds(fqn, [partition]).get(partition)
+        return self._rebuilt_rows[(fqn, partition)]
+
+    def persist_late(self, evaluated: Sequence[tuple[str, str]], now: float) -> None:
+        """Record the stale partitions and the rebuilds (inside the caller's transaction)."""
+        self._ledger.clear_stale([*self.fresh, *self.rebuilds])
+        self._ledger.mark_stale(self.stale_marks.values())
+        self._ledger.record_rebuilds([(fqn, partition, r) for (fqn, partition), r in self.rebuilds.items()])
+        settled = {*self.fresh, *self.rebuilds, *self.stale_marks}
+        self._ledger.park_stale([c for c in evaluated if c not in settled], now)
 
     def repairing(self, backfill_id: str) -> bool:
         """Whether the backfill ``backfill_id`` is still running (read from the instance once per call)."""

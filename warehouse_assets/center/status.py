@@ -11,6 +11,7 @@ from zoneinfo import ZoneInfo
 from dagster import AssetKey, PartitionKeyRange
 
 from warehouse_assets.catalog import BY_PERIOD, WHOLE, Catalog
+from warehouse_assets.center.ledger import Ledger
 from warehouse_assets.center.state_store import PartitionState, StateView
 
 DEFAULT_DAYS = 3  # without a range: the partitions that ended in the last days
@@ -39,15 +40,24 @@ def status_keys(
     return list(pdef.get_partition_keys_in_range(PartitionKeyRange(start, end)))
 
 
-def status_lines(catalog: Catalog, states: StateView, fqn: str, keys: Sequence[str]) -> list[str]:
+def status_lines(
+    catalog: Catalog, states: StateView, fqn: str, keys: Sequence[str], ledger: Ledger | None = None
+) -> list[str]:
+    """One line per partition; with the dependency center's ``ledger``, the partitions behind their inputs (late data
+    waiting for its policy) say so."""
     table = catalog[fqn]
     found = states.states(AssetKey(table.key), keys)
+    stale = ledger.stale(fqn, keys) if ledger is not None else {}
     zone = ZoneInfo(BY_PERIOD["daily"].timezone)  # the business timezone, one for every period
     tainted = sum(1 for s in found.values() if s.tainted)
     done = sum(1 for s in found.values() if s.materialized)
-    out = [f"{fqn} ({table.period}): {len(keys)} partition(s), {done} materialized, {tainted} tainted"]
+    behind = f", {len(stale)} stale" if stale else ""
+    out = [f"{fqn} ({table.period}): {len(keys)} partition(s), {done} materialized, {tainted} tainted{behind}"]
     for key in keys:
-        out.append(f"  {key:<18} {_line(found[key], [c.name for c in table.checks], zone)}")
+        line = _line(found[key], [c.name for c in table.checks], zone)
+        if key in stale and found[key].materialized:
+            line += f"  {stale[key].describe(zone)}"
+        out.append(f"  {key:<18} {line}")
     return out
 
 

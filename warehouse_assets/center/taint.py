@@ -48,6 +48,7 @@ from warehouse_assets.build.compiler import max_partitions_per_run, topological
 from warehouse_assets.build.gate import span
 from warehouse_assets.build.validity import Taint, taint_evaluation
 from warehouse_assets.catalog import BY_PERIOD, WHOLE, Catalog, Table, upstream_partitions
+from warehouse_assets.center.late_data import LANE_TAG, REBUILD_LANE
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import PartitionState, PartitionStateStore, StateView
 
@@ -329,7 +330,7 @@ def launch_backfill(
     backfill = PartitionBackfill.from_asset_graph_subset(
         backfill_id=backfill_id,
         backfill_timestamp=time.time(),
-        tags={TAINT_TAG: run_id},
+        tags={TAINT_TAG: run_id, LANE_TAG: REBUILD_LANE},  # a repair rebuilds: it goes in the rebuild lane
         dynamic_partitions_store=instance,
         # the serdes decorator hides the NamedTuple's fields from mypy
         asset_graph_subset=AssetGraphSubset(partitions_subsets_by_asset_key=subsets),  # type: ignore[call-arg]

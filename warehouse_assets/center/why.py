@@ -66,7 +66,9 @@ from warehouse_assets.catalog import (
     periods,
     upstream_partitions,
 )
-from warehouse_assets.center.state_store import PartitionState, PartitionStateStore, StateView
+from warehouse_assets.center.ledger import open_readonly
+from warehouse_assets.center.resolver import LOOKBACK
+from warehouse_assets.center.state_store import PartitionState, PartitionStateStore, StateView, default_path
 from warehouse_assets.ingest.deliveries import external_source
 from warehouse_assets.ingest.readiness import Readiness, shard_state, with_counts
 
@@ -507,6 +509,8 @@ def explain(
         report.own_state += f", state {own.state}"
     if own.materialized and own.degraded:
         report.own_state += f", degraded: built without {own.degraded}; it is built again when they arrive"
+    if own.materialized and (stale := _stale(instance, fqn, partition)) is not None:
+        report.own_state += f", {stale}"
     report.upstream = states.upstream(table, partition)
     waiting = [u for u in report.upstream if u.blocks]
     never = _never_built(catalog, table, partition)
@@ -524,6 +528,12 @@ def explain(
         if verdict.later:
             last = table.state_names[-1]
             report.verdict += f"; {last} waits: " + "; ".join(verdict.later)
+        pdef = BY_PERIOD[table.period]
+        if not own.materialized and pdef.time_window_for_partition_key(partition).end < now - LOOKBACK:
+            report.verdict += (
+                f"; but it ended over {LOOKBACK.days} days ago, before the dependency center's lookback: nothing "
+                "builds it by itself — a backfill does (the UI's Materialize or Backfill on this partition)"
+            )
     else:
         report.root_causes = states.root_causes(waiting)
         first = waiting[0]
@@ -532,6 +542,18 @@ def explain(
             f"first: {first.table} {first.partition} ({first.state})"
         ) + "".join(f"; {note}" for note in _weak_notes(states.verdict(table, partition)))
     return report
+
+
+def _stale(instance: DagsterInstance, fqn: str, partition: str) -> str | None:
+    """The partition is behind its inputs (late data waiting for its policy), in words; None if it is not."""
+    ledger = open_readonly(default_path(instance))
+    if ledger is None:
+        return None
+    try:
+        entry = ledger.stale(fqn, [partition]).get(partition)
+    finally:
+        ledger.close()
+    return None if entry is None else entry.describe(ZoneInfo(BY_PERIOD["daily"].timezone))
 
 
 def _waived(edge: EdgeVerdict, entry: UpstreamState) -> str:

@@ -63,20 +63,24 @@ def taint_command(args: argparse.Namespace, instance: Any) -> int:
 def table_status_command(args: argparse.Namespace, instance: Any) -> int:
     """Each partition of ``args.table`` in ``args.range``: materialized, valid or tainted, its checks."""
     from warehouse_assets.catalog import load_catalog
+    from warehouse_assets.center.ledger import open_readonly
     from warehouse_assets.center.state_store import PartitionStateStore
     from warehouse_assets.center.status import status_keys, status_lines
 
     catalog = load_catalog()
     start, end = args.range or (None, None)
     store = PartitionStateStore(instance)
+    ledger = open_readonly(store.path)
     try:
         keys = status_keys(catalog, args.table, start, end)
-        print("\n".join(status_lines(catalog, store.view(), args.table, keys)))
+        print("\n".join(status_lines(catalog, store.view(), args.table, keys, ledger)))
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     finally:
         store.close()
+        if ledger is not None:
+            ledger.close()
     return 0
 
 

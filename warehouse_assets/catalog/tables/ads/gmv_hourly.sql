@@ -3,6 +3,7 @@ table: ads.gmv_hourly
 period: hourly
 description: GMV of the hour (paid orders created in the hour) for campaign dashboards.
 owner: trade-data
+late_data: {rebuild: every 15m, lookback: 1d}  # campaign hours: late orders show within 15 minutes
 primary_key: [hour_start]
 depends_on:
   dws.order_hourly: {set: [0]}

@@ -6,6 +6,7 @@ description: >
   users, ARPPU, monthly active users and learners, average DAU
   (active user-days / days of the month).
 owner: bi
+late_data: {rebuild: daily 06:00, lookback: 7d}  # a closed month's report is rebuilt once a night, not hourly
 primary_key: [month]
 --- */
 WITH trade AS (

@@ -3,6 +3,7 @@ table: dws.order_hourly
 period: hourly
 description: Orders created in the hour per course (hourly Set 0 on ODS), for campaign monitoring.
 owner: trade-data
+late_data: {rebuild: every 15m, lookback: 1d}  # campaign hours: late orders show within 15 minutes
 primary_key: [course_id]
 depends_on:
   ods.order: {set: [0]}

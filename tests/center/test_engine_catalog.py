@@ -1,0 +1,119 @@
+"""A table declared while the engine runs is built by itself: the engine notices the new declaration file, loads the
+catalog again, asks the webserver to reload the code location, and requests the new table's partitions whose inputs
+were all there before it existed (no event would ever name them). A declaration that does not load changes nothing.
+And ``why`` does not call a partition nothing will build simply "ready".
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+from dagster import AssetKey, DagsterInstance
+
+from resources.delta_lake import DeltaStore
+from resources.landing import Landing
+from tests.center.test_center import hours
+from tests.center.test_state_store import report
+from warehouse_assets.build.compiler import max_partitions_per_run
+from warehouse_assets.catalog import Catalog, load_catalog
+from warehouse_assets.center.engine import assemble_engine
+from warehouse_assets.center.resolver import RunPlan
+from warehouse_assets.center.why import explain
+
+TZ = ZoneInfo("Asia/Shanghai")
+NOW = datetime(2026, 3, 6, 9, tzinfo=TZ)
+ODS = """table: ods.src
+period: hourly
+source: {database: db, tables: "src"}
+primary_key: [id]
+partition_time: t
+columns: {id: bigint, t: timestamp, v: bigint}
+"""
+DAY_SQL = "/* ---\ntable: dwd.day\nperiod: daily\n--- */\nSELECT id, v FROM ods.src\n"
+NEW_SQL = "/* ---\ntable: dws.new\nperiod: daily\n--- */\nSELECT id, sum(v) AS v FROM dwd.day GROUP BY id\n"
+
+
+class Recorder:
+    """Records what the engine submits, and the catalogs it is told of (the GraphQL submitter reloads the code
+    location then)."""
+
+    def __init__(self) -> None:
+        self.plans: list[RunPlan] = []
+        self.catalogs: list[Catalog] = []
+
+    def submit(self, plan: RunPlan, asset_key: AssetKey) -> str:
+        self.plans.append(plan)
+        return f"run-{len(self.plans)}"
+
+    def catalog_changed(self, catalog: Catalog) -> None:
+        self.catalogs.append(catalog)
+
+
+@pytest.fixture
+def instance(consolidated: DagsterInstance) -> DagsterInstance:
+    return consolidated
+
+
+def test_a_table_declared_while_the_engine_runs_is_built_without_a_restart(
+    instance: DagsterInstance, tmp_path: Path
+) -> None:
+    root = tmp_path / "tables"
+    for layer in ("ods", "dwd", "dws"):
+        (root / layer).mkdir(parents=True)
+    (root / "ods" / "src.yaml").write_text(ODS)
+    (root / "dwd" / "day.sql").write_text(DAY_SQL)
+    recorder = Recorder()
+    engine = assemble_engine(instance, load_catalog(root), recorder, max_partitions_per_run, clock=lambda: NOW)
+    try:
+        assert engine.recover() == 0 and engine.tick() == []
+        for day in ("2026-03-04", "2026-03-05"):
+            for hour in hours(day):
+                report(instance, AssetKey(["ods", "src"]), hour)
+        engine.tick()
+        assert sorted(p for plan in recorder.plans for p in plan.partitions) == ["2026-03-04", "2026-03-05"]
+        built = len(recorder.plans)
+        for day in ("2026-03-04", "2026-03-05"):
+            report(instance, AssetKey(["dwd", "day"]), day)  # built
+        engine.tick()
+        assert len(recorder.plans) == built
+
+        # a broken declaration: logged, the previous catalog kept, nothing requested
+        (root / "dws" / "new.sql").write_text(NEW_SQL.replace("FROM dwd.day", "FROM dwd.nowhere"))
+        assert engine.follow_catalog() == [] and "dws.new" not in engine.catalog.tables
+        engine.tick()
+        assert len(recorder.plans) == built and recorder.catalogs == []
+
+        # fixed: the new table's two days, whose inputs were there before it, are requested, once
+        (root / "dws" / "new.sql").write_text(NEW_SQL)
+        assert engine.follow_catalog() == ["dws.new"]
+        assert [c.tables.keys() for c in recorder.catalogs] == [engine.catalog.tables.keys()]
+        engine.tick()
+        new = [plan for plan in recorder.plans if plan.table == "dws.new"]
+        assert [plan.partitions for plan in new] == [("2026-03-04", "2026-03-05")]
+        assert "table declared" in new[0].trigger.describe()
+        engine.tick()
+        assert engine.follow_catalog() == [] and len(recorder.plans) == built + 1
+    finally:
+        engine.close()
+
+
+def test_why_says_nothing_builds_a_ready_partition_older_than_the_lookback(
+    instance: DagsterInstance, tmp_path: Path
+) -> None:
+    root = tmp_path / "tables"
+    for layer in ("ods", "dwd"):
+        (root / layer).mkdir(parents=True)
+    (root / "ods" / "src.yaml").write_text(ODS)
+    (root / "dwd" / "day.sql").write_text(DAY_SQL)
+    catalog = load_catalog(root)
+    for day in ("2026-01-20", "2026-03-05"):
+        for hour in hours(day):
+            report(instance, AssetKey(["ods", "src"]), hour)
+    lake, landing = DeltaStore(str(tmp_path / "lake")), Landing(tmp_path / "landing")
+    old = explain(instance, catalog, lake, landing, "dwd.day", "2026-01-20", current_time=NOW)
+    assert "ready" in old.verdict and "nothing builds it by itself — a backfill does" in old.verdict
+    recent = explain(instance, catalog, lake, landing, "dwd.day", "2026-03-05", current_time=NOW)
+    assert "ready" in recent.verdict and "nothing builds it" not in recent.verdict

@@ -1,0 +1,272 @@
+"""Late data without rebuild storms: each built partition is rebuilt for late upstream data as its late-data policy
+says (at once, at most every N minutes, at a daily time, never), within its lookback, once however many late changes
+arrive meanwhile, never on an input whose own rebuild is coming, and in the rebuild lane.
+
+The events are written as the product writes them and the resolver is stepped at pinned times, as in
+tests/center/test_center.py (whose catalog rebuilds at once, to test the mechanics under the policies).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+from dagster import AssetKey, DagsterInstance
+
+from resources.delta_lake import DeltaStore
+from resources.landing import Landing
+from tests.center.test_center import Center, hours, requested
+from tests.center.test_state_store import create_run, end, materialize_in, start
+from warehouse_assets.build.gate import LATE_CHANGES_TAG
+from warehouse_assets.catalog import Catalog, load_catalog
+from warehouse_assets.center.late_data import LANE_TAG, REBUILD_LANE
+from warehouse_assets.center.ledger import open_readonly
+from warehouse_assets.center.status import status_lines
+from warehouse_assets.center.why import explain
+
+TZ = ZoneInfo("Asia/Shanghai")
+DAY = "2026-03-05"
+BUILT = datetime(2026, 3, 6, 1, tzinfo=TZ)  # the day's first build, an hour after it ended
+
+ODS = """table: ods.src
+period: hourly
+source: {database: db, tables: "src"}
+primary_key: [id]
+partition_time: t
+columns: {id: bigint, t: timestamp, v: bigint}
+"""
+DERIVED = {  # table → (header, SQL)
+    "dwd.day": ("period: daily\n", "SELECT id, v FROM ods.src"),  # the default policy: every 60 min, lookback 3 d
+    "dws.sum": ("period: daily\nlate_data: {rebuild: every 30m}\n", "SELECT sum(v) AS v FROM dwd.day"),
+    "ads.nightly": ("period: daily\nlate_data: {rebuild: daily 06:00}\n", "SELECT v FROM dws.sum"),
+    "ads.manual": ("period: daily\nlate_data: {rebuild: never}\n", "SELECT v FROM dws.sum"),
+    "ads.fresh": ("period: daily\nlate_data: {rebuild: at_once, lookback: 1d}\n", "SELECT v FROM dws.sum"),
+    # the table's policy is never, but late data through this dependency rebuilds at once
+    "ads.through": (
+        "period: daily\nlate_data: {rebuild: never}\n"
+        "depends_on:\n  dws.sum: {set: [0], late_data: {rebuild: at_once}}\n",
+        "SELECT v FROM dws.sum",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def catalog(tmp_path_factory: pytest.TempPathFactory) -> Catalog:
+    root = tmp_path_factory.mktemp("catalog")
+    (root / "ods").mkdir()
+    (root / "ods" / "src.yaml").write_text(ODS)
+    for fqn, (header, sql) in DERIVED.items():
+        layer, name = fqn.split(".")
+        (root / layer).mkdir(exist_ok=True)
+        (root / layer / f"{name}.sql").write_text(f"/* ---\ntable: {fqn}\n{header}--- */\n{sql}\n")
+    return load_catalog(root)
+
+
+@pytest.fixture
+def instance(consolidated: DagsterInstance) -> DagsterInstance:
+    return consolidated
+
+
+def built(center: Center, *tables: str, at: datetime = BUILT) -> None:
+    """Build the day of each table in turn as the engine requests it (each request checked), reported as built."""
+    for table in tables:
+        assert [DAY] in requested(center.step(at)).get(table, []), table
+        center.report(table, [DAY], checked=None)
+    center.step(at)
+
+
+def built_chain(center: Center) -> None:
+    center.report("ods.src", hours(DAY), checked=None)
+    built(center, "dwd.day", "dws.sum")
+    for table in ("ads.nightly", "ads.manual", "ads.fresh", "ads.through"):
+        center.report(table, [DAY], checked=None)
+    assert center.step(BUILT) == []
+
+
+def late_hour(center: Center, hour: int = 10, seen: datetime | None = None) -> None:
+    """A late change to one hour of the built day, seen by the center at ``seen`` (the engine looks every moment)."""
+    center.report("ods.src", [f"{DAY}-{hour:02d}:00"], checked=None)
+    if seen is not None:
+        assert "dwd.day" not in requested(center.step(seen))
+
+
+def test_late_data_waits_for_the_interval_and_one_rebuild_absorbs_every_change_in_it(
+    instance: DagsterInstance, catalog: Catalog
+) -> None:
+    center = Center(instance, catalog)
+    built_chain(center)
+    late_hour(center, 10, seen=BUILT + timedelta(minutes=1))  # every 60 min: not yet
+    for minute, hour in ((10, 11), (20, 12), (59, 13)):
+        late_hour(center, hour)
+        assert "dwd.day" not in requested(center.step(BUILT + timedelta(minutes=minute)))
+    plans = center.step(BUILT + timedelta(minutes=61))  # the interval since the first late change passed
+    [plan] = [p for p in plans if p.table == "dwd.day"]
+    assert plan.partitions == (DAY,)
+    assert plan.tags[LANE_TAG] == REBUILD_LANE
+    assert json.loads(plan.tags[LATE_CHANGES_TAG]) == {DAY: 4}  # hours 10, 11, 12 and 13
+    assert center.step(BUILT + timedelta(minutes=62)) == []  # requested once
+
+
+def test_a_second_late_change_after_the_rebuild_waits_a_whole_interval_again(
+    instance: DagsterInstance, catalog: Catalog
+) -> None:
+    center = Center(instance, catalog)
+    built_chain(center)
+    late_hour(center, seen=BUILT)
+    assert requested(center.step(BUILT + timedelta(minutes=61)))["dwd.day"] == [[DAY]]
+    rebuilt_at = BUILT + timedelta(minutes=61)
+    run = create_run(instance, [DAY], AssetKey(["dwd", "day"]))
+    start(instance, run)
+    materialize_in(instance, run, DAY, AssetKey(["dwd", "day"]))
+    end(instance, run, "success")
+    late_hour(center, 14, seen=rebuilt_at + timedelta(minutes=1))  # a late change after the rebuild started
+    assert "dwd.day" not in requested(center.step(rebuilt_at + timedelta(minutes=30)))
+    assert "dwd.day" not in requested(center.step(rebuilt_at + timedelta(minutes=59)))
+    assert requested(center.step(rebuilt_at + timedelta(minutes=91)))["dwd.day"] == [[DAY]]
+
+
+def test_ten_late_changes_during_a_rebuild_make_exactly_one_more_rebuild(
+    instance: DagsterInstance, catalog: Catalog
+) -> None:
+    center = Center(instance, catalog)
+    built_chain(center)
+    late_hour(center, seen=BUILT)
+    at = BUILT + timedelta(minutes=61)
+    assert requested(center.step(at))["dwd.day"] == [[DAY]]
+    day = AssetKey(["dwd", "day"])
+    run = create_run(instance, [DAY], day)
+    start(instance, run)
+    for hour in range(12, 22):  # ten late changes while the rebuild runs
+        late_hour(center, hour)
+        assert "dwd.day" not in requested(center.step(at + timedelta(minutes=hour - 11)))
+    materialize_in(instance, run, DAY, day)
+    end(instance, run, "success")
+    at += timedelta(minutes=15)
+    assert "dwd.day" not in requested(center.step(at))  # the next rebuild waits for its interval
+    later = [p for t in range(20, 200, 10) for p in center.step(at + timedelta(minutes=t)) if p.table == "dwd.day"]
+    assert [p.partitions for p in later] == [(DAY,)]  # exactly one more rebuild
+    assert json.loads(later[0].tags[LATE_CHANGES_TAG]) == {DAY: 10}
+
+
+def test_a_rebuild_of_an_input_reaches_its_downstream_within_the_same_window(
+    instance: DagsterInstance, catalog: Catalog
+) -> None:
+    """The late change's age counts, not its rebuilt input's: dws.sum (every 30 min) follows dwd.day's rebuild (every
+    60 min) at once, as both intervals began with the change."""
+    center = Center(instance, catalog)
+    built_chain(center)
+    late_hour(center, seen=BUILT)
+    at = BUILT + timedelta(minutes=61)
+    assert requested(center.step(at))["dwd.day"] == [[DAY]]
+    center.report("dwd.day", [DAY], checked=None)  # rebuilt
+    plans = requested(center.step(at + timedelta(minutes=2)))
+    assert plans["dws.sum"] == [[DAY]]
+
+
+def test_nothing_is_built_on_an_input_whose_rebuild_is_queued(instance: DagsterInstance, catalog: Catalog) -> None:
+    center = Center(instance, catalog)
+    center.report("ods.src", hours(DAY), checked=None)
+    assert requested(center.step(BUILT))["dwd.day"] == [[DAY]]
+    center.report("dwd.day", [DAY], checked=None)
+    # a rebuild of dwd.day waits in the queue (launched from the UI, say) as dws.sum's first build becomes possible
+    run = create_run(instance, [DAY], AssetKey(["dwd", "day"]))
+    assert "dws.sum" not in requested(center.step(BUILT))
+    start(instance, run)
+    assert "dws.sum" not in requested(center.step(BUILT))
+    materialize_in(instance, run, DAY, AssetKey(["dwd", "day"]))
+    end(instance, run, "success")
+    assert requested(center.step(BUILT))["dws.sum"] == [[DAY]]  # built once, on the rebuilt day
+
+
+def test_a_daily_policy_rebuilds_at_its_local_time_and_never_waits_for_a_repair(
+    instance: DagsterInstance, catalog: Catalog
+) -> None:
+    center = Center(instance, catalog)
+    built_chain(center)
+    center.report("dws.sum", [DAY], checked=None)  # dws.sum rebuilt (by hand): late data for the ADS tables
+    plans = requested(center.step(BUILT + timedelta(minutes=1)))
+    assert plans.get("ads.fresh") == [[DAY]] and plans.get("ads.through") == [[DAY]]  # at once
+    assert "ads.nightly" not in plans and "ads.manual" not in plans
+    assert "ads.nightly" not in requested(center.step(datetime(2026, 3, 6, 5, 59, tzinfo=TZ)))
+    six = requested(center.step(datetime(2026, 3, 6, 6, 0, tzinfo=TZ)))
+    assert six.get("ads.nightly") == [[DAY]]
+    assert "ads.manual" not in six
+    assert "ads.manual" not in requested(center.step(datetime(2026, 3, 9, tzinfo=TZ)))
+    ledger = open_readonly(center.store.path)
+    assert ledger is not None
+    [manual] = ledger.stale("ads.manual", [DAY]).values()
+    assert manual.due is None and "only by a repair" in manual.note and manual.changes == 1
+
+
+def test_a_partition_beyond_the_lookback_is_reported_stale_not_rebuilt(
+    instance: DagsterInstance, catalog: Catalog
+) -> None:
+    center = Center(instance, catalog)
+    built_chain(center)
+    two_days_later = BUILT + timedelta(days=2)
+    center.report("dws.sum", [DAY], checked=None)
+    plans = requested(center.step(two_days_later))
+    assert "ads.fresh" not in plans  # at once, but its lookback is one day
+    assert plans.get("ads.through") == [[DAY]]  # its lookback is the default's 3 days
+    ledger = open_readonly(center.store.path)
+    assert ledger is not None
+    [fresh] = ledger.stale("ads.fresh", [DAY]).values()
+    assert fresh.due is None and "lookback" in fresh.note
+
+
+def test_the_late_data_declarations_are_validated_naming_the_file(tmp_path: Path) -> None:
+    root = tmp_path / "catalog"
+    (root / "ods").mkdir(parents=True)
+    (root / "ods" / "src.yaml").write_text(ODS)
+    (root / "dwd").mkdir()
+    bad = root / "dwd" / "day.sql"
+    for header, message in (
+        ("late_data: {rebuild: sometimes}\n", "late_data.rebuild must be at_once, every <interval>"),
+        ("late_data: {rebuild: daily 25:00}\n", "daily <HH:MM>"),
+        ("late_data: {rebuild: every 30m, lookback: soon}\n", "late_data.lookback must be a duration"),
+        ("late_data: {when: later}\n", "late_data takes rebuild"),
+        (
+            "depends_on:\n  ods.src: {range: [0, 23], late_data: {rebuild: hourly}}\n",
+            "dependency ods.src: late_data.rebuild must be",
+        ),
+    ):
+        bad.write_text(f"/* ---\ntable: dwd.day\nperiod: daily\n{header}--- */\nSELECT id FROM ods.src\n")
+        with pytest.raises(ValueError, match=str(bad)) as error:
+            load_catalog(root)
+        assert message in str(error.value)
+
+
+def test_why_and_status_say_a_partition_is_stale_since_when_and_when_its_rebuild_is_due(
+    instance: DagsterInstance, catalog: Catalog, tmp_path: Path
+) -> None:
+    center = Center(instance, catalog)
+    built_chain(center)
+    late_hour(center, 10, seen=BUILT + timedelta(minutes=5))
+    late_hour(center, 11, seen=BUILT + timedelta(minutes=7))
+    report = explain(
+        instance,
+        catalog,
+        DeltaStore(str(tmp_path / "lake")),
+        Landing(tmp_path / "landing"),
+        "dwd.day",
+        DAY,
+        current_time=BUILT + timedelta(minutes=8),
+    )
+    expected = (
+        "stale: late data since 2026-03-06 01:05 (2 late changes), rebuild due 2026-03-06 02:05 "
+        "(policy every 1 h, lookback 3 d)"
+    )
+    assert expected in report.lines()[0]
+    ledger = open_readonly(center.store.path)
+    assert ledger is not None
+    lines = status_lines(catalog, center.store.view(), "dwd.day", [DAY, "2026-03-04"], ledger)
+    assert lines[0].endswith("1 stale")
+    assert expected in lines[1] and "stale" not in lines[2]
+    # rebuilt: no longer stale, for either
+    assert requested(center.step(BUILT + timedelta(minutes=66)))["dwd.day"] == [[DAY]]
+    center.report("dwd.day", [DAY], checked=None)
+    center.step(BUILT + timedelta(minutes=67))
+    assert "stale" not in status_lines(catalog, center.store.view(), "dwd.day", [DAY], ledger)[1]

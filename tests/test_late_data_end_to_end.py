@@ -1,0 +1,191 @@
+"""Late data end to end on the example warehouse: late payments to a closed day are absorbed by one rebuild when the
+day's late-data policy says (every hour for its daily tables), its figures then equal the independent oracle's, and the
+new hours' first builds never wait for that rebuild.
+
+``ods.order`` is written directly (a day of orders, some unpaid), its hours reported as the ingestion reports them; the
+dependency center is stepped at pinned times (``tests.support.center_harness``) and each of its runs of the trade
+chain (``dwd.order_detail`` → ``dws.user_order_daily`` → ``ads.daily_gmv``, and the hourly ``dws.order_hourly``) is
+materialized in process with Spark.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pyarrow as pa
+import pytest
+from dagster import (
+    AssetCheckEvaluation,
+    AssetKey,
+    AssetMaterialization,
+    AssetRecordsFilter,
+    DagsterEvent,
+    DagsterEventType,
+    DagsterInstance,
+    instance_for_test,
+    materialize,
+)
+from dagster._core.definitions.asset_checks.asset_check_evaluation import AssetCheckEvaluationTargetMaterializationData
+from dagster._core.utils import make_new_run_id
+from deltalake import DeltaTable, write_deltalake
+from pyspark.sql import SparkSession
+
+from resources import resources_from_env
+from simulator.cdc import merged_order_row
+from tests.center.test_state_store import materializations
+from tests.support import oracle
+from tests.support.center_harness import CenterTicker
+from warehouse_assets.build.compiler import build_assets
+from warehouse_assets.catalog import Catalog, load_catalog
+from warehouse_assets.ingest.merge import ods_arrow_schema
+
+pytestmark = pytest.mark.spark
+
+TZ = ZoneInfo("Asia/Shanghai")
+DAY = "2026-03-02"
+CHAIN = ["dwd.order_detail", "dws.user_order_daily", "ads.daily_gmv", "dws.order_hourly"]
+CLOSED = datetime(2026, 3, 3, 0, 30, tzinfo=TZ)  # half an hour after the day ended
+
+
+def orders(paid: set[int]) -> list[dict[str, Any]]:
+    """Twelve orders of the day, one every other hour; those in ``paid`` are paid."""
+    rows = []
+    for i in range(12):
+        row = merged_order_row(100 + i, 10 + i % 3, datetime(2026, 3, 2, 2 * i, 15, tzinfo=TZ), 100 + i)
+        if 100 + i not in paid:
+            row.update(status="created", pay_time=None)
+        rows.append(row)
+    return rows
+
+
+class Warehouse:
+    def __init__(self, catalog: Catalog, root: Path, instance: DagsterInstance, resources: dict[str, Any]):
+        self.catalog, self.root, self.instance, self.resources = catalog, root, instance, resources
+        self.engine = CenterTicker(instance, catalog, CHAIN)
+        self.assets = build_assets(catalog)
+        self.rows: list[dict[str, Any]] = []
+
+    def write_orders(self, rows: list[dict[str, Any]], hours: list[str]) -> None:
+        """Write ``ods.order`` as the merge leaves it and report ``hours`` as the ingestion does (again: late)."""
+        self.rows = rows
+        table = self.catalog["ods.order"]
+        data = pa.Table.from_pylist(rows, schema=ods_arrow_schema(table))
+        write_deltalake(str(self.root / "lake" / "ods" / "order"), data, partition_by=["dt", "hh"], mode="overwrite")
+        for hour in hours:
+            self.report_hour(hour)
+
+    def report_hour(self, hour: str) -> None:
+        """An ODS hour reported and its blocking checks passed on that report, as the ingestion run does."""
+        key = AssetKey(["ods", "order"])
+        self.instance.report_runless_asset_event(AssetMaterialization(key, partition=hour))
+        [target, *_] = materializations(self.instance, key, hour)
+        for check in self.catalog["ods.order"].checks:
+            data = AssetCheckEvaluationTargetMaterializationData(storage_id=target, run_id="", timestamp=0.0)
+            evaluation = AssetCheckEvaluation(
+                asset_key=key, check_name=check.name, passed=True, partition=hour, target_materialization_data=data
+            )
+            event = DagsterEvent(
+                DagsterEventType.ASSET_CHECK_EVALUATION.value, "checks", event_specific_data=evaluation
+            )
+            self.instance.report_dagster_event(event, make_new_run_id())
+
+    def step(self, at: datetime) -> dict[str, list[list[str]]]:
+        """One engine step at ``at``; each of its runs of the chain materialized (each must succeed), in order."""
+        self.engine.tick(at)
+        runs: dict[str, list[list[str]]] = {}
+        for plan in self.engine.plans:
+            if plan.table not in CHAIN or plan.job:
+                continue
+            runs.setdefault(plan.table, []).append(list(plan.partitions))
+            single = len(plan.partitions) == 1
+            result = materialize(
+                self.assets,
+                instance=self.instance,
+                resources=self.resources,
+                selection=[AssetKey(plan.table.split("."))],
+                partition_key=plan.partitions[0] if single else None,
+                tags={k: v for k, v in plan.tags.items() if not (single and k == "dagster/partition")},
+                raise_on_error=False,
+            )
+            assert result.success, f"{plan.table} {plan.partitions}"
+        return runs
+
+    def settle(self, at: datetime) -> dict[str, list[list[str]]]:
+        """Step at ``at`` until the engine requests nothing more (a chain takes a step per layer)."""
+        every: dict[str, list[list[str]]] = {}
+        for _ in range(8):
+            runs = self.step(at)
+            if not runs:
+                return every
+            for table, partitions in runs.items():
+                every.setdefault(table, []).extend(partitions)
+        raise AssertionError(f"the engine did not settle: {every}")
+
+    def builds(self, table: str, partition: str) -> list[dict[str, Any]]:
+        """The metadata of each materialization of the partition, oldest first."""
+        found = self.instance.fetch_materializations(
+            AssetRecordsFilter(asset_key=AssetKey(table.split(".")), asset_partitions=[partition]), limit=50
+        ).records
+        return [dict(r.asset_materialization.metadata) for r in reversed(found)]  # type: ignore[union-attr]
+
+    def daily_gmv(self) -> Decimal:
+        rows = DeltaTable(str(self.root / "lake" / "ads" / "daily_gmv")).to_pyarrow_table().to_pylist()
+        [row] = [r for r in rows if r["dt"] == DAY]
+        return Decimal(row["gmv"])
+
+
+@pytest.fixture
+def warehouse(spark: SparkSession, tmp_path: Path) -> Iterator[Warehouse]:
+    resources = resources_from_env(
+        {"WAREHOUSE_LAKE_ROOT": str(tmp_path / "lake"), "WAREHOUSE_LANDING_ROOT": str(tmp_path / "landing")}
+    )
+    (tmp_path / "landing").mkdir()
+    with instance_for_test() as instance:
+        warehouse = Warehouse(load_catalog(), tmp_path, instance, resources)
+        yield warehouse
+        warehouse.engine.close()
+
+
+def expected_gmv(rows: list[dict[str, Any]]) -> Decimal:
+    truth = [{**r, "create_time": f"{r['create_time']:%Y-%m-%d %H:%M:%S}"} for r in rows]
+    return oracle.daily_gmv(truth, "Asia/Shanghai")[datetime.fromisoformat(DAY).date()]
+
+
+def test_late_payments_are_absorbed_by_one_rebuild_per_policy_and_the_figures_equal_the_oracle(
+    warehouse: Warehouse,
+) -> None:
+    hours = [f"{DAY}-{h:02d}:00" for h in range(24)]
+    warehouse.write_orders(orders(paid={100, 101, 102}), hours)
+    first = warehouse.settle(CLOSED)
+    assert first["dwd.order_detail"] == [[DAY]] and first["ads.daily_gmv"] == [[DAY]]
+    assert warehouse.daily_gmv() == expected_gmv(warehouse.rows) == Decimal("60.00")
+
+    # three rounds of late payments to the closed day, ten minutes apart
+    paid = {100, 101, 102}
+    for n, (order, minute) in enumerate(((105, 40), (107, 50), (111, 60))):
+        paid.add(order)
+        hour = f"{DAY}-{2 * (order - 100):02d}:00"
+        warehouse.write_orders(orders(paid), [hour])
+        runs = warehouse.settle(CLOSED + timedelta(minutes=minute - 30))
+        assert "dwd.order_detail" not in runs, n  # the daily policy: at most one rebuild an hour
+        assert warehouse.daily_gmv() == Decimal("60.00")  # stale meanwhile, as the policy allows
+
+    # the next day's first hour arrives: its first build starts at once, whatever waits to be rebuilt
+    warehouse.report_hour("2026-03-03-00:00")
+    fresh = warehouse.settle(CLOSED + timedelta(minutes=31))
+    assert fresh["dws.order_hourly"] == [["2026-03-03-00:00"]]
+
+    # an hour after the first late payment was seen: one rebuild of the day absorbs all three, and the chain follows
+    rebuilt = warehouse.settle(CLOSED + timedelta(minutes=71))
+    assert rebuilt["dwd.order_detail"] == [[DAY]]
+    assert rebuilt["dws.user_order_daily"] == [[DAY]] and rebuilt["ads.daily_gmv"] == [[DAY]]
+    assert warehouse.daily_gmv() == expected_gmv(warehouse.rows) == Decimal("120.00")
+    assert len(warehouse.builds("dwd.order_detail", DAY)) == 2  # the first build and one rebuild, in all
+    assert len(warehouse.builds("ads.daily_gmv", DAY)) == 2
+    assert warehouse.builds("dwd.order_detail", DAY)[-1]["late_changes_absorbed"].value == {DAY: 3}  # type: ignore[attr-defined]
+    assert warehouse.settle(CLOSED + timedelta(hours=3)) == {}  # nothing more

@@ -1,0 +1,55 @@
+"""When late data rebuilds a partition: the rule of a table's late-data policy, as a pure function of times.
+
+A partition already built is *stale* once upstream data it read changed after its build started. Its late-data
+policy (:class:`warehouse_assets.catalog.LateDataPolicy`, declared per table or per dependency) says when it is built
+again; :func:`due_time` computes that moment from when the first late change it has not absorbed appeared
+(``since``) and when its last rebuild was requested. The resolver asks it, keeps the answer in its ledger, and looks
+at the partition again at that moment; ``warehouse why`` and ``warehouse status`` print it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from warehouse_assets.catalog import LateDataPolicy
+from warehouse_assets.catalog.model import AT_ONCE, DAILY_AT, EVERY, NEVER
+
+# the lane of a run whose partitions were all built before (late data, a later state, a repair): the instance's run
+# coordinator holds such runs to a share of the run slots (dagster_home/dagster.yaml, tag_concurrency_limits), so a
+# first build, and what a user launches, always find a slot free
+LANE_TAG = "warehouse/lane"
+REBUILD_LANE = "rebuild"
+
+
+def due_time(
+    policy: LateDataPolicy,
+    *,
+    window_end: datetime,
+    since: datetime,
+    last_rebuild: datetime | None,
+    now: datetime,
+    timezone: ZoneInfo,
+) -> tuple[datetime | None, str]:
+    """When the rebuild of a partition (window ending ``window_end``) with late data since ``since`` is due; or
+    None, with the reason, when the policy never rebuilds it automatically."""
+    if window_end < now - timedelta(minutes=policy.lookback_minutes):
+        return None, "beyond the late-data lookback: rebuilt only by a repair (warehouse taint)"
+    if policy.rebuild == NEVER:
+        return None, "the policy rebuilds it only by a repair (warehouse taint)"
+    if policy.rebuild == AT_ONCE:
+        return since, ""
+    if policy.rebuild == EVERY:
+        interval = timedelta(minutes=policy.every_minutes or 0)
+        due = since + interval
+        if last_rebuild is not None:  # at most one rebuild per interval
+            due = max(due, last_rebuild + interval)
+        return due, ""
+    assert policy.rebuild == DAILY_AT and policy.at is not None
+    hour, minute = (int(part) for part in policy.at.split(":"))
+    after = max(since, last_rebuild) if last_rebuild is not None else since
+    local = after.astimezone(timezone)
+    day = local.date()
+    while (at := datetime(day.year, day.month, day.day, hour, minute, tzinfo=timezone)) <= after:
+        day += timedelta(days=1)
+    return at, ""
