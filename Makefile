@@ -6,8 +6,9 @@ PYTHON      ?= python3
 STAMP       := $(VENV)/.installed-stamp
 JARS        := $(VENV)/jars
 JARS_STAMP  := $(JARS)/.installed-stamp
+REPORTS     := .test-reports
 
-.PHONY: install system-packages dev dev-postgres test test-fast test-backfill-month lint format typecheck check clean-data
+.PHONY: install system-packages dev dev-postgres test test-fast test-durations test-backfill-month lint format typecheck check clean-data
 
 $(STAMP): pyproject.toml uv.lock
 	@command -v java >/dev/null 2>&1 || { \
@@ -73,7 +74,11 @@ dev-postgres: install  ## `make dev` on the PostgreSQL instance of dagster_home/
 
 test: install system-packages  ## the whole test suite
 	@command -v java >/dev/null 2>&1 || { echo "error: 'java' was not found on PATH (Spark needs Java 17)"; exit 1; }
-	$(VENV)/bin/pytest -n 2 --dist loadfile --no-loadscope-reorder
+	$(VENV)/bin/pytest -n 2 --dist loadfile --no-loadscope-reorder --junitxml=$(REPORTS)/junit.xml
+
+# the last `make test`'s timings (its JUnit report, git-ignored) into tests/durations.json, which orders the workers
+test-durations:
+	$(VENV)/bin/python -m tests.support.update_durations $(REPORTS)/junit.xml --note "$(NOTE)"
 
 test-fast: install  ## the pure tier: no Spark, no servers (under 3 minutes); `make test` runs every tier
 	$(VENV)/bin/pytest -n 2 -m "not spark and not stack"

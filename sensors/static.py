@@ -1,6 +1,6 @@
 """Build each static table when it has never been built, and again when its SQL changes.
 
-A static table (seed 003's reference data: country codes, a city's tier) has no partitions, so no window ends and
+A static table (reference data: country codes, a city's tier) has no partitions, so no window ends and
 no upstream arrives to name it: nothing in the dependency center would ever start it. This sensor compares the
 code version its latest materialization was built with to its SQL's now, and requests a run when they differ. The
 run key is the table and that version: a failed build (its SQL wrong) is not requested again until the SQL

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,25 +22,30 @@ os.environ.pop("WAREHOUSE_START", None)
 
 
 # `make test` runs two xdist workers, a module per worker at a time (--dist loadfile): the longest modules start
-# first so that the two finish together (their setup is most of the suite's time; durations from CI).
-LONGEST_FIRST = (
-    "test_end_to_end.py",  # ~470 s: a simulated January through every table
-    "test_embedded_stack.py",  # ~380 s: `warehouse dev` and the browser
-    "test_backfill.py",  # ~350 s
-    "test_taint_end_to_end.py",  # ~270 s: eight simulated days built, one bad hour tainted and repaired
-    "test_postgres.py",  # ~210 s
-    "test_spark_cluster.py",  # ~190 s
-    "test_warm_launcher.py",
-)
+# first so that the two finish together. The seconds are measured, not guessed: tests/durations.json, written from a
+# whole run's timing report by tests/support/update_durations.py. A module it does not know yet runs first: of
+# unknown length, it is safer at the start than at the end, where a long one would keep one worker going alone.
+DURATIONS = Path(__file__).with_name("durations.json")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def module_seconds() -> dict[str, float]:
+    if not DURATIONS.is_file():
+        return {}
+    return {module: float(s) for module, s in json.loads(DURATIONS.read_text())["modules"].items()}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # a test that asks for the Spark session is in the `spark` tier however its module is marked
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.spark)
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+    seconds = module_seconds()
+    root = config.rootpath
+
+    def longest_first(item: pytest.Item) -> float:
+        return -seconds.get(item.path.relative_to(root).as_posix(), float("inf"))
+
+    items.sort(key=longest_first)  # stable: a module's tests keep their order
 
 
 @pytest.fixture(autouse=True)

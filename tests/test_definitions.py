@@ -249,7 +249,7 @@ def test_a_declared_self_dependency_is_lineage_not_a_cycle(tmp_path: Path) -> No
 
 
 def test_a_set_without_holes_is_its_range(tmp_path: Path) -> None:
-    """Seed 000 writes a weekly table on its 7 days as Set 0..6; it means the same as range [0, 6]."""
+    """A weekly table on its 7 days written as Set 0..6 (a list of offsets) means the same as range [0, 6]."""
     write(tmp_path, "ods/src.yaml", ODS)
     write(tmp_path, "dwd/day.sql", _sql("day", "SELECT id FROM ods.src"))
     week = (

@@ -46,7 +46,17 @@ from resources.spark import (
     read_connect_token,
 )
 from tests.resources.test_spark_delta import assert_round
-from tests.support.dev_stack import DAY, DEADLINE_S, ROOT, STALL_S, await_partition, free_port, graphql, start_stack
+from tests.support.dev_stack import (
+    DAY,
+    DEADLINE_S,
+    ROOT,
+    STACK_TIMEOUT_S,
+    STALL_S,
+    await_partition,
+    free_port,
+    graphql,
+    start_stack,
+)
 from tests.support.lake import row_dicts
 from tests.support.ui import (
     PAGE_S,
@@ -62,7 +72,7 @@ from tests.support.ui import (
 from warehouse_assets.build.validity import VALID
 from warehouse_assets.catalog import load_catalog
 
-pytestmark = pytest.mark.stack
+pytestmark = [pytest.mark.stack, pytest.mark.timeout(STACK_TIMEOUT_S)]
 
 LAYERS = {
     "ods": ("order", "user"),

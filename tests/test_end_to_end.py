@@ -39,6 +39,8 @@ DAYS = [FIRST + timedelta(days=n) for n in range(11)]  # every table: 2026-01-01
 MONTH = [FIRST + timedelta(days=n) for n in range(31)]  # the chain under the 30-day window and the month
 HOUR_DAY = date(2026, 1, 5)  # hourly tables: its 24 hours
 WEEK = "2026-01-05"  # the ISO week 2026-01-05 (Monday) .. 2026-01-11
+# the per-test limit: the module's first test builds the whole warehouse (its fixture), about 8 min on CI
+pytestmark = pytest.mark.timeout(1500)
 BATCH_MINUTES = 1440  # one landing segment per shard and day: a month ingests in seconds
 EVERY_DAY = [
     "dwd.user_snapshot",

@@ -25,10 +25,18 @@ import pytest
 import yaml
 from dagster import AssetKey, AssetRecordsFilter, DagsterEventType, DagsterRunStatus
 
-from tests.support.dev_stack import DAY, ROOT, await_partition, free_port, launched_by_the_stack, start_stack
+from tests.support.dev_stack import (
+    DAY,
+    ROOT,
+    STACK_TIMEOUT_S,
+    await_partition,
+    free_port,
+    launched_by_the_stack,
+    start_stack,
+)
 from warehouse_assets.center.state_store import PartitionStateStore
 
-pytestmark = pytest.mark.stack
+pytestmark = [pytest.mark.stack, pytest.mark.timeout(STACK_TIMEOUT_S)]
 
 POSTGRES_INSTANCE = ROOT / "dagster_home" / "postgres" / "dagster.yaml"
 IN_PROGRESS = {

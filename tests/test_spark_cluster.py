@@ -39,7 +39,8 @@ from warehouse_assets.build.zorder import build_zorder_job
 from warehouse_assets.catalog import load_catalog
 from warehouse_assets.cli.headless import materialize_range, run_ingest
 
-pytestmark = [pytest.mark.spark, pytest.mark.stack]
+# a test's limit covers the module's fixtures in its first test: a standalone cluster and the local reference run
+pytestmark = [pytest.mark.spark, pytest.mark.stack, pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parents[1]
 WAREHOUSE = Path(sys.executable).parent / "warehouse"

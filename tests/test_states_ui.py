@@ -35,7 +35,7 @@ from tests.ingest.test_external import (
 from tests.support.ui import chromium, needs_browser, shoot, sqlite_home, wait_for_text, webserver
 from warehouse_assets.build.gate import STATE
 
-pytestmark = [pytest.mark.stack, needs_browser]
+pytestmark = [pytest.mark.stack, needs_browser, pytest.mark.timeout(600)]  # a webserver, Chromium, builds
 
 
 def test_the_partition_page_shows_the_state_its_latest_build_reached(tmp_path: Path, spark: SparkSession) -> None:

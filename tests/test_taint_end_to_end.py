@@ -43,6 +43,8 @@ from warehouse_assets.cli.headless import materialize_range, run_ingest
 
 TZ = ZoneInfo("Asia/Shanghai")
 DAYS = [date(2026, 1, 1) + timedelta(days=n) for n in range(8)]
+# the per-test limit: the module's first test builds, taints and repairs the eight days (its fixture)
+pytestmark = pytest.mark.timeout(1200)
 HOUR_DAY = date(2026, 1, 5)
 BATCH_MINUTES = 1440  # one landing segment per shard and day
 DAILY = [

@@ -36,7 +36,7 @@ from tests.support.ui import (
 from warehouse_assets.build.validity import tainted_in_instance
 from warehouse_assets.catalog import load_catalog
 
-pytestmark = [pytest.mark.stack, needs_browser]
+pytestmark = [pytest.mark.stack, needs_browser, pytest.mark.timeout(600)]  # a webserver, Chromium, a run
 
 DAY = "2026-01-05"
 START, END = f"{DAY}-08:00", f"{DAY}-17:00"

@@ -274,8 +274,8 @@ def test_first_tick_looks_back_only_the_horizon(instance: DagsterInstance, landi
 def test_a_first_start_over_a_backlog_judges_only_what_the_warehouse_could_have_met(
     instance: DagsterInstance, landing: Path, monkeypatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 10: ``make dev`` lands days of CDC history, then starts; the first tick failed 244 partitions
-    (one warning line each) the warehouse never had the data for. Only what it could have met is judged: a
+    """``make dev`` lands days of CDC history, then starts; a first tick that judged all of it would fail hundreds
+    of partitions (one warning line each) the warehouse never had the data for. Only what it could have met is judged: a
     partition due before the sensor watched counts when its data was there by the deadline."""
     start = at(5, 12, 14)
     # ods.order: the source delivered live until 03-03 12:00, the rest of the backlog landed just before the
@@ -346,8 +346,8 @@ def _records(instance: DagsterInstance, run_id: str) -> list[tuple[str | None, A
 def test_runs_that_materialize_the_asset_pass_over_the_freshness_check(
     instance: DagsterInstance, landing: Path, monkeypatch
 ) -> None:
-    """Issue 10: a ranged run (backfill, automation catch-up) or the UI's "Materialize" includes every check of
-    the asset; the freshness check read ``partition_key`` and failed the ranged run. Such runs succeed, record
+    """A ranged run (backfill, automation catch-up) or the UI's "Materialize" includes every check of the asset; a
+    freshness check that read ``partition_key`` would fail the ranged run. Such runs succeed, record
     no freshness verdict, and the sensor still reports its one run-less verdict per partition afterwards."""
     job = _gmv_definitions().resolve_implicit_global_asset_job_def()
     key = AssetKey(["ads", "daily_gmv"])

@@ -1,4 +1,4 @@
-"""Seed 003's cumulative data kind: a table whose period of data (the week so far) is not its period of processing
+"""The cumulative data kind: a table whose period of data (the week so far) is not its period of processing
 (the day). Each day adds its own data to the day before's, and the first day of each week starts afresh; the
 mechanism beneath it, a window kept inside a coarser period (``within: weekly``), also gives the week or month to
 date of any daily table. Judged by the gate, the reverse index and the taint closure at pinned times, and by the

@@ -22,9 +22,8 @@ from resources.spark import LOG_FILE_BYTES, port_open
 from tests.support.dev_stack import ROOT, free_port, kill_stragglers
 from warehouse_assets.center import heartbeat
 
-pytestmark = pytest.mark.stack
-
 START_S = 600  # Spark Connect, the webserver, the daemon and the engine on a loaded 2-core machine
+pytestmark = [pytest.mark.stack, pytest.mark.timeout(2 * START_S)]  # the waits below, one after the other
 LAUNCH = """
 mutation Launch($params: ExecutionParams!) {
   launchRun(executionParams: $params) {

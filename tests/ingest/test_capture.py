@@ -49,7 +49,7 @@ from warehouse_assets.ingest.capture import (
 from warehouse_assets.ingest.merge import ingest_table, ingested_counts
 from warehouse_assets.ingest.readiness import hour_key, readiness, ready_hours
 
-pytestmark = pytest.mark.stack
+pytestmark = [pytest.mark.stack, pytest.mark.timeout(600)]  # MariaDB started, windows waited on
 
 CATALOG = load_catalog()
 TZ = ZoneInfo("Asia/Shanghai")

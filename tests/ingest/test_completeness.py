@@ -425,7 +425,7 @@ def test_a_message_re_sent_in_a_later_batch_does_not_complete_the_hour(
 def test_the_ingestion_run_reports_the_hours_it_completed_with_their_verdicts_and_the_sensors_add_nothing(
     spark: SparkSession, tmp_path: Path, order: Table
 ) -> None:
-    """Issue 13: an ODS handoff pays no sensor tick and no check run. The ``ods_ingest`` run reports the hours its
+    """An ODS handoff pays no sensor tick and no check run. The ``ods_ingest`` run reports the hours its
     commit completed and logs their checks' verdicts; its late changes re-report the hour once, and the fallback
     sensors (readiness, checks) find nothing left to do."""
     lenient = replace(order, completeness_threshold=0.9)

@@ -564,7 +564,7 @@ class Recorder:
 
 
 def test_the_engine_reports_a_delivery_and_starts_its_downstream_in_the_round_it_lands(tmp_path: Path) -> None:
-    """Issue 13: no sensor tick between a delivery and its downstream run. The engine's watcher reports the
+    """No sensor tick between a delivery and its downstream run. The engine's watcher reports the
     marker in the round that first sees it and the same round submits ``ads.marketing_roi``; the sensor skips
     while the engine watches and, once the engine stops, reports nothing twice. A restarted engine repeats no
     report."""

@@ -29,7 +29,7 @@ from resources.spark import port_open
 from tests.support.dev_stack import free_port, graphql, kill_stragglers
 from warehouse_assets.instance.warm_launcher import WORKER_TAG, WarmRunLauncher
 
-pytestmark = pytest.mark.stack
+pytestmark = [pytest.mark.stack, pytest.mark.timeout(900)]  # `dagster dev` started, runs waited on: 300 s each
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCATION = ROOT / "tests" / "support" / "warm_location.py"

@@ -34,6 +34,9 @@ ROOT = Path(__file__).resolve().parents[2]
 # whatever happens.
 STALL_S = 300
 DEADLINE_S = 1500
+# the per-test limit (pytest-timeout) of a module that waits on a stack: past the waits' own deadline, whose failure
+# says more (the runs so far), so that it catches only a hang elsewhere (a stop, a browser, a query)
+STACK_TIMEOUT_S = DEADLINE_S + STALL_S
 # a recent day: automation looks back a few weeks, older history is for backfills
 DAY = datetime.combine(datetime.now(ZoneInfo("Asia/Shanghai")).date() - timedelta(days=3), datetime.min.time())
 

@@ -201,7 +201,7 @@ DEPENDENCY_MODES = (STRICT, DEADLINE, ANY, LATEST)
 # what ``latest: true`` looks back over without a range: the upstream period that holds the partition's start and the
 # two before it (a month, a day), of which those ended by the partition's end are candidates
 LATEST_LOOKBACK = (-2, 0)
-# seed 003's data kinds a table built from SQL may declare
+# the data kinds a table built from SQL may declare (its period of data against its period of processing)
 TIME_SERIES, CUMULATIVE, SNAPSHOT, STATIC = "time_series", "cumulative", "snapshot", "static"
 DERIVED_KINDS = (TIME_SERIES, CUMULATIVE, SNAPSHOT)
 ODS_KINDS = (TIME_SERIES, SNAPSHOT)
@@ -775,7 +775,7 @@ class DerivedTable(Table):
 
 @dataclass(frozen=True, kw_only=True)
 class StaticTable(Table):
-    """Seed 003's static kind: one unpartitioned reference table (country codes, a city's tier), whose SQL spells
+    """The static kind: one unpartitioned reference table (country codes, a city's tier), whose SQL spells
     out its rows (``SELECT * FROM VALUES ...``). Dagster's asset has no partitions; it is built when it has never
     been, and again when its SQL changes (the ``static_tables`` sensor). Every partition of a table that reads it
     needs it built and valid (the gate: its one partition, :data:`WHOLE`); a new version is read by the partitions

@@ -31,9 +31,10 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from warehouse_assets.cli.common import ROOT, adopt_warehouse_start, load_settings, say
-from warehouse_assets.cli.dev import run_capture, run_dev, run_engine, run_spark_server, simulate_externals
+from warehouse_assets.cli.dev import run_dev, simulate_externals
 from warehouse_assets.cli.headless import materialize_range, run_ingest
 from warehouse_assets.cli.repair import add_taint_parser, table_status_command, taint_command
+from warehouse_assets.cli.services import run_capture, run_engine, run_spark_server
 from warehouse_assets.cli.sql import add_sql_parser, run_sql
 
 
