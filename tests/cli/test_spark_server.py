@@ -11,7 +11,7 @@ import pytest
 
 from resources import spark
 from resources.settings import Settings
-from warehouse_assets.cli import dev
+from warehouse_assets.cli import services
 
 
 def test_the_products_and_the_analysts_servers_differ_in_mode_and_token(
@@ -29,7 +29,9 @@ def test_the_products_and_the_analysts_servers_differ_in_mode_and_token(
     monkeypatch.delenv(spark.CONNECT_TOKEN_VARIABLE)
     settings = Settings.from_env({"WAREHOUSE_LOG_DIR": str(tmp_path), "WAREHOUSE_LAKE_ROOT": str(tmp_path / "lake")})
     for analysts in (False, True):
-        dev._start_server_with_token(settings, host="127.0.0.1", port=1, log_path=tmp_path / "x.log", analysts=analysts)
+        services.start_server_with_token(
+            settings, host="127.0.0.1", port=1, log_path=tmp_path / "x.log", analysts=analysts
+        )
     product, analysts_server = started
     assert (product["confined"], analysts_server["confined"]) == (False, True)
     products_token = spark.read_connect_token(tmp_path / "spark-connect.token")
