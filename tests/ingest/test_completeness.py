@@ -564,13 +564,13 @@ def test_an_update_arriving_hours_later_reports_the_hour_of_its_row_again_and_it
     orders_of_two_hours(shard)
     hourly_orders = load_catalog()["dws.order_hourly"]
     catalog = Catalog(tables={order.fqn: order, hourly_orders.fqn: hourly_orders})
-    now = datetime(2026, 3, 3, 9, tzinfo=TZ)
+    now = H08 + timedelta(hours=3)  # the morning of the story: its late changes are well within the policy's lookback
     store = PartitionStateStore(consolidated)
     resolver = Resolver(catalog, ReverseIndex.build(catalog, current_time=now), store, max_partitions_per_run)
     downstream = AssetKey(hourly_orders.key)
 
-    def requested() -> list[str]:
-        plans = resolver.step(now)
+    def requested(at: datetime = now) -> list[str]:
+        plans = resolver.step(at)
         assert {p.table for p in plans} <= {hourly_orders.fqn}
         keys = sorted(k for p in plans for k in p.partitions)
         for key in keys:  # its run built it
@@ -597,8 +597,11 @@ def test_an_update_arriving_hours_later_reports_the_hour_of_its_row_again_and_it
         second = runs.run()
         assert [(hour, late, rows) for hour, late, rows, _ in second] == [("2026-03-02-08:00", True, 12)]
         assert second[0][3] > first[0][3]  # the Delta version that holds the change
-        assert requested() == ["2026-03-02-08:00"]
+        # the hour's summary is rebuilt as its late-data policy says (every 15 min), once
         assert requested() == []
+        assert requested(now + timedelta(minutes=14)) == []
+        assert requested(now + timedelta(minutes=15)) == ["2026-03-02-08:00"]
+        assert requested(now + timedelta(minutes=15)) == []
 
         # order 2 (created 08:06) is re-dated to 10:06 at 10:40: its old hour changed (the row left it), its new
         # hour 10:00 is not complete yet and is not reported
@@ -614,8 +617,11 @@ def test_an_update_arriving_hours_later_reports_the_hour_of_its_row_again_and_it
         # (the key stays in 08:00 as a tombstone, a row of the partition: its live rows stay 12)
         assert [(hour, late) for hour, late, *_ in third] == [("2026-03-02-08:00", True)]
         assert third[0][3] > second[0][3]
-        assert requested() == ["2026-03-02-08:00"]
-        assert requested() == []
+        # seen a minute after the last rebuild was requested: an interval after it
+        assert requested(now + timedelta(minutes=16)) == []
+        assert requested(now + timedelta(minutes=30)) == []
+        assert requested(now + timedelta(minutes=31)) == ["2026-03-02-08:00"]
+        assert requested(now + timedelta(minutes=31)) == []
     finally:
         resolver.close()
         store.close()

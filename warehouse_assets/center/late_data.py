@@ -37,7 +37,9 @@ def due_time(
 ) -> tuple[datetime | None, str]:
     """When the rebuild of a partition (window ending ``window_end``) with late data since ``since`` is due; or
     None, with the reason, when the policy never rebuilds it automatically."""
-    if window_end < now - timedelta(minutes=policy.lookback_minutes):
+    # the change's age counts, not the rebuild's: a change seen within the lookback is rebuilt even when its time
+    # comes a moment after the window left it
+    if window_end < since - timedelta(minutes=policy.lookback_minutes):
         return None, "beyond the late-data lookback: rebuilt only by a repair (warehouse taint)"
     if policy.rebuild == NEVER:
         return None, "the policy rebuilds it only by a repair (warehouse taint)"
