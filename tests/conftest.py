@@ -21,6 +21,19 @@ os.environ.setdefault("DAGSTER_TELEMETRY_ENABLED", "false")
 os.environ.pop("WAREHOUSE_START", None)
 
 
+@pytest.fixture(autouse=True)
+def _warehouse_start_kept() -> Iterator[None]:
+    """A command run in process adopts the start of its simulated landing area into this process's environment, as
+    it does for the processes it starts: undone after each test, so that a later module's stack, started by the same
+    worker, does not inherit another test's start."""
+    before = os.environ.get("WAREHOUSE_START")
+    yield
+    if before is None:
+        os.environ.pop("WAREHOUSE_START", None)
+    else:
+        os.environ["WAREHOUSE_START"] = before
+
+
 # `make test` runs two xdist workers, a module per worker at a time (--dist loadfile): the longest modules start
 # first so that the two finish together. The seconds are measured, not guessed: tests/durations.json, written from a
 # whole run's timing report by tests/support/update_durations.py. A module it does not know yet runs first: of

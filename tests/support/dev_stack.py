@@ -78,6 +78,8 @@ def start_stack(
         WAREHOUSE_SPARK_MODE="connect",
         WAREHOUSE_SPARK_CONNECT_URL=f"sc://127.0.0.1:{spark_port}",
         WAREHOUSE_SPARK_DRIVER_MEMORY="2g",
+        # the simulated sources' first day, as `warehouse dev` would adopt it, whatever this process's environment says
+        WAREHOUSE_START=f"{DAY:%Y-%m-%d}",
         **(env or {}),
     )
     log = (root / "dev.log").open("wb")
