@@ -17,6 +17,7 @@ from resources.delta_lake import DeltaStore
 from resources.landing import Landing
 from tests.center.test_center import hours
 from tests.center.test_state_store import report
+from tests.support.small_catalog import VALUED_ODS, write
 from warehouse_assets.build.compiler import max_partitions_per_run
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.center.engine import assemble_engine
@@ -25,13 +26,6 @@ from warehouse_assets.center.why import explain
 
 TZ = ZoneInfo("Asia/Shanghai")
 NOW = datetime(2026, 3, 6, 9, tzinfo=TZ)
-ODS = """table: ods.src
-period: hourly
-source: {database: db, tables: "src"}
-primary_key: [id]
-partition_time: t
-columns: {id: bigint, t: timestamp, v: bigint}
-"""
 DAY_SQL = "/* ---\ntable: dwd.day\nperiod: daily\n--- */\nSELECT id, v FROM ods.src\n"
 NEW_SQL = "/* ---\ntable: dws.new\nperiod: daily\n--- */\nSELECT id, sum(v) AS v FROM dwd.day GROUP BY id\n"
 
@@ -63,7 +57,7 @@ def test_a_table_declared_while_the_engine_runs_is_built_without_a_restart(
     root = tmp_path / "tables"
     for layer in ("ods", "dwd", "dws"):
         (root / layer).mkdir(parents=True)
-    (root / "ods" / "src.yaml").write_text(ODS)
+    write(root, "ods/src.yaml", VALUED_ODS)
     (root / "dwd" / "day.sql").write_text(DAY_SQL)
     recorder = Recorder()
     engine = assemble_engine(instance, load_catalog(root), recorder, max_partitions_per_run, clock=lambda: NOW)
@@ -106,7 +100,7 @@ def test_why_says_nothing_builds_a_ready_partition_older_than_the_lookback(
     root = tmp_path / "tables"
     for layer in ("ods", "dwd"):
         (root / layer).mkdir(parents=True)
-    (root / "ods" / "src.yaml").write_text(ODS)
+    write(root, "ods/src.yaml", VALUED_ODS)
     (root / "dwd" / "day.sql").write_text(DAY_SQL)
     catalog = load_catalog(root)
     for day in ("2026-01-20", "2026-03-05"):

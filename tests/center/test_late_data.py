@@ -20,6 +20,7 @@ from resources.delta_lake import DeltaStore
 from resources.landing import Landing
 from tests.center.test_center import Center, hours, requested
 from tests.center.test_state_store import create_run, end, materialize_in, start
+from tests.support.small_catalog import VALUED_ODS, sql_catalog, write
 from warehouse_assets.build.gate import LATE_CHANGES_TAG
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.center.late_data import LANE_TAG, REBUILD_LANE
@@ -31,13 +32,6 @@ TZ = ZoneInfo("Asia/Shanghai")
 DAY = "2026-03-05"
 BUILT = datetime(2026, 3, 6, 1, tzinfo=TZ)  # the day's first build, an hour after it ended
 
-ODS = """table: ods.src
-period: hourly
-source: {database: db, tables: "src"}
-primary_key: [id]
-partition_time: t
-columns: {id: bigint, t: timestamp, v: bigint}
-"""
 DERIVED = {  # table → (header, SQL)
     "dwd.day": ("period: daily\n", "SELECT id, v FROM ods.src"),  # the default policy: every 60 min, lookback 3 d
     "dws.sum": ("period: daily\nlate_data: {rebuild: every 30m}\n", "SELECT sum(v) AS v FROM dwd.day"),
@@ -55,14 +49,8 @@ DERIVED = {  # table → (header, SQL)
 
 @pytest.fixture(scope="module")
 def catalog(tmp_path_factory: pytest.TempPathFactory) -> Catalog:
-    root = tmp_path_factory.mktemp("catalog")
-    (root / "ods").mkdir()
-    (root / "ods" / "src.yaml").write_text(ODS)
-    for fqn, (header, sql) in DERIVED.items():
-        layer, name = fqn.split(".")
-        (root / layer).mkdir(exist_ok=True)
-        (root / layer / f"{name}.sql").write_text(f"/* ---\ntable: {fqn}\n{header}--- */\n{sql}\n")
-    return load_catalog(root)
+    tables = {f"{fqn.replace('.', '/')}.sql": declaration for fqn, declaration in DERIVED.items()}
+    return sql_catalog(tmp_path_factory.mktemp("catalog"), tables, ods=VALUED_ODS)
 
 
 @pytest.fixture
@@ -219,8 +207,7 @@ def test_a_partition_beyond_the_lookback_is_reported_stale_not_rebuilt(
 
 def test_the_late_data_declarations_are_validated_naming_the_file(tmp_path: Path) -> None:
     root = tmp_path / "catalog"
-    (root / "ods").mkdir(parents=True)
-    (root / "ods" / "src.yaml").write_text(ODS)
+    write(root, "ods/src.yaml", VALUED_ODS)
     (root / "dwd").mkdir()
     bad = root / "dwd" / "day.sql"
     for header, message in (

@@ -16,6 +16,8 @@ primary_key: [id]
 partition_time: t
 columns: {id: bigint, t: timestamp}
 """
+# the same with a value column, for SQL that sums or carries one
+VALUED_ODS = ODS.replace("t: timestamp}", "t: timestamp, v: bigint}")
 
 
 def write(root: Path, rel: str, text: str) -> Path:
@@ -36,10 +38,10 @@ def assert_refused(root: Path, files: dict[str, str], message: str) -> None:
     assert str(root) in str(info.value)
 
 
-def sql_catalog(root: Path, tables: dict[str, tuple[str, str]]) -> Catalog:
-    """``ods.src`` and the SQL tables ``tables`` (``layer/name.sql`` → (header lines after ``table:``, SQL)) under
-    ``root``, loaded."""
-    write(root, "ods/src.yaml", ODS)
+def sql_catalog(root: Path, tables: dict[str, tuple[str, str]], ods: str = ODS) -> Catalog:
+    """``ods.src`` (declared as ``ods``) and the SQL tables ``tables`` (``layer/name.sql`` → (header lines after
+    ``table:``, SQL)) under ``root``, loaded."""
+    write(root, "ods/src.yaml", ods)
     for rel, (header, sql) in tables.items():
         layer, name = rel.removesuffix(".sql").split("/")
         write(root, rel, f"/* ---\ntable: {layer}.{name}\n{header}--- */\n{sql}\n")
