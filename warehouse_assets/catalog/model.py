@@ -56,6 +56,7 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass as plain_dataclass
 from dataclasses import field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -585,7 +586,7 @@ class Table:
             raise ValueError("sla.deadline (next morning) is for daily tables; use within for other periods")
         return self
 
-    @property
+    @cached_property  # read millions of times a day by the dependency center
     def fqn(self) -> str:
         return f"{self.layer}.{self.name}"
 

@@ -732,8 +732,8 @@ class Resolver:
         return candidates
 
     def _in_lookback(self, table: Table, partition: str, now: datetime) -> bool:
-        pdef = BY_PERIOD[table.period]
-        return pdef.time_window_for_partition_key(partition).end > _last_window_end(pdef, now) - self.lookback
+        floor = (_last_window_end(BY_PERIOD[table.period], now) - self.lookback).timestamp()
+        return _window(table.period, partition)[1] > floor
 
     # --- requests, persisted -----------------------------------------------------------------------------------
 
@@ -877,7 +877,15 @@ def _advances(table: Table, own: PartitionState, verdict: Verdict) -> bool:
 
 
 def _start(table: Table, partition: str) -> float:
-    return BY_PERIOD[table.period].time_window_for_partition_key(partition).start.timestamp()
+    return _window(table.period, partition)[0]
+
+
+@functools.lru_cache(maxsize=200_000)
+def _window(period: str, partition: str) -> tuple[float, float]:
+    """A partition's window as timestamps: asked for every candidate, and Dagster's calendar costs tens of
+    microseconds a call (a year of hourly partitions fits the cache)."""
+    window = BY_PERIOD[period].time_window_for_partition_key(partition)
+    return window.start.timestamp(), window.end.timestamp()
 
 
 @functools.lru_cache(maxsize=64)
@@ -902,6 +910,7 @@ class _Snapshot:
         self._seen: dict[tuple[str, str], PartitionState] = {}
         self._repairing: dict[str, bool] = {}
         self._newest: dict[str, str | None] = {}
+        self._names: dict[str, str] = {}
         # taints planned after late failed verdicts, held here until their root is materialized again: the run
         # marking them is on its way, and nothing may be built on them meanwhile
         self._holds: dict[tuple[str, str, int], tuple[Taint, list[tuple[str, str, int]]]] = {}
@@ -981,11 +990,15 @@ class _Snapshot:
         return self._newest[table.fqn]
 
     def states(self, table: Table, keys: Sequence[str]) -> dict[str, PartitionState]:
-        missing = [k for k in keys if (table.fqn, k) not in self._seen]
+        fqn, seen = table.fqn, self._seen
+        missing = [k for k in keys if (fqn, k) not in seen]
         if missing:
-            for k, state in self.store.states(AssetKey(table.key), missing).items():
-                self._seen[(table.fqn, k)] = state
-        return {k: self._seen[(table.fqn, k)] for k in keys}
+            name = self._names.get(fqn)
+            if name is None:  # an AssetKey costs microseconds to build: one per table and call
+                name = self._names[fqn] = AssetKey(table.key).to_user_string()
+            for k, state in self.store.states(name, missing).items():
+                seen[(fqn, k)] = state
+        return {k: seen[(fqn, k)] for k in keys}
 
     def state(self, table: Table, key: str) -> PartitionState:
         return self.states(table, [key])[key]

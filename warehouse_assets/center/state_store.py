@@ -552,7 +552,7 @@ def _from_row(r: Sequence[object]) -> PartitionState:
         run_id,  # type: ignore[arg-type]
         timestamp,  # type: ignore[arg-type]
         version,  # type: ignore[arg-type]
-        json.loads(str(checks)),
+        {} if checks == "{}" else json.loads(str(checks)),  # most partitions have no verdict: skip the parser
         latest_run,  # type: ignore[arg-type]
         bool(in_progress),
         bool(failed),
