@@ -1,9 +1,10 @@
 """The capture connector against a real MariaDB: its binlog → landing segments → ODS tables equal to the source.
 
-A MariaDB server (Debian's ``mariadb-server``, installed by ``make system-mariadb``) is started per test on a free
-loopback port with a row-based binlog, holding the example warehouse's sharded ``order`` (``edu_trade.order_00``..
-``order_03``) and ``user`` (``edu_user.user_00``..``user_03``) tables with the simulated source's columns. The
-workload sets each statement's binlog time (``SET TIMESTAMP``), so windows and hours are known in advance.
+A MariaDB server (Debian's ``mariadb-server``, installed by ``make system-mariadb``) is started once for the module
+on a free loopback port with a row-based binlog; each test starts on an emptied binlog (``RESET MASTER``) and fresh
+databases holding the example warehouse's sharded ``order`` (``edu_trade.order_00``..``order_03``) and ``user``
+(``edu_user.user_00``..``user_03``) tables with the simulated source's columns. The workload sets each statement's
+binlog time (``SET TIMESTAMP``), so windows and hours are known in advance.
 """
 
 from __future__ import annotations
@@ -95,11 +96,13 @@ class MariaDB:
         )
 
 
-@pytest.fixture
-def mariadb(tmp_path: Path) -> Iterator[MariaDB]:
+@pytest.fixture(scope="module")
+def mariadb_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MariaDB]:
+    """One server for the module's tests (initialising and starting one costs seconds); :func:`mariadb` empties it."""
     server, install = _binary("mariadbd"), _binary("mariadb-install-db")
     if server is None or install is None:
         pytest.skip("MariaDB is not installed: `make system-mariadb` installs Debian's mariadb-server (as root)")
+    tmp_path = tmp_path_factory.mktemp("mariadb")
     datadir = tmp_path / "mariadb"
     run_dir = Path(tempfile.mkdtemp(prefix="mdb"))  # a unix socket path must stay short
     user = ["--user=root"] if os.geteuid() == 0 else []
@@ -125,13 +128,23 @@ def mariadb(tmp_path: Path) -> Iterator[MariaDB]:
              "GRANT ALL ON *.* TO 'warehouse'@'127.0.0.1';"],
             check=True, capture_output=True,
         )  # fmt: skip
-        db = MariaDB(port, process)
-        _create_schema(db)
-        yield db
+        yield MariaDB(port, process)
     finally:
         _stop_group(process)
         log.close()
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def mariadb(mariadb_server: MariaDB) -> MariaDB:
+    """The module's server as a new one is: no binary log (a capture from the earliest position sees only this test's
+    changes) and only the warehouse's empty source tables."""
+    with mariadb_server.connect() as conn, conn.cursor() as cur:
+        cur.execute("DROP DATABASE IF EXISTS edu_trade")
+        cur.execute("DROP DATABASE IF EXISTS edu_user")
+        cur.execute("RESET MASTER")  # deletes every binary log, the drops above included
+    _create_schema(mariadb_server)
+    return mariadb_server
 
 
 def _wait_for_socket(path: Path, process: subprocess.Popen[bytes], log: Path) -> None:

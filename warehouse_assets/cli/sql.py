@@ -14,13 +14,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import sys
+from datetime import UTC, timedelta, timezone, tzinfo
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo
 
 from warehouse_assets.cli.common import load_settings
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import SparkSession
 
     from resources.lake_sql import LakeSql
@@ -115,8 +119,6 @@ def check_output(path: str, force: bool) -> None:
 
 
 def _answer(engine: LakeSql, query: str, args: argparse.Namespace, as_of: object) -> int:
-    from resources.lake_sql import export, render_table
-
     answer = engine.run(query, args.engine, as_of)  # type: ignore[arg-type]
     if args.format == "table":
         print(render_table(answer.rows, args.max_rows))
@@ -171,3 +173,82 @@ def _prompt(engine: LakeSql, args: argparse.Namespace, as_of: object) -> int:
     with contextlib.suppress(OSError):
         readline.write_history_file(HISTORY)
     return 0
+
+
+# --- what the terminal shows and what --output writes -------------------------------------------------------
+
+
+def python_rows(rows: pa.Table) -> list[dict[str, Any]]:
+    """The rows as Python dicts. Instants are converted here, not by pyarrow, which imports pandas for a column's
+    time zone: a quarter of a second of a cold ``warehouse sql``."""
+    import pyarrow as pa
+
+    columns: dict[str, list[Any]] = {}
+    for name, column in zip(rows.column_names, rows.columns, strict=True):
+        kind = column.type
+        if not (pa.types.is_timestamp(kind) and kind.tz):
+            columns[name] = column.to_pylist()
+            continue
+        zone = _zone(kind.tz)
+        naive = column.cast(pa.timestamp(kind.unit)).to_pylist()  # the UTC wall time
+        columns[name] = [None if v is None else v.replace(tzinfo=UTC).astimezone(zone) for v in naive]
+    return [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)]
+
+
+def _zone(name: str) -> tzinfo:
+    """An Arrow time zone: a name (``Asia/Shanghai``) or a fixed offset (``+08:00``)."""
+    offset = re.fullmatch(r"([+-])(\d{2}):?(\d{2})", name)
+    if offset is None:
+        return UTC if name in ("UTC", "Z") else ZoneInfo(name)
+    sign = -1 if offset[1] == "-" else 1
+    return timezone(sign * timedelta(hours=int(offset[2]), minutes=int(offset[3])))
+
+
+def render_table(rows: pa.Table, max_rows: int = 50) -> str:
+    """The rows as an aligned text table, at most ``max_rows`` of them."""
+    names = rows.column_names
+    shown = python_rows(rows.slice(0, max_rows))
+    cells = [[_cell(r[n]) for n in names] for r in shown]
+    widths = [max([len(n)] + [len(c[i]) for c in cells]) for i, n in enumerate(names)]
+    line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+    out = [line, "| " + " | ".join(n.ljust(w) for n, w in zip(names, widths, strict=True)) + " |", line]
+    out += ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |" for row in cells]
+    out.append(line)
+    if rows.num_rows > max_rows:
+        out.append(f"… {rows.num_rows - max_rows} more row(s): --output FILE exports them all")
+    return "\n".join(out)
+
+
+def _cell(value: Any) -> str:
+    return "NULL" if value is None else str(value)
+
+
+def export(rows: pa.Table, fmt: str, path: str | None) -> str | None:
+    """Write the rows as csv, json (one object per line) or parquet to ``path`` (csv/json: stdout text without)."""
+    import io
+    import json
+
+    from resources.lake_sql import SqlRefused
+
+    if fmt == "parquet":
+        if not path:
+            raise SqlRefused("--format parquet needs --output FILE")
+        import pyarrow.parquet as pq
+
+        pq.write_table(rows, path)
+        return None
+    if fmt == "csv":
+        import pyarrow.csv as pacsv
+
+        buffer = io.BytesIO()
+        pacsv.write_csv(rows, buffer)
+        text = buffer.getvalue().decode()
+    elif fmt == "json":
+        text = "".join(json.dumps(r, default=str, ensure_ascii=False) + "\n" for r in python_rows(rows))
+    else:
+        raise SqlRefused(f"--format {fmt!r}: expected one of table, csv, json, parquet")
+    if path:
+        with open(path, "w", encoding="utf-8") as out:
+            out.write(text)
+        return None
+    return text
