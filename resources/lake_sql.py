@@ -245,7 +245,7 @@ class ScanPlan:
 
 @dataclass
 class Answer:
-    rows: pa.Table
+    rows: pa.Table  # in the same Arrow types whichever engine answered (:func:`portable`)
     engine: Literal["datafusion", "spark"]
     seconds: float
     plan: ScanPlan | None  # None when delta-rs could not plan the query
@@ -409,7 +409,7 @@ class LakeSql:
                 raise SqlRefused(f"{why}; run it on Spark (--engine spark or auto)") from None
             return self._on_spark(query, begun, plan, why)
         why = "--engine datafusion" if engine == "datafusion" else f"reads {_size(plan.bytes_read)} after pruning"
-        return Answer(rows, "datafusion", time.perf_counter() - begun, plan, why)
+        return Answer(portable(rows), "datafusion", time.perf_counter() - begun, plan, why)
 
     def _forced_spark(self, query: ReadQuery, begun: float) -> Answer:
         """``--engine spark``: delta-rs's plan chooses nothing here, it only tells which files the query reads, so it
@@ -450,7 +450,7 @@ class LakeSql:
             if said is None:
                 raise
             raise SqlRefused(said) from None
-        return Answer(rows, "spark", time.perf_counter() - begun, plan, why, where)
+        return Answer(portable(rows), "spark", time.perf_counter() - begun, plan, why, where)
 
 
 def read_only_session(session: SparkSession) -> SparkSession:
@@ -492,6 +492,38 @@ def _first_line(exc: BaseException) -> str:
 
 def _as_of_text(as_of: AsOf) -> str:
     return str(as_of.version) if as_of.version is not None else str(as_of.timestamp)
+
+
+def _plain_type(kind: pa.DataType) -> pa.DataType:
+    """``kind`` without Arrow's view layouts (delta-rs's DataFusion answers strings as ``string_view``, which no Arrow
+    writer but Parquet's takes), and an instant in UTC whatever zone its engine labelled it with (Spark labels its
+    session's), nested types included."""
+    if pa.types.is_string_view(kind):
+        return pa.string()
+    if pa.types.is_binary_view(kind):
+        return pa.binary()
+    if pa.types.is_timestamp(kind) and kind.tz:
+        return pa.timestamp(kind.unit, "UTC")
+    if pa.types.is_list(kind) or pa.types.is_list_view(kind):
+        return pa.list_(kind.value_field.with_type(_plain_type(kind.value_type)))
+    if pa.types.is_large_list(kind) or pa.types.is_large_list_view(kind):
+        return pa.large_list(kind.value_field.with_type(_plain_type(kind.value_type)))
+    if pa.types.is_fixed_size_list(kind):
+        return pa.list_(kind.value_field.with_type(_plain_type(kind.value_type)), kind.list_size)
+    if pa.types.is_map(kind):
+        return pa.map_(
+            kind.key_field.with_type(_plain_type(kind.key_type)), kind.item_field.with_type(_plain_type(kind.item_type))
+        )
+    if pa.types.is_struct(kind):
+        return pa.struct([f.with_type(_plain_type(f.type)) for f in kind])
+    return kind
+
+
+def portable(rows: pa.Table) -> pa.Table:
+    """The rows in the same Arrow types whichever engine answered: no view layouts, instants in UTC (as the UI shows
+    them). Every output format takes them."""
+    schema = pa.schema([f.with_type(_plain_type(f.type)) for f in rows.schema], metadata=rows.schema.metadata)
+    return rows if schema.equals(rows.schema) else rows.cast(schema)
 
 
 def python_rows(rows: pa.Table) -> list[dict[str, Any]]:
@@ -542,6 +574,7 @@ def export(rows: pa.Table, fmt: str, path: str | None) -> str | None:
     import io
     import json
 
+    rows = portable(rows)
     if fmt == "parquet":
         if not path:
             raise SqlRefused("--format parquet needs --output FILE")
@@ -553,7 +586,7 @@ def export(rows: pa.Table, fmt: str, path: str | None) -> str | None:
         import pyarrow.csv as pacsv
 
         buffer = io.BytesIO()
-        pacsv.write_csv(rows, buffer)
+        pacsv.write_csv(_flat(rows), buffer)
         text = buffer.getvalue().decode()
     elif fmt == "json":
         text = "".join(json.dumps(r, default=str, ensure_ascii=False) + "\n" for r in python_rows(rows))
@@ -566,6 +599,18 @@ def export(rows: pa.Table, fmt: str, path: str | None) -> str | None:
     return text
 
 
+def _flat(rows: pa.Table) -> pa.Table:
+    """The rows with each nested column (a list, a struct, a map: ``collect_list`` on Spark) as JSON text, the one
+    thing a CSV cell can hold of them."""
+    import json
+
+    for n, column in enumerate(rows.columns):
+        if pa.types.is_nested(column.type):
+            text = [None if v is None else json.dumps(v, default=str, ensure_ascii=False) for v in column.to_pylist()]
+            rows = rows.set_column(n, rows.field(n).with_type(pa.string()), pa.array(text, pa.string()))
+    return rows
+
+
 __all__: Sequence[str] = [
     "ENGINES",
     "READ_ONLY_PREFIX",
@@ -575,5 +620,6 @@ __all__: Sequence[str] = [
     "ReadQuery",
     "SqlRefused",
     "parse_query",
+    "portable",
     "read_only_session",
 ]
