@@ -321,13 +321,23 @@ class LakeSql:
         if not DeltaTable.is_deltatable(uri, storage_options=options):
             raise SqlRefused(f"no table {ref.name} in the lake ({uri} is no Delta table)")
         dt = DeltaTable(uri, storage_options=options)
+        if ref.as_of is not None and ref.as_of.version is not None and ref.as_of.version > dt.version():
+            latest = dt.version()
+            raise SqlRefused(
+                f"{ref.name} has no readable version {ref.as_of.version}: its latest version is {latest} "
+                f"(--as-of takes a version from 0 to {latest}, or a timestamp)"
+            )
         if ref.as_of is not None:
             try:
                 point = ref.as_of.version if ref.as_of.version is not None else ref.as_of.timestamp
                 assert point is not None
                 dt.load_as_version(point)
             except Exception as exc:
-                raise SqlRefused(f"{ref.name} has no readable version {_as_of_text(ref.as_of)}: {exc}") from None
+                raise SqlRefused(
+                    f"{ref.name} has no readable version {_as_of_text(ref.as_of)} (its latest version is "
+                    f"{DeltaTable(uri, storage_options=options).version()}; the log of older ones may have been "
+                    f"cleaned up): {_first_line(exc)}"
+                ) from None
         return dt
 
     def _pin(self, layer: str, table: str, as_of: AsOf) -> AsOf:

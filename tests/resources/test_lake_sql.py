@@ -460,3 +460,16 @@ def test_without_a_query_the_cli_is_a_prompt_with_history(
     assert "| 600 |" in out and "| 599 |" in out  # ended by ';', then by an empty line
     assert "error: analysts' access is read-only: DELETE is not allowed" in out  # the prompt stays up
     assert "SELECT max(order_id) AS m" in history.read_text()
+
+
+def test_a_version_past_the_latest_is_named_with_the_tables_latest_version(
+    lake: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("WAREHOUSE_LAKE_ROOT", str(lake))
+    assert main(["sql", "--as-of", "12", "SELECT count(*) AS n FROM dwd.orders"]) == 2
+    said = capsys.readouterr().err
+    assert said.startswith(
+        "error: dwd.orders has no readable version 12: its latest version is 5 (--as-of takes a version from 0 to 5, "
+        "or a timestamp)"
+    ), said
+    assert "kernel" not in said.lower()
