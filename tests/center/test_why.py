@@ -13,7 +13,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
-from datetime import datetime, time, timedelta
+from datetime import date, datetime, time, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -34,10 +34,15 @@ from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 
 from resources.delta_lake import DeltaStore
 from resources.landing import Landing
+from resources.settings import Settings, using
 from simulator.cdc import SimulationConfig, simulate
 from tests.center.test_state_store import taint
+from warehouse_assets.build.compiler import first_partition_note
 from warehouse_assets.build.quality import Outcome, evaluation, latest_materialization, report_valid
 from warehouse_assets.catalog import Catalog, load_catalog
+from warehouse_assets.center.reverse_index import ReverseIndex
+from warehouse_assets.center.state_store import PartitionStateStore
+from warehouse_assets.center.taint import new_taint, plan_taint
 from warehouse_assets.center.why import WhyReport, explain
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -162,6 +167,48 @@ def test_a_window_before_the_warehouse_start_is_a_root_cause_that_never_clears(
     assert [(u.table, u.partition) for u in never] == [("dwd.user_snapshot", "2025-12-27")]
     assert "can never exist" in never[0].detail and "2026-01-01" in never[0].detail
     assert ("dwd.user_snapshot", "2025-12-27", "does not exist") in _causes(why)
+
+
+def test_a_table_on_the_latest_month_before_its_first_month_can_never_be_built_and_the_taint_plan_agrees(
+    instance: DagsterInstance, catalog: Catalog, tmp_path: Path
+) -> None:
+    """A stack started on a Tuesday, 2026-11-24: its first month is December, which has not ended on the 27th. The
+    first days of `ads.gmv_vs_month` (on the latest monthly report of their month and the two before) can never be
+    built; `why`, the taint plan and the asset's description say so alike, with the start and the first month."""
+    with using(Settings(start=date(2026, 11, 24))):
+        now = datetime(2026, 11, 27, 12, tzinfo=ZoneInfo("Asia/Shanghai"))
+        args = (instance, catalog, DeltaStore(str(tmp_path / "lake")), Landing(tmp_path / "landing"))
+        why = explain(*args, "ads.gmv_vs_month", "2026-11-25", current_time=now)
+        text = "\n".join(why.lines())
+        assert "None" not in text and "2026-12-01 (the warehouse starts 2026-11-24)" in text, text
+        assert why.verdict == (
+            "can never be built: its window of ads.monthly_report (2026-09-01 .. 2026-11-01 (3)) holds fewer than 1 "
+            "partition(s) that can exist: ads.monthly_report's from its first partition 2026-12-01 on (the warehouse "
+            "starts 2026-11-24); the first one that can be is 2026-12-01"
+        )
+        months = [u for u in why.upstream if u.table == "ads.monthly_report"]
+        assert [(u.partition, u.state) for u in months] == [
+            (m, "does not exist") for m in ("2026-09-01", "2026-10-01", "2026-11-01")
+        ]
+        assert {u.detail for u in months} == {
+            "before ads.monthly_report's first partition 2026-12-01 (the warehouse starts 2026-11-24): it can never "
+            "exist"
+        }
+        # its first buildable day waits for December's report, which exists once December ends
+        december = explain(*args, "ads.gmv_vs_month", "2026-12-01", current_time=datetime(2026, 12, 2, 9, tzinfo=now.tzinfo))
+        assert december.verdict.startswith("waiting for "), december.verdict
+        assert ("ads.monthly_report", "2026-12-01", "does not exist") in [
+            (u.table, u.partition, u.state) for u in december.upstream
+        ]
+        assert any("in the future" in u.detail for u in december.upstream if u.table == "ads.monthly_report")
+
+        taint = new_taint("ads.daily_gmv", "2026-11-24", "2026-11-26", "bad", "oncall")
+        index = ReverseIndex.build(catalog, current_time=now)
+        plan = plan_taint(catalog, index, PartitionStateStore(instance).view(), "ads.daily_gmv", "2026-11-24",
+                          "2026-11-26", taint, now=now)
+        [gmv] = [t for t in plan.tables if t.table == "ads.gmv_vs_month"]
+        assert (gmv.never, gmv.waiting) == (["2026-11-24", "2026-11-25", "2026-11-26"], [])
+        assert "**Built from 2026-12-01 on**" in first_partition_note(catalog, catalog["ads.gmv_vs_month"])
 
 
 def test_a_partition_whose_window_reaches_before_the_start_can_never_be_built(

@@ -46,10 +46,11 @@ from warehouse_assets.build.gate import (
     NONEXISTENT,
     TAINTED,
     WAIVED,
+    BuildableSearch,
     EdgeVerdict,
     Verdict,
     decide,
-    first_buildable,
+    never_buildable,
 )
 from warehouse_assets.build.validity import Taint
 from warehouse_assets.catalog import (
@@ -171,6 +172,7 @@ class PartitionStates:
         self._shards: dict[str, Readiness] = {}  # per ODS table
         self._readiness: dict[tuple[str, str], Readiness] = {}  # per ODS table and local day
         self._runs: dict[str, RunRecord | None] = {}  # runs waiting to start, by id (None: not waiting)
+        self.calendar = BuildableSearch()  # each period's first partition, and which partitions can ever be built
 
     def status(self, fqn: str, keys: Sequence[str]) -> dict[str, str]:
         """The run status of partitions: materialized, missing, queued, in progress or failed."""
@@ -360,10 +362,11 @@ class PartitionStates:
         return self.partitions.reached_states(table, keys)
 
     def _never(self, fqn: str, key: str) -> str:
-        pdef = BY_PERIOD[self.catalog[fqn].period]
-        window = pdef.time_window_for_partition_key(key)
-        first = pdef.get_first_partition_key()
-        if first is None or window.start < pdef.time_window_for_partition_key(first).start:
+        period = self.catalog[fqn].period
+        window = BY_PERIOD[period].time_window_for_partition_key(key)
+        # the calendar's first partition, whether or not it has ended yet (Dagster's first key is None until then)
+        first = self.calendar.first_key(period)
+        if first is None or window.start < self.calendar.start(period, first):
             start = periods().start.isoformat()
             return f"before {fqn}'s first partition {first} (the warehouse starts {start}): it can never exist"
         return f"in the future: a partition once its window ends at {window.end:%Y-%m-%d %H:%M}"
@@ -513,7 +516,7 @@ def explain(
         report.own_state += f", {stale}"
     report.upstream = states.upstream(table, partition)
     waiting = [u for u in report.upstream if u.blocks]
-    never = _never_built(catalog, table, partition)
+    never = never_buildable(catalog, table, partition, states.calendar)
     if report.own_state in ("in progress", QUEUED):
         report.verdict = states.run_detail(fqn, partition) or report.own_state
     elif never:
@@ -585,19 +588,6 @@ def _weak_notes(verdict: Verdict) -> list[str]:
         else:
             notes.append(f"{edge.dep.table} needs {edge.dep.min} usable partition(s) of its window (mode any)")
     return notes
-
-
-def _never_built(catalog: Catalog, table: Table, partition: str) -> str:
-    """Why ``partition`` can never be built (its window reaches before the warehouse start), or ''."""
-    if table.is_static:  # it reads nothing: it can always be built
-        return ""
-    since = first_buildable(catalog, table)
-    pdef = BY_PERIOD[table.period]
-    start = pdef.time_window_for_partition_key(partition).start
-    if since.partition is not None and start >= pdef.time_window_for_partition_key(since.partition).start:
-        return ""
-    first = f"the first one that can be is {since.partition}" if since.partition else "none of its first ones can be"
-    return f"can never be built: {since.reason}; {first}"
 
 
 class WhyConfig(Config):  # type: ignore[misc]
