@@ -279,9 +279,9 @@ def test_why_says_the_state_reached_and_what_the_last_one_waits_for(
     rev = explain(*args, "dws.rev", day, current_time=NOW)
     assert rev.own_state == "materialized, state estimated"
     assert rev.verdict == (
-        "all 2 upstream partition(s) are materialized: ready to be estimated (already materialized);"
+        "all 2 upstream partition(s) are materialized and it is built, as estimated;"
         " completed waits: dws.rev 2026-03-05 waits for 1 partition(s) of dwd.rate that are not"
-        " materialized: 2026-03-05"
+        " materialized: 2026-03-05 (the engine builds it as completed once they are)"
     )
     strict = explain(*args, "ads.strict", day, current_time=NOW)
     [upstream] = strict.upstream

@@ -130,7 +130,9 @@ def test_a_static_table_not_built_yet_is_what_its_readers_wait_for(
     assert _causes(why) == [("dwd.city_tier", "whole", "missing")]
     instance.report_runless_asset_event(AssetMaterialization(asset_key=AssetKey(catalog["dwd.city_tier"].key)))
     why = _why(instance, catalog, tmp_path, "ads.new_users_by_tier", DAY)
-    assert why.verdict.startswith("all 2 upstream partition(s) are materialized: ready") and why.root_causes == []
+    # that day ended long before the dependency center's lookback: nothing builds it by itself, and why says so
+    assert why.verdict.startswith("all 2 upstream partition(s) are materialized; but it ended over 35 days ago")
+    assert "nothing builds it by itself — a backfill does" in why.verdict and why.root_causes == []
     own = _why(instance, catalog, tmp_path, "dwd.city_tier", "whole")  # asked about itself: reads nothing
     assert own.lines()[0].startswith("dwd.city_tier whole: materialized")
     with pytest.raises(ValueError, match="dwd.city_tier is a static table: it has no partitions"):
@@ -169,6 +171,21 @@ def test_a_window_before_the_warehouse_start_is_a_root_cause_that_never_clears(
     assert ("dwd.user_snapshot", "2025-12-27", "does not exist") in _causes(why)
 
 
+def test_a_partition_that_can_never_be_built_names_only_what_makes_it_so(
+    instance: DagsterInstance, catalog: Catalog, tmp_path: Path
+) -> None:
+    """Its other upstream partition waits in the queue: that run changes nothing, it is no root cause."""
+    queued = _create_run(instance, ["dws", "user_active_daily"], "2026-01-03", DagsterRunStatus.QUEUED, "2026-01-01")
+    why = _why(instance, catalog, tmp_path, "ads.retention_d7", "2026-01-03")
+    assert why.verdict == (
+        "can never be built: its window needs dwd.user_snapshot back to 2025-12-25, before the warehouse start "
+        "2026-01-01; the first one that can be is 2026-01-08"
+    )
+    assert ("dws.user_active_daily", "2026-01-03", "queued") in [(u.table, u.partition, u.state) for u in why.upstream]
+    assert _causes(why) == [("dwd.user_snapshot", "2025-12-27", "does not exist")]
+    assert queued[:8] not in "\n".join(why.lines()[why.lines().index("root causes:") :])
+
+
 def test_a_table_on_the_latest_month_before_its_first_month_can_never_be_built_and_the_taint_plan_agrees(
     instance: DagsterInstance, catalog: Catalog, tmp_path: Path
 ) -> None:
@@ -194,6 +211,7 @@ def test_a_table_on_the_latest_month_before_its_first_month_can_never_be_built_a
             "before ads.monthly_report's first partition 2026-12-01 (the warehouse starts 2026-11-24): it can never "
             "exist"
         }
+        assert _causes(why) == [("ads.monthly_report", m, "does not exist") for m in ("2026-09-01", "2026-10-01", "2026-11-01")]
         # its first buildable day waits for December's report, which exists once December ends
         december = explain(*args, "ads.gmv_vs_month", "2026-12-01", current_time=datetime(2026, 12, 2, 9, tzinfo=now.tzinfo))
         assert december.verdict.startswith("waiting for "), december.verdict
@@ -229,7 +247,7 @@ def test_a_partition_whose_window_reaches_before_the_start_can_never_be_built(
 def test_a_ready_partition_has_no_root_causes(instance: DagsterInstance, catalog: Catalog, tmp_path: Path) -> None:
     report_valid(instance, catalog["dwd.order_detail"], DAY, "loaded by the test")
     why = _why(instance, catalog, tmp_path, "dws.user_order_daily", DAY)
-    assert why.verdict.startswith("all 1 upstream partition(s) are materialized: ready")
+    assert why.verdict.startswith("all 1 upstream partition(s) are materialized; but it ended over 35 days ago")
     assert why.root_causes == [] and "root causes:" not in why.lines()
 
 
