@@ -23,6 +23,8 @@ from datetime import UTC, datetime
 
 from dagster import DagsterInstance, RunsFilter
 
+from warehouse_assets.catalog import business_time
+
 SENSOR_NAME = "dependency_center"  # the sensor that shows the engine, and the "Launched by" of its runs
 KEY = "warehouse/engine/heartbeat"  # in the instance's key-value store
 BEAT_SECONDS = 5.0  # how often the engine writes its heartbeat
@@ -140,7 +142,7 @@ def tick_text(instance: DagsterInstance, previous_tick: float | None, now: float
 
 
 def _clock(at: float) -> str:
-    return datetime.fromtimestamp(at).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
+    return business_time(at, "seconds")
 
 
 def _span(seconds: float) -> str:
