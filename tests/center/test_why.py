@@ -189,9 +189,10 @@ def test_a_partition_that_can_never_be_built_names_only_what_makes_it_so(
 def test_a_table_on_the_latest_month_before_its_first_month_can_never_be_built_and_the_taint_plan_agrees(
     instance: DagsterInstance, catalog: Catalog, tmp_path: Path
 ) -> None:
-    """A stack started on a Tuesday, 2026-11-24: its first month is December, which has not ended on the 27th. The
-    first days of `ads.gmv_vs_month` (on the latest monthly report of their month and the two before) can never be
-    built; `why`, the taint plan and the asset's description say so alike, with the start and the first month."""
+    """A stack started on a Tuesday, 2026-11-24: its first month is December, which has not ended on the 27th. A day
+    of `ads.gmv_vs_month` reads the latest monthly report among the two months before its own, or its own once it
+    ended: its days before 2026-12-31 can never be built, and `why`, the taint plan and the asset's description say so
+    alike, naming the start and the first month (Dagster's first partition is None until that month ends)."""
     with using(Settings(start=date(2026, 11, 24))):
         now = datetime(2026, 11, 27, 12, tzinfo=ZoneInfo("Asia/Shanghai"))
         args = (instance, catalog, DeltaStore(str(tmp_path / "lake")), Landing(tmp_path / "landing"))
@@ -199,34 +200,36 @@ def test_a_table_on_the_latest_month_before_its_first_month_can_never_be_built_a
         text = "\n".join(why.lines())
         assert "None" not in text and "2026-12-01 (the warehouse starts 2026-11-24)" in text, text
         assert why.verdict == (
-            "can never be built: its window of ads.monthly_report (2026-09-01 .. 2026-11-01 (3)) holds fewer than 1 "
+            "can never be built: its window of ads.monthly_report (2026-09-01 .. 2026-10-01 (2)) holds fewer than 1 "
             "partition(s) that can exist: ads.monthly_report's from its first partition 2026-12-01 on (the warehouse "
-            "starts 2026-11-24); the first one that can be is 2026-12-01"
+            "starts 2026-11-24); the first one that can be is 2026-12-31"
         )
         months = [u for u in why.upstream if u.table == "ads.monthly_report"]
-        assert [(u.partition, u.state) for u in months] == [
-            (m, "does not exist") for m in ("2026-09-01", "2026-10-01", "2026-11-01")
-        ]
+        assert [(u.partition, u.state) for u in months] == [(m, "does not exist") for m in ("2026-09-01", "2026-10-01")]
         assert {u.detail for u in months} == {
             "before ads.monthly_report's first partition 2026-12-01 (the warehouse starts 2026-11-24): it can never "
             "exist"
         }
-        assert _causes(why) == [("ads.monthly_report", m, "does not exist") for m in ("2026-09-01", "2026-10-01", "2026-11-01")]
-        # its first buildable day waits for December's report, which exists once December ends
-        december = explain(*args, "ads.gmv_vs_month", "2026-12-01", current_time=datetime(2026, 12, 2, 9, tzinfo=now.tzinfo))
+        assert _causes(why) == [("ads.monthly_report", m, "does not exist") for m in ("2026-09-01", "2026-10-01")]
+        # its first buildable day waits for December's report, which is built once December ends
+        new_year = datetime(2027, 1, 1, 9, tzinfo=now.tzinfo)
+        assert explain(*args, "ads.gmv_vs_month", "2026-12-30", current_time=new_year).verdict.startswith(
+            "can never be built: "
+        )
+        december = explain(*args, "ads.gmv_vs_month", "2026-12-31", current_time=new_year)
         assert december.verdict.startswith("waiting for "), december.verdict
-        assert ("ads.monthly_report", "2026-12-01", "does not exist") in [
+        assert ("ads.monthly_report", "2026-12-01", "missing") in [
             (u.table, u.partition, u.state) for u in december.upstream
         ]
-        assert any("in the future" in u.detail for u in december.upstream if u.table == "ads.monthly_report")
 
         taint = new_taint("ads.daily_gmv", "2026-11-24", "2026-11-26", "bad", "oncall")
         index = ReverseIndex.build(catalog, current_time=now)
-        plan = plan_taint(catalog, index, PartitionStateStore(instance).view(), "ads.daily_gmv", "2026-11-24",
-                          "2026-11-26", taint, now=now)
+        states = PartitionStateStore(instance).view()
+        plan = plan_taint(catalog, index, states, "ads.daily_gmv", "2026-11-24", "2026-11-26", taint, now=now)
         [gmv] = [t for t in plan.tables if t.table == "ads.gmv_vs_month"]
         assert (gmv.never, gmv.waiting) == (["2026-11-24", "2026-11-25", "2026-11-26"], [])
-        assert "**Built from 2026-12-01 on**" in first_partition_note(catalog, catalog["ads.gmv_vs_month"])
+        note = first_partition_note(catalog, catalog["ads.gmv_vs_month"])  # type: ignore[arg-type]
+        assert "**Built from 2026-12-31 on**" in note and "None" not in note, note
 
 
 def test_a_partition_whose_window_reaches_before_the_start_can_never_be_built(
