@@ -28,8 +28,11 @@ $(JARS_STAMP): pom.xml | $(STAMP)
 	  echo "error: 'mvn' was not found on PATH. Delta Lake's Spark jars (pom.xml) are fetched with Maven:"; \
 	  echo "       apt-get install -y maven"; exit 1; }
 	rm -rf $(JARS).tmp
-	mvn --batch-mode --quiet --file pom.xml dependency:copy-dependencies \
-	  -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(JARS).tmp
+	@# Debian's Maven 3.8 prints colour codes (`[0m[0m`) whatever its options (--batch-mode, -Dstyle.color=never, a
+	@# log file): what it prints goes through a filter that drops them, and the recipe keeps Maven's exit status
+	{ mvn --batch-mode --quiet -Dstyle.color=never --file pom.xml dependency:copy-dependencies \
+	  -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(JARS).tmp 2>&1; echo $$? > $(JARS).status; } \
+	  | sed 's/\x1b\[[0-9;]*m//g'; status=$$(cat $(JARS).status); rm -f $(JARS).status; exit $$status
 	rm -rf $(JARS) && mv $(JARS).tmp $(JARS)
 	@touch $(JARS_STAMP)
 

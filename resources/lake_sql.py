@@ -244,7 +244,7 @@ class ScanPlan:
 
 @dataclass
 class Answer:
-    rows: pa.Table
+    rows: pa.Table  # in the same Arrow types whichever engine answered (:func:`portable`)
     engine: Literal["datafusion", "spark"]
     seconds: float
     plan: ScanPlan | None  # None when delta-rs could not plan the query
@@ -320,13 +320,23 @@ class LakeSql:
         if not DeltaTable.is_deltatable(uri, storage_options=options):
             raise SqlRefused(f"no table {ref.name} in the lake ({uri} is no Delta table)")
         dt = DeltaTable(uri, storage_options=options)
+        if ref.as_of is not None and ref.as_of.version is not None and ref.as_of.version > dt.version():
+            latest = dt.version()
+            raise SqlRefused(
+                f"{ref.name} has no readable version {ref.as_of.version}: its latest version is {latest} "
+                f"(--as-of takes a version from 0 to {latest}, or a timestamp)"
+            )
         if ref.as_of is not None:
             try:
                 point = ref.as_of.version if ref.as_of.version is not None else ref.as_of.timestamp
                 assert point is not None
                 dt.load_as_version(point)
             except Exception as exc:
-                raise SqlRefused(f"{ref.name} has no readable version {_as_of_text(ref.as_of)}: {exc}") from None
+                raise SqlRefused(
+                    f"{ref.name} has no readable version {_as_of_text(ref.as_of)} (its latest version is "
+                    f"{DeltaTable(uri, storage_options=options).version()}; the log of older ones may have been "
+                    f"cleaned up): {_first_line(exc)}"
+                ) from None
         return dt
 
     def _pin(self, layer: str, table: str, as_of: AsOf) -> AsOf:
@@ -408,7 +418,7 @@ class LakeSql:
                 raise SqlRefused(f"{why}; run it on Spark (--engine spark or auto)") from None
             return self._on_spark(query, begun, plan, why)
         why = "--engine datafusion" if engine == "datafusion" else f"reads {_size(plan.bytes_read)} after pruning"
-        return Answer(rows, "datafusion", time.perf_counter() - begun, plan, why)
+        return Answer(portable(rows), "datafusion", time.perf_counter() - begun, plan, why)
 
     def _forced_spark(self, query: ReadQuery, begun: float) -> Answer:
         """``--engine spark``: delta-rs's plan chooses nothing here, it only tells which files the query reads, so it
@@ -449,7 +459,7 @@ class LakeSql:
             if said is None:
                 raise
             raise SqlRefused(said) from None
-        return Answer(rows, "spark", time.perf_counter() - begun, plan, why, where)
+        return Answer(portable(rows), "spark", time.perf_counter() - begun, plan, why, where)
 
 
 def read_only_session(session: SparkSession) -> SparkSession:
@@ -493,6 +503,38 @@ def _as_of_text(as_of: AsOf) -> str:
     return str(as_of.version) if as_of.version is not None else str(as_of.timestamp)
 
 
+def _plain_type(kind: pa.DataType) -> pa.DataType:
+    """``kind`` without Arrow's view layouts (delta-rs's DataFusion answers strings as ``string_view``, which no Arrow
+    writer but Parquet's takes), and an instant in UTC whatever zone its engine labelled it with (Spark labels its
+    session's), nested types included."""
+    if pa.types.is_string_view(kind):
+        return pa.string()
+    if pa.types.is_binary_view(kind):
+        return pa.binary()
+    if pa.types.is_timestamp(kind) and kind.tz:
+        return pa.timestamp(kind.unit, "UTC")
+    if pa.types.is_list(kind) or pa.types.is_list_view(kind):
+        return pa.list_(kind.value_field.with_type(_plain_type(kind.value_type)))
+    if pa.types.is_large_list(kind) or pa.types.is_large_list_view(kind):
+        return pa.large_list(kind.value_field.with_type(_plain_type(kind.value_type)))
+    if pa.types.is_fixed_size_list(kind):
+        return pa.list_(kind.value_field.with_type(_plain_type(kind.value_type)), kind.list_size)
+    if pa.types.is_map(kind):
+        return pa.map_(
+            kind.key_field.with_type(_plain_type(kind.key_type)), kind.item_field.with_type(_plain_type(kind.item_type))
+        )
+    if pa.types.is_struct(kind):
+        return pa.struct([f.with_type(_plain_type(f.type)) for f in kind])
+    return kind
+
+
+def portable(rows: pa.Table) -> pa.Table:
+    """The rows in the same Arrow types whichever engine answered: no view layouts, instants in UTC (as the UI shows
+    them). Every output format takes them."""
+    schema = pa.schema([f.with_type(_plain_type(f.type)) for f in rows.schema], metadata=rows.schema.metadata)
+    return rows if schema.equals(rows.schema) else rows.cast(schema)
+
+
 __all__: Sequence[str] = [
     "ENGINES",
     "READ_ONLY_PREFIX",
@@ -502,5 +544,6 @@ __all__: Sequence[str] = [
     "ReadQuery",
     "SqlRefused",
     "parse_query",
+    "portable",
     "read_only_session",
 ]

@@ -61,6 +61,7 @@ class Settings(BaseModel):
     lake_root: str = Field("data/lake", description="a path or an object-store URI")
     landing_root: str = Field("data/landing", description="a path")
     external_root: str = Field("", description="a path (empty: <landing root>/external)")
+    catalog_dir: str = Field("", description="a folder of table declarations (empty: the product's own)")
     log_dir: str = Field("data", description="a path")
     spark_mode: SparkMode = Field("local", description="one of connect, local, master")
     spark_master: str = Field("local[2]", description="a Spark master URL")

@@ -54,6 +54,37 @@ FX_CORRECTION_DAY = 3  # a corrected rate four hours later
 FX_FUTURE_DAY = 4  # a rate for three days later written with it (only while that day is still ahead)
 
 
+# what each bad case is, by the suffix of its event's identifier: the dev log names them as they are delivered, so
+# that the warnings they cause (a rejected or a duplicate delivery) read as what they are, the simulation's tests
+BAD_CASES = {
+    "marketing_spend": {
+        "marker-again": "its _SUCCESS marker re-sent two hours later with the same data (reported once)",
+        "marker-only": "a _SUCCESS marker written 40 minutes before its data (waits for the data)",
+        "malformed": "an extra delivery into dt={day.year}-{day.month}-{day.day}, a malformed partition directory "
+        "(rejected)",
+        "future": "a delivery for two days later, before that day began (rejected as future-dated)",
+        "corrected": "re-delivered six hours later with corrected spend (reported again, its downstream rebuilt)",
+    },
+    "fx_rate": {
+        "again": "the same rates rewritten three hours later (not reported again)",
+        "malformed": "an extra partition dt={day:%Y%m%d}, a malformed dt value (rejected)",
+        "corrected": "a corrected rate four hours later (reported again, its downstream rebuilt)",
+        "future": "a rate for three days later written with it (waits until that day is over)",
+    },
+}
+
+
+def bad_cases(applied: list[str]) -> list[str]:
+    """The deliberate bad deliveries among the events ``applied``, each in words: ``fx_rate 2026-11-26: an extra
+    partition dt=20261126, a malformed dt value (rejected)``."""
+    out = []
+    for ident in applied:
+        producer, day, *case = ident.split("/")
+        if case and case[0] in BAD_CASES.get(producer, {}):
+            out.append(f"{producer} {day}: " + BAD_CASES[producer][case[0]].format(day=date.fromisoformat(day)))
+    return out
+
+
 @dataclass(frozen=True)
 class Event:
     at: datetime  # aware, business timezone

@@ -70,7 +70,7 @@ from tests.support.ui import (
     wait_for_text,
 )
 from warehouse_assets.build.validity import VALID
-from warehouse_assets.catalog import load_catalog
+from warehouse_assets.catalog import TABLES_DIR, load_catalog
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(STACK_TIMEOUT_S)]
 
@@ -99,6 +99,11 @@ class Stack:
     def lake(self) -> Path:
         return self.home.parent / "lake"
 
+    @property
+    def tables(self) -> Path:
+        """The stack's catalog (WAREHOUSE_CATALOG_DIR): a copy of the product's tables."""
+        return self.home.parent / "tables"
+
     def spark_url(self) -> str:
         """The stack's Spark Connect URL with the token `warehouse dev` generated for the product's own clients."""
         token = read_connect_token(connect_token_file(self.home.parent))
@@ -122,8 +127,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory, monkeypatch_module: pytest.M
     home.mkdir()
     shutil.copy(ROOT / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
     monkeypatch_module.setenv("DAGSTER_HOME", str(home))
+    # the product's tables, in a folder of the stack's own: a test adds a table there, never to the repository
+    shutil.copytree(TABLES_DIR, root / "tables")
     port, spark_port = free_port(), free_port()
-    with start_stack(root, home, port, spark_port, days=2) as proc:
+    env = {"WAREHOUSE_CATALOG_DIR": str(root / "tables")}
+    with start_stack(root, home, port, spark_port, env=env, days=2) as proc:
         yield Stack(port, home, proc, spark_port)
 
 
@@ -425,3 +433,61 @@ def test_the_why_waiting_job_explains_a_waiting_partition(stack: Stack, browser:
     assert "root causes:" in text, text
     shoot(browser, screenshots, "ui-why-waiting")
     all_runs_succeeded(instance, RunsFilter(run_ids=[run_id]))
+
+
+# the README's example of adding a table, word for word
+NEW_TABLE = """/* ---
+table: dws.course_gmv_daily
+period: daily                      # hourly | daily | weekly | monthly
+description: Paid GMV per course per day.
+owner: trade-data
+primary_key: [course_id]
+depends_on:                        # optional: offsets only; the inputs come from the SQL
+  dwd.order_detail: {set: [0]}     # set: [-1] = T-1, range: [-6, 0] = a 7-day window
+checks:
+  unique: true                     # the primary key
+  not_null: [course_id]
+--- */
+SELECT course_id, sum(amount) AS gmv
+FROM dwd.order_detail
+WHERE status = 'paid'
+GROUP BY course_id
+"""
+
+
+def test_a_table_added_while_the_stack_runs_is_built_by_itself(stack: Stack) -> None:
+    """One file added to the running stack's catalog, and nothing else: the engine loads it, has the code location
+    reloaded, and builds the new table's partitions whose inputs were all there already; every run succeeds. And the
+    `dependency_center` sensor's ticks say, in the tick list, what the engine launched and that it is alive."""
+    instance = await_partition(stack.proc, stack.port, stack.home, AssetKey(["dwd", "order_detail"]), DAYS[1])
+    (stack.tables / "dws" / "course_gmv_daily.sql").write_text(NEW_TABLE)
+    target = AssetKey(["dws", "course_gmv_daily"])
+    await_partition(stack.proc, stack.port, stack.home, target, DAYS[1])
+    assert set(DAYS[:2]) <= instance.get_materialized_partitions(target)
+    runs = instance.get_runs(RunsFilter(tags={"dagster/sensor_name": "dependency_center"}))
+    built = [run for run in runs if run.asset_selection and target in run.asset_selection]
+    assert built and all(run.status == DagsterRunStatus.SUCCESS for run in built), [r.status for r in built]
+    assert any("table declared" in run.tags.get("warehouse/trigger", "") for run in built), [r.tags for r in built]
+    rows = row_dicts(str(stack.lake / "dws" / "course_gmv_daily"))
+    assert rows and {r["dt"] for r in rows} >= set(DAYS[:2])
+    all_runs_succeeded(instance)
+
+    # the sensor's ticks as the tick list reads them: each one's cursor, and the heartbeat when hovered
+    ticks = graphql(
+        stack.port,
+        '{ sensorOrError(sensorSelector: {repositoryLocationName: "warehouse", repositoryName: "__repository__", '
+        'sensorName: "dependency_center"}) { ... on Sensor { sensorState { ticks(limit: 100) { status cursor '
+        "skipReason error { message } } } } } }",
+    )["data"]["sensorOrError"]["sensorState"]["ticks"]
+    skipped = [t for t in ticks if t["status"] == "SKIPPED"]
+    # a tick before the engine's first heartbeat fails, saying so; none after
+    early = [t for t in ticks if t["status"] != "SKIPPED"]
+    assert all("has never run against this instance" in (t["error"] or {}).get("message", "") for t in early), early
+    line = (
+        r"(\d+) runs? launched since the (previous tick|engine started); "
+        r"engine (alive|FAILING \(hover\)), beat \d+ s ago, \d+ to submit"
+    )
+    said = [re.fullmatch(line, t["cursor"] or "") for t in skipped]
+    assert skipped and all(said), [t["cursor"] for t in skipped]
+    assert 0 < sum(int(m[1]) for m in said if m) <= len(runs), [t["cursor"] for t in skipped]
+    assert all(t["skipReason"].startswith(t["cursor"].split(";")[0] + "; engine alive (pid ") for t in skipped)

@@ -1,11 +1,12 @@
 """A table declared while the engine runs is built by itself: the engine notices the new declaration file, loads the
 catalog again, asks the webserver to reload the code location, and requests the new table's partitions whose inputs
 were all there before it existed (no event would ever name them). A declaration that does not load changes nothing.
-And ``why`` does not call a partition nothing will build simply "ready".
+And ``why`` never calls a partition "ready" that nothing will build: it names what builds it, or says why nothing will.
 """
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -20,7 +21,9 @@ from tests.center.test_state_store import report
 from tests.support.small_catalog import VALUED_ODS, write
 from warehouse_assets.build.compiler import max_partitions_per_run
 from warehouse_assets.catalog import Catalog, load_catalog
+from warehouse_assets.center import heartbeat
 from warehouse_assets.center.engine import assemble_engine
+from warehouse_assets.center.heartbeat import Heartbeat
 from warehouse_assets.center.resolver import RunPlan
 from warehouse_assets.center.why import explain
 
@@ -94,7 +97,7 @@ def test_a_table_declared_while_the_engine_runs_is_built_without_a_restart(
         engine.close()
 
 
-def test_why_says_nothing_builds_a_ready_partition_older_than_the_lookback(
+def test_why_names_what_builds_a_ready_partition_or_that_nothing_will(
     instance: DagsterInstance, tmp_path: Path
 ) -> None:
     root = tmp_path / "tables"
@@ -108,6 +111,26 @@ def test_why_says_nothing_builds_a_ready_partition_older_than_the_lookback(
             report(instance, AssetKey(["ods", "src"]), hour)
     lake, landing = DeltaStore(str(tmp_path / "lake")), Landing(tmp_path / "landing")
     old = explain(instance, catalog, lake, landing, "dwd.day", "2026-01-20", current_time=NOW)
-    assert "ready" in old.verdict and "nothing builds it by itself — a backfill does" in old.verdict
+    assert old.verdict == (
+        "all 24 upstream partition(s) are materialized; but it ended over 35 days ago, before the dependency "
+        "center's lookback: nothing builds it by itself — a backfill does (the UI's Materialize or Backfill on this "
+        "partition)"
+    )
+    # a recent one is the engine's to build: while it runs, why names it; while it does not, nothing builds it
     recent = explain(instance, catalog, lake, landing, "dwd.day", "2026-03-05", current_time=NOW)
-    assert "ready" in recent.verdict and "nothing builds it" not in recent.verdict
+    assert "ready" not in recent.verdict
+    assert recent.verdict.startswith(
+        "all 24 upstream partition(s) are materialized; but the dependency center's engine is not running, and "
+        "nothing else builds it: the dependency center's engine has never run against this instance"
+    ), recent.verdict
+    heartbeat.beat(instance, Heartbeat(at=NOW.timestamp() - 3, started_at=NOW.timestamp() - 600))
+    recent = explain(instance, catalog, lake, landing, "dwd.day", "2026-03-05", current_time=NOW)
+    assert re.fullmatch(
+        r"all 24 upstream partition\(s\) are materialized; ready: the dependency center's engine submits its run "
+        r"\(engine alive \(pid \d+ on .+, up 10 min, last beat 3 s ago\)\)",
+        recent.verdict,
+    ), recent.verdict
+    # an ODS hour nothing has reported: what reports it, not "ready"
+    hour = explain(instance, catalog, lake, landing, "ods.src", "2026-03-06-00:00", current_time=NOW)
+    assert "ready:" not in hour.verdict and hour.verdict.startswith("not reported yet ("), hour.verdict
+    assert "the ingestion (`ods_ingest`, launched by the `ods_landing` sensor)" in hour.verdict

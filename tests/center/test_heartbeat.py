@@ -4,11 +4,19 @@ an exception raised by a sensor as a failed tick), saying since when."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
 import pytest
-from dagster import AssetKey, DagsterInstance, DefaultSensorStatus, SkipReason, build_sensor_context
+from dagster import (
+    AssetKey,
+    DagsterInstance,
+    DagsterRun,
+    DefaultSensorStatus,
+    SensorEvaluationContext,
+    SensorResult,
+)
 
 from sensors.center import build_dependency_center_sensor
 from tests.center.test_engine_scale import Recorder
@@ -25,10 +33,16 @@ def catalog() -> Catalog:
     return load_catalog()
 
 
+def _evaluate(catalog: Catalog, instance: DagsterInstance, previous_tick: float | None = None) -> SensorResult:
+    context = SensorEvaluationContext(instance_ref=None, instance=instance, last_tick_completion_time=previous_tick)
+    result = build_dependency_center_sensor(catalog)(context)
+    assert isinstance(result, SensorResult)
+    assert not result.run_requests and result.skip_reason is not None  # the engine's runs name it, it requests none
+    return result
+
+
 def _tick(catalog: Catalog, instance: DagsterInstance) -> str:
-    result = build_dependency_center_sensor(catalog)(build_sensor_context(instance=instance))
-    assert isinstance(result, SkipReason)  # it never requests a run itself: the engine's runs name it
-    return str(result.skip_message)
+    return str(_evaluate(catalog, instance).skip_reason.skip_message)  # type: ignore[union-attr]
 
 
 def test_the_sensor_targets_every_table_the_engine_builds(catalog: Catalog) -> None:
@@ -69,7 +83,7 @@ def test_the_ticks_show_a_running_engine_and_fail_once_it_stopped(
     finally:
         stop.set()
         loop.join()
-    assert message.startswith("engine alive (pid "), message
+    assert message.startswith("0 runs launched since the engine started; engine alive (pid "), message
     assert "cursor 0 event(s) behind the log; backlog 0 candidate(s); 0 run(s) to submit" in message
 
     with pytest.raises(EngineDown, match=r"the engine stopped at .*: nothing starts derived partitions"):
@@ -81,3 +95,49 @@ def test_a_heartbeat_gone_quiet_fails_the_tick(catalog: Catalog, consolidated: D
     heartbeat.beat(consolidated, Heartbeat(at=now - 300, started_at=now - 900, cursor=4))
     with pytest.raises(EngineDown, match=r"no heartbeat from the engine for 30\d s .*: it died or hangs"):
         _tick(catalog, consolidated)
+
+
+def _engine_run(instance: DagsterInstance) -> None:
+    """A run as the engine launches it: "Launched by" its sensor."""
+    instance.add_run(DagsterRun(job_name="__ASSET_JOB", tags={"dagster/sensor_name": SENSOR_NAME}))
+
+
+def test_each_tick_says_in_the_tick_list_what_the_engine_launched_since_the_previous_one(
+    catalog: Catalog, consolidated: DagsterInstance
+) -> None:
+    """The tick list shows a skipped tick as "0 runs requested" (the sensor's own requests) and its cursor in a column
+    of its own, up to 95 characters: the cursor is the runs the engine launched and its heartbeat in short, the skip
+    reason (shown when the tick is hovered) and the tick's log the whole heartbeat."""
+    instance = consolidated
+    now = time.time()
+    heartbeat.beat(instance, Heartbeat(at=now - 2, started_at=now - 600, pending=3, submitted=5))
+    instance.add_run(DagsterRun(job_name="why_waiting"))  # launched by hand: not the engine's
+    for _ in range(2):
+        _engine_run(instance)
+    first = _evaluate(catalog, instance)  # the sensor's first tick: since the engine started
+    assert first.cursor is not None
+    assert re.fullmatch(
+        r"2 runs launched since the engine started; engine alive, beat \d+ s ago, 3 to submit", first.cursor
+    )
+    message = first.skip_reason.skip_message  # type: ignore[union-attr]
+    assert message.startswith("2 runs launched since the engine started; engine alive (pid "), message
+    assert "5 submitted since start" in message
+
+    previous_tick = time.time()
+    time.sleep(0.01)
+    for _ in range(3):
+        _engine_run(instance)
+    later = _evaluate(catalog, instance, previous_tick)
+    assert later.cursor is not None and later.cursor.startswith("3 runs launched since the previous tick; engine alive")
+    assert len(later.cursor) <= 95
+    quiet = _evaluate(catalog, instance, time.time() + 1)
+    assert quiet.cursor is not None and quiet.cursor.startswith("0 runs launched since the previous tick;")
+
+    heartbeat.beat(instance, Heartbeat(at=time.time(), started_at=now - 600, failing="the webserver refuses: 502"))
+    failing = _evaluate(catalog, instance, time.time() + 1)
+    assert failing.cursor is not None and len(failing.cursor) <= 95
+    assert re.fullmatch(
+        r"0 runs launched since the previous tick; engine FAILING \(hover\), beat \d+ s ago, 0 to submit",
+        failing.cursor,
+    )
+    assert "failing: the webserver refuses: 502" in failing.skip_reason.skip_message  # type: ignore[union-attr]

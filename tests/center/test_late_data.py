@@ -255,7 +255,7 @@ def test_why_and_status_say_a_partition_is_stale_since_when_and_when_its_rebuild
         current_time=BUILT + timedelta(minutes=8),
     )
     expected = (
-        "stale: late data since 2026-03-06 01:05 (2 late changes), rebuild due 2026-03-06 02:05 "
+        "stale: late data since 2026-03-06 01:05+08:00 (2 late changes), rebuild due 2026-03-06 02:05+08:00 "
         "(policy every 1 h, lookback 3 d)"
     )
     assert expected in report.lines()[0]

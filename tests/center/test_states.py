@@ -8,6 +8,7 @@ temp-dir instance: no Spark, no code location.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -242,6 +243,8 @@ def test_status_shows_the_state_each_partition_reached(instance: DagsterInstance
     assert lines[0] == "dws.rev (daily): 3 partition(s), 2 materialized, 0 tainted"
     assert "  valid, completed" in lines[1] and "  valid, estimated" in lines[2]
     assert lines[3].endswith("missing")
+    # when, in the partition keys' time zone, named: the UI and `warehouse sql` show instants in UTC
+    assert re.search(r" materialized \d{4}-\d\d-\d\d \d\d:\d\d\+08:00 \(", lines[1]), lines[1]
 
 
 PREVIOUS_DAY = (  # estimated on the previous day alone: nothing upstream changes when it can be reached
@@ -279,9 +282,9 @@ def test_why_says_the_state_reached_and_what_the_last_one_waits_for(
     rev = explain(*args, "dws.rev", day, current_time=NOW)
     assert rev.own_state == "materialized, state estimated"
     assert rev.verdict == (
-        "all 2 upstream partition(s) are materialized: ready to be estimated (already materialized);"
+        "all 2 upstream partition(s) are materialized and it is built, as estimated;"
         " completed waits: dws.rev 2026-03-05 waits for 1 partition(s) of dwd.rate that are not"
-        " materialized: 2026-03-05"
+        " materialized: 2026-03-05 (the engine builds it as completed once they are)"
     )
     strict = explain(*args, "ads.strict", day, current_time=NOW)
     [upstream] = strict.upstream

@@ -13,7 +13,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
-from datetime import datetime, time, timedelta
+from datetime import date, datetime, time, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -34,10 +34,15 @@ from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 
 from resources.delta_lake import DeltaStore
 from resources.landing import Landing
+from resources.settings import Settings, using
 from simulator.cdc import SimulationConfig, simulate
 from tests.center.test_state_store import taint
+from warehouse_assets.build.compiler import first_partition_note
 from warehouse_assets.build.quality import Outcome, evaluation, latest_materialization, report_valid
 from warehouse_assets.catalog import Catalog, load_catalog
+from warehouse_assets.center.reverse_index import ReverseIndex
+from warehouse_assets.center.state_store import PartitionStateStore
+from warehouse_assets.center.taint import new_taint, plan_taint
 from warehouse_assets.center.why import WhyReport, explain
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,7 +130,9 @@ def test_a_static_table_not_built_yet_is_what_its_readers_wait_for(
     assert _causes(why) == [("dwd.city_tier", "whole", "missing")]
     instance.report_runless_asset_event(AssetMaterialization(asset_key=AssetKey(catalog["dwd.city_tier"].key)))
     why = _why(instance, catalog, tmp_path, "ads.new_users_by_tier", DAY)
-    assert why.verdict.startswith("all 2 upstream partition(s) are materialized: ready") and why.root_causes == []
+    # that day ended long before the dependency center's lookback: nothing builds it by itself, and why says so
+    assert why.verdict.startswith("all 2 upstream partition(s) are materialized; but it ended over 35 days ago")
+    assert "nothing builds it by itself — a backfill does" in why.verdict and why.root_causes == []
     own = _why(instance, catalog, tmp_path, "dwd.city_tier", "whole")  # asked about itself: reads nothing
     assert own.lines()[0].startswith("dwd.city_tier whole: materialized")
     with pytest.raises(ValueError, match="dwd.city_tier is a static table: it has no partitions"):
@@ -164,6 +171,67 @@ def test_a_window_before_the_warehouse_start_is_a_root_cause_that_never_clears(
     assert ("dwd.user_snapshot", "2025-12-27", "does not exist") in _causes(why)
 
 
+def test_a_partition_that_can_never_be_built_names_only_what_makes_it_so(
+    instance: DagsterInstance, catalog: Catalog, tmp_path: Path
+) -> None:
+    """Its other upstream partition waits in the queue: that run changes nothing, it is no root cause."""
+    queued = _create_run(instance, ["dws", "user_active_daily"], "2026-01-03", DagsterRunStatus.QUEUED, "2026-01-01")
+    why = _why(instance, catalog, tmp_path, "ads.retention_d7", "2026-01-03")
+    assert why.verdict == (
+        "can never be built: its window needs dwd.user_snapshot back to 2025-12-25, before the warehouse start "
+        "2026-01-01; the first one that can be is 2026-01-08"
+    )
+    assert ("dws.user_active_daily", "2026-01-03", "queued") in [(u.table, u.partition, u.state) for u in why.upstream]
+    assert _causes(why) == [("dwd.user_snapshot", "2025-12-27", "does not exist")]
+    assert queued[:8] not in "\n".join(why.lines()[why.lines().index("root causes:") :])
+
+
+def test_a_table_on_the_latest_month_before_its_first_month_can_never_be_built_and_the_taint_plan_agrees(
+    instance: DagsterInstance, catalog: Catalog, tmp_path: Path
+) -> None:
+    """A stack started on a Tuesday, 2026-11-24: its first month is December, which has not ended on the 27th. A day
+    of `ads.gmv_vs_month` reads the latest monthly report among the two months before its own, or its own once it
+    ended: its days before 2026-12-31 can never be built, and `why`, the taint plan and the asset's description say so
+    alike, naming the start and the first month (Dagster's first partition is None until that month ends)."""
+    with using(Settings(start=date(2026, 11, 24))):
+        now = datetime(2026, 11, 27, 12, tzinfo=ZoneInfo("Asia/Shanghai"))
+        args = (instance, catalog, DeltaStore(str(tmp_path / "lake")), Landing(tmp_path / "landing"))
+        why = explain(*args, "ads.gmv_vs_month", "2026-11-25", current_time=now)
+        text = "\n".join(why.lines())
+        assert "None" not in text and "2026-12-01 (the warehouse starts 2026-11-24)" in text, text
+        assert why.verdict == (
+            "can never be built: its window of ads.monthly_report (2026-09-01 .. 2026-10-01 (2)) holds fewer than 1 "
+            "partition(s) that can exist: ads.monthly_report's from its first partition 2026-12-01 on (the warehouse "
+            "starts 2026-11-24); the first one that can be is 2026-12-31"
+        )
+        months = [u for u in why.upstream if u.table == "ads.monthly_report"]
+        assert [(u.partition, u.state) for u in months] == [(m, "does not exist") for m in ("2026-09-01", "2026-10-01")]
+        assert {u.detail for u in months} == {
+            "before ads.monthly_report's first partition 2026-12-01 (the warehouse starts 2026-11-24): it can never "
+            "exist"
+        }
+        assert _causes(why) == [("ads.monthly_report", m, "does not exist") for m in ("2026-09-01", "2026-10-01")]
+        # its first buildable day waits for December's report, which is built once December ends
+        new_year = datetime(2027, 1, 1, 9, tzinfo=now.tzinfo)
+        assert explain(*args, "ads.gmv_vs_month", "2026-12-30", current_time=new_year).verdict.startswith(
+            "can never be built: "
+        )
+        december = explain(*args, "ads.gmv_vs_month", "2026-12-31", current_time=new_year)
+        assert december.verdict.startswith("waiting for "), december.verdict
+        assert ("ads.monthly_report", "2026-12-01", "missing") in [
+            (u.table, u.partition, u.state) for u in december.upstream
+        ]
+
+        taint = new_taint("ads.daily_gmv", "2026-11-24", "2026-11-26", "bad", "oncall")
+        index = ReverseIndex.build(catalog, current_time=now)
+        states = PartitionStateStore(instance).view()
+        plan = plan_taint(catalog, index, states, "ads.daily_gmv", "2026-11-24", "2026-11-26", taint, now=now)
+        [gmv] = [t for t in plan.tables if t.table == "ads.gmv_vs_month"]
+        assert (gmv.never, gmv.waiting) == (["2026-11-24", "2026-11-25", "2026-11-26"], [])
+        note = first_partition_note(catalog, catalog["ads.gmv_vs_month"])  # type: ignore[arg-type]
+        assert "**Built from 2026-12-31 on**" in note and "None" not in note, note
+
+
 def test_a_partition_whose_window_reaches_before_the_start_can_never_be_built(
     instance: DagsterInstance, catalog: Catalog, tmp_path: Path
 ) -> None:
@@ -182,7 +250,7 @@ def test_a_partition_whose_window_reaches_before_the_start_can_never_be_built(
 def test_a_ready_partition_has_no_root_causes(instance: DagsterInstance, catalog: Catalog, tmp_path: Path) -> None:
     report_valid(instance, catalog["dwd.order_detail"], DAY, "loaded by the test")
     why = _why(instance, catalog, tmp_path, "dws.user_order_daily", DAY)
-    assert why.verdict.startswith("all 1 upstream partition(s) are materialized: ready")
+    assert why.verdict.startswith("all 1 upstream partition(s) are materialized; but it ended over 35 days ago")
     assert why.root_causes == [] and "root causes:" not in why.lines()
 
 

@@ -37,9 +37,11 @@ from simulator.external import (
     FUTURE_DAY,
     FX_CORRECTION_DAY,
     FX_DUPLICATE_DAY,
+    FX_MALFORMED_DAY,
     MALFORMED_DIR_DAY,
     MARKER_BEFORE_DATA_DAY,
     arrival,
+    bad_cases,
     events_until,
     simulate_external,
 )
@@ -257,6 +259,20 @@ def test_bad_fx_versions_are_rejected_and_corrections_reported_again(tmp_path: P
     assert any("malformed partition value '20260304'" in line for line in rejected), rejected
     assert any(f"dt={day(FX_DUPLICATE_DAY)} — same content" in line for line in rejected), rejected
     assert any(f"dt={day(7)}" in line and "is in the future" in line for line in rejected), rejected
+
+
+def test_the_simulation_names_each_bad_delivery_it_makes_on_purpose(tmp_path: Path) -> None:
+    """`warehouse dev` prints these as the producers deliver them: the rejections they cause then read as the
+    simulation's deliberate bad cases, not as a fault of the warehouse."""
+    applied = simulate_external(tmp_path, FIRST, datetime(2026, 3, 10, 12, tzinfo=TZ))
+    cases = bad_cases(applied)
+    malformed = day(FX_MALFORMED_DAY)
+    assert (
+        f"fx_rate {malformed}: an extra partition dt={malformed.replace('-', '')}, a malformed dt value (rejected)"
+        in cases
+    ), cases
+    assert len(cases) == sum(1 for ident in applied if ident.count("/") == 2)  # every bad case, each once
+    assert bad_cases([f"fx_rate/{malformed}"]) == []  # an ordinary delivery is none
 
 
 def test_partition_values_from_outside_are_validated() -> None:

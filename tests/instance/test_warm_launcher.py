@@ -27,7 +27,7 @@ from dagster_graphql import DagsterGraphQLClient
 
 from resources.spark import port_open
 from tests.support.dev_stack import free_port, graphql, kill_stragglers
-from warehouse_assets.instance.warm_launcher import WORKER_TAG, WarmRunLauncher
+from warehouse_assets.instance.warm_launcher import WORKER_TAG, WarmRunLauncher, source_roots, source_signature
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(900)]  # `dagster dev` started, runs waited on: 300 s each
 
@@ -192,6 +192,25 @@ def test_an_edited_code_location_is_reloaded_before_the_next_run(location, tmp_p
     assert zygote_pid(instance) != stale
     stored = tmp_path / "home" / "storage" / "quick"
     assert pickle.loads(stored.read_bytes()) == 2, "the run executed the code as it was before the edit"
+
+
+def test_a_folder_named_by_watch_env_is_code_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table declared in a catalog kept outside the working directory (WAREHOUSE_CATALOG_DIR) restarts the warm
+    worker as a code edit does: its runs then know the new table."""
+    code, tables = tmp_path / "code", tmp_path / "tables"
+    code.mkdir()
+    (code / "defs.py").write_text("")
+    (tables / "dws").mkdir(parents=True)
+    monkeypatch.setenv("WAREHOUSE_CATALOG_DIR", str(tables))
+    monkeypatch.delenv("WARM_LAUNCHER_TEST_UNSET", raising=False)
+    roots = source_roots(str(code), ["WAREHOUSE_CATALOG_DIR", "WARM_LAUNCHER_TEST_UNSET"])
+    assert roots == [code / "defs.py", tables.resolve()]
+    before = source_signature(roots)
+    (tables / "dws" / "new.sql").write_text("SELECT 1")
+    assert source_signature(roots) != before
+    for home in ("dagster_home", "dagster_home/postgres"):  # the product's instances watch the catalog's folder
+        config = yaml.safe_load((ROOT / home / "dagster.yaml").read_text())["run_launcher"]["config"]
+        assert config["watch_env"] == ["WAREHOUSE_CATALOG_DIR"], home
 
 
 def test_a_code_location_that_cannot_load_fails_the_run_with_the_reason(location) -> None:

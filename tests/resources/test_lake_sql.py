@@ -9,7 +9,8 @@ import json
 import os
 import subprocess
 import sys
-from datetime import timedelta
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -62,6 +63,108 @@ def build_lake(root: Path) -> Path:
 @pytest.fixture
 def lake(tmp_path: Path) -> Path:
     return build_lake(tmp_path / "lake")
+
+
+# every kind of column the lake holds, and a row of nulls: what `warehouse sql` must write in every format
+TYPED_QUERY = "SELECT id, name, at, amount, day, paid, NULL AS nothing FROM dwd.typed ORDER BY id"
+TYPED_ROWS = [
+    {
+        "id": 1,
+        "name": 'Zoë, "the" first',
+        "at": datetime(2026, 3, 1, 16, 30, tzinfo=UTC),
+        "amount": Decimal("12.30"),
+        "day": date(2026, 3, 2),
+        "paid": True,
+        "nothing": None,
+    },
+    {"id": 2, "name": None, "at": None, "amount": None, "day": None, "paid": None, "nothing": None},
+]
+# each format's text of those rows, the same whichever engine answered (instants in UTC, as the UI shows them)
+TYPED_CSV = [
+    {
+        "id": "1",
+        "name": 'Zoë, "the" first',
+        "at": "2026-03-01 16:30:00.000000Z",
+        "amount": "12.30",
+        "day": "2026-03-02",
+        "paid": "true",
+        "nothing": "",
+    },
+    {"id": "2", "name": "", "at": "", "amount": "", "day": "", "paid": "", "nothing": ""},
+]
+TYPED_JSON = [
+    {
+        "id": 1,
+        "name": 'Zoë, "the" first',
+        "at": "2026-03-01 16:30:00+00:00",
+        "amount": "12.30",
+        "day": "2026-03-02",
+        "paid": True,
+        "nothing": None,
+    },
+    {"id": 2, "name": None, "at": None, "amount": None, "day": None, "paid": None, "nothing": None},
+]
+TYPED_TABLE = [
+    ["id", "name", "at", "amount", "day", "paid", "nothing"],
+    ["1", 'Zoë, "the" first', "2026-03-01 16:30:00+00:00", "12.30", "2026-03-02", "True", "NULL"],
+    ["2", "NULL", "NULL", "NULL", "NULL", "NULL", "NULL"],
+]
+FORMATS = ("table", "csv", "json", "parquet")
+
+
+def build_typed_table(root: Path) -> None:
+    """dwd.typed: a string, an instant, a decimal, a date and a boolean column, and a row of nulls."""
+    rows = pa.table(
+        {
+            "id": pa.array([1, 2], pa.int64()),
+            "name": pa.array(['Zoë, "the" first', None], pa.string()),
+            "at": pa.array([TYPED_ROWS[0]["at"], None], pa.timestamp("us", tz="UTC")),
+            "amount": pa.array([Decimal("12.30"), None], pa.decimal128(18, 2)),
+            "day": pa.array([date(2026, 3, 2), None], pa.date32()),
+            "paid": pa.array([True, None], pa.bool_()),
+        }
+    )
+    write_deltalake(str(root / "dwd" / "typed"), rows)
+
+
+def assert_every_format_is_written(
+    engine: str, root: Path, here: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`warehouse sql --engine ENGINE --format F` on every type, to stdout and to a file: the same rows in each."""
+    build_typed_table(root)
+    monkeypatch.setenv("WAREHOUSE_LAKE_ROOT", str(root))
+    monkeypatch.chdir(here)
+    for fmt in FORMATS:
+        if fmt == "table":
+            assert main(["sql", "--engine", engine, TYPED_QUERY]) == 0
+            shown = capsys.readouterr().out.splitlines()
+            cells = [[c.strip() for c in line.strip("|").split("|")] for line in shown if line.startswith("| ")]
+            assert cells == TYPED_TABLE, shown
+            continue
+        target = here / f"typed-{engine}.{fmt}"
+        assert main(["sql", "--engine", engine, "--format", fmt, "--output", target.name, TYPED_QUERY]) == 0, fmt
+        said = capsys.readouterr().err
+        assert "2 row(s) in " in said and f" on {engine}" in said, said
+        if fmt == "parquet":
+            written = pq.read_table(target)
+            assert written.to_pylist() == TYPED_ROWS
+            assert written.schema.field("name").type == pa.string()  # no view layout, which other readers may not take
+            assert written.schema.field("at").type == pa.timestamp("us", tz="UTC")
+            continue
+        text = target.read_text(encoding="utf-8")
+        if fmt == "csv":
+            assert list(csv.DictReader(text.splitlines())) == TYPED_CSV
+        else:
+            assert [json.loads(line) for line in text.splitlines()] == TYPED_JSON
+        assert main(["sql", "--engine", engine, "--format", fmt, TYPED_QUERY]) == 0  # and the same to stdout
+        assert capsys.readouterr().out == text
+
+
+def test_the_jvm_free_engine_writes_every_format_for_every_type(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # delta-rs's DataFusion answers strings as string_view, which pyarrow's CSV writer refused
+    assert_every_format_is_written("datafusion", tmp_path / "lake", tmp_path, monkeypatch, capsys)
 
 
 @pytest.mark.parametrize(
@@ -357,3 +460,16 @@ def test_without_a_query_the_cli_is_a_prompt_with_history(
     assert "| 600 |" in out and "| 599 |" in out  # ended by ';', then by an empty line
     assert "error: analysts' access is read-only: DELETE is not allowed" in out  # the prompt stays up
     assert "SELECT max(order_id) AS m" in history.read_text()
+
+
+def test_a_version_past_the_latest_is_named_with_the_tables_latest_version(
+    lake: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("WAREHOUSE_LAKE_ROOT", str(lake))
+    assert main(["sql", "--as-of", "12", "SELECT count(*) AS n FROM dwd.orders"]) == 2
+    said = capsys.readouterr().err
+    assert said.startswith(
+        "error: dwd.orders has no readable version 12: its latest version is 5 (--as-of takes a version from 0 to 5, "
+        "or a timestamp)"
+    ), said
+    assert "kernel" not in said.lower()

@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 
 from resources.lake_sql import AsOf, LakeSql, SqlRefused, read_only_message, read_only_session
 from resources.spark import SESSION_LAKE
-from tests.resources.test_lake_sql import build_lake
+from tests.resources.test_lake_sql import assert_every_format_is_written, build_lake
 from tests.support.hostile import SQL, WAREHOUSE_SQL_SAYS
 
 pytestmark = pytest.mark.spark
@@ -51,6 +51,15 @@ QUERIES = [
     "SELECT user_id, count(*) AS n FROM big GROUP BY user_id HAVING count(*) > 5",
     "SELECT count(*) AS n, min(order_id) AS lo, max(order_id) AS hi FROM dwd.orders VERSION AS OF 1",
 ]
+
+
+def test_spark_writes_every_format_for_every_type(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Spark labels instants with its session's time zone and answers strings as plain strings: the same text as the
+    # JVM-free engine's in every format
+    monkeypatch.setattr("warehouse_assets.cli.sql.spark_for", lambda settings: (spark, "local test session"))
+    assert_every_format_is_written("spark", tmp_path / "lake", tmp_path, monkeypatch, capsys)
 
 
 @pytest.mark.parametrize("query", QUERIES)

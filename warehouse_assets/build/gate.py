@@ -46,6 +46,7 @@ from warehouse_assets.catalog import (
     WHOLE,
     DerivedTable,
     UpstreamPartitions,
+    periods,
     upstream_partitions,
     weak_deadline,
 )
@@ -560,13 +561,12 @@ def _unbuildable_on(
             if _too_few(dep, up):
                 return (
                     f"its window of {dep.table} ({span([*up.nonexistent, *up.keys])}) holds fewer than {dep.min} "
-                    f"partition(s) after the warehouse start {BY_PERIOD[catalog[dep.table].period].start:%Y-%m-%d}"
+                    f"partition(s) that can exist: {_existence(catalog[dep.table], known)}"
                 )
             continue
         if up.nonexistent:
             return (
-                f"its window needs {dep.table} back to {up.nonexistent[0]}, before the warehouse start "
-                f"{BY_PERIOD[catalog[dep.table].period].start:%Y-%m-%d}"
+                f"its window needs {dep.table} back to {up.nonexistent[0]}, {_before_first(catalog[dep.table], known)}"
             )
         upstream = catalog[dep.table]
         since = first_buildable(catalog, upstream, known)
@@ -576,6 +576,40 @@ def _unbuildable_on(
         ):
             return f"it needs {dep.table} {up.keys[0]}, which can never be built ({since.reason})"
     return None
+
+
+def _before_first(upstream: Table, known: BuildableSearch) -> str:
+    """``before the warehouse start 2026-01-01``, or where the upstream's partitions begin later than the start (a
+    week or a month is a partition only once all of its days are after it), that first partition too."""
+    start = periods().start
+    first = known.first_key(upstream.period)
+    if first is None or known.start(upstream.period, first).date() == start:
+        return f"before the warehouse start {start:%Y-%m-%d}"
+    return f"before {upstream.fqn}'s first partition {first} (the warehouse starts {start:%Y-%m-%d})"
+
+
+def _existence(upstream: Table, known: BuildableSearch) -> str:
+    """Which partitions of ``upstream`` can exist: from the warehouse start, or from its first partition on."""
+    start = periods().start
+    first = known.first_key(upstream.period)
+    if first is None or known.start(upstream.period, first).date() == start:
+        return f"those from the warehouse start {start:%Y-%m-%d} on"
+    return f"{upstream.fqn}'s from its first partition {first} on (the warehouse starts {start:%Y-%m-%d})"
+
+
+def never_buildable(catalog: Catalog, table: Table, partition: str, known: BuildableSearch | None = None) -> str:
+    """Why ``partition`` of ``table`` can never be built (its window reaches before what can exist), or ''. The one
+    answer ``warehouse why``, the taint plan and the asset descriptions give; ``known``: what a caller asking about
+    many partitions found so far."""
+    if table.is_static:  # it reads nothing: it can always be built
+        return ""
+    since = first_buildable(catalog, table, known)
+    pdef = BY_PERIOD[table.period]
+    start = pdef.time_window_for_partition_key(partition).start
+    if since.partition is not None and start >= pdef.time_window_for_partition_key(since.partition).start:
+        return ""
+    first = f"the first one that can be is {since.partition}" if since.partition else "none of its first ones can be"
+    return f"can never be built: {since.reason}; {first}"
 
 
 def partitions_in_range(period: str, start: datetime, end: datetime) -> list[str]:

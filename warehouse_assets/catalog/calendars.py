@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
@@ -93,6 +93,13 @@ def _periods(timezone: str, start: date) -> Periods:
 def business_zone() -> ZoneInfo:
     """The current process's business timezone."""
     return ZoneInfo(periods().timezone)
+
+
+def business_time(at: float | datetime, timespec: str = "minutes") -> str:
+    """An instant in the business timezone, the partition keys' own, with its offset named (``2026-03-06 01:05+08:00``):
+    the UI and ``warehouse sql`` show instants in UTC, so a time printed without its zone would read as theirs."""
+    moment = datetime.fromtimestamp(at, UTC) if isinstance(at, int | float) else at
+    return moment.astimezone(business_zone()).isoformat(sep=" ", timespec=timespec)
 
 
 class _CurrentPeriods(dict[str, TimeWindowPartitionsDefinition]):

@@ -233,8 +233,26 @@ def _load_external(path: Path) -> ExternalTable:
     return _build(ExternalTable, path, _identity(header, path) | {"external": header.get("external")})
 
 
-def load_catalog(root: Path = TABLES_DIR) -> Catalog:
-    """Load and validate every declaration under ``root``."""
+def tables_dir() -> Path:
+    """The folder of the table declarations: ``WAREHOUSE_CATALOG_DIR``, by default the product's own (``tables/``
+    beside this module). A deployment, or a test of a running stack, keeps its tables elsewhere."""
+    from resources.settings import current, variable  # as calendars.py: resources import the catalog at load
+
+    configured = current().catalog_dir
+    if not configured:
+        return TABLES_DIR
+    root = Path(configured).expanduser().resolve()
+    if not root.is_dir():
+        raise CatalogError(
+            f"{variable('catalog_dir')}={configured!r}: {root} is no folder (expected a folder of table declarations, "
+            "<layer>/<table>.sql or .yaml)"
+        )
+    return root
+
+
+def load_catalog(root: Path | None = None) -> Catalog:
+    """Load and validate every declaration under ``root`` (default: :func:`tables_dir`)."""
+    root = tables_dir() if root is None else root
     catalog = Catalog()
     for path in sorted([*root.glob("*/*.sql"), *root.glob("*/*.yaml")]):
         table: Table

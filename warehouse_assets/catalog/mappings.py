@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from dagster import (
     PartitionMapping,
+    TimeWindow,
     TimeWindowPartitionMapping,
     TimeWindowPartitionsDefinition,
     partition_loading_context,
@@ -50,6 +51,13 @@ class MappedPartitions:
     nonexistent: list[str]  # needed but not a partition (yet): before the upstream's start, or in the future
 
 
+def first_window(pdef: TimeWindowPartitionsDefinition) -> TimeWindow | None:
+    """The first partition's window of ``pdef``, whether or not it has ended: Dagster's own answer is None until it
+    has (a month starting after today's), which would make every partition of a window "before the start"."""
+    with partition_loading_context(_FAR_FUTURE):
+        return pdef.get_first_partition_window()
+
+
 def mapped_upstream(
     mapping: PartitionMapping,
     own_def: TimeWindowPartitionsDefinition,
@@ -70,7 +78,7 @@ def mapped_upstream(
     result = mapping.get_upstream_mapped_partitions_result_for_partitions(
         downstream, own_u, up_u, current_time=_FAR_FUTURE
     )
-    first = up_def.get_first_partition_window()
+    first = first_window(up_def)
     keys: list[str] = []
     nonexistent: list[str] = []
     for key in result.partitions_subset.get_partition_keys():
@@ -192,7 +200,7 @@ def anchored_upstream(
     del windows[len(windows) + dep.end_offset :]  # offsets end at or before the anchor (the catalog's rule)
     if dep.mode == LATEST:
         windows = [w for w in windows if w.end.timestamp() <= window.end.timestamp()]
-    first = up_def.get_first_partition_window()
+    first = first_window(up_def)
     keys: list[str] = []
     nonexistent: list[str] = []
     for w in windows:

@@ -19,9 +19,11 @@ import os
 import socket
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
-from dagster import DagsterInstance
+from dagster import DagsterInstance, RunsFilter
+
+from warehouse_assets.catalog import business_time
 
 SENSOR_NAME = "dependency_center"  # the sensor that shows the engine, and the "Launched by" of its runs
 KEY = "warehouse/engine/heartbeat"  # in the instance's key-value store
@@ -105,8 +107,42 @@ def engine_status(instance: DagsterInstance, now: float | None = None) -> str:
     return text
 
 
+CURSOR_CHARS = 95  # what the tick list's Cursor column shows of a cursor before it cuts it with "…"
+
+
+@dataclass(frozen=True)
+class TickText:
+    """What one tick of the ``dependency_center`` sensor says. Dagster's tick list shows a skipped tick as "0 runs
+    requested" (the engine's runs are not the sensor's requests), its skip reason only when hovered, and the tick's
+    cursor in a column of its own: ``line`` is that cursor, short enough to be read there whole; ``message`` is the
+    skip reason and the tick's log line, the whole heartbeat."""
+
+    line: str
+    message: str
+
+
+def tick_text(instance: DagsterInstance, previous_tick: float | None, now: float | None = None) -> TickText:
+    """The runs the engine launched since the previous tick (``previous_tick``, epoch seconds; None: since the engine
+    started) and its heartbeat; :class:`EngineDown` when it is not running."""
+    now = time.time() if now is None else now
+    status = engine_status(instance, now)
+    heartbeat = read(instance)
+    assert heartbeat is not None  # engine_status raised otherwise
+    since = heartbeat.started_at if previous_tick is None else max(previous_tick, 0.0)
+    launched = instance.get_runs_count(
+        RunsFilter(tags={"dagster/sensor_name": SENSOR_NAME}, created_after=datetime.fromtimestamp(since, UTC))
+    )
+    window = "since the engine started" if previous_tick is None else "since the previous tick"
+    runs = f"{launched} run{'' if launched == 1 else 's'} launched {window}"
+    state = "FAILING (hover)" if heartbeat.failing else "alive"  # the reason is in the skip reason shown on hover
+    line = f"{runs}; engine {state}, beat {now - heartbeat.at:.0f} s ago, {heartbeat.pending} to submit"
+    if len(line) > CURSOR_CHARS:
+        line = line[: CURSOR_CHARS - 1] + "…"
+    return TickText(line, f"{runs}; {status}")
+
+
 def _clock(at: float) -> str:
-    return datetime.fromtimestamp(at).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
+    return business_time(at, "seconds")
 
 
 def _span(seconds: float) -> str:

@@ -63,10 +63,11 @@ class Stale:
     note: str  # "" or why no rebuild is due
 
     def describe(self, timezone: tzinfo) -> str:
-        """``stale: late data since 14:05 (3 changes), rebuild due 15:05 (policy every 1 h, lookback 3 d)``."""
+        """``stale: late data since 2026-03-06 14:05+08:00 (3 changes), rebuild due 2026-03-06 15:05+08:00 (policy every
+        1 h, lookback 3 d)``."""
 
-        def local(at: float) -> str:
-            return datetime.fromtimestamp(at, timezone).strftime("%Y-%m-%d %H:%M")
+        def local(at: float) -> str:  # its offset named: the UI shows instants in UTC
+            return datetime.fromtimestamp(at, timezone).isoformat(sep=" ", timespec="minutes")
 
         changes = f"{self.changes} late change{'s' if self.changes != 1 else ''}"
         when = f"rebuild due {local(self.due)}" if self.due is not None else self.note or "no rebuild due"

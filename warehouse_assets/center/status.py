@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 
 from dagster import AssetKey, PartitionKeyRange
 
-from warehouse_assets.catalog import BY_PERIOD, WHOLE, Catalog
+from warehouse_assets.catalog import BY_PERIOD, WHOLE, Catalog, business_time
 from warehouse_assets.center.ledger import Ledger
 from warehouse_assets.center.state_store import PartitionState, StateView
 
@@ -54,20 +54,20 @@ def status_lines(
     behind = f", {len(stale)} stale" if stale else ""
     out = [f"{fqn} ({table.period}): {len(keys)} partition(s), {done} materialized, {tainted} tainted{behind}"]
     for key in keys:
-        line = _line(found[key], [c.name for c in table.checks], zone)
+        line = _line(found[key], [c.name for c in table.checks])
         if key in stale and found[key].materialized:
             line += f"  {stale[key].describe(zone)}"
         out.append(f"  {key:<18} {line}")
     return out
 
 
-def _line(state: PartitionState, checks: Sequence[str], zone: ZoneInfo) -> str:
+def _line(state: PartitionState, checks: Sequence[str]) -> str:
     if state.in_progress:
         run = "in progress"
     elif not state.materialized:
         run = "failed" if state.failed else "missing"
     else:
-        when = datetime.fromtimestamp(state.timestamp or 0, zone).strftime("%Y-%m-%d %H:%M")
+        when = business_time(state.timestamp or 0)  # its offset named: the UI shows instants in UTC
         by = f"run {state.run_id[:8]}" if state.run_id else "reported"
         version = f", Delta v{state.delta_version}" if state.delta_version is not None else ""
         run = f"materialized {when} ({by}{version})"

@@ -45,9 +45,9 @@ from dagster import (
 )
 
 from warehouse_assets.build.compiler import max_partitions_per_run, topological
-from warehouse_assets.build.gate import span
+from warehouse_assets.build.gate import BuildableSearch, never_buildable, span
 from warehouse_assets.build.validity import Taint, taint_evaluation
-from warehouse_assets.catalog import BY_PERIOD, WHOLE, Catalog, Table, upstream_partitions
+from warehouse_assets.catalog import BY_PERIOD, WHOLE, Catalog
 from warehouse_assets.center.late_data import LANE_TAG, REBUILD_LANE
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import PartitionState, PartitionStateStore, StateView
@@ -141,7 +141,11 @@ class TaintPlan:
         for label, attr in [
             ("re-materialized since what was built from it (taken as corrected, not marked)", "corrected"),
             ("not built yet (they wait for the repair)", "waiting"),
-            ("can never be built (their window reaches before the warehouse start), left out", "never"),
+            (
+                "can never be built (their window reaches before the warehouse start or its first week or month; "
+                "`warehouse why` says how), left out",
+                "never",
+            ),
         ]:
             named = [(t.table, getattr(t, attr)) for t in self.tables if getattr(t, attr)]
             if named:
@@ -224,6 +228,7 @@ def plan_taint(
     now = now or datetime.now(UTC)
     roots = root_keys(catalog, table, start, end)
     closure = index.closure({table: roots}, now)
+    buildable = BuildableSearch()
     plans: list[TablePlan] = []
     for fqn in _in_dependency_order(catalog, closure):
         keys = closure[fqn]
@@ -242,7 +247,7 @@ def plan_taint(
                 plan.marked.append(key)
             elif t.is_source:
                 continue  # an ODS hour or a delivery not reported yet: nothing built from it either
-            elif _never_buildable(catalog, index, t, key, now):
+            elif never_buildable(catalog, t, key, buildable):  # the rule `warehouse why` and the descriptions give
                 plan.never.append(key)
             else:
                 plan.waiting.append(key)
@@ -272,19 +277,6 @@ def _corrected(
         found = states.states(AssetKey(catalog[downstream].key), keys)
         built.extend(s.storage_id for s in found.values() if s.storage_id is not None)
     return bool(built) and state.storage_id is not None and state.storage_id > max(built)
-
-
-def _never_buildable(catalog: Catalog, index: ReverseIndex, table: Table, key: str, now: datetime) -> bool:
-    """Some dependency of ``key`` needs partitions before its upstream's first one: it can never be built."""
-    for dep in table.deps:
-        if index.upstream_of(table.fqn, dep.table, key, now) is not None:
-            continue  # every partition of that window exists: the index's arithmetic, no mapping
-        up = upstream_partitions(catalog, table, dep, key, current_time=now)
-        first = BY_PERIOD[catalog[dep.table].period].get_first_partition_window()
-        windows = [BY_PERIOD[catalog[dep.table].period].time_window_for_partition_key(k) for k in up.nonexistent]
-        if first is not None and any(w.start < first.start for w in windows):
-            return True
-    return False
 
 
 def _in_dependency_order(catalog: Catalog, closure: dict[str, list[str]]) -> list[str]:

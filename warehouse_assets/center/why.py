@@ -46,10 +46,11 @@ from warehouse_assets.build.gate import (
     NONEXISTENT,
     TAINTED,
     WAIVED,
+    BuildableSearch,
     EdgeVerdict,
     Verdict,
     decide,
-    first_buildable,
+    never_buildable,
 )
 from warehouse_assets.build.validity import Taint
 from warehouse_assets.catalog import (
@@ -66,6 +67,7 @@ from warehouse_assets.catalog import (
     periods,
     upstream_partitions,
 )
+from warehouse_assets.center.heartbeat import EngineDown, engine_status
 from warehouse_assets.center.late_data import LOOKBACK
 from warehouse_assets.center.ledger import open_readonly
 from warehouse_assets.center.state_store import PartitionState, PartitionStateStore, StateView, default_path
@@ -171,6 +173,7 @@ class PartitionStates:
         self._shards: dict[str, Readiness] = {}  # per ODS table
         self._readiness: dict[tuple[str, str], Readiness] = {}  # per ODS table and local day
         self._runs: dict[str, RunRecord | None] = {}  # runs waiting to start, by id (None: not waiting)
+        self.calendar = BuildableSearch()  # each period's first partition, and which partitions can ever be built
 
     def status(self, fqn: str, keys: Sequence[str]) -> dict[str, str]:
         """The run status of partitions: materialized, missing, queued, in progress or failed."""
@@ -360,10 +363,11 @@ class PartitionStates:
         return self.partitions.reached_states(table, keys)
 
     def _never(self, fqn: str, key: str) -> str:
-        pdef = BY_PERIOD[self.catalog[fqn].period]
-        window = pdef.time_window_for_partition_key(key)
-        first = pdef.get_first_partition_key()
-        if first is None or window.start < pdef.time_window_for_partition_key(first).start:
+        period = self.catalog[fqn].period
+        window = BY_PERIOD[period].time_window_for_partition_key(key)
+        # the calendar's first partition, whether or not it has ended yet (Dagster's first key is None until then)
+        first = self.calendar.first_key(period)
+        if first is None or window.start < self.calendar.start(period, first):
             start = periods().start.isoformat()
             return f"before {fqn}'s first partition {first} (the warehouse starts {start}): it can never exist"
         return f"in the future: a partition once its window ends at {window.end:%Y-%m-%d %H:%M}"
@@ -513,29 +517,30 @@ def explain(
         report.own_state += f", {stale}"
     report.upstream = states.upstream(table, partition)
     waiting = [u for u in report.upstream if u.blocks]
-    never = _never_built(catalog, table, partition)
+    never = never_buildable(catalog, table, partition, states.calendar)
     if report.own_state in ("in progress", QUEUED):
         report.verdict = states.run_detail(fqn, partition) or report.own_state
+    elif table.is_source:
+        report.verdict = _source_verdict(table, states.states(fqn, [partition])[0])
     elif never:
-        report.root_causes = states.root_causes(waiting)
+        # what makes it unbuildable, not what else it waits for: a queued run upstream changes nothing
+        never_held = [u for u in waiting if u.state == NONEXISTENT or _cannot_be_built(catalog, u, states)]
+        report.root_causes = [c for c in states.root_causes(never_held) if c.state == NONEXISTENT]
         report.verdict = never
     elif (verdict := states.verdict(table, partition)).may_run:
-        report.verdict = (
-            f"all {len(report.upstream)} upstream partition(s) are materialized: ready"
-            + (f" to be {verdict.state}" if verdict.state is not None else "")
-            + (" (already materialized)" if own.materialized else "")
-        )
+        ready = f"all {len(report.upstream)} upstream partition(s) are materialized"
+        last = table.state_names[-1] if verdict.later else ""
+        if own.materialized:
+            report.verdict = f"{ready} and it is built" + (f", as {own.state}" if own.state else "")
+            if not verdict.later:
+                report.verdict += ": nothing to build (an upstream change rebuilds it, as its late_data policy says)"
+        else:
+            report.verdict = f"{ready}; " + _who_builds(instance, table, partition, report.own_state, now)
+            if verdict.state is not None:
+                report.verdict += f", as {verdict.state}"
         if verdict.later:
-            last = table.state_names[-1]
-            report.verdict += f"; {last} waits: " + "; ".join(verdict.later)
-        if (
-            not own.materialized
-            and not table.is_static  # one partition, whole: no window
-            and BY_PERIOD[table.period].time_window_for_partition_key(partition).end < now - LOOKBACK
-        ):
             report.verdict += (
-                f"; but it ended over {LOOKBACK.days} days ago, before the dependency center's lookback: nothing "
-                "builds it by itself — a backfill does (the UI's Materialize or Backfill on this partition)"
+                f"; {last} waits: " + "; ".join(verdict.later) + f" (the engine builds it as {last} once they are)"
             )
     else:
         report.root_causes = states.root_causes(waiting)
@@ -587,17 +592,51 @@ def _weak_notes(verdict: Verdict) -> list[str]:
     return notes
 
 
-def _never_built(catalog: Catalog, table: Table, partition: str) -> str:
-    """Why ``partition`` can never be built (its window reaches before the warehouse start), or ''."""
-    if table.is_static:  # it reads nothing: it can always be built
-        return ""
-    since = first_buildable(catalog, table)
-    pdef = BY_PERIOD[table.period]
-    start = pdef.time_window_for_partition_key(partition).start
-    if since.partition is not None and start >= pdef.time_window_for_partition_key(since.partition).start:
-        return ""
-    first = f"the first one that can be is {since.partition}" if since.partition else "none of its first ones can be"
-    return f"can never be built: {since.reason}; {first}"
+def _cannot_be_built(catalog: Catalog, entry: UpstreamState, states: PartitionStates) -> bool:
+    table = catalog[entry.table]
+    return not table.is_source and bool(never_buildable(catalog, table, entry.partition, states.calendar))
+
+
+def _source_verdict(table: Table, state: UpstreamState) -> str:
+    """What reports a source partition (an ODS hour, an external delivery) and why it has not yet."""
+    if state.state == READY:
+        return "reported: nothing waits"
+    if state.state in (CHECK_FAILED, TAINTED):
+        return f"reported, but {state.detail}: it is usable again once its source reports it anew with passing checks"
+    if table.is_ods:
+        what = "the ingestion (`ods_ingest`, launched by the `ods_landing` sensor) or the `ods_readiness` sensor"
+    else:
+        what = f"the `ext_{table.name}` sensor (or the dependency center's engine, which watches deliveries)"
+    reason = state.state + (f" — {state.detail}" if state.detail else "")
+    return f"not reported yet ({reason}); {what} reports it once it is complete"
+
+
+def _who_builds(instance: DagsterInstance, table: Table, partition: str, own_state: str, now: datetime) -> str:
+    """What builds a partition whose upstream is all ready, or that nothing will by itself, and why: never "ready"
+    alone, which would promise a run that nothing is going to start."""
+    if table.is_static:
+        if own_state == "failed":
+            return (
+                "its last build failed: the `static_tables` sensor builds it again only when its SQL changes — read "
+                "that run's log, fix the SQL (or materialize it from the UI)"
+            )
+        return "ready: the `static_tables` sensor builds it on its next tick (every 30 s)"
+    if own_state == "failed":
+        return (
+            "but its last run failed, and the dependency center requests a partition once per state of its upstream: "
+            "nothing builds it by itself until an upstream changes — read that run's log, then re-run it (the UI's "
+            "Materialize on this partition)"
+        )
+    if BY_PERIOD[table.period].time_window_for_partition_key(partition).end < now - LOOKBACK:
+        return (
+            f"but it ended over {LOOKBACK.days} days ago, before the dependency center's lookback: nothing builds it "
+            "by itself — a backfill does (the UI's Materialize or Backfill on this partition)"
+        )
+    try:
+        alive = engine_status(instance, now.timestamp())
+    except EngineDown as exc:
+        return f"but the dependency center's engine is not running, and nothing else builds it: {exc}"
+    return f"ready: the dependency center's engine submits its run ({alive.split(';')[0]})"
 
 
 class WhyConfig(Config):  # type: ignore[misc]

@@ -25,10 +25,12 @@ DEV_MARK = "WAREHOUSE_DEV_SESSION"  # in the environment of every process `wareh
 
 def simulate_externals(landing: Path, external_root: Path) -> None:
     """Let the simulated external producers deliver what is due by the CDC simulation's clock."""
-    from simulator.external import simulate_external_for_landing
+    from simulator.external import bad_cases, simulate_external_for_landing
 
     delivered = simulate_external_for_landing(landing, external_root)
     say(f"[sim] external producers: {len(delivered)} new deliveries under {external_root}")
+    for case in bad_cases(delivered):  # the warnings they cause in the engine's log are these, not a fault
+        say(f"[sim] a bad delivery on purpose, which the warehouse must handle: {case}")
 
 
 def _ensure_simulated(landing: Path, days: int, scale: float, tz: str, external_root: Path) -> None:

@@ -120,6 +120,8 @@ def status_command(args: argparse.Namespace, instance: Any) -> int:
 
 
 def _run_line(record: Any) -> str:
+    from warehouse_assets.catalog import business_time
+
     run = record.dagster_run
     what = run.job_name
     if run.asset_selection:
@@ -127,7 +129,7 @@ def _run_line(record: Any) -> str:
     tags = run.tags
     partition = tags.get("warehouse/partitions") or tags.get("dagster/partition", "")
     by = tags.get("dagster/sensor_name") or ("backfill" if "dagster/backfill" in tags else "manual")
-    return f"{run.run_id[:8]} {what} {partition} (by {by}, created {record.create_timestamp:%H:%M:%S})"
+    return f"{run.run_id[:8]} {what} {partition} (by {by}, created {business_time(record.create_timestamp, 'seconds')})"
 
 
 def _check_tables(names: Sequence[str]) -> None:

@@ -228,8 +228,9 @@ def export(rows: pa.Table, fmt: str, path: str | None) -> str | None:
     import io
     import json
 
-    from resources.lake_sql import SqlRefused
+    from resources.lake_sql import SqlRefused, portable
 
+    rows = portable(rows)
     if fmt == "parquet":
         if not path:
             raise SqlRefused("--format parquet needs --output FILE")
@@ -241,7 +242,7 @@ def export(rows: pa.Table, fmt: str, path: str | None) -> str | None:
         import pyarrow.csv as pacsv
 
         buffer = io.BytesIO()
-        pacsv.write_csv(rows, buffer)
+        pacsv.write_csv(_flat(rows), buffer)
         text = buffer.getvalue().decode()
     elif fmt == "json":
         text = "".join(json.dumps(r, default=str, ensure_ascii=False) + "\n" for r in python_rows(rows))
@@ -252,3 +253,17 @@ def export(rows: pa.Table, fmt: str, path: str | None) -> str | None:
             out.write(text)
         return None
     return text
+
+
+def _flat(rows: pa.Table) -> pa.Table:
+    """The rows with each nested column (a list, a struct, a map: ``collect_list`` on Spark) as JSON text, the one
+    thing a CSV cell can hold of them."""
+    import json
+
+    import pyarrow as pa
+
+    for n, column in enumerate(rows.columns):
+        if pa.types.is_nested(column.type):
+            text = [None if v is None else json.dumps(v, default=str, ensure_ascii=False) for v in column.to_pylist()]
+            rows = rows.set_column(n, rows.field(n).with_type(pa.string()), pa.array(text, pa.string()))
+    return rows

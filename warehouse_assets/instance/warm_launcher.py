@@ -9,7 +9,8 @@ session or JVM, so that forking it is safe. Per run it forks a child that re-ope
 (``Started process for run (pid: …)``, the cancellation and metrics threads, ``core_execute_run``).
 
 - Stale code: the zygote is retired and a new one started when a file of the code location's working directory
-  (its top-level ``.py`` files and packages, SQL and YAML included) changed since the zygote imported it.
+  (its top-level ``.py`` files and packages, SQL and YAML included) changed since the zygote imported it, or a file
+  under a folder named by one of the ``watch_env`` variables (the code location reads declarations from there).
 - Crashes: the zygote reports each child's exit; a child that exits before its run finished (killed, crashed) fails
   the run with its exit status. A dead zygote is restarted at the next launch; its orphaned children are watched by
   PID. Runs do not depend on the zygote once forked.
@@ -25,6 +26,7 @@ Configured in ``dagster_home/dagster.yaml``::
       class: WarmRunLauncher
       config:
         preload_modules: [pyspark.sql, delta]
+        watch_env: [WAREHOUSE_CATALOG_DIR]
 """
 
 from __future__ import annotations
@@ -67,10 +69,12 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
         self,
         preload_modules: Sequence[str] = (),
         startup_timeout_seconds: int = STARTUP_TIMEOUT_S,
+        watch_env: Sequence[str] = (),
         inst_data: ConfigurableClassData | None = None,
     ):
         self._inst_data = inst_data
         self.preload_modules = list(preload_modules)
+        self.watch_env = list(watch_env)
         self.startup_timeout_seconds = startup_timeout_seconds
         self._zygotes: dict[str, _Zygote] = {}
         self._lock = threading.Lock()
@@ -96,6 +100,15 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
                 is_required=False,
                 default_value=STARTUP_TIMEOUT_S,
                 description="How long the warm worker may take to import the code location.",
+            ),
+            "watch_env": Field(
+                Array(str),
+                is_required=False,
+                default_value=[],
+                description=(
+                    "Environment variables naming folders the code location reads when it loads (table declarations "
+                    "kept outside its working directory): a change of a file there restarts the warm worker too."
+                ),
             ),
         }
 
@@ -136,7 +149,7 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
             if zygote is None or not zygote.alive or zygote.stale():
                 if zygote is not None:
                     zygote.retire()
-                zygote = _Zygote(self, origin, self.preload_modules)
+                zygote = _Zygote(self, origin, self.preload_modules, self.watch_env)
                 self._zygotes[key] = zygote
         zygote.wait_ready(self.startup_timeout_seconds)  # raises with the zygote's error; at once when it is ready
         return zygote
@@ -235,10 +248,13 @@ def _proc_stat(pid: int) -> tuple[str, int] | None:
     return fields[0], int(fields[19])
 
 
-def source_roots(working_directory: str) -> list[Path]:
-    """What a code location imports from its working directory: top-level .py files and packages."""
+def source_roots(working_directory: str, watch_env: Sequence[str] = ()) -> list[Path]:
+    """What a code location imports from its working directory (top-level .py files and packages), and the folders
+    the ``watch_env`` variables name in this process's environment (unset or empty: none)."""
     root = Path(working_directory)
-    return sorted(p for p in root.iterdir() if (p.suffix == ".py" and p.is_file()) or (p / "__init__.py").is_file())
+    found = sorted(p for p in root.iterdir() if (p.suffix == ".py" and p.is_file()) or (p / "__init__.py").is_file())
+    watched = [Path(os.environ[name]).expanduser() for name in watch_env if os.environ.get(name, "").strip()]
+    return found + [folder.resolve() for folder in watched]
 
 
 def source_signature(roots: Sequence[Path]) -> tuple[tuple[str, int, int], ...]:
@@ -259,10 +275,16 @@ def source_signature(roots: Sequence[Path]) -> tuple[tuple[str, int, int], ...]:
 class _Zygote:
     """The launcher's handle on one warm process: requests on its stdin, answers on a pipe read by a thread."""
 
-    def __init__(self, launcher: WarmRunLauncher, origin: RepositoryPythonOrigin, preload: Sequence[str]):
+    def __init__(
+        self,
+        launcher: WarmRunLauncher,
+        origin: RepositoryPythonOrigin,
+        preload: Sequence[str],
+        watch_env: Sequence[str],
+    ):
         self.launcher, self.origin = launcher, origin
         working_directory = getattr(origin.code_pointer, "working_directory", None) or os.getcwd()
-        self.roots = source_roots(working_directory)
+        self.roots = source_roots(working_directory, watch_env)
         self.signature = source_signature(self.roots)  # before the import: an edit during it restarts next time
         executable = origin.executable_path or sys.executable
         if not os.path.exists(executable):
