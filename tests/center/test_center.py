@@ -141,7 +141,7 @@ def test_a_day_is_requested_once_all_its_24_hours_are_in_not_before(
     # few and short: what the Runs page shows of the run (the engine adds the sensor that launched it)
     assert day.tags == {
         "dagster/partition": "2026-03-05",
-        "dagster/priority": "-89",  # a DWD day resolved the next morning (NOW): see the queue's order below
+        "dagster/priority": "-99",  # a DWD day resolved the next morning (NOW): see the queue's order below
         "warehouse/request": day.request_id,
         "warehouse/trigger": "ods.src 2026-03-05-23:00 (checked, materialized)",
     }
@@ -205,8 +205,9 @@ def test_late_data_requests_the_downstream_day_again_once(instance: DagsterInsta
     }
     # dwd.day is built again: its run queues after every first build (dwd.lax's day was never built)
     priority = {plan.table: plan.priority for plan in plans}
-    assert priority == {"dwd.day": -189, "dwd.lax": -89}
-    assert run_priority("dwd.day", datetime(2026, 3, 5, tzinfo=TZ), NOW, rebuild=True) == -189
+    assert priority == {"dwd.day": -199, "dwd.lax": -99}
+    assert [plan.table for plan in plans] == ["dwd.lax", "dwd.day"]  # submitted in the queue's order
+    assert run_priority("dwd.day", datetime(2026, 3, 6, tzinfo=TZ), NOW, rebuild=True) == -199
     assert center.resolver.on_changes(changes, NOW) == []  # the same changes again: nothing new
     center.report("dwd.day", ["2026-03-05"])  # rebuilt after the late hour: nothing more
     assert "dwd.day" not in requested(center.step())
@@ -383,7 +384,7 @@ def test_a_ranged_run_names_its_range() -> None:
 
 def test_the_queue_takes_older_days_first_and_within_a_day_deeper_layers_first() -> None:
     now = datetime(2026, 3, 8, 1, 0, tzinfo=TZ)
-    day = {n: datetime(2026, 3, n, tzinfo=TZ) for n in (5, 6, 7)}
+    day = {n: datetime(2026, 3, n + 1, tzinfo=TZ) for n in (5, 6, 7)}  # each day's end
     order = sorted(
         [(t, n) for t in ("dwd.a", "dws.b", "ads.c") for n in day], key=lambda r: -run_priority(r[0], day[r[1]], now)
     )
@@ -392,11 +393,15 @@ def test_the_queue_takes_older_days_first_and_within_a_day_deeper_layers_first()
         ("ads.c", 6), ("dws.b", 6), ("dwd.a", 6),
         ("ads.c", 7), ("dws.b", 7), ("dwd.a", 7),
     ]  # fmt: skip
+    # when a day closes, its last hour's runs go before the closed day's chain, which takes minutes anyway
+    day_end = datetime(2026, 3, 8, tzinfo=TZ)
+    last_hour = run_priority("dws.h", day_end, now, hourly=True)
+    assert last_hour > max(run_priority(t, day_end, now) for t in ("dwd.a", "dws.b", "ads.c"))
     # all after what a user launches (priority 0), a month-old day included
     assert run_priority("ads.c", datetime(2026, 2, 1, tzinfo=TZ), now) < 0
     # a rebuild after every first build, a month-old one included
     rebuilds = [run_priority(t, day[n], now, rebuild=True) for t in ("dwd.a", "ads.c") for n in (5, 7)]
-    rebuilds.append(run_priority("ads.c", datetime(2026, 2, 1, tzinfo=TZ), now, rebuild=True))
+    rebuilds.append(run_priority("ads.c", datetime(2026, 2, 2, tzinfo=TZ), now, rebuild=True))
     assert max(rebuilds) < min(run_priority(t, day[n], now) for t in ("dwd.a", "ads.c") for n in (5, 7))
 
 

@@ -89,18 +89,25 @@ PRIORITY_TAG = "dagster/priority"  # Dagster's queue launches higher priorities 
 
 
 def run_priority(
-    table: str, first_partition_start: datetime | None, now: datetime | None, rebuild: bool = False
+    table: str,
+    first_partition_end: datetime | None,
+    now: datetime | None,
+    rebuild: bool = False,
+    hourly: bool = False,
 ) -> int:
-    """The queue priority of the engine's run of ``table`` whose first partition starts at ``first_partition_start``.
+    """The queue priority of the engine's run of ``table`` whose first partition's window ends at
+    ``first_partition_end``.
 
-    Older days first, and within a day deeper layers first: a catch-up finishes the oldest day's chain up to its
-    figures (ADS) before it starts the next day's, instead of building every day's DWD before any DWS. A ``rebuild``
-    (every partition of the run was built before: late data, a later state, a late upstream past its deadline) goes
-    after every first build: late changes to yesterday arrive all day, and the new hours must not wait behind
-    yesterday's chain being built again. Always below zero, so that a run a user launches (priority 0: the UI's
-    Materialize, a backfill) goes before the engine's."""
-    rank = {"dwd": 1, "dws": 2, "ads": 3}.get(table.split(".", 1)[0], 3)
-    age = 0 if first_partition_start is None or now is None else max(0, (now - first_partition_start).days)
+    Older partitions first (by the days since their window ended), and among those of the same day the hours first,
+    then deeper layers first: a catch-up finishes the oldest day's chain up to its figures (ADS) before it starts the
+    next day's, instead of building every day's DWD before any DWS; and when a day closes, its last hour, watched live,
+    is not queued behind the closed day's chain, which takes minutes anyway. A ``rebuild`` (every partition of the run
+    was built before: late data, a later state, a late upstream past its deadline) goes after every first build: late
+    changes to yesterday arrive all day, and the new hours must not wait behind yesterday's chain being built again.
+    Always below zero, so that a run a user launches (priority 0: the UI's Materialize, a backfill) goes before the
+    engine's."""
+    rank = {"dwd": 1, "dws": 2, "ads": 3}.get(table.split(".", 1)[0], 3) + (4 if hourly else 0)
+    age = 0 if first_partition_end is None or now is None else max(0, (now - first_partition_end).days)
     return (-200 if rebuild else -100) + 10 * min(age, 9) + rank
 
 
@@ -283,9 +290,9 @@ class Resolver:
         return self.on_changes([*missed, *self.store.update()], now, budget)
 
     def on_changes(self, changes: Iterable[Change], now: datetime, budget: float | None = None) -> list[RunPlan]:
-        """The runs ``changes`` (those of the store's latest update) made possible at ``now``, ordered by their first
-        partition's time; each partition of them is remembered as requested for its current upstream state, and the
-        store's cursor as resolved, in one transaction.
+        """The runs ``changes`` (those of the store's latest update) made possible at ``now``, in the queue's order
+        (:func:`run_priority`, then their first partition's time); each partition of them is remembered as requested
+        for its current upstream state, and the store's cursor as resolved, in one transaction.
 
         With ``budget`` (seconds), candidates are evaluated until it is spent (at least one), the backlog's after the
         new changes' and the clock's last; the others stay in the backlog, persisted in the same transaction."""
@@ -560,12 +567,15 @@ class Resolver:
         own_rebuild = states.rebuilt(table.fqn, partition)
         pdef = BY_PERIOD[table.period]
         window_end = pdef.time_window_for_partition_key(partition).end
+        newest = states.newest_built(table)
+        newest_end = max(window_end, pdef.time_window_for_partition_key(newest).end if newest else window_end)
         last = None if own_rebuild is None else datetime.fromtimestamp(own_rebuild.planned_at, UTC)
         policies = late_policies or [table.late_data]
         dues = [
             due_time(
                 policy,
                 window_end=window_end,
+                newest_end=newest_end,
                 since=datetime.fromtimestamp(since, UTC),
                 last_rebuild=last,
                 now=now,
@@ -788,7 +798,11 @@ class Resolver:
                 run.append(partition)
                 previous_end = window.end
             plans.append(self._plan(fqn, run, ready, now, states))
-        return sorted(plans, key=lambda p: (_start(self.catalog[p.table], p.partitions[0]), p.table))
+        # submitted in the queue's order: a run that fits is launched as it is submitted, so the first submitted
+        # takes the free slots
+        return sorted(
+            plans, key=lambda p: (-(p.priority or 0), _start(self.catalog[p.table], p.partitions[0]), p.table)
+        )
 
     def _plan(
         self,
@@ -799,14 +813,14 @@ class Resolver:
         states: _Snapshot,
     ) -> RunPlan:
         table = self.catalog[fqn]
-        start = BY_PERIOD[table.period].time_window_for_partition_key(run[0]).start
+        end = BY_PERIOD[table.period].time_window_for_partition_key(run[0]).end
         rebuild = all(states.state(table, partition).materialized for partition in run)
         late = tuple((p, states.rebuilds[(fqn, p)].changes) for p in run if (fqn, p) in states.rebuilds)
         return RunPlan(
             fqn,
             tuple(run),
             ready[(fqn, run[0])][0],
-            priority=run_priority(fqn, start, now, rebuild),
+            priority=run_priority(fqn, end, now, rebuild, hourly=table.period == "hourly"),
             rebuild=rebuild,
             late_changes=late,
         )
@@ -887,6 +901,7 @@ class _Snapshot:
         self._rebuilt_rows: dict[tuple[str, str], Rebuild | None] = {}
         self._seen: dict[tuple[str, str], PartitionState] = {}
         self._repairing: dict[str, bool] = {}
+        self._newest: dict[str, str | None] = {}
         # taints planned after late failed verdicts, held here until their root is materialized again: the run
         # marking them is on its way, and nothing may be built on them meanwhile
         self._holds: dict[tuple[str, str, int], tuple[Taint, list[tuple[str, str, int]]]] = {}
@@ -958,6 +973,12 @@ class _Snapshot:
             backfill = self.store.instance.get_backfill(backfill_id)
             self._repairing[backfill_id] = backfill is not None and backfill.status.value == "REQUESTED"
         return self._repairing[backfill_id]
+
+    def newest_built(self, table: Table) -> str | None:
+        """The table's latest partition that holds data, read once per call."""
+        if table.fqn not in self._newest:
+            self._newest[table.fqn] = self.store.newest_built(AssetKey(table.key))
+        return self._newest[table.fqn]
 
     def states(self, table: Table, keys: Sequence[str]) -> dict[str, PartitionState]:
         missing = [k for k in keys if (table.fqn, k) not in self._seen]
