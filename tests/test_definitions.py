@@ -98,6 +98,7 @@ PRODUCTION_SENSORS = {
     "ext_marketing_spend",
     "ext_fx_rate",
     "freshness_slas",
+    "sla_forecast",
     "static_tables",
 }
 

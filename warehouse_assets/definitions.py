@@ -18,7 +18,7 @@ from resources import resources_from_env
 from resources.settings import Settings, current, using
 from sensors.center import build_dependency_center_sensor
 from sensors.external import build_external_sensors
-from sensors.freshness import build_freshness_sensor
+from sensors.freshness import build_forecast_sensor, build_freshness_sensor
 from sensors.ods import build_landing_sensor, build_ods_checks_sensor, build_readiness_sensor
 from sensors.static import build_static_sensor
 from sensors.zorder import build_zorder_sensor
@@ -99,6 +99,7 @@ def _build(catalog: Catalog, settings: Settings) -> Definitions:
             build_zorder_sensor(catalog, zorder_job),
             *build_external_sensors(catalog),
             build_freshness_sensor(catalog),
+            build_forecast_sensor(catalog),
             build_dependency_center_sensor(catalog),
             *build_static_sensor(catalog),
         ],

@@ -154,11 +154,14 @@ def test_every_sla_compiles_to_a_non_blocking_partitioned_check() -> None:
     assert {"ads.daily_gmv", "ads.marketing_roi"} | {t.fqn for t in CATALOG.ods()} <= with_sla
     freshness = {".".join(k.asset_key.path) for k in graph.asset_check_keys if k.name == "freshness"}
     assert freshness == with_sla
+    # and to its early warning, reported by the sla_forecast sensor
+    assert {".".join(k.asset_key.path) for k in graph.asset_check_keys if k.name == "sla_forecast"} == with_sla
     for fqn in with_sla:
-        node = graph.get(AssetCheckKey(AssetKey(fqn.split(".")), "freshness"))
-        assert not node.blocking
-        assert node.partitions_def is not None
-        assert node.partitions_def == graph.get(AssetKey(fqn.split("."))).partitions_def
+        for name in ("freshness", "sla_forecast"):
+            node = graph.get(AssetCheckKey(AssetKey(fqn.split(".")), name))
+            assert not node.blocking
+            assert node.partitions_def is not None
+            assert node.partitions_def == graph.get(AssetKey(fqn.split("."))).partitions_def
     sensor = next(s for s in defs.sensors or [] if s.name == "freshness_slas")
     assert sensor.minimum_interval_seconds == 60
 

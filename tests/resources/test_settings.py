@@ -238,4 +238,4 @@ def test_every_interval_reaches_its_sensor() -> None:
     assert "warehouse_automation" not in sensors  # the engine process starts downstream runs (warehouse engine)
     assert sensors["ods_quality_checks"] == 32
     assert {v for k, v in sensors.items() if k.startswith("ext_")} == {33}
-    assert sensors["freshness_slas"] == 34
+    assert sensors["freshness_slas"] == sensors["sla_forecast"] == 34

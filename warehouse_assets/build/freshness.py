@@ -82,6 +82,9 @@ class Freshness(Check):
 
 CHECK_NAME = Freshness.kind
 FRESHNESS = Freshness()
+# the early warning of the same SLA: a partition predicted to miss its deadline, reported before the deadline by the
+# ``sla_forecast`` sensor (the prediction: :mod:`warehouse_assets.center.eta`)
+FORECAST_CHECK_NAME = "sla_forecast"
 _PERIOD_PAD = {"hourly": timedelta(hours=1), "daily": timedelta(days=1), "weekly": timedelta(days=7)}
 
 
@@ -161,10 +164,10 @@ def judge(table: Table, partition_key: str, due: datetime, materialized: datetim
     )
 
 
-def judged(instance: DagsterInstance, table: Table, partition_key: str) -> bool:
-    """Whether the partition already has a run-less freshness evaluation (the sensor's; Dagster stores one)."""
+def judged(instance: DagsterInstance, table: Table, partition_key: str, check_name: str = CHECK_NAME) -> bool:
+    """Whether the partition already has a run-less evaluation of the check (a sensor's; Dagster stores one)."""
     history = instance.event_log_storage.get_asset_check_execution_history(
-        AssetCheckKey(AssetKey(table.key), CHECK_NAME), limit=20, partition_filter=PartitionKeyFilter(key=partition_key)
+        AssetCheckKey(AssetKey(table.key), check_name), limit=20, partition_filter=PartitionKeyFilter(key=partition_key)
     )
     return any(not record.run_id for record in history)
 
@@ -177,6 +180,20 @@ def freshness_spec(table: Table) -> AssetCheckSpec:
         blocking=False,
         partitions_def=BY_PERIOD[table.period],
         metadata={"kind": "freshness", "sla": _sla(table).describe(), "declared_in": table.path.name},
+    )
+
+
+def forecast_spec(table: Table) -> AssetCheckSpec:
+    return AssetCheckSpec(
+        FORECAST_CHECK_NAME,
+        asset=AssetKey(table.key),
+        description=(
+            f"Early SLA warning: each partition predicted to miss its deadline ({_sla(table).describe()}) is warned "
+            "about before it, naming the critical path (non-blocking; reported by the sla_forecast sensor)"
+        ),
+        blocking=False,
+        partitions_def=BY_PERIOD[table.period],
+        metadata={"kind": "sla_forecast", "sla": _sla(table).describe(), "declared_in": table.path.name},
     )
 
 
@@ -208,8 +225,11 @@ def build_freshness_check(table: Table) -> AssetChecksDefinition:
 
     @multi_asset_check(
         name=f"{table.layer}_{table.name}_freshness",
-        specs=[freshness_spec(table)],
-        description="Evaluated by the freshness_slas sensor; executing it judges the partition as of now.",
+        specs=[freshness_spec(table), forecast_spec(table)],
+        description=(
+            "Evaluated by the freshness_slas sensor (the verdict at the deadline; executing it judges the partition "
+            "as of now) and the sla_forecast sensor (the warning before it)."
+        ),
         can_subset=True,  # may yield nothing: it does when it rides along with a materialization run
     )
     def _freshness(context: AssetCheckExecutionContext) -> Iterator[AssetCheckEvaluation]:
@@ -217,6 +237,12 @@ def build_freshness_check(table: Table) -> AssetChecksDefinition:
             context.log.info(
                 f"{table.fqn}: the freshness verdict is reported by the freshness_slas sensor at each "
                 "partition's deadline; nothing to judge in a materialization run"
+            )
+            return
+        if AssetCheckKey(asset_key, CHECK_NAME) not in context.selected_asset_check_keys:
+            context.log.info(
+                f"{table.fqn}: the {FORECAST_CHECK_NAME} warning is reported by the sla_forecast sensor while a "
+                "partition is predicted to miss its deadline; `warehouse why` shows the prediction"
             )
             return
         now = datetime.now(business_zone())

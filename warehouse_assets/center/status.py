@@ -4,13 +4,14 @@ which Delta version), valid or tainted (why, from where), and each declared chec
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from dagster import AssetKey, PartitionKeyRange
 
 from warehouse_assets.catalog import BY_PERIOD, WHOLE, Catalog, business_time
+from warehouse_assets.center.eta import Prediction
 from warehouse_assets.center.ledger import Ledger
 from warehouse_assets.center.state_store import PartitionState, StateView
 
@@ -41,10 +42,16 @@ def status_keys(
 
 
 def status_lines(
-    catalog: Catalog, states: StateView, fqn: str, keys: Sequence[str], ledger: Ledger | None = None
+    catalog: Catalog,
+    states: StateView,
+    fqn: str,
+    keys: Sequence[str],
+    ledger: Ledger | None = None,
+    predict: Callable[[str, str], Prediction] | None = None,
 ) -> list[str]:
     """One line per partition; with the dependency center's ``ledger``, the partitions behind their inputs (late data
-    waiting for its policy) say so."""
+    waiting for its policy) say so; with ``predict`` (table, partition → its prediction), a partition not built says
+    when it is expected and through which chain."""
     table = catalog[fqn]
     found = states.states(AssetKey(table.key), keys)
     stale = ledger.stale(fqn, keys) if ledger is not None else {}
@@ -57,6 +64,10 @@ def status_lines(
         line = _line(found[key], [c.name for c in table.checks])
         if key in stale and found[key].materialized:
             line += f"  {stale[key].describe(zone)}"
+        if predict is not None and not found[key].materialized:
+            prediction = predict(fqn, key)
+            sla = prediction.against_sla(table)
+            line += f"  {prediction.short(zone)}" + (f", {sla}" if sla else "")
         out.append(f"  {key:<18} {line}")
     return out
 

@@ -20,6 +20,7 @@ table and partition in its config; the answer is in the run's log and output met
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from dagster import (
@@ -27,6 +28,7 @@ from dagster import (
     Config,
     DagsterInstance,
     DagsterRunStatus,
+    MetadataValue,
     OpExecutionContext,
     Output,
     PartitionKeyRange,
@@ -67,6 +69,7 @@ from warehouse_assets.catalog import (
     periods,
     upstream_partitions,
 )
+from warehouse_assets.center.eta import Prediction, instance_predictor, timeline_markdown
 from warehouse_assets.center.heartbeat import EngineDown, engine_status
 from warehouse_assets.center.late_data import LOOKBACK
 from warehouse_assets.center.ledger import open_readonly
@@ -111,12 +114,19 @@ class WhyReport:
     root_causes: list[UpstreamState] = field(default_factory=list)
     verdict: str = ""
     own_taint: Taint | None = None  # the partition itself is tainted: its repair rebuilds it
+    prediction: Prediction | None = None  # when it is expected to be ready, if it is not built
+    sla: str = ""  # the prediction against its SLA deadline
 
     def lines(self) -> list[str]:
         out = [f"{self.table} {self.partition}: {self.own_state}"]
         if self.own_taint is not None:
             out[0] += f", {self.own_taint.describe()}"
         out.extend(u.line() for u in self.upstream)
+        if self.prediction is not None:
+            zone = ZoneInfo(BY_PERIOD["daily"].timezone)
+            when = self.prediction.at(zone).strftime("%Y-%m-%d %H:%M")
+            out.append(f"predicted ready: ~{when}" + (f" ({self.sla})" if self.sla else ""))
+            out.append(f"critical path: {self.prediction.chain()}; set by {self.prediction.path[0].describe(zone)}")
         if self.root_causes:
             out.append("root causes:")
             out.extend(_grouped(self.root_causes))
@@ -504,7 +514,10 @@ def explain(
     except PartitionKeyError as exc:
         if exc.kind not in ("before_start", "unfinished", "future"):
             raise
-        return WhyReport(fqn, partition, NOT_YET if exc.exists_later else NEVER, verdict=exc.message)
+        report = WhyReport(fqn, partition, NOT_YET if exc.exists_later else NEVER, verdict=exc.message)
+        if exc.exists_later:
+            _predict(report, instance, catalog, table, PartitionStateStore(instance).view(), now)
+        return report
     states = PartitionStates(instance, catalog, store, landing, external, current_time=now)
     report = WhyReport(fqn, partition, states.status(fqn, [partition])[partition])
     report.own_taint = states.states(fqn, [partition])[0].taint
@@ -549,7 +562,17 @@ def explain(
             f"waiting for {len(waiting)} of {len(report.upstream)} upstream partition(s); "
             f"first: {first.table} {first.partition} ({first.state})"
         ) + "".join(f"; {note}" for note in _weak_notes(states.verdict(table, partition)))
+    if not own.materialized and not never:
+        _predict(report, instance, catalog, table, states.partitions, now)
     return report
+
+
+def _predict(
+    report: WhyReport, instance: DagsterInstance, catalog: Catalog, table: Table, view: StateView, now: datetime
+) -> None:
+    """The partition's predicted finish and critical path (:mod:`warehouse_assets.center.eta`), and against its SLA."""
+    report.prediction = instance_predictor(instance, catalog, view, now).predict(table.fqn, report.partition)
+    report.sla = report.prediction.against_sla(table)
 
 
 def _stale(instance: DagsterInstance, fqn: str, partition: str) -> str | None:
@@ -639,6 +662,18 @@ def _who_builds(instance: DagsterInstance, table: Table, partition: str, own_sta
     return f"ready: the dependency center's engine submits its run ({alive.split(';')[0]})"
 
 
+def _prediction_metadata(report: WhyReport) -> dict[str, Any]:
+    """The prediction as the UI shows it: the finish, and its critical path drawn as a timeline."""
+    if report.prediction is None:
+        return {}
+    zone = ZoneInfo(BY_PERIOD["daily"].timezone)
+    title = f"{report.table} {report.partition}"
+    return {
+        "predicted_finish": report.prediction.at(zone).isoformat(timespec="seconds"),
+        "prediction": MetadataValue.md(timeline_markdown([report.prediction], zone, title)),
+    }
+
+
 class WhyConfig(Config):  # type: ignore[misc]
     table: str  # e.g. "dwd.order_detail"
     partition: str  # e.g. "2026-03-02"
@@ -666,6 +701,7 @@ def build_why_job(catalog: Catalog):  # type: ignore[no-untyped-def]
                 "waiting_on": sum(1 for u in report.upstream if u.blocks),
                 "root_causes": len(report.root_causes),
                 "report": "\n".join(report.lines()),
+                **_prediction_metadata(report),
             },
         )
 

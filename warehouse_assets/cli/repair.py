@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import UTC, datetime
 from typing import Any
 
 
@@ -63,6 +64,7 @@ def taint_command(args: argparse.Namespace, instance: Any) -> int:
 def table_status_command(args: argparse.Namespace, instance: Any) -> int:
     """Each partition of ``args.table`` in ``args.range``: materialized, valid or tainted, its checks."""
     from warehouse_assets.catalog import load_catalog
+    from warehouse_assets.center.eta import instance_predictor
     from warehouse_assets.center.ledger import open_readonly
     from warehouse_assets.center.state_store import PartitionStateStore
     from warehouse_assets.center.status import status_keys, status_lines
@@ -73,7 +75,9 @@ def table_status_command(args: argparse.Namespace, instance: Any) -> int:
     ledger = open_readonly(store.path)
     try:
         keys = status_keys(catalog, args.table, start, end)
-        print("\n".join(status_lines(catalog, store.view(), args.table, keys, ledger)))
+        view = store.view()
+        predictor = instance_predictor(instance, catalog, view, datetime.now(UTC))
+        print("\n".join(status_lines(catalog, view, args.table, keys, ledger, predictor.predict)))
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -1,0 +1,692 @@
+"""When will a partition be ready? A predicted finish, the critical path that sets it, and an early SLA warning.
+
+The prediction walks the partition's exact upstream partitions (the reverse index's arithmetic, as the gate reads
+them) down to what is already known, and adds up, along the chain that ends last:
+
+* a **materialized** partition is ready when it was materialized (a tainted one, or one whose blocking checks failed,
+  is built again: it counts as not built);
+* a **source** partition (an ODS hour, an external delivery) arrives at its window's end plus the delay its table's
+  recent partitions took to be reported (the median; once the partition is later than that, the median of the
+  recent delays longer than what it has waited so far; once it is later than every one of them, a little after now);
+* a **running** partition ends its run's start plus the table's expected run time (at the earliest now);
+* a **queued** partition starts when the runs ahead of it in Dagster's queue (by priority, then age) have left a
+  slot free, on the instance's ``max_concurrent_runs`` slots, each run taking its table's expected time;
+* any other partition starts when its last upstream partition is ready, at the earliest once its own window has
+  ended (it does not exist before), now, and once the runs queued now have left a slot free; it takes its table's
+  expected run time.
+
+A table's expected run time is the median of its recent successful runs (``recent``, start to end: what a waiting
+downstream sees); failed runs do not count; with fewer than ``min_runs`` of them the figure is not trusted and a
+default is used instead. Airflow's deadline alerts take the mean of one DAG's last runs; the median resists the one
+slow run of a noisy table, and the chain is what no single DAG's figure gives.
+
+The critical path is the chain of partitions that sets the time: from the partition back through, at each step, the
+upstream partition that is ready last, down to a partition whose time is known or learned (a source's arrival, a run
+in progress or queued). When a partition's predicted finish passes its freshness SLA's deadline
+(:func:`warehouse_assets.build.freshness.deadline`) before that deadline, :func:`forecast_tick` raises a warning: the
+``sla_forecast`` check (non-blocking, severity WARN, one per partition) naming the path, with the day's timeline of
+predictions as Markdown and a Mermaid chart in its metadata. The freshness check itself still judges at the
+deadline.
+
+Everything here but the ``instance_*`` readers and :class:`CatalogGraph` is a pure function of (graph, states,
+history, queue, now): tests pin all of them.
+"""
+
+from __future__ import annotations
+
+import heapq
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Protocol
+from zoneinfo import ZoneInfo
+
+from warehouse_assets.build.freshness import FORECAST_CHECK_NAME, due_between
+from warehouse_assets.build.freshness import deadline as sla_deadline
+from warehouse_assets.catalog import BY_PERIOD, WHOLE, Catalog, Table, upstream_partitions
+
+if TYPE_CHECKING:
+    from dagster import AssetCheckEvaluation, DagsterInstance
+
+    from warehouse_assets.center.reverse_index import ReverseIndex
+    from warehouse_assets.center.state_store import PartitionState
+
+Node = tuple[str, str]  # (table fqn, partition key)
+
+MIN_RUNS = 3  # successful runs before a table's own figure is trusted
+RECENT = 10  # the runs (and source deliveries) a figure is taken from, newest first
+DEFAULT_RUN_S = 300.0  # a table's run time until it has MIN_RUNS successful runs
+DEFAULT_ARRIVAL_S = 600.0  # a source's delay after its window end until it has MIN_RUNS reported partitions
+OVERDUE_STEP_S = 300.0  # a source later than all its history: expected this long after now
+# how far past now the dependency windows are read: a partition not yet ended (tomorrow's day, this month) needs
+# upstream partitions that do not exist yet, which the prediction still has to time
+LOOKAHEAD = timedelta(days=40)
+
+MATERIALIZED, ARRIVES, RUNNING, QUEUED, RUNS = "materialized", "arrives", "running", "queued", "runs"
+
+
+# --- inputs ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Seen:
+    """A partition as the prediction sees it now."""
+
+    ready_at: float | None = None  # materialized (and usable) at; None: not built
+    started_at: float | None = None  # a run that builds it has been running since
+    queued: bool = False  # a run that builds it is queued
+
+
+NOT_BUILT = Seen()
+
+
+class PartitionGraph(Protocol):
+    """The exact upstream partitions of a partition, and its window's end."""
+
+    def upstream(self, node: Node) -> Sequence[Node]: ...
+
+    def is_source(self, table: str) -> bool: ...
+
+    def window_end(self, node: Node) -> float: ...
+
+
+class States(Protocol):
+    def seen(self, table: str, keys: Sequence[str]) -> Mapping[str, Seen]: ...
+
+
+@dataclass(frozen=True)
+class RunTime:
+    """One finished run of a table: how long it took and whether it succeeded."""
+
+    seconds: float
+    succeeded: bool = True
+
+
+@dataclass(frozen=True)
+class Estimate:
+    seconds: float
+    runs: int  # successful runs it is taken from
+    trusted: bool  # at least ``min_runs`` of them; else ``seconds`` is the default
+
+
+@dataclass(frozen=True)
+class History:
+    """What the instance says happened: per table its recent runs (newest first), per source table the delays after
+    their window's end with which its recent partitions were reported (newest first)."""
+
+    runs: Mapping[str, Sequence[RunTime]] = field(default_factory=dict)
+    arrivals: Mapping[str, Sequence[float]] = field(default_factory=dict)
+    min_runs: int = MIN_RUNS
+    recent: int = RECENT
+    default_run_s: float = DEFAULT_RUN_S
+    default_arrival_s: float = DEFAULT_ARRIVAL_S
+
+    def run_time(self, table: str) -> Estimate:
+        """The table's expected run time: the median of its last ``recent`` successful runs, failed ones left out."""
+        good = [r.seconds for r in self.runs.get(table, ()) if r.succeeded][: self.recent]
+        if len(good) < self.min_runs:
+            return Estimate(self.default_run_s, len(good), False)
+        return Estimate(statistics.median(good), len(good), True)
+
+    def arrival_delay(self, table: str, waited: float) -> float:
+        """How long after its window's end a source partition is expected, having waited ``waited`` seconds since
+        then without arriving (negative: the window has not ended)."""
+        delays = list(self.arrivals.get(table, ()))[: self.recent]
+        if len(delays) < self.min_runs:  # nothing to learn from: the default, and once past it, soon after now
+            return self.default_arrival_s if waited <= self.default_arrival_s else waited + OVERDUE_STEP_S
+        later = [d for d in delays if d > waited]
+        if later:
+            return statistics.median(later)
+        return waited + OVERDUE_STEP_S  # later than ever: soon, but nobody knows when
+
+
+@dataclass(frozen=True)
+class QueuedRun:
+    """A run in Dagster's queue (or in progress), with the partitions it builds, in the queue's order."""
+
+    table: str
+    partitions: tuple[str, ...]
+    started_at: float | None = None  # in progress since; None: queued
+
+
+@dataclass(frozen=True)
+class Queue:
+    """The runs in progress and queued (queued ones in the order the queue launches them) and the slots."""
+
+    runs: Sequence[QueuedRun] = ()
+    slots: int | None = None  # the instance's max_concurrent_runs; None: unlimited
+
+    def __post_init__(self) -> None:
+        if self.slots is not None and self.slots < 1:
+            raise ValueError(f"a queue needs at least one slot (or None: unlimited), got slots={self.slots}")
+
+    def starts(self, history: History, now: float) -> tuple[dict[Node, float], float]:
+        """When each queued partition's run is expected to start, and when a slot is expected free after every
+        queued run has started (what a run submitted now waits for)."""
+        running = [r for r in self.runs if r.started_at is not None]
+        waiting = [r for r in self.runs if r.started_at is None]
+        if self.slots is None:
+            return {(r.table, k): now for r in waiting for k in r.partitions}, now
+        free = sorted(max(now, (r.started_at or 0.0) + history.run_time(r.table).seconds) for r in running)
+        # more runs in progress than slots (the limit was lowered): a slot frees when the excess has ended
+        free = free[len(free) - self.slots :] if len(free) > self.slots else free
+        free += [now] * max(0, self.slots - len(free))
+        heapq.heapify(free)
+        starts: dict[Node, float] = {}
+        for run in waiting:
+            start = heapq.heappop(free)
+            starts.update(((run.table, k), start) for k in run.partitions)
+            heapq.heappush(free, start + history.run_time(run.table).seconds)
+        return starts, (free[0] if free else now)
+
+
+# --- the prediction -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Step:
+    """One partition on a critical path: how its time is set."""
+
+    table: str
+    partition: str
+    kind: str  # materialized | arrives | running | queued | runs
+    finish: float  # ready at (epoch seconds)
+    start: float | None = None  # its run starts (running, queued, runs)
+    run: Estimate | None = None  # the run time used (running, queued, runs)
+
+    def describe(self, zone: ZoneInfo) -> str:
+        at = _clock(self.finish, zone)
+        if self.kind == MATERIALIZED:
+            return f"{self.table} {self.partition} materialized {at}"
+        if self.kind == ARRIVES:
+            return f"{self.table} {self.partition} arrives ~{at}"
+        assert self.start is not None and self.run is not None
+        figure = _minutes(self.run.seconds) + (
+            f" (median of {self.run.runs} runs)"
+            if self.run.trusted
+            else f" (default: {self.run.runs} successful runs known)"
+        )
+        start = {RUNNING: "running since ", QUEUED: "queued, starts ~", RUNS: "runs ~"}[self.kind]
+        return f"{self.table} {self.partition} {start}{_clock(self.start, zone)} for {figure}, ready ~{at}"
+
+
+@dataclass(frozen=True)
+class Prediction:
+    table: str
+    partition: str
+    finish: float  # epoch seconds
+    path: tuple[Step, ...]  # the critical path, from where it starts to the partition itself
+
+    @property
+    def known(self) -> bool:
+        """Already materialized: nothing is predicted."""
+        return self.path[-1].kind == MATERIALIZED
+
+    def at(self, zone: ZoneInfo) -> datetime:
+        return datetime.fromtimestamp(self.finish, zone)
+
+    def critical_path(self, zone: ZoneInfo) -> str:
+        return " → ".join(step.describe(zone) for step in self.path)
+
+    def line(self, zone: ZoneInfo) -> str:
+        return f"predicted ready ~{_clock(self.finish, zone)}; critical path: {self.critical_path(zone)}"
+
+    def chain(self) -> str:
+        """The path's partitions, a table's consecutive ones (a self-dependent run of days) as one span."""
+        groups: list[list[Step]] = []
+        for step in self.path:
+            if groups and groups[-1][0].table == step.table:
+                groups[-1].append(step)
+            else:
+                groups.append([step])
+        return " → ".join(
+            f"{g[0].table} {g[0].partition}"
+            if len(g) == 1
+            else f"{g[0].table} {g[0].partition}…{g[-1].partition} ({len(g)})"
+            for g in groups
+        )
+
+    def short(self, zone: ZoneInfo) -> str:
+        """The finish and the path's partitions, without how each is timed: one line of ``warehouse status``."""
+        return f"predicted ready ~{_clock(self.finish, zone)} (critical path: {self.chain()})"
+
+    def against_sla(self, table: Table) -> str:
+        """The prediction against the partition's SLA deadline, in words; '' without an SLA."""
+        if table.sla is None:
+            return ""
+        due = sla_deadline(table, self.partition)
+        late = self.finish - due.timestamp()
+        if late > 0:
+            return f"SLA deadline {due:%Y-%m-%d %H:%M}: predicted {_minutes(late)} late"
+        return f"SLA deadline {due:%Y-%m-%d %H:%M}: predicted {_minutes(-late)} early"
+
+
+class Predictor:
+    """Predictions over one view of the warehouse at ``now``; partitions shared by several predictions are timed once
+    (a sensor tick predicting a day's tables, a bench predicting at one moment)."""
+
+    def __init__(
+        self,
+        graph: PartitionGraph,
+        states: States,
+        history: History,
+        now: float,
+        queue: Queue | None = None,
+    ):
+        self.graph, self.states, self.history, self.now = graph, states, history, now
+        self._queued_start, self._queue_free = (queue or Queue()).starts(history, now)
+        self._seen: dict[Node, Seen] = {}
+        self._upstream: dict[Node, Sequence[Node]] = {}
+        self._step: dict[Node, Step] = {}
+        self._via: dict[Node, Node | None] = {}
+
+    def predict(self, table: str, partition: str) -> Prediction:
+        target = (table, partition)
+        self._discover(target)
+        self._time(target)
+        path: list[Step] = []
+        node: Node | None = target
+        while node is not None:
+            path.append(self._step[node])
+            node = self._via[node]
+        return Prediction(table, partition, self._step[target].finish, tuple(reversed(path)))
+
+    def _discover(self, target: Node) -> None:
+        """Read the state of every partition the target waits for, breadth first, one query per table and level;
+        a partition that is built, running or queued ends its branch."""
+        frontier = [target] if target not in self._seen else []
+        while frontier:
+            wanted: dict[str, list[str]] = {}
+            for table, key in frontier:
+                wanted.setdefault(table, []).append(key)
+            for table, keys in wanted.items():
+                found = self.states.seen(table, keys)
+                self._seen.update(((table, k), found.get(k, NOT_BUILT)) for k in keys)
+            following: dict[Node, None] = {}
+            for node in frontier:
+                seen = self._seen[node]
+                if seen.ready_at is not None or seen.started_at is not None or seen.queued:
+                    continue
+                if self.graph.is_source(node[0]):
+                    continue
+                ups = self._upstream[node] = self.graph.upstream(node)
+                following.update((u, None) for u in ups if u not in self._seen)
+            frontier = list(following)
+
+    def _time(self, target: Node) -> None:
+        """Each discovered partition's finish, upstream first (iteratively: a self-dependent chain can be long)."""
+        stack: list[tuple[Node, bool]] = [(target, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if node in self._step:
+                continue
+            ups = self._upstream.get(node, ())
+            if not expanded and any(u not in self._step for u in ups):
+                stack.append((node, True))
+                stack.extend((u, False) for u in ups if u not in self._step)
+                continue
+            self._step[node], self._via[node] = self._finish(node, ups)
+
+    def _finish(self, node: Node, ups: Sequence[Node]) -> tuple[Step, Node | None]:
+        table, key = node
+        seen, now = self._seen[node], self.now
+        if seen.ready_at is not None:
+            return Step(table, key, MATERIALIZED, seen.ready_at), None
+        run = self.history.run_time(table)
+        if seen.started_at is not None:
+            return Step(table, key, RUNNING, max(now, seen.started_at + run.seconds), seen.started_at, run), None
+        if seen.queued:
+            start = self._queued_start.get(node, self._queue_free)
+            return Step(table, key, QUEUED, start + run.seconds, start, run), None
+        if self.graph.is_source(table):
+            end = self.graph.window_end(node)
+            arrival = end + self.history.arrival_delay(table, now - end)
+            return Step(table, key, ARRIVES, max(arrival, now)), None
+        last = max(ups, key=lambda u: self._step[u].finish, default=None)
+        ready = self._step[last].finish if last is not None else now
+        # a partition exists, and so runs, once its window has ended, however early its upstream was ready
+        start = max(ready, self.graph.window_end(node), self._queue_free)
+        return Step(table, key, RUNS, start + run.seconds, start, run), last
+
+
+def predict(
+    graph: PartitionGraph,
+    states: States,
+    history: History,
+    now: float,
+    table: str,
+    partition: str,
+    queue: Queue | None = None,
+) -> Prediction:
+    """The predicted finish of one partition at ``now``, with its critical path."""
+    return Predictor(graph, states, history, now, queue).predict(table, partition)
+
+
+# --- the SLA warning ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SlaWarning:
+    table: Table
+    partition: str
+    due: datetime
+    prediction: Prediction
+    now: float
+
+    @property
+    def late_by_s(self) -> float:
+        return self.prediction.finish - self.due.timestamp()
+
+    def describe(self) -> str:
+        zone = self.due.tzinfo if isinstance(self.due.tzinfo, ZoneInfo) else ZoneInfo("UTC")
+        return (
+            f"predicted ready ~{_clock(self.prediction.finish, zone)}, {_minutes(self.late_by_s)} after its deadline "
+            f"{self.due:%Y-%m-%d %H:%M}; critical path: {self.prediction.critical_path(zone)}"
+        )
+
+
+def sla_warning(table: Table, partition: str, prediction: Prediction, now: float) -> SlaWarning | None:
+    """A warning when the partition is predicted to miss its SLA and its deadline has not passed yet (at the deadline
+    the freshness check judges it); None when it is predicted in time, already built, or without an SLA."""
+    if table.sla is None or prediction.known:
+        return None
+    due = sla_deadline(table, partition)
+    if now >= due.timestamp() or prediction.finish <= due.timestamp():
+        return None
+    return SlaWarning(table, partition, due, prediction, now)
+
+
+def timeline_markdown(predictions: Sequence[Prediction], zone: ZoneInfo, title: str) -> str:
+    """The predictions as a Mermaid Gantt chart (each partition's critical path, one section per partition) and a
+    Markdown table: what the Dagster UI renders from ``MetadataValue.md``."""
+    lines = ["```mermaid", "gantt", f"    title {title}", "    dateFormat YYYY-MM-DDTHH:mm", "    axisFormat %H:%M"]
+    for prediction in predictions:
+        lines.append(f"    section {prediction.table} {prediction.partition}")
+        for step in prediction.path:
+            # a task's label ends at its first colon: hourly keys (23:00) are written 23h00
+            label = f"{step.table} {step.partition} {step.kind}".replace(":", "h")
+            if step.start is None:  # materialized or arriving: a point in time
+                tag = "done, milestone, " if step.kind == MATERIALIZED else "milestone, "
+                lines.append(f"    {label} :{tag}{_stamp(step.finish, zone)}, 0d")
+                continue
+            tag = {RUNNING: "active, ", QUEUED: "", RUNS: "crit, "}[step.kind]
+            length = max(1, round((step.finish - step.start) / 60))
+            lines.append(f"    {label} :{tag}{_stamp(step.start, zone)}, {length}m")
+    lines += ["```", "", "| partition | predicted | critical path |", "|---|---|---|"]
+    for prediction in predictions:
+        lines.append(
+            f"| {prediction.table} {prediction.partition} | {_clock(prediction.finish, zone)} "
+            f"| {prediction.critical_path(zone)} |"
+        )
+    return "\n".join(lines)
+
+
+def warning_evaluation(warning: SlaWarning, timeline: str | None = None) -> AssetCheckEvaluation:
+    """The warning as Dagster records it: a failed, non-blocking ``sla_forecast`` evaluation of severity WARN on the
+    partition, with the prediction, its critical path and (``timeline``) the day's picture in its metadata."""
+    from dagster import AssetCheckEvaluation, AssetCheckSeverity, AssetKey, MetadataValue
+
+    zone = warning.due.tzinfo if isinstance(warning.due.tzinfo, ZoneInfo) else ZoneInfo("UTC")
+    metadata: dict[str, Any] = {
+        "predicted_finish": warning.prediction.at(zone).isoformat(timespec="seconds"),
+        "deadline": warning.due.isoformat(timespec="seconds"),
+        "predicted_late_by_minutes": round(warning.late_by_s / 60, 1),
+        "lead_minutes": round((warning.due.timestamp() - warning.now) / 60, 1),
+        "critical_path": MetadataValue.text(warning.prediction.critical_path(zone)),
+        "partition": warning.partition,
+    }
+    if timeline is not None:
+        metadata["timeline"] = MetadataValue.md(timeline)
+    return AssetCheckEvaluation(
+        asset_key=AssetKey(warning.table.key),
+        check_name=FORECAST_CHECK_NAME,
+        passed=False,
+        severity=AssetCheckSeverity.WARN,
+        metadata=metadata,
+        partition=warning.partition,
+        blocking=False,
+        description=warning.describe(),
+    )
+
+
+@dataclass
+class ForecastTick:
+    warnings: list[SlaWarning]
+    predictions: list[Prediction]  # every partition predicted (those due within the horizon, not built)
+    warned: dict[str, list[str]]  # table → partitions warned about whose deadline has not passed: the new cursor
+
+
+def forecast_tick(
+    catalog: Catalog,
+    predictor: Predictor,
+    warned: Mapping[str, Sequence[str]],
+    horizon: timedelta,
+    already_warned: Callable[[Table, str], bool] = lambda table, key: False,
+) -> ForecastTick:
+    """Predict every partition of an SLA table whose deadline falls within ``horizon`` after the predictor's now and
+    that is not built; a warning for each predicted past its deadline, once per partition (``warned``: those of the
+    previous ticks; ``already_warned``: what the instance holds, for a lost cursor)."""
+    now = datetime.fromtimestamp(predictor.now, UTC)
+    tick = ForecastTick([], [], {})
+    for table in catalog:
+        if table.sla is None:
+            continue
+        before = set(warned.get(table.fqn, ()))
+        for key, _ in due_between(table, now, now + horizon):
+            prediction = predictor.predict(table.fqn, key)
+            if prediction.known:
+                continue
+            tick.predictions.append(prediction)
+            if key in before:
+                tick.warned.setdefault(table.fqn, []).append(key)
+                continue
+            warning = sla_warning(table, key, prediction, predictor.now)
+            if warning is None:
+                continue
+            tick.warned.setdefault(table.fqn, []).append(key)
+            if not already_warned(table, key):
+                tick.warnings.append(warning)
+        # a warned partition stays warned until its deadline, also when a later tick predicts it in time (Dagster
+        # keeps one run-less evaluation per partition: the first warning is the record)
+        for key in before - set(tick.warned.get(table.fqn, ())):
+            if sla_deadline(table, key) > now:
+                tick.warned.setdefault(table.fqn, []).append(key)
+    return tick
+
+
+def day_predictions(catalog: Catalog, predictor: Predictor, day: str, layer: str = "ads") -> list[Prediction]:
+    """The prediction of each daily table of ``layer`` for the day ``day`` (its partition key)."""
+    try:  # a day not ended yet is no partition for Dagster, but it is predicted all the same
+        datetime.strptime(day, BY_PERIOD["daily"].fmt)
+    except ValueError as exc:
+        raise ValueError(f"{day!r} is not a day's partition key (YYYY-MM-DD)") from exc
+    tables = sorted((t for t in catalog if t.layer == layer and t.period == "daily"), key=lambda t: t.fqn)
+    return [predictor.predict(t.fqn, day) for t in tables]
+
+
+# --- the warehouse's graph and state, read for the prediction ---------------------------------------------------
+
+
+class CatalogGraph:
+    """The exact upstream partitions from the reverse index's arithmetic (Dagster's mapping where the index has no
+    answer: a window reaching before the warehouse start), windows read up to ``now`` + :data:`LOOKAHEAD`."""
+
+    def __init__(self, catalog: Catalog, index: ReverseIndex, now: datetime):
+        self.catalog, self.index = catalog, index
+        self.horizon = now + LOOKAHEAD
+        self._ends: dict[Node, float] = {}
+        self._upstream: dict[Node, list[Node]] = {}
+
+    def upstream(self, node: Node) -> list[Node]:
+        if node not in self._upstream:
+            self._upstream[node] = self._read_upstream(node)
+        return self._upstream[node]
+
+    def _read_upstream(self, node: Node) -> list[Node]:
+        fqn, key = node
+        table = self.catalog[fqn]
+        out: list[Node] = []
+        for dep in table.deps:
+            keys = self.index.upstream_of(fqn, dep.table, key, current_time=self.horizon)
+            if keys is None:
+                keys = upstream_partitions(self.catalog, table, dep, key, current_time=self.horizon).keys
+            out.extend((dep.table, k) for k in keys)
+        out.extend((ref.table, WHOLE) for ref in getattr(table, "references", ()))
+        return out
+
+    def is_source(self, table: str) -> bool:
+        return self.catalog[table].is_source
+
+    def window_end(self, node: Node) -> float:
+        if node[1] == WHOLE:  # a static table: no window
+            return float("-inf")
+        if node not in self._ends:
+            pdef = BY_PERIOD[self.catalog[node[0]].period]
+            self._ends[node] = pdef.time_window_for_partition_key(node[1]).end.timestamp()
+        return self._ends[node]
+
+
+class StoreStates:
+    """:class:`Seen` from the dependency center's partition state store (a view), run start times from the
+    instance."""
+
+    def __init__(self, catalog: Catalog, view: Any, instance: DagsterInstance | None = None):
+        self.catalog, self.view, self.instance = catalog, view, instance
+
+    def seen(self, table: str, keys: Sequence[str]) -> dict[str, Seen]:
+        from dagster import AssetKey
+
+        found = self.view.states(AssetKey(self.catalog[table].key), keys)
+        return {k: self._seen(s) for k, s in found.items()}
+
+    def _seen(self, state: PartitionState) -> Seen:
+        usable = state.materialized and not state.tainted and not any(v is False for v in state.checks.values())
+        if usable and state.timestamp is not None:
+            return Seen(ready_at=state.timestamp)
+        if state.in_progress:
+            started = None
+            if self.instance is not None and state.latest_run:
+                record = self.instance.get_run_record_by_id(state.latest_run)
+                started = record.start_time if record is not None else None
+            return Seen(started_at=started if started is not None else 0.0)
+        return Seen(queued=state.queued)
+
+
+def instance_history(instance: DagsterInstance, catalog: Catalog, now: datetime, days: int = 14) -> History:
+    """Each table's recent finished runs (one query for all: runs of a single asset, their start to end) and each
+    source table's recent report delays (its latest materializations, one query per source table)."""
+    from dagster import AssetKey, AssetRecordsFilter, DagsterRunStatus, RunsFilter
+
+    records = instance.get_run_records(
+        RunsFilter(
+            statuses=[DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE],
+            created_after=now - timedelta(days=days),
+        ),
+        limit=5000,
+    )  # newest first
+    by_key = {AssetKey(t.key): t.fqn for t in catalog}
+    runs: dict[str, list[RunTime]] = {}
+    for record in records:
+        selection = list(record.dagster_run.asset_selection or ())
+        if len(selection) != 1 or selection[0] not in by_key or record.start_time is None or record.end_time is None:
+            continue
+        if "dagster/asset_partition_range_start" in record.dagster_run.tags:
+            continue  # a range's run time is many partitions', not what one partition waits
+        succeeded = record.dagster_run.status == DagsterRunStatus.SUCCESS
+        runs.setdefault(by_key[selection[0]], []).append(RunTime(record.end_time - record.start_time, succeeded))
+    arrivals: dict[str, list[float]] = {}
+    for table in catalog:
+        if not table.is_source:
+            continue
+        found = instance.fetch_materializations(
+            AssetRecordsFilter(asset_key=AssetKey(table.key)), limit=RECENT * 3
+        ).records  # newest first; a re-report (late data) of a partition is not its arrival: the first one is
+        first: dict[str, float] = {}
+        for reported in found:
+            key = reported.partition_key
+            if key is not None and BY_PERIOD[table.period].has_partition_key(key):
+                first[key] = min(first.get(key, reported.timestamp), reported.timestamp)
+        pdef = BY_PERIOD[table.period]
+        arrivals[table.fqn] = [
+            at - pdef.time_window_for_partition_key(key).end.timestamp() for key, at in first.items()
+        ][:RECENT]
+    return History(runs=runs, arrivals=arrivals)
+
+
+def instance_queue(instance: DagsterInstance, catalog: Catalog) -> Queue:
+    """The runs in progress and queued, in the order Dagster's queue launches them (priority, then age), and the
+    run coordinator's slots."""
+    from dagster import DagsterRunStatus, PartitionKeyRange, RunsFilter
+
+    by_key = {tuple(t.key): t for t in catalog}
+    records = instance.get_run_records(
+        RunsFilter(statuses=[DagsterRunStatus.STARTING, DagsterRunStatus.STARTED, DagsterRunStatus.QUEUED])
+    )
+    runs: list[tuple[tuple[int, float], QueuedRun]] = []
+    for record in records:
+        run = record.dagster_run
+        selection = list(run.asset_selection or ())
+        table = by_key.get(tuple(selection[0].path)) if len(selection) == 1 else None
+        if table is None:
+            continue
+        tags = run.tags
+        keys: tuple[str, ...] = ()
+        if "dagster/partition" in tags:
+            keys = (tags["dagster/partition"],)
+        elif "dagster/asset_partition_range_start" in tags:
+            span = PartitionKeyRange(
+                tags["dagster/asset_partition_range_start"], tags["dagster/asset_partition_range_end"]
+            )
+            keys = tuple(BY_PERIOD[table.period].get_partition_keys_in_range(span))
+        try:
+            priority = int(tags.get("dagster/priority", "0"))
+        except ValueError:
+            priority = 0
+        started = record.start_time if run.status != DagsterRunStatus.QUEUED else None
+        if run.status != DagsterRunStatus.QUEUED and started is None:
+            started = record.create_timestamp.timestamp()
+        runs.append(((-priority, record.create_timestamp.timestamp()), QueuedRun(table.fqn, keys, started)))
+    slots: int | None = None
+    config = getattr(instance.run_coordinator, "get_run_queue_config", None)
+    if config is not None:
+        limit = config().max_concurrent_runs
+        # a paused queue (0) is taken as one slot: the prediction assumes it resumes
+        slots = None if limit == -1 else max(1, limit)
+    return Queue([r for _, r in sorted(runs, key=lambda r: r[0])], slots)
+
+
+def instance_predictor(
+    instance: DagsterInstance, catalog: Catalog, view: Any, now: datetime, index: ReverseIndex | None = None
+) -> Predictor:
+    """A predictor over the instance at ``now``: the store's states, the instance's history and queue."""
+    from warehouse_assets.center.reverse_index import ReverseIndex
+
+    index = index or ReverseIndex.build(catalog, current_time=now)
+    return Predictor(
+        CatalogGraph(catalog, index, now),
+        StoreStates(catalog, view, instance),
+        instance_history(instance, catalog, now),
+        now.timestamp(),
+        instance_queue(instance, catalog),
+    )
+
+
+# --- words ----------------------------------------------------------------------------------------------------------
+
+
+def _stamp(at: float, zone: Any) -> str:
+    return datetime.fromtimestamp(at, zone).strftime("%Y-%m-%dT%H:%M")
+
+
+def _clock(at: float, zone: Any) -> str:
+    return datetime.fromtimestamp(at, zone).strftime("%m-%d %H:%M")
+
+
+def _minutes(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds // 3600:.0f} h {seconds % 3600 / 60:.0f} min"
