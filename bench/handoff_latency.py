@@ -439,17 +439,23 @@ def _builds(instance: object, catalog: object, since: float, day_end: dict[str, 
     from dagster import AssetKey, AssetRecordsFilter
 
     def records(key: list[str], partition: str | None = None) -> list[object]:
-        return list(
-            instance.fetch_materializations(  # type: ignore[attr-defined]
+        found: list[object] = []
+        cursor = None
+        while True:  # the instance serves at most 10,000 records a call
+            page = instance.fetch_materializations(  # type: ignore[attr-defined]
                 AssetRecordsFilter(
                     asset_key=AssetKey(key),
                     asset_partitions=[partition] if partition else None,
                     after_timestamp=since,
                 ),
-                limit=100_000,
+                limit=10_000,
+                cursor=cursor,
                 ascending=True,
-            ).records
-        )
+            )
+            found += page.records
+            if not page.has_more:
+                return found
+            cursor = page.cursor
 
     total, partitions = 0, 0
     closed = min(day_end) if day_end else None

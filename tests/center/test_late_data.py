@@ -195,14 +195,26 @@ def test_a_partition_beyond_the_lookback_is_reported_stale_not_rebuilt(
     center = Center(instance, catalog)
     built_chain(center)
     two_days_later = BUILT + timedelta(days=2)
+    # the lookback counts from the table's newest partition, not the clock: two days on, with nothing newer built,
+    # a late change to the day still rebuilds a table whose lookback is one day
     center.report("dws.sum", [DAY], checked=None)
     plans = requested(center.step(two_days_later))
+    assert plans.get("ads.fresh") == [[DAY]] and plans.get("ads.through") == [[DAY]]
+    for table in ("ads.fresh", "ads.through"):
+        center.report(table, [DAY], checked=None)
+    # once each table has built the day two days later, the day is two days behind its newest partition
+    later_day = "2026-03-07"
+    for table in ("ads.fresh", "ads.through"):
+        center.report(table, [later_day], checked=None)
+    center.step(two_days_later)
+    center.report("dws.sum", [DAY], checked=None)
+    plans = requested(center.step(two_days_later + timedelta(minutes=1)))
     assert "ads.fresh" not in plans  # at once, but its lookback is one day
     assert plans.get("ads.through") == [[DAY]]  # its lookback is the default's 3 days
     ledger = open_readonly(center.store.path)
     assert ledger is not None
     [fresh] = ledger.stale("ads.fresh", [DAY]).values()
-    assert fresh.due is None and "lookback" in fresh.note
+    assert fresh.due is None and "1 d behind the table's newest partition" in fresh.note
 
 
 def test_the_late_data_declarations_are_validated_naming_the_file(tmp_path: Path) -> None:

@@ -136,8 +136,10 @@ class LateDataPolicy:
     * ``daily 06:00``: once a day at that local time, whatever arrived since the last rebuild;
     * ``never``: not automatically; the partition is reported stale and rebuilt by a repair (``warehouse taint``).
 
-    ``lookback``: a partition whose window ended longer ago than this is not rebuilt for late data; it is reported
-    stale (``warehouse why``/``status``), as a change that old is usually a correction that deserves a repair.
+    ``lookback``: a partition whose window ended this long before the table's newest built partition's did is not
+    rebuilt for late data; it is reported stale (``warehouse why``/``status``), as a change that far back is usually a
+    correction that deserves a repair. Counted from the newest partition, not the clock, so that a catch-up of past
+    days follows late data as the live stream does.
 
     A partition's first build never waits for the policy, nor a rebuild for a later state, a taint's repair or a
     deadline dependency's late arrival: those are the build the partition is waiting for, not late data."""
@@ -180,7 +182,10 @@ class LateDataPolicy:
             EVERY: f"every {_duration(self.every_minutes or 0)}",
             DAILY_AT: f"daily at {self.at}",
         }[self.rebuild]
-        return f"{rule}, lookback {_duration(self.lookback_minutes)}"
+        return f"{rule}, lookback {self.describe_lookback()}"
+
+    def describe_lookback(self) -> str:
+        return _duration(self.lookback_minutes)
 
 
 def _duration(minutes: int) -> str:
@@ -192,7 +197,7 @@ def _duration(minutes: int) -> str:
 
 
 # what serves most tables: late changes to a closed partition wait for the hour's interval, and a change to a
-# partition older than three days is a correction, rebuilt by a repair
+# partition three days behind the newest is a correction, rebuilt by a repair
 DEFAULT_LATE_DATA = LateDataPolicy()
 
 

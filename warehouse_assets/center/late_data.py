@@ -30,17 +30,23 @@ def due_time(
     policy: LateDataPolicy,
     *,
     window_end: datetime,
+    newest_end: datetime,
     since: datetime,
     last_rebuild: datetime | None,
     now: datetime,
     timezone: ZoneInfo,
 ) -> tuple[datetime | None, str]:
-    """When the rebuild of a partition (window ending ``window_end``) with late data since ``since`` is due; or
-    None, with the reason, when the policy never rebuilds it automatically."""
-    # the change's age counts, not the rebuild's: a change seen within the lookback is rebuilt even when its time
-    # comes a moment after the window left it
-    if window_end < since - timedelta(minutes=policy.lookback_minutes):
-        return None, "beyond the late-data lookback: rebuilt only by a repair (warehouse taint)"
+    """When the rebuild of a partition (window ending ``window_end``; the table's newest built partition's ending
+    ``newest_end``) with late data since ``since`` is due; or None, with the reason, when the policy never rebuilds
+    it automatically."""
+    # the lookback counts back from the table's newest partition, not from the clock (as SQLMesh's and dbt's count
+    # intervals back from the latest one): a catch-up of past days, or a replay, follows late data as the live
+    # stream does, and a partition the table has moved far beyond is left to a repair
+    if window_end < newest_end - timedelta(minutes=policy.lookback_minutes):
+        return None, (
+            f"beyond the late-data lookback ({policy.describe_lookback()} behind the table's newest partition): "
+            "rebuilt only by a repair (warehouse taint)"
+        )
     if policy.rebuild == NEVER:
         return None, "the policy rebuilds it only by a repair (warehouse taint)"
     if policy.rebuild == AT_ONCE:

@@ -562,12 +562,15 @@ class Resolver:
         own_rebuild = states.rebuilt(table.fqn, partition)
         pdef = BY_PERIOD[table.period]
         window_end = pdef.time_window_for_partition_key(partition).end
+        newest = states.newest_built(table)
+        newest_end = max(window_end, pdef.time_window_for_partition_key(newest).end if newest else window_end)
         last = None if own_rebuild is None else datetime.fromtimestamp(own_rebuild.planned_at, UTC)
         policies = late_policies or [table.late_data]
         dues = [
             due_time(
                 policy,
                 window_end=window_end,
+                newest_end=newest_end,
                 since=datetime.fromtimestamp(since, UTC),
                 last_rebuild=last,
                 now=now,
@@ -889,6 +892,7 @@ class _Snapshot:
         self._rebuilt_rows: dict[tuple[str, str], Rebuild | None] = {}
         self._seen: dict[tuple[str, str], PartitionState] = {}
         self._repairing: dict[str, bool] = {}
+        self._newest: dict[str, str | None] = {}
         # taints planned after late failed verdicts, held here until their root is materialized again: the run
         # marking them is on its way, and nothing may be built on them meanwhile
         self._holds: dict[tuple[str, str, int], tuple[Taint, list[tuple[str, str, int]]]] = {}
@@ -962,6 +966,12 @@ class _Snapshot:
         return self._repairing[backfill_id]
 
     repair_running = repairing  # the gate's name for it
+
+    def newest_built(self, table: Table) -> str | None:
+        """The table's latest partition that holds data, read once per call."""
+        if table.fqn not in self._newest:
+            self._newest[table.fqn] = self.store.newest_built(AssetKey(table.key))
+        return self._newest[table.fqn]
 
     def states(self, table: Table, keys: Sequence[str]) -> dict[str, PartitionState]:
         missing = [k for k in keys if (table.fqn, k) not in self._seen]

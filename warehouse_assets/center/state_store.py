@@ -331,6 +331,16 @@ class PartitionStateStore(_GateReader):
             found.update((r[1], _from_row(r)) for r in self._db.execute(query, (name, *chunk)))
         return {k: found.get(k) or PartitionState(name, k) for k in wanted}
 
+    def newest_built(self, asset_key: AssetKey | str) -> str | None:
+        """The latest partition of the asset that holds data (keys of one period sort as their times)."""
+        name = asset_key.to_user_string() if isinstance(asset_key, AssetKey) else asset_key
+        found = self._db.execute(
+            "SELECT partition FROM partitions WHERE asset_key = ? AND storage_id IS NOT NULL AND partition != ?"
+            " ORDER BY partition DESC LIMIT 1",
+            (name, WHOLE),
+        ).fetchone()
+        return str(found[0]) if found else None
+
     def all_states(self) -> list[PartitionState]:
         """Every row, ordered by asset key and partition (to compare two stores)."""
         return [_from_row(r) for r in self._db.execute(f"SELECT {_COLUMNS} FROM partitions ORDER BY 1, 2")]
