@@ -54,7 +54,7 @@ from dagster import (
 from warehouse_assets.build.compiler import max_partitions_per_run, topological
 from warehouse_assets.build.gate import backfill_running, span
 from warehouse_assets.build.validity import TAINT_TAG, Taint, release_evaluation, taint_evaluation
-from warehouse_assets.catalog import BY_PERIOD, WHOLE, Catalog, Table, upstream_partitions
+from warehouse_assets.catalog import BY_PERIOD, WHOLE, Catalog, OdsTable, Table, upstream_partitions
 from warehouse_assets.center.late_data import LANE_TAG, REBUILD_LANE
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import PartitionState, PartitionStateStore, StateView
@@ -487,6 +487,7 @@ def _reingest(context: OpExecutionContext, catalog: Catalog, table: str, keys: l
     from warehouse_assets.ingest.reingest import reingest_hours
 
     t = catalog[table]
+    assert isinstance(t, OdsTable)  # the op refused any other table
     session = context.resources.spark.session()
     store, land = context.resources.lake.store(), context.resources.landing.landing()
     before = committed_positions(store, t, land.streams(t.source_database, t.source_tables))

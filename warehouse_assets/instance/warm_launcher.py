@@ -16,8 +16,9 @@ session or JVM, so that forking it is safe. Per run it forks a child that re-ope
 - Stopping: SIGINT or SIGTERM reaching a run worker (Ctrl-C of the stack reaches its whole process group) cancels its
   run, as the UI's Terminate does: the run is marked canceling before Dagster's interrupt handler raises, so Dagster
   ends it CANCELED instead of "interrupted unexpectedly" (FAILURE), the run is tagged ``warehouse/stopped_by`` (the
-  engine submits it again at its next start), and the worker prints one line instead of the interrupted step's
-  traceback (which stays in the run's event log).
+  engine submits it again at its next start), and the worker prints one line, then nothing more of its own (the
+  run's end and its traceback stay in the event log). The interrupted step's failure is still echoed by Dagster's
+  compute log capture, which copies the step's output from a process of its own.
 - Run monitoring and ``terminate`` find the child by the PID recorded in the run's ``warehouse/run_worker`` tag (host,
   PID and process start time, so a reused PID is not mistaken for the worker), from any process on the same host.
 - A launch that cannot be served (the code location fails to import, the zygote does not answer) raises
@@ -511,6 +512,9 @@ class _StopSignals:
         self.run_id, self.serialized_ref = run_id, serialized_ref
         self.received: str | None = None
         self._set_handler = signal.signal
+        # where the worker's output goes (the stack's terminal): Dagster's compute log capture points fds 1 and 2 at a
+        # file during a step and back at copies of these afterwards, so silencing means every fd open on them
+        self._outputs = {(st.st_dev, st.st_ino) for st in (os.fstat(1), os.fstat(2))}
 
     def install(self) -> None:
         def set_handler(signalnum: Any, handler: Any) -> Any:
@@ -563,11 +567,22 @@ class _StopSignals:
         line = said[0] if said else f"run {self.run_id[:8]} interrupted by {self.received}"
         sys.stdout.flush()
         sys.stderr.flush()
+        self._say_and_fall_silent(line)
+
+    def _say_and_fall_silent(self, line: str) -> None:
+        """Write ``line`` where the worker's output goes, then point every fd open there at /dev/null."""
+        fds = []
+        for entry in Path("/proc/self/fd").iterdir():
+            with contextlib.suppress(OSError, ValueError):
+                fd = int(entry.name)
+                st = os.fstat(fd)
+                if (st.st_dev, st.st_ino) in self._outputs:
+                    fds.append(fd)
         with contextlib.suppress(OSError):
-            os.write(2, (line + "\n").encode())
+            os.write(2, (line + "\n").encode())  # during a step: into its compute log, which echoes it
             quiet = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(quiet, 1)
-            os.dup2(quiet, 2)
+            for fd in fds:
+                os.dup2(quiet, fd)
             os.close(quiet)
 
 
