@@ -9,12 +9,19 @@ hour again (its checks pass: valid again); the backfill daemon runs the repair.
 
 Afterwards every ADS figure equals the independent replay of the landing area again, every partition the closure
 does not hold kept its Delta files and its materialization (nothing else was rebuilt), and every run succeeded.
+
+Then the two ways out for an hour the source will not send again, on the same warehouse: an hour whose rows were lost
+in the lake (the landing area holds them right) is tainted and re-ingested from the landing area in one command, and its
+repair rebuilds what was built from it; an hour the source vouches for is tainted, its repair's runs wait for it
+instead of failing, and the hour is released ("accepted as is"): the waiting runs build, and status shows the release.
 """
 
 from __future__ import annotations
 
 import io
 import re
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import redirect_stdout
 from dataclasses import dataclass
@@ -26,7 +33,16 @@ from zoneinfo import ZoneInfo
 
 import pyarrow as pa
 import pytest
-from dagster import AssetKey, AssetRecordsFilter, DagsterInstance, DagsterRunStatus, instance_for_test
+from dagster import (
+    AssetCheckKey,
+    AssetKey,
+    AssetRecordsFilter,
+    DagsterEventType,
+    DagsterInstance,
+    DagsterRunStatus,
+    RunsFilter,
+    instance_for_test,
+)
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
@@ -285,3 +301,173 @@ def test_nothing_outside_the_closure_was_rebuilt(repaired: Repaired) -> None:
             assert changed == {repaired.hour}  # reported again with the corrected rows
         else:
             assert changed == marked, fqn
+
+
+# --- the ways out for an hour its source will not send again ------------------------------------------------------
+
+
+def _other_hours(landing: Path, taken: str) -> list[datetime]:
+    """The hours of HOUR_DAY but ``taken``, those with the most paid orders confined to them first."""
+    truth = oracle.replay(landing)["order"]
+    found = []
+    for h in range(24):
+        hour = datetime(HOUR_DAY.year, HOUR_DAY.month, HOUR_DAY.day, h)
+        if f"{hour:%Y-%m-%d-%H}:00" != taken:
+            paid = sum(1 for k in confined_rows(landing, "order", hour) if truth[k]["status"] == "paid")
+            found.append((paid, hour))
+    return [hour for paid, hour in sorted(found, reverse=True) if paid]
+
+
+def _ods_hour(lake: Path, key: str) -> dict[int, dict[str, Any]]:
+    """The live rows of ods.order's hour ``key``, by id."""
+    day, hh = key[:10], key[11:13]
+    return {r["id"]: r for r in _rows(lake, "ods.order") if str(r["dt"]) == day and r["hh"] == hh}
+
+
+def _cli(argv: list[str]) -> list[str]:
+    with redirect_stdout(io.StringIO()) as out:
+        assert main(argv) == 0, argv
+    return out.getvalue().splitlines()
+
+
+def _unfinished_runs(instance: DagsterInstance) -> list[Any]:
+    return [r.dagster_run for r in instance.get_run_records() if r.dagster_run.status != DagsterRunStatus.SUCCESS]
+
+
+@dataclass
+class Reingested:
+    hour: str
+    before: int  # the hour's live rows in the lake once lost
+    printed: list[str]
+    backfill: Any
+
+
+@pytest.fixture(scope="module")
+def reingested(repaired: Repaired, spark: SparkSession) -> Reingested:
+    """An hour whose rows were lost in the lake, tainted and re-ingested from the landing area by one command."""
+    hour = _other_hours(repaired.landing, repaired.hour)[0]
+    key = f"{hour:%Y-%m-%d-%H}:00"
+    ods = (repaired.lake / "ods" / "order").as_posix()
+    spark.sql(f"DELETE FROM delta.`{ods}` WHERE dt = '{key[:10]}' AND hh = '{key[11:13]}'")  # lost in the lake
+    before = len(_ods_hour(repaired.lake, key))
+    reason = "the hour's rows were lost in the lake"
+    printed = _cli(["taint", "ods.order", key, key, "--reason", reason, "--by", "oncall", "--apply", "--reingest"])
+    [backfill_id] = re.findall(r"repair backfill (\w+)", printed[-1])
+    with code_location(repaired.instance) as workspace:
+        backfill = run_backfill(repaired.instance, workspace, backfill_id)
+    return Reingested(key, before, printed, backfill)
+
+
+def test_a_reingest_rebuilds_the_hour_from_the_landing_area_and_the_repair_rebuilds_what_read_it(
+    repaired: Repaired, reingested: Reingested
+) -> None:
+    truth = oracle.replay(repaired.landing)["order"]
+    day, hh = reingested.hour[:10], reingested.hour[11:13]
+    want = {k: r for k, r in truth.items() if r["create_time"].startswith(f"{day} {hh}")}
+    assert want and reingested.before == 0  # the lake had lost the hour
+    assert any(
+        line.startswith(f"ods.order: re-ingested {reingested.hour} ({len(want)} rows)") for line in reingested.printed
+    )
+    got = _ods_hour(repaired.lake, reingested.hour)
+    assert {k: Decimal(str(r["amount"])) for k, r in got.items()} == {k: Decimal(r["amount"]) for k, r in want.items()}
+    assert reingested.backfill.status.value == "COMPLETED_SUCCESS"
+    failed = _unfinished_runs(repaired.instance)
+    assert not failed, [(r.job_name, r.run_id, r.status) for r in failed]
+    gmv = {r["dt"]: r["gmv"] for r in _rows(repaired.lake, "ads.daily_gmv")}
+    expected = oracle.daily_gmv(truth, "Asia/Shanghai")
+    assert {d: gmv[d.isoformat()] for d in DAYS} == {d: expected.get(d, Decimal("0")) for d in DAYS}
+    hourly = {f"{r['dt']} {r['hh']}": r for r in _rows(repaired.lake, "ads.gmv_hourly")}
+    stamp = f"{day} {hh}"
+    want_hourly = oracle.gmv_hourly(oracle.replay(repaired.landing), stamp)
+    assert {k: hourly[stamp][k] for k in want_hourly} == want_hourly
+    catalog = load_catalog()
+    for fqn in ["ods.order", "dwd.order_detail", "ads.daily_gmv", "dws.order_hourly", "ads.gmv_hourly"]:
+        keys = [reingested.hour] if catalog[fqn].period == "hourly" else [day]
+        assert tainted_in_instance(repaired.instance, catalog[fqn], keys) == {}, fqn
+
+
+@dataclass
+class Released:
+    hour: str
+    waited: str  # what a run of the repair logged while it waited
+    printed: list[str]  # what `warehouse release` printed
+    status: list[str]  # what `warehouse status ods.order` printed for the hour afterwards
+    backfill: Any
+
+
+@pytest.fixture(scope="module")
+def released(repaired: Repaired, reingested: Reingested) -> Released:
+    """An hour tainted with no correction coming: the repair's runs wait; the hour is released, and they build."""
+    instance = repaired.instance
+    hour = next(h for h in _other_hours(repaired.landing, repaired.hour) if f"{h:%Y-%m-%d-%H}:00" != reingested.hour)
+    key = f"{hour:%Y-%m-%d-%H}:00"
+    applied = _cli(["taint", "ods.order", key, key, "--reason", "amounts look wrong", "--by", "oncall", "--apply"])
+    [backfill_id] = re.findall(r"repair backfill (\w+)", applied[-1])
+    outcome: dict[str, Any] = {}
+
+    def repair() -> None:  # the backfill daemon's iterations, whose runs execute in this thread
+        try:
+            with code_location(instance) as workspace:
+                outcome["backfill"] = run_backfill(instance, workspace, backfill_id)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+            outcome["error"] = exc
+
+    daemon = threading.Thread(target=repair, name="backfill-daemon")
+    daemon.start()
+    waited, deadline = "", time.monotonic() + 600
+    while not waited and daemon.is_alive():
+        assert time.monotonic() < deadline, "no run of the repair waited for the tainted hour"
+        runs = instance.get_run_records(RunsFilter(tags={"dagster/backfill": backfill_id}))
+        messages = [e.message for r in runs for e in instance.all_logs(r.dagster_run.run_id)]
+        waited = next((m for m in messages if m.endswith("; waiting")), "")
+        time.sleep(0.5)
+    assert waited, outcome.get("error") or "the repair ended without waiting"
+    printed = _cli(["release", "ods.order", key, "--reason", "the source confirms the amounts", "--by", "oncall"])
+    daemon.join(timeout=900)
+    assert not daemon.is_alive(), "the repair did not finish once the hour was released"
+    if "error" in outcome:
+        raise outcome["error"]
+    status = _cli(["status", "ods.order", "--range", key, key])
+    return Released(key, waited, printed, status, outcome["backfill"])
+
+
+def test_a_repairs_runs_wait_for_the_tainted_hour_naming_the_ways_out_not_the_taint(released: Released) -> None:
+    assert f"ods.order that are tainted ({released.hour};" in released.waited
+    assert f"`warehouse reingest ods.order {released.hour}`" in released.waited
+    assert f"`warehouse release ods.order {released.hour} --reason" in released.waited
+    assert "warehouse taint" not in released.waited
+
+
+def test_a_release_is_recorded_shown_and_lets_what_was_built_from_the_hour_build(
+    repaired: Repaired, released: Released
+) -> None:
+    instance = repaired.instance
+    assert released.printed[0] == (
+        f"released ods.order {released.hour}: accepted as is: the source confirms the amounts (by oncall)"
+    )
+    # an event of the log: the hour's latest `valid` verdict, passed, says so
+    check = AssetCheckKey(AssetKey(["ods", "order"]), "valid")
+    [info] = instance.event_log_storage.get_asset_check_partition_info([check], partition_keys=[released.hour])
+    entry = instance.event_log_storage.get_logs_for_all_runs_by_log_id(
+        after_cursor=info.latest_check_event_storage_id - 1,
+        dagster_event_type=DagsterEventType.ASSET_CHECK_EVALUATION,
+        limit=1,
+    )[info.latest_check_event_storage_id]
+    assert entry.dagster_event is not None
+    verdict = entry.dagster_event.asset_check_evaluation_data
+    assert verdict.passed and info.is_current
+    assert {k: v.value for k, v in verdict.metadata.items()}["validity"] == "released"
+    # `warehouse status` shows it where it showed the taint
+    assert "released, accepted as is: the source confirms the amounts (by oncall)" in released.status[1]
+    # the waiting repair built what was built from the hour, every run of it (and of the module) succeeded
+    assert released.backfill.status.value == "COMPLETED_SUCCESS"
+    failed = _unfinished_runs(instance)
+    assert not failed, [(r.job_name, r.run_id, r.status) for r in failed]
+    catalog = load_catalog()
+    day = released.hour[:10]
+    for fqn in ["ods.order", "dwd.order_detail", "ads.daily_gmv", "dws.order_hourly", "ads.gmv_hourly"]:
+        keys = [released.hour] if catalog[fqn].period == "hourly" else [day]
+        assert tainted_in_instance(instance, catalog[fqn], keys) == {}, fqn
+    truth = oracle.replay(repaired.landing)["order"]
+    gmv = {r["dt"]: r["gmv"] for r in _rows(repaired.lake, "ads.daily_gmv")}
+    assert gmv[day] == oracle.daily_gmv(truth, "Asia/Shanghai")[HOUR_DAY]

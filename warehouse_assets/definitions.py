@@ -85,7 +85,7 @@ def _build(catalog: Catalog, settings: Settings) -> Definitions:
         jobs=[
             ingest_job,
             build_why_job(catalog),
-            build_taint_job(catalog),
+            build_taint_job(catalog, lake=True),
             maintenance_job,
             zorder_job,
             ods_checks_job,

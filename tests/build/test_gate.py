@@ -55,9 +55,11 @@ class FakeStates:
         running: dict[str, set[str]] | None = None,
         failed: dict[str, dict[str, list[str]]] | None = None,
         taints: dict[str, dict[str, Taint]] | None = None,
+        repairs: set[str] | None = None,
     ):
         self.done, self.running, self.failed = materialized or {}, running or {}, failed or {}
         self.taints = taints or {}
+        self.repairs = repairs or set()  # the repair backfills still running
 
     def materialized(self, table: Table, keys: Sequence[str]) -> set[str]:
         return self.done.get(table.fqn, set()) & set(keys)
@@ -70,6 +72,9 @@ class FakeStates:
 
     def tainted(self, table: Table, keys: Sequence[str]) -> dict[str, Taint]:
         return {k: v for k, v in self.taints.get(table.fqn, {}).items() if k in keys}
+
+    def repair_running(self, backfill_id: str) -> bool:
+        return backfill_id in self.repairs
 
 
 @pytest.fixture(scope="module")
@@ -137,13 +142,54 @@ def test_a_tainted_upstream_partition_holds_the_partition_back_like_a_missing_on
     [edge] = verdict.edges
     assert [edge.state(k) for k in edge.upstream.keys] == [OK, TAINTED, OK]
     assert not verdict.may_run
+    assert not verdict.waits_for_repair  # no repair rebuilds it now: a repair's run would not wait for it
     assert verdict.reasons == [
-        "ads.wk 2026-03-05 refuses to run: 1 partition(s) of dwd.raw are tainted (2026-03-04; 2026-03-04: tainted: "
-        "amounts 100x too high, from ods.order 2026-03-04-13:00). They are rebuilt by their repair (`warehouse taint "
-        "... --apply`); declare `accept_tainted: true` on the dependency to proceed anyway."
+        "ads.wk 2026-03-05 waits for 1 partition(s) of dwd.raw that are tainted (2026-03-04; 2026-03-04: tainted: "
+        "amounts 100x too high, from ods.order 2026-03-04-13:00): they are valid again once rebuilt: by the engine "
+        "once their own upstream is valid, or by a repair of them; or declare `accept_tainted: true` on the dependency"
     ]
     # a window that does not contain it is not held back
     assert decide(catalog, catalog["dwd.day"], "2026-03-05", states, current_time=NOW).may_run
+
+
+def test_a_tainted_upstream_that_a_running_repair_rebuilds_is_waited_for_not_refused(catalog: Catalog) -> None:
+    repairing = replace(BAD, repair="bf-1")
+    states = FakeStates(
+        materialized={"dwd.raw": {"2026-03-03", "2026-03-04", "2026-03-05"}},
+        taints={"dwd.raw": {"2026-03-04": repairing}},
+        repairs={"bf-1"},
+    )
+    verdict = decide(catalog, catalog["ads.wk"], "2026-03-05", states, current_time=NOW)
+    assert not verdict.may_run and verdict.waits_for_repair  # a repair's run waits for it (the run guard)
+    assert verdict.reasons == [
+        "ads.wk 2026-03-05 waits for 1 partition(s) of dwd.raw that are tainted (2026-03-04; 2026-03-04: tainted: "
+        "amounts 100x too high, from ods.order 2026-03-04-13:00); the repair backfill bf-1 rebuilds them first"
+    ]
+    # a missing partition besides it is not the repair's to wait for
+    states.done["dwd.raw"].discard("2026-03-03")
+    assert not decide(catalog, catalog["ads.wk"], "2026-03-05", states, current_time=NOW).waits_for_repair
+    # once the repair is over (done, failed or canceled), nothing is waited for: the run says why it cannot run
+    states.done["dwd.raw"].add("2026-03-03")
+    states.repairs.clear()
+    assert not decide(catalog, catalog["ads.wk"], "2026-03-05", states, current_time=NOW).waits_for_repair
+
+
+def test_a_tainted_ods_hour_names_the_ways_it_becomes_valid_never_the_taint_itself(tmp_path: Path) -> None:
+    catalog = sql_catalog(tmp_path, {"dwd/day.sql": ("period: daily\n", "SELECT id FROM ods.src")})
+    hours = {f"2026-03-05-{h:02d}:00" for h in range(24)}
+    hour = Taint("amounts 100x too high", "ods.src 2026-03-05-13:00", "oncall", 0.0, repair="bf-2")
+    states = FakeStates(
+        materialized={"ods.src": hours}, taints={"ods.src": {"2026-03-05-13:00": hour}}, repairs={"bf-2"}
+    )
+    verdict = decide(catalog, catalog["dwd.day"], "2026-03-05", states, current_time=NOW)
+    assert verdict.waits_for_repair
+    [reason] = verdict.reasons
+    assert reason.endswith(
+        "the repair backfill bf-2 waits for it to be reported again by its source, re-ingested from its landing "
+        "segments (`warehouse reingest ods.src 2026-03-05-13:00`) or released (`warehouse release ods.src "
+        '2026-03-05-13:00 --reason "…"`: accepted as is)'
+    )
+    assert "warehouse taint" not in reason
 
 
 def test_an_accept_tainted_dependency_sees_the_taint_but_is_not_held_back(catalog: Catalog) -> None:

@@ -304,7 +304,7 @@ def test_every_partition_waits_for_the_static_table_to_be_built_and_valid(static
     assert verdict.may_run and [e.used for e in verdict.edges] == [[day], [WHOLE]]
     taint = Taint("wrong country names", "dwd.country", "ops", 0.0)
     refused = decide(statics, table, day, FakeStates(built.done, taints={"dwd.country": {WHOLE: taint}}), now)
-    assert refused.reasons[0].startswith(f"ads.named {day} refuses to run: 1 partition(s) of dwd.country are tainted")
+    assert refused.reasons[0].startswith(f"ads.named {day} waits for 1 partition(s) of dwd.country that are tainted")
 
 
 def test_the_state_store_keeps_the_static_tables_one_partition(consolidated: DagsterInstance, statics: Catalog) -> None:

@@ -1,6 +1,8 @@
 """A failed run whose retry Dagster could not launch (its code server restarting at that moment) is given up for good
 by Dagster (``dagster/will_retry=false``): the engine submits it again, once, and leaves alone the runs that failed on
-their data or used up their retries. Found by the fault soak: a partition never built after a code server kill."""
+their data or used up their retries. Found by the fault soak: a partition never built after a code server kill.
+A run a stop of the stack canceled (Ctrl-C: its worker tags it) is submitted again the same way at the next start; a
+run a user terminated is not."""
 
 from __future__ import annotations
 
@@ -23,9 +25,10 @@ from warehouse_assets.center.engine import (
     WILL_RETRY_TAG,
     Engine,
 )
-from warehouse_assets.center.resolver import LOST_RETRY, REQUEST_TAG, Resolver, RunPlan
+from warehouse_assets.center.resolver import LOST_RETRY, REQUEST_TAG, STOPPED, Resolver, RunPlan
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import PartitionStateStore
+from warehouse_assets.instance.warm_launcher import STOPPED_TAG
 
 TZ = ZoneInfo("Asia/Shanghai")
 NOW = datetime(2026, 3, 6, 9, tzinfo=TZ)
@@ -129,3 +132,32 @@ def test_a_partition_a_later_run_took_over_is_not_submitted_again(engine: tuple[
     start(center.instance, later)  # e.g. the user's Materialize
     center.resolver.step(NOW)  # the store sees it
     assert center.plan_lost_retries() == []
+
+
+@pytest.mark.parametrize("stopped", [True, False], ids=["stopped", "terminated"])
+def test_a_run_a_stop_canceled_is_submitted_again_at_the_next_start(
+    engine: tuple[Engine, Recorder], stopped: bool
+) -> None:
+    center, recorder = engine
+    instance = center.instance
+    for hour in range(24):
+        report(instance, AssetKey(["ods", "src"]), f"{DAY}-{hour:02d}:00")
+    [(_, run_id)] = center.tick()
+    run = instance.get_run_by_id(run_id)
+    assert run is not None
+    start(instance, run)
+    if stopped:  # what the warm launcher's worker does on SIGINT or SIGTERM
+        instance.add_run_tags(run_id, {STOPPED_TAG: "SIGINT"})
+    instance.report_run_canceling(run)
+    instance.report_run_canceled(run)
+    recorder.plans.clear()
+    plans = center.tick()
+    if not stopped:
+        assert plans == []  # a user's Terminate is not undone
+        return
+    [(plan, again)] = plans
+    assert (plan.table, plan.partitions, plan.request_id) == ("dwd.day", (DAY,), f"again-{run_id}")
+    assert plan.trigger.fields == frozenset({STOPPED})
+    assert plan.trigger.describe() == f"dwd.day {DAY} (its run was canceled by a stop)"
+    assert center.tick() == []  # once: its run exists
+    assert again != run_id

@@ -27,7 +27,13 @@ from dagster_graphql import DagsterGraphQLClient
 
 from resources.spark import port_open
 from tests.support.dev_stack import free_port, graphql, kill_stragglers
-from warehouse_assets.instance.warm_launcher import WORKER_TAG, WarmRunLauncher, source_roots, source_signature
+from warehouse_assets.instance.warm_launcher import (
+    STOPPED_TAG,
+    WORKER_TAG,
+    WarmRunLauncher,
+    source_roots,
+    source_signature,
+)
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(900)]  # `dagster dev` started, runs waited on: 300 s each
 
@@ -305,3 +311,31 @@ def test_terminate_interrupts_the_run_worker_and_the_run_is_canceled(location) -
         time.sleep(0.1)
     assert instance.run_launcher.terminate(waiting.run_id)
     assert wait_finished(instance, waiting.run_id, timeout=30).status == DagsterRunStatus.CANCELED
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_signal_to_a_run_worker_cancels_its_run_in_one_line(
+    location, capfd: pytest.CaptureFixture[str], stop: signal.Signals
+) -> None:
+    # what Ctrl-C of the stack (its whole process group) or a supervisor's SIGTERM does to a run in progress
+    instance, recon_repo, _ = location
+    waiting = launch(instance, recon_repo, "waiting_job")
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while not any(
+        e.dagster_event and e.dagster_event.event_type_value == "STEP_START" for e in instance.all_logs(waiting.run_id)
+    ):
+        assert time.monotonic() < deadline, "the waiting run never started its step"
+        time.sleep(0.1)
+    started = instance.get_run_by_id(waiting.run_id)
+    assert started is not None
+    capfd.readouterr()  # what the run printed until now
+    os.kill(worker_pid(started), stop)
+    run = wait_finished(instance, waiting.run_id, timeout=30)
+    assert run.status == DagsterRunStatus.CANCELED
+    assert run.tags[STOPPED_TAG] == stop.name  # the engine submits such a run again at its next start
+    time.sleep(0.5)  # the worker's last words
+    err = capfd.readouterr().err
+    said = f"run {waiting.run_id[:8]} (waiting_job) canceled: its worker received {stop.name}"
+    assert said in err.splitlines()
+    assert "RUN_CANCELED" not in err and "RUN_FAILURE" not in err  # the run's end is in its log, not printed
+    assert not [e for e in instance.all_logs(waiting.run_id) if e.dagster_event and e.dagster_event.is_run_failure]

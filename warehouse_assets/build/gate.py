@@ -8,7 +8,9 @@ clamped mappings): for each dependency of P, every upstream partition P needs is
 * ``missing`` — exists but is not materialized;
 * ``in progress`` — not materialized, a run is building it;
 * ``tainted`` — materialized, but marked tainted (its data is known bad, :mod:`warehouse_assets.build.validity`)
-  and not rebuilt since, unless the dependency says ``accept_tainted``: a tainted upstream is as good as missing;
+  and not rebuilt since, unless the dependency says ``accept_tainted``: a tainted upstream is as good as missing, and
+  P waits for it to be valid again: rebuilt by its repair while that repair runs (a tainted ODS hour or delivery is
+  made valid by its source, a re-ingest or a release), else by the engine once its own upstream is valid;
 * ``check failed`` — materialized, but a blocking data-quality check failed on its latest materialization
   (unless the dependency says ``ignore_dq``);
 * ``ok`` otherwise.
@@ -89,6 +91,16 @@ class PartitionStateReader(Protocol):
         declares states (None: built before it declared them, taken as its last state)."""
         ...
 
+    def repair_running(self, backfill_id: str) -> bool:
+        """Whether the repair backfill ``backfill_id`` is still running (it rebuilds, or waits for, its partitions)."""
+        ...
+
+
+def backfill_running(instance: DagsterInstance, backfill_id: str) -> bool:
+    """Whether the backfill ``backfill_id`` exists and is still requested (the daemon still launches its runs)."""
+    backfill = instance.get_backfill(backfill_id) if backfill_id else None
+    return backfill is not None and backfill.status.value == "REQUESTED"
+
 
 class InstanceStates:
     """Partition state from the Dagster instance: a partition ever materialized counts as materialized, and
@@ -98,6 +110,10 @@ class InstanceStates:
         self.instance = instance
         self._materialized: dict[str, set[str]] = {}
         self.written: dict[str, set[str]] = {}  # partitions a run wrote itself, not yet visible in the instance
+
+    def refresh(self) -> None:
+        """Forget what was read: the next questions read the instance again (a run waiting for a repair)."""
+        self._materialized.clear()
 
     def materialized(self, table: Table, keys: Sequence[str]) -> set[str]:
         if table.fqn not in self._materialized and table.is_static:  # unpartitioned: materialized at all
@@ -120,6 +136,9 @@ class InstanceStates:
         fresh = self.written.get(table.fqn, set())
         return tainted_in_instance(self.instance, table, [k for k in keys if k not in fresh])
 
+    def repair_running(self, backfill_id: str) -> bool:
+        return backfill_running(self.instance, backfill_id)
+
     def reached_states(self, table: Table, keys: Sequence[str]) -> dict[str, str | None]:
         found: dict[str, str | None] = {}
         for key in keys:  # a run reads few partitions of a table with states: one lookup each
@@ -139,6 +158,8 @@ class EdgeVerdict:
     failed_checks: dict[str, list[str]] = field(default_factory=dict)  # partition → blocking checks failed
     ignored_checks: dict[str, list[str]] = field(default_factory=dict)  # failed, but the dependency says ignore_dq
     tainted: dict[str, Taint] = field(default_factory=dict)  # partition → its taint
+    repairing: frozenset[str] = frozenset()  # of the tainted ones, those whose repair backfill is still running
+    upstream_kind: str = ""  # "ods", "external", "static" or "derived": how a tainted upstream gets valid again
     accepted_taints: dict[str, Taint] = field(default_factory=dict)  # tainted, but the dependency says accept_tainted
     # a weak dependency's partitions that are not usable and not waited for: past its deadline, or enough of an any
     # window usable without them; they are in none of the lists above
@@ -161,6 +182,16 @@ class EdgeVerdict:
     def used(self) -> list[str]:
         """The upstream partitions the partition reads: its window but the waived ones."""
         return [k for k in self.upstream.keys if k not in self.waived]
+
+    @property
+    def waits_for_repair(self) -> bool:
+        """Held back only by tainted partitions that a running repair rebuilds (or, for an ODS hour or a delivery,
+        waits for): the partition will be buildable once that repair has got that far."""
+        return (
+            bool(self.tainted)
+            and set(self.tainted) <= self.repairing
+            and not (self.nonexistent or self.missing or self.in_progress or self.failed_checks or self.early)
+        )
 
     @property
     def degraded(self) -> bool:
@@ -219,13 +250,7 @@ class EdgeVerdict:
                 f"{wanted} ({span(list(self.early))}; {first} is {reached}){until}"
             )
         if self.tainted:
-            first, taint = next(iter(self.tainted.items()))
-            return (
-                f"{table.fqn} {partition} refuses to run: {len(self.tainted)} partition(s) of {self.dep.table} are "
-                f"tainted ({span(list(self.tainted))}; {first}: {taint.describe()}). They are rebuilt by their repair "
-                "(`warehouse taint ... --apply`); declare `accept_tainted: true` on the dependency to proceed anyway."
-                + until
-            )
+            return self._taint_reason(table, partition) + until
         first, checks = next(iter(self.failed_checks.items()))
         return (
             f"{table.fqn} {partition} refuses to run: {len(self.failed_checks)} partition(s) of {self.dep.table} "
@@ -233,6 +258,34 @@ class EdgeVerdict:
             f"{', '.join(checks)}). Fix and re-run {self.dep.table}, or declare `ignore_dq: true` on the "
             "dependency to proceed anyway." + until
         )
+
+    def _taint_reason(self, table: Table, partition: str) -> str:
+        """Why a tainted upstream holds the partition back, and what makes it valid again (never the command that
+        marked it: that one is done)."""
+        first, taint = next(iter(self.tainted.items()))
+        keys = list(self.tainted)
+        head = (
+            f"{table.fqn} {partition} waits for {len(keys)} partition(s) of {self.dep.table} that are tainted "
+            f"({span(keys)}; {first}: {taint.describe()})"
+        )
+        bounds = "" if keys == [WHOLE] else keys[0] if len(keys) == 1 else f"{keys[0]} {keys[-1]}"
+        named = f"{self.dep.table} {bounds}".strip()
+        release = f'released (`warehouse release {named} --reason "…"`: accepted as is)'
+        if self.upstream_kind == "ods":
+            reingest = f"re-ingested from its landing segments (`warehouse reingest {named}`)"
+            how = f"reported again by its source, {reingest} or {release}"
+        elif self.upstream_kind == "external":
+            how = f"delivered again by its producer or {release}"
+        elif self.upstream_kind == "static":
+            how = "built again from its corrected SQL (the static_tables sensor)"
+        else:
+            how = "rebuilt: by the engine once their own upstream is valid, or by a repair of them"
+        repairs = sorted({t.repair for k, t in self.tainted.items() if k in self.repairing})
+        if self.waits_for_repair and self.upstream_kind in ("ods", "external"):
+            return f"{head}; the repair backfill {', '.join(repairs)} waits for it to be {how}"
+        if self.waits_for_repair:
+            return f"{head}; the repair backfill {', '.join(repairs)} rebuilds them first"
+        return f"{head}: they are valid again once {how}; or declare `accept_tainted: true` on the dependency"
 
 
 @dataclass(frozen=True)
@@ -253,6 +306,13 @@ class Verdict:
     @property
     def reasons(self) -> list[str]:
         return [r for edge in self.edges if (r := edge.reason(self.table, self.partition)) is not None]
+
+    @property
+    def waits_for_repair(self) -> bool:
+        """Not runnable yet only because of tainted upstream partitions that running repairs make valid: a run of a
+        repair waits for them instead of failing."""
+        blocked = [edge for edge in self.edges if not edge.ok]
+        return bool(blocked) and all(edge.waits_for_repair for edge in blocked)
 
     @property
     def degraded(self) -> dict[str, dict[str, str]]:
@@ -335,9 +395,13 @@ def judge(
     ``deadline`` is judged at ``now``)."""
     upstream = catalog[dep.table]
     done = states.materialized(upstream, up.keys)
-    running = states.in_progress(upstream, [k for k in up.keys if k not in done])
+    building = states.in_progress(upstream, [k for k in up.keys if k not in done])
     failed = states.failed_blocking_checks(upstream, [k for k in up.keys if k in done])
     tainted = states.tainted(upstream, [k for k in up.keys if k in done])
+    repairs = {t.repair for t in tainted.values() if t.repair}
+    running = {r for r in repairs if states.repair_running(r)} if repairs and not dep.accept_tainted else set()
+    repairing = frozenset(k for k, t in tainted.items() if t.repair in running)
+    kind = "ods" if upstream.is_ods else "external" if upstream.is_external else "static" if upstream.is_static else ""
     early: dict[str, str] = {}
     accepted = (dep.states or upstream.state_names[-1:]) if upstream.state_names else ()
     if accepted:  # a partition in a state the dependency does not accept is not there yet for it
@@ -346,11 +410,13 @@ def judge(
     strict = EdgeVerdict(
         dep,
         up,
-        missing=[k for k in up.keys if k not in done and k not in running],
-        in_progress=[k for k in up.keys if k in running],
+        missing=[k for k in up.keys if k not in done and k not in building],
+        in_progress=[k for k in up.keys if k in building],
         failed_checks={} if dep.ignore_dq else failed,
         ignored_checks=failed if dep.ignore_dq else {},
         tainted={} if dep.accept_tainted else tainted,
+        repairing=repairing,
+        upstream_kind=kind or "derived",
         accepted_taints=tainted if dep.accept_tainted else {},
         early=early,
         accepted=accepted,

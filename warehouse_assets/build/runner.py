@@ -6,7 +6,9 @@ when the code location loads: loading it imports PySpark. For each partition of 
 1. the gate (:mod:`warehouse_assets.build.gate`) decides whether it may run — every exact upstream partition exists,
    is materialized (or was written earlier in this run) and passed its blocking checks (unless the dependency
    says ``ignore_dq``); if not, the run fails with the gate's reason. Dagster drops nonexistent partitions
-   silently, so the guard lives here;
+   silently, so the guard lives here. A backfill's run held back only by tainted upstream partitions that a running
+   repair makes valid (an ODS hour its source, a re-ingest or a release makes valid; a partition another repair
+   rebuilds) waits for them instead, as the backfill waits for the partitions it rebuilds itself;
 2. the upstream partitions are read from Delta (pruned) — or, for an external table, from its producer's files
    or Delta table through :class:`resources.external.ExternalResource` — and registered under the names its
    SQL uses;
@@ -48,6 +50,7 @@ from warehouse_assets.build.gate import (
     RETRY_ON_STEP_FAILURE_TAG,
     STATE,
     InstanceStates,
+    Verdict,
     decide,
     degraded_description,
     span,
@@ -180,6 +183,33 @@ def not_worth_retrying(context: AssetExecutionContext) -> None:
     context.instance.add_run_tags(context.run_id, {RETRY_ON_STEP_FAILURE_TAG: "false"})
 
 
+BACKFILL_TAG = "dagster/backfill"  # Dagster's tag on the runs a backfill launched
+REPAIR_POLL_S = 2.0  # how often a run waiting for a repair asks the gate again
+REPAIR_LOG_S = 300.0  # how often it says it still waits
+
+
+def _await_repairs(
+    context: AssetExecutionContext, catalog: Catalog, table: Table, key: str, states: InstanceStates
+) -> Verdict:
+    """The gate's verdict on ``key``; in a backfill's run held back only by tainted upstream partitions that running
+    repairs make valid, the verdict once they are (or once something else holds it back: a repair canceled, a check
+    that failed on the new data). A backfill launches a run as soon as the partitions it rebuilds itself are done:
+    the ODS hour a repair waits for is not one of them."""
+    verdict = decide(catalog, table, key, states)
+    if verdict.may_run or not verdict.waits_for_repair or BACKFILL_TAG not in context.run.tags:
+        return verdict
+    context.log.info(f"{verdict.reasons[0]}; waiting")
+    said = time.monotonic()
+    while verdict.waits_for_repair:
+        time.sleep(REPAIR_POLL_S)
+        states.refresh()
+        verdict = decide(catalog, table, key, states)
+        if verdict.waits_for_repair and time.monotonic() - said > REPAIR_LOG_S:
+            context.log.info(f"{verdict.reasons[0]}; still waiting")
+            said = time.monotonic()
+    return verdict
+
+
 def _build_partitions(
     context: AssetExecutionContext,
     catalog: Catalog,
@@ -199,7 +229,7 @@ def _build_partitions(
     started = time.monotonic()
     version = None
     for key in keys:
-        verdict = decide(catalog, table, key, states)
+        verdict = _await_repairs(context, catalog, table, key, states)
         if not verdict.may_run:
             not_worth_retrying(context)
             raise Failure(verdict.reasons[0])

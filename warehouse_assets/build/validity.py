@@ -12,6 +12,10 @@ the backfill repairing it as metadata. Why a check evaluation rather than a stor
 * it targets one materialization, as every verdict does: a new materialization (the repair) leaves it behind, and
   the partition is judged again by its blocking checks on the new data, exactly as Dagster's own ``is_current``.
 
+A tainted partition nobody can rebuild (an ODS hour its source never sends again) can be *released*: a passed ``valid``
+verdict on the same materialization with ``validity: released``, the reason and who: its data is accepted as is, the
+gate lets its downstream build, and the UI and ``warehouse status`` show the release where they showed the taint.
+
 So a partition is tainted while the latest ``valid`` verdict on its latest materialization failed. A rebuild that
 passes its blocking checks logs a passed ``valid`` verdict (the runner, the ODS hours' judge), so the UI shows the
 partition valid again; until its checks pass, its downstream waits (the gate waits for blocking verdicts).
@@ -35,6 +39,9 @@ if TYPE_CHECKING:
     from warehouse_assets.catalog import Table
 
 VALID = "valid"  # the check every table carries: failed = tainted
+RELEASED = "released"  # a passed ``valid`` verdict's validity when it lifts a taint without new data
+# on a repair backfill, and so on its runs: the run of the taint job that launched it
+TAINT_TAG = "warehouse/taint"
 
 
 @dataclass(frozen=True)
@@ -127,6 +134,37 @@ def valid_evaluation(table: Table, partition: str, target: Any, detail: str) -> 
         blocking=False,
         description=detail,
     )
+
+
+def release_evaluation(
+    table: Table, partition: str, target: tuple[int, str, float], reason: str, by: str, lifted: Taint
+) -> AssetCheckEvaluation:
+    """The event releasing ``partition`` (its data accepted as is) on its materialization ``target``, lifting the
+    taint ``lifted``."""
+    return AssetCheckEvaluation(
+        asset_key=AssetKey(table.key),
+        check_name=VALID,
+        passed=True,
+        partition=_dagster_partition(partition),
+        target_materialization_data=target_data(*target),
+        metadata={
+            "validity": RELEASED,
+            "reason": reason,
+            "by": by,
+            "lifted": lifted.describe(),
+            "partition": partition,
+        },
+        blocking=False,
+        description=f"released, accepted as is: {reason} (by {by}); it was {lifted.describe()}",
+    )
+
+
+def released_note(evaluation: AssetCheckEvaluation) -> str | None:
+    """``accepted as is: REASON (by WHO)`` for a release, None for any other ``valid`` verdict."""
+    meta = {k: v.value for k, v in evaluation.metadata.items()}
+    if not evaluation.passed or meta.get("validity") != RELEASED:
+        return None
+    return f"accepted as is: {meta.get('reason')} (by {meta.get('by')})"
 
 
 def _dagster_partition(partition: str) -> str | None:

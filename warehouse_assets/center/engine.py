@@ -24,6 +24,11 @@ request never gets two runs. A run the dying webserver created but never queued 
 monitoring to fail it and retry it (minutes, and a second run besides the engine's): the engine cancels it, tagged
 ``warehouse/orphaned``, and submits the plan again.
 
+A run canceled because its worker was stopped (Ctrl-C or SIGTERM of the stack: the warm run launcher tags it
+``warehouse/stopped_by``) was not done: the same sweep, whose first pass is the engine's first round, submits it again
+(its partitions no later run took over), so the next start builds what the stopped one was building. A run a user
+terminated is left alone.
+
 A run that failed is Dagster's to retry (``run_retries`` in the instance). But when launching the retry fails (the
 code server restarting at that moment), Dagster gives the run up for good (``dagster/will_retry=false``) and nothing
 would build its partitions until new upstream data came. Every :data:`LOST_RETRY_SWEEP_S` the engine looks for such
@@ -59,6 +64,7 @@ from warehouse_assets.center.resolver import (
     LOST_RETRY,
     PRIORITY_TAG,
     REQUEST_TAG,
+    STOPPED,
     Resolver,
     RunPlan,
     Trigger,
@@ -66,6 +72,7 @@ from warehouse_assets.center.resolver import (
 )
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import PartitionStateStore
+from warehouse_assets.instance.warm_launcher import STOPPED_TAG
 
 log = logging.getLogger("warehouse.engine")
 
@@ -76,6 +83,7 @@ SUBMITTED_TAG = "warehouse/submitted_at"  # epoch seconds at which the engine su
 SUBMITTERS = 4  # runs submitted at once: each call waits for the webserver to build the run from the code location
 LOST_RETRY_SWEEP_S = 30.0  # how often the engine looks for failed runs whose retry Dagster could not launch
 LOST_RETRY_PREFIX = "retry-"  # the request id of a run submitted again: retry-<failed run id>
+STOPPED_PREFIX = "again-"  # the request id of a run submitted again after a stop canceled it: again-<run id>
 # A run still NOT_STARTED this long after its creation was created by a webserver that died before queueing it (it
 # queues a run in the same request, within milliseconds); longer than a submission's HTTP timeout, so that a slow
 # webserver still answering is never taken for a dead one
@@ -385,37 +393,42 @@ class Engine:
 
     def plan_lost_retries(self) -> list[RunPlan]:
         """Plan again each run of the engine's, within the lookback, that failed without failing on its data and that
-        Dagster gave up retrying before its retries were used up; only its partitions no later run targeted."""
+        Dagster gave up retrying before its retries were used up, and each one a stop of the stack canceled; only
+        their partitions no later run targeted."""
         now = self.clock()
-        if not self.instance.run_retries_enabled:
-            return []
-        records = self.instance.get_run_records(
-            RunsFilter(
+        found: list[tuple[DagsterRun, bool]] = []
+        if self.instance.run_retries_enabled:
+            failed = RunsFilter(
                 statuses=[DagsterRunStatus.FAILURE],
                 tags={WILL_RETRY_TAG: "false"},
                 created_after=now - self.resolver.lookback,
             )
+            found += [(r.dagster_run, False) for r in self.instance.get_run_records(failed)]
+        canceled = RunsFilter(
+            statuses=[DagsterRunStatus.CANCELED],
+            tags={STOPPED_TAG: ["SIGINT", "SIGTERM"]},
+            created_after=now - self.resolver.lookback,
         )
+        found += [(r.dagster_run, True) for r in self.instance.get_run_records(canceled)]
         plans: list[RunPlan] = []
-        for record in records:
-            plan = self._lost_retry(record.dagster_run)
+        for run, stopped in found:
+            plan = self._lost_retry(run, stopped)
             if plan is None or self.instance.get_run_records(RunsFilter(tags={REQUEST_TAG: plan.request_id}), limit=1):
                 continue
             if self.resolver.add_pending(plan, now):
-                log.warning(
-                    "run %s failed and Dagster could not launch its retry: submitting it again", plan.trigger.run_id
-                )
+                why = "was canceled by a stop" if stopped else "failed and Dagster could not launch its retry"
+                log.warning("run %s %s: submitting it again", plan.trigger.run_id, why)
                 plans.append(plan)
         return plans
 
-    def _lost_retry(self, run: DagsterRun) -> RunPlan | None:
+    def _lost_retry(self, run: DagsterRun, stopped: bool = False) -> RunPlan | None:
         tags = run.tags
         request = tags.get(REQUEST_TAG)
-        if not request or request.startswith(LOST_RETRY_PREFIX) or tags.get(AUTO_RETRY_RUN_ID_TAG):
+        if not request or (not stopped and request.startswith(LOST_RETRY_PREFIX)) or tags.get(AUTO_RETRY_RUN_ID_TAG):
             return None  # not the engine's, submitted again already, or retried by Dagster
-        if tags.get(RETRY_ON_STEP_FAILURE_TAG) == "false":
+        if not stopped and tags.get(RETRY_ON_STEP_FAILURE_TAG) == "false":
             return None  # it failed on its data: the engine requests it again when its inputs change
-        if int(tags.get(RETRY_NUMBER_TAG, "0")) >= self.instance.run_retries_max_retries:
+        if not stopped and int(tags.get(RETRY_NUMBER_TAG, "0")) >= self.instance.run_retries_max_retries:
             return None  # its retries are used up
         assets = list(run.asset_selection or ())
         table = self.catalog.tables.get(".".join(assets[0].path)) if len(assets) == 1 else None
@@ -426,13 +439,13 @@ class Engine:
         partitions = [key for key in keys if states[key].latest_run in (None, run.run_id)]
         if not partitions:
             return None  # a later run took them over
-        trigger = Trigger(table.fqn, partitions[0], None, run.run_id, frozenset({LOST_RETRY}))
+        trigger = Trigger(table.fqn, partitions[0], None, run.run_id, frozenset({STOPPED if stopped else LOST_RETRY}))
         priority = int(tags.get(PRIORITY_TAG, run_priority(table.fqn, None, None)))
         return RunPlan(
             table.fqn,
             tuple(partitions),
             trigger,
-            LOST_RETRY_PREFIX + run.run_id,
+            (STOPPED_PREFIX if stopped else LOST_RETRY_PREFIX) + run.run_id,
             priority=priority,
             rebuild=tags.get(LANE_TAG) == REBUILD_LANE,  # in the lane it was in
         )

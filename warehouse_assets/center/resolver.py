@@ -115,6 +115,7 @@ PRUNE_EVERY = timedelta(hours=1)  # how often old requests are deleted
 CLOCK = "clock"  # a Trigger's field: the partition's window ended, nothing upstream changed
 DEADLINE_PASSED = "deadline"  # a Trigger's field: a dependency's deadline passed, nothing upstream changed
 LOST_RETRY = "lost_retry"  # a Trigger's field: the run failed and Dagster could not launch its retry
+STOPPED = "stopped"  # a Trigger's field: a stop of the stack canceled the run
 LATE_DUE = "late_due"  # a Trigger's field: the late-data policy's time for a stale partition's rebuild came
 DECLARED = "declared"  # a Trigger's field: the table was added to the catalog, or its declaration changed
 # a trigger's fields as the run's tag says them: a run is planned only once nothing upstream is in progress, so an
@@ -127,6 +128,7 @@ CHANGE_WORDS = {
     CLOCK: "window ended",
     DEADLINE_PASSED: "deadline passed",
     LOST_RETRY: "its retry could not be launched",
+    STOPPED: "its run was canceled by a stop",
     LATE_DUE: "late data's rebuild due",
     DECLARED: "table declared",
 }
@@ -982,6 +984,8 @@ class _Snapshot:
             backfill = self.store.instance.get_backfill(backfill_id)
             self._repairing[backfill_id] = backfill is not None and backfill.status.value == "REQUESTED"
         return self._repairing[backfill_id]
+
+    repair_running = repairing  # the gate's name for it
 
     def newest_built(self, table: Table) -> str | None:
         """The table's latest partition that holds data, read once per call."""

@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING
 
 from dagster import AssetKey, DagsterEventType, DagsterInstance, EventLogEntry
 
-from warehouse_assets.build.gate import DEGRADED, STATE, per_partition
-from warehouse_assets.build.validity import VALID, Taint
+from warehouse_assets.build.gate import DEGRADED, STATE, backfill_running, per_partition
+from warehouse_assets.build.validity import VALID, Taint, released_note
 from warehouse_assets.catalog import WHOLE
 
 if TYPE_CHECKING:
@@ -84,6 +84,7 @@ class PartitionState:
     # materialization came later
     read_from: int | None = None
     queued: bool = False  # the latest run that targets it is created and not started: it will read what is there then
+    released: str | None = None  # a taint lifted without new data: "accepted as is: REASON (by WHO)"
 
     @property
     def materialized(self) -> bool:
@@ -115,7 +116,7 @@ _FIELDS = {
 }
 _COLUMNS = (
     "asset_key, partition, storage_id, run_id, timestamp, delta_version, checks, latest_run, in_progress, failed,"
-    " taint, degraded, state, read_from, queued"
+    " taint, degraded, state, read_from, queued, released"
 )
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS partitions ({_COLUMNS}, PRIMARY KEY (asset_key, partition)) WITHOUT ROWID;
@@ -159,6 +160,9 @@ class _GateReader:
     def reached_states(self, table: Table, keys: Sequence[str]) -> dict[str, str | None]:
         return {k: s.state for k, s in self.states(AssetKey(table.key), keys).items()}
 
+    def repair_running(self, backfill_id: str) -> bool:
+        raise NotImplementedError
+
 
 class PartitionStateStore(_GateReader):
     """Every partition's state, maintained incrementally from ``instance``'s event log and persisted at ``path``."""
@@ -183,6 +187,7 @@ class PartitionStateStore(_GateReader):
             "state",
             "read_from",
             "queued",
+            "released",
         ):  # a store written before them: none was ever logged before it either
             if column not in columns:
                 self._db.execute(f"ALTER TABLE partitions ADD COLUMN {column}")
@@ -190,6 +195,9 @@ class PartitionStateStore(_GateReader):
 
     def close(self) -> None:
         self._db.close()
+
+    def repair_running(self, backfill_id: str) -> bool:
+        return backfill_running(self.instance, backfill_id)
 
     @property
     def cursor(self) -> int:
@@ -278,7 +286,7 @@ class PartitionStateStore(_GateReader):
             for storage_id, entry in records:
                 step.apply(storage_id, entry)
             self._db.executemany(
-                f"INSERT OR REPLACE INTO partitions ({_COLUMNS}) VALUES ({', '.join('?' * 15)})",
+                f"INSERT OR REPLACE INTO partitions ({_COLUMNS}) VALUES ({', '.join('?' * 16)})",
                 [_to_row(s) for s in step.touched.values()],
             )
             self._db.execute("INSERT OR REPLACE INTO cursor VALUES (0, ?)", (head,))
@@ -378,6 +386,7 @@ class _Step:
                 delta_version=version.value if version is not None and isinstance(version.value, int) else None,
                 checks={},  # verdicts on the previous materialization no longer count
                 taint=None,  # nor does a taint: the new data is judged by its own checks
+                released=None,
                 degraded=per_partition(m.metadata, DEGRADED, m.partition) if m.partition else None,
                 state=per_partition(m.metadata, STATE, m.partition) if m.partition else None,
                 failed=False,
@@ -390,7 +399,8 @@ class _Step:
             if target != current.storage_id:  # a verdict on an older materialization does not count
                 return
             if e.check_name == VALID:  # validity: failed = tainted, passed = valid again
-                self.set(current, taint=None if e.passed else Taint.of(e, entry.timestamp))
+                taint = None if e.passed else Taint.of(e, entry.timestamp)
+                self.set(current, taint=taint, released=released_note(e))
             else:
                 self.set(current, checks={**current.checks, e.check_name: e.passed})
         elif event.event_type == PLANNED:
@@ -493,6 +503,9 @@ class StateView(_GateReader):
         stored = self.store.states(name, keys)
         return {k: self._step.touched.get((name, k), s) for k, s in stored.items()}
 
+    def repair_running(self, backfill_id: str) -> bool:
+        return self.store.repair_running(backfill_id)
+
 
 class _Transaction:
     """BEGIN ... COMMIT, or ROLLBACK on an exception: the rows and the cursor land together or not at all."""
@@ -524,6 +537,7 @@ def _to_row(s: PartitionState) -> tuple[object, ...]:
         s.state,
         s.read_from,
         int(s.queued),
+        s.released,
     )
 
 
@@ -544,6 +558,7 @@ def _from_row(r: Sequence[object]) -> PartitionState:
         reached,
         read_from,
         queued,
+        released,
     ) = r
     return PartitionState(
         str(asset_key),
@@ -561,6 +576,7 @@ def _from_row(r: Sequence[object]) -> PartitionState:
         str(reached) if reached is not None else None,
         read_from,  # type: ignore[arg-type]
         bool(queued),
+        str(released) if released is not None else None,
     )
 
 

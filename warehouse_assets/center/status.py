@@ -1,6 +1,7 @@
 """``warehouse status TABLE [--range START END]``: each partition's state at a glance, from the dependency center's
 state store (the engine's view, with the events it has not applied yet): materialized or not (when, by which run,
-which Delta version), valid or tainted (why, from where), and each declared check's verdict on it."""
+which Delta version), valid, tainted (why, from where) or released (accepted as is: why, by whom), and each declared
+check's verdict on it."""
 
 from __future__ import annotations
 
@@ -84,7 +85,13 @@ def _line(state: PartitionState, checks: Sequence[str]) -> str:
         run = f"materialized {when} ({by}{version})"
     if not state.materialized:
         return run
-    validity = state.taint.describe() if state.taint is not None else "valid"
+    validity = (
+        state.taint.describe()
+        if state.taint is not None
+        else f"released, {state.released}"
+        if state.released
+        else "valid"
+    )
     if state.state:
         validity += f", {state.state}"
     if state.degraded:

@@ -12,8 +12,15 @@ reason, apply) compute the same plan:
    corrected source re-ingested before the taint was applied) holds the corrected data: it is named and not marked;
 3. what to **rebuild**: the marked partitions of derived tables, in one Dagster asset backfill (the UI shows it; the
    backfill daemon runs them in dependency order, each table's runs as its backfill policy says). A marked ODS hour or
-   external delivery is repaired at its source: it is valid again once reported anew with passing checks, and the
-   backfill's runs reading it wait for that through the run guard.
+   external delivery is valid again once reported anew with passing checks, and the backfill's runs reading it wait
+   for that (the run guard, :mod:`warehouse_assets.build.runner`). An ODS hour is reported anew when its source sends
+   it again, or at once with ``reingest``: rebuilt from the landing area's retained segments
+   (:mod:`warehouse_assets.ingest.reingest`), reported and judged in the same run.
+
+Two more actions of the same job: ``reingest`` re-ingests ODS hours on their own (the repair waiting for them goes on),
+and ``release`` accepts tainted partitions as they are, with a reason (a passed ``valid`` verdict saying so,
+:func:`warehouse_assets.build.validity.release_evaluation`): for an hour its source will never send again. The
+repair waiting for them then builds; with no repair running, the release launches one of what was built from them.
 
 With ``apply`` the job marks every partition (a failed ``valid`` verdict each, :mod:`warehouse_assets.build.validity`,
 naming the backfill) and launches the backfill; the dependency center leaves those partitions to it while it runs.
@@ -45,15 +52,16 @@ from dagster import (
 )
 
 from warehouse_assets.build.compiler import max_partitions_per_run, topological
-from warehouse_assets.build.gate import BuildableSearch, never_buildable, span
-from warehouse_assets.build.validity import Taint, taint_evaluation
-from warehouse_assets.catalog import BY_PERIOD, WHOLE, Catalog
+from warehouse_assets.build.gate import BuildableSearch, backfill_running, never_buildable, span
+from warehouse_assets.build.validity import TAINT_TAG, Taint, release_evaluation, taint_evaluation
+from warehouse_assets.catalog import BY_PERIOD, WHOLE, Catalog, OdsTable
 from warehouse_assets.center.late_data import LANE_TAG, REBUILD_LANE
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import PartitionState, PartitionStateStore, StateView
 
 JOB = "taint_repair"
-TAINT_TAG = "warehouse/taint"  # on the repair backfill: the run of the taint job that launched it
+TAINT, REINGEST, RELEASE = "taint", "reingest", "release"  # the job's actions
+LAKE_RESOURCES = {"spark", "lake", "landing"}  # what re-ingesting needs
 
 
 @dataclass
@@ -80,6 +88,7 @@ class TaintPlan:
     index: ReverseIndex = field(repr=False)
     now: datetime = field(repr=False)
     backfill: bool = True  # the repair is one backfill; False: the engine rebuilds them once the root is fixed
+    reingest: bool = False  # the ODS roots are re-ingested from the landing area by the repair itself
 
     @property
     def marked(self) -> int:
@@ -127,8 +136,10 @@ class TaintPlan:
     def _how(self, t: TablePlan) -> str:
         if not t.rebuilt and self.index.is_static(t.table):
             return "repaired by correcting its SQL (the static_tables sensor builds it again)"
+        if not t.rebuilt and self.reingest and t.table == self.table:
+            return "re-ingested from its retained landing segments"
         if not t.rebuilt:
-            return "repaired at its source (reported again)"
+            return "valid again once its source reports it again (or re-ingested, or released)"
         return f"rebuilt in {t.runs} run(s)" if self.backfill else "rebuilt by the engine"
 
     def lines(self) -> list[str]:
@@ -337,69 +348,200 @@ class TaintConfig(Config):  # type: ignore[misc]
     table: str  # e.g. "ods.order"
     start: str = ""  # first partition, e.g. "2026-01-05-08:00" (none of a static table)
     end: str = ""  # last partition (inclusive)
-    reason: str
+    reason: str = ""  # why (taint, release): shown on every partition it marks or releases
     apply: bool = False  # False: show the plan only
     by: str = ""  # who marks it (default: the user running the job's process)
     rebuild: bool = True  # launch the repair backfill
     root_check: str = ""  # set by the engine: a late verdict of this check taints what was built before it
+    # "taint" (mark and repair), "reingest" (re-ingest ODS hours from the landing area and report them again) or
+    # "release" (accept tainted partitions as they are, with the reason)
+    action: str = TAINT
+    reingest: bool = False  # with taint and apply: re-ingest the ODS hours START … END after marking them
 
 
-def build_taint_job(catalog: Catalog):  # type: ignore[no-untyped-def]
-    @op(name="taint_and_repair")
+def build_taint_job(catalog: Catalog, lake: bool = False):  # type: ignore[no-untyped-def]
+    """The ``taint_repair`` job; ``lake``: its op gets the lake's resources (Spark, the Delta lake, the landing area),
+    which re-ingesting needs."""
+
+    @op(name="taint_and_repair", required_resource_keys=LAKE_RESOURCES if lake else set())
     def taint_and_repair(context: OpExecutionContext, config: TaintConfig) -> Output[dict[str, Any]]:
+        if config.action not in (TAINT, REINGEST, RELEASE):
+            raise Failure(f"action {config.action!r}: expected {TAINT}, {REINGEST} or {RELEASE}")
+        if config.action in (TAINT, RELEASE) and not config.reason.strip():
+            raise Failure(f"{config.action} needs a reason: it is shown on every partition it marks or releases")
+        reingest = config.action == REINGEST or (config.reingest and config.apply)
+        if reingest and config.table in catalog.tables and not catalog[config.table].is_ods:
+            raise Failure(f"{config.table} is not an ODS table: only ODS hours are re-ingested from the landing area")
+        if reingest and not lake:
+            raise Failure("this taint_repair job has no lake resources (spark, lake, landing): it cannot re-ingest")
         store = PartitionStateStore(context.instance)
         try:
             states = store.view()  # the engine's view, with the events it has not applied yet
-            index = ReverseIndex.build(catalog)
-            automatic = bool(config.root_check)
-            taint = new_taint(config.table, config.start, config.end, config.reason, config.by, config.root_check)
-            try:
-                plan = plan_taint(
-                    catalog,
-                    index,
-                    states,
-                    config.table,
-                    config.start,
-                    config.end,
-                    taint,
-                    mark_roots=not automatic,
-                    backfill=config.rebuild,
-                )
-            except ValueError as exc:
-                raise Failure(str(exc)) from exc
-            for line in plan.lines():
-                context.log.info(line)
-            backfill_id = ""
-            if config.apply:
-                if config.rebuild and plan.rebuild():
-                    from dagster._core.utils import make_new_backfill_id
-
-                    backfill_id = make_new_backfill_id()
-                    taint = Taint(taint.reason, taint.root, taint.by, taint.at, repair=backfill_id)
-                marked = mark(context, catalog, plan, states, taint)
-                if backfill_id:
-                    launch_backfill(context.instance, catalog, plan, backfill_id, context.run_id)
-                    context.log.info(f"marked {marked} partition(s) tainted; repair backfill {backfill_id}")
-                else:
-                    context.log.info(f"marked {marked} partition(s) tainted; no backfill")
-            counts = {"marked": plan.marked, "rebuilt": plan.rebuilt, "runs": plan.runs}
-            metadata: dict[str, Any] = {
-                "plan": MetadataValue.md(plan.markdown()),
-                **counts,
-                "applied": config.apply,
-                "backfill": backfill_id,
-            }
-            return Output({**counts, "backfill": backfill_id, "lines": plan.lines()}, metadata=metadata)
+            if config.action == REINGEST:
+                lines = _reingest(context, catalog, config.table, _roots(catalog, config))
+                return Output({"marked": 0, "rebuilt": 0, "runs": 0, "backfill": "", "lines": lines})
+            if config.action == RELEASE:
+                return _release(context, catalog, states, config)
+            return _taint(context, catalog, states, config, reingest)
         finally:
             store.close()
 
     @job(
         name=JOB,
         description="Mark a table's partitions tainted with everything built from them, and rebuild exactly those: "
-        "launch with table, start, end, reason (and apply: true to act; without, the run shows the plan).",
+        "launch with table, start, end, reason (and apply: true to act; without, the run shows the plan). "
+        "action: reingest re-ingests ODS hours from the landing area; release accepts tainted partitions as they are.",
         tags={"warehouse/taint": "plan"},
     )
     def taint_repair() -> None:
         taint_and_repair()
 
     return taint_repair
+
+
+def _roots(catalog: Catalog, config: TaintConfig) -> list[str]:
+    try:
+        return root_keys(catalog, config.table, config.start, config.end)
+    except ValueError as exc:
+        raise Failure(str(exc)) from exc
+
+
+def _taint(
+    context: OpExecutionContext, catalog: Catalog, states: StateView, config: TaintConfig, reingest: bool
+) -> Output[dict[str, Any]]:
+    index = ReverseIndex.build(catalog)
+    automatic = bool(config.root_check)
+    taint = new_taint(config.table, config.start, config.end, config.reason, config.by, config.root_check)
+    try:
+        plan = plan_taint(
+            catalog,
+            index,
+            states,
+            config.table,
+            config.start,
+            config.end,
+            taint,
+            mark_roots=not automatic,
+            backfill=config.rebuild,
+        )
+    except ValueError as exc:
+        raise Failure(str(exc)) from exc
+    plan.reingest = reingest
+    for line in plan.lines():
+        context.log.info(line)
+    lines = plan.lines()
+    backfill_id = ""
+    if config.apply:
+        backfill_id = _apply(context, catalog, plan, states, taint, config.rebuild)
+        if reingest:
+            lines += _reingest(context, catalog, config.table, plan.roots)
+    return _output(plan, lines, backfill_id, config.apply)
+
+
+def _apply(
+    context: OpExecutionContext, catalog: Catalog, plan: TaintPlan, states: StateView, taint: Taint, rebuild: bool
+) -> str:
+    """Mark the plan's partitions and launch its repair backfill (when it rebuilds anything); the backfill's id."""
+    backfill_id = ""
+    if rebuild and plan.rebuild():
+        from dagster._core.utils import make_new_backfill_id
+
+        backfill_id = make_new_backfill_id()
+        taint = Taint(taint.reason, taint.root, taint.by, taint.at, repair=backfill_id)
+    marked = mark(context, catalog, plan, states, taint)
+    if backfill_id:
+        # launched before any re-ingest: its runs reading the hours wait for them (the run guard)
+        launch_backfill(context.instance, catalog, plan, backfill_id, context.run_id)
+        context.log.info(f"marked {marked} partition(s) tainted; repair backfill {backfill_id}")
+    else:
+        context.log.info(f"marked {marked} partition(s) tainted; no backfill")
+    return backfill_id
+
+
+def _output(plan: TaintPlan, lines: list[str], backfill_id: str, applied: bool) -> Output[dict[str, Any]]:
+    counts = {"marked": plan.marked, "rebuilt": plan.rebuilt, "runs": plan.runs}
+    metadata: dict[str, Any] = {
+        "plan": MetadataValue.md(plan.markdown()),
+        **counts,
+        "applied": applied,
+        "backfill": backfill_id,
+    }
+    return Output({**counts, "backfill": backfill_id, "lines": lines}, metadata=metadata)
+
+
+def _reingest(context: OpExecutionContext, catalog: Catalog, table: str, keys: list[str]) -> list[str]:
+    """Re-ingest the ODS hours ``keys`` from the landing area, report them again and judge their checks in this run;
+    what happened, in lines."""
+    from warehouse_assets.build.hour_checks import judge_hours
+    from warehouse_assets.build.quality import failed_blocking_checks
+    from warehouse_assets.ingest.job import report_completed_hours
+    from warehouse_assets.ingest.merge import committed_positions
+    from warehouse_assets.ingest.reingest import reingest_hours
+
+    t = catalog[table]
+    assert isinstance(t, OdsTable)  # the op refused any other table
+    session = context.resources.spark.session()
+    store, land = context.resources.lake.store(), context.resources.landing.landing()
+    before = committed_positions(store, t, land.streams(t.source_database, t.source_tables))
+    try:
+        done = reingest_hours(session, store, land, t, keys)
+    except ValueError as exc:
+        raise Failure(str(exc)) from exc
+    context.log.info(done.describe())
+    numbers = report_completed_hours(context, t, before, session, store, land, judge_hours, changed=keys)
+    failed = failed_blocking_checks(context.instance, t, keys)
+    lines = [done.describe(), f"{table}: {int(numbers['hours_reported'])} hour(s) reported again, checks judged"]
+    for key, checks in failed.items():
+        lines.append(
+            f"{table} {key} failed {', '.join(checks)} on the re-ingested data: what reads it waits for data that "
+            "passes (the source sending it corrected), unless its dependency says ignore_dq"
+        )
+    for line in lines[1:]:
+        context.log.info(line)
+    return lines
+
+
+def _release(
+    context: OpExecutionContext, catalog: Catalog, states: StateView, config: TaintConfig
+) -> Output[dict[str, Any]]:
+    """Accept the tainted partitions START … END of the table as they are: a passed ``valid`` verdict each, with the
+    reason. A repair waiting for them goes on; with none running, one is launched of what was built from them."""
+    keys = _roots(catalog, config)  # the table is known from here on
+    table = catalog[config.table]
+    found = states.states(AssetKey(table.key), keys)
+    tainted = {k: s for k, s in found.items() if s.taint is not None and s.storage_id is not None}
+    if not tainted:
+        raise Failure(f"{config.table} {span(keys)}: no partition there is tainted, nothing to release")
+    by = config.by or getpass.getuser()
+    for key, state in tainted.items():
+        assert state.taint is not None and state.storage_id is not None
+        target = (state.storage_id, state.run_id or "", state.timestamp or 0.0)
+        event = release_evaluation(table, key, target, config.reason, by, state.taint)
+        context.log_event(event)  # type: ignore[arg-type]
+    released = list(tainted)
+    lines = [f"released {config.table} {span(released)}: accepted as is: {config.reason} (by {by})"]
+    left = [k for k in keys if k not in tainted]
+    if left:
+        lines.append(f"not tainted, left as they are: {config.table} {span(left)}")
+    repairs = sorted({s.taint.repair for s in tainted.values() if s.taint and s.taint.repair})
+    running = [r for r in repairs if backfill_running(context.instance, r)]
+    backfill_id = ""
+    plan: TaintPlan | None = None
+    if running:
+        lines.append(f"the repair backfill {', '.join(running)} waiting for it goes on with what was built from it")
+    else:
+        # nothing rebuilds what was built from it: a repair of that, from the data now accepted
+        reason = f"rebuilt from {config.table} {span(released)}, released: {config.reason}"
+        taint = new_taint(config.table, released[0], released[-1], reason, by)
+        index = ReverseIndex.build(catalog)
+        plan = plan_taint(catalog, index, states, config.table, released[0], released[-1], taint, mark_roots=False)
+        backfill_id = _apply(context, catalog, plan, states, taint, rebuild=True) if plan.rebuild() else ""
+        what = f"repair backfill {backfill_id}" if backfill_id else "nothing was built from it: no backfill"
+        lines.append(f"what was built from it is rebuilt: {what}")
+    for line in lines:
+        context.log.info(line)
+    counts = {"marked": 0, "rebuilt": 0, "runs": 0}
+    if plan is not None:
+        counts = {"marked": plan.marked, "rebuilt": plan.rebuilt, "runs": plan.runs}
+    metadata: dict[str, Any] = {"released": len(released), **counts, "backfill": backfill_id}
+    return Output({**counts, "backfill": backfill_id, "lines": lines, "released": released}, metadata=metadata)

@@ -372,6 +372,9 @@ class PartitionStates:
     def reached_states(self, table: Table, keys: Sequence[str]) -> dict[str, str | None]:
         return self.partitions.reached_states(table, keys)
 
+    def repair_running(self, backfill_id: str) -> bool:
+        return self.partitions.repair_running(backfill_id)
+
     def _never(self, fqn: str, key: str) -> str:
         period = self.catalog[fqn].period
         window = BY_PERIOD[period].time_window_for_partition_key(key)

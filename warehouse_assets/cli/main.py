@@ -6,6 +6,8 @@
                                                 for [start, end) in dependency order (headless path)
     warehouse why ads.daily_gmv 2026-11-24      why a partition waits: its upstream partitions and the root causes
     warehouse taint ods.order S E --reason R    what partitions S..E taint downstream; --apply marks and repairs
+    warehouse reingest ods.order S [E]          re-ingest ODS hours from the landing area, report them again
+    warehouse release ods.order S [E] --reason R   accept tainted partitions as they are
     warehouse status                            the engine's heartbeat, the runs queued and running, the start
     warehouse status dwd.order_detail           each partition: materialized, valid or tainted, checks
     warehouse upgrade-lake                      turn deletion vectors on for an existing lake's ODS tables (in place)
@@ -33,7 +35,13 @@ from zoneinfo import ZoneInfo
 from warehouse_assets.cli.common import ROOT, adopt_warehouse_start, load_settings, say
 from warehouse_assets.cli.dev import run_dev, simulate_externals
 from warehouse_assets.cli.headless import materialize_range, run_ingest
-from warehouse_assets.cli.repair import add_taint_parser, table_status_command, taint_command
+from warehouse_assets.cli.repair import (
+    add_taint_parser,
+    reingest_command,
+    release_command,
+    table_status_command,
+    taint_command,
+)
 from warehouse_assets.cli.services import run_capture, run_engine, run_spark_server
 from warehouse_assets.cli.sql import add_sql_parser, run_sql
 
@@ -298,7 +306,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "why":
         return why_command(args, instance, resources)
     if args.command == "taint":
-        return taint_command(args, instance)
+        return taint_command(args, instance, resources)
+    if args.command == "reingest":
+        return reingest_command(args, instance, resources)
+    if args.command == "release":
+        return release_command(args, instance, resources)
     if args.command == "status":
         return table_status_command(args, instance) if args.table else status_command(args, instance)
     if args.command == "ingest":

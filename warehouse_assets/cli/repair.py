@@ -1,8 +1,9 @@
-"""``warehouse taint`` and ``warehouse status TABLE``: mark bad data and what was built from it, repair it, look at it.
+"""``warehouse taint``, ``reingest``, ``release`` and ``status TABLE``: mark bad data and what was built from it, repair
+it, accept it as it is, look at it.
 
-Neither needs Spark. ``taint`` without ``--apply`` reads the catalog and the dependency center's state store only; with
-``--apply`` it executes the ``taint_repair`` job in this process (the run, its plan as Markdown and the repair backfill
-show in the UI as if launched from the Launchpad).
+``taint`` without ``--apply`` reads the catalog and the dependency center's state store only; with ``--apply``, and
+``reingest`` and ``release``, execute the ``taint_repair`` job in this process (the run, its plan as Markdown and the
+repair backfill show in the UI as if launched from the Launchpad). Only re-ingesting needs Spark.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 
-def taint_command(args: argparse.Namespace, instance: Any) -> int:
+def taint_command(args: argparse.Namespace, instance: Any, resources: dict[str, Any]) -> int:
     from warehouse_assets.catalog import load_catalog
     from warehouse_assets.center.reverse_index import ReverseIndex
     from warehouse_assets.center.state_store import PartitionStateStore
@@ -36,16 +37,32 @@ def taint_command(args: argparse.Namespace, instance: Any) -> int:
         print("nothing marked yet: --apply marks them tainted and launches the repair backfill")
         return 0
 
+    config = {"table": args.table, "start": args.start, "end": args.end, "reason": args.reason, "apply": True}
+    return _run_taint_job({**config, "by": args.by, "reingest": args.reingest}, instance, resources, args.reingest)
+
+
+def reingest_command(args: argparse.Namespace, instance: Any, resources: dict[str, Any]) -> int:
+    config = {"table": args.table, "start": args.start, "end": args.end or args.start, "action": "reingest"}
+    return _run_taint_job(config, instance, resources, lake=True)
+
+
+def release_command(args: argparse.Namespace, instance: Any, resources: dict[str, Any]) -> int:
+    config = {"table": args.table, "start": args.start, "end": args.end or args.start, "reason": args.reason}
+    return _run_taint_job({**config, "by": args.by, "action": "release"}, instance, resources, lake=False)
+
+
+def _run_taint_job(config: dict[str, Any], instance: Any, resources: dict[str, Any], lake: bool) -> int:
+    """The code location's ``taint_repair`` job, executed here: its run shows in the UI as the Launchpad's would."""
+    from warehouse_assets.catalog import load_catalog
     from warehouse_assets.center.taint import build_taint_job
 
-    # the code location's job, executed here: its run shows in the UI as the Launchpad's would
-    config = {"table": args.table, "start": args.start, "end": args.end, "reason": args.reason, "apply": True}
-    result = build_taint_job(load_catalog()).execute_in_process(
+    result = build_taint_job(load_catalog(), lake=lake).execute_in_process(
         run_config={
-            "ops": {"taint_and_repair": {"config": {**config, "by": args.by}}},
+            "ops": {"taint_and_repair": {"config": config}},
             "loggers": {"console": {"config": {"log_level": "WARNING"}}},  # the plan is printed once, below
         },
         instance=instance,
+        resources={k: v for k, v in resources.items() if k in ("spark", "lake", "landing")} if lake else None,
         raise_on_error=False,
     )
     if not result.success:
@@ -56,8 +73,11 @@ def taint_command(args: argparse.Namespace, instance: Any) -> int:
         return 1
     out = result.output_for_node("taint_and_repair")
     print("\n".join(out["lines"]))
-    backfill = f"repair backfill {out['backfill']}" if out["backfill"] else "nothing to rebuild: no backfill"
-    print(f"marked {out['marked']} partition(s) tainted; {backfill} (run {result.run_id})")
+    if config.get("action", "taint") == "taint":
+        backfill = f"repair backfill {out['backfill']}" if out["backfill"] else "nothing to rebuild: no backfill"
+        print(f"marked {out['marked']} partition(s) tainted; {backfill} (run {result.run_id})")
+    else:
+        print(f"(run {result.run_id})")
     return 0
 
 
@@ -100,9 +120,30 @@ def add_taint_parser(sub: Any) -> None:
     taint.add_argument("end", nargs="?", default="", help="last partition (inclusive)")
     taint.add_argument("--reason", required=True, help="why the data is bad: shown on every tainted partition")
     taint.add_argument("--apply", action="store_true", help="mark them and launch the repair backfill")
-    taint.add_argument("--by", default="", help="who marks them (default: your user name)")
     taint.add_argument(
-        "--dagster-home",
-        default=None,
-        help="the Dagster instance's directory (default: $DAGSTER_HOME, else ./dagster_home)",
+        "--reingest",
+        action="store_true",
+        help="with --apply, of an ODS table: re-ingest the hours from the landing area's retained segments at once "
+        "(instead of waiting for the source to send them again)",
     )
+    taint.add_argument("--by", default="", help="who marks them (default: your user name)")
+    home = "the Dagster instance's directory (default: $DAGSTER_HOME, else ./dagster_home)"
+    taint.add_argument("--dagster-home", default=None, help=home)
+
+    again = sub.add_parser(
+        "reingest", help="re-ingest ODS hours from the landing area's retained segments and report them again"
+    )
+    again.add_argument("table", help="an ODS table, e.g. ods.order")
+    again.add_argument("start", help="first hour, e.g. 2026-03-02-08:00")
+    again.add_argument("end", nargs="?", default="", help="last hour (inclusive; default: START)")
+    again.add_argument("--dagster-home", default=None, help=home)
+
+    release = sub.add_parser(
+        "release", help="accept tainted partitions as they are (their source will not send them again), with a reason"
+    )
+    release.add_argument("table", help="e.g. ods.order")
+    release.add_argument("start", nargs="?", default="", help="first partition (none of a static table)")
+    release.add_argument("end", nargs="?", default="", help="last partition (inclusive; default: START)")
+    release.add_argument("--reason", required=True, help="why the data is accepted: shown on every released partition")
+    release.add_argument("--by", default="", help="who releases them (default: your user name)")
+    release.add_argument("--dagster-home", default=None, help=home)

@@ -416,10 +416,11 @@ def prepare_changes(
     *,
     tz: str,
     engine: Engine = "auto",
+    against_earlier: bool = True,
 ) -> PreparedBatch:
     """Parse, validate, type, dedupe and classify a batch's lines (see ``warehouse_assets/ingest/preparation.py``),
-    against the changes earlier batches of ``streams`` took in; ``tz``: the local time of partitions, hours and
-    the Canal row images' datetimes."""
+    against the changes earlier batches of ``streams`` took in (``against_earlier=False``: as if none had, for a
+    re-ingest of the whole history); ``tz``: the local time of partitions, hours and the Canal row images' datetimes."""
     prep = preparation(spark, table, lines, tz, engine)
     columns, new_columns = _columns_with_drift(store, table, prep.source_types() if lines.num_rows else [])
     if not lines.num_rows:
@@ -436,7 +437,8 @@ def prepare_changes(
         )
     committed = committed_positions(store, table, list(streams))
     hours = sorted({local_hour(h, tz) for h in prep.binlog_hours()})
-    classified = prep.classify(columns, _recorded_changes(store, table, hours, committed))
+    earlier = _recorded_changes(store, table, hours, committed) if against_earlier else None
+    classified = prep.classify(columns, earlier)
     columns, new_columns = _applied_columns(classified.applied_source_columns, columns, new_columns)
     records = classified.records
     counts = {str(k): int(v) for k, v in zip(*pc.value_counts(records["_status"]).flatten(), strict=True)}

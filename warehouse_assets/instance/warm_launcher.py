@@ -14,6 +14,12 @@ session or JVM, so that forking it is safe. Per run it forks a child that re-ope
 - Crashes: the zygote reports each child's exit; a child that exits before its run finished (killed, crashed) fails
   the run with its exit status. A dead zygote is restarted at the next launch; its orphaned children are watched by
   PID. Runs do not depend on the zygote once forked.
+- Stopping: SIGINT or SIGTERM reaching a run worker (Ctrl-C of the stack reaches its whole process group) cancels its
+  run, as the UI's Terminate does: the run is marked canceling before Dagster's interrupt handler raises, so Dagster
+  ends it CANCELED instead of "interrupted unexpectedly" (FAILURE), the run is tagged ``warehouse/stopped_by`` (the
+  engine submits it again at its next start), and the worker prints one line, then nothing more of its own (the
+  run's end and its traceback stay in the event log). The interrupted step's failure is still echoed by Dagster's
+  compute log capture, which copies the step's output from a process of its own.
 - Run monitoring and ``terminate`` find the child by the PID recorded in the run's ``warehouse/run_worker`` tag (host,
   PID and process start time, so a reused PID is not mistaken for the worker), from any process on the same host.
 - A launch that cannot be served (the code location fails to import, the zygote does not answer) raises
@@ -56,6 +62,8 @@ from dagster._core.origin import RepositoryPythonOrigin
 from dagster._serdes import ConfigurableClass, ConfigurableClassData, deserialize_value, serialize_value
 
 WORKER_TAG = "warehouse/run_worker"  # "host:pid:start ticks" of the forked run worker
+STOPPED_TAG = "warehouse/stopped_by"  # the signal that stopped the run's worker (its run was canceled by it)
+CANCEL_TIMEOUT_S = 10.0  # how long a stopping worker waits for its run to be marked canceling
 STARTUP_TIMEOUT_S = 600  # the zygote imports the code location: ~10 s quiet, a minute on a loaded 2-core machine
 FORK_TIMEOUT_S = 30  # a fork answers in milliseconds: longer means the zygote hangs
 ORPHAN_POLL_S = 0.5
@@ -489,6 +497,7 @@ def _exit_status(status: int) -> str:
 def _child(run_id: str, serialized_ref: str) -> None:
     """The forked run worker: what `dagster api execute_run` does, on the instance re-opened from its ref."""
     code = 1
+    stop = _StopSignals(run_id, serialized_ref)
     try:
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
@@ -498,14 +507,114 @@ def _child(run_id: str, serialized_ref: str) -> None:
         from dagster._core.instance import InstanceRef
         from dagster._utils.interrupts import capture_interrupts
 
+        stop.install()
         with capture_interrupts(), DagsterInstance.from_ref(deserialize_value(serialized_ref, InstanceRef)) as instance:
             code = _execute_run_command_body(run_id, instance, lambda _event: None, set_exit_code_on_failure=False)
     except BaseException:
-        traceback.print_exc()
+        if stop.received is None:  # a stop's interrupt is the cancellation it asked for, already said in one line
+            traceback.print_exc()
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+class _StopSignals:
+    """SIGINT and SIGTERM in a run worker cancel its run, as the UI's Terminate does.
+
+    Dagster's interrupt handler (installed and replaced around each step) raises at once, and the run then ends CANCELED
+    only if it is already marked canceling, FAILURE otherwise ("interrupted unexpectedly"). So every handler set for
+    those signals in this process is wrapped: the first stop signal marks the run canceling (from a thread of its own,
+    with a timeout: the interrupted code may hold the storage's lock), tags it with the signal, says so in one line and
+    sends what the run prints afterwards (the interrupted step's traceback, also in the run's event log) to /dev/null;
+    then Dagster's handler interrupts the run. Later stop signals are swallowed: they would interrupt the cancellation
+    itself."""
+
+    def __init__(self, run_id: str, serialized_ref: str):
+        self.run_id, self.serialized_ref = run_id, serialized_ref
+        self.received: str | None = None
+        self._set_handler = signal.signal
+        # where the worker's output goes (the stack's terminal): Dagster's compute log capture points fds 1 and 2 at a
+        # file during a step and back at copies of these afterwards, so silencing means every fd open on them
+        self._outputs = {(st.st_dev, st.st_ino) for st in (os.fstat(1), os.fstat(2))}
+
+    def install(self) -> None:
+        def set_handler(signalnum: Any, handler: Any) -> Any:
+            if signalnum in (signal.SIGINT, signal.SIGTERM) and callable(handler):
+                handler = self._wrap(handler)
+            return self._set_handler(signalnum, handler)
+
+        signal.signal = set_handler  # type: ignore[assignment]
+        set_handler(signal.SIGINT, signal.default_int_handler)
+        set_handler(signal.SIGTERM, signal.default_int_handler)
+
+    def _wrap(self, handler: Any) -> Any:
+        if getattr(handler, "_stops_the_run", False):
+            return handler
+
+        def on_signal(signum: int, frame: Any) -> Any:
+            if self.received is not None:
+                return None  # the run is being canceled: a second Ctrl-C must not interrupt that
+            self.received = signal.Signals(signum).name
+            self._cancel()
+            return handler(signum, frame)
+
+        on_signal._stops_the_run = True  # type: ignore[attr-defined]
+        return on_signal
+
+    def _cancel(self) -> None:
+        said: list[str] = []
+
+        def mark() -> None:
+            from dagster import DagsterInstance
+            from dagster._core.instance import InstanceRef
+
+            with DagsterInstance.from_ref(deserialize_value(self.serialized_ref, InstanceRef)) as instance:
+                run = instance.get_run_by_id(self.run_id)
+                if run is None or run.is_finished:
+                    return
+                what = _run_label(run)
+                if run.status == DagsterRunStatus.CANCELING:  # Terminate asked first: its interrupt is this signal
+                    said.append(f"run {self.run_id[:8]} {what} canceled (terminated)")
+                    return
+                instance.add_run_tags(self.run_id, {STOPPED_TAG: str(self.received)})
+                instance.report_run_canceling(
+                    run, message=f"The run worker received {self.received}: canceling the run."
+                )
+                said.append(f"run {self.run_id[:8]} {what} canceled: its worker received {self.received}")
+
+        marking = threading.Thread(target=mark, name="cancel-on-stop", daemon=True)
+        marking.start()
+        marking.join(CANCEL_TIMEOUT_S)
+        line = said[0] if said else f"run {self.run_id[:8]} interrupted by {self.received}"
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self._say_and_fall_silent(line)
+
+    def _say_and_fall_silent(self, line: str) -> None:
+        """Write ``line`` where the worker's output goes, then point every fd open there at /dev/null."""
+        fds = []
+        for entry in Path("/proc/self/fd").iterdir():
+            with contextlib.suppress(OSError, ValueError):
+                fd = int(entry.name)
+                st = os.fstat(fd)
+                if (st.st_dev, st.st_ino) in self._outputs:
+                    fds.append(fd)
+        with contextlib.suppress(OSError):
+            os.write(2, (line + "\n").encode())  # during a step: into its compute log, which echoes it
+            quiet = os.open(os.devnull, os.O_WRONLY)
+            for fd in fds:
+                os.dup2(quiet, fd)
+            os.close(quiet)
+
+
+def _run_label(run: DagsterRun) -> str:
+    """``(ods.order 2026-01-05)``: the run's assets and partitions, or its job."""
+    assets = ", ".join(".".join(k.path) for k in sorted(run.asset_selection or [], key=lambda k: k.path))
+    tags = run.tags
+    first, last = tags.get("dagster/asset_partition_range_start"), tags.get("dagster/asset_partition_range_end")
+    partition = tags.get("dagster/partition") or (f"{first} .. {last}" if first and last else "")
+    return f"({' '.join(p for p in (assets or run.job_name, partition) if p)})"
 
 
 if __name__ == "__main__":
