@@ -47,6 +47,7 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from resources import LandingResource, resources_from_env
+from resources.settings import Settings, using
 from simulator.cdc import SimulationConfig, simulate
 from simulator.corrections import confined_rows, corrupt_hour, resend_corrected
 from tests.support import oracle
@@ -168,7 +169,13 @@ def repaired(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) -> I
     }
     resources = resources_from_env(env)
     resources["landing"] = LandingResource(root=str(landing), timezone="Asia/Shanghai", segment_minutes=BATCH_MINUTES)
-    with pytest.MonkeyPatch.context() as patch, instance_for_test(temp_dir=str(home), overrides=SYNC_RUNS) as instance:
+    # the commands read the process's settings, which another module of the worker may have read first: these are
+    # the module's own for every command it runs
+    with (
+        pytest.MonkeyPatch.context() as patch,
+        using(Settings.from_env(env)),
+        instance_for_test(temp_dir=str(home), overrides=SYNC_RUNS) as instance,
+    ):
         for name, value in env.items():
             patch.setenv(name, value)
         end = _at(DAYS[-1] + timedelta(days=1))

@@ -140,7 +140,7 @@ def test_ods_checks_are_blocking_and_batched_by_a_running_sensor() -> None:
     graph = defs.resolve_asset_graph()  # the code location's own definitions
     for table in catalog.ods():
         keys = graph.get_check_keys_for_assets({AssetKey(table.key)})
-        specs = [graph.get_check_spec(k) for k in keys if k.name not in ("freshness", "valid")]
+        specs = [graph.get_check_spec(k) for k in keys if k.name not in ("freshness", "sla_forecast", "valid")]
         assert {s.key.name for s in specs} == {"unique", "not_null"}, table.fqn
         assert all(s.blocking for s in specs), table.fqn
         # validity is the gate's, never Dagster's in-run blocking
