@@ -84,6 +84,18 @@ def launch(instance: DagsterInstance, recon_repo: ReconstructableRepository, job
     return run
 
 
+def launch_waiting(instance: DagsterInstance, recon_repo: ReconstructableRepository) -> DagsterRun:
+    """The ``waiting_job`` launched, once its step has started (its worker is at work)."""
+    waiting = launch(instance, recon_repo, "waiting_job")
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while not any(
+        e.dagster_event and e.dagster_event.event_type_value == "STEP_START" for e in instance.all_logs(waiting.run_id)
+    ):
+        assert time.monotonic() < deadline, "the waiting run never started its step"
+        time.sleep(0.1)
+    return waiting
+
+
 def wait_finished(instance: DagsterInstance, run_id: str, timeout: float = RUN_TIMEOUT_S) -> DagsterRun:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -128,13 +140,7 @@ def test_runs_are_forked_from_one_warm_worker_that_survives_crashed_and_killed_r
     assert "exited with code 3 before the run finished" in failure_message(instance, crashed.run_id)
 
     # a worker killed from outside fails its run within seconds (not at a monitoring timeout)
-    waiting = launch(instance, recon_repo, "waiting_job")
-    deadline = time.monotonic() + RUN_TIMEOUT_S
-    while not any(
-        e.dagster_event and e.dagster_event.event_type_value == "STEP_START" for e in instance.all_logs(waiting.run_id)
-    ):
-        assert time.monotonic() < deadline, "the waiting run never started its step"
-        time.sleep(0.1)
+    waiting = launch_waiting(instance, recon_repo)
     waiting = instance.get_run_by_id(waiting.run_id)
     assert waiting is not None
     assert instance.run_launcher.check_run_worker_health(waiting).status == WorkerStatus.RUNNING
@@ -153,13 +159,7 @@ def test_runs_are_forked_from_one_warm_worker_that_survives_crashed_and_killed_r
 def test_a_run_whose_worker_is_killed_is_marked_to_run_again(location) -> None:
     # the daemon re-executes the failed runs so marked: the partition of a run whose process died is built after all
     instance, recon_repo, _ = location
-    waiting = launch(instance, recon_repo, "waiting_job")
-    deadline = time.monotonic() + RUN_TIMEOUT_S
-    while not any(
-        e.dagster_event and e.dagster_event.event_type_value == "STEP_START" for e in instance.all_logs(waiting.run_id)
-    ):
-        assert time.monotonic() < deadline, "the waiting run never started its step"
-        time.sleep(0.1)
+    waiting = launch_waiting(instance, recon_repo)
     started = instance.get_run_by_id(waiting.run_id)
     assert started is not None
     os.kill(worker_pid(started), signal.SIGKILL)
@@ -302,13 +302,7 @@ def test_runs_launched_from_the_ui_go_through_the_warm_launcher(
 
 def test_terminate_interrupts_the_run_worker_and_the_run_is_canceled(location) -> None:
     instance, recon_repo, _ = location
-    waiting = launch(instance, recon_repo, "waiting_job")
-    deadline = time.monotonic() + RUN_TIMEOUT_S
-    while not any(
-        e.dagster_event and e.dagster_event.event_type_value == "STEP_START" for e in instance.all_logs(waiting.run_id)
-    ):
-        assert time.monotonic() < deadline, "the waiting run never started its step"
-        time.sleep(0.1)
+    waiting = launch_waiting(instance, recon_repo)
     assert instance.run_launcher.terminate(waiting.run_id)
     assert wait_finished(instance, waiting.run_id, timeout=30).status == DagsterRunStatus.CANCELED
 
@@ -319,13 +313,7 @@ def test_a_stop_signal_to_a_run_worker_cancels_its_run_in_one_line(
 ) -> None:
     # what Ctrl-C of the stack (its whole process group) or a supervisor's SIGTERM does to a run in progress
     instance, recon_repo, _ = location
-    waiting = launch(instance, recon_repo, "waiting_job")
-    deadline = time.monotonic() + RUN_TIMEOUT_S
-    while not any(
-        e.dagster_event and e.dagster_event.event_type_value == "STEP_START" for e in instance.all_logs(waiting.run_id)
-    ):
-        assert time.monotonic() < deadline, "the waiting run never started its step"
-        time.sleep(0.1)
+    waiting = launch_waiting(instance, recon_repo)
     started = instance.get_run_by_id(waiting.run_id)
     assert started is not None
     capfd.readouterr()  # what the run printed until now
