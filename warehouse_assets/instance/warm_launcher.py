@@ -536,7 +536,8 @@ class _StopSignals:
         self._set_handler = signal.signal
         # where the worker's output goes (the stack's terminal): Dagster's compute log capture points fds 1 and 2 at a
         # file during a step and back at copies of these afterwards, so silencing means every fd open on them
-        self._outputs = {(st.st_dev, st.st_ino) for st in (os.fstat(1), os.fstat(2))}
+        self._stderr = (os.fstat(2).st_dev, os.fstat(2).st_ino)
+        self._outputs = {(os.fstat(1).st_dev, os.fstat(1).st_ino), self._stderr}
 
     def install(self) -> None:
         def set_handler(signalnum: Any, handler: Any) -> Any:
@@ -593,15 +594,19 @@ class _StopSignals:
 
     def _say_and_fall_silent(self, line: str) -> None:
         """Write ``line`` where the worker's output goes, then point every fd open there at /dev/null."""
-        fds = []
+        fds, stderr = [], 2
         for entry in Path("/proc/self/fd").iterdir():
             with contextlib.suppress(OSError, ValueError):
                 fd = int(entry.name)
                 st = os.fstat(fd)
                 if (st.st_dev, st.st_ino) in self._outputs:
                     fds.append(fd)
+                    if (st.st_dev, st.st_ino) == self._stderr:
+                        stderr = fd
         with contextlib.suppress(OSError):
-            os.write(2, (line + "\n").encode())  # during a step: into its compute log, which echoes it
+            # straight to the terminal, even during a step (whose compute log echoes what it captures a moment later,
+            # by a tailing process the run's end may stop before it has)
+            os.write(stderr, (line + "\n").encode())
             quiet = os.open(os.devnull, os.O_WRONLY)
             for fd in fds:
                 os.dup2(quiet, fd)
