@@ -451,8 +451,9 @@ class DeltaStore:
     ) -> tuple[DataFrame, ReadStats]:
         """The rows of ``partitions`` (all without) read by Spark's Delta reader, which prunes partitions and
         skips files by their statistics; ``predicates`` filter the rows. The stats count the partition
-        pruning from the log (Spark's own file skipping shows in its plan's metrics)."""
-        _, stats = self.live_files(key, partitions, version)
+        pruning from the log (Spark's own file skipping shows in its plan's metrics): file counts, for which the
+        table's deletion vectors are not read (delta-rs reads all of them, on every read of a merged ODS table)."""
+        _, stats = self.live_files(key, partitions, version, deletions=False)
         reader = spark.read.format("delta")
         if version is not None:
             reader = reader.option("versionAsOf", version)

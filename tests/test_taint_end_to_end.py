@@ -154,6 +154,11 @@ def repaired(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) -> I
     root = tmp_path_factory.mktemp("taint_e2e")
     landing, lake, home = root / "landing", root / "lake", root / "home"
     home.mkdir()
+    # one SQLite event log for every run (tests/conftest.py's `consolidated`; instance_for_test writes it into the
+    # home's dagster.yaml, which the commands open too): the ingestion's thousands of hour reports and check verdicts
+    # cost a connection and a commit each, not a database per run and a second write to an index database
+    storage = {"module": "dagster._core.storage.event_log", "class": "ConsolidatedSqliteEventLogStorage"}
+    one_event_log = {"event_log_storage": {**storage, "config": {"base_dir": str(home / "events")}}}
     simulate(
         landing,
         datetime(2026, 1, 1),
@@ -174,7 +179,7 @@ def repaired(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) -> I
     with (
         pytest.MonkeyPatch.context() as patch,
         using(Settings.from_env(env)),
-        instance_for_test(temp_dir=str(home), overrides=SYNC_RUNS) as instance,
+        instance_for_test(temp_dir=str(home), overrides={**SYNC_RUNS, **one_event_log}) as instance,
     ):
         for name, value in env.items():
             patch.setenv(name, value)

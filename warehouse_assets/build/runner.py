@@ -253,23 +253,23 @@ def _build_partitions(
                 if external is None:
                     raise Failure(f"{table.fqn} reads the external {dep.table} but has no external resource")
                 df = external_source(external, upstream).read(spark, [s["dt"] for s in specs])
-            elif specs and store.exists(upstream.key):
-                # skip CDC tombstones, except in a changelog, where a DELETE is a change its snapshot applies
-                mirror = isinstance(upstream, OdsTable) and not upstream.changelog
-                live = [Predicate("_deleted", "=", False)] if mirror else []
+            elif specs:
                 # the version of now, for the build and for its checks, which evaluate the inputs again after the
                 # write: an ingestion merging late changes into these partitions meanwhile (the rest of a backlog)
                 # must not make them compare the partition with other rows; the late change re-reports the upstream,
-                # and the partition is built again
+                # and the partition is built again. None: no table (one opening of the log answers both)
                 at = store.version(upstream.key)
+                if at is None:
+                    raise Failure(
+                        f"{table.fqn} {key}: the Delta table of {dep.table} does not exist at "
+                        f"{store.table_uri(upstream.key)} although Dagster has it materialized"
+                    )
+                # skip CDC tombstones, except in a changelog, where a DELETE is a change its snapshot applies
+                mirror = isinstance(upstream, OdsTable) and not upstream.changelog
+                live = [Predicate("_deleted", "=", False)] if mirror else []
                 df, stats = store.read(spark, upstream.key, partitions=specs, predicates=live, version=at)
                 totals["files_read"] += stats.files_read
                 totals["files_skipped"] += stats.files_in_table - stats.files_read
-            elif specs:
-                raise Failure(
-                    f"{table.fqn} {key}: the Delta table of {dep.table} does not exist at "
-                    f"{store.table_uri(upstream.key)} although Dagster has it materialized"
-                )
             else:
                 df = _empty_like(spark, store, upstream, first_of_self=dep.table == table.fqn)
             inputs[dep.table] = df
@@ -422,7 +422,7 @@ def check_ods_hours(
         raise Failure(f"{table.fqn} has no Delta table at {store.table_uri(table.key)}")
     specs = [partition_spec(table.period, k) for k in keys]
     if all(c.row_local for c in table.checks):
-        _, files = store.live_files(table.key, specs)
+        _, files = store.live_files(table.key, specs, deletions=False)  # its bytes: no deletion vector read
         if files.bytes_read <= arrow_max_bytes:
             rows, _ = store.read_rows(table.key, specs, version=files.version)
             hour = pc.binary_join_element_wise(rows["dt"], pc.binary_join_element_wise(rows["hh"], ":00", ""), "-")

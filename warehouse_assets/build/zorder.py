@@ -50,7 +50,7 @@ def build_zorder_job(catalog: Catalog) -> JobDefinition:
         results = []
         for key in config.partitions:
             spec = partition_spec(table.period, key)
-            before = store.live_files(table.key, [spec])[1].files_read
+            before = store.live_files(table.key, [spec], deletions=False)[1].files_read
             metrics = store.optimize(
                 table.key,
                 partitions=[spec],
@@ -58,7 +58,7 @@ def build_zorder_job(catalog: Catalog) -> JobDefinition:
                 target_size=table.zorder_file_size,
                 spark=spark.session(),
             )
-            after = store.live_files(table.key, [spec])[1].files_read
+            after = store.live_files(table.key, [spec], deletions=False)[1].files_read
             numbers = {
                 "files_before": before,
                 "files_after": after,
