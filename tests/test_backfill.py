@@ -33,7 +33,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-from dagster import AssetCheckKey, AssetKey, DagsterInstance, DagsterRunStatus, RunsFilter
+from dagster import AssetCheckKey, AssetKey, DagsterInstance, DagsterRunStatus, RunsFilter, instance_for_test
 from dagster._core.definitions.selector import PartitionRangeSelector, PartitionsByAssetSelector, PartitionsSelector
 from dagster._core.event_api import PartitionKeyFilter
 from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
@@ -148,12 +148,20 @@ def backfilled(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) ->
         landing, landing / "external", datetime(END.year, END.month, END.day, tzinfo=TZ) + timedelta(days=4)
     )
     resources = resources_from_env(env)
-    # an in-memory instance: its runs go straight to a launcher that executes them synchronously in this process (the
-    # real daemon would queue them and launch each in its own process), and its event log is Dagster's SQL event
-    # storage on an in-memory SQLite database. Profiled: on the SQLite files of a test instance, the ingestion's ~4,700
-    # hour reports and check verdicts cost about 0.1 s each (a database connection and commit per write, per-run
-    # files), most of the module's setup; nothing here reads the instance from disk
-    with pytest.MonkeyPatch.context() as patch, DagsterInstance.ephemeral() as instance:
+    # runs go straight to a launcher that executes them synchronously in this process (the real daemon
+    # would queue them and launch each in its own process); one SQLite event log for every run (tests/conftest.py's
+    # `consolidated`). Profiled: with a database per run and an index database, the ingestion's ~4,700 hour reports
+    # and check verdicts cost about 0.1 s each (five connections and commits per event), most of the module's setup
+    events = {"module": "dagster._core.storage.event_log", "class": "ConsolidatedSqliteEventLogStorage"}
+    overrides = {
+        "run_launcher": {
+            "module": "dagster._core.launcher.sync_in_memory_run_launcher",
+            "class": "SyncInMemoryRunLauncher",
+        },
+        "run_coordinator": {"module": "dagster._core.run_coordinator", "class": "DefaultRunCoordinator"},
+        "event_log_storage": {**events, "config": {"base_dir": str(root / "home" / "events")}},
+    }
+    with pytest.MonkeyPatch.context() as patch, instance_for_test(overrides=overrides) as instance:
         for name, value in env.items():
             patch.setenv(name, value)
         summary = run_ingest(instance, resources)
