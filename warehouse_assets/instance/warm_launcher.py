@@ -17,9 +17,10 @@ session or JVM, so that forking it is safe. Per run it forks a child that re-ope
 - Stopping: SIGINT or SIGTERM reaching a run worker (Ctrl-C of the stack reaches its whole process group) cancels its
   run, as the UI's Terminate does: the run is marked canceling before Dagster's interrupt handler raises, so Dagster
   ends it CANCELED instead of "interrupted unexpectedly" (FAILURE), the run is tagged ``warehouse/stopped_by`` (the
-  engine submits it again at its next start), and the worker prints one line, then nothing more of its own (the
-  run's end and its traceback stay in the event log). The interrupted step's failure is still echoed by Dagster's
-  compute log capture, which copies the step's output from a process of its own.
+  engine submits it again at its next start), and the worker prints one line, then nothing more: it falls silent and
+  stops the processes that echo the step's captured output to the terminal (Dagster's compute log capture tails the
+  step's log files from processes of their own), so the interrupted step's traceback stays in the step's compute log
+  and the run's event log.
 - Run monitoring and ``terminate`` find the child by the PID recorded in the run's ``warehouse/run_worker`` tag (host,
   PID and process start time, so a reused PID is not mistaken for the worker), from any process on the same host.
 - A launch that cannot be served (the code location fails to import, the zygote does not answer) raises
@@ -526,9 +527,9 @@ class _StopSignals:
     only if it is already marked canceling, FAILURE otherwise ("interrupted unexpectedly"). So every handler set for
     those signals in this process is wrapped: the first stop signal marks the run canceling (from a thread of its own,
     with a timeout: the interrupted code may hold the storage's lock), tags it with the signal, says so in one line and
-    sends what the run prints afterwards (the interrupted step's traceback, also in the run's event log) to /dev/null;
-    then Dagster's handler interrupts the run. Later stop signals are swallowed: they would interrupt the cancellation
-    itself."""
+    sends what the run prints afterwards (the interrupted step's traceback, also in the run's event log) to /dev/null,
+    the step's echo included; then Dagster's handler interrupts the run. Later stop signals are swallowed: they would
+    interrupt the cancellation itself."""
 
     def __init__(self, run_id: str, serialized_ref: str):
         self.run_id, self.serialized_ref = run_id, serialized_ref
@@ -590,6 +591,7 @@ class _StopSignals:
         line = said[0] if said else f"run {self.run_id[:8]} interrupted by {self.received}"
         sys.stdout.flush()
         sys.stderr.flush()
+        _stop_echoes()
         self._say_and_fall_silent(line)
 
     def _say_and_fall_silent(self, line: str) -> None:
@@ -611,6 +613,43 @@ class _StopSignals:
             for fd in fds:
                 os.dup2(quiet, fd)
             os.close(quiet)
+
+
+ECHO_STOP_TIMEOUT_S = 1.0  # a `tail` ends at once on SIGTERM
+
+
+def _stop_echoes() -> None:
+    """Stop the processes echoing this worker's captured step output to the terminal, before the interrupt writes the
+    step's traceback into that capture.
+
+    During a step, Dagster's ``LocalComputeLogManager`` points fds 1 and 2 at the step's log files and echoes each
+    file to the terminal by a ``tail -F`` child; its ``capture_logs`` keeps those PIDs to itself, so they are found
+    among this process's descendants. Dagster's own clean-up at the step's end then finds them ended. The step's
+    output stays complete in its log files (the UI's stdout/stderr of the step)."""
+    me = os.getpid()
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                text = (entry / "stat").read_text()
+                parents[int(entry.name)] = int(text[text.rindex(")") + 2 :].split()[1])
+    descendants: set[int] = set()
+    frontier = {me}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - descendants
+        descendants |= frontier
+    tails = []
+    for pid in descendants:
+        with contextlib.suppress(OSError):
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if os.path.basename(argv[0]) == b"tail" and b"-F" in argv:
+                os.kill(pid, signal.SIGTERM)
+                tails.append(pid)
+    deadline = time.monotonic() + ECHO_STOP_TIMEOUT_S
+    while tails and time.monotonic() < deadline:  # ended (a zombie until Dagster reaps it) or gone
+        tails = [pid for pid in tails if (stat := _proc_stat(pid)) is not None and stat[0] != "Z"]
+        if tails:
+            time.sleep(0.01)
 
 
 def _run_label(run: DagsterRun) -> str:
