@@ -458,11 +458,13 @@ def timeline_markdown(predictions: Sequence[Prediction], zone: ZoneInfo, title: 
             tag = {RUNNING: "active, ", QUEUED: "", RUNS: "crit, "}[step.kind]
             length = max(1, round((step.finish - step.start) / 60))
             lines.append(f"    {label} :{tag}{_stamp(step.start, zone)}, {length}m")
-    lines += ["```", "", "| partition | predicted | critical path |", "|---|---|---|"]
+    # the path's partitions, a self-dependent run of days as one span (each step's timing is the chart's, and the
+    # warning's critical_path): with every step timed, a table reading a 60-day chain filled a screen per row
+    lines += ["```", "", "| partition | predicted | critical path | set by |", "|---|---|---|---|"]
     for prediction in predictions:
         lines.append(
             f"| {prediction.table} {prediction.partition} | {_clock(prediction.finish, zone)} "
-            f"| {prediction.critical_path(zone)} |"
+            f"| {prediction.chain()} | {prediction.path[0].describe(zone)} |"
         )
     return "\n".join(lines)
 
