@@ -404,7 +404,13 @@ class WarehouseLineage:
         edges: set[tuple[str, str]] = set()
         reachable = self.downstream_tables(fqn)
         for table in _upstream_first({t: self._catalog_reads(t) & reachable - {t} for t in reachable}):
-            if table == fqn:
+            reads = self._catalog_reads(table)
+            if table == fqn or not reads & affected.keys():
+                continue  # nothing it reads is affected: its SQL need not be read
+            whole = sorted(u for u in reads & affected.keys() if affected[u] is None)
+            if len(whole) == len(reads & affected.keys()):  # only tables whose rows are affected: every column
+                affected[table], why[table] = None, f"reads {', '.join(whole)}, whose rows are affected"
+                edges.update((upstream, table) for upstream in [*whole, *([table] if table in reads else [])])
                 continue
             lineage = self.of(table)
             while True:  # a table reading itself: until its own affected columns stop growing
