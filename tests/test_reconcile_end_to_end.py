@@ -33,6 +33,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from resources import resources_from_env
+from resources.settings import Settings, using
 from tests.center.test_state_store import materializations
 from tests.test_late_data_end_to_end import CHAIN, CLOSED, DAY, Warehouse, expected_gmv, orders
 from warehouse_assets.catalog import load_catalog
@@ -72,7 +73,8 @@ def warehouse(spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     home.mkdir()
     for name, value in {**env, "DAGSTER_HOME": str(home)}.items():
         monkeypatch.setenv(name, value)  # the `warehouse` commands' instance and lake are the test's
-    with instance_for_test(temp_dir=str(home)) as instance:
+    # the commands read the process's settings, which another module of the worker may have read first
+    with using(Settings.from_env(env)), instance_for_test(temp_dir=str(home)) as instance:
         warehouse = ReportingRows(load_catalog(), tmp_path, instance, resources_from_env(env))
         yield warehouse
         warehouse.engine.close()
@@ -92,7 +94,7 @@ def test_partitions_gone_from_the_lake_are_found_marked_rebuilt_and_the_figures_
     truth = expected_gmv(warehouse.rows)
     assert warehouse.daily_gmv() == truth
     code, out = command(capsys, "reconcile")
-    assert code == 0 and len(out) == 1 and out[0].endswith("table(s) compared with the lake: all in step")
+    assert code == 0 and len(out) == 1 and out[0].endswith("table(s) compared with the lake: all in step"), out
 
     lake = warehouse.root / "lake"
     day_files = sorted((lake / "dwd" / "order_detail" / f"dt={DAY}").glob("*.parquet"))

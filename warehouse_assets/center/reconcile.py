@@ -28,7 +28,6 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from dagster import AssetKey, AssetObservation, AssetRecordsFilter, DagsterInstance
 
@@ -112,12 +111,18 @@ def reconcile(
     the instance's event log); report the partitions the lake holds that the instance never materialized."""
     found: list[TableReconciliation] = []
     who = by or getpass.getuser()
-    for table in tables:
-        # the lake first: a partition materialized after this read is not taken for one whose files are gone
-        read_at = time.time()
-        lake = reader.partition_files(table.key)
+    # the lake first: a partition materialized after its read is not taken for one whose files are gone
+    lakes = [(table, time.time(), reader.partition_files(table.key)) for table in tables]
+    if all(lake is None for _, _, lake in lakes) and any(store.partitions_of(AssetKey(t.key)) for t in tables):
+        # a lake root that holds none of the tables is a wrong root far more often than a lost lake: marking every
+        # partition missing would rebuild the warehouse
+        raise ValueError(
+            f"none of the {len(tables)} table(s) has a Delta table under {reader.root}, though the instance has "
+            "partitions of them: is WAREHOUSE_LAKE_ROOT right? Nothing was marked"
+        )
+    for table, read_at, lake in lakes:
         view = store.view()
-        marks, unknown = _compare(instance, table, store, view, lake or {}, read_at)
+        marks, unknown = _compare(instance, table, store, view, lake, read_at)
         for partition, (reason, storage_id) in marks.items():
             instance.report_runless_asset_event(
                 AssetObservation(
@@ -136,14 +141,14 @@ def _compare(
     table: Table,
     store: PartitionStateStore,
     view: StateView,
-    lake: dict[tuple[tuple[str, str], ...], tuple[int, int]],
+    lake: dict[tuple[tuple[str, str], ...], tuple[int, int]] | None,
     read_at: float,
 ) -> tuple[dict[str, tuple[str, int]], list[str]]:
     """The partitions gone from the lake (partition → what was found, and the storage id of the materialization whose
     data is gone), and those the lake holds that the instance never materialized."""
     by_key: dict[str, tuple[int, int]] = {}
     strays: list[str] = []  # partition values that name no partition of the table's period
-    for values, counts in lake.items():
+    for values, counts in (lake or {}).items():
         key = WHOLE if table.is_static else partition_key_of(table.period, dict(values))
         if key is None:
             strays.append("/".join(f"{c}={v}" for c, v in values))
@@ -162,15 +167,15 @@ def _compare(
         built = state.storage_id if state.materialized else None
         if built is not None and (state.timestamp or 0) < read_at and (files == 0 or absent > 0):
             if not _built_empty(instance, table, state):
-                marks[key] = (_gone(table, key, files, absent, lake), built)
+                marks[key] = (_gone(table, key, files, absent, lake is not None), built)
         elif state.storage_id is None and files > absent and not table.is_ods:
             unknown.append(key)
     return marks, [*unknown, *strays]
 
 
-def _gone(table: Table, key: str, files: int, absent: int, lake: dict[Any, Any]) -> str:
+def _gone(table: Table, key: str, files: int, absent: int, exists: bool) -> str:
     """What was found of a partition whose data is gone, in words."""
-    if not lake:
+    if not exists:
         return "the Delta table does not exist"
     if files == 0:
         values = {} if key == WHOLE else partition_values(table.period, key)
