@@ -60,7 +60,7 @@ def test_the_engine_marks_a_day_whose_files_are_gone_once_and_requests_it_again(
             )
         )
     recorder = Recorder()
-    reconciler = Reconciler(instance, DeltaStore(str(lake)).reader, every=1e-6)  # due at every round
+    reconciler = Reconciler(instance, DeltaStore(str(lake)), every=1e-6)  # due at every round
     engine = assemble_engine(
         instance, catalog, recorder, max_partitions_per_run, clock=lambda: NOW, reconciler=reconciler
     )

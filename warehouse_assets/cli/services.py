@@ -44,7 +44,7 @@ def run_engine(args: argparse.Namespace) -> int:
     with DagsterInstance.get() as instance:
         watcher = ExternalWatcher(instance, catalog, ExternalResource(root=settings.external_dir), now_in_business_tz)
         # the lake's files compared with the partitions' states on a cadence (delta-rs: the log, no data, no JVM)
-        lake = DeltaLakeResource(root=settings.lake_root).store().reader
+        lake = DeltaLakeResource(root=settings.lake_root).store()
         reconciler = Reconciler(instance, lake, settings.reconcile_seconds)
         engine = assemble_engine(
             instance, catalog, submitter, max_partitions_per_run, watchers=[watcher], reconciler=reconciler
