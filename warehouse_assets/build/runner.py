@@ -66,17 +66,23 @@ from warehouse_assets.build.quality import (
     latest_materialization,
 )
 from warehouse_assets.build.validity import VALID, valid_evaluation
-from warehouse_assets.catalog import BY_PERIOD, WHOLE, Catalog, DerivedTable, OdsTable, StaticTable, Table
+from warehouse_assets.catalog import (
+    BY_PERIOD,
+    WHOLE,
+    Catalog,
+    DerivedTable,
+    OdsTable,
+    StaticTable,
+    Table,
+    partition_values,
+)
 from warehouse_assets.catalog.lineage import WarehouseLineage
 from warehouse_assets.ingest.deliveries import external_source
 
 
 def partition_spec(period: str, partition_key: str) -> dict[str, str]:
     """The Delta partition values of a Dagster partition key (local time of the window start)."""
-    start = BY_PERIOD[period].time_window_for_partition_key(partition_key).start
-    if period == "hourly":
-        return {"dt": start.strftime("%Y-%m-%d"), "hh": start.strftime("%H")}
-    return {"dt": start.strftime("%Y-%m-%d")}
+    return partition_values(period, partition_key)
 
 
 def _start(pdef: TimeWindowPartitionsDefinition, key: str) -> datetime:

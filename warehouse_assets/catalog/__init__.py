@@ -15,6 +15,8 @@ from warehouse_assets.catalog.calendars import (
     business_zone,
     first_monday,
     first_month,
+    partition_key_of,
+    partition_values,
     periods,
 )
 from warehouse_assets.catalog.checks import CHECK_KINDS, Check, CheckSpecError, Outcome, parse_checks
@@ -74,6 +76,8 @@ __all__ = [
     "LAYERS",
     "ODS_CHANGE_COLUMNS",
     "PARTITION_COLUMNS",
+    "partition_key_of",
+    "partition_values",
     "PERIOD_ORDER",
     "TABLES_DIR",
     "Catalog",

@@ -167,3 +167,24 @@ PARTITION_COLUMNS: dict[str, list[str]] = {
     "weekly": ["dt"],
     "monthly": ["dt"],
 }
+
+
+def partition_values(period: str, partition_key: str) -> dict[str, str]:
+    """The Delta partition values of a Dagster partition key (local time of the window start)."""
+    start = BY_PERIOD[period].time_window_for_partition_key(partition_key).start
+    if period == "hourly":
+        return {"dt": start.strftime("%Y-%m-%d"), "hh": start.strftime("%H")}
+    return {"dt": start.strftime("%Y-%m-%d")}
+
+
+def partition_key_of(period: str, values: dict[str, str]) -> str | None:
+    """The Dagster partition key of Delta partition values, None when they name no partition of the period."""
+    dt, hh = values.get("dt"), values.get("hh")
+    key = f"{dt}-{hh}:00" if period == "hourly" else dt
+    if key is None or (period == "hourly" and hh is None):
+        return None
+    try:
+        known = BY_PERIOD[period].has_partition_key(key)
+    except ValueError:  # Dagster parses the key: a malformed value raises
+        return None
+    return key if known and partition_values(period, key) == values else None

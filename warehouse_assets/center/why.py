@@ -80,6 +80,7 @@ from warehouse_assets.ingest.readiness import Readiness, shard_state, with_count
 READY = "materialized"
 QUEUED = "queued"
 NEVER = "can never exist"
+GONE = "missing from the lake"  # materialized, but the reconciliation found its files gone: built again
 NOT_YET = "does not exist yet"
 # a run that will build the partition but has not started: Dagster's statuses before STARTED
 WAITING_RUN = (DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING)
@@ -228,6 +229,11 @@ class PartitionStates:
             todo = [k for k in dict.fromkeys([*back, *todo]) if (fqn, k) not in self._known]
         if todo:
             statuses = self.status(fqn, todo)
+            gone = {
+                k: s.missing
+                for k, s in self.partitions.states(AssetKey(table.key), todo).items()
+                if s.missing is not None and statuses[k] == "missing"
+            }
             failed = self.partitions.failed_blocking_checks(table, [k for k in todo if statuses[k] == READY])
             tainted = self.partitions.tainted(table, [k for k in todo if statuses[k] == READY])
             for key in todo:
@@ -240,6 +246,8 @@ class PartitionStates:
                     state.detail = f"blocking check(s) failed: {', '.join(failed[key])}"
                 elif state.state in (QUEUED, "in progress"):
                     state.detail = self.run_detail(fqn, key)
+                elif key in gone:
+                    state.state, state.detail = GONE, f"{gone[key]}; {_comes_back(table)}"
                 elif state.state == "missing" and table.is_external:
                     state.state = "external not arrived"
                     state.detail = (
@@ -417,11 +425,21 @@ class PartitionStates:
                     if waiting:
                         following.extend(waiting)
                         continue
-                    node = replace(node, detail=_unblocked(node.state))
+                    if node.state != GONE:  # what left the lake says so itself, and what brings it back
+                        node = replace(node, detail=_unblocked(node.state))
                 roots[(node.table, node.partition)] = node
             frontier = following
         tables = {table: n for n, (table, _) in enumerate(roots)}
         return sorted(roots.values(), key=lambda c: (tables[c.table], c.partition))  # keys sort as their times
+
+
+def _comes_back(table: Table) -> str:
+    """How a partition gone from the lake holds data again."""
+    if table.is_ods:
+        return f"re-ingested from its landing segments (`warehouse reingest {table.fqn} …`) or sent again by its source"
+    if table.is_static:
+        return "built again from its SQL by the static_tables sensor"
+    return "the engine builds it again (within its lookback; older: a backfill)"
 
 
 def _self_dependent(table: Table) -> bool:
@@ -430,7 +448,7 @@ def _self_dependent(table: Table) -> bool:
 
 def _followed(node: UpstreamState, table: Table) -> bool:
     """A derived partition that has not run, or failed: what holds it back may lie upstream."""
-    return node.state in ("missing", "failed") and bool(table.deps)
+    return node.state in ("missing", "failed", GONE) and bool(table.deps)
 
 
 def _unblocked(state: str) -> str:
@@ -524,6 +542,8 @@ def explain(
     states = PartitionStates(instance, catalog, store, landing, external, current_time=now)
     report = WhyReport(fqn, partition, states.status(fqn, [partition])[partition])
     report.own_taint = states.states(fqn, [partition])[0].taint
+    if (gone := states.states(fqn, [partition])[0]).state == GONE:
+        report.own_state = f"{GONE}: {gone.detail}"
     own = states.partitions.states(AssetKey(table.key), [partition])[partition]
     if own.materialized and own.state:
         report.own_state += f", state {own.state}"

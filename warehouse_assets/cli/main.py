@@ -12,6 +12,8 @@
     warehouse release ods.order S [E] --reason R   accept tainted partitions as they are
     warehouse status                            the engine's heartbeat, the runs queued and running, the start
     warehouse status dwd.order_detail           each partition: materialized, valid or tainted, checks
+    warehouse status dwd.order_detail --as-of 2026-11-20T09:00   the same as it was then, from the event log
+    warehouse reconcile [TABLE]                 partitions gone from the lake: found, marked missing, rebuilt
     warehouse upgrade-lake                      turn deletion vectors on for an existing lake's ODS tables (in place)
     warehouse sql "SELECT … FROM dwd.t"         read-only SQL over the tables by name (a prompt without a query)
     warehouse spark-server                      run the embedded Spark Connect server in the foreground
@@ -40,6 +42,7 @@ from warehouse_assets.cli.headless import materialize_range, run_ingest
 from warehouse_assets.cli.lineage import add_lineage_parser, run_lineage
 from warehouse_assets.cli.repair import (
     add_taint_parser,
+    reconcile_command,
     reingest_command,
     release_command,
     table_status_command,
@@ -223,6 +226,12 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument(
         "--range", nargs=2, metavar=("START", "END"), help="the table's partitions shown (default: the last 3 days)"
     )
+    st.add_argument(
+        "--as-of",
+        metavar="TIME",
+        help="the table's partitions as they were at TIME (e.g. 2026-11-20T09:00, business time zone), replayed from "
+        "the event log, with the Delta version to read them with `warehouse sql --as-of`",
+    )
     st.add_argument("--runs", type=int, default=10, help="runs listed per status (default 10)")
     st.add_argument("--dagster-home", default=None, help=home_help)
 
@@ -317,7 +326,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return reingest_command(args, instance, resources)
     if args.command == "release":
         return release_command(args, instance, resources)
+    if args.command == "reconcile":
+        return reconcile_command(args, instance, resources)
     if args.command == "status":
+        if args.as_of and not args.table:
+            print("error: --as-of shows a table's partitions as they were: name the table", file=sys.stderr)
+            return 2
         return table_status_command(args, instance) if args.table else status_command(args, instance)
     if args.command == "ingest":
         return ingest_command(args, instance, resources)

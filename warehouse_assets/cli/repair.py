@@ -1,5 +1,5 @@
-"""``warehouse taint``, ``reingest``, ``release`` and ``status TABLE``: mark bad data and what was built from it, repair
-it, accept it as it is, look at it.
+"""``warehouse taint``, ``reingest``, ``release``, ``reconcile`` and ``status TABLE``: mark bad data and what was built
+from it, repair it, accept it as it is, find what left the lake, look at it.
 
 ``taint`` without ``--apply`` reads the catalog and the dependency center's state store only; with ``--apply``, and
 ``reingest`` and ``release``, execute the ``taint_repair`` job in this process (the run, its plan as Markdown and the
@@ -97,6 +97,8 @@ def table_status_command(args: argparse.Namespace, instance: Any) -> int:
 
     catalog = load_catalog()
     start, end = args.range or (None, None)
+    if getattr(args, "as_of", None):
+        return _status_as_of(args, instance, catalog, start, end)
     store = PartitionStateStore(instance)
     ledger = open_readonly(store.path)
     try:
@@ -112,6 +114,55 @@ def table_status_command(args: argparse.Namespace, instance: Any) -> int:
         if ledger is not None:
             ledger.close()
     return 0
+
+
+def _status_as_of(args: argparse.Namespace, instance: Any, catalog: Any, start: str | None, end: str | None) -> int:
+    """``status TABLE --as-of TIME``: the partitions as they were at TIME, from the event log replayed up to it."""
+    from warehouse_assets.catalog import business_zone
+    from warehouse_assets.center.state_store import state_as_of
+    from warehouse_assets.center.status import as_of_lines, parse_moment, status_keys
+
+    try:
+        moment = parse_moment(args.as_of, business_zone())
+        keys = status_keys(catalog, args.table, start, end, now=moment)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        store = state_as_of(instance, moment)
+    except ValueError as exc:
+        print(f"error: --as-of {args.as_of!r}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        print("\n".join(as_of_lines(catalog, store, args.table, keys, moment)))
+    finally:
+        store.close()
+    return 0
+
+
+def reconcile_command(args: argparse.Namespace, instance: Any, resources: dict[str, Any]) -> int:
+    """Compare the lake with the partitions' states: mark what is gone missing (the engine builds it again), report
+    what the lake holds that the instance never materialized. Exit status 1 when a table is out of step."""
+    from warehouse_assets.catalog import load_catalog
+    from warehouse_assets.center.reconcile import lake_tables, reconcile
+    from warehouse_assets.center.state_store import PartitionStateStore
+
+    catalog = load_catalog()
+    try:
+        tables = lake_tables(catalog, args.tables)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    store = PartitionStateStore(instance)
+    try:
+        result = reconcile(instance, catalog, store, resources["lake"].store(), tables, by=args.by)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        store.close()
+    print("\n".join(result.lines()))
+    return 0 if all(t.in_step for t in result.tables) else 1
 
 
 def add_taint_parser(sub: Any) -> None:
@@ -159,3 +210,12 @@ def add_taint_parser(sub: Any) -> None:
     release.add_argument("--reason", required=True, help="why the data is accepted: shown on every released partition")
     release.add_argument("--by", default="", help="who releases them (default: your user name)")
     release.add_argument("--dagster-home", default=None, help=home)
+
+    reconcile = sub.add_parser(
+        "reconcile",
+        help="compare the lake's files with the partitions' states: mark the partitions gone from the lake missing "
+        "(the engine builds them again), report data the instance never materialized",
+    )
+    reconcile.add_argument("tables", nargs="*", help="e.g. dwd.order_detail (default: every table in the lake)")
+    reconcile.add_argument("--by", default="", help="who asks (default: your user name)")
+    reconcile.add_argument("--dagster-home", default=None, help=home)
