@@ -9,6 +9,7 @@ from typing import Any
 from warehouse_assets.catalog import calendars
 from warehouse_assets.catalog.calendars import (
     BY_PERIOD,
+    MINUTE_PERIODS,
     PARTITION_COLUMNS,
     Periods,
     business_time,
@@ -37,6 +38,7 @@ from warehouse_assets.catalog.model import (
     DEFAULT_LATE_DATA,
     LATEST,
     LAYERS,
+    PERIOD_NOUN,
     PERIOD_ORDER,
     SNAPSHOT,
     STATIC,
@@ -50,11 +52,13 @@ from warehouse_assets.catalog.model import (
     ExternalTable,
     LateDataPolicy,
     OdsTable,
+    OdsWindows,
     Sla,
     StaticTable,
     Table,
     TableState,
     UnknownTable,
+    windows_name,
 )
 
 __all__ = [
@@ -71,7 +75,9 @@ __all__ = [
     "BY_PERIOD",
     "CHECK_KINDS",
     "LAYERS",
+    "MINUTE_PERIODS",
     "PARTITION_COLUMNS",
+    "PERIOD_NOUN",
     "PERIOD_ORDER",
     "TABLES_DIR",
     "Catalog",
@@ -84,6 +90,7 @@ __all__ = [
     "ExternalTable",
     "MappedPartitions",
     "OdsTable",
+    "OdsWindows",
     "Outcome",
     "PartitionKeyError",
     "Periods",
@@ -108,6 +115,7 @@ __all__ = [
     "referenced_tables",
     "upstream_partitions",
     "weak_deadline",
+    "windows_name",
 ]
 
 
