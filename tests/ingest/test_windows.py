@@ -121,7 +121,7 @@ def test_an_hour_counted_by_the_source_as_a_whole_is_measured_whole_and_its_wind
     assert ready_windows(hourly_source, None) == []
 
 
-def test_the_seed_story_reaching_the_threshold_for_1558_to_1608_posts_exactly_four_events() -> None:
+def test_reaching_the_threshold_for_1558_to_1608_posts_exactly_four_events() -> None:
     """99.995 % reached for [15:58, 16:08) completes the hour 15:00-16:00, the 10 minutes 15:50-16:00 and the 5-minute
     windows 15:55-16:00 and 16:00-16:05: the windows before 15:58 were complete already, 16:05-16:10 still lacks the
     changes of 16:08 on."""
