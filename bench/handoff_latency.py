@@ -64,6 +64,7 @@ ROI = ["ads", "marketing_roi"]
 GMV = ["ads", "daily_gmv"]
 ODS = ["ods", "order"]
 HOURLY = ["dws", "order_hourly"]
+SLOW_LAUNCH_S = 1.0  # a launch slower than this names the runs that held the slots when its run was created
 IDLE_S = 3.0  # no run queued or in progress for this long before a handoff (the engine polls every 0.25 s)
 
 
@@ -247,6 +248,8 @@ def main() -> int:
                 launch=step - record.create_timestamp.timestamp(),
             )
             rows.append((kind, row))
+            if row["launch"] > SLOW_LAUNCH_S:
+                print(f"        slow launch: running when it was created: {_running_at(instance, record)}", flush=True)
             extra = f"landed→committed {row['ingest']:4.1f}s, checks {row['checks']:4.1f}s, " if kind == "ods" else ""
             if "dagster/asset_partition_range_start" in run.tags:  # late changes had rewritten earlier hours too
                 extra = f"one run from {run.tags['dagster/asset_partition_range_start']}, " + extra
@@ -574,6 +577,33 @@ def _wait_until_idle(instance: object, timeout: float, quiet: float = 0.0) -> No
                 return
         time.sleep(0.5)
     raise SystemExit(f"the stack did not settle: runs still queued or in progress after {timeout:.0f} s")
+
+
+def _running_at(instance: object, record: object) -> str:
+    """The runs that held a slot when ``record``'s run was created: what a slow launch waited behind."""
+    from dagster import RunsFilter
+
+    created = record.create_timestamp  # type: ignore[attr-defined]
+    earlier = instance.get_run_records(  # type: ignore[attr-defined]
+        RunsFilter(created_before=created, created_after=created - timedelta(hours=1))
+    )
+    t = created.timestamp()
+    held = [
+        r.dagster_run
+        for r in earlier
+        if r.start_time is not None and r.start_time <= t and (r.end_time is None or r.end_time > t)
+    ]
+    return "; ".join(_run_words(run) for run in held) or "nothing"
+
+
+def _run_words(run: object) -> str:
+    from warehouse_assets.center.late_data import LANE_TAG
+    from warehouse_assets.center.resolver import PARTITIONS_TAG
+
+    tags = run.tags  # type: ignore[attr-defined]
+    assets = ",".join(".".join(k.path) for k in (run.asset_selection or []))  # type: ignore[attr-defined]
+    lane = tags.get(LANE_TAG) or ("ingest" if "warehouse/ingest" in tags else "first")
+    return f"{assets or run.job_name} {tags.get('dagster/partition') or tags.get(PARTITIONS_TAG, '')} ({lane})"  # type: ignore[attr-defined]
 
 
 def _succeeded(instance: object, run_ids: list[str]) -> set[str]:

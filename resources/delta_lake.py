@@ -39,9 +39,9 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -273,11 +273,11 @@ def _session_confs(spark: SparkSession, confs: Mapping[str, str]) -> Iterator[No
 
 
 @dataclass
-class DeltaStore:
-    """Reads and writes the lake's Delta tables. Plain Python; :class:`DeltaLakeResource` configures it."""
+class DeltaStore(DeltaReader):
+    """Reads and writes the lake's Delta tables: delta-rs's reads (no JVM) as :class:`DeltaReader`, writes with
+    delta-rs for the warehouse's own small tables and with Spark for the lake's. Plain Python;
+    :class:`DeltaLakeResource` configures it."""
 
-    root: str
-    storage_options: dict[str, str] = field(default_factory=dict)
     time_travel_hours: int = 168
     checkpoint_interval: int = 10
 
@@ -327,84 +327,6 @@ class DeltaStore:
                 f"ALTER TABLE delta.`{self.spark_path(key)}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')"
             ).collect()
         return True
-
-    # reads: delta-rs, no JVM ------------------------------------------------------------------------------
-    @property
-    def reader(self) -> DeltaReader:
-        """The store's tables as delta-rs reads them (its root and storage options as they are now)."""
-        return DeltaReader(self.root, self.storage_options)
-
-    def table_uri(self, key: Sequence[str] | str) -> str:
-        return self.reader.table_uri(key)
-
-    def table(self, key: Sequence[str] | str, version: int | None = None) -> DeltaTable | None:
-        return self.reader.table(key, version)
-
-    def exists(self, key: Sequence[str] | str) -> bool:
-        return self.reader.exists(key)
-
-    def version(self, key: Sequence[str] | str, at: int | None = None) -> int | None:
-        """The table's current version (or ``at`` if that version is still readable), None without a table."""
-        return self.reader.version(key, at)
-
-    def arrow_schema(self, key: Sequence[str] | str) -> pa.Schema | None:
-        return self.reader.arrow_schema(key)
-
-    def has_deletion_vectors(self, key: Sequence[str] | str) -> bool:
-        return self.reader.has_deletion_vectors(key)
-
-    def read_rows(
-        self,
-        key: Sequence[str] | str,
-        partitions: Sequence[PartitionSpec] | None = None,
-        columns: Sequence[str] | None = None,
-        version: int | None = None,
-        where: str | None = None,
-    ) -> tuple[pa.Table, ReadStats]:
-        """The rows of ``partitions`` (all without) matching the SQL condition ``where``, read without a JVM by
-        delta-rs's DataFusion reader, which applies deletion vectors
-        (:meth:`DeltaReader.read_rows <resources.delta_read.DeltaReader.read_rows>`)."""
-        return self.reader.read_rows(key, partitions, columns, version, where)
-
-    def app_versions(self, key: Sequence[str] | str, app_ids: Iterable[str]) -> dict[str, int]:
-        """The last version committed for each app id (0 for none, or when the table does not exist)."""
-        return self.reader.app_versions(key, app_ids)
-
-    def app_version(self, key: Sequence[str] | str, app_id: str) -> int | None:
-        """The last version committed for ``app_id`` (e.g. an ingestion position), or None."""
-        return self.reader.app_version(key, app_id)
-
-    def live_files(
-        self,
-        key: Sequence[str] | str,
-        partitions: Sequence[PartitionSpec] | None = None,
-        version: int | None = None,
-        deletions: bool = True,
-    ) -> tuple[list[dict[str, Any]], ReadStats]:
-        """The table's live files in ``partitions`` (every live file without), from the Delta log; with their rows
-        marked deleted unless ``deletions`` is False
-        (:meth:`DeltaReader.live_files <resources.delta_read.DeltaReader.live_files>`).
-
-        Metadata for the Dagster process (row and file counts, what a producer changed): reading rows goes
-        through :meth:`read`, where Spark's Delta reader prunes and skips files itself."""
-        return self.reader.live_files(key, partitions, version, deletions)
-
-    def count_rows(
-        self, key: Sequence[str] | str, partitions: Sequence[PartitionSpec], by: Sequence[str]
-    ) -> dict[tuple[str, ...], int]:
-        """Live rows per value of the columns ``by`` in ``partitions``, without a JVM
-        (:meth:`DeltaReader.count_rows <resources.delta_read.DeltaReader.count_rows>`)."""
-        return self.reader.count_rows(key, partitions, by)
-
-    def partitions_written(self, key: Sequence[str] | str, after: int) -> list[dict[str, str]]:
-        """The partitions whose rows the commits after version ``after`` changed
-        (:meth:`DeltaReader.partitions_written <resources.delta_read.DeltaReader.partitions_written>`)."""
-        return self.reader.partitions_written(key, after)
-
-    def history(self, key: Sequence[str] | str, limit: int | None = None) -> list[dict[str, Any]]:
-        """The newest commits first; the ``warehouse.*`` keys of a Spark commit's user metadata at the top
-        level, as delta-rs writes them."""
-        return self.reader.history(key, limit)
 
     # writes with delta-rs: the small tables the warehouse keeps about itself ------------------------------
     def append(
@@ -806,14 +728,14 @@ class DeltaStore:
             vacuumed = self._vacuum_with_spark(spark, key, hours)
             dt = self.table(key) or dt  # the log as Spark left it
         dt.create_checkpoint()
-        logs_before = self.reader.log_entries(key)
+        logs_before = self.log_entries(key)
         dt.cleanup_metadata()
         return {
             "files_compacted": int(compacted.get("numFilesRemoved", 0)),
             "partitions_purged": int(purged.get("partitions_purged", 0)),
             "rows_purged": int(purged.get("rows_purged", 0)),
             "files_vacuumed": vacuumed,
-            "log_files_removed": logs_before - self.reader.log_entries(key),
+            "log_files_removed": logs_before - self.log_entries(key),
             "delta_version": dt.version(),
             "retention_hours": hours,
             "duration_s": round(time.monotonic() - started, 3),

@@ -13,7 +13,7 @@ downstream runs, and a condition left on an asset would make Dagster add its own
 
 import hashlib
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dagster import (
     AssetCheckEvaluation,
@@ -27,6 +27,8 @@ from dagster import (
     BackfillPolicy,
     MaterializeResult,
     MetadataValue,
+    TableColumnDep,
+    TableColumnLineage,
     TimeWindowPartitionMapping,
     asset,
     multi_asset_check,
@@ -58,9 +60,34 @@ from warehouse_assets.catalog import (
     periods,
 )
 
+if TYPE_CHECKING:
+    from warehouse_assets.catalog.lineage import TableLineage
+
 
 def code_version(table: DerivedTable | StaticTable) -> str:
     return hashlib.sha1((table.sql or "").encode()).hexdigest()[:12]
+
+
+def column_lineage_metadata(lineage: "TableLineage", catalog: Catalog) -> dict[str, Any]:
+    """What a materialization carries so that the UI's lineage tab can follow each column (its column selector reads
+    ``dagster/column_lineage`` from the latest materialization, not from the definition): every output column with
+    the input columns its values are computed from; the input columns that decide the rows (filters, join keys,
+    groupings), on which every column depends; and the columns the SQL could not be followed to, named (they are
+    given every input column)."""
+    deps = {
+        column: [
+            TableColumnDep(asset_key=AssetKey(catalog[ref.table].key), column_name=ref.column) for ref in sorted(refs)
+        ]
+        for column, refs in lineage.columns.items()
+    }
+    metadata: dict[str, Any] = {"dagster/column_lineage": TableColumnLineage(deps_by_column=deps)}
+    if lineage.rows:
+        metadata["rows_depend_on"] = ", ".join(str(ref) for ref in sorted(lineage.rows))
+    if lineage.unresolved:
+        metadata["column_lineage_unresolved"] = MetadataValue.md(
+            "\n".join(f"- {line}" for line in lineage.describe_unresolved())
+        )
+    return metadata
 
 
 def backfill_policy(table: Table) -> BackfillPolicy:

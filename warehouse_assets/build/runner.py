@@ -44,6 +44,7 @@ from sqlglot import exp
 
 from resources.delta_lake import DeltaStore, Predicate
 from resources.external import ExternalResource
+from warehouse_assets.build.compiler import column_lineage_metadata
 from warehouse_assets.build.gate import (
     DEGRADED,
     LATE_CHANGES_TAG,
@@ -76,6 +77,7 @@ from warehouse_assets.catalog import (
     StaticTable,
     Table,
 )
+from warehouse_assets.catalog.lineage import WarehouseLineage
 from warehouse_assets.ingest.deliveries import external_source
 
 
@@ -346,6 +348,7 @@ def _build_partitions(
     }
     return MaterializeResult(
         metadata={
+            **_column_lineage(context, catalog, table),
             # first, where the UI's partition page shows them at the top; per partition, as a ranged run's
             # materializations share one metadata: the state store reads its own
             **({STATE: MetadataValue.json(reached)} if reached else {}),
@@ -384,6 +387,19 @@ def _read_windows(
     at = store.version(source.key)
     df, _ = store.read(spark, source.key, partitions=specs, predicates=[*live, *window], version=at)
     return df, keys
+
+
+def _column_lineage(context: AssetExecutionContext, catalog: Catalog, table: Table) -> dict[str, Any]:
+    """The materialization's column lineage (what the UI's lineage tab draws), the columns it could not follow named in
+    the run's log. The partitions are written by then: a lineage that fails says so and the build stands."""
+    try:
+        lineage = WarehouseLineage(catalog).of(table.fqn)  # this table's, and what names its inputs' columns
+    except Exception as exc:  # the SQL ran on Spark: a parser's failure here is no reason to fail the build
+        context.log.warning(f"column lineage of {table.fqn} not computed: {exc}")
+        return {"column_lineage_unresolved": f"not computed: {exc}"}
+    for line in lineage.describe_unresolved():
+        context.log.warning(f"column lineage: {line}")
+    return column_lineage_metadata(lineage, catalog)
 
 
 def _check_partition(

@@ -214,6 +214,14 @@ DERIVED_KINDS = (TIME_SERIES, CUMULATIVE, SNAPSHOT)
 ODS_KINDS = (TIME_SERIES, SNAPSHOT)
 # a snapshot ODS table's partition time: the binlog time of the change the row is (its source has no time column)
 CHANGED_AT = "_changed_at"
+# what the ingestion stores beside an ODS table's declared columns: each row's binlog time and position, the shard
+# stream it came from and whether it is a DELETE's tombstone (SQL may read them: a snapshot orders changes by them)
+ODS_CHANGE_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("_es", "bigint"),
+    ("_pos", "bigint"),
+    ("_stream", "string"),
+    ("_deleted", "boolean"),
+)
 # the one partition of a static table, as the dependency center, the gate and ``why`` name it: Dagster's asset is
 # unpartitioned (its events carry no partition)
 WHOLE = "whole"

@@ -6,6 +6,8 @@
                                                 for [start, end) in dependency order (headless path)
     warehouse why ads.daily_gmv 2026-11-24      why a partition waits: its upstream partitions and the root causes
     warehouse taint ods.order S E --reason R    what partitions S..E taint downstream; --apply marks and repairs
+                                                (--columns amount: only the tables reading those columns)
+    warehouse lineage ads.daily_gmv.gmv         the columns a column is computed from (--up) or reaches (--down)
     warehouse reingest ods.order S [E]          re-ingest ODS hours from the landing area, report them again
     warehouse release ods.order S [E] --reason R   accept tainted partitions as they are
     warehouse status                            the engine's heartbeat, the runs queued and running, the start
@@ -35,6 +37,7 @@ from zoneinfo import ZoneInfo
 from warehouse_assets.cli.common import ROOT, adopt_warehouse_start, load_settings, say
 from warehouse_assets.cli.dev import run_dev, simulate_externals
 from warehouse_assets.cli.headless import materialize_range, run_ingest
+from warehouse_assets.cli.lineage import add_lineage_parser, run_lineage
 from warehouse_assets.cli.repair import (
     add_taint_parser,
     reingest_command,
@@ -224,6 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--dagster-home", default=None, help=home_help)
 
     add_taint_parser(sub)
+    add_lineage_parser(sub)
     add_sql_parser(sub)
 
     dev = sub.add_parser("dev", help="the embedded warehouse: simulated data, Spark Connect, dagster dev")
@@ -287,6 +291,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_sql(args)
     if args.command == "dev":
         return run_dev(args)  # resolves the start once its simulated sources exist
+    if args.command == "lineage":
+        return run_lineage(args)  # the catalog alone: no instance, no lake
     # the same warehouse start as `warehouse dev`, before anything reads the settings
     adopt_warehouse_start()
     if args.command == "spark-server":

@@ -20,14 +20,14 @@ def taint_command(args: argparse.Namespace, instance: Any, resources: dict[str, 
     from warehouse_assets.center.state_store import PartitionStateStore
     from warehouse_assets.center.taint import new_taint, plan_taint
 
+    columns = _columns(args.columns)
     if not args.apply:
         catalog = load_catalog()
         store = PartitionStateStore(instance)
         try:
-            taint = new_taint(args.table, args.start, args.end, args.reason, args.by)
-            plan = plan_taint(
-                catalog, ReverseIndex.build(catalog), store.view(), args.table, args.start, args.end, taint
-            )
+            taint = new_taint(args.table, args.start, args.end, args.reason, args.by, columns=columns)
+            index = ReverseIndex.build(catalog)
+            plan = plan_taint(catalog, index, store.view(), args.table, args.start, args.end, taint, columns=columns)
         except ValueError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
@@ -38,7 +38,13 @@ def taint_command(args: argparse.Namespace, instance: Any, resources: dict[str, 
         return 0
 
     config = {"table": args.table, "start": args.start, "end": args.end, "reason": args.reason, "apply": True}
-    return _run_taint_job({**config, "by": args.by, "reingest": args.reingest}, instance, resources, args.reingest)
+    config |= {"by": args.by, "reingest": args.reingest, "columns": columns}
+    return _run_taint_job(config, instance, resources, args.reingest)
+
+
+def _columns(text: str) -> list[str]:
+    """``--columns amount,status`` as a list (none: the whole table)."""
+    return [name.strip() for name in text.split(",") if name.strip()] if text else []
 
 
 def reingest_command(args: argparse.Namespace, instance: Any, resources: dict[str, Any]) -> int:
@@ -125,6 +131,12 @@ def add_taint_parser(sub: Any) -> None:
         action="store_true",
         help="with --apply, of an ODS table: re-ingest the hours from the landing area's retained segments at once "
         "(instead of waiting for the source to send them again)",
+    )
+    taint.add_argument(
+        "--columns",
+        default="",
+        help="only these columns are bad (comma-separated, e.g. amount,status): only the tables that read them, "
+        "through the columns they compute from them, are tainted (a filter, join or grouping on one taints all)",
     )
     taint.add_argument("--by", default="", help="who marks them (default: your user name)")
     home = "the Dagster instance's directory (default: $DAGSTER_HOME, else ./dagster_home)"

@@ -48,7 +48,7 @@ from resources.column_types import (
 )
 from resources.delta_lake import DeltaStore, MergeResult, ReadStats, batch_partitions
 from resources.landing import Landing, Segment, read_lines
-from warehouse_assets.catalog import OdsTable, Table, periods
+from warehouse_assets.catalog import ODS_CHANGE_COLUMNS, OdsTable, Table, periods
 from warehouse_assets.ingest.ops_tables import (
     INGESTED_CHANGES,
     INGESTED_COUNTS,
@@ -94,15 +94,8 @@ def quarantine_app_id(table: Table, stream: str) -> str:
 
 
 def ods_arrow_schema(table: Table, extra: Sequence[tuple[str, str]] = ()) -> pa.Schema:
-    fields = [pa.field(name, arrow_type(ctype)) for name, ctype in [*table.columns, *extra]]
-    fields += [
-        pa.field("_es", pa.int64()),
-        pa.field("_pos", pa.int64()),
-        pa.field("_stream", pa.string()),
-        pa.field("_deleted", pa.bool_()),
-        pa.field("dt", pa.string()),
-        pa.field("hh", pa.string()),
-    ]
+    fields = [pa.field(name, arrow_type(ctype)) for name, ctype in [*table.columns, *extra, *ODS_CHANGE_COLUMNS]]
+    fields += [pa.field("dt", pa.string()), pa.field("hh", pa.string())]
     return normalize_arrow_schema(pa.schema(fields))
 
 
@@ -265,7 +258,7 @@ def _columns_with_drift(
     known: dict[str, str] = {}
     existing = store.arrow_schema(table.key)
     if existing is not None:
-        internal = {"_es", "_pos", "_stream", "_deleted", "dt", "hh", *table.partition_by}
+        internal = {*(name for name, _ in ODS_CHANGE_COLUMNS), "dt", "hh", *table.partition_by}
         for f in existing:
             if f.name not in declared and f.name not in internal:
                 known[f.name] = spark_type_of_arrow(f.type)
