@@ -29,6 +29,7 @@ from dagster import (
     MetadataValue,
     TableColumnDep,
     TableColumnLineage,
+    TimeWindowPartitionMapping,
     asset,
     multi_asset_check,
 )
@@ -47,10 +48,12 @@ from warehouse_assets.build.quality import (
 from warehouse_assets.build.validity import taint_evaluation, tainted_in_instance, valid_evaluation, valid_spec
 from warehouse_assets.catalog import (
     BY_PERIOD,
+    PERIOD_NOUN,
     Catalog,
     DerivedTable,
     ExternalTable,
     OdsTable,
+    OdsWindows,
     StaticTable,
     Table,
     partition_mapping,
@@ -106,7 +109,7 @@ def first_partition_note(catalog: Catalog, table: DerivedTable, since: FirstBuil
     pdef = BY_PERIOD[table.period]
     since = since or first_buildable(catalog, table)
     start = periods().start
-    noun = {"hourly": "hour", "daily": "day", "weekly": "week", "monthly": "month"}[table.period]
+    noun = PERIOD_NOUN[table.period]
     if since.partition is None:
         return f"\n\n**Cannot be built yet:** {since.reason}."
     end = pdef.time_window_for_partition_key(since.partition).end
@@ -219,6 +222,26 @@ def build_ods_spec(table: OdsTable) -> AssetSpec:
     )
 
 
+def build_windows_spec(catalog: Catalog, table: OdsWindows) -> AssetSpec:
+    """An ODS table's completeness windows of a mini-batch period, reported with the ODS table's hours. Its lineage
+    edge to the ODS table maps each window to the hour holding it (Dagster's time-window mapping, finer to coarser):
+    the window's rows are in that hour's partition."""
+    source = catalog[table.source]
+    return AssetSpec(
+        key=AssetKey(table.key),
+        group_name=table.layer,
+        partitions_def=BY_PERIOD[table.period],
+        deps=[AssetDep(AssetKey(source.key), partition_mapping=TimeWindowPartitionMapping())],
+        description=table.description,
+        owners=[f"team:{source.owner}"],
+        metadata={
+            "kind": "completeness windows",
+            "source": table.source,
+            "reported_by": "ods_ingest (the run that completes them), else sensor ods_readiness",
+        },
+    )
+
+
 def build_external_spec(table: ExternalTable) -> AssetSpec:
     """An external table: produced outside the platform, its partitions reported by its sensor."""
     return AssetSpec(
@@ -292,6 +315,7 @@ def build_validity_check(table: Table) -> AssetChecksDefinition:
 def build_assets(catalog: Catalog) -> list[AssetsDefinition | AssetSpec]:
     built: list[AssetsDefinition | AssetSpec] = [build_external_spec(t) for t in catalog.externals()]
     built += [build_ods_spec(t) for t in catalog.ods()]
+    built += [build_windows_spec(catalog, t) for t in catalog.windows()]
     built += [build_static_asset(t) for t in catalog.statics()]
     buildable = BuildableSearch()
     built += [build_asset(catalog, t, buildable) for t in catalog.derived()]

@@ -9,6 +9,7 @@ from typing import Any
 from warehouse_assets.catalog import calendars
 from warehouse_assets.catalog.calendars import (
     BY_PERIOD,
+    MINUTE_PERIODS,
     PARTITION_COLUMNS,
     Periods,
     business_time,
@@ -40,6 +41,7 @@ from warehouse_assets.catalog.model import (
     LATEST,
     LAYERS,
     ODS_CHANGE_COLUMNS,
+    PERIOD_NOUN,
     PERIOD_ORDER,
     SNAPSHOT,
     STATIC,
@@ -53,11 +55,13 @@ from warehouse_assets.catalog.model import (
     ExternalTable,
     LateDataPolicy,
     OdsTable,
+    OdsWindows,
     Sla,
     StaticTable,
     Table,
     TableState,
     UnknownTable,
+    windows_name,
 )
 
 __all__ = [
@@ -75,7 +79,9 @@ __all__ = [
     "CHECK_KINDS",
     "LAYERS",
     "ODS_CHANGE_COLUMNS",
+    "MINUTE_PERIODS",
     "PARTITION_COLUMNS",
+    "PERIOD_NOUN",
     "partition_key_of",
     "partition_values",
     "PERIOD_ORDER",
@@ -90,6 +96,7 @@ __all__ = [
     "ExternalTable",
     "MappedPartitions",
     "OdsTable",
+    "OdsWindows",
     "Outcome",
     "PartitionKeyError",
     "Periods",
@@ -114,6 +121,7 @@ __all__ = [
     "referenced_tables",
     "upstream_partitions",
     "weak_deadline",
+    "windows_name",
 ]
 
 

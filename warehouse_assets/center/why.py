@@ -62,6 +62,7 @@ from warehouse_assets.catalog import (
     Catalog,
     Dependency,
     OdsTable,
+    OdsWindows,
     PartitionKeyError,
     Table,
     UpstreamPartitions,
@@ -75,7 +76,7 @@ from warehouse_assets.center.late_data import LOOKBACK
 from warehouse_assets.center.ledger import open_readonly
 from warehouse_assets.center.state_store import PartitionState, PartitionStateStore, StateView, default_path
 from warehouse_assets.ingest.deliveries import external_source
-from warehouse_assets.ingest.readiness import Readiness, shard_state, with_counts
+from warehouse_assets.ingest.readiness import WINDOW, Readiness, shard_state, with_counts
 
 READY = "materialized"
 QUEUED = "queued"
@@ -257,24 +258,51 @@ class PartitionStates:
                     )
                 elif state.state == "missing" and table.is_ods:
                     state.state, state.detail = self._ods_reason(table, key)
+                elif state.state == "missing" and isinstance(table, OdsWindows):
+                    state.state, state.detail = self._windows_reason(table, key)
                 self._known[(fqn, key)] = state
         return [self._known[(fqn, k)] for k in keys]
 
-    def _ods_reason(self, table: Table, key: str) -> tuple[str, str]:
-        """Why an ODS hour has not been reported: a shard behind, rows missing, or nothing holding it back."""
-        assert isinstance(table, OdsTable)
-        end = BY_PERIOD[table.period].time_window_for_partition_key(key).end
+    def _counted(self, table: Table, start: datetime) -> Readiness:
+        """The readiness of an ODS table with the counts of the local day holding ``start`` (read once for its hours:
+        no whole-history read)."""
         if table.fqn not in self._shards:
             self._shards[table.fqn] = shard_state(self.store, self.landing, table)
-        # the counts of the hour's local day only, read once for its hours: no whole-history read
-        day = (end - timedelta(hours=1)).astimezone(ZoneInfo(self.landing.timezone))
-        day = day.replace(hour=0, minute=0, second=0, microsecond=0)
+        day = start.astimezone(ZoneInfo(self.landing.timezone)).replace(hour=0, minute=0, second=0, microsecond=0)
         if (table.fqn, day.date().isoformat()) not in self._readiness:
             counted = with_counts(
                 self._shards[table.fqn], self.store, self.landing, table, day, day + timedelta(days=1)
             )
             self._readiness[(table.fqn, day.date().isoformat())] = counted
-        ods_state = self._readiness[(table.fqn, day.date().isoformat())]
+        return self._readiness[(table.fqn, day.date().isoformat())]
+
+    def _windows_reason(self, table: OdsWindows, key: str) -> tuple[str, str]:
+        """Why an ODS table's completeness window has not been reported: a shard behind, or which 5-minute windows
+        are short of their count."""
+        ods = self.catalog[table.source]
+        window = BY_PERIOD[table.period].time_window_for_partition_key(key)
+        ods_state = self._counted(ods, window.start)
+        if not ods_state.streams:
+            return "not ready", f"no shard stream of {table.source} in the landing area"
+        behind = [s for s in ods_state.streams if s.watermark is None or s.watermark < window.end]
+        if behind:
+            streams = len(ods_state.streams)
+            return "not ready", f"{len(behind)} of {streams} shard stream(s) not applied past {window.end:%H:%M}"
+        starts = [window.start + n * WINDOW for n in range(int((window.end - window.start) / WINDOW))]
+        short = [
+            f"{w:%H:%M} ({ods_state.window_completeness(ods_state.local_window(w)).describe()})"
+            for w in starts
+            if not ods_state.window_complete(w)
+        ]
+        if short:
+            return "not ready", f"all shards applied past {window.end:%H:%M} but incomplete: {'; '.join(short)}"
+        return "missing", f"complete; reported with {table.source}'s hours (or an earlier window is still incomplete)"
+
+    def _ods_reason(self, table: Table, key: str) -> tuple[str, str]:
+        """Why an ODS hour has not been reported: a shard behind, rows missing, or nothing holding it back."""
+        assert isinstance(table, OdsTable)
+        end = BY_PERIOD[table.period].time_window_for_partition_key(key).end
+        ods_state = self._counted(table, end - timedelta(hours=1))
         if not ods_state.streams:
             return "not ready", f"no shard stream of {table.source_database}.{table.source_tables} in the landing area"
         behind = [s for s in ods_state.streams if s.watermark is None or s.watermark < end]
@@ -651,6 +679,11 @@ def _source_verdict(table: Table, state: UpstreamState) -> str:
         return f"reported, but {state.detail}: it is usable again once its source reports it anew with passing checks"
     if table.is_ods:
         what = "the ingestion (`ods_ingest`, launched by the `ods_landing` sensor) or the `ods_readiness` sensor"
+    elif isinstance(table, OdsWindows):
+        what = (
+            f"the ingestion of {table.source} (`ods_ingest`) or the `ods_readiness` sensor, once each of its 5-minute "
+            "windows is complete,"
+        )
     else:
         what = f"the `ext_{table.name}` sensor (or the dependency center's engine, which watches deliveries)"
     reason = state.state + (f" — {state.detail}" if state.detail else "")
