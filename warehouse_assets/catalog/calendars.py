@@ -200,18 +200,10 @@ def partition_values(period: str, partition_key: str) -> dict[str, str]:
 def partition_key_of(period: str, values: dict[str, str]) -> str | None:
     """The Dagster partition key of Delta partition values, None when they name no partition of the period."""
     dt, hh, mi = values.get("dt"), values.get("hh"), values.get("mi")
-    if period in MINUTE_PERIODS:
-        if dt is None or hh is None or mi is None:
-            return None
-        key = f"{dt}-{hh}:{mi}"
-    elif period == "hourly":
-        if dt is None or hh is None:
-            return None
-        key = f"{dt}-{hh}:00"
-    else:
-        key = dt
-    if key is None:
+    sub_daily = period == "hourly" or period in MINUTE_PERIODS
+    if dt is None or (sub_daily and hh is None) or (period in MINUTE_PERIODS and mi is None):
         return None
+    key = f"{dt}-{hh}:{mi}" if period in MINUTE_PERIODS else f"{dt}-{hh}:00" if period == "hourly" else dt
     try:
         known = BY_PERIOD[period].has_partition_key(key)
     except ValueError:  # Dagster parses the key: a malformed value raises
