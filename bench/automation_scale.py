@@ -410,11 +410,13 @@ class Calendars:
     """Every partition of each period up to a horizon: keys and window end timestamps (the reverse index's)."""
 
     def __init__(self, horizon: float):
-        from warehouse_assets.catalog import BY_PERIOD
+        from warehouse_assets.catalog import BY_PERIOD, MINUTE_PERIODS
         from warehouse_assets.center.reverse_index import Calendar
 
         self._of: dict[str, Any] = {}
         for period, pdef in BY_PERIOD.items():
+            if period in MINUTE_PERIODS:  # the generated catalogs declare no mini-batch table
+                continue
             calendar = self._of[period] = Calendar(pdef)
             calendar.cover(horizon)
 

@@ -52,7 +52,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from resources.delta_lake import DeltaStore, MergeResult
-from resources.landing import Landing, Segment, read_lines, segment_name, stream_dir, stream_name
+from resources.landing import Landing, Segment, count_window, read_lines, segment_name, stream_dir, stream_name
 from resources.spark import engine_label, get_session
 from simulator.cdc import LOGICAL_TABLES
 from warehouse_assets.catalog import START, Table, load_catalog, periods
@@ -641,6 +641,7 @@ def build_ops_history(lake: Path, table: Table, layout: Layout, batches: int, ch
                 "hour": pa.array([hour] * changes, pa.string()),
                 "change": pa.array([f"{a:016x}{b:016x}" for a, b in hashes.tolist()], pa.string()),
                 "seq": pa.array([k] * changes, pa.int64()),
+                "window": pa.array([count_window(at)] * changes, pa.string()),  # what the source counts by
             }
         )
         prepared = PreparedBatch(empty, empty, empty, empty, recorded, {}, [], [])

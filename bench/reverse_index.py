@@ -30,6 +30,7 @@ from automation_scale import generate_catalog
 
 from warehouse_assets.catalog import (
     BY_PERIOD,
+    MINUTE_PERIODS,
     START,
     load_catalog,
     periods,
@@ -43,7 +44,8 @@ def percentile(sorted_values: list[float], q: float) -> float:
 
 def run(n: int, events: int, seed: int) -> dict[str, float]:
     now = datetime.fromisoformat(START).replace(tzinfo=ZoneInfo(periods().timezone)) + timedelta(days=365)
-    keys = {period: pdef.get_partition_keys(current_time=now) for period, pdef in BY_PERIOD.items()}
+    # the generated catalogs declare no mini-batch table: a year of 5-minute windows would only cost the setup
+    keys = {p: d.get_partition_keys(current_time=now) for p, d in BY_PERIOD.items() if p not in MINUTE_PERIODS}
     with tempfile.TemporaryDirectory(prefix=f"reverse_index_{n}_") as tmp:
         summary = generate_catalog(Path(tmp), n, seed)
         t0 = time.perf_counter()

@@ -342,12 +342,14 @@ class DeltaStore(DeltaReader):
         """Append ``rows`` in one commit that also records application transaction versions; returns the version.
 
         Exactly-once appends: the caller skips the rows of app ids whose :meth:`app_versions` already
-        reached theirs, so a re-run after a crash appends nothing twice. Creates the table on first use.
+        reached theirs, so a re-run after a crash appends nothing twice. Creates the table on first use; a column
+        new to the table is added (older rows read it as null).
         """
         write_deltalake(
             self.table_uri(key),
             rows,
             mode="append",
+            schema_mode="merge",
             partition_by=list(partition_by),
             configuration=self.table_configuration(retention_hours),
             storage_options=self.storage_options or None,

@@ -235,6 +235,27 @@ class DeltaReader:
         stats.bytes_read = sum(int(a["size_bytes"]) for a in actions)
         return actions, stats
 
+    def partition_files(self, key: Sequence[str] | str) -> dict[tuple[tuple[str, str], ...], tuple[int, int]] | None:
+        """Per partition (its sorted column values; ``()`` for an unpartitioned table), how many live files the
+        table's current version lists and how many of those are absent from storage: one read of the log's add
+        actions and one listing of the table's folder, no data read. None when the table does not exist."""
+        dt = self.table(key)
+        if dt is None:
+            return None
+        actions = arrow_table(dt.get_add_actions(flatten=True)).to_pylist()
+        fs, base = filesystem(self.table_uri(key))
+        listed = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+        base = base.rstrip("/") + "/"
+        present = {i.path[len(base) :] for i in listed if i.type == pafs.FileType.File and i.path.startswith(base)}
+        found: dict[tuple[tuple[str, str], ...], tuple[int, int]] = {}
+        for action in actions:
+            values = tuple(
+                sorted((k.removeprefix("partition."), str(v)) for k, v in action.items() if k.startswith("partition."))
+            )
+            files, absent = found.get(values, (0, 0))
+            found[values] = (files + 1, absent + (unquote(str(action["path"])) not in present))
+        return found
+
     def has_deletion_vectors(self, key: Sequence[str] | str) -> bool:
         """Whether the table's writers may mark rows deleted in deletion vectors (its protocol allows them)."""
         dt = self.table(key)

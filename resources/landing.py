@@ -5,12 +5,19 @@ for real sources)::
 
     <landing>/binlog/<database>/<physical table>/<seq:06d>-<YYYYMMDDTHHMM>.jsonl
     <landing>/binlog/<database>/heartbeat/...               the source database's heartbeat table, the same way
-    <landing>/counts/<database>/<physical table>.jsonl      per local hour: {"hour": "YYYY-MM-DDTHH", "rows": N}
+    <landing>/counts/<database>/<physical table>.jsonl      per local 5-minute window:
+                                                            {"window": "YYYY-MM-DDTHH:MM", "rows": N}
+                                                            (or per local hour: {"hour": "YYYY-MM-DDTHH", ...})
 
 A segment holds the binlog of one micro-batch window (``segment_minutes``, local time in its name), in
 binlog order, and is written atomically; an empty segment says the shard had no change in that window,
 which is how an idle shard proves its progress. Sequence numbers are contiguous per shard. A stream is one
 shard table, named ``<database>.<physical table>``.
+
+The counts are the source's row changes per local window of :data:`COUNT_WINDOW_MINUTES` minutes, keyed by the
+window's start, every window written (0 when idle). A source that can only count per hour writes hour lines
+instead; completeness is then measured per hour for it, its windows not at all. Readers get one mapping of both
+kinds of key (a window key is its hour key plus ``:MM``, so keys sort in time order and ``key[:13]`` is the hour).
 
 This module is the one place the layout is spelled: the writers name their files with :func:`stream_dir`,
 :func:`segment_name`, :func:`counts_path`, :func:`count_hour` and :func:`counts_text`; the ingestion reads
@@ -41,7 +48,9 @@ _SUFFIX = ".jsonl"
 _SEGMENT = re.compile(r"^(?P<seq>\d+)-(?P<start>\d{8}T\d{4})\.jsonl$")
 _WINDOW_START = "%Y%m%dT%H%M"  # a segment's window start, local time
 COUNT_HOUR = "%Y-%m-%dT%H"  # a counted local hour
-_COUNTED_HOUR = re.compile(r'"hour"\s*:\s*"([^"]*)"')
+COUNT_WINDOW = "%Y-%m-%dT%H:%M"  # a counted local window, by its start
+COUNT_WINDOW_MINUTES = 5
+_COUNTED_KEY = re.compile(r'"(?:hour|window)"\s*:\s*"([^"]*)"')
 
 
 # --- names ------------------------------------------------------------------------------------------------------
@@ -91,20 +100,43 @@ def count_hour(moment: datetime) -> str:
     return moment.strftime(COUNT_HOUR)
 
 
-def counts_text(hours: Mapping[str, int]) -> str:
-    """A counts file's content: one ``{"hour": ..., "rows": ...}`` line per hour, in hour order."""
-    return "".join(json.dumps({"hour": h, "rows": n}) + "\n" for h, n in sorted(hours.items()))
+def count_window(moment: datetime) -> str:
+    """The local window a counts file keys ``moment`` by (``YYYY-MM-DDTHH:MM``, the window's start, in ``moment``'s
+    time zone)."""
+    return moment.replace(minute=moment.minute - moment.minute % COUNT_WINDOW_MINUTES).strftime(COUNT_WINDOW)
+
+
+def is_window_key(key: str) -> bool:
+    """Whether a counts key names a window (``YYYY-MM-DDTHH:MM``) rather than an hour (``YYYY-MM-DDTHH``)."""
+    return len(key) == len("YYYY-MM-DDTHH:MM")
+
+
+def counts_text(counts: Mapping[str, int]) -> str:
+    """A counts file's content: one ``{"window": ..., "rows": ...}`` line per window (``{"hour": ...}`` per hour
+    key), in time order."""
+    return "".join(
+        json.dumps({"window" if is_window_key(k) else "hour": k, "rows": n}) + "\n" for k, n in sorted(counts.items())
+    )
+
+
+def _counted_key(item: Mapping[str, object], path: Path) -> str:
+    key = item.get("window", item.get("hour"))
+    if not isinstance(key, str) or len(key) not in (len("YYYY-MM-DDTHH"), len("YYYY-MM-DDTHH:MM")):
+        raise ValueError(f"{path}: a counts line needs a window 'YYYY-MM-DDTHH:MM' or an hour 'YYYY-MM-DDTHH': {item}")
+    if is_window_key(key) and int(key[-2:]) % COUNT_WINDOW_MINUTES:
+        raise ValueError(f"{path}: window {key} does not start on a {COUNT_WINDOW_MINUTES}-minute boundary")
+    return key
 
 
 def read_counts(path: Path) -> dict[str, int]:
-    """Rows per hour of a counts file (none when it does not exist)."""
+    """Rows per window (and per hour, for hour lines) of a counts file (none when it does not exist)."""
     if not path.is_file():
         return {}
     found = {}
     for line in path.read_text(encoding="utf-8").splitlines():
         if line.strip():
             item = json.loads(line)
-            found[str(item["hour"])] = int(item["rows"])
+            found[_counted_key(item, path)] = int(item["rows"])
     return found
 
 
@@ -206,20 +238,22 @@ class Landing:
         return self.counts_path(stream).is_file()
 
     def source_counts(self, stream: str, hours: tuple[str, str] | None = None) -> dict[str, int]:
-        """Rows the source produced per local hour ("YYYY-MM-DDTHH"), if it publishes counts; only the hours
-        ``first <= hour <= last`` of ``hours = (first, last)`` if given (a line of another hour is not parsed)."""
+        """Rows the source produced per local window ("YYYY-MM-DDTHH:MM") or hour ("YYYY-MM-DDTHH"), if it publishes
+        counts; only those of the hours ``first <= hour <= last`` of ``hours = (first, last)`` if given (a line of
+        another hour is not parsed)."""
         path = self.counts_path(stream)
         counts: dict[str, int] = {}
         if path.is_file():
             for line in path.read_text().splitlines():
                 if not line.strip():
                     continue
-                found = _COUNTED_HOUR.search(line) if hours is not None else None
-                if found and hours and not hours[0] <= found.group(1) <= hours[1]:
+                found = _COUNTED_KEY.search(line) if hours is not None else None
+                if found and hours and not hours[0] <= found.group(1)[:13] <= hours[1]:
                     continue  # another hour: no JSON parse (a tick reads a window of a long history)
                 item = json.loads(line)
-                if hours is None or hours[0] <= str(item["hour"]) <= hours[1]:
-                    counts[str(item["hour"])] = int(item["rows"])
+                key = _counted_key(item, path)
+                if hours is None or hours[0] <= key[:13] <= hours[1]:
+                    counts[key] = int(item["rows"])
         return counts
 
 

@@ -86,7 +86,7 @@ def build_readiness_sensor(catalog: Catalog):  # type: ignore[no-untyped-def]
         name="ods_readiness",
         minimum_interval_seconds=15,
         default_status=DefaultSensorStatus.RUNNING,
-        asset_selection=[AssetKey(t.key) for t in catalog.ods()],
+        asset_selection=[AssetKey(t.key) for t in [*catalog.ods(), *catalog.windows()]],
         description=(
             "Reports an ODS hour as materialized once every shard stream is applied past its end and the rows "
             "ingested for it reach the completeness threshold of the source's count, when no ingestion run did; "

@@ -44,11 +44,13 @@ from zoneinfo import ZoneInfo
 
 from resources.column_types import jdbc_type
 from resources.landing import (
+    COUNT_WINDOW_MINUTES,
     HEARTBEAT_TABLE,
-    count_hour,
+    count_window,
     counts_path,
     counts_text,
     has_segments,
+    is_window_key,
     read_counts,
     segment_name,
     stream_dir,
@@ -1099,8 +1101,8 @@ def _hour_start(ms: int, tz: ZoneInfo) -> int:
     return int(local.timestamp()) * 1000
 
 
-def _hour_key(ms: int, tz: ZoneInfo) -> str:
-    return count_hour(datetime.fromtimestamp(ms // 1000, tz))
+def _window_key(ms: int, tz: ZoneInfo) -> str:
+    return count_window(datetime.fromtimestamp(ms // 1000, tz))
 
 
 def _normalise_lag(lag: Mapping[str, timedelta]) -> dict[str, timedelta]:
@@ -1248,7 +1250,7 @@ def _count(run: _Run, key: str, messages: list[_Message], day_totals: list[int])
     tz = run.world.tz
     for message in messages:
         if run.count_from <= message.es < run.end:
-            run.counts[key][_hour_key(message.es, tz)] += len(message.rows)
+            run.counts[key][_window_key(message.es, tz)] += len(message.rows)
         if message.es >= run.state.end:
             day_totals[0] += 1
             day_totals[1] += len(message.rows)
@@ -1274,20 +1276,24 @@ def _write_segment(
 
 def _write_counts(landing: Path, run: _Run) -> None:
     tz = run.world.tz
-    first_key = _hour_key(run.count_from, tz)
+    first_key = _window_key(run.count_from, tz)
+    step = COUNT_WINDOW_MINUTES * MINUTE_MS
     for db, table in STREAMS:
         if table == HEARTBEAT:
             continue
         key = stream_name(db, table)
         path = counts_path(landing, db, table)
-        hours = {h: n for h, n in read_counts(path).items() if h < first_key}
-        hour = _hour_start(run.count_from, tz)
-        while hour < run.end:
-            hour_key = _hour_key(hour, tz)
-            hours[hour_key] = run.counts[key].get(hour_key, 0)
-            hour = _hour_start(hour + HOUR_MS + 1, tz)
+        # what was counted before this run (an hour line of an older landing area only for an hour before it)
+        windows = {
+            w: n for w, n in read_counts(path).items() if w < (first_key if is_window_key(w) else first_key[:13])
+        }
+        window = run.count_from // step * step
+        while window < run.end:  # every window, 0 when the shard was idle in it
+            window_key = _window_key(window, tz)
+            windows[window_key] = run.counts[key].get(window_key, 0)
+            window += step
         path.parent.mkdir(parents=True, exist_ok=True)
-        _write_atomic(path, counts_text(hours))
+        _write_atomic(path, counts_text(windows))
 
 
 # --------------------------------------------------------------------------------------------------------

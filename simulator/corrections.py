@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from resources.landing import count_hour, counts_path, counts_text, read_counts, segment_name
+from resources.landing import count_window, counts_path, counts_text, read_counts, segment_name
 from simulator.cdc import _load_state, _save_state, _write_atomic
 
 _DATABASE = {"order": "edu_trade", "attendance": "edu_learning", "user": "edu_user", "course": "edu_course"}
@@ -139,11 +139,11 @@ def resend_corrected(
         text = "".join(json.dumps(m, ensure_ascii=False, separators=(",", ":")) + "\n" for m in messages)
         _write_atomic(directory / segment_name(seq + 1, start), text)  # the same window: a re-delivery in it
         stream.segments += 1
-        # the source counts what it sent: the re-sent rows count in the hour of their binlog time
+        # the source counts what it sent: the re-sent rows count in the window of their binlog time
         path = counts_path(landing, directory.parent.name, physical)
         counts = read_counts(path)
         for message in messages:
-            when = count_hour(datetime.fromtimestamp(message["es"] / 1000, tz).replace(tzinfo=None))
+            when = count_window(datetime.fromtimestamp(message["es"] / 1000, tz).replace(tzinfo=None))
             counts[when] = counts.get(when, 0) + 1
         _write_atomic(path, counts_text(counts))
         sent += len(messages)

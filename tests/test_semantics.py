@@ -24,6 +24,7 @@ from dagster import (
     AssetMaterialization,
     DagsterInstance,
     Definitions,
+    TableColumnDep,
     TimeWindowPartitionsDefinition,
     instance_for_test,
     materialize,
@@ -370,6 +371,16 @@ def test_by_hand_the_self_dependent_chain_starts_at_the_first_partition_and_need
     rows = lake["resources"]["lake"].store().read_rows(["dws", "cum"])[0].to_pylist()
     totals = {(r["dt"], r["id"]): r["v"] for r in rows}
     assert totals == {(d, i): n for n, d in enumerate(_days("2026-01-01", "2026-01-03"), 1) for i in (1, 2)}
+    # the build's materialization carries the column lineage the UI's lineage tab draws, from the SQL
+    [record] = instance.fetch_materializations(AssetKey(["dws", "cum"]), limit=1).records
+    metadata = record.asset_materialization.metadata  # type: ignore[union-attr]
+    lineage = metadata["dagster/column_lineage"].value
+    assert lineage.deps_by_column["v"] == [  # type: ignore[union-attr]
+        TableColumnDep(asset_key=AssetKey(["dwd", "day"]), column_name="v"),
+        TableColumnDep(asset_key=AssetKey(["dws", "cum"]), column_name="v"),
+    ]
+    assert lineage.deps_by_column["dt"] == []  # type: ignore[union-attr]
+    assert metadata["rows_depend_on"].value == "dwd.day.id, dws.cum.id"  # GROUP BY id
 
 
 # --- the example warehouse ----------------------------------------------------------------------------------

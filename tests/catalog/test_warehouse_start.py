@@ -32,6 +32,7 @@ def test_first_partitions_follow_the_start_weeks_and_months_only_whole() -> None
     default = _probe(None)
     assert default.returncode == 0, default.stderr
     assert json.loads(default.stdout) == {  # 2026-01-01 is a Thursday
+        **{minutes: "2026-01-01-00:00" for minutes in ("5min", "10min", "15min")},  # mini-batch windows
         "hourly": "2026-01-01-00:00",
         "daily": "2026-01-01",
         "weekly": "2026-01-05",
@@ -40,6 +41,7 @@ def test_first_partitions_follow_the_start_weeks_and_months_only_whole() -> None
     wednesday = _probe("2026-03-04")
     assert wednesday.returncode == 0, wednesday.stderr
     assert json.loads(wednesday.stdout) == {
+        **{minutes: "2026-03-04-00:00" for minutes in ("5min", "10min", "15min")},
         "hourly": "2026-03-04-00:00",
         "daily": "2026-03-04",
         "weekly": "2026-03-09",  # the first Monday on or after: a week reaching before the start never completes

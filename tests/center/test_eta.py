@@ -17,12 +17,13 @@ from dagster import (
     build_sensor_context,
     instance_for_test,
 )
+from dagster._core.test_utils import freeze_time
 
 from resources.delta_lake import DeltaStore
 from resources.landing import Landing
 from sensors.freshness import build_forecast_sensor
 from warehouse_assets.build.quality import report_valid
-from warehouse_assets.catalog import Catalog, business_zone, load_catalog
+from warehouse_assets.catalog import Catalog, Table, business_zone, load_catalog
 from warehouse_assets.center.eta import (
     ARRIVES,
     MATERIALIZED,
@@ -36,14 +37,17 @@ from warehouse_assets.center.eta import (
     Predictor,
     Queue,
     QueuedRun,
+    Report,
     RunTime,
     Seen,
     day_predictions,
     forecast_tick,
+    instance_history,
     instance_predictor,
     predict,
     sla_warning,
     timeline_markdown,
+    usual_delays,
     warning_evaluation,
 )
 from warehouse_assets.center.reverse_index import ReverseIndex
@@ -371,16 +375,32 @@ def test_why_and_status_print_the_prediction_and_its_critical_path(
     assert "predicted" not in built[1]  # a built partition has nothing to predict
 
 
+def report_at(instance: DagsterInstance, table: Table, partition: str, at: datetime) -> None:
+    """``partition`` reported (materialized, its blocking checks passed) at ``at``, as its source delivered it."""
+    with freeze_time(at):
+        report_valid(instance, table, partition, "loaded by the test")
+
+
+SLOW_NOW = datetime(2026, 3, 3, 7, 0, tzinfo=business_zone())  # the forecast's tick of the slow source
+
+
+def deliver_slowly(instance: DagsterInstance, catalog: Catalog) -> None:
+    """ods.order as a slow source: each hour of 2026-03-02 delivered alone, 9 hours after it ends, up to
+    :data:`SLOW_NOW` (21:00-22:00 at 07:00). Its 23:00 hour is then expected at 09:00, and the day's GMV, three runs
+    later, after its 09:00 deadline."""
+    for h in range(22):
+        end = datetime(2026, 3, 2, h, tzinfo=business_zone()) + timedelta(hours=1)
+        report_at(instance, catalog["ods.order"], f"{DAY}-{h:02d}:00", end + timedelta(hours=9))
+
+
 def test_the_forecast_sensor_warns_before_the_deadline_naming_the_path_with_the_days_timeline(
     instance: DagsterInstance, catalog: Catalog
 ) -> None:
-    now = datetime.now(business_zone())
+    now = SLOW_NOW
     # the day whose 09:00 deadline is the next one: predicted at this tick
     day = now.date() if now.hour >= 9 else now.date() - timedelta(days=1)
-    # the history of ods.order: hours of ten days ago reported only now, so it arrives about ten days late
-    order = catalog["ods.order"]
-    for h in range(5):
-        report_valid(instance, order, f"{now.date() - timedelta(days=10)}-{h:02d}:00", "loaded by the test")
+    deliver_slowly(instance, catalog)
+    assert instance_history(instance, catalog, now).arrivals["ods.order"] == [9 * 3600.0] * 10
     sensor = build_forecast_sensor(catalog, clock=lambda: now)
     result = sensor(build_sensor_context(instance=instance))
     assert isinstance(result, SensorResult)
@@ -405,3 +425,41 @@ def test_the_forecast_sensor_warns_before_the_deadline_naming_the_path_with_the_
 
     again = sensor(build_sensor_context(instance=instance, cursor=result.cursor))
     assert isinstance(again, SensorResult) and not again.asset_events  # once per partition
+
+
+def test_a_catch_ups_reports_teach_no_delay_and_raise_no_warning(instance: DagsterInstance, catalog: Catalog) -> None:
+    # a stack started at 15:10 on three and a half days of past data: its ingestion reports ods.order a day's hours at
+    # a time, two minutes apart, the last batch today's hours up to 14:00-15:00 (16 minutes after that hour ended)
+    now = datetime(2026, 3, 5, 15, 20, tzinfo=business_zone())
+    order = catalog["ods.order"]
+    for n, day in enumerate(["2026-03-02", "2026-03-03", "2026-03-04", "2026-03-05"]):
+        at = datetime(2026, 3, 5, 15, 10 + 2 * n, tzinfo=business_zone())
+        for h in range(24 if n < 3 else 15):
+            report_at(instance, order, f"{day}-{h:02d}:00", at)
+
+    # of the days-late hours nothing is learned: only the newest hour, which waited as a live hour waits
+    assert instance_history(instance, catalog, now).arrivals["ods.order"] == [16 * 60.0]
+    sensor = build_forecast_sensor(catalog, clock=lambda: now)
+    result = sensor(build_sensor_context(instance=instance))
+    assert isinstance(result, SensorResult)
+    # no warning: not for the hours to come (no delay of days was learned), nor for the catch-up's GMV days, unbuilt,
+    # whose deadlines have passed (missed SLAs, which the freshness check reports, not a forecast)
+    assert result.asset_events == []
+
+
+def test_a_source_learns_its_usual_delays_not_a_backlogs() -> None:
+    hour = 3600.0
+
+    def hourly(h: int, at_minutes: float) -> Report:  # hour h of the day (epoch 0), reported at a minute of the day
+        return Report(h * hour, (h + 1) * hour, at_minutes * 60)
+
+    # live hours: 10:00-11:00 at 11:05, 11:00-12:00 at 12:04, each learned, newest first
+    assert usual_delays([hourly(10, 11 * 60 + 5), hourly(11, 12 * 60 + 4)]) == [240, 300]
+    # a backlog: hours 00:00 to 09:00 all reported at 11:30; only the newest, 90 minutes after its end, is learned
+    assert usual_delays([hourly(h, 11 * 60 + 30) for h in range(10)]) == [90 * 60]
+    # a late hour that came alone is learned (the next one came on time, 35 minutes before it)
+    assert usual_delays([hourly(10, 12 * 60 + 40), hourly(11, 12 * 60 + 5)]) == [100 * 60, 5 * 60]
+    # a day or more late is a catch-up, also alone; a month delivered three days after its end is not
+    assert usual_delays([hourly(0, 25 * 60)]) == []
+    month = 31 * 24 * hour
+    assert usual_delays([Report(0, month, month + 3 * 24 * hour)]) == [3 * 24 * hour]

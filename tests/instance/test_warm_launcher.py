@@ -309,10 +309,14 @@ def test_terminate_interrupts_the_run_worker_and_the_run_is_canceled(location) -
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
 def test_a_stop_signal_to_a_run_worker_cancels_its_run_in_one_line(
-    location, capfd: pytest.CaptureFixture[str], stop: signal.Signals
+    location, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, stop: signal.Signals
 ) -> None:
     # what Ctrl-C of the stack (its whole process group) or a supervisor's SIGTERM does to a run in progress
     instance, recon_repo, _ = location
+    # Dagster's compute log capture echoes a step's output to the terminal by a process of its own, stopped when the
+    # step ends; given a second to echo all of it (Dagster's setting for it), it would echo the interrupted step's
+    # traceback every time
+    monkeypatch.setenv("DAGSTER_COMPUTE_LOG_TAIL_WAIT_AFTER_FINISH", "1")
     waiting = launch_waiting(instance, recon_repo)
     started = instance.get_run_by_id(waiting.run_id)
     assert started is not None
@@ -321,9 +325,20 @@ def test_a_stop_signal_to_a_run_worker_cancels_its_run_in_one_line(
     run = wait_finished(instance, waiting.run_id, timeout=30)
     assert run.status == DagsterRunStatus.CANCELED
     assert run.tags[STOPPED_TAG] == stop.name  # the engine submits such a run again at its next start
-    time.sleep(0.5)  # the worker's last words
+    time.sleep(3)  # the worker's last words, and what an echo of its step would still print
     err = capfd.readouterr().err
     said = f"run {waiting.run_id[:8]} (waiting_job) canceled: its worker received {stop.name}"
     assert said in err.splitlines()
     assert "RUN_CANCELED" not in err and "RUN_FAILURE" not in err  # the run's end is in its log, not printed
+    # nor the interrupted step's traceback, which stays in the step's compute log and the run's event log
+    assert "Traceback" not in err and "DagsterExecutionInterruptedError" not in err, err
+    logs = instance.all_logs(waiting.run_id)
+    [failed] = [e.dagster_event for e in logs if e.dagster_event and e.dagster_event.is_step_failure]
+    assert failed.step_failure_data.error.cls_name == "DagsterExecutionInterruptedError"  # type: ignore[union-attr]
+    [captured] = [
+        e.dagster_event for e in logs if e.dagster_event and e.dagster_event.event_type_value == "LOGS_CAPTURED"
+    ]
+    key = [waiting.run_id, "compute_logs", captured.logs_captured_data.file_key]
+    stderr = (instance.compute_log_manager.get_log_data(key).stderr or b"").decode()
+    assert "DagsterExecutionInterruptedError" in stderr  # what the terminal was spared, the step's log has
     assert not [e for e in instance.all_logs(waiting.run_id) if e.dagster_event and e.dagster_event.is_run_failure]

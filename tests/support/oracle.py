@@ -3,7 +3,7 @@
 Deliberately shares nothing with ``simulator/cdc.py`` but the file layout::
 
     <landing>/binlog/<db>/<physical_table>/<seq:06d>-<YYYYMMDDTHHMM>.jsonl   Canal flat messages
-    <landing>/counts/<db>/<physical_table>.jsonl                               {"hour": ..., "rows": N}
+    <landing>/counts/<db>/<physical_table>.jsonl                               {"window": ..., "rows": N}
     <landing>/simulation.json                                                  {"config": {"tz": ...}, ...}
 
 Replay rules: messages are applied in file order per physical table; a message id already seen in that
@@ -200,17 +200,18 @@ def row_counts(landing: Path, tz: str | None = None) -> dict[str, dict[str, int]
 
 
 def source_counts(landing: Path, include_zero: bool = False) -> dict[str, dict[str, int]]:
-    """The simulator's per-hour source row counts per ``db.table`` (the "Kafka offsets")."""
+    """The simulator's source row counts per ``db.table`` (the "Kafka offsets"), summed per hour from its 5-minute
+    windows."""
     out: dict[str, dict[str, int]] = {}
     counts = Path(landing) / "counts"
     for path in sorted(counts.glob("*/*.jsonl")):
-        hours = {}
+        hours: dict[str, int] = {}
         for line in path.read_text(encoding="utf-8").splitlines():
             if line.strip():
                 entry = json.loads(line)
-                if include_zero or entry["rows"]:
-                    hours[entry["hour"]] = int(entry["rows"])
-        out[f"{path.parent.name}.{path.stem}"] = hours
+                hour = str(entry.get("window", entry.get("hour")))[:13]
+                hours[hour] = hours.get(hour, 0) + int(entry["rows"])
+        out[f"{path.parent.name}.{path.stem}"] = {h: n for h, n in hours.items() if include_zero or n}
     return out
 
 

@@ -13,7 +13,7 @@ downstream runs, and a condition left on an asset would make Dagster add its own
 
 import hashlib
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dagster import (
     AssetCheckEvaluation,
@@ -27,6 +27,9 @@ from dagster import (
     BackfillPolicy,
     MaterializeResult,
     MetadataValue,
+    TableColumnDep,
+    TableColumnLineage,
+    TimeWindowPartitionMapping,
     asset,
     multi_asset_check,
 )
@@ -45,19 +48,46 @@ from warehouse_assets.build.quality import (
 from warehouse_assets.build.validity import taint_evaluation, tainted_in_instance, valid_evaluation, valid_spec
 from warehouse_assets.catalog import (
     BY_PERIOD,
+    PERIOD_NOUN,
     Catalog,
     DerivedTable,
     ExternalTable,
     OdsTable,
+    OdsWindows,
     StaticTable,
     Table,
     partition_mapping,
     periods,
 )
 
+if TYPE_CHECKING:
+    from warehouse_assets.catalog.lineage import TableLineage
+
 
 def code_version(table: DerivedTable | StaticTable) -> str:
     return hashlib.sha1((table.sql or "").encode()).hexdigest()[:12]
+
+
+def column_lineage_metadata(lineage: "TableLineage", catalog: Catalog) -> dict[str, Any]:
+    """What a materialization carries so that the UI's lineage tab can follow each column (its column selector reads
+    ``dagster/column_lineage`` from the latest materialization, not from the definition): every output column with
+    the input columns its values are computed from; the input columns that decide the rows (filters, join keys,
+    groupings), on which every column depends; and the columns the SQL could not be followed to, named (they are
+    given every input column)."""
+    deps = {
+        column: [
+            TableColumnDep(asset_key=AssetKey(catalog[ref.table].key), column_name=ref.column) for ref in sorted(refs)
+        ]
+        for column, refs in lineage.columns.items()
+    }
+    metadata: dict[str, Any] = {"dagster/column_lineage": TableColumnLineage(deps_by_column=deps)}
+    if lineage.rows:
+        metadata["rows_depend_on"] = ", ".join(str(ref) for ref in sorted(lineage.rows))
+    if lineage.unresolved:
+        metadata["column_lineage_unresolved"] = MetadataValue.md(
+            "\n".join(f"- {line}" for line in lineage.describe_unresolved())
+        )
+    return metadata
 
 
 def backfill_policy(table: Table) -> BackfillPolicy:
@@ -79,7 +109,7 @@ def first_partition_note(catalog: Catalog, table: DerivedTable, since: FirstBuil
     pdef = BY_PERIOD[table.period]
     since = since or first_buildable(catalog, table)
     start = periods().start
-    noun = {"hourly": "hour", "daily": "day", "weekly": "week", "monthly": "month"}[table.period]
+    noun = PERIOD_NOUN[table.period]
     if since.partition is None:
         return f"\n\n**Cannot be built yet:** {since.reason}."
     end = pdef.time_window_for_partition_key(since.partition).end
@@ -192,6 +222,26 @@ def build_ods_spec(table: OdsTable) -> AssetSpec:
     )
 
 
+def build_windows_spec(catalog: Catalog, table: OdsWindows) -> AssetSpec:
+    """An ODS table's completeness windows of a mini-batch period, reported with the ODS table's hours. Its lineage
+    edge to the ODS table maps each window to the hour holding it (Dagster's time-window mapping, finer to coarser):
+    the window's rows are in that hour's partition."""
+    source = catalog[table.source]
+    return AssetSpec(
+        key=AssetKey(table.key),
+        group_name=table.layer,
+        partitions_def=BY_PERIOD[table.period],
+        deps=[AssetDep(AssetKey(source.key), partition_mapping=TimeWindowPartitionMapping())],
+        description=table.description,
+        owners=[f"team:{source.owner}"],
+        metadata={
+            "kind": "completeness windows",
+            "source": table.source,
+            "reported_by": "ods_ingest (the run that completes them), else sensor ods_readiness",
+        },
+    )
+
+
 def build_external_spec(table: ExternalTable) -> AssetSpec:
     """An external table: produced outside the platform, its partitions reported by its sensor."""
     return AssetSpec(
@@ -265,6 +315,7 @@ def build_validity_check(table: Table) -> AssetChecksDefinition:
 def build_assets(catalog: Catalog) -> list[AssetsDefinition | AssetSpec]:
     built: list[AssetsDefinition | AssetSpec] = [build_external_spec(t) for t in catalog.externals()]
     built += [build_ods_spec(t) for t in catalog.ods()]
+    built += [build_windows_spec(catalog, t) for t in catalog.windows()]
     built += [build_static_asset(t) for t in catalog.statics()]
     buildable = BuildableSearch()
     built += [build_asset(catalog, t, buildable) for t in catalog.derived()]

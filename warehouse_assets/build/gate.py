@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from dagster import AssetKey, DagsterInstance
 
 from warehouse_assets.build.quality import failed_blocking_checks, latest_materialization
-from warehouse_assets.build.validity import Taint, tainted_in_instance
+from warehouse_assets.build.validity import Taint, gone_in_instance, tainted_in_instance
 from warehouse_assets.catalog import (
     ANY,
     BY_PERIOD,
@@ -121,7 +121,10 @@ class InstanceStates:
             self._materialized[table.fqn] = {WHOLE} if built else set()
         if table.fqn not in self._materialized:
             self._materialized[table.fqn] = set(self.instance.get_materialized_partitions(AssetKey(table.key)))
-        return (self._materialized[table.fqn] | self.written.get(table.fqn, set())) & set(keys)
+        found = self._materialized[table.fqn] & set(keys)
+        # a partition whose data left the lake (marked by the reconciliation) is not there to read, until rebuilt
+        gone = gone_in_instance(self.instance, table, sorted(found - self.written.get(table.fqn, set())))
+        return ((found - set(gone)) | self.written.get(table.fqn, set())) & set(keys)
 
     def in_progress(self, table: Table, keys: Sequence[str]) -> set[str]:
         return set()

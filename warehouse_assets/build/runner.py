@@ -24,7 +24,7 @@ holds back the partition's downstream in later runs. A partition whose blocking 
 import json
 import time
 from collections.abc import Iterator, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import pyarrow.compute as pc
@@ -44,6 +44,7 @@ from sqlglot import exp
 
 from resources.delta_lake import DeltaStore, Predicate
 from resources.external import ExternalResource
+from warehouse_assets.build.compiler import column_lineage_metadata
 from warehouse_assets.build.gate import (
     DEGRADED,
     LATE_CHANGES_TAG,
@@ -65,16 +66,31 @@ from warehouse_assets.build.quality import (
     latest_materialization,
 )
 from warehouse_assets.build.validity import VALID, valid_evaluation
-from warehouse_assets.catalog import BY_PERIOD, WHOLE, Catalog, DerivedTable, OdsTable, StaticTable, Table
+from warehouse_assets.catalog import (
+    BY_PERIOD,
+    WHOLE,
+    Catalog,
+    DerivedTable,
+    OdsTable,
+    OdsWindows,
+    StaticTable,
+    Table,
+    partition_values,
+)
+from warehouse_assets.catalog.lineage import WarehouseLineage
 from warehouse_assets.ingest.deliveries import external_source
 
 
 def partition_spec(period: str, partition_key: str) -> dict[str, str]:
     """The Delta partition values of a Dagster partition key (local time of the window start)."""
-    start = BY_PERIOD[period].time_window_for_partition_key(partition_key).start
-    if period == "hourly":
-        return {"dt": start.strftime("%Y-%m-%d"), "hh": start.strftime("%H")}
-    return {"dt": start.strftime("%Y-%m-%d")}
+    return partition_values(period, partition_key)
+
+
+def read_name(catalog: Catalog, table: str) -> str:
+    """The table the SQL names for the dependency on ``table``: an ODS table's completeness windows are read as the
+    ODS table itself."""
+    upstream = catalog[table]
+    return upstream.source if isinstance(upstream, OdsWindows) else table
 
 
 def _start(pdef: TimeWindowPartitionsDefinition, key: str) -> datetime:
@@ -85,8 +101,9 @@ def view_name(fqn: str) -> str:
     return "__in_" + fqn.replace(".", "__")
 
 
-def render_sql(table: Table, partition_key: str) -> str:
-    """The table's SQL with partition variables substituted and inputs renamed to their views."""
+def render_sql(table: Table, partition_key: str, catalog: Catalog | None = None) -> str:
+    """The table's SQL with partition variables substituted and inputs renamed to their views (``catalog``: the
+    tables the SQL names for completeness windows, :func:`read_name`)."""
     assert isinstance(table, DerivedTable)
     window = BY_PERIOD[table.period].time_window_for_partition_key(partition_key)
     variables = {
@@ -100,7 +117,8 @@ def render_sql(table: Table, partition_key: str) -> str:
     for name, value in variables.items():
         sql = sql.replace("${" + name + "}", value)
     tree = sqlglot.parse_one(sql, read="spark")
-    deps = {dep.table for dep in [*table.deps, *table.references]}
+    deps = {read_name(catalog, dep.table) if catalog else dep.table for dep in table.deps}
+    deps |= {ref.table for ref in table.references}
 
     def swap(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Table) and f"{node.db}.{node.name}" in deps:
@@ -248,6 +266,9 @@ def _build_partitions(
                 df, _ = store.read(spark, upstream.key, version=at)
                 inputs[dep.table], read_from[dep.table] = df, [f"v{at}"]
                 continue
+            if isinstance(upstream, OdsWindows):  # the ODS table's rows in the windows, from their hours' partitions
+                inputs[upstream.source], read_from[dep.table] = _read_windows(catalog, upstream, used, spark, store)
+                continue
             specs = [partition_spec(upstream.period, k) for k in used]
             if upstream.is_external:
                 if external is None:
@@ -275,12 +296,13 @@ def _build_partitions(
             inputs[dep.table] = df
             read_from[dep.table] = used
         for dep in table.deps:  # a dependency the partition's state does not need reads as empty
-            if dep.table not in inputs:
-                inputs[dep.table] = _empty_like(spark, store, catalog[dep.table], external=external)
+            name = read_name(catalog, dep.table)
+            if name not in inputs:
+                inputs[name] = _empty_like(spark, store, catalog[name], external=external)
                 read_from[dep.table] = []
         for name, df in inputs.items():
             df.createOrReplaceTempView(view_name(name))
-        out = spark.sql(render_sql(table, key))
+        out = spark.sql(render_sql(table, key, catalog))
         _check_columns(table, key, out)
         spec = partition_spec(table.period, key)
         out = out.select(*[c for c in out.columns if c not in spec], *[F.lit(v).alias(c) for c, v in spec.items()])
@@ -321,6 +343,7 @@ def _build_partitions(
     }
     return MaterializeResult(
         metadata={
+            **_column_lineage(context, catalog, table),
             # first, where the UI's partition page shows them at the top; per partition, as a ranged run's
             # materializations share one metadata: the state store reads its own
             **({STATE: MetadataValue.json(reached)} if reached else {}),
@@ -334,6 +357,44 @@ def _build_partitions(
             "partitions": MetadataValue.json(written),
         }
     )
+
+
+def _read_windows(
+    catalog: Catalog, windows: OdsWindows, keys: list[str], spark: SparkSession, store: DeltaStore
+) -> tuple[DataFrame, list[str]]:
+    """The live rows of the ODS table whose partition time falls in the windows ``keys`` (consecutive, in time order):
+    its hours' partitions holding them, pruned to the windows by the partition time."""
+    source = catalog[windows.source]
+    assert isinstance(source, OdsTable)
+    if not keys:
+        return _empty_like(spark, store, source), []
+    pdef = BY_PERIOD[windows.period]
+    start, end = pdef.time_window_for_partition_key(keys[0]).start, pdef.time_window_for_partition_key(keys[-1]).end
+    specs: list[dict[str, str]] = []
+    hour = start.replace(minute=0, second=0, microsecond=0)
+    while hour < end:  # the hours' partitions holding the windows
+        specs.append({"dt": hour.strftime("%Y-%m-%d"), "hh": hour.strftime("%H")})
+        hour += timedelta(hours=1)
+    if not store.exists(source.key):
+        return _empty_like(spark, store, source), keys
+    live = [] if source.changelog else [Predicate("_deleted", "=", False)]
+    window = [Predicate(source.partition_time, ">=", start), Predicate(source.partition_time, "<", end)]
+    at = store.version(source.key)
+    df, _ = store.read(spark, source.key, partitions=specs, predicates=[*live, *window], version=at)
+    return df, keys
+
+
+def _column_lineage(context: AssetExecutionContext, catalog: Catalog, table: Table) -> dict[str, Any]:
+    """The materialization's column lineage (what the UI's lineage tab draws), the columns it could not follow named in
+    the run's log. The partitions are written by then: a lineage that fails says so and the build stands."""
+    try:
+        lineage = WarehouseLineage(catalog).of(table.fqn)  # this table's, and what names its inputs' columns
+    except Exception as exc:  # the SQL ran on Spark: a parser's failure here is no reason to fail the build
+        context.log.warning(f"column lineage of {table.fqn} not computed: {exc}")
+        return {"column_lineage_unresolved": f"not computed: {exc}"}
+    for line in lineage.describe_unresolved():
+        context.log.warning(f"column lineage: {line}")
+    return column_lineage_metadata(lineage, catalog)
 
 
 def _check_partition(

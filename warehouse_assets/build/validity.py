@@ -31,7 +31,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dagster import AssetCheckEvaluation, AssetCheckKey, AssetCheckSpec, AssetKey, DagsterEventType, DagsterInstance
+from dagster import (
+    AssetCheckEvaluation,
+    AssetCheckKey,
+    AssetCheckSpec,
+    AssetKey,
+    AssetRecordsFilter,
+    DagsterEventType,
+    DagsterInstance,
+)
 
 from warehouse_assets.catalog import BY_PERIOD, WHOLE
 
@@ -39,6 +47,9 @@ if TYPE_CHECKING:
     from warehouse_assets.catalog import Table
 
 VALID = "valid"  # the check every table carries: failed = tainted
+# an observation's metadata marking a partition's latest materialization gone from the lake (its files deleted, the
+# table restored to an older version): {LAKE: GONE, "reason": what was found, "materialization": its storage id}
+LAKE, GONE = "lake", "missing"
 RELEASED = "released"  # a passed ``valid`` verdict's validity when it lifts a taint without new data
 # on a repair backfill, and so on its runs: the run of the taint job that launched it
 TAINT_TAG = "warehouse/taint"
@@ -209,3 +220,29 @@ def tainted_in_instance(instance: DagsterInstance, table: Table, keys: Sequence[
             if evaluation is not None:
                 found[str(info.partition_key)] = Taint.of(evaluation, entry.timestamp)  # type: ignore[union-attr]
     return dict(sorted(found.items()))
+
+
+def gone_in_instance(instance: DagsterInstance, table: Table, keys: Sequence[str]) -> dict[str, str]:
+    """Partition → what was found, for those of ``keys`` whose latest materialization was marked gone from the lake
+    and not built since, read from the instance (the run guard's view; the dependency center reads its state store)."""
+    if not keys:
+        return {}
+    key = AssetKey(table.key)
+    partitions = None if table.is_static else list(keys)
+    marks: dict[str, tuple[int, str]] = {}
+    for record in instance.fetch_observations(
+        AssetRecordsFilter(asset_key=key, asset_partitions=partitions), limit=1000
+    ).records:
+        observation = record.asset_observation
+        meta = {k: v.value for k, v in observation.metadata.items()} if observation is not None else {}
+        partition = WHOLE if record.partition_key is None else record.partition_key
+        if meta.get(LAKE) == GONE and partition not in marks:  # newest first: the latest mark of each partition
+            marks[partition] = (record.storage_id, str(meta.get("reason") or "its files are gone from the lake"))
+    found = {}
+    for partition, (storage_id, reason) in marks.items():
+        since = AssetRecordsFilter(
+            asset_key=key, asset_partitions=None if partition == WHOLE else [partition], after_storage_id=storage_id
+        )
+        if not instance.fetch_materializations(since, limit=1).records:
+            found[partition] = reason
+    return found

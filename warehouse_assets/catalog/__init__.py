@@ -9,12 +9,15 @@ from typing import Any
 from warehouse_assets.catalog import calendars
 from warehouse_assets.catalog.calendars import (
     BY_PERIOD,
+    MINUTE_PERIODS,
     PARTITION_COLUMNS,
     Periods,
     business_time,
     business_zone,
     first_monday,
     first_month,
+    partition_key_of,
+    partition_values,
     periods,
 )
 from warehouse_assets.catalog.checks import CHECK_KINDS, Check, CheckSpecError, Outcome, parse_checks
@@ -37,6 +40,8 @@ from warehouse_assets.catalog.model import (
     DEFAULT_LATE_DATA,
     LATEST,
     LAYERS,
+    ODS_CHANGE_COLUMNS,
+    PERIOD_NOUN,
     PERIOD_ORDER,
     SNAPSHOT,
     STATIC,
@@ -50,11 +55,13 @@ from warehouse_assets.catalog.model import (
     ExternalTable,
     LateDataPolicy,
     OdsTable,
+    OdsWindows,
     Sla,
     StaticTable,
     Table,
     TableState,
     UnknownTable,
+    windows_name,
 )
 
 __all__ = [
@@ -71,7 +78,12 @@ __all__ = [
     "BY_PERIOD",
     "CHECK_KINDS",
     "LAYERS",
+    "ODS_CHANGE_COLUMNS",
+    "MINUTE_PERIODS",
     "PARTITION_COLUMNS",
+    "PERIOD_NOUN",
+    "partition_key_of",
+    "partition_values",
     "PERIOD_ORDER",
     "TABLES_DIR",
     "Catalog",
@@ -84,6 +96,7 @@ __all__ = [
     "ExternalTable",
     "MappedPartitions",
     "OdsTable",
+    "OdsWindows",
     "Outcome",
     "PartitionKeyError",
     "Periods",
@@ -108,6 +121,7 @@ __all__ = [
     "referenced_tables",
     "upstream_partitions",
     "weak_deadline",
+    "windows_name",
 ]
 
 

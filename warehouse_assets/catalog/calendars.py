@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
@@ -35,6 +35,12 @@ from dagster import (
 
 if TYPE_CHECKING:
     from resources.settings import Settings
+
+
+# The mini-batch periods a table may declare, in minutes: each divides the hour, so its windows roll up to hours, and is
+# a multiple of the 5-minute windows the sources count by (a window of such a table is complete when its windows are).
+MINUTE_PERIODS = {"5min": 5, "10min": 10, "15min": 15}
+MINUTES_FORMAT = "%Y-%m-%d-%H:%M"
 
 
 def first_monday(start: date) -> date:
@@ -58,6 +64,7 @@ class Periods:
     daily: DailyPartitionsDefinition
     weekly: WeeklyPartitionsDefinition
     monthly: MonthlyPartitionsDefinition
+    minutes: dict[str, TimeWindowPartitionsDefinition] = field(hash=False)  # mini-batch periods: "5min", "10min" …
 
     @property
     def timezone(self) -> str:
@@ -65,7 +72,8 @@ class Periods:
 
     @property
     def by_period(self) -> dict[str, TimeWindowPartitionsDefinition]:
-        return {"hourly": self.hourly, "daily": self.daily, "weekly": self.weekly, "monthly": self.monthly}
+        coarse = {"hourly": self.hourly, "daily": self.daily, "weekly": self.weekly, "monthly": self.monthly}
+        return {**self.minutes, **coarse}
 
 
 def periods(settings: Settings | None = None) -> Periods:
@@ -87,6 +95,15 @@ def _periods(timezone: str, start: date) -> Periods:
         # ISO weeks: Monday 00:00 to Monday 00:00
         weekly=WeeklyPartitionsDefinition(start_date=first_monday(start).isoformat(), day_offset=1, timezone=timezone),
         monthly=MonthlyPartitionsDefinition(start_date=first_month(start).isoformat(), timezone=timezone),
+        minutes={
+            period: TimeWindowPartitionsDefinition(
+                start=f"{first}-00:00",
+                fmt=MINUTES_FORMAT,
+                cron_schedule=f"*/{length} * * * *",
+                timezone=timezone,
+            )
+            for period, length in MINUTE_PERIODS.items()
+        },
     )
 
 
@@ -162,8 +179,33 @@ def __getattr__(name: str) -> Any:
 
 # Delta partition columns of each period: string values derived from the partition's start, local time.
 PARTITION_COLUMNS: dict[str, list[str]] = {
+    **{period: ["dt", "hh", "mi"] for period in MINUTE_PERIODS},
     "hourly": ["dt", "hh"],
     "daily": ["dt"],
     "weekly": ["dt"],
     "monthly": ["dt"],
 }
+
+
+def partition_values(period: str, partition_key: str) -> dict[str, str]:
+    """The Delta partition values of a Dagster partition key (local time of the window start)."""
+    start = BY_PERIOD[period].time_window_for_partition_key(partition_key).start
+    if period in MINUTE_PERIODS:
+        return {"dt": start.strftime("%Y-%m-%d"), "hh": start.strftime("%H"), "mi": start.strftime("%M")}
+    if period == "hourly":
+        return {"dt": start.strftime("%Y-%m-%d"), "hh": start.strftime("%H")}
+    return {"dt": start.strftime("%Y-%m-%d")}
+
+
+def partition_key_of(period: str, values: dict[str, str]) -> str | None:
+    """The Dagster partition key of Delta partition values, None when they name no partition of the period."""
+    dt, hh, mi = values.get("dt"), values.get("hh"), values.get("mi")
+    sub_daily = period == "hourly" or period in MINUTE_PERIODS
+    if dt is None or (sub_daily and hh is None) or (period in MINUTE_PERIODS and mi is None):
+        return None
+    key = f"{dt}-{hh}:{mi}" if period in MINUTE_PERIODS else f"{dt}-{hh}:00" if period == "hourly" else dt
+    try:
+        known = BY_PERIOD[period].has_partition_key(key)
+    except ValueError:  # Dagster parses the key: a malformed value raises
+        return None
+    return key if known and partition_values(period, key) == values else None

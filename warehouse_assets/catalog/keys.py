@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from warehouse_assets.catalog.calendars import BY_PERIOD, periods
-from warehouse_assets.catalog.model import WHOLE, Table
+from warehouse_assets.catalog.calendars import BY_PERIOD, MINUTE_PERIODS, periods
+from warehouse_assets.catalog.model import PERIOD_NOUN, WHOLE, Table
 
 HOUR_FORMAT = "%Y-%m-%d-%H:%M"
 DAY_FORMAT = "%Y-%m-%d"
@@ -31,7 +31,12 @@ SHAPES = {
     "weekly": "ISO weeks named by their Monday, YYYY-MM-DD",
     "monthly": "months named by their first day, YYYY-MM-01",
 }
-PERIOD_NOUN = {"hourly": "hour", "daily": "day", "weekly": "week", "monthly": "month"}
+SHAPES |= {period: f"windows written YYYY-MM-DD-HH:MM, every {n} minutes" for period, n in MINUTE_PERIODS.items()}
+
+
+def _timed(period: str) -> bool:
+    """Whether the period's keys carry a time of day (hours and mini-batch windows)."""
+    return period == "hourly" or period in MINUTE_PERIODS
 
 
 class PartitionKeyError(ValueError):
@@ -68,7 +73,7 @@ def example_key(table: Table, now: datetime) -> str:
     pdef = BY_PERIOD[table.period]
     current = pdef.time_window_for_partition_key(pdef.get_partition_key_for_timestamp(now.timestamp())).start
     if current - timedelta(seconds=1) < pdef.start:  # nothing has finished yet: the first partition
-        return pdef.start.strftime(HOUR_FORMAT if table.period == "hourly" else DAY_FORMAT)
+        return pdef.start.strftime(HOUR_FORMAT if _timed(table.period) else DAY_FORMAT)
     return pdef.get_partition_key_for_timestamp((current - timedelta(seconds=1)).timestamp())
 
 
@@ -93,10 +98,14 @@ def check_partition_key(table: Table, key: str, now: datetime | None = None) -> 
     at = parsed.at
     if period == "hourly" and not parsed.hourly:
         raise PartitionKeyError("wrong_period", f"{key!r} is a day, but {shape} (the day's 24 hours, from {key}-00:00)")
-    if period != "hourly" and parsed.hourly:
+    if period in MINUTE_PERIODS and not parsed.hourly:
+        raise PartitionKeyError("wrong_period", f"{key!r} is a day, but {shape} (the day's first, {key}-00:00)")
+    if not _timed(period) and parsed.hourly:
         raise PartitionKeyError("wrong_period", f"{key!r} is an hour, but {shape}")
     if period == "hourly" and at.minute != 0:
         raise PartitionKeyError("wrong_period", f"{key!r} does not start on the hour, but {shape}")
+    if period in MINUTE_PERIODS and at.minute % MINUTE_PERIODS[period]:
+        raise PartitionKeyError("wrong_period", f"{key!r} does not start a window, but {shape}")
     if period == "weekly" and at.weekday() != 0:
         monday = at - timedelta(days=at.weekday())
         raise PartitionKeyError("wrong_period", f"{key!r} is a {at:%A}, but {shape} (its week is {monday:%Y-%m-%d})")
@@ -106,7 +115,7 @@ def check_partition_key(table: Table, key: str, now: datetime | None = None) -> 
         )
     start = at.replace(tzinfo=zone)
     if start < pdef.start:  # the first partition's start, whether or not it has ended yet
-        first = pdef.start.strftime(HOUR_FORMAT if period == "hourly" else DAY_FORMAT)
+        first = pdef.start.strftime(HOUR_FORMAT if _timed(period) else DAY_FORMAT)
         raise PartitionKeyError(
             "before_start",
             f"{table.fqn} {key} can never exist: it is before the table's first partition {first} (the warehouse "

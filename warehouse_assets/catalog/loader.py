@@ -16,7 +16,7 @@ import yaml
 from pydantic import ValidationError
 from sqlglot import exp
 
-from warehouse_assets.catalog.calendars import BY_PERIOD
+from warehouse_assets.catalog.calendars import BY_PERIOD, MINUTE_PERIODS
 from warehouse_assets.catalog.checks import CheckSpecError
 from warehouse_assets.catalog.model import (
     CHANGED_AT,
@@ -25,6 +25,7 @@ from warehouse_assets.catalog.model import (
     LATEST,
     LAYERS,
     ODS_KINDS,
+    PERIOD_NOUN,
     PERIOD_ORDER,
     SNAPSHOT,
     STATIC,
@@ -35,9 +36,11 @@ from warehouse_assets.catalog.model import (
     DerivedTable,
     ExternalTable,
     OdsTable,
+    OdsWindows,
     StaticTable,
     Table,
     parse_states,
+    windows_name,
 )
 
 TABLES_DIR = Path(__file__).parent / "tables"
@@ -266,8 +269,54 @@ def load_catalog(root: Path | None = None) -> Catalog:
             raise _fail(path, f"{table.fqn} is declared twice (also in {catalog.tables[table.fqn].path})")
         catalog.tables[table.fqn] = table
     _split_references(catalog)
+    _read_ods_by_window(catalog)
     _validate_graph(catalog)
     return catalog
+
+
+def _read_ods_by_window(catalog: Catalog) -> None:
+    """A mini-batch table (a ``5min``, ``10min`` or ``15min`` period) reads an ODS table window by window: its
+    dependency waits for the ODS table's completeness windows of its period (:class:`OdsWindows`, added here once per
+    ODS table and period), not for the ODS hour, so each window runs as soon as the source's changes in it are in.
+    The SQL still names the ODS table, whose rows of the window it reads."""
+    for table in catalog.derived():
+        if table.period not in MINUTE_PERIODS:
+            continue
+        on_windows: dict[str, str] = {}
+        for dep in table.deps:
+            upstream = catalog.tables.get(dep.table)
+            if isinstance(upstream, OdsTable):
+                on_windows[dep.table] = windows = windows_name(dep.table, table.period)
+                if windows not in catalog.tables:
+                    catalog.tables[windows] = OdsWindows(
+                        layer=upstream.layer,
+                        name=windows.split(".", 1)[1],
+                        period=table.period,
+                        path=upstream.path,
+                        source=upstream.fqn,
+                        description=(
+                            f"Completeness of {upstream.fqn} per {PERIOD_NOUN[table.period]}: a partition is reported "
+                            f"once the changes ingested in each of its 5-minute windows reach "
+                            f"{upstream.completeness_threshold:.3%} of the source's count. No data of its own: "
+                            f"the mini-batch tables reading {upstream.fqn} wait for it."
+                        ),
+                    )
+                elif not isinstance(catalog.tables[windows], OdsWindows):
+                    raise _fail(
+                        table.path,
+                        f"{table.fqn} reads {dep.table} per {table.period}, whose completeness windows are named "
+                        f"{windows}, but a table of that name is declared in {catalog.tables[windows].path}",
+                    )
+        if on_windows:
+            catalog.tables[table.fqn] = replace(
+                table,
+                deps=_renamed(table.deps, on_windows),
+                states=tuple(replace(st, deps=_renamed(st.deps, on_windows)) for st in table.states),
+            )
+
+
+def _renamed(deps: tuple[Dependency, ...], names: Mapping[str, str]) -> tuple[Dependency, ...]:
+    return tuple(replace(dep, table=names.get(dep.table, dep.table)) for dep in deps)
 
 
 def _split_references(catalog: Catalog) -> None:

@@ -23,7 +23,7 @@ from dagster import (
     partition_loading_context,
 )
 
-from warehouse_assets.catalog.calendars import BY_PERIOD
+from warehouse_assets.catalog.calendars import BY_PERIOD, MINUTE_PERIODS
 from warehouse_assets.catalog.model import LATEST, PERIOD_ORDER
 
 if TYPE_CHECKING:
@@ -104,6 +104,12 @@ def anchored(table: Table, dep: Dependency, upstream_period: str) -> bool:
 # downstream partitions one upstream partition spans at most (a 31-day month, a 25-hour autumn day)
 _MOST_PER = {("daily", "hourly"): 25, ("weekly", "hourly"): 169, ("monthly", "hourly"): 745}
 _MOST_PER |= {("weekly", "daily"): 7, ("monthly", "daily"): 31, ("monthly", "weekly"): 6}
+_MOST_PER |= {
+    (coarse, period): hours * 60 // minutes
+    for period, minutes in MINUTE_PERIODS.items()
+    for coarse, hours in (("hourly", 1), ("daily", 25), ("weekly", 169), ("monthly", 745))
+}
+_MOST_PER |= {("15min", "5min"): 3, ("10min", "5min"): 2}
 
 
 def partition_mapping(table: Table, dep: Dependency, upstream_period: str) -> TimeWindowPartitionMapping:

@@ -64,13 +64,14 @@ from pydantic import InstanceOf, field_validator, model_validator
 from pydantic.dataclasses import dataclass
 
 from resources.column_types import is_spark_type
-from warehouse_assets.catalog.calendars import PARTITION_COLUMNS
+from warehouse_assets.catalog.calendars import MINUTE_PERIODS, PARTITION_COLUMNS
 from warehouse_assets.catalog.checks import Check, parse_checks
 
 LAYERS = ("ext", "ods", "dwd", "dws", "ads")
 EXTERNAL_FORMATS = ("csv_files", "delta")
-PERIOD_ORDER = {"hourly": 0, "daily": 1, "weekly": 2, "monthly": 3}
+PERIOD_ORDER = {"5min": -3, "10min": -2, "15min": -1, "hourly": 0, "daily": 1, "weekly": 2, "monthly": 3}
 PERIOD_NOUN = {"hourly": "hour", "daily": "day", "weekly": "week", "monthly": "month"}
+PERIOD_NOUN |= {period: f"{minutes}-minute window" for period, minutes in MINUTE_PERIODS.items()}
 DEFAULT_COMPLETENESS = 0.99995
 _DURATION = re.compile(r"^(?P<n>\d+)\s*(?P<unit>[mhd])$")
 _CLOCK = re.compile(r"^(?P<h>[01]?\d|2[0-3]):(?P<m>[0-5]\d)$")
@@ -213,6 +214,14 @@ DERIVED_KINDS = (TIME_SERIES, CUMULATIVE, SNAPSHOT)
 ODS_KINDS = (TIME_SERIES, SNAPSHOT)
 # a snapshot ODS table's partition time: the binlog time of the change the row is (its source has no time column)
 CHANGED_AT = "_changed_at"
+# what the ingestion stores beside an ODS table's declared columns: each row's binlog time and position, the shard
+# stream it came from and whether it is a DELETE's tombstone (SQL may read them: a snapshot orders changes by them)
+ODS_CHANGE_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("_es", "bigint"),
+    ("_pos", "bigint"),
+    ("_stream", "string"),
+    ("_deleted", "boolean"),
+)
 # the one partition of a static table, as the dependency center, the gate and ``why`` name it: Dagster's asset is
 # unpartitioned (its events carry no partition)
 WHOLE = "whole"
@@ -617,8 +626,14 @@ class Table:
         return isinstance(self, ExternalTable)
 
     @property
+    def is_windows(self) -> bool:
+        """An ODS table's completeness windows of a mini-batch period (no data of its own)."""
+        return isinstance(self, OdsWindows)
+
+    @property
     def is_source(self) -> bool:
-        """Built outside the compiler: ODS (ingestion) and external tables (their producers)."""
+        """Built outside the compiler: ODS (ingestion, and its completeness windows) and external tables (their
+        producers)."""
         return not isinstance(self, DerivedTable | StaticTable)
 
     @property
@@ -837,6 +852,27 @@ class ExternalTable(Table):
         return self
 
 
+@dataclass(frozen=True, kw_only=True)
+class OdsWindows(Table):
+    """The completeness of an ODS table per window of a mini-batch period (``5min``, ``10min``, ``15min``): a partition
+    is reported once every 5-minute window in it is complete (ingested >= the ODS table's threshold of the source's
+    count). It holds no data of its own: a mini-batch table's reads of ``source`` (the ODS table) wait for it. The
+    catalog adds one for each ODS table and mini-batch period some table reads it at (:func:`windows_name`)."""
+
+    source: str  # the ODS table, layer.name
+
+    @model_validator(mode="after")
+    def _minute_period(self) -> OdsWindows:
+        if self.period not in MINUTE_PERIODS:
+            raise ValueError(f"completeness windows are of a mini-batch period ({', '.join(MINUTE_PERIODS)})")
+        return self
+
+
+def windows_name(ods: str, period: str) -> str:
+    """The completeness windows of the ODS table ``ods`` at ``period``: ``ods.order`` at 5min is ``ods.order_5min``."""
+    return f"{ods}_{period}"
+
+
 @plain_dataclass
 class Catalog:
     tables: dict[str, Table] = field(default_factory=dict)
@@ -852,6 +888,10 @@ class Catalog:
 
     def externals(self) -> list[ExternalTable]:
         return [t for t in self.tables.values() if isinstance(t, ExternalTable)]
+
+    def windows(self, ods: str | None = None) -> list[OdsWindows]:
+        """The completeness windows (of the ODS table ``ods`` only, if given)."""
+        return [t for t in self.tables.values() if isinstance(t, OdsWindows) and ods in (None, t.source)]
 
     def derived(self) -> list[DerivedTable]:
         return [t for t in self.tables.values() if isinstance(t, DerivedTable)]

@@ -60,6 +60,7 @@ from warehouse_assets.catalog import BY_PERIOD, Catalog, CatalogError, Table, lo
 from warehouse_assets.center import heartbeat
 from warehouse_assets.center.heartbeat import SENSOR_NAME, Heartbeat
 from warehouse_assets.center.late_data import LANE_TAG, REBUILD_LANE
+from warehouse_assets.center.reconcile import Reconciler
 from warehouse_assets.center.resolver import (
     LOST_RETRY,
     PRIORITY_TAG,
@@ -242,9 +243,13 @@ class Engine:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         watchers: Sequence[Watcher] = (),
         catalog_root: Path | None = None,
+        reconciler: Reconciler | None = None,
     ):
-        """``catalog_root``: the folder of the table declarations to watch (by default the catalog's own)."""
+        """``catalog_root``: the folder of the table declarations to watch (by default the catalog's own);
+        ``reconciler``: compares the lake with the store on its cadence (none: never)."""
         self.instance, self.resolver, self.submitter, self.clock = instance, resolver, submitter, clock
+        self.reconciler = reconciler
+        self._reconciling = threading.Thread()  # the sweep in progress, if any (a thread never started: none)
         self.catalog, self.store = resolver.catalog, resolver.store
         self.watchers = list(watchers)
         started = time.perf_counter()
@@ -273,6 +278,7 @@ class Engine:
     def close(self) -> None:
         for watcher in self.watchers:
             watcher.close()
+        self.finish_sweep(timeout=30)
         self._pool.shutdown(wait=True)
         if self._beat_at:  # it beat while it ran: its last beat says it stopped
             self.beat(stopped=True)
@@ -345,8 +351,32 @@ class Engine:
         if self._swept_at is None or time.monotonic() - self._swept_at >= self.sweep_every:
             self.plan_lost_retries()
             self._swept_at = time.monotonic()
+        if self.reconciler is not None and self.reconciler.due() and not self._reconciling.is_alive():
+            # beside the rounds, never in them: a sweep opens every table's Delta log, which takes seconds at scale
+            self._reconciling = threading.Thread(
+                target=self.reconcile, args=(self.catalog,), name="reconcile", daemon=True
+            )
+            self._reconciling.start()
         self.resolver.step(self.clock(), budget)
         return self.submit_pending()
+
+    def finish_sweep(self, timeout: float | None = None) -> None:
+        """Wait for the lake sweep in progress, if any, to end."""
+        if self._reconciling.is_alive():
+            self._reconciling.join(timeout=timeout)
+
+    def reconcile(self, catalog: Catalog) -> None:
+        """One sweep of the reconciler, on a store connection of its own (SQLite's are not shared across threads);
+        its marks reach the engine's store as events of the log, in a later round."""
+        if self.reconciler is None:
+            return
+        store = PartitionStateStore(self.instance, self.store.path)
+        try:
+            self.reconciler.sweep(catalog, store)
+        except Exception as exc:  # the lake unreachable for a moment: the next sweep looks again
+            log.warning("could not compare the lake with the partition states: %s", exc)
+        finally:
+            store.close()
 
     def follow_catalog(self) -> list[str]:
         """Load the catalog again when a declaration under ``catalog_root`` was added, removed or changed, and make the
@@ -529,12 +559,13 @@ def assemble_engine(
     max_partitions_per_run: Callable[[Table], int | None],
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     watchers: Sequence[Watcher] = (),
+    reconciler: Reconciler | None = None,
 ) -> Engine:
     """The engine over ``instance``'s state store, the catalog's reverse index and a resolver over both."""
     started = time.perf_counter()
     store = PartitionStateStore(instance)
     resolver = Resolver(catalog, ReverseIndex.build(catalog, current_time=clock()), store, max_partitions_per_run)
-    engine = Engine(instance, resolver, submitter, clock, watchers)
+    engine = Engine(instance, resolver, submitter, clock, watchers, reconciler=reconciler)
     engine.load_seconds = time.perf_counter() - started  # the store and the index included
     return engine
 

@@ -7,7 +7,9 @@ them) down to what is already known, and adds up, along the chain that ends last
   is built again: it counts as not built);
 * a **source** partition (an ODS hour, an external delivery) arrives at its window's end plus the delay its table's
   recent partitions took to be reported (the median; once the partition is later than that, the median of the
-  recent delays longer than what it has waited so far; once it is later than every one of them, a little after now);
+  recent delays longer than what it has waited so far; once it is later than every one of them, a little after now).
+  A catch-up's reports (a day or more late, or a backlog delivered together with later partitions) teach no delay:
+  :func:`usual_delays`;
 * a **running** partition ends its run's start plus the table's expected run time (at the earliest now);
 * a **queued** partition starts when the runs ahead of it in Dagster's queue (by priority, then age) have left a
   slot free, on the instance's ``max_concurrent_runs`` slots, each run taking its table's expected time;
@@ -59,6 +61,7 @@ RECENT = 10  # the runs (and source deliveries) a figure is taken from, newest f
 DEFAULT_RUN_S = 300.0  # a table's run time until it has MIN_RUNS successful runs
 DEFAULT_ARRIVAL_S = 600.0  # a source's delay after its window end until it has MIN_RUNS reported partitions
 OVERDUE_STEP_S = 300.0  # a source later than all its history: expected this long after now
+CATCH_UP_DELAY_S = 24 * 3600.0  # a report at least this late (and at least a period late) replays the past
 # how far past now the dependency windows are read: a partition not yet ended (tomorrow's day, this month) needs
 # upstream partitions that do not exist yet, which the prediction still has to time
 LOOKAHEAD = timedelta(days=40)
@@ -139,6 +142,48 @@ class History:
         if later:
             return statistics.median(later)
         return waited + OVERDUE_STEP_S  # later than ever: soon, but nobody knows when
+
+
+@dataclass(frozen=True)
+class Report:
+    """A source partition's first report: its window (start, end) and when it was reported, epoch seconds."""
+
+    start: float
+    end: float
+    at: float
+
+    @property
+    def delay(self) -> float:
+        return self.at - self.end
+
+
+def usual_delays(reports: Sequence[Report]) -> list[float]:
+    """The delays after their window's end with which a source's partitions usually arrive, newest report first,
+    without a catch-up's reports.
+
+    A stack started on past data (the dev stack replays its simulated days), or a source back after an outage,
+    reports a backlog at once: hours of days ago, a whole day's hours in one ingestion batch. Their delays say how long
+    the backlog was, not when the source's next partition will come; learned, they predicted every partition of the
+    next day days late, each an SLA warning. So a report is a catch-up, and teaches nothing, when it came
+
+    * a day or more after its window ended (and at least one period of the table: a monthly source may deliver days
+      after its month), or
+    * after a later partition's window had ended too, and that later partition was reported with it (within half a
+      period, before or after): the source was delivering faster than time passes, a backlog. The newest partition of
+      a backlog still counts (what it waited is what a live partition waits), and so does a late one that came alone.
+
+    For example, hourly reports of 10:00-11:00 at 11:05 and of 11:00-12:00 at 12:04 teach 5 and 4 minutes; hours
+    00:00 to 09:00 reported all at 11:30 teach only 09:00-10:00's 90 minutes.
+    """
+    usual: list[float] = []
+    for report in sorted(reports, key=lambda r: r.at, reverse=True):
+        period = report.end - report.start
+        if report.delay >= max(CATCH_UP_DELAY_S, period):
+            continue
+        if any(report.end < later.end <= report.at and abs(later.at - report.at) < period / 2 for later in reports):
+            continue
+        usual.append(report.delay)
+    return usual
 
 
 @dataclass(frozen=True)
@@ -413,11 +458,13 @@ def timeline_markdown(predictions: Sequence[Prediction], zone: ZoneInfo, title: 
             tag = {RUNNING: "active, ", QUEUED: "", RUNS: "crit, "}[step.kind]
             length = max(1, round((step.finish - step.start) / 60))
             lines.append(f"    {label} :{tag}{_stamp(step.start, zone)}, {length}m")
-    lines += ["```", "", "| partition | predicted | critical path |", "|---|---|---|"]
+    # the path's partitions, a self-dependent run of days as one span (each step's timing is the chart's, and the
+    # warning's critical_path): with every step timed, a table reading a 60-day chain filled a screen per row
+    lines += ["```", "", "| partition | predicted | critical path | set by |", "|---|---|---|---|"]
     for prediction in predictions:
         lines.append(
             f"| {prediction.table} {prediction.partition} | {_clock(prediction.finish, zone)} "
-            f"| {prediction.critical_path(zone)} |"
+            f"| {prediction.chain()} | {prediction.path[0].describe(zone)} |"
         )
     return "\n".join(lines)
 
@@ -473,6 +520,8 @@ def forecast_tick(
         if table.sla is None:
             continue
         before = set(warned.get(table.fqn, ()))
+        # only deadlines still ahead: a partition past its deadline has missed its SLA, which the freshness check
+        # says once at the deadline; forecasting it would repeat that for every partition of a catch-up's past days
         for key, _ in due_between(table, now, now + horizon):
             prediction = predictor.predict(table.fqn, key)
             if prediction.known:
@@ -575,7 +624,8 @@ class StoreStates:
 
 def instance_history(instance: DagsterInstance, catalog: Catalog, now: datetime, days: int = 14) -> History:
     """Each table's recent finished runs (one query for all: runs of a single asset, their start to end) and each
-    source table's recent report delays (its latest materializations, one query per source table)."""
+    source table's usual report delays (its latest materializations, one query per source table; a catch-up's reports
+    left out, :func:`usual_delays`)."""
     from dagster import AssetKey, AssetRecordsFilter, DagsterRunStatus, RunsFilter
 
     records = instance.get_run_records(
@@ -608,9 +658,9 @@ def instance_history(instance: DagsterInstance, catalog: Catalog, now: datetime,
             if key is not None and BY_PERIOD[table.period].has_partition_key(key):
                 first[key] = min(first.get(key, reported.timestamp), reported.timestamp)
         pdef = BY_PERIOD[table.period]
-        arrivals[table.fqn] = [
-            at - pdef.time_window_for_partition_key(key).end.timestamp() for key, at in first.items()
-        ][:RECENT]
+        windows = {key: pdef.time_window_for_partition_key(key) for key in first}
+        reports = [Report(w.start.timestamp(), w.end.timestamp(), first[key]) for key, w in windows.items()]
+        arrivals[table.fqn] = usual_delays(reports)[:RECENT]
     return History(runs=runs, arrivals=arrivals)
 
 

@@ -125,6 +125,7 @@ CHANGE_WORDS = {
     "in_progress": "run ended",
     "queued": "run ended",
     "failed": "run failed",
+    "missing": "gone from the lake",
     CLOCK: "window ended",
     DEADLINE_PASSED: "deadline passed",
     LOST_RETRY: "its retry could not be launched",
@@ -314,6 +315,8 @@ class Resolver:
                 continue
             if change.partition == WHOLE:
                 continue  # an event of a partitioned table that names no partition (a check run on none)
+            if "missing" in change.fields and change.state.missing is not None and not self.catalog[fqn].is_source:
+                backlog.add((fqn, change.partition), trigger, by_clock=False)  # its data is gone: build it again
             if "checks" in change.fields:
                 taints.extend(self._late_verdict(self.catalog[fqn], change.state, trigger, states, now))
             for downstream, keys in self.index.downstream_of(fqn, change.partition, now).items():
@@ -493,6 +496,8 @@ class Resolver:
         key = json.dumps(sorted([s.asset_key, s.partition, s.storage_id] for s in upstream))
         if verdict.state is not None:
             key += f" {verdict.state}"  # the same inputs reached as a later state are a new request
+        if own.missing is not None:
+            key += f" gone {own.storage_id}"  # built from the same inputs, but its data left the lake: build it again
         if self._requested(table.fqn, partition, key):
             return None
         # a static table's new version is read by the partitions built from then on, not a rebuild of those before.

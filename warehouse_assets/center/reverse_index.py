@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections import defaultdict, deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -236,17 +236,24 @@ class ReverseIndex:
             return None
         return up.keys[first : last + 1]
 
-    def closure(self, roots: Mapping[str, Sequence[str]], current_time: datetime | None = None) -> dict[str, list[str]]:
+    def closure(
+        self,
+        roots: Mapping[str, Sequence[str]],
+        current_time: datetime | None = None,
+        follows: Callable[[str, str], bool] | None = None,
+    ) -> dict[str, list[str]]:
         """Table → every partition (in time order) built, directly or through other partitions, from the ``roots``
         (table → partitions), the roots included: across periods, offsets, sliding windows and self-dependencies (a
         partition of a self-dependent table taints every later one). Only partitions that exist at ``current_time``
-        (default: now) are listed, as :meth:`downstream_of` lists them."""
+        (default: now) are listed, as :meth:`downstream_of` lists them. ``follows(upstream, downstream)``: whether
+        the closure goes along that edge (default: every edge; a column taint goes only where its columns are read)."""
         now = (current_time or datetime.now(UTC)).timestamp()
+        follow = follows or (lambda upstream, downstream: True)
         runs: dict[str, list[tuple[int, int]]] = defaultdict(list)  # table → runs of positions (first, last)
         for table in roots:  # a static table: every partition of each table that reads it
             for reader, reader_pdef in self._references.get(table, {}).items():
                 ended = len(self._ended(reader_pdef, now))
-                if ended:
+                if ended and follow(table, reader):
                     runs[reader].append((0, ended - 1))
         for table, keys in roots.items():
             pdef = self._pdefs.get(table)
@@ -257,8 +264,11 @@ class ReverseIndex:
             runs[table].extend((i, i) for i in positions)
         for table in self._order(list(runs)):
             merged = _merge(runs[table])
+            if not merged:
+                continue  # reached by no edge it follows
             for edge_mapping, edges in self._outgoing.get(table, {}).items():
-                if any(edge.downstream == table for edge in edges):  # its self-dependency (and its T-1 readers)
+                # its self-dependency (and its T-1 readers)
+                if any(edge.downstream == table for edge in edges) and follow(table, table):
                     merged = self._self_closure(edge_mapping, merged, now)
             runs[table] = merged
             for edge_mapping, edges in self._outgoing.get(table, {}).items():
@@ -266,7 +276,7 @@ class ReverseIndex:
                     span for first, last in merged for span in self._downstream_spans(edge_mapping, first, last, now)
                 ]
                 for edge in edges:
-                    if edge.downstream != table and spans:
+                    if edge.downstream != table and spans and follow(table, edge.downstream):
                         runs[edge.downstream].extend(spans)
         closure: dict[str, list[str]] = {}
         for table, found in runs.items():

@@ -32,13 +32,14 @@ import json
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dagster import AssetKey, DagsterEventType, DagsterInstance, EventLogEntry
 
 from warehouse_assets.build.gate import DEGRADED, STATE, backfill_running, per_partition
-from warehouse_assets.build.validity import VALID, Taint, released_note
+from warehouse_assets.build.validity import GONE, LAKE, VALID, Taint, released_note
 from warehouse_assets.catalog import WHOLE
 
 if TYPE_CHECKING:
@@ -50,13 +51,14 @@ if TYPE_CHECKING:
 MATERIALIZED = DagsterEventType.ASSET_MATERIALIZATION
 CHECKED = DagsterEventType.ASSET_CHECK_EVALUATION
 PLANNED = DagsterEventType.ASSET_MATERIALIZATION_PLANNED
+OBSERVED = DagsterEventType.ASSET_OBSERVATION  # the lake reconciliation's "its files are gone" (:data:`GONE`)
 RUN_STARTED = DagsterEventType.RUN_START
 RUN_ENDED = {
     DagsterEventType.RUN_SUCCESS: False,  # the run's end → whether it failed
     DagsterEventType.RUN_FAILURE: True,
     DagsterEventType.RUN_CANCELED: True,
 }
-EVENT_TYPES = (MATERIALIZED, CHECKED, PLANNED, RUN_STARTED, *RUN_ENDED)
+EVENT_TYPES = (MATERIALIZED, CHECKED, PLANNED, OBSERVED, RUN_STARTED, *RUN_ENDED)
 
 SPAN = 20_000  # storage ids read per step: a replay of a long log commits (and holds in memory) a step at a time
 PAGE = 5_000  # records per query
@@ -85,10 +87,13 @@ class PartitionState:
     read_from: int | None = None
     queued: bool = False  # the latest run that targets it is created and not started: it will read what is there then
     released: str | None = None  # a taint lifted without new data: "accepted as is: REASON (by WHO)"
+    # its latest materialization's data is gone from the lake (files deleted, the table restored to an older
+    # version): what the reconciliation found; it counts as not materialized until it is built again
+    missing: str | None = None
 
     @property
     def materialized(self) -> bool:
-        return self.storage_id is not None
+        return self.storage_id is not None and self.missing is None
 
     @property
     def tainted(self) -> bool:
@@ -113,10 +118,11 @@ _FIELDS = {
     "in_progress": "in_progress",
     "failed": "failed",
     "queued": "queued",
+    "missing": "missing",
 }
 _COLUMNS = (
     "asset_key, partition, storage_id, run_id, timestamp, delta_version, checks, latest_run, in_progress, failed,"
-    " taint, degraded, state, read_from, queued, released"
+    " taint, degraded, state, read_from, queued, released, missing"
 )
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS partitions ({_COLUMNS}, PRIMARY KEY (asset_key, partition)) WITHOUT ROWID;
@@ -188,6 +194,7 @@ class PartitionStateStore(_GateReader):
             "read_from",
             "queued",
             "released",
+            "missing",
         ):  # a store written before them: none was ever logged before it either
             if column not in columns:
                 self._db.execute(f"ALTER TABLE partitions ADD COLUMN {column}")
@@ -206,13 +213,16 @@ class PartitionStateStore(_GateReader):
 
     # --- maintenance -------------------------------------------------------------------------------------------
 
-    def update(self) -> list[Change]:
-        """Apply the events stored since the cursor; the partitions whose state changed, in event order."""
+    def update(self, through: int | None = None, until: float | None = None) -> list[Change]:
+        """Apply the events stored since the cursor (up to storage id ``through``, and of those only the ones logged
+        at or before ``until``, epoch seconds, if given); the partitions whose state changed, in event order."""
         self.records_read = 0
         changes: dict[tuple[str, str], Change] = {}
         storage = self.instance.event_log_storage
-        while (head := min(storage.get_maximum_record_id() or -1, self.cursor + SPAN)) > self.cursor:
-            for change in self._apply_step(self.cursor, head):
+        last = storage.get_maximum_record_id() or -1
+        last = last if through is None else min(last, through)
+        while (head := min(last, self.cursor + SPAN)) > self.cursor:
+            for change in self._apply_step(self.cursor, head, until):
                 previous = changes.pop((change.asset_key, change.partition), None)
                 fields = change.fields | (previous.fields if previous else frozenset())
                 changes[(change.asset_key, change.partition)] = replace(change, fields=fields)
@@ -242,6 +252,11 @@ class PartitionStateStore(_GateReader):
                 e = event.asset_check_evaluation_data
                 asset_key, partition = e.asset_key, e.partition
                 name = "validity" if e.check_name == VALID else "checks"
+            elif event is not None and event.event_type == OBSERVED:
+                o = event.asset_observation_data.asset_observation
+                if o.metadata.get(LAKE) is None or o.metadata[LAKE].value != GONE:
+                    continue
+                asset_key, partition, name = o.asset_key, o.partition, "missing"
             else:
                 continue
             touched.setdefault((asset_key.to_user_string(), _partition(partition)), set()).add(name)
@@ -271,7 +286,7 @@ class PartitionStateStore(_GateReader):
         self.records_read += len(records)
         return sorted(records, key=lambda r: r[0])
 
-    def _apply_step(self, after: int, head: int) -> list[Change]:
+    def _apply_step(self, after: int, head: int, until: float | None = None) -> list[Change]:
         step = _Step(self)
         with self._transaction():
             records = self._read(max(-1, after - self.overlap), head) if self.overlap else self._read(after, head)
@@ -284,9 +299,10 @@ class PartitionStateStore(_GateReader):
                 self._db.executemany("INSERT OR IGNORE INTO applied VALUES (?)", [(i,) for i, _ in records])
                 self._db.execute("DELETE FROM applied WHERE storage_id <= ?", (head - self.overlap,))
             for storage_id, entry in records:
-                step.apply(storage_id, entry)
+                if until is None or entry.timestamp <= until:
+                    step.apply(storage_id, entry)
             self._db.executemany(
-                f"INSERT OR REPLACE INTO partitions ({_COLUMNS}) VALUES ({', '.join('?' * 16)})",
+                f"INSERT OR REPLACE INTO partitions ({_COLUMNS}) VALUES ({', '.join('?' * 17)})",
                 [_to_row(s) for s in step.touched.values()],
             )
             self._db.execute("INSERT OR REPLACE INTO cursor VALUES (0, ?)", (head,))
@@ -335,15 +351,71 @@ class PartitionStateStore(_GateReader):
         """The latest partition of the asset that holds data (keys of one period sort as their times)."""
         name = asset_key.to_user_string() if isinstance(asset_key, AssetKey) else asset_key
         found = self._db.execute(
-            "SELECT partition FROM partitions WHERE asset_key = ? AND storage_id IS NOT NULL AND partition != ?"
+            "SELECT partition FROM partitions WHERE asset_key = ? AND storage_id IS NOT NULL AND missing IS NULL"
+            " AND partition != ?"
             " ORDER BY partition DESC LIMIT 1",
             (name, WHOLE),
         ).fetchone()
         return str(found[0]) if found else None
 
+    def partitions_of(self, asset_key: AssetKey | str) -> list[str]:
+        """The partitions of the asset that the store has a row of (something happened to them)."""
+        name = asset_key.to_user_string() if isinstance(asset_key, AssetKey) else asset_key
+        return [str(r[0]) for r in self._db.execute("SELECT partition FROM partitions WHERE asset_key = ?", (name,))]
+
+    def latest_version(self, asset_key: AssetKey | str) -> int | None:
+        """The newest Delta version a materialization of the asset recorded: the table's version as the log knows it."""
+        name = asset_key.to_user_string() if isinstance(asset_key, AssetKey) else asset_key
+        found = self._db.execute("SELECT max(delta_version) FROM partitions WHERE asset_key = ?", (name,)).fetchone()
+        return int(found[0]) if found and found[0] is not None else None
+
     def all_states(self) -> list[PartitionState]:
         """Every row, ordered by asset key and partition (to compare two stores)."""
         return [_from_row(r) for r in self._db.execute(f"SELECT {_COLUMNS} FROM partitions ORDER BY 1, 2")]
+
+
+# how far past the last event logged by a moment the replay reads: events are stamped when they happen and stored
+# in order of arrival, so one logged a moment earlier may have a slightly later storage id
+AS_OF_OVERLAP = 500
+
+
+def state_as_of(instance: DagsterInstance, moment: datetime, now: datetime | None = None) -> PartitionStateStore:
+    """Every partition's state as it was at ``moment``: the event log replayed up to it into a store in memory (the
+    rebuild of the store, stopped at that moment). ValueError naming the moment when it is in the future or before
+    the log's first event (nothing was known then)."""
+    now = now or datetime.now(UTC)
+    if moment > now:
+        raise ValueError(
+            f"{moment.isoformat(sep=' ', timespec='minutes')} is in the future (now is "
+            f"{now.astimezone(moment.tzinfo).isoformat(sep=' ', timespec='minutes')})"
+        )
+    storage = instance.event_log_storage
+
+    def first_from(storage_id: int) -> tuple[int, float] | None:
+        """The storage id and time of the first event stored at or after ``storage_id``."""
+        page = storage.get_logs_for_all_runs_by_log_id(after_cursor=storage_id - 1, limit=1)
+        return next(((i, e.timestamp) for i, e in page.items()), None)
+
+    first = first_from(0)
+    if first is None:
+        raise ValueError("the instance's event log is empty: there is no state to show at any time")
+    if moment.timestamp() < first[1]:
+        logged = datetime.fromtimestamp(first[1], UTC).astimezone(moment.tzinfo)
+        raise ValueError(
+            f"{moment.isoformat(sep=' ', timespec='minutes')} is before the instance's first event "
+            f"({logged.isoformat(sep=' ', timespec='seconds')}): nothing was known then"
+        )
+    # the last event logged by the moment, by bisection over storage ids (a few indexed reads, whatever the log)
+    low, high, head = first[0], storage.get_maximum_record_id() or first[0], first[0]
+    while low <= high:
+        found = first_from((low + high) // 2)
+        if found is None or found[1] > moment.timestamp():
+            high = (low + high) // 2 - 1
+        else:
+            head, low = found[0], found[0] + 1
+    store = PartitionStateStore(instance, Path(":memory:"))
+    store.update(through=head + AS_OF_OVERLAP, until=moment.timestamp())
+    return store
 
 
 def failed_blocking_checks(table: Table, states: Mapping[str, PartitionState]) -> dict[str, list[str]]:
@@ -376,17 +448,17 @@ class _Step:
             return
         if event.event_type == MATERIALIZED:
             m = event.step_materialization_data.materialization
-            version = m.metadata.get("delta_version")
             started = self.started_at(entry.run_id) if entry.run_id else None
             self.set(
                 self.row(m.asset_key, _partition(m.partition)),
                 storage_id=storage_id,
                 run_id=entry.run_id,
                 timestamp=entry.timestamp,
-                delta_version=version.value if version is not None and isinstance(version.value, int) else None,
+                delta_version=written_version(m.metadata, m.partition),
                 checks={},  # verdicts on the previous materialization no longer count
                 taint=None,  # nor does a taint: the new data is judged by its own checks
                 released=None,
+                missing=None,  # new data in the lake
                 degraded=per_partition(m.metadata, DEGRADED, m.partition) if m.partition else None,
                 state=per_partition(m.metadata, STATE, m.partition) if m.partition else None,
                 failed=False,
@@ -403,6 +475,15 @@ class _Step:
                 self.set(current, taint=taint, released=released_note(e))
             else:
                 self.set(current, checks={**current.checks, e.check_name: e.passed})
+        elif event.event_type == OBSERVED:
+            o = event.asset_observation_data.asset_observation
+            meta = {k: v.value for k, v in o.metadata.items()}
+            if meta.get(LAKE) != GONE:
+                return
+            current = self.row(o.asset_key, _partition(o.partition))
+            if meta.get("materialization") != current.storage_id:  # found gone before a newer build: not this one
+                return
+            self.set(current, missing=str(meta.get("reason") or "its files are gone from the lake"))
         elif event.event_type == PLANNED:
             planned = event.asset_materialization_planned_data
             subset = planned.partitions_subset
@@ -538,6 +619,7 @@ def _to_row(s: PartitionState) -> tuple[object, ...]:
         s.read_from,
         int(s.queued),
         s.released,
+        s.missing,
     )
 
 
@@ -559,6 +641,7 @@ def _from_row(r: Sequence[object]) -> PartitionState:
         read_from,
         queued,
         released,
+        missing,
     ) = r
     return PartitionState(
         str(asset_key),
@@ -577,7 +660,23 @@ def _from_row(r: Sequence[object]) -> PartitionState:
         read_from,  # type: ignore[arg-type]
         bool(queued),
         str(released) if released is not None else None,
+        str(missing) if missing is not None else None,
     )
+
+
+def written_version(metadata: Mapping[str, Any], partition: str | None) -> int | None:
+    """The Delta version that wrote ``partition``, from its materialization's metadata: a ranged run writes each
+    partition in a commit of its own and lists them (``partitions``); its ``delta_version`` is the last one."""
+    listed = metadata.get("partitions")
+    for entry in listed.value if listed is not None and isinstance(listed.value, list) else []:
+        if (
+            isinstance(entry, dict)
+            and entry.get("partition") == partition
+            and isinstance(entry.get("delta_version"), int)
+        ):
+            return int(entry["delta_version"])
+    version = metadata.get("delta_version")
+    return version.value if version is not None and isinstance(version.value, int) else None
 
 
 def _chunks(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:

@@ -1,7 +1,11 @@
-"""``warehouse status TABLE [--range START END]``: each partition's state at a glance, from the dependency center's
-state store (the engine's view, with the events it has not applied yet): materialized or not (when, by which run,
-which Delta version), valid, tainted (why, from where) or released (accepted as is: why, by whom), and each declared
-check's verdict on it."""
+"""``warehouse status TABLE [--range START END] [--as-of TIME]``: each partition's state at a glance, from the
+dependency center's state store (the engine's view, with the events it has not applied yet): materialized or not (when,
+by which run, which Delta version), valid, tainted (why, from where) or released (accepted as is: why, by whom), gone
+from the lake (what the reconciliation found), and each declared check's verdict on it.
+
+With ``--as-of``, the same as it was at that moment: the event log replayed up to it
+(:func:`warehouse_assets.center.state_store.state_as_of`), and the Delta version of the table then, with the
+``warehouse sql --as-of`` command that reads the data as it was."""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ from dagster import AssetKey, PartitionKeyRange
 from warehouse_assets.catalog import BY_PERIOD, WHOLE, Catalog, business_time
 from warehouse_assets.center.eta import Prediction
 from warehouse_assets.center.ledger import Ledger
-from warehouse_assets.center.state_store import PartitionState, StateView
+from warehouse_assets.center.state_store import PartitionState, PartitionStateStore, StateView
 
 DEFAULT_DAYS = 3  # without a range: the partitions that ended in the last days
 
@@ -42,9 +46,52 @@ def status_keys(
     return list(pdef.get_partition_keys_in_range(PartitionKeyRange(start, end)))
 
 
+def parse_moment(text: str, zone: ZoneInfo) -> datetime:
+    """``--as-of``'s time: ISO 8601 (``2026-11-20T09:00``, ``2026-11-20 09:00:30``, ``2026-11-20``), in the business
+    time zone ``zone`` unless it names an offset. ValueError naming the text."""
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(
+            f"--as-of {text!r} is not a time: expected ISO 8601, e.g. 2026-11-20T09:00 (in the business time zone "
+            f"{zone.key} unless it names an offset, e.g. 2026-11-20T01:00+00:00)"
+        ) from None
+    return moment.replace(tzinfo=zone) if moment.tzinfo is None else moment
+
+
+def as_of_lines(
+    catalog: Catalog, store: PartitionStateStore, fqn: str, keys: Sequence[str], moment: datetime
+) -> list[str]:
+    """The status of ``keys`` in ``store`` replayed up to ``moment``: a header naming the moment, one line per
+    partition, and the command reading the table's data as it was then (the Delta version the log knew)."""
+    table = catalog[fqn]
+    lines = status_lines(catalog, store, fqn, keys)
+    lines[0] = f"as of {business_time(moment, 'seconds')}: {lines[0]}"
+    version = store.latest_version(AssetKey(table.key))
+    if version is None:
+        lines.append(f"no Delta version of {fqn} was recorded by then")
+        return lines
+    where = ""
+    if not table.is_static:
+        first, last = partition_spec_range(table.period, keys)
+        where = f" WHERE dt BETWEEN '{first}' AND '{last}'"
+    lines.append(
+        f"{fqn} was at Delta version {version} then; its data as it was: "
+        f'warehouse sql --as-of {version} "SELECT * FROM {fqn}{where}"'
+    )
+    return lines
+
+
+def partition_spec_range(period: str, keys: Sequence[str]) -> tuple[str, str]:
+    """The first and last ``dt`` value (local day of the window start) of the partitions ``keys``."""
+    pdef = BY_PERIOD[period]
+    starts = [pdef.time_window_for_partition_key(k).start for k in keys]
+    return min(starts).strftime("%Y-%m-%d"), max(starts).strftime("%Y-%m-%d")
+
+
 def status_lines(
     catalog: Catalog,
-    states: StateView,
+    states: StateView | PartitionStateStore,
     fqn: str,
     keys: Sequence[str],
     ledger: Ledger | None = None,
@@ -60,6 +107,8 @@ def status_lines(
     tainted = sum(1 for s in found.values() if s.tainted)
     done = sum(1 for s in found.values() if s.materialized)
     behind = f", {len(stale)} stale" if stale else ""
+    gone = sum(1 for s in found.values() if s.missing is not None)
+    behind += f", {gone} missing from the lake" if gone else ""
     out = [f"{fqn} ({table.period}): {len(keys)} partition(s), {done} materialized, {tainted} tainted{behind}"]
     for key in keys:
         line = _line(found[key], [c.name for c in table.checks])
@@ -76,6 +125,10 @@ def status_lines(
 def _line(state: PartitionState, checks: Sequence[str]) -> str:
     if state.in_progress:
         run = "in progress"
+    elif state.missing is not None:
+        version = f", Delta v{state.delta_version}" if state.delta_version is not None else ""
+        when = business_time(state.timestamp or 0)
+        run = f"MISSING from the lake: {state.missing} (was materialized {when}{version}); to be built again"
     elif not state.materialized:
         run = "failed" if state.failed else "missing"
     else:

@@ -36,7 +36,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dagster import (
     AssetKey,
@@ -58,6 +58,9 @@ from warehouse_assets.catalog import BY_PERIOD, WHOLE, Catalog, OdsTable
 from warehouse_assets.center.late_data import LANE_TAG, REBUILD_LANE
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import PartitionState, PartitionStateStore, StateView
+
+if TYPE_CHECKING:
+    from warehouse_assets.catalog.lineage import ColumnImpact
 
 JOB = "taint_repair"
 TAINT, REINGEST, RELEASE = "taint", "reingest", "release"  # the job's actions
@@ -89,6 +92,11 @@ class TaintPlan:
     now: datetime = field(repr=False)
     backfill: bool = True  # the repair is one backfill; False: the engine rebuilds them once the root is fixed
     reingest: bool = False  # the ODS roots are re-ingested from the landing area by the repair itself
+    # a column taint: the columns named, what they reach, and the partitions a taint of the whole table would have
+    # marked that this one does not (table → partitions)
+    columns: tuple[str, ...] = ()
+    impact: "ColumnImpact | None" = field(default=None, repr=False)
+    spared: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def marked(self) -> int:
@@ -118,7 +126,26 @@ class TaintPlan:
     def title(self) -> str:
         keys = self.start if self.start == self.end else f"{self.start} .. {self.end}"
         named = f"{self.table} {keys}" if keys else f"{self.table} (static, whole)"
+        if self.columns:
+            named += f", column(s) {', '.join(self.columns)}"
         return f"{named}: {self.taint.reason} (by {self.taint.by})"
+
+    def spared_summary(self) -> str:
+        """How many partitions the column restriction spared against a taint of the whole table, and where."""
+        if not self.columns:
+            return ""
+        count = sum(len(keys) for keys in self.spared.values())
+        named = ", ".join(f"{table} ({len(keys)})" for table, keys in self.spared.items())
+        columns = ", ".join(self.columns)
+        if not count:
+            return (
+                f"the column restriction spared no partition: every table a taint of the whole {self.table} would "
+                f"mark reads {columns}, or is built from one that does"
+            )
+        return (
+            f"the column restriction spared {count} partition(s) of {len(self.spared)} table(s) that a taint of the "
+            f"whole {self.table} would mark, as they do not read {columns}: {named}"
+        )
 
     def summary(self) -> str:
         tables = sum(1 for t in self.tables if t.marked)
@@ -149,6 +176,11 @@ class TaintPlan:
                 how = self._how(t)
                 out.append(f"  {t.table:<28} {self.ranges(t.table, t.marked):<44} {how}")
         out.append(self.summary())
+        if self.columns:
+            out.append(self.spared_summary())
+            if self.impact is not None:
+                reached = [t.table for t in self.tables if t.table != self.table]
+                out.extend(f"  {table:<28} {self.impact.describe(table)}" for table in reached)
         for label, attr in [
             ("re-materialized since what was built from it (taken as corrected, not marked)", "corrected"),
             ("not built yet (they wait for the repair)", "waiting"),
@@ -176,6 +208,8 @@ class TaintPlan:
                 how = self._how(t)
                 out.append(f"| `{t.table}` | {self.ranges(t.table, t.marked)} | {len(t.marked)} | {how} |")
         out += ["", self.summary()]
+        if self.columns:
+            out += ["", self.spared_summary()]
         for label, attr in [
             ("Corrected roots", "corrected"),
             ("Not built yet", "waiting"),
@@ -187,12 +221,23 @@ class TaintPlan:
         return "\n".join(out)
 
 
-def new_taint(table: str, start: str, end: str, reason: str, by: str = "", root_check: str = "") -> Taint:
-    """The taint of partitions START … END of ``table``: its root names them (and the failed check, for the engine's
-    taint after a late verdict); ``by`` defaults to the user running the process."""
+def new_taint(
+    table: str,
+    start: str,
+    end: str,
+    reason: str,
+    by: str = "",
+    root_check: str = "",
+    columns: Sequence[str] = (),
+) -> Taint:
+    """The taint of partitions START … END of ``table`` (of its ``columns`` only, when named): its root names them
+    (and the failed check, for the engine's taint after a late verdict); ``by`` defaults to the user running the
+    process."""
     root = f"{table} {start}" if start == end else f"{table} {start} .. {end}"
     if start in ("", WHOLE):  # a static table: the whole of it
         root = table
+    if columns:
+        root += f" (column(s) {', '.join(columns)})"
     return Taint(
         reason=reason,
         root=f"{root} (check {root_check} failed)" if root_check else root,
@@ -233,12 +278,21 @@ def plan_taint(
     mark_roots: bool = True,
     now: datetime | None = None,
     backfill: bool = True,
+    columns: Sequence[str] = (),
 ) -> TaintPlan:
     """The plan of tainting partitions START … END of ``table`` (inclusive) with ``taint`` (see the module's doc).
-    ``mark_roots=False``: only what was built from them is marked (a late verdict taints downstream, not the hour)."""
+    ``mark_roots=False``: only what was built from them is marked (a late verdict taints downstream, not the hour).
+    ``columns``: only those columns are bad, so the closure goes only to the tables reading them, transitively through
+    the columns each computes from them (a table whose rows depend on them, by a filter, a join, a grouping, is bad in
+    every column); the plan counts what a taint of the whole table would have marked besides."""
     now = now or datetime.now(UTC)
     roots = root_keys(catalog, table, start, end)
-    closure = index.closure({table: roots}, now)
+    impact = None
+    if columns:  # the SQL of the tables downstream is parsed only for a column taint
+        from warehouse_assets.catalog.lineage import WarehouseLineage
+
+        impact = WarehouseLineage(catalog).impact(table, list(dict.fromkeys(columns)))
+    closure = index.closure({table: roots}, now, follows=impact.follows if impact is not None else None)
     buildable = BuildableSearch()
     plans: list[TablePlan] = []
     for fqn in _in_dependency_order(catalog, closure):
@@ -269,7 +323,32 @@ def plan_taint(
             limit = max_partitions_per_run(t)
             plan.runs = sum(-(-len(run) // (limit or len(run))) for run in index.runs(fqn, plan.rebuilt, now))
         plans.append(plan)
-    return TaintPlan(table, start, end, taint, roots, plans, index, now, backfill)
+    taint_plan = TaintPlan(table, start, end, taint, roots, plans, index, now, backfill)
+    if impact is not None:
+        taint_plan.columns, taint_plan.impact = impact.columns, impact
+        taint_plan.spared = _spared(catalog, states, index.closure({table: roots}, now), closure)
+    return taint_plan
+
+
+def _spared(
+    catalog: Catalog,
+    states: StateView | PartitionStateStore,
+    whole: dict[str, list[str]],
+    closure: dict[str, list[str]],
+) -> dict[str, list[str]]:
+    """Table → its materialized partitions a taint of the whole table would mark (``whole``) and a column taint's
+    ``closure`` leaves alone, in dependency order."""
+    spared: dict[str, list[str]] = {}
+    for fqn in _in_dependency_order(catalog, whole):
+        kept = set(closure.get(fqn, ()))
+        left = [key for key in whole[fqn] if key not in kept]
+        if not left:
+            continue
+        found = states.states(AssetKey(catalog[fqn].key), left)
+        built = [key for key in left if found[key].materialized]
+        if built:
+            spared[fqn] = built
+    return spared
 
 
 def _corrected(
@@ -337,7 +416,8 @@ def launch_backfill(
         dynamic_partitions_store=instance,
         # the serdes decorator hides the NamedTuple's fields from mypy
         asset_graph_subset=AssetGraphSubset(partitions_subsets_by_asset_key=subsets),  # type: ignore[call-arg]
-        title=f"repair: {plan.table} {plan.start} .. {plan.end}",
+        title=f"repair: {plan.table} {plan.start} .. {plan.end}"
+        + (f", column(s) {', '.join(plan.columns)}" if plan.columns else ""),
         description=f"{plan.taint.reason} (by {plan.taint.by}); {plan.summary()}",
         run_config=None,
     )
@@ -357,6 +437,9 @@ class TaintConfig(Config):  # type: ignore[misc]
     # "release" (accept tainted partitions as they are, with the reason)
     action: str = TAINT
     reingest: bool = False  # with taint and apply: re-ingest the ODS hours START … END after marking them
+    # with taint: only these columns of the table are bad; what does not read them, even through other tables, is
+    # left alone
+    columns: list[str] = []
 
 
 def build_taint_job(catalog: Catalog, lake: bool = False):  # type: ignore[no-untyped-def]
@@ -411,7 +494,9 @@ def _taint(
 ) -> Output[dict[str, Any]]:
     index = ReverseIndex.build(catalog)
     automatic = bool(config.root_check)
-    taint = new_taint(config.table, config.start, config.end, config.reason, config.by, config.root_check)
+    taint = new_taint(
+        config.table, config.start, config.end, config.reason, config.by, config.root_check, config.columns
+    )
     try:
         plan = plan_taint(
             catalog,
@@ -423,6 +508,7 @@ def _taint(
             taint,
             mark_roots=not automatic,
             backfill=config.rebuild,
+            columns=config.columns,
         )
     except ValueError as exc:
         raise Failure(str(exc)) from exc
@@ -460,6 +546,8 @@ def _apply(
 
 def _output(plan: TaintPlan, lines: list[str], backfill_id: str, applied: bool) -> Output[dict[str, Any]]:
     counts = {"marked": plan.marked, "rebuilt": plan.rebuilt, "runs": plan.runs}
+    if plan.columns:
+        counts["spared"] = sum(len(keys) for keys in plan.spared.values())
     metadata: dict[str, Any] = {
         "plan": MetadataValue.md(plan.markdown()),
         **counts,

@@ -62,6 +62,7 @@ from warehouse_assets.catalog import (
     Catalog,
     Dependency,
     OdsTable,
+    OdsWindows,
     PartitionKeyError,
     Table,
     UpstreamPartitions,
@@ -75,11 +76,12 @@ from warehouse_assets.center.late_data import LOOKBACK
 from warehouse_assets.center.ledger import open_readonly
 from warehouse_assets.center.state_store import PartitionState, PartitionStateStore, StateView, default_path
 from warehouse_assets.ingest.deliveries import external_source
-from warehouse_assets.ingest.readiness import Readiness, shard_state, with_counts
+from warehouse_assets.ingest.readiness import WINDOW, Readiness, shard_state, with_counts
 
 READY = "materialized"
 QUEUED = "queued"
 NEVER = "can never exist"
+GONE = "missing from the lake"  # materialized, but the reconciliation found its files gone: built again
 NOT_YET = "does not exist yet"
 # a run that will build the partition but has not started: Dagster's statuses before STARTED
 WAITING_RUN = (DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING)
@@ -228,6 +230,11 @@ class PartitionStates:
             todo = [k for k in dict.fromkeys([*back, *todo]) if (fqn, k) not in self._known]
         if todo:
             statuses = self.status(fqn, todo)
+            gone = {
+                k: s.missing
+                for k, s in self.partitions.states(AssetKey(table.key), todo).items()
+                if s.missing is not None and statuses[k] == "missing"
+            }
             failed = self.partitions.failed_blocking_checks(table, [k for k in todo if statuses[k] == READY])
             tainted = self.partitions.tainted(table, [k for k in todo if statuses[k] == READY])
             for key in todo:
@@ -240,6 +247,8 @@ class PartitionStates:
                     state.detail = f"blocking check(s) failed: {', '.join(failed[key])}"
                 elif state.state in (QUEUED, "in progress"):
                     state.detail = self.run_detail(fqn, key)
+                elif key in gone:
+                    state.state, state.detail = GONE, f"{gone[key]}; {_comes_back(table)}"
                 elif state.state == "missing" and table.is_external:
                     state.state = "external not arrived"
                     state.detail = (
@@ -249,24 +258,51 @@ class PartitionStates:
                     )
                 elif state.state == "missing" and table.is_ods:
                     state.state, state.detail = self._ods_reason(table, key)
+                elif state.state == "missing" and isinstance(table, OdsWindows):
+                    state.state, state.detail = self._windows_reason(table, key)
                 self._known[(fqn, key)] = state
         return [self._known[(fqn, k)] for k in keys]
 
-    def _ods_reason(self, table: Table, key: str) -> tuple[str, str]:
-        """Why an ODS hour has not been reported: a shard behind, rows missing, or nothing holding it back."""
-        assert isinstance(table, OdsTable)
-        end = BY_PERIOD[table.period].time_window_for_partition_key(key).end
+    def _counted(self, table: Table, start: datetime) -> Readiness:
+        """The readiness of an ODS table with the counts of the local day holding ``start`` (read once for its hours:
+        no whole-history read)."""
         if table.fqn not in self._shards:
             self._shards[table.fqn] = shard_state(self.store, self.landing, table)
-        # the counts of the hour's local day only, read once for its hours: no whole-history read
-        day = (end - timedelta(hours=1)).astimezone(ZoneInfo(self.landing.timezone))
-        day = day.replace(hour=0, minute=0, second=0, microsecond=0)
+        day = start.astimezone(ZoneInfo(self.landing.timezone)).replace(hour=0, minute=0, second=0, microsecond=0)
         if (table.fqn, day.date().isoformat()) not in self._readiness:
             counted = with_counts(
                 self._shards[table.fqn], self.store, self.landing, table, day, day + timedelta(days=1)
             )
             self._readiness[(table.fqn, day.date().isoformat())] = counted
-        ods_state = self._readiness[(table.fqn, day.date().isoformat())]
+        return self._readiness[(table.fqn, day.date().isoformat())]
+
+    def _windows_reason(self, table: OdsWindows, key: str) -> tuple[str, str]:
+        """Why an ODS table's completeness window has not been reported: a shard behind, or which 5-minute windows
+        are short of their count."""
+        ods = self.catalog[table.source]
+        window = BY_PERIOD[table.period].time_window_for_partition_key(key)
+        ods_state = self._counted(ods, window.start)
+        if not ods_state.streams:
+            return "not ready", f"no shard stream of {table.source} in the landing area"
+        behind = [s for s in ods_state.streams if s.watermark is None or s.watermark < window.end]
+        if behind:
+            streams = len(ods_state.streams)
+            return "not ready", f"{len(behind)} of {streams} shard stream(s) not applied past {window.end:%H:%M}"
+        starts = [window.start + n * WINDOW for n in range(int((window.end - window.start) / WINDOW))]
+        short = [
+            f"{w:%H:%M} ({ods_state.window_completeness(ods_state.local_window(w)).describe()})"
+            for w in starts
+            if not ods_state.window_complete(w)
+        ]
+        if short:
+            return "not ready", f"all shards applied past {window.end:%H:%M} but incomplete: {'; '.join(short)}"
+        return "missing", f"complete; reported with {table.source}'s hours (or an earlier window is still incomplete)"
+
+    def _ods_reason(self, table: Table, key: str) -> tuple[str, str]:
+        """Why an ODS hour has not been reported: a shard behind, rows missing, or nothing holding it back."""
+        assert isinstance(table, OdsTable)
+        end = BY_PERIOD[table.period].time_window_for_partition_key(key).end
+        ods_state = self._counted(table, end - timedelta(hours=1))
         if not ods_state.streams:
             return "not ready", f"no shard stream of {table.source_database}.{table.source_tables} in the landing area"
         behind = [s for s in ods_state.streams if s.watermark is None or s.watermark < end]
@@ -417,11 +453,21 @@ class PartitionStates:
                     if waiting:
                         following.extend(waiting)
                         continue
-                    node = replace(node, detail=_unblocked(node.state))
+                    if node.state != GONE:  # what left the lake says so itself, and what brings it back
+                        node = replace(node, detail=_unblocked(node.state))
                 roots[(node.table, node.partition)] = node
             frontier = following
         tables = {table: n for n, (table, _) in enumerate(roots)}
         return sorted(roots.values(), key=lambda c: (tables[c.table], c.partition))  # keys sort as their times
+
+
+def _comes_back(table: Table) -> str:
+    """How a partition gone from the lake holds data again."""
+    if table.is_ods:
+        return f"re-ingested from its landing segments (`warehouse reingest {table.fqn} …`) or sent again by its source"
+    if table.is_static:
+        return "built again from its SQL by the static_tables sensor"
+    return "the engine builds it again (within its lookback; older: a backfill)"
 
 
 def _self_dependent(table: Table) -> bool:
@@ -430,7 +476,7 @@ def _self_dependent(table: Table) -> bool:
 
 def _followed(node: UpstreamState, table: Table) -> bool:
     """A derived partition that has not run, or failed: what holds it back may lie upstream."""
-    return node.state in ("missing", "failed") and bool(table.deps)
+    return node.state in ("missing", "failed", GONE) and bool(table.deps)
 
 
 def _unblocked(state: str) -> str:
@@ -524,6 +570,8 @@ def explain(
     states = PartitionStates(instance, catalog, store, landing, external, current_time=now)
     report = WhyReport(fqn, partition, states.status(fqn, [partition])[partition])
     report.own_taint = states.states(fqn, [partition])[0].taint
+    if (gone := states.states(fqn, [partition])[0]).state == GONE:
+        report.own_state = f"{GONE}: {gone.detail}"
     own = states.partitions.states(AssetKey(table.key), [partition])[partition]
     if own.materialized and own.state:
         report.own_state += f", state {own.state}"
@@ -631,6 +679,11 @@ def _source_verdict(table: Table, state: UpstreamState) -> str:
         return f"reported, but {state.detail}: it is usable again once its source reports it anew with passing checks"
     if table.is_ods:
         what = "the ingestion (`ods_ingest`, launched by the `ods_landing` sensor) or the `ods_readiness` sensor"
+    elif isinstance(table, OdsWindows):
+        what = (
+            f"the ingestion of {table.source} (`ods_ingest`) or the `ods_readiness` sensor, once each of its 5-minute "
+            "windows is complete,"
+        )
     else:
         what = f"the `ext_{table.name}` sensor (or the dependency center's engine, which watches deliveries)"
     reason = state.state + (f" — {state.detail}" if state.detail else "")

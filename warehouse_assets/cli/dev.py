@@ -71,6 +71,8 @@ def run_dev(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         for proc, sig, timeout in reversed(started):
+            if sig == signal.SIGINT:  # Dagster's group, after the engine (which would submit the runs again)
+                stop_run_workers(os.environ[DEV_MARK])
             stop_group(proc, sig, timeout)
         left = stop_marked(os.environ[DEV_MARK])
         if left:
@@ -178,6 +180,21 @@ def stop_marked(mark: str, grace: float = 10.0) -> int:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     return len(pids)
+
+
+def stop_run_workers(mark: str, grace: float = 3.0) -> None:
+    """SIGTERM to every run worker carrying ``mark``, each on its own, and a wait (``grace`` seconds at most) until the
+    processes echoing their steps' output have ended. Each worker cancels its run in one line and stops its step's
+    echo; a SIGINT to Dagster's whole process group reaches that echo too, whose watcher prints a traceback. The
+    cancellations go on while Dagster stops."""
+    from warehouse_assets.instance.warm_launcher import echo_processes, run_workers
+
+    for pid in run_workers(marked_processes(mark)):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while echo_processes(marked_processes(mark)) and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def _alive(pid: int) -> bool:

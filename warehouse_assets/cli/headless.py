@@ -33,18 +33,21 @@ def run_ingest(instance: Any, resources: dict[str, Any], tables: Sequence[str] =
 def report_ready_hours(
     instance: Any, resources: dict[str, Any], tables: Sequence[str] | None = None, until: datetime | None = None
 ) -> int:
-    """Report complete ODS hours not yet materialized (what the readiness sensor does).
+    """Report complete ODS hours not yet materialized, and their completeness windows (what the readiness sensor
+    does).
 
-    ``tables`` limits it to some ODS tables and ``until`` to the hours ending by then (default: all).
+    ``tables`` limits it to some ODS tables and ``until`` to the partitions ending by then (default: all).
     """
     from dagster import AssetKey
 
-    from warehouse_assets.catalog import Catalog, hourly, load_catalog
+    from warehouse_assets.catalog import BY_PERIOD, Catalog, load_catalog
     from warehouse_assets.ingest.readiness import readiness_events
 
     catalog = load_catalog()
     store, landing = resources["lake"].store(), resources["landing"].landing()
-    selected = Catalog({t.fqn: t for t in catalog.ods() if tables is None or t.fqn in tables})
+    ods = [t for t in catalog.ods() if tables is None or t.fqn in tables]
+    selected = Catalog({t.fqn: t for t in [*ods, *(w for o in ods for w in catalog.windows(o.fqn))]})
+    period = {tuple(t.key): t.period for t in selected}
     cursor: dict[str, str] = {}
     reported = 0
     while True:  # the sensor's function reports at most MAX_EVENTS_PER_TICK hours per call
@@ -52,7 +55,8 @@ def report_ready_hours(
             store, landing, selected, cursor, lambda t: set(instance.get_materialized_partitions(AssetKey(t.key)))
         )
         for event in events:
-            if until is None or hourly.time_window_for_partition_key(str(event.partition)).end <= until:
+            pdef = BY_PERIOD[period[tuple(event.asset_key.path)]]
+            if until is None or pdef.time_window_for_partition_key(str(event.partition)).end <= until:
                 instance.report_runless_asset_event(event)
                 reported += 1
         if advanced == cursor:

@@ -6,10 +6,14 @@
                                                 for [start, end) in dependency order (headless path)
     warehouse why ads.daily_gmv 2026-11-24      why a partition waits: its upstream partitions and the root causes
     warehouse taint ods.order S E --reason R    what partitions S..E taint downstream; --apply marks and repairs
+                                                (--columns amount: only the tables reading those columns)
+    warehouse lineage ads.daily_gmv.gmv         the columns a column is computed from (--up) or reaches (--down)
     warehouse reingest ods.order S [E]          re-ingest ODS hours from the landing area, report them again
     warehouse release ods.order S [E] --reason R   accept tainted partitions as they are
     warehouse status                            the engine's heartbeat, the runs queued and running, the start
     warehouse status dwd.order_detail           each partition: materialized, valid or tainted, checks
+    warehouse status dwd.order_detail --as-of 2026-11-20T09:00   the same as it was then, from the event log
+    warehouse reconcile [TABLE]                 partitions gone from the lake: found, marked missing, rebuilt
     warehouse upgrade-lake                      turn deletion vectors on for an existing lake's ODS tables (in place)
     warehouse sql "SELECT … FROM dwd.t"         read-only SQL over the tables by name (a prompt without a query)
     warehouse spark-server                      run the embedded Spark Connect server in the foreground
@@ -35,8 +39,10 @@ from zoneinfo import ZoneInfo
 from warehouse_assets.cli.common import ROOT, adopt_warehouse_start, load_settings, say
 from warehouse_assets.cli.dev import run_dev, simulate_externals
 from warehouse_assets.cli.headless import materialize_range, run_ingest
+from warehouse_assets.cli.lineage import add_lineage_parser, run_lineage
 from warehouse_assets.cli.repair import (
     add_taint_parser,
+    reconcile_command,
     reingest_command,
     release_command,
     table_status_command,
@@ -220,10 +226,17 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument(
         "--range", nargs=2, metavar=("START", "END"), help="the table's partitions shown (default: the last 3 days)"
     )
+    st.add_argument(
+        "--as-of",
+        metavar="TIME",
+        help="the table's partitions as they were at TIME (e.g. 2026-11-20T09:00, business time zone), replayed from "
+        "the event log, with the Delta version to read them with `warehouse sql --as-of`",
+    )
     st.add_argument("--runs", type=int, default=10, help="runs listed per status (default 10)")
     st.add_argument("--dagster-home", default=None, help=home_help)
 
     add_taint_parser(sub)
+    add_lineage_parser(sub)
     add_sql_parser(sub)
 
     dev = sub.add_parser("dev", help="the embedded warehouse: simulated data, Spark Connect, dagster dev")
@@ -287,6 +300,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_sql(args)
     if args.command == "dev":
         return run_dev(args)  # resolves the start once its simulated sources exist
+    if args.command == "lineage":
+        return run_lineage(args)  # the catalog alone: no instance, no lake
     # the same warehouse start as `warehouse dev`, before anything reads the settings
     adopt_warehouse_start()
     if args.command == "spark-server":
@@ -311,7 +326,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return reingest_command(args, instance, resources)
     if args.command == "release":
         return release_command(args, instance, resources)
+    if args.command == "reconcile":
+        return reconcile_command(args, instance, resources)
     if args.command == "status":
+        if args.as_of and not args.table:
+            print("error: --as-of shows a table's partitions as they were: name the table", file=sys.stderr)
+            return 2
         return table_status_command(args, instance) if args.table else status_command(args, instance)
     if args.command == "ingest":
         return ingest_command(args, instance, resources)

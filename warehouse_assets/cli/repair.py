@@ -1,5 +1,5 @@
-"""``warehouse taint``, ``reingest``, ``release`` and ``status TABLE``: mark bad data and what was built from it, repair
-it, accept it as it is, look at it.
+"""``warehouse taint``, ``reingest``, ``release``, ``reconcile`` and ``status TABLE``: mark bad data and what was built
+from it, repair it, accept it as it is, find what left the lake, look at it.
 
 ``taint`` without ``--apply`` reads the catalog and the dependency center's state store only; with ``--apply``, and
 ``reingest`` and ``release``, execute the ``taint_repair`` job in this process (the run, its plan as Markdown and the
@@ -20,14 +20,14 @@ def taint_command(args: argparse.Namespace, instance: Any, resources: dict[str, 
     from warehouse_assets.center.state_store import PartitionStateStore
     from warehouse_assets.center.taint import new_taint, plan_taint
 
+    columns = _columns(args.columns)
     if not args.apply:
         catalog = load_catalog()
         store = PartitionStateStore(instance)
         try:
-            taint = new_taint(args.table, args.start, args.end, args.reason, args.by)
-            plan = plan_taint(
-                catalog, ReverseIndex.build(catalog), store.view(), args.table, args.start, args.end, taint
-            )
+            taint = new_taint(args.table, args.start, args.end, args.reason, args.by, columns=columns)
+            index = ReverseIndex.build(catalog)
+            plan = plan_taint(catalog, index, store.view(), args.table, args.start, args.end, taint, columns=columns)
         except ValueError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
@@ -38,7 +38,13 @@ def taint_command(args: argparse.Namespace, instance: Any, resources: dict[str, 
         return 0
 
     config = {"table": args.table, "start": args.start, "end": args.end, "reason": args.reason, "apply": True}
-    return _run_taint_job({**config, "by": args.by, "reingest": args.reingest}, instance, resources, args.reingest)
+    config |= {"by": args.by, "reingest": args.reingest, "columns": columns}
+    return _run_taint_job(config, instance, resources, args.reingest)
+
+
+def _columns(text: str) -> list[str]:
+    """``--columns amount,status`` as a list (none: the whole table)."""
+    return [name.strip() for name in text.split(",") if name.strip()] if text else []
 
 
 def reingest_command(args: argparse.Namespace, instance: Any, resources: dict[str, Any]) -> int:
@@ -91,6 +97,8 @@ def table_status_command(args: argparse.Namespace, instance: Any) -> int:
 
     catalog = load_catalog()
     start, end = args.range or (None, None)
+    if getattr(args, "as_of", None):
+        return _status_as_of(args, instance, catalog, start, end)
     store = PartitionStateStore(instance)
     ledger = open_readonly(store.path)
     try:
@@ -106,6 +114,55 @@ def table_status_command(args: argparse.Namespace, instance: Any) -> int:
         if ledger is not None:
             ledger.close()
     return 0
+
+
+def _status_as_of(args: argparse.Namespace, instance: Any, catalog: Any, start: str | None, end: str | None) -> int:
+    """``status TABLE --as-of TIME``: the partitions as they were at TIME, from the event log replayed up to it."""
+    from warehouse_assets.catalog import business_zone
+    from warehouse_assets.center.state_store import state_as_of
+    from warehouse_assets.center.status import as_of_lines, parse_moment, status_keys
+
+    try:
+        moment = parse_moment(args.as_of, business_zone())
+        keys = status_keys(catalog, args.table, start, end, now=moment)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        store = state_as_of(instance, moment)
+    except ValueError as exc:
+        print(f"error: --as-of {args.as_of!r}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        print("\n".join(as_of_lines(catalog, store, args.table, keys, moment)))
+    finally:
+        store.close()
+    return 0
+
+
+def reconcile_command(args: argparse.Namespace, instance: Any, resources: dict[str, Any]) -> int:
+    """Compare the lake with the partitions' states: mark what is gone missing (the engine builds it again), report
+    what the lake holds that the instance never materialized. Exit status 1 when a table is out of step."""
+    from warehouse_assets.catalog import load_catalog
+    from warehouse_assets.center.reconcile import lake_tables, reconcile
+    from warehouse_assets.center.state_store import PartitionStateStore
+
+    catalog = load_catalog()
+    try:
+        tables = lake_tables(catalog, args.tables)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    store = PartitionStateStore(instance)
+    try:
+        result = reconcile(instance, catalog, store, resources["lake"].store(), tables, by=args.by)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        store.close()
+    print("\n".join(result.lines()))
+    return 0 if all(t.in_step for t in result.tables) else 1
 
 
 def add_taint_parser(sub: Any) -> None:
@@ -125,6 +182,12 @@ def add_taint_parser(sub: Any) -> None:
         action="store_true",
         help="with --apply, of an ODS table: re-ingest the hours from the landing area's retained segments at once "
         "(instead of waiting for the source to send them again)",
+    )
+    taint.add_argument(
+        "--columns",
+        default="",
+        help="only these columns are bad (comma-separated, e.g. amount,status): only the tables that read them, "
+        "through the columns they compute from them, are tainted (a filter, join or grouping on one taints all)",
     )
     taint.add_argument("--by", default="", help="who marks them (default: your user name)")
     home = "the Dagster instance's directory (default: $DAGSTER_HOME, else ./dagster_home)"
@@ -147,3 +210,12 @@ def add_taint_parser(sub: Any) -> None:
     release.add_argument("--reason", required=True, help="why the data is accepted: shown on every released partition")
     release.add_argument("--by", default="", help="who releases them (default: your user name)")
     release.add_argument("--dagster-home", default=None, help=home)
+
+    reconcile = sub.add_parser(
+        "reconcile",
+        help="compare the lake's files with the partitions' states: mark the partitions gone from the lake missing "
+        "(the engine builds them again), report data the instance never materialized",
+    )
+    reconcile.add_argument("tables", nargs="*", help="e.g. dwd.order_detail (default: every table in the lake)")
+    reconcile.add_argument("--by", default="", help="who asks (default: your user name)")
+    reconcile.add_argument("--dagster-home", default=None, help=home)

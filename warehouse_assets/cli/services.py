@@ -23,10 +23,12 @@ def run_engine(args: argparse.Namespace) -> int:
 
     from dagster import DagsterInstance
 
+    from resources.delta_lake import DeltaLakeResource
     from resources.external import ExternalResource
     from warehouse_assets.build.compiler import max_partitions_per_run
     from warehouse_assets.catalog import load_catalog
     from warehouse_assets.center.engine import GraphQLSubmitter, assemble_engine, own_checks
+    from warehouse_assets.center.reconcile import Reconciler
     from warehouse_assets.ingest.deliveries import ExternalWatcher, now_in_business_tz
 
     settings = load_settings(os.environ)
@@ -41,7 +43,12 @@ def run_engine(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     with DagsterInstance.get() as instance:
         watcher = ExternalWatcher(instance, catalog, ExternalResource(root=settings.external_dir), now_in_business_tz)
-        engine = assemble_engine(instance, catalog, submitter, max_partitions_per_run, watchers=[watcher])
+        # the lake's files compared with the partitions' states on a cadence (delta-rs: the log, no data, no JVM)
+        lake = DeltaLakeResource(root=settings.lake_root).store()
+        reconciler = Reconciler(instance, lake, settings.reconcile_seconds)
+        engine = assemble_engine(
+            instance, catalog, submitter, max_partitions_per_run, watchers=[watcher], reconciler=reconciler
+        )
         try:
             engine.run(stop, settings.engine_poll_seconds)
         finally:

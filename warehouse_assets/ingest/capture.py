@@ -41,9 +41,10 @@ from zoneinfo import ZoneInfo
 
 from resources.column_types import canal_column_type
 from resources.landing import (
+    COUNT_WINDOW_MINUTES,
     HEARTBEAT_TABLE,
     Landing,
-    count_hour,
+    count_window,
     counts_text,
     read_counts,
     stream_name,
@@ -229,7 +230,7 @@ class CaptureState:
     log_pos: int
     window: int | None = None  # the open window's start (epoch ms); None before the first transaction
     streams: dict[str, StreamProgress] = field(default_factory=dict)
-    counts: dict[str, dict[str, int]] = field(default_factory=dict)  # stream → local hour → rows
+    counts: dict[str, dict[str, int]] = field(default_factory=dict)  # stream → local window → rows
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -336,7 +337,11 @@ class SegmentWriter:
         for change in changes:
             by_stream[change.stream].append(change)
         local = datetime.fromtimestamp(start / 1000, self.tz)
-        hour = count_hour(local)
+        # every counted window the segment spans, 0 when the shard was idle in it, like the simulator
+        idle = [
+            count_window(local + timedelta(minutes=m))
+            for m in range(0, self.landing.segment_minutes, COUNT_WINDOW_MINUTES)
+        ]
         for stream, stream_changes in sorted(by_stream.items()):
             progress = self.state.streams[stream]
             lines = [c.encode(progress.next_id + i) for i, c in enumerate(stream_changes)]
@@ -346,20 +351,21 @@ class SegmentWriter:
             progress.next_id += len(lines)
             if stream_parts(stream)[1] == HEARTBEAT_TABLE:
                 continue
-            hours = self.state.counts.setdefault(stream, {})
-            hours.setdefault(hour, 0)  # an hour the shard was idle in is counted as 0 rows, like the simulator
+            windows = self.state.counts.setdefault(stream, {})
+            for window in idle:
+                windows.setdefault(window, 0)
             for change in stream_changes:
-                changed_hour = count_hour(datetime.fromtimestamp(change.es / 1000, self.tz))
-                hours[changed_hour] = hours.get(changed_hour, 0) + len(change.data)
+                changed = count_window(datetime.fromtimestamp(change.es / 1000, self.tz))
+                windows[changed] = windows.get(changed, 0) + len(change.data)
 
     def _write_counts(self) -> None:
         assert self.state.window is not None
         horizon = datetime.fromtimestamp(self.state.window / 1000, self.tz) - timedelta(days=COUNTS_KEPT_DAYS)
-        oldest = count_hour(horizon)
-        for stream, hours in self.state.counts.items():
+        oldest = count_window(horizon)
+        for stream, windows in self.state.counts.items():
             path = self.landing.counts_path(stream)
-            _write_atomic(path, counts_text({**read_counts(path), **hours}))
-            self.state.counts[stream] = {h: n for h, n in hours.items() if h >= oldest}
+            _write_atomic(path, counts_text({**read_counts(path), **windows}))
+            self.state.counts[stream] = {w: n for w, n in windows.items() if w >= oldest}
 
     def save(self) -> None:
         _write_atomic(self.landing.root / STATE_FILE, json.dumps(self.state.to_json(), indent=1) + "\n")

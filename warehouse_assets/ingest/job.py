@@ -105,7 +105,9 @@ def build_ingest_job(catalog: Catalog, judge_hours: JudgeHours):  # type: ignore
         gate: dict[str, int | float] = {}
 
         def report_ready(table: Table, seen: dict[str, int], changed: Sequence[str] = ()) -> int:
-            numbers = report_completed_hours(context, table, seen, session, store, land, judge_hours, changed)
+            numbers = report_completed_hours(
+                context, table, seen, session, store, land, judge_hours, changed, catalog.windows(table.fqn)
+            )
             for name, value in numbers.items():
                 gate[name] = round(gate.get(name, 0) + value, 3)
             return int(numbers["hours_reported"])
@@ -168,11 +170,13 @@ def report_completed_hours(
     landing: Landing,
     judge_hours: JudgeHours,
     changed: Sequence[str] = (),
+    windows: Sequence[Table] = (),
 ) -> dict[str, int | float]:
     """Reports, in this run, every hour of ``table`` that is ready now and was not reported (and every reported
     hour whose ingested count grew since the streams' positions ``before`` this run's batch, or whose partition
     the batch changed: ``changed``, hour keys), then logs its checks' verdicts; returns the numbers for the run's
-    metadata. An hour not reported yet is reported only once it is complete, whatever changed it."""
+    metadata. An hour not reported yet is reported only once it is complete, whatever changed it. The table's
+    completeness ``windows`` (of the mini-batch tables reading it) are reported with its hours."""
     instance, started = context.instance, time.monotonic()
     key = AssetKey(table.key)
     done = instance.get_materialized_partitions(key)
@@ -181,20 +185,24 @@ def report_completed_hours(
     changed = [*changed, *unreported_changes(instance, store, table, landing.timezone, done)]
     again: dict[str, Sequence[str]] | None = {table.fqn: sorted({k for k in changed if k in done})}
     keys: list[str] = []
+    windows_reported = 0
     while True:  # at most MAX_EVENTS_PER_TICK hours per call
         events, advanced = readiness_events(
             store,
             landing,
-            Catalog({table.fqn: table}),
+            Catalog({table.fqn: table, **{w.fqn: w for w in windows}}),
             cursor,
-            lambda t: set(instance.get_materialized_partitions(key)),
+            lambda t: set(instance.get_materialized_partitions(AssetKey(t.key))),
             reported_rows=reported_ingested_rows(instance),
             changed=again,
         )
         again = None
         for event in events:
             context.log_event(event)
-            keys.append(str(event.partition))
+            if event.asset_key == key:
+                keys.append(str(event.partition))
+            else:
+                windows_reported += 1
         if not events or advanced == cursor:
             break
         cursor = advanced
@@ -206,6 +214,7 @@ def report_completed_hours(
             evaluations, failed = judge_hours(context, table, keys, session, store)
     return {
         "hours_reported": len(keys),
+        **({"windows_reported": windows_reported} if windows else {}),
         "check_evaluations": evaluations,
         "checks_failed": failed,
         "report_s": report_s,

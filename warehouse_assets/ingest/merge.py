@@ -48,7 +48,7 @@ from resources.column_types import (
 )
 from resources.delta_lake import DeltaStore, MergeResult, ReadStats, batch_partitions
 from resources.landing import Landing, Segment, read_lines
-from warehouse_assets.catalog import OdsTable, Table, periods
+from warehouse_assets.catalog import ODS_CHANGE_COLUMNS, OdsTable, Table, periods
 from warehouse_assets.ingest.ops_tables import (
     INGESTED_CHANGES,
     INGESTED_COUNTS,
@@ -56,7 +56,15 @@ from warehouse_assets.ingest.ops_tables import (
     QUARANTINE,
     OpsTable,
 )
-from warehouse_assets.ingest.preparation import HOUR_MS, Engine, classified_schema, local_hour, preparation
+from warehouse_assets.ingest.preparation import (
+    HOUR_MS,
+    WINDOW_MS,
+    Engine,
+    classified_schema,
+    local_hour,
+    local_window,
+    preparation,
+)
 
 # PySpark is imported inside the functions that compute: readiness and `warehouse why` read the ingestion state
 # (positions, counts) through this module without loading it.
@@ -86,15 +94,8 @@ def quarantine_app_id(table: Table, stream: str) -> str:
 
 
 def ods_arrow_schema(table: Table, extra: Sequence[tuple[str, str]] = ()) -> pa.Schema:
-    fields = [pa.field(name, arrow_type(ctype)) for name, ctype in [*table.columns, *extra]]
-    fields += [
-        pa.field("_es", pa.int64()),
-        pa.field("_pos", pa.int64()),
-        pa.field("_stream", pa.string()),
-        pa.field("_deleted", pa.bool_()),
-        pa.field("dt", pa.string()),
-        pa.field("hh", pa.string()),
-    ]
+    fields = [pa.field(name, arrow_type(ctype)) for name, ctype in [*table.columns, *extra, *ODS_CHANGE_COLUMNS]]
+    fields += [pa.field("dt", pa.string()), pa.field("hh", pa.string())]
     return normalize_arrow_schema(pa.schema(fields))
 
 
@@ -257,7 +258,7 @@ def _columns_with_drift(
     known: dict[str, str] = {}
     existing = store.arrow_schema(table.key)
     if existing is not None:
-        internal = {"_es", "_pos", "_stream", "_deleted", "dt", "hh", *table.partition_by}
+        internal = {*(name for name, _ in ODS_CHANGE_COLUMNS), "dt", "hh", *table.partition_by}
         for f in existing:
             if f.name not in declared and f.name not in internal:
                 known[f.name] = spark_type_of_arrow(f.type)
@@ -306,13 +307,11 @@ def _recorded_changes(
 
 def _ingested_changes(records: pa.Table, table: Table, tz: str) -> pa.Table:
     """The distinct changes taken in (applied, or collapsed into a newer change of the same key), in the
-    shape of ``ops.ingested_changes``."""
+    shape of ``ops.ingested_changes`` plus each change's local binlog ``window`` (what the source counts by)."""
     taken = records.filter(pc.is_in(records["_status"], pa.array(["ok", "superseded"])))
     # the binlog hour, floored (Spark's floor(es / 1 h)): the local hour key of its earlier copies
-    epoch_hour = pc.floor(pc.divide(taken["_es"].cast(pa.float64()), float(HOUR_MS))).cast(pa.int64())
-    epoch_hours = pc.unique(epoch_hour)
-    keys = pa.array([local_hour(int(h), tz) for h in epoch_hours.to_pylist()], pa.string())
-    hour = pc.take(keys, pc.index_in(epoch_hour, value_set=epoch_hours))
+    hour = _local_keys(taken["_es"], HOUR_MS, lambda h: local_hour(h, tz))
+    window = _local_keys(taken["_es"], WINDOW_MS, lambda w: local_window(w, tz))
     out = pa.table(
         {
             "table": pa.array([table.fqn] * taken.num_rows, pa.string()),
@@ -322,13 +321,27 @@ def _ingested_changes(records: pa.Table, table: Table, tz: str) -> pa.Table:
             "seq": taken["_seq"],
         }
     )
-    return out.cast(CHANGES_SCHEMA)
+    return out.cast(CHANGES_SCHEMA).append_column("window", window)
+
+
+def _local_keys(es: pa.ChunkedArray, unit_ms: int, key: Callable[[int], str]) -> pa.Array:
+    """The key of each binlog time's unit (``es`` floored to ``unit_ms``), each distinct unit keyed once."""
+    epoch = pc.floor(pc.divide(es.cast(pa.float64()), float(unit_ms))).cast(pa.int64())
+    distinct = pc.unique(epoch)
+    keys = pa.array([key(int(u)) for u in distinct.to_pylist()], pa.string())
+    return pc.take(keys, pc.index_in(epoch, value_set=distinct))
 
 
 def _by_hour(changes: pa.Table) -> dict[tuple[str, str], int]:
     """Changes per (stream, local hour)."""
     grouped = changes.group_by(["stream", "hour"]).aggregate([("change", "count")]).to_pylist()
     return {(str(g["stream"]), str(g["hour"])): int(g["change_count"]) for g in grouped}
+
+
+def _by_window(changes: pa.Table) -> dict[tuple[str, str], int]:
+    """Changes per (stream, local window)."""
+    grouped = changes.group_by(["stream", "window"]).aggregate([("change", "count")]).to_pylist()
+    return {(str(g["stream"]), str(g["window"])): int(g["change_count"]) for g in grouped}
 
 
 def _partition_values(times: pa.Array | pa.ChunkedArray, tz: str) -> tuple[pa.Array, pa.Array]:
@@ -636,17 +649,26 @@ def _write_changes(store: DeltaStore, table: Table, changes: pa.Table, positions
     rows, fresh = _not_yet_recorded(store, CHANGES_KEY, lambda s: changes_app_id(table, s), changes, positions)
     if not fresh:
         return
+    rows = rows.select(CHANGES_SCHEMA.names)
     _append(store, INGESTED_CHANGES, rows, {changes_app_id(table, s): v for s, v in fresh.items()})
 
 
 def _write_counts(store: DeltaStore, table: Table, changes: pa.Table, positions: dict[str, int]) -> None:
-    """Append the batch's per-hour ingested rows once (app transactions per stream, like the quarantine)."""
+    """Append the batch's per-window ingested rows once (app transactions per stream, like the quarantine)."""
     rows, fresh = _not_yet_recorded(store, COUNTS_KEY, lambda s: counts_app_id(table, s), changes, positions)
     if not fresh:
         return
     entries: list[dict[str, object]] = [
-        {"table": table.fqn, "stream": stream, "hour": hour, "rows": n, "seq_to": positions[stream], "date": hour[:10]}
-        for (stream, hour), n in sorted(_by_hour(rows).items())
+        {
+            "table": table.fqn,
+            "stream": stream,
+            "hour": window[:13],
+            "window": window,
+            "rows": n,
+            "seq_to": positions[stream],
+            "date": window[:10],
+        }
+        for (stream, window), n in sorted(_by_window(rows).items())
     ]
     _append(
         store, INGESTED_COUNTS, INGESTED_COUNTS.rows(entries), {counts_app_id(table, s): v for s, v in fresh.items()}

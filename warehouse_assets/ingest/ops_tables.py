@@ -56,14 +56,17 @@ INGESTED_COUNTS = OpsTable(
         [
             pa.field("table", pa.string()),
             pa.field("stream", pa.string()),
-            pa.field("hour", pa.string()),  # local binlog hour "YYYY-MM-DDTHH", the source counts' key
+            pa.field("hour", pa.string()),  # local binlog hour "YYYY-MM-DDTHH"
+            # its local 5-minute window "YYYY-MM-DDTHH:MM" (the source counts' key); null in entries written before
+            # windows were counted, which count for their hour only
+            pa.field("window", pa.string()),
             pa.field("rows", pa.int64()),
             pa.field("seq_to", pa.int64()),  # the stream's last segment in the batch that counted these rows
             pa.field("date", pa.string()),  # the hour's local date: the partition a readiness tick prunes to
         ]
     ),
     ("table", "date"),
-    "Rows ingested per ODS table, shard stream and local binlog hour, one entry per batch.",
+    "Rows ingested per ODS table, shard stream and local binlog window (5 minutes), one entry per batch.",
 )
 
 # One row per distinct change taken in (applied or superseded): what a re-sent change is recognised by in

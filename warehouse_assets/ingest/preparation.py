@@ -54,6 +54,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from resources.column_types import UTC_MICROS, arrow_type
+from resources.landing import COUNT_WINDOW_MINUTES, count_window
 from resources.spark import arrow_frame
 from warehouse_assets.catalog import CHANGED_AT, SNAPSHOT, OdsTable, Table
 from warehouse_assets.ingest.casts import (
@@ -74,6 +75,7 @@ IN_PROCESS_MAX_BYTES = 256 * 2**20
 executors), a smaller one in the run's process. The in-process engine holds about 7 times its lines' size in
 memory at its peak (100,000 changes: 68 MiB of lines, 0.5 GiB); 256 MiB of lines is about 400,000 changes."""
 HOUR_MS = 3_600_000
+WINDOW_MS = COUNT_WINDOW_MINUTES * 60_000  # the source counts' window
 CANAL_SCHEMA = (
     "id bigint, database string, `table` string, pkNames array<string>, isDdl boolean, type string, "
     "es bigint, ts bigint, `sql` string, mysqlType map<string,string>, "
@@ -472,8 +474,14 @@ def _as_array(values: Any, arrow_type: pa.DataType) -> pa.Array:
 
 
 def local_hour(epoch_hour: int, tz: str) -> str:
-    """The key of a binlog hour in the ops tables and the source counts: local "YYYY-MM-DDTHH"."""
+    """The key of a binlog hour in the ops tables: local "YYYY-MM-DDTHH"."""
     return datetime.fromtimestamp(epoch_hour * 3600, ZoneInfo(tz)).strftime("%Y-%m-%dT%H")
+
+
+def local_window(epoch_window: int, tz: str) -> str:
+    """The key of a binlog window (``es // WINDOW_MS``) in ``ops.ingested_counts`` and the source counts: local
+    "YYYY-MM-DDTHH:MM", its start."""
+    return count_window(datetime.fromtimestamp(epoch_window * WINDOW_MS / 1000, ZoneInfo(tz)))
 
 
 # --- on Spark -------------------------------------------------------------------------------------------------

@@ -34,12 +34,19 @@ from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from dagster import AssetKey, AssetMaterialization, AssetRecordsFilter, DagsterInstance
+from dagster import (
+    AssetKey,
+    AssetMaterialization,
+    AssetRecordsFilter,
+    DagsterInstance,
+    TimeWindowPartitionsDefinition,
+    partition_loading_context,
+)
 
 from resources.delta_lake import DeltaStore, ReadStats
-from resources.landing import Landing
+from resources.landing import COUNT_WINDOW_MINUTES, Landing, count_window, is_window_key
 from resources.settings import DEFAULT_TIMEZONE
-from warehouse_assets.catalog import Catalog, OdsTable, Table, hourly
+from warehouse_assets.catalog import BY_PERIOD, Catalog, OdsTable, Table, hourly
 from warehouse_assets.ingest.merge import committed_positions, ingested_counts
 
 MAX_EVENTS_PER_TICK = 500
@@ -56,28 +63,42 @@ class StreamState:
     idle_by_heartbeat: bool = False
 
 
-@dataclass
-class HourCompleteness:
-    """Rows of one hour: what the source counted, what was ingested, what readiness requires."""
+def required_rows(threshold: float, source_rows: int | None) -> int:
+    """The ingested rows a window or hour of ``source_rows`` source rows needs: ``ceil(threshold × source)``."""
+    return math.ceil(threshold * source_rows - 1e-9) if source_rows is not None else 0
 
-    hour: str  # partition key
+
+@dataclass
+class Completeness:
+    """Rows of one hour or 5-minute window: what the source counted, what was ingested, what readiness requires.
+
+    An hour whose every counting stream counts per window is measured by its windows: it is complete when each of
+    its 12 windows is (``windows``), and its totals are theirs. An hour some stream counts as a whole is measured as
+    a whole (its windows are then not measured at all)."""
+
+    key: str  # an hour's partition key, or a local window "YYYY-MM-DDTHH:MM"
     source_rows: int | None  # None: no stream publishes counts (not measured)
     ingested_rows: int
     required: int
     threshold: float
     missing_by_stream: dict[str, int] = field(default_factory=dict)  # streams short of their source count
-    uncounted: list[str] = field(default_factory=list)  # streams whose source has not counted the hour yet
+    uncounted: list[str] = field(default_factory=list)  # streams whose source has not counted it yet
+    windows: list["Completeness"] = field(default_factory=list)  # an hour measured per window: its windows
 
     @property
     def complete(self) -> bool:
+        if self.windows:
+            return all(w.complete for w in self.windows)
         return not self.uncounted and (self.source_rows is None or self.ingested_rows >= self.required)
 
     @property
     def missing(self) -> int:
+        if self.windows:
+            return sum(w.missing for w in self.windows)
         return max(0, self.required - self.ingested_rows)
 
     def describe(self) -> str:
-        if self.source_rows is None:
+        if self.source_rows is None and not self.uncounted:
             return "completeness not measured (the source publishes no counts)"
         text = (
             f"{self.ingested_rows:,} of {self.source_rows:,} source rows ingested "
@@ -85,8 +106,12 @@ class HourCompleteness:
             if self.source_rows
             else f"{self.ingested_rows:,} rows ingested, the source counted none"
         )
+        if self.windows:
+            short = [w.key[11:] for w in self.windows if not w.complete]
+            text += f" per 5-minute window: {len(self.windows) - len(short)} of {len(self.windows)} complete"
+            text += f", short: {', '.join(short)}" if short else ""
         if self.uncounted:
-            text += f"; the source has not counted the hour yet for {', '.join(self.uncounted)}"
+            text += f"; the source has not counted it yet for {', '.join(self.uncounted)}"
         return text
 
 
@@ -97,13 +122,18 @@ class Readiness:
     watermark: datetime | None = None
     first_hour: datetime | None = None
     threshold: float = 1.0
-    source: dict[str, dict[str, int] | None] = field(default_factory=dict)  # stream -> hour -> rows
-    ingested: dict[str, dict[str, int]] = field(default_factory=dict)
+    # stream -> window ("YYYY-MM-DDTHH:MM") or, from a source counting per hour only, hour ("YYYY-MM-DDTHH") -> rows
+    source: dict[str, dict[str, int] | None] = field(default_factory=dict)
+    ingested: dict[str, dict[str, int]] = field(default_factory=dict)  # stream -> hour -> rows
+    ingested_windows: dict[str, dict[str, int]] = field(default_factory=dict)  # stream -> window -> rows
+    # stream -> hours with ingested entries written before windows were counted: such an hour is measured whole
+    unwindowed: dict[str, set[str]] = field(default_factory=dict)
     counted_seq: dict[str, int] = field(default_factory=dict)  # how far each stream's ingested counts go
     count_entries: list[dict[str, Any]] = field(default_factory=list)
     timezone: str = DEFAULT_TIMEZONE
     counted_hours: tuple[str, str] | None = None  # the local hours whose counts were read; None: all of them
     counts_read: ReadStats = field(default_factory=ReadStats)
+    _window_hours: dict[str, set[str]] | None = field(default=None, init=False, repr=False)
 
     def counts_cover(self, hour: str) -> bool:
         """Whether the ingested counts of the local hour ("YYYY-MM-DDTHH") were read."""
@@ -118,29 +148,104 @@ class Readiness:
         """Streams, most behind first (never-applied streams before all others)."""
         return sorted(self.streams, key=lambda s: (s.watermark is not None, s.watermark or datetime.min))
 
-    def completeness(self, key: str) -> HourCompleteness:
-        """Source and ingested rows of the hour partition ``key``, summed over the shard streams."""
+    def by_window(self, hour: str) -> bool:
+        """Whether the local hour ("YYYY-MM-DDTHH") is measured by its 5-minute windows: every stream that publishes
+        counts counts it per window, and every ingested entry of it names its window."""
+        if self._window_hours is None:
+            self._window_hours = {
+                s: {k[:13] for k in counts if is_window_key(k)} for s, counts in self.source.items() if counts
+            }
+        counting = [s for s, counts in self.source.items() if counts is not None]
+        return (
+            bool(counting)
+            and all(hour in self._window_hours.get(s, set()) for s in counting)
+            and not any(hour in hours for hours in self.unwindowed.values())
+        )
+
+    def completeness(self, key: str) -> Completeness:
+        """Source and ingested rows of the hour partition ``key``, summed over the shard streams; from its 12
+        windows when the hour is measured by window."""
         hour = self.local_hour(key)
         if not self.counts_cover(hour):
             raise ValueError(f"{self.table}: the ingested counts of {key} were not read (read {self.counted_hours})")
+        if self.by_window(hour):
+            start = hourly.time_window_for_partition_key(key).start
+            windows = [self.window_completeness(self.local_window(w)) for w in hour_windows(start)]
+            missing: dict[str, int] = {}
+            for w in windows:
+                for stream, n in w.missing_by_stream.items():
+                    missing[stream] = missing.get(stream, 0) + n
+            counted = [w.source_rows for w in windows if w.source_rows is not None]
+            return Completeness(
+                key,
+                sum(counted) if counted else None,
+                sum(w.ingested_rows for w in windows),
+                sum(w.required for w in windows),
+                self.threshold,
+                missing,
+                sorted({s for w in windows for s in w.uncounted}),
+                windows,
+            )
+        return self._measure(key, hour, self.ingested, _hour_count)
+
+    def window_completeness(self, window: str) -> Completeness:
+        """Source and ingested rows of the local window ``window`` ("YYYY-MM-DDTHH:MM"), summed over the streams."""
+        return self._measure(window, window, self.ingested_windows, lambda counts, w: counts.get(w))
+
+    def _measure(
+        self,
+        key: str,
+        counted: str,
+        ingested: dict[str, dict[str, int]],
+        source_count: Callable[[dict[str, int], str], int | None],
+    ) -> Completeness:
         source_total: int | None = None
         ingested_total = 0
         missing: dict[str, int] = {}
         uncounted: list[str] = []
         for stream in self.source:
-            got = self.ingested.get(stream, {}).get(hour, 0)
+            got = ingested.get(stream, {}).get(counted, 0)
             ingested_total += got
             counts = self.source[stream]
             if counts is None:
                 continue
-            if hour not in counts:
+            rows = source_count(counts, counted)
+            if rows is None:
                 uncounted.append(stream)
                 continue
-            source_total = (source_total or 0) + counts[hour]
-            if got < counts[hour]:
-                missing[stream] = counts[hour] - got
-        required = math.ceil(self.threshold * source_total - 1e-9) if source_total is not None else 0
-        return HourCompleteness(key, source_total, ingested_total, required, self.threshold, missing, uncounted)
+            source_total = (source_total or 0) + rows
+            if got < rows:
+                missing[stream] = rows - got
+        required = required_rows(self.threshold, source_total)
+        return Completeness(key, source_total, ingested_total, required, self.threshold, missing, uncounted)
+
+    def local_window(self, start: datetime) -> str:
+        """The counts' key of the window starting at ``start``: local "YYYY-MM-DDTHH:MM"."""
+        return count_window(start.astimezone(ZoneInfo(self.timezone)))
+
+    def window_complete(self, start: datetime) -> bool:
+        """Whether the 5-minute window starting at ``start`` is complete by count (its watermark aside): measured on
+        its own when its hour is measured by window, else only as part of its whole hour."""
+        hour = self.local_hour(hour_key(_floor_hour(start)))
+        if self.by_window(hour):
+            return self.window_completeness(self.local_window(start)).complete
+        return self.completeness(hour_key(_floor_hour(start))).complete
+
+
+WINDOW = timedelta(minutes=COUNT_WINDOW_MINUTES)
+
+
+def _hour_count(counts: dict[str, int], hour: str) -> int | None:
+    """A stream's source rows of a local hour: its hour line, or the sum of its windows once all 12 are counted."""
+    if hour in counts:
+        return counts[hour]
+    windows = [counts.get(f"{hour}:{m:02d}") for m in range(0, 60, COUNT_WINDOW_MINUTES)]
+    return None if any(n is None for n in windows) else sum(n for n in windows if n is not None)
+
+
+def hour_windows(start: datetime) -> list[datetime]:
+    """The starts of the hour's 5-minute windows (12)."""
+    return [start + i * WINDOW for i in range(int(timedelta(hours=1) / WINDOW))]
 
 
 def _floor_hour(ts: datetime) -> datetime:
@@ -163,7 +268,15 @@ def with_counts(
 ) -> Readiness:
     """A copy of a shard state (:func:`shard_state`) with the counts of the hours in [since, until)."""
     copy = replace(
-        state, source={}, ingested={}, counted_seq={}, count_entries=[], counted_hours=None, counts_read=ReadStats()
+        state,
+        source={},
+        ingested={},
+        ingested_windows={},
+        unwindowed={},
+        counted_seq={},
+        count_entries=[],
+        counted_hours=None,
+        counts_read=ReadStats(),
     )
     if copy.streams:
         read_counts(copy, store, landing, table, since, until)
@@ -197,9 +310,15 @@ def read_counts(
     counted, entries = ingested_counts(store, table, dates)
     state.counts_read = counted.read
     state.count_entries = [e for e in entries if state.counts_cover(e["hour"])]
+    state._window_hours = None
     for e in state.count_entries:
         per = state.ingested.setdefault(e["stream"], {})
         per[e["hour"]] = per.get(e["hour"], 0) + int(e["rows"])
+        if e.get("window"):
+            windows = state.ingested_windows.setdefault(e["stream"], {})
+            windows[e["window"]] = windows.get(e["window"], 0) + int(e["rows"])
+        elif int(e["rows"]):
+            state.unwindowed.setdefault(e["stream"], set()).add(e["hour"])
         state.counted_seq[e["stream"]] = max(state.counted_seq.get(e["stream"], 0), int(e["seq_to"]))
 
 
@@ -271,6 +390,47 @@ def ready_hours(state: Readiness, after: str | None, limit: int = MAX_EVENTS_PER
             break
         keys.append(hour_key(hour))
         hour += timedelta(hours=1)
+    return keys
+
+
+def ready_windows(state: Readiness, after: datetime | None, limit: int = MAX_EVENTS_PER_TICK * 12) -> list[datetime]:
+    """Starts of the 5-minute windows complete under the watermark and by count, in order, after the window ending at
+    ``after`` (from the first hour of data without); the first incomplete window (or the end of the hours whose
+    counts were read) stops the walk, as hours are walked."""
+    start = after if after is not None else _walk_start(state, None)
+    if state.watermark is None or start is None:
+        return []
+    found: list[datetime] = []
+    window = start
+    while window + WINDOW <= state.watermark and len(found) < limit:
+        if not state.counts_cover(state.local_hour(hour_key(_floor_hour(window)))):
+            break
+        if not state.window_complete(window):
+            break
+        found.append(window)
+        window += WINDOW
+    return found
+
+
+def completed_partitions(
+    pdef: TimeWindowPartitionsDefinition, since: datetime, before: datetime, after: datetime
+) -> list[str]:
+    """The partitions of ``pdef`` that the complete windows reaching from ``before`` to ``after`` complete: every one
+    ending in (``before``, ``after``] and starting at or after ``since`` (where the complete run of windows began).
+
+    One walk of windows thus completes the partitions of every period at once, each once: the windows of 5 minutes,
+    a mini-batch table's 10 or 15, the hour of the ODS table itself."""
+    keys: list[str] = []
+    with partition_loading_context(after + timedelta(days=1)):
+        # the partition holding ``before`` is the first that can end after it
+        window = pdef.time_window_for_partition_key(pdef.get_partition_key_for_timestamp(before.timestamp()))
+        while window.end <= after:
+            if window.end > before and window.start >= since:
+                keys.append(pdef.get_partition_key_for_timestamp(window.start.timestamp()))
+            following = pdef.get_next_partition_window(window.end, respect_bounds=False)
+            if following is None:
+                break
+            window = following
     return keys
 
 
@@ -369,33 +529,147 @@ def readiness_events(
         keys = ready_hours(state, last, MAX_EVENTS_PER_TICK - len(events))
         # the counts read cover the tick's hours only: what was seen before stays seen
         counted = {s: max(seen.get(s, 0), state.counted_seq.get(s, 0)) for s in {*seen, *state.counted_seq}}
-        if not keys and not late and counted == seen:
-            continue
-        done = already_reported(table) if already_reported else set()
-        if keys or counted != seen:
+        through = _windows_through(cursor.get(table.fqn))
+        windows, through_now = window_events(state, catalog.windows(table.fqn), through, seen, already_reported)
+        if keys or counted != seen or through_now != through:
             cursor[table.fqn] = {"last": keys[-1] if keys else last, "seen": dict(sorted(counted.items()))}
+            if through_now is not None:
+                cursor[table.fqn]["windows"] = through_now.isoformat()
+        done = already_reported(table) if already_reported and (keys or late) else set()
         keys = [k for k in keys if k not in done]
-        if not keys and not late:
-            continue
-        rows = partition_rows(store, table, [*late, *keys])
-        version = store.version(table.key)
-        for key in [*late, *keys]:
-            start = hourly.time_window_for_partition_key(key).start
-            stats = rows.get((start.strftime("%Y-%m-%d"), start.strftime("%H")), {"rows": 0, "files": 0})
-            counts = state.completeness(key)
-            metadata: dict[str, Any] = {
-                "rows": stats["rows"],
-                "files": stats["files"],
-                "watermark": state.watermark.isoformat() if state.watermark else "",
-                "streams": len(state.streams),
-                "delta_version": version if version is not None else -1,
-                "source_rows": counts.source_rows if counts.source_rows is not None else -1,
-                "ingested_rows": counts.ingested_rows,
-                "completeness_threshold": counts.threshold,
-                "late_changes": key in late,
-            }
-            events.append(AssetMaterialization(asset_key=AssetKey(table.key), partition=key, metadata=metadata))
+        if keys or late:
+            events.extend(_hour_events(store, table, state, late, keys))
+        events.extend(windows)
     return events, cursor
+
+
+def _hour_events(
+    store: DeltaStore, table: Table, state: Readiness, late: Sequence[str], keys: Sequence[str]
+) -> list[AssetMaterialization]:
+    rows = partition_rows(store, table, [*late, *keys])
+    version = store.version(table.key)
+    events = []
+    for key in [*late, *keys]:
+        start = hourly.time_window_for_partition_key(key).start
+        stats = rows.get((start.strftime("%Y-%m-%d"), start.strftime("%H")), {"rows": 0, "files": 0})
+        counts = state.completeness(key)
+        metadata: dict[str, Any] = {
+            "rows": stats["rows"],
+            "files": stats["files"],
+            "watermark": state.watermark.isoformat() if state.watermark else "",
+            "streams": len(state.streams),
+            "delta_version": version if version is not None else -1,
+            "source_rows": counts.source_rows if counts.source_rows is not None else -1,
+            "ingested_rows": counts.ingested_rows,
+            "completeness_threshold": counts.threshold,
+            "late_changes": key in late,
+        }
+        events.append(AssetMaterialization(asset_key=AssetKey(table.key), partition=key, metadata=metadata))
+    return events
+
+
+def _windows_through(value: Any) -> datetime | None:
+    """How far a table's cursor says its completeness windows were complete (the end of the last one)."""
+    if isinstance(value, dict) and value.get("windows"):
+        return datetime.fromisoformat(str(value["windows"]))
+    return None
+
+
+def window_events(
+    state: Readiness,
+    tables: Sequence[Table],
+    through: datetime | None,
+    seen: Mapping[str, int],
+    already_reported: Callable[[Table], set[str]] | None = None,
+) -> tuple[list[AssetMaterialization], datetime | None]:
+    """Materializations of the completeness windows ``tables`` (of one ODS table) that the windows complete since
+    ``through`` (the end of the complete run of windows reported before) complete, each partition once whatever its
+    period; and the partitions already reported whose windows' ingested counts grew since the streams' ``seen``
+    positions (late changes), reported again. Returns them and how far the windows are complete now.
+
+    Without ``through``, it is the end of the latest partition ``already_reported`` of any of ``tables``, else the walk
+    starts at the first hour whose counts were read."""
+    if not tables or not state.streams:
+        return [], through
+    if through is None and already_reported is not None:
+        ends = []
+        for windows in tables:
+            done = already_reported(windows)
+            if done:
+                ends.append(BY_PERIOD[windows.period].time_window_for_partition_key(max(done)).end)
+        through = max(ends) if ends else None
+    # where the complete run of windows begins: a partition starting before it was never whole in it
+    origin = _walk_start(state, None)
+    if through is None and origin is not None and state.counted_hours is not None:
+        zone = ZoneInfo(state.timezone)
+        counted = datetime.strptime(state.counted_hours[0], "%Y-%m-%dT%H").replace(tzinfo=zone)
+        origin = max(origin, counted.astimezone(origin.tzinfo))
+    start = through or origin
+    if start is None or origin is None:
+        return [], through
+    found = ready_windows(state, start)
+    now = found[-1] + WINDOW if found else through
+    events: list[AssetMaterialization] = []
+    late = _late_windows(state, through, seen)
+    for windows in tables:
+        pdef = BY_PERIOD[windows.period]
+        fresh = completed_partitions(pdef, origin, start, found[-1] + WINDOW) if found else []
+        again = sorted(
+            {pdef.get_partition_key_for_timestamp(w.timestamp()) for w in late} - set(fresh),
+            key=lambda k: pdef.time_window_for_partition_key(k).start,
+        )
+        again = [k for k in again if _whole(state, pdef, k, through)]
+        if already_reported is not None and fresh:
+            done = already_reported(windows)
+            fresh = [k for k in fresh if k not in done]
+        for key in [*again, *fresh]:
+            window = pdef.time_window_for_partition_key(key)
+            parts = [state.window_completeness(state.local_window(w)) for w in _windows_of(window.start, window.end)]
+            sources = [c.source_rows for c in parts if c.source_rows is not None]
+            metadata: dict[str, Any] = {
+                "windows": len(parts),
+                "watermark": state.watermark.isoformat() if state.watermark else "",
+                "source_rows": sum(sources) if sources else -1,
+                "ingested_rows": sum(c.ingested_rows for c in parts),
+                "completeness_threshold": state.threshold,
+                "late_changes": key in again,
+            }
+            events.append(AssetMaterialization(asset_key=AssetKey(windows.key), partition=key, metadata=metadata))
+    return events, now
+
+
+def _windows_of(start: datetime, end: datetime) -> list[datetime]:
+    found, window = [], start
+    while window < end:
+        found.append(window)
+        window += WINDOW
+    return found
+
+
+def _late_windows(state: Readiness, through: datetime | None, seen: Mapping[str, int]) -> set[datetime]:
+    """Starts of the windows before ``through`` whose ingested count grew since the streams' ``seen`` positions."""
+    if through is None:
+        return set()
+    zone = ZoneInfo(state.timezone)
+    found = set()
+    for entry in state.count_entries:
+        if not entry.get("window") or entry["seq_to"] <= seen.get(entry["stream"], 0) or not entry["rows"]:
+            continue
+        start = datetime.strptime(entry["window"], "%Y-%m-%dT%H:%M").replace(tzinfo=zone).astimezone(through.tzinfo)
+        if start + WINDOW <= through:
+            found.add(start)
+    return found
+
+
+def _whole(state: Readiness, pdef: TimeWindowPartitionsDefinition, key: str, through: datetime | None) -> bool:
+    """Whether the partition ``key`` was reported (ended by ``through``) and each of its windows is complete now."""
+    window = pdef.time_window_for_partition_key(key)
+    if through is None or window.end > through:
+        return False
+    return all(
+        state.counts_cover(state.local_hour(hour_key(_floor_hour(w)))) and state.window_complete(w)
+        for w in _windows_of(window.start, window.end)
+    )
 
 
 def unreported_changes(

@@ -17,9 +17,12 @@ session or JVM, so that forking it is safe. Per run it forks a child that re-ope
 - Stopping: SIGINT or SIGTERM reaching a run worker (Ctrl-C of the stack reaches its whole process group) cancels its
   run, as the UI's Terminate does: the run is marked canceling before Dagster's interrupt handler raises, so Dagster
   ends it CANCELED instead of "interrupted unexpectedly" (FAILURE), the run is tagged ``warehouse/stopped_by`` (the
-  engine submits it again at its next start), and the worker prints one line, then nothing more of its own (the
-  run's end and its traceback stay in the event log). The interrupted step's failure is still echoed by Dagster's
-  compute log capture, which copies the step's output from a process of its own.
+  engine submits it again at its next start), and the worker prints one line, then nothing more: it falls silent and
+  stops the processes that echo the step's captured output to the terminal (Dagster's compute log capture tails the
+  step's log files from processes of their own), so the interrupted step's traceback stays in the step's compute log
+  and the run's event log. A signal to the whole process group reaches those echo processes too (Dagster's orphan
+  watcher then prints a KeyboardInterrupt traceback): ``warehouse dev`` therefore signals each run worker first
+  (:func:`run_workers`) and stops Dagster's group once their echoes have ended.
 - Run monitoring and ``terminate`` find the child by the PID recorded in the run's ``warehouse/run_worker`` tag (host,
   PID and process start time, so a reused PID is not mistaken for the worker), from any process on the same host.
 - A launch that cannot be served (the code location fails to import, the zygote does not answer) raises
@@ -526,9 +529,9 @@ class _StopSignals:
     only if it is already marked canceling, FAILURE otherwise ("interrupted unexpectedly"). So every handler set for
     those signals in this process is wrapped: the first stop signal marks the run canceling (from a thread of its own,
     with a timeout: the interrupted code may hold the storage's lock), tags it with the signal, says so in one line and
-    sends what the run prints afterwards (the interrupted step's traceback, also in the run's event log) to /dev/null;
-    then Dagster's handler interrupts the run. Later stop signals are swallowed: they would interrupt the cancellation
-    itself."""
+    sends what the run prints afterwards (the interrupted step's traceback, also in the run's event log) to /dev/null,
+    the step's echo included; then Dagster's handler interrupts the run. Later stop signals are swallowed: they would
+    interrupt the cancellation itself."""
 
     def __init__(self, run_id: str, serialized_ref: str):
         self.run_id, self.serialized_ref = run_id, serialized_ref
@@ -557,6 +560,7 @@ class _StopSignals:
             if self.received is not None:
                 return None  # the run is being canceled: a second Ctrl-C must not interrupt that
             self.received = signal.Signals(signum).name
+            _stop_echoes()  # at once: a supervisor stopping the stack waits for them, not for the cancellation
             self._cancel()
             return handler(signum, frame)
 
@@ -611,6 +615,75 @@ class _StopSignals:
             for fd in fds:
                 os.dup2(quiet, fd)
             os.close(quiet)
+
+
+ECHO_STOP_TIMEOUT_S = 1.0  # `tail` and Dagster's orphan watcher end at once on SIGTERM
+
+
+def _processes() -> dict[int, tuple[int, list[bytes]]]:
+    """Every process of this machine: PID → (parent PID, command line)."""
+    found: dict[int, tuple[int, list[bytes]]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                text = (entry / "stat").read_text()
+                parent = int(text[text.rindex(")") + 2 :].split()[1])
+                found[int(entry.name)] = (parent, (entry / "cmdline").read_bytes().split(b"\0"))
+    return found
+
+
+def _stop_echoes() -> None:
+    """Stop the processes echoing this worker's captured step output to the terminal, before the interrupt writes the
+    step's traceback into that capture.
+
+    During a step, Dagster's ``LocalComputeLogManager`` points fds 1 and 2 at the step's log files and echoes each
+    file to the terminal by a ``tail -F`` child, watched by a Python process that ends it if this worker dies; its
+    ``capture_logs`` keeps those PIDs to itself, so they are found among this process's descendants. SIGTERM ends
+    both silently (a SIGINT makes the watcher print a KeyboardInterrupt traceback). Dagster's own clean-up at the
+    step's end then finds them ended. The step's output stays complete in its log files (the UI's stdout/stderr)."""
+    processes = _processes()
+    descendants: set[int] = set()
+    frontier = {os.getpid()}
+    while frontier:
+        frontier = {pid for pid, (parent, _) in processes.items() if parent in frontier} - descendants
+        descendants |= frontier
+    echoes = []
+    for pid in descendants:
+        if _echoes(processes[pid][1]):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
+                echoes.append(pid)
+    deadline = time.monotonic() + ECHO_STOP_TIMEOUT_S
+    while echoes and time.monotonic() < deadline:  # ended (a zombie until Dagster reaps it) or gone
+        echoes = [pid for pid in echoes if (stat := _proc_stat(pid)) is not None and stat[0] != "Z"]
+        if echoes:
+            time.sleep(0.01)
+
+
+def _echoes(argv: list[bytes]) -> bool:
+    """Whether a command line is one of the compute log capture's echo processes: ``tail -F`` or its watcher."""
+    tail = bool(argv) and os.path.basename(argv[0]) == b"tail" and b"-F" in argv
+    return tail or any(arg.endswith(b"watch_orphans.py") for arg in argv)
+
+
+def echo_processes(candidates: Sequence[int]) -> list[int]:
+    """Of ``candidates``, the processes echoing a step's captured output (gone once their run worker was stopped)."""
+    processes = _processes()
+    return [pid for pid in candidates if pid in processes and _echoes(processes[pid][1])]
+
+
+def run_workers(candidates: Sequence[int]) -> list[int]:
+    """Of ``candidates``, the run workers: processes forked by a warm worker (its command line, its child).
+
+    A supervisor stopping the stack signals them first, one by one: each cancels its run in one line and stops its
+    step's echo, which a signal to the whole process group would reach at the same moment."""
+    processes = _processes()
+
+    def warm(pid: int) -> bool:
+        argv = processes.get(pid, (0, []))[1]
+        return len(argv) > 2 and argv[1:3] == [b"-m", __name__.encode()]
+
+    return [pid for pid in candidates if warm(pid) and warm(processes[pid][0])]
 
 
 def _run_label(run: DagsterRun) -> str:

@@ -1,0 +1,100 @@
+"""The engine compares the lake with the partition states on its cadence: a day whose files were deleted is marked
+missing once (one log line for its table), the engine requests it again, and a day built empty is left alone.
+
+A small catalog (``ods.src`` → ``dwd.day``), its lake written with delta-rs, its events written as the product writes
+them; the engine is stepped by hand with a recorder for a webserver: no Spark, no Dagster daemon.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pyarrow as pa
+import pytest
+from dagster import AssetKey, AssetMaterialization, DagsterInstance
+from deltalake import write_deltalake
+
+from resources.delta_lake import DeltaStore
+from tests.center.test_center import hours
+from tests.center.test_engine_catalog import DAY_SQL, Recorder
+from tests.support.small_catalog import VALUED_ODS, write
+from warehouse_assets.build.compiler import max_partitions_per_run
+from warehouse_assets.catalog import load_catalog
+from warehouse_assets.center.engine import assemble_engine
+from warehouse_assets.center.reconcile import Reconciler
+
+TZ = ZoneInfo("Asia/Shanghai")
+NOW = datetime(2026, 3, 6, 9, tzinfo=TZ)
+DAYS = ["2026-03-03", "2026-03-04", "2026-03-05"]
+EMPTY = "2026-03-05"  # built, with no rows: no files
+
+
+@pytest.fixture
+def instance(consolidated: DagsterInstance) -> DagsterInstance:
+    return consolidated
+
+
+def test_the_engine_marks_a_day_whose_files_are_gone_once_and_requests_it_again(
+    instance: DagsterInstance, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / "tables"
+    write(root, "ods/src.yaml", VALUED_ODS)
+    write(root, "dwd/day.sql", DAY_SQL)
+    catalog = load_catalog(root)
+    lake = tmp_path / "lake"
+    rows = [{"id": i, "v": i, "dt": day} for i, day in enumerate(DAYS[:2])]
+    write_deltalake(str(lake / "dwd" / "day"), pa.Table.from_pylist(rows), partition_by=["dt"])
+    for day in DAYS:
+        for hour in hours(day):  # hours with no rows, as their reports say: no files to lose
+            instance.report_runless_asset_event(
+                AssetMaterialization(AssetKey(["ods", "src"]), partition=hour, metadata={"rows": 0})
+            )
+        written = 0 if day == EMPTY else 1
+        partitions = [{"partition": day, "rows": written, "delta_version": 0}]
+        instance.report_runless_asset_event(
+            AssetMaterialization(
+                AssetKey(["dwd", "day"]), partition=day, metadata={"rows": written, "partitions": partitions}
+            )
+        )
+    recorder = Recorder()
+    reconciler = Reconciler(instance, DeltaStore(str(lake)), every=1e-6)  # due at every round
+    engine = assemble_engine(
+        instance, catalog, recorder, max_partitions_per_run, clock=lambda: NOW, reconciler=reconciler
+    )
+    caplog.set_level(logging.WARNING, logger="warehouse.engine")
+
+    def round_() -> None:
+        """One round of the engine, and the sweep it started beside it finished."""
+        engine.tick()
+        engine.finish_sweep(timeout=60)
+
+    def said() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.getMessage().startswith("reconcile")]
+
+    try:
+        round_()
+        round_()
+        assert said() == [] and recorder.plans == []  # in step, all built: nothing said, nothing requested
+
+        [gone] = (lake / "dwd" / "day" / f"dt={DAYS[0]}").glob("*.parquet")
+        gone.unlink()  # a VACUUM gone wrong
+        round_()
+        assert said() == [
+            f"reconcile: dwd.day: 1 partition(s) gone from the lake, marked missing and to be built again: {DAYS[0]} "
+            "(1 of its 1 file(s) listed in the Delta log are gone from storage (vacuumed or deleted))"
+        ]
+        round_()  # reads the mark, and requests the day again
+        assert [(p.table, p.partitions) for p in recorder.plans] == [("dwd.day", (DAYS[0],))]
+        assert "gone from the lake" in recorder.plans[0].trigger.describe()
+        state = engine.store.states(AssetKey(["dwd", "day"]), DAYS)
+        assert state[DAYS[0]].missing is not None and not state[DAYS[0]].materialized
+        assert state[DAYS[1]].materialized and state[EMPTY].materialized  # the empty day has no files to lose
+
+        round_()  # the next sweeps say nothing more and request nothing more: marked once
+        round_()
+        assert len(said()) == 1 and len(recorder.plans) == 1
+    finally:
+        engine.close()

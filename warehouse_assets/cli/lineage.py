@@ -1,0 +1,91 @@
+"""``warehouse lineage TABLE.COLUMN [--up|--down]``: where a column's values come from, or what they reach.
+
+``--up`` (the default) prints the columns it is computed from, table by table up to the sources, then the columns that
+decide the rows of each table on the way (filters, join keys, groupings); ``--down`` prints every table built from it,
+transitively: the columns computed from it, or every column where the rows depend on it. Reads the catalog only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from warehouse_assets.catalog.lineage import ColumnRef, WarehouseLineage
+
+
+def add_lineage_parser(sub: Any) -> None:
+    lineage = sub.add_parser(
+        "lineage", help="column lineage: what a column is computed from (--up) or reaches (--down)"
+    )
+    lineage.add_argument("column", help="layer.table.column, e.g. ads.daily_gmv.gmv")
+    direction = lineage.add_mutually_exclusive_group()
+    direction.add_argument(
+        "--up", dest="down", action="store_false", help="the columns it is computed from, up to the sources (default)"
+    )
+    direction.add_argument("--down", dest="down", action="store_true", help="the columns and tables built from it")
+    lineage.set_defaults(down=False)
+
+
+def run_lineage(args: argparse.Namespace) -> int:
+    from warehouse_assets.catalog import load_catalog
+    from warehouse_assets.catalog.lineage import WarehouseLineage
+
+    lineage = WarehouseLineage(load_catalog())
+    try:
+        ref = lineage.column(args.column)
+        lines = downstream_lines(lineage, ref) if args.down else upstream_lines(lineage, ref)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print("\n".join(lines))
+    return 0
+
+
+def upstream_lines(lineage: WarehouseLineage, ref: ColumnRef) -> list[str]:
+    """``ref`` and the columns it is computed from, indented by step, up to the sources; then what decides the rows of
+    each table on the way, and the columns the SQL could not be followed to."""
+    lines = [f"{ref}"]
+    expanded: set[ColumnRef] = set()
+    tables: list[str] = []
+    stack = [(ref, 0)]
+    while stack:  # depth first, inputs in name order
+        current, depth = stack.pop()
+        if depth:
+            seen = current in expanded and lineage.of(current.table).inputs
+            lines.append(f"{'  ' * depth}<- {current}" + (" (above)" if seen else ""))
+            if seen:
+                continue
+        expanded.add(current)
+        table = lineage.of(current.table)
+        if table.inputs and current.table not in tables:
+            tables.append(current.table)
+        inputs = sorted(table.upstream_of(current.column), reverse=True)
+        if not inputs and depth == 0:
+            what = "a column of a source (ingested or delivered)" if not table.inputs else "computed from no column"
+            lines.append(f"  ({what})")
+        stack.extend((found, depth + 1) for found in inputs if found != current)
+    for name in tables:
+        table = lineage.of(name)
+        rows = ", ".join(sorted(str(r) for r in table.rows)) or "every row of its inputs (no filter, join or grouping)"
+        lines.append(f"rows of {name}: {rows}")
+        lines.extend(f"unresolved: {line}" for line in table.describe_unresolved())
+    return lines
+
+
+def downstream_lines(lineage: WarehouseLineage, ref: ColumnRef) -> list[str]:
+    """Every table built from ``ref``, in dependency order, with the columns it reaches there; then the tables built
+    from its table that it does not reach."""
+    impact = lineage.impact(ref.table, [ref.column])
+    reached = [table for table in impact.tables if table != ref.table]
+    lines = [f"{ref}"]
+    lines += [f"  -> {table:<28} {impact.describe(table)}" for table in reached]
+    if not reached:
+        lines.append("  (no table reads it)")
+    untouched = sorted(lineage.downstream_tables(ref.table) - set(reached) - {ref.table})
+    if untouched:
+        lines.append(f"built from {ref.table} without reading it: {', '.join(untouched)}")
+    for table in reached:
+        lines.extend(f"unresolved: {line}" for line in lineage.of(table).describe_unresolved())
+    return lines
