@@ -81,8 +81,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from warehouse_assets.build.compiler import max_partitions_per_run
 from warehouse_assets.catalog import START, periods
+from warehouse_assets.materialize.compiler import max_partitions_per_run
 
 PERIODS = ("hourly", "daily", "weekly", "monthly")
 PERIOD_WEIGHTS = (0.12, 0.60, 0.15, 0.13)
@@ -490,7 +490,7 @@ def simulate_day(
 
     Each call resolves for at most ``budget`` seconds as the engine's rounds do (None: until done); while a burst
     leaves a backlog, the next call comes at once, with the changes of the runs completed meanwhile."""
-    from warehouse_assets.build.gate import decide
+    from warehouse_assets.materialize.gate import decide
 
     tz = ZoneInfo(periods().timezone)
     day_end = day_start + 86400

@@ -57,7 +57,6 @@ for path in (ROOT, ROOT / "bench"):
 
 from automation_scale import generate_catalog
 
-from warehouse_assets.build.freshness import deadline as sla_deadline
 from warehouse_assets.catalog import BY_PERIOD, WHOLE, Catalog, business_zone, load_catalog
 from warehouse_assets.center.eta import (
     NOT_BUILT,
@@ -71,6 +70,7 @@ from warehouse_assets.center.eta import (
     Seen,
 )
 from warehouse_assets.center.reverse_index import ReverseIndex
+from warehouse_assets.materialize.freshness import deadline as sla_deadline
 
 FIRST_DAY = date(2026, 3, 1)  # the first simulated day (history before it is built long ago)
 HANDOFF_S = 2.0  # the dependency center's submission after the last upstream is ready

@@ -125,10 +125,10 @@ def main() -> int:
 
     from simulator.cdc import SimulationConfig, simulate
     from simulator.external import marketing_rows, write_marketing
-    from warehouse_assets.build.quality import report_valid
     from warehouse_assets.catalog import load_catalog
     from warehouse_assets.center.engine import SUBMITTED_TAG
     from warehouse_assets.center.late_data import LOOKBACK
+    from warehouse_assets.materialize.quality import report_valid
 
     work = Path(tempfile.mkdtemp(prefix="handoff-"))
     home, lake, landing = work / "dagster_home", work / "lake", work / "landing"

@@ -495,8 +495,8 @@ def check_against_reference(
     the soak built none the reference could not. Returns how many partitions were compared."""
     from dagster import AssetKey
 
-    from warehouse_assets.build.runner import partition_spec
     from warehouse_assets.catalog import BY_PERIOD, WHOLE
+    from warehouse_assets.materialize.runner import partition_spec
 
     begin = datetime(first.year, first.month, first.day, tzinfo=TZ)
     end = begin + timedelta(days=days)

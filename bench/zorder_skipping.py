@@ -61,8 +61,8 @@ from dagster import DagsterInstance
 from resources import resources_from_env
 from resources.delta_lake import DeltaStore, Predicate, ReadStats
 from resources.spark import engine_label, get_session
-from warehouse_assets.build.zorder import build_zorder_job
 from warehouse_assets.catalog import START, load_catalog, periods
+from warehouse_assets.materialize.zorder import build_zorder_job
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -2,7 +2,7 @@
 the ``sla_forecast`` sensor: a warning before the deadline for each partition predicted to miss it.
 
 The rule each tick applies (which deadlines are judged, the backlog of a first start, the cursor) is
-:func:`warehouse_assets.build.freshness.deadline_tick`; the sensor reports its verdicts as partitioned
+:func:`warehouse_assets.materialize.freshness.deadline_tick`; the sensor reports its verdicts as partitioned
 ``AssetCheckEvaluation`` events (``SensorResult(asset_events=...)``), which the daemon stores run-less, per partition.
 The warnings' rule is :func:`warehouse_assets.center.eta.forecast_tick`, reported the same way.
 """
@@ -22,7 +22,12 @@ from dagster import (
 
 from resources.landing import LandingResource
 from resources.settings import Settings, current
-from warehouse_assets.build.freshness import (
+from warehouse_assets.catalog import Catalog, business_zone
+from warehouse_assets.center.eta import day_predictions, forecast_tick, instance_predictor, warning_evaluation
+from warehouse_assets.center.eta import timeline_markdown as timeline
+from warehouse_assets.center.reverse_index import ReverseIndex
+from warehouse_assets.center.state_store import PartitionStateStore
+from warehouse_assets.materialize.freshness import (
     FORECAST_CHECK_NAME,
     Clock,
     DeadlineCursor,
@@ -34,12 +39,7 @@ from warehouse_assets.build.freshness import (
     log_tick,
     now_in_business_tz,
 )
-from warehouse_assets.build.quality import evaluation
-from warehouse_assets.catalog import Catalog, business_zone
-from warehouse_assets.center.eta import day_predictions, forecast_tick, instance_predictor, warning_evaluation
-from warehouse_assets.center.eta import timeline_markdown as timeline
-from warehouse_assets.center.reverse_index import ReverseIndex
-from warehouse_assets.center.state_store import PartitionStateStore
+from warehouse_assets.materialize.quality import evaluation
 
 # the partitions whose deadline falls within this span ahead are predicted at each tick
 FORECAST_HORIZON = timedelta(hours=24)

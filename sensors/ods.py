@@ -6,7 +6,8 @@
   ingestion run did: hours whose source counts arrived after their segments were ingested, or whose run died before
   reporting them.
 * ``ods_quality_checks`` judges the reported hours still without verdicts in one ``ods_quality_checks`` run
-  (:mod:`warehouse_assets.build.hour_checks`), oldest first. Left to Dagster's automation, each table and hour would
+  (:mod:`warehouse_assets.materialize.hour_checks`), oldest first. Left to Dagster's automation, each table and hour
+  would
   get a run of its own (120 runs per simulated day, each starting a process), which flooded the run queue.
 
 Both fallbacks wait while an ingestion run is in flight: it reports and judges the hours it completes, and doing it
@@ -36,12 +37,12 @@ from dagster import (
 from resources.delta_lake import DeltaLakeResource
 from resources.landing import LandingResource
 from resources.settings import current
-from warehouse_assets.build.hour_checks import JOB, RETRY_AFTER, checked_tables, next_batch, unchecked_hours
 from warehouse_assets.catalog import Catalog, business_zone
 from warehouse_assets.center.late_data import LOOKBACK
 from warehouse_assets.ingest.job import IN_FLIGHT, ingestion_in_flight
 from warehouse_assets.ingest.merge import pending_segments
 from warehouse_assets.ingest.readiness import readiness_events, reported_ingested_rows, unreported_changes
+from warehouse_assets.materialize.hour_checks import JOB, RETRY_AFTER, checked_tables, next_batch, unchecked_hours
 
 INGEST_PRIORITY = ("dagster/priority", "1")
 ACTIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
@@ -125,7 +126,8 @@ def build_readiness_sensor(catalog: Catalog):  # type: ignore[no-untyped-def]
 
 
 def build_ods_checks_sensor(catalog: Catalog, ods_quality_checks: JobDefinition) -> SensorDefinition:
-    """The sensor launching ``ods_quality_checks`` (:mod:`warehouse_assets.build.hour_checks`) for unchecked hours."""
+    """The sensor launching ``ods_quality_checks`` (:mod:`warehouse_assets.materialize.hour_checks`) for unchecked
+    hours."""
     tables = checked_tables(catalog)
 
     @sensor(

@@ -17,8 +17,8 @@ from dagster import (
     sensor,
 )
 
-from warehouse_assets.build.compiler import code_version
 from warehouse_assets.catalog import Catalog
+from warehouse_assets.materialize.compiler import code_version
 
 CODE_VERSION_TAG = "dagster/code_version"  # Dagster's tag on a materialization: the asset's code version then
 

@@ -2,7 +2,7 @@
 
 A partition is complete when it is materialized: derived partitions are written whole by one run, ODS
 hours are materialized by the readiness sensor once every shard is applied past the hour. This sensor
-sees those materializations and launches ``zorder_partitions`` (:mod:`warehouse_assets.build.zorder`) for them;
+sees those materializations and launches ``zorder_partitions`` (:mod:`warehouse_assets.materialize.zorder`) for them;
 downstream runs never wait for it (automation ignores it), and a reader in flight keeps its snapshot's files
 (vacuum honours the time-travel window).
 """
@@ -21,14 +21,15 @@ from dagster import (
     sensor,
 )
 
-from warehouse_assets.build.zorder import zordered_tables
 from warehouse_assets.catalog import Catalog
+from warehouse_assets.materialize.zorder import zordered_tables
 
 BATCH = 48  # partitions per optimize run
 
 
 def build_zorder_sensor(catalog: Catalog, zorder_partitions: JobDefinition) -> SensorDefinition:
-    """The sensor launching ``zorder_partitions`` (:mod:`warehouse_assets.build.zorder`) for complete partitions."""
+    """The sensor launching ``zorder_partitions`` (:mod:`warehouse_assets.materialize.zorder`) for complete
+    partitions."""
     tables = zordered_tables(catalog)
 
     @sensor(

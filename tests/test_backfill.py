@@ -50,11 +50,11 @@ from simulator.cdc import SimulationConfig, simulate
 from simulator.external import simulate_external_for_landing
 from tests.support import oracle
 from tests.support.lake import row_dicts
-from warehouse_assets.build.compiler import build_assets
-from warehouse_assets.build.gate import backfill_partitions
 from warehouse_assets.catalog import upstream_partitions
 from warehouse_assets.cli.headless import build_static, report_external_deliveries, report_ready_hours, run_ingest
 from warehouse_assets.definitions import catalog
+from warehouse_assets.materialize.compiler import build_assets
+from warehouse_assets.materialize.gate import backfill_partitions
 
 ROOT = Path(__file__).resolve().parents[1]
 TZ = ZoneInfo("Asia/Shanghai")

@@ -349,7 +349,7 @@ def test_loading_the_code_location_imports_no_pyspark() -> None:
         "import sys\n"
         "import warehouse_assets.definitions\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j') "
-        "or m == 'warehouse_assets.build.runner'))\n"
+        "or m == 'warehouse_assets.materialize.runner'))\n"
     )
     env = {**os.environ, "DAGSTER_TELEMETRY_ENABLED": "false"}
     done = subprocess.run(

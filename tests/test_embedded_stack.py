@@ -69,8 +69,8 @@ from tests.support.ui import (
     shoot,
     wait_for_text,
 )
-from warehouse_assets.build.validity import VALID
 from warehouse_assets.catalog import TABLES_DIR, load_catalog
+from warehouse_assets.materialize.validity import VALID
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(STACK_TIMEOUT_S)]
 

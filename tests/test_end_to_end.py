@@ -502,8 +502,8 @@ def test_the_last_day_of_january_reads_januarys_report_as_the_latest_month(wareh
 def test_a_self_dependent_table_must_produce_its_declared_columns(spark: SparkSession) -> None:
     from dagster import Failure
 
-    from warehouse_assets.build.runner import _check_columns, _empty_like
     from warehouse_assets.definitions import catalog
+    from warehouse_assets.materialize.runner import _check_columns, _empty_like
 
     table = catalog["dws.user_learning_cumulative"]
     empty = _empty_like(spark, _NoLake(), table, first_of_self=True)  # the first partition's T-1

@@ -40,9 +40,9 @@ from simulator.cdc import merged_order_row
 from tests.center.test_state_store import materializations
 from tests.support import oracle
 from tests.support.center_harness import CenterTicker
-from warehouse_assets.build.compiler import build_assets
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.ingest.merge import ods_arrow_schema
+from warehouse_assets.materialize.compiler import build_assets
 
 pytestmark = pytest.mark.spark
 

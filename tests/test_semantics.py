@@ -33,8 +33,8 @@ from pyspark.sql import SparkSession
 
 from resources import resources_from_env
 from tests.support.center_harness import CenterTicker
-from warehouse_assets.build.compiler import build_assets
 from warehouse_assets.catalog import BY_PERIOD, START, Catalog, load_catalog, upstream_partitions
+from warehouse_assets.materialize.compiler import build_assets
 
 TZ = ZoneInfo("Asia/Shanghai")
 
@@ -425,8 +425,8 @@ def test_exact_upstream_partitions_of_the_example_warehouse(
 
 
 def test_the_example_warehouse_builds_each_table_from_its_first_complete_partition() -> None:
-    from warehouse_assets.build.gate import backfill_partitions
     from warehouse_assets.definitions import catalog as real
+    from warehouse_assets.materialize.gate import backfill_partitions
 
     plan = backfill_partitions(real, datetime(2026, 1, 1, tzinfo=TZ), datetime(2026, 2, 1, tzinfo=TZ))
     firsts = {fqn: keys[0] for fqn, keys in plan.items()}

@@ -35,9 +35,9 @@ from resources.spark import port_open, spark_home
 from simulator.cdc import SimulationConfig, simulate
 from tests.support.dev_stack import free_port
 from tests.support.lake import row_dicts
-from warehouse_assets.build.zorder import build_zorder_job
 from warehouse_assets.catalog import load_catalog
 from warehouse_assets.cli.headless import materialize_range, run_ingest
+from warehouse_assets.materialize.zorder import build_zorder_job
 
 # a test's limit covers the module's fixtures in its first test: a standalone cluster and the local reference run
 pytestmark = [pytest.mark.spark, pytest.mark.stack, pytest.mark.timeout(900)]

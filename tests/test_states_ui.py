@@ -33,7 +33,7 @@ from tests.ingest.test_external import (
     seed_paid_day,
 )
 from tests.support.ui import chromium, needs_browser, shoot, sqlite_home, wait_for_text, webserver
-from warehouse_assets.build.gate import STATE
+from warehouse_assets.materialize.gate import STATE
 
 pytestmark = [pytest.mark.stack, needs_browser, pytest.mark.timeout(600)]  # a webserver, Chromium, builds
 

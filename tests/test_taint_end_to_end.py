@@ -53,10 +53,10 @@ from simulator.corrections import confined_rows, corrupt_hour, resend_corrected
 from tests.support import oracle
 from tests.support.lake import row_dicts
 from tests.support.repair import SYNC_RUNS, code_location, run_backfill
-from warehouse_assets.build.validity import tainted_in_instance
 from warehouse_assets.catalog import load_catalog
 from warehouse_assets.cli import main
 from warehouse_assets.cli.headless import materialize_range, run_ingest
+from warehouse_assets.materialize.validity import tainted_in_instance
 
 TZ = ZoneInfo("Asia/Shanghai")
 DAYS = [date(2026, 1, 1) + timedelta(days=n) for n in range(8)]

@@ -33,8 +33,8 @@ from tests.support.ui import (
     wait_for_text,
     webserver,
 )
-from warehouse_assets.build.validity import tainted_in_instance
 from warehouse_assets.catalog import load_catalog
+from warehouse_assets.materialize.validity import tainted_in_instance
 
 pytestmark = [pytest.mark.stack, needs_browser, pytest.mark.timeout(600)]  # a webserver, Chromium, a run
 

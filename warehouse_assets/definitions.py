@@ -22,14 +22,14 @@ from sensors.freshness import build_forecast_sensor, build_freshness_sensor
 from sensors.ods import build_landing_sensor, build_ods_checks_sensor, build_readiness_sensor
 from sensors.static import build_static_sensor
 from sensors.zorder import build_zorder_sensor
-from warehouse_assets.build.compiler import build_assets, build_checks
-from warehouse_assets.build.hour_checks import build_ods_checks_job, judge_hours
-from warehouse_assets.build.zorder import build_zorder_job
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.center.taint import build_taint_job
 from warehouse_assets.center.why import build_why_job
 from warehouse_assets.ingest.job import build_ingest_job
 from warehouse_assets.ingest.maintenance import build_maintenance
+from warehouse_assets.materialize.compiler import build_assets, build_checks
+from warehouse_assets.materialize.hour_checks import build_ods_checks_job, judge_hours
+from warehouse_assets.materialize.zorder import build_zorder_job
 
 # Deliberate uses of Dagster 1.13 features marked beta or preview (single-run backfill policies, partitioned
 # asset checks): the project pins Dagster, so the warning every process

@@ -19,11 +19,11 @@ import pytest
 from dagster import DagsterInstance
 
 from resources.settings import Settings, using
-from warehouse_assets.build.compiler import max_partitions_per_run
 from warehouse_assets.catalog import load_catalog
 from warehouse_assets.center.resolver import Resolver
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import PartitionStateStore
+from warehouse_assets.materialize.compiler import max_partitions_per_run
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 if str(BENCH) not in sys.path:

@@ -3,7 +3,7 @@
 Events are written to a temp-dir instance as the product writes them (runless reports of ODS hours and of built
 partitions, check verdicts, runs created and started), read by the partition state store, and handed to the
 resolver: no Spark, no code location. The semantics of every dependency pattern against the engine are in
-tests/test_semantics.py, the gates in tests/build/test_quality.py, test_ods_checks.py and test_external.py.
+tests/test_semantics.py, the gates in tests/materialize/test_quality.py, test_ods_checks.py and test_external.py.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from dagster import (
 )
 
 from tests.center.test_state_store import create_run, end, materializations, materialize_in, report, start, verdict
-from warehouse_assets.build.compiler import max_partitions_per_run
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.center.resolver import Resolver, RunPlan, Trigger, run_priority
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import PartitionStateStore
+from warehouse_assets.materialize.compiler import max_partitions_per_run
 
 TZ = ZoneInfo("Asia/Shanghai")
 NOW = datetime(2026, 3, 6, 9, tzinfo=TZ)

@@ -22,12 +22,9 @@ from dagster import (
 )
 
 from sensors.static import CODE_VERSION_TAG, build_static_sensor
-from tests.build.test_gate import FakeStates
 from tests.center.test_center import Center, days, requested
+from tests.materialize.test_gate import FakeStates
 from tests.support.small_catalog import assert_refused, sql_catalog, write
-from warehouse_assets.build.compiler import build_assets, code_version
-from warehouse_assets.build.gate import decide
-from warehouse_assets.build.validity import Taint
 from warehouse_assets.catalog import (
     CHANGED_AT,
     WHOLE,
@@ -39,6 +36,9 @@ from warehouse_assets.catalog import (
 )
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import PartitionStateStore
+from warehouse_assets.materialize.compiler import build_assets, code_version
+from warehouse_assets.materialize.gate import decide
+from warehouse_assets.materialize.validity import Taint
 
 TZ = ZoneInfo("Asia/Shanghai")
 CUMULATIVE = "kind: cumulative\nresets: weekly\ncolumns: {id: bigint}\n"

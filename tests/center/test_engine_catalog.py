@@ -19,13 +19,13 @@ from resources.landing import Landing
 from tests.center.test_center import hours
 from tests.center.test_state_store import report
 from tests.support.small_catalog import VALUED_ODS, write
-from warehouse_assets.build.compiler import max_partitions_per_run
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.center import heartbeat
 from warehouse_assets.center.engine import assemble_engine
 from warehouse_assets.center.heartbeat import Heartbeat
 from warehouse_assets.center.resolver import RunPlan
 from warehouse_assets.center.why import explain
+from warehouse_assets.materialize.compiler import max_partitions_per_run
 
 TZ = ZoneInfo("Asia/Shanghai")
 NOW = datetime(2026, 3, 6, 9, tzinfo=TZ)

@@ -22,7 +22,6 @@ from dagster._core.test_utils import freeze_time
 from resources.delta_lake import DeltaStore
 from resources.landing import Landing
 from sensors.freshness import build_forecast_sensor
-from warehouse_assets.build.quality import report_valid
 from warehouse_assets.catalog import Catalog, Table, business_zone, load_catalog
 from warehouse_assets.center.eta import (
     ARRIVES,
@@ -54,6 +53,7 @@ from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import PartitionStateStore
 from warehouse_assets.center.status import status_lines
 from warehouse_assets.center.why import explain
+from warehouse_assets.materialize.quality import report_valid
 
 ZONE = ZoneInfo("Asia/Shanghai")
 END = datetime(2026, 3, 2, 11, 0, tzinfo=ZONE).timestamp()  # the source hour's window end

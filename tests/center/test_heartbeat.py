@@ -20,12 +20,12 @@ from dagster import (
 
 from sensors.center import build_dependency_center_sensor
 from tests.center.test_engine_scale import Recorder
-from warehouse_assets.build.compiler import max_partitions_per_run
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.center import heartbeat
 from warehouse_assets.center.engine import assemble_engine
 from warehouse_assets.center.heartbeat import SENSOR_NAME, EngineDown, Heartbeat
 from warehouse_assets.definitions import build_definitions
+from warehouse_assets.materialize.compiler import max_partitions_per_run
 
 
 @pytest.fixture(scope="module")

@@ -21,12 +21,12 @@ from resources.landing import Landing
 from tests.center.test_center import Center, hours, requested
 from tests.center.test_state_store import create_run, end, materialize_in, start
 from tests.support.small_catalog import VALUED_ODS, sql_catalog, write
-from warehouse_assets.build.gate import LATE_CHANGES_TAG
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.center.late_data import LANE_TAG, REBUILD_LANE
 from warehouse_assets.center.ledger import open_readonly
 from warehouse_assets.center.status import status_lines
 from warehouse_assets.center.why import explain
+from warehouse_assets.materialize.gate import LATE_CHANGES_TAG
 
 TZ = ZoneInfo("Asia/Shanghai")
 DAY = "2026-03-05"

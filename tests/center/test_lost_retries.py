@@ -16,8 +16,6 @@ from dagster import AssetKey, DagsterInstance, DagsterRun, instance_for_test
 
 from tests.center.test_state_store import job_of, report, start
 from tests.support.small_catalog import sql_catalog
-from warehouse_assets.build.compiler import max_partitions_per_run
-from warehouse_assets.build.gate import RETRY_ON_STEP_FAILURE_TAG
 from warehouse_assets.catalog import Catalog
 from warehouse_assets.center.engine import (
     AUTO_RETRY_RUN_ID_TAG,
@@ -29,6 +27,8 @@ from warehouse_assets.center.resolver import LOST_RETRY, REQUEST_TAG, STOPPED, R
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import PartitionStateStore
 from warehouse_assets.instance.warm_launcher import STOPPED_TAG
+from warehouse_assets.materialize.compiler import max_partitions_per_run
+from warehouse_assets.materialize.gate import RETRY_ON_STEP_FAILURE_TAG
 
 TZ = ZoneInfo("Asia/Shanghai")
 NOW = datetime(2026, 3, 6, 9, tzinfo=TZ)

@@ -17,9 +17,9 @@ from dagster import AssetKey, AssetsDefinition, AssetSpec, DagsterInstance, Time
 
 from tests.center.test_center import Center, requested
 from tests.support.small_catalog import ODS, assert_refused, sql_catalog
-from warehouse_assets.build.compiler import build_assets
-from warehouse_assets.build.gate import MISSING, decide
 from warehouse_assets.catalog import Catalog, OdsWindows, upstream_partitions
+from warehouse_assets.materialize.compiler import build_assets
+from warehouse_assets.materialize.gate import MISSING, decide
 
 TZ = ZoneInfo("Asia/Shanghai")
 NOW = datetime(2026, 3, 6, 9, tzinfo=TZ)

@@ -21,10 +21,10 @@ from resources.delta_lake import DeltaStore
 from tests.center.test_center import hours
 from tests.center.test_engine_catalog import DAY_SQL, Recorder
 from tests.support.small_catalog import VALUED_ODS, write
-from warehouse_assets.build.compiler import max_partitions_per_run
 from warehouse_assets.catalog import load_catalog
 from warehouse_assets.center.engine import assemble_engine
 from warehouse_assets.center.reconcile import Reconciler
+from warehouse_assets.materialize.compiler import max_partitions_per_run
 
 TZ = ZoneInfo("Asia/Shanghai")
 NOW = datetime(2026, 3, 6, 9, tzinfo=TZ)

@@ -26,12 +26,12 @@ from pyspark.sql import SparkSession
 from resources import resources_from_env
 from simulator.cdc import merged_order_row
 from tests.support.repair import SYNC_RUNS, apply_taint, code_location, run_backfill
-from warehouse_assets.build.compiler import build_assets
-from warehouse_assets.build.quality import report_valid
-from warehouse_assets.build.validity import tainted_in_instance
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.center.state_store import PartitionStateStore
 from warehouse_assets.ingest.merge import ods_arrow_schema
+from warehouse_assets.materialize.compiler import build_assets
+from warehouse_assets.materialize.quality import report_valid
+from warehouse_assets.materialize.validity import tainted_in_instance
 
 TZ = ZoneInfo("Asia/Shanghai")
 DAYS = ["2026-03-02", "2026-03-03", "2026-03-04", "2026-03-05"]

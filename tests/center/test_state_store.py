@@ -47,12 +47,12 @@ from dagster._core.utils import make_new_run_id
 
 from resources.delta_lake import DeltaStore
 from resources.landing import Landing
-from warehouse_assets.build.gate import decide
-from warehouse_assets.build.validity import VALID
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.center import state_store
 from warehouse_assets.center.state_store import Change, PartitionState, PartitionStateStore, default_path
 from warehouse_assets.center.why import PartitionStates
+from warehouse_assets.materialize.gate import decide
+from warehouse_assets.materialize.validity import VALID
 
 DAYS = DailyPartitionsDefinition(start_date="2026-03-01")
 PARTITIONS = [f"2026-03-{d:02d}" for d in range(1, 9)]

@@ -18,14 +18,14 @@ from dagster import AssetKey, AssetMaterialization, DagsterInstance, instance_fo
 
 from tests.center.test_state_store import materializations, report, verdict
 from tests.support.center_harness import CenterTicker
-from warehouse_assets.build.compiler import max_partitions_per_run
-from warehouse_assets.build.validity import Taint, tainted_in_instance
 from warehouse_assets.catalog import BY_PERIOD, WHOLE, Catalog, load_catalog, upstream_partitions
 from warehouse_assets.center.resolver import Resolver
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import PartitionStateStore
 from warehouse_assets.center.taint import JOB, build_taint_job, new_taint, plan_taint
 from warehouse_assets.cli import main
+from warehouse_assets.materialize.compiler import max_partitions_per_run
+from warehouse_assets.materialize.validity import Taint, tainted_in_instance
 
 TZ = ZoneInfo("Asia/Shanghai")
 NOW = datetime(2026, 3, 20, 12, tzinfo=TZ)

@@ -37,13 +37,13 @@ from resources.landing import Landing
 from resources.settings import Settings, using
 from simulator.cdc import SimulationConfig, simulate
 from tests.center.test_state_store import taint
-from warehouse_assets.build.compiler import first_partition_note
-from warehouse_assets.build.quality import Outcome, evaluation, latest_materialization, report_valid
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import PartitionStateStore
 from warehouse_assets.center.taint import new_taint, plan_taint
 from warehouse_assets.center.why import WhyReport, explain
+from warehouse_assets.materialize.compiler import first_partition_note
+from warehouse_assets.materialize.quality import Outcome, evaluation, latest_materialization, report_valid
 
 ROOT = Path(__file__).resolve().parents[2]
 DAY = "2026-03-02"
@@ -261,7 +261,7 @@ def test_the_why_command_loads_neither_pyspark_nor_the_code_location(tmp_path: P
         "from warehouse_assets.cli import main\n"
         f"status = main(['why', 'ads.daily_gmv', {DAY!r}, '--dagster-home', {str(tmp_path / 'home')!r}])\n"
         "print(json.dumps({'status': status, 'modules': sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('pyspark', 'py4j') or m in ('warehouse_assets.definitions', 'warehouse_assets.build.compiler'))}))\n"
+        "('pyspark', 'py4j') or m in ('warehouse_assets.definitions', 'warehouse_assets.materialize.compiler'))}))\n"
     )
     env = {
         **os.environ,

@@ -29,8 +29,6 @@ from resources.delta_lake import DeltaLakeResource, DeltaStore
 from resources.landing import Landing, LandingResource
 from sensors.ods import build_readiness_sensor
 from tests.center.test_state_store import report
-from warehouse_assets.build.compiler import max_partitions_per_run
-from warehouse_assets.build.hour_checks import judge_hours, unchecked_hours
 from warehouse_assets.catalog import Catalog, Table, load_catalog
 from warehouse_assets.center.resolver import Resolver
 from warehouse_assets.center.reverse_index import ReverseIndex
@@ -39,6 +37,8 @@ from warehouse_assets.center.why import explain
 from warehouse_assets.ingest.job import build_ingest_job
 from warehouse_assets.ingest.merge import ingest_table
 from warehouse_assets.ingest.readiness import readiness, readiness_events, ready_hours
+from warehouse_assets.materialize.compiler import max_partitions_per_run
+from warehouse_assets.materialize.hour_checks import judge_hours, unchecked_hours
 
 TZ = ZoneInfo("Asia/Shanghai")
 DB = "edu_trade"
@@ -283,7 +283,7 @@ def test_why_follows_an_ads_day_to_the_ods_hour_and_the_shard_behind_it(
     """ads.daily_gmv → dws.user_order_daily → dwd.order_detail → 24 ODS hours: the last hour waits for a shard."""
     from dagster import instance_for_test
 
-    from warehouse_assets.build.quality import report_valid
+    from warehouse_assets.materialize.quality import report_valid
 
     h23 = H10.replace(hour=23)
     day = f"{h23:%Y-%m-%d}"

@@ -47,9 +47,6 @@ from simulator.external import (
 )
 from tests.support.center_harness import CenterTicker
 from tests.support.lake import row_dicts
-from warehouse_assets.build.compiler import max_partitions_per_run
-from warehouse_assets.build.gate import DEGRADED, STATE
-from warehouse_assets.build.quality import report_valid
 from warehouse_assets.catalog import Catalog
 from warehouse_assets.center.engine import assemble_engine
 from warehouse_assets.center.resolver import RunPlan
@@ -63,6 +60,9 @@ from warehouse_assets.ingest.deliveries import (
     external_source,
     watched_ago,
 )
+from warehouse_assets.materialize.compiler import max_partitions_per_run
+from warehouse_assets.materialize.gate import DEGRADED, STATE
+from warehouse_assets.materialize.quality import report_valid
 
 TZ = ZoneInfo("Asia/Shanghai")
 FIRST = date(2026, 3, 2)

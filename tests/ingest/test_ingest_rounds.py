@@ -12,9 +12,9 @@ from pyspark.sql import SparkSession
 
 from resources import resources_from_env
 from simulator.cdc import SimulationConfig, simulate
-from warehouse_assets.build.hour_checks import judge_hours
 from warehouse_assets.catalog import load_catalog
 from warehouse_assets.ingest.job import build_ingest_job
+from warehouse_assets.materialize.hour_checks import judge_hours
 
 DAY = datetime(2026, 3, 2)
 

@@ -25,11 +25,11 @@ from resources.landing import Landing, LandingResource
 from sensors.ods import build_landing_sensor, build_readiness_sensor
 from simulator.cdc import SimulationConfig, simulate
 from tests.support.lake import row_dicts
-from warehouse_assets.build.hour_checks import judge_hours
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.ingest.job import build_ingest_job
 from warehouse_assets.ingest.merge import ingest_table
 from warehouse_assets.ingest.readiness import readiness, readiness_events, ready_hours
+from warehouse_assets.materialize.hour_checks import judge_hours
 
 TZ = ZoneInfo("Asia/Shanghai")
 LAGGING = "edu_trade.order_03"

@@ -15,7 +15,6 @@ from pydantic import SecretStr
 
 from resources import resources_from_env
 from resources.settings import Settings, current, using
-from warehouse_assets.build.freshness import deadline
 from warehouse_assets.catalog import (
     BY_PERIOD,
     load_catalog,
@@ -25,6 +24,7 @@ from warehouse_assets.catalog import (
     upstream_partitions,
 )
 from warehouse_assets.definitions import build_definitions, run_executor
+from warehouse_assets.materialize.freshness import deadline
 
 CATALOG = load_catalog()
 LOS_ANGELES = Settings.from_env({"WAREHOUSE_TIMEZONE": "America/Los_Angeles"})

@@ -13,8 +13,8 @@ import os
 from dagster import Definitions, in_process_executor
 
 from resources import resources_from_env
-from warehouse_assets.build.compiler import build_assets, build_checks
 from warehouse_assets.definitions import catalog
+from warehouse_assets.materialize.compiler import build_assets, build_checks
 
 _ROOTS = {k: os.environ[k] for k in ("WAREHOUSE_LAKE_ROOT", "WAREHOUSE_LANDING_ROOT") if k in os.environ}
 defs = Definitions(

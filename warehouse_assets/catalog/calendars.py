@@ -13,7 +13,7 @@ all of its days can exist, so weekly partitions start on the first Monday on or 
 ones on the first first-of-month on or after it (Dagster itself rounds an unaligned start up the same way; a
 week reaching back before the start could never be complete, and a self-dependent weekly table would wait
 on it forever). The first partition of a self-dependent table is therefore its period's first partition: its
-T-1 does not exist and is not required (the gate, :func:`warehouse_assets.build.gate.nonexistent_upstream`).
+T-1 does not exist and is not required (the gate, :func:`warehouse_assets.materialize.gate.nonexistent_upstream`).
 """
 
 from __future__ import annotations

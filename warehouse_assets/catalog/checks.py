@@ -2,7 +2,7 @@
 its description (shown in the UI), its validation against its table and its evaluation on Spark.
 
 ``CHECK_KINDS`` is the one table of kinds: the catalog parses ``checks:`` through it, and
-:mod:`warehouse_assets.build.quality` describes and evaluates each check through the check's own methods.
+:mod:`warehouse_assets.materialize.quality` describes and evaluates each check through the check's own methods.
 PySpark is imported inside the evaluating methods: the catalog (read by ``warehouse why``) needs none of it.
 """
 

@@ -34,7 +34,8 @@ per-partition Dagster asset check, blocking unless it says ``blocking: false``::
 Freshness SLAs (``sla:``) say by when a partition must be materialized, after its window ends:
 ``sla: {within: 1h, grace: 15m}`` (ODS hours) or ``sla: {deadline: "09:00"}`` (by 09:00 the next morning,
 local time, for daily tables). Each becomes a non-blocking per-partition ``freshness`` check that the
-``freshness_slas`` sensor evaluates once the partition's deadline passes (:mod:`warehouse_assets.build.freshness`).
+``freshness_slas`` sensor evaluates once the partition's deadline passes
+(:mod:`warehouse_assets.materialize.freshness`).
 Late upstream data (changes to a partition already built from) rebuilds a derived partition as its late-data
 policy says: ``late_data: {rebuild: every 60m, lookback: 3d}`` (the default), ``at_once``, ``daily 06:00`` or
 ``never``, per table or, beside a dependency's offsets, for the late data arriving through it

@@ -54,8 +54,6 @@ from urllib.parse import urlsplit
 
 from dagster import AssetKey, DagsterInstance, DagsterRun, DagsterRunStatus, PartitionKeyRange, RunsFilter
 
-from warehouse_assets.build.gate import RETRY_ON_STEP_FAILURE_TAG
-from warehouse_assets.build.validity import VALID
 from warehouse_assets.catalog import BY_PERIOD, Catalog, CatalogError, Table, load_catalog
 from warehouse_assets.center import heartbeat
 from warehouse_assets.center.heartbeat import SENSOR_NAME, Heartbeat
@@ -74,6 +72,8 @@ from warehouse_assets.center.resolver import (
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import PartitionStateStore
 from warehouse_assets.instance.warm_launcher import STOPPED_TAG
+from warehouse_assets.materialize.gate import RETRY_ON_STEP_FAILURE_TAG
+from warehouse_assets.materialize.validity import VALID
 
 log = logging.getLogger("warehouse.engine")
 

@@ -25,7 +25,8 @@ slow run of a noisy table, and the chain is what no single DAG's figure gives.
 The critical path is the chain of partitions that sets the time: from the partition back through, at each step, the
 upstream partition that is ready last, down to a partition whose time is known or learned (a source's arrival, a run
 in progress or queued). When a partition's predicted finish passes its freshness SLA's deadline
-(:func:`warehouse_assets.build.freshness.deadline`) before that deadline, :func:`forecast_tick` raises a warning: the
+(:func:`warehouse_assets.materialize.freshness.deadline`) before that deadline, :func:`forecast_tick` raises a
+warning: the
 ``sla_forecast`` check (non-blocking, severity WARN, one per partition) naming the path, with the day's timeline of
 predictions as Markdown and a Mermaid chart in its metadata. The freshness check itself still judges at the
 deadline.
@@ -44,9 +45,9 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 from zoneinfo import ZoneInfo
 
-from warehouse_assets.build.freshness import FORECAST_CHECK_NAME, due_between
-from warehouse_assets.build.freshness import deadline as sla_deadline
 from warehouse_assets.catalog import BY_PERIOD, WHOLE, Catalog, Table, upstream_partitions
+from warehouse_assets.materialize.freshness import FORECAST_CHECK_NAME, due_between
+from warehouse_assets.materialize.freshness import deadline as sla_deadline
 
 if TYPE_CHECKING:
     from dagster import AssetCheckEvaluation, DagsterInstance

@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from dagster import AssetKey, AssetObservation, AssetRecordsFilter, DagsterInstance
 
 from resources.delta_read import DeltaReader
-from warehouse_assets.build.gate import names
-from warehouse_assets.build.validity import GONE, LAKE
 from warehouse_assets.catalog import WHOLE, Catalog, Table, partition_key_of, partition_values
 from warehouse_assets.center.state_store import PartitionState, PartitionStateStore, StateView
+from warehouse_assets.materialize.gate import names
+from warehouse_assets.materialize.validity import GONE, LAKE
 
 log = logging.getLogger("warehouse.engine")
 

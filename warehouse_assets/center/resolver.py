@@ -3,7 +3,8 @@
 The partition state store (:mod:`warehouse_assets.center.state_store`) reports each partition whose state changed (a
 materialization, a check verdict, a run started or ended). For each change, :meth:`Resolver.on_changes` finds the
 downstream partitions it can unblock through the reverse index (:mod:`warehouse_assets.center.reverse_index`), asks the
-gate (:func:`warehouse_assets.build.gate.decide`) about each on the store, and returns the ones that may run now as
+gate (:func:`warehouse_assets.materialize.gate.decide`) about each on the store, and returns the ones that may run now
+as
 :class:`RunPlan` objects, coalesced per table into ranges of contiguous partitions in time order. The cost is the
 changes' fan-out: no catalog scan, no partition history read.
 
@@ -60,8 +61,6 @@ from zoneinfo import ZoneInfo
 
 from dagster import AssetKey, TimeWindowPartitionsDefinition
 
-from warehouse_assets.build.gate import LATE_CHANGES_TAG, Verdict, decide
-from warehouse_assets.build.validity import Taint
 from warehouse_assets.catalog import (
     BY_PERIOD,
     DEADLINE,
@@ -81,6 +80,8 @@ from warehouse_assets.center.ledger import Ledger, Rebuild, Stale
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import Change, PartitionState, PartitionStateStore, failed_blocking_checks
 from warehouse_assets.center.taint import JOB as TAINT_JOB
+from warehouse_assets.materialize.gate import LATE_CHANGES_TAG, Verdict, decide
+from warehouse_assets.materialize.validity import Taint
 
 REQUEST_TAG = "warehouse/request"  # the request a run was submitted for: how a restart finds what it submitted
 TRIGGER_TAG = "warehouse/trigger"  # the change that made the run's partitions ready, in words

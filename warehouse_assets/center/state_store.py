@@ -3,7 +3,7 @@
 One row per (asset key, partition): its latest materialization (storage id, run, time, Delta version from the
 materialization's metadata), the verdicts of the checks evaluated on *that* materialization (a verdict on an older
 one does not count, as Dagster's ``is_current``), its validity (a taint: a failed ``valid`` verdict on that
-materialization, with reason, root, who and the repairing backfill, :mod:`warehouse_assets.build.validity`), the
+materialization, with reason, root, who and the repairing backfill, :mod:`warehouse_assets.materialize.validity`), the
 latest run that targets it, whether that run is in progress (started, not ended) and whether it failed without
 materializing the partition. External deliveries and ODS hours
 are runless materializations of their asset keys, so they are rows like any other.
@@ -12,7 +12,7 @@ are runless materializations of their asset keys, so they are rows like any othe
 returns what changed, partition by partition: the dependency center reacts to those changes. The rows and the cursor
 are committed in one SQLite transaction, next to the instance by default (``$DAGSTER_HOME/storage/
 partition_states.db``), so a restart resumes from the cursor; :meth:`PartitionStateStore.rebuild` drops everything
-and replays the log from the start. The store is a :class:`warehouse_assets.build.gate.PartitionStateReader`.
+and replays the log from the start. The store is a :class:`warehouse_assets.materialize.gate.PartitionStateReader`.
 
 Where it differs from the instance's own view, and why:
 
@@ -38,9 +38,9 @@ from typing import TYPE_CHECKING, Any
 
 from dagster import AssetKey, DagsterEventType, DagsterInstance, EventLogEntry
 
-from warehouse_assets.build.gate import DEGRADED, STATE, backfill_running, per_partition
-from warehouse_assets.build.validity import GONE, LAKE, VALID, Taint, released_note
 from warehouse_assets.catalog import WHOLE
+from warehouse_assets.materialize.gate import DEGRADED, STATE, backfill_running, per_partition
+from warehouse_assets.materialize.validity import GONE, LAKE, VALID, Taint, released_note
 
 if TYPE_CHECKING:
     from warehouse_assets.catalog import Table

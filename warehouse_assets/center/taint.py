@@ -13,16 +13,18 @@ reason, apply) compute the same plan:
 3. what to **rebuild**: the marked partitions of derived tables, in one Dagster asset backfill (the UI shows it; the
    backfill daemon runs them in dependency order, each table's runs as its backfill policy says). A marked ODS hour or
    external delivery is valid again once reported anew with passing checks, and the backfill's runs reading it wait
-   for that (the run guard, :mod:`warehouse_assets.build.runner`). An ODS hour is reported anew when its source sends
+   for that (the run guard, :mod:`warehouse_assets.materialize.runner`). An ODS hour is reported anew when its source
+   sends
    it again, or at once with ``reingest``: rebuilt from the landing area's retained segments
    (:mod:`warehouse_assets.ingest.reingest`), reported and judged in the same run.
 
 Two more actions of the same job: ``reingest`` re-ingests ODS hours on their own (the repair waiting for them goes on),
 and ``release`` accepts tainted partitions as they are, with a reason (a passed ``valid`` verdict saying so,
-:func:`warehouse_assets.build.validity.release_evaluation`): for an hour its source will never send again. The
+:func:`warehouse_assets.materialize.validity.release_evaluation`): for an hour its source will never send again. The
 repair waiting for them then builds; with no repair running, the release launches one of what was built from them.
 
-With ``apply`` the job marks every partition (a failed ``valid`` verdict each, :mod:`warehouse_assets.build.validity`,
+With ``apply`` the job marks every partition (a failed ``valid`` verdict each,
+:mod:`warehouse_assets.materialize.validity`,
 naming the backfill) and launches the backfill; the dependency center leaves those partitions to it while it runs.
 Without, it only prints the plan: tables × partitions as ranges, and the runs the repair needs.
 
@@ -51,13 +53,13 @@ from dagster import (
     op,
 )
 
-from warehouse_assets.build.compiler import max_partitions_per_run, topological
-from warehouse_assets.build.gate import BuildableSearch, backfill_running, never_buildable, span
-from warehouse_assets.build.validity import TAINT_TAG, Taint, release_evaluation, taint_evaluation
 from warehouse_assets.catalog import BY_PERIOD, WHOLE, Catalog, OdsTable
 from warehouse_assets.center.late_data import LANE_TAG, REBUILD_LANE
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import PartitionState, PartitionStateStore, StateView
+from warehouse_assets.materialize.compiler import max_partitions_per_run, topological
+from warehouse_assets.materialize.gate import BuildableSearch, backfill_running, never_buildable, span
+from warehouse_assets.materialize.validity import TAINT_TAG, Taint, release_evaluation, taint_evaluation
 
 if TYPE_CHECKING:
     from warehouse_assets.catalog.lineage import ColumnImpact
@@ -560,11 +562,11 @@ def _output(plan: TaintPlan, lines: list[str], backfill_id: str, applied: bool) 
 def _reingest(context: OpExecutionContext, catalog: Catalog, table: str, keys: list[str]) -> list[str]:
     """Re-ingest the ODS hours ``keys`` from the landing area, report them again and judge their checks in this run;
     what happened, in lines."""
-    from warehouse_assets.build.hour_checks import judge_hours
-    from warehouse_assets.build.quality import failed_blocking_checks
     from warehouse_assets.ingest.job import report_completed_hours
     from warehouse_assets.ingest.merge import committed_positions
     from warehouse_assets.ingest.reingest import reingest_hours
+    from warehouse_assets.materialize.hour_checks import judge_hours
+    from warehouse_assets.materialize.quality import failed_blocking_checks
 
     t = catalog[table]
     assert isinstance(t, OdsTable)  # the op refused any other table

@@ -6,7 +6,8 @@ a tainted partition (``tainted: <reason>, from <root>``), a partition that does 
 start, or in the future), or a derived partition whose own upstream is all ready but that has not run (or whose run
 failed).
 
-The walk rests on the gate (:mod:`warehouse_assets.build.gate`, "may P run now, and if not why?"), which judges the
+The walk rests on the gate (:mod:`warehouse_assets.materialize.gate`, "may P run now, and if not why?"), which judges
+the
 exact upstream partitions of each partition on the chain, and on one question asked per partition,
 :meth:`PartitionStates.states` ("is P itself ready, and if not why?"), which is also what the gate reads. It reads
 the catalog, the dependency center's partition state store for the partitions on the chain only (the engine's view,
@@ -41,20 +42,6 @@ from dagster import (
 from resources.delta_lake import DeltaLakeResource, DeltaStore
 from resources.external import ExternalResource
 from resources.landing import Landing, LandingResource
-from warehouse_assets.build.gate import (
-    CHECK_FAILED,
-    EARLIER_STATE,
-    IN_PROGRESS,
-    NONEXISTENT,
-    TAINTED,
-    WAIVED,
-    BuildableSearch,
-    EdgeVerdict,
-    Verdict,
-    decide,
-    never_buildable,
-)
-from warehouse_assets.build.validity import Taint
 from warehouse_assets.catalog import (
     BY_PERIOD,
     DEADLINE,
@@ -77,6 +64,20 @@ from warehouse_assets.center.ledger import open_readonly
 from warehouse_assets.center.state_store import PartitionState, PartitionStateStore, StateView, default_path
 from warehouse_assets.ingest.deliveries import external_source
 from warehouse_assets.ingest.readiness import WINDOW, Readiness, shard_state, with_counts
+from warehouse_assets.materialize.gate import (
+    CHECK_FAILED,
+    EARLIER_STATE,
+    IN_PROGRESS,
+    NONEXISTENT,
+    TAINTED,
+    WAIVED,
+    BuildableSearch,
+    EdgeVerdict,
+    Verdict,
+    decide,
+    never_buildable,
+)
+from warehouse_assets.materialize.validity import Taint
 
 READY = "materialized"
 QUEUED = "queued"

@@ -17,9 +17,9 @@ from warehouse_assets.cli.common import say
 
 def run_ingest(instance: Any, resources: dict[str, Any], tables: Sequence[str] = ()) -> dict[str, Any]:
     """Run the ``ods_ingest`` job in this process against ``instance``; returns its summary."""
-    from warehouse_assets.build.hour_checks import judge_hours
     from warehouse_assets.catalog import load_catalog
     from warehouse_assets.ingest.job import build_ingest_job
+    from warehouse_assets.materialize.hour_checks import judge_hours
 
     result = build_ingest_job(load_catalog(), judge_hours).execute_in_process(
         instance=instance,
@@ -91,7 +91,7 @@ def _held_back(catalog: Any, instance: Any, table: Any, keys: list[str]) -> dict
     """Partition key -> why the gate holds it back now (an external not arrived, an upstream partition skipped
     earlier in this range for that reason, a tainted one…). A table's own earlier partitions are not judged: one
     ranged run builds them in order."""
-    from warehouse_assets.build.gate import InstanceStates, decide
+    from warehouse_assets.materialize.gate import InstanceStates, decide
 
     states = InstanceStates(instance)
     held: dict[str, str] = {}
@@ -147,7 +147,7 @@ def build_static(instance: Any, resources: dict[str, Any], all_assets: list[Any]
     from dagster import AssetKey, materialize
 
     from sensors.static import CODE_VERSION_TAG
-    from warehouse_assets.build.compiler import code_version
+    from warehouse_assets.materialize.compiler import code_version
 
     event = instance.get_latest_materialization_event(AssetKey(table.key))
     materialization = event.asset_materialization if event is not None else None
@@ -171,9 +171,9 @@ def materialize_range(
     ingest: bool = True,
 ) -> bool:
     """The headless path: ingest, report ready hours, then build each derived table over the range."""
-    from warehouse_assets.build.compiler import build_assets, topological
-    from warehouse_assets.build.gate import backfill_partitions, nonexistent_upstream, partitions_in_range, span
     from warehouse_assets.catalog import DerivedTable, load_catalog
+    from warehouse_assets.materialize.compiler import build_assets, topological
+    from warehouse_assets.materialize.gate import backfill_partitions, nonexistent_upstream, partitions_in_range, span
 
     catalog = load_catalog()
     begun = time.monotonic()

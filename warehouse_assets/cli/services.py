@@ -25,11 +25,11 @@ def run_engine(args: argparse.Namespace) -> int:
 
     from resources.delta_lake import DeltaLakeResource
     from resources.external import ExternalResource
-    from warehouse_assets.build.compiler import max_partitions_per_run
     from warehouse_assets.catalog import load_catalog
     from warehouse_assets.center.engine import GraphQLSubmitter, assemble_engine, own_checks
     from warehouse_assets.center.reconcile import Reconciler
     from warehouse_assets.ingest.deliveries import ExternalWatcher, now_in_business_tz
+    from warehouse_assets.materialize.compiler import max_partitions_per_run
 
     settings = load_settings(os.environ)
     # the engine's own lines only: Dagster's storage layers log every schema check at INFO

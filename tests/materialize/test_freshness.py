@@ -34,9 +34,9 @@ from dagster._core.test_utils import freeze_time
 from resources.landing import LandingResource
 from resources.settings import Settings
 from sensors.freshness import build_freshness_sensor
-from warehouse_assets.build.freshness import build_freshness_check, deadline, judge_now
 from warehouse_assets.catalog import BY_PERIOD, Catalog, load_catalog
 from warehouse_assets.definitions import defs
+from warehouse_assets.materialize.freshness import build_freshness_check, deadline, judge_now
 
 TZ = ZoneInfo("Asia/Shanghai")
 CATALOG = load_catalog()

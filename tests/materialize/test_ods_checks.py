@@ -43,12 +43,18 @@ from resources.landing import Landing
 from sensors.ods import build_ods_checks_sensor
 from simulator.cdc import merged_order_row
 from tests.support.center_harness import CenterTicker
-from warehouse_assets.build.compiler import build_assets, build_checks
-from warehouse_assets.build.hour_checks import JOB, build_ods_checks_job, checked_tables, next_batch, unchecked_hours
 from warehouse_assets.catalog import Catalog, hourly, load_catalog
 from warehouse_assets.center.why import explain
 from warehouse_assets.definitions import catalog, defs
 from warehouse_assets.ingest.merge import ods_arrow_schema
+from warehouse_assets.materialize.compiler import build_assets, build_checks
+from warehouse_assets.materialize.hour_checks import (
+    JOB,
+    build_ods_checks_job,
+    checked_tables,
+    next_batch,
+    unchecked_hours,
+)
 
 TZ = ZoneInfo("Asia/Shanghai")
 TODAY = datetime.now(TZ).date()
@@ -270,7 +276,7 @@ def test_small_hours_are_judged_by_arrow_and_large_ones_by_spark_alike(spark: Sp
     """check_ods_hours reads small hours with Arrow in the run (no Spark job on the handoff's path) and larger ones
     with Spark: the same verdicts and numbers either way."""
     from resources.delta_lake import DeltaStore
-    from warehouse_assets.build.runner import check_ods_hours
+    from warehouse_assets.materialize.runner import check_ods_hours
 
     table = load_catalog()["ods.order"]
     data = pa.Table.from_pylist(ods_rows(duplicate=True), schema=ods_arrow_schema(table))

@@ -7,7 +7,7 @@ clamped mappings): for each dependency of P, every upstream partition P needs is
   reaching before the warehouse start never can);
 * ``missing`` — exists but is not materialized;
 * ``in progress`` — not materialized, a run is building it;
-* ``tainted`` — materialized, but marked tainted (its data is known bad, :mod:`warehouse_assets.build.validity`)
+* ``tainted`` — materialized, but marked tainted (its data is known bad, :mod:`warehouse_assets.materialize.validity`)
   and not rebuilt since, unless the dependency says ``accept_tainted``: a tainted upstream is as good as missing, and
   P waits for it to be valid again: rebuilt by its repair while that repair runs (a tainted ODS hour or delivery is
   made valid by its source, a re-ingest or a release), else by the engine once its own upstream is valid;
@@ -23,7 +23,8 @@ of its window and waives the others. A partition built past a deadline without s
 
 The gate reads partition state through
 :class:`PartitionStateReader` only; callers supply the state they trust: the run guard
-(:mod:`warehouse_assets.build.runner`) the instance's materializations plus what its own run wrote, ``warehouse why``
+(:mod:`warehouse_assets.materialize.runner`) the instance's materializations plus what its own run wrote, ``warehouse
+why``
 (:mod:`warehouse_assets.center.why`) the instance's partition statuses, the headless path
 (:mod:`warehouse_assets.cli.headless`) the instance, the dependency center (:mod:`warehouse_assets.center.resolver`)
 its partition state store; the backfill plan (:func:`backfill_partitions`) asks it over a range.
@@ -38,8 +39,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from dagster import AssetKey, DagsterInstance
 
-from warehouse_assets.build.quality import failed_blocking_checks, latest_materialization
-from warehouse_assets.build.validity import Taint, gone_in_instance, tainted_in_instance
 from warehouse_assets.catalog import (
     ANY,
     BY_PERIOD,
@@ -52,6 +51,8 @@ from warehouse_assets.catalog import (
     upstream_partitions,
     weak_deadline,
 )
+from warehouse_assets.materialize.quality import failed_blocking_checks, latest_materialization
+from warehouse_assets.materialize.validity import Taint, gone_in_instance, tainted_in_instance
 
 if TYPE_CHECKING:
     from warehouse_assets.catalog import Catalog, Dependency, Table

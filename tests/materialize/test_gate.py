@@ -13,7 +13,8 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from tests.support.small_catalog import ODS, sql_catalog, write
-from warehouse_assets.build.gate import (
+from warehouse_assets.catalog import Catalog, CatalogError, Table, load_catalog
+from warehouse_assets.materialize.gate import (
     CHECK_FAILED,
     IN_PROGRESS,
     MISSING,
@@ -27,8 +28,7 @@ from warehouse_assets.build.gate import (
     first_buildable,
     nonexistent_upstream,
 )
-from warehouse_assets.build.validity import Taint
-from warehouse_assets.catalog import Catalog, CatalogError, Table, load_catalog
+from warehouse_assets.materialize.validity import Taint
 
 TZ = ZoneInfo("Asia/Shanghai")
 NOW = datetime(2026, 3, 10, 12, tzinfo=TZ)

@@ -3,10 +3,10 @@ It only compiles: loading it imports no PySpark (the code server, the daemon and
 sensor tick import it).
 
 A derived table becomes an ``@asset`` with a single-run backfill policy whose body runs the table's partitions
-through :func:`warehouse_assets.build.runner.run_table`, imported when a run executes it; an ODS table becomes an
+through :func:`warehouse_assets.materialize.runner.run_table`, imported when a run executes it; an ODS table becomes an
 ``AssetSpec`` (written by the ingestion job, reported by the readiness sensor) with its declared checks, an
 external table an ``AssetSpec`` its sensor reports. Whether a partition may run is the gate's
-(:mod:`warehouse_assets.build.gate`): the run guard compiled here and the dependency center both ask it. No asset
+(:mod:`warehouse_assets.materialize.gate`): the run guard compiled here and the dependency center both ask it. No asset
 carries a Dagster automation condition: the dependency center's engine (:mod:`warehouse_assets.center.engine`) starts
 downstream runs, and a condition left on an asset would make Dagster add its own automation sensor.
 """
@@ -36,16 +36,6 @@ from dagster import (
 
 from resources.delta_lake import DeltaLakeResource
 from resources.spark import SparkResource
-from warehouse_assets.build.freshness import build_freshness_checks
-from warehouse_assets.build.gate import BuildableSearch, FirstBuildable, first_buildable
-from warehouse_assets.build.quality import (
-    check_specs,
-    evaluation,
-    failed_blocking_checks,
-    latest_materialization,
-    latest_materializations,
-)
-from warehouse_assets.build.validity import taint_evaluation, tainted_in_instance, valid_evaluation, valid_spec
 from warehouse_assets.catalog import (
     BY_PERIOD,
     PERIOD_NOUN,
@@ -59,6 +49,16 @@ from warehouse_assets.catalog import (
     partition_mapping,
     periods,
 )
+from warehouse_assets.materialize.freshness import build_freshness_checks
+from warehouse_assets.materialize.gate import BuildableSearch, FirstBuildable, first_buildable
+from warehouse_assets.materialize.quality import (
+    check_specs,
+    evaluation,
+    failed_blocking_checks,
+    latest_materialization,
+    latest_materializations,
+)
+from warehouse_assets.materialize.validity import taint_evaluation, tainted_in_instance, valid_evaluation, valid_spec
 
 if TYPE_CHECKING:
     from warehouse_assets.catalog.lineage import TableLineage
@@ -164,7 +164,7 @@ def build_asset(catalog: Catalog, table: DerivedTable, buildable: BuildableSearc
 
     @decorate
     def _build(context: AssetExecutionContext) -> Iterator[MaterializeResult | Any]:
-        from warehouse_assets.build.runner import run_table  # the run imports PySpark; compiling does not
+        from warehouse_assets.materialize.runner import run_table  # the run imports PySpark; compiling does not
 
         resources = context.resources
         external = resources.external if reads_external else None
@@ -195,7 +195,7 @@ def build_static_asset(table: StaticTable) -> AssetsDefinition:
         },
     )
     def _build(context: AssetExecutionContext) -> MaterializeResult:
-        from warehouse_assets.build.runner import run_static  # the run imports PySpark; compiling does not
+        from warehouse_assets.materialize.runner import run_static  # the run imports PySpark; compiling does not
 
         return run_static(context, table, context.resources.spark.session(), context.resources.lake.store())
 
@@ -266,14 +266,15 @@ def build_ods_checks(table: Table) -> AssetChecksDefinition:
     """The ODS table's declared checks, executable by hand from the UI on one hour or a range of hours.
 
     They carry no automation condition: the ``ods_quality_checks`` sensor checks every newly reported hour
-    of every ODS table in one run (warehouse_assets/build/hour_checks.py) instead of one Dagster run per table and hour.
+    of every ODS table in one run (warehouse_assets/materialize/hour_checks.py) instead of one Dagster run per table
+    and hour.
     """
 
     @multi_asset_check(name=f"{table.layer}_{table.name}_checks", specs=check_specs(table), can_subset=True)
     def _checks(
         context: AssetCheckExecutionContext, spark: SparkResource, lake: DeltaLakeResource
     ) -> Iterator[AssetCheckEvaluation]:
-        from warehouse_assets.build.runner import check_ods_hours  # the run imports PySpark; compiling does not
+        from warehouse_assets.materialize.runner import check_ods_hours  # the run imports PySpark; compiling does not
 
         keys = list(context.partition_keys)  # one hour or a range selected in the UI
         selected = {k.name for k in context.selected_asset_check_keys}

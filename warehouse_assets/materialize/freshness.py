@@ -63,9 +63,9 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import AssetC
 from dagster._core.event_api import PartitionKeyFilter
 
 from resources.landing import Landing
-from warehouse_assets.build.quality import Outcome, latest_materialization
 from warehouse_assets.catalog import BY_PERIOD, Catalog, OdsTable, Sla, Table, business_zone, upstream_partitions
 from warehouse_assets.catalog.checks import Check
+from warehouse_assets.materialize.quality import Outcome, latest_materialization
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -276,7 +276,7 @@ def build_freshness_checks(catalog: Catalog) -> list[AssetChecksDefinition]:
 #
 # The ``freshness_slas`` sensor: exactly one freshness check evaluation per partition, when its deadline passes.
 #
-# Rules and metadata: :mod:`warehouse_assets.build.freshness`. Each tick, for every table with an SLA, every
+# Rules and metadata: :mod:`warehouse_assets.materialize.freshness`. Each tick, for every table with an SLA, every
 # partition whose deadline fell in ``(through, now]`` is judged once — passed when it was first materialized
 # by its deadline, failed otherwise — and reported as a partitioned ``AssetCheckEvaluation``
 # (``SensorResult(asset_events=...)``; the daemon stores it run-less, per partition, like a check run would).

@@ -44,7 +44,7 @@ def build_zorder_job(catalog: Catalog) -> JobDefinition:
     ) -> Output[list[dict[str, Any]]]:
         if config.table not in tables:
             raise ValueError(f"{config.table} declares no Z-order columns; tables that do: {sorted(tables)}")
-        from warehouse_assets.build.runner import partition_spec  # the run imports PySpark; compiling does not
+        from warehouse_assets.materialize.runner import partition_spec  # the run imports PySpark; compiling does not
 
         table, store = tables[config.table], lake.store()
         results = []

@@ -8,7 +8,7 @@ Results carry the numbers behind them.
 
 Across runs the dependency center (:mod:`warehouse_assets.center.resolver`) starts a partition only when every mapped
 upstream partition's blocking checks passed on its latest materialization — except for dependencies declared
-``ignore_dq: true``. The run guard (:mod:`warehouse_assets.build.gate`) refuses a failed one.
+``ignore_dq: true``. The run guard (:mod:`warehouse_assets.materialize.gate`) refuses a failed one.
 """
 
 from __future__ import annotations

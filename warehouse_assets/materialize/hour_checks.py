@@ -30,9 +30,9 @@ from dagster._core.storage.asset_check_execution_record import AssetCheckExecuti
 
 from resources.delta_lake import DeltaLakeResource, DeltaStore
 from resources.spark import SparkResource
-from warehouse_assets.build.quality import evaluation, latest_materializations
-from warehouse_assets.build.validity import valid_evaluation
 from warehouse_assets.catalog import BY_PERIOD, Catalog, Table
+from warehouse_assets.materialize.quality import evaluation, latest_materializations
+from warehouse_assets.materialize.validity import valid_evaluation
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -54,7 +54,7 @@ def judge_hours(
     """Evaluates ``table``'s checks on the reported hours ``keys`` in one grouped Spark pass per check and logs
     one verdict per check and hour in the run (``ods_quality_checks``, or the ingestion run that made the hours
     ready); returns (evaluations, failed)."""
-    from warehouse_assets.build.runner import check_ods_hours  # the run imports PySpark; compiling does not
+    from warehouse_assets.materialize.runner import check_ods_hours  # the run imports PySpark; compiling does not
 
     keys = sorted(set(keys))
     if not keys:

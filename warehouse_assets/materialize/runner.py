@@ -1,9 +1,11 @@
 """The partition runtime: what a derived table's asset body and the ODS checks run, with Spark.
 
-Imported by the bodies of the assets and checks the compiler builds (:mod:`warehouse_assets.build.compiler`), never
+Imported by the bodies of the assets and checks the compiler builds (:mod:`warehouse_assets.materialize.compiler`),
+never
 when the code location loads: loading it imports PySpark. For each partition of the run, in time order:
 
-1. the gate (:mod:`warehouse_assets.build.gate`) decides whether it may run — every exact upstream partition exists,
+1. the gate (:mod:`warehouse_assets.materialize.gate`) decides whether it may run — every exact upstream partition
+   exists,
    is materialized (or was written earlier in this run) and passed its blocking checks (unless the dependency
    says ``ignore_dq``); if not, the run fails with the gate's reason. Dagster drops nonexistent partitions
    silently, so the guard lives here. A backfill's run held back only by tainted upstream partitions that a running
@@ -13,12 +15,12 @@ when the code location loads: loading it imports PySpark. For each partition of 
    or Delta table through :class:`resources.external.ExternalResource` — and registered under the names its
    SQL uses;
 3. the SQL runs with Spark and overwrites exactly the partition;
-4. the table's declared checks are evaluated on the partition it wrote (:mod:`warehouse_assets.build.quality`).
+4. the table's declared checks are evaluated on the partition it wrote (:mod:`warehouse_assets.materialize.quality`).
 
 The materialization of every partition is reported first, then one check evaluation per check and partition,
 targeting that materialization; a failed blocking check fails the step (Dagster's in-run gate) and the gate
 holds back the partition's downstream in later runs. A partition whose blocking checks all passed also gets a passed
-``valid`` verdict (:mod:`warehouse_assets.build.validity`): the UI then shows a repaired partition valid again.
+``valid`` verdict (:mod:`warehouse_assets.materialize.validity`): the UI then shows a repaired partition valid again.
 """
 
 import json
@@ -44,28 +46,6 @@ from sqlglot import exp
 
 from resources.delta_lake import DeltaStore, Predicate
 from resources.external import ExternalResource
-from warehouse_assets.build.compiler import column_lineage_metadata
-from warehouse_assets.build.gate import (
-    DEGRADED,
-    LATE_CHANGES_TAG,
-    RETRY_ON_STEP_FAILURE_TAG,
-    STATE,
-    InstanceStates,
-    Verdict,
-    decide,
-    degraded_description,
-    span,
-)
-from warehouse_assets.build.quality import (
-    PARTITION,
-    Outcome,
-    anomaly_history_keys,
-    evaluate,
-    evaluate_partitions,
-    evaluation,
-    latest_materialization,
-)
-from warehouse_assets.build.validity import VALID, valid_evaluation
 from warehouse_assets.catalog import (
     BY_PERIOD,
     WHOLE,
@@ -79,6 +59,28 @@ from warehouse_assets.catalog import (
 )
 from warehouse_assets.catalog.lineage import WarehouseLineage
 from warehouse_assets.ingest.deliveries import external_source
+from warehouse_assets.materialize.compiler import column_lineage_metadata
+from warehouse_assets.materialize.gate import (
+    DEGRADED,
+    LATE_CHANGES_TAG,
+    RETRY_ON_STEP_FAILURE_TAG,
+    STATE,
+    InstanceStates,
+    Verdict,
+    decide,
+    degraded_description,
+    span,
+)
+from warehouse_assets.materialize.quality import (
+    PARTITION,
+    Outcome,
+    anomaly_history_keys,
+    evaluate,
+    evaluate_partitions,
+    evaluation,
+    latest_materialization,
+)
+from warehouse_assets.materialize.validity import VALID, valid_evaluation
 
 
 def partition_spec(period: str, partition_key: str) -> dict[str, str]:
