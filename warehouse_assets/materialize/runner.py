@@ -345,7 +345,6 @@ def _build_partitions(
     }
     return MaterializeResult(
         metadata={
-            **_column_lineage(context, catalog, table),
             # first, where the UI's partition page shows them at the top; per partition, as a ranged run's
             # materializations share one metadata: the state store reads its own
             **({STATE: MetadataValue.json(reached)} if reached else {}),
@@ -357,6 +356,7 @@ def _build_partitions(
             "duration_s": round(time.monotonic() - started, 3),
             "table_uri": store.table_uri(table.key),
             "partitions": MetadataValue.json(written),
+            **_column_lineage(context, catalog, table),
         }
     )
 
