@@ -628,6 +628,7 @@ def repaired(stack: Stack) -> Repair:
     )
     hh = paid.most_common(1)[0][0]
     hour, course_hour = f"{day}-{hh}:00", f"{day}-10:00"
+    before, _ = latest_run(instance, "ods.order", hour)
     corrupted = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(CORRUPTING_CLIENT), stack.spark_url(), str(stack.lake / "ods" / "order")]
         + [day, hh],
@@ -640,7 +641,6 @@ def repaired(stack: Stack) -> Repair:
     bad = ods_hour(stack.lake, hour)
     # the stack sees the hour's partition changed in the lake and reports the hour again: on-call taints what was
     # reported (a taint applied before that report would be lifted by it, and the repair would read the bad rows)
-    before, _ = latest_run(instance, "ods.order", hour)
     deadline = time.monotonic() + STALL_S
     while latest_run(instance, "ods.order", hour)[0] == before:
         assert time.monotonic() < deadline, f"ods.order {hour}, changed in the lake, was not reported again"
