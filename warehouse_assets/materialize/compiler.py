@@ -69,11 +69,11 @@ def code_version(table: DerivedTable | StaticTable) -> str:
 
 
 def column_lineage_metadata(lineage: "TableLineage", catalog: Catalog) -> dict[str, Any]:
-    """What a materialization carries so that the UI's lineage tab can follow each column (its column selector reads
-    ``dagster/column_lineage`` from the latest materialization, not from the definition): every output column with
-    the input columns its values are computed from; the input columns that decide the rows (filters, join keys,
-    groupings), on which every column depends; and the columns the SQL could not be followed to, named (they are
-    given every input column)."""
+    """What a materialization carries of its table's column lineage: every output column with the input columns its
+    values are computed from (Dagster's ``dagster/column_lineage``, which Dagster+ draws as a column graph and the
+    open-source UI lists in the run's log); the input columns that decide the rows (filters, join keys, groupings), on
+    which every column depends; and the columns the SQL could not be followed to, named (they are given every input
+    column)."""
     deps = {
         column: [
             TableColumnDep(asset_key=AssetKey(catalog[ref.table].key), column_name=ref.column) for ref in sorted(refs)
