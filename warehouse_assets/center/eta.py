@@ -26,9 +26,8 @@ The critical path is the chain of partitions that sets the time: from the partit
 upstream partition that is ready last, down to a partition whose time is known or learned (a source's arrival, a run
 in progress or queued). When a partition's predicted finish passes its freshness SLA's deadline
 (:func:`warehouse_assets.materialize.freshness.deadline`) before that deadline, :func:`forecast_tick` raises a
-warning: the
-``sla_forecast`` check (non-blocking, severity WARN, one per partition) naming the path, with the day's timeline of
-predictions as Markdown and a Mermaid chart in its metadata. The freshness check itself still judges at the
+warning: the ``sla_forecast`` check (non-blocking, severity WARN, one per partition) naming the path, with the day's
+timeline of predictions as Markdown and a Mermaid chart in its metadata. The freshness check itself still judges at the
 deadline.
 
 Everything here but the ``instance_*`` readers and :class:`CatalogGraph` is a pure function of (graph, states,

@@ -4,8 +4,7 @@ The partition state store (:mod:`warehouse_assets.center.state_store`) reports e
 materialization, a check verdict, a run started or ended). For each change, :meth:`Resolver.on_changes` finds the
 downstream partitions it can unblock through the reverse index (:mod:`warehouse_assets.center.reverse_index`), asks the
 gate (:func:`warehouse_assets.materialize.gate.decide`) about each on the store, and returns the ones that may run now
-as
-:class:`RunPlan` objects, coalesced per table into ranges of contiguous partitions in time order. The cost is the
+as :class:`RunPlan` objects, coalesced per table into ranges of contiguous partitions in time order. The cost is the
 changes' fan-out: no catalog scan, no partition history read.
 
 The semantics (what Dagster's eager automation condition would decide, with exact windows):

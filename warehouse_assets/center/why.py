@@ -7,8 +7,7 @@ start, or in the future), or a derived partition whose own upstream is all ready
 failed).
 
 The walk rests on the gate (:mod:`warehouse_assets.materialize.gate`, "may P run now, and if not why?"), which judges
-the
-exact upstream partitions of each partition on the chain, and on one question asked per partition,
+the exact upstream partitions of each partition on the chain, and on one question asked per partition,
 :meth:`PartitionStates.states` ("is P itself ready, and if not why?"), which is also what the gate reads. It reads
 the catalog, the dependency center's partition state store for the partitions on the chain only (the engine's view,
 so ``why`` and the engine never disagree), and the lake's ingestion state through delta-rs: no code location and no

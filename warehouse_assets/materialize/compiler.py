@@ -266,8 +266,8 @@ def build_ods_checks(table: Table) -> AssetChecksDefinition:
     """The ODS table's declared checks, executable by hand from the UI on one hour or a range of hours.
 
     They carry no automation condition: the ``ods_quality_checks`` sensor checks every newly reported hour
-    of every ODS table in one run (warehouse_assets/materialize/hour_checks.py) instead of one Dagster run per table
-    and hour.
+    of every ODS table in one run (warehouse_assets/materialize/hour_checks.py) instead of one Dagster run per
+    table and hour.
     """
 
     @multi_asset_check(name=f"{table.layer}_{table.name}_checks", specs=check_specs(table), can_subset=True)
