@@ -19,8 +19,8 @@ from dagster import AssetKey, DagsterInstance
 from resources.delta_lake import DeltaStore
 from resources.landing import Landing
 from tests.center.test_center import Center, requested
-from tests.center.test_state_store import report
 from tests.center.test_mini_batch import FakeStates
+from tests.center.test_state_store import report
 from tests.support.small_catalog import assert_refused, sql_catalog
 from warehouse_assets.catalog import Catalog, CatalogError, partition_window, upstream_partitions
 from warehouse_assets.center.reverse_index import ReverseIndex

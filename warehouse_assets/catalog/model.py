@@ -57,8 +57,8 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass as plain_dataclass
 from dataclasses import field, replace
-from functools import cached_property
 from datetime import UTC, datetime
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
