@@ -40,6 +40,7 @@ from warehouse_assets.catalog import (
     BY_PERIOD,
     PERIOD_NOUN,
     Catalog,
+    CatalogError,
     DerivedTable,
     ExternalTable,
     OdsTable,
@@ -129,6 +130,12 @@ def first_partition_note(catalog: Catalog, table: DerivedTable, since: FirstBuil
 def build_asset(catalog: Catalog, table: DerivedTable, buildable: BuildableSearch | None = None) -> AssetsDefinition:
     """``buildable``: the first buildable partitions found so far, shared by the tables of one compile (each table's
     is found from its upstream tables': without sharing, a deep graph repeats its upstream chains table by table)."""
+    if table.is_regional:
+        # the catalog, the exact mappings and the dependency center know a region's day; a run cannot build one yet
+        raise CatalogError(
+            f"{table.path}: {table.fqn} declares regions, whose days the dependency center decides but no run can "
+            "build yet (the runner writes one partition per period): declare it without regions for now"
+        )
     since = first_buildable(catalog, table, buildable)
     deps = [
         AssetDep(AssetKey(dep.key), partition_mapping=partition_mapping(table, dep, catalog[dep.table].period))
