@@ -191,8 +191,12 @@ def _restored(
     for key, state in states.items():
         if state.in_progress or state.queued or not state.materialized or (state.timestamp or 0) >= read_at:
             continue  # being written, not built, or built after the lake was read
-        if state.delta_version is not None and state.delta_version >= 0:
+        if state.delta_version is None or state.delta_version < 0:
+            continue
+        try:
             written[key] = (state.delta_version, {} if key == WHOLE else partition_values(table.period, key))
+        except ValueError:  # a key of no Delta partition of the period's (a region's day): not judged here
+            continue
     found = {}
     for key, by in reader.rolled_back(table.key, written).items():
         to = f"version {by.restored}" if by.restored >= 0 else "an older version"
