@@ -8,7 +8,7 @@ process so that its peak memory is its own:
 
 * **load**: ``load_catalog`` of the N declaration files, then the code location's own assembly,
   ``warehouse_assets.definitions.build_definitions(catalog)``, resolved into a repository (what a code server
-  does). The resolver-only rows (``--resolver-sizes``: seed 000's 80,000 tables) load the catalog only;
+  does). The resolver-only rows (``--resolver-sizes``: a large firm's 80,000 tables) load the catalog only;
 * **history**: the store's rows of every partition whose window ended in the ``--history-days`` before the
   simulated day (what the store holds after reading that history from the log), written straight into its SQLite
   table, with storage ids in time and dependency order. The day's windows reach 30 days back, a month on its days
@@ -37,7 +37,7 @@ only, so a partition whose upstream was complete before its own window ended (a 
 
 Synthetic catalogs: a handful of hourly ODS roots (5 + N // 1000); derived tables hourly / daily / weekly /
 monthly (12 / 60 / 15 / 13 %; the resolver-only rows 4.5 / 67.5 / 15 / 13 %, so that a day has about 150,000
-completions as in seed 000), each reading 1-3 earlier tables (mean 1.5) with the seeds' offsets: set 0, set -1,
+completions, as at a large firm), each reading 1-3 earlier tables (mean 1.5) with the usual offsets: set 0, set -1,
 set -7, range 0-23 hours under a day, range 0-6 days under a week, a month on its days (default), sliding windows
 range [-6, 0] and [-29, 0], hourly range [-23, 0]; about 3 % of daily tables are self-dependent (T-1). Generation
 is deterministic (``--seed``); ``bench/reverse_index.py`` uses the same generator. The gate's richer rules are drawn
@@ -99,7 +99,7 @@ LATEST_SHARE = 0.05  # of daily tables' sliding windows not drawn any: the lates
 CUMULATIVE_SHARE = 0.5  # of self-dependent daily tables: cumulative within the week (afresh each Monday)
 STATIC_EVERY = 2000  # one static reference table per this many tables (at least one)
 STATIC_SHARE = 0.05  # of derived tables: read one static table whole (no offsets)
-# (own period, upstream period) -> offsets in the seeds' vocabulary with their weights (None = default mapping)
+# (own period, upstream period) -> offsets in the catalog's vocabulary with their weights (None = default mapping)
 OFFSETS: dict[tuple[str, str], list[tuple[dict[str, list[int]] | None, float]]] = {
     ("hourly", "hourly"): [(None, 0.6), ({"set": [0]}, 0.1), ({"set": [-1]}, 0.2), ({"range": [-23, 0]}, 0.1)],
     ("daily", "hourly"): [({"range": [0, 23]}, 0.6), (None, 0.4)],
@@ -288,7 +288,7 @@ def _add_rules(
     return []
 
 
-RESOLVER_PERIOD_WEIGHTS = (0.045, 0.675, 0.15, 0.13)  # about 150,000 completions a day at 80,000 tables (seed 000)
+RESOLVER_PERIOD_WEIGHTS = (0.045, 0.675, 0.15, 0.13)  # about 150,000 completions a day at 80,000 tables
 # The warehouse starts a year before the simulated day, in the past: Dagster leaves a partition key later than the
 # wall clock out of a subset, so the gate's windows of a day in the future come out empty (and it lets them run).
 BENCH_START = "2025-01-01"

@@ -17,8 +17,9 @@ Modes, interleaved run by run: ``pruned-dv`` (the product: the condition names t
 has deletion vectors, turned on as ``warehouse upgrade-lake`` does), ``unpruned-dv`` (no partition predicate) and
 ``pruned`` (no deletion vectors: the merge rewrites every file holding a changed key). Files scanned, rows copied
 and the scan time are Delta's own merge metrics. Per size it prints pruned_s and unpruned_s (end to end), the
-unpruned scan's slope in seconds per million rows, and the end-to-end ratio a table of seed 001's size (20 billion
-rows) would give on that slope: a model, not a measurement. The last line is one ``RESULT`` line.
+unpruned scan's slope in seconds per million rows, and the end-to-end ratio a table of 20 billion rows (a large
+company's order table, where partition pruning was reported to make merges 6.7x faster) would give on that slope: a
+model, not a measurement. The last line is one ``RESULT`` line.
 
     .venv/bin/python bench/merge_pruning.py                                 # 20M and 100M rows
     .venv/bin/python bench/merge_pruning.py --sizes 2000000,10000000 --partitions 60   # a quick look
@@ -806,19 +807,19 @@ def _millions(rows: int) -> str:
     return f"{rows / 1e6:g}m"
 
 
-SEED_001_ROWS = 20_000_000_000  # the table size behind seed 001's 6.7x
+LARGE_TABLE_ROWS = 20_000_000_000  # a large company's order table, where pruning was reported to give 6.7x
 
 
 def size_figures(rows: int, a: dict[str, Any]) -> dict[str, Any]:
     """One size's figures: the product's batch (deletion vectors, pruned) end to end and what it is made of, the
-    same unpruned, the unpruned scan's slope, and the ratio that slope models for a table of seed 001's size."""
+    same unpruned, the unpruned scan's slope, and the ratio that slope models for a table of 20 billion rows."""
     modes = a["modes"]
     pruned, unpruned, rewriting = modes["pruned-dv"], modes["unpruned-dv"], modes["pruned"]
     scan_s = statistics.median(r.metrics["scan_time_ms"] for r in unpruned.merges) / 1000
     slope = scan_s / (rows / 1e6)  # seconds of unpruned scan per million rows
     # the model: the pruned batch stays as measured (its growth is measured between sizes), the unpruned one grows
     # by its scan's slope up to 20 billion rows
-    modelled = (unpruned.end_to_end_s + slope * (SEED_001_ROWS - rows) / 1e6) / pruned.end_to_end_s
+    modelled = (unpruned.end_to_end_s + slope * (LARGE_TABLE_ROWS - rows) / 1e6) / pruned.end_to_end_s
     record_s = statistics.median(
         e - p - m.seconds for e, p, m in zip(pruned.end_to_end, pruned.prepares, pruned.merges, strict=True)
     )
@@ -980,7 +981,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             growth = (largest["unpruned_scan_s"] - smallest["unpruned_scan_s"]) / ((sizes[-1] - sizes[0]) / 1e6)
             fields["slope_between_sizes_s_per_mrows"] = round(growth, 4)
             fields["model_ratio_20b"] = round(
-                (largest["unpruned_s"] + growth * (SEED_001_ROWS - sizes[-1]) / 1e6) / largest["pruned_s"], 1
+                (largest["unpruned_s"] + growth * (LARGE_TABLE_ROWS - sizes[-1]) / 1e6) / largest["pruned_s"], 1
             )
         for rows, figures in per_size.items():
             for name in ("pruned_s", "unpruned_s", "merge_dv_s", "merge_rewrite_s", "slope_s_per_mrows"):

@@ -69,6 +69,7 @@ class Settings(BaseModel):
     spark_driver_memory: str = Field("4g", description="a JVM memory size, e.g. 4g")
     spark_conf: dict[str, str] = Field(default_factory=dict, description="key=value pairs separated by commas")
     spark_log_level: SparkLogLevel = Field("WARN", description="one of ERROR, WARN, INFO, DEBUG")
+    spark_server_nice: int = Field(10, ge=0, le=19, description="a whole number from 0 to 19")
     time_travel_hours: int = Field(168, ge=0, description="a whole number of hours, 0 or more")
     simulate_live: bool = Field(False, description="1 or 0")
     run_executor: RunExecutor = Field("in_process", description="one of in_process, multiprocess")

@@ -402,12 +402,14 @@ def start_connect_server(
     token: str | None = None,
     lake_root: str = "",
     confined: bool = False,
+    nice: int = 0,
 ) -> subprocess.Popen[bytes] | None:
     """Start a Spark Connect server from the pyspark wheel; return None if one already listens there.
 
     With ``token`` it refuses every client that does not send it; ``layer.table`` names ``lake_root``'s tables
     (``confined``: :func:`lake_conf`). Its log4j log goes to ``log_path`` at ``log_level`` (:func:`connect_log_config`);
-    what the JVM itself prints (a crash, a start-up failure) to ``<log_path without .log>.out``."""
+    what the JVM itself prints (a crash, a start-up failure) to ``<log_path without .log>.out``. A positive ``nice``
+    lowers the server's CPU priority (and its JVM's): Spark's bulk work then yields to the processes that start runs."""
     if port_open(host, port):
         return None
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
@@ -444,6 +446,8 @@ def start_connect_server(
     }.items():
         args += ["--conf", f"{name}={value}"]
     args.append("spark-internal")
+    if nice:
+        args = ["nice", "-n", str(nice), *args]
     output = log_path.with_suffix(".out")
     log = output.open("ab")
     proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

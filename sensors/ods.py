@@ -7,8 +7,7 @@
   reporting them.
 * ``ods_quality_checks`` judges the reported hours still without verdicts in one ``ods_quality_checks`` run
   (:mod:`warehouse_assets.materialize.hour_checks`), oldest first. Left to Dagster's automation, each table and hour
-  would
-  get a run of its own (120 runs per simulated day, each starting a process), which flooded the run queue.
+  would get a run of its own (120 runs per simulated day, each starting a process), which flooded the run queue.
 
 Both fallbacks wait while an ingestion run is in flight: it reports and judges the hours it completes, and doing it
 here too would race it. Hours older than the dependency center's lookback are checked by hand (execute the table's

@@ -17,7 +17,7 @@ from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from resources.delta_lake import DeltaLayerError, DeltaStore, Predicate
+from resources.delta_lake import DeltaLayerError, DeltaStore, Predicate, warm_up
 from tests.support import oracle
 
 KEY = ("dwd", "sales")
@@ -443,3 +443,10 @@ def test_a_conflict_reported_through_spark_connect_is_recognized() -> None:
     layer.__cause__ = pyspark
     assert _is_conflict(layer)
     assert not _is_conflict(DeltaLayerError("lake/dws/order_hourly: overwrite failed: [PATH_NOT_FOUND] no such path"))
+
+
+def test_the_warm_up_merges_as_ingestion_does_and_leaves_nothing_behind(spark: SparkSession, tmp_path: Path) -> None:
+    scratch = tmp_path / "warm-up"
+    seconds = warm_up(spark, str(scratch))
+    assert seconds > 0
+    assert not scratch.exists()

@@ -26,9 +26,8 @@ The critical path is the chain of partitions that sets the time: from the partit
 upstream partition that is ready last, down to a partition whose time is known or learned (a source's arrival, a run
 in progress or queued). When a partition's predicted finish passes its freshness SLA's deadline
 (:func:`warehouse_assets.materialize.freshness.deadline`) before that deadline, :func:`forecast_tick` raises a
-warning: the
-``sla_forecast`` check (non-blocking, severity WARN, one per partition) naming the path, with the day's timeline of
-predictions as Markdown and a Mermaid chart in its metadata. The freshness check itself still judges at the
+warning: the ``sla_forecast`` check (non-blocking, severity WARN, one per partition) naming the path, with the day's
+timeline of predictions as Markdown and a Mermaid chart in its metadata. The freshness check itself still judges at the
 deadline.
 
 Everything here but the ``instance_*`` readers and :class:`CatalogGraph` is a pure function of (graph, states,
@@ -45,7 +44,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 from zoneinfo import ZoneInfo
 
-from warehouse_assets.catalog import BY_PERIOD, WHOLE, Catalog, Table, upstream_partitions
+from warehouse_assets.catalog import BY_PERIOD, WHOLE, Catalog, Table, partition_window, upstream_partitions
 from warehouse_assets.materialize.freshness import FORECAST_CHECK_NAME, due_between
 from warehouse_assets.materialize.freshness import deadline as sla_deadline
 
@@ -592,8 +591,7 @@ class CatalogGraph:
         if node[1] == WHOLE:  # a static table: no window
             return float("-inf")
         if node not in self._ends:
-            pdef = BY_PERIOD[self.catalog[node[0]].period]
-            self._ends[node] = pdef.time_window_for_partition_key(node[1]).end.timestamp()
+            self._ends[node] = partition_window(self.catalog[node[0]], node[1]).end.timestamp()
         return self._ends[node]
 
 

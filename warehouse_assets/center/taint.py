@@ -14,8 +14,7 @@ reason, apply) compute the same plan:
    backfill daemon runs them in dependency order, each table's runs as its backfill policy says). A marked ODS hour or
    external delivery is valid again once reported anew with passing checks, and the backfill's runs reading it wait
    for that (the run guard, :mod:`warehouse_assets.materialize.runner`). An ODS hour is reported anew when its source
-   sends
-   it again, or at once with ``reingest``: rebuilt from the landing area's retained segments
+   sends it again, or at once with ``reingest``: rebuilt from the landing area's retained segments
    (:mod:`warehouse_assets.ingest.reingest`), reported and judged in the same run.
 
 Two more actions of the same job: ``reingest`` re-ingests ODS hours on their own (the repair waiting for them goes on),

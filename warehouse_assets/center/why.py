@@ -7,8 +7,7 @@ start, or in the future), or a derived partition whose own upstream is all ready
 failed).
 
 The walk rests on the gate (:mod:`warehouse_assets.materialize.gate`, "may P run now, and if not why?"), which judges
-the
-exact upstream partitions of each partition on the chain, and on one question asked per partition,
+the exact upstream partitions of each partition on the chain, and on one question asked per partition,
 :meth:`PartitionStates.states` ("is P itself ready, and if not why?"), which is also what the gate reads. It reads
 the catalog, the dependency center's partition state store for the partitions on the chain only (the engine's view,
 so ``why`` and the engine never disagree), and the lake's ingestion state through delta-rs: no code location and no
@@ -48,13 +47,17 @@ from warehouse_assets.catalog import (
     LATEST,
     Catalog,
     Dependency,
+    DerivedTable,
     OdsTable,
     OdsWindows,
     PartitionKeyError,
     Table,
     UpstreamPartitions,
+    business_time,
     check_partition_key,
+    partition_window,
     periods,
+    split_regional_key,
     upstream_partitions,
 )
 from warehouse_assets.center.eta import Prediction, instance_predictor, timeline_markdown
@@ -413,8 +416,14 @@ class PartitionStates:
         return self.partitions.repair_running(backfill_id)
 
     def _never(self, fqn: str, key: str) -> str:
-        period = self.catalog[fqn].period
-        window = BY_PERIOD[period].time_window_for_partition_key(key)
+        table = self.catalog[fqn]
+        period = table.period
+        window = partition_window(table, key)
+        if isinstance(table, DerivedTable) and table.is_regional:  # a region's days begin on the warehouse's start date
+            start = periods().start.isoformat()
+            if split_regional_key(key)[0] < start:
+                return f"before {fqn}'s first day {start} (WAREHOUSE_START): it can never exist"
+            return f"in the future: a partition once that region's day ends at {business_time(window.end)}"
         # the calendar's first partition, whether or not it has ended yet (Dagster's first key is None until then)
         first = self.calendar.first_key(period)
         if first is None or window.start < self.calendar.start(period, first):

@@ -11,14 +11,19 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
 from warehouse_assets.cli.common import ROOT, adopt_warehouse_start, load_settings, say
 from warehouse_assets.cli.services import interrupt, start_server_with_token, stop_group
+
+if TYPE_CHECKING:
+    from resources.settings import Settings
 
 DEV_MARK = "WAREHOUSE_DEV_SESSION"  # in the environment of every process `warehouse dev` starts
 
@@ -97,6 +102,7 @@ def _run_dev(args: argparse.Namespace, started: list[tuple[subprocess.Popen[byte
     if start is not None:
         settings = load_settings(env)
         say(f"[dev] the warehouse starts on {start} (WAREHOUSE_START): the first partition of every table")
+    warm_up = False
     if settings.spark_mode == "connect":
         host, port = settings.spark_connect_url.removeprefix("sc://").split("/")[0].split(":")
         log_path = Path(settings.log_dir) / "spark-connect.log"
@@ -106,6 +112,7 @@ def _run_dev(args: argparse.Namespace, started: list[tuple[subprocess.Popen[byte
             say("[dev] a Spark Connect server already listens there; using it (and its token, if it left one)")
         else:
             started.append((server, signal.SIGTERM, 15))
+            warm_up = settings.spark_master.startswith("local")
     _prepare_instance(Path(env["DAGSTER_HOME"]))
     command = [sys.executable, "-m", "dagster", "dev", "-h", args.host, "-p", str(args.port), "-w", "workspace.yaml"]
     command += ["--log-level", args.dagster_log_level]
@@ -123,6 +130,8 @@ def _run_dev(args: argparse.Namespace, started: list[tuple[subprocess.Popen[byte
     say("[dev] starting the engine (the dependency center: starts each partition once its upstream is ready)")
     engine = subprocess.Popen(engine_command, env=env, start_new_session=True, preexec_fn=_default_signals)
     started.append((engine, signal.SIGTERM, 15))
+    if warm_up:  # while Dagster starts (half a minute before its first run), not before: the UI comes up no later
+        _warm_up_spark(settings)
     announced = False
     while dagster.poll() is None:
         if not announced and port_open(args.host, args.port):
@@ -134,6 +143,25 @@ def _run_dev(args: argparse.Namespace, started: list[tuple[subprocess.Popen[byte
         time.sleep(0.5)
     say(f"[dev] Dagster exited with status {dagster.returncode}: stopping the rest")
     return dagster.returncode or 1
+
+
+def _warm_up_spark(settings: Settings) -> None:
+    """The new server's first Delta merge, paid here before anything runs rather than by the first ingestion run,
+    which would slow what starts beside it (:func:`resources.delta_lake.warm_up`). A local server only: its scratch
+    directory is on this machine."""
+    from resources.delta_lake import warm_up
+    from resources.spark import get_session, stop_session
+
+    scratch = tempfile.mkdtemp(prefix="warehouse-warm-up-")
+    try:
+        spark = get_session(mode="connect", connect_url=settings.spark_connect_url, timezone=settings.timezone)
+        seconds = warm_up(spark, scratch)
+    except Exception as exc:  # the stack still starts: its runs will say what Spark refuses
+        say(f"[dev] warning: warming up Spark failed ({type(exc).__name__}: {exc}); the first runs will be slower")
+        return
+    finally:
+        stop_session()
+    say(f"[dev] Spark warmed up: a Delta merge ran in {seconds:.0f} s, so the first ingestion does not pay for it")
 
 
 def _prepare_instance(home: Path) -> None:

@@ -100,6 +100,7 @@ def start_server_with_token(
         token=token,
         lake_root=settings.lake_root,
         confined=analysts,
+        nice=settings.spark_server_nice,
     )
     if server is None:
         adopted = read_connect_token(token_file)

@@ -1,12 +1,10 @@
 """The partition runtime: what a derived table's asset body and the ODS checks run, with Spark.
 
 Imported by the bodies of the assets and checks the compiler builds (:mod:`warehouse_assets.materialize.compiler`),
-never
-when the code location loads: loading it imports PySpark. For each partition of the run, in time order:
+never when the code location loads: loading it imports PySpark. For each partition of the run, in time order:
 
 1. the gate (:mod:`warehouse_assets.materialize.gate`) decides whether it may run — every exact upstream partition
-   exists,
-   is materialized (or was written earlier in this run) and passed its blocking checks (unless the dependency
+   exists, is materialized (or was written earlier in this run) and passed its blocking checks (unless the dependency
    says ``ignore_dq``); if not, the run fails with the gate's reason. Dagster drops nonexistent partitions
    silently, so the guard lives here. A backfill's run held back only by tainted upstream partitions that a running
    repair makes valid (an ODS hour its source, a re-ingest or a release makes valid; a partition another repair
