@@ -14,7 +14,7 @@ import functools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -44,20 +44,42 @@ def arrow_table(data: Any) -> pa.Table:
     return pa.RecordBatchReader.from_stream(data).read_all()
 
 
-@functools.lru_cache(maxsize=8192)  # a commit's entry never changes: each is read once per process
-def _commit_partitions(uri: str, version: int) -> frozenset[tuple[tuple[str, str], ...]]:
-    """The partitions a commit's data-changing actions name; FileNotFoundError (never cached) without its entry."""
+class _Commit(NamedTuple):
+    partitions: frozenset[tuple[tuple[str, str], ...]]  # those its data-changing actions name
+    restored: int | None  # a RESTORE's: the version it restored the table to (-1 when its entry does not say)
+
+
+@functools.lru_cache(maxsize=65536)  # a commit's entry never changes: each is read once per process
+def _commit(uri: str, version: int) -> _Commit:
+    """What one commit changed, from its log entry; FileNotFoundError (never cached) without its entry."""
     fs, base = filesystem(uri + "/_delta_log")
     with fs.open_input_stream(f"{base}/{version:020d}.json") as entry:
         lines = entry.read().decode().splitlines()
     found = set()
+    restored = None
     for line in lines:
         action = json.loads(line) if line.strip() else {}
         for kind in ("add", "remove"):
             file = action.get(kind)
             if file and file.get("dataChange", True) and file.get("partitionValues"):
                 found.add(tuple(sorted((k, str(v)) for k, v in file["partitionValues"].items())))
-    return frozenset(found)
+        info = action.get("commitInfo")
+        if isinstance(info, dict) and str(info.get("operation", "")).upper() == "RESTORE":
+            target = (info.get("operationParameters") or {}).get("version")
+            restored = int(str(target)) if str(target).isdigit() else -1  # unsaid: as if restored to before any version
+    return _Commit(frozenset(found), restored)
+
+
+def _commit_partitions(uri: str, version: int) -> frozenset[tuple[tuple[str, str], ...]]:
+    """The partitions a commit's data-changing actions name; FileNotFoundError without its entry."""
+    return _commit(uri, version).partitions
+
+
+class Restore(NamedTuple):
+    """A RESTORE commit that rolled a partition's write back."""
+
+    version: int  # the RESTORE's commit
+    restored: int  # the version it restored the table to (-1: its entry does not say)
 
 
 def _checkpoint_version(uri: str) -> int:
@@ -114,6 +136,10 @@ class DeltaReader:
 
     root: str
     storage_options: dict[str, str] = field(default_factory=dict)
+    # per table URI, what :meth:`rolled_back` read of its log: (first version, last version, its restores)
+    _scanned: dict[str, tuple[int, int, dict[int, int]]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def table_uri(self, key: Sequence[str] | str) -> str:
         parts = [key] if isinstance(key, str) else list(key)
@@ -300,8 +326,92 @@ class DeltaReader:
                     continue
         return [dict(p) for p in sorted(found)]
 
+    def rolled_back(
+        self, key: Sequence[str] | str, written: Mapping[str, tuple[int, PartitionSpec]]
+    ) -> dict[str, Restore]:
+        """Of the partitions ``written`` (name → the version that wrote it, and its partition values; ``{}`` for an
+        unpartitioned table), those whose write a RESTORE has rolled back since: the table's current version holds
+        them as an older version did, with every file present. Read from the log's entries after the oldest of those
+        versions; each entry is read once per reader (a restore whose entry the log no longer keeps is not seen).
+
+        The current version's content is followed back through the restores: the commits after the newest restore
+        are its own, then those of the version that restore went back to, and so on. A write among the commits a
+        restore skipped is rolled back when a skipped commit up to it changed its partition (a write that reports
+        the table's version rather than its own commit, an ODS hour's, is not taken for rolled back when the skipped
+        commits never touched its partition)."""
+        if not written:
+            return {}
+        uri = self.table_uri(key)
+        current, restores = self._restores(uri, min(v for v, _ in written.values()) + 1)
+        found: dict[str, Restore] = {}
+        for name, (wrote, spec) in written.items():
+            by = _restored_away(wrote, current, restores)
+            if by is None:
+                continue
+            values = tuple(sorted((k, str(v)) for k, v in spec.items()))
+            if not values or any(_changed(uri, c, values) for c in range(max(by.restored, -1) + 1, wrote + 1)):
+                found[name] = by
+        return found
+
+    def _restores(self, uri: str, start: int) -> tuple[int, dict[int, int]]:
+        """The table's current version and its RESTORE commits from ``start`` on (version → the version restored),
+        from its log entries: those read by an earlier call are not read again, only the commits since."""
+        first, current, restores = self._scanned.get(uri, (start, start - 1, {}))
+        if first > start:  # older versions asked for than were scanned: from the start again
+            first, current, restores = start, start - 1, {}
+        restores = dict(restores)
+
+        def read_on(version: int) -> int:
+            """The restores of the entries from ``version`` on; the version of the first missing (the next one)."""
+            while True:
+                try:
+                    commit = _commit(uri, version)
+                except FileNotFoundError:
+                    return version
+                if commit.restored is not None:
+                    restores[version] = commit.restored
+                version += 1
+
+        after = read_on(current + 1)
+        if after == current + 1 == start and _checkpoint_version(uri) >= start:
+            # the entries up to a checkpoint may have been cleaned up: those kept are read, then the ones after it
+            for version in range(start, _checkpoint_version(uri) + 1):
+                try:
+                    commit = _commit(uri, version)
+                except FileNotFoundError:
+                    continue
+                if commit.restored is not None:
+                    restores[version] = commit.restored
+            after = read_on(_checkpoint_version(uri) + 1)
+        self._scanned[uri] = (first, after - 1, restores)
+        return after - 1, restores
+
     def log_entries(self, key: Sequence[str] | str) -> int:
         """How many commit entries (``_delta_log/*.json``) the table's log holds."""
         fs, base = filesystem(self.table_uri(key) + "/_delta_log")
         infos = fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
         return sum(1 for i in infos if i.path.endswith(".json"))
+
+
+def _changed(uri: str, version: int, partition: tuple[tuple[str, str], ...]) -> bool:
+    """Whether a commit changed the partition's rows; True when its entry is gone (it may have)."""
+    try:
+        return partition in _commit(uri, version).partitions
+    except FileNotFoundError:
+        return True
+
+
+def _restored_away(wrote: int, current: int, restores: Mapping[int, int]) -> Restore | None:
+    """The restore that left the commit ``wrote`` out of the table's current version, None if that version holds it:
+    from the newest restore back, the commits after a restore are kept, those between the version it restored and
+    itself are not, and the walk goes on from the version it restored."""
+    newest = current
+    for at in sorted(restores, reverse=True):
+        if at > newest:
+            continue  # skipped itself by a later restore
+        if wrote > at:
+            return None
+        if wrote > restores[at]:
+            return Restore(at, restores[at])
+        newest = restores[at]
+    return None

@@ -73,8 +73,12 @@ def warehouse(spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     home.mkdir()
     for name, value in {**env, "DAGSTER_HOME": str(home)}.items():
         monkeypatch.setenv(name, value)  # the `warehouse` commands' instance and lake are the test's
+    # one SQLite event log for the test's runs and reports (tests/conftest.py's `consolidated`; instance_for_test writes
+    # it into the home's dagster.yaml, which the commands open too), not a database per run and an index database
+    storage = {"module": "dagster._core.storage.event_log", "class": "ConsolidatedSqliteEventLogStorage"}
+    one_event_log = {"event_log_storage": {**storage, "config": {"base_dir": str(home / "events")}}}
     # the commands read the process's settings, which another module of the worker may have read first
-    with using(Settings.from_env(env)), instance_for_test(temp_dir=str(home)) as instance:
+    with using(Settings.from_env(env)), instance_for_test(temp_dir=str(home), overrides=one_event_log) as instance:
         warehouse = ReportingRows(load_catalog(), tmp_path, instance, resources_from_env(env))
         yield warehouse
         warehouse.engine.close()

@@ -1,5 +1,6 @@
-"""The engine compares the lake with the partition states on its cadence: a day whose files were deleted is marked
-missing once (one log line for its table), the engine requests it again, and a day built empty is left alone.
+"""The engine compares the lake with the partition states on its cadence: a day whose files were deleted, or whose
+rebuild a Delta RESTORE rolled back, is marked missing once (one log line for its table), the engine requests it
+again, and a day built empty (or one the restore kept) is left alone.
 
 A small catalog (``ods.src`` → ``dwd.day``), its lake written with delta-rs, its events written as the product writes
 them; the engine is stepped by hand with a recorder for a webserver: no Spark, no Dagster daemon.
@@ -15,7 +16,7 @@ from zoneinfo import ZoneInfo
 import pyarrow as pa
 import pytest
 from dagster import AssetKey, AssetMaterialization, DagsterInstance
-from deltalake import write_deltalake
+from deltalake import DeltaTable, write_deltalake
 
 from resources.delta_lake import DeltaStore
 from tests.center.test_center import hours
@@ -98,3 +99,84 @@ def test_the_engine_marks_a_day_whose_files_are_gone_once_and_requests_it_again(
         assert len(said()) == 1 and len(recorder.plans) == 1
     finally:
         engine.close()
+
+
+def test_the_engine_marks_a_day_a_restore_rolled_back_though_its_files_are_there_and_requests_it_again(
+    instance: DagsterInstance, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / "tables"
+    write(root, "ods/src.yaml", VALUED_ODS)
+    write(root, "dwd/day.sql", DAY_SQL)
+    catalog = load_catalog(root)
+    table = str(tmp_path / "lake" / "dwd" / "day")
+    first = [{"id": i, "v": i, "dt": day} for i, day in enumerate(DAYS[:2])]
+    write_deltalake(table, pa.Table.from_pylist(first), partition_by=["dt"])  # version 0: both days
+    again = pa.Table.from_pylist([{"id": 7, "v": 70, "dt": DAYS[0]}])
+    write_deltalake(table, again, mode="overwrite", predicate=f"dt = '{DAYS[0]}'")  # version 1: the first day rebuilt
+    for day in DAYS[:2]:
+        for hour in hours(day):
+            instance.report_runless_asset_event(
+                AssetMaterialization(AssetKey(["ods", "src"]), partition=hour, metadata={"rows": 0})
+            )
+        version = 1 if day == DAYS[0] else 0
+        partitions = [{"partition": day, "rows": 1, "delta_version": version}]
+        instance.report_runless_asset_event(
+            AssetMaterialization(
+                AssetKey(["dwd", "day"]), partition=day, metadata={"rows": 1, "partitions": partitions}
+            )
+        )
+    recorder = Recorder()
+    reconciler = Reconciler(instance, DeltaStore(str(tmp_path / "lake")), every=1e-6)
+    engine = assemble_engine(
+        instance, catalog, recorder, max_partitions_per_run, clock=lambda: NOW, reconciler=reconciler
+    )
+    caplog.set_level(logging.WARNING, logger="warehouse.engine")
+
+    def round_() -> None:
+        engine.tick()
+        engine.finish_sweep(timeout=60)
+
+    def said() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.getMessage().startswith("reconcile")]
+
+    try:
+        round_()
+        round_()
+        assert said() == [] and recorder.plans == []
+
+        DeltaTable(table).restore(0)  # version 2: back to the first day's old rows, every file of them still there
+        assert sorted(DeltaTable(table).to_pyarrow_table().column("id").to_pylist()) == [0, 1]
+        round_()
+        assert said() == [
+            f"reconcile: dwd.day: 1 partition(s) gone from the lake, marked missing and to be built again: {DAYS[0]} "
+            "(the table was restored to version 0 (RESTORE, Delta version 2), before Delta version 1 that built it: "
+            "its data is older than its latest materialization)"
+        ]
+        round_()  # reads the mark, and requests the day again
+        assert [(p.table, p.partitions) for p in recorder.plans] == [("dwd.day", (DAYS[0],))]
+        state = engine.store.states(AssetKey(["dwd", "day"]), DAYS[:2])
+        assert state[DAYS[0]].missing is not None and not state[DAYS[0]].materialized
+        assert state[DAYS[1]].materialized  # written at version 0, which the restore went back to: as built
+        round_()
+        assert len(said()) == 1 and len(recorder.plans) == 1  # marked once
+    finally:
+        engine.close()
+
+
+def test_a_write_a_later_restore_brought_back_is_not_rolled_back(tmp_path: Path) -> None:
+    """The current version's content followed back through the restores: a restore undone by a later one rolls
+    nothing back, and a restore that skipped no commit of a partition leaves it as built."""
+    table = str(tmp_path / "lake" / "dwd" / "day")
+    write_deltalake(table, pa.Table.from_pylist([{"id": 0, "v": 0, "dt": DAYS[0]}]), partition_by=["dt"])  # 0
+    other = pa.Table.from_pylist([{"id": 1, "v": 1, "dt": DAYS[1]}])
+    write_deltalake(table, other, mode="append")  # 1: the second day
+    again = pa.Table.from_pylist([{"id": 2, "v": 2, "dt": DAYS[0]}])
+    write_deltalake(table, again, mode="overwrite", predicate=f"dt = '{DAYS[0]}'")  # 2: the first day rebuilt
+    reader = DeltaStore(str(tmp_path / "lake"))
+    written = {DAYS[0]: (2, {"dt": DAYS[0]}), DAYS[1]: (1, {"dt": DAYS[1]})}
+    DeltaTable(table).restore(1)  # 3: the rebuild of the first day undone; the second day's write kept
+    assert {k: tuple(v) for k, v in reader.rolled_back(("dwd", "day"), written).items()} == {DAYS[0]: (3, 1)}
+    DeltaTable(table).restore(2)  # 4: back to after the rebuild
+    assert reader.rolled_back(("dwd", "day"), written) == {}
+    DeltaTable(table).restore(0)  # 5: before both
+    assert set(reader.rolled_back(("dwd", "day"), written)) == {DAYS[0], DAYS[1]}

@@ -19,6 +19,8 @@ from warehouse_assets.catalog.calendars import (
     partition_key_of,
     partition_values,
     periods,
+    regional_key,
+    split_regional_key,
 )
 from warehouse_assets.catalog.checks import CHECK_KINDS, Check, CheckSpecError, Outcome, parse_checks
 from warehouse_assets.catalog.keys import PartitionKeyError, check_partition_key
@@ -30,6 +32,9 @@ from warehouse_assets.catalog.mappings import (
     anchored_upstream,
     mapped_upstream,
     partition_mapping,
+    partition_window,
+    regional_days,
+    regional_hours,
     upstream_partitions,
     weak_deadline,
 )
@@ -117,6 +122,11 @@ __all__ = [
     "mapped_upstream",
     "parse_checks",
     "partition_mapping",
+    "partition_window",
+    "regional_days",
+    "regional_hours",
+    "regional_key",
+    "split_regional_key",
     "periods",
     "referenced_tables",
     "upstream_partitions",

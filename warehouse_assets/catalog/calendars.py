@@ -70,6 +70,11 @@ class Periods:
     def timezone(self) -> str:
         return self.daily.timezone
 
+    def region_days(self, zone: str) -> DailyPartitionsDefinition:
+        """The days of a region whose midnight is that of ``zone``: [local midnight, next local midnight), 23 or 25
+        hours on a daylight-saving day, from the warehouse's start date."""
+        return _region_days(zone, self.start)
+
     @property
     def by_period(self) -> dict[str, TimeWindowPartitionsDefinition]:
         coarse = {"hourly": self.hourly, "daily": self.daily, "weekly": self.weekly, "monthly": self.monthly}
@@ -105,6 +110,30 @@ def _periods(timezone: str, start: date) -> Periods:
             for period, length in MINUTE_PERIODS.items()
         },
     )
+
+
+@functools.cache
+def _region_days(zone: str, start: date) -> DailyPartitionsDefinition:
+    return DailyPartitionsDefinition(start_date=start.isoformat(), timezone=zone)
+
+
+# A regional table's partition key is Dagster's multi-partition key of its two dimensions, named so that the date comes
+# first (Dagster orders dimensions by name): ``2026-03-08|los_angeles``.
+DATE_DIMENSION, REGION_DIMENSION = "date", "region"
+REGION_DELIMITER = "|"
+
+
+def regional_key(day: str, region: str) -> str:
+    """The partition key of ``region``'s day ``day`` (YYYY-MM-DD)."""
+    return f"{day}{REGION_DELIMITER}{region}"
+
+
+def split_regional_key(key: str) -> tuple[str, str]:
+    """(day, region) of a regional partition key; ValueError naming the key when it is not one."""
+    day, delimiter, region = key.partition(REGION_DELIMITER)
+    if not delimiter or not day or not region:
+        raise ValueError(f"{key!r} is not a regional partition key (day{REGION_DELIMITER}region, e.g. 2026-03-08|utc)")
+    return day, region
 
 
 def business_zone() -> ZoneInfo:

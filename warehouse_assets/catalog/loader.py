@@ -160,7 +160,7 @@ def _load_sql(path: Path) -> DerivedTable | StaticTable:
     except sqlglot.errors.ParseError as exc:
         raise _fail(path, f"the SQL does not parse: {exc}") from exc
     if header.get("kind") == STATIC:
-        unknown = sorted(set(header) & {"depends_on", "states", "resets", "late_data"})
+        unknown = sorted(set(header) & {"depends_on", "states", "resets", "late_data", "regions"})
         if unknown:
             raise _fail(path, f"{', '.join(unknown)} is for partitioned tables; a static table reads nothing")
         deps = tuple(Dependency(table) for table in sorted(reads))
@@ -185,6 +185,7 @@ def _load_sql(path: Path) -> DerivedTable | StaticTable:
             for dep in deps
         )
     extra = {"kind": kind, "resets": header.get("resets"), "late_data": header.get("late_data")}
+    extra["regions"] = header.get("regions")
     return _build(DerivedTable, path, fields | {"deps": deps, "sql": body, "states": states} | extra)
 
 
@@ -361,6 +362,20 @@ def _validate_graph(catalog: Catalog) -> None:
             if dep.table not in catalog.tables:
                 raise _fail(derived.path, f"{derived.fqn} reads {dep.table}, which is not in the catalog")
             upstream = catalog.tables[dep.table]
+            if derived.is_regional and upstream.period != "hourly":
+                raise _fail(
+                    derived.path,
+                    f"{derived.fqn} has regions: each region's day is read from the hours in it, so it reads hourly "
+                    f"tables only; {dep.table} is {upstream.period}",
+                )
+            if upstream.is_regional and (
+                derived.period != "daily" or derived.is_regional or dep.start_offset is not None or dep.weak
+            ):
+                raise _fail(
+                    derived.path,
+                    f"{derived.fqn} reads {dep.table}, which has regions: a daily table without regions reads a day of "
+                    "it whole (every region's day of that date), without offsets or mode",
+                )
             if dep.states is not None:
                 known = upstream.state_names
                 unknown = [name for name in dep.states if name not in known]

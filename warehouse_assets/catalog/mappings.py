@@ -23,8 +23,14 @@ from dagster import (
     partition_loading_context,
 )
 
-from warehouse_assets.catalog.calendars import BY_PERIOD, MINUTE_PERIODS
-from warehouse_assets.catalog.model import LATEST, PERIOD_ORDER
+from warehouse_assets.catalog.calendars import (
+    BY_PERIOD,
+    MINUTE_PERIODS,
+    periods,
+    regional_key,
+    split_regional_key,
+)
+from warehouse_assets.catalog.model import LATEST, PERIOD_ORDER, DerivedTable
 
 if TYPE_CHECKING:
     from warehouse_assets.catalog.model import Catalog, Dependency, Table
@@ -149,6 +155,13 @@ def upstream_partitions(
     before the table's first one, which the first partition does not need).
     """
     upstream_period = catalog[dep.table].period
+    if isinstance(table, DerivedTable) and table.is_regional:
+        mapped = regional_hours(table, BY_PERIOD[upstream_period], partition_key, current_time=current_time)
+        return UpstreamPartitions(table=dep.table, keys=mapped.keys, nonexistent=mapped.nonexistent)
+    upstream = catalog[dep.table]
+    if isinstance(upstream, DerivedTable) and upstream.is_regional:
+        mapped = regional_days(upstream, partition_key, current_time=current_time)
+        return UpstreamPartitions(table=dep.table, keys=mapped.keys, nonexistent=mapped.nonexistent)
     if anchored(table, dep, upstream_period):
         mapped = anchored_upstream(
             BY_PERIOD[table.period], BY_PERIOD[upstream_period], dep, partition_key, current_time=current_time
@@ -171,6 +184,59 @@ def upstream_partitions(
 
         return UpstreamPartitions(table=dep.table, keys=inside(mapped.keys), nonexistent=inside(mapped.nonexistent))
     return UpstreamPartitions(table=dep.table, keys=mapped.keys, nonexistent=mapped.nonexistent)
+
+
+def partition_window(table: Table, partition_key: str) -> TimeWindow:
+    """The window of one partition of ``table``: its period's, or for a table with regions its region's day,
+    [that zone's midnight, the next one): 23 or 25 hours on a daylight-saving day."""
+    if isinstance(table, DerivedTable) and table.is_regional:
+        day, region = split_regional_key(partition_key)
+        return periods().region_days(table.zone_of(region)).time_window_for_partition_key(day)
+    return BY_PERIOD[table.period].time_window_for_partition_key(partition_key)
+
+
+def regional_hours(
+    table: DerivedTable,
+    hourly: TimeWindowPartitionsDefinition,
+    partition_key: str,
+    current_time: datetime | None = None,
+) -> MappedPartitions:
+    """The hours one region's day of ``table`` reads: exactly those of ``hourly`` in [the region's midnight, the next
+    one), split by existence at ``current_time``."""
+    now = (current_time or datetime.now(UTC)).timestamp()
+    window = partition_window(table, partition_key)
+    hours = _unbounded(hourly)
+    first = first_window(hourly)
+    keys: list[str] = []
+    nonexistent: list[str] = []
+    at, end = window.start.timestamp(), window.end.timestamp()
+    while at < end:
+        key = hours.get_partition_key_for_timestamp(at)
+        hour = hours.time_window_for_partition_key(key)
+        if hour.start.timestamp() != at:
+            raise ValueError(
+                f"{table.fqn} {partition_key}: the region's day starts at {window.start.isoformat()}, within the hour "
+                f"{key} of the hourly tables ({hourly.timezone}): a region's midnight must be a whole hour of theirs"
+            )
+        before_start = first is None or at < first.start.timestamp()
+        (nonexistent if before_start or hour.end.timestamp() > now else keys).append(key)
+        at = hour.end.timestamp()
+    return MappedPartitions(keys, nonexistent)
+
+
+def regional_days(upstream: DerivedTable, day: str, current_time: datetime | None = None) -> MappedPartitions:
+    """What a day of a table without regions reads of ``upstream``, which has regions: every region's day of that
+    date, each existing once that region's day has ended."""
+    now = current_time or datetime.now(UTC)
+    keys: list[str] = []
+    nonexistent: list[str] = []
+    for region, zone in upstream.regions:
+        key = regional_key(day, region)
+        window = partition_window(upstream, key)
+        first = first_window(periods().region_days(zone))
+        before_start = first is None or window.start < first.start
+        (nonexistent if before_start or window.end > now else keys).append(key)
+    return MappedPartitions(keys, nonexistent)
 
 
 def within_start(

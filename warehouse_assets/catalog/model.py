@@ -57,9 +57,11 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass as plain_dataclass
 from dataclasses import field, replace
+from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import InstanceOf, field_validator, model_validator
 from pydantic.dataclasses import dataclass
@@ -485,6 +487,49 @@ def _narrowed(state: str, dep: Dependency, spec: Any) -> Dependency:
     return replace(dep, start_offset=start, end_offset=end)
 
 
+_REGION_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+# the years over which a region's zone must keep whole-hour offsets: its day must be a run of whole hours
+_REGION_YEARS = range(2000, 2101)
+
+
+def parse_regions(spec: Any) -> tuple[tuple[str, str], ...]:
+    """``regions: {shanghai: Asia/Shanghai, los_angeles: America/Los_Angeles}``: each region's name and the IANA
+    time zone whose midnights start its days, validated; none when ``spec`` is None."""
+    if spec is None or spec == ():
+        return ()
+    if isinstance(spec, tuple):
+        spec = dict(spec)
+    if not isinstance(spec, Mapping) or not spec:
+        raise ValueError(
+            "regions maps each region's name to its IANA time zone, e.g. {los_angeles: America/Los_Angeles}"
+        )
+    regions = []
+    for name, zone in spec.items():
+        if not isinstance(name, str) or not _REGION_NAME.match(name):
+            raise ValueError(f"region {name!r}: a region is named in lower case, e.g. los_angeles")
+        try:
+            tz = ZoneInfo(str(zone))
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"region {name}: {zone!r} is not an IANA time zone (e.g. America/Los_Angeles)") from None
+        odd = next(
+            (
+                at
+                for year in _REGION_YEARS
+                for month in (1, 4, 7, 10)
+                if (offset := (at := datetime(year, month, 1, tzinfo=UTC)).astimezone(tz).utcoffset()) is not None
+                and offset.total_seconds() % 3600
+            ),
+            None,
+        )
+        if odd is not None:
+            raise ValueError(
+                f"region {name}: {zone} is {odd.astimezone(tz):%z} on {odd:%Y-%m-%d}, not a whole number of hours from "
+                "UTC: its days would not be whole hours of the hourly tables it reads"
+            )
+        regions.append((name, str(zone)))
+    return tuple(regions)
+
+
 # --- the tables: one typed model per kind, validated by pydantic ------------------------------------------------
 
 
@@ -614,6 +659,11 @@ class Table:
         return ()
 
     @property
+    def is_regional(self) -> bool:
+        """Whether each day is one partition per region (:attr:`DerivedTable.regions`)."""
+        return False
+
+    @property
     def row_key(self) -> tuple[str, ...]:
         """The columns that identify one row of a partition: the primary key, unless the table keeps each change."""
         return self.primary_key
@@ -718,6 +768,48 @@ class DerivedTable(Table):
     kind: str = TIME_SERIES
     resets: str | None = None
     late_data: InstanceOf[LateDataPolicy] = DEFAULT_LATE_DATA
+    # regional days: each day is one partition per region, [its zone's midnight, the next one), built as soon as that
+    # region's day is complete; (region, IANA zone) in declared order
+    regions: tuple[tuple[str, str], ...] = ()
+
+    @field_validator("regions", mode="before")
+    @classmethod
+    def _regions(cls, value: Any) -> tuple[tuple[str, str], ...]:
+        return parse_regions(value)
+
+    @property
+    def is_regional(self) -> bool:
+        return bool(self.regions)
+
+    @property
+    def partition_by(self) -> list[str]:
+        return [*PARTITION_COLUMNS[self.period], "region"] if self.regions else PARTITION_COLUMNS[self.period]
+
+    def zone_of(self, region: str) -> str:
+        """The IANA zone of ``region``; ValueError naming the table's regions when it has no such region."""
+        for name, zone in self.regions:
+            if name == region:
+                return zone
+        known = ", ".join(name for name, _ in self.regions) or "none: it is not regional"
+        raise ValueError(f"{self.fqn} has no region {region!r} (its regions: {known})")
+
+    @model_validator(mode="after")
+    def _regional_days(self) -> DerivedTable:
+        if not self.regions:
+            return self
+        if self.period != "daily":
+            raise ValueError(
+                f"regions split a day into one partition per region: period must be daily, got {self.period}"
+            )
+        if self.kind != TIME_SERIES or self.states:
+            raise ValueError("a table with regions is a time series without states: each region's day from its hours")
+        for dep in self.deps:
+            if dep.table == self.fqn or dep.start_offset is not None or dep.weak or dep.within is not None:
+                raise ValueError(
+                    f"a table with regions reads each region's day from exactly the hours in it: {dep.table} takes no "
+                    "offsets, mode or within"
+                )
+        return self
 
     @field_validator("late_data", mode="before")
     @classmethod

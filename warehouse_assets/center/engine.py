@@ -598,6 +598,8 @@ def _partitions_of(table: Table, tags: Mapping[str, str]) -> list[str]:
     first, last = tags.get("dagster/asset_partition_range_start"), tags.get("dagster/asset_partition_range_end")
     if first is None or last is None:
         return []
+    if first == last:  # one partition (a region's day is always a run of its own)
+        return [first]
     return list(BY_PERIOD[table.period].get_partition_keys_in_range(PartitionKeyRange(first, last)))
 
 

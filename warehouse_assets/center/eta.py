@@ -44,7 +44,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 from zoneinfo import ZoneInfo
 
-from warehouse_assets.catalog import BY_PERIOD, WHOLE, Catalog, Table, upstream_partitions
+from warehouse_assets.catalog import BY_PERIOD, WHOLE, Catalog, Table, partition_window, upstream_partitions
 from warehouse_assets.materialize.freshness import FORECAST_CHECK_NAME, due_between
 from warehouse_assets.materialize.freshness import deadline as sla_deadline
 
@@ -591,8 +591,7 @@ class CatalogGraph:
         if node[1] == WHOLE:  # a static table: no window
             return float("-inf")
         if node not in self._ends:
-            pdef = BY_PERIOD[self.catalog[node[0]].period]
-            self._ends[node] = pdef.time_window_for_partition_key(node[1]).end.timestamp()
+            self._ends[node] = partition_window(self.catalog[node[0]], node[1]).end.timestamp()
         return self._ends[node]
 
 

@@ -12,6 +12,10 @@ read, no JVM) with the store's materialized partitions:
   materialization whose data is gone). The store reads the mark as any event, so a rebuild of the store from the log
   keeps it; a partition marked missing counts as not materialized: the gate holds back what reads it, ``warehouse
   why`` names it, and the engine builds it again (its own candidate, as if new); a new materialization clears it;
+* a partition whose files are all there, but whose latest materialization's write a ``RESTORE`` has rolled back (the
+  table's current version holds it as a version older than the one that build recorded: read from the commits' log
+  entries after it, each once per reader, and the engine keeps one), holds data older than the instance says: it is
+  marked missing the same way, and built again;
 * a partition whose latest materialization recorded no rows has no files to lose: it is not gone;
 * a partition holding data in the lake that the instance never materialized is **reported**, never marked nor
   guessed (who wrote it, and whether it is right, is not the warehouse's to decide). An ODS table's hours hold rows
@@ -26,7 +30,7 @@ from __future__ import annotations
 import getpass
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from dagster import AssetKey, AssetObservation, AssetRecordsFilter, DagsterInstance
@@ -122,7 +126,7 @@ def reconcile(
         )
     for table, read_at, lake in lakes:
         view = store.view()
-        marks, unknown = _compare(instance, table, store, view, lake, read_at)
+        marks, unknown = _compare(instance, table, store, view, lake, read_at, reader)
         for partition, (reason, storage_id) in marks.items():
             instance.report_runless_asset_event(
                 AssetObservation(
@@ -143,9 +147,10 @@ def _compare(
     view: StateView,
     lake: dict[tuple[tuple[str, str], ...], tuple[int, int]] | None,
     read_at: float,
+    reader: DeltaReader,
 ) -> tuple[dict[str, tuple[str, int]], list[str]]:
-    """The partitions gone from the lake (partition → what was found, and the storage id of the materialization whose
-    data is gone), and those the lake holds that the instance never materialized."""
+    """The partitions gone from the lake or restored to older data (partition → what was found, and the storage id of
+    the materialization whose data is gone), and those the lake holds that the instance never materialized."""
     by_key: dict[str, tuple[int, int]] = {}
     strays: list[str] = []  # partition values that name no partition of the table's period
     for values, counts in (lake or {}).items():
@@ -170,7 +175,37 @@ def _compare(
                 marks[key] = (_gone(table, key, files, absent, lake is not None), built)
         elif state.storage_id is None and files > absent and not table.is_ods:
             unknown.append(key)
+    if lake is not None:
+        marks.update(_restored(table, {k: s for k, s in states.items() if k not in marks}, reader, read_at))
     return marks, [*unknown, *strays]
+
+
+def _restored(
+    table: Table, states: Mapping[str, PartitionState], reader: DeltaReader, read_at: float
+) -> dict[str, tuple[str, int]]:
+    """Of ``states``, the partitions whose latest materialization's write a Delta RESTORE has rolled back, their files
+    all present: the table holds them as an older version did, older than what the instance recorded (partition →
+    what was found, and the storage id of that materialization). Only a materialization that recorded its Delta
+    version is judged."""
+    written: dict[str, tuple[int, dict[str, str]]] = {}
+    for key, state in states.items():
+        if state.in_progress or state.queued or not state.materialized or (state.timestamp or 0) >= read_at:
+            continue  # being written, not built, or built after the lake was read
+        if state.delta_version is None or state.delta_version < 0:
+            continue
+        try:
+            written[key] = (state.delta_version, {} if key == WHOLE else partition_values(table.period, key))
+        except ValueError:  # a key of no Delta partition of the period's (a region's day): not judged here
+            continue
+    found = {}
+    for key, by in reader.rolled_back(table.key, written).items():
+        to = f"version {by.restored}" if by.restored >= 0 else "an older version"
+        reason = (
+            f"the table was restored to {to} (RESTORE, Delta version {by.version}), before Delta version "
+            f"{written[key][0]} that built it: its data is older than its latest materialization"
+        )
+        found[key] = (reason, states[key].storage_id or 0)
+    return found
 
 
 def _gone(table: Table, key: str, files: int, absent: int, exists: bool) -> str:

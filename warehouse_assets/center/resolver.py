@@ -71,6 +71,10 @@ from warehouse_assets.catalog import (
     LateDataPolicy,
     Table,
     UpstreamPartitions,
+    partition_window,
+    periods,
+    regional_key,
+    split_regional_key,
     upstream_partitions,
     weak_deadline,
 )
@@ -420,8 +424,7 @@ class Resolver:
             table = self.catalog[fqn]
             if not isinstance(table, DerivedTable):
                 continue
-            pdef = BY_PERIOD[table.period]
-            for key in _ended_between(pdef, _last_window_end(pdef, now) - self.lookback, now):
+            for key in _ended_within(table, now, self.lookback):
                 self._backlog.add((fqn, key), Trigger(fqn, key, None, None, frozenset({DECLARED})), by_clock=True)
                 added += 1
         return added
@@ -440,32 +443,39 @@ class Resolver:
         self._time_driven_tables = {}
         ends: dict[tuple[str, str], datetime] = {}  # Dagster's arithmetic costs about a millisecond a call
 
-        def window_end(period: str, key: str) -> datetime:
-            if (period, key) not in ends:
-                ends[(period, key)] = BY_PERIOD[period].time_window_for_partition_key(key).end
-            return ends[(period, key)]
+        def window_end(table: Table, key: str) -> datetime:
+            cached = (table.fqn if table.is_regional else table.period, key)  # a period's keys are the same windows
+            if cached not in ends:
+                ends[cached] = partition_window(table, key).end
+            return ends[cached]
 
         samples: dict[str, str] = {}
         for table in self.catalog.derived():
+            if table.is_regional:
+                continue  # a region's day reads its hours up to its own end: ready by their change, never the clock
             if table.period not in samples:
                 pdef = BY_PERIOD[table.period]
                 samples[table.period] = pdef.get_partition_key_for_timestamp((now - self.lookback).timestamp())
             key = samples[table.period]
-            end = window_end(table.period, key)
+            end = window_end(table, key)
             # a table with states is time-driven when one of its states is: an estimate on the previous day's data
             options = [state.deps for state in table.states] if isinstance(table, DerivedTable) else []
             for deps in options or [table.deps]:
                 upstream_ends = []
                 for dep in deps:
-                    up_period = self.catalog[dep.table].period
+                    upstream = self.catalog[dep.table]
                     # offset arithmetic, no mapping; a state's narrower window is not the index's
                     keys = None if options else self.index.upstream_of(table.fqn, dep.table, key, now)
                     if keys is not None:
-                        upstream_ends.append(window_end(up_period, keys[-1]))
+                        upstream_ends.append(window_end(upstream, keys[-1]))
                         continue
                     up = upstream_partitions(self.catalog, table, dep, key, current_time=now)
-                    if up.nonexistent or up.keys:  # none: a self-dependency's T-1 before the table's start
-                        upstream_ends.append(end if up.nonexistent else window_end(up_period, up.keys[-1]))
+                    if up.nonexistent:
+                        upstream_ends.append(end)
+                    elif up.keys:  # none: a self-dependency's T-1 before the table's start
+                        # a table with regions lists its days by region: the last to end is not the last listed
+                        ends_of = [window_end(upstream, k) for k in (up.keys if upstream.is_regional else up.keys[-1:])]
+                        upstream_ends.append(max(ends_of))
                 if upstream_ends and max(upstream_ends) < end:
                     self._time_driven_tables.setdefault(table.period, []).append(table.fqn)
                     break
@@ -572,10 +582,9 @@ class Resolver:
         since = min([*origins, *([previous.since] if previous else [])])
         changes = _late_changes(previous, key, late_upstream)
         own_rebuild = states.rebuilt(table.fqn, partition)
-        pdef = BY_PERIOD[table.period]
-        window_end = pdef.time_window_for_partition_key(partition).end
+        window_end = partition_window(table, partition).end
         newest = states.newest_built(table)
-        newest_end = max(window_end, pdef.time_window_for_partition_key(newest).end if newest else window_end)
+        newest_end = max(window_end, partition_window(table, newest).end if newest else window_end)
         last = None if own_rebuild is None else datetime.fromtimestamp(own_rebuild.planned_at, UTC)
         policies = late_policies or [table.late_data]
         dues = [
@@ -732,15 +741,14 @@ class Resolver:
         yet, within the lookback (the ones built already read the version they read; a taint rebuilds them)."""
         candidates = []
         for table in self._referencing.get(fqn, []):
-            pdef = BY_PERIOD[table.period]
-            keys = _ended_between(pdef, _last_window_end(pdef, now) - self.lookback, now)
+            keys = _ended_within(table, now, self.lookback)
             found = states.states(table, keys)
             candidates += [(table.fqn, k) for k in keys if not found[k].materialized]
         return candidates
 
     def _in_lookback(self, table: Table, partition: str, now: datetime) -> bool:
         floor = (_last_window_end(BY_PERIOD[table.period], now) - self.lookback).timestamp()
-        return _window(table.period, partition)[1] > floor
+        return _bounds(table, partition)[1] > floor
 
     # --- requests, persisted -----------------------------------------------------------------------------------
 
@@ -793,6 +801,9 @@ class Resolver:
         plans: list[RunPlan] = []
         for fqn, partitions in by_table.items():
             table = self.catalog[fqn]
+            if table.is_regional:  # each region's day is a run of its own: regions' days overlap in time
+                plans += [self._plan(fqn, [partition], ready, now, states) for partition in sorted(partitions)]
+                continue
             pdef = BY_PERIOD[table.period]
             limit = self.max_partitions_per_run(table)
             windows = sorted((pdef.time_window_for_partition_key(p), p) for p in partitions)
@@ -820,7 +831,7 @@ class Resolver:
         states: _Snapshot,
     ) -> RunPlan:
         table = self.catalog[fqn]
-        end = BY_PERIOD[table.period].time_window_for_partition_key(run[0]).end
+        end = partition_window(table, run[0]).end
         rebuild = all(states.state(table, partition).materialized for partition in run)
         late = tuple((p, states.rebuilds[(fqn, p)].changes) for p in run if (fqn, p) in states.rebuilds)
         return RunPlan(
@@ -884,7 +895,34 @@ def _advances(table: Table, own: PartitionState, verdict: Verdict) -> bool:
 
 
 def _start(table: Table, partition: str) -> float:
-    return _window(table.period, partition)[0]
+    return _bounds(table, partition)[0]
+
+
+def _bounds(table: Table, partition: str) -> tuple[float, float]:
+    """A partition's window as timestamps: its period's, or its region's day."""
+    if isinstance(table, DerivedTable) and table.is_regional:
+        day, region = split_regional_key(partition)
+        return _region_window(table.zone_of(region), day)
+    return _window(table.period, partition)
+
+
+@functools.lru_cache(maxsize=20_000)
+def _region_window(zone: str, day: str) -> tuple[float, float]:
+    window = periods().region_days(zone).time_window_for_partition_key(day)
+    return window.start.timestamp(), window.end.timestamp()
+
+
+def _ended_within(table: Table, now: datetime, lookback: timedelta) -> list[str]:
+    """The partitions of ``table`` whose windows ended within ``lookback`` of the latest's end, by ``now``: of a table
+    with regions, each region's days."""
+    if not (isinstance(table, DerivedTable) and table.is_regional):
+        pdef = BY_PERIOD[table.period]
+        return _ended_between(pdef, _last_window_end(pdef, now) - lookback, now)
+    keys = []
+    for region, zone in table.regions:
+        days = periods().region_days(zone)
+        keys += [regional_key(day, region) for day in _ended_between(days, _last_window_end(days, now) - lookback, now)]
+    return keys
 
 
 @functools.lru_cache(maxsize=200_000)

@@ -29,6 +29,11 @@ partitions (what a taint condemns). Every mapping is monotone and maps a run of 
 consecutive partitions, so the closure is computed on runs of positions, table by table in dependency order, never
 partition by partition: a 10-day taint of an ODS table at 10,000 tables costs milliseconds, not the partitions'
 count of lookups.
+
+A table with regions is one node per region inside the index (``table|region``), each on the days of its region's
+zone (Dagster's daily definition of that zone): an hour maps to the region's days whose windows overlap it, by the same
+timestamp arithmetic as any roll-up, and a region's day to the day of that date of the tables that read every region
+(all daily definitions from one start date share their positions, so that edge is the identity on positions).
 """
 
 from __future__ import annotations
@@ -41,7 +46,18 @@ from datetime import UTC, datetime, timedelta
 
 from dagster import TimeWindowPartitionMapping, TimeWindowPartitionsDefinition
 
-from warehouse_assets.catalog import LATEST, Catalog, Dependency, Periods, anchored, partition_mapping, periods
+from warehouse_assets.catalog import (
+    LATEST,
+    Catalog,
+    Dependency,
+    DerivedTable,
+    Periods,
+    anchored,
+    partition_mapping,
+    periods,
+    regional_key,
+    split_regional_key,
+)
 
 _EXTEND_BY = timedelta(days=62)  # how far past what is asked a calendar enumerates, so that it extends rarely
 
@@ -67,6 +83,10 @@ class EdgeMapping:
     ends_within: bool = False  # a latest dependency: only upstream partitions ended by the downstream's end
     # same period, kept inside the coarser period holding the downstream partition (a week to date, a cumulative T-1)
     within: TimeWindowPartitionsDefinition | None = None
+    # the downstream has regions: this edge maps to its days of ``region`` (``downstream`` is that region's days)
+    region: str | None = None
+    # the upstream has regions: a region's day maps by its date (``upstream`` is the downstream's own days)
+    by_date: bool = False
 
     def __post_init__(self) -> None:
         # across periods the catalog allows no offsets but the roll-up's and those on a coarser upstream (anchored)
@@ -132,9 +152,12 @@ class ReverseIndex:
             self._pdefs.update(readers)
         for table, groups in outgoing.items():
             for em, edges in groups.items():
-                self._pdefs.setdefault(table, em.upstream)
+                if not em.by_date:  # the upstream with regions: its nodes are listed by the edges into them
+                    self._pdefs.setdefault(table, em.upstream)
                 for edge in edges:
-                    self._pdefs.setdefault(edge.downstream, em.downstream)
+                    self._pdefs.setdefault(_target(em, edge), em.downstream)
+        # the tables with regions: their partitions are their regions' nodes' (``table|region``)
+        self._regional = {_split_node(node)[0] for node in self._pdefs if _split_node(node)[1] is not None}
 
     @classmethod
     def build(
@@ -148,9 +171,23 @@ class ReverseIndex:
         references: dict[str, dict[str, TimeWindowPartitionsDefinition]] = defaultdict(dict)
         for table in catalog.derived():
             for ref in table.references:
-                references[ref.table][table.fqn] = by_period[table.period]
+                for node, pdef in _nodes(table, periods_ or periods()):
+                    references[ref.table][node] = pdef
             for dep in table.deps:
                 up_period = catalog[dep.table].period
+                if table.is_regional:  # one edge per region, onto the days of its zone (from the hours, a roll-up)
+                    for region, zone in table.regions:
+                        days = (periods_ or periods()).region_days(zone)
+                        regional = EdgeMapping(TimeWindowPartitionMapping(), by_period[up_period], days, region=region)
+                        outgoing[dep.table][regional].append(Edge(table.fqn, dep))
+                    continue  # upstream_of: the catalog's mapping answers
+                upstream = catalog[dep.table]
+                if isinstance(upstream, DerivedTable) and upstream.is_regional:  # every region's day of the date
+                    own = by_period[table.period]
+                    outgoing[dep.table][EdgeMapping(TimeWindowPartitionMapping(), own, own, by_date=True)].append(
+                        Edge(table.fqn, dep)
+                    )
+                    continue
                 anchor = None
                 if anchored(table, dep, up_period):
                     assert dep.start_offset is not None and dep.end_offset is not None
@@ -186,14 +223,15 @@ class ReverseIndex:
         now = (current_time or datetime.now(UTC)).timestamp()
         found: dict[str, list[str]] = {}
         for reader, pdef in self._references.get(table_fqn, {}).items():  # a static table: every partition
-            keys = self._ended(pdef, now)
+            keys = _keys_of(reader, self._ended(pdef, now))
             if keys:
-                found[reader] = keys
+                table, _ = _split_node(reader)
+                found[table] = [*found.get(table, []), *keys]
         for edge_mapping, edges in self._outgoing.get(table_fqn, {}).items():
             keys = self._downstream_keys(edge_mapping, partition_key, now)
             if keys:
                 for edge in edges:
-                    found[edge.downstream] = list(keys)
+                    found[edge.downstream] = [*found.get(edge.downstream, []), *keys]
         return found
 
     def upstream_of(
@@ -253,38 +291,58 @@ class ReverseIndex:
         for table in roots:  # a static table: every partition of each table that reads it
             for reader, reader_pdef in self._references.get(table, {}).items():
                 ended = len(self._ended(reader_pdef, now))
-                if ended and follow(table, reader):
+                if ended and follow(table, _split_node(reader)[0]):
                     runs[reader].append((0, ended - 1))
         for table, keys in roots.items():
-            pdef = self._pdefs.get(table)
-            if pdef is None:  # a table no other reads and that reads nothing: its partitions are the closure
-                continue
-            calendar = self._calendar(pdef, now)
-            positions = sorted(i for k in keys if (i := calendar.locate(k)) is not None)
-            runs[table].extend((i, i) for i in positions)
-        for table in self._order(list(runs)):
-            merged = _merge(runs[table])
+            for node, node_keys in self._root_nodes(table, keys).items():
+                pdef = self._pdefs.get(node)
+                if pdef is None:  # a table no other reads and that reads nothing: its partitions are the closure
+                    continue
+                calendar = self._calendar(pdef, now)
+                positions = sorted(i for k in node_keys if (i := calendar.locate(k)) is not None)
+                runs[node].extend((i, i) for i in positions)
+        for node in self._order(list(runs)):
+            table = _split_node(node)[0]
+            merged = _merge(runs[node])
             if not merged:
                 continue  # reached by no edge it follows
             for edge_mapping, edges in self._outgoing.get(table, {}).items():
                 # its self-dependency (and its T-1 readers)
                 if any(edge.downstream == table for edge in edges) and follow(table, table):
                     merged = self._self_closure(edge_mapping, merged, now)
-            runs[table] = merged
+            runs[node] = merged
             for edge_mapping, edges in self._outgoing.get(table, {}).items():
                 spans = [
                     span for first, last in merged for span in self._downstream_spans(edge_mapping, first, last, now)
                 ]
                 for edge in edges:
                     if edge.downstream != table and spans and follow(table, edge.downstream):
-                        runs[edge.downstream].extend(spans)
+                        runs[_target(edge_mapping, edge)].extend(spans)
         closure: dict[str, list[str]] = {}
-        for table, found in runs.items():
-            keys = self._calendar(self._pdefs[table], now).keys
-            closure[table] = [k for first, last in _merge(found) for k in keys[first : last + 1]]
+        starts: dict[str, float] = {}  # a key of a table with regions → its window's start, to order its regions' days
+        for node, found in runs.items():
+            calendar = self._calendar(self._pdefs[node], now)
+            table, region = _split_node(node)
+            for first, last in _merge(found):
+                for i in range(first, last + 1):
+                    key = calendar.keys[i] if region is None else regional_key(calendar.keys[i], region)
+                    closure.setdefault(table, []).append(key)
+                    starts[key] = calendar.starts[i]
+            if region is not None:
+                closure[table].sort(key=lambda k: (starts[k], k))
         for table, keys in roots.items():  # the roots of a table outside every edge, as they are
             closure.setdefault(table, list(keys))
         return {t: k for t, k in closure.items() if k}
+
+    def _root_nodes(self, table: str, keys: Sequence[str]) -> dict[str, list[str]]:
+        """``keys`` of ``table`` by node: a table with regions has one per region, keyed by its days."""
+        if table not in self._regional:
+            return {table: list(keys)}
+        nodes: dict[str, list[str]] = defaultdict(list)
+        for key in keys:
+            day, region = split_regional_key(key)
+            nodes[regional_key(table, region)].append(day)
+        return dict(nodes)
 
     def is_static(self, table_fqn: str) -> bool:
         """Whether ``table_fqn`` is a static table some table reads."""
@@ -298,6 +356,8 @@ class ReverseIndex:
     def runs(self, table_fqn: str, keys: Sequence[str], current_time: datetime | None = None) -> list[list[str]]:
         """``keys`` of ``table_fqn`` (in time order) cut into runs of consecutive partitions."""
         pdef = self._pdefs.get(table_fqn)
+        if table_fqn in self._regional:
+            return [[key] for key in keys]  # a table with regions: each region's day is a run of its own
         if pdef is None or not keys:
             return [list(keys)] if keys else []
         calendar = self._calendar(pdef, (current_time or datetime.now(UTC)).timestamp())
@@ -313,28 +373,34 @@ class ReverseIndex:
         return out
 
     def _order(self, start: list[str]) -> list[str]:
-        """The tables reachable from ``start``, each after every reachable table it reads (self-dependencies aside)."""
+        """The nodes (tables, a table's regions) reachable from ``start``, each after every reachable one it reads
+        (self-dependencies aside)."""
         reachable = set(start)
         queue = deque(start)
         while queue:
-            for edge in self.edges(queue.popleft()):
-                if edge.downstream not in reachable:
-                    reachable.add(edge.downstream)
-                    queue.append(edge.downstream)
+            for downstream in self._next_nodes(queue.popleft()):
+                if downstream not in reachable:
+                    reachable.add(downstream)
+                    queue.append(downstream)
         waiting = dict.fromkeys(reachable, 0)
-        for table in reachable:
-            for downstream in {e.downstream for e in self.edges(table)} - {table}:
+        for node in reachable:
+            for downstream in self._next_nodes(node) - {node}:
                 waiting[downstream] += 1
         ready = deque(sorted(t for t, n in waiting.items() if n == 0))
         order: list[str] = []
         while ready:
-            table = ready.popleft()
-            order.append(table)
-            for downstream in sorted({e.downstream for e in self.edges(table)} - {table}):
+            node = ready.popleft()
+            order.append(node)
+            for downstream in sorted(self._next_nodes(node) - {node}):
                 waiting[downstream] -= 1
                 if waiting[downstream] == 0:
                     ready.append(downstream)
         return order
+
+    def _next_nodes(self, node: str) -> set[str]:
+        """The nodes that read ``node`` directly."""
+        table = _split_node(node)[0]
+        return {_target(em, edge) for em, edges in self._outgoing.get(table, {}).items() for edge in edges}
 
     def _self_closure(
         self, edge_mapping: EdgeMapping, runs: list[tuple[int, int]], now: float
@@ -423,11 +489,38 @@ class ReverseIndex:
         """The existing downstream partitions one upstream partition maps to, in time order."""
         up = self._calendar(edge_mapping.upstream, now)
         down = self._calendar(edge_mapping.downstream, now)
+        if edge_mapping.by_date:  # a region's day: the day of its date
+            partition_key = split_regional_key(partition_key)[0]
         j = up.locate(partition_key)
         if j is None:
             return []
         spans = self._downstream_spans(edge_mapping, j, j, now)  # none whose window has not ended yet
-        return [key for first, last in spans for key in down.keys[first : last + 1]]
+        keys = [key for first, last in spans for key in down.keys[first : last + 1]]
+        return keys if edge_mapping.region is None else [regional_key(key, edge_mapping.region) for key in keys]
+
+
+def _nodes(table: DerivedTable, periods_: Periods) -> list[tuple[str, TimeWindowPartitionsDefinition]]:
+    """The index's nodes of ``table`` with their partitions: the table, or one per region on its zone's days."""
+    if not table.is_regional:
+        return [(table.fqn, periods_.by_period[table.period])]
+    return [(regional_key(table.fqn, region), periods_.region_days(zone)) for region, zone in table.regions]
+
+
+def _target(edge_mapping: EdgeMapping, edge: Edge) -> str:
+    """The node an edge leads to: its downstream table, or the table's region the edge maps to."""
+    return edge.downstream if edge_mapping.region is None else regional_key(edge.downstream, edge_mapping.region)
+
+
+def _split_node(node: str) -> tuple[str, str | None]:
+    """(table, region or None) of a node."""
+    table, _, region = node.partition("|")
+    return table, region or None
+
+
+def _keys_of(node: str, keys: list[str]) -> list[str]:
+    """Partition keys of a node's calendar keys: a region's days carry the region."""
+    region = _split_node(node)[1]
+    return keys if region is None else [regional_key(key, region) for key in keys]
 
 
 def _merge(runs: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -47,13 +47,17 @@ from warehouse_assets.catalog import (
     LATEST,
     Catalog,
     Dependency,
+    DerivedTable,
     OdsTable,
     OdsWindows,
     PartitionKeyError,
     Table,
     UpstreamPartitions,
+    business_time,
     check_partition_key,
+    partition_window,
     periods,
+    split_regional_key,
     upstream_partitions,
 )
 from warehouse_assets.center.eta import Prediction, instance_predictor, timeline_markdown
@@ -412,8 +416,14 @@ class PartitionStates:
         return self.partitions.repair_running(backfill_id)
 
     def _never(self, fqn: str, key: str) -> str:
-        period = self.catalog[fqn].period
-        window = BY_PERIOD[period].time_window_for_partition_key(key)
+        table = self.catalog[fqn]
+        period = table.period
+        window = partition_window(table, key)
+        if isinstance(table, DerivedTable) and table.is_regional:  # a region's days begin on the warehouse's start date
+            start = periods().start.isoformat()
+            if split_regional_key(key)[0] < start:
+                return f"before {fqn}'s first day {start} (WAREHOUSE_START): it can never exist"
+            return f"in the future: a partition once that region's day ends at {business_time(window.end)}"
         # the calendar's first partition, whether or not it has ended yet (Dagster's first key is None until then)
         first = self.calendar.first_key(period)
         if first is None or window.start < self.calendar.start(period, first):

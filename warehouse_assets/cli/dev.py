@@ -102,6 +102,7 @@ def _run_dev(args: argparse.Namespace, started: list[tuple[subprocess.Popen[byte
     if start is not None:
         settings = load_settings(env)
         say(f"[dev] the warehouse starts on {start} (WAREHOUSE_START): the first partition of every table")
+    warm_up = False
     if settings.spark_mode == "connect":
         host, port = settings.spark_connect_url.removeprefix("sc://").split("/")[0].split(":")
         log_path = Path(settings.log_dir) / "spark-connect.log"
@@ -111,8 +112,7 @@ def _run_dev(args: argparse.Namespace, started: list[tuple[subprocess.Popen[byte
             say("[dev] a Spark Connect server already listens there; using it (and its token, if it left one)")
         else:
             started.append((server, signal.SIGTERM, 15))
-            if settings.spark_master.startswith("local"):
-                _warm_up_spark(settings)
+            warm_up = settings.spark_master.startswith("local")
     _prepare_instance(Path(env["DAGSTER_HOME"]))
     command = [sys.executable, "-m", "dagster", "dev", "-h", args.host, "-p", str(args.port), "-w", "workspace.yaml"]
     command += ["--log-level", args.dagster_log_level]
@@ -130,6 +130,8 @@ def _run_dev(args: argparse.Namespace, started: list[tuple[subprocess.Popen[byte
     say("[dev] starting the engine (the dependency center: starts each partition once its upstream is ready)")
     engine = subprocess.Popen(engine_command, env=env, start_new_session=True, preexec_fn=_default_signals)
     started.append((engine, signal.SIGTERM, 15))
+    if warm_up:  # while Dagster starts (half a minute before its first run), not before: the UI comes up no later
+        _warm_up_spark(settings)
     announced = False
     while dagster.poll() is None:
         if not announced and port_open(args.host, args.port):

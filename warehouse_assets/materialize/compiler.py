@@ -40,6 +40,7 @@ from warehouse_assets.catalog import (
     BY_PERIOD,
     PERIOD_NOUN,
     Catalog,
+    CatalogError,
     DerivedTable,
     ExternalTable,
     OdsTable,
@@ -69,11 +70,11 @@ def code_version(table: DerivedTable | StaticTable) -> str:
 
 
 def column_lineage_metadata(lineage: "TableLineage", catalog: Catalog) -> dict[str, Any]:
-    """What a materialization carries so that the UI's lineage tab can follow each column (its column selector reads
-    ``dagster/column_lineage`` from the latest materialization, not from the definition): every output column with
-    the input columns its values are computed from; the input columns that decide the rows (filters, join keys,
-    groupings), on which every column depends; and the columns the SQL could not be followed to, named (they are
-    given every input column)."""
+    """What a materialization carries of its table's column lineage: every output column with the input columns its
+    values are computed from (Dagster's ``dagster/column_lineage``, which Dagster+ draws as a column graph and the
+    open-source UI lists in the run's log); the input columns that decide the rows (filters, join keys, groupings), on
+    which every column depends; and the columns the SQL could not be followed to, named (they are given every input
+    column)."""
     deps = {
         column: [
             TableColumnDep(asset_key=AssetKey(catalog[ref.table].key), column_name=ref.column) for ref in sorted(refs)
@@ -129,6 +130,12 @@ def first_partition_note(catalog: Catalog, table: DerivedTable, since: FirstBuil
 def build_asset(catalog: Catalog, table: DerivedTable, buildable: BuildableSearch | None = None) -> AssetsDefinition:
     """``buildable``: the first buildable partitions found so far, shared by the tables of one compile (each table's
     is found from its upstream tables': without sharing, a deep graph repeats its upstream chains table by table)."""
+    if table.is_regional:
+        # the catalog, the exact mappings and the dependency center know a region's day; a run cannot build one yet
+        raise CatalogError(
+            f"{table.path}: {table.fqn} declares regions, whose days the dependency center decides but no run can "
+            "build yet (the runner writes one partition per period): declare it without regions for now"
+        )
     since = first_buildable(catalog, table, buildable)
     deps = [
         AssetDep(AssetKey(dep.key), partition_mapping=partition_mapping(table, dep, catalog[dep.table].period))

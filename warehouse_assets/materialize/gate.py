@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from dagster import AssetKey, DagsterInstance
@@ -47,6 +47,8 @@ from warehouse_assets.catalog import (
     DerivedTable,
     UpstreamPartitions,
     periods,
+    regional_key,
+    split_regional_key,
     upstream_partitions,
     weak_deadline,
 )
@@ -547,7 +549,10 @@ class BuildableSearch:
         shape = self.shapes.get(dep)
         if shape is None:
             shape = self.shapes[dep] = replace(dep, table="")
-        window_of = (table.period, catalog[dep.table].period, shape, dep.table == table.fqn, key)
+        upstream = catalog[dep.table]
+        # a window's shape is that of the periods, or of the regions' days on either side
+        own, up = _regions(table), _regions(upstream)
+        window_of = (table.period, upstream.period, shape, dep.table == table.fqn, key, own, up)
         found = self.windows.get(window_of)
         if found is None:
             found = self.windows[window_of] = upstream_partitions(catalog, table, dep, key, current_time=_NO_LATER_THAN)
@@ -586,6 +591,10 @@ def first_buildable(catalog: Catalog, table: Table, _known: BuildableSearch | No
         return known.tables[table.fqn]
     if table.is_static:  # its one partition reads nothing
         return FirstBuildable(WHOLE)
+    if isinstance(table, DerivedTable) and table.is_regional:
+        found = _first_buildable_regional(catalog, table, known)
+        known.tables[table.fqn] = found
+        return found
     key = known.first_key(table.period)
     found = FirstBuildable(key)
     first_reason = ""
@@ -602,6 +611,39 @@ def first_buildable(catalog: Catalog, table: Table, _known: BuildableSearch | No
         found = FirstBuildable(None, first_reason)
     known.tables[table.fqn] = found
     return found
+
+
+def _regions(table: Table) -> tuple[tuple[str, str], ...]:
+    return table.regions if isinstance(table, DerivedTable) else ()
+
+
+def _first_buildable_regional(catalog: Catalog, table: DerivedTable, known: BuildableSearch) -> FirstBuildable:
+    """Each region's first buildable day (kept as the table's ``table|region``); the table's: the first region's, or
+    the first that can never be built."""
+    found: list[FirstBuildable] = []
+    for region, _ in table.regions:
+        day = periods().start
+        region_found = FirstBuildable(None)
+        first_reason = ""
+        for _ in range(BUILDABLE_SCAN):
+            key = regional_key(day.isoformat(), region)
+            reason = _unbuildable_because(catalog, table, key, known)
+            if reason is None:
+                region_found = FirstBuildable(key, first_reason)
+                break
+            first_reason = first_reason or reason
+            day += timedelta(days=1)
+        else:
+            region_found = FirstBuildable(None, first_reason)
+        known.tables[regional_key(table.fqn, region)] = region_found
+        found.append(region_found)
+    return next((f for f in found if f.partition is None), found[0])
+
+
+def _first_day_of(catalog: Catalog, table: DerivedTable, region: str, known: BuildableSearch) -> FirstBuildable:
+    """The first buildable day of ``region`` of a table with regions."""
+    first_buildable(catalog, table, known)
+    return known.tables[regional_key(table.fqn, region)]
 
 
 def _unbuildable_because(catalog: Catalog, table: Table, key: str, known: BuildableSearch) -> str | None:
@@ -638,6 +680,13 @@ def _unbuildable_on(
                 f"its window needs {dep.table} back to {up.nonexistent[0]}, {_before_first(catalog[dep.table], known)}"
             )
         upstream = catalog[dep.table]
+        if isinstance(upstream, DerivedTable) and upstream.is_regional:  # each region's day from its own first
+            for up_key in up.keys:
+                day, region = split_regional_key(up_key)
+                since = _first_day_of(catalog, upstream, region, known)
+                if since.partition is None or day < split_regional_key(since.partition)[0]:
+                    return f"it needs {dep.table} {up_key}, which can never be built ({since.reason})"
+            continue
         since = first_buildable(catalog, upstream, known)
         if up.keys and (
             since.partition is None
@@ -672,7 +721,15 @@ def never_buildable(catalog: Catalog, table: Table, partition: str, known: Build
     many partitions found so far."""
     if table.is_static:  # it reads nothing: it can always be built
         return ""
+    known = known if known is not None else BuildableSearch()
     since = first_buildable(catalog, table, known)
+    if isinstance(table, DerivedTable) and table.is_regional:  # days are dates: ISO strings compare as they do
+        day, region = split_regional_key(partition)
+        since = _first_day_of(catalog, table, region, known)
+        if since.partition is not None and day >= split_regional_key(since.partition)[0]:
+            return ""
+        first = f"the first one that can be is {since.partition}" if since.partition else "none can be"
+        return f"can never be built: {since.reason}; {first}"
     pdef = BY_PERIOD[table.period]
     start = pdef.time_window_for_partition_key(partition).start
     if since.partition is not None and start >= pdef.time_window_for_partition_key(since.partition).start:

@@ -385,8 +385,8 @@ def _read_windows(
 
 
 def _column_lineage(context: AssetExecutionContext, catalog: Catalog, table: Table) -> dict[str, Any]:
-    """The materialization's column lineage (what the UI's lineage tab draws), the columns it could not follow named in
-    the run's log. The partitions are written by then: a lineage that fails says so and the build stands."""
+    """The materialization's column lineage (Dagster's ``dagster/column_lineage``), the columns it could not follow
+    named in the run's log. The partitions are written by then: a lineage that fails says so and the build stands."""
     try:
         lineage = WarehouseLineage(catalog).of(table.fqn)  # this table's, and what names its inputs' columns
     except Exception as exc:  # the SQL ran on Spark: a parser's failure here is no reason to fail the build
