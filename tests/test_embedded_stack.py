@@ -11,32 +11,22 @@ table's partitions built by the engine, a 2-day backfill launched from the Mater
 `why_waiting` job's answer for a partition that waits. Every browser test saves a screenshot (the path is printed);
 every run the stack or a test started must have succeeded. The engine's own test comes first: the backfill rebuilds
 its day.
-
-Last, bad data, with the `warehouse` command as the README's "Bad data" section has its user type it: an hour of orders
-gone wrong in the lake is tainted (the plan, then ``--apply``), shown tainted by ``warehouse status``, re-ingested from
-the landing area; the repair the daemon runs rebuilds exactly what was built from it, every run succeeds and the ADS
-figures equal a replay of the landing area. An hour of courses is tainted and released with a reason meanwhile.
 """
 
 from __future__ import annotations
 
-import getpass
 import json
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
 import textwrap
 import time
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
-from decimal import Decimal
+from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -56,7 +46,6 @@ from resources.spark import (
     read_connect_token,
 )
 from tests.resources.test_spark_delta import assert_round
-from tests.support import oracle
 from tests.support.dev_stack import (
     DAY,
     DEADLINE_S,
@@ -66,7 +55,6 @@ from tests.support.dev_stack import (
     await_partition,
     free_port,
     graphql,
-    runs_summary,
     start_stack,
 )
 from tests.support.lake import row_dicts
@@ -81,8 +69,8 @@ from tests.support.ui import (
     shoot,
     wait_for_text,
 )
-from warehouse_assets.catalog import TABLES_DIR, Catalog, load_catalog
-from warehouse_assets.materialize.validity import VALID, Taint, tainted_in_instance
+from warehouse_assets.catalog import TABLES_DIR, load_catalog
+from warehouse_assets.materialize.validity import VALID
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(STACK_TIMEOUT_S)]
 
@@ -110,10 +98,6 @@ class Stack:
     @property
     def lake(self) -> Path:
         return self.home.parent / "lake"
-
-    @property
-    def landing(self) -> Path:
-        return self.home.parent / "landing"
 
     @property
     def tables(self) -> Path:
@@ -148,12 +132,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, monkeypatch_module: pytest.M
     port, spark_port = free_port(), free_port()
     env = {"WAREHOUSE_CATALOG_DIR": str(root / "tables")}
     with start_stack(root, home, port, spark_port, env=env, days=2) as proc:
-        stack = Stack(port, home, proc, spark_port)
-        yield stack
-        # every run of the module succeeded, the last ones too, which no test waited for (the engine's follow-ups):
-        # the stack is stopped only once they finished, as stopping it cancels the runs in progress
-        if proc.poll() is None:
-            all_runs_succeeded(stack.instance(), deadline_s=STALL_S)
+        yield Stack(port, home, proc, spark_port)
 
 
 @pytest.fixture(scope="module")
@@ -174,9 +153,9 @@ def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("screenshots")
 
 
-def all_runs_succeeded(instance: DagsterInstance, runs: RunsFilter | None = None, deadline_s: int = DEADLINE_S) -> None:
-    """Wait until the runs have finished (``deadline_s`` at most); assert they all succeeded."""
-    deadline = time.monotonic() + deadline_s
+def all_runs_succeeded(instance: DagsterInstance, runs: RunsFilter | None = None) -> None:
+    """Wait until the runs have finished; assert they all succeeded."""
+    deadline = time.monotonic() + DEADLINE_S
     while not all(run.is_finished for run in instance.get_runs(runs)):
         assert time.monotonic() < deadline, "runs still going after the deadline"
         time.sleep(3)
@@ -512,293 +491,3 @@ def test_a_table_added_while_the_stack_runs_is_built_by_itself(stack: Stack) -> 
     assert skipped and all(said), [t["cursor"] for t in skipped]
     assert 0 < sum(int(m[1]) for m in said if m) <= len(runs), [t["cursor"] for t in skipped]
     assert all(t["skipReason"].startswith(t["cursor"].split(";")[0] + "; engine alive (pid ") for t in skipped)
-
-
-# --- bad data on the running stack: the README's "Bad data: taint and repair", typed as its user types it ----------
-
-
-def readme_taint_example(day: str, hour: str) -> list[list[str]]:
-    """The `warehouse` commands of the README's taint example, word for word, its day and hour (``$D``, ``$H``) the
-    ones given."""
-    section = (ROOT / "README.md").read_text().split("## Bad data", 1)[1]
-    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
-    commands = [shlex.split(line, comments=True) for line in block.splitlines() if line.startswith("warehouse ")]
-    return [[{"$D": day, "$H": hour}.get(word, word) for word in command[1:]] for command in commands]
-
-
-# the lake's copy of an hour goes bad while the landing area's stays right: what `warehouse reingest` is for
-CORRUPTING_CLIENT = """
-    import sys
-    from pyspark.sql import SparkSession
-
-    session = SparkSession.builder.remote(sys.argv[1]).getOrCreate()
-    table, day, hh = sys.argv[2:5]
-    session.sql(f"UPDATE delta.`{table}` SET amount = amount * 100 WHERE dt = '{day}' AND hh = '{hh}'").collect()
-"""
-
-
-def warehouse(stack: Stack, *argv: str) -> list[str]:
-    """``warehouse ARGV``, the installed command, run as a user of `make dev` runs it from a shell of their own: the
-    stack's Dagster home and data folders (`make dev`'s dagster_home/ and data/), no other setting of the warehouse
-    (its start is the simulated landing area's; Spark, when the command needs it, is its own). What it printed, once
-    it succeeded."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WAREHOUSE_") and k != CONNECT_TOKEN_VARIABLE}
-    env |= {
-        "DAGSTER_HOME": str(stack.home),
-        "WAREHOUSE_LAKE_ROOT": str(stack.lake),
-        "WAREHOUSE_LANDING_ROOT": str(stack.landing),
-        "WAREHOUSE_LOG_DIR": str(stack.home.parent),
-        "WAREHOUSE_CATALOG_DIR": str(stack.tables),
-    }
-    command = Path(sys.executable).with_name("warehouse")
-    done = subprocess.run([str(command), *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=STALL_S)
-    assert done.returncode == 0, f"warehouse {' '.join(argv)}: exit {done.returncode}\n{done.stderr[-3000:]}"
-    return done.stdout.splitlines()
-
-
-def marked_by(plan: list[str]) -> dict[str, str]:
-    """Table → the partitions a printed plan marks: its table lines, between the title and the summary."""
-    end = next(n for n, line in enumerate(plan) if re.match(r"\d+ partition\(s\) of \d+ table\(s\) to mark", line))
-    return {line.split()[0]: line.split()[1] for line in plan[1:end]}
-
-
-def latest_run(instance: DagsterInstance, fqn: str, key: str) -> tuple[int, Any]:
-    """The storage id of the partition's latest materialization, and the run that wrote it."""
-    [record] = instance.fetch_materializations(
-        AssetRecordsFilter(asset_key=AssetKey(fqn.split(".")), asset_partitions=[key]), limit=1
-    ).records
-    return record.storage_id, instance.get_run_by_id(record.run_id)
-
-
-def ods_hour(lake: Path, hour: str) -> dict[int, Decimal]:
-    """The live orders of ods.order's ``hour`` in the lake: id → amount."""
-    rows = row_dicts(lake / "ods" / "order")
-    return {
-        r["id"]: Decimal(str(r["amount"]))
-        for r in rows
-        if str(r["dt"]) == hour[:10] and r["hh"] == hour[11:13] and not r.get("_deleted")
-    }
-
-
-@dataclass
-class Repair:
-    instance: DagsterInstance
-    lake: Path
-    catalog: Catalog  # the stack's
-    truth: oracle.Tables  # the replay of the stack's landing area
-    day: str
-    hour: str  # the ods.order hour gone bad in the lake, tainted and re-ingested
-    reason: str  # the README's
-    course_hour: str  # the ods.course hour tainted and released
-    bad: dict[int, Decimal]  # the hour's orders in the lake once gone bad
-    plan: list[str]  # `warehouse taint` without --apply
-    applied: list[str]  # with --apply
-    closure: dict[str, dict[str, Taint]]  # table → its partitions tainted right after --apply
-    status: list[str]  # `warehouse status dwd.order_detail` then
-    reingested: list[str]  # `warehouse reingest`
-    course_applied: list[str]
-    course_closure: dict[str, dict[str, Taint]]
-    course_before: int  # storage id of the course hour's materialization before its taint
-    released: list[str]  # `warehouse release`
-    released_status: list[str]  # `warehouse status ods.course` then
-    backfill: Any  # the hour's repair, finished
-    course_backfill: Any  # the course hour's, finished
-    runs: list[Any]  # every run since the first command, finished
-
-
-@pytest.fixture(scope="module")
-def repaired(stack: Stack) -> Repair:
-    """The README's taint and repair on the stack at rest, as on-call types it: an hour of orders is wrong in the lake
-    (its amounts 100x, the landing area's right); `warehouse taint` prints the plan, `--apply` marks the closure and
-    launches the repair, `warehouse status` shows the taint, `warehouse reingest` re-ingests the hour from the landing
-    area, and the repair's runs, waiting for it, rebuild. An hour of courses nobody will correct is tainted and
-    released meanwhile: the two closures share no partition, so neither repair's runs wait for the other's (they
-    take turns in the queue's rebuild lane, where a run waiting for the other's partitions would stop both)."""
-    day = DAYS[1]  # the last whole day: its closure holds no later day
-    built = [("ads.daily_gmv", day), ("ads.retention_d1", day), ("ads.gmv_hourly", f"{day}-23:00")]
-    for fqn, key in [*built, ("dwd.course_daily", day)]:  # the stack at rest, the day's tables built
-        instance = await_partition(stack.proc, stack.port, stack.home, AssetKey(fqn.split(".")), key)
-    catalog = load_catalog(stack.tables)
-    truth = oracle.replay(stack.landing)
-    # the hour of the day with the most paid orders: where amounts gone wrong show most in the figures
-    paid = Counter(
-        o["create_time"][11:13]
-        for o in truth["order"].values()
-        if o["status"] == "paid" and o["create_time"][:10] == day
-    )
-    hh = paid.most_common(1)[0][0]
-    hour, course_hour = f"{day}-{hh}:00", f"{day}-10:00"
-    before, _ = latest_run(instance, "ods.order", hour)
-    corrupted = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(CORRUPTING_CLIENT), stack.spark_url(), str(stack.lake / "ods" / "order")]
-        + [day, hh],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=STALL_S,
-    )
-    assert corrupted.returncode == 0, corrupted.stderr[-3000:]
-    bad = ods_hour(stack.lake, hour)
-    # the stack sees the hour's partition changed in the lake and reports the hour again: on-call taints what was
-    # reported (a taint applied before that report would be lifted by it, and the repair would read the bad rows)
-    deadline = time.monotonic() + STALL_S
-    while latest_run(instance, "ods.order", hour)[0] == before:
-        assert time.monotonic() < deadline, f"ods.order {hour}, changed in the lake, was not reported again"
-        time.sleep(1)
-    all_runs_succeeded(instance)
-
-    since = datetime.now(UTC)
-    taint, apply, show = readme_taint_example(day, hour)
-    assert apply == [*taint, "--apply"] and show[0] == "status", (taint, apply, show)
-    plan = warehouse(stack, *taint)
-    applied = warehouse(stack, *apply)
-    [backfill_id] = re.findall(r"repair backfill (\w+)", applied[-1])
-    # read before anything is rebuilt: the repair's runs wait for the hour, which only the re-ingest makes valid
-    closure = {t: tainted_in_instance(instance, catalog[t], [k]) for t, k in marked_by(plan).items()}
-    status = warehouse(stack, *show)
-    reingested = warehouse(stack, "reingest", "ods.order", hour)
-
-    # while the repair rebuilds, an hour of courses (which only dwd.course_daily reads) is tainted and released
-    course_before, _ = latest_run(instance, "ods.course", course_hour)
-    course_applied = warehouse(
-        stack, "taint", "ods.course", course_hour, course_hour, "--reason", "prices look wrong", "--apply"
-    )
-    [course_backfill_id] = re.findall(r"repair backfill (\w+)", course_applied[-1])
-    course_closure = {t: tainted_in_instance(instance, catalog[t], [k]) for t, k in marked_by(course_applied).items()}
-    released = warehouse(stack, "release", "ods.course", course_hour, "--reason", "the source confirms the prices")
-    released_status = warehouse(stack, "status", "ods.course", "--range", course_hour, course_hour)
-
-    # the two repairs, as the backfill daemon runs them, to their end
-    deadline = time.monotonic() + DEADLINE_S
-    finished: dict[str, Any] = {}
-    for repair in (backfill_id, course_backfill_id):
-        while (backfill := instance.get_backfill(repair)) is None or backfill.status in GOING:
-            assert time.monotonic() < deadline, f"repair {repair} still going:\n{runs_summary(instance)}"
-            time.sleep(2)
-        finished[repair] = backfill
-    # every run since the first command: the commands' own, the repairs', the engine's
-    runs = RunsFilter(created_after=since)
-    all_runs_succeeded(instance, runs)
-    return Repair(
-        instance=instance,
-        lake=stack.lake,
-        catalog=catalog,
-        truth=truth,
-        day=day,
-        hour=hour,
-        reason=taint[taint.index("--reason") + 1],
-        course_hour=course_hour,
-        bad=bad,
-        plan=plan,
-        applied=applied,
-        closure=closure,
-        status=status,
-        reingested=reingested,
-        course_applied=course_applied,
-        course_closure=course_closure,
-        course_before=course_before,
-        released=released,
-        released_status=released_status,
-        backfill=finished[backfill_id],
-        course_backfill=finished[course_backfill_id],
-        runs=list(instance.get_runs(runs)),
-    )
-
-
-def test_the_readme_taint_marks_what_was_built_from_the_hour_and_status_shows_it(repaired: Repair) -> None:
-    day, hour, reason, user = repaired.day, repaired.hour, repaired.reason, getpass.getuser()
-    assert repaired.plan[0] == f"taint ods.order {hour}: {reason} (by {user})"
-    assert repaired.plan[-1].startswith("nothing marked yet")
-    assert repaired.applied[:-1] == repaired.plan[:-1]  # the plan it then carried out
-    # the hour, its day and the hour's own partitions downstream, through DWD, DWS and ADS: nothing else
-    marked = marked_by(repaired.plan)
-    assert {t: marked[t] for t in ("ods.order", "dws.order_hourly", "ads.gmv_hourly")} == dict.fromkeys(
-        ("ods.order", "dws.order_hourly", "ads.gmv_hourly"), hour
-    )
-    core = ("dwd.order_detail", "dws.user_order_daily", "dws.user_active_daily", "ads.daily_gmv", "ads.retention_d1")
-    assert {t: marked[t] for t in core} == dict.fromkeys(core, day)
-    assert all(key == (hour if repaired.catalog[t].period == "hourly" else day) for t, key in marked.items()), marked
-    # --apply marked exactly those, with the reason and the root
-    assert {t: set(found) for t, found in repaired.closure.items()} == {t: {k} for t, k in marked.items()}
-    taints = [taint for found in repaired.closure.values() for taint in found.values()]
-    assert {(t.reason, t.root, t.by) for t in taints} == {(reason, f"ods.order {hour}", user)}
-    assert re.fullmatch(
-        rf"marked {len(marked)} partition\(s\) tainted; repair backfill \w+ \(run [\w-]+\)", repaired.applied[-1]
-    )
-    assert tainted_in_instance(repaired.instance, repaired.catalog["ads.daily_gmv"], [DAYS[0]]) == {}
-    # `warehouse status` shows the day tainted, why and from where
-    assert repaired.status[0].startswith("dwd.order_detail (daily): 1 partition(s), 1 materialized, 1 tainted")
-    assert repaired.status[1].split()[0] == day
-    assert f"tainted: {reason}, from ods.order {hour}" in repaired.status[1], repaired.status
-
-
-def test_the_hour_is_reingested_from_its_retained_landing_segments(repaired: Repair) -> None:
-    day, hh = repaired.day, repaired.hour[11:13]
-    want = {
-        k: Decimal(o["amount"]) for k, o in repaired.truth["order"].items() if o["create_time"][:13] == f"{day} {hh}"
-    }
-    assert want and repaired.bad == {k: amount * 100 for k, amount in want.items()}  # the lake's copy had gone bad
-    assert repaired.reingested[0].startswith(f"ods.order: re-ingested {repaired.hour} ({len(want)} rows) from ")
-    assert repaired.reingested[1] == "ods.order: 1 hour(s) reported again, checks judged"
-    [run_id] = re.findall(r"\(run (\S+)\)", repaired.reingested[-1])
-    assert ods_hour(repaired.lake, repaired.hour) == want
-    # the hour's latest materialization is the re-ingest's, and the taint on it is gone
-    _, run = latest_run(repaired.instance, "ods.order", repaired.hour)
-    assert run.run_id == run_id and run.job_name == "taint_repair", run
-    assert tainted_in_instance(repaired.instance, repaired.catalog["ods.order"], [repaired.hour]) == {}
-
-
-def test_every_run_of_the_repairs_succeeded_and_every_partition_of_the_closure_is_valid_again(
-    repaired: Repair,
-) -> None:
-    instance = repaired.instance
-    assert repaired.backfill.status == BulkActionStatus.COMPLETED_SUCCESS, repaired.backfill.status
-    # every run since the taint (the commands', both repairs', any of the engine's) succeeded, not only wrote its data
-    failed = [
-        f"{r.job_name} {r.run_id} {r.status.value} {r.tags}"
-        for r in repaired.runs
-        if r.status != DagsterRunStatus.SUCCESS
-    ]
-    assert not failed, "runs that did not succeed:\n" + "\n".join(failed)
-    repair_runs = {r.run_id for r in repaired.runs if r.tags.get("dagster/backfill") == repaired.backfill.backfill_id}
-    assert repair_runs
-    for table, found in repaired.closure.items():
-        [key] = found
-        assert tainted_in_instance(instance, repaired.catalog[table], [key]) == {}, (table, key)
-        if table != "ods.order":  # each derived partition built again by the repair, after the hour was re-ingested
-            _, run = latest_run(instance, table, key)
-            assert run.run_id in repair_runs, (table, key, run.run_id, run.tags)
-
-
-def test_the_ads_figures_equal_the_replay_of_the_landing_area(repaired: Repair) -> None:
-    truth, day, lake = repaired.truth, repaired.day, repaired.lake
-    stamp = f"{day} {repaired.hour[11:13]}"
-    hourly = oracle.gmv_hourly(truth, stamp)
-    assert hourly["gmv"] > 0  # the hour's amounts count in the figures: read 100x, they would show
-    gmv = {str(r["dt"]): r["gmv"] for r in row_dicts(lake / "ads" / "daily_gmv")}
-    assert gmv[day] == oracle.daily_gmv(truth["order"], "Asia/Shanghai")[date.fromisoformat(day)]
-    built = {f"{r['dt']} {r['hh']}": r for r in row_dicts(lake / "ads" / "gmv_hourly")}
-    assert {k: built[stamp][k] for k in hourly} == hourly
-
-
-def test_a_released_hour_shows_in_status_and_what_was_built_from_it_builds(repaired: Repair) -> None:
-    instance, hour, day, user = repaired.instance, repaired.course_hour, repaired.day, getpass.getuser()
-    reason = "the source confirms the prices"
-    assert marked_by(repaired.course_applied) == {"ods.course": hour, "dwd.course_daily": day}
-    assert {t: set(found) for t, found in repaired.course_closure.items()} == {
-        "ods.course": {hour},
-        "dwd.course_daily": {day},
-    }
-    [backfill_id] = re.findall(r"repair backfill (\w+)", repaired.course_applied[-1])
-    assert repaired.released[0] == f"released ods.course {hour}: accepted as is: {reason} (by {user})"
-    assert f"the repair backfill {backfill_id} waiting for it goes on with what was built from it" in repaired.released
-    assert repaired.released_status[1].split()[0] == hour
-    assert f"released, accepted as is: {reason} (by {user})" in repaired.released_status[1], repaired.released_status
-    # accepted as is: the hour's data is the one it had, valid; the day built from it was built again from it
-    storage_id, _ = latest_run(instance, "ods.course", hour)
-    assert storage_id == repaired.course_before
-    assert tainted_in_instance(instance, repaired.catalog["ods.course"], [hour]) == {}
-    assert repaired.course_backfill.status == BulkActionStatus.COMPLETED_SUCCESS, repaired.course_backfill.status
-    _, run = latest_run(instance, "dwd.course_daily", day)
-    assert run.tags.get("dagster/backfill") == backfill_id and run.status == DagsterRunStatus.SUCCESS, run.tags
-    assert tainted_in_instance(instance, repaired.catalog["dwd.course_daily"], [day]) == {}
