@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from datetime import datetime, timedelta
@@ -130,8 +131,8 @@ def _run_dev(args: argparse.Namespace, started: list[tuple[subprocess.Popen[byte
     say("[dev] starting the engine (the dependency center: starts each partition once its upstream is ready)")
     engine = subprocess.Popen(engine_command, env=env, start_new_session=True, preexec_fn=_default_signals)
     started.append((engine, signal.SIGTERM, 15))
-    if warm_up:  # while Dagster starts (half a minute before its first run), not before: the UI comes up no later
-        _warm_up_spark(settings)
+    if warm_up:  # beside Dagster's start (half a minute before its first run), so the UI comes up no later
+        threading.Thread(target=_warm_up_spark, args=(settings,), name="spark-warm-up", daemon=True).start()
     announced = False
     while dagster.poll() is None:
         if not announced and port_open(args.host, args.port):
