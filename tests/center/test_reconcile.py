@@ -9,8 +9,10 @@ them; the engine is stepped by hand with a recorder for a webserver: no Spark, n
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pyarrow as pa
@@ -22,7 +24,7 @@ from resources.delta_lake import DeltaStore
 from tests.center.test_center import hours
 from tests.center.test_engine_catalog import DAY_SQL, Recorder
 from tests.support.small_catalog import VALUED_ODS, write
-from warehouse_assets.catalog import load_catalog
+from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.center.engine import assemble_engine
 from warehouse_assets.center.reconcile import Reconciler
 from warehouse_assets.materialize.compiler import max_partitions_per_run
@@ -36,6 +38,28 @@ EMPTY = "2026-03-05"  # built, with no rows: no files
 @pytest.fixture
 def instance(consolidated: DagsterInstance) -> DagsterInstance:
     return consolidated
+
+
+def sweeping_engine(
+    instance: DagsterInstance, catalog: Catalog, lake: Path, caplog: pytest.LogCaptureFixture
+) -> tuple[Any, Recorder, Callable[[], None], Callable[[], list[str]]]:
+    """An engine whose reconciliation is due at every round; one round (the sweep it started beside it finished) and
+    what the sweeps said."""
+    recorder = Recorder()
+    reconciler = Reconciler(instance, DeltaStore(str(lake)), every=1e-6)
+    engine = assemble_engine(
+        instance, catalog, recorder, max_partitions_per_run, clock=lambda: NOW, reconciler=reconciler
+    )
+    caplog.set_level(logging.WARNING, logger="warehouse.engine")
+
+    def round_() -> None:
+        engine.tick()
+        engine.finish_sweep(timeout=60)
+
+    def said() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.getMessage().startswith("reconcile")]
+
+    return engine, recorder, round_, said
 
 
 def test_the_engine_marks_a_day_whose_files_are_gone_once_and_requests_it_again(
@@ -60,20 +84,7 @@ def test_the_engine_marks_a_day_whose_files_are_gone_once_and_requests_it_again(
                 AssetKey(["dwd", "day"]), partition=day, metadata={"rows": written, "partitions": partitions}
             )
         )
-    recorder = Recorder()
-    reconciler = Reconciler(instance, DeltaStore(str(lake)), every=1e-6)  # due at every round
-    engine = assemble_engine(
-        instance, catalog, recorder, max_partitions_per_run, clock=lambda: NOW, reconciler=reconciler
-    )
-    caplog.set_level(logging.WARNING, logger="warehouse.engine")
-
-    def round_() -> None:
-        """One round of the engine, and the sweep it started beside it finished."""
-        engine.tick()
-        engine.finish_sweep(timeout=60)
-
-    def said() -> list[str]:
-        return [r.getMessage() for r in caplog.records if r.getMessage().startswith("reconcile")]
+    engine, recorder, round_, said = sweeping_engine(instance, catalog, lake, caplog)
 
     try:
         round_()
@@ -125,19 +136,7 @@ def test_the_engine_marks_a_day_a_restore_rolled_back_though_its_files_are_there
                 AssetKey(["dwd", "day"]), partition=day, metadata={"rows": 1, "partitions": partitions}
             )
         )
-    recorder = Recorder()
-    reconciler = Reconciler(instance, DeltaStore(str(tmp_path / "lake")), every=1e-6)
-    engine = assemble_engine(
-        instance, catalog, recorder, max_partitions_per_run, clock=lambda: NOW, reconciler=reconciler
-    )
-    caplog.set_level(logging.WARNING, logger="warehouse.engine")
-
-    def round_() -> None:
-        engine.tick()
-        engine.finish_sweep(timeout=60)
-
-    def said() -> list[str]:
-        return [r.getMessage() for r in caplog.records if r.getMessage().startswith("reconcile")]
+    engine, recorder, round_, said = sweeping_engine(instance, catalog, tmp_path / "lake", caplog)
 
     try:
         round_()
