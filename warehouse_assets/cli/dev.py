@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,6 +25,8 @@ from warehouse_assets.cli.common import ROOT, adopt_warehouse_start, load_settin
 from warehouse_assets.cli.services import interrupt, start_server_with_token, stop_group
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
     from resources.settings import Settings
 
 DEV_MARK = "WAREHOUSE_DEV_SESSION"  # in the environment of every process `warehouse dev` starts
@@ -67,8 +70,9 @@ def run_dev(args: argparse.Namespace) -> int:
     # every process started from here carries this mark, however deep: what outlives its parent is found by it
     os.environ[DEV_MARK] = uuid.uuid4().hex
     started: list[tuple[subprocess.Popen[bytes], int, float]] = []  # process group leaders, how to stop each
+    warm_up = SparkWarmUp()
     try:
-        return _run_dev(args, started)
+        return _run_dev(args, started, warm_up)
     except KeyboardInterrupt:
         say("[dev] stopping the engine, Dagster and Spark …")
         return 0
@@ -76,6 +80,7 @@ def run_dev(args: argparse.Namespace) -> int:
         # a second Ctrl-C must not interrupt the stopping half-way and leave processes behind
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        warm_up.abandon()  # before its server stops
         for proc, sig, timeout in reversed(started):
             if sig == signal.SIGINT:  # Dagster's group, after the engine (which would submit the runs again)
                 stop_run_workers(os.environ[DEV_MARK])
@@ -85,7 +90,9 @@ def run_dev(args: argparse.Namespace) -> int:
             say(f"[dev] stopped {left} process(es) left behind by Dagster (run workers, a code server)")
 
 
-def _run_dev(args: argparse.Namespace, started: list[tuple[subprocess.Popen[bytes], int, float]]) -> int:
+def _run_dev(
+    args: argparse.Namespace, started: list[tuple[subprocess.Popen[bytes], int, float]], spark_warm_up: SparkWarmUp
+) -> int:
     from resources.spark import port_open
 
     begun = time.monotonic()
@@ -132,7 +139,7 @@ def _run_dev(args: argparse.Namespace, started: list[tuple[subprocess.Popen[byte
     engine = subprocess.Popen(engine_command, env=env, start_new_session=True, preexec_fn=_default_signals)
     started.append((engine, signal.SIGTERM, 15))
     if warm_up:  # beside Dagster's start (half a minute before its first run), so the UI comes up no later
-        threading.Thread(target=_warm_up_spark, args=(settings,), name="spark-warm-up", daemon=True).start()
+        spark_warm_up.start(settings)
     announced = False
     while dagster.poll() is None:
         if not announced and port_open(args.host, args.port):
@@ -146,23 +153,61 @@ def _run_dev(args: argparse.Namespace, started: list[tuple[subprocess.Popen[byte
     return dagster.returncode or 1
 
 
-def _warm_up_spark(settings: Settings) -> None:
+class SparkWarmUp:
     """The new server's first Delta merge, paid here before anything runs rather than by the first ingestion run,
     which would slow what starts beside it (:func:`resources.delta_lake.warm_up`). A local server only: its scratch
-    directory is on this machine."""
-    from resources.delta_lake import warm_up
-    from resources.spark import get_session, stop_session
+    directory is on this machine. It runs in a thread beside Dagster's start; a stop while it runs abandons it."""
 
-    scratch = tempfile.mkdtemp(prefix="warehouse-warm-up-")
-    try:
-        spark = get_session(mode="connect", connect_url=settings.spark_connect_url, timezone=settings.timezone)
-        seconds = warm_up(spark, scratch)
-    except Exception as exc:  # the stack still starts: its runs will say what Spark refuses
-        say(f"[dev] warning: warming up Spark failed ({type(exc).__name__}: {exc}); the first runs will be slower")
-        return
-    finally:
-        stop_session()
-    say(f"[dev] Spark warmed up: a Delta merge ran in {seconds:.0f} s, so the first ingestion does not pay for it")
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._session: SparkSession | None = None
+        self._abandoned = False
+        self._lock = threading.Lock()
+
+    def start(self, settings: Settings) -> None:
+        self._thread = threading.Thread(target=self._run, args=(settings,), name="spark-warm-up", daemon=True)
+        self._thread.start()
+
+    def abandon(self) -> None:
+        """Close the warm-up's connection if it still runs, without releasing its session (its server stops next).
+        Left open, its call and PySpark's exit hook would each retry against the stopped server for minutes, and
+        the process would not end."""
+        with self._lock:
+            self._abandoned = True
+            session = self._session
+        if session is not None:
+            _close_connection(session)
+
+    def _run(self, settings: Settings) -> None:
+        from resources.delta_lake import warm_up
+        from resources.spark import get_session, stop_session
+
+        scratch = tempfile.mkdtemp(prefix="warehouse-warm-up-")
+        try:
+            session = get_session(mode="connect", connect_url=settings.spark_connect_url, timezone=settings.timezone)
+            with self._lock:
+                if self._abandoned:
+                    _close_connection(session)
+                    return
+                self._session = session
+            seconds = warm_up(session, scratch)
+        except Exception as exc:  # the stack still starts: its runs will say what Spark refuses
+            if not self._abandoned:
+                failure = f"{type(exc).__name__}: {exc}"
+                say(f"[dev] warning: warming up Spark failed ({failure}); the first runs will be slower")
+            return
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+            with self._lock:
+                if not self._abandoned:
+                    stop_session()
+                    self._session = None
+        say(f"[dev] Spark warmed up: a Delta merge ran in {seconds:.0f} s, so the first ingestion does not pay for it")
+
+
+def _close_connection(session: SparkSession) -> None:
+    with contextlib.suppress(Exception):
+        session.client.close()  # type: ignore[attr-defined]  # a Spark Connect session's
 
 
 def _prepare_instance(home: Path) -> None:
