@@ -32,7 +32,7 @@ stack failed meanwhile, or when the stack did not settle between handoffs.
 
     .venv/bin/python bench/handoff_latency.py [--handoffs 60]
 
-Settings that move the figures (environment / dagster.yaml): WAREHOUSE_ENGINE_POLL_SECONDS (0.25 s; the watcher
+Settings that move the figures (environment / dagster.yaml): WAREHOUSE_ENGINE_POLL_SECONDS (0.1 s; the watcher
 looks every round), the landing sensor's 15 s interval; the run coordinator's limits (a run over them queues
 for the daemon, dequeue_interval_seconds).
 """
@@ -174,7 +174,7 @@ def main() -> int:
         WAREHOUSE_SPARK_DRIVER_MEMORY=os.environ.get("WAREHOUSE_SPARK_DRIVER_MEMORY", "2g"),
         DAGSTER_TELEMETRY_ENABLED="false",
     )
-    settings = {"engine_poll_s": env.get("WAREHOUSE_ENGINE_POLL_SECONDS", "0.25"), "scale": args.scale}
+    settings = {"engine_poll_s": env.get("WAREHOUSE_ENGINE_POLL_SECONDS", "0.1"), "scale": args.scale}
     print(f"[bench] {work}: starting the embedded stack (Spark Connect + dagster dev + engine) …", flush=True)
     log = (work / "dev.log").open("wb")
     stack = subprocess.Popen(

@@ -73,7 +73,7 @@ class Settings(BaseModel):
     time_travel_hours: int = Field(168, ge=0, description="a whole number of hours, 0 or more")
     simulate_live: bool = Field(False, description="1 or 0")
     run_executor: RunExecutor = Field("in_process", description="one of in_process, multiprocess")
-    engine_poll_seconds: float = Field(0.25, gt=0, description="a positive number of seconds")
+    engine_poll_seconds: float = Field(0.1, gt=0, description="a positive number of seconds")
     reconcile_seconds: float = Field(300.0, ge=0, description="a number of seconds, 0 or more (0: never)")
     webserver_url: str = Field("http://127.0.0.1:3000", description="the Dagster webserver's URL")
     code_location: str = Field("warehouse", description="the code location's name in workspace.yaml")

@@ -50,7 +50,7 @@ def test_an_empty_environment_gives_the_embedded_defaults() -> None:
         "data/landing/external",
     )
     assert (settings.spark_mode, settings.run_executor, settings.simulate_live) == ("local", "in_process", False)
-    assert (settings.engine_poll_seconds, settings.ods_checks_interval) == (0.25, 10)
+    assert (settings.engine_poll_seconds, settings.ods_checks_interval) == (0.1, 10)
     assert (settings.webserver_url, settings.code_location) == ("http://127.0.0.1:3000", "warehouse")
     assert (settings.external_sensor_interval, settings.freshness_sensor_interval) == (10, 60)
     assert (settings.freshness_horizon_hours, settings.time_travel_hours) == (48.0, 168)
@@ -76,7 +76,7 @@ def test_every_variable_is_read() -> None:
         "WAREHOUSE_TIME_TRAVEL_HOURS": "24",
         "WAREHOUSE_SIMULATE_LIVE": "1",
         "WAREHOUSE_RUN_EXECUTOR": "multiprocess",
-        "WAREHOUSE_ENGINE_POLL_SECONDS": "0.1",
+        "WAREHOUSE_ENGINE_POLL_SECONDS": "0.5",
         "WAREHOUSE_RECONCILE_SECONDS": "60",
         "WAREHOUSE_WEBSERVER_URL": "http://dagster:3000",
         "WAREHOUSE_CODE_LOCATION": "lake",
@@ -106,7 +106,7 @@ def test_every_variable_is_read() -> None:
         "time_travel_hours": 24,
         "simulate_live": True,
         "run_executor": "multiprocess",
-        "engine_poll_seconds": 0.1,
+        "engine_poll_seconds": 0.5,
         "reconcile_seconds": 60.0,
         "webserver_url": "http://dagster:3000",
         "code_location": "lake",
