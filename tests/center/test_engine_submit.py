@@ -196,6 +196,9 @@ class _SlowRecorder:
             self.calls[plan.table] = (started, time.monotonic())
         return f"run-{plan.table}"
 
+    def submit_job(self, plan: RunPlan) -> str:
+        raise AssertionError(f"no job run expected: {plan}")
+
 
 def test_a_days_last_hour_is_submitted_before_the_days_first_daily_runs(
     consolidated: DagsterInstance, tmp_path: Path
