@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import subprocess
@@ -21,7 +22,7 @@ from resources import resources_from_env
 from resources.settings import Settings
 from tests.support.small_catalog import ODS, assert_refused, write
 from warehouse_assets.catalog import load_catalog, upstream_partitions
-from warehouse_assets.definitions import build_definitions, catalog, defs
+from warehouse_assets.definitions import build_definitions, catalog, collection_paused, defs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -379,3 +380,18 @@ def test_the_engines_check_selection_is_every_check_its_asset_builds_but_the_dea
         key = AssetKey(table.key)
         built_with_it = {spec.key.name for spec in graph.get(key).assets_def.check_specs if spec.asset_key == key}
         assert set(selection[key]) == built_with_it, key
+
+
+def test_the_code_locations_load_pauses_the_collector_and_freezes_only_what_a_load_that_succeeded_built() -> None:
+    frozen_before = gc.get_freeze_count()
+    with pytest.raises(RuntimeError, match="bad declaration"), collection_paused():
+        assert not gc.isenabled()
+        raise RuntimeError("bad declaration")
+    assert gc.isenabled()
+    assert gc.get_freeze_count() == frozen_before  # a failed load keeps nothing out of the collector
+
+    with collection_paused():
+        assert not gc.isenabled()
+        built = [[table] for table in ("dwd.order_detail", "dws.order_daily")]
+    assert gc.isenabled()
+    assert gc.get_freeze_count() >= frozen_before + len(built)

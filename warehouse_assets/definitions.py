@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from dagster import (
     BetaWarning,
@@ -109,5 +112,24 @@ def _build(catalog: Catalog, settings: Settings) -> Definitions:
     )
 
 
-catalog = load_catalog()
-defs = build_definitions(catalog)
+@contextmanager
+def collection_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused while the code location loads, and what the load built kept out of
+    its later passes. The load allocates millions of objects (Dagster's definitions of every table) that live as
+    long as the code server and are none of them garbage, yet the allocation kept triggering collections that
+    traversed all of them again: at 10,000 tables 3 to 3.6 s of a 15 s load. Frozen afterwards (``gc.freeze``), the
+    collections the code server's sensor ticks trigger skip them too."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+    gc.freeze()  # only after a load that succeeded: a failed one leaves nothing worth keeping out of the collector
+
+
+with collection_paused():
+    catalog = load_catalog()
+    defs = build_definitions(catalog)
+    defs.get_repository_def()  # resolved here, with the collector paused: the code server asks for it next
