@@ -8,8 +8,8 @@ process so that its peak memory is its own:
 
 * **load**: ``load_catalog`` of the N declaration files, then the code location's own assembly,
   ``warehouse_assets.definitions.build_definitions(catalog)``, resolved into a repository (what a code server
-  does), with Python's garbage collector paused as the code location's module pauses it. The resolver-only rows
-  (``--resolver-sizes``: a large firm's 80,000 tables) load the catalog only;
+  does), with Python's full garbage collections held back as the code location's module holds them. The
+  resolver-only rows (``--resolver-sizes``: a large firm's 80,000 tables) load the catalog only;
 * **history**: the store's rows of every partition whose window ended in the ``--history-days`` before the
   simulated day (what the store holds after reading that history from the log), written straight into its SQLite
   table, with storage ids in time and dependency order. The day's windows reach 30 days back, a month on its days
@@ -628,7 +628,7 @@ def child_main(args: argparse.Namespace) -> None:
             catalog = load_catalog(root)
             catalog_s = time.perf_counter() - started
         else:  # the code location's load, as its module does it
-            with definitions.collection_paused():
+            with definitions.full_collections_held_back():
                 started = time.perf_counter()
                 catalog = load_catalog(root)
                 catalog_s = time.perf_counter() - started

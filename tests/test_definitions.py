@@ -22,7 +22,13 @@ from resources import resources_from_env
 from resources.settings import Settings
 from tests.support.small_catalog import ODS, assert_refused, write
 from warehouse_assets.catalog import load_catalog, upstream_partitions
-from warehouse_assets.definitions import build_definitions, catalog, collection_paused, defs
+from warehouse_assets.definitions import (
+    FULL_COLLECTIONS_HELD_BACK,
+    build_definitions,
+    catalog,
+    defs,
+    full_collections_held_back,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -382,16 +388,18 @@ def test_the_engines_check_selection_is_every_check_its_asset_builds_but_the_dea
         assert set(selection[key]) == built_with_it, key
 
 
-def test_the_code_locations_load_pauses_the_collector_and_freezes_only_what_a_load_that_succeeded_built() -> None:
-    frozen_before = gc.get_freeze_count()
-    with pytest.raises(RuntimeError, match="bad declaration"), collection_paused():
-        assert not gc.isenabled()
+def test_the_code_locations_load_holds_full_collections_back_and_freezes_only_what_a_load_that_succeeded_built() -> (
+    None
+):
+    thresholds, frozen_before = gc.get_threshold(), gc.get_freeze_count()
+    with pytest.raises(RuntimeError, match="bad declaration"), full_collections_held_back():
+        assert gc.get_threshold() == (*thresholds[:2], FULL_COLLECTIONS_HELD_BACK)
         raise RuntimeError("bad declaration")
-    assert gc.isenabled()
+    assert gc.get_threshold() == thresholds
     assert gc.get_freeze_count() == frozen_before  # a failed load keeps nothing out of the collector
 
-    with collection_paused():
-        assert not gc.isenabled()
+    with full_collections_held_back():
+        assert gc.isenabled()  # the young collections still free what the load leaves behind
         built = [[table] for table in ("dwd.order_detail", "dws.order_daily")]
-    assert gc.isenabled()
+    assert gc.get_threshold() == thresholds
     assert gc.get_freeze_count() >= frozen_before + len(built)
