@@ -42,7 +42,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -86,6 +86,16 @@ __all__ = [
 # --- results -----------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class PartitionWritten:
+    """One partition of an overwrite: the rows and files it holds at the overwrite's commit (all of them new, the
+    overwrite replaced the partition whole)."""
+
+    rows: int
+    files: int
+    bytes: int
+
+
 @dataclass
 class WriteResult:
     table: str
@@ -96,6 +106,8 @@ class WriteResult:
     bytes_added: int
     partitions: list[dict[str, str]]
     duration_s: float
+    # per partition of ``partitions`` (same order): its rows and files as the commit left them
+    by_partition: list[PartitionWritten] = field(default_factory=list)
 
     def metadata(self) -> dict[str, Any]:
         return {
@@ -463,16 +475,48 @@ class DeltaStore(DeltaReader):
                 log.warning("%s: commit conflict (%s), writing again on the new version (%d)", key, exc, attempt)
         commit = self._commit_of(key, write_id)
         metrics = commit.get("operationMetrics") or {}
+        version, written = int(commit["version"]), int(metrics.get("numOutputRows", 0))
         return WriteResult(
             table=self.table_uri(key),
-            version=int(commit["version"]),
-            rows=int(metrics.get("numOutputRows", 0)),
+            version=version,
+            rows=written,
             files_added=int(metrics.get("numFiles", 0)),
             files_removed=int(metrics.get("numRemovedFiles", 0)),
             bytes_added=int(metrics.get("numOutputBytes", 0)),
             partitions=[dict(p) for p in partitions],
             duration_s=time.monotonic() - started,
+            by_partition=self._partitions_at(key, partitions, version, written) if len(partitions) > 1 else [],
         )
+
+    def _partitions_at(
+        self, key: Sequence[str] | str, partitions: Sequence[PartitionSpec], version: int, rows: int
+    ) -> list[PartitionWritten]:
+        """What each of ``partitions`` holds at ``version``, an overwrite's commit: its live files' record counts
+        from the Delta log (the commit's metrics count only the whole write). The counts must add up to the rows the
+        commit wrote: a file without statistics would make a partition's count wrong, so it is refused."""
+        actions, _ = self.live_files(key, partitions, version, deletions=False)
+        found: dict[tuple[tuple[str, str], ...], list[int]] = {}
+        for action in actions:
+            if action.get("num_records") is None:
+                raise DeltaLayerError(
+                    f"{self.table_uri(key)} v{version}: file {action['path']} has no row count in the Delta log "
+                    "(statistics collection is off), so the rows of each partition written are unknown"
+                )
+            spec = tuple(sorted((c, str(action.get(f"partition.{c}"))) for c in partitions[0]))
+            figures = found.setdefault(spec, [0, 0, 0])
+            figures[0] += int(action["num_records"])
+            figures[1] += 1
+            figures[2] += int(action["size_bytes"])
+        out = []
+        for p in partitions:
+            r, f, b = found.get(tuple(sorted((c, str(v)) for c, v in p.items())), [0, 0, 0])
+            out.append(PartitionWritten(rows=r, files=f, bytes=b))
+        if sum(p.rows for p in out) != rows:
+            raise DeltaLayerError(
+                f"{self.table_uri(key)} v{version}: the partitions written hold {sum(p.rows for p in out)} rows "
+                f"by the Delta log, the commit wrote {rows}"
+            )
+        return out
 
     def _commit_of(self, key: Sequence[str] | str, write_id: str, limit: int = 50) -> dict[str, Any]:
         """The commit that carries ``write_id`` in its user metadata (other writers may have committed since)."""

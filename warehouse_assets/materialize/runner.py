@@ -24,7 +24,9 @@ holds back the partition's downstream in later runs. A partition whose blocking 
 import json
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import reduce
 from typing import Any
 
 import pyarrow.compute as pc
@@ -42,7 +44,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from sqlglot import exp
 
-from resources.delta_lake import DeltaStore, Predicate
+from resources.delta_lake import DeltaStore, PartitionWritten, Predicate
 from resources.external import ExternalResource
 from warehouse_assets.catalog import (
     BY_PERIOD,
@@ -97,13 +99,15 @@ def _start(pdef: TimeWindowPartitionsDefinition, key: str) -> datetime:
     return pdef.time_window_for_partition_key(key).start
 
 
-def view_name(fqn: str) -> str:
-    return "__in_" + fqn.replace(".", "__")
+def view_name(fqn: str, suffix: str = "") -> str:
+    """The temporary view an input is registered under; ``suffix`` tells apart the views of the partitions of one
+    ranged write, whose queries are planned before any of them runs."""
+    return "__in_" + fqn.replace(".", "__") + suffix
 
 
-def render_sql(table: Table, partition_key: str, catalog: Catalog | None = None) -> str:
+def render_sql(table: Table, partition_key: str, catalog: Catalog | None = None, suffix: str = "") -> str:
     """The table's SQL with partition variables substituted and inputs renamed to their views (``catalog``: the
-    tables the SQL names for completeness windows, :func:`read_name`)."""
+    tables the SQL names for completeness windows, :func:`read_name`; ``suffix``: :func:`view_name`'s)."""
     assert isinstance(table, DerivedTable)
     window = BY_PERIOD[table.period].time_window_for_partition_key(partition_key)
     variables = {
@@ -124,7 +128,7 @@ def render_sql(table: Table, partition_key: str, catalog: Catalog | None = None)
         if isinstance(node, exp.Table) and f"{node.db}.{node.name}" in deps:
             alias = node.alias or node.name
             return exp.Table(
-                this=exp.to_identifier(view_name(f"{node.db}.{node.name}")),
+                this=exp.to_identifier(view_name(f"{node.db}.{node.name}", suffix)),
                 alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True)),
             )
         return node
@@ -228,6 +232,22 @@ def _await_repairs(
     return verdict
 
 
+# At most this many partitions in one Delta write: a ranged run of a year of hours is written in pieces, so that
+# one query plan (a union of every partition's query) stays of a size Spark plans quickly.
+RANGED_WRITE_MAX_PARTITIONS = 168
+
+
+@dataclass
+class _Planned:
+    """A partition of the run whose query is planned, waiting for its write."""
+
+    key: str
+    verdict: Verdict
+    out: DataFrame
+    inputs: dict[str, DataFrame]
+    read_from: dict[str, list[str]]
+
+
 def _build_partitions(
     context: AssetExecutionContext,
     catalog: Catalog,
@@ -245,10 +265,60 @@ def _build_partitions(
     reached: dict[str, str] = {}  # partition → the state it is built in, of a table with states
     totals = {"rows": 0, "files_added": 0, "files_removed": 0, "bytes_added": 0, "files_read": 0, "files_skipped": 0}
     started = time.monotonic()
-    version = None
+    version: int | None = None
+    # Partitions are planned in time order and written together, one Delta commit per ranged write: Spark computes
+    # them in one job instead of one job and one commit each. A self-dependent table reads its own previous
+    # partition, which must be written first: it writes one partition at a time.
+    together = 1 if any(dep.table == table.fqn for dep in table.deps) else RANGED_WRITE_MAX_PARTITIONS
+    pending: list[_Planned] = []
+
+    def write() -> None:
+        if not pending:
+            return
+        specs = [partition_spec(table.period, p.key) for p in pending]
+        frames = [p.out for p in pending]
+        result = store.overwrite(table.key, reduce(DataFrame.unionByName, frames), table.partition_by, specs)
+        nonlocal version
+        version = result.version
+        for name in ("rows", "files_added", "files_removed", "bytes_added"):
+            totals[name] += int(getattr(result, name))
+        alone = PartitionWritten(rows=result.rows, files=result.files_added, bytes=result.bytes_added)
+        for planned, figures in zip(pending, result.by_partition or [alone], strict=True):
+            _written(planned, figures, result.version)
+        pending.clear()
+
+    def _written(planned: _Planned, figures: PartitionWritten, at: int) -> None:
+        key, verdict, read_from = planned.key, planned.verdict, planned.read_from
+        states.written.setdefault(table.fqn, set()).add(key)
+        lacking = degraded_description(verdict)
+        if lacking:
+            degraded[key] = lacking
+        if verdict.state is not None:
+            reached[key] = verdict.state
+        written.append(
+            {
+                "partition": key,
+                "rows": figures.rows,
+                "files_added": figures.files,
+                "delta_version": at,
+                "upstream": {t: span(k) for t, k in read_from.items()},
+                **({"degraded": lacking} if lacking else {}),
+                **({"state": verdict.state} if verdict.state else {}),
+            }
+        )
+        context.log.info(
+            f"{table.fqn} {key}: {figures.rows} rows, {figures.files} files, "
+            f"Delta version {at}, read {', '.join(f'{t} {span(k)}' for t, k in read_from.items())}"
+        )
+        if lacking:
+            context.log.warning(f"{table.fqn} {key} is degraded: {lacking}; it is built again when they arrive")
+        if table.checks:
+            outcomes.extend(_check_partition(table, key, spark, store, planned.inputs))
+
     for key in keys:
         verdict = _await_repairs(context, catalog, table, key, states)
         if not verdict.may_run:
+            write()  # the partitions before it are built, as they would be had they run alone
             not_worth_retrying(context)
             raise Failure(verdict.reasons[0])
         inputs: dict[str, DataFrame] = {}
@@ -300,41 +370,17 @@ def _build_partitions(
             if name not in inputs:
                 inputs[name] = _empty_like(spark, store, catalog[name], external=external)
                 read_from[dep.table] = []
+        suffix = f"__{len(pending)}"  # the partition's own views: the write plans every partition's query first
         for name, df in inputs.items():
-            df.createOrReplaceTempView(view_name(name))
-        out = spark.sql(render_sql(table, key, catalog))
+            df.createOrReplaceTempView(view_name(name, suffix))
+        out = spark.sql(render_sql(table, key, catalog, suffix))
         _check_columns(table, key, out)
         spec = partition_spec(table.period, key)
         out = out.select(*[c for c in out.columns if c not in spec], *[F.lit(v).alias(c) for c, v in spec.items()])
-        result = store.overwrite(table.key, out, table.partition_by, [spec])
-        version = result.version
-        for name in ("rows", "files_added", "files_removed", "bytes_added"):
-            totals[name] += int(getattr(result, name))
-        states.written.setdefault(table.fqn, set()).add(key)
-        lacking = degraded_description(verdict)
-        if lacking:
-            degraded[key] = lacking
-        if verdict.state is not None:
-            reached[key] = verdict.state
-        written.append(
-            {
-                "partition": key,
-                "rows": result.rows,
-                "files_added": result.files_added,
-                "delta_version": result.version,
-                "upstream": {t: span(k) for t, k in read_from.items()},
-                **({"degraded": lacking} if lacking else {}),
-                **({"state": verdict.state} if verdict.state else {}),
-            }
-        )
-        context.log.info(
-            f"{table.fqn} {key}: {result.rows} rows, +{result.files_added}/-{result.files_removed} files, "
-            f"Delta version {result.version}, read {', '.join(f'{t} {span(k)}' for t, k in read_from.items())}"
-        )
-        if lacking:
-            context.log.warning(f"{table.fqn} {key} is degraded: {lacking}; it is built again when they arrive")
-        if table.checks:
-            outcomes.extend(_check_partition(table, key, spark, store, inputs))
+        pending.append(_Planned(key, verdict, out, inputs, read_from))
+        if len(pending) >= together:
+            write()
+    write()
     # a rebuild for late data: how many late changes each partition absorbed (the dependency center's count)
     late = {
         k: n
