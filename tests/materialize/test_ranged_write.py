@@ -43,6 +43,7 @@ depends_on:
   ods.src: {set: [0]}
 checks:
   range: {v: [0, null]}
+zorder: [id]
 --- */
 SELECT id, v FROM ods.src
 """,
@@ -172,3 +173,38 @@ def test_a_self_dependent_table_still_writes_its_partitions_one_commit_each_in_t
         first = {i: sum(-1 if (d, h) == (DAY, 5) else h for d, h, j in source if d == DAY and j == i) for i in range(3)}
         second = {i: first[i] + sum(h for d, h, j in source if d == NEXT and j == i) for i in range(3)}
         assert totals == {**{(DAY, i): v for i, v in first.items()}, **{(NEXT, i): v for i, v in second.items()}}
+
+
+def test_the_zorder_job_optimizes_its_partitions_in_one_commit_and_observes_each(
+    warehouse: dict[str, Any], spark: SparkSession
+) -> None:
+    from dagster import DagsterEventType, EventRecordsFilter
+
+    from warehouse_assets.materialize.zorder import build_zorder_job
+
+    path = str(warehouse["lake"] / "dws" / "hour")
+    hours = [f"{DAY}-{h:02d}:00" for h in (1, 2, 3)]  # 1, 2 and 3 rows
+    with instance_for_test() as instance:
+        _report_hours(instance, [DAY])
+        for hour in hours:  # one run each: the partitions are written by three commits
+            assert _run(warehouse, instance, HOURLY, hour, hour).success
+        before = DeltaTable(path).version()
+        run = build_zorder_job(warehouse["catalog"]).execute_in_process(
+            run_config={"ops": {"zorder_partition_files": {"config": {"table": "dws.hour", "partitions": hours}}}},
+            instance=instance,
+            resources={"lake": warehouse["resources"]["lake"], "spark": warehouse["resources"]["spark"]},
+        )
+        assert run.success
+        history = [h for h in DeltaTable(path).history() if h["version"] > before]
+        assert [h["operation"] for h in history] == ["OPTIMIZE"]  # one for the three hours, not three
+        assert all(f"'{h}'" in str(history[0]["operationParameters"]) for h in ("01", "02", "03"))
+        observations = instance.get_event_records(EventRecordsFilter(DagsterEventType.ASSET_OBSERVATION, HOURLY))
+        numbers = {r.partition_key: r.asset_observation.metadata for r in observations}  # type: ignore[union-attr]
+        assert set(numbers) == set(hours)
+        for metadata in numbers.values():
+            assert metadata["files_removed"].value == metadata["files_before"].value >= 1
+            assert metadata["files_after"].value == metadata["files_added"].value >= 1
+            assert metadata["delta_version"].value == before + 1
+            assert metadata["zorder_by"].value == "id"
+        rows = warehouse["resources"]["lake"].store().read_rows(["dws", "hour"])[0].to_pylist()
+        assert sorted((r["hh"], r["id"]) for r in rows) == [(f"{h:02d}", i) for h in (1, 2, 3) for i in range(h)]

@@ -12,7 +12,8 @@ never when the code location loads: loading it imports PySpark. For each partiti
 2. the upstream partitions are read from Delta (pruned) — or, for an external table, from its producer's files
    or Delta table through :class:`resources.external.ExternalResource` — and registered under the names its
    SQL uses;
-3. the SQL runs with Spark and overwrites exactly the partition;
+3. the SQL is rendered for the partition; the run's partitions are then written together by Spark, one Delta
+   overwrite of exactly those partitions (a self-dependent table, which reads its previous partition, one at a time);
 4. the table's declared checks are evaluated on the partition it wrote (:mod:`warehouse_assets.materialize.quality`).
 
 The materialization of every partition is reported first, then one check evaluation per check and partition,
@@ -23,7 +24,7 @@ holds back the partition's downstream in later runs. A partition whose blocking 
 
 import json
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import reduce
@@ -144,8 +145,8 @@ def run_table(
     store: DeltaStore,
     external: ExternalResource | None = None,
 ) -> Iterator[MaterializeResult | Any]:
-    """Build every partition of the run in time order (one Delta commit each), then report the
-    materializations and the check results of every partition.
+    """Build every partition of the run in time order (one Delta commit for all of them, or one each for a
+    self-dependent table), then report the materializations and the check results of every partition.
 
     External inputs are read from their producers (``external`` says where) — only the partitions their
     sensors reported, which the guard checks like any other input.
@@ -211,15 +212,22 @@ REPAIR_LOG_S = 300.0  # how often it says it still waits
 
 
 def _await_repairs(
-    context: AssetExecutionContext, catalog: Catalog, table: Table, key: str, states: InstanceStates
+    context: AssetExecutionContext,
+    catalog: Catalog,
+    table: Table,
+    key: str,
+    states: InstanceStates,
+    before_waiting: Callable[[], None],
 ) -> Verdict:
     """The gate's verdict on ``key``; in a backfill's run held back only by tainted upstream partitions that running
     repairs make valid, the verdict once they are (or once something else holds it back: a repair canceled, a check
     that failed on the new data). A backfill launches a run as soon as the partitions it rebuilds itself are done:
-    the ODS hour a repair waits for is not one of them."""
+    the ODS hour a repair waits for is not one of them. ``before_waiting`` is called once if it waits (the run
+    writes the partitions it planned before this one: their inputs were read at the versions of then)."""
     verdict = decide(catalog, table, key, states)
     if verdict.may_run or not verdict.waits_for_repair or BACKFILL_TAG not in context.run.tags:
         return verdict
+    before_waiting()
     context.log.info(f"{verdict.reasons[0]}; waiting")
     said = time.monotonic()
     while verdict.waits_for_repair:
@@ -316,7 +324,7 @@ def _build_partitions(
             outcomes.extend(_check_partition(table, key, spark, store, planned.inputs))
 
     for key in keys:
-        verdict = _await_repairs(context, catalog, table, key, states)
+        verdict = _await_repairs(context, catalog, table, key, states, before_waiting=write)
         if not verdict.may_run:
             write()  # the partitions before it are built, as they would be had they run alone
             not_worth_retrying(context)
