@@ -13,8 +13,17 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+import pyarrow as pa
 import pytest
-from dagster import AssetKey, AssetsDefinition, DagsterInstance, MultiPartitionsDefinition, partition_loading_context
+from dagster import (
+    AssetKey,
+    AssetMaterialization,
+    AssetsDefinition,
+    DagsterInstance,
+    MultiPartitionsDefinition,
+    partition_loading_context,
+)
+from deltalake import write_deltalake
 
 from resources.delta_lake import DeltaStore
 from resources.landing import Landing
@@ -33,6 +42,7 @@ from warehouse_assets.catalog import (
     upstream_partitions,
 )
 from warehouse_assets.catalog import periods as catalog_periods
+from warehouse_assets.center.reconcile import TableReconciliation, reconcile
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import PartitionStateStore
 from warehouse_assets.center.status import status_keys, status_lines
@@ -271,6 +281,31 @@ def test_a_regions_day_is_a_delta_partition_of_its_own_read_back_as_its_key(cata
         partition_values_of(table, f"{DAY}|mars")
     # a day of a table without regions stays its business day
     assert partition_key_from_values(catalog["ads.global_dau"], {"dt": DAY}) == DAY
+
+
+def test_the_reconciliation_reads_each_regions_day_from_its_own_delta_partition(
+    catalog: Catalog, instance: DagsterInstance, tmp_path: Path
+) -> None:
+    lake = tmp_path / "lake"
+    regions = ("shanghai", "karachi", "utc")
+    rows = [{"dau": n, "dt": DAY, "region": region} for n, region in enumerate(regions)]
+    write_deltalake(str(lake / "ads" / "dau_by_region"), pa.Table.from_pylist(rows), partition_by=["dt", "region"])
+    table = catalog["ads.dau_by_region"]
+    for region in regions:
+        key = f"{DAY}|{region}"
+        partitions = [{"partition": key, "rows": 1, "delta_version": 0}]
+        metadata = {"rows": 1, "partitions": partitions}
+        instance.report_runless_asset_event(AssetMaterialization(AssetKey(table.key), partition=key, metadata=metadata))
+
+    def sweep() -> TableReconciliation:
+        found = reconcile(instance, catalog, PartitionStateStore(instance), DeltaStore(str(lake)), [table], by="test")
+        return found.tables[0]
+
+    assert sweep().in_step  # each (dt, region) partition is the region's day built: none gone, none unknown
+    [gone] = (lake / "ads" / "dau_by_region" / f"dt={DAY}" / "region=utc").glob("*.parquet")
+    gone.unlink()
+    found = sweep()
+    assert (list(found.gone), found.unknown) == ([f"{DAY}|utc"], [])  # that region's day alone
 
 
 def test_a_region_whose_first_day_starts_before_the_warehouse_can_never_build_it_nor_that_global_day(
