@@ -14,6 +14,7 @@ from dagster import (
     AssetKey,
     DagsterInstance,
     DefaultSensorStatus,
+    MultiPartitionsDefinition,
     TimeWindowPartitionMapping,
     TimeWindowPartitionsDefinition,
 )
@@ -58,6 +59,13 @@ def test_every_layer_is_present_with_one_timezone() -> None:
         assert node.group_name == key.path[0]
         if key == AssetKey(["dwd", "city_tier"]):  # static: one unpartitioned reference table
             assert node.partitions_def is None
+            continue
+        if key == AssetKey(["ads", "dau_by_region"]):  # regional days: the business dates × the regions
+            assert isinstance(node.partitions_def, MultiPartitionsDefinition)
+            dates = node.partitions_def.get_partitions_def_for_dimension("date")
+            regions = node.partitions_def.get_partitions_def_for_dimension("region")
+            assert isinstance(dates, TimeWindowPartitionsDefinition) and dates.timezone == "Asia/Shanghai"
+            assert regions.get_partition_keys() == ["shanghai", "karachi", "utc", "los_angeles"]
             continue
         assert isinstance(node.partitions_def, TimeWindowPartitionsDefinition)
         assert node.partitions_def.timezone == "Asia/Shanghai"
@@ -310,6 +318,8 @@ EXAMPLE_TABLES = {
         "lesson_catalog",  # any one of the last three lesson snapshots
         "revenue_flash",  # takes the revenue estimated, and again completed
         "new_users_by_tier",  # reads the static city_tier whole, every day
+        "dau_by_region",  # regional days: one partition per region's day, from its own midnight
+        "dau_global",  # every region's day of the date: waits for the last region's
     },
     "ext": {"marketing_spend", "fx_rate"},
 }

@@ -23,7 +23,7 @@ from dagster import (
 
 from resources.delta_lake import DeltaLakeResource, DeltaStore
 from resources.spark import SparkResource
-from warehouse_assets.catalog import Catalog, Table
+from warehouse_assets.catalog import Catalog, Table, partition_values_of
 
 
 class ZOrderConfig(Config):  # type: ignore[misc]
@@ -50,10 +50,8 @@ def build_zorder_job(catalog: Catalog) -> JobDefinition:
     ) -> Output[list[dict[str, Any]]]:
         if config.table not in tables:
             raise ValueError(f"{config.table} declares no Z-order columns; tables that do: {sorted(tables)}")
-        from warehouse_assets.materialize.runner import partition_spec  # the run imports PySpark; compiling does not
-
         table, store = tables[config.table], lake.store()
-        specs = {key: partition_spec(table.period, key) for key in config.partitions}
+        specs = {key: partition_values_of(table, key) for key in config.partitions}
         if not specs:  # an OPTIMIZE without partitions would rewrite the whole table
             return Output([], metadata={"partitions": 0})
         before = {key: _files(store, table, spec) for key, spec in specs.items()}
