@@ -47,6 +47,7 @@ def arrow_table(data: Any) -> pa.Table:
 class _Commit(NamedTuple):
     partitions: frozenset[tuple[tuple[str, str], ...]]  # those its data-changing actions name
     restored: int | None  # a RESTORE's: the version it restored the table to (-1 when its entry does not say)
+    at: float | None = None  # when it was committed (epoch seconds, its commitInfo's timestamp), if its entry says
 
 
 @functools.lru_cache(maxsize=65536)  # a commit's entry never changes: each is read once per process
@@ -57,6 +58,7 @@ def _commit(uri: str, version: int) -> _Commit:
         lines = entry.read().decode().splitlines()
     found = set()
     restored = None
+    at = None
     for line in lines:
         action = json.loads(line) if line.strip() else {}
         for kind in ("add", "remove"):
@@ -64,15 +66,12 @@ def _commit(uri: str, version: int) -> _Commit:
             if file and file.get("dataChange", True) and file.get("partitionValues"):
                 found.add(tuple(sorted((k, str(v)) for k, v in file["partitionValues"].items())))
         info = action.get("commitInfo")
+        if isinstance(info, dict) and isinstance(info.get("timestamp"), int | float):
+            at = info["timestamp"] / 1000
         if isinstance(info, dict) and str(info.get("operation", "")).upper() == "RESTORE":
             target = (info.get("operationParameters") or {}).get("version")
             restored = int(str(target)) if str(target).isdigit() else -1  # unsaid: as if restored to before any version
-    return _Commit(frozenset(found), restored)
-
-
-def _commit_partitions(uri: str, version: int) -> frozenset[tuple[tuple[str, str], ...]]:
-    """The partitions a commit's data-changing actions name; FileNotFoundError without its entry."""
-    return _commit(uri, version).partitions
+    return _Commit(frozenset(found), restored, at)
 
 
 class Restore(NamedTuple):
@@ -303,17 +302,26 @@ class DeltaReader:
     def partitions_written(self, key: Sequence[str] | str, after: int) -> list[dict[str, str]]:
         """The partitions whose rows the commits after version ``after`` changed: those of their data-changing
         add and remove actions (a rewrite such as OPTIMIZE changes no row), read from the commits' log entries. A
-        commit whose entry the log no longer keeps is passed over.
+        commit whose entry the log no longer keeps is passed over."""
+        return [dict(p) for p in sorted(self._last_written(key, after))]
+
+    def partitions_written_at(self, key: Sequence[str] | str, after: int) -> list[tuple[dict[str, str], float | None]]:
+        """:meth:`partitions_written`, each with the time of the latest of those commits that changed it (epoch
+        seconds, from its entry's commitInfo; None when an entry changing it does not say)."""
+        return [(dict(p), at) for p, at in sorted(self._last_written(key, after).items())]
+
+    def _last_written(self, key: Sequence[str] | str, after: int) -> dict[tuple[tuple[str, str], ...], float | None]:
+        """Partition → the time of the latest commit after ``after`` that changed its rows.
 
         Called on every readiness tick for every ODS table, where usually nothing was committed since: the entries
         after ``after`` are read until one is missing (one probe when there is none), and the table is opened only
         when a checkpoint past ``after`` says that entries may have been cleaned up."""
         uri = self.table_uri(key)
-        found: set[tuple[tuple[str, str], ...]] = set()
+        commits: list[_Commit] = []
         version = after + 1
         while True:
             try:
-                found.update(_commit_partitions(uri, version))
+                commits.append(_commit(uri, version))
             except FileNotFoundError:
                 break
             version += 1
@@ -321,10 +329,13 @@ class DeltaReader:
             dt = self.table(key)
             for cleaned in range(after + 1, -1 if dt is None else dt.version() + 1):
                 try:
-                    found.update(_commit_partitions(uri, cleaned))
+                    commits.append(_commit(uri, cleaned))
                 except FileNotFoundError:
                     continue
-        return [dict(p) for p in sorted(found)]
+        found: dict[tuple[tuple[str, str], ...], float | None] = {}
+        for commit in commits:  # in version order: the latest commit's time stays
+            found.update(dict.fromkeys(commit.partitions, commit.at))
+        return found
 
     def rolled_back(
         self, key: Sequence[str] | str, written: Mapping[str, tuple[int, PartitionSpec]]

@@ -42,6 +42,7 @@ from warehouse_assets.ingest.job import IN_FLIGHT, ingestion_in_flight
 from warehouse_assets.ingest.merge import pending_segments
 from warehouse_assets.ingest.readiness import readiness_events, reported_ingested_rows, unreported_changes
 from warehouse_assets.materialize.hour_checks import JOB, RETRY_AFTER, checked_tables, next_batch, unchecked_hours
+from warehouse_assets.materialize.validity import taint_times
 
 INGEST_PRIORITY = ("dagster/priority", "1")
 ACTIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
@@ -108,7 +109,10 @@ def build_readiness_sensor(catalog: Catalog):  # type: ignore[no-untyped-def]
             cursor,
             lambda t: set(context.instance.get_materialized_partitions(AssetKey(t.key))),
             reported_rows=reported_ingested_rows(context.instance),
-            changed={t.fqn: unreported_changes(context.instance, store, t, land.timezone) for t in catalog.ods()},
+            changed={
+                t.fqn: unreported_changes(context.instance, store, t, land.timezone, tainted_at=taint_times)
+                for t in catalog.ods()
+            },
         )
         if not events:
             if new_cursor != cursor:

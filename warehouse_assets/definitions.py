@@ -29,6 +29,7 @@ from warehouse_assets.ingest.job import build_ingest_job
 from warehouse_assets.ingest.maintenance import build_maintenance
 from warehouse_assets.materialize.compiler import build_assets, build_checks
 from warehouse_assets.materialize.hour_checks import build_ods_checks_job, judge_hours
+from warehouse_assets.materialize.validity import taint_times
 from warehouse_assets.materialize.zorder import build_zorder_job
 
 # Deliberate uses of Dagster 1.13 features marked beta or preview (single-run backfill policies, partitioned
@@ -75,7 +76,7 @@ def build_definitions(catalog: Catalog, settings: Settings | None = None) -> Def
 
 
 def _build(catalog: Catalog, settings: Settings) -> Definitions:
-    ingest_job = build_ingest_job(catalog, judge_hours)
+    ingest_job = build_ingest_job(catalog, judge_hours, taint_times)
     maintenance_job, maintenance_schedule = build_maintenance(catalog)
     zorder_job, ods_checks_job = build_zorder_job(catalog), build_ods_checks_job(catalog)
     resources = resources_from_env(settings)

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
+import pyarrow as pa
 import pytest
 from dagster import (
     AssetKey,
+    AssetRecordsFilter,
     DagsterRunStatus,
     SensorResult,
     SkipReason,
@@ -24,12 +28,14 @@ from resources.delta_lake import DeltaLakeResource, DeltaStore
 from resources.landing import Landing, LandingResource
 from sensors.ods import build_landing_sensor, build_readiness_sensor
 from simulator.cdc import SimulationConfig, simulate
+from tests.center.test_state_store import report, taint
 from tests.support.lake import row_dicts
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.ingest.job import build_ingest_job
 from warehouse_assets.ingest.merge import ingest_table
-from warehouse_assets.ingest.readiness import readiness, readiness_events, ready_hours
+from warehouse_assets.ingest.readiness import readiness, readiness_events, ready_hours, unreported_changes
 from warehouse_assets.materialize.hour_checks import judge_hours
+from warehouse_assets.materialize.validity import taint_times
 
 TZ = ZoneInfo("Asia/Shanghai")
 LAGGING = "edu_trade.order_03"
@@ -171,3 +177,37 @@ def test_readiness_sensor_reports_ready_hours_once(lake: Lake) -> None:
         # before any ingestion the sensor reports nothing
         empty = sensor(build_sensor_context(instance=instance, resources=lake.resources(lake.empty)))
         assert isinstance(empty, SkipReason)
+
+
+def test_an_hour_changed_in_the_lake_and_tainted_before_a_reporter_looked_is_not_reported_again(
+    tmp_path: Path,
+) -> None:
+    """Two reported hours of orders change in the lake outside the ingestion (an UPDATE by hand); on-call taints one
+    of them before any reporter has looked. Reporting that hour again would lift its taint with nothing corrected (a
+    new materialization leaves the taint behind): it is left out, the other hour is reported. A change committed after
+    the taint (the source re-sending the hour, a re-ingest) is reported again."""
+    order = load_catalog()["ods.order"]
+    store, key = DeltaStore(str(tmp_path / "lake")), AssetKey(order.key)
+    h10, h11 = "2026-03-02-10:00", "2026-03-02-11:00"
+
+    def write(hh: str) -> int:
+        rows = pa.table({"id": pa.array([1], pa.int64()), "dt": ["2026-03-02"], "hh": [hh]})
+        return store.append(order.key, rows, ["dt", "hh"])
+
+    with instance_for_test(temp_dir=str(tmp_path)) as instance:
+        reported = max(write("10"), write("11"))
+        for hour in (h10, h11):
+            report(instance, key, hour, reported)
+        write("10")
+        write("11")
+        assert unreported_changes(instance, store, order, "Asia/Shanghai", tainted_at=taint_times) == [h10, h11]
+
+        [record] = instance.fetch_materializations(AssetRecordsFilter(asset_key=key, asset_partitions=[h10]), 1).records
+        time.sleep(0.01)  # commit times are in milliseconds
+        taint(instance, key, h10, record.storage_id, root=f"ods.order {h10}")
+        assert set(taint_times(instance, order, [h10, h11])) == {h10}
+        assert unreported_changes(instance, store, order, "Asia/Shanghai", tainted_at=taint_times) == [h11]
+
+        time.sleep(0.01)
+        write("10")  # new data for the tainted hour: reported, and judged on its own
+        assert unreported_changes(instance, store, order, "Asia/Shanghai", tainted_at=taint_times) == [h10, h11]

@@ -3,6 +3,7 @@ asks on each tick to find late changes nobody reported."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -33,6 +34,31 @@ def test_the_commits_after_a_version_name_the_partitions_they_changed_and_a_late
     # the entry probed and not found a moment ago is read once it is committed
     _append(store, "2026-03-01")
     assert store.partitions_written(KEY, after=latest) == [{"dt": "2026-03-01"}]
+
+
+def test_each_partition_written_comes_with_the_time_of_the_latest_commit_that_changed_it(tmp_path: Path) -> None:
+    store = DeltaStore(str(tmp_path / "lake"))
+    first = _append(store, "2026-03-01")
+    start = time.time()
+    _append(store, "2026-03-01")
+    _append(store, "2026-03-02")
+    time.sleep(0.01)  # commit times are in milliseconds
+    middle = time.time()
+    time.sleep(0.01)
+    _append(store, "2026-03-01")
+    end = time.time()
+    written = store.partitions_written_at(KEY, after=first)
+    assert (
+        [p for p, _ in written]
+        == store.partitions_written(KEY, after=first)
+        == [
+            {"dt": "2026-03-01"},
+            {"dt": "2026-03-02"},
+        ]
+    )
+    times = {p["dt"]: at for p, at in written}
+    assert times["2026-03-02"] is not None and start - 0.001 <= times["2026-03-02"] <= middle
+    assert times["2026-03-01"] is not None and middle <= times["2026-03-01"] <= end + 0.001
 
 
 def test_a_compaction_changes_no_row_and_entries_cleaned_up_past_a_checkpoint_are_passed_over(

@@ -566,6 +566,7 @@ def _reingest(context: OpExecutionContext, catalog: Catalog, table: str, keys: l
     from warehouse_assets.ingest.reingest import reingest_hours
     from warehouse_assets.materialize.hour_checks import judge_hours
     from warehouse_assets.materialize.quality import failed_blocking_checks
+    from warehouse_assets.materialize.validity import taint_times
 
     t = catalog[table]
     assert isinstance(t, OdsTable)  # the op refused any other table
@@ -577,7 +578,9 @@ def _reingest(context: OpExecutionContext, catalog: Catalog, table: str, keys: l
     except ValueError as exc:
         raise Failure(str(exc)) from exc
     context.log.info(done.describe())
-    numbers = report_completed_hours(context, t, before, session, store, land, judge_hours, changed=keys)
+    numbers = report_completed_hours(
+        context, t, before, session, store, land, judge_hours, changed=keys, tainted_at=taint_times
+    )
     failed = failed_blocking_checks(context.instance, t, keys)
     lines = [done.describe(), f"{table}: {int(numbers['hours_reported'])} hour(s) reported again, checks judged"]
     for key, checks in failed.items():

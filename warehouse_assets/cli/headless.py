@@ -20,8 +20,9 @@ def run_ingest(instance: Any, resources: dict[str, Any], tables: Sequence[str] =
     from warehouse_assets.catalog import load_catalog
     from warehouse_assets.ingest.job import build_ingest_job
     from warehouse_assets.materialize.hour_checks import judge_hours
+    from warehouse_assets.materialize.validity import taint_times
 
-    result = build_ingest_job(load_catalog(), judge_hours).execute_in_process(
+    result = build_ingest_job(load_catalog(), judge_hours, taint_times).execute_in_process(
         instance=instance,
         resources=resources,
         run_config={"ops": {"ingest_ods": {"config": {"tables": list(tables)}}}},

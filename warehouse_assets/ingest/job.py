@@ -37,6 +37,7 @@ from resources.spark import SparkResource
 from warehouse_assets.catalog import Catalog, Table
 from warehouse_assets.ingest.merge import BatchReport, TableReport, committed_positions, ingest_next_batch
 from warehouse_assets.ingest.readiness import (
+    TaintedAt,
     changed_hours,
     readiness_events,
     reported_ingested_rows,
@@ -76,7 +77,11 @@ class IngestConfig(Config):  # type: ignore[misc]
 JudgeHours = Callable[[OpExecutionContext, Table, Sequence[str], Any, DeltaStore], tuple[int, int]]
 
 
-def build_ingest_job(catalog: Catalog, judge_hours: JudgeHours):  # type: ignore[no-untyped-def]
+def build_ingest_job(  # type: ignore[no-untyped-def]
+    catalog: Catalog, judge_hours: JudgeHours, tainted_at: TaintedAt | None = None
+):
+    """The job; ``tainted_at`` reads the taints of hours whose changes it finds unreported (None: a lake nobody
+    taints)."""
     known = {t.fqn for t in catalog.ods()}
 
     @op(name="ingest_ods", description="Merge new CDC segments into the ODS Delta tables.")
@@ -106,7 +111,7 @@ def build_ingest_job(catalog: Catalog, judge_hours: JudgeHours):  # type: ignore
 
         def report_ready(table: Table, seen: dict[str, int], changed: Sequence[str] = ()) -> int:
             numbers = report_completed_hours(
-                context, table, seen, session, store, land, judge_hours, changed, catalog.windows(table.fqn)
+                context, table, seen, session, store, land, judge_hours, changed, catalog.windows(table.fqn), tainted_at
             )
             for name, value in numbers.items():
                 gate[name] = round(gate.get(name, 0) + value, 3)
@@ -171,18 +176,20 @@ def report_completed_hours(
     judge_hours: JudgeHours,
     changed: Sequence[str] = (),
     windows: Sequence[Table] = (),
+    tainted_at: TaintedAt | None = None,
 ) -> dict[str, int | float]:
     """Reports, in this run, every hour of ``table`` that is ready now and was not reported (and every reported
     hour whose ingested count grew since the streams' positions ``before`` this run's batch, or whose partition
     the batch changed: ``changed``, hour keys), then logs its checks' verdicts; returns the numbers for the run's
     metadata. An hour not reported yet is reported only once it is complete, whatever changed it. The table's
-    completeness ``windows`` (of the mini-batch tables reading it) are reported with its hours."""
+    completeness ``windows`` (of the mini-batch tables reading it) are reported with its hours. ``tainted_at``: see
+    :func:`~warehouse_assets.ingest.readiness.unreported_changes`."""
     instance, started = context.instance, time.monotonic()
     key = AssetKey(table.key)
     done = instance.get_materialized_partitions(key)
     cursor: dict[str, object] = {table.fqn: {"last": max(done) if done else None, "seen": before}}
     # reported again once, in the first call: the later ones see this call's reports as done
-    changed = [*changed, *unreported_changes(instance, store, table, landing.timezone, done)]
+    changed = [*changed, *unreported_changes(instance, store, table, landing.timezone, done, tainted_at)]
     again: dict[str, Sequence[str]] | None = {table.fqn: sorted({k for k in changed if k in done})}
     keys: list[str] = []
     windows_reported = 0

@@ -437,12 +437,23 @@ def completed_partitions(
 def changed_hours(partitions: Iterable[Mapping[str, str]], timezone: str) -> list[str]:
     """The hour partition keys of ODS partitions (``dt``, ``hh``: local date and hour in ``timezone``), such as
     those a merge wrote (:attr:`~warehouse_assets.ingest.merge.BatchReport.partitions_changed`)."""
+    return sorted(_changed_hours_at(((p, None) for p in partitions), timezone))
+
+
+def _changed_hours_at(
+    partitions: Iterable[tuple[Mapping[str, str], float | None]], timezone: str
+) -> dict[str, float | None]:
+    """Hour partition key → the time of its latest change, of ODS partitions with theirs (None: unknown)."""
     local, zone = ZoneInfo(timezone), ZoneInfo(hourly.timezone)
-    keys = set()
-    for partition in partitions:
+    found: dict[str, float | None] = {}
+    for partition, at in partitions:
         start = datetime.strptime(f"{partition['dt']}T{partition['hh']}", "%Y-%m-%dT%H").replace(tzinfo=local)
-        keys.add(hour_key(start.astimezone(zone)))
-    return sorted(k for k in keys if hourly.has_partition_key(k))
+        key = hour_key(start.astimezone(zone))
+        if not hourly.has_partition_key(key):
+            continue
+        before = found.get(key, at)
+        found[key] = None if at is None or before is None else max(at, before)
+    return found
 
 
 def late_hours(state: Readiness, last_reported: str | None, seen: dict[str, int]) -> list[str]:
@@ -672,26 +683,46 @@ def _whole(state: Readiness, pdef: TimeWindowPartitionsDefinition, key: str, thr
     )
 
 
+# The hours of a table tainted now, among the given ones, each with when it was tainted (epoch seconds). Handed in by
+# whoever assembles the reporter: validity belongs to building, above ingestion.
+TaintedAt = Callable[[DagsterInstance, Table, Sequence[str]], Mapping[str, float]]
+
+
 def unreported_changes(
-    instance: DagsterInstance, store: DeltaStore, table: Table, timezone: str, materialized: Set[str] | None = None
+    instance: DagsterInstance,
+    store: DeltaStore,
+    table: Table,
+    timezone: str,
+    materialized: Set[str] | None = None,
+    tainted_at: TaintedAt | None = None,
 ) -> list[str]:
     """The hours whose partitions commits made after the table's latest report changed: a run that died between
     its merge and its report (a killed worker whose merge Spark finished anyway) leaves them unreported, and an
     already-reported hour among them has late changes that nothing else would report (they count in their
     binlog hour, not in the hour of the row they change). Every reporter, the ingestion run and the readiness
     sensor, reports them again before anything else: its own report then covers those commits. ``materialized``: the
-    table's materialized partitions when the caller has just read them."""
+    table's materialized partitions when the caller has just read them.
+
+    A tainted hour is left out when every change of it was committed before its taint (``tainted_at`` reads when):
+    the taint condemned the data they wrote (an hour gone bad in the lake, tainted before a reporter looked), and a
+    report would lift it with nothing corrected. A change committed after the taint (the source's, a re-ingest) is
+    reported and judged. The commit's time is its writer's clock, the taint's the instance's: their skew blurs the
+    order of a change and a taint that close."""
     records = instance.fetch_materializations(AssetRecordsFilter(asset_key=AssetKey(table.key)), limit=1).records
     if not records or records[0].asset_materialization is None:
         return []
     reported = records[0].asset_materialization.metadata.get("delta_version")
     if reported is None or not isinstance(reported.value, int) or reported.value < 0:
         return []
-    changed = changed_hours(store.partitions_written(table.key, after=reported.value), timezone)
+    changed = _changed_hours_at(store.partitions_written_at(table.key, after=reported.value), timezone)
     if not changed:
         return []
     done = materialized if materialized is not None else instance.get_materialized_partitions(AssetKey(table.key))
-    return [k for k in changed if k in done]
+    keys = [k for k in sorted(changed) if k in done]
+    tainted = tainted_at(instance, table, keys) if tainted_at is not None and keys else {}
+    # a change of unknown time is reported, as before taints were read
+    condemned = {k for k, at in tainted.items() if (changed_at := changed[k]) is not None and changed_at <= at}
+    return [k for k in keys if k not in condemned]
 
 
 def reported_ingested_rows(instance: DagsterInstance) -> Callable[[Table, str], int | None]:

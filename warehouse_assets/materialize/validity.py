@@ -222,6 +222,11 @@ def tainted_in_instance(instance: DagsterInstance, table: Table, keys: Sequence[
     return dict(sorted(found.items()))
 
 
+def taint_times(instance: DagsterInstance, table: Table, keys: Sequence[str]) -> dict[str, float]:
+    """Partition → when it was tainted, for those of ``keys`` tainted now (:func:`tainted_in_instance`)."""
+    return {key: taint.at for key, taint in tainted_in_instance(instance, table, keys).items()}
+
+
 def gone_in_instance(instance: DagsterInstance, table: Table, keys: Sequence[str]) -> dict[str, str]:
     """Partition → what was found, for those of ``keys`` whose latest materialization was marked gone from the lake
     and not built since, read from the instance (the run guard's view; the dependency center reads its state store)."""
