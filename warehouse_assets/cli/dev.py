@@ -84,6 +84,7 @@ def run_dev(args: argparse.Namespace) -> int:
         for proc, sig, timeout in reversed(started):
             if sig == signal.SIGINT:  # Dagster's group, after the engine (which would submit the runs again)
                 stop_run_workers(os.environ[DEV_MARK])
+                stop_dagster(proc, timeout)
             stop_group(proc, sig, timeout)
         left = stop_marked(os.environ[DEV_MARK])
         if left:
@@ -269,6 +270,40 @@ def stop_run_workers(mark: str, grace: float = 3.0) -> None:
     deadline = time.monotonic() + grace
     while echo_processes(marked_processes(mark)) and time.monotonic() < deadline:
         time.sleep(0.1)
+
+
+def stop_dagster(dagster: subprocess.Popen[bytes], timeout: float) -> None:
+    """SIGINT to ``dagster dev``'s processes but its code servers, and a wait (``timeout`` seconds at most) until it has
+    ended. ``dagster dev`` stops its code servers itself once its webserver and daemon have stopped; a SIGINT to the
+    whole group stops them at once, and each sensor tick the daemon still had in flight failed against them with a
+    gRPC ``DagsterUserCodeUnreachableError`` traceback. What is left is stopped with the group after this."""
+    for pid in _group(dagster.pid):
+        if not _code_server(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGINT)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        dagster.wait(timeout=timeout)
+
+
+def _group(pgid: int) -> list[int]:
+    """The processes of the process group ``pgid`` (Linux: read from /proc)."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[2]) == pgid:
+                found.append(int(entry.name))
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+    return found
+
+
+def _code_server(pid: int) -> bool:
+    """Whether ``pid`` is a Dagster code server (``dagster code-server start``, or the ``dagster api grpc`` it runs)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return any(argv[i : i + 2] in ([b"code-server", b"start"], [b"api", b"grpc"]) for i in range(len(argv)))
 
 
 def _alive(pid: int) -> bool:
