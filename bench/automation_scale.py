@@ -81,8 +81,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from resources.settings import Settings
 from warehouse_assets.catalog import START, periods
 from warehouse_assets.materialize.compiler import max_partitions_per_run
+
+ENGINE_ROUND_S = Settings.model_fields["engine_poll_seconds"].default  # the engine's budget for a resolver step
 
 PERIODS = ("hourly", "daily", "weekly", "monthly")
 PERIOD_WEIGHTS = (0.12, 0.60, 0.15, 0.13)
@@ -750,9 +753,9 @@ def main() -> None:
     parser.add_argument(
         "--budget",
         type=lambda v: None if v == "none" else float(v),
-        default=0.25,
+        default=ENGINE_ROUND_S,
         help="seconds a resolver call may take before it leaves the rest to the next call, as the engine's round "
-        "(WAREHOUSE_ENGINE_POLL_SECONDS, 0.25); 'none': every call resolves all it is given",
+        f"(WAREHOUSE_ENGINE_POLL_SECONDS, {ENGINE_ROUND_S}); 'none': every call resolves all it is given",
     )
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--resolver-only", action="store_true", help=argparse.SUPPRESS)

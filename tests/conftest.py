@@ -15,6 +15,7 @@ from resources import resources_from_env
 from resources import spark as spark_resources
 from resources.delta_lake import DeltaStore
 from resources.spark import stop_session
+from tests.support.instances import memory_backed_dir, one_event_log
 
 os.environ.setdefault("DAGSTER_TELEMETRY_ENABLED", "false")
 # tests are written for the default warehouse start (2026-01-01); a developer's own value must not leak in
@@ -87,11 +88,12 @@ def store(tmp_path: Path) -> DeltaStore:
 
 
 @pytest.fixture
-def consolidated(tmp_path: Path) -> Iterator[DagsterInstance]:
-    """A test instance with one SQLite event log: the same reads, without a database created per run (about 1 s
-    each on a loaded 2-core machine), so that long histories stay quick to write."""
-    (tmp_path / "home").mkdir()
-    storage = {"module": "dagster._core.storage.event_log", "class": "ConsolidatedSqliteEventLogStorage"}
-    overrides = {"event_log_storage": {**storage, "config": {"base_dir": str(tmp_path / "home" / "events")}}}
-    with instance_for_test(temp_dir=str(tmp_path / "home"), overrides=overrides) as instance:
+def consolidated() -> Iterator[DagsterInstance]:
+    """A test instance with one SQLite event log, in memory-backed storage (tests/support/instances.py): the same
+    reads, without a database created per run or a disk sync per commit, so that long histories stay quick to
+    write."""
+    with (
+        memory_backed_dir("instance-") as home,
+        instance_for_test(temp_dir=str(home), overrides=one_event_log(home)) as instance,
+    ):
         yield instance

@@ -49,7 +49,9 @@ from resources import resources_from_env
 from simulator.cdc import SimulationConfig, simulate
 from simulator.external import simulate_external_for_landing
 from tests.support import oracle
+from tests.support.instances import memory_backed_dir, one_event_log
 from tests.support.lake import row_dicts
+from tests.support.repair import SYNC_RUNS
 from warehouse_assets.catalog import upstream_partitions
 from warehouse_assets.cli.headless import build_static, report_external_deliveries, report_ready_hours, run_ingest
 from warehouse_assets.definitions import catalog
@@ -148,20 +150,15 @@ def backfilled(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) ->
         landing, landing / "external", datetime(END.year, END.month, END.day, tzinfo=TZ) + timedelta(days=4)
     )
     resources = resources_from_env(env)
-    # runs go straight to a launcher that executes them synchronously in this process (the real daemon
-    # would queue them and launch each in its own process); one SQLite event log for every run (tests/conftest.py's
-    # `consolidated`). Profiled: with a database per run and an index database, the ingestion's ~4,700 hour reports
-    # and check verdicts cost about 0.1 s each (five connections and commits per event), most of the module's setup
-    events = {"module": "dagster._core.storage.event_log", "class": "ConsolidatedSqliteEventLogStorage"}
-    overrides = {
-        "run_launcher": {
-            "module": "dagster._core.launcher.sync_in_memory_run_launcher",
-            "class": "SyncInMemoryRunLauncher",
-        },
-        "run_coordinator": {"module": "dagster._core.run_coordinator", "class": "DefaultRunCoordinator"},
-        "event_log_storage": {**events, "config": {"base_dir": str(root / "home" / "events")}},
-    }
-    with pytest.MonkeyPatch.context() as patch, instance_for_test(overrides=overrides) as instance:
+    # runs go straight to a launcher that executes them synchronously in this process (the real daemon would queue
+    # them and launch each in its own process); one event log for every run, in memory-backed storage
+    # (tests/support/instances.py). Profiled: with a database per run and an index database on disk, the ingestion's
+    # ~4,700 hour reports and check verdicts cost about 0.1 s each (five connections and commits per event)
+    with (
+        pytest.MonkeyPatch.context() as patch,
+        memory_backed_dir("backfill-home-") as home,
+        instance_for_test(temp_dir=str(home), overrides={**SYNC_RUNS, **one_event_log(home)}) as instance,
+    ):
         for name, value in env.items():
             patch.setenv(name, value)
         summary = run_ingest(instance, resources)

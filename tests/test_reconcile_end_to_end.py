@@ -35,6 +35,7 @@ from pyspark.sql import functions as F
 from resources import resources_from_env
 from resources.settings import Settings, using
 from tests.center.test_state_store import materializations
+from tests.support.instances import memory_backed_dir, one_event_log
 from tests.test_late_data_end_to_end import CHAIN, CLOSED, DAY, Warehouse, expected_gmv, orders
 from warehouse_assets.catalog import load_catalog
 from warehouse_assets.center.state_store import PartitionStateStore
@@ -69,19 +70,16 @@ class ReportingRows(Warehouse):
 def warehouse(spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ReportingRows]:
     env = {"WAREHOUSE_LAKE_ROOT": str(tmp_path / "lake"), "WAREHOUSE_LANDING_ROOT": str(tmp_path / "landing")}
     (tmp_path / "landing").mkdir()
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    for name, value in {**env, "DAGSTER_HOME": str(home)}.items():
-        monkeypatch.setenv(name, value)  # the `warehouse` commands' instance and lake are the test's
-    # one SQLite event log for the test's runs and reports (tests/conftest.py's `consolidated`; instance_for_test writes
-    # it into the home's dagster.yaml, which the commands open too), not a database per run and an index database
-    storage = {"module": "dagster._core.storage.event_log", "class": "ConsolidatedSqliteEventLogStorage"}
-    one_event_log = {"event_log_storage": {**storage, "config": {"base_dir": str(home / "events")}}}
-    # the commands read the process's settings, which another module of the worker may have read first
-    with using(Settings.from_env(env)), instance_for_test(temp_dir=str(home), overrides=one_event_log) as instance:
-        warehouse = ReportingRows(load_catalog(), tmp_path, instance, resources_from_env(env))
-        yield warehouse
-        warehouse.engine.close()
+    # the instance (tests/support/instances.py: one event log, in memory-backed storage); instance_for_test writes its
+    # dagster.yaml into the home, which the commands open too. The commands read the process's settings, which
+    # another module of the worker may have read first
+    with memory_backed_dir("reconcile-home-") as home, using(Settings.from_env(env)):
+        for name, value in {**env, "DAGSTER_HOME": str(home)}.items():
+            monkeypatch.setenv(name, value)  # the `warehouse` commands' instance and lake are the test's
+        with instance_for_test(temp_dir=str(home), overrides=one_event_log(home)) as instance:
+            warehouse = ReportingRows(load_catalog(), tmp_path, instance, resources_from_env(env))
+            yield warehouse
+            warehouse.engine.close()
 
 
 def command(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[str]]:

@@ -51,6 +51,7 @@ from resources.settings import Settings, using
 from simulator.cdc import SimulationConfig, simulate
 from simulator.corrections import confined_rows, corrupt_hour, resend_corrected
 from tests.support import oracle
+from tests.support.instances import memory_backed_dir, one_event_log
 from tests.support.lake import row_dicts
 from tests.support.repair import SYNC_RUNS, code_location, run_backfill
 from warehouse_assets.catalog import load_catalog
@@ -150,15 +151,18 @@ def _bad_hour(landing: Path) -> tuple[datetime, set[int]]:
 
 
 @pytest.fixture(scope="module")
-def repaired(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) -> Iterator[Repaired]:
+def home() -> Iterator[Path]:
+    """The module's Dagster home, which its commands open too: one event log for every run, in memory-backed storage
+    (tests/support/instances.py), where the ingestion's thousands of hour reports and check verdicts cost no disk
+    sync each."""
+    with memory_backed_dir("taint-e2e-home-") as path:
+        yield path
+
+
+@pytest.fixture(scope="module")
+def repaired(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession, home: Path) -> Iterator[Repaired]:
     root = tmp_path_factory.mktemp("taint_e2e")
-    landing, lake, home = root / "landing", root / "lake", root / "home"
-    home.mkdir()
-    # one SQLite event log for every run (tests/conftest.py's `consolidated`; instance_for_test writes it into the
-    # home's dagster.yaml, which the commands open too): the ingestion's thousands of hour reports and check verdicts
-    # cost a connection and a commit each, not a database per run and a second write to an index database
-    storage = {"module": "dagster._core.storage.event_log", "class": "ConsolidatedSqliteEventLogStorage"}
-    one_event_log = {"event_log_storage": {**storage, "config": {"base_dir": str(home / "events")}}}
+    landing, lake = root / "landing", root / "lake"
     simulate(
         landing,
         datetime(2026, 1, 1),
@@ -179,7 +183,7 @@ def repaired(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) -> I
     with (
         pytest.MonkeyPatch.context() as patch,
         using(Settings.from_env(env)),
-        instance_for_test(temp_dir=str(home), overrides={**SYNC_RUNS, **one_event_log}) as instance,
+        instance_for_test(temp_dir=str(home), overrides={**SYNC_RUNS, **one_event_log(home)}) as instance,
     ):
         for name, value in env.items():
             patch.setenv(name, value)

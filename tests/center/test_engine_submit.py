@@ -1,5 +1,6 @@
 """The engine's submitter against an HTTP server that answers GraphQL like the webserver: several rounds of
-submissions at once must each create their run (one shared GraphQL client refuses a second call while one is open)."""
+submissions at once must each create their run (one shared GraphQL client refuses a second call while one is open);
+and the engine submits a round's runs in the order of Dagster's queue."""
 
 from __future__ import annotations
 
@@ -9,14 +10,22 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
-from dagster import AssetKey
+from dagster import AssetKey, DagsterInstance
 
-from warehouse_assets.center.engine import SUBMITTERS, GraphQLSubmitter, SubmitError
+from tests.center.test_center import hours
+from tests.center.test_state_store import report
+from tests.support.small_catalog import VALUED_ODS, write
+from warehouse_assets.catalog import load_catalog
+from warehouse_assets.center.engine import SUBMITTERS, GraphQLSubmitter, SubmitError, assemble_engine
 from warehouse_assets.center.resolver import RunPlan, Trigger
+from warehouse_assets.materialize.compiler import max_partitions_per_run
 
 
 class _Webserver(ThreadingHTTPServer):
@@ -171,3 +180,48 @@ def test_a_lost_code_server_is_reloaded_once_and_a_later_round_submits() -> None
         assert server.reloads == ["warehouse"]
         server.healed = True
         assert submitter.submit(_plan(1), AssetKey(["dwd", "order"])) == "run-1"
+
+
+class _SlowRecorder:
+    """Records when each submission starts and ends; each takes a while, as the webserver's does."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.calls: dict[str, tuple[float, float]] = {}  # table → (started, ended)
+
+    def submit(self, plan: RunPlan, asset_key: AssetKey) -> str:
+        started = time.monotonic()
+        time.sleep(0.1)
+        with self.lock:
+            self.calls[plan.table] = (started, time.monotonic())
+        return f"run-{plan.table}"
+
+    def submit_job(self, plan: RunPlan) -> str:
+        raise AssertionError(f"no job run expected: {plan}")
+
+
+def test_a_days_last_hour_is_submitted_before_the_days_first_daily_runs(
+    consolidated: DagsterInstance, tmp_path: Path
+) -> None:
+    """The coordinator launches a submitted run at once while a slot is free, and the run keeps its slot: submitted
+    together, the day's first daily runs could take every slot and leave the day's last hour queued behind them."""
+    root = tmp_path / "tables"
+    write(root, "ods/src.yaml", VALUED_ODS)
+    write(root, "dwd/day.sql", "/* ---\ntable: dwd.day\nperiod: daily\n--- */\nSELECT id, v FROM ods.src\n")
+    write(root, "dws/hour.sql", "/* ---\ntable: dws.hour\nperiod: hourly\n--- */\nSELECT id, v FROM ods.src\n")
+    recorder = _SlowRecorder()
+    now = datetime(2026, 3, 6, 9, tzinfo=ZoneInfo("Asia/Shanghai"))
+    engine = assemble_engine(consolidated, load_catalog(root), recorder, max_partitions_per_run, clock=lambda: now)
+    try:
+        engine.recover()
+        for hour in hours("2026-03-05")[:-1]:
+            report(consolidated, AssetKey(["ods", "src"]), hour)
+        engine.tick()
+        recorder.calls.clear()
+
+        report(consolidated, AssetKey(["ods", "src"]), hours("2026-03-05")[-1])  # the day's last hour
+        engine.tick()
+    finally:
+        engine.close()
+    assert set(recorder.calls) == {"dws.hour", "dwd.day"}
+    assert recorder.calls["dws.hour"][1] <= recorder.calls["dwd.day"][0], recorder.calls

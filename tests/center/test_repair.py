@@ -25,6 +25,7 @@ from pyspark.sql import SparkSession
 
 from resources import resources_from_env
 from simulator.cdc import merged_order_row
+from tests.support.instances import memory_backed_dir, one_event_log
 from tests.support.repair import SYNC_RUNS, apply_taint, code_location, run_backfill
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.center.state_store import PartitionStateStore
@@ -83,7 +84,13 @@ def repaired(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> I
     catalog: Catalog = load_catalog()
     ods_path = str(root / "lake" / "ods" / "order")
     schema = ods_arrow_schema(catalog["ods.order"])
-    with pytest.MonkeyPatch.context() as patch, instance_for_test(overrides=SYNC_RUNS) as instance:
+    # one event log in memory-backed storage (tests/support/instances.py): the 96 hours' reports and verdicts and the
+    # runs' events without a database per run
+    with (
+        pytest.MonkeyPatch.context() as patch,
+        memory_backed_dir("repair-home-") as home,
+        instance_for_test(temp_dir=str(home), overrides={**SYNC_RUNS, **one_event_log(home)}) as instance,
+    ):
         for name, value in env.items():
             patch.setenv(name, value)
         rows = [r for day in DAYS for r in ods_rows(day, "2000.00" if day == BAD else "20.00")]  # 03-03: 100x

@@ -20,7 +20,6 @@ from dagster import (
     DagsterInstance,
     SensorResult,
     build_sensor_context,
-    instance_for_test,
 )
 from pyspark.sql import SparkSession
 
@@ -206,9 +205,7 @@ def test_9999_of_10000_rows_keep_the_hour_waiting_and_the_10000th_makes_it_ready
     events, cursor = readiness_events(store, landing, only(order), {})
     assert events == []
 
-    from dagster import instance_for_test
-
-    with instance_for_test() as instance:
+    with DagsterInstance.ephemeral() as instance:
         why = explain(instance, load_catalog(), store, landing, "dwd.order_detail", "2026-03-02")
     hour10 = next(u for u in why.upstream if u.partition == "2026-03-02-10:00")
     assert hour10.state == "not ready"
@@ -257,9 +254,7 @@ def test_a_lagging_shard_holds_the_hour_while_the_others_are_hours_ahead(
     counts = state.completeness("2026-03-02-10:00")
     assert counts.missing_by_stream == {f"{DB}.order_01": 6}
 
-    from dagster import instance_for_test
-
-    with instance_for_test() as instance:
+    with DagsterInstance.ephemeral() as instance:
         why = explain(instance, load_catalog(), store, landing, "dwd.order_detail", "2026-03-02")
     hour10 = next(u for u in why.upstream if u.partition == "2026-03-02-10:00")
     assert hour10.state == "not ready"
@@ -281,8 +276,6 @@ def test_why_follows_an_ads_day_to_the_ods_hour_and_the_shard_behind_it(
     spark: SparkSession, tmp_path: Path, order: Table
 ) -> None:
     """ads.daily_gmv → dws.user_order_daily → dwd.order_detail → 24 ODS hours: the last hour waits for a shard."""
-    from dagster import instance_for_test
-
     from warehouse_assets.materialize.quality import report_valid
 
     h23 = H10.replace(hour=23)
@@ -303,7 +296,7 @@ def test_why_follows_an_ads_day_to_the_ods_hour_and_the_shard_behind_it(
     ingest_table(spark, store, landing, order)
 
     catalog = load_catalog()
-    with instance_for_test() as instance:
+    with DagsterInstance.ephemeral() as instance:
         for hour in range(23):  # the readiness sensor reported hours 00 .. 22, and they passed their checks
             report_valid(instance, order, f"2026-03-02-{hour:02d}:00", "reported by the test")
         why = explain(instance, catalog, store, landing, "ads.daily_gmv", day)
@@ -473,7 +466,8 @@ def test_the_ingestion_run_reports_the_hours_it_completed_with_their_verdicts_an
     job = build_ingest_job(catalog, judge_hours)
     readiness_sensor = build_readiness_sensor(catalog)
     names = {c.name for c in lenient.checks}
-    with instance_for_test() as instance:
+    # in memory: no other process opens the instance, and its reports and verdicts cost a fraction of SQLite's
+    with DagsterInstance.ephemeral() as instance:
         first = job.execute_in_process(instance=instance, resources=resources)
         assert first.success
         assert reports() == [

@@ -38,6 +38,7 @@ runs of its own and submits them again, once: a run that failed on its data, or 
 from __future__ import annotations
 
 import gc
+import itertools
 import json
 import logging
 import os
@@ -481,10 +482,15 @@ class Engine:
         )
 
     def submit_pending(self) -> list[tuple[RunPlan, str]]:
-        plans = self.resolver.pending()
+        plans = sorted(self.resolver.pending(), key=lambda plan: -plan.queue_priority)  # stable: oldest first
         if not plans:
             return []
-        results = list(self._pool.map(self._submit, plans))
+        # A run the coordinator launches at once holds its slot until it ends, so the plans go in the order Dagster's
+        # queue would launch them: one priority after the other (in parallel within one). Submitted all at once, a
+        # day's first daily runs could take the slots before the day's last hour, whose run then waits for them.
+        results: list[str | None] = []
+        for _, group in itertools.groupby(plans, key=lambda plan: plan.queue_priority):
+            results += self._pool.map(self._submit, list(group))
         done = [(plan, run_id) for plan, run_id in zip(plans, results, strict=True) if run_id is not None]
         for plan, run_id in done:
             self.resolver.submitted(plan.request_id)

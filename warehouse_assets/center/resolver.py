@@ -179,6 +179,10 @@ class RunPlan:
     late_changes: tuple[tuple[str, int], ...] = ()  # partition → the late changes its rebuild absorbs
 
     @property
+    def queue_priority(self) -> int:
+        return self.priority if self.priority is not None else run_priority(self.table, None, None)
+
+    @property
     def tags(self) -> dict[str, str]:
         """Dagster's partition tags of the run and its queue priority, the request, the triggering change in words,
         and a ranged run's partitions in words: few and short, as they are what the Runs page shows of a run."""
@@ -195,7 +199,7 @@ class RunPlan:
             }
         return {
             **tags,
-            PRIORITY_TAG: str(self.priority if self.priority is not None else run_priority(self.table, None, None)),
+            PRIORITY_TAG: str(self.queue_priority),
             REQUEST_TAG: self.request_id,
             TRIGGER_TAG: self.trigger.describe(),
             **({LANE_TAG: REBUILD_LANE} if self.rebuild else {}),
