@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from dagster import AssetKey, DagsterInstance
 
@@ -530,6 +530,14 @@ BUILDABLE_SCAN = 1000  # periods looked at from a table's first partition: windo
 _NO_LATER_THAN = datetime(2200, 1, 1, tzinfo=UTC)  # existence judged by the start alone: the future is no reason
 
 
+class Edge(NamedTuple):
+    """One dependency of a table as the search for its first buildable partition reads it."""
+
+    dep: Dependency
+    upstream: Table
+    shape: int  # tables whose windows have the same shape share them
+
+
 @dataclass
 class BuildableSearch:
     """What :func:`first_buildable` found so far, shared by the tables of one catalog: each table's answer, the
@@ -539,23 +547,41 @@ class BuildableSearch:
     minutes, and the scan's steps alone, hundreds of thousands of them, tens of seconds."""
 
     tables: dict[str, FirstBuildable] = field(default_factory=dict)
-    windows: dict[tuple[object, ...], UpstreamPartitions] = field(default_factory=dict)
-    shapes: dict[Dependency, Dependency] = field(default_factory=dict)
+    windows: dict[tuple[int, str], UpstreamPartitions] = field(default_factory=dict)
+    shapes: dict[tuple[object, ...], int] = field(default_factory=dict)
+    edges: dict[tuple[str, int], list[Edge]] = field(default_factory=dict)
     starts: dict[tuple[str, str], datetime] = field(default_factory=dict)
     following: dict[tuple[str, str], str | None] = field(default_factory=dict)
 
-    def window(self, catalog: Catalog, table: Table, dep: Dependency, key: str) -> UpstreamPartitions:
-        """``upstream_partitions`` of ``dep`` at ``key``, judged by the start alone (no current time)."""
-        shape = self.shapes.get(dep)
-        if shape is None:
-            shape = self.shapes[dep] = replace(dep, table="")
-        upstream = catalog[dep.table]
-        # a window's shape is that of the periods, or of the regions' days on either side
-        own, up = _regions(table), _regions(upstream)
-        window_of = (table.period, upstream.period, shape, dep.table == table.fqn, key, own, up)
-        found = self.windows.get(window_of)
+    def edges_of(self, catalog: Catalog, table: Table, deps: Sequence[Dependency], state: int) -> list[Edge]:
+        """The dependencies ``deps`` of ``table`` (its own, ``state`` -1, or those of its state ``state``), each with
+        its upstream table and the number of its window's shape. Worked out once per table: the scan asks for them
+        at every partition it tries, and hashing a dependency each time cost a third of the search."""
+        found = self.edges.get((table.fqn, state))
         if found is None:
-            found = self.windows[window_of] = upstream_partitions(catalog, table, dep, key, current_time=_NO_LATER_THAN)
+            found = self.edges[(table.fqn, state)] = []
+            for dep in deps:
+                upstream = catalog[dep.table]
+                # a window's shape is that of the periods, or of the regions' days on either side
+                shape_of = (
+                    table.period,
+                    upstream.period,
+                    replace(dep, table=""),
+                    dep.table == table.fqn,
+                    _regions(table),
+                    _regions(upstream),
+                )
+                shape = self.shapes.setdefault(shape_of, len(self.shapes))
+                found.append(Edge(dep, upstream, shape))
+        return found
+
+    def window(self, catalog: Catalog, table: Table, edge: Edge, key: str) -> UpstreamPartitions:
+        """``upstream_partitions`` of ``edge`` at ``key``, judged by the start alone (no current time)."""
+        found = self.windows.get((edge.shape, key))
+        if found is None:
+            found = self.windows[(edge.shape, key)] = upstream_partitions(
+                catalog, table, edge.dep, key, current_time=_NO_LATER_THAN
+            )
         return found
 
     def start(self, period: str, key: str) -> datetime:
@@ -649,9 +675,12 @@ def _first_day_of(catalog: Catalog, table: DerivedTable, region: str, known: Bui
 def _unbuildable_because(catalog: Catalog, table: Table, key: str, known: BuildableSearch) -> str | None:
     """Why partition ``key`` of ``table`` can never be built, or None if it can (in one of its states, if it has)."""
     if isinstance(table, DerivedTable) and table.states:
-        reasons = [_unbuildable_on(catalog, table, state.deps, key, known) for state in table.states]
+        reasons = [
+            _unbuildable_on(catalog, table, known.edges_of(catalog, table, state.deps, number), key, known)
+            for number, state in enumerate(table.states)
+        ]
         return None if None in reasons else reasons[0]
-    return _unbuildable_on(catalog, table, table.deps, key, known)
+    return _unbuildable_on(catalog, table, known.edges_of(catalog, table, table.deps, -1), key, known)
 
 
 def _too_few(dep: Dependency, up: UpstreamPartitions) -> bool:
@@ -660,26 +689,22 @@ def _too_few(dep: Dependency, up: UpstreamPartitions) -> bool:
     return len(up.keys) < dep.min if dep.mode in (ANY, LATEST) else bool(up.nonexistent)
 
 
-def _unbuildable_on(
-    catalog: Catalog, table: Table, deps: Sequence[Dependency], key: str, known: BuildableSearch
-) -> str | None:
-    for dep in deps:
+def _unbuildable_on(catalog: Catalog, table: Table, edges: list[Edge], key: str, known: BuildableSearch) -> str | None:
+    for edge in edges:
+        dep, upstream = edge.dep, edge.upstream
         if dep.table == table.fqn or dep.mode == DEADLINE:
             continue  # the chain starts at the first buildable partition: its T-1 is not needed; past a deadline
             # the partition runs without what is not there
-        up = known.window(catalog, table, dep, key)
+        up = known.window(catalog, table, edge, key)
         if dep.mode in (ANY, LATEST):
             if _too_few(dep, up):
                 return (
                     f"its window of {dep.table} ({span([*up.nonexistent, *up.keys])}) holds fewer than {dep.min} "
-                    f"partition(s) that can exist: {_existence(catalog[dep.table], known)}"
+                    f"partition(s) that can exist: {_existence(upstream, known)}"
                 )
             continue
         if up.nonexistent:
-            return (
-                f"its window needs {dep.table} back to {up.nonexistent[0]}, {_before_first(catalog[dep.table], known)}"
-            )
-        upstream = catalog[dep.table]
+            return f"its window needs {dep.table} back to {up.nonexistent[0]}, {_before_first(upstream, known)}"
         if isinstance(upstream, DerivedTable) and upstream.is_regional:  # each region's day from its own first
             for up_key in up.keys:
                 day, region = split_regional_key(up_key)
