@@ -40,7 +40,15 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from dagster import AssetCheckKey, AssetKey, AssetRecordsFilter, DagsterInstance, DagsterRunStatus, RunsFilter
+from dagster import (
+    AssetCheckKey,
+    AssetKey,
+    AssetRecordsFilter,
+    DagsterEventType,
+    DagsterInstance,
+    DagsterRunStatus,
+    RunsFilter,
+)
 from dagster._core.execution.backfill import BulkActionStatus
 from deltalake import DeltaTable, write_deltalake
 from selenium.webdriver.common.by import By
@@ -596,6 +604,17 @@ def marked_by(plan: list[str]) -> dict[str, str]:
     return {line.split()[0]: line.split()[1] for line in plan[1:end]}
 
 
+def marked_in_run(instance: DagsterInstance, run_id: str) -> dict[str, dict[str, Taint]]:
+    """Table → partition → its taint: the failed ``valid`` verdicts the run logged (what ``--apply`` marked)."""
+    marked: dict[str, dict[str, Taint]] = {}
+    for entry in instance.all_logs(run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION):
+        evaluation = entry.dagster_event.asset_check_evaluation_data if entry.dagster_event else None
+        if evaluation is not None and evaluation.check_name == VALID and not evaluation.passed:
+            table = ".".join(evaluation.asset_key.path)
+            marked.setdefault(table, {})[str(evaluation.partition)] = Taint.of(evaluation, entry.timestamp)
+    return marked
+
+
 def latest_run(instance: DagsterInstance, fqn: str, key: str) -> tuple[int, Any]:
     """The storage id of the partition's latest materialization, and the run that wrote it."""
     [record] = instance.fetch_materializations(
@@ -626,7 +645,7 @@ class Repair:
     bad: dict[int, Decimal]  # the hour's orders in the lake once gone bad
     before: int  # storage id of the hour's materialization when it was tainted
     applied: list[str]  # `warehouse taint … --apply`
-    closure: dict[str, dict[str, Taint]]  # table → its partitions tainted right after --apply
+    closure: dict[str, dict[str, Taint]]  # table → its partitions --apply marked tainted
     status: list[str]  # `warehouse status dwd.order_detail` then
     looked: list[dict[str, Any]]  # the readiness sensor's looks at the lake once started again, before the re-ingest
     still_tainted: dict[str, Taint]  # the hour's taint after those ticks
@@ -680,8 +699,10 @@ def repaired(stack: Stack) -> Repair:
         assert apply == [*taint, "--apply"] and show[0] == "status", (taint, apply, show)
         applied = warehouse(stack, *apply)
         [backfill_id] = re.findall(r"repair backfill (\w+)", applied[-1])
-        # read before anything is rebuilt: the repair's runs wait for the hour, which only the re-ingest makes valid
-        closure = {t: tainted_in_instance(instance, catalog[t], [k]) for t, k in marked_by(applied).items()}
+        # what --apply marked, from its run's verdicts: the repair starts at once, and a partition its run is
+        # rebuilding has a check planned there, which Dagster reports as its latest execution instead of the taint
+        [apply_run] = re.findall(r"\(run ([\w-]+)\)", applied[-1])
+        closure = marked_in_run(instance, apply_run)
         status = warehouse(stack, *show)
     finally:
         started = time.time()
