@@ -495,14 +495,13 @@ def check_against_reference(
     the soak built none the reference could not. Returns how many partitions were compared."""
     from dagster import AssetKey
 
-    from warehouse_assets.catalog import BY_PERIOD, WHOLE
-    from warehouse_assets.materialize.runner import partition_spec
+    from warehouse_assets.catalog import WHOLE, partition_values_of, partition_window
 
     begin = datetime(first.year, first.month, first.day, tzinfo=TZ)
     end = begin + timedelta(days=days)
 
     def in_days(table: Any, key: str) -> bool:
-        window = BY_PERIOD[table.period].time_window_for_partition_key(key)
+        window = partition_window(table, key)
         return begin <= window.start and window.end <= end
 
     compared = 0
@@ -524,7 +523,7 @@ def check_against_reference(
             continue
         ours, theirs = _rows_by_partition(lake, table), _rows_by_partition(ref_lake, table)
         for key in sorted(built & have):
-            spec = () if table.is_static else tuple(partition_spec(table.period, key).values())
+            spec = () if table.is_static else tuple(partition_values_of(table, key).values())
             compared += 1
             if ours.get(spec, []) != theirs.get(spec, []):
                 found.mismatched.append(

@@ -3,7 +3,8 @@
 The simulated online-education company has four MySQL databases (one source "cluster" each):
 ``edu_user`` (``user_00``..``user_03``), ``edu_course`` (``course``, ``lesson``), ``edu_trade``
 (``order_00``..``order_07``) and ``edu_learning`` (``attendance_00``..``attendance_07``), each with a
-``heartbeat`` table updated once a minute.
+``heartbeat`` table updated once a minute. Its users live in four regions, each with its own midnight: a user's
+region follows from their id (:func:`user_region`).
 
 Determinism and appendability come from the lifecycle model: time is cut into fixed 5-minute creation
 slots counted from the simulation origin (the first ``start``). The number of entities a slot creates and
@@ -380,6 +381,22 @@ ORDER_CANCELLED_P = 0.18
 ORDER_REFUND_P = 0.05
 CANCELLED_DELETE_P = 0.03
 MULTI_ROW_P = 0.1  # chance to try a multi-row statement; only adjacent compatible rows join
+
+# The region each user lives in, with its time zone: a user's region is their id modulo the number of regions, in this
+# order. So every row that names a user (attendance, orders) names their region too, and no source table gains a
+# column: the binlog, the source counts and every figure computed from them are unchanged.
+USER_REGIONS: tuple[tuple[str, str], ...] = (
+    ("shanghai", "Asia/Shanghai"),
+    ("karachi", "Asia/Karachi"),
+    ("utc", "UTC"),
+    ("los_angeles", "America/Los_Angeles"),
+)
+
+
+def user_region(user_id: int) -> str:
+    """The region of a simulated user (:data:`USER_REGIONS`)."""
+    return USER_REGIONS[user_id % len(USER_REGIONS)][0]
+
 
 _SURNAMES = "王李张刘陈杨黄赵吴周徐孙马朱胡郭何林高罗"
 # fmt: off

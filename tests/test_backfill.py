@@ -33,7 +33,15 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-from dagster import AssetCheckKey, AssetKey, DagsterInstance, DagsterRunStatus, RunsFilter, instance_for_test
+from dagster import (
+    AssetCheckKey,
+    AssetKey,
+    DagsterInstance,
+    DagsterRunStatus,
+    PartitionKeyRange,
+    RunsFilter,
+    instance_for_test,
+)
 from dagster._core.definitions.selector import PartitionRangeSelector, PartitionsByAssetSelector, PartitionsSelector
 from dagster._core.event_api import PartitionKeyFilter
 from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
@@ -52,7 +60,7 @@ from tests.support import oracle
 from tests.support.instances import memory_backed_dir, one_event_log
 from tests.support.lake import row_dicts
 from tests.support.repair import SYNC_RUNS
-from warehouse_assets.catalog import upstream_partitions
+from warehouse_assets.catalog import DerivedTable, partitions_def_of, upstream_partitions
 from warehouse_assets.cli.headless import build_static, report_external_deliveries, report_ready_hours, run_ingest
 from warehouse_assets.definitions import catalog
 from warehouse_assets.materialize.compiler import build_assets
@@ -83,6 +91,13 @@ class Backfilled:
     workspace: WorkspaceProcessContext
 
 
+def key_ranges(fqn: str, keys: list[str]) -> list[PartitionKeyRange]:
+    """``keys`` as Dagster's ranges of them, as the UI selects them: one range of a table's period, and of a table with
+    regions one range of dates per region (Dagster holds one dimension of a date × region grid fixed)."""
+    pdef = partitions_def_of(catalog[fqn])
+    return list(pdef.subset_with_partition_keys(keys).get_partition_key_ranges(pdef))
+
+
 def launch_backfill(
     instance: DagsterInstance,
     workspace: WorkspaceProcessContext,
@@ -96,7 +111,9 @@ def launch_backfill(
     selectors = [
         PartitionsByAssetSelector(
             asset_key=AssetKey(catalog[fqn].key),
-            partitions=PartitionsSelector(ranges=[PartitionRangeSelector(start=keys[0], end=keys[-1])]),
+            partitions=PartitionsSelector(
+                ranges=[PartitionRangeSelector(start=r.start, end=r.end) for r in key_ranges(fqn, keys)]
+            ),
         )
         for fqn, keys in plan.items()
     ]
@@ -203,6 +220,12 @@ def _runs_of(b: Backfilled, fqn: str) -> list[Any]:
     return [r for r in _runs(b) if key in (r.dagster_run.asset_selection or set())]
 
 
+def _regions(fqn: str) -> list[str]:
+    """The regions a table declares (none: its days are the business days)."""
+    table = catalog[fqn]
+    return [name for name, _ in table.regions] if isinstance(table, DerivedTable) else []
+
+
 def _rows(b: Backfilled, layer: str, name: str) -> list[dict[str, Any]]:
     return row_dicts(str(b.lake / layer / name))
 
@@ -228,37 +251,50 @@ def test_each_table_runs_its_range_in_one_run(backfilled: Backfilled) -> None:
     together in the same run); a self-dependent table builds its days in time order inside it."""
     for fqn, keys in backfilled.plan.items():
         runs = _runs_of(backfilled, fqn)
-        assert len(runs) == 1, f"{fqn}: {len(runs)} runs"
-        tags = runs[0].dagster_run.tags
-        assert (tags["dagster/asset_partition_range_start"], tags["dagster/asset_partition_range_end"]) == (
-            keys[0],
-            keys[-1],
+        ranges = key_ranges(fqn, keys)
+        regions = len(_regions(fqn))
+        # a table with regions: one run per region, its range of dates (each region's dates are contiguous)
+        assert len(ranges) == (regions or 1), f"{fqn}: {len(ranges)} ranges"
+        assert len(runs) == len(ranges), f"{fqn}: {len(runs)} runs"
+        spans = sorted(
+            (
+                r.dagster_run.tags["dagster/asset_partition_range_start"],
+                r.dagster_run.tags["dagster/asset_partition_range_end"],
+            )
+            for r in runs
         )
+        assert spans == sorted((r.start, r.end) for r in ranges), fqn
+        if not regions:
+            assert spans == [(keys[0], keys[-1])], fqn
 
 
 def test_a_run_starts_only_after_the_runs_producing_its_upstream_partitions(backfilled: Backfilled) -> None:
     """Offsets are waited on: each run starts after every run that produced a partition it reads."""
     b = backfilled
-    for fqn, keys in b.plan.items():
+    for fqn in b.plan:
         table = catalog[fqn]
-        (run,) = _runs_of(b, fqn)
-        for dep in table.deps:
-            if dep.table == fqn or catalog[dep.table].is_ods:
-                continue
-            needed = {k for key in keys for k in upstream_partitions(catalog, table, dep, key).keys}
-            for producer in _runs_of(b, dep.table):
-                tags = producer.dagster_run.tags
-                built = set(
-                    b.plan[dep.table][
-                        b.plan[dep.table].index(tags["dagster/asset_partition_range_start"]) : b.plan[dep.table].index(
-                            tags["dagster/asset_partition_range_end"]
+        for run in _runs_of(b, fqn):
+            tags = run.dagster_run.tags
+            span = PartitionKeyRange(
+                tags["dagster/asset_partition_range_start"], tags["dagster/asset_partition_range_end"]
+            )
+            own = partitions_def_of(table).get_partition_keys_in_range(span)
+            for dep in table.deps:
+                if dep.table == fqn or catalog[dep.table].is_ods:
+                    continue
+                needed = {k for key in own for k in upstream_partitions(catalog, table, dep, key).keys}
+                for producer in _runs_of(b, dep.table):
+                    tags = producer.dagster_run.tags
+                    built = set(
+                        partitions_def_of(catalog[dep.table]).get_partition_keys_in_range(
+                            PartitionKeyRange(
+                                tags["dagster/asset_partition_range_start"], tags["dagster/asset_partition_range_end"]
+                            )
                         )
-                        + 1
-                    ]
-                )
-                if built & needed and producer.dagster_run.run_id != run.dagster_run.run_id:
-                    assert producer.end_time is not None and run.start_time is not None
-                    assert producer.end_time <= run.start_time, f"{fqn} started before {dep.table} was built"
+                    )
+                    if built & needed and producer.dagster_run.run_id != run.dagster_run.run_id:
+                        assert producer.end_time is not None and run.start_time is not None
+                        assert producer.end_time <= run.start_time, f"{fqn} started before {dep.table} was built"
 
 
 def _by(rows: list[dict[str, Any]], *columns: str) -> dict[Any, dict[str, Any]]:
@@ -313,6 +349,17 @@ def test_the_figures_match_an_independent_computation(backfilled: Backfilled) ->
     for (day, hh), row in hourly.items():
         expected = oracle.gmv_hourly(truth, f"{day} {hh}")
         assert {k: row[k] for k in expected} == expected, (day, hh)
+
+    # each region's day from its own midnight to the next; the global day the sum of its date's four
+    regional = {(r["dt"], r["region"]): r["dau"] for r in _rows(b, "ads", "dau_by_region")}
+    assert sorted(f"{day}|{region}" for day, region in regional) == sorted(b.plan["ads.dau_by_region"])
+    for (day, region), dau in regional.items():
+        assert dau == oracle.regional_dau(truth, day, region), (day, region)
+    global_dau = _by(_rows(b, "ads", "dau_global"), "dt")
+    assert sorted(global_dau) == b.plan["ads.dau_global"]
+    regions = _regions("ads.dau_by_region")
+    for day, row in global_dau.items():
+        assert (row["dau"], row["regions"]) == (sum(regional[(day, r)] for r in regions), len(regions)), day
 
     if "ads.active_users" in b.plan:  # 30-day windows: from the 30th on
         active = _by(_rows(b, "ads", "active_users"), "dt")

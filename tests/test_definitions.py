@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import subprocess
@@ -13,6 +14,7 @@ from dagster import (
     AssetKey,
     DagsterInstance,
     DefaultSensorStatus,
+    MultiPartitionsDefinition,
     TimeWindowPartitionMapping,
     TimeWindowPartitionsDefinition,
 )
@@ -21,7 +23,13 @@ from resources import resources_from_env
 from resources.settings import Settings
 from tests.support.small_catalog import ODS, assert_refused, write
 from warehouse_assets.catalog import load_catalog, upstream_partitions
-from warehouse_assets.definitions import build_definitions, catalog, defs
+from warehouse_assets.definitions import (
+    FULL_COLLECTIONS_HELD_BACK,
+    build_definitions,
+    catalog,
+    defs,
+    full_collections_held_back,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,6 +59,13 @@ def test_every_layer_is_present_with_one_timezone() -> None:
         assert node.group_name == key.path[0]
         if key == AssetKey(["dwd", "city_tier"]):  # static: one unpartitioned reference table
             assert node.partitions_def is None
+            continue
+        if key == AssetKey(["ads", "dau_by_region"]):  # regional days: the business dates × the regions
+            assert isinstance(node.partitions_def, MultiPartitionsDefinition)
+            dates = node.partitions_def.get_partitions_def_for_dimension("date")
+            regions = node.partitions_def.get_partitions_def_for_dimension("region")
+            assert isinstance(dates, TimeWindowPartitionsDefinition) and dates.timezone == "Asia/Shanghai"
+            assert regions.get_partition_keys() == ["shanghai", "karachi", "utc", "los_angeles"]
             continue
         assert isinstance(node.partitions_def, TimeWindowPartitionsDefinition)
         assert node.partitions_def.timezone == "Asia/Shanghai"
@@ -303,6 +318,8 @@ EXAMPLE_TABLES = {
         "lesson_catalog",  # any one of the last three lesson snapshots
         "revenue_flash",  # takes the revenue estimated, and again completed
         "new_users_by_tier",  # reads the static city_tier whole, every day
+        "dau_by_region",  # regional days: one partition per region's day, from its own midnight
+        "dau_global",  # every region's day of the date: waits for the last region's
     },
     "ext": {"marketing_spend", "fx_rate"},
 }
@@ -379,3 +396,20 @@ def test_the_engines_check_selection_is_every_check_its_asset_builds_but_the_dea
         key = AssetKey(table.key)
         built_with_it = {spec.key.name for spec in graph.get(key).assets_def.check_specs if spec.asset_key == key}
         assert set(selection[key]) == built_with_it, key
+
+
+def test_the_code_locations_load_holds_full_collections_back_and_freezes_only_what_a_load_that_succeeded_built() -> (
+    None
+):
+    thresholds, frozen_before = gc.get_threshold(), gc.get_freeze_count()
+    with pytest.raises(RuntimeError, match="bad declaration"), full_collections_held_back():
+        assert gc.get_threshold() == (*thresholds[:2], FULL_COLLECTIONS_HELD_BACK)
+        raise RuntimeError("bad declaration")
+    assert gc.get_threshold() == thresholds
+    assert gc.get_freeze_count() == frozen_before  # a failed load keeps nothing out of the collector
+
+    with full_collections_held_back():
+        assert gc.isenabled()  # the young collections still free what the load leaves behind
+        built = [[table] for table in ("dwd.order_detail", "dws.order_daily")]
+    assert gc.get_threshold() == thresholds
+    assert gc.get_freeze_count() >= frozen_before + len(built)

@@ -513,7 +513,9 @@ def test_a_table_added_while_the_stack_runs_is_built_by_itself(stack: Stack) -> 
     )
     said = [re.fullmatch(line, t["cursor"] or "") for t in skipped]
     assert skipped and all(said), [t["cursor"] for t in skipped]
-    assert 0 < sum(int(m[1]) for m in said if m) <= len(runs), [t["cursor"] for t in skipped]
+    # the runs as they are after the ticks were read: the engine goes on launching meanwhile
+    launched = instance.get_runs(RunsFilter(tags={"dagster/sensor_name": "dependency_center"}))
+    assert 0 < sum(int(m[1]) for m in said if m) <= len(launched), [t["cursor"] for t in skipped]
     assert all(t["skipReason"].startswith(t["cursor"].split(";")[0] + "; engine alive (pid ") for t in skipped)
 
 

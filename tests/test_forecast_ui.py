@@ -65,5 +65,9 @@ def test_a_warned_partition_shows_the_days_timeline_of_predictions(tmp_path: Pat
         assert rows[0] == "partition predicted critical path set by", rows
         assert GMV_ROW in rows, rows
         daily_ads = sorted(t.fqn for t in catalog if t.layer == "ads" and t.period == "daily")
-        assert [r.split()[0] for r in rows[1:]] == daily_ads, rows
+        regions = ("shanghai", "karachi", "utc", "los_angeles")  # a table with regions: a row per region's day
+        expected = [
+            (t, k) for t in daily_ads for k in ([f"{DAY}|{r}" for r in regions] if t == "ads.dau_by_region" else [DAY])
+        ]
+        assert [tuple(r.split()[:2]) for r in rows[1:]] == expected, rows
         shoot(browser, tmp_path, "ui-forecast-timeline")

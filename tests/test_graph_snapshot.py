@@ -11,14 +11,24 @@ import os
 from pathlib import Path
 from typing import Any
 
-from dagster import TimeWindowPartitionMapping, TimeWindowPartitionsDefinition
+from dagster import (
+    MultiPartitionsDefinition,
+    MultiToSingleDimensionPartitionMapping,
+    StaticPartitionsDefinition,
+    TimeWindowPartitionMapping,
+    TimeWindowPartitionsDefinition,
+)
 
 from warehouse_assets.definitions import defs
 
 SNAPSHOT = Path(__file__).parent / "snapshots" / "asset_graph.json"
 
 
-def _partitions(pdef: Any) -> dict[str, Any] | None:
+def _partitions(pdef: Any) -> dict[str, Any] | list[str] | None:
+    if isinstance(pdef, MultiPartitionsDefinition):  # a table with regions: dates × regions
+        return {"dimensions": {d.name: _partitions(d.partitions_def) for d in pdef.partitions_defs}}
+    if isinstance(pdef, StaticPartitionsDefinition):
+        return pdef.get_partition_keys()
     if not isinstance(pdef, TimeWindowPartitionsDefinition):
         return None
     return {
@@ -32,6 +42,8 @@ def _partitions(pdef: Any) -> dict[str, Any] | None:
 def _mapping(mapping: Any) -> dict[str, Any]:
     if isinstance(mapping, TimeWindowPartitionMapping):
         return {"type": "TimeWindow", "start_offset": mapping.start_offset, "end_offset": mapping.end_offset}
+    if isinstance(mapping, MultiToSingleDimensionPartitionMapping):
+        return {"type": "MultiToSingleDimension", "dimension": mapping.partition_dimension_name}
     return {"type": type(mapping).__name__}
 
 

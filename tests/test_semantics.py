@@ -437,4 +437,9 @@ def test_the_example_warehouse_builds_each_table_from_its_first_complete_partiti
     assert plan["dws.course_attendance_weekly"] == ["2026-01-05", "2026-01-12", "2026-01-19"]  # 01-26 ends in Feb
     assert plan["ads.monthly_report"] == ["2026-01-01"]
     assert (plan["ads.gmv_hourly"][0], plan["ads.gmv_hourly"][-1]) == ("2026-01-01-00:00", "2026-01-31-23:00")
+    # a region's day is in the range when its own window is: of the 31st only Shanghai's ends by February 1st 00:00,
+    # so the global 31st is left to a later range
+    assert plan["ads.dau_by_region"][:2] == ["2026-01-01|shanghai", "2026-01-01|karachi"]
+    assert plan["ads.dau_by_region"][-2:] == ["2026-01-30|los_angeles", "2026-01-31|shanghai"]
+    assert (plan["ads.dau_global"][0], plan["ads.dau_global"][-1]) == ("2026-01-01", "2026-01-30")
     assert set(plan) == {t.fqn for t in real.derived()}

@@ -3,6 +3,7 @@ history: the figures are computed by hand in each test."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -297,11 +298,17 @@ def test_a_days_timeline_has_each_ads_table_and_its_critical_path(catalog: Catal
     now = datetime(2026, 3, 3, 7, 0, tzinfo=ZONE)
     predictions = day_predictions(catalog, _predictor(catalog, index, now, 40 * 60), DAY)
     daily_ads = sorted(t.fqn for t in catalog if t.layer == "ads" and t.period == "daily")
-    assert [p.table for p in predictions] == daily_ads
+    # a table with regions: each region's day of the date
+    regional = [f"{DAY}|{region}" for region in ("shanghai", "karachi", "utc", "los_angeles")]
+    expected = [(t, key) for t in daily_ads for key in (regional if t == "ads.dau_by_region" else [DAY])]
+    assert [(p.table, p.partition) for p in predictions] == expected
     timeline = timeline_markdown(predictions, ZONE, DAY)
-    for table in daily_ads:
-        assert f"section {table} {DAY}" in timeline
+    for table, key in expected:
+        assert f"section {table} {key}" in timeline
     assert f"| ads.daily_gmv {DAY} | 03-03 09:05 |" in timeline
+    # Markdown's cell delimiter in a region's key is escaped: each row keeps its four cells
+    assert f"| ads.dau_by_region {DAY}\\|los_angeles | " in timeline
+    assert all(len(re.findall(r"(?<!\\)\|", line)) == 5 for line in timeline.splitlines() if line.startswith("| ads."))
     with pytest.raises(ValueError, match="not a day's partition key"):
         day_predictions(catalog, _predictor(catalog, index, now, 60), "2026-03-02-10:00")
 

@@ -13,8 +13,17 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+import pyarrow as pa
 import pytest
-from dagster import AssetKey, DagsterInstance
+from dagster import (
+    AssetKey,
+    AssetMaterialization,
+    AssetsDefinition,
+    DagsterInstance,
+    MultiPartitionsDefinition,
+    partition_loading_context,
+)
+from deltalake import write_deltalake
 
 from resources.delta_lake import DeltaStore
 from resources.landing import Landing
@@ -22,9 +31,23 @@ from tests.center.test_center import Center, requested
 from tests.center.test_mini_batch import FakeStates
 from tests.center.test_state_store import report
 from tests.support.small_catalog import assert_refused, sql_catalog
-from warehouse_assets.catalog import Catalog, CatalogError, partition_window, upstream_partitions
+from warehouse_assets.catalog import (
+    Catalog,
+    PartitionKeyError,
+    check_partition_key,
+    partition_key_from_values,
+    partition_values_of,
+    partition_window,
+    partitions_def_of,
+    upstream_partitions,
+)
+from warehouse_assets.catalog import periods as catalog_periods
+from warehouse_assets.center.reconcile import TableReconciliation, reconcile
 from warehouse_assets.center.reverse_index import ReverseIndex
-from warehouse_assets.center.why import explain
+from warehouse_assets.center.state_store import PartitionStateStore
+from warehouse_assets.center.status import status_keys, status_lines
+from warehouse_assets.center.taint import root_keys
+from warehouse_assets.center.why import NOT_YET, explain
 from warehouse_assets.materialize.compiler import build_assets
 from warehouse_assets.materialize.gate import NONEXISTENT, decide, never_buildable
 
@@ -144,6 +167,11 @@ def test_a_late_hour_reaches_the_regions_days_holding_it_and_their_global_days(c
         ("period: daily\nregions: {mars: Mars/Olympus}\n", "'Mars/Olympus' is not an IANA time zone"),
         ("period: hourly\nregions: {utc: UTC}\n", "period must be daily"),
         ("period: daily\nregions: {utc: UTC}\ndepends_on:\n  ods.src: {set: [-1]}\n", "takes no offsets"),
+        ('period: daily\nregions: {utc: UTC}\nsla: {deadline: "09:00"}\n', "declares no sla"),
+        (
+            "period: daily\nregions: {utc: UTC}\nchecks:\n  anomaly: {metric: count(*), max_deviation: 0.5}\n",
+            "declares no anomaly check",
+        ),
     ],
 )
 def test_a_regions_declaration_that_cannot_be_exact_is_refused(tmp_path: Path, header: str, message: str) -> None:
@@ -161,10 +189,123 @@ def test_regions_read_hours_and_are_read_whole_by_a_day(tmp_path: Path) -> None:
     assert_refused(tmp_path / "c", {"ads/r.sql": regional, "ads/g.sql": weekly}, "reads a day of it whole")
 
 
-def test_compiling_a_table_with_regions_is_refused_naming_it_until_a_run_can_build_one(catalog: Catalog) -> None:
-    with pytest.raises(CatalogError, match="ads.dau_by_region declares regions") as info:
-        build_assets(catalog)
-    assert "dau_by_region.sql" in str(info.value)
+def test_a_table_with_regions_compiles_to_dagster_partitions_whose_keys_are_the_centers(catalog: Catalog) -> None:
+    assets = {a.key: a for a in build_assets(catalog) if isinstance(a, AssetsDefinition)}
+    regional = assets[AssetKey(["ads", "dau_by_region"])]
+    pdef = regional.partitions_def
+    assert isinstance(pdef, MultiPartitionsDefinition)
+    keys = pdef.get_partition_keys(current_time=at("2026-03-07 08:00"))
+    assert sorted(k for k in keys if k.startswith(DAY)) == sorted(
+        f"{DAY}|{region}" for region in ("shanghai", "karachi", "utc", "los_angeles")
+    )
+    # its checks are per region's day too; the global day's asset stays a plain day of the business calendar
+    assert {spec.partitions_def for spec in regional.check_specs} == {pdef}
+    assert assets[AssetKey(["ads", "global_dau"])].partitions_def == catalog_periods().daily
+    assert pdef.partitions_defs[0].partitions_def == catalog_periods().daily  # the dates: the business days
+
+
+def test_a_region_ahead_of_the_business_time_zone_is_a_dagster_partition_once_its_day_ends(tmp_path: Path) -> None:
+    east = sql_catalog(
+        tmp_path, {"ads/r.sql": ("period: daily\nregions: {tokyo: Asia/Tokyo, utc: UTC}\n", "SELECT id FROM ods.src")}
+    )
+    pdef = partitions_def_of(east["ads.r"])
+    with partition_loading_context(at("2026-03-06 23:30")):  # Tokyo's 6th ended at 23:00, the business 6th has not
+        assert pdef.has_partition_key("2026-03-06|tokyo")
+
+
+def test_a_regions_key_is_checked_as_one_regions_day(catalog: Catalog) -> None:
+    table, now = catalog["ads.dau_by_region"], at("2026-03-07 08:00")
+    check_partition_key(table, f"{DAY}|utc", now)  # UTC's 6th ended at 08:00
+    wrong = {
+        DAY: ("wrong_period", "each region's day, written YYYY-MM-DD|region with a region of shanghai, karachi, utc, "),
+        f"{DAY}|mars": ("wrong_period", "names no region of the table"),
+        "2026-13-45|utc": ("malformed", "is not a partition key"),
+        "2025-12-31|utc": ("before_start", "can never exist"),
+        f"{DAY}|los_angeles": ("unfinished", "that day ends at 2026-03-07 00:00 America/Los_Angeles"),
+    }
+    for key, (kind, message) in wrong.items():
+        with pytest.raises(PartitionKeyError) as info:
+            check_partition_key(table, key, now)
+        assert (info.value.kind, message in info.value.message) == (kind, True), info.value.message
+
+
+def test_why_and_status_take_a_regions_key(catalog: Catalog, instance: DagsterInstance, tmp_path: Path) -> None:
+    lake, landing = DeltaStore(str(tmp_path / "lake")), Landing(tmp_path / "landing")
+    morning = at("2026-03-07 08:00")
+    utc_hours = hours_between(at(f"{DAY} 08:00"), 24)
+    for hour in utc_hours[:23]:
+        report(instance, AssetKey(["ods", "src"]), hour)
+    why = explain(instance, catalog, lake, landing, "ads.dau_by_region", f"{DAY}|utc", current_time=morning)
+    assert [u.partition for u in why.upstream] == utc_hours  # exactly the hours of UTC's day, 08:00 to 07:00
+    assert [(u.table, u.partition) for u in why.upstream if u.blocks] == [("ods.src", utc_hours[-1])]
+    assert [(c.table, c.partition) for c in why.root_causes] == [("ods.src", utc_hours[-1])]
+    later = explain(instance, catalog, lake, landing, "ads.dau_by_region", f"{DAY}|los_angeles", current_time=morning)
+    assert later.own_state == NOT_YET and "ends at 2026-03-07 00:00 America/Los_Angeles" in later.verdict
+    # status: a day names every region's day of it; a region's day starts or ends a range
+    regional = [f"{DAY}|{region}" for region in ("shanghai", "karachi", "utc", "los_angeles")]
+    assert status_keys(catalog, "ads.dau_by_region", DAY, DAY, now=morning) == regional
+    between = status_keys(catalog, "ads.dau_by_region", f"{DAY}|karachi", "2026-03-07|shanghai", now=morning)
+    assert between == [*regional[1:], "2026-03-07|shanghai"]
+    with pytest.raises(ValueError, match="'2026-03-06[|]mars' is not a partition of ads.dau_by_region"):
+        status_keys(catalog, "ads.dau_by_region", f"{DAY}|mars", DAY, now=morning)
+    report(instance, AssetKey(["ads", "dau_by_region"]), f"{DAY}|karachi")
+    lines = status_lines(catalog, PartitionStateStore(instance).view(), "ads.dau_by_region", regional)
+    assert lines[0].startswith("ads.dau_by_region (daily): 4 partition(s), 1 materialized")
+    assert [line.split()[:2] for line in lines[1:]] == [
+        [regional[0], "missing"],
+        [regional[1], "materialized"],
+        [regional[2], "missing"],
+        [regional[3], "missing"],
+    ]
+
+
+def test_a_taint_takes_days_or_regions_days_as_its_ends(catalog: Catalog) -> None:
+    regional = [f"{DAY}|{region}" for region in ("shanghai", "karachi", "utc", "los_angeles")]
+    assert root_keys(catalog, "ads.dau_by_region", DAY, DAY) == regional
+    assert root_keys(catalog, "ads.dau_by_region", f"{DAY}|utc", f"{DAY}|utc") == [f"{DAY}|utc"]
+    with pytest.raises(ValueError, match="START must not come after END"):
+        root_keys(catalog, "ads.dau_by_region", f"{DAY}|utc", f"{DAY}|karachi")
+    with pytest.raises(ValueError, match="'2026-03-06-10:00' is not a partition of ads.dau_by_region"):
+        root_keys(catalog, "ads.dau_by_region", f"{DAY}-10:00", DAY)
+
+
+def test_a_regions_day_is_a_delta_partition_of_its_own_read_back_as_its_key(catalog: Catalog) -> None:
+    """What the runner writes (``dt`` and ``region``) and what the reconciliation reads back from the lake."""
+    table = catalog["ads.dau_by_region"]
+    assert table.partition_by == ["dt", "region"]
+    assert partition_values_of(table, f"{DAY}|utc") == {"dt": DAY, "region": "utc"}
+    assert partition_key_from_values(table, {"dt": DAY, "region": "utc"}) == f"{DAY}|utc"
+    for stray in ({"dt": DAY, "region": "mars"}, {"dt": DAY}, {"dt": "2026-13-45", "region": "utc"}):
+        assert partition_key_from_values(table, stray) is None, stray
+    with pytest.raises(ValueError, match="has no region 'mars'"):
+        partition_values_of(table, f"{DAY}|mars")
+    # a day of a table without regions stays its business day
+    assert partition_key_from_values(catalog["ads.global_dau"], {"dt": DAY}) == DAY
+
+
+def test_the_reconciliation_reads_each_regions_day_from_its_own_delta_partition(
+    catalog: Catalog, instance: DagsterInstance, tmp_path: Path
+) -> None:
+    lake = tmp_path / "lake"
+    regions = ("shanghai", "karachi", "utc")
+    rows = [{"dau": n, "dt": DAY, "region": region} for n, region in enumerate(regions)]
+    write_deltalake(str(lake / "ads" / "dau_by_region"), pa.Table.from_pylist(rows), partition_by=["dt", "region"])
+    table = catalog["ads.dau_by_region"]
+    for region in regions:
+        key = f"{DAY}|{region}"
+        partitions = [{"partition": key, "rows": 1, "delta_version": 0}]
+        metadata = {"rows": 1, "partitions": partitions}
+        instance.report_runless_asset_event(AssetMaterialization(AssetKey(table.key), partition=key, metadata=metadata))
+
+    def sweep() -> TableReconciliation:
+        found = reconcile(instance, catalog, PartitionStateStore(instance), DeltaStore(str(lake)), [table], by="test")
+        return found.tables[0]
+
+    assert sweep().in_step  # each (dt, region) partition is the region's day built: none gone, none unknown
+    [gone] = (lake / "ads" / "dau_by_region" / f"dt={DAY}" / "region=utc").glob("*.parquet")
+    gone.unlink()
+    found = sweep()
+    assert (list(found.gone), found.unknown) == ([f"{DAY}|utc"], [])  # that region's day alone
 
 
 def test_a_region_whose_first_day_starts_before_the_warehouse_can_never_build_it_nor_that_global_day(

@@ -29,6 +29,8 @@ from zoneinfo import ZoneInfo
 
 import pyarrow.parquet as pq
 
+from simulator.cdc import USER_REGIONS, user_region
+
 LOGICAL_TABLES = ("user", "course", "lesson", "order", "attendance")
 HEARTBEAT = "heartbeat"
 _SHARDED = re.compile(r"(?P<name>.+)_\d{2}")
@@ -494,6 +496,23 @@ def active_users(truth: Tables) -> dict[str, set[int]]:
     for row in truth["order"].values():
         out[row["create_time"][:10]].add(int(row["user_id"]))
     return out
+
+
+def regional_dau(truth: Tables, day: str, region: str, tz: str = "Asia/Shanghai") -> int:
+    """Distinct users of ``region`` (the simulator's rule) who joined a lesson during that region's ``day``, from its
+    midnight to the next in its own time zone; creation times are wall clock of the business time zone ``tz``."""
+    zone, business = ZoneInfo(dict(USER_REGIONS)[region]), ZoneInfo(tz)
+    start = datetime.fromisoformat(day).replace(tzinfo=zone)
+    end = start + timedelta(days=1)  # wall-clock arithmetic: the next local midnight, 23 or 25 hours on a DST day
+    return len(
+        {
+            int(row["user_id"])
+            for row in truth["attendance"].values()
+            if row["user_id"] is not None
+            and user_region(int(row["user_id"])) == region
+            and start <= _wall(row["create_time"]).replace(tzinfo=business) < end
+        }
+    )
 
 
 def retention(truth: Tables, day: str, after_days: int) -> dict[str, Any]:

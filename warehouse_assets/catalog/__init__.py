@@ -11,6 +11,7 @@ from warehouse_assets.catalog.calendars import (
     BY_PERIOD,
     MINUTE_PERIODS,
     PARTITION_COLUMNS,
+    REGION_DELIMITER,
     Periods,
     business_time,
     business_zone,
@@ -23,7 +24,7 @@ from warehouse_assets.catalog.calendars import (
     split_regional_key,
 )
 from warehouse_assets.catalog.checks import CHECK_KINDS, Check, CheckSpecError, Outcome, parse_checks
-from warehouse_assets.catalog.keys import PartitionKeyError, check_partition_key
+from warehouse_assets.catalog.keys import PartitionKeyError, check_partition_key, regional_keys_between
 from warehouse_assets.catalog.loader import TABLES_DIR, load_catalog, referenced_tables
 from warehouse_assets.catalog.mappings import (
     MappedPartitions,
@@ -31,8 +32,11 @@ from warehouse_assets.catalog.mappings import (
     anchored,
     anchored_upstream,
     mapped_upstream,
+    partition_key_from_values,
     partition_mapping,
+    partition_values_of,
     partition_window,
+    partitions_def_of,
     regional_days,
     regional_hours,
     upstream_partitions,
@@ -122,10 +126,15 @@ __all__ = [
     "mapped_upstream",
     "parse_checks",
     "partition_mapping",
+    "partition_key_from_values",
+    "partition_values_of",
     "partition_window",
+    "partitions_def_of",
     "regional_days",
     "regional_hours",
     "regional_key",
+    "regional_keys_between",
+    "REGION_DELIMITER",
     "split_regional_key",
     "periods",
     "referenced_tables",

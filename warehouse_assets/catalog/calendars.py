@@ -29,6 +29,8 @@ from dagster import (
     DailyPartitionsDefinition,
     HourlyPartitionsDefinition,
     MonthlyPartitionsDefinition,
+    MultiPartitionsDefinition,
+    StaticPartitionsDefinition,
     TimeWindowPartitionsDefinition,
     WeeklyPartitionsDefinition,
 )
@@ -74,6 +76,11 @@ class Periods:
         """The days of a region whose midnight is that of ``zone``: [local midnight, next local midnight), 23 or 25
         hours on a daylight-saving day, from the warehouse's start date."""
         return _region_days(zone, self.start)
+
+    def regional(self, regions: tuple[tuple[str, str], ...]) -> MultiPartitionsDefinition:
+        """The partitions of a table with ``regions`` ((name, IANA zone) pairs): Dagster's partitions by business date
+        and region, whose keys are the dependency center's own (``2026-03-08|los_angeles``, :func:`regional_key`)."""
+        return _regional(self.timezone, self.start, regions)
 
     @property
     def by_period(self) -> dict[str, TimeWindowPartitionsDefinition]:
@@ -121,6 +128,32 @@ def _region_days(zone: str, start: date) -> DailyPartitionsDefinition:
 # first (Dagster orders dimensions by name): ``2026-03-08|los_angeles``.
 DATE_DIMENSION, REGION_DIMENSION = "date", "region"
 REGION_DELIMITER = "|"
+
+
+@functools.cache  # one object per table's regions: Dagster compares the definitions of mapped assets
+def _regional(timezone: str, start: date, regions: tuple[tuple[str, str], ...]) -> MultiPartitionsDefinition:
+    # Dagster's own two-dimensional partitions rather than dynamic partitions keyed ``date|region``: the same keys with
+    # no code to add each day's keys to the instance, and the UI shows a date × region grid. The date dimension is the
+    # business day's (that of the tables reading every region's day, so Dagster maps them by date exactly); a region's
+    # own window is the catalog's (:func:`warehouse_assets.catalog.partition_window`), and the dependency center, not
+    # Dagster's mapping, decides when it may run: Dagster maps an hour to a region's day by business date only.
+    dates: DailyPartitionsDefinition = _periods(timezone, start).daily
+    if any(_ahead(zone, timezone, start.year) for _, zone in regions):
+        # a region ahead of the business time zone (Asia/Tokyo beside Asia/Shanghai) ends its day before the business
+        # day ends, when Dagster does not list that date yet and refuses a run of it: list each date from its start
+        dates = DailyPartitionsDefinition(start_date=start.isoformat(), timezone=timezone, end_offset=1)
+    return MultiPartitionsDefinition(
+        {DATE_DIMENSION: dates, REGION_DIMENSION: StaticPartitionsDefinition([name for name, _ in regions])}
+    )
+
+
+def _ahead(zone: str, business: str, year: int) -> bool:
+    """Whether ``zone``'s clocks are ahead of the business time zone's in winter or in summer."""
+    return any(
+        datetime(year, month, 15, tzinfo=ZoneInfo(zone)).utcoffset()  # type: ignore[operator]
+        > datetime(year, month, 15, tzinfo=ZoneInfo(business)).utcoffset()
+        for month in (1, 7)
+    )
 
 
 def regional_key(day: str, region: str) -> str:

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from warehouse_assets.catalog.calendars import BY_PERIOD, MINUTE_PERIODS, periods
-from warehouse_assets.catalog.model import PERIOD_NOUN, WHOLE, Table
+from warehouse_assets.catalog.calendars import BY_PERIOD, MINUTE_PERIODS, REGION_DELIMITER, periods, regional_key
+from warehouse_assets.catalog.model import PERIOD_NOUN, WHOLE, DerivedTable, Table
 
 HOUR_FORMAT = "%Y-%m-%d-%H:%M"
 DAY_FORMAT = "%Y-%m-%d"
@@ -87,6 +87,9 @@ def check_partition_key(table: Table, key: str, now: datetime | None = None) -> 
         raise PartitionKeyError(
             "wrong_period", f"{table.fqn} is a static table: it has no partitions; its one partition is {WHOLE!r}"
         )
+    if isinstance(table, DerivedTable) and table.is_regional:
+        _check_regional_key(table, key, now)
+        return
     pdef = BY_PERIOD[table.period]
     zone = ZoneInfo(pdef.timezone)
     period, noun = table.period, PERIOD_NOUN[table.period]
@@ -137,6 +140,44 @@ def check_partition_key(table: Table, key: str, now: datetime | None = None) -> 
         )
 
 
+def _check_regional_key(table: DerivedTable, key: str, now: datetime) -> None:
+    """A partition of a table with regions is one region's day, ``2026-03-06|utc``: the day in that region's zone."""
+    names = [name for name, _ in table.regions]
+    day, delimiter, region = key.strip().partition(REGION_DELIMITER)
+    example = regional_key(example_key(table, now), names[-1])
+    shape = (
+        f"{table.fqn} has regions: its partitions are each region's day, written YYYY-MM-DD{REGION_DELIMITER}region "
+        f"with a region of {', '.join(names)}, e.g. {example}"
+    )
+    parsed = _parse(day)
+    if parsed is None or parsed.hourly:
+        raise PartitionKeyError("malformed", f"{key!r} is not a partition key: {shape}")
+    if not delimiter:
+        raise PartitionKeyError("wrong_period", f"{key!r} is a day, but {shape}")
+    if region not in names:
+        raise PartitionKeyError("wrong_period", f"{key!r} names no region of the table: {shape}")
+    zone = ZoneInfo(table.zone_of(region))
+    if parsed.at.date() < periods().start:
+        raise PartitionKeyError(
+            "before_start",
+            f"{table.fqn} {key} can never exist: its regions' days begin on the warehouse start "
+            f"{periods().start:%Y-%m-%d} (WAREHOUSE_START); nothing before it is ever ingested or built",
+        )
+    window = periods().region_days(zone.key).time_window_for_partition_key(day)
+    if window.start > now:
+        raise PartitionKeyError(
+            "future",
+            f"{table.fqn} {key} is in the future: that day begins at {_local(window.start, zone)} and its partition "
+            f"exists once it ends, at {_local(window.end, zone)}",
+        )
+    if window.end > now:
+        raise PartitionKeyError(
+            "unfinished",
+            f"{table.fqn} {key} has not finished yet: that day ends at {_local(window.end, zone)} (in "
+            f"{_duration(window.end - now)}); its partition exists from then",
+        )
+
+
 def _local(at: datetime, zone: ZoneInfo) -> str:
     return f"{at.astimezone(zone):%Y-%m-%d %H:%M} {zone.key}"
 
@@ -147,3 +188,29 @@ def _duration(delta: timedelta) -> str:
     hours, minutes = divmod(rest, 60)
     parts = [f"{days} d" if days else "", f"{hours} h" if hours else "", f"{minutes} min" if minutes else ""]
     return " ".join(p for p in parts if p)
+
+
+def regional_keys_between(table: DerivedTable, start: str, end: str) -> list[str]:
+    """Each region's day of the dates START … END of a table with regions, date by date in declared region order;
+    either end may name one region's day (``2026-03-06|utc``) to start or stop there, a date names all of them.
+    ValueError naming the key and the table's regions when an end names none of its partitions."""
+    names = [name for name, _ in table.regions]
+    bounds: list[tuple[datetime, str]] = []
+    for key in (start, end):
+        day, _, region = key.strip().partition(REGION_DELIMITER)
+        parsed = _parse(day)
+        if parsed is None or parsed.hourly or (region and region not in names):
+            raise ValueError(
+                f"{key!r} is not a partition of {table.fqn}: it has one per region and day, a date names all of them "
+                f"(2026-03-06) and a region's day one (2026-03-06{REGION_DELIMITER}{names[-1]}); its regions: "
+                f"{', '.join(names)}"
+            )
+        bounds.append((parsed.at, region))
+    (first_day, first_region), (last_day, last_region) = bounds
+    dates = [(first_day + timedelta(days=n)).strftime(DAY_FORMAT) for n in range((last_day - first_day).days + 1)]
+    keys = [regional_key(day, region) for day in dates for region in names]
+    first = keys.index(regional_key(dates[0], first_region or names[0])) if keys else 0
+    last = keys.index(regional_key(dates[-1], last_region or names[-1])) if keys else -1
+    if first > last:
+        raise ValueError(f"{start} .. {end} is empty: START must not come after END")
+    return keys[first : last + 1]

@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from dagster import (
+    MultiPartitionsDefinition,
     PartitionMapping,
     TimeWindow,
     TimeWindowPartitionMapping,
@@ -26,6 +27,8 @@ from dagster import (
 from warehouse_assets.catalog.calendars import (
     BY_PERIOD,
     MINUTE_PERIODS,
+    partition_key_of,
+    partition_values,
     periods,
     regional_key,
     split_regional_key,
@@ -193,6 +196,39 @@ def partition_window(table: Table, partition_key: str) -> TimeWindow:
         day, region = split_regional_key(partition_key)
         return periods().region_days(table.zone_of(region)).time_window_for_partition_key(day)
     return BY_PERIOD[table.period].time_window_for_partition_key(partition_key)
+
+
+def partitions_def_of(table: Table) -> TimeWindowPartitionsDefinition | MultiPartitionsDefinition:
+    """Dagster's partitions of ``table``: its period's, or for a table with regions its dates × regions."""
+    if isinstance(table, DerivedTable) and table.is_regional:
+        return periods().regional(table.regions)
+    return BY_PERIOD[table.period]
+
+
+def partition_values_of(table: Table, partition_key: str) -> dict[str, str]:
+    """The Delta partition values of one partition of ``table``: its period's, or for a table with regions the date and
+    the region (``{"dt": "2026-03-08", "region": "los_angeles"}``), so that each region's day is a partition of its
+    own, written and read alone."""
+    if isinstance(table, DerivedTable) and table.is_regional:
+        day, region = split_regional_key(partition_key)
+        table.zone_of(region)  # a region the table does not declare: the error names its regions
+        return {"dt": day, "region": region}
+    return partition_values(table.period, partition_key)
+
+
+def partition_key_from_values(table: Table, values: dict[str, str]) -> str | None:
+    """The partition of ``table`` that Delta partition values name (:func:`partition_values_of` read backwards), None
+    when they name none of its partitions."""
+    if not (isinstance(table, DerivedTable) and table.is_regional):
+        return partition_key_of(table.period, values)
+    day, region = values.get("dt"), values.get("region")
+    if day is None or region is None or region not in dict(table.regions) or set(values) != {"dt", "region"}:
+        return None
+    try:
+        known = BY_PERIOD["daily"].has_partition_key(day)
+    except ValueError:  # Dagster parses the key: a malformed value raises
+        return None
+    return regional_key(day, region) if known else None
 
 
 def regional_hours(

@@ -803,6 +803,12 @@ class DerivedTable(Table):
             )
         if self.kind != TIME_SERIES or self.states:
             raise ValueError("a table with regions is a time series without states: each region's day from its hours")
+        if self.sla is not None:
+            raise ValueError("a table with regions declares no sla: its deadline is a business day's, not a region's")
+        if any(check.kind == "anomaly" for check in self.checks):
+            raise ValueError(
+                "a table with regions declares no anomaly check: its trailing periods are business days, not a region's"
+            )
         for dep in self.deps:
             if dep.table == self.fqn or dep.start_offset is not None or dep.weak or dep.within is not None:
                 raise ValueError(

@@ -55,7 +55,7 @@ from urllib.parse import urlsplit
 
 from dagster import AssetKey, DagsterInstance, DagsterRun, DagsterRunStatus, PartitionKeyRange, RunsFilter
 
-from warehouse_assets.catalog import BY_PERIOD, Catalog, CatalogError, Table, load_catalog
+from warehouse_assets.catalog import Catalog, CatalogError, Table, load_catalog, partitions_def_of
 from warehouse_assets.center import heartbeat
 from warehouse_assets.center.heartbeat import SENSOR_NAME, Heartbeat
 from warehouse_assets.center.late_data import LANE_TAG, REBUILD_LANE
@@ -606,7 +606,8 @@ def _partitions_of(table: Table, tags: Mapping[str, str]) -> list[str]:
         return []
     if first == last:  # one partition (a region's day is always a run of its own)
         return [first]
-    return list(BY_PERIOD[table.period].get_partition_keys_in_range(PartitionKeyRange(first, last)))
+    # a backfill's range of a table with regions: Dagster's dates × regions between its ends
+    return list(partitions_def_of(table).get_partition_keys_in_range(PartitionKeyRange(first, last)))
 
 
 def _span(keys: tuple[str, ...]) -> str:

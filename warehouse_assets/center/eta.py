@@ -44,7 +44,17 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 from zoneinfo import ZoneInfo
 
-from warehouse_assets.catalog import BY_PERIOD, WHOLE, Catalog, Table, partition_window, upstream_partitions
+from warehouse_assets.catalog import (
+    BY_PERIOD,
+    WHOLE,
+    Catalog,
+    DerivedTable,
+    Table,
+    partition_window,
+    partitions_def_of,
+    regional_key,
+    upstream_partitions,
+)
 from warehouse_assets.materialize.freshness import FORECAST_CHECK_NAME, due_between
 from warehouse_assets.materialize.freshness import deadline as sla_deadline
 
@@ -462,10 +472,14 @@ def timeline_markdown(predictions: Sequence[Prediction], zone: ZoneInfo, title: 
     # warning's critical_path): with every step timed, a table reading a 60-day chain filled a screen per row
     lines += ["```", "", "| partition | predicted | critical path | set by |", "|---|---|---|---|"]
     for prediction in predictions:
-        lines.append(
-            f"| {prediction.table} {prediction.partition} | {_clock(prediction.finish, zone)} "
-            f"| {prediction.chain()} | {prediction.path[0].describe(zone)} |"
+        cells = (
+            f"{prediction.table} {prediction.partition}",
+            _clock(prediction.finish, zone),
+            prediction.chain(),
+            prediction.path[0].describe(zone),
         )
+        # a region's day (2026-03-02|utc) has Markdown's cell delimiter in its key
+        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     return "\n".join(lines)
 
 
@@ -545,13 +559,20 @@ def forecast_tick(
 
 
 def day_predictions(catalog: Catalog, predictor: Predictor, day: str, layer: str = "ads") -> list[Prediction]:
-    """The prediction of each daily table of ``layer`` for the day ``day`` (its partition key)."""
+    """The prediction of each daily table of ``layer`` for the day ``day`` (its partition key); of a table with regions,
+    each region's day of that date."""
     try:  # a day not ended yet is no partition for Dagster, but it is predicted all the same
         datetime.strptime(day, BY_PERIOD["daily"].fmt)
     except ValueError as exc:
         raise ValueError(f"{day!r} is not a day's partition key (YYYY-MM-DD)") from exc
     tables = sorted((t for t in catalog if t.layer == layer and t.period == "daily"), key=lambda t: t.fqn)
-    return [predictor.predict(t.fqn, day) for t in tables]
+    return [
+        predictor.predict(t.fqn, key)
+        for t in tables
+        for key in (
+            [regional_key(day, r) for r, _ in t.regions] if isinstance(t, DerivedTable) and t.is_regional else [day]
+        )
+    ]
 
 
 # --- the warehouse's graph and state, read for the prediction ---------------------------------------------------
@@ -687,7 +708,7 @@ def instance_queue(instance: DagsterInstance, catalog: Catalog) -> Queue:
             span = PartitionKeyRange(
                 tags["dagster/asset_partition_range_start"], tags["dagster/asset_partition_range_end"]
             )
-            keys = tuple(BY_PERIOD[table.period].get_partition_keys_in_range(span))
+            keys = tuple(partitions_def_of(table).get_partition_keys_in_range(span))
         try:
             priority = int(tags.get("dagster/priority", "0"))
         except ValueError:

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from dagster import AssetKey, AssetObservation, AssetRecordsFilter, DagsterInstance
 
 from resources.delta_read import DeltaReader
-from warehouse_assets.catalog import WHOLE, Catalog, Table, partition_key_of, partition_values
+from warehouse_assets.catalog import WHOLE, Catalog, Table, partition_key_from_values, partition_values_of
 from warehouse_assets.center.state_store import PartitionState, PartitionStateStore, StateView
 from warehouse_assets.materialize.gate import names
 from warehouse_assets.materialize.validity import GONE, LAKE
@@ -152,9 +152,9 @@ def _compare(
     """The partitions gone from the lake or restored to older data (partition → what was found, and the storage id of
     the materialization whose data is gone), and those the lake holds that the instance never materialized."""
     by_key: dict[str, tuple[int, int]] = {}
-    strays: list[str] = []  # partition values that name no partition of the table's period
+    strays: list[str] = []  # partition values that name no partition of the table
     for values, counts in (lake or {}).items():
-        key = WHOLE if table.is_static else partition_key_of(table.period, dict(values))
+        key = WHOLE if table.is_static else partition_key_from_values(table, dict(values))
         if key is None:
             strays.append("/".join(f"{c}={v}" for c, v in values))
         else:
@@ -194,8 +194,8 @@ def _restored(
         if state.delta_version is None or state.delta_version < 0:
             continue
         try:
-            written[key] = (state.delta_version, {} if key == WHOLE else partition_values(table.period, key))
-        except ValueError:  # a key of no Delta partition of the period's (a region's day): not judged here
+            written[key] = (state.delta_version, {} if key == WHOLE else partition_values_of(table, key))
+        except ValueError:  # a key of no partition of the table as declared now (its period or regions changed)
             continue
     found = {}
     for key, by in reader.rolled_back(table.key, written).items():
@@ -213,7 +213,7 @@ def _gone(table: Table, key: str, files: int, absent: int, exists: bool) -> str:
     if not exists:
         return "the Delta table does not exist"
     if files == 0:
-        values = {} if key == WHOLE else partition_values(table.period, key)
+        values = {} if key == WHOLE else partition_values_of(table, key)
         where = f" for {'/'.join(f'{c}={v}' for c, v in values.items())}" if values else ""
         return f"the table's current Delta version lists no file{where} (deleted, or restored to an older version)"
     return f"{absent} of its {files} file(s) listed in the Delta log are gone from storage (vacuumed or deleted)"

@@ -15,10 +15,21 @@ from zoneinfo import ZoneInfo
 
 from dagster import AssetKey, PartitionKeyRange
 
-from warehouse_assets.catalog import BY_PERIOD, WHOLE, Catalog, business_time
+from warehouse_assets.catalog import (
+    BY_PERIOD,
+    WHOLE,
+    Catalog,
+    DerivedTable,
+    Table,
+    business_time,
+    partition_values_of,
+    partition_window,
+    regional_keys_between,
+)
 from warehouse_assets.center.eta import Prediction
 from warehouse_assets.center.ledger import Ledger
 from warehouse_assets.center.state_store import PartitionState, PartitionStateStore, StateView
+from warehouse_assets.materialize.gate import table_partitions_in_range
 
 DEFAULT_DAYS = 3  # without a range: the partitions that ended in the last days
 
@@ -33,8 +44,11 @@ def status_keys(
         if {start, end} - {None, WHOLE}:
             raise ValueError(f"{fqn} is a static table: it has no partitions, so name no range")
         return [WHOLE]
-    pdef = BY_PERIOD[catalog[fqn].period]
+    table = catalog[fqn]
     now = now or datetime.now(UTC)
+    if isinstance(table, DerivedTable) and table.is_regional:
+        return _regional_keys(table, start, end, now)
+    pdef = BY_PERIOD[table.period]
     if start is None or end is None:
         keys = pdef.get_partition_keys(current_time=now)
         since = now - timedelta(days=DEFAULT_DAYS)
@@ -44,6 +58,16 @@ def status_keys(
         if not pdef.has_partition_key(key):
             raise ValueError(f"{key!r} is not a partition of {fqn} ({catalog[fqn].period})")
     return list(pdef.get_partition_keys_in_range(PartitionKeyRange(start, end)))
+
+
+def _regional_keys(table: DerivedTable, start: str | None, end: str | None, now: datetime) -> list[str]:
+    """Each region's day of the days START … END, in date then region order; either end may name one region's day
+    (``2026-03-06|utc``) to start or stop there. By default the regions' days that ended in the last few days."""
+    if start is None or end is None:
+        since = now - timedelta(days=DEFAULT_DAYS)
+        ended = table_partitions_in_range(table, since - timedelta(days=2), now)
+        return [k for k in ended if partition_window(table, k).end > since] or ended[-1:]
+    return regional_keys_between(table, start, end)
 
 
 def parse_moment(text: str, zone: ZoneInfo) -> datetime:
@@ -73,7 +97,7 @@ def as_of_lines(
         return lines
     where = ""
     if not table.is_static:
-        first, last = partition_spec_range(table.period, keys)
+        first, last = partition_spec_range(table, keys)
         where = f" WHERE dt BETWEEN '{first}' AND '{last}'"
     lines.append(
         f"{fqn} was at Delta version {version} then; its data as it was: "
@@ -82,11 +106,10 @@ def as_of_lines(
     return lines
 
 
-def partition_spec_range(period: str, keys: Sequence[str]) -> tuple[str, str]:
+def partition_spec_range(table: Table, keys: Sequence[str]) -> tuple[str, str]:
     """The first and last ``dt`` value (local day of the window start) of the partitions ``keys``."""
-    pdef = BY_PERIOD[period]
-    starts = [pdef.time_window_for_partition_key(k).start for k in keys]
-    return min(starts).strftime("%Y-%m-%d"), max(starts).strftime("%Y-%m-%d")
+    days = [partition_values_of(table, k)["dt"] for k in keys]
+    return min(days), max(days)
 
 
 def status_lines(
@@ -109,6 +132,7 @@ def status_lines(
     behind = f", {len(stale)} stale" if stale else ""
     gone = sum(1 for s in found.values() if s.missing is not None)
     behind += f", {gone} missing from the lake" if gone else ""
+    width = max([18, *(len(k) for k in keys)])  # a region's day is longer than an hour
     out = [f"{fqn} ({table.period}): {len(keys)} partition(s), {done} materialized, {tainted} tainted{behind}"]
     for key in keys:
         line = _line(found[key], [c.name for c in table.checks])
@@ -118,7 +142,7 @@ def status_lines(
             prediction = predict(fqn, key)
             sla = prediction.against_sla(table)
             line += f"  {prediction.short(zone)}" + (f", {sla}" if sla else "")
-        out.append(f"  {key:<18} {line}")
+        out.append(f"  {key:<{width}} {line}")
     return out
 
 

@@ -52,7 +52,15 @@ from dagster import (
     op,
 )
 
-from warehouse_assets.catalog import BY_PERIOD, WHOLE, Catalog, OdsTable
+from warehouse_assets.catalog import (
+    BY_PERIOD,
+    WHOLE,
+    Catalog,
+    DerivedTable,
+    OdsTable,
+    partitions_def_of,
+    regional_keys_between,
+)
 from warehouse_assets.center.late_data import LANE_TAG, REBUILD_LANE
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import PartitionState, PartitionStateStore, StateView
@@ -257,6 +265,9 @@ def root_keys(catalog: Catalog, table: str, start: str, end: str) -> list[str]:
         return [WHOLE]
     if not start or not end:
         raise ValueError(f"{table} is partitioned ({catalog[table].period}): name the first and last partition")
+    derived = catalog[table]
+    if isinstance(derived, DerivedTable) and derived.is_regional:  # a date names every region's day of it
+        return regional_keys_between(derived, start, end)
     pdef = BY_PERIOD[catalog[table].period]
     for key in (start, end):
         if not pdef.has_partition_key(key):
@@ -407,7 +418,7 @@ def launch_backfill(
     from dagster._core.execution.backfill import PartitionBackfill
 
     subsets = {
-        AssetKey(catalog[fqn].key): BY_PERIOD[catalog[fqn].period].subset_with_partition_keys(keys)
+        AssetKey(catalog[fqn].key): partitions_def_of(catalog[fqn]).subset_with_partition_keys(keys)
         for fqn, keys in plan.rebuild().items()
     }
     backfill = PartitionBackfill.from_asset_graph_subset(

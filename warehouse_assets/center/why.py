@@ -716,7 +716,7 @@ def _who_builds(instance: DagsterInstance, table: Table, partition: str, own_sta
             "nothing builds it by itself until an upstream changes — read that run's log, then re-run it (the UI's "
             "Materialize on this partition)"
         )
-    if BY_PERIOD[table.period].time_window_for_partition_key(partition).end < now - LOOKBACK:
+    if partition_window(table, partition).end < now - LOOKBACK:
         return (
             f"but it ended over {LOOKBACK.days} days ago, before the dependency center's lookback: nothing builds it "
             "by itself — a backfill does (the UI's Materialize or Backfill on this partition)"

@@ -23,6 +23,7 @@ from zoneinfo import ZoneInfo
 
 from warehouse_assets.cli.common import ROOT, adopt_warehouse_start, load_settings, say
 from warehouse_assets.cli.services import interrupt, start_server_with_token, stop_group
+from warehouse_assets.instance.processes import all_pids, command_line, environment_holds, process_stat
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -229,15 +230,7 @@ def _default_signals() -> None:
 
 def marked_processes(mark: str) -> list[int]:
     """The processes whose environment carries ``DEV_MARK=mark`` (Linux: read from /proc), this one excluded."""
-    needle = f"{DEV_MARK}={mark}".encode() + b"\0"
-    found = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            if int(entry.name) != os.getpid() and needle in (entry / "environ").read_bytes():
-                found.append(int(entry.name))
-        except (OSError, ValueError):
-            continue  # gone meanwhile, or not ours to read
-    return found
+    return [pid for pid in all_pids() if pid != os.getpid() and environment_holds(pid, f"{DEV_MARK}={mark}")]
 
 
 def stop_marked(mark: str, grace: float = 10.0) -> int:
@@ -287,29 +280,16 @@ def stop_dagster(dagster: subprocess.Popen[bytes], timeout: float) -> None:
 
 def _group(pgid: int) -> list[int]:
     """The processes of the process group ``pgid`` (Linux: read from /proc)."""
-    found = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[2]) == pgid:
-                found.append(int(entry.name))
-        except (OSError, ValueError, IndexError):
-            continue  # gone meanwhile
-    return found
+    return [pid for pid in all_pids() if (stat := process_stat(pid)) is not None and stat.group == pgid]
 
 
 def _code_server(pid: int) -> bool:
     """Whether ``pid`` is a Dagster code server (``dagster code-server start``, or the ``dagster api grpc`` it runs)."""
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
+    argv = command_line(pid)
     return any(argv[i : i + 2] in ([b"code-server", b"start"], [b"api", b"grpc"]) for i in range(len(argv)))
 
 
 def _alive(pid: int) -> bool:
     """Whether ``pid`` still runs (a zombie waiting for its parent counts as gone)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
+    stat = process_stat(pid)
+    return stat is not None and stat.running

@@ -123,12 +123,15 @@ def _materialize_keys(
     label = keys[0] if len(keys) == 1 else f"{keys[0]} .. {keys[-1]}"
     say(f"{step} {table.fqn} {label} ({len(keys)} partition(s)) …")
     t0 = time.monotonic()
+    one = table.is_regional  # a region's day: one partition of Dagster's dates × regions, not a range
+    span = {"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]}
     result = materialize(
         all_assets,
         instance=instance,
         resources=resources,
         selection=[AssetKey(table.key)],
-        tags={"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]},
+        partition_key=keys[0] if one else None,
+        tags={} if one else span,
         raise_on_error=False,
     )
     if not result.success:
@@ -174,7 +177,12 @@ def materialize_range(
     """The headless path: ingest, report ready hours, then build each derived table over the range."""
     from warehouse_assets.catalog import DerivedTable, load_catalog
     from warehouse_assets.materialize.compiler import build_assets, topological
-    from warehouse_assets.materialize.gate import backfill_partitions, nonexistent_upstream, partitions_in_range, span
+    from warehouse_assets.materialize.gate import (
+        backfill_partitions,
+        nonexistent_upstream,
+        span,
+        table_partitions_in_range,
+    )
 
     catalog = load_catalog()
     begun = time.monotonic()
@@ -207,7 +215,7 @@ def materialize_range(
     buildable = backfill_partitions(catalog, start, end, current_time=now)
     for index, table in enumerate(plan, start=1):
         keys = buildable.get(table.fqn, [])
-        unbuildable = [k for k in partitions_in_range(table.period, start, end) if k not in keys]
+        unbuildable = [k for k in table_partitions_in_range(table, start, end) if k not in keys]
         if unbuildable:
             say(
                 f"[{index}/{len(plan)}] {table.fqn}: {len(unbuildable)} partition(s) skipped ({unbuildable[0]} .. "
@@ -225,7 +233,9 @@ def materialize_range(
                 f"[{index}/{len(plan)}] {table.fqn}: {len(held)} partition(s) skipped ({span(list(held))}), not "
                 f"ready: {held[first]}"
             )
-        for run_keys in _contiguous(keys, set(held)):
+        # a table with regions: each region's day is a run of its own, as the dependency center runs it
+        runs = [[k] for k in keys if k not in held] if table.is_regional else _contiguous(keys, set(held))
+        for run_keys in runs:
             if not _materialize_keys(instance, resources, all_assets, table, run_keys, f"[{index}/{len(plan)}]"):
                 return False
     say(f"[done  ] {len(plan)} table(s) in {time.monotonic() - begun:.1f}s")

@@ -64,6 +64,8 @@ from dagster._core.launcher import CheckRunHealthResult, LaunchRunContext, RunLa
 from dagster._core.origin import RepositoryPythonOrigin
 from dagster._serdes import ConfigurableClass, ConfigurableClassData, deserialize_value, serialize_value
 
+from warehouse_assets.instance.processes import all_pids, command_line, process_stat
+
 WORKER_TAG = "warehouse/run_worker"  # "host:pid:start ticks" of the forked run worker
 STOPPED_TAG = "warehouse/stopped_by"  # the signal that stopped the run's worker (its run was canceled by it)
 CANCEL_TIMEOUT_S = 10.0  # how long a stopping worker waits for its run to be marked canceling
@@ -245,18 +247,8 @@ class _Worker:
             return None
 
     def alive(self) -> bool:
-        stat = _proc_stat(self.pid)
-        return stat is not None and stat[0] != "Z" and stat[1] == self.start
-
-
-def _proc_stat(pid: int) -> tuple[str, int] | None:
-    """State and start time (clock ticks since boot) of process ``pid``, or None when there is none."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2 :].split()  # the command name may hold spaces and parentheses
-    return fields[0], int(fields[19])
+        stat = process_stat(self.pid)
+        return stat is not None and stat.running and stat.start == self.start
 
 
 def source_roots(working_directory: str, watch_env: Sequence[str] = ()) -> list[Path]:
@@ -478,9 +470,9 @@ def _zygote_main(answers_fd: int) -> None:
                 selector.close()
                 answers.close()
                 _child(request["run_id"], request["instance_ref"])
-            stat = _proc_stat(pid)
+            stat = process_stat(pid)
             children[pid] = request["run_id"]
-            answer(event="forked", run_id=request["run_id"], pid=pid, start=stat[1] if stat else 0)
+            answer(event="forked", run_id=request["run_id"], pid=pid, start=stat.start if stat else 0)
         while children:
             pid, status = os.waitpid(-1, os.WNOHANG)
             if pid == 0:
@@ -623,12 +615,9 @@ ECHO_STOP_TIMEOUT_S = 1.0  # `tail` and Dagster's orphan watcher end at once on 
 def _processes() -> dict[int, tuple[int, list[bytes]]]:
     """Every process of this machine: PID → (parent PID, command line)."""
     found: dict[int, tuple[int, list[bytes]]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                text = (entry / "stat").read_text()
-                parent = int(text[text.rindex(")") + 2 :].split()[1])
-                found[int(entry.name)] = (parent, (entry / "cmdline").read_bytes().split(b"\0"))
+    for pid in all_pids():
+        if (stat := process_stat(pid)) is not None:
+            found[pid] = (stat.parent, command_line(pid))
     return found
 
 
@@ -655,7 +644,7 @@ def _stop_echoes() -> None:
                 echoes.append(pid)
     deadline = time.monotonic() + ECHO_STOP_TIMEOUT_S
     while echoes and time.monotonic() < deadline:  # ended (a zombie until Dagster reaps it) or gone
-        echoes = [pid for pid in echoes if (stat := _proc_stat(pid)) is not None and stat[0] != "Z"]
+        echoes = [pid for pid in echoes if (stat := process_stat(pid)) is not None and stat.running]
         if echoes:
             time.sleep(0.01)
 

@@ -27,6 +27,7 @@ from dagster import (
     BackfillPolicy,
     MaterializeResult,
     MetadataValue,
+    PartitionMapping,
     TableColumnDep,
     TableColumnLineage,
     TimeWindowPartitionMapping,
@@ -40,7 +41,7 @@ from warehouse_assets.catalog import (
     BY_PERIOD,
     PERIOD_NOUN,
     Catalog,
-    CatalogError,
+    Dependency,
     DerivedTable,
     ExternalTable,
     OdsTable,
@@ -48,6 +49,8 @@ from warehouse_assets.catalog import (
     StaticTable,
     Table,
     partition_mapping,
+    partition_window,
+    partitions_def_of,
     periods,
 )
 from warehouse_assets.materialize.freshness import build_freshness_checks
@@ -113,7 +116,7 @@ def first_partition_note(catalog: Catalog, table: DerivedTable, since: FirstBuil
     noun = PERIOD_NOUN[table.period]
     if since.partition is None:
         return f"\n\n**Cannot be built yet:** {since.reason}."
-    end = pdef.time_window_for_partition_key(since.partition).end
+    end = partition_window(table, since.partition).end
     if since.reason:
         return (
             f"\n\n**Built from {since.partition} on** (once that {noun} ends, {end:%Y-%m-%d %H:%M}): {since.reason}, "
@@ -127,20 +130,22 @@ def first_partition_note(catalog: Catalog, table: DerivedTable, since: FirstBuil
     return ""
 
 
+def dagster_mapping(catalog: Catalog, table: DerivedTable, dep: Dependency) -> PartitionMapping | None:
+    """The partition mapping Dagster draws and backfills by for one edge. An edge into or out of a table with regions
+    gets Dagster's own inference between its dates × regions and a period (None): by the business date, exact for a day
+    reading every region's day of its date, only approximate for a region's day reading hours, whose window is its own
+    zone's day. The exact partitions of every edge are the catalog's, which the gate and the dependency center read."""
+    upstream = catalog[dep.table]
+    if table.is_regional or (isinstance(upstream, DerivedTable) and upstream.is_regional):
+        return None
+    return partition_mapping(table, dep, upstream.period)
+
+
 def build_asset(catalog: Catalog, table: DerivedTable, buildable: BuildableSearch | None = None) -> AssetsDefinition:
     """``buildable``: the first buildable partitions found so far, shared by the tables of one compile (each table's
     is found from its upstream tables': without sharing, a deep graph repeats its upstream chains table by table)."""
-    if table.is_regional:
-        # the catalog, the exact mappings and the dependency center know a region's day; a run cannot build one yet
-        raise CatalogError(
-            f"{table.path}: {table.fqn} declares regions, whose days the dependency center decides but no run can "
-            "build yet (the runner writes one partition per period): declare it without regions for now"
-        )
     since = first_buildable(catalog, table, buildable)
-    deps = [
-        AssetDep(AssetKey(dep.key), partition_mapping=partition_mapping(table, dep, catalog[dep.table].period))
-        for dep in table.deps
-    ]
+    deps = [AssetDep(AssetKey(dep.key), partition_mapping=dagster_mapping(catalog, table, dep)) for dep in table.deps]
     # a static table is unpartitioned: Dagster maps every partition to the whole of it
     deps += [AssetDep(AssetKey(ref.key)) for ref in table.references]
     reads_external = any(catalog[dep.table].is_external for dep in table.deps)
@@ -148,7 +153,7 @@ def build_asset(catalog: Catalog, table: DerivedTable, buildable: BuildableSearc
     decorate = asset(
         key=AssetKey(table.key),
         group_name=table.layer,
-        partitions_def=BY_PERIOD[table.period],
+        partitions_def=partitions_def_of(table),
         deps=deps,
         description=table.description + first_partition_note(catalog, table, since),
         owners=[f"team:{table.owner}"],

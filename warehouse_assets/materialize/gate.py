@@ -771,6 +771,20 @@ def partitions_in_range(period: str, start: datetime, end: datetime) -> list[str
     ]
 
 
+def table_partitions_in_range(table: Table, start: datetime, end: datetime) -> list[str]:
+    """The partition keys of ``table`` whose whole window lies in [start, end): its period's, or for a table with
+    regions each region's days (date by date, regions in declared order)."""
+    if not (isinstance(table, DerivedTable) and table.is_regional):
+        return partitions_in_range(table.period, start, end)
+    keys: list[tuple[str, int, str]] = []
+    for order, (region, zone) in enumerate(table.regions):
+        days = periods().region_days(zone)
+        for day in days.get_partition_keys(current_time=end):
+            if days.time_window_for_partition_key(day).start >= start:
+                keys.append((day, order, regional_key(day, region)))
+    return [key for _, _, key in sorted(keys)]
+
+
 def backfill_partitions(
     catalog: Catalog, start: datetime, end: datetime, current_time: datetime | None = None
 ) -> dict[str, list[str]]:
@@ -782,7 +796,7 @@ def backfill_partitions(
     plan: dict[str, list[str]] = {}
     for table in catalog.derived():
         keys = [
-            k for k in partitions_in_range(table.period, start, end) if not nonexistent_upstream(catalog, table, k, now)
+            k for k in table_partitions_in_range(table, start, end) if not nonexistent_upstream(catalog, table, k, now)
         ]
         if keys:
             plan[table.fqn] = keys

@@ -26,7 +26,7 @@ from dagster import (
     DagsterInstance,
 )
 
-from warehouse_assets.catalog import BY_PERIOD, Table
+from warehouse_assets.catalog import Table, partitions_def_of
 from warehouse_assets.catalog.checks import PARTITION as PARTITION  # re-exported: the compiler's grouped ODS reads
 from warehouse_assets.catalog.checks import Check, Outcome, evaluate_grouped
 
@@ -44,7 +44,7 @@ def check_specs(table: Table) -> list[AssetCheckSpec]:
             asset=AssetKey(table.key),
             description=check.describe(),
             blocking=check.blocking,
-            partitions_def=BY_PERIOD[table.period],
+            partitions_def=partitions_def_of(table),
             metadata={"kind": check.kind, "declared_in": table.path.name},
         )
         for check in table.checks

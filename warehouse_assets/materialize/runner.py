@@ -24,7 +24,7 @@ holds back the partition's downstream in later runs. A partition whose blocking 
 import json
 import time
 from collections.abc import Iterator, Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pyarrow.compute as pc
@@ -36,7 +36,6 @@ from dagster import (
     MaterializeResult,
     MetadataValue,
     Output,
-    TimeWindowPartitionsDefinition,
 )
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -53,7 +52,9 @@ from warehouse_assets.catalog import (
     OdsWindows,
     StaticTable,
     Table,
-    partition_values,
+    business_zone,
+    partition_values_of,
+    partition_window,
 )
 from warehouse_assets.catalog.lineage import WarehouseLineage
 from warehouse_assets.ingest.deliveries import external_source
@@ -81,20 +82,11 @@ from warehouse_assets.materialize.quality import (
 from warehouse_assets.materialize.validity import VALID, valid_evaluation
 
 
-def partition_spec(period: str, partition_key: str) -> dict[str, str]:
-    """The Delta partition values of a Dagster partition key (local time of the window start)."""
-    return partition_values(period, partition_key)
-
-
 def read_name(catalog: Catalog, table: str) -> str:
     """The table the SQL names for the dependency on ``table``: an ODS table's completeness windows are read as the
     ODS table itself."""
     upstream = catalog[table]
     return upstream.source if isinstance(upstream, OdsWindows) else table
-
-
-def _start(pdef: TimeWindowPartitionsDefinition, key: str) -> datetime:
-    return pdef.time_window_for_partition_key(key).start
 
 
 def view_name(fqn: str) -> str:
@@ -103,15 +95,18 @@ def view_name(fqn: str) -> str:
 
 def render_sql(table: Table, partition_key: str, catalog: Catalog | None = None) -> str:
     """The table's SQL with partition variables substituted and inputs renamed to their views (``catalog``: the
-    tables the SQL names for completeness windows, :func:`read_name`)."""
+    tables the SQL names for completeness windows, :func:`read_name`). A table with regions also has ``${region}``,
+    and its ``${ds}`` is the region's date; ``${start}`` and ``${end}`` are business time, as the data's timestamps."""
     assert isinstance(table, DerivedTable)
-    window = BY_PERIOD[table.period].time_window_for_partition_key(partition_key)
+    window = partition_window(table, partition_key)
+    start, end = window.start.astimezone(business_zone()), window.end.astimezone(business_zone())
     variables = {
         "ds": window.start.strftime("%Y-%m-%d"),
         "hour": window.start.strftime("%H"),
-        "start": window.start.strftime("%Y-%m-%d %H:%M:%S"),
-        "end": window.end.strftime("%Y-%m-%d %H:%M:%S"),
+        "start": start.strftime("%Y-%m-%d %H:%M:%S"),
+        "end": end.strftime("%Y-%m-%d %H:%M:%S"),
         "partition_key": partition_key,
+        **({"region": partition_values_of(table, partition_key)["region"]} if table.is_regional else {}),
     }
     sql = table.sql
     for name, value in variables.items():
@@ -237,8 +232,7 @@ def _build_partitions(
     outcomes: list[Outcome],
     external: ExternalResource | None,
 ) -> MaterializeResult:
-    pdef = BY_PERIOD[table.period]
-    keys = sorted(context.partition_keys, key=lambda k: _start(pdef, k))
+    keys = sorted(context.partition_keys, key=lambda k: partition_window(table, k).start)
     states = InstanceStates(context.instance)
     written: list[dict[str, Any]] = []
     degraded: dict[str, str] = {}  # partition → what it was built without, past a deadline
@@ -269,7 +263,7 @@ def _build_partitions(
             if isinstance(upstream, OdsWindows):  # the ODS table's rows in the windows, from their hours' partitions
                 inputs[upstream.source], read_from[dep.table] = _read_windows(catalog, upstream, used, spark, store)
                 continue
-            specs = [partition_spec(upstream.period, k) for k in used]
+            specs = [partition_values_of(upstream, k) for k in used]
             if upstream.is_external:
                 if external is None:
                     raise Failure(f"{table.fqn} reads the external {dep.table} but has no external resource")
@@ -304,7 +298,7 @@ def _build_partitions(
             df.createOrReplaceTempView(view_name(name))
         out = spark.sql(render_sql(table, key, catalog))
         _check_columns(table, key, out)
-        spec = partition_spec(table.period, key)
+        spec = partition_values_of(table, key)
         out = out.select(*[c for c in out.columns if c not in spec], *[F.lit(v).alias(c) for c, v in spec.items()])
         result = store.overwrite(table.key, out, table.partition_by, [spec])
         version = result.version
@@ -401,7 +395,7 @@ def _check_partition(
     table: Table, key: str, spark: SparkSession, store: DeltaStore, inputs: dict[str, DataFrame]
 ) -> list[Outcome]:
     """Evaluate the table's checks on the partition as written (read back from Delta)."""
-    data, _ = store.read(spark, table.key, partitions=[partition_spec(table.period, key)])
+    data, _ = store.read(spark, table.key, partitions=[partition_values_of(table, key)])
     data = data.persist()
     try:
         # the row-local checks (unique, not_null) in one grouped Spark job, the others one by one
@@ -417,9 +411,7 @@ def _check_partition(
             if check.kind == "anomaly":
                 keys = anomaly_history_keys(table, check, key)
                 if keys:
-                    history, _ = store.read(
-                        spark, table.key, partitions=[partition_spec(table.period, k) for k in keys]
-                    )
+                    history, _ = store.read(spark, table.key, partitions=[partition_values_of(table, k) for k in keys])
             out.append(evaluate(table, check, key, data, inputs, history))
         return out
     finally:
@@ -481,7 +473,7 @@ def check_ods_hours(
     all row-local and the hours' files hold at most ``arrow_max_bytes``, else by one Spark job."""
     if not store.exists(table.key):
         raise Failure(f"{table.fqn} has no Delta table at {store.table_uri(table.key)}")
-    specs = [partition_spec(table.period, k) for k in keys]
+    specs = [partition_values_of(table, k) for k in keys]
     if all(c.row_local for c in table.checks):
         _, files = store.live_files(table.key, specs, deletions=False)  # its bytes: no deletion vector read
         if files.bytes_read <= arrow_max_bytes:

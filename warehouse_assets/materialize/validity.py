@@ -41,7 +41,7 @@ from dagster import (
     DagsterInstance,
 )
 
-from warehouse_assets.catalog import BY_PERIOD, WHOLE
+from warehouse_assets.catalog import WHOLE, partitions_def_of
 
 if TYPE_CHECKING:
     from warehouse_assets.catalog import Table
@@ -101,7 +101,7 @@ def valid_spec(table: Table) -> AssetCheckSpec:
         description="Failed = tainted: the partition's data is known bad (reason, root and who in the metadata); "
         "passed once a rebuild passed its blocking checks. Marked by `warehouse taint` or the taint_repair job.",
         blocking=False,
-        partitions_def=None if table.is_static else BY_PERIOD[table.period],
+        partitions_def=None if table.is_static else partitions_def_of(table),
         metadata={"kind": "validity"},
     )
 

@@ -23,7 +23,7 @@ from dagster import (
 
 from resources.delta_lake import DeltaLakeResource
 from resources.spark import SparkResource
-from warehouse_assets.catalog import Catalog, Table
+from warehouse_assets.catalog import Catalog, Table, partition_values_of
 
 
 class ZOrderConfig(Config):  # type: ignore[misc]
@@ -44,12 +44,10 @@ def build_zorder_job(catalog: Catalog) -> JobDefinition:
     ) -> Output[list[dict[str, Any]]]:
         if config.table not in tables:
             raise ValueError(f"{config.table} declares no Z-order columns; tables that do: {sorted(tables)}")
-        from warehouse_assets.materialize.runner import partition_spec  # the run imports PySpark; compiling does not
-
         table, store = tables[config.table], lake.store()
         results = []
         for key in config.partitions:
-            spec = partition_spec(table.period, key)
+            spec = partition_values_of(table, key)
             before = store.live_files(table.key, [spec], deletions=False)[1].files_read
             metrics = store.optimize(
                 table.key,
