@@ -141,3 +141,11 @@ def test_each_tick_says_in_the_tick_list_what_the_engine_launched_since_the_prev
         failing.cursor,
     )
     assert "failing: the webserver refuses: 502" in failing.skip_reason.skip_message  # type: ignore[union-attr]
+
+
+def test_a_beat_written_just_after_the_tick_read_its_clock_is_zero_seconds_old(consolidated: DagsterInstance) -> None:
+    now = time.time()
+    heartbeat.beat(consolidated, Heartbeat(at=now + 0.004, started_at=now - 600, pending=1))
+    tick = heartbeat.tick_text(consolidated, previous_tick=None, now=now)
+    assert re.fullmatch(r"0 runs launched since the engine started; engine alive, beat 0 s ago, 1 to submit", tick.line)
+    assert "last beat 0 s ago" in heartbeat.engine_status(consolidated, now)

@@ -84,7 +84,7 @@ def engine_status(instance: DagsterInstance, now: float | None = None) -> str:
     where = f"pid {heartbeat.pid} on {heartbeat.host}"
     if heartbeat.stopped:
         raise EngineDown(f"the engine stopped at {_clock(heartbeat.at)} ({where}): {restart}")
-    age = now - heartbeat.at
+    age = max(0.0, now - heartbeat.at)  # a beat written just after this caller read its clock is of now
     if age > STALE_SECONDS:
         raise EngineDown(
             f"no heartbeat from the engine for {age:.0f} s (last at {_clock(heartbeat.at)}, {where}): it died or "
@@ -135,7 +135,8 @@ def tick_text(instance: DagsterInstance, previous_tick: float | None, now: float
     window = "since the engine started" if previous_tick is None else "since the previous tick"
     runs = f"{launched} run{'' if launched == 1 else 's'} launched {window}"
     state = "FAILING (hover)" if heartbeat.failing else "alive"  # the reason is in the skip reason shown on hover
-    line = f"{runs}; engine {state}, beat {now - heartbeat.at:.0f} s ago, {heartbeat.pending} to submit"
+    age = max(0.0, now - heartbeat.at)  # a beat written just after the tick read its clock is of now, not "-0 s ago"
+    line = f"{runs}; engine {state}, beat {age:.0f} s ago, {heartbeat.pending} to submit"
     if len(line) > CURSOR_CHARS:
         line = line[: CURSOR_CHARS - 1] + "…"
     return TickText(line, f"{runs}; {status}")
