@@ -14,9 +14,20 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
-from dagster import AssetKey, AssetMaterialization, DagsterInstance, instance_for_test
+from dagster import (
+    AssetKey,
+    AssetMaterialization,
+    DagsterEvent,
+    DagsterEventType,
+    DagsterInstance,
+    instance_for_test,
+)
+from dagster._core.definitions.asset_checks.asset_check_evaluation import AssetCheckEvaluationPlanned
+from dagster._core.definitions.partitions.subset import DefaultPartitionsSubset
+from dagster._core.utils import make_new_run_id
 
 from tests.center.test_state_store import materializations, report, verdict
+from tests.center.test_state_store import taint as mark
 from tests.support.center_harness import CenterTicker
 from warehouse_assets.catalog import BY_PERIOD, WHOLE, Catalog, load_catalog, upstream_partitions
 from warehouse_assets.center.resolver import Resolver
@@ -25,7 +36,7 @@ from warehouse_assets.center.state_store import PartitionStateStore
 from warehouse_assets.center.taint import JOB, build_taint_job, new_taint, plan_taint
 from warehouse_assets.cli import main
 from warehouse_assets.materialize.compiler import max_partitions_per_run
-from warehouse_assets.materialize.validity import Taint, tainted_in_instance
+from warehouse_assets.materialize.validity import VALID, Taint, tainted_in_instance
 
 TZ = ZoneInfo("Asia/Shanghai")
 NOW = datetime(2026, 3, 20, 12, tzinfo=TZ)
@@ -398,6 +409,35 @@ def test_a_tainted_static_table_taints_every_partition_built_from_it_and_is_repa
         store.update()
         assert store.states(static, [WHOLE])[WHOLE].taint is None
         store.close()
+
+
+def planned(instance: DagsterInstance, key: AssetKey, partition: str) -> None:
+    """The ``valid`` check of a partition planned in a run of its own, as a run that rebuilds it logs it first."""
+    subset = DefaultPartitionsSubset({partition})
+    plan = AssetCheckEvaluationPlanned(asset_key=key, check_name=VALID, partitions_subset=subset)
+    event = DagsterEvent(DagsterEventType.ASSET_CHECK_EVALUATION_PLANNED.value, "repair", event_specific_data=plan)
+    instance.report_dagster_event(event, make_new_run_id())
+
+
+def test_the_run_guard_reads_a_partition_tainted_while_its_repair_runs_and_after_it_failed_before_building(
+    instance: DagsterInstance, catalog: Catalog
+) -> None:
+    day = AssetKey(["dwd", "day"])
+    build(instance, catalog, {"ods.src": hours("2026-03-10"), "dwd.day": ["2026-03-09", "2026-03-10"]})
+    bad = materializations(instance, day, "2026-03-10")[0]
+    mark(instance, day, "2026-03-10", bad, reason="amounts 100x")
+    guard = lambda: tainted_in_instance(instance, catalog["dwd.day"], ["2026-03-09", "2026-03-10"])  # noqa: E731
+    assert {p: t.reason for p, t in guard().items()} == {"2026-03-10": "amounts 100x"}
+
+    planned(instance, day, "2026-03-10")  # the repair's run starts; it fails before its build, or is still running
+    assert {p: t.reason for p, t in guard().items()} == {"2026-03-10": "amounts 100x"}
+    planned(instance, day, "2026-03-09")  # a plan on a partition never tainted taints nothing
+    assert set(guard()) == {"2026-03-10"}
+
+    report(instance, day, "2026-03-10")  # the repair built it: the taint was on the build before
+    assert guard() == {}
+    verdict(instance, day, "2026-03-10", True, materializations(instance, day, "2026-03-10")[0])
+    assert guard() == {}
 
 
 def test_every_example_of_the_closure_is_cheap_in_lookups(index: ReverseIndex) -> None:

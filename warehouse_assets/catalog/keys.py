@@ -17,10 +17,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
 from warehouse_assets.catalog.calendars import BY_PERIOD, MINUTE_PERIODS, REGION_DELIMITER, periods, regional_key
 from warehouse_assets.catalog.model import PERIOD_NOUN, WHOLE, DerivedTable, Table
+
+if TYPE_CHECKING:
+    from dagster import TimeWindow
 
 HOUR_FORMAT = "%Y-%m-%d-%H:%M"
 DAY_FORMAT = "%Y-%m-%d"
@@ -125,19 +129,7 @@ def check_partition_key(table: Table, key: str, now: datetime | None = None) -> 
             f"starts {periods().start:%Y-%m-%d}, WAREHOUSE_START); nothing before it is ever ingested or built",
         )
     window = pdef.time_window_for_partition_key(key)
-    if window.start > now:
-        raise PartitionKeyError(
-            "future",
-            f"{table.fqn} {key} is in the future: the {noun} begins at {_local(window.start, zone)} and its partition "
-            f"exists once it ends, at {_local(window.end, zone)}",
-        )
-    if window.end > now:
-        raise PartitionKeyError(
-            "unfinished",
-            f"{table.fqn} {key} has not finished yet: the {noun} ends at {_local(window.end, zone)} "
-            f"(in {_duration(window.end - now)}); its partition exists from then. The latest finished one is "
-            f"{example}",
-        )
+    _check_finished(f"{table.fqn} {key}", f"the {noun}", window, zone, now, f". The latest finished one is {example}")
 
 
 def _check_regional_key(table: DerivedTable, key: str, now: datetime) -> None:
@@ -164,17 +156,24 @@ def _check_regional_key(table: DerivedTable, key: str, now: datetime) -> None:
             f"{periods().start:%Y-%m-%d} (WAREHOUSE_START); nothing before it is ever ingested or built",
         )
     window = periods().region_days(zone.key).time_window_for_partition_key(day)
+    _check_finished(f"{table.fqn} {key}", "that day", window, zone, now)
+
+
+def _check_finished(
+    partition: str, period: str, window: TimeWindow, zone: ZoneInfo, now: datetime, latest: str = ""
+) -> None:
+    """A partition exists once its ``window`` has ended: refused if it has not begun or not ended at ``now``."""
     if window.start > now:
         raise PartitionKeyError(
             "future",
-            f"{table.fqn} {key} is in the future: that day begins at {_local(window.start, zone)} and its partition "
+            f"{partition} is in the future: {period} begins at {_local(window.start, zone)} and its partition "
             f"exists once it ends, at {_local(window.end, zone)}",
         )
     if window.end > now:
         raise PartitionKeyError(
             "unfinished",
-            f"{table.fqn} {key} has not finished yet: that day ends at {_local(window.end, zone)} (in "
-            f"{_duration(window.end - now)}); its partition exists from then",
+            f"{partition} has not finished yet: {period} ends at {_local(window.end, zone)} "
+            f"(in {_duration(window.end - now)}); its partition exists from then{latest}",
         )
 
 

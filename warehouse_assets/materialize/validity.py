@@ -44,6 +44,8 @@ from dagster import (
 from warehouse_assets.catalog import WHOLE, partitions_def_of
 
 if TYPE_CHECKING:
+    from dagster._core.storage.event_log.base import EventLogStorage
+
     from warehouse_assets.catalog import Table
 
 VALID = "valid"  # the check every table carries: failed = tainted
@@ -185,41 +187,70 @@ def _dagster_partition(partition: str) -> str | None:
 
 def tainted_in_instance(instance: DagsterInstance, table: Table, keys: Sequence[str]) -> dict[str, Taint]:
     """Partition → its taint, for those of ``keys`` whose latest ``valid`` verdict on their latest materialization
-    failed, read from the instance (the run guard's view; the dependency center reads its state store)."""
+    failed, read from the instance (the run guard's view; the dependency center reads its state store).
+
+    A run that checks a partition logs its check as planned before it builds: while a repair rebuilds a tainted
+    partition, and for good when that run fails before its build, Dagster's latest execution of the check is that
+    plan, not a verdict. The verdict that holds is then the latest one given, if it was on the latest build."""
     if not keys:
         return {}
     from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
-    if table.is_static:  # unpartitioned: the check's latest execution, if it is on the latest materialization
-        check = AssetCheckKey(AssetKey(table.key), VALID)
-        record = instance.event_log_storage.get_latest_asset_check_execution_by_key([check]).get(check)
+    check = AssetCheckKey(AssetKey(table.key), VALID)
+    storage = instance.event_log_storage
+    if table.is_static:  # unpartitioned: its latest verdict, if it is on the latest materialization
         latest = instance.fetch_materializations(AssetKey(table.key), limit=1).records
-        event = record.event if record is not None else None
-        evaluation = event.dagster_event.asset_check_evaluation_data if event and event.dagster_event else None
-        target = evaluation.target_materialization_data if evaluation is not None else None
-        current = target is not None and bool(latest) and target.storage_id == latest[0].storage_id
-        failed = record is not None and record.status == AssetCheckExecutionRecordStatus.FAILED
-        if not (current and failed and evaluation is not None and event is not None):
-            return {}
-        return {WHOLE: Taint.of(evaluation, event.timestamp)}
+        taint = _failed_verdict_on(storage, check, None, latest[0].storage_id if latest else None)
+        return {WHOLE: taint} if taint is not None else {}
 
     wanted = set(keys)
-    check = AssetCheckKey(AssetKey(table.key), VALID)
     found: dict[str, Taint] = {}
-    storage = instance.event_log_storage
     for info in storage.get_asset_check_partition_info([check], partition_keys=sorted(wanted)):
-        failed = info.latest_execution_status == AssetCheckExecutionRecordStatus.FAILED
-        if info.partition_key in wanted and info.is_current and failed:
-            # the verdict's metadata (reason, root) is in its event: one read by storage id
-            event_id = info.latest_check_event_storage_id
-            logs = storage.get_logs_for_all_runs_by_log_id(
-                after_cursor=event_id - 1, dagster_event_type=DagsterEventType.ASSET_CHECK_EVALUATION, limit=1
-            )
-            entry = logs.get(event_id)
-            evaluation = entry.dagster_event.asset_check_evaluation_data if entry and entry.dagster_event else None
-            if evaluation is not None:
-                found[str(info.partition_key)] = Taint.of(evaluation, entry.timestamp)  # type: ignore[union-attr]
+        if info.partition_key not in wanted:
+            continue
+        status = info.latest_execution_status
+        if status == AssetCheckExecutionRecordStatus.PLANNED:
+            taint = _failed_verdict_on(storage, check, info.partition_key, info.latest_materialization_storage_id)
+        elif status == AssetCheckExecutionRecordStatus.FAILED and info.is_current:
+            taint = _taint_logged_at(storage, info.latest_check_event_storage_id)
+        else:
+            taint = None
+        if taint is not None:
+            found[str(info.partition_key)] = taint
     return dict(sorted(found.items()))
+
+
+def _failed_verdict_on(
+    storage: EventLogStorage, check: AssetCheckKey, partition: str | None, materialization: int | None
+) -> Taint | None:
+    """The taint of the partition's latest verdict (plans skipped), if it failed on the ``materialization`` given."""
+    from dagster._core.event_api import PartitionKeyFilter
+    from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
+
+    verdicts = storage.get_asset_check_execution_history(
+        check,
+        limit=1,
+        status={AssetCheckExecutionRecordStatus.SUCCEEDED, AssetCheckExecutionRecordStatus.FAILED},
+        partition_filter=PartitionKeyFilter(key=partition),
+    )
+    if not verdicts or verdicts[0].status != AssetCheckExecutionRecordStatus.FAILED or verdicts[0].event is None:
+        return None
+    event = verdicts[0].event
+    evaluation = event.dagster_event.asset_check_evaluation_data if event.dagster_event else None
+    target = evaluation.target_materialization_data if evaluation is not None else None
+    if evaluation is None or target is None or materialization is None or target.storage_id != materialization:
+        return None
+    return Taint.of(evaluation, event.timestamp)
+
+
+def _taint_logged_at(storage: EventLogStorage, event_id: int) -> Taint | None:
+    """The taint a failed verdict logged as event ``event_id`` records: its metadata (reason, root) is in the event."""
+    logs = storage.get_logs_for_all_runs_by_log_id(
+        after_cursor=event_id - 1, dagster_event_type=DagsterEventType.ASSET_CHECK_EVALUATION, limit=1
+    )
+    entry = logs.get(event_id)
+    evaluation = entry.dagster_event.asset_check_evaluation_data if entry and entry.dagster_event else None
+    return Taint.of(evaluation, entry.timestamp) if entry is not None and evaluation is not None else None
 
 
 def taint_times(instance: DagsterInstance, table: Table, keys: Sequence[str]) -> dict[str, float]:
