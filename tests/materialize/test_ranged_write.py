@@ -19,6 +19,7 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from resources import resources_from_env
+from tests.support.small_catalog import write
 from warehouse_assets.catalog import load_catalog
 from warehouse_assets.materialize.compiler import build_assets
 
@@ -68,8 +69,7 @@ def _rows_in_hour(hour: int) -> int:
 def warehouse(tmp_path: Path, spark: SparkSession) -> dict[str, Any]:
     root = tmp_path / "catalog"
     for rel, body in TABLES.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(body)
+        write(root, rel, body)
     catalog = load_catalog(root)
     resources = resources_from_env(
         {"WAREHOUSE_LAKE_ROOT": str(tmp_path / "lake"), "WAREHOUSE_LANDING_ROOT": str(tmp_path)}
