@@ -20,7 +20,7 @@ from dagster import (
 
 from sensors.center import build_dependency_center_sensor
 from tests.center.test_engine_scale import Recorder
-from warehouse_assets.catalog import Catalog, load_catalog
+from warehouse_assets.catalog import Catalog, business_time, load_catalog
 from warehouse_assets.center import heartbeat
 from warehouse_assets.center.engine import assemble_engine
 from warehouse_assets.center.heartbeat import SENSOR_NAME, EngineDown, Heartbeat
@@ -33,8 +33,17 @@ def catalog() -> Catalog:
     return load_catalog()
 
 
-def _evaluate(catalog: Catalog, instance: DagsterInstance, previous_tick: float | None = None) -> SensorResult:
-    context = SensorEvaluationContext(instance_ref=None, instance=instance, last_tick_completion_time=previous_tick)
+END = r"\d\d:\d\d:\d\d[+-]\d\d:\d\d"  # where the seconds a tick counted end, in the business zone
+WINDOW = rf"\d\d:\d\d:\d\d–{END}"
+
+
+def _evaluate(
+    catalog: Catalog, instance: DagsterInstance, previous_tick: float | None = None, cursor: str | None = None
+) -> SensorResult:
+    """One tick: ``previous_tick`` and ``cursor`` as the daemon passes them, the previous tick's start and line."""
+    context = SensorEvaluationContext(
+        instance_ref=None, instance=instance, last_tick_completion_time=previous_tick, cursor=cursor
+    )
     result = build_dependency_center_sensor(catalog)(context)
     assert isinstance(result, SensorResult)
     assert not result.run_requests and result.skip_reason is not None  # the engine's runs name it, it requests none
@@ -83,7 +92,7 @@ def test_the_ticks_show_a_running_engine_and_fail_once_it_stopped(
     finally:
         stop.set()
         loop.join()
-    assert message.startswith("0 runs launched since the engine started; engine alive (pid "), message
+    assert re.match(rf"0 runs launched {WINDOW}; engine alive \(pid ", message), message
     assert "cursor 0 event(s) behind the log; backlog 0 candidate(s); 0 run(s) to submit" in message
 
     with pytest.raises(EngineDown, match=r"the engine stopped at .*: nothing starts derived partitions"):
@@ -106,46 +115,74 @@ def test_each_tick_says_in_the_tick_list_what_the_engine_launched_since_the_prev
     catalog: Catalog, consolidated: DagsterInstance
 ) -> None:
     """The tick list shows a skipped tick as "0 runs requested" (the sensor's own requests) and its cursor in a column
-    of its own, up to 95 characters: the cursor is the runs the engine launched and its heartbeat in short, the skip
-    reason (shown when the tick is hovered) and the tick's log the whole heartbeat."""
+    of its own, up to 95 characters: the cursor is the runs the engine launched in the seconds it names and its
+    heartbeat in short, the skip reason (shown when the tick is hovered) and the tick's log the whole heartbeat."""
     instance = consolidated
     now = time.time()
     heartbeat.beat(instance, Heartbeat(at=now - 2, started_at=now - 600, pending=3, submitted=5))
     instance.add_run(DagsterRun(job_name="why_waiting"))  # launched by hand: not the engine's
     for _ in range(2):
         _engine_run(instance)
+    _next_second()
     first = _evaluate(catalog, instance)  # the sensor's first tick: since the engine started
     assert first.cursor is not None
-    assert re.fullmatch(
-        r"2 runs launched since the engine started; engine alive, beat \d+ s ago, 3 to submit", first.cursor
-    )
+    started = business_time(now - 600, "seconds")[11:19]
+    assert re.fullmatch(rf"2 runs launched {started}–{END}; engine alive, beat \d+ s ago, 3 to submit", first.cursor)
     message = first.skip_reason.skip_message  # type: ignore[union-attr]
-    assert message.startswith("2 runs launched since the engine started; engine alive (pid "), message
+    assert message.startswith(first.cursor.split(";")[0] + "; engine alive (pid "), message
     assert "5 submitted since start" in message
 
-    previous_tick = time.time()
-    time.sleep(0.01)
     for _ in range(3):
         _engine_run(instance)
-    later = _evaluate(catalog, instance, previous_tick)
-    assert later.cursor is not None and later.cursor.startswith("3 runs launched since the previous tick; engine alive")
+    _next_second()
+    later = _evaluate(catalog, instance, time.time() - 60, first.cursor)
+    assert later.cursor is not None and re.match(rf"3 runs launched {WINDOW}; engine alive", later.cursor), later.cursor
+    # the window starts where the previous one ended
+    assert later.cursor.split("launched ")[1][:8] == first.cursor.split("–")[1][:8]
     assert len(later.cursor) <= 95
-    quiet = _evaluate(catalog, instance, time.time() + 1)
-    assert quiet.cursor is not None and quiet.cursor.startswith("0 runs launched since the previous tick;")
+    quiet = _evaluate(catalog, instance, time.time(), later.cursor)
+    assert quiet.cursor is not None and quiet.cursor.startswith("0 runs launched ")
 
     heartbeat.beat(instance, Heartbeat(at=time.time(), started_at=now - 600, failing="the webserver refuses: 502"))
-    failing = _evaluate(catalog, instance, time.time() + 1)
+    failing = _evaluate(catalog, instance, time.time(), quiet.cursor)
     assert failing.cursor is not None and len(failing.cursor) <= 95
     assert re.fullmatch(
-        r"0 runs launched since the previous tick; engine FAILING \(hover\), beat \d+ s ago, 0 to submit",
-        failing.cursor,
+        rf"0 runs launched {WINDOW}; engine FAILING \(hover\), beat \d+ s ago, 0 to submit", failing.cursor
     )
     assert "failing: the webserver refuses: 502" in failing.skip_reason.skip_message  # type: ignore[union-attr]
+
+
+def test_a_run_launched_while_a_tick_is_evaluated_is_counted_by_one_tick_only(
+    catalog: Catalog, consolidated: DagsterInstance
+) -> None:
+    """The daemon tells a tick when the previous one started, before it was evaluated; a run the engine launched in
+    between is counted by the tick that read it, and by no other: the ticks' counts add up to the runs launched."""
+    instance = consolidated
+    heartbeat.beat(instance, Heartbeat(at=time.time(), started_at=time.time() - 600))
+    ticks: list[SensorResult] = []
+    previous_start: float | None = None
+    for launched in (2, 0, 3):
+        start = time.time()  # the daemon starts the tick; the engine launches runs a second later; it is evaluated
+        _next_second()
+        for _ in range(launched):
+            _engine_run(instance)
+        ticks.append(_evaluate(catalog, instance, previous_start, ticks[-1].cursor if ticks else None))
+        previous_start = start
+    _next_second()
+    ticks.append(_evaluate(catalog, instance, previous_start, ticks[-1].cursor))  # the runs of the tick's own second
+    counted = [int(str(t.cursor).split(" ")[0]) for t in ticks]
+    assert sum(counted) == 5, [t.cursor for t in ticks]
+
+
+def _next_second() -> None:
+    """Wait into the next whole second: the ticks count whole seconds, a run launched in a tick's own second is counted
+    by the next one."""
+    time.sleep(1.0 - time.time() % 1.0 + 0.01)
 
 
 def test_a_beat_written_just_after_the_tick_read_its_clock_is_zero_seconds_old(consolidated: DagsterInstance) -> None:
     now = time.time()
     heartbeat.beat(consolidated, Heartbeat(at=now + 0.004, started_at=now - 600, pending=1))
     tick = heartbeat.tick_text(consolidated, previous_tick=None, now=now)
-    assert re.fullmatch(r"0 runs launched since the engine started; engine alive, beat 0 s ago, 1 to submit", tick.line)
+    assert re.fullmatch(rf"0 runs launched {WINDOW}; engine alive, beat 0 s ago, 1 to submit", tick.line)
     assert "last beat 0 s ago" in heartbeat.engine_status(consolidated, now)

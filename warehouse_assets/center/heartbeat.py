@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from dagster import DagsterInstance, RunsFilter
 
@@ -108,6 +109,7 @@ def engine_status(instance: DagsterInstance, now: float | None = None) -> str:
 
 
 CURSOR_CHARS = 95  # what the tick list's Cursor column shows of a cursor before it cuts it with "…"
+_WINDOW = re.compile(r"launched \d\d:\d\d:\d\d–(\d\d):(\d\d):(\d\d)([+-]\d\d:\d\d);")
 
 
 @dataclass(frozen=True)
@@ -121,18 +123,40 @@ class TickText:
     message: str
 
 
-def tick_text(instance: DagsterInstance, previous_tick: float | None, now: float | None = None) -> TickText:
-    """The runs the engine launched since the previous tick (``previous_tick``, epoch seconds; None: since the engine
-    started) and its heartbeat; :class:`EngineDown` when it is not running."""
+def tick_text(
+    instance: DagsterInstance,
+    previous_tick: float | None,
+    previous_line: str | None = None,
+    now: float | None = None,
+) -> TickText:
+    """The runs the engine launched in the seconds since the window the previous tick counted, and its heartbeat;
+    :class:`EngineDown` when it is not running.
+
+    Each tick counts the runs created in whole seconds ``[start, end)``, ``end`` the second it is evaluated in, and
+    says that window in its line (the cursor); the next tick reads its start from that line. Dagster's
+    ``previous_tick`` is when the previous tick started, before it was evaluated: counting from it, a run launched
+    while that tick was evaluated would be counted by both. Whole seconds, since SQLite keeps a run's creation time to
+    the second. ``previous_tick`` serves when the previous line says no window (the first tick: since the engine
+    started)."""
     now = time.time() if now is None else now
     status = engine_status(instance, now)
     heartbeat = read(instance)
     assert heartbeat is not None  # engine_status raised otherwise
-    since = heartbeat.started_at if previous_tick is None else max(previous_tick, 0.0)
+    end = float(int(now))
+    start = _previous_end(previous_line, now)
+    if start is None:
+        start = float(int(heartbeat.started_at if previous_tick is None else max(previous_tick, 0.0)))
+    start = min(start, end)
     launched = instance.get_runs_count(
-        RunsFilter(tags={"dagster/sensor_name": SENSOR_NAME}, created_after=datetime.fromtimestamp(since, UTC))
+        RunsFilter(
+            tags={"dagster/sensor_name": SENSOR_NAME},
+            # a microsecond inside each bound, the filters being strict: SQLite keeps "12:00:07" and compares it
+            # below "12:00:07.000000" (PostgreSQL keeps microseconds: a run of a window's last one goes uncounted)
+            created_after=datetime.fromtimestamp(start, UTC) - _MICROSECOND,
+            created_before=datetime.fromtimestamp(end, UTC) - _MICROSECOND,
+        )
     )
-    window = "since the engine started" if previous_tick is None else "since the previous tick"
+    window = f"{_clock(start)[11:19]}–{_clock(end)[11:]}"  # the end's offset names the zone of both
     runs = f"{launched} run{'' if launched == 1 else 's'} launched {window}"
     state = "FAILING (hover)" if heartbeat.failing else "alive"  # the reason is in the skip reason shown on hover
     age = max(0.0, now - heartbeat.at)  # a beat written just after the tick read its clock is of now, not "-0 s ago"
@@ -140,6 +164,24 @@ def tick_text(instance: DagsterInstance, previous_tick: float | None, now: float
     if len(line) > CURSOR_CHARS:
         line = line[: CURSOR_CHARS - 1] + "…"
     return TickText(line, f"{runs}; {status}")
+
+
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def _previous_end(line: str | None, now: float) -> float | None:
+    """The end of the window a tick's line counted (epoch seconds), the latest instant at that clock time not later
+    than ``now`` (give or take a minute of clock skew between hosts); None when the line says no window."""
+    found = _WINDOW.search(line or "")
+    if found is None:
+        return None
+    hours, minutes, seconds = (int(found[i]) for i in (1, 2, 3))
+    zone = datetime.fromisoformat(f"2000-01-01T00:00:00{found[4]}").tzinfo
+    local = datetime.fromtimestamp(now, zone)
+    end = local.replace(hour=hours, minute=minutes, second=seconds, microsecond=0)
+    if end.timestamp() > now + 60:
+        end -= timedelta(days=1)
+    return end.timestamp()
 
 
 def _clock(at: float) -> str:
