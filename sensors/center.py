@@ -43,7 +43,7 @@ def build_dependency_center_sensor(catalog: Catalog) -> SensorDefinition:
     )
     def dependency_center(context: SensorEvaluationContext) -> SensorResult:
         # an engine that is down raises EngineDown: the tick fails with its message
-        said = tick_text(context.instance, context.last_tick_completion_time, context.cursor)
+        said = tick_text(context.instance, context.cursor)
         context.log.info(said.message)
         return SensorResult(skip_reason=SkipReason(said.message), cursor=said.line)
 

@@ -183,6 +183,6 @@ def _next_second() -> None:
 def test_a_beat_written_just_after_the_tick_read_its_clock_is_zero_seconds_old(consolidated: DagsterInstance) -> None:
     now = time.time()
     heartbeat.beat(consolidated, Heartbeat(at=now + 0.004, started_at=now - 600, pending=1))
-    tick = heartbeat.tick_text(consolidated, previous_tick=None, now=now)
+    tick = heartbeat.tick_text(consolidated, None, now=now)
     assert re.fullmatch(rf"0 runs launched {WINDOW}; engine alive, beat 0 s ago, 1 to submit", tick.line)
     assert "last beat 0 s ago" in heartbeat.engine_status(consolidated, now)

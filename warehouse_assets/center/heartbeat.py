@@ -123,30 +123,23 @@ class TickText:
     message: str
 
 
-def tick_text(
-    instance: DagsterInstance,
-    previous_tick: float | None,
-    previous_line: str | None = None,
-    now: float | None = None,
-) -> TickText:
-    """The runs the engine launched in the seconds since the window the previous tick counted, and its heartbeat;
-    :class:`EngineDown` when it is not running.
+def tick_text(instance: DagsterInstance, previous_line: str | None, now: float | None = None) -> TickText:
+    """The runs the engine launched since the window the previous tick's line (``previous_line``, its cursor) counted,
+    and its heartbeat; :class:`EngineDown` when it is not running.
 
     Each tick counts the runs created in whole seconds ``[start, end)``, ``end`` the second it is evaluated in, and
-    says that window in its line (the cursor); the next tick reads its start from that line. Dagster's
-    ``previous_tick`` is when the previous tick started, before it was evaluated: counting from it, a run launched
-    while that tick was evaluated would be counted by both. Whole seconds, since SQLite keeps a run's creation time to
-    the second. ``previous_tick`` serves when the previous line says no window (the first tick: since the engine
-    started)."""
+    says that window in its line; the next tick starts where it ended, so that no run is counted by two ticks.
+    (Dagster tells a sensor when its previous tick started, before it was evaluated: counting from there, a run
+    launched while that tick was evaluated was counted by both.) Whole seconds, since SQLite keeps a run's creation
+    time to the second. Without a window to start from (the sensor's first tick, or a cursor an older version wrote),
+    it counts from the engine's start."""
     now = time.time() if now is None else now
     status = engine_status(instance, now)
     heartbeat = read(instance)
     assert heartbeat is not None  # engine_status raised otherwise
     end = float(int(now))
     start = _previous_end(previous_line, now)
-    if start is None:
-        start = float(int(heartbeat.started_at if previous_tick is None else max(previous_tick, 0.0)))
-    start = min(start, end)
+    start = min(float(int(heartbeat.started_at)) if start is None else start, end)
     launched = instance.get_runs_count(
         RunsFilter(
             tags={"dagster/sensor_name": SENSOR_NAME},
