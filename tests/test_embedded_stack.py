@@ -72,6 +72,7 @@ from tests.support.dev_stack import (
     STACK_TIMEOUT_S,
     STALL_S,
     await_partition,
+    days_ended,
     free_port,
     graphql,
     runs_summary,
@@ -375,13 +376,14 @@ def test_a_derived_tables_partitions_show_what_the_engine_built(
         .run_id
     )
 
+    before = days_ended()  # the partitions that exist: the render may cross the business zone's midnight
     browser.get(f"{stack.url}/assets/dwd/order_detail?view=partitions")
     # the counts of one rendering (the engine may build the next day meanwhile): none failed, every day counted
     counts = wait_for_text(
         browser, r"Failed \((\d+)\)\s+Materialized \(([1-9]\d*)\)\s+Materializing \((\d+)\)\s+Missing \((\d+)\)"
     )
     failed, materialized, materializing, missing = map(int, counts.groups())
-    assert failed == 0 and materialized + materializing + missing == len(DAYS), counts.group(0)
+    assert failed == 0 and materialized + materializing + missing in {before, days_ended()}, counts.group(0)
     assert materialized <= len(instance.get_materialized_partitions(target)), counts.group(0)
     # the day's latest materialization names the engine's run
     clickable(browser, f"//*[@title='{DAYS[0]}']").click()  # its row in the list

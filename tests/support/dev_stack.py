@@ -41,6 +41,12 @@ STACK_TIMEOUT_S = DEADLINE_S + STALL_S
 DAY = datetime.combine(datetime.now(ZoneInfo("Asia/Shanghai")).date() - timedelta(days=3), datetime.min.time())
 
 
+def days_ended() -> int:
+    """The days from ``DAY`` that have ended now, the stack's partitions of a daily table: three when the module
+    starts, one more from each midnight of the business zone a long run crosses."""
+    return (datetime.now(ZoneInfo("Asia/Shanghai")).date() - DAY.date()).days
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
