@@ -3,8 +3,8 @@
 A run over a range of partitions (a backfill, the engine's catch-up) computes every partition's query and replaces
 exactly those partitions with one ``replaceWhere`` write. What the product says per partition does not change: one
 materialization each, its own row count and Delta version in the run's metadata, its own check verdicts, a
-partition outside the range untouched. A self-dependent table, whose partition reads the one before it, still
-writes them one at a time.
+partition outside the range untouched. A self-dependent table, whose partition reads the one before it, reads the
+run's earlier partitions from their rows computed in the run, and writes them in one commit too.
 """
 
 from __future__ import annotations
@@ -159,20 +159,31 @@ def test_a_24_hour_ranged_run_is_one_delta_commit_and_each_hour_keeps_its_own_fi
         assert verdicts == {k: ("FAILED" if k == f"{DAY}-05:00" else "SUCCEEDED") for k in HOURS}
 
 
-def test_a_self_dependent_table_still_writes_its_partitions_one_commit_each_in_time_order(
+def test_a_self_dependent_table_writes_its_chain_in_one_commit_each_day_reading_the_day_before(
     warehouse: dict[str, Any],
 ) -> None:
     path = str(warehouse["lake"] / "dws" / "cum")
+    store = warehouse["resources"]["lake"].store()
+    source = [(d, h, i) for d in (DAY, NEXT) for h in range(24) for i in range(_rows_in_hour(h))]
+    first = {i: sum(-1 if (d, h) == (DAY, 5) else h for d, h, j in source if d == DAY and j == i) for i in range(3)}
+    second = {i: first[i] + sum(h for d, h, j in source if d == NEXT and j == i) for i in range(3)}
+    expected = {**{(DAY, i): v for i, v in first.items()}, **{(NEXT, i): v for i, v in second.items()}}
+
+    def totals() -> dict[tuple[str, int], int]:
+        return {(r["dt"], r["id"]): r["v"] for r in store.read_rows(["dws", "cum"])[0].to_pylist()}
+
     with instance_for_test() as instance:
         _report_hours(instance, [DAY, NEXT])
-        assert _run(warehouse, instance, CUM, DAY, NEXT).success  # T-1 read from the commit just before
+        assert _run(warehouse, instance, CUM, DAY, NEXT).success  # NEXT reads DAY as computed in the run, unwritten
+        assert [h["operation"] for h in DeltaTable(path).history()] == ["WRITE"]
+        assert totals() == expected
+        [record] = instance.fetch_materializations(CUM, limit=1).records
+        listed = record.asset_materialization.metadata["partitions"].value  # type: ignore[union-attr]
+        assert [(p["partition"], p["rows"], p["delta_version"]) for p in listed] == [(DAY, 3, 0), (NEXT, 3, 0)]  # type: ignore[union-attr]
+        # NEXT again on its own: its T-1 is read from Delta, as written by the first run
+        assert _run(warehouse, instance, CUM, NEXT, NEXT).success
         assert [h["operation"] for h in DeltaTable(path).history()] == ["WRITE", "WRITE"]
-        rows = warehouse["resources"]["lake"].store().read_rows(["dws", "cum"])[0].to_pylist()
-        totals = {(r["dt"], r["id"]): r["v"] for r in rows}
-        source = [(d, h, i) for d in (DAY, NEXT) for h in range(24) for i in range(_rows_in_hour(h))]
-        first = {i: sum(-1 if (d, h) == (DAY, 5) else h for d, h, j in source if d == DAY and j == i) for i in range(3)}
-        second = {i: first[i] + sum(h for d, h, j in source if d == NEXT and j == i) for i in range(3)}
-        assert totals == {**{(DAY, i): v for i, v in first.items()}, **{(NEXT, i): v for i, v in second.items()}}
+        assert totals() == expected
 
 
 def test_the_zorder_job_optimizes_its_partitions_in_one_commit_and_observes_each(

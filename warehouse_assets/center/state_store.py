@@ -666,8 +666,8 @@ def _from_row(r: Sequence[object]) -> PartitionState:
 
 def written_version(metadata: Mapping[str, Any], partition: str | None) -> int | None:
     """The Delta version that wrote ``partition``, from its materialization's metadata: a ranged run lists the version
-    that wrote each of its partitions (``partitions``: one commit for all of them, or one each for a self-dependent
-    table); its ``delta_version`` is the last one."""
+    that wrote each of its partitions (``partitions``: one commit for all of them, or one per piece of a range too long
+    for one); its ``delta_version`` is the last one."""
     listed = metadata.get("partitions")
     for entry in listed.value if listed is not None and isinstance(listed.value, list) else []:
         if (

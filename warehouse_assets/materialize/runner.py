@@ -13,7 +13,8 @@ never when the code location loads: loading it imports PySpark. For each partiti
    or Delta table through :class:`resources.external.ExternalResource` — and registered under the names its
    SQL uses;
 3. the SQL is rendered for the partition; the run's partitions are then written together by Spark, one Delta
-   overwrite of exactly those partitions (a self-dependent table, which reads its previous partition, one at a time);
+   overwrite of exactly those partitions (a self-dependent table reads its earlier partitions of the run from their
+   rows computed in the run);
 4. the table's declared checks are evaluated on the partition it wrote (:mod:`warehouse_assets.materialize.quality`).
 
 The materialization of every partition is reported first, then one check evaluation per check and partition,
@@ -141,8 +142,8 @@ def run_table(
     store: DeltaStore,
     external: ExternalResource | None = None,
 ) -> Iterator[MaterializeResult | Any]:
-    """Build every partition of the run in time order (one Delta commit for all of them, or one each for a
-    self-dependent table), then report the materializations and the check results of every partition.
+    """Build every partition of the run in time order (one Delta commit for all of them), then report the
+    materializations and the check results of every partition.
 
     External inputs are read from their producers (``external`` says where) — only the partitions their
     sensors reported, which the guard checks like any other input.
@@ -270,9 +271,10 @@ def _build_partitions(
     started = time.monotonic()
     version: int | None = None
     # Partitions are planned in time order and written together, one Delta commit per ranged write: Spark computes
-    # them in one job instead of one job and one commit each. A self-dependent table reads its own previous
-    # partition, which must be written first: it writes one partition at a time.
-    together = 1 if any(dep.table == table.fqn for dep in table.deps) else RANGED_WRITE_MAX_PARTITIONS
+    # them in one job instead of one job and one commit each. A self-dependent table reads its own earlier partitions:
+    # those planned in this run are read from their computed rows, each partition's rows computed once when it is
+    # planned (a local checkpoint, which also keeps a long chain's query plan from growing with every day).
+    self_dependent = any(dep.table == table.fqn for dep in table.deps)
     pending: list[_Planned] = []
 
     def write() -> None:
@@ -342,6 +344,9 @@ def _build_partitions(
             if isinstance(upstream, OdsWindows):  # the ODS table's rows in the windows, from their hours' partitions
                 inputs[upstream.source], read_from[dep.table] = _read_windows(catalog, upstream, used, spark, store)
                 continue
+            if dep.table == table.fqn and any(p.key in used for p in pending):
+                inputs[dep.table], read_from[dep.table] = _own_earlier(store, spark, table, used, pending), used
+                continue
             specs = [partition_values_of(upstream, k) for k in used]
             if upstream.is_external:
                 if external is None:
@@ -380,8 +385,11 @@ def _build_partitions(
         _check_columns(table, key, out)
         spec = partition_values_of(table, key)
         out = out.select(*[c for c in out.columns if c not in spec], *[F.lit(v).alias(c) for c, v in spec.items()])
+        if self_dependent:
+            out = out.localCheckpoint(eager=True)
+            states.written.setdefault(table.fqn, set()).add(key)  # the gate of its next partition finds it built
         pending.append(_Planned(key, verdict, out, inputs, read_from))
-        if len(pending) >= together:
+        if len(pending) >= RANGED_WRITE_MAX_PARTITIONS:
             write()
     write()
     # a rebuild for late data: how many late changes each partition absorbed (the dependency center's count)
@@ -406,6 +414,26 @@ def _build_partitions(
             **_column_lineage(context, catalog, table),
         }
     )
+
+
+def _own_earlier(
+    store: DeltaStore, spark: SparkSession, table: Table, used: list[str], pending: list[_Planned]
+) -> DataFrame:
+    """A self-dependent table's partitions ``used``: those planned in this run (not written yet) from their computed
+    rows, the others from Delta at the version of now."""
+    planned = {p.key: p.out for p in pending}
+    frames = [planned[k] for k in used if k in planned]
+    written = [k for k in used if k not in planned]
+    if written:
+        at = store.version(table.key)
+        if at is None:
+            raise Failure(
+                f"{table.fqn}: its Delta table does not exist at {store.table_uri(table.key)} although Dagster has "
+                f"{', '.join(written)} materialized"
+            )
+        df, _ = store.read(spark, table.key, partitions=[partition_values_of(table, k) for k in written], version=at)
+        frames.append(df)
+    return reduce(lambda a, b: a.unionByName(b), frames)
 
 
 def _read_windows(
