@@ -45,7 +45,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from sqlglot import exp
 
-from resources.delta_lake import DeltaStore, PartitionWritten, Predicate
+from resources.delta_lake import DeltaStore, PartitionWritten, Predicate, ReadStats
 from resources.external import ExternalResource
 from warehouse_assets.catalog import (
     BY_PERIOD,
@@ -332,20 +332,15 @@ def _build_partitions(
             dep, used = edge.dep, edge.used  # a weak dependency's waived partitions are not read
             upstream = catalog[dep.table]
             if upstream.is_static:  # read whole, at the version of now (a new one is read by later builds)
-                at = store.version(upstream.key)
-                if at is None:
-                    raise Failure(
-                        f"{table.fqn} {key}: the Delta table of the static {dep.table} does not exist at "
-                        f"{store.table_uri(upstream.key)} although Dagster has it materialized"
-                    )
-                df, _ = store.read(spark, upstream.key, version=at)
+                df, at, _ = _read_now(store, spark, f"{table.fqn} {key}", upstream)
                 inputs[dep.table], read_from[dep.table] = df, [f"v{at}"]
                 continue
             if isinstance(upstream, OdsWindows):  # the ODS table's rows in the windows, from their hours' partitions
                 inputs[upstream.source], read_from[dep.table] = _read_windows(catalog, upstream, used, spark, store)
                 continue
             if dep.table == table.fqn and any(p.key in used for p in pending):
-                inputs[dep.table], read_from[dep.table] = _own_earlier(store, spark, table, used, pending), used
+                own = _own_earlier(store, spark, f"{table.fqn} {key}", table, used, pending)
+                inputs[dep.table], read_from[dep.table] = own, used
                 continue
             specs = [partition_values_of(upstream, k) for k in used]
             if upstream.is_external:
@@ -353,20 +348,10 @@ def _build_partitions(
                     raise Failure(f"{table.fqn} reads the external {dep.table} but has no external resource")
                 df = external_source(external, upstream).read(spark, [s["dt"] for s in specs])
             elif specs:
-                # the version of now, for the build and for its checks, which evaluate the inputs again after the
-                # write: an ingestion merging late changes into these partitions meanwhile (the rest of a backlog)
-                # must not make them compare the partition with other rows; the late change re-reports the upstream,
-                # and the partition is built again. None: no table (one opening of the log answers both)
-                at = store.version(upstream.key)
-                if at is None:
-                    raise Failure(
-                        f"{table.fqn} {key}: the Delta table of {dep.table} does not exist at "
-                        f"{store.table_uri(upstream.key)} although Dagster has it materialized"
-                    )
                 # skip CDC tombstones, except in a changelog, where a DELETE is a change its snapshot applies
                 mirror = isinstance(upstream, OdsTable) and not upstream.changelog
                 live = [Predicate("_deleted", "=", False)] if mirror else []
-                df, stats = store.read(spark, upstream.key, partitions=specs, predicates=live, version=at)
+                df, _, stats = _read_now(store, spark, f"{table.fqn} {key}", upstream, specs, live)
                 totals["files_read"] += stats.files_read
                 totals["files_skipped"] += stats.files_in_table - stats.files_read
             else:
@@ -416,8 +401,31 @@ def _build_partitions(
     )
 
 
+def _read_now(
+    store: DeltaStore,
+    spark: SparkSession,
+    reader: str,
+    upstream: Table,
+    partitions: list[dict[str, str]] | None = None,
+    predicates: Sequence[Predicate] = (),
+) -> tuple[DataFrame, int, ReadStats]:
+    """``upstream``'s rows (of ``partitions``, all without) at the version of now, and that version. One version for
+    the build and for its checks, which evaluate the inputs again after the write: an ingestion merging late changes
+    into these partitions meanwhile (the rest of a backlog) must not make them compare the partition with other rows;
+    the late change re-reports the upstream, and the partition is built again. ``reader`` names the partition that
+    reads, for the failure of a table Dagster has materialized but Delta lacks."""
+    at = store.version(upstream.key)  # None: no table (one opening of the log answers both)
+    if at is None:
+        raise Failure(
+            f"{reader}: the Delta table of {upstream.fqn} does not exist at {store.table_uri(upstream.key)} "
+            "although Dagster has it materialized"
+        )
+    df, stats = store.read(spark, upstream.key, partitions=partitions, predicates=predicates, version=at)
+    return df, at, stats
+
+
 def _own_earlier(
-    store: DeltaStore, spark: SparkSession, table: Table, used: list[str], pending: list[_Planned]
+    store: DeltaStore, spark: SparkSession, reader: str, table: Table, used: list[str], pending: list[_Planned]
 ) -> DataFrame:
     """A self-dependent table's partitions ``used``: those planned in this run (not written yet) from their computed
     rows, the others from Delta at the version of now."""
@@ -425,14 +433,7 @@ def _own_earlier(
     frames = [planned[k] for k in used if k in planned]
     written = [k for k in used if k not in planned]
     if written:
-        at = store.version(table.key)
-        if at is None:
-            raise Failure(
-                f"{table.fqn}: its Delta table does not exist at {store.table_uri(table.key)} although Dagster has "
-                f"{', '.join(written)} materialized"
-            )
-        df, _ = store.read(spark, table.key, partitions=[partition_values_of(table, k) for k in written], version=at)
-        frames.append(df)
+        frames.append(_read_now(store, spark, reader, table, [partition_values_of(table, k) for k in written])[0])
     return reduce(lambda a, b: a.unionByName(b), frames)
 
 
