@@ -209,10 +209,15 @@ def test_fixing_the_data_and_rerunning_d_clears_the_block(env: Env) -> None:
 def test_arrow_and_spark_give_the_same_verdicts_on_row_local_checks(spark: SparkSession) -> None:
     """An ODS hour's row-local checks run on Arrow when the hours are small (the handoff's path) and on Spark
     otherwise: the same verdicts and numbers, hour by hour, on rows with every case the checks tell apart."""
-    from warehouse_assets.catalog.checks import PARTITION, NotNull, Unique, evaluate_grouped
+    from warehouse_assets.catalog.checks import PARTITION, NotNull, Range, Unique, evaluate_grouped
 
     table = load_catalog()["ods.order"]
-    checks = [Unique(), Unique(columns=("user_id", "status")), NotNull(columns=("id", "create_time", "pay_time"))]
+    checks = [
+        Unique(),
+        Unique(columns=("user_id", "status")),
+        NotNull(columns=("id", "create_time", "pay_time")),
+        Range(bounds=(("user_id", 1.0, 3.0), ("id", None, 7.0))),
+    ]
     hours = ["2026-03-02-09:00", "2026-03-02-10:00", "2026-03-02-11:00", "2026-03-02-12:00"]
     created = datetime(2026, 3, 2, 9, 5, tzinfo=TZ)
     rows = [  # 09:00 clean; 10:00 a key three times, another twice, a null key twice, nulls; 11:00 one row; 12:00 none
@@ -253,6 +258,11 @@ def test_arrow_and_spark_give_the_same_verdicts_on_row_local_checks(spark: Spark
     ten = next(o for o in by_arrow if o.check == checks[0] and o.partition == hours[1])
     # keys 7 (3 rows), 8 (2 rows) and the null key (2 rows) are duplicated; 2 null keys
     assert (ten.metadata["duplicated_keys"], ten.metadata["null_keys"], ten.metadata["rows"]) == (3, 2, 8)
+    # user_id in [1, 3]: 09:00's 0 and 4 are outside, a null (11:00) is in no range; id above 7: 10:00's 8s and 9
+    outside = {o.partition: o.metadata["outside"] for o in by_arrow if o.check == checks[3]}
+    assert outside == {hours[0]: 2, hours[1]: 4, hours[2]: 0, hours[3]: 0}
+    eleven = next(o for o in by_arrow if o.check == checks[3] and o.partition == hours[2])
+    assert eleven.passed and eleven.metadata["columns"].value["user_id"]["min"] is None
     examples = {
         e
         for o in by_arrow + by_spark

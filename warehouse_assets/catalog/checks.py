@@ -122,12 +122,6 @@ def _number(value: Any, what: str) -> float | None:
     return float(value)
 
 
-def _first(df: DataFrame) -> Any:
-    row = df.first()
-    assert row is not None, "an aggregate returns one row"
-    return row
-
-
 # --- row-local kinds: many partitions in one grouped aggregation -------------------------------------------------
 
 
@@ -156,7 +150,7 @@ class _Grouped(Check):
         """The per-partition aggregates this check needs, each aliased ``prefix + name`` (Spark)."""
         raise NotImplementedError
 
-    def arrow_aggregates(self, table: Table, rows: pa.Table, prefix: str) -> dict[str, int]:
+    def arrow_aggregates(self, table: Table, rows: pa.Table, prefix: str) -> dict[str, Any]:
         """The same aggregates over one partition's rows held by Arrow (:func:`evaluate_grouped`'s small path)."""
         raise NotImplementedError
 
@@ -378,11 +372,8 @@ class NotNull(_Grouped):
         return out
 
 
-# --- partition-at-a-time kinds -----------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True, kw_only=True)
-class Range(Check):
+class Range(_Grouped):
     """``range: {col: [low, high]}`` (null for an open end): every value within its bounds."""
 
     kind: ClassVar[str] = "range"
@@ -406,49 +397,79 @@ class Range(Check):
     def describe(self) -> str:
         return "values in range: " + ", ".join(f"{c} in [{lo}, {hi}]" for c, lo, hi in self.bounds)
 
-    def evaluate(
-        self,
-        table: Table,
-        partition: str,
-        data: DataFrame,
-        inputs: Mapping[str, DataFrame],
-        history: DataFrame | None = None,
-    ) -> Outcome:
+    def aggregates(self, table: Table, prefix: str) -> list[Column]:
         from pyspark.sql import functions as F
 
-        aggs: list[Any] = [F.count("*").alias("__rows")]
+        out = [F.count("*").alias(f"{prefix}rows")]
         for c, lo, hi in self.bounds:
             beyond = F.lit(False)
             if lo is not None:
                 beyond = beyond | (F.col(c) < F.lit(lo))
             if hi is not None:
                 beyond = beyond | (F.col(c) > F.lit(hi))
-            aggs += [
-                F.count_if(beyond).alias(f"{c}__out"),
-                F.min(c).cast("double").alias(f"{c}__min"),
-                F.max(c).cast("double").alias(f"{c}__max"),
+            out += [
+                F.count_if(beyond).alias(f"{prefix}out_{c}"),
+                F.min(c).cast("double").alias(f"{prefix}min_{c}"),
+                F.max(c).cast("double").alias(f"{prefix}max_{c}"),
             ]
-        row = _first(data.agg(*aggs))
-        per = {
-            c: {
-                "outside": int(row[f"{c}__out"]),
-                "min": row[f"{c}__min"],
-                "max": row[f"{c}__max"],
-                "low": lo,
-                "high": hi,
+        return out
+
+    def arrow_aggregates(self, table: Table, rows: pa.Table, prefix: str) -> dict[str, Any]:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        out: dict[str, Any] = {f"{prefix}rows": rows.num_rows}
+        for c, lo, hi in self.bounds:
+            values = pc.cast(rows[c], pa.float64())  # compared and reported as doubles, as Spark does
+            beyond = pa.array([False] * rows.num_rows, pa.bool_())
+            if lo is not None:
+                beyond = pc.or_kleene(beyond, pc.less(values, lo))
+            if hi is not None:
+                beyond = pc.or_kleene(beyond, pc.greater(values, hi))
+            extremes = pc.min_max(values).as_py()
+            out |= {
+                f"{prefix}out_{c}": int(pc.sum(beyond).as_py() or 0),  # a null value is in no range, as in Spark
+                f"{prefix}min_{c}": extremes["min"],
+                f"{prefix}max_{c}": extremes["max"],
             }
-            for c, lo, hi in self.bounds
-        }
-        outside = {c: v["outside"] for c, v in per.items() if v["outside"]}
-        return Outcome(
-            self,
-            partition,
-            not outside,
-            {"rows": int(row["__rows"]), "columns": MetadataValue.json(per), "outside": sum(outside.values())},
-            "all values in range"
-            if not outside
-            else "out of range: " + ", ".join(f"{c} ({n})" for c, n in outside.items()),
-        )
+        return out
+
+    def outcomes(
+        self, table: Table, keys: Sequence[str], stats: Mapping[str, Any], data: DataFrame | pa.Table, prefix: str
+    ) -> list[Outcome]:
+        out = []
+        for key in keys:
+            row = stats.get(key)
+            per = {
+                c: {
+                    "outside": int(row[f"{prefix}out_{c}"]) if row else 0,
+                    "min": row[f"{prefix}min_{c}"] if row else None,
+                    "max": row[f"{prefix}max_{c}"] if row else None,
+                    "low": lo,
+                    "high": hi,
+                }
+                for c, lo, hi in self.bounds
+            }
+            outside = {c: v["outside"] for c, v in per.items() if v["outside"]}
+            out.append(
+                Outcome(
+                    self,
+                    key,
+                    not outside,
+                    {
+                        "rows": int(row[f"{prefix}rows"]) if row else 0,
+                        "columns": MetadataValue.json(per),
+                        "outside": sum(outside.values()),
+                    },
+                    "all values in range"
+                    if not outside
+                    else "out of range: " + ", ".join(f"{c} ({n})" for c, n in outside.items()),
+                )
+            )
+        return out
+
+
+# --- partition-at-a-time kinds -----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -71,7 +71,7 @@ def evaluate_partitions(
     table: Table, checks: Sequence[Check], keys: Sequence[str], data: DataFrame | pa.Table
 ) -> list[Outcome]:
     """Evaluate ``checks`` on every partition in ``keys`` at once; ``data`` holds their rows with the
-    partition key in column ``PARTITION``. The row-local kinds (unique, not_null) share one grouped Spark job for
+    partition key in column ``PARTITION``. The row-local kinds (unique, not_null, range) share one grouped Spark job for
     all partitions (plus one to name duplicated keys where there are some), or one Arrow pass when ``data`` is an
     Arrow table; the others are evaluated partition by partition (without upstream inputs)."""
     return evaluate_grouped(table, checks, keys, data)
