@@ -9,9 +9,9 @@
   (:mod:`warehouse_assets.materialize.hour_checks`), oldest first. Left to Dagster's automation, each table and hour
   would get a run of its own (120 runs per simulated day, each starting a process), which flooded the run queue.
 
-Both fallbacks wait while an ingestion run is in flight: it reports and judges the hours it completes, and doing it
-here too would race it. Hours older than the dependency center's lookback are checked by hand (execute the table's
-checks on the partition in the UI).
+Both fallbacks wait while an ingestion run (or a ``taint_repair`` run re-ingesting hours) is in flight: it reports and
+judges the hours it completes, and doing it here too would race it. Hours older than the dependency center's lookback
+are checked by hand (execute the table's checks on the partition in the UI).
 """
 
 import hashlib
@@ -21,6 +21,7 @@ from datetime import datetime
 
 from dagster import (
     AssetKey,
+    DagsterInstance,
     DagsterRunStatus,
     DefaultSensorStatus,
     JobDefinition,
@@ -38,6 +39,7 @@ from resources.landing import LandingResource
 from resources.settings import current
 from warehouse_assets.catalog import Catalog, business_zone
 from warehouse_assets.center.late_data import LOOKBACK
+from warehouse_assets.center.taint import reingest_in_flight
 from warehouse_assets.ingest.job import IN_FLIGHT, ingestion_in_flight
 from warehouse_assets.ingest.merge import pending_segments
 from warehouse_assets.ingest.readiness import readiness_events, reported_ingested_rows, unreported_changes
@@ -46,6 +48,12 @@ from warehouse_assets.materialize.validity import taint_times
 
 INGEST_PRIORITY = ("dagster/priority", "1")
 ACTIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
+
+
+def reporting_run(instance: DagsterInstance) -> str | None:
+    """The id of a run in flight that merges ODS hours and reports and judges them itself: an ingestion run or a
+    re-ingest."""
+    return ingestion_in_flight(instance) or reingest_in_flight(instance)
 
 
 def build_landing_sensor(catalog: Catalog, ingest_job: JobDefinition):  # type: ignore[no-untyped-def]
@@ -97,7 +105,7 @@ def build_readiness_sensor(catalog: Catalog):  # type: ignore[no-untyped-def]
     def ods_readiness(
         context: SensorEvaluationContext, lake: DeltaLakeResource, landing: LandingResource
     ) -> SensorResult | SkipReason:
-        running = ingestion_in_flight(context.instance)
+        running = reporting_run(context.instance)
         if running:  # it reports the hours it completes: reporting them here too would race it
             return SkipReason(f"ingestion run {running} is in flight; it reports the hours it completes")
         cursor = json.loads(context.cursor) if context.cursor else {}
@@ -114,6 +122,10 @@ def build_readiness_sensor(catalog: Catalog):  # type: ignore[no-untyped-def]
                 for t in catalog.ods()
             },
         )
+        # a run launched while this tick read the lake may have merged an hour it has not reported yet
+        running = reporting_run(context.instance)
+        if running:
+            return SkipReason(f"ingestion run {running} started during the tick; it reports the hours it completes")
         if not events:
             if new_cursor != cursor:
                 return SensorResult(cursor=json.dumps(new_cursor, sort_keys=True))
@@ -145,7 +157,7 @@ def build_ods_checks_sensor(catalog: Catalog, ods_quality_checks: JobDefinition)
         running = instance.get_runs(RunsFilter(job_name=JOB, statuses=IN_FLIGHT), limit=1)
         if running:
             return SkipReason(f"run {running[0].run_id} is still checking ODS hours")
-        ingesting = ingestion_in_flight(instance)
+        ingesting = reporting_run(instance)
         if ingesting:  # it judges the hours it reports: a check run now would judge them a second time
             return SkipReason(f"ingestion run {ingesting} is in flight; it judges the hours it reports")
         last = instance.get_run_records(RunsFilter(job_name=JOB), limit=1)

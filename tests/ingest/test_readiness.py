@@ -15,6 +15,7 @@ import pytest
 from dagster import (
     AssetKey,
     AssetRecordsFilter,
+    DagsterInstance,
     DagsterRunStatus,
     SensorResult,
     SkipReason,
@@ -24,6 +25,7 @@ from dagster import (
 from dagster._core.test_utils import create_run_for_test
 from pyspark.sql import SparkSession
 
+import sensors.ods
 from resources.delta_lake import DeltaLakeResource, DeltaStore
 from resources.landing import Landing, LandingResource
 from sensors.ods import build_landing_sensor, build_readiness_sensor
@@ -177,6 +179,44 @@ def test_readiness_sensor_reports_ready_hours_once(lake: Lake) -> None:
         # before any ingestion the sensor reports nothing
         empty = sensor(build_sensor_context(instance=instance, resources=lake.resources(lake.empty)))
         assert isinstance(empty, SkipReason)
+
+
+def test_readiness_sensor_leaves_the_hours_to_a_reingest_in_flight(lake: Lake, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A re-ingest (the ``taint_repair`` job re-ingesting hours) merges an hour, then reports it: a readiness tick
+    between the two would find the hour changed since its last report and report it too, a second materialization
+    that is not the re-ingest's. The sensor waits while one is in flight, or starts during its tick; a taint run
+    that re-ingests nothing does not hold it."""
+    sensor = build_readiness_sensor(lake.catalog)
+
+    def taint_run(instance: DagsterInstance, **config: object) -> str:
+        ops = {"taint_and_repair": {"config": {"table": "ods.order", "start": "2026-03-02-01:00", **config}}}
+        run = create_run_for_test(
+            instance, job_name="taint_repair", status=DagsterRunStatus.STARTED, run_config={"ops": ops}
+        )
+        return run.run_id
+
+    with instance_for_test() as instance:
+        context = build_sensor_context(instance=instance, resources=lake.resources(lake.store))
+        plan = taint_run(instance, reason="bad", apply=False)  # shows a plan: changes nothing in the lake
+        assert isinstance(sensor(context), SensorResult)
+        for config in ({"action": "reingest"}, {"reason": "bad", "apply": True, "reingest": True}):
+            reingest = taint_run(instance, **config)
+            skipped = sensor(build_sensor_context(instance=instance, resources=lake.resources(lake.store)))
+            assert isinstance(skipped, SkipReason) and reingest in str(skipped.skip_message), (config, skipped)
+            instance.report_run_canceled(instance.get_run_by_id(reingest))
+        instance.report_run_canceled(instance.get_run_by_id(plan))
+
+        # a re-ingest launched while the tick reads the lake
+        read = sensors.ods.readiness_events
+        started: list[str] = []
+
+        def reading(*args: object, **kwargs: object) -> object:
+            started.append(taint_run(instance, action="reingest"))
+            return read(*args, **kwargs)
+
+        monkeypatch.setattr(sensors.ods, "readiness_events", reading)
+        during = sensor(build_sensor_context(instance=instance, resources=lake.resources(lake.store)))
+        assert isinstance(during, SkipReason) and started[0] in str(during.skip_message), during
 
 
 def test_an_hour_changed_in_the_lake_and_tainted_before_a_reporter_looked_is_not_reported_again(

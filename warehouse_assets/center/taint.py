@@ -48,6 +48,7 @@ from dagster import (
     OpExecutionContext,
     Output,
     PartitionKeyRange,
+    RunsFilter,
     job,
     op,
 )
@@ -492,6 +493,19 @@ def build_taint_job(catalog: Catalog, lake: bool = False):  # type: ignore[no-un
         taint_and_repair()
 
     return taint_repair
+
+
+def reingest_in_flight(instance: DagsterInstance) -> str | None:
+    """The id of a ``taint_repair`` run queued or running that re-ingests ODS hours: between its merge and its report
+    the hours' partitions are changed and not reported yet, which a reporter looking then would report itself."""
+    from warehouse_assets.ingest.job import IN_FLIGHT
+
+    for run in instance.get_runs(RunsFilter(job_name=JOB, statuses=IN_FLIGHT)):
+        ops: Any = run.run_config.get("ops") or {}
+        config = ops.get("taint_and_repair", {}).get("config", {})
+        if config.get("action") == REINGEST or (config.get("reingest") and config.get("apply")):
+            return run.run_id
+    return None
 
 
 def _roots(catalog: Catalog, config: TaintConfig) -> list[str]:
