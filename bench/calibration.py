@@ -1,0 +1,92 @@
+"""The machine's calibration, printed beside every bench's figures (``calib_ms=``, ``calib_spark_ms=``).
+
+A bench's seconds are the machine's as much as the code's: the same commit ran 2.5-3x slower on the shared
+2-core machine than on the one the suite's 25-minute runs came from. Each bench therefore measures two fixed
+workloads at its start and prints them in its ``RESULT`` line, so that a figure read later says what machine
+made it, and two figures from two machines compare after dividing each by its own calibration
+(docs/benchmarks.md, "Comparing across machines").
+
+- ``calib_ms()``: a fixed pure-Python workload shaped like the dependency center's work, dict lookups keyed by
+  partition-key strings, string formatting and splitting, set membership. It never changes: a new workload
+  would make every earlier figure incomparable.
+- ``calib_spark_ms(spark)``: a fixed small Spark job (2M rows, a group-by, a count) on the bench's own session,
+  for benches whose figures are Spark's. It times the JVM and the session's configuration, not Python.
+
+Both return the median of a few repeats (a shared machine has bursts of others' work; the median ignores one).
+Import it as ``from calibration import calib_ms`` from a bench run as ``python bench/x.py`` (its folder is on
+``sys.path``), or as ``from bench.calibration import calib_ms`` with the repository on ``sys.path``.
+
+    .venv/bin/python bench/calibration.py     # prints calib_ms= alone (no Spark)
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+# The workload's size. Fixed: changing it changes every calib_ms ever printed (about 145 ms on the shared 2-core
+# machine the figures of docs/benchmarks.md came from, in November 2026).
+TABLES = 200
+HOURS = 24 * 28
+REPEATS = 5
+SPARK_ROWS = 2_000_000
+SPARK_REPEATS = 3
+
+
+def _resolver_like_work() -> int:
+    """One pass of dict-and-string work like the resolver's: build each table's partition keys, record their states
+    in nested dicts, then ask, for every downstream partition, whether its upstream keys are all present. Returns a
+    checksum so that nothing is optimised away and a changed workload shows up as a changed result."""
+    states: dict[str, dict[str, str]] = {}
+    for t in range(TABLES):
+        table = f"dwd.table_{t:03d}"
+        keys: dict[str, str] = {}
+        for h in range(HOURS):
+            day, hour = divmod(h, 24)
+            keys[f"2026-03-{day + 1:02d}-{hour:02d}:00"] = "ok" if (t * 31 + h * 7) % 11 else "failed"
+        states[table] = keys
+    ready = 0
+    for t in range(1, TABLES):
+        upstream = states[f"dwd.table_{t - 1:03d}"]
+        for key in states[f"dwd.table_{t:03d}"]:
+            day_part, hour_part = key.rsplit("-", 1)
+            # the hour itself and its day's first hour: two lookups per key, as a mapped window asks
+            wanted = {f"{day_part}-{hour_part}", f"{day_part}-00:00"}
+            if all(upstream.get(k) == "ok" for k in wanted):
+                ready += 1
+    return ready
+
+
+def calib_ms() -> float:
+    """The median time of the fixed pure-Python workload, in milliseconds (lower: a faster machine)."""
+    times = []
+    for _ in range(REPEATS):
+        start = time.perf_counter()
+        _resolver_like_work()
+        times.append((time.perf_counter() - start) * 1000)
+    return round(statistics.median(times), 1)
+
+
+def calib_spark_ms(spark: Any) -> float:
+    """The median time of a fixed small job on ``spark`` (a classic or a Spark Connect session), in milliseconds.
+
+    One run first, untimed: the first job of a session pays for class loading and code generation, which a bench's
+    own figures (taken after its warm-up) do not."""
+
+    def job() -> int:
+        rows = spark.range(SPARK_ROWS).selectExpr("id % 1000 AS k").groupBy("k").count().collect()
+        return len(rows)
+
+    if job() != 1000:
+        raise RuntimeError("the calibration job returned a wrong number of groups")
+    times = []
+    for _ in range(SPARK_REPEATS):
+        start = time.perf_counter()
+        job()
+        times.append((time.perf_counter() - start) * 1000)
+    return round(statistics.median(times), 1)
+
+
+if __name__ == "__main__":
+    print(f"calib_ms={calib_ms()}")
