@@ -22,7 +22,8 @@ from tests.center.test_center import Center, hours, requested
 from tests.center.test_state_store import create_run, end, materialize_in, start
 from tests.support.small_catalog import VALUED_ODS, sql_catalog, write
 from warehouse_assets.catalog import Catalog, load_catalog
-from warehouse_assets.center.late_data import LANE_TAG, REBUILD_LANE
+from warehouse_assets.catalog.model import LateDataPolicy
+from warehouse_assets.center.late_data import LANE_TAG, REBUILD_LANE, due_time
 from warehouse_assets.center.ledger import open_readonly
 from warehouse_assets.center.status import status_lines
 from warehouse_assets.center.why import explain
@@ -227,6 +228,7 @@ def test_the_late_data_declarations_are_validated_naming_the_file(tmp_path: Path
         ("late_data: {rebuild: daily 25:00}\n", "daily <HH:MM>"),
         ("late_data: {rebuild: every 30m, lookback: soon}\n", "late_data.lookback must be a duration"),
         ("late_data: {when: later}\n", "late_data takes rebuild"),
+        ("late_data: {grace: a while}\n", "late_data.grace must be a duration"),
         (
             "depends_on:\n  ods.src: {range: [0, 23], late_data: {rebuild: hourly}}\n",
             "dependency ods.src: late_data.rebuild must be",
@@ -256,7 +258,7 @@ def test_why_and_status_say_a_partition_is_stale_since_when_and_when_its_rebuild
     )
     expected = (
         "stale: late data since 2026-03-06 01:05+08:00 (2 late changes), rebuild due 2026-03-06 02:05+08:00 "
-        "(policy every 1 h, lookback 3 d)"
+        "(policy every 1 h, lookback 3 d, grace 1 h)"
     )
     assert expected in report.lines()[0]
     ledger = open_readonly(center.store.path)
@@ -269,3 +271,68 @@ def test_why_and_status_say_a_partition_is_stale_since_when_and_when_its_rebuild
     center.report("dwd.day", [DAY], checked=None)
     center.step(BUILT + timedelta(minutes=67))
     assert "stale" not in status_lines(catalog, center.store.view(), "dwd.day", [DAY], ledger)[1]
+
+
+JUST_CLOSED = datetime(2026, 3, 6, 0, 10, tzinfo=TZ)  # ten minutes after the day ended
+
+
+def test_the_day_that_just_closed_takes_its_last_rows_at_once_then_keeps_to_its_interval(
+    instance: DagsterInstance, catalog: Catalog
+) -> None:
+    """Within the grace (1 h by default) of the window's end, a change is the period settling: the first rebuild is
+    due at once, not after the policy's interval; the next keeps to the interval from that rebuild."""
+    center = Center(instance, catalog)
+    center.report("ods.src", hours(DAY), checked=None)
+    built(center, "dwd.day", at=JUST_CLOSED)
+    late_hour(center, 23)  # the day's last hour, changed 15 minutes after the day ended
+    settled = JUST_CLOSED + timedelta(minutes=5)
+    assert requested(center.step(settled))["dwd.day"] == [[DAY]]  # at once, under `every 60m`
+    center.report("dwd.day", [DAY], checked=None)
+    late_hour(center, 22, seen=settled + timedelta(minutes=5))  # still in the grace, but the first rebuild was done
+    assert "dwd.day" not in requested(center.step(settled + timedelta(minutes=59)))
+    assert requested(center.step(settled + timedelta(minutes=66)))["dwd.day"] == [[DAY]]
+
+
+def test_a_late_change_after_the_grace_waits_for_the_interval(instance: DagsterInstance, catalog: Catalog) -> None:
+    center = Center(instance, catalog)
+    center.report("ods.src", hours(DAY), checked=None)
+    built(center, "dwd.day", at=JUST_CLOSED)
+    past_grace = datetime(2026, 3, 6, 1, 5, tzinfo=TZ)  # 65 minutes after the day ended
+    late_hour(center, 23, seen=past_grace)
+    assert "dwd.day" not in requested(center.step(past_grace + timedelta(minutes=59)))
+    assert requested(center.step(past_grace + timedelta(minutes=61)))["dwd.day"] == [[DAY]]
+
+
+def test_the_grace_is_declared_and_never_applies_to_a_never_policy() -> None:
+    end = datetime(2026, 3, 6, tzinfo=TZ)
+    soon = end + timedelta(minutes=10)
+
+    def due(policy: LateDataPolicy, last: datetime | None = None) -> datetime | None:
+        when, _ = due_time(policy, window_end=end, newest_end=end, since=soon, last_rebuild=last, now=soon, timezone=TZ)
+        return when
+
+    assert due(LateDataPolicy.parse({"rebuild": "every 2h"})) == soon
+    assert due(LateDataPolicy.parse({"rebuild": "daily 06:00"})) == soon
+    assert due(LateDataPolicy.parse({"rebuild": "every 2h", "grace": "5m"})) == soon + timedelta(hours=2)
+    assert due(LateDataPolicy.parse({"rebuild": "every 2h", "grace": "0m"})) == soon + timedelta(hours=2)
+    assert due(LateDataPolicy.parse({"rebuild": "never"})) is None
+    assert LateDataPolicy.parse({"grace": "30m"}).describe() == "every 1 h, lookback 3 d, grace 30 min"
+
+
+def test_rebuilds_of_a_partition_are_at_least_an_interval_apart() -> None:
+    """A change older than the partition's last rebuild that the rebuild did not absorb (it reached an input after
+    the input was read, and comes through that input's own rebuild) is due an interval after the last rebuild, not
+    an interval after the change: two rebuilds never come closer together than the policy says."""
+    end = datetime(2026, 3, 5, tzinfo=TZ)
+    last = end + timedelta(hours=5)
+    since = last - timedelta(minutes=40)
+    when, _ = due_time(
+        LateDataPolicy.parse({"rebuild": "every 60m"}),
+        window_end=end,
+        newest_end=end,
+        since=since,
+        last_rebuild=last,
+        now=last + timedelta(minutes=1),
+        timezone=TZ,
+    )
+    assert when == last + timedelta(minutes=60)  # not since + 60 min, 40 minutes after the last rebuild

@@ -141,6 +141,11 @@ class LateDataPolicy:
     * ``daily 06:00``: once a day at that local time, whatever arrived since the last rebuild;
     * ``never``: not automatically; the partition is reported stale and rebuilt by a repair (``warehouse taint``).
 
+    ``grace``: a change that arrives this soon after the partition's window ended is the period that just closed
+    settling, not a correction: the partition's first rebuild for it is due at once, whatever ``rebuild`` says (not
+    ``never``); later rebuilds keep to the policy. Default 1 h: an hour's or a day's last rows land within minutes of
+    its end, and its readers should not wait an interval for them.
+
     ``lookback``: a partition whose window ended this long before the table's newest built partition's did is not
     rebuilt for late data; it is reported stale (``warehouse why``/``status``), as a change that far back is usually a
     correction that deserves a repair. Counted from the newest partition, not the clock, so that a catch-up of past
@@ -153,28 +158,32 @@ class LateDataPolicy:
     every_minutes: int | None = 60
     at: str | None = None  # HH:MM, business time, for ``daily``
     lookback_minutes: int = 3 * 1440
+    grace_minutes: int = 60
 
     @classmethod
     def parse(cls, spec: Any, what: str = "late_data") -> LateDataPolicy:
-        """``late_data: {rebuild: every 30m, lookback: 2d}``; each field optional, defaulting to the default's."""
-        if not isinstance(spec, Mapping) or not spec or set(spec) - {"rebuild", "lookback"}:
+        """``late_data: {rebuild: every 30m, lookback: 2d, grace: 1h}``; each field optional, defaulting to the
+        default's."""
+        if not isinstance(spec, Mapping) or not spec or set(spec) - {"rebuild", "lookback", "grace"}:
             raise ValueError(
-                f"{what} takes rebuild (at_once, every 30m, daily 06:00 or never) and lookback (e.g. 3d), got {spec!r}"
+                f"{what} takes rebuild (at_once, every 30m, daily 06:00 or never), lookback (e.g. 3d) and grace "
+                f"(e.g. 1h), got {spec!r}"
             )
         default = DEFAULT_LATE_DATA
         lookback = _minutes(spec["lookback"], f"{what}.lookback") if "lookback" in spec else default.lookback_minutes
+        grace = _minutes(spec["grace"], f"{what}.grace") if "grace" in spec else default.grace_minutes
         if "rebuild" not in spec:
-            return replace(default, lookback_minutes=lookback)
+            return replace(default, lookback_minutes=lookback, grace_minutes=grace)
         rule = str(spec["rebuild"]).strip()
         if rule in (AT_ONCE, NEVER):
-            return cls(rule, None, None, lookback)
+            return cls(rule, None, None, lookback, grace)
         if match := _EVERY.match(rule):
             every = _minutes(match["d"], f"{what}.rebuild every")
             if every < 1:
                 raise ValueError(f"{what}.rebuild every needs a positive interval, got {rule!r}")
-            return cls(EVERY, every, None, lookback)
+            return cls(EVERY, every, None, lookback, grace)
         if (match := _DAILY_AT.match(rule)) and _CLOCK.match(match["at"]):
-            return cls(DAILY_AT, None, match["at"], lookback)
+            return cls(DAILY_AT, None, match["at"], lookback, grace)
         raise ValueError(
             f"{what}.rebuild must be at_once, every <interval> (e.g. every 30m), daily <HH:MM> or never, got {rule!r}"
         )
@@ -187,7 +196,8 @@ class LateDataPolicy:
             EVERY: f"every {_duration(self.every_minutes or 0)}",
             DAILY_AT: f"daily at {self.at}",
         }[self.rebuild]
-        return f"{rule}, lookback {self.describe_lookback()}"
+        grace = f", grace {_duration(self.grace_minutes)}" if self.grace_minutes and self.rebuild != NEVER else ""
+        return f"{rule}, lookback {self.describe_lookback()}{grace}"
 
     def describe_lookback(self) -> str:
         return _duration(self.lookback_minutes)

@@ -51,10 +51,15 @@ def due_time(
         return None, "the policy rebuilds it only by a repair (warehouse taint)"
     if policy.rebuild == AT_ONCE:
         return since, ""
+    if last_rebuild is None and since < window_end + timedelta(minutes=policy.grace_minutes):
+        # the period that just closed is still settling: its last rows are the build it waits for, not a correction
+        return since, ""
     if policy.rebuild == EVERY:
         interval = timedelta(minutes=policy.every_minutes or 0)
         due = since + interval
-        if last_rebuild is not None:  # at most one rebuild per interval
+        # at most one rebuild per interval, also for a change older than the last rebuild that it did not absorb (one
+        # that reached an input after that input's read, and comes through the input's own rebuild later)
+        if last_rebuild is not None:
             due = max(due, last_rebuild + interval)
         return due, ""
     assert policy.rebuild == DAILY_AT and policy.at is not None
