@@ -48,8 +48,6 @@ from datetime import date, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-from dagster import TimeWindow
-
 ROOT = Path(__file__).resolve().parents[1]
 for path in (ROOT, ROOT / "bench"):
     if str(path) not in sys.path:
@@ -57,7 +55,7 @@ for path in (ROOT, ROOT / "bench"):
 
 from automation_scale import generate_catalog
 
-from warehouse_assets.catalog import BY_PERIOD, WHOLE, Catalog, business_zone, load_catalog
+from warehouse_assets.catalog import WHOLE, Catalog, business_zone, load_catalog
 from warehouse_assets.center.eta import (
     NOT_BUILT,
     CatalogGraph,
@@ -71,6 +69,7 @@ from warehouse_assets.center.eta import (
 )
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.materialize.freshness import deadline as sla_deadline
+from warehouse_assets.materialize.gate import table_partitions_in_range
 
 FIRST_DAY = date(2026, 3, 1)  # the first simulated day (history before it is built long ago)
 HANDOFF_S = 2.0  # the dependency center's submission after the last upstream is ready
@@ -168,18 +167,17 @@ class Simulation:
         self._index_history()
 
     def _nodes(self) -> set[Node]:
-        nodes: set[Node] = set()
-        for table in self.catalog:
-            if table.is_static:
-                continue
-            pdef = BY_PERIOD[table.period]
-            first = datetime.fromtimestamp(self.start, business_zone())
-            last = datetime.fromtimestamp(self.end, business_zone())
-            for key in pdef.get_partition_keys_in_time_window(TimeWindow(first, last)):
-                window = pdef.time_window_for_partition_key(key)
-                if window.start >= first and window.end <= last:  # whole windows only
-                    nodes.add((table.fqn, key))
-        return nodes
+        first = datetime.fromtimestamp(self.start, business_zone())
+        last = datetime.fromtimestamp(self.end, business_zone())
+        # the product's own enumeration of a table's partitions, whole windows only: its period's keys, or for a table
+        # with regions each region's day (``2026-03-05|utc``). A static table has no window: it is built long before
+        # the simulation (SimStates says so), so it is no node of it.
+        return {
+            (table.fqn, key)
+            for table in self.catalog
+            if not table.is_static
+            for key in table_partitions_in_range(table, first, last)
+        }
 
     def _arrival(self, rng: random.Random, node: Node) -> float:
         end = self.graph.window_end(node)

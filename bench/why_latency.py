@@ -36,12 +36,10 @@ from dagster import AssetKey, AssetMaterialization, instance_for_test
 
 from bench.readiness_history import build_history
 from resources.external import ExternalResource
-from warehouse_assets.catalog import (
-    BY_PERIOD,
-    load_catalog,
-)
+from warehouse_assets.catalog import BY_PERIOD, WHOLE, Table, business_zone, load_catalog, regional_keys_between
 from warehouse_assets.center.state_store import PartitionStateStore
 from warehouse_assets.center.why import explain
+from warehouse_assets.materialize.gate import table_partitions_in_range
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -49,11 +47,15 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def keys_between(period: str, first: date, last: date) -> list[str]:
-    """The partitions of ``period`` from the warehouse start whose windows end by the end of ``last``."""
-    pdef = BY_PERIOD[period]
-    end = datetime.combine(last + timedelta(days=1), dt_time.min, pdef.get_first_partition_window().start.tzinfo)
-    return [k for k in pdef.get_partition_keys(current_time=end) if pdef.time_window_for_partition_key(k).end <= end]
+def keys_between(table: Table, first: date, last: date) -> list[str]:
+    """The partitions of ``table`` from the warehouse start whose windows end by the end of ``last``, as the product
+    enumerates them: a static table's one (:data:`WHOLE`, built before the history), a table with regions each
+    region's days, else its period's."""
+    if table.is_static:
+        return [WHOLE]
+    zone = business_zone()
+    start, end = (datetime.combine(d, dt_time.min, zone) for d in (first, last + timedelta(days=1)))
+    return table_partitions_in_range(table, start, end)
 
 
 def main() -> int:
@@ -72,7 +74,7 @@ def main() -> int:
         derived_last: list[tuple[str, str]] = []
         for table in catalog:
             key = AssetKey(table.key)
-            for partition in keys_between(table.period, first, last):
+            for partition in keys_between(table, first, last):
                 if (key, partition) == hole:
                     continue
                 if not table.is_ods and not table.is_external and partition.startswith(f"{last:%Y-%m-%d}"):
@@ -93,8 +95,13 @@ def main() -> int:
         lake, landing = history.store, history.landing
         external = ExternalResource(root=str(Path(tmp) / "external"))
         print(f"[bench] lake and landing area of ods.order built in {time.perf_counter() - started:.0f} s")
+        # one materialized partition per daily table, five days back: the day itself, or for a table with regions
+        # its first region's day (a bare date names none of its partitions)
+        back = f"{last - timedelta(days=5):%Y-%m-%d}"
         materialized = [
-            (t.fqn, f"{last - timedelta(days=5):%Y-%m-%d}") for t in catalog.derived() if t.period == "daily"
+            (t.fqn, regional_keys_between(t, back, back)[0] if t.is_regional else back)
+            for t in catalog.derived()
+            if t.period == "daily"
         ]
         samples = derived_last + materialized
 
