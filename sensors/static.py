@@ -18,6 +18,7 @@ from dagster import (
 )
 
 from warehouse_assets.catalog import Catalog
+from warehouse_assets.instance.lanes import FIRST_BUILD_LANE, REBUILD_LANE, lane_tags
 from warehouse_assets.materialize.compiler import code_version
 
 CODE_VERSION_TAG = "dagster/code_version"  # Dagster's tag on a materialization: the asset's code version then
@@ -48,7 +49,11 @@ def build_static_sensor(catalog: Catalog) -> list[SensorDefinition]:
                     RunRequest(
                         run_key=f"{fqn}@{versions[fqn]}",
                         asset_selection=[AssetKey(table.key)],
-                        tags={"warehouse/table": fqn},
+                        # never built: a first build; built from other SQL: a rebuild
+                        tags={
+                            "warehouse/table": fqn,
+                            **lane_tags(REBUILD_LANE if materialization is not None else FIRST_BUILD_LANE),
+                        },
                     )
                 )
         return SensorResult(run_requests=requests)

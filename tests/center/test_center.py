@@ -144,6 +144,7 @@ def test_a_day_is_requested_once_all_its_24_hours_are_in_not_before(
         "dagster/priority": "-99",  # a DWD day resolved the next morning (NOW): see the queue's order below
         "warehouse/request": day.request_id,
         "warehouse/trigger": "ods.src 2026-03-05-23:00 (checked, materialized)",
+        "warehouse/lane": "first_build",  # its share of the run slots: a partition's first build
     }
     assert center.step() == []
 
@@ -379,7 +380,17 @@ def test_a_ranged_run_names_its_range() -> None:
         "dagster/priority": "-77",
         "warehouse/request": "q",
         "warehouse/trigger": "dws.w 2026-03-07 (materialized)",
+        "warehouse/lane": "first_build",
     }
+
+
+def test_a_rebuild_and_the_taint_job_go_in_the_rebuild_lane_with_the_background_tag() -> None:
+    trigger = Trigger("dws.w", "2026-03-07", storage_id=7, run_id="r", fields=frozenset({"materialized"}))
+    rebuild = RunPlan("ads.a", ("2026-03-07",), trigger, request_id="q", rebuild=True)
+    taint = RunPlan("ads.a", ("2026-03-07",), trigger, request_id="t", job="taint_repair", run_config="{}")
+    for plan in (rebuild, taint):
+        assert plan.tags["warehouse/lane"] == "rebuild"
+        assert plan.tags["warehouse/background"] == "rebuild"  # counted against the background lanes' sum
 
 
 def test_the_queue_takes_older_days_first_and_within_a_day_deeper_layers_first() -> None:

@@ -343,14 +343,14 @@ def test_the_static_tables_sensor_builds_a_static_table_when_missing_and_when_it
         definitions = Definitions(assets=build_assets(statics), sensors=[sensor], resources=NO_RESOURCES)
         context = build_sensor_context(instance=consolidated, definitions=definitions)
         result = sensor.evaluate_tick(context)
-        return [r.run_key or "" for r in result.run_requests or []]
+        return [f"{r.run_key} {r.tags.get('warehouse/lane')}" for r in result.run_requests or []]
 
-    assert requests() == [f"dwd.country@{version}"]  # never built
+    assert requests() == [f"dwd.country@{version} first_build"]  # never built: in the first builds' lane
     key = AssetKey(statics["dwd.country"].key)
     consolidated.report_runless_asset_event(AssetMaterialization(key, tags={CODE_VERSION_TAG: version}))
     assert requests() == []  # built from its SQL as it is
     consolidated.report_runless_asset_event(AssetMaterialization(key, tags={CODE_VERSION_TAG: "an-older-sql"}))
-    assert requests() == [f"dwd.country@{version}"]  # its SQL changed since its latest build
+    assert requests() == [f"dwd.country@{version} rebuild"]  # its SQL changed since its latest build: a rebuild
     assert build_static_sensor(sql_catalog_without_statics(statics)) == []
 
 

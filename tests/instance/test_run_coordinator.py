@@ -20,6 +20,14 @@ from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import Queued
 
 from tests.instance.test_warm_launcher import LOCATION, wait_finished
 from tests.support.dev_stack import kill_stragglers
+from warehouse_assets.instance.lanes import (
+    FIRST_BUILD_LANE,
+    INGEST_LANE,
+    MAINTENANCE_LANE,
+    REBUILD_LANE,
+    USER_LANE,
+    lane_tags,
+)
 from warehouse_assets.instance.run_coordinator import ImmediateRunCoordinator
 
 pytestmark = pytest.mark.stack
@@ -149,16 +157,14 @@ def test_runs_over_a_limit_queue_and_the_daemon_launches_them(location) -> None:
     assert started[second_ingest.run_id] <= started[newest.run_id]
 
 
-def test_a_first_build_starts_while_the_rebuild_lane_is_full_with_the_products_settings(
+@pytest.fixture
+def product(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """dagster_home/dagster.yaml's own run coordinator settings: rebuilds (late data, repairs) hold one slot at most,
-    the ingestion one, so a partition's first build finds a slot although rebuilds wait in the queue before it."""
+) -> Iterator[tuple[DagsterInstance, ReconstructableRepository]]:
+    """The tiny code location on an instance with dagster_home/dagster.yaml's own run coordinator settings."""
     import yaml
 
-    from warehouse_assets.center.late_data import LANE_TAG, REBUILD_LANE
-
-    product = yaml.safe_load((Path(__file__).parents[2] / "dagster_home" / "dagster.yaml").read_text())
+    settings = yaml.safe_load((Path(__file__).parents[2] / "dagster_home" / "dagster.yaml").read_text())
     marker = f"WARM_LAUNCHER_TEST={tmp_path}"
     monkeypatch.setenv(*marker.split("=", 1))
     code, home = tmp_path / "code", tmp_path / "home"
@@ -166,28 +172,63 @@ def test_a_first_build_starts_while_the_rebuild_lane_is_full_with_the_products_s
     home.mkdir()
     shutil.copy(LOCATION, code / "warm_location.py")
     config = yaml.safe_load(CONFIG)
-    config["run_coordinator"] = product["run_coordinator"]
+    config["run_coordinator"] = settings["run_coordinator"]
     (home / "dagster.yaml").write_text(yaml.safe_dump(config))
     instance = DagsterInstance.from_config(str(home))
-    recon_repo = ReconstructableRepository.for_module("warm_location", "defs", working_directory=str(code))
-    rebuild = {LANE_TAG: REBUILD_LANE, "dagster/priority": "-189"}
     try:
-        first_rebuild = submit(instance, recon_repo, "waiting_job", rebuild)
-        wait_step_started(instance, first_rebuild)
-        second_rebuild = submit(instance, recon_repo, "waiting_job", rebuild)
-        assert status(instance, second_rebuild) == DagsterRunStatus.QUEUED  # the lane is full
-        ingest = submit(instance, recon_repo, "waiting_job", INGEST)
-        wait_step_started(instance, ingest)
-        first_build = submit(instance, recon_repo, "waiting_job", {"dagster/priority": "-89"})
-        assert status(instance, first_build) in (DagsterRunStatus.STARTING, DagsterRunStatus.STARTED)
-        wait_step_started(instance, first_build)
-        assert status(instance, second_rebuild) == DagsterRunStatus.QUEUED
-        for run in (first_rebuild, ingest, first_build):
-            assert instance.run_launcher.terminate(run.run_id)
-            assert wait_finished(instance, run.run_id, timeout=30).status == DagsterRunStatus.CANCELED
-        instance.run_coordinator.cancel_run(second_rebuild.run_id)
+        yield instance, ReconstructableRepository.for_module("warm_location", "defs", working_directory=str(code))
     finally:
         instance.run_launcher.dispose()
         instance.dispose()
         kill_stragglers(marker)
         sys.modules.pop("warm_location", None)
+
+
+def cancel_all(instance: DagsterInstance, running: list[DagsterRun], queued: list[DagsterRun]) -> None:
+    for run in running:
+        assert instance.run_launcher.terminate(run.run_id)
+        assert wait_finished(instance, run.run_id, timeout=30).status == DagsterRunStatus.CANCELED
+    for run in queued:
+        instance.run_coordinator.cancel_run(run.run_id)
+
+
+def test_a_first_build_starts_while_the_rebuild_lane_is_full_with_the_products_settings(product) -> None:
+    """Rebuilds (late data, repairs) hold one slot at most, the ingestion one, so a partition's first build finds a
+    slot although rebuilds wait in the queue before it."""
+    instance, recon_repo = product
+    rebuild = {**lane_tags(REBUILD_LANE), "dagster/priority": "-189"}
+    first_rebuild = submit(instance, recon_repo, "waiting_job", rebuild)
+    wait_step_started(instance, first_rebuild)
+    second_rebuild = submit(instance, recon_repo, "waiting_job", rebuild)
+    assert status(instance, second_rebuild) == DagsterRunStatus.QUEUED  # the lane is full
+    ingest = submit(instance, recon_repo, "waiting_job", lane_tags(INGEST_LANE))
+    wait_step_started(instance, ingest)
+    first_build = submit(
+        instance, recon_repo, "waiting_job", {**lane_tags(FIRST_BUILD_LANE), "dagster/priority": "-89"}
+    )
+    assert status(instance, first_build) in (DagsterRunStatus.STARTING, DagsterRunStatus.STARTED)
+    wait_step_started(instance, first_build)
+    assert status(instance, second_rebuild) == DagsterRunStatus.QUEUED
+    cancel_all(instance, [first_rebuild, ingest, first_build], [second_rebuild])
+
+
+def test_three_busy_background_lanes_leave_a_slot_to_a_first_build_with_the_products_settings(product) -> None:
+    """An ingestion, a rebuild and a Z-order run submitted at once with a first build: two of the three background
+    runs start, the third waits for one of them, and the first build starts at once."""
+    instance, recon_repo = product
+    background = [
+        submit(instance, recon_repo, "waiting_job", lane_tags(lane))
+        for lane in (INGEST_LANE, REBUILD_LANE, MAINTENANCE_LANE)
+    ]
+    first_build = submit(instance, recon_repo, "waiting_job", lane_tags(FIRST_BUILD_LANE))
+    assert status(instance, first_build) in (DagsterRunStatus.STARTING, DagsterRunStatus.STARTED)
+    wait_step_started(instance, first_build)
+    started = [r for r in background if status(instance, r) != DagsterRunStatus.QUEUED]
+    assert [r.tags["warehouse/lane"] for r in started] == [INGEST_LANE, REBUILD_LANE]
+    for run in started:
+        wait_step_started(instance, run)
+    assert status(instance, background[2]) == DagsterRunStatus.QUEUED  # the background lanes' share is full
+    # a user's run waits like any other once every slot is taken: the guarantee is one slot, not one per lane
+    user = submit(instance, recon_repo, "quick_job", lane_tags(USER_LANE))
+    assert status(instance, user) == DagsterRunStatus.QUEUED
+    cancel_all(instance, [*started, first_build], [background[2], user])

@@ -78,11 +78,12 @@ from warehouse_assets.catalog import (
     upstream_partitions,
     weak_deadline,
 )
-from warehouse_assets.center.late_data import LANE_TAG, LOOKBACK, REBUILD_LANE, due_time
+from warehouse_assets.center.late_data import LOOKBACK, due_time
 from warehouse_assets.center.ledger import Ledger, Rebuild, Stale
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import Change, PartitionState, PartitionStateStore, failed_blocking_checks
 from warehouse_assets.center.taint import JOB as TAINT_JOB
+from warehouse_assets.instance.lanes import FIRST_BUILD_LANE, REBUILD_LANE, lane_tags
 from warehouse_assets.materialize.gate import LATE_CHANGES_TAG, Verdict, decide
 from warehouse_assets.materialize.validity import Taint
 
@@ -202,7 +203,8 @@ class RunPlan:
             PRIORITY_TAG: str(self.queue_priority),
             REQUEST_TAG: self.request_id,
             TRIGGER_TAG: self.trigger.describe(),
-            **({LANE_TAG: REBUILD_LANE} if self.rebuild else {}),
+            # its lane of run slots (warehouse_assets/instance/lanes.py); a job plan is a repair (the taint job)
+            **lane_tags(REBUILD_LANE if self.rebuild or self.job else FIRST_BUILD_LANE),
             **({LATE_CHANGES_TAG: json.dumps(dict(self.late_changes))} if self.late_changes else {}),
         }
 

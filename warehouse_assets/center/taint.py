@@ -62,9 +62,9 @@ from warehouse_assets.catalog import (
     partitions_def_of,
     regional_keys_between,
 )
-from warehouse_assets.center.late_data import LANE_TAG, REBUILD_LANE
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import PartitionState, PartitionStateStore, StateView
+from warehouse_assets.instance.lanes import REBUILD_LANE, USER_LANE, lane_tags
 from warehouse_assets.materialize.compiler import max_partitions_per_run, topological
 from warehouse_assets.materialize.gate import BuildableSearch, backfill_running, never_buildable, span
 from warehouse_assets.materialize.validity import TAINT_TAG, Taint, release_evaluation, taint_evaluation
@@ -425,7 +425,7 @@ def launch_backfill(
     backfill = PartitionBackfill.from_asset_graph_subset(
         backfill_id=backfill_id,
         backfill_timestamp=time.time(),
-        tags={TAINT_TAG: run_id, LANE_TAG: REBUILD_LANE},  # a repair rebuilds: it goes in the rebuild lane
+        tags={TAINT_TAG: run_id, **lane_tags(REBUILD_LANE)},  # a repair rebuilds: it goes in the rebuild lane
         dynamic_partitions_store=instance,
         # the serdes decorator hides the NamedTuple's fields from mypy
         asset_graph_subset=AssetGraphSubset(partitions_subsets_by_asset_key=subsets),  # type: ignore[call-arg]
@@ -487,7 +487,8 @@ def build_taint_job(catalog: Catalog, lake: bool = False):  # type: ignore[no-un
         description="Mark a table's partitions tainted with everything built from them, and rebuild exactly those: "
         "launch with table, start, end, reason (and apply: true to act; without, the run shows the plan). "
         "action: reingest re-ingests ODS hours from the landing area; release accepts tainted partitions as they are.",
-        tags={"warehouse/taint": "plan"},
+        # launched by someone (the Launchpad, the CLI); the engine's own taint runs override it with the rebuild lane
+        tags={"warehouse/taint": "plan", **lane_tags(USER_LANE)},
     )
     def taint_repair() -> None:
         taint_and_repair()

@@ -67,6 +67,7 @@ from warehouse_assets.center.ledger import open_readonly
 from warehouse_assets.center.state_store import PartitionState, PartitionStateStore, StateView, default_path
 from warehouse_assets.ingest.deliveries import external_source
 from warehouse_assets.ingest.readiness import WINDOW, Readiness, shard_state, with_counts
+from warehouse_assets.instance.lanes import USER_LANE, lane_tags
 from warehouse_assets.materialize.gate import (
     CHECK_FAILED,
     EARLIER_STATE,
@@ -771,7 +772,11 @@ def build_why_job(catalog: Catalog):  # type: ignore[no-untyped-def]
             },
         )
 
-    @job(name="why_waiting", description="Explain why a table partition waits: launch with table and partition.")
+    @job(
+        name="why_waiting",
+        description="Explain why a table partition waits: launch with table and partition.",
+        tags=lane_tags(USER_LANE),
+    )
     def why_waiting() -> None:
         explain_partition()
 

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from warehouse_assets.cli.common import say
+from warehouse_assets.instance.lanes import USER_LANE, lane_tags
 
 
 def run_ingest(instance: Any, resources: dict[str, Any], tables: Sequence[str] = ()) -> dict[str, Any]:
@@ -131,7 +132,7 @@ def _materialize_keys(
         resources=resources,
         selection=[AssetKey(table.key)],
         partition_key=keys[0] if one else None,
-        tags={} if one else span,
+        tags={**lane_tags(USER_LANE), **({} if one else span)},  # what the user asked for, run here
         raise_on_error=False,
     )
     if not result.success:
@@ -159,7 +160,12 @@ def build_static(instance: Any, resources: dict[str, Any], all_assets: list[Any]
         return True
     say(f"[static] {table.fqn} …")
     result = materialize(
-        all_assets, instance=instance, resources=resources, selection=[AssetKey(table.key)], raise_on_error=False
+        all_assets,
+        instance=instance,
+        resources=resources,
+        selection=[AssetKey(table.key)],
+        tags=lane_tags(USER_LANE),
+        raise_on_error=False,
     )
     if not result.success:
         say(f"[static] {table.fqn} FAILED: see the run in the UI")

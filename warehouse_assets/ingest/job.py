@@ -43,6 +43,7 @@ from warehouse_assets.ingest.readiness import (
     reported_ingested_rows,
     unreported_changes,
 )
+from warehouse_assets.instance.lanes import INGEST_LANE, lane_tags
 
 JOB = "ods_ingest"
 IN_FLIGHT = [
@@ -157,7 +158,7 @@ def build_ingest_job(  # type: ignore[no-untyped-def]
     @job(
         name=JOB,
         executor_def=in_process_executor,
-        tags={"warehouse/ingest": "ods"},
+        tags={"warehouse/ingest": "ods", **lane_tags(INGEST_LANE)},
         description="Apply pending CDC landing segments to the ODS Delta tables (merge-into).",
     )
     def ods_ingest() -> None:

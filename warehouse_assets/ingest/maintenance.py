@@ -24,6 +24,7 @@ from resources.delta_lake import DeltaLakeResource, DeltaStore
 from resources.spark import SparkResource
 from warehouse_assets.catalog import Catalog, periods
 from warehouse_assets.ingest.ops_tables import OPS_TABLES
+from warehouse_assets.instance.lanes import MAINTENANCE_LANE, lane_tags
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -76,7 +77,12 @@ def build_maintenance(catalog: Catalog) -> tuple[JobDefinition, ScheduleDefiniti
             },
         )
 
-    @job(name="lake_maintenance", executor_def=in_process_executor, description=maintain_lake.description)
+    @job(
+        name="lake_maintenance",
+        executor_def=in_process_executor,
+        description=maintain_lake.description,
+        tags=lane_tags(MAINTENANCE_LANE),
+    )
     def lake_maintenance() -> None:
         maintain_lake()
 

@@ -31,6 +31,7 @@ from dagster._core.storage.asset_check_execution_record import AssetCheckExecuti
 from resources.delta_lake import DeltaLakeResource, DeltaStore
 from resources.spark import SparkResource
 from warehouse_assets.catalog import BY_PERIOD, Catalog, Table
+from warehouse_assets.instance.lanes import INGEST_LANE, lane_tags
 from warehouse_assets.materialize.quality import evaluation, latest_materializations
 from warehouse_assets.materialize.validity import valid_evaluation
 
@@ -107,7 +108,7 @@ def build_ods_checks_job(catalog: Catalog) -> JobDefinition:
         seconds = round(time.monotonic() - started, 3)
         return Output(counts, metadata={**counts, "duration_s": seconds})
 
-    @job(name=JOB, executor_def=in_process_executor, tags={"warehouse/quality": "ods"})
+    @job(name=JOB, executor_def=in_process_executor, tags={"warehouse/quality": "ods", **lane_tags(INGEST_LANE)})
     def ods_quality_checks() -> None:
         evaluate_ods_hours()
 

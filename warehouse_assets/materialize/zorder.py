@@ -24,6 +24,7 @@ from dagster import (
 from resources.delta_lake import DeltaLakeResource, DeltaStore
 from resources.spark import SparkResource
 from warehouse_assets.catalog import Catalog, Table, partition_values_of
+from warehouse_assets.instance.lanes import MAINTENANCE_LANE, lane_tags
 
 
 class ZOrderConfig(Config):  # type: ignore[misc]
@@ -95,7 +96,11 @@ def build_zorder_job(catalog: Catalog) -> JobDefinition:
             results.append(numbers)
         return Output(results, metadata={"partitions": len(results)})
 
-    @job(name="zorder_partitions", executor_def=in_process_executor, tags={"warehouse/maintenance": "zorder"})
+    @job(
+        name="zorder_partitions",
+        executor_def=in_process_executor,
+        tags={"warehouse/maintenance": "zorder", **lane_tags(MAINTENANCE_LANE)},
+    )
     def zorder_partitions() -> None:
         zorder_partition_files()
 
