@@ -50,7 +50,9 @@ twice in the day, once per state), half of the self-dependent daily tables are c
 of the derived tables read a static table whole (one per 2,000 tables, ``kind: static``, built before the day).
 
 No Spark is started. Progress goes to stderr, the table to stdout, and the last line of stdout is one ``RESULT``
-line of ``key=value`` figures, the first four of the 10,000-table row (or the largest Dagster row).
+line of ``key=value`` figures, the first four of the 10,000-table row (or the largest Dagster row), and the machine's
+``calib_ms`` (``bench/calibration.py``, measured by the parent before the first N). The bench exits 1 when an N's
+process failed.
 
     .venv/bin/python bench/automation_scale.py            # N = 1,000 and 10,000; the resolver alone at 80,000
     .venv/bin/python bench/automation_scale.py --quick    # N = 100 and the resolver alone at 300: seconds
@@ -82,6 +84,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.calibration import calib_ms
 from resources.settings import Settings
 from warehouse_assets.catalog import START, periods
 from warehouse_assets.materialize.compiler import max_partitions_per_run
@@ -772,6 +775,7 @@ def main() -> None:
         return
     if args.quick:
         args.sizes, args.resolver_sizes = "100", "300"
+    calib = calib_ms()  # before the children: the machine as the first N finds it
     plan = [(int(s), False) for s in args.sizes.split(",") if s] + [
         (int(s), True) for s in args.resolver_sizes.split(",") if s
     ]
@@ -856,6 +860,9 @@ def main() -> None:
             "day_s",
             "events",
             "runs",
+            "built",
+            "expected",
+            "unexpected",
             "missed",
             "built_twice",
             "rebuilt_by_rules",
@@ -875,7 +882,11 @@ def main() -> None:
         ):
             if key in r:
                 figures[prefix + key] = r[key]
+        figures[prefix + "exit"] = r["exit"]
+    figures["calib_ms"] = calib
     print("RESULT " + " ".join(f"{k}={v}" for k, v in figures.items()))
+    if any(r["exit"] != 0 for r in rows):
+        raise SystemExit(1)
 
 
 def dagster_rows_of(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -14,7 +14,9 @@ derived table joins its 1-3 inputs, filters and groups) and, in one process:
 * **column taint**: ``WarehouseLineage.impact`` of one value column (``user_id``) of the first ODS root, as
   ``warehouse taint --columns`` plans it (the tables downstream parsed, their lineage followed).
 
-No Spark, no Dagster instance. The figures of a shared or loaded machine are not benchmarks: run it alone.
+No Spark, no Dagster instance. The figures of a shared or loaded machine are not benchmarks: run it alone. The
+``RESULT`` line carries the machine's ``calib_ms`` (``bench/calibration.py``); ``unresolved`` counts the output columns
+whose source the lineage could not name (0 on the generator's SQL).
 
     .venv/bin/python bench/column_lineage.py                 # N = 10,000
     .venv/bin/python bench/column_lineage.py --quick         # N = 300: seconds
@@ -35,6 +37,8 @@ for path in (ROOT, ROOT / "bench"):
         sys.path.insert(0, str(path))
 
 from automation_scale import generate_catalog
+
+from bench.calibration import calib_ms
 
 
 def measure(n: int, seed: int, sample: int) -> dict[str, float | int]:
@@ -92,6 +96,7 @@ def main() -> None:
     parser.add_argument("--sample", type=int, default=50, help="tables whose lineage is timed as a build's")
     args = parser.parse_args()
     sizes = [300] if args.quick else args.sizes
+    calib = calib_ms()
     print(
         f"{'N':>6} {'load s':>8} {'eager s':>8} {'with/without':>12} {'unresolved':>10} "
         f"{'build p50 ms':>12} {'build max ms':>12} {'taint s':>8} {'tables':>7}"
@@ -111,8 +116,9 @@ def main() -> None:
         "column as `warehouse taint --columns` plans it (tables: those it reaches)"
     )
     last = rows[-1]
-    keys = ("n", "load_s", "eager_s", "ratio", "build_p50_ms", "impact_s")
-    print("RESULT " + " ".join(f"{k}={last[k]:.3f}" if isinstance(last[k], float) else f"{k}={last[k]}" for k in keys))
+    keys = ("n", "load_s", "eager_s", "ratio", "build_p50_ms", "impact_s", "unresolved", "impact_tables")
+    figures = [f"{k}={last[k]:.3f}" if isinstance(last[k], float) else f"{k}={last[k]}" for k in keys]
+    print("RESULT " + " ".join(figures) + f" calib_ms={calib}")
 
 
 if __name__ == "__main__":

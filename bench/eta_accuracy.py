@@ -23,8 +23,8 @@ built); the first prediction past the deadline is the warning. ``misses``: parti
 daily ADS partition at 20:00 of its day in a 10,000-table catalog of ``bench/automation_scale.py``'s generator
 (every partition ended more than an hour before is built, the day's chain is not), P99 over ``--predictions``.
 
-No Spark, no Dagster instance. The last line of stdout is the ``RESULT`` line. The figures are the machine's only on a
-quiet machine.
+No Spark, no Dagster instance. The last line of stdout is the ``RESULT`` line, with the machine's ``calib_ms``
+(``bench/calibration.py``). The figures are the machine's only on a quiet machine.
 
     .venv/bin/python bench/eta_accuracy.py            # the accuracy replay and the 10,000-table cost
     .venv/bin/python bench/eta_accuracy.py --quick    # fewer days, 1,000 tables: seconds
@@ -55,6 +55,7 @@ for path in (ROOT, ROOT / "bench"):
 
 from automation_scale import generate_catalog
 
+from bench.calibration import calib_ms
 from warehouse_assets.catalog import WHOLE, Catalog, business_zone, load_catalog
 from warehouse_assets.center.eta import (
     NOT_BUILT,
@@ -380,8 +381,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.warmup, args.days, args.tables, args.predictions = 3, 4, 1000, 50
+    calib = calib_ms()
     figures = accuracy(args)
     figures["predict_p99_ms"] = round(cost(args), 1)
+    figures["calib_ms"] = calib
     print("RESULT " + " ".join(f"{k}={v}" for k, v in figures.items()))
 
 

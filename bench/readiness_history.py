@@ -6,10 +6,13 @@ segment per shard and day, its position committed in the ODS table), the source'
 ``ops.ingested_counts`` written the way the ingestion writes it (one exactly-once append per daily batch,
 through the Delta layer, no Spark). Both histories end on the same day, and the tick's cursor stands three
 hours before the end, so it reports the same two hours. It times ``readiness_events`` (``--ticks`` times) and
-prints the median tick at each length and their ratio, then one ``RESULT`` line.
+prints the median tick at each length and their ratio, then one ``RESULT`` line with the machine's ``calib_ms``
+(``bench/calibration.py``). Both lengths must report the same hours (``reported``, the count): the bench exits 1 if
+they do not, for then the ticks did different work and their times do not compare.
 
     .venv/bin/python bench/readiness_history.py
     .venv/bin/python bench/readiness_history.py --days 30 300 --ticks 20
+    .venv/bin/python bench/readiness_history.py --quick        # 3 and 30 days, 3 ticks: seconds
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.calibration import calib_ms
 from resources.delta_lake import DeltaStore
 from resources.landing import Landing
 from warehouse_assets.catalog import (
@@ -97,18 +101,24 @@ def tick(history: History) -> list[str]:
     return [str(e.partition) for e in events]
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--days", type=int, nargs=2, default=[30, 300])
     parser.add_argument("--ticks", type=int, default=20)
+    parser.add_argument("--quick", action="store_true", help="3 and 30 days, 3 ticks")
     args = parser.parse_args()
+    if args.quick:
+        args.days, args.ticks = [3, 30], 3
+    calib = calib_ms()
     medians = []
+    reports: list[list[str]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for days in args.days:
             started = time.monotonic()
             history = build_history(Path(tmp) / f"d{days}", days)
             built = time.monotonic() - started
             reported = tick(history)  # warm-up
+            reports.append(reported)
             times = []
             for _ in range(args.ticks):
                 t0 = time.perf_counter()
@@ -122,11 +132,16 @@ def main() -> None:
             )
     ratio = medians[1] / medians[0]
     print(f"ratio {args.days[1]} / {args.days[0]} days: {ratio:.2f}")
+    same = bool(reports[0]) and reports[0] == reports[1]
+    if not same:
+        print(f"the two histories reported different hours: {reports[0]} and {reports[1]}")
     print(
         f"RESULT days={args.days[0]},{args.days[1]} ticks={args.ticks} "
-        f"median_ms={medians[0] * 1000:.1f},{medians[1] * 1000:.1f} ratio={ratio:.2f}"
+        f"median_ms={medians[0] * 1000:.1f},{medians[1] * 1000:.1f} ratio={ratio:.2f} "
+        f"reported={len(reports[0])} calib_ms={calib}"
     )
+    return 0 if same else 1
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -4,10 +4,13 @@ For each N it writes ``bench/automation_scale.py``'s synthetic catalog of N tabl
 seed), loads it (``load_catalog``), builds ``ReverseIndex.build`` on it, then times ``downstream_of`` for
 ``--events`` random events: a table drawn uniformly, one of its partitions drawn uniformly from one year of
 partitions, looked up at the end of that year. Per-lookup P50 / P99 / max in microseconds, the fan-out
-(downstream tables and partitions per event), and the build time. No Spark, no Dagster instance.
+(downstream tables and partitions per event), and the build time. Every partition a lookup names is checked against
+the catalog's own mappings (``unsound``: those that do not read the event; the bench exits 1 if any). No Spark, no
+Dagster instance. The ``RESULT`` line carries the machine's ``calib_ms`` (``bench/calibration.py``).
 
     .venv/bin/python bench/reverse_index.py                      # N = 1000, 10000
     .venv/bin/python bench/reverse_index.py --sizes 1000 --events 2000
+    .venv/bin/python bench/reverse_index.py --quick                # N = 300, 500 lookups: seconds
 """
 
 from __future__ import annotations
@@ -28,7 +31,17 @@ for path in (ROOT, ROOT / "bench"):
 
 from automation_scale import generate_catalog
 
-from warehouse_assets.catalog import START, WHOLE, DerivedTable, Table, load_catalog, periods
+from bench.calibration import calib_ms
+from warehouse_assets.catalog import (
+    START,
+    WHOLE,
+    Catalog,
+    DerivedTable,
+    Table,
+    load_catalog,
+    periods,
+    upstream_partitions,
+)
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.materialize.gate import table_partitions_in_range
 
@@ -62,7 +75,7 @@ def run(n: int, events: int, seed: int) -> dict[str, float]:
             keys[calendar] = table_partitions_in_range(table, start, now)
         return keys[calendar]
 
-    static_events = 0
+    static_events = unsound = 0
     micros: list[float] = []
     fan_tables: list[int] = []
     fan_partitions: list[int] = []
@@ -75,6 +88,7 @@ def run(n: int, events: int, seed: int) -> dict[str, float]:
         micros.append((time.perf_counter() - started) * 1e6)
         fan_tables.append(len(found))
         fan_partitions.append(sum(len(v) for v in found.values()))
+        unsound += not_reading(catalog, table.fqn, key, found, now)
     micros.sort()
     return {
         "n": n,
@@ -88,15 +102,37 @@ def run(n: int, events: int, seed: int) -> dict[str, float]:
         "fan_tables_max": max(fan_tables),
         "fan_partitions_max": max(fan_partitions),
         "static_events": static_events,
+        "unsound": unsound,
     }
 
 
-def main() -> None:
+def not_reading(catalog: Catalog, source: str, key: str, found: dict[str, list[str]], now: datetime) -> int:
+    """Of the partitions ``downstream_of`` found for ``key`` of ``source``, how many do not read it, by the catalog's
+    own mappings (``upstream_partitions``, what the gate asks), not by the index: the lookup's answer checked
+    against an independent path, so that a fast but wrong index cannot pass for a fast one."""
+    if catalog[source].is_static:  # read whole by every partition of the tables that reference it
+        readers = {t.fqn for t in catalog.referencing(source)}
+        return sum(len(keys) for fqn, keys in found.items() if fqn not in readers)
+    wrong = 0
+    for fqn, keys in found.items():
+        table = catalog[fqn]
+        deps = [d for d in table.deps if d.table == source]
+        wrong += sum(
+            not any(key in upstream_partitions(catalog, table, d, k, current_time=now).keys for d in deps) for k in keys
+        )
+    return wrong
+
+
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="1000,10000", help="comma-separated numbers of tables")
     parser.add_argument("--events", type=int, default=5000, help="random lookups per N")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--quick", action="store_true", help="N = 300 and 500 lookups: seconds")
     args = parser.parse_args()
+    if args.quick:
+        args.sizes, args.events = "300", 500
+    calib = calib_ms()
     rows = []
     for n in (int(s) for s in args.sizes.split(",")):
         print(f"N={n}: generating, loading, building, {args.events} lookups ...", file=sys.stderr, flush=True)
@@ -114,8 +150,10 @@ def main() -> None:
             f"{r['p99_us']:>8.0f} {r['max_us']:>8.0f} {fan:>24} {r['fan_partitions_max']:>15}"
         )
     figures = [f"n{r['n']}_{k}={round(v, 3) if isinstance(v, float) else v}" for r in rows for k, v in r.items()]
-    print("RESULT " + " ".join(figure for figure in figures if "_n=" not in figure))
+    print("RESULT " + " ".join(figure for figure in figures if "_n=" not in figure) + f" calib_ms={calib}")
+    # a lookup that names a partition not reading the event is a wrong answer, however fast
+    return 1 if any(r["unsound"] for r in rows) else 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
