@@ -105,25 +105,7 @@ def table_lineage(table: str, sql: str, inputs: Mapping[str, Sequence[str]], add
     columns). ``added``: columns the build adds to the SQL's output (a partition's ``dt``), computed from no input."""
     everything = frozenset(ColumnRef(t, c) for t, columns in inputs.items() for c in columns)
     try:
-        tree = sqlglot.parse_one(sql, read="spark")
-        schema: dict[str, object] = {}
-        for fqn, names in inputs.items():
-            layer, name = fqn.split(".", 1)
-            tables = schema.setdefault(layer, {})
-            assert isinstance(tables, dict)
-            tables[name] = {c: "string" for c in names}  # types do not change lineage
-        qualified = qualify(
-            tree,
-            dialect="spark",
-            schema=schema,
-            validate_qualify_columns=False,
-            quote_identifiers=False,
-            identify=False,
-        )
-        root = build_scope(qualified)
-        if root is None:
-            raise SqlglotError("the SQL is not a query")
-        found = _ScopeWalk(inputs).of(root)
+        found = _ScopeWalk(inputs).of(qualified_scope(sql, inputs))
         outputs, rows = found.outputs, found.rows
         if found.star:
             outputs = {**outputs, "*": _unbound("SELECT * of a source whose columns are unknown")}
@@ -144,6 +126,30 @@ def table_lineage(table: str, sql: str, inputs: Mapping[str, Sequence[str]], add
     for name in added:  # the build sets them (the partition's values), whatever the SQL said
         columns[name] = frozenset()
     return TableLineage(table, tuple(inputs), columns, bound_rows, unresolved)
+
+
+def qualified_scope(sql: str, inputs: Mapping[str, Sequence[str]]) -> Scope:
+    """The root scope of ``sql`` qualified against the columns of the tables it reads (``layer.table`` → its
+    columns): ``SELECT *`` expanded, every column bound to its source's alias. SqlglotError if it is not a query."""
+    tree = sqlglot.parse_one(sql, read="spark")
+    schema: dict[str, object] = {}
+    for fqn, names in inputs.items():
+        layer, name = fqn.split(".", 1)
+        tables = schema.setdefault(layer, {})
+        assert isinstance(tables, dict)
+        tables[name] = {c: "string" for c in names}  # types change neither lineage nor key locality
+    qualified = qualify(
+        tree,
+        dialect="spark",
+        schema=schema,
+        validate_qualify_columns=False,
+        quote_identifiers=False,
+        identify=False,
+    )
+    root = build_scope(qualified)
+    if root is None:
+        raise SqlglotError("the SQL is not a query")
+    return root
 
 
 def _output_names(sql: str) -> list[str]:
@@ -468,6 +474,10 @@ class WarehouseLineage:
         refs = table.references if isinstance(table, DerivedTable) else ()
         return {dep.table for dep in (*table.deps, *refs)}
 
+    def input_columns(self, table: DerivedTable) -> dict[str, tuple[str, ...]]:
+        """The columns of each table ``table`` reads, in name order (itself too, if it reads itself)."""
+        return {name: self.columns(name) for name in sorted(self._reads(table))}
+
     def _missing_upstream(self, fqn: str) -> list[str]:
         """``fqn`` and the tables above it whose lineage naming their columns is not computed yet, upstream first
         (found iteratively: a chain of thousands of tables is no recursion)."""
@@ -492,8 +502,7 @@ class WarehouseLineage:
         table = self._catalog.lookup(fqn)
         if not isinstance(table, DerivedTable):  # reads no table: each column is its own
             return TableLineage(fqn, (), {c: frozenset() for c in self.columns(fqn)}, frozenset())
-        inputs = {name: self.columns(name) for name in sorted(self._reads(table))}
-        lineage = table_lineage(fqn, table.sql, inputs, added=table.partition_by)
+        lineage = table_lineage(fqn, table.sql, self.input_columns(table), added=table.partition_by)
         if lineage.unresolved:
             for line in lineage.describe_unresolved():
                 log.warning("column lineage: %s", line)

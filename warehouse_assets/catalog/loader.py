@@ -160,7 +160,7 @@ def _load_sql(path: Path) -> DerivedTable | StaticTable:
     except sqlglot.errors.ParseError as exc:
         raise _fail(path, f"the SQL does not parse: {exc}") from exc
     if header.get("kind") == STATIC:
-        unknown = sorted(set(header) & {"depends_on", "states", "resets", "late_data", "regions"})
+        unknown = sorted(set(header) & {"depends_on", "states", "resets", "late_data", "regions", "incremental"})
         if unknown:
             raise _fail(path, f"{', '.join(unknown)} is for partitioned tables; a static table reads nothing")
         deps = tuple(Dependency(table) for table in sorted(reads))
@@ -186,6 +186,8 @@ def _load_sql(path: Path) -> DerivedTable | StaticTable:
         )
     extra = {"kind": kind, "resets": header.get("resets"), "late_data": header.get("late_data")}
     extra["regions"] = header.get("regions")
+    if "incremental" in header:  # absent: the default; present, even empty, it must say true or false
+        extra["incremental"] = header["incremental"]
     return _build(DerivedTable, path, fields | {"deps": deps, "sql": body, "states": states} | extra)
 
 

@@ -778,6 +778,9 @@ class DerivedTable(Table):
     kind: str = TIME_SERIES
     resets: str | None = None
     late_data: InstanceOf[LateDataPolicy] = DEFAULT_LATE_DATA
+    # false: late data rebuilds whole partitions even where the SQL proves a key's rows local to that key
+    # (:mod:`warehouse_assets.catalog.key_locality`), e.g. while a key-scoped rebuild of the table is distrusted
+    incremental: bool = True
     # regional days: each day is one partition per region, [its zone's midnight, the next one), built as soon as that
     # region's day is complete; (region, IANA zone) in declared order
     regions: tuple[tuple[str, str], ...] = ()
@@ -826,6 +829,15 @@ class DerivedTable(Table):
                     "offsets, mode or within"
                 )
         return self
+
+    @field_validator("incremental", mode="before")
+    @classmethod
+    def _incremental(cls, value: Any) -> bool:
+        if not isinstance(value, bool):  # pydantic would take "no" or 0 for false: a typo must not pass as one
+            raise ValueError(
+                f"incremental must be true or false (false: late data rebuilds whole partitions), got {value!r}"
+            )
+        return value
 
     @field_validator("late_data", mode="before")
     @classmethod
