@@ -173,27 +173,34 @@ def test_late_payments_are_absorbed_by_one_rebuild_per_policy_and_the_figures_eq
     assert first["dwd.order_detail"] == [[DAY]] and first["ads.daily_gmv"] == [[DAY]]
     assert warehouse.daily_gmv() == expected_gmv(warehouse.rows) == Decimal("60.00")
 
-    # three rounds of late payments to the closed day, ten minutes apart
-    paid = {100, 101, 102}
+    # a payment ten minutes later (00:40) is the day settling, within its policy's grace (1 h after the day ended):
+    # the day is rebuilt at once, and the chain follows
+    paid = {100, 101, 102, 103}
+    warehouse.write_orders(orders(paid), [f"{DAY}-06:00"])
+    settling = warehouse.settle(CLOSED + timedelta(minutes=10))
+    assert settling["dwd.order_detail"] == [[DAY]] and settling["ads.daily_gmv"] == [[DAY]]
+    assert warehouse.daily_gmv() == expected_gmv(warehouse.rows) == Decimal("80.00")
+
+    # three rounds of late payments to the closed day past the grace (01:10, 01:20, 01:30)
     for n, (order, minute) in enumerate(((105, 40), (107, 50), (111, 60))):
         paid.add(order)
         hour = f"{DAY}-{2 * (order - 100):02d}:00"
         warehouse.write_orders(orders(paid), [hour])
-        runs = warehouse.settle(CLOSED + timedelta(minutes=minute - 30))
+        runs = warehouse.settle(CLOSED + timedelta(minutes=minute))
         assert "dwd.order_detail" not in runs, n  # the daily policy: at most one rebuild an hour
-        assert warehouse.daily_gmv() == Decimal("60.00")  # stale meanwhile, as the policy allows
+        assert warehouse.daily_gmv() == Decimal("80.00")  # stale meanwhile, as the policy allows
 
     # the next day's first hour arrives: its first build starts at once, whatever waits to be rebuilt
     warehouse.report_hour("2026-03-03-00:00")
-    fresh = warehouse.settle(CLOSED + timedelta(minutes=31))
+    fresh = warehouse.settle(CLOSED + timedelta(minutes=61))
     assert fresh["dws.order_hourly"] == [["2026-03-03-00:00"]]
 
     # an hour after the first late payment was seen: one rebuild of the day absorbs all three, and the chain follows
-    rebuilt = warehouse.settle(CLOSED + timedelta(minutes=71))
+    rebuilt = warehouse.settle(CLOSED + timedelta(minutes=101))
     assert rebuilt["dwd.order_detail"] == [[DAY]]
     assert rebuilt["dws.user_order_daily"] == [[DAY]] and rebuilt["ads.daily_gmv"] == [[DAY]]
-    assert warehouse.daily_gmv() == expected_gmv(warehouse.rows) == Decimal("120.00")
-    assert len(warehouse.builds("dwd.order_detail", DAY)) == 2  # the first build and one rebuild, in all
-    assert len(warehouse.builds("ads.daily_gmv", DAY)) == 2
+    assert warehouse.daily_gmv() == expected_gmv(warehouse.rows) == Decimal("140.00")
+    assert len(warehouse.builds("dwd.order_detail", DAY)) == 3  # the first build, the settling one, one rebuild
+    assert len(warehouse.builds("ads.daily_gmv", DAY)) == 3
     assert warehouse.builds("dwd.order_detail", DAY)[-1]["late_changes_absorbed"].value == {DAY: 3}  # type: ignore[attr-defined]
-    assert warehouse.settle(CLOSED + timedelta(hours=3)) == {}  # nothing more
+    assert warehouse.settle(CLOSED + timedelta(hours=4)) == {}  # nothing more
