@@ -1,7 +1,8 @@
 """Key locality: which tables late data may rebuild by key, proven from their SQL, and why the others are rebuilt whole.
 
 The example warehouse's tables decided by hand from their SQL, then one small query per rule, each next to the query
-that breaks it. No Spark: the catalog and sqlglot only.
+that breaks it; ``incremental: false``; ``warehouse lineage TABLE`` and ``--keys``. No Spark: the catalog and sqlglot
+only.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from tests.support.small_catalog import assert_refused, sql_catalog
 from warehouse_assets.catalog import Catalog, Dependency, DerivedTable, load_catalog
 from warehouse_assets.catalog.key_locality import KeyLocality, key_locality
 from warehouse_assets.catalog.lineage import WarehouseLineage
+from warehouse_assets.cli import main
 
 
 @pytest.fixture(scope="module")
@@ -349,3 +351,36 @@ def test_incremental_must_say_true_or_false(tmp_path: Path, value: str) -> None:
 def test_a_static_table_declares_no_incremental(tmp_path: Path) -> None:
     header = "/* ---\ntable: dwd.t\nkind: static\ncolumns: {a: int}\nincremental: true\n--- */\nSELECT 1 AS a\n"
     assert_refused(tmp_path, {"dwd/t.sql": header}, "incremental is for partitioned tables")
+
+
+# --- the command -----------------------------------------------------------------------------------------------
+
+
+def test_the_lineage_command_prints_a_tables_verdict(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["lineage", "dws.user_order_daily"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "dws.user_order_daily",
+        "  reads dwd.order_detail",
+        "  key-scoped rebuilds: by user_id (from dwd.order_detail.user_id)",
+    ]
+    assert main(["lineage", "ads.lesson_catalog"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"  whole-partition rebuilds: {WHOLE['ads.lesson_catalog']}"
+    assert main(["lineage", "ods.order"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["ods.order", "  reads no table: late data does not rebuild it"]
+    assert main(["lineage", "ads.daily_gnv"]) == 2
+    assert "did you mean ads.daily_gmv" in capsys.readouterr().err
+    assert main(["lineage", "ads.daily_gmv", "--down"]) == 2
+    assert "--down follows a column" in capsys.readouterr().err
+
+
+def test_the_lineage_command_lists_every_tables_verdict(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["lineage", "--keys"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    listed = {line.split()[0]: line.split(None, 1)[1] for line in lines[:-1]}
+    assert list(listed)[0].startswith("dwd.") and list(listed)[-1].startswith("ads.")  # layer by layer
+    assert {fqn for fqn, verdict in listed.items() if verdict.startswith("key-scoped rebuilds: by ")} == set(KEY_LOCAL)
+    assert listed["dwd.attendance_detail"] == f"whole-partition rebuilds: {WHOLE['dwd.attendance_detail']}"
+    assert lines[-1] == f"{len(KEY_LOCAL)} of {len(listed)} tables key-scoped, {len(WHOLE)} whole-partition"
+    assert main(["lineage"]) == 2
+    assert main(["lineage", "--keys", "ads.daily_gmv"]) == 2
+    assert "or list every table: --keys" in capsys.readouterr().err

@@ -1,8 +1,12 @@
-"""``warehouse lineage TABLE.COLUMN [--up|--down]``: where a column's values come from, or what they reach.
+"""``warehouse lineage TABLE.COLUMN [--up|--down]``: where a column's values come from, or what they reach;
+``warehouse lineage TABLE``: what it reads and how late data rebuilds it; ``warehouse lineage --keys``: that, for every
+table.
 
 ``--up`` (the default) prints the columns it is computed from, table by table up to the sources, then the columns that
 decide the rows of each table on the way (filters, join keys, groupings); ``--down`` prints every table built from it,
-transitively: the columns computed from it, or every column where the rows depend on it. Reads the catalog only.
+transitively: the columns computed from it, or every column where the rows depend on it. A table's rebuilds are
+key-scoped when its SQL proves each key's rows come from input rows of that key alone, else whole-partition, and the
+reason is printed (:mod:`warehouse_assets.catalog.key_locality`). Reads the catalog only.
 """
 
 from __future__ import annotations
@@ -12,35 +16,79 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from warehouse_assets.catalog import Catalog
     from warehouse_assets.catalog.lineage import ColumnRef, WarehouseLineage
 
 
 def add_lineage_parser(sub: Any) -> None:
     lineage = sub.add_parser(
-        "lineage", help="column lineage: what a column is computed from (--up) or reaches (--down)"
+        "lineage",
+        help="column lineage: what a column is computed from (--up) or reaches (--down); a table's late-data rebuilds",
     )
-    lineage.add_argument("column", help="layer.table.column, e.g. ads.daily_gmv.gmv")
+    lineage.add_argument(
+        "name",
+        nargs="?",
+        help="layer.table.column, e.g. ads.daily_gmv.gmv; or layer.table: what it reads, how late data rebuilds it",
+    )
     direction = lineage.add_mutually_exclusive_group()
     direction.add_argument(
         "--up", dest="down", action="store_false", help="the columns it is computed from, up to the sources (default)"
     )
     direction.add_argument("--down", dest="down", action="store_true", help="the columns and tables built from it")
+    direction.add_argument(
+        "--keys", action="store_true", help="every table's late-data rebuilds: key-scoped (by which key) or whole, why"
+    )
     lineage.set_defaults(down=False)
 
 
 def run_lineage(args: argparse.Namespace) -> int:
-    from warehouse_assets.catalog import load_catalog
+    from warehouse_assets.catalog import LAYERS, load_catalog
     from warehouse_assets.catalog.lineage import WarehouseLineage
 
-    lineage = WarehouseLineage(load_catalog())
+    catalog = load_catalog()
+    lineage = WarehouseLineage(catalog)
     try:
-        ref = lineage.column(args.column)
-        lines = downstream_lines(lineage, ref) if args.down else upstream_lines(lineage, ref)
+        if args.keys != (args.name is None):
+            raise ValueError("name a column (layer.table.column) or a table (layer.table), or list every table: --keys")
+        if args.keys:
+            lines = rebuild_lines(catalog, lineage)
+        elif args.name.count(".") == 1 and args.name.split(".")[0] in LAYERS:
+            if args.down:
+                raise ValueError("--down follows a column: name one as layer.table.column")
+            lines = table_lines(catalog, lineage, catalog.lookup(args.name).fqn)
+        else:
+            ref = lineage.column(args.name)
+            lines = downstream_lines(lineage, ref) if args.down else upstream_lines(lineage, ref)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print("\n".join(lines))
     return 0
+
+
+def table_lines(catalog: Catalog, lineage: WarehouseLineage, fqn: str) -> list[str]:
+    """``fqn``, the tables it reads and how late data rebuilds it."""
+    from warehouse_assets.catalog import DerivedTable
+    from warehouse_assets.catalog.key_locality import key_locality
+
+    table = catalog[fqn]
+    if not isinstance(table, DerivedTable):  # a source, or a static table spelling its rows out
+        return [fqn, "  reads no table: late data does not rebuild it"]
+    inputs = lineage.input_columns(table)
+    return [fqn, f"  reads {', '.join(inputs)}", f"  {key_locality(table, inputs).describe()}"]
+
+
+def rebuild_lines(catalog: Catalog, lineage: WarehouseLineage) -> list[str]:
+    """Every table late data rebuilds, layer by layer, with how: key-scoped or whole-partition, and why."""
+    from warehouse_assets.catalog import LAYERS
+    from warehouse_assets.catalog.key_locality import key_locality
+
+    tables = sorted(catalog.derived(), key=lambda t: (LAYERS.index(t.layer), t.name))
+    verdicts = [key_locality(table, lineage.input_columns(table)) for table in tables]
+    width = max((len(v.table) for v in verdicts), default=0)
+    lines = [f"{v.table:<{width}}  {v.describe()}" for v in verdicts]
+    scoped = sum(v.key_local for v in verdicts)
+    return [*lines, f"{scoped} of {len(verdicts)} tables key-scoped, {len(verdicts) - scoped} whole-partition"]
 
 
 def upstream_lines(lineage: WarehouseLineage, ref: ColumnRef) -> list[str]:

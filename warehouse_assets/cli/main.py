@@ -8,6 +8,7 @@
     warehouse taint ods.order S E --reason R    what partitions S..E taint downstream; --apply marks and repairs
                                                 (--columns amount: only the tables reading those columns)
     warehouse lineage ads.daily_gmv.gmv         the columns a column is computed from (--up) or reaches (--down)
+    warehouse lineage --keys                    each table's late-data rebuilds: by key, or whole and why
     warehouse reingest ods.order S [E]          re-ingest ODS hours from the landing area, report them again
     warehouse release ods.order S [E] --reason R   accept tainted partitions as they are
     warehouse status                            the engine's heartbeat, the runs queued and running, the start
