@@ -117,7 +117,7 @@ def test_partitions_gone_from_the_lake_are_found_marked_rebuilt_and_the_figures_
         f"({len(day_files)} of its {len(day_files)} file(s) listed in the Delta log are gone from storage (vacuumed "
         "or deleted))",
         f"dws.user_order_daily: 1 partition(s) hold data in the lake that the instance never materialized: "
-        f"{OTHER_DAY} (reported, not marked: materialize them, or delete their files)",
+        f"{OTHER_DAY} (reported, not marked: materialize them if they are the warehouse's, or find out who wrote them)",
     ]
     assert out[3].endswith("table(s) compared with the lake: 3 out of step, 2 partition(s) marked missing")
 

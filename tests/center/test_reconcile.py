@@ -24,9 +24,10 @@ from resources.delta_lake import DeltaStore
 from tests.center.test_center import hours
 from tests.center.test_engine_catalog import DAY_SQL, Recorder
 from tests.support.small_catalog import VALUED_ODS, write
-from warehouse_assets.catalog import Catalog, load_catalog
+from warehouse_assets.catalog import Catalog, business_zone, load_catalog
 from warehouse_assets.center.engine import assemble_engine
-from warehouse_assets.center.reconcile import Reconciler
+from warehouse_assets.center.reconcile import Reconciler, Reconciliation, lake_tables, reconcile
+from warehouse_assets.center.state_store import PartitionStateStore
 from warehouse_assets.materialize.compiler import max_partitions_per_run
 
 TZ = ZoneInfo("Asia/Shanghai")
@@ -179,3 +180,42 @@ def test_a_write_a_later_restore_brought_back_is_not_rolled_back(tmp_path: Path)
     assert reader.rolled_back(("dwd", "day"), written) == {}
     DeltaTable(table).restore(0)  # 5: before both
     assert set(reader.rolled_back(("dwd", "day"), written)) == {DAYS[0], DAYS[1]}
+
+
+def test_only_what_is_finished_is_judged_and_data_never_materialized_is_reported_without_advice_to_delete_it(
+    instance: DagsterInstance, tmp_path: Path
+) -> None:
+    """A healthy stack: the ODS hour being ingested and today's day (its window still open) hold files the instance
+    has not materialized yet; neither is reported. A past day that was never materialized is, with no advice to
+    delete it: nothing proves it orphaned."""
+    root = tmp_path / "tables"
+    write(root, "ods/src.yaml", VALUED_ODS)
+    write(root, "dwd/day.sql", DAY_SQL)
+    catalog = load_catalog(root)
+    lake = tmp_path / "lake"
+    now = datetime.now(business_zone())
+    hour = {"dt": now.strftime("%Y-%m-%d"), "hh": now.strftime("%H")}  # being ingested: not a partition yet
+    write_deltalake(
+        str(lake / "ods" / "src"), pa.Table.from_pylist([{"id": 1, "v": 1, **hour}]), partition_by=["dt", "hh"]
+    )
+    today = [{"id": 1, "v": 1, "dt": now.strftime("%Y-%m-%d")}]  # a run writing the day so far
+    write_deltalake(str(lake / "dwd" / "day"), pa.Table.from_pylist(today), partition_by=["dt"])
+    reader = DeltaStore(str(lake))
+
+    def judged() -> Reconciliation:
+        store = PartitionStateStore(instance)
+        try:
+            return reconcile(instance, catalog, store, reader, lake_tables(catalog))
+        finally:
+            store.close()
+
+    healthy = judged()
+    assert [t.table for t in healthy.tables if not t.in_step] == [], healthy.lines()
+    assert healthy.lines() == ["2 table(s) compared with the lake: all in step"]
+
+    stray = [{"id": 2, "v": 2, "dt": DAYS[0]}]  # a finished day the instance never materialized
+    write_deltalake(str(lake / "dwd" / "day"), pa.Table.from_pylist(stray), mode="append")
+    found = judged()
+    [day] = [t for t in found.tables if not t.in_step]
+    assert (day.table, day.gone, day.unknown) == ("dwd.day", {}, [DAYS[0]])
+    assert "never materialized" in day.line() and "delete" not in day.line()

@@ -21,6 +21,7 @@ from warehouse_assets.catalog.calendars import (
     partition_values,
     periods,
     regional_key,
+    spelled_partition_key,
     split_regional_key,
 )
 from warehouse_assets.catalog.checks import CHECK_KINDS, Check, CheckSpecError, Outcome, parse_checks
@@ -93,6 +94,7 @@ __all__ = [
     "PERIOD_NOUN",
     "partition_key_of",
     "partition_values",
+    "spelled_partition_key",
     "PERIOD_ORDER",
     "TABLES_DIR",
     "Catalog",

@@ -259,15 +259,21 @@ def partition_values(period: str, partition_key: str) -> dict[str, str]:
     return {"dt": start.strftime("%Y-%m-%d")}
 
 
-def partition_key_of(period: str, values: dict[str, str]) -> str | None:
-    """The Dagster partition key of Delta partition values, None when they name no partition of the period."""
+def spelled_partition_key(period: str, values: dict[str, str]) -> str | None:
+    """The partition key Delta partition values spell for ``period``, whether or not Dagster lists that partition yet
+    (it lists one from the warehouse start on, once its window has ended); None when they spell none."""
     dt, hh, mi = values.get("dt"), values.get("hh"), values.get("mi")
     sub_daily = period == "hourly" or period in MINUTE_PERIODS
     if dt is None or (sub_daily and hh is None) or (period in MINUTE_PERIODS and mi is None):
         return None
     key = f"{dt}-{hh}:{mi}" if period in MINUTE_PERIODS else f"{dt}-{hh}:00" if period == "hourly" else dt
     try:
-        known = BY_PERIOD[period].has_partition_key(key)
+        return key if partition_values(period, key) == values else None
     except ValueError:  # Dagster parses the key: a malformed value raises
         return None
-    return key if known and partition_values(period, key) == values else None
+
+
+def partition_key_of(period: str, values: dict[str, str]) -> str | None:
+    """The Dagster partition key of Delta partition values, None when they name no partition of the period."""
+    key = spelled_partition_key(period, values)
+    return key if key is not None and BY_PERIOD[period].has_partition_key(key) else None

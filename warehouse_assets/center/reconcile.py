@@ -18,8 +18,11 @@ read, no JVM) with the store's materialized partitions:
   marked missing the same way, and built again;
 * a partition whose latest materialization recorded no rows has no files to lose: it is not gone;
 * a partition holding data in the lake that the instance never materialized is **reported**, never marked nor
-  guessed (who wrote it, and whether it is right, is not the warehouse's to decide). An ODS table's hours hold rows
-  before they are reported complete (the merge writes as the binlog arrives): they are not reported.
+  guessed (who wrote it, and whether it is right, is not the warehouse's to decide; nothing proves it orphaned, so
+  the report never advises deleting it). Only what is finished is judged: an ODS table's hours hold rows before they
+  are reported complete (the merge writes as the binlog arrives, the hour being ingested too), a partition whose
+  window has not ended is not one Dagster lists yet (the week so far), and a partition with a run queued or in
+  flight is being written: none of them is reported.
 
 The report is one line per table that is out of step, never one per partition. The engine runs it on a cadence
 (:class:`Reconciler`, ``WAREHOUSE_RECONCILE_SECONDS``); ``warehouse reconcile [TABLE]`` runs it on demand.
@@ -36,7 +39,15 @@ from dataclasses import dataclass, field
 from dagster import AssetKey, AssetObservation, AssetRecordsFilter, DagsterInstance
 
 from resources.delta_read import DeltaReader
-from warehouse_assets.catalog import WHOLE, Catalog, Table, partition_key_from_values, partition_values_of
+from warehouse_assets.catalog import (
+    BY_PERIOD,
+    WHOLE,
+    Catalog,
+    Table,
+    partition_key_from_values,
+    partition_values_of,
+    spelled_partition_key,
+)
 from warehouse_assets.center.state_store import PartitionState, PartitionStateStore, StateView
 from warehouse_assets.materialize.gate import names
 from warehouse_assets.materialize.validity import GONE, LAKE
@@ -44,6 +55,7 @@ from warehouse_assets.materialize.validity import GONE, LAKE
 log = logging.getLogger("warehouse.engine")
 
 SHOWN = 6  # partitions named per table and finding; the rest counted
+DAY_S = 86400
 
 
 @dataclass
@@ -69,7 +81,8 @@ class TableReconciliation:
         if self.unknown:
             parts.append(
                 f"{len(self.unknown)} partition(s) hold data in the lake that the instance never materialized: "
-                f"{names(self.unknown, SHOWN)} (reported, not marked: materialize them, or delete their files)"
+                f"{names(self.unknown, SHOWN)} (reported, not marked: materialize them if they are the warehouse's, "
+                "or find out who wrote them)"
             )
         return f"{self.table}: " + "; ".join(parts)
 
@@ -93,13 +106,16 @@ class Reconciliation:
 
 
 def lake_tables(catalog: Catalog, only: Sequence[str] | None = None) -> list[Table]:
-    """The tables whose data is in the lake (external producers keep their own), or those of ``only``."""
+    """The tables whose data is in the lake (external producers keep their own; an ODS table's completeness windows
+    hold none), or those of ``only``."""
     if not only:
-        return [t for t in catalog if not t.is_external]
+        return [t for t in catalog if not t.is_external and not t.is_windows]
     tables = [catalog.lookup(name) for name in only]
     for table in tables:
         if table.is_external:
             raise ValueError(f"{table.fqn} is an external table: its data is its producer's, not in the lake")
+        if table.is_windows:
+            raise ValueError(f"{table.fqn} is an ODS table's completeness windows: no data of its own in the lake")
     return tables
 
 
@@ -156,7 +172,8 @@ def _compare(
     for values, counts in (lake or {}).items():
         key = WHOLE if table.is_static else partition_key_from_values(table, dict(values))
         if key is None:
-            strays.append("/".join(f"{c}={v}" for c, v in values))
+            if not _unfinished(table, dict(values), read_at):
+                strays.append("/".join(f"{c}={v}" for c, v in values))
         else:
             by_key[key] = counts
     asset = AssetKey(table.key)
@@ -178,6 +195,23 @@ def _compare(
     if lake is not None:
         marks.update(_restored(table, {k: s for k, s in states.items() if k not in marks}, reader, read_at))
     return marks, [*unknown, *strays]
+
+
+def _unfinished(table: Table, values: dict[str, str], read_at: float) -> bool:
+    """Whether Delta partition values that name no partition Dagster lists spell one still in the making: any hour of
+    an ODS table (merged before it is reported, the hour being ingested too), or a partition whose window had not
+    ended when the lake was read (Dagster lists a time partition only once it has ended)."""
+    period, own = table.period, values
+    if table.is_regional:  # a region's day: its day, in the region's zone
+        period, own = "daily", {k: v for k, v in values.items() if k != "region"}
+    key = spelled_partition_key(period, own)
+    if key is None:
+        return False  # spells no partition at all: a stray, reported
+    if table.is_ods:
+        return True
+    end = BY_PERIOD[period].time_window_for_partition_key(key).end.timestamp()
+    # a region's day ends up to a day after the business zone's (its zone is behind): judged once both have ended
+    return end + (DAY_S if table.is_regional else 0) > read_at
 
 
 def _restored(
