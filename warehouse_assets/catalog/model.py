@@ -39,7 +39,8 @@ local time, for daily tables). Each becomes a non-blocking per-partition ``fresh
 Late upstream data (changes to a partition already built from) rebuilds a derived partition as its late-data
 policy says: ``late_data: {rebuild: every 60m, lookback: 3d}`` (the default), ``at_once``, ``daily 06:00`` or
 ``never``, per table or, beside a dependency's offsets, for the late data arriving through it
-(:class:`LateDataPolicy`).
+(:class:`LateDataPolicy`). ``incremental: false`` keeps those rebuilds whole even where the SQL proves each key's rows
+local to that key (:mod:`warehouse_assets.catalog.key_locality`).
 ODS tables also set the completeness threshold of their readiness:
 ``completeness: {threshold: 0.99995}``.
 Each kind of table is its own typed model, validated by pydantic as it is built (also by
