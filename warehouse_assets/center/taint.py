@@ -619,17 +619,30 @@ def _reingest(context: OpExecutionContext, catalog: Catalog, table: str, keys: l
     return lines
 
 
+def releasable(
+    catalog: Catalog, states: StateView, table: str, start: str, end: str
+) -> tuple[list[str], dict[str, PartitionState]]:
+    """The partitions START … END of ``table``, and those of them a release would accept (tainted and built); raises
+    ValueError, saying so, for a bad table or range, or when none is tainted. The ``release`` action and the CLI's
+    check before it launches a run share it."""
+    keys = root_keys(catalog, table, start, end)
+    found = states.states(AssetKey(catalog[table].key), keys)
+    tainted = {k: s for k, s in found.items() if s.taint is not None and s.storage_id is not None}
+    if not tainted:
+        raise ValueError(f"{table} {span(keys)}: no partition there is tainted, nothing to release")
+    return keys, tainted
+
+
 def _release(
     context: OpExecutionContext, catalog: Catalog, states: StateView, config: TaintConfig
 ) -> Output[dict[str, Any]]:
     """Accept the tainted partitions START … END of the table as they are: a passed ``valid`` verdict each, with the
     reason. A repair waiting for them goes on; with none running, one is launched of what was built from them."""
-    keys = _roots(catalog, config)  # the table is known from here on
+    try:
+        keys, tainted = releasable(catalog, states, config.table, config.start, config.end)
+    except ValueError as exc:
+        raise Failure(str(exc)) from exc
     table = catalog[config.table]
-    found = states.states(AssetKey(table.key), keys)
-    tainted = {k: s for k, s in found.items() if s.taint is not None and s.storage_id is not None}
-    if not tainted:
-        raise Failure(f"{config.table} {span(keys)}: no partition there is tainted, nothing to release")
     by = config.by or getpass.getuser()
     for key, state in tainted.items():
         assert state.taint is not None and state.storage_id is not None

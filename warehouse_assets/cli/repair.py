@@ -53,7 +53,20 @@ def reingest_command(args: argparse.Namespace, instance: Any, resources: dict[st
 
 
 def release_command(args: argparse.Namespace, instance: Any, resources: dict[str, Any]) -> int:
+    from warehouse_assets.catalog import load_catalog
+    from warehouse_assets.center.state_store import PartitionStateStore
+    from warehouse_assets.center.taint import releasable
+
     config = {"table": args.table, "start": args.start, "end": args.end or args.start, "reason": args.reason}
+    # checked here first: a release of nothing would otherwise be a failed run in the UI and a Dagster traceback
+    store = PartitionStateStore(instance)
+    try:
+        releasable(load_catalog(), store.view(), config["table"], config["start"], config["end"])
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        store.close()
     return _run_taint_job({**config, "by": args.by, "action": "release"}, instance, resources, lake=False)
 
 
