@@ -216,15 +216,16 @@ class _KeyWalk:
 
 
 class _Equalities:
-    """The columns of one select scope's sources known equal on every row it produces: the conjuncts ``a.x = b.y``
-    of its join conditions and ``WHERE``, across two sources (an equality within one source proves nothing about
-    another), as equivalence classes of (source alias, column)."""
+    """The columns of one select scope's sources known equal wherever both sources are in a row it produces: the
+    conjuncts ``a.x = b.y`` of its join conditions and ``WHERE``, across two sources (an equality within one source
+    says nothing about which rows of another it meets), as equivalence classes of (source alias, column). An outer
+    join may leave a source out of a row: :attr:`optional` names those."""
 
     def __init__(self, scope: Scope, query: exp.Select) -> None:
         self._parent: dict[tuple[str, str], tuple[str, str]] = {}
         self.joined: dict[str, list[str]] = {}  # source alias → its columns equated with another source's
         self.optional: set[str] = set()  # the aliases an outer join may leave missing (null) in a row
-        seen = [alias for alias in scope.selected_sources]
+        seen = list(scope.selected_sources)  # FROM, then each join, in order
         conditions = [query.args["where"].this] if query.args.get("where") else []
         for join in query.args.get("joins") or []:
             alias = join.this.alias_or_name
