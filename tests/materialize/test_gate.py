@@ -293,3 +293,28 @@ def test_one_search_shared_by_every_table_finds_what_each_finds_alone(tmp_path: 
         assert first_buildable(catalog, table, shared) == first_buildable(catalog, table), table.fqn
     assert first_buildable(catalog, catalog["ads.d1"], shared).partition == "2026-01-09"
     assert first_buildable(catalog, catalog["ads.w1"], shared).partition == "2026-01-12"
+
+
+def test_a_partition_that_can_never_be_built_is_explained_at_its_own_window_all_the_way_up(tmp_path: Path) -> None:
+    """A 7-day window on a daily table, and a table on that window: a partition's reason names the dates its own
+    window needs, and an upstream partition that can never be built is explained at that partition, not by the first
+    partition of its table (whose window reaches back furthest)."""
+    from warehouse_assets.materialize.gate import never_buildable
+
+    root = tmp_path / "tables"
+    write(root, "ods/src.yaml", ODS)
+    write(root, "dwd/day.sql", "/* ---\ntable: dwd.day\nperiod: daily\n--- */\nSELECT id FROM ods.src\n")
+    week = "depends_on:\n  dwd.day: {range: [-6, 0]}\n"
+    write(root, "dws/week.sql", f"/* ---\ntable: dws.week\nperiod: daily\n{week}--- */\nSELECT id FROM dwd.day\n")
+    write(root, "ads/on_week.sql", "/* ---\ntable: ads.on_week\nperiod: daily\n--- */\nSELECT id FROM dws.week\n")
+    catalog = load_catalog(root)
+    known = BuildableSearch()
+    assert never_buildable(catalog, catalog["dws.week"], "2026-01-03", known) == (
+        "can never be built: its window needs dwd.day back to 2025-12-28, before the warehouse start 2026-01-01; "
+        "the first one that can be is 2026-01-07"
+    )
+    assert never_buildable(catalog, catalog["ads.on_week"], "2026-01-05", known) == (
+        "can never be built: it needs dws.week 2026-01-05, which can never be built (its window needs dwd.day back "
+        "to 2025-12-30, before the warehouse start 2026-01-01); the first one that can be is 2026-01-07"
+    )
+    assert never_buildable(catalog, catalog["ads.on_week"], "2026-01-07", known) == ""

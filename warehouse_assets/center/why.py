@@ -17,7 +17,7 @@ Used by ``warehouse why TABLE PARTITION`` and by the ``why_waiting`` job (launch
 table and partition in its config; the answer is in the run's log and output metadata).
 """
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -45,6 +45,7 @@ from warehouse_assets.catalog import (
     BY_PERIOD,
     DEADLINE,
     LATEST,
+    REGION_DELIMITER,
     Catalog,
     Dependency,
     DerivedTable,
@@ -80,6 +81,7 @@ from warehouse_assets.materialize.gate import (
     Verdict,
     decide,
     never_buildable,
+    span,
 )
 from warehouse_assets.materialize.validity import Taint
 
@@ -112,6 +114,9 @@ class UpstreamState:
         return f"  {self.table:<28} {self.partition:<18} {self.state}" + (f" — {self.detail}" if self.detail else "")
 
 
+Follows = Callable[[UpstreamState, UpstreamState], bool]
+
+
 @dataclass
 class WhyReport:
     table: str
@@ -123,12 +128,15 @@ class WhyReport:
     own_taint: Taint | None = None  # the partition itself is tainted: its repair rebuilds it
     prediction: Prediction | None = None  # when it is expected to be ready, if it is not built
     sla: str = ""  # the prediction against its SLA deadline
+    # whether the second partition follows the first one directly (same table): consecutive upstream lines alike but
+    # for their partition are printed as one range; None: each on its own line
+    follows: Follows | None = field(default=None, repr=False, compare=False)
 
     def lines(self) -> list[str]:
         out = [f"{self.table} {self.partition}: {self.own_state}"]
         if self.own_taint is not None:
             out[0] += f", {self.own_taint.describe()}"
-        out.extend(u.line() for u in self.upstream)
+        out.extend(_line(run) for run in _runs(self.upstream, self.follows))
         if self.prediction is not None:
             zone = ZoneInfo(BY_PERIOD["daily"].timezone)
             when = self.prediction.at(zone).strftime("%Y-%m-%d %H:%M")
@@ -136,21 +144,58 @@ class WhyReport:
             out.append(f"critical path: {self.prediction.chain()}; set by {self.prediction.path[0].describe(zone)}")
         if self.root_causes:
             out.append("root causes:")
-            out.extend(_grouped(self.root_causes))
+            out.extend(_grouped(self.root_causes, self.follows))
         out.append(f"verdict: {self.verdict}")
         return out
 
 
-def _grouped(causes: Sequence[UpstreamState]) -> list[str]:
-    """Each cause, but at most a few per table and state, then how many more and through which partition."""
+def _runs(entries: Sequence[UpstreamState], follows: Follows | None) -> list[list[UpstreamState]]:
+    """The entries in runs of consecutive partitions of a table alike in all else (a 30-day window's days before the
+    warehouse start); each entry a run of its own when ``follows`` is None."""
+    runs: list[list[UpstreamState]] = []
+    for entry in entries:
+        last = runs[-1][-1] if runs else None
+        alike = last is not None and replace(last, partition=entry.partition) == entry
+        if alike and follows is not None and follows(last, entry):  # type: ignore[arg-type]
+            runs[-1].append(entry)
+        else:
+            runs.append([entry])
+    return runs
+
+
+def _line(run: Sequence[UpstreamState]) -> str:
+    """One line for a run: its entry's, or the range ``first .. last (n)`` in place of the partition."""
+    return run[0].line() if len(run) == 1 else replace(run[0], partition=span([r.partition for r in run])).line()
+
+
+def _follows(catalog: Catalog) -> Follows:
+    """Whether partition ``b`` of a table directly follows its partition ``a``: ``a``'s window ends where ``b``'s
+    starts (a region's days: of the same region)."""
+
+    def follows(a: UpstreamState, b: UpstreamState) -> bool:
+        if a.table != b.table or a.partition.split(REGION_DELIMITER)[1:] != b.partition.split(REGION_DELIMITER)[1:]:
+            return False
+        table = catalog[a.table]
+        try:
+            return partition_window(table, a.partition).end == partition_window(table, b.partition).start
+        except ValueError:  # not a partition of the table's period: printed as it is
+            return False
+
+    return follows
+
+
+def _grouped(causes: Sequence[UpstreamState], follows: Follows | None = None) -> list[str]:
+    """Each cause (a run of consecutive ones alike as one range), but at most a few per table and state, then how
+    many more and through which partition."""
     groups: dict[tuple[str, str], list[UpstreamState]] = {}
     for cause in causes:
         groups.setdefault((cause.table, cause.state), []).append(cause)
     out: list[str] = []
     for (table, state), group in groups.items():
-        out.extend(c.line() for c in group[:ROOT_CAUSES_SHOWN])
-        if len(group) > ROOT_CAUSES_SHOWN:
-            rest = group[ROOT_CAUSES_SHOWN:]
+        runs = _runs(group, follows)
+        out.extend(_line(run) for run in runs[:ROOT_CAUSES_SHOWN])
+        if len(runs) > ROOT_CAUSES_SHOWN:
+            rest = [c for run in runs[ROOT_CAUSES_SHOWN:] for c in run]
             out.append(f"  … and {len(rest)} more {state} partition(s) of {table}, through {rest[-1].partition}")
     return out
 
@@ -579,7 +624,7 @@ def explain(
             _predict(report, instance, catalog, table, PartitionStateStore(instance).view(), now)
         return report
     states = PartitionStates(instance, catalog, store, landing, external, current_time=now)
-    report = WhyReport(fqn, partition, states.status(fqn, [partition])[partition])
+    report = WhyReport(fqn, partition, states.status(fqn, [partition])[partition], follows=_follows(catalog))
     report.own_taint = states.states(fqn, [partition])[0].taint
     if (gone := states.states(fqn, [partition])[0]).state == GONE:
         report.own_state = f"{GONE}: {gone.detail}"

@@ -672,15 +672,21 @@ def _first_day_of(catalog: Catalog, table: DerivedTable, region: str, known: Bui
     return known.tables[regional_key(table.fqn, region)]
 
 
-def _unbuildable_because(catalog: Catalog, table: Table, key: str, known: BuildableSearch) -> str | None:
-    """Why partition ``key`` of ``table`` can never be built, or None if it can (in one of its states, if it has)."""
+def _unbuildable_because(
+    catalog: Catalog, table: Table, key: str, known: BuildableSearch, precise: bool = False
+) -> str | None:
+    """Why partition ``key`` of ``table`` can never be built, or None if it can (in one of its states, if it has).
+
+    ``precise``: an upstream partition that can never be built is explained at that partition, all the way up, not
+    by its table's first partition's reason (what the scan for the first buildable partition, which asks at every
+    step, makes do with)."""
     if isinstance(table, DerivedTable) and table.states:
         reasons = [
-            _unbuildable_on(catalog, table, known.edges_of(catalog, table, state.deps, number), key, known)
+            _unbuildable_on(catalog, table, known.edges_of(catalog, table, state.deps, number), key, known, precise)
             for number, state in enumerate(table.states)
         ]
         return None if None in reasons else reasons[0]
-    return _unbuildable_on(catalog, table, known.edges_of(catalog, table, table.deps, -1), key, known)
+    return _unbuildable_on(catalog, table, known.edges_of(catalog, table, table.deps, -1), key, known, precise)
 
 
 def _too_few(dep: Dependency, up: UpstreamPartitions) -> bool:
@@ -689,7 +695,9 @@ def _too_few(dep: Dependency, up: UpstreamPartitions) -> bool:
     return len(up.keys) < dep.min if dep.mode in (ANY, LATEST) else bool(up.nonexistent)
 
 
-def _unbuildable_on(catalog: Catalog, table: Table, edges: list[Edge], key: str, known: BuildableSearch) -> str | None:
+def _unbuildable_on(
+    catalog: Catalog, table: Table, edges: list[Edge], key: str, known: BuildableSearch, precise: bool = False
+) -> str | None:
     for edge in edges:
         dep, upstream = edge.dep, edge.upstream
         if dep.table == table.fqn or dep.mode == DEADLINE:
@@ -710,14 +718,16 @@ def _unbuildable_on(catalog: Catalog, table: Table, edges: list[Edge], key: str,
                 day, region = split_regional_key(up_key)
                 since = _first_day_of(catalog, upstream, region, known)
                 if since.partition is None or day < split_regional_key(since.partition)[0]:
-                    return f"it needs {dep.table} {up_key}, which can never be built ({since.reason})"
+                    why = precise and _unbuildable_because(catalog, upstream, up_key, known, precise)
+                    return f"it needs {dep.table} {up_key}, which can never be built ({why or since.reason})"
             continue
         since = first_buildable(catalog, upstream, known)
         if up.keys and (
             since.partition is None
             or known.start(upstream.period, up.keys[0]) < known.start(upstream.period, since.partition)
         ):
-            return f"it needs {dep.table} {up.keys[0]}, which can never be built ({since.reason})"
+            why = precise and _unbuildable_because(catalog, upstream, up.keys[0], known, precise)
+            return f"it needs {dep.table} {up.keys[0]}, which can never be built ({why or since.reason})"
     return None
 
 
@@ -754,13 +764,19 @@ def never_buildable(catalog: Catalog, table: Table, partition: str, known: Build
         if since.partition is not None and day >= split_regional_key(since.partition)[0]:
             return ""
         first = f"the first one that can be is {since.partition}" if since.partition else "none can be"
-        return f"can never be built: {since.reason}; {first}"
+        return f"can never be built: {_reason_at(catalog, table, partition, known, since)}; {first}"
     pdef = BY_PERIOD[table.period]
     start = pdef.time_window_for_partition_key(partition).start
     if since.partition is not None and start >= pdef.time_window_for_partition_key(since.partition).start:
         return ""
     first = f"the first one that can be is {since.partition}" if since.partition else "none of its first ones can be"
-    return f"can never be built: {since.reason}; {first}"
+    return f"can never be built: {_reason_at(catalog, table, partition, known, since)}; {first}"
+
+
+def _reason_at(catalog: Catalog, table: Table, partition: str, known: BuildableSearch, since: FirstBuildable) -> str:
+    """Why ``partition`` itself can never be built: the dates of its own window (``since.reason`` is the table's
+    first partition's, whose window reaches back further than a later partition's)."""
+    return _unbuildable_because(catalog, table, partition, known, precise=True) or since.reason
 
 
 def partitions_in_range(period: str, start: datetime, end: datetime) -> list[str]:
