@@ -11,6 +11,7 @@ made it, and two figures from two machines compare after dividing each by its ow
   would make every earlier figure incomparable.
 - ``calib_spark_ms(spark)``: a fixed small Spark job (2M rows, a group-by, a count) on the bench's own session,
   for benches whose figures are Spark's. It times the JVM and the session's configuration, not Python.
+  ``calib_spark_connect_ms(url)`` runs it on a stack's Spark Connect server.
 
 Both return the median of a few repeats (a shared machine has bursts of others' work; the median ignores one).
 Import it as ``from calibration import calib_ms`` from a bench run as ``python bench/x.py`` (its folder is on
@@ -86,6 +87,18 @@ def calib_spark_ms(spark: Any) -> float:
         job()
         times.append((time.perf_counter() - start) * 1000)
     return round(statistics.median(times), 1)
+
+
+def calib_spark_connect_ms(url: str) -> float:
+    """:func:`calib_spark_ms` on a running Spark Connect server (a stack's, ``sc://127.0.0.1:15002``), through a client
+    session of this process, stopped after: for benches whose Spark is the stack's, not their own."""
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.builder.remote(url).getOrCreate()
+    try:
+        return calib_spark_ms(session)
+    finally:
+        session.stop()
 
 
 if __name__ == "__main__":

@@ -15,9 +15,12 @@ Both engines must return the same rows on both layouts (checked). Finally a cold
 end (a fresh process: imports, planning, the lookup, printing) ``--cold`` times on the Z-ordered layout.
 
 The last line is one ``RESULT`` line: ``lookup_p50_s`` (warm JVM-free point lookup, Z-ordered), ``cold_cli_s``
-(median cold command), ``ratio_datafusion`` and ``ratio_spark`` (unordered / Z-ordered median lookup time).
+(median cold command), ``ratio_datafusion`` and ``ratio_spark`` (unordered / Z-ordered median lookup time),
+``lookup_rows`` (the rows the lookup found: at least one, its pair is taken from the table), and the machine's
+``calib_ms`` and ``calib_spark_ms`` (``bench/calibration.py``, the latter on the bench's own Spark session).
 
     flock /tmp/bench.lock .venv/bin/python bench/sql_lookup.py --rows-per-day 2000000
+    .venv/bin/python bench/sql_lookup.py --quick      # 300,000 rows, one run each, one cold command
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.calibration import calib_ms, calib_spark_ms  # noqa: E402
 from bench.zorder_skipping import KEY, MIB, TABLE, Attendance, build_table, log, zorder_job  # noqa: E402
 from resources.delta_lake import DeltaStore  # noqa: E402
 from resources.lake_sql import Answer, LakeSql  # noqa: E402
@@ -141,7 +145,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=24)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--quick", action="store_true", help="300,000 rows in 4 appends, --repeat 1, --cold 1")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.rows_per_day, args.batches, args.repeat, args.cold = 300_000, 4, 1, 1
+    calib = calib_ms()
 
     t0 = time.monotonic()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="sql-bench-"))
@@ -160,7 +168,10 @@ def main(argv: list[str] | None = None) -> int:
             "aggregate": f"SELECT count(*) AS n, sum(duration_sec) AS seconds FROM {NAME} "
             f"WHERE dt = '{day}' AND user_id BETWEEN {user} AND {user + 50}",
         }
-        spark = get_session()
+        # the names (`dwd.attendance_detail`) resolve in the bench's lake: Spark's own count of files read plans them
+        # on this session, not on LakeSql's read-only one
+        spark = get_session(lake_root=str(lake))
+        calib_spark = calib_spark_ms(spark)
         sql = LakeSql(str(lake), spark=lambda: (spark, "local"))
         unordered = measure("unordered", sql, spark, queries, args.repeat)
         zordered_files = zorder_job(store, gen)
@@ -188,7 +199,10 @@ def main(argv: list[str] | None = None) -> int:
             "files_read_datafusion": "{}->{}".format(*(f["lookup"]["datafusion_files"] for f in (unordered, zordered))),
             "files_read_spark": "{}->{}".format(*(f["lookup"]["spark_files"] for f in (unordered, zordered))),
             "repeat": args.repeat,
+            "lookup_rows": len(zordered["lookup"]["rows"]),
             "total_s": round(time.monotonic() - t0, 1),
+            "calib_ms": calib,
+            "calib_spark_ms": calib_spark,
         }
         log("RESULT " + " ".join(f"{k}={v}" for k, v in fields.items()))
     finally:

@@ -21,11 +21,14 @@ more lookups without reading data: the read path's own pruning (each live file's
 ``DeltaStore.live_files`` applies it) over one listing of the partition's files.
 
 The last line is one ``RESULT`` line of ``key=value`` figures: ``ratio`` = unordered time / Z-ordered time,
-``skipped`` = mean fraction of the partition's files a lookup skips after Z-order.
+``skipped`` = mean fraction of the partition's files a lookup skips after Z-order, ``lookup_rows`` = the rows the
+timed lookups found (of pairs taken from the table: at least one each), and the machine's ``calib_ms`` and
+``calib_spark_ms`` (``bench/calibration.py``, the latter on the bench's own Spark session).
 
     .venv/bin/python bench/zorder_skipping.py                         # one day of 2,000,000 rows
     .venv/bin/python bench/zorder_skipping.py --rows-per-day 500000 --keep --workdir /tmp/zbench
     .venv/bin/python bench/zorder_skipping.py --skew 0.2          # 5 hot learners hold 20 % of the rows
+    .venv/bin/python bench/zorder_skipping.py --quick             # 300,000 rows, one run each: a smoke test
 
 With ``--skew`` the result also has ``hot_skipped``: the skipping of the sampled lookups of hot learners.
 """
@@ -58,6 +61,7 @@ if str(ROOT) not in sys.path:
 
 from dagster import DagsterInstance
 
+from bench.calibration import calib_ms, calib_spark_ms
 from resources import resources_from_env
 from resources.delta_lake import DeltaStore, Predicate, ReadStats
 from resources.spark import engine_label, get_session
@@ -445,7 +449,11 @@ def main(argv: list[str] | None = None) -> int:
         "--skew", type=float, default=0.0, help="fraction of rows held by a few hot learners (e.g. 0.2; default 0)"
     )
     parser.add_argument("--hot-users", type=int, default=5, help="how many hot learners --skew makes (default 5)")
+    parser.add_argument("--quick", action="store_true", help="300,000 rows in 4 appends, one run each, 20 sampled")
     args = parser.parse_args(argv)
+    if args.quick:  # a few files of the declared size after Z-order, so that every step has something to do
+        args.rows_per_day, args.batches, args.repeat, args.sample = 300_000, 4, 1, 20
+    calib = calib_ms()
 
     t0 = time.monotonic()
     temporary = args.workdir is None
@@ -467,6 +475,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"built: {built['files']} files, {built['bytes'] / MIB:.0f} MiB in {built['seconds']:.1f}s")
 
         spark = get_session()
+        calib_spark = calib_spark_ms(spark)
         timed = gen.lookups(args.lookups, args.seed)
         sample = gen.lookups(args.sample, args.seed + 1)
         log(f"timed lookups: {'; '.join(f'user_id={u} AND course_id={c}' for u, c in timed)} in {gen.partitions}")
@@ -521,8 +530,10 @@ def main(argv: list[str] | None = None) -> int:
         }
         if z.hot_skipped is not None:
             fields["hot_skipped"] = round(z.hot_skipped, 4)
+        fields["lookup_rows"] = sum(len(q.ids) for q in z.lookups)
         fields["total_s"] = round(time.monotonic() - t0, 1)
         fields["peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 1)
+        fields["calib_ms"], fields["calib_spark_ms"] = calib, calib_spark
         log("RESULT " + " ".join(f"{k}={v}" for k, v in fields.items()))
     finally:
         if temporary and not args.keep:
