@@ -14,6 +14,16 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parents[2]  # the repository: warehouse_assets/cli/common.py
 
 
+def in_process_run_tags(lane: str) -> dict[str, str]:
+    """The tags of a run this process executes itself (``execute_in_process``, ``materialize``): its lane of run slots,
+    and this process as its run worker, so that the daemon's run monitoring, which asks the warm launcher after every
+    started run, sees it alive while it runs instead of failing it as UNKNOWN (as for a run the launcher forked)."""
+    from warehouse_assets.instance.lanes import lane_tags
+    from warehouse_assets.instance.warm_launcher import this_process_as_worker
+
+    return {**lane_tags(lane), **this_process_as_worker()}
+
+
 def say(message: str) -> None:
     print(message, flush=True)
 

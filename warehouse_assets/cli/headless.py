@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from warehouse_assets.cli.common import say
-from warehouse_assets.instance.lanes import USER_LANE, lane_tags
+from warehouse_assets.cli.common import in_process_run_tags, say
+from warehouse_assets.instance.lanes import INGEST_LANE, USER_LANE
 
 
 def run_ingest(instance: Any, resources: dict[str, Any], tables: Sequence[str] = ()) -> dict[str, Any]:
@@ -27,6 +27,7 @@ def run_ingest(instance: Any, resources: dict[str, Any], tables: Sequence[str] =
         instance=instance,
         resources=resources,
         run_config={"ops": {"ingest_ods": {"config": {"tables": list(tables)}}}},
+        tags=in_process_run_tags(INGEST_LANE),
     )
     summary: dict[str, Any] = result.output_for_node("ingest_ods")
     return summary
@@ -132,7 +133,7 @@ def _materialize_keys(
         resources=resources,
         selection=[AssetKey(table.key)],
         partition_key=keys[0] if one else None,
-        tags={**lane_tags(USER_LANE), **({} if one else span)},  # what the user asked for, run here
+        tags={**in_process_run_tags(USER_LANE), **({} if one else span)},  # what the user asked for, run here
         raise_on_error=False,
     )
     if not result.success:
@@ -164,7 +165,7 @@ def build_static(instance: Any, resources: dict[str, Any], all_assets: list[Any]
         instance=instance,
         resources=resources,
         selection=[AssetKey(table.key)],
-        tags=lane_tags(USER_LANE),
+        tags=in_process_run_tags(USER_LANE),
         raise_on_error=False,
     )
     if not result.success:

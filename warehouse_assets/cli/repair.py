@@ -74,6 +74,8 @@ def _run_taint_job(config: dict[str, Any], instance: Any, resources: dict[str, A
     """The code location's ``taint_repair`` job, executed here: its run shows in the UI as the Launchpad's would."""
     from warehouse_assets.catalog import load_catalog
     from warehouse_assets.center.taint import build_taint_job
+    from warehouse_assets.cli.common import in_process_run_tags
+    from warehouse_assets.instance.lanes import USER_LANE
 
     result = build_taint_job(load_catalog(), lake=lake).execute_in_process(
         run_config={
@@ -81,6 +83,7 @@ def _run_taint_job(config: dict[str, Any], instance: Any, resources: dict[str, A
             "loggers": {"console": {"config": {"log_level": "WARNING"}}},  # the plan is printed once, below
         },
         instance=instance,
+        tags=in_process_run_tags(USER_LANE),  # run monitoring must find this process as the run's worker
         resources={k: v for k, v in resources.items() if k in ("spark", "lake", "landing")} if lake else None,
         raise_on_error=False,
     )

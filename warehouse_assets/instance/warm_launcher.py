@@ -25,6 +25,10 @@ session or JVM, so that forking it is safe. Per run it forks a child that re-ope
   (:func:`run_workers`) and stops Dagster's group once their echoes have ended.
 - Run monitoring and ``terminate`` find the child by the PID recorded in the run's ``warehouse/run_worker`` tag (host,
   PID and process start time, so a reused PID is not mistaken for the worker), from any process on the same host.
+  A run the product executes in its own process (the CLI's ``execute_in_process`` and ``materialize``: ``warehouse
+  reingest``, ``taint --apply``, ``materialize``) names that process the same way (:func:`this_process_as_worker`):
+  the daemon's run monitoring asks this launcher about every started run, whoever started it, and a run without the
+  tag is UNKNOWN to it, which Dagster fails while it runs.
 - A launch that cannot be served (the code location fails to import, the zygote does not answer) raises
   ``DagsterLaunchFailedError`` with the reason: Dagster fails the run with that message.
 
@@ -219,6 +223,15 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
             for zygote in self._zygotes.values():
                 zygote.retire()
             self._zygotes.clear()
+
+
+def this_process_as_worker() -> dict[str, str]:
+    """The ``warehouse/run_worker`` tag naming this process, for a run it executes itself rather than one the launcher
+    forks: run monitoring then finds the run's worker alive while it runs, and fails the run if this process dies."""
+    stat = process_stat(os.getpid())
+    if stat is None:  # no /proc: nothing a health check could find either
+        return {}
+    return {WORKER_TAG: _Worker(socket.gethostname(), os.getpid(), stat.start).tag()}
 
 
 def _describe(origin: RepositoryPythonOrigin) -> str:
