@@ -54,3 +54,16 @@ def test_releasable_finds_the_tainted_built_partitions_of_the_range() -> None:
     tainted = PartitionState("ods/order", HOUR, storage_id=7, taint=taint)
     keys, found = releasable(catalog, View({HOUR: tainted}), "ods.order", HOUR, "2026-03-02-11:00")  # type: ignore[arg-type]
     assert keys == [HOUR, "2026-03-02-11:00"] and found == {HOUR: tainted}
+
+
+def test_a_repair_run_that_fails_on_purpose_prints_its_own_words(
+    consolidated: DagsterInstance, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from warehouse_assets.cli.repair import _run_taint_job
+
+    config = {"table": "dwd.order_detail", "start": "2026-03-02", "end": "2026-03-02", "action": "reingest"}
+    assert _run_taint_job(config, consolidated, {}, lake=False) == 1
+    said = capsys.readouterr().err.strip().splitlines()[-1]  # after the step's failure, as Dagster logs it
+    assert said.startswith(
+        "error: dwd.order_detail is not an ODS table: only ODS hours are re-ingested from the landing area (run "
+    ), said

@@ -58,7 +58,6 @@ from dagster import AssetKey, DagsterInstance, DagsterRun, DagsterRunStatus, Par
 from warehouse_assets.catalog import Catalog, CatalogError, Table, load_catalog, partitions_def_of
 from warehouse_assets.center import heartbeat
 from warehouse_assets.center.heartbeat import SENSOR_NAME, Heartbeat
-from warehouse_assets.center.late_data import LANE_TAG, REBUILD_LANE
 from warehouse_assets.center.reconcile import Reconciler
 from warehouse_assets.center.resolver import (
     LOST_RETRY,
@@ -72,6 +71,7 @@ from warehouse_assets.center.resolver import (
 )
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import PartitionStateStore
+from warehouse_assets.instance.lanes import LANE_TAG, REBUILD_LANE
 from warehouse_assets.instance.warm_launcher import STOPPED_TAG
 from warehouse_assets.materialize.gate import RETRY_ON_STEP_FAILURE_TAG
 from warehouse_assets.materialize.validity import VALID

@@ -91,7 +91,10 @@ def _run_taint_job(config: dict[str, Any], instance: Any, resources: dict[str, A
         failure = next((e for e in result.all_events if e.is_step_failure), None)
         error = failure.step_failure_data.error if failure is not None and failure.step_failure_data else None
         message = error.message.strip() if error is not None else "see the run's log"
-        print(f"error: {message.splitlines()[-1] if message else message} (run {result.run_id})", file=sys.stderr)
+        text = message.splitlines()[-1] if message else message
+        if error is not None and error.cls_name == "Failure":  # the job's own words: Dagster's class path adds none
+            text = text.split(f"{error.cls_name}: ", 1)[-1]
+        print(f"error: {text} (run {result.run_id})", file=sys.stderr)
         return 1
     out = result.output_for_node("taint_and_repair")
     print("\n".join(out["lines"]))
