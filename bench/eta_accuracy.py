@@ -124,7 +124,9 @@ class Simulation:
         waiting: dict[Node, int] = {}
         events: list[tuple[float, int, str, Node]] = []
         n = 0
-        for node in nodes:
+        # in a fixed order: the draws below come one per node from one seeded stream, and a set's order changes
+        # with each process's string hashing, which made two runs of one --seed differ
+        for node in sorted(nodes):
             table = catalog[node[0]]
             if table.is_source:
                 events.append((self._arrival(rng, node), n, "ready", node))

@@ -19,10 +19,13 @@ has deletion vectors, turned on as ``warehouse upgrade-lake`` does), ``unpruned-
 and the scan time are Delta's own merge metrics. Per size it prints pruned_s and unpruned_s (end to end), the
 unpruned scan's slope in seconds per million rows, and the end-to-end ratio a table of 20 billion rows (a large
 company's order table, where partition pruning was reported to make merges 6.7x faster) would give on that slope: a
-model, not a measurement. The last line is one ``RESULT`` line.
+model, not a measurement. Every mode's merge is checked against the batch's expected outcome and the others' rows
+(the bench exits with the difference otherwise). The last line is one ``RESULT`` line, with the machine's ``calib_ms``
+and ``calib_spark_ms`` (``bench/calibration.py``, the latter on the bench's own Spark session).
 
     .venv/bin/python bench/merge_pruning.py                                 # 20M and 100M rows
     .venv/bin/python bench/merge_pruning.py --sizes 2000000,10000000 --partitions 60   # a quick look
+    .venv/bin/python bench/merge_pruning.py --quick     # 300,000 rows, a 2,000-change batch, no warm-up: a smoke test
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.calibration import calib_ms, calib_spark_ms
 from resources.delta_lake import DeltaStore, MergeResult
 from resources.landing import Landing, Segment, count_window, read_lines, segment_name, stream_dir, stream_name
 from resources.spark import engine_label, get_session
@@ -896,7 +900,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--no-spark-prepare", action="store_true", help="skip preparing the batch once on Spark for comparison"
     )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="300,000 rows over 4 days, a batch of 2,000 changes after 12, each mode once, no untimed warm-up",
+    )
     args = parser.parse_args(argv)
+    if args.quick:
+        args.sizes, args.partitions, args.batch_a, args.history_batches = "300000", 4, 2_000, 12
+        args.repeat = args.repeat_unpruned = 1
+    calib = calib_ms()
     sizes = [int(v) for v in args.sizes.split(",")]
     if args.partitions < 2 or min(args.repeat, args.repeat_unpruned) < 1 or sizes != sorted(sizes):
         parser.error("--partitions must be at least 2, repeats at least 1, --sizes in increasing order")
@@ -942,7 +955,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 started = time.monotonic()
                 spark = get_session()
                 log(f"Spark session (local): {time.monotonic() - started:.1f}s")
-                warm_up(spark, table, schema, size_dir, lake, layout, args.history_batches)
+                if not args.quick:  # the quick run's times are not figures: its JIT may as well be in them
+                    warm_up(spark, table, schema, size_dir, lake, layout, args.history_batches)
+                calib_spark = calib_spark_ms(spark)
             plan = BatchPlan("a", [days - 2, days - 1], args.batch_a, 0.40, 0.05, 0.05)
             a = scenario(
                 spark,
@@ -989,6 +1004,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             fields[f"model_ratio_20b_from_{_millions(rows)}"] = figures["model_ratio_20b"]
         fields["total_s"] = round(time.monotonic() - t0, 1)
         fields["peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 1)
+        fields["calib_ms"], fields["calib_spark_ms"] = calib, calib_spark
         log("\nRESULT " + " ".join(f"{k}={v}" for k, v in fields.items()))
     finally:
         if temporary and not args.keep:

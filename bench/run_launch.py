@@ -19,10 +19,13 @@ The RSS of the warm worker (zygote) and of the webserver (which holds the launch
 after the first run and after the last: over hundreds of runs (``--runs 300``) they should stay flat.
 
     .venv/bin/python bench/run_launch.py [--runs 30] [--default-runs 30] [--dequeue 1]
+    .venv/bin/python bench/run_launch.py --quick    # the product's pass alone, 3 runs: a smoke test
 
 Last line: ``RESULT launch_p50= launch_p90= default_launcher_p90= ratio= dagster_defaults_p90= rss_mb=
-webserver_rss_mb=`` (run created → first step, seconds; ``ratio`` = default_launcher_p90 / launch_p90, the warm
-launcher's own gain; RSS of the product pass after its last run). Target: launch_p90 ≤ 1 s.
+webserver_rss_mb= runs= failed= calib_ms=`` (run created → first step, seconds; ``ratio`` = default_launcher_p90 /
+launch_p90, the warm launcher's own gain, ``nan`` without that pass; RSS of the product pass after its last run;
+``calib_ms``: the machine's calibration, ``bench/calibration.py``). Target: launch_p90 ≤ 1 s. The bench exits 1
+when a run of the product's pass failed.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 from dagster import DagsterInstance, DagsterRun
 from dagster_graphql import DagsterGraphQLClient
 
+from bench.calibration import calib_ms
 from bench.processes import free_port, kill_stragglers
 from resources.spark import port_open
 
@@ -280,7 +284,7 @@ def summary(run_pass: Pass) -> str:
     return line
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=30, help="runs of the product's pass")
     parser.add_argument(
@@ -288,7 +292,11 @@ def main() -> None:
     )
     parser.add_argument("--queued-runs", type=int, default=30, help="runs per QueuedRunCoordinator pass")
     parser.add_argument("--dequeue", type=int, nargs="*", default=[1], help="QueuedRunCoordinator intervals")
+    parser.add_argument("--quick", action="store_true", help="the product's pass alone, 3 runs")
     args = parser.parse_args()
+    if args.quick:
+        args.runs, args.default_runs, args.dequeue = 3, 0, []
+    calib = calib_ms()
     passes = [
         Pass("product", product_yaml(), args.runs),
         *(
@@ -309,6 +317,8 @@ def main() -> None:
     for run_pass in passes:
         print(summary(run_pass))
     product = sorted(passes[0].created_to_step)
+    if not product:
+        raise SystemExit(f"no run of the product's pass succeeded ({passes[0].failed} failed)")
 
     def p90(name: str) -> float:
         runs = next((sorted(p.created_to_step) for p in passes if p.name == name), [])
@@ -319,9 +329,11 @@ def main() -> None:
         f"RESULT launch_p50={percentile(product, 0.5):.2f} launch_p90={launch_p90:.2f} "
         f"default_launcher_p90={p90('default_launcher'):.2f} ratio={p90('default_launcher') / launch_p90:.1f} "
         f"dagster_defaults_p90={p90('dagster_defaults'):.2f} rss_mb={passes[0].rss_last_mb:.0f} "
-        f"webserver_rss_mb={passes[0].webserver_rss_mb[1]:.0f} runs={len(product)} failed={passes[0].failed}"
+        f"webserver_rss_mb={passes[0].webserver_rss_mb[1]:.0f} runs={len(product)} failed={passes[0].failed} "
+        f"calib_ms={calib}"
     )
+    return 1 if passes[0].failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

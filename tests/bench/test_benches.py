@@ -1,0 +1,203 @@
+"""Every bench in ``bench/`` runs in its ``--quick`` mode, so that a change that breaks one fails the suite the day it
+lands, not the day someone wants its figure.
+
+Each test runs ``python bench/<name>.py --quick`` as a user does (a subprocess from the repository root) and asserts
+what the bench promises, never how fast it was: it exits 0, its last ``RESULT`` line carries every key its docstring
+names (``calib_ms`` among them, and ``calib_spark_ms`` where it runs Spark), and its own correctness figures hold
+(nothing missed, nothing unsound, the same hours reported...). A bench whose checks stop it with a message (a
+``SystemExit`` or an assertion) is covered by its exit status; the figures it only prints are asserted here.
+
+The Spark benches are marked ``spark`` and the ones starting Dagster's servers ``stack``, so that ``make test-fast``
+stays pure. ``soak`` and ``handoff_latency`` are not here: even at their smallest they run for minutes (the stack's
+start, its settling, the soak's build from scratch); docs/benchmarks.md says how to run them.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+Figures = dict[str, str]
+
+
+@dataclass(frozen=True)
+class Bench:
+    name: str
+    keys: tuple[str, ...]  # what its RESULT line promises (its docstring's), calibration included
+    equal: dict[str, str] = field(default_factory=dict)  # figures that must have exactly this value
+    check: Callable[[Figures], None] | None = None  # the rest of its correctness figures
+    marks: tuple[pytest.MarkDecorator, ...] = ()
+    seconds: int = 300  # the test's timeout: ten times the quick run on the shared 2-core machine, at least
+
+
+def eta_checks(r: Figures) -> None:
+    # the quick replay measures both late sources' days: their partitions miss the SLA, and each miss is warned of
+    # before its deadline (the predictor's purpose), with no warning about a partition that was on time. The replay
+    # is a pure function of its seed, so these counts move only when the predictor or the catalog does
+    assert int(r["misses"]) >= 1
+    assert int(r["warned"]) == int(r["misses"])
+    assert int(r["false_warnings"]) == 0
+
+
+def day_checks(r: Figures) -> None:
+    for row in ("n100", "resolver300"):
+        assert int(r[f"{row}_built"]) == int(r[f"{row}_expected"]) > 0
+
+
+SPARK = (pytest.mark.spark,)
+PER_N = ("missed", "built_twice", "unexpected", "exit")
+BENCHES = [
+    Bench(
+        "automation_scale",
+        (
+            "event_p99_ms",
+            "day_s",
+            "load_s",
+            "peak_mb",
+            "n",
+            "n100_event_p99_ms",
+            "n100_day_s",
+            "n100_load_s",
+            "n100_closure_s",
+            "n100_plan_s",
+            "resolver300_day_s",
+            "resolver300_event_p99_ms",
+            "calib_ms",
+        ),
+        equal={f"{row}_{k}": "0" for row in ("n100", "resolver300") for k in PER_N},
+        check=day_checks,
+    ),
+    Bench(
+        "column_lineage",
+        ("n", "load_s", "eager_s", "ratio", "build_p50_ms", "impact_s", "unresolved", "impact_tables", "calib_ms"),
+        equal={"n": "300", "unresolved": "0"},
+        check=lambda r: None if int(r["impact_tables"]) > 0 else pytest.fail("the column taint reached no table"),
+    ),
+    Bench(
+        "eta_accuracy",
+        (
+            "eta_err_p50_s",
+            "eta_err_p90_s",
+            "misses",
+            "warned",
+            "warned_lead_p50_s",
+            "false_warnings",
+            "predict_p99_ms",
+            "calib_ms",
+        ),
+        check=eta_checks,
+    ),
+    Bench(
+        "readiness_history",
+        ("days", "ticks", "median_ms", "ratio", "reported", "calib_ms"),
+        equal={"days": "3,30", "reported": "2"},  # the two hours after the tick's cursor, at both lengths
+    ),
+    Bench(
+        "reverse_index",
+        tuple(
+            f"n300_{k}"
+            for k in ("edges", "build_ms", "p50_us", "p99_us", "max_us", "fan_tables_max", "static_events", "unsound")
+        )
+        + ("calib_ms",),
+        equal={"n300_unsound": "0"},
+        check=lambda r: None if int(r["n300_fan_tables_max"]) > 0 else pytest.fail("no lookup found a partition"),
+    ),
+    Bench(
+        "why_latency",
+        ("why_p50_ms", "why_p90_ms", "why_max_ms", "tail_p90_ms", "partitions", "days", "calib_ms"),
+        equal={"partitions": "16", "days": "6"},
+    ),
+    Bench(
+        "late_horizon",  # the bench exits 1 itself when a partition is missed or a late change not absorbed
+        ("n", "policy", "amplification", "late_lag_p90_s", "missed", "unabsorbed", "calib_ms"),
+        equal={"missed": "0"},
+    ),
+    Bench(
+        "zorder_skipping",
+        ("ratio", "skipped", "files", "files_unordered", "unordered_s", "zordered_s", "lookup_rows")
+        + ("calib_ms", "calib_spark_ms"),
+        check=lambda r: None if int(r["lookup_rows"]) >= 1 else pytest.fail("the lookup of a pair found no row"),
+        marks=SPARK,
+        seconds=600,
+    ),
+    Bench(
+        "sql_lookup",
+        ("lookup_p50_s", "cold_cli_s", "ratio_datafusion", "ratio_spark", "lookup_rows", "calib_ms", "calib_spark_ms"),
+        check=lambda r: None if int(r["lookup_rows"]) >= 1 else pytest.fail("the lookup of a pair found no row"),
+        marks=SPARK,
+        seconds=600,
+    ),
+    Bench(
+        "merge_pruning",
+        (
+            "dv_merge_speedup",
+            "pruned_growth",
+            "e2e_ratio_0.3m",
+            "pruned_s_0.3m",
+            "unpruned_s_0.3m",
+            "merge_dv_s_0.3m",
+            "model_ratio_20b_from_0.3m",
+            "calib_ms",
+            "calib_spark_ms",
+        ),
+        equal={"sizes": "0.3m", "batch_changes": "2000"},
+        marks=SPARK,
+        seconds=900,
+    ),
+    Bench(
+        "run_launch",
+        ("launch_p50", "launch_p90", "rss_mb", "webserver_rss_mb", "runs", "failed", "calib_ms"),
+        equal={"runs": "3", "failed": "0"},
+        marks=(pytest.mark.stack,),
+        seconds=600,
+    ),
+]
+
+
+def result_of(stdout: str) -> Figures:
+    """The figures of the last ``RESULT key=value ...`` line."""
+    lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, "no RESULT line"
+    return dict(item.split("=", 1) for item in lines[-1].removeprefix("RESULT ").split())
+
+
+def test_result_lines_are_read_as_their_key_value_figures() -> None:
+    assert result_of("progress\nRESULT a=1 b=x,y\nRESULT a=2 c=0.5\n") == {"a": "2", "c": "0.5"}
+
+
+@pytest.mark.parametrize(
+    "bench", [pytest.param(b, id=b.name, marks=[*b.marks, pytest.mark.timeout(b.seconds)]) for b in BENCHES]
+)
+def test_the_quick_run_exits_0_with_every_promised_figure_and_its_checks_holding(bench: Bench) -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / f"{bench.name}.py"), "--quick"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=bench.seconds - 10,
+    )
+    tail = f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, tail
+    figures = result_of(done.stdout)
+    missing = [k for k in bench.keys if k not in figures]
+    assert not missing, f"RESULT lacks {missing}:\n{tail}"
+    assert float(figures["calib_ms"]) > 0
+    if "calib_spark_ms" in bench.keys:
+        assert float(figures["calib_spark_ms"]) > 0
+    assert {k: figures.get(k) for k in bench.equal} == bench.equal, tail
+    if bench.check is not None:
+        bench.check(figures)
+
+
+def test_every_bench_script_has_its_quick_test() -> None:
+    # the helpers are imported by the benches, and the stack benches too long for the suite are listed by name
+    helpers, too_long = {"calibration", "processes"}, {"soak", "handoff_latency"}
+    scripts = {p.stem for p in (ROOT / "bench").glob("*.py")} - helpers - too_long
+    assert scripts <= {b.name for b in BENCHES}, "a bench without a quick test: add it to BENCHES"
