@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
 # The workload's size. Fixed: changing it changes every calib_ms ever printed (about 145 ms on the shared 2-core
@@ -89,12 +90,16 @@ def calib_spark_ms(spark: Any) -> float:
     return round(statistics.median(times), 1)
 
 
-def calib_spark_connect_ms(url: str) -> float:
+def calib_spark_connect_ms(url: str, log_dir: str | Path) -> float:
     """:func:`calib_spark_ms` on a running Spark Connect server (a stack's, ``sc://127.0.0.1:15002``), through a client
-    session of this process, stopped after: for benches whose Spark is the stack's, not their own."""
+    session of this process, stopped after: for benches whose Spark is the stack's, not their own. The product's
+    server refuses a client without its token, which its starter left in the stack's log dir (``log_dir``)."""
     from pyspark.sql import SparkSession
 
-    session = SparkSession.builder.remote(url).getOrCreate()
+    from resources.spark import connect_client_url, connect_token_file, read_connect_token
+
+    token = read_connect_token(connect_token_file(log_dir))
+    session = SparkSession.builder.remote(connect_client_url(url, token)).getOrCreate()
     try:
         return calib_spark_ms(session)
     finally:

@@ -27,10 +27,13 @@ the bench prints the time from the day's last hour reported to its DWD, DWS and 
 layer, naming the last table of each.
 
 Prints each handoff, P50 / P90 / max per kind and stage, and a last line ``RESULT handoffs= p90= max=
-launch_p90= detect_p90= ...``. The bench fails instead when a run it timed did not succeed, when any run of the
-stack failed meanwhile, or when the stack did not settle between handoffs.
+launch_p90= detect_p90= ... calib_ms= calib_spark_ms=`` (the machine's calibration, ``bench/calibration.py``; the
+Spark one on the stack's Spark Connect server once it is up, before the first handoff). The bench fails instead when
+a run it timed did not succeed, when any run of the stack failed meanwhile, or when the stack did not settle between
+handoffs.
 
     .venv/bin/python bench/handoff_latency.py [--handoffs 60]
+    .venv/bin/python bench/handoff_latency.py --quick    # 4 handoffs, no wait for late-data rebuilds: a smoke test
 
 Settings that move the figures (environment / dagster.yaml): WAREHOUSE_ENGINE_POLL_SECONDS (0.1 s; the watcher
 looks every round), the landing sensor's 15 s interval; the run coordinator's limits (a run over them queues
@@ -56,6 +59,7 @@ from zoneinfo import ZoneInfo
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.calibration import calib_ms, calib_spark_connect_ms
 from bench.processes import free_port
 from resources.settings import Settings
 
@@ -119,7 +123,11 @@ def main() -> int:
         default=20,
         help="after the last handoff, how long to wait for the rebuilds the late-data policies made due meanwhile",
     )
+    parser.add_argument("--quick", action="store_true", help="4 handoffs (2 of each kind), --settle-minutes 0")
     args = parser.parse_args()
+    if args.quick:
+        args.handoffs, args.settle_minutes = 4, 0
+    calib = calib_ms()
 
     from dagster import DagsterInstance
 
@@ -198,6 +206,7 @@ def main() -> int:
             time.sleep(2)
         else:
             raise SystemExit(f"the stack did not come up within 300 s; see {work / 'dev.log'}")
+        calib_spark = calib_spark_connect_ms(env["WAREHOUSE_SPARK_CONNECT_URL"], work)
         print("[bench] stack is up; one handoff at a time, the kinds alternating", flush=True)
         started_at, timed_run_ids = time.time(), []
         for n, (kind, key) in enumerate(plan, start=1):
@@ -327,7 +336,9 @@ def main() -> int:
         f"ods_chain_p90={chain_p90:.2f} amplification={builds['amplification']:.2f} "
         f"closed_day_max_builds={builds['closed_day_max_builds']} cascade_s={builds['cascade_s']:.1f} "
         f"late_lag_p90_s={builds['late_lag_p90_s']:.1f} late_unrebuilt={builds['late_unrebuilt']} "
-        f"stale_left={settled} " + " ".join(f"{k}={v}" for k, v in settings.items())
+        f"stale_left={settled} "
+        + " ".join(f"{k}={v}" for k, v in settings.items())
+        + f" calib_ms={calib} calib_spark_ms={calib_spark}"
     )
     return 0
 
