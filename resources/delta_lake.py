@@ -62,11 +62,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 COMMIT_ATTEMPTS = 4
+# What a table whose changes are read by key needs (:meth:`DeltaStore.enable_deletion_vectors`, and every derived
+# table from its creation): its commits record the rows they changed, and a key-scoped rebuild's MERGE marks the rows
+# it replaces instead of copying the rest of their files
+CHANGE_FEED = "delta.enableChangeDataFeed"
+CHANGE_TRACKING = {CHANGE_FEED: "true", "delta.enableDeletionVectors": "true"}
 # Maintenance purges a partition once its deletion vectors mark more than this share of its stored rows deleted:
 # every read then still reads them to drop them (Delta's OPTIMIZE rewrites a file past 5 % on its own)
 DELETED_ROWS_PURGE_FRACTION = 0.1
 
 __all__ = [
+    "CHANGE_FEED",
+    "CHANGE_TRACKING",
     "COMMIT_ATTEMPTS",
     "DELETED_ROWS_PURGE_FRACTION",
     "DeltaLakeResource",
@@ -108,6 +115,9 @@ class WriteResult:
     duration_s: float
     # per partition of ``partitions`` (same order): its rows and files as the commit left them
     by_partition: list[PartitionWritten] = field(default_factory=list)
+    # a key-scoped write (:meth:`DeltaStore.replace_keys`): the keys whose rows it replaced, and the rows it deleted
+    keys_replaced: int | None = None
+    rows_deleted: int = 0
 
     def metadata(self) -> dict[str, Any]:
         return {
@@ -324,21 +334,24 @@ class DeltaStore(DeltaReader):
 
     def enable_deletion_vectors(self, spark: SparkSession, key: Sequence[str] | str) -> bool:
         """Let Spark's MERGE, UPDATE and DELETE mark replaced and deleted rows in deletion vectors instead of
-        rewriting every file that holds one: a table property, and the protocol's ``deletionVectors`` feature
-        (reader 3, writer 7), in one commit; no data file is rewritten. False when the table had them already.
+        rewriting every file that holds one, and record what each commit changed (Delta's change data feed, which a
+        key-scoped rebuild downstream reads): table properties, and the protocol's ``deletionVectors`` and
+        ``changeDataFeed`` features (reader 3, writer 7), in one commit; no data file is rewritten. False when the
+        table had both already.
 
         Readers then need deletion vectors: delta-rs reads the table through :meth:`read_rows` only (its
         DataFusion reader); Delta for Spark reads it as any table."""
         dt = self.table(key)
         if dt is None:
             raise DeltaLayerError(f"table {self.table_uri(key)} does not exist")
-        if dt.metadata().configuration.get("delta.enableDeletionVectors") == "true":
+        configuration = dt.metadata().configuration
+        missing = {name: "true" for name in CHANGE_TRACKING if configuration.get(name) != "true"}
+        if not missing:
             return False
         confs = {"spark.databricks.delta.commitInfo.userMetadata": json.dumps({"warehouse.operation": "upgrade"})}
+        properties = ", ".join(f"'{name}' = 'true'" for name in missing)
         with _session_confs(spark, confs), _spark_errors(self.table_uri(key), "enable deletion vectors"):
-            spark.sql(
-                f"ALTER TABLE delta.`{self.spark_path(key)}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')"
-            ).collect()
+            spark.sql(f"ALTER TABLE delta.`{self.spark_path(key)}` SET TBLPROPERTIES ({properties})").collect()
         return True
 
     # writes with delta-rs: the small tables the warehouse keeps about itself ------------------------------
@@ -517,6 +530,116 @@ class DeltaStore(DeltaReader):
                 f"by the Delta log, the commit wrote {rows}"
             )
         return out
+
+    def changed_values(
+        self,
+        spark: SparkSession,
+        key: Sequence[str] | str,
+        columns: Sequence[str],
+        partitions: Sequence[PartitionSpec],
+        after: int,
+        until: int,
+        limit: int,
+    ) -> pa.Table | None:
+        """The distinct values of ``columns`` in every row the commits after version ``after`` up to ``until`` changed
+        in ``partitions``: inserted and deleted rows, and each updated row before and after (Delta's change data feed),
+        so a row moved from one key to another names both. At most ``limit`` + 1 of them (more than ``limit``: too
+        many to be worth it, whatever the number). None when the feed does not cover those commits (the table
+        records none, or did not when they were made): then nobody knows what changed."""
+        if until <= after:
+            return None if until < after else pa.table({c: pa.array([], pa.string()) for c in columns})
+        reader = spark.read.format("delta").option("readChangeFeed", "true")
+        reader = reader.option("startingVersion", after + 1).option("endingVersion", until)
+        predicate = _sql_partition_predicate(None, partitions, _partition_columns(partitions)) or "false"
+        try:
+            with _spark_errors(self.table_uri(key), "read the change data feed"):
+                changes = reader.load(self.spark_path(key)).where(predicate)
+                return changes.select(*columns).distinct().limit(limit + 1).toArrow()
+        except DeltaLayerError as exc:
+            log.info("%s: no change data feed from version %d to %d (%s)", key, after + 1, until, exc)
+            return None
+
+    def replace_keys(
+        self,
+        spark: SparkSession,
+        key: Sequence[str] | str,
+        rows: DataFrame,
+        changed: DataFrame,
+        key_columns: Sequence[str],
+        partition_by: Sequence[str],
+        partitions: Sequence[PartitionSpec],
+    ) -> WriteResult:
+        """Replace the rows of the keys ``changed`` names (its columns: the key's and the partition's) with ``rows``
+        (the table's columns, those keys' new rows): one Delta ``MERGE`` commit, which updates a key's row, inserts a
+        new key's, and deletes the row of a key that has none any more, in ``partitions`` only. A key's rows are the
+        same as a whole partition overwrite would leave them; the other rows stay as they are (deletion vectors mark
+        the replaced ones: no file is copied)."""
+        from pyspark.sql import functions as F
+
+        started = time.monotonic()
+        uri = self.table_uri(key)
+        columns = list(rows.columns)
+        on = [*partition_by, *key_columns]
+        flag = "__warehouse_gone"
+        source_frame = changed.select(*on).distinct().join(rows.withColumn(flag, F.lit(False)), on, "left")
+        source_frame = source_frame.withColumn(flag, F.coalesce(F.col(flag), F.lit(True)))
+        source = f"__replace_keys_{uuid.uuid4().hex[:12]}"
+        source_frame.createOrReplaceTempView(source)
+        conditions = [_sql_partition_predicate("t", partitions, partition_by), *(f"t.`{c}` = s.`{c}`" for c in on)]
+        updates = ", ".join(f"t.`{c}` = s.`{c}`" for c in columns)
+        names = ", ".join(f"`{c}`" for c in columns)
+        inserts = f"({names}) VALUES ({', '.join(f's.`{c}`' for c in columns)})"
+        write_id = f"k-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:12]}"
+        confs = {
+            "spark.databricks.delta.commitInfo.userMetadata": json.dumps(
+                {"warehouse.operation": "replace-keys", "warehouse.write_id": write_id}
+            )
+        }
+        try:
+            for attempt in range(1, COMMIT_ATTEMPTS + 1):
+                try:
+                    with _session_confs(spark, confs), _spark_errors(uri, "replace keys"):
+                        spark.sql(
+                            f"MERGE INTO delta.`{self.spark_path(key)}` AS t USING {source} AS s "
+                            f"ON {' AND '.join(conditions)} "
+                            f"WHEN MATCHED AND s.`{flag}` THEN DELETE "
+                            f"WHEN MATCHED THEN UPDATE SET {updates} "
+                            f"WHEN NOT MATCHED AND NOT s.`{flag}` THEN INSERT {inserts}"
+                        ).collect()
+                    break
+                except DeltaLayerError as exc:
+                    if not _is_conflict(exc) or attempt == COMMIT_ATTEMPTS:
+                        raise
+                    log.warning("%s: commit conflict (%s), merging again on the new version (%d)", key, exc, attempt)
+        finally:
+            spark.catalog.dropTempView(source)
+        commit = self._commit_of(key, write_id)
+        metrics = {_snake(k): int(v) for k, v in (commit.get("operationMetrics") or {}).items()}
+        version = int(commit["version"])
+        actions, _ = self.live_files(key, partitions, version)
+        by_partition = []
+        for spec in partitions:
+            mine = [a for a in actions if all(str(a.get(f"partition.{c}")) == str(v) for c, v in spec.items())]
+            by_partition.append(
+                PartitionWritten(
+                    rows=sum(int(a["live_records"]) for a in mine),
+                    files=len(mine),
+                    bytes=sum(int(a["size_bytes"]) for a in mine),
+                )
+            )
+        return WriteResult(
+            table=uri,
+            version=version,
+            rows=metrics.get("num_target_rows_inserted", 0) + metrics.get("num_target_rows_updated", 0),
+            files_added=metrics.get("num_target_files_added", 0),
+            files_removed=metrics.get("num_target_files_removed", 0),
+            bytes_added=metrics.get("num_target_bytes_added", 0),
+            partitions=[dict(p) for p in partitions],
+            duration_s=time.monotonic() - started,
+            by_partition=by_partition,
+            keys_replaced=metrics.get("num_source_rows", 0),
+            rows_deleted=metrics.get("num_target_rows_deleted", 0),
+        )
 
     def _commit_of(self, key: Sequence[str] | str, write_id: str, limit: int = 50) -> dict[str, Any]:
         """The commit that carries ``write_id`` in its user metadata (other writers may have committed since)."""
@@ -801,9 +924,10 @@ class DeltaStore(DeltaReader):
             or "8",
         }
         with _session_confs(spark, confs), _spark_errors(self.table_uri(key), "vacuum"):
-            doomed = spark.sql(f"{command} DRY RUN").count()
+            listed = [row[0] for row in spark.sql(f"{command} DRY RUN").collect()]
             spark.sql(command).collect()
-        return int(doomed)
+        # the dry run lists directories too (those of the change data feed, which stay while they hold files)
+        return sum(1 for path in listed if "." in str(path).rsplit("/", 1)[-1])
 
 
 def warm_up(spark: SparkSession, scratch: str) -> float:

@@ -74,6 +74,7 @@ from warehouse_assets.materialize.gate import (
     degraded_description,
     span,
 )
+from warehouse_assets.materialize.key_scope import KeyScope, KeyScoper
 from warehouse_assets.materialize.quality import (
     PARTITION,
     Outcome,
@@ -251,6 +252,8 @@ class _Planned:
     out: DataFrame
     inputs: dict[str, DataFrame]
     read_from: dict[str, list[str]]
+    versions: dict[str, int]  # the Delta version of each input read
+    scope: KeyScope | None = None  # the keys it rebuilds, when not the whole partition
 
 
 def _build_partitions(
@@ -276,13 +279,30 @@ def _build_partitions(
     # planned (a local checkpoint, which also keeps a long chain's query plan from growing with every day).
     self_dependent = any(dep.table == table.fqn for dep in table.deps)
     pending: list[_Planned] = []
+    # a rebuild for late data replaces only the changed keys' rows where the table's SQL proves that enough
+    scoper = KeyScoper(catalog, table, context.instance, context.run.tags, spark, store)
 
     def write() -> None:
         if not pending:
             return
         specs = [partition_values_of(table, p.key) for p in pending]
         frames = [p.out for p in pending]
-        result = store.overwrite(table.key, reduce(DataFrame.unionByName, frames), table.partition_by, specs)
+        if pending[0].scope is not None:  # every pending partition is key-scoped: one MERGE of their keys
+            changed = [p.scope.changed(spark, spec) for p, spec in zip(pending, specs, strict=True) if p.scope]
+            result = store.replace_keys(
+                spark,
+                table.key,
+                reduce(DataFrame.unionByName, frames),
+                reduce(DataFrame.unionByName, changed),
+                pending[0].scope.key_columns,
+                table.partition_by,
+                specs,
+            )
+        else:
+            # a derived table records its changes from its first commit: a key-scoped rebuild below reads them
+            rows = reduce(DataFrame.unionByName, frames)
+            properties = scoper.table_properties() if not store.exists(table.key) else None
+            result = store.overwrite(table.key, rows, table.partition_by, specs, configuration=properties)
         nonlocal version
         version = result.version
         for name in ("rows", "files_added", "files_removed", "bytes_added"):
@@ -295,7 +315,7 @@ def _build_partitions(
         pending.clear()
 
     def _written(planned: _Planned, figures: PartitionWritten, at: int) -> None:
-        key, verdict, read_from = planned.key, planned.verdict, planned.read_from
+        key, verdict, read_from, scope = planned.key, planned.verdict, planned.read_from, planned.scope
         states.written.setdefault(table.fqn, set()).add(key)
         lacking = degraded_description(verdict)
         if lacking:
@@ -309,12 +329,15 @@ def _build_partitions(
                 "files_added": figures.files,
                 "delta_version": at,
                 "upstream": {t: span(k) for t, k in read_from.items()},
+                "read_versions": planned.versions,
+                **({"keys_rebuilt": scope.keys.num_rows} if scope else {}),
                 **({"degraded": lacking} if lacking else {}),
                 **({"state": verdict.state} if verdict.state else {}),
             }
         )
+        rebuilt = f", the rows of {scope.keys.num_rows} changed {'/'.join(scope.key_columns)}" if scope else ""
         context.log.info(
-            f"{table.fqn} {key}: {figures.rows} rows, {figures.files} files, "
+            f"{table.fqn} {key}: {figures.rows} rows{rebuilt}, {figures.files} files, "
             f"Delta version {at}, read {', '.join(f'{t} {span(k)}' for t, k in read_from.items())}"
         )
         if lacking:
@@ -328,12 +351,13 @@ def _build_partitions(
             raise Failure(verdict.reasons[0])
         inputs: dict[str, DataFrame] = {}
         read_from: dict[str, list[str]] = {}
+        versions: dict[str, int] = {}
         for edge in verdict.edges:
             dep, used = edge.dep, edge.used  # a weak dependency's waived partitions are not read
             upstream = catalog[dep.table]
             if upstream.is_static:  # read whole, at the version of now (a new one is read by later builds)
                 df, at, _ = _read_now(store, spark, f"{table.fqn} {key}", upstream)
-                inputs[dep.table], read_from[dep.table] = df, [f"v{at}"]
+                inputs[dep.table], read_from[dep.table], versions[dep.table] = df, [f"v{at}"], at
                 continue
             if isinstance(upstream, OdsWindows):  # the ODS table's rows in the windows, from their hours' partitions
                 inputs[upstream.source], read_from[dep.table] = _read_windows(catalog, upstream, used, spark, store)
@@ -351,7 +375,7 @@ def _build_partitions(
                 # skip CDC tombstones, except in a changelog, where a DELETE is a change its snapshot applies
                 mirror = isinstance(upstream, OdsTable) and not upstream.changelog
                 live = [Predicate("_deleted", "=", False)] if mirror else []
-                df, _, stats = _read_now(store, spark, f"{table.fqn} {key}", upstream, specs, live)
+                df, versions[dep.table], stats = _read_now(store, spark, f"{table.fqn} {key}", upstream, specs, live)
                 totals["files_read"] += stats.files_read
                 totals["files_skipped"] += stats.files_in_table - stats.files_read
             else:
@@ -363,9 +387,15 @@ def _build_partitions(
             if name not in inputs:
                 inputs[name] = _empty_like(spark, store, catalog[name], external=external)
                 read_from[dep.table] = []
+        scope, whole_because = scoper.scope(key, read_from, versions)
+        if scope is None and key in scoper.late:  # a late-data rebuild that could not be scoped: say why
+            context.log.info(f"{table.fqn} {key}: rebuilt whole: {whole_because}")
+        if pending and (pending[0].scope is None) != (scope is None):
+            write()  # one commit writes partitions one way: by key, or whole
         suffix = f"__{len(pending)}"  # the partition's own views: the write plans every partition's query first
         for name, df in inputs.items():
-            df.createOrReplaceTempView(view_name(name, suffix))
+            view = df if scope is None else scope.only_keys(spark, name, df)
+            view.createOrReplaceTempView(view_name(name, suffix))
         out = spark.sql(render_sql(table, key, catalog, suffix))
         _check_columns(table, key, out)
         spec = partition_values_of(table, key)
@@ -373,7 +403,7 @@ def _build_partitions(
         if self_dependent:
             out = out.localCheckpoint(eager=True)
             states.written.setdefault(table.fqn, set()).add(key)  # the gate of its next partition finds it built
-        pending.append(_Planned(key, verdict, out, inputs, read_from))
+        pending.append(_Planned(key, verdict, out, inputs, read_from, versions, scope))
         if len(pending) >= RANGED_WRITE_MAX_PARTITIONS:
             write()
     write()

@@ -1,0 +1,471 @@
+"""Benchmark: what late data really costs over a whole lookback horizon, per late-data policy.
+
+The handoff bench (``bench/handoff_latency.py``) runs the real stack for half an hour: too short for any daily
+partition's late-data rebuild to come due, so its build counts say nothing of late data's cost. This bench drives the
+product's own dependency center (the partition state store, the reverse index, the resolver with its gate and
+late-data rules, ``warehouse_assets/center/``) on a simulated clock over six days, long enough for every change to the
+first two days to arrive and be absorbed, at 1,000 and 10,000 tables (the synthetic catalogs of
+``bench/automation_scale.py``), once per late-data policy (each derived table declares it), and counts what is built.
+
+**The clock.** Ticks of 5 minutes (the simulated sources' micro-batch). At each tick: the root (ODS) hours that
+ended 5 minutes before are reported, as the readiness sensor reports a complete hour; every root hour that received
+late changes during the tick is reported again (one report per hour per tick, as the sensor reports an hour's
+unreported changes); the resolver is called with the store's changes (``Resolver.on_changes``, as the engine's round
+calls it, with or without changes, so that a rebuild whose policy time came is found); every run it plans completes
+at once (its partitions reported built) and the loop goes on until nothing more is planned. A run takes no simulated
+time: the late lag is the policy's, not Spark's.
+
+**The late-change stream** (modelled on the simulated sources, where an order is paid, refunded or re-dated for up to
+48 hours after it was created): each root hour receives a Poisson number of late changes (mean ``--late-per-hour``,
+12), each touching one key (5 % of them move a key, touching two), arriving after the hour ended by a lag drawn
+from: 60 % exponential with a mean of 30 minutes, 30 % uniform over 2-24 hours, 10 % uniform over 24-48 hours.
+A **replay burst** on the fourth day at 12:00: the first root's 24 hours of the second day are delivered again, each
+with 2 % of its rows changed (a re-delivery with corrections), all in one tick.
+
+**The work model.** A partition's rows are its table's rate times the hours in its window: a root 1,000,000 rows an
+hour, a derived table half the mean rate of what it reads (at least 1,000), a static table 1,000 rows. A build reads
+every partition its dependencies map it to (the reverse index's ``upstream_of``), whole: the rows it reads are their
+sum. That is what the product's rebuild does today, for a first build and a rebuild alike. ``late_work_ratio`` is the
+rows read by every build after a partition's first over the rows read by the first builds.
+
+**What it prints**, per size and policy: builds per closed daily and hourly partition (P50, P99, max: the partitions
+of the first two days, each watched for at least four days after it closed), the amplification (builds over first
+builds), the late lag (a sampled late change's arrival until each ADS partition built before it arrived, and built
+from its hour, is built again with it: P50, P90; the pairs never absorbed counted apart), the late work ratio, and
+the stale partitions left with a due time at the end. ``none`` is the same horizon without late changes: the
+builds the rules make by design (states, any windows), against which the others compare. Checked: no partition whose
+window ended within the horizon is left unbuilt (``missed=0``), and under a policy that rebuilds (not ``never``)
+every sampled change reaches every ADS partition it must (``unabsorbed=0``).
+
+No Spark. Progress on stderr; the last line of stdout is ``RESULT`` with the figures of the default policy
+(``every 60m``) at the largest size, and the machine's ``calib_ms``.
+
+    .venv/bin/python bench/late_horizon.py            # 1,000 and 10,000 tables, five policies
+    .venv/bin/python bench/late_horizon.py --quick    # 100 tables, two policies: a minute
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from datetime import date, datetime, timedelta
+from datetime import time as clock
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+BENCH = Path(__file__).resolve().parent
+for path in (BENCH, BENCH.parent):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+import automation_scale as scale  # noqa: E402  (the synthetic catalogs and the store's history)
+from calibration import calib_ms  # noqa: E402
+
+TICK = timedelta(minutes=5)
+DAYS = 6  # simulated days: the first two are measured, each followed by at least four
+MEASURED_DAYS = 2
+ROOT_ROWS_PER_HOUR = 1_000_000
+MIN_RATE = 1_000
+STATIC_ROWS = 1_000
+MOVED_SHARE = 0.05  # of late changes: a key moved (an order re-assigned, re-dated), touching its old and new key
+REPLAY_DAY, REPLAY_AT, REPLAY_OF_DAY, REPLAY_CHANGED = 3, 12, 1, 0.02
+LAG_SAMPLES = 200  # late changes followed to the ADS partitions they reach
+DEFAULT_POLICY = "every 60m"
+POLICIES = ("none", "at_once", "every 30m", DEFAULT_POLICY, "daily 06:00")
+QUICK_POLICIES = ("none", DEFAULT_POLICY)
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
+
+
+def late_lag_minutes(rng: random.Random) -> float:
+    """A late change's delay after its hour ended, in minutes: most in the first hour, a tail to 48 hours."""
+    draw = rng.random()
+    if draw < 0.6:
+        return min(rng.expovariate(1 / 30), 120.0)
+    if draw < 0.9:
+        return rng.uniform(120, 24 * 60)
+    return rng.uniform(24 * 60, 48 * 60)
+
+
+def poisson(rng: random.Random, mean: float) -> int:
+    limit, k, p = math.exp(-mean), 0, 1.0
+    while (p := p * rng.random()) > limit:
+        k += 1
+    return k
+
+
+def declare_policy(root: Path, policy: str) -> None:
+    """Give every derived table of the generated catalog the late-data policy (``none``: the default's, unused)."""
+    if policy == "none":
+        return
+    for path in root.glob("*/*.sql"):
+        text = path.read_text()
+        if "kind: static" in text:
+            continue
+        path.write_text(text.replace("owner: bench\n", f"owner: bench\nlate_data: {{rebuild: {policy}}}\n", 1))
+
+
+class Horizon:
+    """One size and policy: the center stepped tick by tick over the horizon, every build counted."""
+
+    def __init__(self, catalog: Any, index: Any, store: Any, resolver: Any, feed: Any, day0: datetime):
+        from warehouse_assets.catalog import partition_window
+
+        self.catalog, self.index, self.store, self.resolver, self.feed = catalog, index, store, resolver, feed
+        self.day0 = day0
+        self.window = partition_window
+        self.builds: Counter[tuple[str, str]] = Counter()
+        self.first_rows = self.later_rows = 0
+        self.rate = self._rates()
+        self._hours: dict[tuple[str, str], float] = {}
+        # late-change samples: id → (root, hour, arrival); partition → the sampled changes it holds
+        self.samples: dict[int, tuple[str, str, datetime]] = {}
+        self.holds: dict[tuple[str, str], frozenset[int]] = {}
+        self.absorbed: dict[tuple[int, str, str], datetime] = {}
+
+    def _rates(self) -> dict[str, float]:
+        import graphlib
+
+        rate: dict[str, float] = {}
+        order = graphlib.TopologicalSorter({t.fqn: [d.table for d in t.deps if d.table != t.fqn] for t in self.catalog})
+        for fqn in order.static_order():
+            table = self.catalog[fqn]
+            if table.is_static:
+                rate[fqn] = 0.0
+            elif table.is_source:
+                rate[fqn] = ROOT_ROWS_PER_HOUR
+            else:
+                ups = [rate[d.table] for d in table.deps if d.table != fqn and not self.catalog[d.table].is_static]
+                rate[fqn] = max(MIN_RATE, 0.5 * sum(ups) / len(ups)) if ups else MIN_RATE
+        return rate
+
+    def rows(self, fqn: str, key: str) -> float:
+        table = self.catalog[fqn]
+        if table.is_static:
+            return STATIC_ROWS
+        hours = self._hours.get((fqn, key))
+        if hours is None:
+            window = self.window(table, key)
+            hours = self._hours[(fqn, key)] = (window.end - window.start).total_seconds() / 3600
+        return self.rate[fqn] * hours
+
+    def inputs(self, fqn: str, key: str, now: datetime) -> list[tuple[str, str]]:
+        from warehouse_assets.catalog import WHOLE
+
+        found = []
+        for dep in self.catalog[fqn].deps:
+            if self.catalog[dep.table].is_static:
+                found.append((dep.table, WHOLE))
+                continue
+            found += [(dep.table, k) for k in self.index.upstream_of(fqn, dep.table, key, now) or []]
+        return found
+
+    def report_root(self, fqn: str, hour: str, now: datetime, sampled: frozenset[int] = frozenset()) -> None:
+        self.feed.complete(self.catalog[fqn], (hour,), now)
+        self.builds[(fqn, hour)] += 1
+        if sampled:
+            self.holds[(fqn, hour)] = self.holds.get((fqn, hour), frozenset()) | sampled
+
+    def settle(self, now: datetime) -> int:
+        """Resolve and complete until nothing more is planned; the runs completed."""
+        runs = 0
+        while True:
+            changes = self.feed.changes()
+            plans = self.resolver.on_changes(changes, now)
+            if not plans and not changes and not self.resolver.backlog:
+                return runs
+            for plan in plans:
+                runs += 1
+                table = self.catalog[plan.table]
+                for key in plan.partitions:
+                    self.built(plan.table, key, now)
+                self.feed.complete(table, plan.partitions, now)
+
+    def built(self, fqn: str, key: str, now: datetime) -> None:
+        inputs = self.inputs(fqn, key, now)
+        read = sum(self.rows(*i) for i in inputs)
+        first = (fqn, key) not in self.builds
+        self.builds[(fqn, key)] += 1
+        if first:
+            self.first_rows += read
+        else:
+            self.later_rows += read
+        held = frozenset().union(*(self.holds.get(i, frozenset()) for i in inputs))
+        before = self.holds.get((fqn, key), frozenset())
+        if held:
+            self.holds[(fqn, key)] = held
+        if fqn.startswith("ads.") and held - before:
+            for sample in held - before:
+                self.absorbed.setdefault((sample, fqn, key), now)
+
+
+def run_policy(n: int, policy: str, args: argparse.Namespace) -> dict[str, Any]:
+    from dagster import instance_for_test
+
+    from warehouse_assets.catalog import load_catalog, periods
+    from warehouse_assets.center.resolver import Resolver
+    from warehouse_assets.center.reverse_index import ReverseIndex
+    from warehouse_assets.center.state_store import PartitionStateStore
+    from warehouse_assets.materialize.compiler import max_partitions_per_run
+
+    tz = ZoneInfo(periods().timezone)
+    day0 = datetime.combine(date.fromisoformat(scale.BENCH_START) + timedelta(days=364), clock(), tz)
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix=f"late_horizon_{n}_") as tmp:
+        root = Path(tmp) / "tables"
+        scale.generate_catalog(root, n, args.seed)
+        declare_policy(root, policy)
+        catalog = load_catalog(root)
+        end = day0 + timedelta(days=DAYS)
+        index = ReverseIndex.build(catalog, current_time=end + timedelta(days=1))
+        (Path(tmp) / "home").mkdir()
+        with instance_for_test(temp_dir=str(Path(tmp) / "home")) as instance:
+            store = PartitionStateStore(instance)
+            calendars = scale.Calendars(end.timestamp() + 2 * 86400)
+            scale.seed_history(store, catalog, calendars, day0.timestamp(), args.history_days)
+            resolver = Resolver(catalog, index, store, max_partitions_per_run)
+            resolver.prepare(day0)
+            resolver.on_changes([], day0)  # the engine's clock starts with the horizon
+            horizon = Horizon(catalog, index, store, resolver, scale.DirectFeed(store), day0)
+            figures = simulate(horizon, calendars, policy, args, tz)
+            resolver.close()
+            store.close()
+    figures.update(n=n, policy=policy, wall_s=round(time.perf_counter() - start, 1))
+    return figures
+
+
+def late_stream(catalog: Any, calendars: Any, day0: datetime, rng: random.Random, mean: float) -> list[Any]:
+    """Every late change of the horizon: (arrival, root, hour, keys touched, replay?), in arrival order."""
+    roots = sorted(t.fqn for t in catalog.ods())
+    stream = []
+    end = day0 + timedelta(days=DAYS)
+    for hour, hour_end in calendars.ended("hourly", day0.timestamp(), end.timestamp()):
+        for fqn in roots:
+            for _ in range(poisson(rng, mean)):
+                arrival = datetime.fromtimestamp(hour_end, day0.tzinfo) + timedelta(minutes=late_lag_minutes(rng))
+                if arrival < end:
+                    stream.append((arrival, fqn, hour, 2 if rng.random() < MOVED_SHARE else 1, False))
+    replay_at = day0 + timedelta(days=REPLAY_DAY, hours=REPLAY_AT)
+    replayed = day0 + timedelta(days=REPLAY_OF_DAY)
+    for h in range(24):
+        hour = (replayed + timedelta(hours=h)).strftime("%Y-%m-%d-%H:00")
+        stream.append((replay_at, roots[0], hour, int(ROOT_ROWS_PER_HOUR * REPLAY_CHANGED), True))
+    stream.sort(key=lambda change: change[0])
+    return stream
+
+
+def simulate(horizon: Horizon, calendars: Any, policy: str, args: argparse.Namespace, tz: ZoneInfo) -> dict[str, Any]:
+    catalog, day0 = horizon.catalog, horizon.day0
+    rng = random.Random(args.seed + 101)
+    stream = [] if policy == "none" else late_stream(catalog, calendars, day0, rng, args.late_per_hour)
+    # the samples followed to the ADS: changes to the measured days' hours, not the replay's
+    measured_end = day0 + timedelta(days=MEASURED_DAYS)
+    eligible = [i for i, c in enumerate(stream) if not c[4] and c[2] < measured_end.strftime("%Y-%m-%d")]
+    sampled = set(random.Random(args.seed + 202).sample(eligible, min(LAG_SAMPLES, len(eligible))))
+    roots = [t.fqn for t in catalog.ods()]
+    # two hours past the horizon for the on-time reports: the horizon's last hour, and its last day, are built
+    end = day0 + timedelta(days=DAYS, hours=2)
+    now, i, runs, ticks = day0, 0, 0, 0
+    keys_changed = 0
+    targets: dict[int, list[tuple[str, str]]] = {}
+    resolve_s = 0.0
+    while now < end:
+        now += TICK
+        ticks += 1
+        for hour, _ in calendars.ended(
+            "hourly", (now - TICK - scale.SETTLE).timestamp(), (now - scale.SETTLE).timestamp()
+        ):
+            for fqn in roots:
+                horizon.report_root(fqn, hour, now)
+        arrived: dict[tuple[str, str], set[int]] = {}
+        while i < len(stream) and stream[i][0] <= now:
+            arrival, fqn, hour, keys, _ = stream[i]
+            keys_changed += keys
+            arrived.setdefault((fqn, hour), set())
+            if i in sampled:
+                arrived[(fqn, hour)].add(i)
+                horizon.samples[i] = (fqn, hour, arrival)
+                # the ADS partitions built from the hour before the change arrived: each must absorb it
+                closure = horizon.index.closure({fqn: [hour]}, now)
+                targets[i] = [
+                    (t, k)
+                    for t, keys_ in closure.items()
+                    if t.startswith("ads.")
+                    for k in keys_
+                    if (t, k) in horizon.builds
+                ]
+            i += 1
+        for (fqn, hour), ids in arrived.items():
+            if (fqn, hour) in horizon.builds:  # a change to an hour not reported yet is part of its first report
+                horizon.report_root(fqn, hour, now, frozenset(ids))
+            elif ids:
+                horizon.holds[(fqn, hour)] = horizon.holds.get((fqn, hour), frozenset()) | ids
+        started = time.perf_counter()
+        runs += horizon.settle(now)
+        resolve_s += time.perf_counter() - started
+        if ticks % 72 == 0:
+            log(f"  {policy}: {now:%Y-%m-%d %H:%M}, {sum(horizon.builds.values())} builds, {runs} runs")
+    return figures(horizon, calendars, stream, sampled, targets, now, keys_changed, runs, resolve_s, policy)
+
+
+def figures(
+    horizon: Horizon,
+    calendars: Any,
+    stream: list[Any],
+    sampled: set[int],
+    targets: dict[int, list[tuple[str, str]]],
+    now: datetime,
+    keys_changed: int,
+    runs: int,
+    resolve_s: float,
+    policy: str,
+) -> dict[str, Any]:
+    catalog, day0 = horizon.catalog, horizon.day0
+    measured = (day0.timestamp(), (day0 + timedelta(days=MEASURED_DAYS)).timestamp())
+    closed: dict[str, list[int]] = {"hourly": [], "daily": []}
+    missed = 0
+    for table in catalog.derived():
+        if table.is_static:
+            continue
+        for key, _ in calendars.ended(table.period, day0.timestamp(), (day0 + timedelta(days=DAYS)).timestamp()):
+            if (table.fqn, key) not in horizon.builds:
+                missed += 1
+                if missed <= 10:
+                    log(f"  missed {table.fqn} {key} ({table.period}, deps {[d.table for d in table.deps]})")
+        if table.period in closed:
+            closed[table.period] += [
+                horizon.builds[(table.fqn, k)] for k, _ in calendars.ended(table.period, *measured)
+            ]
+    derived_builds = {k: v for k, v in horizon.builds.items() if not catalog[k[0]].is_source}
+    lags, unabsorbed = [], 0
+    for sample in sampled:
+        _, _, arrival = horizon.samples[sample]
+        for fqn, key in targets.get(sample, []):
+            at = horizon.absorbed.get((sample, fqn, key))
+            if at is None:
+                unabsorbed += 1
+            else:
+                lags.append((at - arrival).total_seconds())
+    stale_left = sum(1 for s in horizon.resolver.ledger.all_stale() if s.due is not None)
+    out: dict[str, Any] = {
+        "late_changes": sum(1 for c in stream if not c[4]),
+        "keys_changed": keys_changed,
+        "runs": runs,
+        "builds": sum(derived_builds.values()),
+        "first_builds": len(derived_builds),
+        "amplification": round(sum(derived_builds.values()) / max(1, len(derived_builds)), 3),
+        "late_work_ratio": round(horizon.later_rows / max(1.0, horizon.first_rows), 3),
+        "missed": missed,
+        "late_lag_pairs": len(lags),
+        "unabsorbed": unabsorbed,
+        "late_lag_p50_s": round(percentile(lags, 0.5)),
+        "late_lag_p90_s": round(percentile(lags, 0.9)),
+        "stale_left": stale_left,
+        "resolve_s": round(resolve_s, 2),
+    }
+    for period, counts in closed.items():
+        name = f"closed_{period}_builds"
+        out.update({f"{name}_p50": percentile(counts, 0.5), f"{name}_p99": percentile(counts, 0.99)})
+        out[f"{name}_max"] = max(counts, default=0)
+    return out
+
+
+def child_main(args: argparse.Namespace) -> None:
+    for policy in args.policies.split(";"):
+        log(f"N={args.child}: {policy}")
+        print(json.dumps(run_policy(args.child, policy, args)), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="1000,10000")
+    parser.add_argument("--policies", default=";".join(POLICIES), help="';'-separated: none, at_once, every 30m...")
+    parser.add_argument("--late-per-hour", type=float, default=12.0, help="mean late changes per root hour")
+    parser.add_argument("--history-days", type=int, default=62)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--quick", action="store_true", help="100 tables, two policies, 3 late changes an hour, 35 days of history"
+    )
+    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child is not None:
+        child_main(args)
+        return
+    if args.quick:
+        args.sizes, args.policies, args.history_days = "100", ";".join(QUICK_POLICIES), 35
+        args.late_per_hour = min(args.late_per_hour, 3.0)
+    calibration = calib_ms()
+    log(f"calib_ms={calibration:.0f}")
+    rows: list[dict[str, Any]] = []
+    for n in (int(s) for s in args.sizes.split(",")):
+        cmd = [sys.executable, __file__, "--child", str(n), "--policies", args.policies, "--seed", str(args.seed)]
+        cmd += ["--history-days", str(args.history_days), "--late-per-hour", str(args.late_per_hour)]
+        env = {**os.environ, "WAREHOUSE_START": scale.BENCH_START}
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env, check=False)
+        if proc.returncode:
+            sys.exit(f"N={n}: the child failed ({proc.returncode})")
+        rows += [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    columns = [
+        "n",
+        "policy",
+        "builds",
+        "first_builds",
+        "amplification",
+        "late_work_ratio",
+        "closed_daily_builds_p50",
+        "closed_daily_builds_p99",
+        "closed_daily_builds_max",
+        "closed_hourly_builds_p99",
+        "closed_hourly_builds_max",
+        "late_lag_p50_s",
+        "late_lag_p90_s",
+        "unabsorbed",
+        "stale_left",
+        "missed",
+        "resolve_s",
+        "wall_s",
+    ]
+    print(" | ".join(columns))
+    for row in rows:
+        print(" | ".join(str(row.get(c, "-")) for c in columns))
+    for row in rows:
+        print(
+            f"ROW n={row['n']} policy={row['policy'].replace(' ', '_')} "
+            + " ".join(f"{k}={row[k]}" for k in columns[2:])
+        )
+    failures = [r for r in rows if r["missed"] or (r["policy"] not in ("none", "never") and r["unabsorbed"])]
+    largest = max(r["n"] for r in rows)
+    default = next(
+        r
+        for r in rows
+        if r["n"] == largest
+        and r["policy"] == (DEFAULT_POLICY if DEFAULT_POLICY in args.policies.split(";") else r["policy"])
+    )
+    keys = ("closed_daily_builds_p99", "amplification", "late_lag_p90_s", "late_work_ratio", "missed", "unabsorbed")
+    print(
+        f"RESULT n={largest} policy={default['policy'].replace(' ', '_')} "
+        + " ".join(f"{k}={default[k]}" for k in keys)
+        + f" calib_ms={calibration:.0f}"
+    )
+    if failures:
+        sys.exit(f"correctness: {[(r['n'], r['policy'], r['missed'], r['unabsorbed']) for r in failures]}")
+
+
+if __name__ == "__main__":
+    main()

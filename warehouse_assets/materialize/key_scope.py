@@ -1,0 +1,181 @@
+"""Key-scoped rebuilds: a late change to a few keys rebuilds those keys' rows, not the whole partition.
+
+A rebuild for late data (the dependency center's run tagged with the late changes it absorbs) of a table whose SQL is
+proven key-local (:mod:`warehouse_assets.catalog.key_locality`: its rows for a key are computed only from input rows
+carrying that key) asks each input what changed since the partition's last build read it: Delta's change data feed
+between the version that build read (recorded in its materialization) and the version read now, in the input
+partitions it reads, gives the values of the columns carrying the key, before and after each change (a row moved from
+one user to another names both users). The partition's query then runs on those keys' input rows only, and one
+``MERGE`` replaces exactly those keys' rows (:meth:`resources.delta_lake.DeltaStore.replace_keys`). The table's own
+commit is in its change feed in turn, so the next table down reads the keys that changed from it.
+
+Whatever cannot be proven is rebuilt whole, as before, and the run's log says why: not a late-data rebuild, an input
+the last build did not record or read otherwise, an input whose change feed does not cover the versions (a table
+written before it recorded changes), a changed key that is null, or so many changed keys that a whole rebuild costs
+less. Checks still judge the whole partition after the write (:func:`warehouse_assets.materialize.runner`'s
+``_check_written`` reads it back from Delta).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from dagster import DagsterInstance
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from resources.delta_lake import CHANGE_FEED, CHANGE_TRACKING, DeltaStore
+from resources.spark import arrow_frame
+from warehouse_assets.catalog import Catalog, DerivedTable, Table, partition_values_of
+from warehouse_assets.catalog.key_locality import KeyLocality, key_locality
+from warehouse_assets.catalog.lineage import WarehouseLineage
+from warehouse_assets.materialize.gate import LATE_CHANGES_TAG, span
+from warehouse_assets.materialize.quality import latest_materialization
+
+# Past either bound a whole rebuild is cheaper than finding and replacing the keys' rows one by one: the keys are
+# collected to the driver and broadcast, and a large share of a partition's rows is most of its files anyway. Below
+# SMALL_PARTITION rows either way is one small Spark job: the share is not looked at
+MAX_KEYS = 100_000
+MAX_SHARE = 0.2  # of the rows the partition held after its last build
+SMALL_PARTITION = 10_000
+
+
+@dataclass(frozen=True)
+class KeyScope:
+    """The keys whose rows a partition's rebuild replaces: the output key's columns, one row per key."""
+
+    key_columns: tuple[str, ...]
+    keys: pa.Table
+    carried_from: Mapping[str, tuple[str, ...]]
+
+    def only_keys(self, spark: SparkSession, name: str, df: DataFrame) -> DataFrame:
+        """The rows of the input ``name`` that carry one of the keys."""
+        columns = self.carried_from[name]
+        wanted = self.keys.rename_columns(list(columns))
+        return df.join(F.broadcast(arrow_frame(spark, wanted)), list(columns), "left_semi")
+
+    def changed(self, spark: SparkSession, partition: Mapping[str, str]) -> DataFrame:
+        """The keys with the partition's column values: what :meth:`DeltaStore.replace_keys` replaces."""
+        frame = arrow_frame(spark, self.keys)
+        return frame.select(*self.key_columns, *[F.lit(v).alias(c) for c, v in partition.items()])
+
+
+class KeyScoper:
+    """For one run of one table: which of its partitions are rebuilt by key, and which keys."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        table: Table,
+        instance: DagsterInstance,
+        tags: Mapping[str, str],
+        spark: SparkSession,
+        store: DeltaStore,
+    ):
+        self.catalog, self.table, self.instance, self.spark, self.store = catalog, table, instance, spark, store
+        self.late = set(json.loads(tags.get(LATE_CHANGES_TAG, "{}")))
+        self._locality: KeyLocality | None = None
+
+    @property
+    def locality(self) -> KeyLocality | None:
+        """The table's key locality, proven once per run when first needed (None: not a derived table)."""
+        table = self.table
+        if self._locality is None and isinstance(table, DerivedTable):
+            try:
+                self._locality = key_locality(table, WarehouseLineage(self.catalog).input_columns(table))
+            except Exception as exc:  # as the build's column lineage: a proof that fails is no reason to fail it
+                self._locality = KeyLocality(table.fqn, table.primary_key, reason=f"lineage not followed: {exc!r}")
+        return self._locality
+
+    def table_properties(self) -> dict[str, str]:
+        """What the table is created with: every derived table records its changes (its readers' key-scoped rebuilds
+        read them); a key-local one also has deletion vectors, which its own key-scoped rebuilds mark replaced rows
+        in (Spark and delta-rs's DataFusion reader apply them; delta-rs's Arrow reader refuses such tables)."""
+        locality = self.locality
+        return dict(CHANGE_TRACKING) if locality and locality.key_local else {CHANGE_FEED: "true"}
+
+    def scope(
+        self, partition: str, read_from: Mapping[str, Sequence[str]], versions: Mapping[str, int]
+    ) -> tuple[KeyScope | None, str]:
+        """The keys of ``partition``'s rebuild (its inputs read at ``versions``, their partitions ``read_from``), or
+        None and why the partition is rebuilt whole."""
+        if partition not in self.late:
+            return None, "not a rebuild for late data"
+        locality = self.locality
+        if locality is None or not locality.key_local:
+            return None, locality.reason if locality else "not a derived table"
+        previous = _previous_build(self.instance, self.table, partition)
+        if previous is None:
+            return None, "its last build recorded no input versions"
+        before_versions, before_read = previous
+        frames: list[pa.Table] = []
+        for name in read_from:
+            if name not in locality.carried_from:
+                return None, f"reads {name}, which does not carry the key"
+        for name, columns in locality.carried_from.items():
+            used = list(read_from.get(name, []))
+            if name not in versions or name not in before_versions:
+                return None, f"the versions of {name} read are not known"
+            if before_read.get(name) != span(used):
+                return None, f"reads other partitions of {name} than its last build ({before_read.get(name)})"
+            upstream = self.catalog[name]
+            specs = [partition_values_of(upstream, k) for k in used]
+            found = self.store.changed_values(
+                self.spark, upstream.key, columns, specs, before_versions[name], versions[name], MAX_KEYS
+            )
+            if found is None:
+                return None, (
+                    f"{name}'s change data feed does not cover versions {before_versions[name] + 1}-{versions[name]}"
+                )
+            frames.append(found.rename_columns(list(locality.key)))
+        keys = _distinct(frames, locality.key)
+        if keys is None:
+            return None, "the changed keys' types differ between inputs"
+        if any(keys.column(c).null_count for c in locality.key):
+            return None, "a changed key is null"
+        if keys.num_rows > MAX_KEYS:
+            return None, f"more than {MAX_KEYS:,} keys changed"
+        rows = _rows_before(self.instance, self.table, partition)
+        if rows is not None and rows >= SMALL_PARTITION and keys.num_rows > MAX_SHARE * rows:
+            return None, f"{keys.num_rows:,} keys changed of {rows:,} rows: a whole rebuild costs less"
+        return KeyScope(locality.key, keys, locality.carried_from), ""
+
+
+def _distinct(frames: list[pa.Table], key: Sequence[str]) -> pa.Table | None:
+    if not frames:
+        return pa.table({c: pa.array([], pa.string()) for c in key})
+    try:
+        first = frames[0].schema
+        merged = pa.concat_tables([f.cast(first) for f in frames])
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    return merged.group_by(list(key)).aggregate([]).select(list(key))
+
+
+def _entry(instance: DagsterInstance, table: Table, partition: str) -> dict[str, Any] | None:
+    """The partition's entry in its latest build's per-partition metadata."""
+    record = latest_materialization(instance, table, partition)
+    if record is None:
+        return None
+    value = record.asset_materialization.metadata.get("partitions") if record.asset_materialization else None
+    entries = getattr(value, "value", None) or getattr(value, "data", None) or []
+    return next((e for e in entries if isinstance(e, dict) and e.get("partition") == partition), None)
+
+
+def _previous_build(
+    instance: DagsterInstance, table: Table, partition: str
+) -> tuple[dict[str, int], dict[str, str]] | None:
+    """The versions of its inputs the partition's latest build read, and the partitions (as spans) it read of each."""
+    entry = _entry(instance, table, partition)
+    if entry is None or not isinstance(entry.get("read_versions"), dict):
+        return None
+    return {k: int(v) for k, v in entry["read_versions"].items()}, dict(entry.get("upstream") or {})
+
+
+def _rows_before(instance: DagsterInstance, table: Table, partition: str) -> int | None:
+    entry = _entry(instance, table, partition)
+    return int(entry["rows"]) if entry and entry.get("rows") is not None else None
