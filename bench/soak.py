@@ -39,9 +39,12 @@ stack and checks:
 * recovery: per fault, the time from the kill to the end of the first successful run started after it.
 
     flock /tmp/bench.lock .venv/bin/python bench/soak.py [--days 2] [--seed 1] [--postgres]
+    .venv/bin/python bench/soak.py --quick    # 1 day, a simulated hour every 3 s, 30 s quiet: still minutes
 
 Prints one ``RESULT`` line: ``faults= lost= duplicated= missing= mismatched_partitions= stuck_runs= orphans=
-recover_p50_s= recover_p90_s= recover_max_s=``. Exits 1 when any of those counts is not 0.
+recover_p50_s= recover_p90_s= recover_max_s= ... calib_ms= calib_spark_ms=`` (the machine's calibration,
+``bench/calibration.py``; the Spark one on the stack's Spark Connect server once it is up, before the feed). Exits 1
+when any of those counts is not 0.
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ from zoneinfo import ZoneInfo
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.calibration import calib_ms, calib_spark_connect_ms
 from bench.handoff_latency import _engine_watching, _percentile, _sensor_ticked
 from bench.processes import free_port
 from resources.settings import Settings
@@ -601,7 +605,14 @@ def main() -> int:
     parser.add_argument("--quiet-seconds", type=float, default=90, help="no run created for this long: settled")
     parser.add_argument("--postgres", action="store_true", help="the instance of dagster_home/postgres (DAGSTER_PG_*)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    parser.add_argument(
+        "--quick", action="store_true", help="1 day, --hour-seconds 3, --quiet-seconds 30 (each fault kind once)"
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.days, args.hour_seconds, args.quiet_seconds = 1, 3, 30
+    calib = calib_ms()
+    calib_spark = float("nan")  # until the stack's Spark is up
 
     from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
@@ -691,6 +702,7 @@ def main() -> int:
             if time.monotonic() > deadline:
                 raise SystemExit(f"the stack did not come up within 600 s; logs in {work}")
             time.sleep(2)
+        calib_spark = calib_spark_connect_ms(env["WAREHOUSE_SPARK_CONNECT_URL"], work)
         say(f"the stack is up ({time.time() - began:.0f} s); feeding the source and injecting faults")
         fed_until, t0 = start, time.monotonic()
         pending = list(faults)
@@ -764,7 +776,8 @@ def main() -> int:
         f"stuck_runs={len(found.stuck)} orphans={orphans} "
         f"recover_p50_s={p50:.1f} recover_p90_s={p90:.1f} recover_max_s={top:.1f} days={args.days} seed={args.seed} "
         f"storage={'postgres' if args.postgres else 'sqlite'} burst={burst_at:%Y-%m-%dT%H} "
-        f"silent={silent_stream}@{silent_at:%Y-%m-%dT%H}+{SILENT_HOURS}h resent_lines={silent.resent_lines}"
+        f"silent={silent_stream}@{silent_at:%Y-%m-%dT%H}+{SILENT_HOURS}h resent_lines={silent.resent_lines} "
+        f"calib_ms={calib} calib_spark_ms={calib_spark}"
     )
     bad = found.lost or found.duplicated or found.missing or found.mismatched or found.stuck or orphans
     return 1 if bad else 0
