@@ -93,12 +93,17 @@ def calib_spark_ms(spark: Any) -> float:
 def calib_spark_connect_ms(url: str, log_dir: str | Path) -> float:
     """:func:`calib_spark_ms` on a running Spark Connect server (a stack's, ``sc://127.0.0.1:15002``), through a client
     session of this process, stopped after: for benches whose Spark is the stack's, not their own. The product's
-    server refuses a client without its token, which its starter left in the stack's log dir (``log_dir``)."""
+    server refuses a client without its token, which its starter writes in the stack's log dir (``log_dir``) once the
+    server listens: waited for, since a stack's other processes can be up before its Spark is."""
     from pyspark.sql import SparkSession
 
     from resources.spark import connect_client_url, connect_token_file, read_connect_token
 
-    token = read_connect_token(connect_token_file(log_dir))
+    deadline = time.monotonic() + 300
+    while (token := read_connect_token(connect_token_file(log_dir))) is None:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no Spark Connect token in {log_dir} after 300 s: is the stack's Spark up?")
+        time.sleep(1)
     session = SparkSession.builder.remote(connect_client_url(url, token)).getOrCreate()
     try:
         return calib_spark_ms(session)
