@@ -32,14 +32,16 @@ from typing import Any
 TABLES = 200
 HOURS = 24 * 28
 REPEATS = 5
+WORK_RESULT = 110_923  # what one pass returns: a pass that returns anything else is another workload
 SPARK_ROWS = 2_000_000
 SPARK_REPEATS = 3
 
 
 def _resolver_like_work() -> int:
     """One pass of dict-and-string work like the resolver's: build each table's partition keys, record their states
-    in nested dicts, then ask, for every downstream partition, whether its upstream keys are all present. Returns a
-    checksum so that nothing is optimised away and a changed workload shows up as a changed result."""
+    in nested dicts, then ask, for every downstream partition, whether its upstream keys are all present. Returns how
+    many were ready, checked against :data:`WORK_RESULT`, so that an edit that changes the workload fails loudly
+    instead of silently making every later calib_ms incomparable with the earlier ones."""
     states: dict[str, dict[str, str]] = {}
     for t in range(TABLES):
         table = f"dwd.table_{t:03d}"
@@ -65,8 +67,10 @@ def calib_ms() -> float:
     times = []
     for _ in range(REPEATS):
         start = time.perf_counter()
-        _resolver_like_work()
+        result = _resolver_like_work()
         times.append((time.perf_counter() - start) * 1000)
+        if result != WORK_RESULT:
+            raise RuntimeError(f"the calibration workload changed: {result} ready, not {WORK_RESULT}")
     return round(statistics.median(times), 1)
 
 
