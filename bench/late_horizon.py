@@ -70,6 +70,8 @@ for path in (BENCH, BENCH.parent):
 import automation_scale as scale  # noqa: E402  (the synthetic catalogs and the store's history)
 from calibration import calib_ms  # noqa: E402
 
+from warehouse_assets.materialize.key_scope import MAX_KEYS, MAX_SHARE, SMALL_PARTITION  # noqa: E402
+
 TICK = timedelta(minutes=5)
 DAYS = 6  # simulated days: the first two are measured, each followed by at least four
 MEASURED_DAYS = 2
@@ -79,6 +81,9 @@ STATIC_ROWS = 1_000
 MOVED_SHARE = 0.05  # of late changes: a key moved (an order re-assigned, re-dated), touching its old and new key
 REPLAY_DAY, REPLAY_AT, REPLAY_OF_DAY, REPLAY_CHANGED = 3, 12, 1, 0.02
 LAG_SAMPLES = 200  # late changes followed to the ADS partitions they reach
+# of the derived tables: a total over the whole partition (no GROUP BY), which no key-scoped rebuild can touch
+AGGREGATE_SHARE = 0.3
+AGGREGATE_MARK = "/* total */"
 DEFAULT_POLICY = "every 60m"
 POLICIES = ("none", "at_once", "every 30m", DEFAULT_POLICY, "daily 06:00")
 QUICK_POLICIES = ("none", DEFAULT_POLICY)
@@ -110,15 +115,28 @@ def poisson(rng: random.Random, mean: float) -> int:
     return k
 
 
-def declare_policy(root: Path, policy: str) -> None:
-    """Give every derived table of the generated catalog the late-data policy (``none``: the default's, unused)."""
-    if policy == "none":
-        return
-    for path in root.glob("*/*.sql"):
+def policy_spec(policy: str) -> str:
+    """``every 60m`` → ``{rebuild: every 60m}``; ``at_once/daily 06:00`` → key-local tables at once, whole rebuilds
+    daily at 06:00."""
+    rebuild, _, whole = policy.partition("/")
+    return "{rebuild: " + rebuild + (f", whole: {whole}" if whole else "") + "}"
+
+
+def declare(root: Path, policy: str, seed: int) -> None:
+    """Give every derived table of the generated catalog the late-data policy (``none``: the default's, unused), and
+    make a share of them (the same whatever the policy) totals over the whole partition: the generated tables all
+    group by their key, which every real warehouse does not."""
+    rng = random.Random(seed + 303)
+    for path in sorted(root.glob("*/*.sql")):
         text = path.read_text()
         if "kind: static" in text:
             continue
-        path.write_text(text.replace("owner: bench\n", f"owner: bench\nlate_data: {{rebuild: {policy}}}\n", 1))
+        if rng.random() < AGGREGATE_SHARE:
+            text = text.replace("SELECT t0.id,", f"SELECT {AGGREGATE_MARK} min(t0.id) AS id,", 1)
+            text = text.replace("\nGROUP BY t0.id\n", "\n", 1)
+        if policy != "none":
+            text = text.replace("owner: bench\n", f"owner: bench\nlate_data: {policy_spec(policy)}\n", 1)
+        path.write_text(text)
 
 
 class Horizon:
@@ -131,13 +149,32 @@ class Horizon:
         self.day0 = day0
         self.window = partition_window
         self.builds: Counter[tuple[str, str]] = Counter()
-        self.first_rows = self.later_rows = 0
+        self.whole_builds: Counter[tuple[str, str]] = Counter()  # first builds and rebuilds of whole partitions
+        self.first_rows = self.later_rows = self.later_rows_whole = 0.0
+        # every build of a partition, in order, with the keys it changed: what a key-scoped rebuild reads
+        self.sequence = 0
+        self.history: dict[tuple[str, str], list[tuple[int, float]]] = {}
+        self.scoped: Counter[str] = Counter()
+        self.key_local = self._key_local()
+        self.aggregates = {t.fqn for t in catalog.derived() if AGGREGATE_MARK in t.sql}
         self.rate = self._rates()
         self._hours: dict[tuple[str, str], float] = {}
         # late-change samples: id → (root, hour, arrival); partition → the sampled changes it holds
         self.samples: dict[int, tuple[str, str, datetime]] = {}
         self.holds: dict[tuple[str, str], frozenset[int]] = {}
         self.absorbed: dict[tuple[int, str, str], datetime] = {}
+
+    def _key_local(self) -> set[str]:
+        """The tables the product proves key-local (a late-data rebuild of them is scoped to the changed keys)."""
+        from warehouse_assets.catalog.key_locality import key_locality
+        from warehouse_assets.catalog.lineage import WarehouseLineage
+
+        lineage = WarehouseLineage(self.catalog)
+        return {
+            t.fqn
+            for t in self.catalog.derived()
+            if not t.is_static and key_locality(t, lineage.input_columns(t)).key_local
+        }
 
     def _rates(self) -> dict[str, float]:
         import graphlib
@@ -150,6 +187,8 @@ class Horizon:
                 rate[fqn] = 0.0
             elif table.is_source:
                 rate[fqn] = ROOT_ROWS_PER_HOUR
+            elif fqn in self.aggregates:
+                rate[fqn] = 0.0  # one row a partition
             else:
                 ups = [rate[d.table] for d in table.deps if d.table != fqn and not self.catalog[d.table].is_static]
                 rate[fqn] = max(MIN_RATE, 0.5 * sum(ups) / len(ups)) if ups else MIN_RATE
@@ -159,6 +198,8 @@ class Horizon:
         table = self.catalog[fqn]
         if table.is_static:
             return STATIC_ROWS
+        if fqn in self.aggregates:
+            return 1.0
         hours = self._hours.get((fqn, key))
         if hours is None:
             window = self.window(table, key)
@@ -193,19 +234,28 @@ class Horizon:
             for plan in plans:
                 runs += 1
                 table = self.catalog[plan.table]
+                late = {partition for partition, _ in plan.late_changes}
                 for key in plan.partitions:
-                    self.built(plan.table, key, now)
+                    self.built(plan.table, key, now, key in late)
                 self.feed.complete(table, plan.partitions, now)
 
-    def built(self, fqn: str, key: str, now: datetime) -> None:
+    def built(self, fqn: str, key: str, now: datetime, late: bool = False) -> None:
         inputs = self.inputs(fqn, key, now)
-        read = sum(self.rows(*i) for i in inputs)
+        whole = sum(self.rows(*i) for i in inputs)
         first = (fqn, key) not in self.builds
         self.builds[(fqn, key)] += 1
+        self.sequence += 1
         if first:
-            self.first_rows += read
+            self.first_rows += whole
+            changed = self.rows(fqn, key)
+            self.whole_builds[(fqn, key)] += 1
         else:
+            self.later_rows_whole += whole
+            read, changed = self._rebuild_cost(fqn, key, inputs, whole, late)
             self.later_rows += read
+            if read == whole:
+                self.whole_builds[(fqn, key)] += 1
+        self.history.setdefault((fqn, key), []).append((self.sequence, changed))
         held = frozenset().union(*(self.holds.get(i, frozenset()) for i in inputs))
         before = self.holds.get((fqn, key), frozenset())
         if held:
@@ -213,6 +263,30 @@ class Horizon:
         if fqn.startswith("ads.") and held - before:
             for sample in held - before:
                 self.absorbed.setdefault((sample, fqn, key), now)
+
+    def _rebuild_cost(
+        self, fqn: str, key: str, inputs: list[tuple[str, str]], whole: float, late: bool
+    ) -> tuple[float, float]:
+        """The rows a rebuild reads and the keys it changes, as the product decides (key_scope.KeyScoper): a
+        late-data rebuild of a key-local table reads the changed keys' rows of its inputs (one row per key and input
+        partition), unless so many keys changed that it rebuilds whole; any other rebuild reads every input row and
+        changes every key (its commit rewrites the partition, so its readers see every key changed)."""
+        own = self.rows(fqn, key)
+        if not late or fqn not in self.key_local:
+            self.scoped["not_late" if not late else "not_key_local"] += 1
+            return whole, own
+        last = self.history[(fqn, key)][-1][0]
+        keys = sum(c for i in inputs for seq, c in self.history.get(i, []) if seq > last)
+        if keys > MAX_KEYS or (own >= SMALL_PARTITION and keys > MAX_SHARE * own):
+            self.scoped["too_many_keys"] += 1
+            return whole, own
+        self.scoped["by_key"] += 1
+        return sum(min(self.rows(*i), keys) for i in inputs), min(keys, own)
+
+    def report_changes(self, fqn: str, hour: str, keys: int) -> None:
+        """A root hour's late changes as its report's changed keys (the change feed of its merges)."""
+        self.sequence += 1
+        self.history.setdefault((fqn, hour), []).append((self.sequence, keys))
 
 
 def run_policy(n: int, policy: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -230,7 +304,7 @@ def run_policy(n: int, policy: str, args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix=f"late_horizon_{n}_") as tmp:
         root = Path(tmp) / "tables"
         scale.generate_catalog(root, n, args.seed)
-        declare_policy(root, policy)
+        declare(root, policy, args.seed)
         catalog = load_catalog(root)
         end = day0 + timedelta(days=DAYS)
         index = ReverseIndex.build(catalog, current_time=end + timedelta(days=1))
@@ -294,9 +368,11 @@ def simulate(horizon: Horizon, calendars: Any, policy: str, args: argparse.Names
             for fqn in roots:
                 horizon.report_root(fqn, hour, now)
         arrived: dict[tuple[str, str], set[int]] = {}
+        keys_of: dict[tuple[str, str], int] = {}
         while i < len(stream) and stream[i][0] <= now:
             arrival, fqn, hour, keys, _ = stream[i]
             keys_changed += keys
+            keys_of[(fqn, hour)] = keys_of.get((fqn, hour), 0) + keys
             arrived.setdefault((fqn, hour), set())
             if i in sampled:
                 arrived[(fqn, hour)].add(i)
@@ -314,6 +390,7 @@ def simulate(horizon: Horizon, calendars: Any, policy: str, args: argparse.Names
         for (fqn, hour), ids in arrived.items():
             if (fqn, hour) in horizon.builds:  # a change to an hour not reported yet is part of its first report
                 horizon.report_root(fqn, hour, now, frozenset(ids))
+                horizon.report_changes(fqn, hour, keys_of[(fqn, hour)])
             elif ids:
                 horizon.holds[(fqn, hour)] = horizon.holds.get((fqn, hour), frozenset()) | ids
         started = time.perf_counter()
@@ -339,6 +416,7 @@ def figures(
     catalog, day0 = horizon.catalog, horizon.day0
     measured = (day0.timestamp(), (day0 + timedelta(days=MEASURED_DAYS)).timestamp())
     closed: dict[str, list[int]] = {"hourly": [], "daily": []}
+    closed_whole: list[int] = []
     missed = 0
     for table in catalog.derived():
         if table.is_static:
@@ -349,11 +427,13 @@ def figures(
                 if missed <= 10:
                     log(f"  missed {table.fqn} {key} ({table.period}, deps {[d.table for d in table.deps]})")
         if table.period in closed:
-            closed[table.period] += [
-                horizon.builds[(table.fqn, k)] for k, _ in calendars.ended(table.period, *measured)
-            ]
+            keys = [k for k, _ in calendars.ended(table.period, *measured)]
+            closed[table.period] += [horizon.builds[(table.fqn, k)] for k in keys]
+            if table.period == "daily":
+                closed_whole += [horizon.whole_builds[(table.fqn, k)] for k in keys]
     derived_builds = {k: v for k, v in horizon.builds.items() if not catalog[k[0]].is_source}
-    lags, unabsorbed = [], 0
+    lags: dict[bool, list[float]] = {True: [], False: []}  # by whether the ADS table is key-local
+    unabsorbed = 0
     for sample in sampled:
         _, _, arrival = horizon.samples[sample]
         for fqn, key in targets.get(sample, []):
@@ -361,7 +441,7 @@ def figures(
             if at is None:
                 unabsorbed += 1
             else:
-                lags.append((at - arrival).total_seconds())
+                lags[fqn in horizon.key_local].append((at - arrival).total_seconds())
     stale_left = sum(1 for s in horizon.resolver.ledger.all_stale() if s.due is not None)
     out: dict[str, Any] = {
         "late_changes": sum(1 for c in stream if not c[4]),
@@ -370,15 +450,28 @@ def figures(
         "builds": sum(derived_builds.values()),
         "first_builds": len(derived_builds),
         "amplification": round(sum(derived_builds.values()) / max(1, len(derived_builds)), 3),
-        "late_work_ratio": round(horizon.later_rows / max(1.0, horizon.first_rows), 3),
+        "late_work_ratio": round(horizon.later_rows / max(1.0, horizon.first_rows), 4),
+        "late_work_ratio_whole": round(horizon.later_rows_whole / max(1.0, horizon.first_rows), 3),
+        "rebuilds_by_key": horizon.scoped["by_key"],
+        "rebuilds_whole": sum(n for kind, n in horizon.scoped.items() if kind != "by_key"),
+        **{f"whole_{kind}": n for kind, n in horizon.scoped.items() if kind != "by_key"},
+        "key_local_tables": len(horizon.key_local),
         "missed": missed,
-        "late_lag_pairs": len(lags),
+        "late_lag_pairs": len(lags[True]) + len(lags[False]),
         "unabsorbed": unabsorbed,
-        "late_lag_p50_s": round(percentile(lags, 0.5)),
-        "late_lag_p90_s": round(percentile(lags, 0.9)),
+        "late_lag_p50_s": round(percentile(lags[True] + lags[False], 0.5)),
+        "late_lag_p90_s": round(percentile(lags[True] + lags[False], 0.9)),
+        "late_lag_key_local_p90_s": round(percentile(lags[True], 0.9)),
+        "late_lag_whole_p90_s": round(percentile(lags[False], 0.9)),
         "stale_left": stale_left,
         "resolve_s": round(resolve_s, 2),
     }
+    for (fqn, key), n in horizon.whole_builds.most_common(3):  # where whole builds go, for whoever reads the log
+        deps = ", ".join(f"{d.table} ({d.mode})" for d in catalog[fqn].deps)
+        log(f"  {policy}: {fqn} {key} built whole {n} times; it reads {deps}")
+    out["closed_daily_whole_builds_p50"] = percentile(closed_whole, 0.5)
+    out["closed_daily_whole_builds_p99"] = percentile(closed_whole, 0.99)
+    out["closed_daily_whole_builds_max"] = max(closed_whole, default=0)
     for period, counts in closed.items():
         name = f"closed_{period}_builds"
         out.update({f"{name}_p50": percentile(counts, 0.5), f"{name}_p99": percentile(counts, 0.99)})
@@ -408,7 +501,9 @@ def main() -> None:
         child_main(args)
         return
     if args.quick:
-        args.sizes, args.policies, args.history_days = "100", ";".join(QUICK_POLICIES), 35
+        args.sizes, args.history_days = "100", 35
+        if args.policies == ";".join(POLICIES):  # unless others were asked for
+            args.policies = ";".join(QUICK_POLICIES)
         args.late_per_hour = min(args.late_per_hour, 3.0)
     calibration = calib_ms()
     log(f"calib_ms={calibration:.0f}")
@@ -428,13 +523,20 @@ def main() -> None:
         "first_builds",
         "amplification",
         "late_work_ratio",
+        "late_work_ratio_whole",
+        "rebuilds_by_key",
+        "rebuilds_whole",
         "closed_daily_builds_p50",
         "closed_daily_builds_p99",
         "closed_daily_builds_max",
+        "closed_daily_whole_builds_p99",
+        "closed_daily_whole_builds_max",
         "closed_hourly_builds_p99",
         "closed_hourly_builds_max",
         "late_lag_p50_s",
         "late_lag_p90_s",
+        "late_lag_key_local_p90_s",
+        "late_lag_whole_p90_s",
         "unabsorbed",
         "stale_left",
         "missed",
@@ -457,7 +559,18 @@ def main() -> None:
         if r["n"] == largest
         and r["policy"] == (DEFAULT_POLICY if DEFAULT_POLICY in args.policies.split(";") else r["policy"])
     )
-    keys = ("closed_daily_builds_p99", "amplification", "late_lag_p90_s", "late_work_ratio", "missed", "unabsorbed")
+    keys = (
+        "closed_daily_builds_p99",
+        "closed_daily_whole_builds_p99",
+        "amplification",
+        "late_lag_p90_s",
+        "late_lag_key_local_p90_s",
+        "late_lag_whole_p90_s",
+        "late_work_ratio",
+        "late_work_ratio_whole",
+        "missed",
+        "unabsorbed",
+    )
     print(
         f"RESULT n={largest} policy={default['policy'].replace(' ', '_')} "
         + " ".join(f"{k}={default[k]}" for k in keys)

@@ -336,3 +336,65 @@ def test_rebuilds_of_a_partition_are_at_least_an_interval_apart() -> None:
         timezone=TZ,
     )
     assert when == last + timedelta(minutes=60)  # not since + 60 min, 40 minutes after the last rebuild
+
+
+SPLIT = "late_data: {rebuild: at_once, whole: every 60m}\n"
+
+
+def test_a_key_local_table_absorbs_late_data_at_once_while_a_whole_rebuild_keeps_its_interval(
+    instance: DagsterInstance, tmp_path: Path
+) -> None:
+    """One policy, two rules: the table whose rebuild replaces only the changed keys' rows (key-local: grouped by its
+    key) follows late data at once; the total over the whole day, whose rebuild recomputes it all, waits its hour."""
+    catalog = sql_catalog(
+        tmp_path / "split",
+        {
+            "dwd/by_key.sql": (
+                f"period: daily\nprimary_key: [id]\n{SPLIT}",
+                "SELECT id, sum(v) AS v FROM ods.src GROUP BY id",
+            ),
+            "dwd/total.sql": (f"period: daily\nprimary_key: [v]\n{SPLIT}", "SELECT sum(v) AS v FROM ods.src"),
+        },
+        ods=VALUED_ODS,
+    )
+    center = Center(instance, catalog)
+    center.report("ods.src", hours(DAY), checked=None)
+    assert requested(center.step(BUILT)) == {"dwd.by_key": [[DAY]], "dwd.total": [[DAY]]}
+    for table in ("dwd.by_key", "dwd.total"):
+        center.report(table, [DAY], checked=None)
+    center.step(BUILT)
+    late_hour(center, 10)  # past the grace: the day ended an hour before BUILT
+    plans = requested(center.step(BUILT + timedelta(minutes=1)))
+    assert plans.get("dwd.by_key") == [[DAY]] and "dwd.total" not in plans
+    assert "dwd.total" not in requested(center.step(BUILT + timedelta(minutes=59)))
+    assert requested(center.step(BUILT + timedelta(minutes=62))).get("dwd.total") == [[DAY]]
+    assert LateDataPolicy.parse({"rebuild": "at_once", "whole": "every 60m"}).describe() == (
+        "at once (whole rebuilds every 1 h), lookback 3 d, grace 1 h"
+    )
+
+
+def test_a_window_of_any_takes_a_day_that_arrives_at_once_and_a_change_to_a_day_it_read_by_its_policy(
+    instance: DagsterInstance, tmp_path: Path
+) -> None:
+    """``mode: any`` builds on the days of its window that exist: a day arriving later is the rest it was built to
+    receive (at once); a late change to a day it read is late data like any other (its policy's interval)."""
+    catalog = sql_catalog(
+        tmp_path / "any",
+        {
+            "dwd/day.sql": ("period: daily\n", "SELECT id, v FROM ods.src"),
+            "dws/week.sql": (
+                "period: daily\ndepends_on:\n  dwd.day: {range: [-6, 0], mode: any}\n",
+                "SELECT id, v FROM dwd.day",
+            ),
+        },
+        ods=VALUED_ODS,
+    )
+    center = Center(instance, catalog)
+    center.report("ods.src", hours(DAY), checked=None)
+    built(center, "dwd.day", "dws.week")
+    later = BUILT + timedelta(hours=2)  # past the grace
+    center.report("dwd.day", [DAY], checked=None)  # the day it read, rebuilt for a late change
+    assert "dws.week" not in requested(center.step(later))
+    center.report("dwd.day", ["2026-03-04"], checked=None)  # a day of its window it did not have
+    # with its own first build of that day, in one run
+    assert requested(center.step(later + timedelta(minutes=1))).get("dws.week") == [["2026-03-04", DAY]]

@@ -142,6 +142,10 @@ class LateDataPolicy:
     * ``daily 06:00``: once a day at that local time, whatever arrived since the last rebuild;
     * ``never``: not automatically; the partition is reported stale and rebuilt by a repair (``warehouse taint``).
 
+    ``whole``: the same choices, for a table whose rebuild recomputes the whole partition (one that cannot be proven
+    key-local, :mod:`warehouse_assets.catalog.key_locality`); ``rebuild`` then applies to the key-local tables, whose
+    rebuild replaces only the changed keys' rows and costs what the change touches. Unset: ``rebuild`` for both.
+
     ``grace``: a change that arrives this soon after the partition's window ended is the period that just closed
     settling, not a correction: the partition's first rebuild for it is due at once, whatever ``rebuild`` says (not
     ``never``); later rebuilds keep to the policy. Default 1 h: an hour's or a day's last rows land within minutes of
@@ -160,48 +164,71 @@ class LateDataPolicy:
     at: str | None = None  # HH:MM, business time, for ``daily``
     lookback_minutes: int = 3 * 1440
     grace_minutes: int = 60
+    whole: tuple[str, int | None, str | None] | None = None  # (rebuild, every_minutes, at) of whole rebuilds
 
     @classmethod
     def parse(cls, spec: Any, what: str = "late_data") -> LateDataPolicy:
-        """``late_data: {rebuild: every 30m, lookback: 2d, grace: 1h}``; each field optional, defaulting to the
-        default's."""
-        if not isinstance(spec, Mapping) or not spec or set(spec) - {"rebuild", "lookback", "grace"}:
+        """``late_data: {rebuild: every 30m, whole: daily 06:00, lookback: 2d, grace: 1h}``; each field optional,
+        defaulting to the default's."""
+        if not isinstance(spec, Mapping) or not spec or set(spec) - {"rebuild", "whole", "lookback", "grace"}:
             raise ValueError(
-                f"{what} takes rebuild (at_once, every 30m, daily 06:00 or never), lookback (e.g. 3d) and grace "
-                f"(e.g. 1h), got {spec!r}"
+                f"{what} takes rebuild and whole (at_once, every 30m, daily 06:00 or never), lookback (e.g. 3d) "
+                f"and grace (e.g. 1h), got {spec!r}"
             )
         default = DEFAULT_LATE_DATA
         lookback = _minutes(spec["lookback"], f"{what}.lookback") if "lookback" in spec else default.lookback_minutes
         grace = _minutes(spec["grace"], f"{what}.grace") if "grace" in spec else default.grace_minutes
-        if "rebuild" not in spec:
-            return replace(default, lookback_minutes=lookback, grace_minutes=grace)
-        rule = str(spec["rebuild"]).strip()
-        if rule in (AT_ONCE, NEVER):
-            return cls(rule, None, None, lookback, grace)
-        if match := _EVERY.match(rule):
-            every = _minutes(match["d"], f"{what}.rebuild every")
-            if every < 1:
-                raise ValueError(f"{what}.rebuild every needs a positive interval, got {rule!r}")
-            return cls(EVERY, every, None, lookback, grace)
-        if (match := _DAILY_AT.match(rule)) and _CLOCK.match(match["at"]):
-            return cls(DAILY_AT, None, match["at"], lookback, grace)
-        raise ValueError(
-            f"{what}.rebuild must be at_once, every <interval> (e.g. every 30m), daily <HH:MM> or never, got {rule!r}"
+        rule = _rule(spec["rebuild"], f"{what}.rebuild") if "rebuild" in spec else default.rule
+        if "whole" in spec:
+            whole: tuple[str, int | None, str | None] | None = _rule(spec["whole"], f"{what}.whole")
+        else:  # a declared rebuild rule alone is the table's rule for both; the default's own split otherwise
+            whole = None if "rebuild" in spec else default.whole
+        return cls(*rule, lookback, grace, whole)
+
+    @property
+    def rule(self) -> tuple[str, int | None, str | None]:
+        return self.rebuild, self.every_minutes, self.at
+
+    def for_whole_rebuilds(self) -> LateDataPolicy:
+        """The policy of a table whose rebuild recomputes whole partitions."""
+        return (
+            self
+            if self.whole is None
+            else replace(self, rebuild=self.whole[0], every_minutes=self.whole[1], at=self.whole[2], whole=None)
         )
 
     def describe(self) -> str:
         """``every 60 min, lookback 3 d``: how the policy reads in messages."""
-        rule = {
-            AT_ONCE: "at once",
-            NEVER: "never automatically",
-            EVERY: f"every {_duration(self.every_minutes or 0)}",
-            DAILY_AT: f"daily at {self.at}",
-        }[self.rebuild]
+        whole = "" if self.whole is None else f" (whole rebuilds {_describe_rule(*self.whole)})"
         grace = f", grace {_duration(self.grace_minutes)}" if self.grace_minutes and self.rebuild != NEVER else ""
-        return f"{rule}, lookback {self.describe_lookback()}{grace}"
+        return f"{_describe_rule(*self.rule)}{whole}, lookback {self.describe_lookback()}{grace}"
 
     def describe_lookback(self) -> str:
         return _duration(self.lookback_minutes)
+
+
+def _rule(value: Any, what: str) -> tuple[str, int | None, str | None]:
+    """``at_once``, ``every 30m``, ``daily 06:00`` or ``never`` as (rebuild, every_minutes, at)."""
+    rule = str(value).strip()
+    if rule in (AT_ONCE, NEVER):
+        return rule, None, None
+    if match := _EVERY.match(rule):
+        every = _minutes(match["d"], f"{what} every")
+        if every < 1:
+            raise ValueError(f"{what} every needs a positive interval, got {rule!r}")
+        return EVERY, every, None
+    if (match := _DAILY_AT.match(rule)) and _CLOCK.match(match["at"]):
+        return DAILY_AT, None, match["at"]
+    raise ValueError(f"{what} must be at_once, every <interval> (e.g. every 30m), daily <HH:MM> or never, got {rule!r}")
+
+
+def _describe_rule(rebuild: str, every_minutes: int | None, at: str | None) -> str:
+    return {
+        AT_ONCE: "at once",
+        NEVER: "never automatically",
+        EVERY: f"every {_duration(every_minutes or 0)}",
+        DAILY_AT: f"daily at {at}",
+    }[rebuild]
 
 
 def _duration(minutes: int) -> str:

@@ -145,6 +145,15 @@ class Ledger:
         query = "SELECT 1 FROM center_requests WHERE table_fqn = ? AND partition = ? AND upstream = ?"
         return self._db.execute(query, (fqn, partition, upstream)).fetchone() is not None
 
+    def last_request(self, fqn: str, partition: str) -> str | None:
+        """The upstream key of the partition's latest request (what its latest build was requested on)."""
+        query = (
+            "SELECT upstream FROM center_requests WHERE table_fqn = ? AND partition = ? "
+            "ORDER BY requested_at DESC LIMIT 1"
+        )
+        row = self._db.execute(query, (fqn, partition)).fetchone()
+        return None if row is None else str(row[0])
+
     def record_requests(self, requests: Iterable[tuple[str, str, str]], at: float) -> None:
         self._db.executemany("INSERT OR IGNORE INTO center_requests VALUES (?, ?, ?, ?)", [(*r, at) for r in requests])
 

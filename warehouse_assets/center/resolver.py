@@ -78,7 +78,7 @@ from warehouse_assets.catalog import (
     upstream_partitions,
     weak_deadline,
 )
-from warehouse_assets.center.late_data import LOOKBACK, due_time
+from warehouse_assets.center.late_data import LOOKBACK, RebuildKinds, due_time
 from warehouse_assets.center.ledger import Ledger, Rebuild, Stale
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import Change, PartitionState, PartitionStateStore, failed_blocking_checks
@@ -258,6 +258,7 @@ class Resolver:
         compiler's backfill policy, so that a plan is a run Dagster accepts. ``ledger``: where the resolver's
         decisions are kept (by default beside the store, in its file)."""
         self.catalog, self.index, self.store = catalog, index, store
+        self._rebuild_kinds = RebuildKinds(catalog)
         self.lookback = lookback
         self.max_partitions_per_run = max_partitions_per_run
         self._fqn = {AssetKey(t.key).to_user_string(): t.fqn for t in catalog}  # the store's asset keys → tables
@@ -570,10 +571,13 @@ class Resolver:
                 and s.partition != WHOLE
                 and not (s.run_id and s.run_id == own.run_id)
             ]
-            if found and (edge.dep.weak or self.catalog[edge.dep.table].state_names):
-                # a dependency that builds before its window is whole (a deadline, any of a window, the latest) or an
-                # upstream that passes through states: what arrives is the rest the partition was built to receive,
-                # planned, not a correction: at once
+            if found and self.catalog[edge.dep.table].state_names:
+                # an upstream that passes through states: what arrives is its next state, planned: at once
+                return True
+            if found and edge.dep.weak and not self._read_before(table.fqn, partition, found):
+                # a dependency that builds before its window is whole (a deadline, any of a window, the latest): an
+                # upstream partition its build did not have is the rest it was built to receive, planned: at once.
+                # A change to one it had read is late data, as through any dependency
                 return True
             if found:
                 late_policies.append(table.late_data_policy(edge.dep))
@@ -592,7 +596,7 @@ class Resolver:
         newest = states.newest_built(table)
         newest_end = max(window_end, partition_window(table, newest).end if newest else window_end)
         last = None if own_rebuild is None else datetime.fromtimestamp(own_rebuild.planned_at, UTC)
-        policies = late_policies or [table.late_data]
+        policies = [self._rebuild_kinds.policy(table, p) for p in late_policies or [table.late_data]]
         dues = [
             due_time(
                 policy,
@@ -637,6 +641,16 @@ class Resolver:
             )
         )
         return False
+
+    def _read_before(self, fqn: str, partition: str, upstream: Sequence[PartitionState]) -> bool:
+        """Whether every one of ``upstream`` was materialized when the partition's latest build was requested (its
+        request key lists each upstream partition with its storage id then)."""
+        key = self.ledger.last_request(fqn, partition)
+        if key is None:
+            return False
+        listed, _ = json.JSONDecoder().raw_decode(key)  # the key's upstream list; a state or note may follow it
+        had = {(a, p) for a, p, storage_id in listed if storage_id is not None}
+        return all((s.asset_key, s.partition) in had for s in upstream)
 
     def _late_verdict(
         self, table: Table, state: PartitionState, trigger: Trigger, states: _Snapshot, now: datetime
