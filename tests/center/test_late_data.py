@@ -261,6 +261,8 @@ def test_why_and_status_say_a_partition_is_stale_since_when_and_when_its_rebuild
         "(policy every 1 h, lookback 3 d, grace 1 h)"
     )
     assert expected in report.lines()[0]
+    # and how its rebuild goes: dwd.day declares no key, so it cannot be rebuilt by key
+    assert "whole-partition rebuilds: declares no primary_key" in report.lines()[0]
     ledger = open_readonly(center.store.path)
     assert ledger is not None
     lines = status_lines(catalog, center.store.view(), "dwd.day", [DAY, "2026-03-04"], ledger)

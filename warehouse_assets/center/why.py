@@ -61,6 +61,8 @@ from warehouse_assets.catalog import (
     split_regional_key,
     upstream_partitions,
 )
+from warehouse_assets.catalog.key_locality import key_locality
+from warehouse_assets.catalog.lineage import WarehouseLineage
 from warehouse_assets.center.eta import Prediction, instance_predictor, timeline_markdown
 from warehouse_assets.center.heartbeat import EngineDown, engine_status
 from warehouse_assets.center.late_data import LOOKBACK
@@ -634,7 +636,7 @@ def explain(
     if own.materialized and own.degraded:
         report.own_state += f", degraded: built without {own.degraded}; it is built again when they arrive"
     if own.materialized and (stale := _stale(instance, fqn, partition)) is not None:
-        report.own_state += f", {stale}"
+        report.own_state += f", {stale}; {_rebuild_kind(catalog, table)}"
     report.upstream = states.upstream(table, partition)
     waiting = [u for u in report.upstream if u.blocks]
     never = never_buildable(catalog, table, partition, states.calendar)
@@ -692,6 +694,16 @@ def _stale(instance: DagsterInstance, fqn: str, partition: str) -> str | None:
     finally:
         ledger.close()
     return None if entry is None else entry.describe(ZoneInfo(BY_PERIOD["daily"].timezone))
+
+
+def _rebuild_kind(catalog: Catalog, table: Table) -> str:
+    """How its late-data rebuild will go: by the changed keys (and which), or the whole partition (and why)."""
+    if not isinstance(table, DerivedTable):
+        return "rebuilt by its source"
+    try:
+        return key_locality(table, WarehouseLineage(catalog).input_columns(table)).describe()
+    except Exception as exc:  # the explanation must not fail on a lineage it cannot follow
+        return f"whole-partition rebuilds: its lineage was not followed ({exc})"
 
 
 def _waived(edge: EdgeVerdict, entry: UpstreamState) -> str:
