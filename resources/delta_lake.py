@@ -543,9 +543,13 @@ class DeltaStore(DeltaReader):
     ) -> pa.Table | None:
         """The distinct values of ``columns`` in every row the commits after version ``after`` up to ``until`` changed
         in ``partitions``: inserted and deleted rows, and each updated row before and after (Delta's change data feed),
-        so a row moved from one key to another names both. At most ``limit`` + 1 of them (more than ``limit``: too
-        many to be worth it, whatever the number). None when the feed does not cover those commits (the table
-        records none, or did not when they were made): then nobody knows what changed."""
+        so a row moved from one key to another names both. Net of rows deleted and written again the same (a
+        partition overwritten whole with mostly the same rows changed only those that differ). At most ``limit`` + 1
+        of them (more than ``limit``: too many to be worth it, whatever the number). None when the feed does not
+        cover those commits (the table records none, or did not when they were made): then nobody knows what
+        changed."""
+        from pyspark.sql import functions as F
+
         if until <= after:
             return None if until < after else pa.table({c: pa.array([], pa.string()) for c in columns})
         reader = spark.read.format("delta").option("readChangeFeed", "true")
@@ -554,7 +558,13 @@ class DeltaStore(DeltaReader):
         try:
             with _spark_errors(self.table_uri(key), "read the change data feed"):
                 changes = reader.load(self.spark_path(key)).where(predicate)
-                return changes.select(*columns).distinct().limit(limit + 1).toArrow()
+                # each row image counted in (written) and out (removed): an image whose count is not 0 changed
+                sign = F.when(F.col("_change_type").isin("insert", "update_postimage"), 1).otherwise(-1)
+                images = [
+                    c for c in changes.columns if c not in ("_change_type", "_commit_version", "_commit_timestamp")
+                ]
+                net = changes.groupBy(*images).agg(F.sum(sign).alias("__net")).where("__net != 0")
+                return net.select(*columns).distinct().limit(limit + 1).toArrow()
         except DeltaLayerError as exc:
             log.info("%s: no change data feed from version %d to %d (%s)", key, after + 1, until, exc)
             return None

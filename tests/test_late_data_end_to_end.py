@@ -296,3 +296,20 @@ def test_a_late_change_rebuilds_only_the_keys_it_touched_and_leaves_the_rows_a_w
         assert result.success
         assert "keys_rebuilt" not in entry(table)
         assert warehouse.partition_rows(spark, table) == scoped[table], table
+
+    # dwd.order_detail rebuilt whole again, after one more order is paid: its commit rewrites every row, but the
+    # rows written the same are no change, so dws.user_order_daily's late-data rebuild touches that order's user only
+    one_more = {**by_id[109], "status": "paid", "pay_time": by_id[109]["create_time"], "_pos": 1109}
+    warehouse.merge_orders(spark, [one_more], moved_from={})
+    by_hand = materialize(
+        warehouse.assets,
+        instance=warehouse.instance,
+        resources=warehouse.resources,
+        selection=[AssetKey(["dwd", "order_detail"])],
+        partition_key=DAY,
+    )
+    assert by_hand.success and "keys_rebuilt" not in entry("dwd.order_detail")
+    rebuilt = warehouse.settle(CLOSED + timedelta(minutes=200))
+    assert rebuilt.get("dws.user_order_daily") == [[DAY]]
+    assert entry("dws.user_order_daily")["keys_rebuilt"] == 1
+    assert warehouse.daily_gmv() == expected_gmv(warehouse.rows) == Decimal("100.00")
