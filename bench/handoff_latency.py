@@ -327,6 +327,10 @@ def main() -> int:
         f"first built {builds['cascade_s']:.1f}s; late change reported → ads.gmv_hourly rebuilt with it: "
         f"{builds['late_lags']} measured, P90 {builds['late_lag_p90_s']:.1f}s, {builds['late_unrebuilt']} not rebuilt"
     )
+    print(
+        "these build counts cover this run's own minutes only: a closed day's late-data rebuilds come due for days "
+        "after it (bench/late_horizon.py measures them over the whole lookback)"
+    )
     chain_p90 = figures("chain", "ods")[1]
     print(
         f"RESULT handoffs={len(rows)} p50={p50:.2f} p90={p90:.2f} max={top:.2f} "
