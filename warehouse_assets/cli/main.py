@@ -14,6 +14,7 @@
     warehouse status                            the engine's heartbeat, the runs queued and running, the start
     warehouse status dwd.order_detail           each partition: materialized, valid or tainted, checks
     warehouse status dwd.order_detail --as-of 2026-11-20T09:00   the same as it was then, from the event log
+    warehouse rebuild --stale [--dry-run]       every stale partition's late-data rebuild now (month-end close)
     warehouse reconcile [TABLE]                 partitions gone from the lake: found, marked missing, rebuilt
     warehouse upgrade-lake                      turn deletion vectors on for an existing lake's ODS tables (in place)
     warehouse sql "SELECT … FROM dwd.t"         read-only SQL over the tables by name (a prompt without a query)
@@ -41,6 +42,7 @@ from warehouse_assets.cli.common import ROOT, adopt_warehouse_start, load_settin
 from warehouse_assets.cli.dev import run_dev, simulate_externals
 from warehouse_assets.cli.headless import materialize_range, run_ingest
 from warehouse_assets.cli.lineage import add_lineage_parser, run_lineage
+from warehouse_assets.cli.rebuild import add_rebuild_parser, rebuild_stale_command
 from warehouse_assets.cli.repair import (
     add_taint_parser,
     reconcile_command,
@@ -237,6 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--dagster-home", default=None, help=home_help)
 
     add_taint_parser(sub)
+    add_rebuild_parser(sub)
     add_lineage_parser(sub)
     add_sql_parser(sub)
 
@@ -318,6 +321,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     resources = resources_from_env()
     if args.command == "upgrade-lake":
         return upgrade_lake_command(resources)
+    if args.command == "rebuild":
+        home = Path(args.dagster_home or os.environ.get("DAGSTER_HOME") or ROOT / "dagster_home")
+        if not (home / "dagster.yaml").exists() and not (home / "storage").exists():
+            print(f"error: no Dagster instance at {home.resolve()} (--dagster-home or $DAGSTER_HOME)", file=sys.stderr)
+            return 2
+        return rebuild_stale_command(args, _instance(args.dagster_home))
     instance = _instance(args.dagster_home)
     if args.command == "why":
         return why_command(args, instance, resources)
