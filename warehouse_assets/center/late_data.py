@@ -1,21 +1,31 @@
-"""When late data rebuilds a partition: the rule of a table's late-data policy, as a pure function of times.
+"""When late data rebuilds a partition: the rule of a table's late-data policy.
 
 A partition already built is *stale* once upstream data it read changed after its build started. Its late-data
 policy (:class:`warehouse_assets.catalog.LateDataPolicy`, declared per table or per dependency) says when it is built
-again; :func:`due_time` computes that moment from when the first late change it has not absorbed appeared
-(``since``) and when its last rebuild was requested. The resolver asks it, keeps the answer in its ledger, and looks
-at the partition again at that moment; ``warehouse why`` and ``warehouse status`` print it.
+again: :class:`LateData` finds the late changes, the policy that applies (the ``whole`` rule for a table that cannot
+be rebuilt by key, :class:`RebuildKinds`), and asks :func:`due_time`, a pure function of times, for the moment from
+when the first late change it has not absorbed appeared (``since``) and when its last rebuild was requested. The
+resolver calls it for every built partition behind its inputs and keeps the answer in its ledger, looking at the
+partition again at that moment; ``warehouse why`` and ``warehouse status`` print it.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
 from zoneinfo import ZoneInfo
 
-from warehouse_assets.catalog import Catalog, DerivedTable, LateDataPolicy
+from dagster import AssetKey
+
+from warehouse_assets.catalog import WHOLE, Catalog, DerivedTable, LateDataPolicy, Table, partition_window
 from warehouse_assets.catalog.key_locality import key_locality
 from warehouse_assets.catalog.lineage import WarehouseLineage
-from warehouse_assets.catalog.model import AT_ONCE, DAILY_AT, EVERY, NEVER
+from warehouse_assets.catalog.model import AT_ONCE, DAILY_AT, EVERY, LATEST, NEVER
+from warehouse_assets.center.ledger import Ledger, Rebuild, Stale
+from warehouse_assets.center.state_store import PartitionState
+from warehouse_assets.materialize.gate import Verdict
 
 # Automatic runs look this far back from the latest partition; older history is a backfill's: deploying a table must
 # not start runs for all of its past. Late data reaches back no further than each table's own, shorter, lookback.
@@ -98,3 +108,148 @@ class RebuildKinds:
                 found = False
             self._key_local[table.fqn] = found
         return found
+
+
+class LateSnapshot(Protocol):
+    """What the late-data rule reads of the resolver's snapshot of the store and the ledger, and records in it."""
+
+    rebuilds: dict[tuple[str, str], Rebuild]
+
+    def states(self, table: Table, keys: Sequence[str]) -> dict[str, PartitionState]: ...
+
+    def stale(self, fqn: str, partition: str) -> Stale | None: ...
+
+    def stale_due(self, fqn: str, partition: str) -> float | None: ...
+
+    def rebuilt(self, fqn: str, partition: str) -> Rebuild | None: ...
+
+    def newest_built(self, table: Table) -> str | None: ...
+
+    def mark_stale(self, entry: Stale) -> None: ...
+
+
+class LateData:
+    """The late-data rule: whether a built partition whose inputs changed after its build is rebuilt now, under the
+    policy of each dependency the change came through, or recorded stale with the time its rebuild is due."""
+
+    def __init__(self, catalog: Catalog, ledger: Ledger, timezone: ZoneInfo):
+        self.catalog, self.ledger, self._timezone = catalog, ledger, timezone
+        self.kinds = RebuildKinds(catalog)
+        self._fqn = {AssetKey(t.key).to_user_string(): t.fqn for t in catalog}  # the store's asset keys → tables
+
+    def rebuild_due(
+        self,
+        table: DerivedTable,
+        partition: str,
+        own: PartitionState,
+        verdict: Verdict,
+        read_from: int | None,
+        key: str,
+        states: LateSnapshot,
+        now: datetime,
+    ) -> bool:
+        """Whether the late data of a built partition rebuilds it now, under the late-data policy of each dependency
+        it came through (the most urgent one counts). If not, the partition is recorded stale with the time its
+        rebuild is due (or none), and the late changes its rebuild will absorb."""
+        late_policies: list[LateDataPolicy] = []
+        late_upstream: list[PartitionState] = []
+        for edge in verdict.edges:
+            keys = edge.used if edge.dep.mode == LATEST else edge.upstream.keys
+            found = [
+                s
+                for s in states.states(self.catalog[edge.dep.table], keys).values()
+                if s.storage_id is not None
+                and s.storage_id > (read_from if read_from is not None else -1)
+                and s.partition != WHOLE
+                and not (s.run_id and s.run_id == own.run_id)
+            ]
+            if found and self.catalog[edge.dep.table].state_names:
+                # an upstream that passes through states: what arrives is its next state, planned: at once
+                return True
+            if found and edge.dep.weak and not self._read_before(table.fqn, partition, found):
+                # a dependency that builds before its window is whole (a deadline, any of a window, the latest): an
+                # upstream partition its build did not have is the rest it was built to receive, planned: at once.
+                # A change to one it had read is late data, as through any dependency
+                return True
+            if found:
+                late_policies.append(table.late_data_policy(edge.dep))
+                late_upstream.extend(found)
+        previous = states.stale(table.fqn, partition)
+        # as late as the change itself: through an upstream rebuilt for late data, the change that rebuild absorbed
+        origins = [now.timestamp()]
+        for up in late_upstream:
+            rebuilt = states.rebuilt(self._fqn[up.asset_key], up.partition)
+            if rebuilt is not None:
+                origins.append(rebuilt.origin)
+        since = min([*origins, *([previous.since] if previous else [])])
+        changes = _late_changes(previous, key, late_upstream)
+        own_rebuild = states.rebuilt(table.fqn, partition)
+        window_end = partition_window(table, partition).end
+        newest = states.newest_built(table)
+        newest_end = max(window_end, partition_window(table, newest).end if newest else window_end)
+        last = None if own_rebuild is None else datetime.fromtimestamp(own_rebuild.planned_at, UTC)
+        policies = [self.kinds.policy(table, p) for p in late_policies or [table.late_data]]
+        dues = [
+            due_time(
+                policy,
+                window_end=window_end,
+                newest_end=newest_end,
+                since=datetime.fromtimestamp(since, UTC),
+                last_rebuild=last,
+                now=now,
+                timezone=self._timezone,
+            )
+            for policy in policies
+        ]
+        timed = [(due, policy) for (due, _), policy in zip(dues, policies, strict=True) if due]
+        due: datetime | None
+        if timed:
+            due, policy = min(timed, key=lambda d: d[0])
+            note = ""
+            waiting = [u for u in late_upstream if states.stale_due(self._fqn[u.asset_key], u.partition) is not None]
+            if due <= now and not waiting:
+                states.rebuilds[(table.fqn, partition)] = Rebuild(since, changes, now.timestamp())
+                return True
+            if due <= now:
+                # an input's own rebuild is coming: rebuilt now, the partition would be rebuilt again after it; that
+                # rebuild's materialization is the change that looks at it again
+                first = waiting[0]
+                first_due = states.stale_due(self._fqn[first.asset_key], first.partition) or now.timestamp()
+                when = datetime.fromtimestamp(first_due, self._timezone)
+                note = f"waits for {self._fqn[first.asset_key]} {first.partition}'s rebuild, due {when:%Y-%m-%d %H:%M}"
+                due = None
+        else:
+            due, policy, note = None, policies[0], dues[0][1]
+        states.mark_stale(
+            Stale(
+                table.fqn,
+                partition,
+                since,
+                None if due is None else due.timestamp(),
+                changes,
+                key,
+                policy.describe(),
+                note,
+            )
+        )
+        return False
+
+    def _read_before(self, fqn: str, partition: str, upstream: Sequence[PartitionState]) -> bool:
+        """Whether every one of ``upstream`` was materialized when the partition's latest build was requested (its
+        request key lists each upstream partition with its storage id then)."""
+        key = self.ledger.last_request(fqn, partition)
+        if key is None:
+            return False
+        listed, _ = json.JSONDecoder().raw_decode(key)  # the key's upstream list; a state or note may follow it
+        had = {(a, p) for a, p, storage_id in listed if storage_id is not None}
+        return all((s.asset_key, s.partition) in had for s in upstream)
+
+
+def _late_changes(previous: Stale | None, key: str, late: Sequence[PartitionState]) -> int:
+    """The late changes a stale partition's rebuild absorbs: each upstream materialization newer than its build, as
+    the center saw them (several reports of one hour between two looks count once)."""
+    if previous is None:
+        return len(late)
+    seen, _ = json.JSONDecoder().raw_decode(previous.upstream)
+    before = {(asset, partition): storage_id for asset, partition, storage_id in seen}
+    return previous.changes + sum(1 for s in late if before.get((s.asset_key, s.partition)) != s.storage_id)

@@ -68,7 +68,6 @@ from warehouse_assets.catalog import (
     Catalog,
     Dependency,
     DerivedTable,
-    LateDataPolicy,
     Table,
     UpstreamPartitions,
     partition_window,
@@ -78,7 +77,7 @@ from warehouse_assets.catalog import (
     upstream_partitions,
     weak_deadline,
 )
-from warehouse_assets.center.late_data import LOOKBACK, RebuildKinds, due_time
+from warehouse_assets.center.late_data import LOOKBACK, LateData
 from warehouse_assets.center.ledger import Ledger, Rebuild, Stale
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import Change, PartitionState, PartitionStateStore, failed_blocking_checks
@@ -258,7 +257,6 @@ class Resolver:
         compiler's backfill policy, so that a plan is a run Dagster accepts. ``ledger``: where the resolver's
         decisions are kept (by default beside the store, in its file)."""
         self.catalog, self.index, self.store = catalog, index, store
-        self._rebuild_kinds = RebuildKinds(catalog)
         self.lookback = lookback
         self.max_partitions_per_run = max_partitions_per_run
         self._fqn = {AssetKey(t.key).to_user_string(): t.fqn for t in catalog}  # the store's asset keys → tables
@@ -275,6 +273,7 @@ class Resolver:
                 if dep.mode == DEADLINE and dep.deadline is not None:
                     self._deadline_deps.setdefault(dep.deadline, []).append((table, dep))
         self._timezone = ZoneInfo(BY_PERIOD["daily"].timezone)
+        self._late_data = LateData(catalog, self.ledger, self._timezone)
         self._referencing: dict[str, list[DerivedTable]] = {}  # a static table → the tables that read it
         for table in catalog.derived():
             for ref in table.references:
@@ -540,117 +539,10 @@ class Resolver:
             and own.taint is None  # a repair, and a degraded build's missing input, are the build it waits for
             and not own.degraded
             and isinstance(table, DerivedTable)
-            and not self._rebuild_due(table, partition, own, verdict, read_from, key, states, now)
+            and not self._late_data.rebuild_due(table, partition, own, verdict, read_from, key, states, now)
         ):
             return None
         return key
-
-    def _rebuild_due(
-        self,
-        table: DerivedTable,
-        partition: str,
-        own: PartitionState,
-        verdict: Verdict,
-        read_from: int | None,
-        key: str,
-        states: _Snapshot,
-        now: datetime,
-    ) -> bool:
-        """Whether the late data of a built partition rebuilds it now, under the late-data policy of each dependency
-        it came through (the most urgent one counts). If not, the partition is recorded stale with the time its
-        rebuild is due (or none), and the late changes its rebuild will absorb."""
-        late_policies: list[LateDataPolicy] = []
-        late_upstream: list[PartitionState] = []
-        for edge in verdict.edges:
-            keys = edge.used if edge.dep.mode == LATEST else edge.upstream.keys
-            found = [
-                s
-                for s in states.states(self.catalog[edge.dep.table], keys).values()
-                if s.storage_id is not None
-                and s.storage_id > (read_from if read_from is not None else -1)
-                and s.partition != WHOLE
-                and not (s.run_id and s.run_id == own.run_id)
-            ]
-            if found and self.catalog[edge.dep.table].state_names:
-                # an upstream that passes through states: what arrives is its next state, planned: at once
-                return True
-            if found and edge.dep.weak and not self._read_before(table.fqn, partition, found):
-                # a dependency that builds before its window is whole (a deadline, any of a window, the latest): an
-                # upstream partition its build did not have is the rest it was built to receive, planned: at once.
-                # A change to one it had read is late data, as through any dependency
-                return True
-            if found:
-                late_policies.append(table.late_data_policy(edge.dep))
-                late_upstream.extend(found)
-        previous = states.stale(table.fqn, partition)
-        # as late as the change itself: through an upstream rebuilt for late data, the change that rebuild absorbed
-        origins = [now.timestamp()]
-        for up in late_upstream:
-            rebuilt = states.rebuilt(self._fqn[up.asset_key], up.partition)
-            if rebuilt is not None:
-                origins.append(rebuilt.origin)
-        since = min([*origins, *([previous.since] if previous else [])])
-        changes = _late_changes(previous, key, late_upstream)
-        own_rebuild = states.rebuilt(table.fqn, partition)
-        window_end = partition_window(table, partition).end
-        newest = states.newest_built(table)
-        newest_end = max(window_end, partition_window(table, newest).end if newest else window_end)
-        last = None if own_rebuild is None else datetime.fromtimestamp(own_rebuild.planned_at, UTC)
-        policies = [self._rebuild_kinds.policy(table, p) for p in late_policies or [table.late_data]]
-        dues = [
-            due_time(
-                policy,
-                window_end=window_end,
-                newest_end=newest_end,
-                since=datetime.fromtimestamp(since, UTC),
-                last_rebuild=last,
-                now=now,
-                timezone=self._timezone,
-            )
-            for policy in policies
-        ]
-        timed = [(due, policy) for (due, _), policy in zip(dues, policies, strict=True) if due]
-        due: datetime | None
-        if timed:
-            due, policy = min(timed, key=lambda d: d[0])
-            note = ""
-            waiting = [u for u in late_upstream if states.stale_due(self._fqn[u.asset_key], u.partition) is not None]
-            if due <= now and not waiting:
-                states.rebuilds[(table.fqn, partition)] = Rebuild(since, changes, now.timestamp())
-                return True
-            if due <= now:
-                # an input's own rebuild is coming: rebuilt now, the partition would be rebuilt again after it; that
-                # rebuild's materialization is the change that looks at it again
-                first = waiting[0]
-                first_due = states.stale_due(self._fqn[first.asset_key], first.partition) or now.timestamp()
-                when = datetime.fromtimestamp(first_due, self._timezone)
-                note = f"waits for {self._fqn[first.asset_key]} {first.partition}'s rebuild, due {when:%Y-%m-%d %H:%M}"
-                due = None
-        else:
-            due, policy, note = None, policies[0], dues[0][1]
-        states.mark_stale(
-            Stale(
-                table.fqn,
-                partition,
-                since,
-                None if due is None else due.timestamp(),
-                changes,
-                key,
-                policy.describe(),
-                note,
-            )
-        )
-        return False
-
-    def _read_before(self, fqn: str, partition: str, upstream: Sequence[PartitionState]) -> bool:
-        """Whether every one of ``upstream`` was materialized when the partition's latest build was requested (its
-        request key lists each upstream partition with its storage id then)."""
-        key = self.ledger.last_request(fqn, partition)
-        if key is None:
-            return False
-        listed, _ = json.JSONDecoder().raw_decode(key)  # the key's upstream list; a state or note may follow it
-        had = {(a, p) for a, p, storage_id in listed if storage_id is not None}
-        return all((s.asset_key, s.partition) in had for s in upstream)
 
     def _late_verdict(
         self, table: Table, state: PartitionState, trigger: Trigger, states: _Snapshot, now: datetime
@@ -893,16 +785,6 @@ def _local_times_between(hhmm: str, since: datetime, now: datetime, tz: ZoneInfo
             found.append(at)
         day += timedelta(days=1)
     return found
-
-
-def _late_changes(previous: Stale | None, key: str, late: Sequence[PartitionState]) -> int:
-    """The late changes a stale partition's rebuild absorbs: each upstream materialization newer than its build, as
-    the center saw them (several reports of one hour between two looks count once)."""
-    if previous is None:
-        return len(late)
-    seen, _ = json.JSONDecoder().raw_decode(previous.upstream)
-    before = {(asset, partition): storage_id for asset, partition, storage_id in seen}
-    return previous.changes + sum(1 for s in late if before.get((s.asset_key, s.partition)) != s.storage_id)
 
 
 def _advances(table: Table, own: PartitionState, verdict: Verdict) -> bool:
