@@ -161,6 +161,14 @@ BENCHES = [
         seconds=900,
     ),
     Bench(
+        "key_scoped_rebuild",  # the bench exits 1 itself when a late-data rebuild was not key-scoped or not one commit
+        ("scoped_dwd_s", "whole_dwd_s", "ratio_dwd", "scoped_dws_s", "whole_dws_s", "ratio_dws")
+        + ("rows_equal", "commits", "keys_dwd", "calib_ms", "calib_spark_ms"),
+        equal={"rows_equal": "yes", "commits": "1", "keys_dwd": "100"},  # the 100 orders of its late change
+        marks=SPARK,
+        seconds=600,
+    ),
+    Bench(
         "run_launch",
         ("launch_p50", "launch_p90", "rss_mb", "webserver_rss_mb", "runs", "failed", "calib_ms"),
         equal={"runs": "3", "failed": "0"},
