@@ -274,7 +274,7 @@ def test_names_resolve_over_connect_for_a_table_created_after_the_server_started
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.splitlines()[-1])
     assert seen["probe"] == [[1, "a"], [2, "b"]]
-    assert seen["built"] == built.to_pyarrow_table().num_rows > 0
+    assert seen["built"] == len(row_dicts(str(stack.lake / "dwd" / "order_detail"))) > 0
 
 
 def test_a_connect_client_without_the_token_is_refused(stack: Stack) -> None:

@@ -42,6 +42,7 @@ from tests.center.test_state_store import materializations
 from tests.support import oracle
 from tests.support.center_harness import CenterTicker
 from tests.support.instances import memory_backed_dir, one_event_log
+from tests.support.lake import row_dicts
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.ingest.merge import ods_arrow_schema
 from warehouse_assets.materialize.compiler import build_assets
@@ -179,7 +180,7 @@ class Warehouse:
         return [dict(r.asset_materialization.metadata) for r in reversed(found)]  # type: ignore[union-attr]
 
     def daily_gmv(self) -> Decimal:
-        rows = DeltaTable(str(self.root / "lake" / "ads" / "daily_gmv")).to_pyarrow_table().to_pylist()
+        rows = row_dicts(str(self.root / "lake" / "ads" / "daily_gmv"))
         [row] = [r for r in rows if r["dt"] == DAY]
         return Decimal(row["gmv"])
 

@@ -469,7 +469,7 @@ def test_gmv_usd_runs_degraded_past_its_deadline_and_whole_once_the_rate_arrives
         numbers = _materialize(instance, GMV_USD, day(0), resources)
         lacking = f"ext.fx_rate {day(0)} (missing; deadline {day(1)} 10:00)"
         assert numbers[DEGRADED] == {day(0): lacking}
-        [row] = DeltaTable(lake).to_pyarrow_table().to_pylist()
+        [row] = row_dicts(lake)
         assert (row["gmv"], row["gmv_usd"], row["cny_usd_rate"]) == (gmv, None, None)
         states = PartitionStateStore(instance)
         states.update()
@@ -488,7 +488,7 @@ def test_gmv_usd_runs_degraded_past_its_deadline_and_whole_once_the_rate_arrives
 
     fx = DeltaTable(str(tmp_path / "external" / "fx_rate")).to_pyarrow_table().to_pylist()
     [rate] = [r["rate"] for r in fx if r["dt"] == day(0) and r["currency"] == "CNY" and r["quote"] == "USD"]
-    [row] = DeltaTable(lake).to_pyarrow_table().to_pylist()
+    [row] = row_dicts(lake)
     assert row["cny_usd_rate"] == rate
     assert row["gmv_usd"] == (gmv * rate).quantize(Decimal("0.01"), ROUND_HALF_UP)
 
@@ -530,13 +530,13 @@ def test_revenue_is_estimated_on_the_previous_rate_then_completed_on_the_days_ow
         assert instance.get_materialized_partitions(AssetKey(FX.key)) == {day(0)}
 
         assert _materialize(instance, REVENUE, day(1), resources)[STATE] == {day(1): "estimated"}
-        [row] = DeltaTable(str(lake / "dws" / "revenue_usd_daily")).to_pyarrow_table().to_pylist()
+        [row] = row_dicts(str(lake / "dws" / "revenue_usd_daily"))
         assert row["rate_of"] == day(0) and row["revenue_cny"] == Decimal("100.00")
         states = PartitionStateStore(instance)
         states.update()
         assert states.states(REVENUE, [day(1)])[day(1)].state == "estimated"
         _materialize(instance, FLASH, day(1), resources)  # the flash accepts an estimated day
-        [flash] = DeltaTable(str(lake / "ads" / "revenue_flash")).to_pyarrow_table().to_pylist()
+        [flash] = row_dicts(str(lake / "ads" / "revenue_flash"))
         assert flash["final"] is False
 
         simulate_external(tmp_path / "external", FIRST, before + timedelta(minutes=2), SEED)
@@ -549,10 +549,10 @@ def test_revenue_is_estimated_on_the_previous_rate_then_completed_on_the_days_ow
 
     fx = DeltaTable(str(tmp_path / "external" / "fx_rate")).to_pyarrow_table().to_pylist()
     [rate] = [r["rate"] for r in fx if r["dt"] == day(1) and r["currency"] == "CNY" and r["quote"] == "USD"]
-    [row] = DeltaTable(str(lake / "dws" / "revenue_usd_daily")).to_pyarrow_table().to_pylist()
+    [row] = row_dicts(str(lake / "dws" / "revenue_usd_daily"))
     assert (row["rate_of"], row["cny_usd_rate"]) == (day(1), rate)
     assert row["revenue_usd"] == (Decimal("100.00") * rate).quantize(Decimal("0.01"), ROUND_HALF_UP)
-    [flash] = DeltaTable(str(lake / "ads" / "revenue_flash")).to_pyarrow_table().to_pylist()
+    [flash] = row_dicts(str(lake / "ads" / "revenue_flash"))
     assert flash["final"] is True and flash["revenue_usd"] == row["revenue_usd"]
 
 
