@@ -17,7 +17,8 @@ Both return the median of a few repeats (a shared machine has bursts of others' 
 Import it as ``from calibration import calib_ms`` from a bench run as ``python bench/x.py`` (its folder is on
 ``sys.path``), or as ``from bench.calibration import calib_ms`` with the repository on ``sys.path``.
 
-    .venv/bin/python bench/calibration.py     # prints calib_ms= alone (no Spark)
+    .venv/bin/python bench/calibration.py --quick   # RESULT calib_ms= (no Spark), as the suite runs it
+    .venv/bin/python bench/calibration.py           # RESULT calib_ms= calib_spark_ms= (a local Spark session)
 """
 
 from __future__ import annotations
@@ -115,5 +116,24 @@ def calib_spark_connect_ms(url: str, log_dir: str | Path) -> float:
         session.stop()
 
 
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="The machine's calibration: calib_ms (and calib_spark_ms).")
+    parser.add_argument("--quick", action="store_true", help="the pure-Python workload only: no Spark session")
+    args = parser.parse_args(argv)
+    figures = {"calib_ms": calib_ms()}
+    if not args.quick:
+        from pyspark.sql import SparkSession
+
+        # a plain local session: the job times the JVM, the same on every machine's default configuration
+        spark = SparkSession.builder.master("local[2]").appName("calibration").getOrCreate()
+        try:
+            figures["calib_spark_ms"] = calib_spark_ms(spark)
+        finally:
+            spark.stop()
+    print("RESULT " + " ".join(f"{k}={v}" for k, v in figures.items()))
+
+
 if __name__ == "__main__":
-    print(f"calib_ms={calib_ms()}")
+    main()
