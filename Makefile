@@ -83,7 +83,7 @@ test: install system-packages  ## the whole test suite
 test-durations:
 	$(VENV)/bin/python -m tests.support.update_durations $(REPORTS)/junit.xml --note "$(NOTE)"
 
-test-fast: install  ## the pure tier: no Spark, no servers (under 3 minutes); `make test` runs every tier
+test-fast: install  ## the pure tier: no Spark, no servers; `make test` runs every tier
 	$(VENV)/bin/pytest -n 2 -m "not spark and not stack"
 
 test-backfill-month: install  ## the backfill test over all of January, the whole graph (~25 min on 2 cores)
