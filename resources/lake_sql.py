@@ -8,12 +8,15 @@
 ``auto`` plans the query on delta-rs first (an ``EXPLAIN``, no data read): the files it would read after pruning
 and their bytes decide. Past ``scan_budget`` bytes, or when DataFusion cannot plan the query (Spark SQL it does
 not speak), Spark answers; and a query that runs out of DataFusion's memory budget is answered by Spark instead
-of failing. Only queries run: one ``SELECT`` (``WITH``, ``UNION`` …) over the lake's ``layer.table`` tables. What an
-analyst may not do is refused with the analysts' server's message ("analysts' access is read-only: … is not
-allowed"): first from the query's syntax tree, before any engine sees it (writes, DDL, settings, reflection,
-``TRANSFORM`` scripts, reads by path); then by each engine's own plan, whatever the syntax hid: DataFusion's logical
-plan may hold reads and nothing else, and Spark answers in a read-only session, whose plans the warehouse's JVM
-check refuses as on the analysts' server (resources/jvm/warehouse/spark/ReadOnly.java).
+of failing. Only queries run: one ``SELECT`` (``WITH``, ``UNION`` …) over the lake's ``layer.table`` tables.
+
+What an analyst may not do is refused by the plan of the engine, with the analysts' server's words ("analysts'
+access is read-only: … is not allowed"): DataFusion's logical plan may hold reads and nothing else (its writes,
+DDL and settings named as the server names them); Spark answers in a read-only session, whose plans the
+warehouse's JVM check refuses as on the analysts' server (resources/jvm/warehouse/spark/ReadOnly.java). What
+DataFusion cannot plan (Spark's own SQL: ``ADD JAR``, ``TRANSFORM``, ``reflect``, reads by path …) is refused by
+Spark's plan, which knows it, so the words are the same whichever engine was asked. The syntax tree (sqlglot)
+only finds the lake's tables and their time travel.
 """
 
 from __future__ import annotations
@@ -55,14 +58,16 @@ class SqlRefused(ValueError):
     """The statement is not a read-only query over the lake's tables; the message says what is wrong."""
 
 
+class Unparsed(SqlRefused):
+    """The syntax tree cannot read the statement (Spark's own SQL may still be one its plan refuses)."""
+
+
+class NoSuchTable(SqlRefused):
+    """A name of the statement is no table of the lake."""
+
+
 # how the JVM's read-only check begins its refusals (ReadOnly.PREFIX): the same words whichever engine refuses
 READ_ONLY_PREFIX = "analysts' access is read-only: "
-# functions that call Java by reflection, named as the JVM check names them
-REFLECTION = {
-    "reflect": "reflect/java_method (calling Java methods by reflection)",
-    "java_method": "reflect/java_method (calling Java methods by reflection)",
-    "try_reflect": "try_reflect (calling Java methods by reflection)",
-}
 # the nodes of a DataFusion logical plan that only read (`Inner Join`, `LeftSemi Join` … end in "Join")
 DATAFUSION_READS = {
     "Projection", "Aggregate", "Filter", "TableScan", "Subquery", "SubqueryAlias", "EmptyRelation", "Sort",
@@ -158,22 +163,14 @@ def parse_query(sql: str, as_of: AsOf | None = None, pin: Callable[[str, str, As
     try:
         statements = [s for s in sqlglot.parse(sql, read="spark") if s is not None]
     except sqlglot.errors.ParseError as exc:
-        raise SqlRefused(f"cannot parse the query: {str(exc).splitlines()[0]}") from None
+        raise Unparsed(f"cannot parse the query: {str(exc).splitlines()[0]}") from None
     if not statements:
         raise SqlRefused("no query given")
     if len(statements) > 1:
         raise SqlRefused(f"one query at a time: {len(statements)} statements given")
     tree = statements[0]
-    if not isinstance(tree, READ_ONLY_ROOTS):
-        raise read_only_refusal(_statement_kind(tree))
-    for node in tree.walk():
-        if isinstance(node, exp.Insert | exp.Delete | exp.Update | exp.Merge | exp.Create | exp.Drop | exp.Alter):
-            raise read_only_refusal(_statement_kind(node))
-        if isinstance(node, exp.QueryTransform):
-            raise read_only_refusal("TRANSFORM … USING (running an operating-system command)")
-        if isinstance(node, exp.Anonymous) and node.name.lower() in REFLECTION:  # sqlglot knows none of them
-            raise read_only_refusal(REFLECTION[node.name.lower()])
     ctes = {cte.alias_or_name for cte in tree.find_all(exp.CTE)}
+    reads = isinstance(tree, READ_ONLY_ROOTS)
     tables: list[TableRef] = []
 
     def to_lake(node: exp.Expression) -> exp.Expression:
@@ -184,11 +181,11 @@ def parse_query(sql: str, as_of: AsOf | None = None, pin: Callable[[str, str, As
         if not node.name or (not node.db and node.name in ctes):
             return node
         if node.db and "/" in node.name:
-            raise read_only_refusal(
-                f"reading files by path ({node.db}.`{node.name}`; name a lake table as layer.table)"
-            )
+            return node  # a read by path: refused by the engines' plans (no lake table, Spark's catalog refuses it)
         layer, table = node.db, node.name
         if node.catalog or not layer or not NAME.fullmatch(layer) or not NAME.fullmatch(table):
+            if not reads:  # a statement's own names (a view, a function, a schema): its plan refuses it
+                return node
             raise SqlRefused(
                 f"{node.sql(dialect='spark')}: tables are named layer.table in lowercase (e.g. dwd.order_detail)"
             )
@@ -204,8 +201,6 @@ def parse_query(sql: str, as_of: AsOf | None = None, pin: Callable[[str, str, As
         return node
 
     tree = tree.transform(to_lake)
-    if not tables:
-        raise SqlRefused("the query reads no table of the lake (name one as layer.table, e.g. dwd.order_detail)")
     return ReadQuery(sql, tree, tables)
 
 
@@ -217,12 +212,40 @@ def _statement_kind(node: exp.Expr) -> str:
     return f"{node.key.upper()} {str(kind).upper()}" if isinstance(kind, str) and kind else node.key.upper()
 
 
-def datafusion_refusal(logical_plan: str) -> SqlRefused | None:
-    """The refusal of a DataFusion logical plan (``EXPLAIN``'s text) holding anything but reads, or None."""
+# DataFusion's plan nodes that change something, named as the analysts' server names the same statement
+DATAFUSION_AS_SPARK = {
+    "CreateMemoryTable": "CREATE TABLE … AS SELECT",
+    "CreateExternalTable": "CREATE TABLE",
+    "CreateCatalogSchema": "CREATE SCHEMA",
+    "CreateCatalog": "CREATE SCHEMA",
+    "CreateView": "CREATE VIEW",
+    "CreateFunction": "CREATE FUNCTION (loading code)",
+    "DropTable": "DROP TABLE",
+    "DropView": "DROP TABLE",
+    "DropCatalogSchema": "DROP SCHEMA",
+    "DropFunction": "DROP FUNCTION",
+}
+DML_TABLE = re.compile(r"table=\[([^\]]*)\]")
+SET_VARIABLE = re.compile(r'set "([^"]*)"')
+
+
+def datafusion_refusal(
+    logical_plan: str, tables: dict[str, str] | None = None, statement: str = ""
+) -> SqlRefused | None:
+    """The refusal of a DataFusion logical plan (``EXPLAIN``'s text) holding anything but reads, or None, in the
+    analysts' server's words where the plan says what the server's would: a write names its lake table (``tables``:
+    DataFusion's name of each, its ``layer.table``), a setting its key."""
     for line in logical_plan.splitlines():
         node = line.strip().split(":")[0]
-        if node and node not in DATAFUSION_READS and not node.endswith("Join"):
-            return read_only_refusal(f"{node} (not a read)")
+        if not node or node in DATAFUSION_READS or node.endswith("Join"):
+            continue
+        if node == "Dml" and (target := DML_TABLE.search(line)) and target[1] in (tables or {}):
+            return read_only_refusal(f"writing {(tables or {})[target[1]]} (INSERT, MERGE, UPDATE, DELETE)")
+        if node == "SetVariable" and (key := SET_VARIABLE.search(line)):
+            # DataFusion folds the key to lowercase: the server names it as the statement spells it
+            spelt = re.search(re.escape(key[1]), statement, re.IGNORECASE)
+            return read_only_refusal(f"SET {spelt[0] if spelt else key[1]}")
+        return read_only_refusal(DATAFUSION_AS_SPARK.get(node, f"{node} (not a read)"))
     return None
 
 
@@ -318,7 +341,7 @@ class LakeSql:
         uri = self.table_uri(ref)
         options = self.storage_options or None
         if not DeltaTable.is_deltatable(uri, storage_options=options):
-            raise SqlRefused(f"no table {ref.name} in the lake ({uri} is no Delta table)")
+            raise NoSuchTable(f"no table {ref.name} in the lake ({uri} is no Delta table)")
         dt = DeltaTable(uri, storage_options=options)
         if ref.as_of is not None and ref.as_of.version is not None and ref.as_of.version > dt.version():
             latest = dt.version()
@@ -347,42 +370,54 @@ class LakeSql:
         return AsOf(version=self._open(TableRef(layer, table, as_of)).version())
 
     def _datafusion(self, query: ReadQuery) -> tuple[QueryBuilder, str, ScanPlan]:
-        """A DataFusion session with the query's tables, the query in its dialect, and its scan plan."""
+        """A DataFusion session with the query's tables, the query in its dialect, and its scan plan; SqlRefused
+        when its plan holds anything but reads (before anything runs: the plan is an ``EXPLAIN``)."""
         builder = QueryBuilder()
         sizes: dict[str, int] = {}
         files_total = 0
-        registered: set[str] = set()
+        registered: dict[str, str] = {}  # DataFusion's name of each table: its layer.table
+        missing: list[NoSuchTable] = []  # a write's new table, or a name to report once the plan needs it
         for ref in query.tables:
-            dt = self._open(ref)
+            try:
+                dt = self._open(ref)
+            except NoSuchTable as exc:
+                missing.append(exc)
+                continue
             actions = arrow_table(dt.get_add_actions(flatten=True))
             files_total += actions.num_rows
             for path, size in zip(actions["path"].to_pylist(), actions["size_bytes"].to_pylist(), strict=True):
                 sizes[path] = int(size)
             if ref.view not in registered:
                 builder.register(ref.view, dt)
-                registered.add(ref.view)
+                registered[ref.view] = ref.name
         # DataFusion's pool takes whole kibibytes: a query that needs more fails "Resources exhausted" (caught)
         list(builder.execute(f"SET datafusion.runtime.memory_limit = '{max(1, self.memory_budget // 1024)}K'"))
         by_view = {(r.layer, r.table, r.as_of): r.view for r in query.tables}
 
         def rename(node: exp.Expression) -> exp.Expression:
-            if isinstance(node, exp.Table) and node.db and NAME.fullmatch(node.db):
+            if isinstance(node, exp.Table) and any((la, ta) == (node.db, node.name) for la, ta, _ in by_view):
                 own = node.args.get("version")
                 key = (node.db, node.name, _literal_as_of(own) if own is not None else None)
                 view = by_view.get(key) or next(v for (la, ta, _), v in by_view.items() if (la, ta) == key[:2])
+                alias = node.alias or (node.name if isinstance(query.tree, READ_ONLY_ROOTS) else "")
                 return exp.Table(
-                    this=exp.to_identifier(view),
-                    alias=exp.TableAlias(this=exp.to_identifier(node.alias or node.name)),
+                    this=exp.to_identifier(view), alias=exp.TableAlias(this=exp.to_identifier(alias)) if alias else None
                 )
             return node
 
         sql = query.tree.transform(rename).sql(dialect="postgres")
-        explained = arrow_table(builder.execute("EXPLAIN VERBOSE " + sql))
-        kinds, plans = explained["plan_type"].to_pylist(), explained["plan"].to_pylist()
-        refused = datafusion_refusal(plans[kinds.index("initial_logical_plan")])
+        try:
+            initial, physical = _explain(builder, sql)
+        except Exception:
+            if missing:
+                raise missing[0] from None
+            raise
+        refused = datafusion_refusal(initial, registered, query.sql)
         if refused is not None:
             raise refused
-        files = files_in_plan(plans[kinds.index("physical_plan")])
+        if missing:
+            raise missing[0]
+        files = files_in_plan(physical)
         read = sum(_size_of(f, sizes) for f in files)
         return builder, sql, ScanPlan(files_total, len(files), read)
 
@@ -391,7 +426,10 @@ class LakeSql:
         if engine not in ENGINES:
             raise SqlRefused(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
         begun = time.perf_counter()
-        query = parse_query(sql, as_of, pin=self._pin)
+        try:
+            query = parse_query(sql, as_of, pin=self._pin)
+        except Unparsed as exc:  # Spark SQL the syntax tree does not know: its plan may refuse it, in its words
+            raise self._spark_refusal(sql) or exc from None
         if engine == "spark":
             return self._forced_spark(query, begun)
         plan: ScanPlan | None = None
@@ -401,10 +439,11 @@ class LakeSql:
             raise
         except Exception as exc:
             if engine == "datafusion":
-                raise SqlRefused(f"the JVM-free engine cannot run this query: {_first_line(exc)}") from None
-            if engine == "auto":
-                return self._on_spark(query, begun, None, f"DataFusion cannot plan it ({_first_line(exc)})")
+                refused = self._spark_refusal(sql)  # what DataFusion cannot plan, Spark's plan names
+                raise refused or SqlRefused(f"the JVM-free engine cannot run this query: {_first_line(exc)}") from None
+            return self._on_spark(query, begun, None, f"DataFusion cannot plan it ({_first_line(exc)})")
         assert plan is not None
+        _only_a_query(query)
         if engine == "auto" and plan.bytes_read > self.scan_budget:
             why = f"reads {_size(plan.bytes_read)} after pruning, above the JVM-free engine's {_size(self.scan_budget)}"
             return self._on_spark(query, begun, plan, why)
@@ -424,14 +463,18 @@ class LakeSql:
         """``--engine spark``: delta-rs's plan chooses nothing here, it only tells which files the query reads, so it
         is made while Spark answers (both wait outside Python's lock: delta-rs in Rust, the Spark client on its
         socket) instead of adding its tens of milliseconds before Spark starts."""
+        if not query.tables or not isinstance(query.tree, READ_ONLY_ROOTS):
+            raise self._spark_refusal(query.sql) or _not_a_query(query)
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="delta-rs-plan") as pool:
             planning = pool.submit(self._datafusion, query)
             try:
                 answer = self._on_spark(query, begun, None, "--engine spark")
+            except SqlRefused:
+                raise  # Spark's plan refused it: its words
             except Exception:
-                refused = planning.exception()
-                if isinstance(refused, SqlRefused):  # a missing table or version: said as on DataFusion
-                    raise refused from None
+                missing = planning.exception()
+                if isinstance(missing, SqlRefused):  # a missing table or version: said as on DataFusion
+                    raise missing from None
                 raise
             try:
                 plan: ScanPlan | None = planning.result()[2]
@@ -439,19 +482,40 @@ class LakeSql:
                 plan = None
         return replace(answer, plan=plan, seconds=time.perf_counter() - begun)
 
-    def _on_spark(self, query: ReadQuery, begun: float, plan: ScanPlan | None, why: str) -> Answer:
-        """Spark's answer, from a read-only session. A missing table or version has been named already by delta-rs's
-        planning, which every path to Spark begins with (and which refuses it with ``SqlRefused``)."""
+    def _session(self) -> tuple[SparkSession, str]:
+        """The read-only Spark session of this engine, its names resolving in this lake."""
         from resources.spark import SESSION_LAKE
 
-        if self.spark is None:
-            raise SqlRefused(f"this query needs Spark ({why}), and none is configured")
         if self._read_only is None:
+            assert self.spark is not None
             session, where = self.spark()
             self._read_only = (read_only_session(session), where)
         session, where = self._read_only
         # the names resolve in this lake (ignored by a confined server, which has its own)
         session.conf.set(SESSION_LAKE, spark_uri(self.root))
+        return session, where
+
+    def _spark_refusal(self, sql: str) -> SqlRefused | None:
+        """Spark's read-only plan check's refusal of ``sql`` as written, or None (no Spark, or nothing refused:
+        the statement is analysed, never run, but for the commands the check allows, which change nothing shared)."""
+        if self.spark is None:
+            return None
+        session, _ = self._session()
+        try:
+            _ = session.sql(sql).schema  # a Connect client's analysis runs on the server, its check included
+        except Exception as exc:
+            said = read_only_message(exc)
+            return SqlRefused(said) if said is not None else None
+        return None
+
+    def _on_spark(self, query: ReadQuery, begun: float, plan: ScanPlan | None, why: str) -> Answer:
+        """Spark's answer, from a read-only session. A missing table or version has been named already by delta-rs's
+        planning, which every path to Spark begins with (and which refuses it with ``SqlRefused``)."""
+        if self.spark is None:
+            raise SqlRefused(f"this query needs Spark ({why}), and none is configured")
+        if not query.tables or not isinstance(query.tree, READ_ONLY_ROOTS):
+            raise self._spark_refusal(query.sql) or _not_a_query(query)
+        session, where = self._session()
         try:
             rows = session.sql(query.tree.sql(dialect="spark")).toArrow()  # every time travel pinned to a version
         except Exception as exc:
@@ -460,6 +524,25 @@ class LakeSql:
                 raise
             raise SqlRefused(said) from None
         return Answer(portable(rows), "spark", time.perf_counter() - begun, plan, why, where)
+
+
+def _explain(builder: QueryBuilder, sql: str) -> tuple[str, str]:
+    """DataFusion's initial logical plan and physical plan of ``sql``, nothing run."""
+    explained = arrow_table(builder.execute("EXPLAIN VERBOSE " + sql))
+    plans = dict(zip(explained["plan_type"].to_pylist(), explained["plan"].to_pylist(), strict=True))
+    return plans["initial_logical_plan"], plans.get("physical_plan", "")
+
+
+def _not_a_query(query: ReadQuery) -> SqlRefused:
+    if not isinstance(query.tree, READ_ONLY_ROOTS):
+        return SqlRefused(f"only queries run here (SELECT, WITH …): {_statement_kind(query.tree)} is not one")
+    return SqlRefused("the query reads no table of the lake (name one as layer.table, e.g. dwd.order_detail)")
+
+
+def _only_a_query(query: ReadQuery) -> None:
+    """A statement whose plan only reads may still be no query over the lake (``SHOW``, ``SELECT 1``)."""
+    if not query.tables or not isinstance(query.tree, READ_ONLY_ROOTS):
+        raise _not_a_query(query)
 
 
 def read_only_session(session: SparkSession) -> SparkSession:

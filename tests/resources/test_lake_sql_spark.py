@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 from resources.lake_sql import AsOf, LakeSql, SqlRefused, read_only_message, read_only_session
 from resources.spark import SESSION_LAKE
 from tests.resources.test_lake_sql import assert_every_format_is_written, build_lake
-from tests.support.hostile import SQL, WAREHOUSE_SQL_SAYS
+from tests.support.hostile import SQL
 
 pytestmark = pytest.mark.spark
 
@@ -150,17 +150,26 @@ def test_a_confined_catalog_reads_the_lake_and_writes_nothing(lake: Path, spark:
 
 
 @pytest.mark.parametrize("request_sql", list(SQL))
-def test_the_hostile_matrix_is_refused_on_spark_with_the_jvm_free_engines_message(
-    both: LakeSql, lake: Path, tmp_path: Path, request_sql: str
+def test_the_hostile_matrix_is_refused_by_the_plan_on_both_engines_in_the_servers_words(
+    both: LakeSql, lake: Path, spark: SparkSession, tmp_path: Path, request_sql: str
 ) -> None:
+    """`warehouse sql` refuses each request by an engine's plan, with exactly the words of the JVM check the
+    analysts' server runs (the same request sent straight to a read-only session), whichever engine was asked:
+    Spark's plan, DataFusion's, or Spark's for what DataFusion cannot plan. (On a real analysts' server:
+    test_analysts_server.py.)"""
     text = request_sql.format(lake=lake, outside=tmp_path, mark=tmp_path / "code-ran")
-    said = WAREHOUSE_SQL_SAYS.get(request_sql, SQL[request_sql])
-    messages = set()
-    for engine in ("spark", "datafusion"):
+    server = read_only_session(spark)
+    server.conf.set(SESSION_LAKE, str(lake))
+    with pytest.raises(Exception) as direct:
+        server.sql(text).collect()
+    said = read_only_message(direct.value)
+    assert said is not None and SQL[request_sql] in said, str(direct.value)[:500]
+    for engine in ("spark", "datafusion", "auto"):
         with pytest.raises(SqlRefused) as refused:
             both.run(text, engine=engine)  # type: ignore[arg-type]
-        messages.add(str(refused.value))
-    assert len(messages) == 1 and said in messages.pop()
+        assert str(refused.value) == said, engine
+    assert not (tmp_path / "code-ran").exists()
+    assert DeltaTable(str(lake / "dwd" / "orders")).version() == 5
 
 
 def test_warehouse_sqls_spark_session_refuses_by_the_plan_and_the_shared_session_keeps_writing(
