@@ -83,6 +83,10 @@ class Settings(BaseModel):
     freshness_horizon_hours: float = Field(48.0, ge=0, description="a number of hours, 0 or more")
     capture_source: str = Field("", description="the capture connector's source, mysql://USER@HOST:PORT")
     capture_password: SecretStr = Field(SecretStr(""), description="the capture connector's source password")
+    lineage_at_load: bool = Field(True, description="1 or 0")
+    lineage_cache_dir: str = Field("", description="a path (empty: $DAGSTER_HOME, else beside the catalog)")
+    openlineage_url: str = Field("", description="an OpenLineage HTTP endpoint, http(s)://host[:port] (empty: none)")
+    openlineage_namespace: str = Field("warehouse", description="the OpenLineage namespace of the warehouse's jobs")
 
     @field_validator("timezone")
     @classmethod
@@ -161,6 +165,12 @@ def using(settings: Settings) -> Iterator[Settings]:
         yield settings
     finally:
         _OVERRIDE.reset(token)
+
+
+def dagster_home(env: Mapping[str, str] | None = None) -> str:
+    """Dagster's own ``DAGSTER_HOME`` ('' when unset): where the instance keeps its files, the lineage cache too."""
+    env = os.environ if env is None else env
+    return env.get("DAGSTER_HOME", "").strip()
 
 
 S3_ENDPOINT_VARIABLE = "AWS_ENDPOINT_URL"

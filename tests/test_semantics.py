@@ -381,6 +381,10 @@ def test_by_hand_the_self_dependent_chain_starts_at_the_first_partition_and_need
     ]
     assert lineage.deps_by_column["dt"] == []  # type: ignore[union-attr]
     assert metadata["rows_depend_on"].value == "dwd.day.id, dws.cum.id"  # GROUP BY id
+    # and the same as the Markdown table the open-source UI shows on the asset's page
+    markdown = metadata["column_lineage"].value
+    assert "| `v` | dwd.day.v, dws.cum.v |" in markdown  # type: ignore[operator]
+    assert "**rows decided by:** dwd.day.id, dws.cum.id" in markdown  # type: ignore[operator]
 
 
 # --- the example warehouse ----------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from dagster import (
 )
 
 from resources import resources_from_env
-from resources.settings import Settings, current, using
+from resources.settings import Settings, current, dagster_home, using
 from sensors.center import build_dependency_center_sensor
 from sensors.external import build_external_sensors
 from sensors.freshness import build_forecast_sensor, build_freshness_sensor
@@ -26,6 +26,8 @@ from sensors.ods import build_landing_sensor, build_ods_checks_sensor, build_rea
 from sensors.static import build_static_sensor
 from sensors.zorder import build_zorder_sensor
 from warehouse_assets.catalog import Catalog, load_catalog
+from warehouse_assets.catalog.lineage import WarehouseLineage
+from warehouse_assets.catalog.lineage_cache import lineage_at_load
 from warehouse_assets.center.taint import build_taint_job
 from warehouse_assets.center.why import build_why_job
 from warehouse_assets.ingest.job import build_ingest_job
@@ -78,13 +80,21 @@ def build_definitions(catalog: Catalog, settings: Settings | None = None) -> Def
         return _build(catalog, chosen)
 
 
+def load_lineage(catalog: Catalog, settings: Settings) -> WarehouseLineage | None:
+    """Every table's column lineage for the asset pages, from the lineage cache (``WAREHOUSE_LINEAGE_CACHE_DIR``, by
+    default under ``DAGSTER_HOME``); None when ``WAREHOUSE_LINEAGE_AT_LOAD=0``."""
+    if not settings.lineage_at_load:
+        return None
+    return lineage_at_load(catalog, settings.lineage_cache_dir or dagster_home())[0]
+
+
 def _build(catalog: Catalog, settings: Settings) -> Definitions:
     ingest_job = build_ingest_job(catalog, judge_hours, taint_times)
     maintenance_job, maintenance_schedule = build_maintenance(catalog)
     zorder_job, ods_checks_job = build_zorder_job(catalog), build_ods_checks_job(catalog)
     resources = resources_from_env(settings)
     return Definitions(
-        assets=build_assets(catalog),
+        assets=build_assets(catalog, load_lineage(catalog, settings)),
         asset_checks=build_checks(catalog),
         jobs=[
             ingest_job,

@@ -86,6 +86,10 @@ def test_every_variable_is_read() -> None:
         "WAREHOUSE_FRESHNESS_HORIZON_HOURS": "0.5",
         "WAREHOUSE_CAPTURE_SOURCE": "mysql://cdc@db:3306",
         "WAREHOUSE_CAPTURE_PASSWORD": "pw",
+        "WAREHOUSE_LINEAGE_AT_LOAD": "0",
+        "WAREHOUSE_LINEAGE_CACHE_DIR": "/cache",
+        "WAREHOUSE_OPENLINEAGE_URL": "http://marquez:5000",
+        "WAREHOUSE_OPENLINEAGE_NAMESPACE": "lakehouse",
     }
     settings = Settings.from_env(env)
     assert settings.model_dump() == {
@@ -116,6 +120,10 @@ def test_every_variable_is_read() -> None:
         "freshness_horizon_hours": 0.5,
         "capture_source": "mysql://cdc@db:3306",
         "capture_password": SecretStr("pw"),
+        "lineage_at_load": False,
+        "lineage_cache_dir": "/cache",
+        "openlineage_url": "http://marquez:5000",
+        "openlineage_namespace": "lakehouse",
     }
     assert "pw" not in repr(settings)  # a secret never shows in a log line
     assert settings.external_dir == "/partners"

@@ -16,9 +16,10 @@ A column the walk cannot bind (a name no input has, a table function) depends on
 reads: it is never dropped, and :attr:`TableLineage.unresolved` says which and why (the build's log and metadata name
 them, as ``warehouse lineage`` does).
 
-Computed lazily, per table, when something asks (a build, ``warehouse lineage``, ``warehouse taint --columns``): the
-code location's load computes none of it, so its time does not grow with the tables' SQL. :class:`WarehouseLineage`
-keeps what it computed for the catalog it was given.
+Computed per table when something asks (a build, ``warehouse lineage``, ``warehouse taint --columns``), and for every
+table when the code location loads, through a cache keyed by each table's SQL and its inputs' columns
+(:mod:`warehouse_assets.catalog.lineage_cache`), so that a warm load parses no SQL. :class:`WarehouseLineage` keeps what
+it computed for the catalog it was given.
 
 :meth:`WarehouseLineage.impact` follows columns downstream: the tables whose columns are computed from, or whose rows
 are decided by, some columns of a table, transitively; a table whose rows depend on them is affected in every column,
@@ -31,7 +32,7 @@ import graphlib
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import sqlglot
 from sqlglot import exp
@@ -332,11 +333,25 @@ class ColumnImpact:
         return f"{what} ({self.why[table]})" if table in self.why else what
 
 
-class WarehouseLineage:
-    """The columns and the column lineage of every table of ``catalog``, computed once each when first asked."""
+class LineageStore(Protocol):
+    """Where computed lineage is kept between processes, by what decides it."""
 
-    def __init__(self, catalog: Catalog):
+    def get(
+        self, table: str, sql: str, inputs: Mapping[str, Sequence[str]], added: Sequence[str]
+    ) -> TableLineage | None: ...
+
+    def put(
+        self, table: str, sql: str, inputs: Mapping[str, Sequence[str]], added: Sequence[str], lineage: TableLineage
+    ) -> None: ...
+
+
+class WarehouseLineage:
+    """The columns and the column lineage of every table of ``catalog``, computed once each when first asked (read
+    from ``cache`` where it holds them)."""
+
+    def __init__(self, catalog: Catalog, cache: LineageStore | None = None):
         self._catalog = catalog
+        self._cache = cache
         self._lineage: dict[str, TableLineage] = {}
         self._readers: dict[str, list[str]] | None = None
 
@@ -502,7 +517,14 @@ class WarehouseLineage:
         table = self._catalog.lookup(fqn)
         if not isinstance(table, DerivedTable):  # reads no table: each column is its own
             return TableLineage(fqn, (), {c: frozenset() for c in self.columns(fqn)}, frozenset())
-        lineage = table_lineage(fqn, table.sql, self.input_columns(table), added=table.partition_by)
+        inputs = self.input_columns(table)
+        if self._cache is not None:
+            found = self._cache.get(fqn, table.sql, inputs, table.partition_by)
+            if found is not None:
+                return found
+        lineage = table_lineage(fqn, table.sql, inputs, added=table.partition_by)
+        if self._cache is not None:
+            self._cache.put(fqn, table.sql, inputs, table.partition_by, lineage)
         if lineage.unresolved:
             for line in lineage.describe_unresolved():
                 log.warning("column lineage: %s", line)

@@ -53,8 +53,10 @@ from warehouse_assets.catalog import (
     partitions_def_of,
     periods,
 )
+from warehouse_assets.catalog.lineage_markdown import lineage_metadata
 from warehouse_assets.materialize.freshness import build_freshness_checks
 from warehouse_assets.materialize.gate import BuildableSearch, FirstBuildable, first_buildable
+from warehouse_assets.materialize.lineage_run import with_lineage_events
 from warehouse_assets.materialize.quality import (
     check_specs,
     evaluation,
@@ -65,7 +67,7 @@ from warehouse_assets.materialize.quality import (
 from warehouse_assets.materialize.validity import taint_evaluation, tainted_in_instance, valid_evaluation, valid_spec
 
 if TYPE_CHECKING:
-    from warehouse_assets.catalog.lineage import TableLineage
+    from warehouse_assets.catalog.lineage import TableLineage, WarehouseLineage
 
 
 def code_version(table: DerivedTable | StaticTable) -> str:
@@ -77,7 +79,7 @@ def column_lineage_metadata(lineage: "TableLineage", catalog: Catalog) -> dict[s
     values are computed from (Dagster's ``dagster/column_lineage``, which Dagster+ draws as a column graph and the
     open-source UI lists in the run's log); the input columns that decide the rows (filters, join keys, groupings), on
     which every column depends; and the columns the SQL could not be followed to, named (they are given every input
-    column)."""
+    column). The same as Markdown (``column_lineage``), which the open-source UI shows on the asset's page."""
     deps = {
         column: [
             TableColumnDep(asset_key=AssetKey(catalog[ref.table].key), column_name=ref.column) for ref in sorted(refs)
@@ -85,6 +87,7 @@ def column_lineage_metadata(lineage: "TableLineage", catalog: Catalog) -> dict[s
         for column, refs in lineage.columns.items()
     }
     metadata: dict[str, Any] = {"dagster/column_lineage": TableColumnLineage(deps_by_column=deps)}
+    metadata.update(lineage_metadata(lineage))
     if lineage.rows:
         metadata["rows_depend_on"] = ", ".join(str(ref) for ref in sorted(lineage.rows))
     if lineage.unresolved:
@@ -141,9 +144,15 @@ def dagster_mapping(catalog: Catalog, table: DerivedTable, dep: Dependency) -> P
     return partition_mapping(table, dep, upstream.period)
 
 
-def build_asset(catalog: Catalog, table: DerivedTable, buildable: BuildableSearch | None = None) -> AssetsDefinition:
+def build_asset(
+    catalog: Catalog,
+    table: DerivedTable,
+    buildable: BuildableSearch | None = None,
+    lineage: "WarehouseLineage | None" = None,
+) -> AssetsDefinition:
     """``buildable``: the first buildable partitions found so far, shared by the tables of one compile (each table's
-    is found from its upstream tables': without sharing, a deep graph repeats its upstream chains table by table)."""
+    is found from its upstream tables': without sharing, a deep graph repeats its upstream chains table by table).
+    ``lineage``: the tables' column lineage, shown on the asset's page as Markdown (none: not shown)."""
     since = first_buildable(catalog, table, buildable)
     deps = [AssetDep(AssetKey(dep.key), partition_mapping=dagster_mapping(catalog, table, dep)) for dep in table.deps]
     # a static table is unpartitioned: Dagster maps every partition to the whole of it
@@ -171,6 +180,7 @@ def build_asset(catalog: Catalog, table: DerivedTable, buildable: BuildableSearc
             "sql": MetadataValue.md(f"```sql\n{table.sql}\n```"),
             "first_buildable_partition": since.partition or "none within reach",
             "late_data": table.late_data.describe(),  # when late upstream data rebuilds a built partition
+            **(lineage_metadata(lineage.of(table.fqn)) if lineage is not None else {}),
         },
     )
 
@@ -180,7 +190,8 @@ def build_asset(catalog: Catalog, table: DerivedTable, buildable: BuildableSearc
 
         resources = context.resources
         external = resources.external if reads_external else None
-        yield from run_table(context, catalog, table, resources.spark.session(), resources.lake.store(), external)
+        body = run_table(context, catalog, table, resources.spark.session(), resources.lake.store(), external)
+        yield from with_lineage_events(context, catalog, table, lineage, body)
 
     return _build
 
@@ -325,13 +336,13 @@ def build_validity_check(table: Table) -> AssetChecksDefinition:
     return _validity
 
 
-def build_assets(catalog: Catalog) -> list[AssetsDefinition | AssetSpec]:
+def build_assets(catalog: Catalog, lineage: "WarehouseLineage | None" = None) -> list[AssetsDefinition | AssetSpec]:
     built: list[AssetsDefinition | AssetSpec] = [build_external_spec(t) for t in catalog.externals()]
     built += [build_ods_spec(t) for t in catalog.ods()]
     built += [build_windows_spec(catalog, t) for t in catalog.windows()]
     built += [build_static_asset(t) for t in catalog.statics()]
     buildable = BuildableSearch()
-    built += [build_asset(catalog, t, buildable) for t in catalog.derived()]
+    built += [build_asset(catalog, t, buildable, lineage) for t in catalog.derived()]
     return built
 
 
