@@ -11,7 +11,7 @@ history, then ``--days`` that are measured), by a discrete-event simulation of w
 * a late source: on the second measured day the partner's ``marketing_spend`` arrives at 09:20 the next morning, on
   the fourth the 23:00 hour of ``ods.order`` at 08:55 (``ads.daily_gmv`` and ``ads.marketing_roi`` are due at 09:00).
 
-For every ADS partition of the measured days the prediction (:mod:`warehouse_assets.center.eta`, on the simulated
+For every ADS partition of the measured days the prediction (:mod:`warehouse_assets.explain.eta`, on the simulated
 state, history and queue at that moment: nothing of the future) is made at fixed times before its actual finish
 (6 h, 3 h, 1 h, 30 min and 10 min): ``eta_err_p50_s``/``eta_err_p90_s`` are percentiles of |predicted − actual|.
 Every partition with an SLA is also predicted every 5 min from its window's end until its deadline (or until it is
@@ -57,7 +57,7 @@ from automation_scale import generate_catalog
 
 from bench.calibration import calib_ms
 from warehouse_assets.catalog import WHOLE, Catalog, business_zone, load_catalog
-from warehouse_assets.center.eta import (
+from warehouse_assets.explain.eta import (
     NOT_BUILT,
     CatalogGraph,
     History,

@@ -41,7 +41,7 @@ from bench.readiness_history import build_history
 from resources.external import ExternalResource
 from warehouse_assets.catalog import BY_PERIOD, WHOLE, Table, business_zone, load_catalog, regional_keys_between
 from warehouse_assets.center.state_store import PartitionStateStore
-from warehouse_assets.center.why import explain
+from warehouse_assets.explain.why import explain
 from warehouse_assets.materialize.gate import table_partitions_in_range
 
 

@@ -4,7 +4,7 @@ the ``sla_forecast`` sensor: a warning before the deadline for each partition pr
 The rule each tick applies (which deadlines are judged, the backlog of a first start, the cursor) is
 :func:`warehouse_assets.materialize.freshness.deadline_tick`; the sensor reports its verdicts as partitioned
 ``AssetCheckEvaluation`` events (``SensorResult(asset_events=...)``), which the daemon stores run-less, per partition.
-The warnings' rule is :func:`warehouse_assets.center.eta.forecast_tick`, reported the same way.
+The warnings' rule is :func:`warehouse_assets.explain.forecast.forecast_tick`, reported the same way.
 """
 
 import json
@@ -23,10 +23,11 @@ from dagster import (
 from resources.landing import LandingResource
 from resources.settings import Settings, current
 from warehouse_assets.catalog import Catalog, business_zone
-from warehouse_assets.center.eta import day_predictions, forecast_tick, instance_predictor, warning_evaluation
-from warehouse_assets.center.eta import timeline_markdown as timeline
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import PartitionStateStore
+from warehouse_assets.explain.eta import instance_predictor
+from warehouse_assets.explain.forecast import day_predictions, forecast_tick, warning_evaluation
+from warehouse_assets.explain.forecast import timeline_markdown as timeline
 from warehouse_assets.materialize.freshness import (
     FORECAST_CHECK_NAME,
     Clock,

@@ -301,7 +301,7 @@ def test_a_range_skips_what_waits_for_an_undelivered_external_and_what_reads_it(
 
 
 def test_why_explains_a_ready_and_a_waiting_partition(warehouse: Warehouse) -> None:
-    from warehouse_assets.center.why import explain
+    from warehouse_assets.explain.why import explain
     from warehouse_assets.definitions import catalog
 
     store, landing = warehouse.resources["lake"].store(), warehouse.resources["landing"].landing()

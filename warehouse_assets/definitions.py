@@ -29,7 +29,7 @@ from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.catalog.lineage import WarehouseLineage
 from warehouse_assets.catalog.lineage_cache import lineage_at_load
 from warehouse_assets.center.taint import build_taint_job
-from warehouse_assets.center.why import build_why_job
+from warehouse_assets.explain.why import build_why_job
 from warehouse_assets.ingest.job import build_ingest_job
 from warehouse_assets.ingest.maintenance import build_maintenance
 from warehouse_assets.materialize.compiler import build_assets, build_checks

@@ -24,7 +24,9 @@ from resources.delta_lake import DeltaStore
 from resources.landing import Landing
 from sensors.freshness import build_forecast_sensor
 from warehouse_assets.catalog import Catalog, Table, business_zone, load_catalog
-from warehouse_assets.center.eta import (
+from warehouse_assets.center.reverse_index import ReverseIndex
+from warehouse_assets.center.state_store import PartitionStateStore
+from warehouse_assets.explain.eta import (
     ARRIVES,
     MATERIALIZED,
     NOT_BUILT,
@@ -40,20 +42,20 @@ from warehouse_assets.center.eta import (
     Report,
     RunTime,
     Seen,
-    day_predictions,
-    forecast_tick,
     instance_history,
     instance_predictor,
     predict,
+    usual_delays,
+)
+from warehouse_assets.explain.forecast import (
+    day_predictions,
+    forecast_tick,
     sla_warning,
     timeline_markdown,
-    usual_delays,
     warning_evaluation,
 )
-from warehouse_assets.center.reverse_index import ReverseIndex
-from warehouse_assets.center.state_store import PartitionStateStore
-from warehouse_assets.center.status import status_lines
-from warehouse_assets.center.why import explain
+from warehouse_assets.explain.status import status_lines
+from warehouse_assets.explain.why import explain
 from warehouse_assets.materialize.quality import report_valid
 
 ZONE = ZoneInfo("Asia/Shanghai")

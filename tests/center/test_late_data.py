@@ -25,8 +25,8 @@ from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.catalog.model import LateDataPolicy
 from warehouse_assets.center.late_data import LANE_TAG, REBUILD_LANE, due_time
 from warehouse_assets.center.ledger import open_readonly
-from warehouse_assets.center.status import status_lines
-from warehouse_assets.center.why import explain
+from warehouse_assets.explain.status import status_lines
+from warehouse_assets.explain.why import explain
 from warehouse_assets.materialize.gate import LATE_CHANGES_TAG
 
 TZ = ZoneInfo("Asia/Shanghai")

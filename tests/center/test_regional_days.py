@@ -45,9 +45,9 @@ from warehouse_assets.catalog import periods as catalog_periods
 from warehouse_assets.center.reconcile import TableReconciliation, reconcile
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import PartitionStateStore
-from warehouse_assets.center.status import status_keys, status_lines
+from warehouse_assets.explain.status import status_keys, status_lines
 from warehouse_assets.center.taint import root_keys
-from warehouse_assets.center.why import NOT_YET, explain
+from warehouse_assets.explain.why import NOT_YET, explain
 from warehouse_assets.materialize.compiler import build_assets
 from warehouse_assets.materialize.gate import NONEXISTENT, decide, never_buildable
 

@@ -23,8 +23,8 @@ from tests.center.test_center import Center, hours, requested
 from tests.materialize.test_gate import FakeStates
 from tests.support.small_catalog import ODS, assert_refused, sql_catalog, write
 from warehouse_assets.catalog import Catalog, Table, load_catalog
-from warehouse_assets.center.status import status_lines
-from warehouse_assets.center.why import explain
+from warehouse_assets.explain.status import status_lines
+from warehouse_assets.explain.why import explain
 from warehouse_assets.materialize.gate import EARLIER_STATE, STATE, decide, first_buildable
 
 TZ = ZoneInfo("Asia/Shanghai")

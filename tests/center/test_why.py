@@ -41,7 +41,7 @@ from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import PartitionStateStore
 from warehouse_assets.center.taint import new_taint, plan_taint
-from warehouse_assets.center.why import WhyReport, explain
+from warehouse_assets.explain.why import WhyReport, explain
 from warehouse_assets.materialize.compiler import first_partition_note
 from warehouse_assets.materialize.quality import Outcome, evaluation, latest_materialization, report_valid
 

@@ -32,7 +32,7 @@ from warehouse_assets.catalog import Catalog, Table, load_catalog
 from warehouse_assets.center.resolver import Resolver
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import PartitionStateStore
-from warehouse_assets.center.why import explain
+from warehouse_assets.explain.why import explain
 from warehouse_assets.ingest.job import build_ingest_job
 from warehouse_assets.ingest.merge import ingest_table
 from warehouse_assets.ingest.readiness import readiness, readiness_events, ready_hours

@@ -51,7 +51,7 @@ from warehouse_assets.catalog import Catalog
 from warehouse_assets.center.engine import assemble_engine
 from warehouse_assets.center.resolver import RunPlan
 from warehouse_assets.center.state_store import PartitionStateStore
-from warehouse_assets.center.why import explain
+from warehouse_assets.explain.why import explain
 from warehouse_assets.definitions import catalog, defs
 from warehouse_assets.ingest.deliveries import (
     DeliveryCursor,

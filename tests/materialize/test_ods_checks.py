@@ -44,7 +44,7 @@ from sensors.ods import build_ods_checks_sensor
 from simulator.cdc import merged_order_row
 from tests.support.center_harness import CenterTicker
 from warehouse_assets.catalog import Catalog, hourly, load_catalog
-from warehouse_assets.center.why import explain
+from warehouse_assets.explain.why import explain
 from warehouse_assets.definitions import catalog, defs
 from warehouse_assets.ingest.merge import ods_arrow_schema
 from warehouse_assets.materialize.compiler import build_assets, build_checks

@@ -33,7 +33,7 @@ from resources.landing import Landing
 from simulator.cdc import merged_order_row
 from tests.support.center_harness import CenterTicker
 from warehouse_assets.catalog import Catalog, load_catalog
-from warehouse_assets.center.why import explain
+from warehouse_assets.explain.why import explain
 from warehouse_assets.ingest.merge import ods_arrow_schema
 from warehouse_assets.materialize.compiler import build_assets
 from warehouse_assets.materialize.runner import RETRY_ON_STEP_FAILURE_TAG

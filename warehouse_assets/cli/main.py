@@ -89,7 +89,7 @@ def why_command(args: argparse.Namespace, instance: Any, resources: dict[str, An
     # the catalog alone, not the code location (warehouse_assets.definitions): building every asset, check
     # and sensor took seconds, and `why` needs only the tables, their windows and the instance's state
     from warehouse_assets.catalog import load_catalog
-    from warehouse_assets.center.why import explain
+    from warehouse_assets.explain.why import explain
 
     try:
         report = explain(

@@ -109,10 +109,10 @@ def _run_taint_job(config: dict[str, Any], instance: Any, resources: dict[str, A
 def table_status_command(args: argparse.Namespace, instance: Any) -> int:
     """Each partition of ``args.table`` in ``args.range``: materialized, valid or tainted, its checks."""
     from warehouse_assets.catalog import load_catalog
-    from warehouse_assets.center.eta import instance_predictor
+    from warehouse_assets.explain.eta import instance_predictor
     from warehouse_assets.center.ledger import open_readonly
     from warehouse_assets.center.state_store import PartitionStateStore
-    from warehouse_assets.center.status import status_keys, status_lines
+    from warehouse_assets.explain.status import status_keys, status_lines
 
     catalog = load_catalog()
     start, end = args.range or (None, None)
@@ -139,7 +139,7 @@ def _status_as_of(args: argparse.Namespace, instance: Any, catalog: Any, start: 
     """``status TABLE --as-of TIME``: the partitions as they were at TIME, from the event log replayed up to it."""
     from warehouse_assets.catalog import business_zone
     from warehouse_assets.center.state_store import state_as_of
-    from warehouse_assets.center.status import as_of_lines, parse_moment, status_keys
+    from warehouse_assets.explain.status import as_of_lines, parse_moment, status_keys
 
     try:
         moment = parse_moment(args.as_of, business_zone())

@@ -26,9 +26,9 @@ from warehouse_assets.catalog import (
     partition_window,
     regional_keys_between,
 )
-from warehouse_assets.center.eta import Prediction
 from warehouse_assets.center.ledger import Ledger
 from warehouse_assets.center.state_store import PartitionState, PartitionStateStore, StateView
+from warehouse_assets.explain.eta import Prediction
 from warehouse_assets.materialize.gate import table_partitions_in_range
 
 DEFAULT_DAYS = 3  # without a range: the partitions that ended in the last days

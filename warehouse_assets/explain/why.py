@@ -63,11 +63,12 @@ from warehouse_assets.catalog import (
 )
 from warehouse_assets.catalog.key_locality import key_locality
 from warehouse_assets.catalog.lineage import WarehouseLineage
-from warehouse_assets.center.eta import Prediction, instance_predictor, timeline_markdown
 from warehouse_assets.center.heartbeat import EngineDown, engine_status
 from warehouse_assets.center.late_data import LOOKBACK
 from warehouse_assets.center.ledger import open_readonly
 from warehouse_assets.center.state_store import PartitionState, PartitionStateStore, StateView, default_path
+from warehouse_assets.explain.eta import Prediction, instance_predictor
+from warehouse_assets.explain.forecast import timeline_markdown
 from warehouse_assets.ingest.deliveries import external_source
 from warehouse_assets.ingest.readiness import WINDOW, Readiness, shard_state, with_counts
 from warehouse_assets.instance.lanes import USER_LANE, lane_tags
@@ -679,7 +680,7 @@ def explain(
 def _predict(
     report: WhyReport, instance: DagsterInstance, catalog: Catalog, table: Table, view: StateView, now: datetime
 ) -> None:
-    """The partition's predicted finish and critical path (:mod:`warehouse_assets.center.eta`), and against its SLA."""
+    """The partition's predicted finish and critical path (:mod:`warehouse_assets.explain.eta`), and against its SLA."""
     report.prediction = instance_predictor(instance, catalog, view, now).predict(table.fqn, report.partition)
     report.sla = report.prediction.against_sla(table)
 

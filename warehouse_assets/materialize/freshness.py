@@ -83,7 +83,7 @@ class Freshness(Check):
 CHECK_NAME = Freshness.kind
 FRESHNESS = Freshness()
 # the early warning of the same SLA: a partition predicted to miss its deadline, reported before the deadline by the
-# ``sla_forecast`` sensor (the prediction: :mod:`warehouse_assets.center.eta`)
+# ``sla_forecast`` sensor (the prediction: :mod:`warehouse_assets.explain.eta`)
 FORECAST_CHECK_NAME = "sla_forecast"
 _PERIOD_PAD = {"hourly": timedelta(hours=1), "daily": timedelta(days=1), "weekly": timedelta(days=7)}
 

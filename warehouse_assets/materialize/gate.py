@@ -24,7 +24,7 @@ of its window and waives the others. A partition built past a deadline without s
 The gate reads partition state through
 :class:`PartitionStateReader` only; callers supply the state they trust: the run guard
 (:mod:`warehouse_assets.materialize.runner`) the instance's materializations plus what its own run wrote,
-``warehouse why`` (:mod:`warehouse_assets.center.why`) the instance's partition statuses, the headless path
+``warehouse why`` (:mod:`warehouse_assets.explain.why`) the instance's partition statuses, the headless path
 (:mod:`warehouse_assets.cli.headless`) the instance, the dependency center (:mod:`warehouse_assets.center.resolver`)
 its partition state store; the backfill plan (:func:`backfill_partitions`) asks it over a range.
 """
