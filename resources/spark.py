@@ -25,8 +25,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dagster import ConfigurableResource
-from pydantic import Field
+from dagster import ConfigurableResource, InitResourceContext
+from pydantic import Field, PrivateAttr
 
 from resources.settings import DEFAULT_TIMEZONE, SparkMode, s3_endpoint
 from resources.storage import normalize_root, spark_uri
@@ -34,6 +34,10 @@ from resources.storage import normalize_root, spark_uri
 if TYPE_CHECKING:  # imported when a session is made: `warehouse why` loads resources without PySpark
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
+
+# the run tag naming the compute pool endpoint a run was placed on (warehouse_assets/instance/pools.py sets it; the
+# lake seam imports none of the warehouse, so the name is spelled here too and a test keeps the two equal)
+POOL_URL_TAG = "warehouse/pool_url"
 
 _LOCK = threading.Lock()
 _SESSION: SparkSession | None = None
@@ -148,12 +152,23 @@ class SparkResource(ConfigurableResource):  # type: ignore[misc]
     ui: bool = Field(default=False, description="start the Spark UI (local/master modes)")
     conf: dict[str, str] = Field(default_factory=dict, description="extra Spark settings")
     lake_root: str = Field(default="", description="the lake whose tables `layer.table` names (local/master modes)")
+    # the compute pool's endpoint the run was placed on (its warehouse/pool_url tag), over the settings' own
+    _pool_url: str = PrivateAttr(default="")
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        run = context.dagster_run
+        self._pool_url = run.tags.get(POOL_URL_TAG, "") if run is not None else ""
 
     def session(self) -> SparkSession:
+        mode, master, connect_url = self.mode, self.master, self.connect_url
+        if self._pool_url.startswith("sc://"):
+            mode, connect_url = "connect", self._pool_url
+        elif self._pool_url:
+            mode, master = "master", self._pool_url
         return get_session(
-            mode=self.mode,
-            master=self.master,
-            connect_url=self.connect_url,
+            mode=mode,
+            master=master,
+            connect_url=connect_url,
             driver_memory=self.driver_memory,
             timezone=self.timezone,
             ui=self.ui,

@@ -122,6 +122,19 @@ def test_a_run_is_launched_by_the_dependency_center_with_the_tables_own_checks(w
     assert tags["dagster/partition"] == "2026-11-01"
 
 
+def test_a_run_of_a_table_that_requires_compute_labels_carries_them(webserver: _Webserver) -> None:
+    """The tag the warm launcher places a run by (warehouse_assets/instance/pools.py): a table's ``compute:``."""
+    big, other = AssetKey(["dwd", "order"]), AssetKey(["dwd", "user"])
+    submitter = GraphQLSubmitter(
+        f"http://127.0.0.1:{webserver.server_port}", "warehouse", compute={big: {"size": "large", "region": "eu"}}
+    )
+    submitter.submit(_plan(1), big)
+    submitter.submit(_plan(2), other)
+    tags = [{t["key"]: t["value"] for t in p["executionMetadata"]["tags"]} for p in webserver.params]
+    assert tags[0]["warehouse/compute"] == "region=eu,size=large"
+    assert "warehouse/compute" not in tags[1]
+
+
 def test_a_taint_plan_launches_the_taint_job_with_its_config_and_no_partition(webserver: _Webserver) -> None:
     submitter = GraphQLSubmitter(f"http://127.0.0.1:{webserver.server_port}", "warehouse")
     config = {"ops": {"taint_and_repair": {"config": {"table": "ods.order", "start": "2026-11-01-03:00"}}}}

@@ -623,6 +623,8 @@ class Table:
     columns: tuple[tuple[str, str], ...] = ()
     checks: tuple[InstanceOf[Check], ...] = ()
     sla: InstanceOf[Sla] | None = None
+    # the labels the Spark pool that builds it must have (``compute: {region: eu}``), in label order
+    compute: tuple[tuple[str, str], ...] = ()
 
     @field_validator("primary_key", "zorder", mode="before")
     @classmethod
@@ -639,6 +641,16 @@ class Table:
         if self.zorder_file_size is not None and not self.zorder:
             raise ValueError("zorder.file_size needs zorder.by: the columns the files are Z-ordered by")
         return self
+
+    @field_validator("compute", mode="before")
+    @classmethod
+    def _compute(cls, value: Any) -> tuple[tuple[str, str], ...]:
+        if value is None or isinstance(value, tuple):
+            return value or ()
+        scalar = (str, int, float)
+        if not isinstance(value, Mapping) or not all(isinstance(v, scalar) and str(v) for v in value.values()):
+            raise ValueError(f"compute must map compute pool labels to values, e.g. {{region: eu}}, got {value!r}")
+        return tuple(sorted((str(k), str(v)) for k, v in value.items()))
 
     @field_validator("description", mode="before")
     @classmethod

@@ -72,6 +72,7 @@ from warehouse_assets.center.resolver import (
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import PartitionStateStore
 from warehouse_assets.instance.lanes import LANE_TAG, REBUILD_LANE
+from warehouse_assets.instance.pools import Pool, requirement_tags
 from warehouse_assets.instance.warm_launcher import STOPPED_TAG
 from warehouse_assets.materialize.gate import RETRY_ON_STEP_FAILURE_TAG
 from warehouse_assets.materialize.validity import VALID
@@ -148,13 +149,21 @@ class GraphQLSubmitter:
     add an op that yields nothing and says so in every run's log. An asset ``checks`` does not name gets all of
     its checks. Safe to call from several threads: each call is one HTTP request of its own."""
 
-    def __init__(self, url: str, location: str, checks: Mapping[AssetKey, Sequence[str]] | None = None):
+    def __init__(
+        self,
+        url: str,
+        location: str,
+        checks: Mapping[AssetKey, Sequence[str]] | None = None,
+        compute: Mapping[AssetKey, Mapping[str, str]] | None = None,
+    ):
+        """``compute``: the compute pool labels a run of an asset requires (its table's ``compute:``)."""
         parts = urlsplit(url if "://" in url else f"http://{url}")
         if not parts.hostname:
             raise ValueError(f"{url!r}: expected the webserver's URL, e.g. http://127.0.0.1:3000")
         self.url, self.location = url, location
         self.endpoint = f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}/graphql"
         self.checks = dict(checks or {})
+        self.compute = {key: requirement_tags(labels) for key, labels in (compute or {}).items()}
         self._reload_lock = threading.Lock()
         self._reloaded_at: float | None = None  # time.monotonic() of the last reload asked for
 
@@ -164,14 +173,20 @@ class GraphQLSubmitter:
             selector["assetCheckSelection"] = [
                 {"assetKey": {"path": list(asset_key.path)}, "name": name} for name in self.checks[asset_key]
             ]
-        return self._launch(plan, selector, {})
+        return self._launch(plan, selector, {}, self.compute.get(asset_key, {}))
 
     def submit_job(self, plan: RunPlan) -> str:
         return self._launch(plan, {"jobName": plan.job}, json.loads(plan.run_config))
 
-    def _launch(self, plan: RunPlan, selector: dict[str, object], run_config: dict[str, object]) -> str:
+    def _launch(
+        self,
+        plan: RunPlan,
+        selector: dict[str, object],
+        run_config: dict[str, object],
+        extra: Mapping[str, str] | None = None,
+    ) -> str:
         # when the engine asked: the run's creation time minus this is the webserver's share of a handoff
-        tags = {**plan.tags, SENSOR_TAG: SENSOR_NAME, SUBMITTED_TAG: f"{time.time():.3f}"}
+        tags = {**plan.tags, **(extra or {}), SENSOR_TAG: SENSOR_NAME, SUBMITTED_TAG: f"{time.time():.3f}"}
         params = {
             "selector": {"repositoryLocationName": self.location, "repositoryName": REPOSITORY, **selector},
             "runConfigData": run_config,
@@ -222,6 +237,20 @@ def own_checks(catalog: Catalog) -> dict[AssetKey, list[str]]:
     """Each derived table's checks a run of it evaluates: those declared beside the table and its ``valid`` check,
     which its asset carries too (an asset with checks cannot be built without all of them)."""
     return {AssetKey(t.key): [*(c.name for c in t.checks), VALID] for t in catalog.derived()}
+
+
+def own_compute(catalog: Catalog, pools: Sequence[Pool] = ()) -> dict[AssetKey, dict[str, str]]:
+    """The compute pool labels each table's runs require (its ``compute:``); with ``pools`` configured, ValueError
+    naming the table when no pool has them (its runs could never start)."""
+    found = {AssetKey(t.key): dict(t.compute) for t in catalog if t.compute}
+    for table in catalog:
+        if pools and table.compute and not any(pool.serves(dict(table.compute)) for pool in pools):
+            wanted = ", ".join(f"{k}={v}" for k, v in table.compute)
+            raise ValueError(
+                f"{table.fqn} ({table.path}) requires compute {wanted}, which no pool of WAREHOUSE_SPARK_POOLS has "
+                f"(pools: {', '.join(f'{p.name} {p.labels or {}}' for p in pools)})"
+            )
+    return found
 
 
 class Watcher(Protocol):

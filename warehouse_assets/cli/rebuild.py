@@ -38,10 +38,11 @@ def rebuild_stale_command(args: argparse.Namespace, instance: Any, catalog: Any 
     from resources.settings import current
     from warehouse_assets.catalog import BY_PERIOD, load_catalog
     from warehouse_assets.center.catch_up import defer_to_runs, plan_catch_up
-    from warehouse_assets.center.engine import GraphQLSubmitter, own_checks
+    from warehouse_assets.center.engine import GraphQLSubmitter, own_checks, own_compute
     from warehouse_assets.center.ledger import open_readonly
     from warehouse_assets.center.reverse_index import ReverseIndex
     from warehouse_assets.center.state_store import PartitionStateStore, default_path
+    from warehouse_assets.instance.pools import pools_from_env
     from warehouse_assets.materialize.compiler import max_partitions_per_run
 
     catalog = catalog or load_catalog()
@@ -100,7 +101,12 @@ def rebuild_stale_command(args: argparse.Namespace, instance: Any, catalog: Any 
         return 0
     if submitter is None:
         settings = current()
-        submitter = GraphQLSubmitter(args.url or settings.webserver_url, settings.code_location, own_checks(catalog))
+        submitter = GraphQLSubmitter(
+            args.url or settings.webserver_url,
+            settings.code_location,
+            own_checks(catalog),
+            own_compute(catalog, pools_from_env()),
+        )
     # looked at again by the resolver when each run ends: stale no longer once built on its current inputs
     defer_to_runs(default_path(instance), catch_up.plans)
     launched = 0

@@ -26,9 +26,10 @@ def run_engine(args: argparse.Namespace) -> int:
     from resources.delta_lake import DeltaLakeResource
     from resources.external import ExternalResource
     from warehouse_assets.catalog import load_catalog
-    from warehouse_assets.center.engine import GraphQLSubmitter, assemble_engine, own_checks
+    from warehouse_assets.center.engine import GraphQLSubmitter, assemble_engine, own_checks, own_compute
     from warehouse_assets.center.reconcile import Reconciler
     from warehouse_assets.ingest.deliveries import ExternalWatcher, now_in_business_tz
+    from warehouse_assets.instance.pools import pools_from_env
     from warehouse_assets.materialize.compiler import max_partitions_per_run
 
     settings = load_settings(os.environ)
@@ -37,7 +38,12 @@ def run_engine(args: argparse.Namespace) -> int:
     logging.getLogger("warehouse.engine").setLevel(logging.INFO)
     catalog = load_catalog()
     # each run evaluates the table's own checks; the freshness check is its sensor's, at the deadline
-    submitter = GraphQLSubmitter(args.url or settings.webserver_url, settings.code_location, own_checks(catalog))
+    submitter = GraphQLSubmitter(
+        args.url or settings.webserver_url,
+        settings.code_location,
+        own_checks(catalog),
+        own_compute(catalog, pools_from_env()),
+    )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

@@ -9,7 +9,9 @@ it launches the run itself when
 - the daemon's next pass would launch it too: the runs in progress and the queued runs ahead of it (by priority,
   then age, skipping those a tag limit holds back, as the daemon does) leave room under ``max_concurrent_runs``,
   and no ``tag_concurrency_limits`` entry is full for its tags — so it never takes a slot a queued run would get;
-- no op concurrency pool is configured (the daemon's pool accounting is not public: such runs go through it).
+- no op concurrency pool is configured (the daemon's pool accounting is not public: such runs go through it);
+- with compute pools (``WAREHOUSE_SPARK_POOLS``, instance/pools.py), an eligible pool has room: the limits the
+  daemon reads from :meth:`ImmediateRunCoordinator.get_run_queue_config` are capped by the pools' free capacity.
 
 Otherwise it queues the run exactly as ``QueuedRunCoordinator`` does, and Dagster's daemon launches it when a slot
 frees. The decision and the run's move to STARTING happen under a file lock in the instance's directory, so
@@ -34,6 +36,7 @@ import logging
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from dagster import (
     DagsterEvent,
@@ -46,9 +49,12 @@ from dagster import (
 )
 from dagster._core.events import EngineEventData
 from dagster._core.launcher import LaunchRunContext
+from dagster._core.run_coordinator.queued_run_coordinator import RunQueueConfig
 from dagster._core.storage.dagster_run import ACTIVE_RUN_STATUSES
 from dagster._utils.error import serializable_error_info_from_exc_info
 from dagster._utils.tags import TagConcurrencyLimitsCounter
+
+from warehouse_assets.instance.pools import Pool, pools_from_env, queue_limits
 
 log = logging.getLogger(__name__)
 LOCK_FILE = ".run_coordinator.lock"
@@ -64,6 +70,21 @@ def _priority(run: DagsterRun) -> int:
 
 class ImmediateRunCoordinator(QueuedRunCoordinator):  # type: ignore[misc]
     """``QueuedRunCoordinator`` that launches a run in ``submit_run`` when the queue is empty and limits allow."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._pools: tuple[Pool, ...] = pools_from_env()  # none configured: the one endpoint, nothing capped
+
+    def get_run_queue_config(self) -> RunQueueConfig:
+        """The configured limits; with compute pools, capped by the room they have (instance/pools.py), so that a
+        run no pool can take stays queued, for this fast path and the daemon's passes alike."""
+        config = super().get_run_queue_config()
+        if not self._pools:
+            return config
+        limit, pool_limits = queue_limits(self._instance, self._pools, config.max_concurrent_runs)
+        return config._replace(
+            max_concurrent_runs=limit, tag_concurrency_limits=[*(config.tag_concurrency_limits or []), *pool_limits]
+        )
 
     def submit_run(self, context: SubmitRunContext) -> DagsterRun:
         run = context.dagster_run

@@ -61,13 +61,14 @@ from pathlib import Path
 from queue import Empty, Queue
 from typing import Any, Self
 
-from dagster import DagsterRun, DagsterRunStatus
+from dagster import DagsterEvent, DagsterRun, DagsterRunStatus
 from dagster._config.config_schema import UserConfigSchema
 from dagster._core.errors import DagsterLaunchFailedError
 from dagster._core.launcher import CheckRunHealthResult, LaunchRunContext, RunLauncher, WorkerStatus
 from dagster._core.origin import RepositoryPythonOrigin
 from dagster._serdes import ConfigurableClass, ConfigurableClassData, deserialize_value, serialize_value
 
+from warehouse_assets.instance.pools import Pool, place_run, pools_from_env
 from warehouse_assets.instance.processes import all_pids, command_line, process_stat
 
 WORKER_TAG = "warehouse/run_worker"  # "host:pid:start ticks" of the forked run worker
@@ -95,6 +96,7 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
         self.startup_timeout_seconds = startup_timeout_seconds
         self._zygotes: dict[str, _Zygote] = {}
         self._lock = threading.Lock()
+        self._pools: tuple[Pool, ...] = pools_from_env()  # several Spark endpoints: each run placed on one
         super().__init__()
 
     @property
@@ -143,8 +145,23 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
                 f"WarmRunLauncher: run {run.run_id} has no code origin (job_code_origin): cannot tell which code "
                 "location to execute it in"
             )
+        if self._pools and not self._placed(run):
+            return
         worker = self._fork(origin.repository_origin, run.run_id)
         self._instance.add_run_tags(run.run_id, {WORKER_TAG: worker.tag()})
+
+    def _placed(self, run: DagsterRun) -> bool:
+        """Place ``run`` on a compute pool (its tags then name it); when every eligible pool is full or offline, put
+        it back in Dagster's queue with the reason, as the daemon re-queues a run whose code server is away."""
+        try:
+            placement = place_run(self._instance, run, self._pools)
+        except ValueError as exc:  # no pool has the labels it requires: it could never start
+            raise DagsterLaunchFailedError(f"WarmRunLauncher: run {run.run_id}: {exc}") from None
+        if placement.pool is not None:
+            return True
+        self._instance.report_engine_event(placement.message, run)
+        self._instance.report_dagster_event(DagsterEvent.job_enqueue(run), run_id=run.run_id)
+        return False
 
     def _fork(self, origin: RepositoryPythonOrigin, run_id: str) -> _Worker:
         key = serialize_value(origin)
