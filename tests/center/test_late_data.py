@@ -400,3 +400,35 @@ def test_a_window_of_any_takes_a_day_that_arrives_at_once_and_a_change_to_a_day_
     center.report("dwd.day", ["2026-03-04"], checked=None)  # a day of its window it did not have
     # with its own first build of that day, in one run
     assert requested(center.step(later + timedelta(minutes=1))).get("dws.week") == [["2026-03-04", DAY]]
+
+
+NIGHTLY_CHAIN = {  # both rebuilt at 06:00; ads.both reads the source directly as well as through dwd.early
+    "dwd.early": ("period: daily\nlate_data: {rebuild: daily 06:00}\n", "SELECT id, v FROM ods.src"),
+    "ads.both": (
+        "period: daily\nlate_data: {rebuild: daily 06:00}\n",
+        "SELECT e.id, e.v + s.v AS v FROM dwd.early e JOIN ods.src s ON e.id = s.id",
+    ),
+}
+
+
+def test_a_table_due_with_its_input_waits_for_that_rebuild_not_a_day(instance: DagsterInstance, tmp_path: Path) -> None:
+    """ads.both and its input dwd.early come due at 06:00 for the same late change. Rebuilt at 06:00 beside its
+    input, ads.both would miss the input's rebuild and, under a daily rule, wait until the next 06:00 for it (a day
+    per layer down a chain): it waits for that rebuild and follows it at once."""
+    tables = {f"{fqn.replace('.', '/')}.sql": declaration for fqn, declaration in NIGHTLY_CHAIN.items()}
+    center = Center(instance, sql_catalog(tmp_path, tables, ods=VALUED_ODS))
+    center.report("ods.src", hours(DAY), checked=None)
+    built(center, "dwd.early", "ads.both")
+    late_hour(center, 10)
+    center.step(datetime(2026, 3, 6, 2, 0, tzinfo=TZ))  # seen at night, after the grace
+    six = datetime(2026, 3, 6, 6, 0, tzinfo=TZ)
+    plans = requested(center.step(six))
+    assert plans.get("dwd.early") == [[DAY]]
+    assert "ads.both" not in plans  # its input's rebuild is coming now
+    run = create_run(instance, [DAY], AssetKey(["dwd", "early"]))  # the input's rebuild runs for half an hour
+    start(instance, run)
+    assert "ads.both" not in requested(center.step(six + timedelta(minutes=30)))
+    materialize_in(instance, run, DAY, AssetKey(["dwd", "early"]))
+    end(instance, run, "success")
+    assert requested(center.step(six + timedelta(minutes=31))).get("ads.both") == [[DAY]]  # at once, not tomorrow
+    assert center.step(six + timedelta(minutes=32)) == []

@@ -35,6 +35,9 @@ LOOKBACK = timedelta(days=35)
 # coordinator holds such runs to a share of the run slots (dagster_home/dagster.yaml, tag_concurrency_limits), so a
 # first build, and what a user launches, always find a slot free
 LANE_TAG = "warehouse/lane"
+# how soon a partition waiting for an input's rebuild that is coming now is looked at again, should that rebuild not
+# land (it failed, or was canceled)
+LOOK_AGAIN = timedelta(minutes=15)
 REBUILD_LANE = "rebuild"
 
 
@@ -153,11 +156,14 @@ class LateData:
         rebuild is due (or none), and the late changes its rebuild will absorb."""
         late_policies: list[LateDataPolicy] = []
         late_upstream: list[PartitionState] = []
+        used: list[PartitionState] = []
         for edge in verdict.edges:
             keys = edge.used if edge.dep.mode == LATEST else edge.upstream.keys
+            upstream = states.states(self.catalog[edge.dep.table], keys).values()
+            used.extend(upstream)
             found = [
                 s
-                for s in states.states(self.catalog[edge.dep.table], keys).values()
+                for s in upstream
                 if s.storage_id is not None
                 and s.storage_id > (read_from if read_from is not None else -1)
                 and s.partition != WHOLE
@@ -207,12 +213,28 @@ class LateData:
             due, policy = min(timed, key=lambda d: d[0])
             note = ""
             waiting = [u for u in late_upstream if states.stale_due(self._fqn[u.asset_key], u.partition) is not None]
-            if due <= now and not waiting:
+            # an input whose own rebuild comes now (due, requested in this pass, or running) brings a change this
+            # rebuild would miss; under a daily rule the partition would then wait a day for it, and a chain of such
+            # tables a day per layer: it waits for that rebuild instead, which looks at it again when it lands
+            late_keys = {(u.asset_key, u.partition) for u in late_upstream}
+            coming = [
+                u for u in used if (u.asset_key, u.partition) not in late_keys and self._rebuilding(u, states, now)
+            ]
+            if due <= now and not waiting and not coming:
                 states.rebuilds[(table.fqn, partition)] = Rebuild(since, changes, now.timestamp())
                 return True
             if due <= now:
                 # an input's own rebuild is coming: rebuilt now, the partition would be rebuilt again after it; that
                 # rebuild's materialization is the change that looks at it again
+                if not waiting:
+                    # its landing looks at the partition again; should that rebuild fail, so does this timer
+                    first = coming[0]
+                    note = f"waits for {self._fqn[first.asset_key]} {first.partition}'s rebuild, coming now"
+                    due = now + LOOK_AGAIN
+                    states.mark_stale(
+                        Stale(table.fqn, partition, since, due.timestamp(), changes, key, policy.describe(), note)
+                    )
+                    return False
                 first = waiting[0]
                 first_due = states.stale_due(self._fqn[first.asset_key], first.partition) or now.timestamp()
                 when = datetime.fromtimestamp(first_due, self._timezone)
@@ -233,6 +255,19 @@ class LateData:
             )
         )
         return False
+
+    def _rebuilding(self, upstream: PartitionState, states: LateSnapshot, now: datetime) -> bool:
+        """Whether a built input partition is being rebuilt for late data now, or will be in this pass."""
+        if upstream.storage_id is None:
+            return False
+        if upstream.queued or upstream.in_progress:
+            return True
+        fqn = self._fqn[upstream.asset_key]
+        due = states.stale_due(fqn, upstream.partition)
+        if due is not None and due <= now.timestamp():
+            return True
+        requested = states.rebuilds.get((fqn, upstream.partition))
+        return requested is not None and requested.planned_at >= now.timestamp()
 
     def _read_before(self, fqn: str, partition: str, upstream: Sequence[PartitionState]) -> bool:
         """Whether every one of ``upstream`` was materialized when the partition's latest build was requested (its
