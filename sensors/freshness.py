@@ -28,6 +28,7 @@ from warehouse_assets.center.state_store import PartitionStateStore
 from warehouse_assets.explain.eta import instance_predictor
 from warehouse_assets.explain.forecast import day_predictions, forecast_tick, warning_evaluation
 from warehouse_assets.explain.forecast import timeline_markdown as timeline
+from warehouse_assets.explain.prediction_log import FORECAST, record_predictions
 from warehouse_assets.materialize.freshness import (
     FORECAST_CHECK_NAME,
     Clock,
@@ -40,6 +41,7 @@ from warehouse_assets.materialize.freshness import (
     log_tick,
     now_in_business_tz,
 )
+from warehouse_assets.materialize.freshness import deadline as sla_deadline
 from warehouse_assets.materialize.quality import evaluation
 
 # the partitions whose deadline falls within this span ahead are predicted at each tick
@@ -111,6 +113,12 @@ def build_forecast_sensor(
                 FORECAST_HORIZON,
                 lambda table, key: judged(context.instance, table, key, FORECAST_CHECK_NAME),
             )
+            # each prediction beside its deadline, to be scored against its finish (``warehouse eta --accuracy``)
+            due = {
+                (p.table, p.partition): sla_deadline(catalog[p.table], p.partition).timestamp()
+                for p in tick.predictions
+            }
+            record_predictions(context.instance, tick.predictions, predictor.now, FORECAST, due, context.log)
             events: list[AssetCheckEvaluation] = []
             for warning in tick.warnings:
                 context.log.warning(f"{warning.table.fqn} {warning.partition}: {warning.describe()}")

@@ -160,3 +160,34 @@ def test_the_eta_command_prints_the_scores_and_refuses_a_bad_since(
     assert eta_command(argparse.Namespace(accuracy=True, since="yesterday"), instance) == 2
     assert "--since 'yesterday' is not a time" in capsys.readouterr().err
     assert eta_command(argparse.Namespace(accuracy=False, since=None), instance) == 2
+
+
+def test_the_forecast_sensors_ticks_and_why_record_their_predictions(
+    instance: DagsterInstance, catalog: Catalog, tmp_path: Path
+) -> None:
+    from dagster import build_sensor_context
+
+    from resources.delta_lake import DeltaStore
+    from resources.landing import Landing
+    from sensors.freshness import build_forecast_sensor
+    from warehouse_assets.explain.why import explain
+
+    now = datetime(2026, 3, 3, 7, 0, tzinfo=ZONE)
+    sensor = build_forecast_sensor(catalog, clock=lambda: now)
+    sensor(build_sensor_context(instance=instance))
+    with PredictionLog.of(instance) as log:
+        rows = log.read()
+    gmv = [r for r in rows if (r.table, r.partition) == ("ads.daily_gmv", "2026-03-02")]
+    assert len(gmv) == 1 and gmv[0].source == FORECAST and gmv[0].made_at == now.timestamp()
+    assert gmv[0].deadline == deadline(catalog["ads.daily_gmv"], "2026-03-02").timestamp()
+    assert gmv[0].path[-1].table == "ads.daily_gmv" and gmv[0].path[0].table.startswith("ods.")
+    assert {r.table for r in rows} >= {"ods.order", "ads.daily_gmv", "ads.marketing_roi"}
+
+    sensor(build_sensor_context(instance=instance))  # the same tick again: nothing new to record
+    lake, landing = DeltaStore(str(tmp_path / "lake")), Landing(tmp_path / "landing")
+    explain(instance, catalog, lake, landing, "ads.daily_gmv", DAY, current_time=now)
+    with PredictionLog.of(instance) as log:
+        again = log.read()
+    assert len(again) == len(rows) + 1
+    [why] = [r for r in again if r.source == WHY]
+    assert (why.table, why.partition) == ("ads.daily_gmv", DAY)

@@ -5,6 +5,7 @@
     warehouse materialize --start D --end D     ingest, report ready ODS hours, build every derived table
                                                 for [start, end) in dependency order (headless path)
     warehouse why ads.daily_gmv 2026-11-24      why a partition waits: its upstream partitions and the root causes
+    warehouse eta --accuracy [--since T]        the recorded predicted finishes scored against the actual ones
     warehouse taint ods.order S E --reason R    what partitions S..E taint downstream; --apply marks and repairs
                                                 (--columns amount: only the tables reading those columns)
     warehouse lineage ads.daily_gmv.gmv         the columns a column is computed from (--up) or reaches (--down)
@@ -40,6 +41,7 @@ from zoneinfo import ZoneInfo
 
 from warehouse_assets.cli.common import ROOT, adopt_warehouse_start, load_settings, say
 from warehouse_assets.cli.dev import run_dev, simulate_externals
+from warehouse_assets.cli.eta import add_eta_parser, eta_command
 from warehouse_assets.cli.headless import materialize_range, run_ingest
 from warehouse_assets.cli.lineage import add_lineage_parser, run_lineage
 from warehouse_assets.cli.rebuild import add_rebuild_parser, rebuild_stale_command
@@ -238,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--runs", type=int, default=10, help="runs listed per status (default 10)")
     st.add_argument("--dagster-home", default=None, help=home_help)
 
+    add_eta_parser(sub)
     add_taint_parser(sub)
     add_rebuild_parser(sub)
     add_lineage_parser(sub)
@@ -330,6 +333,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     instance = _instance(args.dagster_home)
     if args.command == "why":
         return why_command(args, instance, resources)
+    if args.command == "eta":
+        return eta_command(args, instance)
     if args.command == "taint":
         return taint_command(args, instance, resources)
     if args.command == "reingest":

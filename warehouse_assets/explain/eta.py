@@ -12,7 +12,9 @@ them) down to what is already known, and adds up, along the chain that ends last
   :func:`usual_delays`;
 * a **running** partition ends its run's start plus the table's expected run time (at the earliest now);
 * a **queued** partition starts when the runs ahead of it in Dagster's queue (by priority, then age) have left a
-  slot free, on the instance's ``max_concurrent_runs`` slots, each run taking its table's expected time;
+  slot free, on the instance's ``max_concurrent_runs`` slots, and its lane has room (the coordinator's
+  ``tag_concurrency_limits``: a rebuild waits for the rebuild lane, not for any slot, and a run its lane holds back
+  does not hold back the runs behind it), each run taking its table's expected time;
 * any other partition starts when its last upstream partition is ready, at the earliest once its own window has
   ended (it does not exist before), now, and once the runs queued now have left a slot free; it takes its table's
   expected run time.
@@ -36,7 +38,6 @@ history, queue, now): tests pin all of them.
 
 from __future__ import annotations
 
-import heapq
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -195,42 +196,104 @@ def usual_delays(reports: Sequence[Report]) -> list[float]:
 
 @dataclass(frozen=True)
 class QueuedRun:
-    """A run in Dagster's queue (or in progress), with the partitions it builds, in the queue's order."""
+    """A run in Dagster's queue (or in progress), with the partitions it builds, in the queue's order, and the tags
+    the coordinator's limits count (its lane)."""
 
-    table: str
+    table: str  # a table's fqn, or ``job:<name>`` for a run of no single table (an ingestion)
     partitions: tuple[str, ...]
     started_at: float | None = None  # in progress since; None: queued
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TagLimit:
+    """One of the run coordinator's ``tag_concurrency_limits``: at most ``limit`` runs in progress carrying the tag
+    ``key`` with the value ``value`` (None: any value; ``per_value``: each value counted apart)."""
+
+    key: str
+    value: str | None
+    limit: int
+    per_value: bool = False
+
+    def full(self, run: QueuedRun, active: Sequence[QueuedRun]) -> bool:
+        """Whether this limit holds ``run`` back while ``active`` are in progress."""
+        mine = run.tags.get(self.key)
+        if mine is None or (self.value is not None and mine != self.value):
+            return False
+        same = [
+            a
+            for a in active
+            if self.key in a.tags and (self.value is None and not self.per_value or a.tags[self.key] == mine)
+        ]
+        return len(same) >= self.limit
+
+
+def tag_limits(config: Sequence[Mapping[str, Any]]) -> tuple[TagLimit, ...]:
+    """The run coordinator's ``tag_concurrency_limits`` as :class:`TagLimit`."""
+    out = []
+    for entry in config:
+        value = entry.get("value")
+        per_value = isinstance(value, Mapping) and bool(value.get("applyLimitPerUniqueValue"))
+        out.append(
+            TagLimit(str(entry["key"]), value if isinstance(value, str) else None, int(entry["limit"]), per_value)
+        )
+    return tuple(out)
+
+
+# a run the engine submits now: a partition's first build, in no background lane
+SUBMITTED_TAGS = {"warehouse/lane": "first_build"}
 
 
 @dataclass(frozen=True)
 class Queue:
-    """The runs in progress and queued (queued ones in the order the queue launches them) and the slots."""
+    """The runs in progress and queued (queued ones in the order the queue launches them), the slots and the tag
+    limits (the lanes)."""
 
     runs: Sequence[QueuedRun] = ()
     slots: int | None = None  # the instance's max_concurrent_runs; None: unlimited
+    limits: Sequence[TagLimit] = ()
 
     def __post_init__(self) -> None:
         if self.slots is not None and self.slots < 1:
             raise ValueError(f"a queue needs at least one slot (or None: unlimited), got slots={self.slots}")
 
     def starts(self, history: History, now: float) -> tuple[dict[Node, float], float]:
-        """When each queued partition's run is expected to start, and when a slot is expected free after every
-        queued run has started (what a run submitted now waits for)."""
-        running = [r for r in self.runs if r.started_at is not None]
-        waiting = [r for r in self.runs if r.started_at is None]
-        if self.slots is None:
-            return {(r.table, k): now for r in waiting for k in r.partitions}, now
-        free = sorted(max(now, (r.started_at or 0.0) + history.run_time(r.table).seconds) for r in running)
-        # more runs in progress than slots (the limit was lowered): a slot frees when the excess has ended
-        free = free[len(free) - self.slots :] if len(free) > self.slots else free
-        free += [now] * max(0, self.slots - len(free))
-        heapq.heapify(free)
+        """When each queued partition's run is expected to start, and when a run submitted now (a first build,
+        behind every queued run) would start.
+
+        As the coordinator launches them: at each moment a run ends, the queued runs in the queue's order, each once a
+        slot is free and no tag limit it counts in is full (its lane busy); a run its lane holds back does not hold
+        back the runs behind it. A run in progress ends its start plus its table's expected time, at the earliest now.
+        """
+        ends = [
+            (max(now, r.started_at + history.run_time(r.table).seconds), r)
+            for r in self.runs
+            if r.started_at is not None
+        ]
+        submitted = QueuedRun("", (), tags=SUBMITTED_TAGS)
+        waiting = [*(r for r in self.runs if r.started_at is None), submitted]
         starts: dict[Node, float] = {}
-        for run in waiting:
-            start = heapq.heappop(free)
-            starts.update(((run.table, k), start) for k in run.partitions)
-            heapq.heappush(free, start + history.run_time(run.table).seconds)
-        return starts, (free[0] if free else now)
+        at, free = now, now
+        while waiting:
+            active = [r for end, r in ends if end > at]
+            for run in list(waiting):
+                if self.slots is not None and len(active) >= self.slots:
+                    break
+                if any(limit.full(run, active) for limit in self.limits):
+                    continue
+                waiting.remove(run)
+                if run is submitted:  # only asked when: it takes nothing from the runs queued before it
+                    free = at
+                    continue
+                starts.update(((run.table, k), at) for k in run.partitions)
+                ends.append((at + history.run_time(run.table).seconds, run))
+                active.append(run)
+            later = [end for end, _ in ends if end > at]
+            if not later:  # nothing left to end: what still waits can never start (a limit of 0): say now
+                break
+            at = min(later)
+        starts.update(((run.table, k), at) for run in waiting for k in run.partitions)
+        return starts, (at if submitted in waiting else free)
 
 
 # --- the prediction -------------------------------------------------------------------------------------------------
@@ -499,12 +562,16 @@ def instance_history(instance: DagsterInstance, catalog: Catalog, now: datetime,
     runs: dict[str, list[RunTime]] = {}
     for record in records:
         selection = list(record.dagster_run.asset_selection or ())
-        if len(selection) != 1 or selection[0] not in by_key or record.start_time is None or record.end_time is None:
+        if record.start_time is None or record.end_time is None:
             continue
+        if len(selection) != 1 or selection[0] not in by_key:  # an ingestion's: what it holds a slot for
+            name = f"job:{record.dagster_run.job_name}"
+        else:
+            name = by_key[selection[0]]
         if "dagster/asset_partition_range_start" in record.dagster_run.tags:
             continue  # a range's run time is many partitions', not what one partition waits
         succeeded = record.dagster_run.status == DagsterRunStatus.SUCCESS
-        runs.setdefault(by_key[selection[0]], []).append(RunTime(record.end_time - record.start_time, succeeded))
+        runs.setdefault(name, []).append(RunTime(record.end_time - record.start_time, succeeded))
     arrivals: dict[str, list[float]] = {}
     for table in catalog:
         if not table.is_source:
@@ -525,10 +592,19 @@ def instance_history(instance: DagsterInstance, catalog: Catalog, now: datetime,
 
 
 def instance_queue(instance: DagsterInstance, catalog: Catalog) -> Queue:
-    """The runs in progress and queued, in the order Dagster's queue launches them (priority, then age), and the
-    run coordinator's slots."""
+    """The runs in progress and queued, in the order Dagster's queue launches them (priority, then age), with the tags
+    the run coordinator limits (the lanes), its slots and its tag limits."""
     from dagster import DagsterRunStatus, PartitionKeyRange, RunsFilter
 
+    slots: int | None = None
+    limits: tuple[TagLimit, ...] = ()
+    config = getattr(instance.run_coordinator, "get_run_queue_config", None)
+    if config is not None:
+        queue_config = config()
+        # a paused queue (0) is taken as one slot: the prediction assumes it resumes
+        slots = None if queue_config.max_concurrent_runs == -1 else max(1, queue_config.max_concurrent_runs)
+        limits = tag_limits(queue_config.tag_concurrency_limits or ())
+    limited = {limit.key for limit in limits}
     by_key = {tuple(t.key): t for t in catalog}
     records = instance.get_run_records(
         RunsFilter(statuses=[DagsterRunStatus.STARTING, DagsterRunStatus.STARTED, DagsterRunStatus.QUEUED])
@@ -536,11 +612,21 @@ def instance_queue(instance: DagsterInstance, catalog: Catalog) -> Queue:
     runs: list[tuple[tuple[int, float], QueuedRun]] = []
     for record in records:
         run = record.dagster_run
+        tags = run.tags
+        try:
+            priority = int(tags.get("dagster/priority", "0"))
+        except ValueError:
+            priority = 0
+        started = record.start_time if run.status != DagsterRunStatus.QUEUED else None
+        if run.status != DagsterRunStatus.QUEUED and started is None:
+            started = record.create_timestamp.timestamp()
+        order = (-priority, record.create_timestamp.timestamp())
+        lane = {k: v for k, v in tags.items() if k in limited}
         selection = list(run.asset_selection or ())
         table = by_key.get(tuple(selection[0].path)) if len(selection) == 1 else None
-        if table is None:
+        if table is None:  # a run of no single table (an ingestion) still takes a slot, and its lane
+            runs.append((order, QueuedRun(f"job:{run.job_name}", (), started, lane)))
             continue
-        tags = run.tags
         keys: tuple[str, ...] = ()
         if "dagster/partition" in tags:
             keys = (tags["dagster/partition"],)
@@ -549,21 +635,8 @@ def instance_queue(instance: DagsterInstance, catalog: Catalog) -> Queue:
                 tags["dagster/asset_partition_range_start"], tags["dagster/asset_partition_range_end"]
             )
             keys = tuple(partitions_def_of(table).get_partition_keys_in_range(span))
-        try:
-            priority = int(tags.get("dagster/priority", "0"))
-        except ValueError:
-            priority = 0
-        started = record.start_time if run.status != DagsterRunStatus.QUEUED else None
-        if run.status != DagsterRunStatus.QUEUED and started is None:
-            started = record.create_timestamp.timestamp()
-        runs.append(((-priority, record.create_timestamp.timestamp()), QueuedRun(table.fqn, keys, started)))
-    slots: int | None = None
-    config = getattr(instance.run_coordinator, "get_run_queue_config", None)
-    if config is not None:
-        limit = config().max_concurrent_runs
-        # a paused queue (0) is taken as one slot: the prediction assumes it resumes
-        slots = None if limit == -1 else max(1, limit)
-    return Queue([r for _, r in sorted(runs, key=lambda r: r[0])], slots)
+        runs.append((order, QueuedRun(table.fqn, keys, started, lane)))
+    return Queue([r for _, r in sorted(runs, key=lambda r: r[0])], slots, limits)
 
 
 def instance_predictor(

@@ -20,12 +20,13 @@ kept cheap and bounded:
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance
@@ -155,3 +156,21 @@ class PredictionLog:
         ):
             steps = tuple(PathStep(str(t), str(p), str(k), float(f)) for t, p, k, f in json.loads(path))
             yield Recorded(table, partition, made_at, source, finish, deadline, steps)
+
+
+def record_predictions(
+    instance: DagsterInstance,
+    predictions: Sequence[Prediction],
+    made_at: float,
+    source: str,
+    deadlines: Mapping[tuple[str, str], float | None] | None = None,
+    log: Any = None,
+) -> int:
+    """Record ``predictions`` in ``instance``'s prediction log. A log that cannot be written (its file locked past the
+    timeout, a full disk) costs the record, never the answer or the tick that made them: a warning on ``log``."""
+    try:
+        with PredictionLog.of(instance) as predictions_log:
+            return predictions_log.record(predictions, made_at, source, deadlines)
+    except sqlite3.Error as exc:
+        (log or logging.getLogger(__name__)).warning(f"predictions not recorded ({source}): {exc}")
+        return 0

@@ -69,9 +69,11 @@ from warehouse_assets.center.ledger import open_readonly
 from warehouse_assets.center.state_store import PartitionState, PartitionStateStore, StateView, default_path
 from warehouse_assets.explain.eta import Prediction, instance_predictor
 from warehouse_assets.explain.forecast import timeline_markdown
+from warehouse_assets.explain.prediction_log import WHY, record_predictions
 from warehouse_assets.ingest.deliveries import external_source
 from warehouse_assets.ingest.readiness import WINDOW, Readiness, shard_state, with_counts
 from warehouse_assets.instance.lanes import USER_LANE, lane_tags
+from warehouse_assets.materialize.freshness import deadline as sla_deadline
 from warehouse_assets.materialize.gate import (
     CHECK_FAILED,
     EARLIER_STATE,
@@ -683,6 +685,8 @@ def _predict(
     """The partition's predicted finish and critical path (:mod:`warehouse_assets.explain.eta`), and against its SLA."""
     report.prediction = instance_predictor(instance, catalog, view, now).predict(table.fqn, report.partition)
     report.sla = report.prediction.against_sla(table)
+    due = {(table.fqn, report.partition): sla_deadline(table, report.partition).timestamp()} if table.sla else {}
+    record_predictions(instance, [report.prediction], now.timestamp(), WHY, due)
 
 
 def _stale(instance: DagsterInstance, fqn: str, partition: str) -> str | None:

@@ -1,0 +1,204 @@
+"""Real-stack ETA accuracy: the predicted finishes the running product recorded, scored against its own runs.
+
+The embedded stack runs as the soak starts it (``warehouse spark-server``, ``dagster-webserver``, ``dagster-daemon
+run``, ``warehouse engine`` on a temporary ``DAGSTER_HOME`` with the instance's ``dagster.yaml``: the lanes, the real
+Spark runs and their run-time noise, ranged runs and retries), on simulated sources in real time: the day before and
+today up to now are simulated at the start (the stack catches up on them), then the bench extends the sources every
+20 s to the current 5-minute batch, as the live simulation of ``warehouse dev`` does. Orders re-dated after their
+hour was reported (``unplaced_move_rate``) are late data: ``dws.order_hourly`` and ``ads.gmv_hourly`` are rebuilt by
+their late-data policy (every 15 minutes) in the rebuild lane.
+
+A late source: one ``ods.order`` shard holds back the segments of the hour whose SLA deadline (its end + 1 h 15 min)
+is the first at least 15 minutes after the stack is up, and delivers them 3 minutes after that deadline, so the hour
+(and what reads it) misses its SLA. The run lasts ``--minutes``, and at least until 10 minutes after that deadline.
+
+Meanwhile the ``sla_forecast`` sensor records its predictions (every 30 s here) as it does in production. At the end,
+the figures are those of ``warehouse eta --accuracy --since <the stack up>`` (:mod:`warehouse_assets.explain.accuracy`)
+on the bench's instance: the error 1 h before the finish (P50, P90, and P90 as a share of the time looked ahead),
+P90 3 h and 10 min before, the SLA misses, those warned (and the least lead) and the false warnings. A run shorter
+than an hour and a quarter has no finish predicted 1 h ahead (``real_eta_samples_1h=0``): the default 45 minutes
+score the 10-minute horizon and the SLA warnings; ``--minutes 120`` scores the hour.
+
+    flock /tmp/bench.lock .venv/bin/python bench/eta_real.py [--minutes 45]
+    .venv/bin/python bench/eta_real.py --quick    # 4 minutes once the stack is up, no late source: a smoke test
+
+Prints ``RESULT real_eta_err_p50_s= real_eta_err_p90_s= real_eta_err_p90_share= real_eta_samples_1h=
+real_eta_err_p90_s_3h= real_eta_err_p90_s_10m= real_misses= real_warned= real_warned_lead_min_s=
+real_false_warnings= real_predictions= runs= failed_runs= rebuilds= minutes= calib_ms= calib_spark_ms=`` (the
+machine's calibration, ``bench/calibration.py``; the Spark one on the stack's Spark Connect server). Exits 1 when the
+forecast recorded no prediction or a run failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from datetime import datetime, timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.calibration import calib_ms, calib_spark_connect_ms
+from bench.handoff_latency import _engine_watching, _sensor_ticked
+from bench.processes import free_port
+from bench.soak import SilentShard, Supervisor
+from resources.settings import Settings
+
+TZ = ZoneInfo(Settings.from_env().timezone)
+BATCH = timedelta(minutes=5)  # the simulated source's batch: it is extended to the last whole one
+LATE_STREAM = "edu_trade/order_03"
+LATE_AFTER_DEADLINE = timedelta(minutes=3)  # the late hour's segments arrive this long after its deadline
+LATE_LEAD = timedelta(minutes=15)  # the late hour's deadline at least this long after the stack is up
+AFTER_LATE = timedelta(minutes=10)  # the run lasts at least this long after the late hour's deadline
+
+
+def say(text: str) -> None:
+    print(f"[eta_real {datetime.now():%H:%M:%S}] {text}", flush=True)
+
+
+def floor_batch(moment: datetime) -> datetime:
+    return moment.replace(minute=moment.minute - moment.minute % 5, second=0, microsecond=0)
+
+
+def late_hour(up: datetime, sla: timedelta) -> datetime:
+    """The start of the hour (naive, business time) whose deadline (its end + ``sla``) is the first at least
+    :data:`LATE_LEAD` after ``up``."""
+    end = up.replace(minute=0, second=0, microsecond=0) - timedelta(hours=2)
+    while end + sla < up + LATE_LEAD:
+        end += timedelta(hours=1)
+    return (end - timedelta(hours=1)).replace(tzinfo=None)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=45, help="minutes the stack runs once it is up")
+    parser.add_argument("--seed", type=int, default=5, help="the simulated source's seed")
+    parser.add_argument("--scale", type=float, default=0.03, help="the simulated sources' volume (1.0: full)")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    parser.add_argument("--quick", action="store_true", help="4 minutes, no late source: a smoke test")
+    args = parser.parse_args()
+    if args.quick:
+        args.minutes = 4
+    calib = calib_ms()
+    calib_spark = float("nan")
+
+    from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+
+    from simulator.cdc import SimulationConfig, simulate
+    from warehouse_assets.catalog import load_catalog
+    from warehouse_assets.cli.dev import DEV_MARK, stop_marked
+    from warehouse_assets.explain.accuracy import instance_accuracy
+    from warehouse_assets.instance.lanes import LANE_TAG, REBUILD_LANE
+    from warehouse_assets.materialize.freshness import deadline
+
+    catalog = load_catalog()
+    work = Path(tempfile.mkdtemp(prefix="eta-real-"))
+    home, lake, landing = work / "dagster_home", work / "lake", work / "landing"
+    home.mkdir(parents=True)
+    landing.mkdir()
+    shutil.copy(ROOT / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
+    now = datetime.now(TZ)
+    first = now.date() - timedelta(days=1)
+    start = datetime(first.year, first.month, first.day)
+    config = SimulationConfig(seed=args.seed, scale=args.scale, tz=str(TZ), dup_rate=0.01, unplaced_move_rate=0.05)
+    mark = uuid.uuid4().hex
+    port, spark_port = free_port(), free_port()
+    env = dict(
+        os.environ,
+        DAGSTER_HOME=str(home),
+        WAREHOUSE_START=f"{first:%Y-%m-%d}",
+        WAREHOUSE_LAKE_ROOT=str(lake),
+        WAREHOUSE_LANDING_ROOT=str(landing),
+        WAREHOUSE_LOG_DIR=str(work),
+        WAREHOUSE_SPARK_MODE="connect",
+        WAREHOUSE_SPARK_CONNECT_URL=f"sc://127.0.0.1:{spark_port}",
+        WAREHOUSE_SPARK_DRIVER_MEMORY=os.environ.get("WAREHOUSE_SPARK_DRIVER_MEMORY", "2g"),
+        WAREHOUSE_SIMULATE_LIVE="0",  # the bench is the source: it holds the late shard back
+        WAREHOUSE_FRESHNESS_SENSOR_INTERVAL="30",
+        DAGSTER_TELEMETRY_ENABLED="false",
+        **{DEV_MARK: mark},
+    )
+    os.environ.update({k: env[k] for k in ("DAGSTER_HOME", "WAREHOUSE_START")})
+    # the late hour is chosen from when the stack is expected up (a few minutes), and held back from the first feed
+    order = catalog["ods.order"]
+    sla = deadline(order, f"{first:%Y-%m-%d}-00:00") - datetime(first.year, first.month, first.day, 1, tzinfo=TZ)
+    late: SilentShard | None = None
+    late_due: datetime | None = None
+    if not args.quick:
+        hour = late_hour(now + timedelta(minutes=4), sla)
+        late = SilentShard(landing, work / "held", LATE_STREAM, hour, hour + timedelta(hours=1))
+        late_due = deadline(order, f"{hour:%Y-%m-%d-%H}:00")
+        say(f"late source: {LATE_STREAM} holds {hour:%Y-%m-%d %H:00} back until {late_due + LATE_AFTER_DEADLINE:%H:%M}")
+    fed_until = floor_batch(now.replace(tzinfo=None))
+    say(f"{work}: simulating {start:%Y-%m-%d %H:%M} .. {fed_until:%H:%M} at scale {args.scale}")
+    simulate(landing, start, fed_until, config)
+    if late is not None:
+        late.after_feed(min(fed_until, late.end - BATCH))
+
+    with DagsterInstance.from_config(str(home)) as instance:
+        instance.get_runs_count()  # storage created once, before three processes race to create it
+    supervisor = Supervisor(env, work, port, spark_port)
+    figures: dict[str, str] = {}
+    runs = failed = rebuilds = 0
+    minutes = 0.0
+    try:
+        for name in ("spark_connect", "webserver", "daemon", "engine"):
+            supervisor.start(name)
+        instance = DagsterInstance.from_config(str(home))
+        limit = time.monotonic() + 600
+        while not (_sensor_ticked(instance, "ods_landing") and _engine_watching(instance)):
+            supervisor.ensure()
+            if time.monotonic() > limit:
+                raise SystemExit(f"the stack did not come up within 600 s; logs in {work}")
+            time.sleep(2)
+        calib_spark = calib_spark_connect_ms(env["WAREHOUSE_SPARK_CONNECT_URL"], work)
+        up = datetime.now(TZ)
+        end = up + timedelta(minutes=args.minutes)
+        if late_due is not None:
+            end = max(end, late_due + AFTER_LATE)
+        say(f"the stack is up at {up:%H:%M:%S}; feeding the sources in real time until {end:%H:%M}")
+        while datetime.now(TZ) < end:
+            supervisor.ensure()
+            current = floor_batch(datetime.now(TZ).replace(tzinfo=None))
+            if current > fed_until:
+                fed_until = current
+                simulate(landing, start, fed_until, config)
+            if late is not None and late_due is not None:
+                released = datetime.now(TZ) >= late_due + LATE_AFTER_DEADLINE
+                late.after_feed(fed_until if released else min(fed_until, late.end - BATCH))
+            time.sleep(20)
+        finished = datetime.now(TZ)
+        accuracy = instance_accuracy(instance, catalog, up, finished)
+        say("warehouse eta --accuracy on the bench's instance:")
+        for line in accuracy.lines(TZ):
+            say(line)
+        figures = accuracy.figures()
+        records = instance.get_run_records(RunsFilter(created_after=up - timedelta(hours=1)))
+        runs = len(records)
+        failed = sum(1 for r in records if r.dagster_run.status == DagsterRunStatus.FAILURE)
+        rebuilds = sum(1 for r in records if r.dagster_run.tags.get(LANE_TAG) == REBUILD_LANE)
+        minutes = (finished - up).total_seconds() / 60
+    finally:
+        supervisor.stop()
+        time.sleep(3)
+        stop_marked(mark)
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    print(
+        "RESULT "
+        + " ".join(f"{k}={v}" for k, v in figures.items())
+        + f" runs={runs} failed_runs={failed} rebuilds={rebuilds} minutes={minutes:.0f}"
+        + f" calib_ms={calib} calib_spark_ms={calib_spark}"
+    )
+    return 1 if failed or figures.get("real_predictions", "0") == "0" else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
