@@ -118,6 +118,12 @@ BENCHES = [
         check=at_least("n300_fan_tables_max", 1, "no lookup found a downstream partition"),
     ),
     Bench(
+        "placement",  # the bench exits 1 itself when a run was placed against the rule
+        ("place_p50_ms", "place_p90_ms", "limits_p50_ms", "placements", "history", "wrong", "calib_ms"),
+        equal={"placements": "30", "wrong": "0"},
+        seconds=300,
+    ),
+    Bench(
         "why_latency",
         ("why_p50_ms", "why_p90_ms", "why_max_ms", "tail_p90_ms", "partitions", "days", "calib_ms"),
         equal={"partitions": "16", "days": "6"},
@@ -168,25 +174,6 @@ BENCHES = [
         equal={"rows_equal": "yes", "commits": "1", "keys_dwd": "100"},  # the 100 orders of its late change
         marks=SPARK,
         seconds=600,
-    ),
-    Bench(
-        "eta_real",  # the bench exits 1 itself when the forecast recorded nothing or a run failed
-        (
-            "real_eta_err_p50_s",
-            "real_eta_err_p90_s",
-            "real_misses",
-            "real_warned",
-            "real_false_warnings",
-            "real_predictions",
-            "runs",
-            "failed_runs",
-            "calib_ms",
-            "calib_spark_ms",
-        ),
-        equal={"failed_runs": "0"},
-        check=at_least("real_predictions", 1, "the forecast sensor recorded no prediction"),
-        marks=(pytest.mark.stack,),
-        seconds=1200,
     ),
     Bench(
         "run_launch",
