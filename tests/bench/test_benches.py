@@ -176,6 +176,25 @@ BENCHES = [
         seconds=600,
     ),
     Bench(
+        "eta_real",  # the bench exits 1 itself when the forecast recorded nothing or a run failed
+        (
+            "real_eta_err_p50_s",
+            "real_eta_err_p90_s",
+            "real_misses",
+            "real_warned",
+            "real_false_warnings",
+            "real_predictions",
+            "runs",
+            "failed_runs",
+            "calib_ms",
+            "calib_spark_ms",
+        ),
+        equal={"failed_runs": "0"},
+        check=at_least("real_predictions", 1, "the forecast sensor recorded no prediction"),
+        marks=(pytest.mark.stack,),
+        seconds=1200,
+    ),
+    Bench(
         "run_launch",
         ("launch_p50", "launch_p90", "rss_mb", "webserver_rss_mb", "runs", "failed", "calib_ms"),
         equal={"runs": "3", "failed": "0"},
