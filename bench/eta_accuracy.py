@@ -19,6 +19,12 @@ built); the first prediction past the deadline is the warning. ``misses``: parti
 ``warned``: misses warned before the deadline; ``warned_lead_p50_s``: how long before the deadline (median);
 ``false_warnings``: warned partitions that were on time.
 
+**Self-consistency only.** The simulation is built on the predictor's own model: the same graph, a first-in,
+first-out queue with the slot count the predictor is given, run times drawn around the medians it learns; no lanes,
+priorities, ranged runs, retries, rebuilds or slowdown under load. Its figures are an upper bound of what the predictor
+could do, not its accuracy; ``bench/eta_real.py`` scores the predictions the running stack recorded against its real
+runs.
+
 **Cost.** ``predict_p99_ms``: one prediction (a fresh predictor: nothing remembered from the previous one) of a
 daily ADS partition at 20:00 of its day in a 10,000-table catalog of ``bench/automation_scale.py``'s generator
 (every partition ended more than an hour before is built, the day's chain is not), P99 over ``--predictions``.
@@ -57,6 +63,7 @@ from automation_scale import generate_catalog
 
 from bench.calibration import calib_ms
 from warehouse_assets.catalog import WHOLE, Catalog, business_zone, load_catalog
+from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.explain.eta import (
     NOT_BUILT,
     CatalogGraph,
@@ -68,7 +75,6 @@ from warehouse_assets.explain.eta import (
     RunTime,
     Seen,
 )
-from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.materialize.freshness import deadline as sla_deadline
 from warehouse_assets.materialize.gate import table_partitions_in_range
 
