@@ -5,7 +5,9 @@ instance: tests/instance/test_compute_pools.py runs the same rule on real Spark 
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -140,4 +142,44 @@ def test_a_compute_that_is_no_mapping_of_labels_is_refused_naming_the_file(tmp_p
         tmp_path,
         {"dwd/big.sql": "/* ---\ntable: dwd.big\nperiod: hourly\ncompute: large\n--- */\nSELECT id FROM ods.src\n"},
         "compute must map compute pool labels to values",
+    )
+
+
+def test_why_and_status_say_what_the_pools_hold(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """A queued run on an instance whose pools are full or offline: ``warehouse why`` names them, ``warehouse status``
+    lists each pool's load (no Spark: the runs are records, the offline pool the placement file's)."""
+    from dagster import DagsterInstance, DagsterRun, DagsterRunStatus
+    from dagster._core.remote_origin import InProcessCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
+    from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+
+    from warehouse_assets.cli.main import status_command
+    from warehouse_assets.explain.why import describe_run
+
+    monkeypatch.setenv(
+        "WAREHOUSE_SPARK_POOLS",
+        '{"a": {"url": "sc://host-a:15002", "capacity": 1}, "b": {"url": "sc://host-b:15002", "capacity": 2}}',
+    )
+    (tmp_path / "dagster.yaml").write_text("telemetry: {enabled: false}\n")
+    with DagsterInstance.from_config(str(tmp_path)) as instance:
+        instance.add_run(
+            DagsterRun(job_name="j", run_id="r1", status=DagsterRunStatus.STARTED, tags={"warehouse/pool": "a"})
+        )
+        location = InProcessCodeLocationOrigin(LoadableTargetOrigin(module_name="m"), location_name="here")
+        origin = RemoteJobOrigin(RemoteRepositoryOrigin(location, "__repository__"), "j")
+        waiting = instance.add_run(
+            DagsterRun(job_name="j", run_id="r2", status=DagsterRunStatus.QUEUED, remote_job_origin=origin)
+        )
+        record = instance.get_run_record_by_id(waiting.run_id)
+        assert record is not None
+        now = datetime.now(UTC)
+        # b has room: the run waits for a slot of the queue, not for compute
+        assert "waiting for compute" not in describe_run(instance, record, now)
+        PoolRegistry(instance.root_directory).mark_offline("b", datetime(2026, 11, 29, 14, 5).timestamp())
+        assert describe_run(instance, record, now).endswith(
+            "; waiting for compute: pool a full (1/1), pool b offline since 14:05"
+        )
+        status_command(SimpleNamespace(runs=5), instance)
+    printed = capsys.readouterr().out
+    assert printed.endswith(
+        "compute pools:\n  pool a: 1/1 runs sc://host-a:15002\n  pool b: 0/2 runs, offline since 14:05 sc://host-b:15002\n"
     )

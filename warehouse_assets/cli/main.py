@@ -111,12 +111,13 @@ def why_command(args: argparse.Namespace, instance: Any, resources: dict[str, An
 
 
 def status_command(args: argparse.Namespace, instance: Any) -> int:
-    """The warehouse start, the engine's heartbeat (as the ``dependency_center`` sensor's ticks show it) and the runs
-    queued and in progress; exit status 1 when the engine is not running."""
+    """The warehouse start, the engine's heartbeat (as the ``dependency_center`` sensor's ticks show it), the runs
+    queued and in progress and the compute pools' load; exit status 1 when the engine is not running."""
     from dagster import DagsterRunStatus, RunsFilter
 
     from resources.settings import current
     from warehouse_assets.center.heartbeat import EngineDown, engine_status
+    from warehouse_assets.instance.pools import load_lines, pools_from_env
 
     print(f"warehouse start: {current().start} (the first partition of every table; WAREHOUSE_START)")
     try:
@@ -135,6 +136,10 @@ def status_command(args: argparse.Namespace, instance: Any) -> int:
             print(f"  {_run_line(record)}")
         if len(records) > args.runs:
             print(f"  … and {len(records) - args.runs} more")
+    pools = pools_from_env()
+    if pools:  # several Spark endpoints: each one's runs over its capacity, and the ones offline
+        print("compute pools:")
+        print("\n".join(f"  {line}" for line in load_lines(instance, pools)))
     return 0 if alive else 1
 
 

@@ -73,6 +73,7 @@ from warehouse_assets.explain.prediction_log import WHY, record_predictions
 from warehouse_assets.ingest.deliveries import external_source
 from warehouse_assets.ingest.readiness import WINDOW, Readiness, shard_state, with_counts
 from warehouse_assets.instance.lanes import USER_LANE, lane_tags
+from warehouse_assets.instance.pools import pools_from_env, waiting_message
 from warehouse_assets.materialize.freshness import deadline as sla_deadline
 from warehouse_assets.materialize.gate import (
     CHECK_FAILED,
@@ -574,7 +575,10 @@ def describe_run(instance: DagsterInstance, record: RunRecord, now: datetime) ->
     behind = f"behind {len(active)} run(s) in progress ({running})" if active else "with no run in progress"
     queued = f" and {len(ahead)} queued ahead of it" if ahead else ""
     status = "queued" if run.status == DagsterRunStatus.QUEUED else run.status.value.lower()
-    return f"{status} for {waited} as run {short}, {behind}{queued}"
+    # with compute pools, what holds it may be the Spark endpoints, not the run slots
+    pools = pools_from_env()
+    compute = waiting_message(instance, run, pools) if pools and run.status == DagsterRunStatus.QUEUED else None
+    return f"{status} for {waited} as run {short}, {behind}{queued}" + (f"; {compute}" if compute else "")
 
 
 def _queue_order(record: RunRecord) -> tuple[int, float]:
