@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
@@ -68,6 +69,9 @@ class Settings(BaseModel):
     spark_connect_url: str = Field("sc://127.0.0.1:15002", description="a Spark Connect URL, sc://host:port")
     spark_driver_memory: str = Field("4g", description="a JVM memory size, e.g. 4g")
     spark_conf: dict[str, str] = Field(default_factory=dict, description="key=value pairs separated by commas")
+    # several Spark endpoints, each run placed on one; the Dagster instance's plugins read and check the same variable
+    # (warehouse_assets/instance/pools.py), a run reads its pool's URL, token included, from here
+    spark_pools: str = Field("", description='JSON: {"name": {"url": "sc://host:port", "capacity": 2, "labels": {}}}')
     spark_log_level: SparkLogLevel = Field("WARN", description="one of ERROR, WARN, INFO, DEBUG")
     spark_server_nice: int = Field(10, ge=0, le=19, description="a whole number from 0 to 19")
     time_travel_hours: int = Field(168, ge=0, description="a whole number of hours, 0 or more")
@@ -99,6 +103,17 @@ class Settings(BaseModel):
             ) from None
         return value
 
+    @field_validator("spark_pools")
+    @classmethod
+    def _pools(cls, value: str) -> str:
+        pool_urls(value)
+        return value
+
+    @property
+    def spark_pool_urls(self) -> dict[str, str]:
+        """Each compute pool's URL, by name (none: the one endpoint of the spark_* settings)."""
+        return pool_urls(self.spark_pools)
+
     @property
     def zone(self) -> ZoneInfo:
         return ZoneInfo(self.timezone)
@@ -127,6 +142,19 @@ class Settings(BaseModel):
             return cls(**raw)
         except ValidationError as exc:
             raise ValueError("; ".join(_message(error, raw) for error in exc.errors())) from None
+
+
+def pool_urls(text: str) -> dict[str, str]:
+    """The URL of each pool ``WAREHOUSE_SPARK_POOLS`` declares; ValueError naming the variable when it has none."""
+    if not text.strip():
+        return {}
+    try:
+        spec = json.loads(text)
+        return {str(name): str(fields["url"]) for name, fields in spec.items()}
+    except (ValueError, TypeError, KeyError, AttributeError):
+        raise ValueError(
+            f'{variable("spark_pools")}: expected a JSON object of pools, e.g. {{"a": {{"url": "sc://host:15002"}}}}'
+        ) from None
 
 
 def variable(field: str) -> str:

@@ -35,8 +35,10 @@ if TYPE_CHECKING:  # imported when a session is made: `warehouse why` loads reso
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
-# the run tag naming the compute pool endpoint a run was placed on (warehouse_assets/instance/pools.py sets it; the
-# lake seam imports none of the warehouse, so the name is spelled here too and a test keeps the two equal)
+# the run tags naming the compute pool a run was placed on and its endpoint without its token
+# (warehouse_assets/instance/pools.py sets them; the lake seam imports none of the warehouse, so the names are spelled
+# here too and a test keeps them equal)
+POOL_TAG = "warehouse/pool"
 POOL_URL_TAG = "warehouse/pool_url"
 
 _LOCK = threading.Lock()
@@ -156,8 +158,12 @@ class SparkResource(ConfigurableResource):  # type: ignore[misc]
     _pool_url: str = PrivateAttr(default="")
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
-        run = context.dagster_run
-        self._pool_url = run.tags.get(POOL_URL_TAG, "") if run is not None else ""
+        from resources.settings import current
+
+        tags = context.dagster_run.tags if context.dagster_run is not None else {}
+        # the pool's URL as declared (its token is kept out of the tags the UI shows); the tag's without a declaration
+        declared = current().spark_pool_urls.get(tags.get(POOL_TAG, ""), "")
+        self._pool_url = declared or tags.get(POOL_URL_TAG, "")
 
     def session(self) -> SparkSession:
         mode, master, connect_url = self.mode, self.master, self.connect_url

@@ -29,6 +29,7 @@ from tests.support.dev_stack import free_port, kill_stragglers
 from tests.support.pool_location import HOLD_TAG
 from warehouse_assets.instance.pools import (
     POOL_TAG,
+    POOL_URL_TAG,
     POOLS_VARIABLE,
     PoolRegistry,
     load_lines,
@@ -94,6 +95,12 @@ class Pools:
             assert time.monotonic() < deadline, "the daemon did not launch the queued runs"
             list(daemon.run_iteration(context))  # type: ignore[arg-type]
             time.sleep(0.3)
+
+
+def tags_of(instance: DagsterInstance, run: DagsterRun) -> dict[str, str]:
+    found = instance.get_run_by_id(run.run_id)
+    assert found is not None
+    return dict(found.tags)
 
 
 def enqueued_times(instance: DagsterInstance, run: DagsterRun) -> int:
@@ -168,6 +175,8 @@ def test_runs_go_where_there_is_room_and_wait_in_the_queue_when_every_pool_is_fu
     small = pools.submit("small", SMALL)
     wait_step_started(instance, small)
     assert pools.pool(small) == "a"
+    # the tags name the endpoint, not its token (the UI shows them): the run found it in its settings
+    assert tags_of(instance, small)[POOL_URL_TAG] == f"sc://localhost:{pools.ports['a']}"
     # the next runs go to b, which has room, each at once (no daemon runs yet)
     first, second = pools.submit("first"), pools.submit("second")
     assert [pools.pool(first), pools.pool(second)] == ["b", "b"]

@@ -11,10 +11,13 @@ from types import SimpleNamespace
 
 import pytest
 
+from resources.settings import Settings
+from resources.spark import POOL_TAG as RESOURCE_POOL_TAG
 from resources.spark import POOL_URL_TAG as RESOURCE_POOL_URL_TAG
 from tests.support.small_catalog import assert_refused, sql_catalog
 from warehouse_assets.center.engine import own_compute
 from warehouse_assets.instance.pools import (
+    POOL_TAG,
     POOL_URL_TAG,
     RETRY_SECONDS,
     PoolRegistry,
@@ -23,6 +26,7 @@ from warehouse_assets.instance.pools import (
     parse_requirement,
     place,
     requirement_tags,
+    without_token,
 )
 
 POOLS = parse_pools(
@@ -115,8 +119,20 @@ def test_nothing_configured_is_no_pools_and_addresses_are_read_from_each_kind_of
     assert requirement_tags({"size": "large", "region": "eu"}) == {"warehouse/compute": "region=eu,size=large"}
     with pytest.raises(ValueError, match="label=value"):
         parse_requirement("region")
-    # the lake seam spells the tag its Spark resource reads itself: the two must stay the same
-    assert RESOURCE_POOL_URL_TAG == POOL_URL_TAG
+    # the lake seam spells the tags its Spark resource reads itself: they must stay the same
+    assert (RESOURCE_POOL_TAG, RESOURCE_POOL_URL_TAG) == (POOL_TAG, POOL_URL_TAG)
+    # what the tags and the status show of a URL: never its token
+    assert without_token("sc://h:15002/;token=s3cret") == "sc://h:15002"
+    assert without_token("sc://h:15002/;use_ssl=true;token=s3cret") == "sc://h:15002/;use_ssl=true"
+    assert without_token("spark://m:7077") == "spark://m:7077"
+
+
+def test_a_run_reads_its_pools_url_token_included_from_the_settings() -> None:
+    declared = '{"a": {"url": "sc://h:15002/;token=s3cret", "capacity": 2}}'
+    assert Settings.from_env({"WAREHOUSE_SPARK_POOLS": declared}).spark_pool_urls == {"a": "sc://h:15002/;token=s3cret"}
+    assert Settings.from_env({}).spark_pool_urls == {}
+    with pytest.raises(ValueError, match="WAREHOUSE_SPARK_POOLS: expected a JSON object of pools"):
+        Settings.from_env({"WAREHOUSE_SPARK_POOLS": '{"a": "sc://h:1"}'})
 
 
 def test_a_tables_compute_labels_are_declared_in_its_header_and_checked_against_the_pools(tmp_path: Path) -> None:

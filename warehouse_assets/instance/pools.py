@@ -11,10 +11,11 @@ A run is placed when it starts (the warm launcher calls :func:`place_run`) on th
 capacity: eligible, a pool with every label the run's ``warehouse/compute`` tag requires (a table's ``compute:``);
 free, its capacity less its runs in progress; ties go to the pool declared first. The pool is probed first (a TCP
 connect to its host and port): one that does not answer is marked offline, skipped, and probed again once
-``RETRY_SECONDS`` passed. The choice is recorded in the run's tags (``warehouse/pool``, ``warehouse/pool_url``),
-from which the run's Spark resource connects. When every eligible pool is full or offline the run stays in
-Dagster's queue: the run coordinator caps the queue's limits by the room the pools have (:func:`queue_limits`), and
-:func:`waiting_message` says why ("waiting for compute: pool a full (3/3), pool b offline since 14:05").
+``RETRY_SECONDS`` passed. The choice is recorded in the run's tags (``warehouse/pool``, ``warehouse/pool_url``
+without the URL's token, which the UI would show), and the run's Spark resource connects to that pool's URL as the
+variable declares it. When every eligible pool is full or offline the run stays in Dagster's queue: the run
+coordinator caps the queue's limits by the room the pools have (:func:`queue_limits`), and :func:`waiting_message`
+says why ("waiting for compute: pool a full (3/3), pool b offline since 14:05").
 
 Offline pools are kept in a small JSON file in the instance's directory, shared by the processes of one host
 (webserver, daemon, CLI); placements take a file lock there, so two launches cannot both take a pool's last slot.
@@ -130,6 +131,13 @@ def endpoint(url: str) -> tuple[str, int] | None:
     if not parsed.hostname or port is None:
         return None
     return parsed.hostname, port
+
+
+def without_token(url: str) -> str:
+    """``url`` without its ``token=`` parameter: what may be shown (run tags, ``warehouse status``)."""
+    head, sep, params = url.partition("/;")
+    kept = [p for p in params.split(";") if p and not p.startswith("token=")]
+    return f"{head}/;{';'.join(kept)}" if sep and kept else head
 
 
 def probe(url: str, timeout: float = PROBE_TIMEOUT_S) -> bool:
@@ -317,7 +325,9 @@ def place_run(instance: Any, run: Any, pools: Sequence[Pool], probe_fn: Callable
             probe_fn,
         )
         if placement.pool is not None:
-            instance.add_run_tags(run.run_id, {POOL_TAG: placement.pool.name, POOL_URL_TAG: placement.pool.url})
+            instance.add_run_tags(
+                run.run_id, {POOL_TAG: placement.pool.name, POOL_URL_TAG: without_token(placement.pool.url)}
+            )
     return placement
 
 
@@ -372,6 +382,6 @@ def load_lines(instance: Any, pools: Sequence[Pool]) -> list[str]:
         state = f", {load.describe().split(' ', 2)[2]}" if load.offline_since is not None else ""
         lines.append(
             f"pool {load.pool.name}: {load.running}/{load.pool.capacity} runs{state}"
-            f"{f' [{labels}]' if labels else ''} {load.pool.url.split('/;')[0]}"
+            f"{f' [{labels}]' if labels else ''} {without_token(load.pool.url)}"
         )
     return lines
