@@ -21,37 +21,32 @@ $(STAMP): pyproject.toml uv.lock
 	$(UV) sync --locked --quiet --compile-bytecode
 	@touch $(STAMP)
 
-# Delta Lake's Spark jars and hadoop-aws (pom.xml), from Maven Central into .venv/jars/, once per pom change.
-# Copied into a fresh folder: a version left behind beside its successor would put two on Spark's classpath.
-$(JARS_STAMP): pom.xml | $(STAMP)
+# The JVM code every Spark of the warehouse carries (pom.xml), into .venv/jars/, once per change of the pom or of
+# resources/jvm: Delta Lake's Spark jars and hadoop-aws from Maven Central, and the warehouse's own classes (the
+# catalog that resolves `layer.table` to the lake's Delta tables, the read-only check and Connect gate) compiled by
+# Maven's compiler plugin against the pyspark wheel's jars. Copied into a fresh folder: a version left behind
+# beside its successor would put two on Spark's classpath.
+JVM_SOURCES := $(shell find resources/jvm -name '*.java')
+$(JARS_STAMP): pom.xml $(JVM_SOURCES) | $(STAMP)
 	@command -v mvn >/dev/null 2>&1 || { \
 	  echo "error: 'mvn' was not found on PATH. Delta Lake's Spark jars (pom.xml) are fetched with Maven:"; \
 	  echo "       apt-get install -y maven"; exit 1; }
-	rm -rf $(JARS).tmp
+	@command -v javac >/dev/null 2>&1 || { \
+	  echo "error: 'javac' was not found on PATH. The warehouse's Spark classes are compiled at install:"; \
+	  echo "       apt-get install -y openjdk-17-jdk-headless   (or set JAVA_HOME to a JDK 17)"; exit 1; }
+	rm -rf $(JARS).tmp $(VENV)/jvm-build
 	@# Debian's Maven 3.8 prints colour codes (`[0m[0m`) whatever its options (--batch-mode, -Dstyle.color=never, a
 	@# log file): what it prints goes through a filter that drops them, and the recipe keeps Maven's exit status
-	{ mvn --batch-mode --quiet -Dstyle.color=never --file pom.xml dependency:copy-dependencies \
-	  -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(JARS).tmp 2>&1; echo $$? > $(JARS).status; } \
+	{ mvn --batch-mode --quiet -Dstyle.color=never --file pom.xml -Dmaven.test.skip=true \
+	  -Dpyspark.jars="$$($(VENV)/bin/python -c 'import pyspark, os; print(os.path.dirname(pyspark.__file__))')/jars" \
+	  package dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(JARS).tmp 2>&1; \
+	  echo $$? > $(JARS).status; } \
 	  | sed 's/\x1b\[[0-9;]*m//g'; status=$$(cat $(JARS).status); rm -f $(JARS).status; exit $$status
+	cp $(VENV)/jvm-build/warehouse-spark-0.1.0.jar $(JARS).tmp/
 	rm -rf $(JARS) && mv $(JARS).tmp $(JARS)
 	@touch $(JARS_STAMP)
 
-# The warehouse's own Spark classes (resources/jvm: the catalog that resolves `layer.table` to the lake's Delta
-# tables), compiled against the jars every Spark the product starts carries, into the same folder.
-LAKE_JAR    := $(JARS)/warehouse-spark-0.1.0.jar
-JVM_SOURCES := $(shell find resources/jvm -name '*.java')
-$(LAKE_JAR): $(JVM_SOURCES) $(JARS_STAMP)
-	@command -v javac >/dev/null 2>&1 || { \
-	  echo "error: 'javac' was not found on PATH. The warehouse's Spark catalog is compiled at install:"; \
-	  echo "       apt-get install -y openjdk-17-jdk-headless   (or set JAVA_HOME to a JDK 17)"; exit 1; }
-	rm -rf $(JARS)/.classes && mkdir -p $(JARS)/.classes
-	javac --release 17 -nowarn -d $(JARS)/.classes \
-	  -cp "$$($(VENV)/bin/python -c 'import pyspark, os; print(os.path.dirname(pyspark.__file__))')/jars/*:$(JARS)/*" \
-	  $(JVM_SOURCES)
-	jar --create --file $@ -C $(JARS)/.classes .
-	rm -rf $(JARS)/.classes
-
-install: $(STAMP) $(JARS_STAMP) $(LAKE_JAR)
+install: $(STAMP) $(JARS_STAMP)
 
 # Debian packages the `stack` tests of real components start (PostgreSQL, MariaDB for the capture connector,
 # Chromium and its WebDriver for the UI). CI runs as root: what is missing is installed after one `apt-get update`;
