@@ -29,7 +29,7 @@ from resources.spark import connect_client_url, connect_token_file, port_open, r
 from tests.resources.test_lake_sql import build_lake
 from tests.resources.test_lake_sql_spark import QUERIES
 from tests.support.dev_stack import free_port
-from tests.support.hostile import DATAFRAME, SQL
+from tests.support.hostile import CATALOG_CHANGES, DATAFRAME, SQL
 
 pytestmark = pytest.mark.spark
 
@@ -142,6 +142,16 @@ def test_every_hostile_request_is_refused_and_nothing_changes(analysts: Server, 
     for request, said in [*SQL.items(), *DATAFRAME.items()]:
         assert outcome[request].startswith(f"refused: {READ_ONLY_PREFIX}"), (request, outcome[request])
         assert said in outcome[request], (request, outcome[request])
+    # `warehouse sql` refuses each SQL request by an engine's plan with exactly the server's words, on both engines
+    for request in SQL:
+        by_engine = outcome["warehouse_sql_refusals"][request]
+        assert by_engine == {"spark": outcome[request], "datafusion": outcome[request]}, (request, by_engine)
+    # the Catalog API's calls that change the server are refused; its reads answer
+    for call, said in CATALOG_CHANGES.items():
+        assert outcome["catalog"][call] == f"refused: {READ_ONLY_PREFIX}{said}", (call, outcome["catalog"][call])
+    reads = outcome["catalog_reads"]
+    assert reads["currentDatabase"] == "default" and reads["databaseExists"] is True
+    assert "spark_catalog" in reads["listCatalogs"] and reads["isCached"] is False
     # nothing written, created or run: the lake's files and versions; no file or folder anywhere in the server's
     # directory (the lake, a folder outside it, where Spark puts tables it creates) or the test's (user code's mark)
     assert lake_state(analysts.lake) == before

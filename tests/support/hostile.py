@@ -86,6 +86,25 @@ DATAFRAME: dict[str, str] = {
     "local_checkpoint": "checkpoint (writing the plan's data) is not allowed",
     "write_stream": "a streaming write is not allowed",
 }
+# the Catalog API's calls that change the server (its cache, its tables and views), each refused by name; Spark
+# serves most of them with no plan for the read-only check to see
+CATALOG_CHANGES: dict[str, str] = {
+    "cacheTable": "catalog.cacheTable (it changes the server) is not allowed",
+    "uncacheTable": "catalog.uncacheTable (it changes the server) is not allowed",
+    "clearCache": "catalog.clearCache (it changes the server) is not allowed",
+    "refreshTable": "catalog.refreshTable (it changes the server) is not allowed",
+    "refreshByPath": "catalog.refreshByPath (it changes the server) is not allowed",
+    "createTable": "catalog.createTable (it changes the server) is not allowed",
+    "createExternalTable": "catalog.createTable (it changes the server) is not allowed",  # the client sends one
+    "dropTempView": "catalog.dropTempView (it changes the server) is not allowed",
+    "dropGlobalTempView": "catalog.dropGlobalTempView (it changes the server) is not allowed",
+    "recoverPartitions": "catalog.recoverPartitions (it changes the server) is not allowed",
+    "dropTable": "catalog.dropTable (it changes the server) is not allowed",
+    "createDatabase": "catalog.createDatabase (it changes the server) is not allowed",
+    "truncateTable": "catalog.truncateTable (it changes the server) is not allowed",
+    "analyzeTable": "catalog.analyzeTable (it changes the server) is not allowed",
+    "registerFunction": "registering a function (user code) is not allowed",
+}
 
 
 def run_client(url: str, lake: str, outside: str, mark: str, reads: list[str]) -> dict[str, Any]:
@@ -94,7 +113,7 @@ def run_client(url: str, lake: str, outside: str, mark: str, reads: list[str]) -
     from pyspark.sql import functions as F
     from pyspark.sql.functions import udf, udtf
 
-    from resources.lake_sql import LakeSql, read_only_message
+    from resources.lake_sql import LakeSql, SqlRefused, read_only_message
 
     spark = SparkSession.builder.remote(url).create()
 
@@ -146,6 +165,26 @@ def run_client(url: str, lake: str, outside: str, mark: str, reads: list[str]) -
             ),
         }
 
+    def catalog_changes() -> dict[str, Callable[[], object]]:
+        catalog = spark.catalog
+        return {
+            "cacheTable": lambda: catalog.cacheTable("dwd.users"),
+            "uncacheTable": lambda: catalog.uncacheTable("dwd.users"),
+            "clearCache": lambda: catalog.clearCache(),
+            "refreshTable": lambda: catalog.refreshTable("dwd.users"),
+            "refreshByPath": lambda: catalog.refreshByPath(f"{lake}/dwd/users"),
+            "createTable": lambda: catalog.createTable("dwd.evil4", path=f"{outside}/evil4", source="parquet"),
+            "createExternalTable": lambda: catalog.createExternalTable("dwd.evil5", path=f"{outside}/evil5"),
+            "dropTempView": lambda: catalog.dropTempView("evil"),
+            "dropGlobalTempView": lambda: catalog.dropGlobalTempView("evil"),
+            "recoverPartitions": lambda: catalog.recoverPartitions("dwd.orders"),
+            "dropTable": lambda: catalog.dropTable("dwd.users"),
+            "createDatabase": lambda: catalog.createDatabase("evil"),
+            "truncateTable": lambda: catalog.truncateTable("dwd.users"),
+            "analyzeTable": lambda: catalog.analyzeTable("dwd.users"),
+            "registerFunction": lambda: catalog.registerFunction("touch2", touch),
+        }
+
     def attempt(request: Callable[[], object]) -> str:
         try:
             request()
@@ -153,12 +192,29 @@ def run_client(url: str, lake: str, outside: str, mark: str, reads: list[str]) -
             return f"refused: {read_only_message(exc) or str(exc)[:500]}"
         return "ran"
 
-    outcome: dict[str, Any] = {}
+    def warehouse_sql(text: str, engine: str) -> str:
+        try:
+            LakeSql(lake, spark=lambda: (spark, "the analysts' server")).run(text, engine=engine)  # type: ignore[arg-type]
+        except SqlRefused as exc:
+            return f"refused: {exc}"
+        return "ran"
+
+    outcome: dict[str, Any] = {"warehouse_sql_refusals": {}}
     for sql in SQL:
         text = sql.format(lake=lake, outside=outside, mark=mark)
         outcome[sql] = attempt(lambda text=text: spark.sql(text).collect())  # type: ignore[misc]
+        # the same request through `warehouse sql` pointed at this server, on each engine
+        outcome["warehouse_sql_refusals"][sql] = {e: warehouse_sql(text, e) for e in ("spark", "datafusion")}
     for name, request in frames().items():
         outcome[name] = attempt(request)
+    outcome["catalog"] = {name: attempt(request) for name, request in catalog_changes().items()}
+    # the Catalog API's reads still answer, and the server's cache holds nothing of the lake
+    outcome["catalog_reads"] = {
+        "currentDatabase": spark.catalog.currentDatabase(),
+        "databaseExists": spark.catalog.databaseExists("default"),
+        "listCatalogs": [c.name for c in spark.catalog.listCatalogs()],
+        "isCached": spark.catalog.isCached("dwd.users"),
+    }
     # still answering, the harmless settings still allowed
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     spark.sql("SET spark.sql.shuffle.partitions=3").collect()

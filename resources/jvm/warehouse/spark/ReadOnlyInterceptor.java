@@ -5,6 +5,7 @@ import java.util.Map;
 import java.util.Set;
 
 import org.apache.spark.connect.proto.AnalyzePlanRequest;
+import org.apache.spark.connect.proto.Catalog;
 import org.apache.spark.connect.proto.Command;
 import org.apache.spark.connect.proto.CommonInlineUserDefinedFunction;
 import org.apache.spark.connect.proto.ConfigRequest;
@@ -26,7 +27,9 @@ import org.sparkproject.connect.protobuf.Message;
  * do outside an analysed plan, where {@link ReadOnly}'s check never looks: upload code (artifacts), change a
  * session's settings by a config request, run commands that are no plan (streaming, ML, registering functions or
  * data sources, external commands, pipelines, checkpoints), cache, read files by path ({@code spark.read.load}),
- * or send Scala/Java functions. Each is refused with the same message as the check's; the request never reaches
+ * or send Scala/Java functions, or call the Catalog API's calls that change the server ({@code cacheTable},
+ * {@code clearCache}, {@code refreshTable}, {@code createTable} …: Spark serves most of them without a plan). Each
+ * is refused with the same message as the check's; the request never reaches
  * Spark, and the server stays up.
  */
 public final class ReadOnlyInterceptor implements ServerInterceptor {
@@ -62,6 +65,31 @@ public final class ReadOnlyInterceptor implements ServerInterceptor {
       Command.CommandTypeCase.ML_COMMAND, "Spark ML (it saves and loads models by path)",
       Command.CommandTypeCase.EXECUTE_EXTERNAL_COMMAND, "an external command",
       Command.CommandTypeCase.PIPELINE_COMMAND, "a pipeline (it writes tables)");
+
+  /** The Catalog API's calls that only read, or change nothing but the client's own session (its current database
+   * or catalog, like {@code USE}); every other (the server's cache, tables, views, databases, partitions, and any
+   * call a later Spark adds) is refused. */
+  private static final Set<Catalog.CatTypeCase> CATALOG_READS = Set.of(
+      Catalog.CatTypeCase.CURRENT_DATABASE,
+      Catalog.CatTypeCase.SET_CURRENT_DATABASE,
+      Catalog.CatTypeCase.LIST_DATABASES,
+      Catalog.CatTypeCase.LIST_TABLES,
+      Catalog.CatTypeCase.LIST_FUNCTIONS,
+      Catalog.CatTypeCase.LIST_COLUMNS,
+      Catalog.CatTypeCase.GET_DATABASE,
+      Catalog.CatTypeCase.GET_TABLE,
+      Catalog.CatTypeCase.GET_FUNCTION,
+      Catalog.CatTypeCase.DATABASE_EXISTS,
+      Catalog.CatTypeCase.TABLE_EXISTS,
+      Catalog.CatTypeCase.FUNCTION_EXISTS,
+      Catalog.CatTypeCase.IS_CACHED,
+      Catalog.CatTypeCase.CURRENT_CATALOG,
+      Catalog.CatTypeCase.SET_CURRENT_CATALOG,
+      Catalog.CatTypeCase.LIST_CATALOGS,
+      Catalog.CatTypeCase.LIST_PARTITIONS,
+      Catalog.CatTypeCase.LIST_VIEWS,
+      Catalog.CatTypeCase.GET_TABLE_PROPERTIES,
+      Catalog.CatTypeCase.GET_CREATE_TABLE_STRING);
 
   @Override
   public <ReqT, RespT> ServerCall.Listener<ReqT> interceptCall(
@@ -135,6 +163,9 @@ public final class ReadOnlyInterceptor implements ServerInterceptor {
 
   /** Reads by path and Scala/Java functions anywhere in a request's plan (Python's are the check's, in the plan). */
   private static String refusalIn(Message message) {
+    if (message instanceof Catalog catalog && !CATALOG_READS.contains(catalog.getCatTypeCase())) {
+      return "catalog." + camelCase(catalog.getCatTypeCase().name()) + " (it changes the server)";
+    }
     if (message instanceof Read read && read.hasDataSource()) {
       return "reading files by path (spark.read … load; name a lake table as layer.table)";
     }
@@ -156,5 +187,14 @@ public final class ReadOnlyInterceptor implements ServerInterceptor {
       }
     }
     return null;
+  }
+
+  /** ``CACHE_TABLE`` as the client's API names it: ``cacheTable``. */
+  private static String camelCase(String name) {
+    StringBuilder out = new StringBuilder();
+    for (String word : name.toLowerCase().split("_")) {
+      out.append(out.length() == 0 ? word : Character.toUpperCase(word.charAt(0)) + word.substring(1));
+    }
+    return out.toString();
   }
 }
