@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -22,6 +23,8 @@ import pytest
 from dagster import (
     AssetKey,
     AssetMaterialization,
+    DagsterEvent,
+    DagsterEventType,
     DagsterInstance,
     Definitions,
     TableColumnDep,
@@ -29,12 +32,18 @@ from dagster import (
     instance_for_test,
     materialize,
 )
+from dagster._core.utils import make_new_run_id
 from pyspark.sql import SparkSession
 
 from resources import resources_from_env
+from resources.settings import Settings, using
 from tests.support.center_harness import CenterTicker
+from tests.support.lineage_receiver import lineage_receiver
 from warehouse_assets.catalog import BY_PERIOD, START, Catalog, load_catalog, upstream_partitions
+from warehouse_assets.catalog.lineage import ColumnRef, WarehouseLineage
+from warehouse_assets.center.state_store import PartitionStateStore
 from warehouse_assets.materialize.compiler import build_assets
+from warehouse_assets.materialize.validity import Taint, taint_evaluation
 
 TZ = ZoneInfo("Asia/Shanghai")
 
@@ -447,3 +456,68 @@ def test_the_example_warehouse_builds_each_table_from_its_first_complete_partiti
     assert plan["ads.dau_by_region"][-2:] == ["2026-01-30|los_angeles", "2026-01-31|shanghai"]
     assert (plan["ads.dau_global"][0], plan["ads.dau_global"][-1]) == ("2026-01-01", "2026-01-30")
     assert set(plan) == {t.fqn for t in real.derived()}
+
+
+# --- OpenLineage events --------------------------------------------------------------------------------------
+
+
+def _tables_of(fields: list[dict[str, Any]], root: str) -> frozenset[ColumnRef]:
+    """OpenLineage input fields as ``layer.table.column``s: each dataset named by its path under the lake root."""
+    return frozenset(ColumnRef(f["name"].removeprefix(root + "/").replace("/", "."), f["field"]) for f in fields)
+
+
+def test_openlineage_events_of_builds_and_of_a_taint_and_its_repair(
+    catalog: Catalog, lake: dict[str, Any], instance: DagsterInstance, tmp_path: Path
+) -> None:
+    root = lake["resources"]["lake"].root
+    with lineage_receiver() as receiver, using(Settings(lake_root=root, openlineage_url=receiver.url)):
+        store = PartitionStateStore(instance, tmp_path / "states.db")
+        _report(instance, catalog, "ods.src", _hours("2026-01-01"))
+        assert _run(catalog, lake, instance, "dwd.day", "2026-01-01") is None
+        error = _run(catalog, lake, instance, "ads.t7", "2026-01-03")  # its T-7 is before the start
+        assert error is not None
+        store.update()
+        assert ("2026-01-01", "ready") in receiver.states("dwd.day")
+
+        [record] = instance.fetch_materializations(AssetKey(["dwd", "day"]), limit=1).records
+        taint = Taint("amounts 100x", "ods.src 2026-01-01-00:00", "oncall", record.timestamp)
+        target = (record.storage_id, record.run_id, record.timestamp)
+        evaluation = taint_evaluation(catalog["dwd.day"], "2026-01-01", taint, target)
+        event = DagsterEvent(
+            DagsterEventType.ASSET_CHECK_EVALUATION.value, "taint_repair", event_specific_data=evaluation
+        )
+        instance.report_dagster_event(event, make_new_run_id())
+        store.update()
+        assert _run(catalog, lake, instance, "dwd.day", "2026-01-01") is None  # the repair
+        store.update()
+        store.close()
+
+    assert set(receiver.paths) == {"/api/v1/lineage"}
+    # each build: START then COMPLETE of the table's job, one run id; the failing one FAIL, saying why
+    lineage = WarehouseLineage(catalog)
+    runs = receiver.runs("dwd.day")
+    assert [e["eventType"] for e in runs] == ["START", "COMPLETE", "START", "COMPLETE"]  # the build and the repair
+    assert len({e["run"]["runId"] for e in runs[:2]}) == 1 and runs[0]["run"]["runId"] != runs[2]["run"]["runId"]
+    complete = runs[1]
+    assert complete["run"]["facets"]["partitions"]["keys"] == ["2026-01-01"]
+    assert [(i["namespace"], i["name"]) for i in complete["inputs"]] == [("file", f"{root}/ods/src")]
+    [output] = complete["outputs"]
+    assert (output["namespace"], output["name"]) == ("file", f"{root}/dwd/day")
+    assert [f["name"] for f in output["facets"]["schema"]["fields"]] == ["id", "v", "dt"]
+    # the column lineage is `warehouse lineage`'s (the rows' columns too: tests/catalog/test_lineage_events.py)
+    facet = output["facets"]["columnLineage"]
+    found = {column: _tables_of(f["inputFields"], root) for column, f in facet["fields"].items()}
+    assert (
+        found
+        == dict(lineage.of("dwd.day").columns)
+        == {
+            "id": {ColumnRef("ods.src", "id")},
+            "v": {ColumnRef("ods.src", "v")},
+            "dt": set(),
+        }
+    )
+    [start, fail] = receiver.runs("ads.t7")
+    assert (start["eventType"], fail["eventType"]) == ("START", "FAIL")
+    assert "needs 1 partition(s) of dwd.day" in fail["run"]["facets"]["errorMessage"]["message"]
+    # the partition's changes of state: built, tainted, rebuilt
+    assert [s for p, s in receiver.states("dwd.day") if p == "2026-01-01"] == ["ready", "tainted", "repaired"]

@@ -375,7 +375,11 @@ class WarehouseLineage:
 
     def all(self) -> list[TableLineage]:
         """Every table's lineage, upstream first."""
-        return [self.of(fqn) for fqn in _upstream_first({t.fqn: self._reads(t) - {t.fqn} for t in self._catalog})]
+        order = _upstream_first({t.fqn: self._reads(t) - {t.fqn} for t in self._catalog})
+        for fqn in order:  # each table's inputs come before it: no search for what is missing above it
+            if fqn not in self._lineage:
+                self._lineage[fqn] = self._compute(fqn)
+        return [self._lineage[fqn] for fqn in order]
 
     def upstream(self, ref: ColumnRef) -> frozenset[ColumnRef]:
         """Every column, at any depth, that ``ref``'s values are computed from (what decides the rows of the tables

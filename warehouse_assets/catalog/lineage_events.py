@@ -73,7 +73,8 @@ def _emitter(url: str, namespace: str, lake_root: str, signature: tuple[tuple[st
         from openlineage.client import OpenLineageClient
 
         # the product's own endpoint: the HTTP transport with a short timeout, so a slow catalog cannot hold a build
-        config = {"transport": {"type": "http", "url": url, "timeout": 5}} if url else None
+        retry = {"total": 1, "read": 1, "connect": 1}
+        config = {"transport": {"type": "http", "url": url, "timeout": 5, "retry": retry}} if url else None
         return LineageEvents(OpenLineageClient(config=config), namespace, normalize_root(lake_root))
     except Exception:  # a bad client setting: logged, and the warehouse goes on without events
         log.exception("OpenLineage client not created: no lineage events will be sent")
@@ -146,14 +147,14 @@ class LineageEvents:
                 dataset=StaticDataset(namespace=namespace, name=name, facets={"partitionState": facet}),
             )
             self.client.emit(event)
-        except Exception:
-            log.exception("OpenLineage: the %s event of %s %s was not sent", state, fqn, partition)
+        except Exception as exc:
+            log.warning("OpenLineage: the %s event of %s %s was not sent: %s", state, fqn, partition, exc)
 
     def _send(self, build: Build, kind: str, error: BaseException | None = None) -> None:
         try:
             self.client.emit(self._run_event(build, kind, error))
-        except Exception:  # never the build's failure
-            log.exception("OpenLineage: the %s event of %s was not sent", kind, build.table)
+        except Exception as exc:  # never the build's failure
+            log.warning("OpenLineage: the %s event of %s was not sent: %s", kind, build.table, exc)
 
     def _run_event(self, build: Build, kind: str, error: BaseException | None) -> Any:
         from openlineage.client.event_v2 import InputDataset, Job, OutputDataset, Run, RunEvent, RunState

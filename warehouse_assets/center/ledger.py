@@ -26,6 +26,9 @@ from datetime import datetime, tzinfo
 from pathlib import Path
 from typing import Any
 
+from resources.settings import current
+from warehouse_assets.catalog.lineage_events import LineageEvents, lineage_events
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS center_requests (table_fqn, partition, upstream, requested_at,
     PRIMARY KEY (table_fqn, partition, upstream)) WITHOUT ROWID;
@@ -91,6 +94,8 @@ class Ledger:
 
     def __init__(self, path: Path, *, readonly: bool = False):
         self.path = path
+        self.events: LineageEvents | None = None  # partitions becoming stale, told to the catalog once committed
+        self._told: list[Stale] = []
         if readonly:
             self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
             return
@@ -101,6 +106,7 @@ class Ledger:
         # consistent prefix of both writers' commits); a sync per call was most of a call's time on a real disk
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        self.events = lineage_events(current())
 
     def close(self) -> None:
         self._db.close()
@@ -113,8 +119,19 @@ class Ledger:
             yield
         except BaseException:
             self._db.execute("ROLLBACK")
+            self._told.clear()
             raise
         self._db.execute("COMMIT")
+        self._tell()
+
+    def _tell(self) -> None:
+        """The stale partitions this transaction recorded, to the catalog (after the commit: never what it undid)."""
+        if self.events is None or self._db.in_transaction:
+            return
+        told, self._told = self._told, []
+        for s in told:
+            detail = {"due": s.due, "changes": s.changes, "policy": s.policy, "note": s.note}
+            self.events.state_changed(s.table, s.partition, "stale", detail)
 
     # --- cursor and clock ------------------------------------------------------------------------------------------
 
@@ -227,10 +244,14 @@ class Ledger:
         return [Stale(*row) for row in self._db.execute("SELECT * FROM center_stale ORDER BY since")]
 
     def mark_stale(self, entries: Iterable[Stale]) -> None:
+        entries = list(entries)
         self._db.executemany(
             "INSERT OR REPLACE INTO center_stale VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             [(s.table, s.partition, s.since, s.due, s.changes, s.upstream, s.policy, s.note) for s in entries],
         )
+        if self.events is not None:
+            self._told.extend(entries)
+            self._tell()  # outside a batch: now; inside: when it commits
 
     def park_stale(self, candidates: Iterable[Candidate], at: float) -> None:
         """The stale partitions among ``candidates`` whose rebuild was due at ``at`` and was not requested (an input

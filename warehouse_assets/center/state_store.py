@@ -38,7 +38,9 @@ from typing import TYPE_CHECKING, Any
 
 from dagster import AssetKey, DagsterEventType, DagsterInstance, EventLogEntry
 
+from resources.settings import current
 from warehouse_assets.catalog import WHOLE
+from warehouse_assets.catalog.lineage_events import LineageEvents, lineage_events
 from warehouse_assets.materialize.gate import DEGRADED, STATE, backfill_running, per_partition
 from warehouse_assets.materialize.validity import GONE, LAKE, VALID, Taint, released_note
 
@@ -108,6 +110,20 @@ class Change:
     partition: str
     fields: frozenset[str]
     state: PartitionState
+    before: PartitionState | None = None  # its state before the update
+
+
+def transition(before: PartitionState, after: PartitionState) -> tuple[str, dict[str, Any]] | None:
+    """The change of state a catalog is told of (``ready``, ``tainted``, ``repaired``, ``released``), with what the
+    store knows of it; None for a change no one outside acts on (a run queued, a check's verdict)."""
+    if after.storage_id is not None and after.storage_id != before.storage_id:
+        detail = {"run_id": after.run_id or "", "delta_version": after.delta_version}
+        return ("repaired" if before.taint is not None or before.missing is not None else "ready"), detail
+    if after.taint is not None and before.taint is None:
+        return "tainted", {"reason": after.taint.reason, "root": after.taint.root, "by": after.taint.by}
+    if after.taint is None and before.taint is not None:  # lifted without new data
+        return ("released", {"note": after.released}) if after.released else ("repaired", {})
+    return None
 
 
 # what the gate reads, by the name a change reports; a change of anything else is no news
@@ -199,6 +215,8 @@ class PartitionStateStore(_GateReader):
             if column not in columns:
                 self._db.execute(f"ALTER TABLE partitions ADD COLUMN {column}")
         self.records_read = 0  # event records the last update read: its cost
+        # the catalog's subscription to the partitions' changes of state (None: OpenLineage is off)
+        self.events: LineageEvents | None = lineage_events(current())
 
     def close(self) -> None:
         self._db.close()
@@ -213,9 +231,10 @@ class PartitionStateStore(_GateReader):
 
     # --- maintenance -------------------------------------------------------------------------------------------
 
-    def update(self, through: int | None = None, until: float | None = None) -> list[Change]:
+    def update(self, through: int | None = None, until: float | None = None, publish: bool = True) -> list[Change]:
         """Apply the events stored since the cursor (up to storage id ``through``, and of those only the ones logged
-        at or before ``until``, epoch seconds, if given); the partitions whose state changed, in event order."""
+        at or before ``until``, epoch seconds, if given); the partitions whose state changed, in event order. Their
+        changes of state go to the OpenLineage transport when it is on (``publish``)."""
         self.records_read = 0
         changes: dict[tuple[str, str], Change] = {}
         storage = self.instance.event_log_storage
@@ -225,8 +244,20 @@ class PartitionStateStore(_GateReader):
             for change in self._apply_step(self.cursor, head, until):
                 previous = changes.pop((change.asset_key, change.partition), None)
                 fields = change.fields | (previous.fields if previous else frozenset())
-                changes[(change.asset_key, change.partition)] = replace(change, fields=fields)
+                before = previous.before if previous else change.before
+                changes[(change.asset_key, change.partition)] = replace(change, fields=fields, before=before)
+        if publish and self.events is not None:
+            self._publish(self.events, changes.values())
         return list(changes.values())
+
+    @staticmethod
+    def _publish(events: LineageEvents, changes: Iterable[Change]) -> None:
+        for change in changes:
+            found = transition(change.before, change.state) if change.before is not None else None
+            if found is not None:
+                state, detail = found
+                fqn = change.asset_key.replace("/", ".")
+                events.state_changed(fqn, change.partition, state, detail)
 
     def rebuild(self) -> list[Change]:
         """Drop every row and the cursor, and replay the whole event log."""
@@ -236,7 +267,7 @@ class PartitionStateStore(_GateReader):
             self._db.execute("DELETE FROM run_starts")
             self._db.execute("DELETE FROM cursor")
             self._db.execute("DELETE FROM applied")
-        return self.update()
+        return self.update(publish=False)  # a replay: the catalog was told of these when they happened
 
     def changes_since(self, after: int) -> list[Change]:
         """The partitions materialized or checked by the events after storage id ``after`` up to the cursor, in their
@@ -538,7 +569,7 @@ class _Step:
             old = self.before[(asset_key, partition)]
             fields = frozenset(n for n, f in _FIELDS.items() if getattr(state, f) != getattr(old, f))
             if fields:
-                out.append(Change(asset_key, partition, fields, state))
+                out.append(Change(asset_key, partition, fields, state, old))
         return out
 
 

@@ -15,7 +15,9 @@ reporting an hour, or its late changes, twice.
 """
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 from dagster import (
@@ -33,8 +35,11 @@ from dagster import (
 
 from resources.delta_lake import DeltaLakeResource, DeltaStore
 from resources.landing import Landing, LandingResource
+from resources.settings import current
 from resources.spark import SparkResource
-from warehouse_assets.catalog import Catalog, Table
+from warehouse_assets.catalog import Catalog, OdsTable, Table
+from warehouse_assets.catalog.lineage import WarehouseLineage
+from warehouse_assets.catalog.lineage_events import Build, lineage_events
 from warehouse_assets.ingest.merge import BatchReport, TableReport, committed_positions, ingest_next_batch
 from warehouse_assets.ingest.readiness import (
     TaintedAt,
@@ -112,7 +117,17 @@ def build_ingest_job(  # type: ignore[no-untyped-def]
 
         def report_ready(table: Table, seen: dict[str, int], changed: Sequence[str] = ()) -> int:
             numbers = report_completed_hours(
-                context, table, seen, session, store, land, judge_hours, changed, catalog.windows(table.fqn), tainted_at
+                context,
+                table,
+                seen,
+                session,
+                store,
+                land,
+                judge_hours,
+                changed,
+                catalog.windows(table.fqn),
+                tainted_at,
+                reported.get(table.fqn),
             )
             for name, value in numbers.items():
                 gate[name] = round(gate.get(name, 0) + value, 3)
@@ -124,29 +139,32 @@ def build_ingest_job(  # type: ignore[no-untyped-def]
         hours = dict.fromkeys(seen, 0)
         reports = {t.fqn: TableReport(t.fqn) for t in tables}
         left, first_round = list(tables), True
-        while left:
-            for table in list(left):
-                limit = config.first_batch_segments if first_round else config.max_segments_per_stream
-                batch = ingest_next_batch(session, store, land, table, max_segments_per_stream=limit)
-                if batch is None:
-                    left.remove(table)
-                    continue
-                reports[table.fqn].batches.append(batch)
-                log_batch(batch)
+        with ingestion_lineage(context, catalog, tables) as reported:
+            while left:
+                for table in list(left):
+                    limit = config.first_batch_segments if first_round else config.max_segments_per_stream
+                    batch = ingest_next_batch(session, store, land, table, max_segments_per_stream=limit)
+                    if batch is None:
+                        left.remove(table)
+                        continue
+                    reports[table.fqn].batches.append(batch)
+                    log_batch(batch)
+                    if config.report_ready:
+                        # the hours this batch completed are reported and judged at once, before the next batch, and
+                        # so are the reported hours whose partitions it changed
+                        changed = changed_hours(batch.partitions_changed, land.timezone)
+                        hours[table.fqn] += report_ready(table, seen[table.fqn], changed)
+                        seen[table.fqn].update(
+                            {s: max(seen[table.fqn].get(s, 0), p) for s, p in batch.positions.items()}
+                        )
+                first_round = False
+            for table in tables:
+                report = reports[table.fqn]
+                summary[table.fqn] = {k: int(v) for k, v in report.metadata().items()}
                 if config.report_ready:
-                    # the hours this batch completed are reported and judged at once, before the next batch, and
-                    # so are the reported hours whose partitions it changed
-                    changed = changed_hours(batch.partitions_changed, land.timezone)
-                    hours[table.fqn] += report_ready(table, seen[table.fqn], changed)
-                    seen[table.fqn].update({s: max(seen[table.fqn].get(s, 0), p) for s, p in batch.positions.items()})
-            first_round = False
-        for table in tables:
-            report = reports[table.fqn]
-            summary[table.fqn] = {k: int(v) for k, v in report.metadata().items()}
-            if config.report_ready:
-                if not report.batches:  # nothing applied, but source counts published since may complete an hour
-                    hours[table.fqn] += report_ready(table, seen[table.fqn])
-                summary[table.fqn]["hours_reported"] = hours[table.fqn]
+                    if not report.batches:  # nothing applied, but source counts published since may complete an hour
+                        hours[table.fqn] += report_ready(table, seen[table.fqn])
+                    summary[table.fqn]["hours_reported"] = hours[table.fqn]
         flat: dict[str, int | float] = {
             f"{t}.{k}": v for t, m in summary.items() for k, v in m.items() if k != "seconds"
         }
@@ -167,6 +185,44 @@ def build_ingest_job(  # type: ignore[no-untyped-def]
     return ods_ingest
 
 
+@contextmanager
+def ingestion_lineage(
+    context: OpExecutionContext, catalog: Catalog, tables: Sequence[OdsTable]
+) -> Iterator[dict[str, list[str]]]:
+    """The ingestion of ``tables`` as OpenLineage runs, one per ODS table (from its CDC source to it): START now,
+    COMPLETE with the hours it reported (which the block appends to the lists it is given), or FAIL. Off: lists that
+    nobody reads, and nothing else."""
+    reported: dict[str, list[str]] = {t.fqn: [] for t in tables}
+    events = lineage_events(current())
+    if events is None:
+        yield reported
+        return
+    lineage = WarehouseLineage(catalog)  # an ODS table's columns are declared: no SQL is read
+    builds = [
+        Build(
+            t.fqn,
+            t.key,
+            context.run_id,
+            JOB,
+            [],
+            lineage.columns(t.fqn),
+            {},
+            source=f"{t.source_database}.{t.source_tables}",
+        )
+        for t in tables
+    ]
+    for build in builds:
+        events.started(build)
+    try:
+        yield reported
+    except BaseException as exc:
+        for build in builds:
+            events.failed(build, exc)
+        raise
+    for build in builds:
+        events.completed(replace(build, partitions=reported[build.table]))
+
+
 def report_completed_hours(
     context: OpExecutionContext,
     table: Table,
@@ -178,13 +234,14 @@ def report_completed_hours(
     changed: Sequence[str] = (),
     windows: Sequence[Table] = (),
     tainted_at: TaintedAt | None = None,
+    reported: list[str] | None = None,
 ) -> dict[str, int | float]:
     """Reports, in this run, every hour of ``table`` that is ready now and was not reported (and every reported
     hour whose ingested count grew since the streams' positions ``before`` this run's batch, or whose partition
     the batch changed: ``changed``, hour keys), then logs its checks' verdicts; returns the numbers for the run's
     metadata. An hour not reported yet is reported only once it is complete, whatever changed it. The table's
     completeness ``windows`` (of the mini-batch tables reading it) are reported with its hours. ``tainted_at``: see
-    :func:`~warehouse_assets.ingest.readiness.unreported_changes`."""
+    :func:`~warehouse_assets.ingest.readiness.unreported_changes`. ``reported``: gets the hours reported appended."""
     instance, started = context.instance, time.monotonic()
     key = AssetKey(table.key)
     done = instance.get_materialized_partitions(key)
@@ -216,6 +273,8 @@ def report_completed_hours(
         cursor = advanced
     report_s = time.monotonic() - started
     evaluations = failed = 0
+    if reported is not None:
+        reported.extend(keys)
     if keys:
         context.log.info(f"{table.fqn}: {len(keys)} hour(s) ready, {keys[0]} .. {keys[-1]}")
         if table.checks:
