@@ -18,8 +18,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from dagster import AssetKey, DagsterInstance, DagsterRun, DagsterRunStatus
+from dagster import AssetKey, DagsterInstance, DagsterRun, DagsterRunStatus, SubmitRunContext
 from dagster._core.definitions.reconstruct import ReconstructableRepository
+from dagster._core.remote_origin import InProcessCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
+from dagster._core.test_utils import in_process_test_workspace
+from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import QueuedRunCoordinatorDaemon
 
 from resources.spark import CONNECT_TOKEN_VARIABLE, new_connect_token, start_connect_server
@@ -67,6 +70,23 @@ class Pools:
         held = {HOLD_TAG: str(self.holds / hold)} if hold else {}
         return submit(self.instance, self.repo, "spark_job", {**held, **(tags or {})})
 
+    def submit_from_ui(self, job_name: str, asset: str, hold: str) -> DagsterRun:
+        """A run of ``asset`` submitted with the workspace of its code location, as the webserver's launchRun does."""
+        job = self.repo.get_definition().get_job(job_name)
+        origin = LoadableTargetOrigin(
+            module_name="pool_location", attribute="defs", working_directory=self.repo.pointer.working_directory
+        )
+        location = InProcessCodeLocationOrigin(origin, location_name="warm_test")
+        run = self.instance.create_run_for_job(
+            job,
+            tags={HOLD_TAG: str(self.holds / hold)},
+            job_code_origin=self.repo.get_reconstructable_job(job_name).get_python_origin(),
+            remote_job_origin=RemoteJobOrigin(RemoteRepositoryOrigin(location, "__repository__"), job_name),
+            asset_selection=frozenset({AssetKey(asset)}),  # what the UI's Materialize of that asset selects
+        )
+        with in_process_test_workspace(self.instance, origin) as workspace:
+            return self.instance.run_coordinator.submit_run(SubmitRunContext(run, workspace=workspace))
+
     def release(self, hold: str) -> None:
         (self.holds / hold).touch()
 
@@ -77,9 +97,10 @@ class Pools:
 
     def port_used(self, run: DagsterRun) -> int:
         """The port of the Spark server the run's query ran on, as that server reported it."""
-        for record in self.instance.fetch_materializations(AssetKey("on_spark"), limit=50).records:
-            if record.run_id == run.run_id:
-                return int(record.asset_materialization.metadata["port"].value)  # type: ignore[union-attr]
+        for key in ("on_spark", "on_small_spark"):
+            for record in self.instance.fetch_materializations(AssetKey(key), limit=50).records:
+                if record.run_id == run.run_id:
+                    return int(record.asset_materialization.metadata["port"].value)  # type: ignore[union-attr]
         raise AssertionError(f"run {run.run_id} materialized nothing")
 
     def dequeue(self, *runs: DagsterRun, until: DagsterRunStatus | None = None, passes: int = 3) -> None:
@@ -171,10 +192,11 @@ def pools(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pools]:
 
 def test_runs_go_where_there_is_room_and_wait_in_the_queue_when_every_pool_is_full(pools: Pools) -> None:
     instance = pools.instance
-    # a run that needs the small machine keeps pool a busy
-    small = pools.submit("small", SMALL)
+    # a run of an asset that needs the small machine, launched as the UI does (no tag of its own), keeps pool a busy
+    small = pools.submit_from_ui("small_job", "on_small_spark", "small")
     wait_step_started(instance, small)
     assert pools.pool(small) == "a"
+    assert tags_of(instance, small)["warehouse/compute"] == "size=small"  # learnt from its asset's tags
     # the tags name the endpoint, not its token (the UI shows them): the run found it in its settings
     assert tags_of(instance, small)[POOL_URL_TAG] == f"sc://localhost:{pools.ports['a']}"
     # the next runs go to b, which has room, each at once (no daemon runs yet)

@@ -151,14 +151,30 @@ def test_a_tables_compute_labels_are_declared_in_its_header_and_checked_against_
     with pytest.raises(ValueError, match=r"dwd.big .*big.sql\) requires compute region=eu, size=large, which no pool"):
         own_compute(catalog, us_only)
     assert own_compute(catalog)  # no pools configured: the one endpoint, nothing to check against
+    # the asset carries them as tags: a run launched from the UI requires them too (the launcher reads them)
+    from dagster import AssetKey
+
+    from warehouse_assets.materialize.compiler import build_asset
+
+    tags = build_asset(catalog, catalog["dwd.big"]).tags_by_key[AssetKey(["dwd", "big"])]
+    assert {k: v for k, v in tags.items() if k.startswith("warehouse/")} == {
+        "warehouse/compute.region": "eu",
+        "warehouse/compute.size": "large",
+    }
 
 
-def test_a_compute_that_is_no_mapping_of_labels_is_refused_naming_the_file(tmp_path: Path) -> None:
-    assert_refused(
-        tmp_path,
-        {"dwd/big.sql": "/* ---\ntable: dwd.big\nperiod: hourly\ncompute: large\n--- */\nSELECT id FROM ods.src\n"},
-        "compute must map compute pool labels to values",
-    )
+@pytest.mark.parametrize(
+    ("compute", "message"),
+    [
+        ("large", "compute must map compute pool labels to values"),
+        ("{region: eu west}", "compute: region: eu west: labels and values are letters, digits"),
+    ],
+)
+def test_a_compute_that_is_no_mapping_of_tag_words_is_refused_naming_the_file(
+    tmp_path: Path, compute: str, message: str
+) -> None:
+    header = f"table: dwd.big\nperiod: hourly\ncompute: {compute}\n"
+    assert_refused(tmp_path, {"dwd/big.sql": f"/* ---\n{header}--- */\nSELECT id FROM ods.src\n"}, message)
 
 
 def test_why_and_status_say_what_the_pools_hold(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:

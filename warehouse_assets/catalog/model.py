@@ -602,6 +602,9 @@ def _names(value: Any, what: str) -> tuple[str, ...]:
     raise ValueError(f"{what} must be a list of column names")
 
 
+_TAG_WORD = re.compile(r"[A-Za-z0-9_.-]{1,50}")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Table:
     """What every table has, whatever builds it. The kinds: :class:`OdsTable`, :class:`DerivedTable`,
@@ -650,7 +653,13 @@ class Table:
         scalar = (str, int, float)
         if not isinstance(value, Mapping) or not all(isinstance(v, scalar) and str(v) for v in value.values()):
             raise ValueError(f"compute must map compute pool labels to values, e.g. {{region: eu}}, got {value!r}")
-        return tuple(sorted((str(k), str(v)) for k, v in value.items()))
+        labels = tuple(sorted((str(k), str(v)) for k, v in value.items()))
+        for label, setting in labels:  # each becomes an asset tag: Dagster's tags allow these characters only
+            if not (_TAG_WORD.fullmatch(label) and _TAG_WORD.fullmatch(setting)):
+                raise ValueError(
+                    f"compute: {label}: {setting}: labels and values are letters, digits, '-', '_' and '.' (at most 50)"
+                )
+        return labels
 
     @field_validator("description", mode="before")
     @classmethod

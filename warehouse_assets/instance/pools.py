@@ -43,6 +43,7 @@ POOLS_VARIABLE = "WAREHOUSE_SPARK_POOLS"
 POOL_TAG = "warehouse/pool"  # the pool a run was placed on
 POOL_URL_TAG = "warehouse/pool_url"  # its endpoint, which the run's Spark resource connects to
 REQUIRES_TAG = "warehouse/compute"  # "region=eu,size=large": the labels the run's pool must have
+ASSET_TAG_PREFIX = "warehouse/compute."  # an asset's tag per required label (warehouse/compute.region: eu)
 RETRY_SECONDS = 10.0  # an offline pool is probed again after this long
 PROBE_TIMEOUT_S = 0.5
 REGISTRY_FILE = ".compute_pools.json"
@@ -115,6 +116,12 @@ def parse_requirement(text: str, source: str = REQUIRES_TAG) -> dict[str, str]:
 def requirement_tags(labels: Mapping[str, str]) -> dict[str, str]:
     """The run tags that make a run need a pool with ``labels`` (none for no labels)."""
     return {REQUIRES_TAG: ",".join(f"{k}={v}" for k, v in sorted(labels.items()))} if labels else {}
+
+
+def compute_asset_tags(labels: Mapping[str, str]) -> dict[str, str]:
+    """The asset tags that make every run of an asset need a pool with ``labels`` (a run of the UI's Materialize too):
+    one tag a label, as Dagster's asset tags allow (a value of letters, digits, ``-``, ``_`` and ``.``)."""
+    return {ASSET_TAG_PREFIX + label: value for label, value in sorted(labels.items())}
 
 
 def endpoint(url: str) -> tuple[str, int] | None:
@@ -309,17 +316,38 @@ def pool_loads(instance: Any, pools: Sequence[Pool]) -> tuple[PoolLoad, ...]:
     return loads_of(pools, running_by_pool(instance), PoolRegistry(instance.root_directory).offline())
 
 
-def run_requirement(run: Any) -> dict[str, str]:
-    return parse_requirement(run.tags.get(REQUIRES_TAG, ""))
+def run_requirement(run: Any, workspace: Any = None) -> dict[str, str]:
+    """The labels ``run``'s pool must have: its ``warehouse/compute`` tag's, and with the ``workspace`` it is launched
+    from, those its assets' tags require (a run of the UI's Materialize carries no tag of its own). ValueError when
+    two of them want different values of one label."""
+    required = parse_requirement(run.tags.get(REQUIRES_TAG, ""))
+    graph = getattr(workspace, "asset_graph", None) if workspace is not None else None
+    keys = [key for key in run.asset_selection or () if graph.has(key)] if graph is not None else []
+    for key in keys:
+        for tag, value in graph.get(key).tags.items():  # type: ignore[union-attr]  # keys is empty without a graph
+            label = tag.removeprefix(ASSET_TAG_PREFIX)
+            if tag.startswith(ASSET_TAG_PREFIX) and required.setdefault(label, value) != value:
+                raise ValueError(
+                    f"the run's assets require compute {label}={required[label]} and {label}={value}: no one pool "
+                    "can build them together; launch them apart"
+                )
+    return required
 
 
-def place_run(instance: Any, run: Any, pools: Sequence[Pool], probe_fn: Callable[[str], bool] = probe) -> Placement:
-    """Place ``run`` and record the choice in its tags, under the instance's placement lock."""
+def place_run(
+    instance: Any, run: Any, pools: Sequence[Pool], probe_fn: Callable[[str], bool] = probe, workspace: Any = None
+) -> Placement:
+    """Place ``run`` and record the choice in its tags, under the instance's placement lock. The labels its assets
+    require (found in ``workspace``) become its ``warehouse/compute`` tag, placed or not: the queue's limits of its
+    next passes then count them (:func:`queue_limits` reads the tag)."""
+    required = run_requirement(run, workspace)
+    if required and run.tags.get(REQUIRES_TAG) != requirement_tags(required)[REQUIRES_TAG]:
+        instance.add_run_tags(run.run_id, requirement_tags(required))
     with placement_lock(instance.root_directory):
         placement = place(
             pools,
             running_by_pool(instance, excluding=run.run_id),
-            run_requirement(run),
+            required,
             PoolRegistry(instance.root_directory),
             time.time(),
             probe_fn,

@@ -145,16 +145,16 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
                 f"WarmRunLauncher: run {run.run_id} has no code origin (job_code_origin): cannot tell which code "
                 "location to execute it in"
             )
-        if self._pools and not self._placed(run):
+        if self._pools and not self._placed(run, context.workspace):
             return
         worker = self._fork(origin.repository_origin, run.run_id)
         self._instance.add_run_tags(run.run_id, {WORKER_TAG: worker.tag()})
 
-    def _placed(self, run: DagsterRun) -> bool:
+    def _placed(self, run: DagsterRun, workspace: Any) -> bool:
         """Place ``run`` on a compute pool (its tags then name it); when every eligible pool is full or offline, put
         it back in Dagster's queue with the reason, as the daemon re-queues a run whose code server is away."""
         try:
-            placement = place_run(self._instance, run, self._pools)
+            placement = place_run(self._instance, run, self._pools, workspace=workspace)
         except ValueError as exc:  # no pool has the labels it requires: it could never start
             raise DagsterLaunchFailedError(f"WarmRunLauncher: run {run.run_id}: {exc}") from None
         if placement.pool is not None:

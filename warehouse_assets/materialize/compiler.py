@@ -54,6 +54,7 @@ from warehouse_assets.catalog import (
     periods,
 )
 from warehouse_assets.catalog.lineage_markdown import lineage_metadata
+from warehouse_assets.instance.pools import compute_asset_tags
 from warehouse_assets.materialize.freshness import build_freshness_checks
 from warehouse_assets.materialize.gate import BuildableSearch, FirstBuildable, first_buildable
 from warehouse_assets.materialize.lineage_run import with_lineage_events
@@ -167,6 +168,7 @@ def build_asset(
         description=table.description + first_partition_note(catalog, table, since),
         owners=[f"team:{table.owner}"],
         kinds={"spark", "delta"},
+        tags=compute_asset_tags(dict(table.compute)),  # the compute pool labels its runs require, from the UI too
         code_version=code_version(table),
         check_specs=[*check_specs(table), valid_spec(table)],
         backfill_policy=backfill_policy(table),
