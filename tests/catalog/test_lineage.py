@@ -15,8 +15,8 @@ from dagster import AssetKey, TableColumnDep, TableColumnLineage
 from resources.settings import Settings, using
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.catalog.lineage import ROWS, ColumnRef, WarehouseLineage, table_lineage
+from warehouse_assets.catalog.lineage_markdown import column_lineage_metadata
 from warehouse_assets.cli import main
-from warehouse_assets.materialize.compiler import column_lineage_metadata
 
 
 def refs(*names: str) -> frozenset[ColumnRef]:

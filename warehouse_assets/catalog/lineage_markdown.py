@@ -5,16 +5,21 @@ Markdown entry too: one row per output column with the input columns its values 
 columns that decide which rows there are, as ``warehouse lineage`` prints them. Dagster 1.13's UI renders a Markdown
 entry inline only under 1,000 characters (``MetadataEntry.tsx``: ``expandSmallValues && mdStr.length < 1000``), else
 behind a "[Show Markdown]" button; a longer lineage first names each input table once per row (``t.{a, b}``), then is
-split into several entries of whole rows, each shown inline.
+split into several entries of whole rows, each shown inline. :func:`column_lineage_metadata` is what a build's
+materialization carries: Dagster's own ``dagster/column_lineage`` and these entries.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
-from dagster import MetadataValue
+from dagster import AssetKey, MetadataValue, TableColumnDep, TableColumnLineage
 
 from warehouse_assets.catalog.lineage import ColumnRef, TableLineage
+
+if TYPE_CHECKING:
+    from warehouse_assets.catalog.model import Catalog
 
 INLINE_LIMIT = 1000  # the UI's: a Markdown entry this long or longer goes behind a button
 LABEL = "column_lineage"
@@ -62,3 +67,26 @@ def lineage_metadata(lineage: TableLineage) -> dict[str, MetadataValue]:
     """The Markdown entries by label: ``column_lineage``, then ``column_lineage (2)``… when it is split."""
     parts = lineage_markdown(lineage)
     return {LABEL if i == 0 else f"{LABEL} ({i + 1})": MetadataValue.md(part) for i, part in enumerate(parts)}
+
+
+def column_lineage_metadata(lineage: TableLineage, catalog: Catalog) -> dict[str, Any]:
+    """What a materialization carries of its table's column lineage: every output column with the input columns its
+    values are computed from (Dagster's ``dagster/column_lineage``, which Dagster+ draws as a column graph and the
+    open-source UI lists in the run's log); the input columns that decide the rows (filters, join keys, groupings), on
+    which every column depends; and the columns the SQL could not be followed to, named (they are given every input
+    column). The same as Markdown (``column_lineage``), which the open-source UI shows on the asset's page."""
+    deps = {
+        column: [
+            TableColumnDep(asset_key=AssetKey(catalog[ref.table].key), column_name=ref.column) for ref in sorted(refs)
+        ]
+        for column, refs in lineage.columns.items()
+    }
+    metadata: dict[str, Any] = {"dagster/column_lineage": TableColumnLineage(deps_by_column=deps)}
+    metadata.update(lineage_metadata(lineage))
+    if lineage.rows:
+        metadata["rows_depend_on"] = ", ".join(str(ref) for ref in sorted(lineage.rows))
+    if lineage.unresolved:
+        metadata["column_lineage_unresolved"] = MetadataValue.md(
+            "\n".join(f"- {line}" for line in lineage.describe_unresolved())
+        )
+    return metadata

@@ -28,8 +28,6 @@ from dagster import (
     MaterializeResult,
     MetadataValue,
     PartitionMapping,
-    TableColumnDep,
-    TableColumnLineage,
     TimeWindowPartitionMapping,
     asset,
     multi_asset_check,
@@ -68,34 +66,11 @@ from warehouse_assets.materialize.quality import (
 from warehouse_assets.materialize.validity import taint_evaluation, tainted_in_instance, valid_evaluation, valid_spec
 
 if TYPE_CHECKING:
-    from warehouse_assets.catalog.lineage import TableLineage, WarehouseLineage
+    from warehouse_assets.catalog.lineage import WarehouseLineage
 
 
 def code_version(table: DerivedTable | StaticTable) -> str:
     return hashlib.sha1((table.sql or "").encode()).hexdigest()[:12]
-
-
-def column_lineage_metadata(lineage: "TableLineage", catalog: Catalog) -> dict[str, Any]:
-    """What a materialization carries of its table's column lineage: every output column with the input columns its
-    values are computed from (Dagster's ``dagster/column_lineage``, which Dagster+ draws as a column graph and the
-    open-source UI lists in the run's log); the input columns that decide the rows (filters, join keys, groupings), on
-    which every column depends; and the columns the SQL could not be followed to, named (they are given every input
-    column). The same as Markdown (``column_lineage``), which the open-source UI shows on the asset's page."""
-    deps = {
-        column: [
-            TableColumnDep(asset_key=AssetKey(catalog[ref.table].key), column_name=ref.column) for ref in sorted(refs)
-        ]
-        for column, refs in lineage.columns.items()
-    }
-    metadata: dict[str, Any] = {"dagster/column_lineage": TableColumnLineage(deps_by_column=deps)}
-    metadata.update(lineage_metadata(lineage))
-    if lineage.rows:
-        metadata["rows_depend_on"] = ", ".join(str(ref) for ref in sorted(lineage.rows))
-    if lineage.unresolved:
-        metadata["column_lineage_unresolved"] = MetadataValue.md(
-            "\n".join(f"- {line}" for line in lineage.describe_unresolved())
-        )
-    return metadata
 
 
 def backfill_policy(table: Table) -> BackfillPolicy:

@@ -45,7 +45,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from sqlglot import exp
 
-from resources.delta_lake import DeltaStore, PartitionWritten, Predicate, ReadStats
+from resources.delta_lake import DeltaStore, PartitionWritten, Predicate, ReadStats, WriteResult
 from resources.external import ExternalResource
 from warehouse_assets.catalog import (
     BY_PERIOD,
@@ -61,8 +61,8 @@ from warehouse_assets.catalog import (
     partition_window,
 )
 from warehouse_assets.catalog.lineage import WarehouseLineage
+from warehouse_assets.catalog.lineage_markdown import column_lineage_metadata
 from warehouse_assets.ingest.deliveries import external_source
-from warehouse_assets.materialize.compiler import column_lineage_metadata
 from warehouse_assets.materialize.gate import (
     DEGRADED,
     LATE_CHANGES_TAG,
@@ -266,89 +266,58 @@ def _build_partitions(
     external: ExternalResource | None,
 ) -> MaterializeResult:
     keys = sorted(context.partition_keys, key=lambda k: partition_window(table, k).start)
-    states = InstanceStates(context.instance)
-    written: list[dict[str, Any]] = []
-    degraded: dict[str, str] = {}  # partition → what it was built without, past a deadline
-    reached: dict[str, str] = {}  # partition → the state it is built in, of a table with states
-    totals = {"rows": 0, "files_added": 0, "files_removed": 0, "bytes_added": 0, "files_read": 0, "files_skipped": 0}
-    started = time.monotonic()
-    version: int | None = None
-    # Partitions are planned in time order and written together, one Delta commit per ranged write: Spark computes
-    # them in one job instead of one job and one commit each. A self-dependent table reads its own earlier partitions:
-    # those planned in this run are read from their computed rows, each partition's rows computed once when it is
-    # planned (a local checkpoint, which also keeps a long chain's query plan from growing with every day).
-    self_dependent = any(dep.table == table.fqn for dep in table.deps)
-    pending: list[_Planned] = []
-    # a rebuild for late data replaces only the changed keys' rows where the table's SQL proves that enough
-    scoper = KeyScoper(catalog, table, context.instance, context.run.tags, spark, store)
-
-    def write() -> None:
-        if not pending:
-            return
-        specs = [partition_values_of(table, p.key) for p in pending]
-        frames = [p.out for p in pending]
-        if pending[0].scope is not None:  # every pending partition is key-scoped: one MERGE of their keys
-            changed = [p.scope.changed(spark, spec) for p, spec in zip(pending, specs, strict=True) if p.scope]
-            result = store.replace_keys(
-                spark,
-                table.key,
-                reduce(DataFrame.unionByName, frames),
-                reduce(DataFrame.unionByName, changed),
-                pending[0].scope.key_columns,
-                table.partition_by,
-                specs,
-            )
-        else:
-            # a derived table records its changes from its first commit: a key-scoped rebuild below reads them
-            rows = reduce(DataFrame.unionByName, frames)
-            properties = scoper.table_properties() if not store.exists(table.key) else None
-            result = store.overwrite(table.key, rows, table.partition_by, specs, configuration=properties)
-        nonlocal version
-        version = result.version
-        for name in ("rows", "files_added", "files_removed", "bytes_added"):
-            totals[name] += int(getattr(result, name))
-        alone = PartitionWritten(rows=result.rows, files=result.files_added, bytes=result.bytes_added)
-        for planned, figures in zip(pending, result.by_partition or [alone], strict=True):
-            _written(planned, figures, result.version)
-        if table.checks:
-            outcomes.extend(_check_written(table, pending, spark, store, result.version))
-        pending.clear()
-
-    def _written(planned: _Planned, figures: PartitionWritten, at: int) -> None:
-        key, verdict, read_from, scope = planned.key, planned.verdict, planned.read_from, planned.scope
-        states.written.setdefault(table.fqn, set()).add(key)
-        lacking = degraded_description(verdict)
-        if lacking:
-            degraded[key] = lacking
-        if verdict.state is not None:
-            reached[key] = verdict.state
-        written.append(
-            {
-                "partition": key,
-                "rows": figures.rows,
-                "files_added": figures.files,
-                "delta_version": at,
-                "upstream": {t: span(k) for t, k in read_from.items()},
-                "read_versions": planned.versions,
-                **({"keys_rebuilt": scope.keys.num_rows} if scope else {}),
-                **({"degraded": lacking} if lacking else {}),
-                **({"state": verdict.state} if verdict.state else {}),
-            }
-        )
-        rebuilt = f", the rows of {scope.keys.num_rows} changed {'/'.join(scope.key_columns)}" if scope else ""
-        context.log.info(
-            f"{table.fqn} {key}: {figures.rows} rows{rebuilt}, {figures.files} files, "
-            f"Delta version {at}, read {', '.join(f'{t} {span(k)}' for t, k in read_from.items())}"
-        )
-        if lacking:
-            context.log.warning(f"{table.fqn} {key} is degraded: {lacking}; it is built again when they arrive")
-
+    build = _RangedBuild(context, catalog, table, spark, store, outcomes, external)
     for key in keys:
-        verdict = _await_repairs(context, catalog, table, key, states, before_waiting=write)
+        verdict = _await_repairs(context, catalog, table, key, build.states, before_waiting=build.write)
         if not verdict.may_run:
-            write()  # the partitions before it are built, as they would be had they run alone
+            build.write()  # the partitions before it are built, as they would be had they run alone
             not_worth_retrying(context)
             raise Failure(verdict.reasons[0])
+        build.plan(key, verdict)
+    build.write()
+    return build.result()
+
+
+class _RangedBuild:
+    """One run's partitions of a table: planned in time order and written together, one Delta commit per ranged
+    write: Spark computes them in one job instead of one job and one commit each. A self-dependent table reads its
+    own earlier partitions: those planned in this run are read from their computed rows, each partition's rows
+    computed once when it is planned (a local checkpoint, which also keeps a long chain's query plan from growing with
+    every day)."""
+
+    def __init__(
+        self,
+        context: AssetExecutionContext,
+        catalog: Catalog,
+        table: Table,
+        spark: SparkSession,
+        store: DeltaStore,
+        outcomes: list[Outcome],
+        external: ExternalResource | None,
+    ):
+        self.context, self.catalog, self.table, self.spark, self.store = context, catalog, table, spark, store
+        self.outcomes, self.external = outcomes, external
+        self.states = InstanceStates(context.instance)
+        self.written: list[dict[str, Any]] = []
+        self.degraded: dict[str, str] = {}  # partition → what it was built without, past a deadline
+        self.reached: dict[str, str] = {}  # partition → the state it is built in, of a table with states
+        self.totals = {"rows": 0, "files_added": 0, "files_removed": 0, "bytes_added": 0}
+        self.totals.update(files_read=0, files_skipped=0)
+        self.started = time.monotonic()
+        self.version: int | None = None
+        self.self_dependent = any(dep.table == table.fqn for dep in table.deps)
+        self.pending: list[_Planned] = []
+        # a rebuild for late data replaces only the changed keys' rows where the table's SQL proves that enough
+        self.scoper = KeyScoper(catalog, table, context.instance, context.run.tags, spark, store)
+
+    # --- reading a partition's inputs -------------------------------------------------------------------------
+
+    def read_inputs(
+        self, key: str, verdict: Verdict
+    ) -> tuple[dict[str, DataFrame], dict[str, list[str]], dict[str, int]]:
+        """The partition's inputs by the names its SQL reads, the upstream partitions each was read from, and the
+        Delta version of each input read."""
+        catalog, table, spark, store = self.catalog, self.table, self.spark, self.store
         inputs: dict[str, DataFrame] = {}
         read_from: dict[str, list[str]] = {}
         versions: dict[str, int] = {}
@@ -362,73 +331,163 @@ def _build_partitions(
             if isinstance(upstream, OdsWindows):  # the ODS table's rows in the windows, from their hours' partitions
                 inputs[upstream.source], read_from[dep.table] = _read_windows(catalog, upstream, used, spark, store)
                 continue
-            if dep.table == table.fqn and any(p.key in used for p in pending):
-                own = _own_earlier(store, spark, f"{table.fqn} {key}", table, used, pending)
+            if dep.table == table.fqn and any(p.key in used for p in self.pending):
+                own = _own_earlier(store, spark, f"{table.fqn} {key}", table, used, self.pending)
                 inputs[dep.table], read_from[dep.table] = own, used
                 continue
-            specs = [partition_values_of(upstream, k) for k in used]
-            if upstream.is_external:
-                if external is None:
-                    raise Failure(f"{table.fqn} reads the external {dep.table} but has no external resource")
-                df = external_source(external, upstream).read(spark, [s["dt"] for s in specs])
-            elif specs:
-                # skip CDC tombstones, except in a changelog, where a DELETE is a change its snapshot applies
-                mirror = isinstance(upstream, OdsTable) and not upstream.changelog
-                live = [Predicate("_deleted", "=", False)] if mirror else []
-                df, versions[dep.table], stats = _read_now(store, spark, f"{table.fqn} {key}", upstream, specs, live)
-                totals["files_read"] += stats.files_read
-                totals["files_skipped"] += stats.files_in_table - stats.files_read
-            else:
-                df = _empty_like(spark, store, upstream, first_of_self=dep.table == table.fqn)
-            inputs[dep.table] = df
+            inputs[dep.table] = self._read_upstream(key, dep.table, upstream, used, versions)
             read_from[dep.table] = used
         for dep in table.deps:  # a dependency the partition's state does not need reads as empty
             name = read_name(catalog, dep.table)
             if name not in inputs:
-                inputs[name] = _empty_like(spark, store, catalog[name], external=external)
+                inputs[name] = _empty_like(spark, store, catalog[name], external=self.external)
                 read_from[dep.table] = []
-        scope, whole_because = scoper.scope(key, read_from, versions)
-        if scope is None and key in scoper.late:  # a late-data rebuild that could not be scoped: say why
-            context.log.info(f"{table.fqn} {key}: rebuilt whole: {whole_because}")
-        if pending and (pending[0].scope is None) != (scope is None):
-            write()  # one commit writes partitions one way: by key, or whole
-        suffix = f"__{len(pending)}"  # the partition's own views: the write plans every partition's query first
+        return inputs, read_from, versions
+
+    def _read_upstream(
+        self, key: str, name: str, upstream: Table, used: list[str], versions: dict[str, int]
+    ) -> DataFrame:
+        """The partitions ``used`` of a partitioned upstream: from its producer (external), or from Delta at the
+        version of now (recorded in ``versions``), or an empty frame when none is used."""
+        table, spark, store = self.table, self.spark, self.store
+        specs = [partition_values_of(upstream, k) for k in used]
+        if upstream.is_external:
+            if self.external is None:
+                raise Failure(f"{table.fqn} reads the external {name} but has no external resource")
+            return external_source(self.external, upstream).read(spark, [s["dt"] for s in specs])
+        if not specs:
+            return _empty_like(spark, store, upstream, first_of_self=name == table.fqn)
+        # skip CDC tombstones, except in a changelog, where a DELETE is a change its snapshot applies
+        mirror = isinstance(upstream, OdsTable) and not upstream.changelog
+        live = [Predicate("_deleted", "=", False)] if mirror else []
+        df, versions[name], stats = _read_now(store, spark, f"{table.fqn} {key}", upstream, specs, live)
+        self.totals["files_read"] += stats.files_read
+        self.totals["files_skipped"] += stats.files_in_table - stats.files_read
+        return df
+
+    # --- planning a partition's query ---------------------------------------------------------------------------
+
+    def plan(self, key: str, verdict: Verdict) -> None:
+        """Read the partition's inputs and plan its query; the pending partitions are written when one commit cannot
+        take it too, and when they are as many as one write takes."""
+        table, spark = self.table, self.spark
+        inputs, read_from, versions = self.read_inputs(key, verdict)
+        scope, whole_because = self.scoper.scope(key, read_from, versions)
+        if scope is None and key in self.scoper.late:  # a late-data rebuild that could not be scoped: say why
+            self.context.log.info(f"{table.fqn} {key}: rebuilt whole: {whole_because}")
+        if self.pending and (self.pending[0].scope is None) != (scope is None):
+            self.write()  # one commit writes partitions one way: by key, or whole
+        suffix = f"__{len(self.pending)}"  # the partition's own views: the write plans every partition's query first
         for name, df in inputs.items():
             view = df if scope is None else scope.only_keys(spark, name, df)
             view.createOrReplaceTempView(view_name(name, suffix))
-        out = spark.sql(render_sql(table, key, catalog, suffix))
+        out = spark.sql(render_sql(table, key, self.catalog, suffix))
         _check_columns(table, key, out)
         spec = partition_values_of(table, key)
         out = out.select(*[c for c in out.columns if c not in spec], *[F.lit(v).alias(c) for c, v in spec.items()])
-        if self_dependent:
+        if self.self_dependent:
             out = out.localCheckpoint(eager=True)
-            states.written.setdefault(table.fqn, set()).add(key)  # the gate of its next partition finds it built
-        pending.append(_Planned(key, verdict, out, inputs, read_from, versions, scope))
-        if len(pending) >= RANGED_WRITE_MAX_PARTITIONS:
-            write()
-    write()
-    # a rebuild for late data: how many late changes each partition absorbed (the dependency center's count)
-    late = {
-        k: n
-        for k, n in json.loads(context.run.tags.get(LATE_CHANGES_TAG, "{}")).items()
-        if k in {w["partition"] for w in written}
-    }
-    return MaterializeResult(
-        metadata={
-            # first, where the UI's partition page shows them at the top; per partition, as a ranged run's
-            # materializations share one metadata: the state store reads its own
-            **({STATE: MetadataValue.json(reached)} if reached else {}),
-            **({DEGRADED: MetadataValue.json(degraded)} if degraded else {}),
-            **({"late_changes_absorbed": MetadataValue.json(late)} if late else {}),
-            **totals,
-            "partitions_written": len(written),
-            "delta_version": version,
-            "duration_s": round(time.monotonic() - started, 3),
-            "table_uri": store.table_uri(table.key),
-            "partitions": MetadataValue.json(written),
-            **_column_lineage(context, catalog, table),
+            self.states.written.setdefault(table.fqn, set()).add(key)  # the gate of its next partition finds it built
+        self.pending.append(_Planned(key, verdict, out, inputs, read_from, versions, scope))
+        if len(self.pending) >= RANGED_WRITE_MAX_PARTITIONS:
+            self.write()
+
+    # --- the ranged write ---------------------------------------------------------------------------------------
+
+    def write(self) -> None:
+        """Write the pending partitions in one Delta commit, record each, and evaluate the table's checks on them."""
+        if not self.pending:
+            return
+        result = self._commit()
+        self.version = result.version
+        for name in ("rows", "files_added", "files_removed", "bytes_added"):
+            self.totals[name] += int(getattr(result, name))
+        alone = PartitionWritten(rows=result.rows, files=result.files_added, bytes=result.bytes_added)
+        for planned, figures in zip(self.pending, result.by_partition or [alone], strict=True):
+            self._written(planned, figures, result.version)
+        if self.table.checks:
+            self.outcomes.extend(_check_written(self.table, self.pending, self.spark, self.store, result.version))
+        self.pending.clear()
+
+    def _commit(self) -> WriteResult:
+        """The pending partitions' one commit: a MERGE of their keys when every one is key-scoped, else an overwrite
+        of exactly those partitions."""
+        table, spark, store, pending = self.table, self.spark, self.store, self.pending
+        specs = [partition_values_of(table, p.key) for p in pending]
+        frames = [p.out for p in pending]
+        if pending[0].scope is not None:  # every pending partition is key-scoped: one MERGE of their keys
+            changed = [p.scope.changed(spark, spec) for p, spec in zip(pending, specs, strict=True) if p.scope]
+            return store.replace_keys(
+                spark,
+                table.key,
+                reduce(DataFrame.unionByName, frames),
+                reduce(DataFrame.unionByName, changed),
+                pending[0].scope.key_columns,
+                table.partition_by,
+                specs,
+            )
+        # a derived table records its changes from its first commit: a key-scoped rebuild below reads them
+        rows = reduce(DataFrame.unionByName, frames)
+        properties = self.scoper.table_properties() if not store.exists(table.key) else None
+        return store.overwrite(table.key, rows, table.partition_by, specs, configuration=properties)
+
+    def _written(self, planned: _Planned, figures: PartitionWritten, at: int) -> None:
+        table, log = self.table, self.context.log
+        key, verdict, read_from, scope = planned.key, planned.verdict, planned.read_from, planned.scope
+        self.states.written.setdefault(table.fqn, set()).add(key)
+        lacking = degraded_description(verdict)
+        if lacking:
+            self.degraded[key] = lacking
+        if verdict.state is not None:
+            self.reached[key] = verdict.state
+        self.written.append(
+            {
+                "partition": key,
+                "rows": figures.rows,
+                "files_added": figures.files,
+                "delta_version": at,
+                "upstream": {t: span(k) for t, k in read_from.items()},
+                "read_versions": planned.versions,
+                **({"keys_rebuilt": scope.keys.num_rows} if scope else {}),
+                **({"degraded": lacking} if lacking else {}),
+                **({"state": verdict.state} if verdict.state else {}),
+            }
+        )
+        rebuilt = f", the rows of {scope.keys.num_rows} changed {'/'.join(scope.key_columns)}" if scope else ""
+        log.info(
+            f"{table.fqn} {key}: {figures.rows} rows{rebuilt}, {figures.files} files, "
+            f"Delta version {at}, read {', '.join(f'{t} {span(k)}' for t, k in read_from.items())}"
+        )
+        if lacking:
+            log.warning(f"{table.fqn} {key} is degraded: {lacking}; it is built again when they arrive")
+
+    # --- the materialization ----------------------------------------------------------------------------------
+
+    def result(self) -> MaterializeResult:
+        """The run's one materialization of the partitions written, with each partition's figures."""
+        context, table = self.context, self.table
+        # a rebuild for late data: how many late changes each partition absorbed (the dependency center's count)
+        late = {
+            k: n
+            for k, n in json.loads(context.run.tags.get(LATE_CHANGES_TAG, "{}")).items()
+            if k in {w["partition"] for w in self.written}
         }
-    )
+        return MaterializeResult(
+            metadata={
+                # first, where the UI's partition page shows them at the top; per partition, as a ranged run's
+                # materializations share one metadata: the state store reads its own
+                **({STATE: MetadataValue.json(self.reached)} if self.reached else {}),
+                **({DEGRADED: MetadataValue.json(self.degraded)} if self.degraded else {}),
+                **({"late_changes_absorbed": MetadataValue.json(late)} if late else {}),
+                **self.totals,
+                "partitions_written": len(self.written),
+                "delta_version": self.version,
+                "duration_s": round(time.monotonic() - self.started, 3),
+                "table_uri": self.store.table_uri(table.key),
+                "partitions": MetadataValue.json(self.written),
+                **_column_lineage(context, self.catalog, table),
+            }
+        )
 
 
 def _read_now(
