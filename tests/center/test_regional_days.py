@@ -45,11 +45,12 @@ from warehouse_assets.catalog import periods as catalog_periods
 from warehouse_assets.center.reconcile import TableReconciliation, reconcile
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import PartitionStateStore
-from warehouse_assets.explain.status import status_keys, status_lines
 from warehouse_assets.center.taint import root_keys
+from warehouse_assets.explain.status import status_keys, status_lines
 from warehouse_assets.explain.why import NOT_YET, explain
+from warehouse_assets.materialize.buildable import never_buildable
 from warehouse_assets.materialize.compiler import build_assets
-from warehouse_assets.materialize.gate import NONEXISTENT, decide, never_buildable
+from warehouse_assets.materialize.gate import NONEXISTENT, decide
 
 TZ = ZoneInfo("Asia/Shanghai")
 REGIONS = "regions: {shanghai: Asia/Shanghai, karachi: Asia/Karachi, utc: UTC, los_angeles: America/Los_Angeles}\n"

@@ -25,7 +25,8 @@ from tests.support.small_catalog import ODS, assert_refused, sql_catalog, write
 from warehouse_assets.catalog import Catalog, Table, load_catalog
 from warehouse_assets.explain.status import status_lines
 from warehouse_assets.explain.why import explain
-from warehouse_assets.materialize.gate import EARLIER_STATE, STATE, decide, first_buildable
+from warehouse_assets.materialize.buildable import first_buildable
+from warehouse_assets.materialize.gate import EARLIER_STATE, STATE, decide
 
 TZ = ZoneInfo("Asia/Shanghai")
 NOW = datetime(2026, 3, 10, 12, tzinfo=TZ)

@@ -14,6 +14,7 @@ import pytest
 
 from tests.support.small_catalog import ODS, sql_catalog, write
 from warehouse_assets.catalog import Catalog, CatalogError, Table, load_catalog
+from warehouse_assets.materialize.buildable import BuildableSearch, FirstBuildable, first_buildable
 from warehouse_assets.materialize.gate import (
     CHECK_FAILED,
     IN_PROGRESS,
@@ -21,11 +22,8 @@ from warehouse_assets.materialize.gate import (
     NONEXISTENT,
     OK,
     TAINTED,
-    BuildableSearch,
-    FirstBuildable,
     backfill_partitions,
     decide,
-    first_buildable,
     nonexistent_upstream,
 )
 from warehouse_assets.materialize.validity import Taint
@@ -299,7 +297,7 @@ def test_a_partition_that_can_never_be_built_is_explained_at_its_own_window_all_
     """A 7-day window on a daily table, and a table on that window: a partition's reason names the dates its own
     window needs, and an upstream partition that can never be built is explained at that partition, not by the first
     partition of its table (whose window reaches back furthest)."""
-    from warehouse_assets.materialize.gate import never_buildable
+    from warehouse_assets.materialize.buildable import never_buildable
 
     root = tmp_path / "tables"
     write(root, "ods/src.yaml", ODS)

@@ -65,8 +65,9 @@ from warehouse_assets.catalog import (
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import PartitionState, PartitionStateStore, StateView
 from warehouse_assets.instance.lanes import REBUILD_LANE, USER_LANE, lane_tags
+from warehouse_assets.materialize.buildable import BuildableSearch, never_buildable
 from warehouse_assets.materialize.compiler import max_partitions_per_run, topological
-from warehouse_assets.materialize.gate import BuildableSearch, backfill_running, never_buildable, span
+from warehouse_assets.materialize.gate import backfill_running, span
 from warehouse_assets.materialize.validity import TAINT_TAG, Taint, release_evaluation, taint_evaluation
 
 if TYPE_CHECKING:

@@ -74,6 +74,7 @@ from warehouse_assets.ingest.deliveries import external_source
 from warehouse_assets.ingest.readiness import WINDOW, Readiness, shard_state, with_counts
 from warehouse_assets.instance.lanes import USER_LANE, lane_tags
 from warehouse_assets.instance.pools import pools_from_env, waiting_message
+from warehouse_assets.materialize.buildable import BuildableSearch, never_buildable
 from warehouse_assets.materialize.freshness import deadline as sla_deadline
 from warehouse_assets.materialize.gate import (
     CHECK_FAILED,
@@ -82,11 +83,9 @@ from warehouse_assets.materialize.gate import (
     NONEXISTENT,
     TAINTED,
     WAIVED,
-    BuildableSearch,
     EdgeVerdict,
     Verdict,
     decide,
-    never_buildable,
     span,
 )
 from warehouse_assets.materialize.validity import Taint

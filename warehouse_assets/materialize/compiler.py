@@ -53,8 +53,8 @@ from warehouse_assets.catalog import (
 )
 from warehouse_assets.catalog.lineage_markdown import lineage_metadata
 from warehouse_assets.instance.pools import compute_asset_tags
+from warehouse_assets.materialize.buildable import BuildableSearch, FirstBuildable, first_buildable
 from warehouse_assets.materialize.freshness import build_freshness_checks
-from warehouse_assets.materialize.gate import BuildableSearch, FirstBuildable, first_buildable
 from warehouse_assets.materialize.lineage_run import with_lineage_events
 from warehouse_assets.materialize.quality import (
     check_specs,
