@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, MutableMapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from resources.settings import Settings
@@ -22,6 +22,22 @@ def in_process_run_tags(lane: str) -> dict[str, str]:
     from warehouse_assets.instance.warm_launcher import this_process_as_worker
 
     return {**lane_tags(lane), **this_process_as_worker()}
+
+
+def with_running_spark(resources: dict[str, Any]) -> dict[str, Any]:
+    """``resources`` with their local Spark replaced by the running stack's Spark Connect server when one listens at
+    the settings' URL: a command run beside ``make dev`` (a re-ingestion) then merges on the server the stack's runs
+    use, instead of starting a JVM of its own for a minute beside it."""
+    from resources.spark import SparkResource, port_open
+
+    spark = resources.get("spark")
+    if not isinstance(spark, SparkResource) or spark.mode != "local":
+        return resources  # a cluster, or Connect already, is what was asked for
+    host, _, port = spark.connect_url.removeprefix("sc://").split("/")[0].rpartition(":")
+    if not (port.isdigit() and port_open(host or "127.0.0.1", int(port))):
+        return resources
+    fields = {name: getattr(spark, name) for name in ("connect_url", "timezone", "conf", "lake_root")}
+    return {**resources, "spark": SparkResource(mode="connect", **fields)}
 
 
 def say(message: str) -> None:

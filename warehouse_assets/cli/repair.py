@@ -74,7 +74,7 @@ def _run_taint_job(config: dict[str, Any], instance: Any, resources: dict[str, A
     """The code location's ``taint_repair`` job, executed here: its run shows in the UI as the Launchpad's would."""
     from warehouse_assets.catalog import load_catalog
     from warehouse_assets.center.taint import build_taint_job
-    from warehouse_assets.cli.common import in_process_run_tags
+    from warehouse_assets.cli.common import in_process_run_tags, with_running_spark
     from warehouse_assets.instance.lanes import USER_LANE
 
     result = build_taint_job(load_catalog(), lake=lake).execute_in_process(
@@ -84,7 +84,9 @@ def _run_taint_job(config: dict[str, Any], instance: Any, resources: dict[str, A
         },
         instance=instance,
         tags=in_process_run_tags(USER_LANE),  # run monitoring must find this process as the run's worker
-        resources={k: v for k, v in resources.items() if k in ("spark", "lake", "landing")} if lake else None,
+        resources=with_running_spark({k: v for k, v in resources.items() if k in ("spark", "lake", "landing")})
+        if lake
+        else None,
         raise_on_error=False,
     )
     if not result.success:
@@ -109,9 +111,9 @@ def _run_taint_job(config: dict[str, Any], instance: Any, resources: dict[str, A
 def table_status_command(args: argparse.Namespace, instance: Any) -> int:
     """Each partition of ``args.table`` in ``args.range``: materialized, valid or tainted, its checks."""
     from warehouse_assets.catalog import load_catalog
-    from warehouse_assets.explain.eta import instance_predictor
     from warehouse_assets.center.ledger import open_readonly
     from warehouse_assets.center.state_store import PartitionStateStore
+    from warehouse_assets.explain.eta import instance_predictor
     from warehouse_assets.explain.status import status_keys, status_lines
 
     catalog = load_catalog()
