@@ -25,6 +25,7 @@ from warehouse_assets.instance.pools import (
     parse_pools,
     parse_requirement,
     place,
+    queue_limits,
     requirement_tags,
     without_token,
 )
@@ -206,11 +207,24 @@ def test_why_and_status_say_what_the_pools_hold(tmp_path: Path, monkeypatch: pyt
         now = datetime.now(UTC)
         # b has room: the run waits for a slot of the queue, not for compute
         assert "waiting for compute" not in describe_run(instance, record, now)
-        PoolRegistry(instance.root_directory).mark_offline("b", datetime(2026, 11, 29, 14, 5).timestamp())
+        registry = PoolRegistry(instance.root_directory)
+        registry.mark_offline("b", datetime(2026, 11, 29, 14, 5).timestamp())
+        registry.mark_offline("b", time.time())  # probed again just now, still down: offline since 14:05
         assert describe_run(instance, record, now).endswith(
             "; waiting for compute: pool a full (1/1), pool b offline since 14:05"
         )
         status_command(SimpleNamespace(runs=5), instance)
+        # the queue's limits: a run slot for each free pool slot (b offline: none), one per label set a pool has
+        for run_id, labels in (("r3", "size=large"), ("r4", "size=huge")):
+            tags = {"warehouse/compute": labels}
+            instance.add_run(DagsterRun(job_name="j", run_id=run_id, status=DagsterRunStatus.SUCCESS, tags=tags))
+        sized = parse_pools(
+            '{"a": {"url": "sc://host-a:15002", "capacity": 2, "labels": {"size": "large"}},'
+            ' "b": {"url": "sc://host-b:15002", "capacity": 2}}'
+        )
+        large = {"key": "warehouse/compute", "value": "size=large", "limit": 1}
+        assert queue_limits(instance, sized, 10) == (2, [large])
+        assert queue_limits(instance, sized, 1)[0] == 1  # the configured limit stays when it is lower
     printed = capsys.readouterr().out
     assert printed.endswith(
         "compute pools:\n  pool a: 1/1 runs sc://host-a:15002\n  pool b: 0/2 runs, offline since 14:05 sc://host-b:15002\n"

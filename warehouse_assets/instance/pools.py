@@ -395,6 +395,8 @@ def queue_limits(instance: Any, pools: Sequence[Pool], max_concurrent_runs: int)
                 required = parse_requirement(value)
             except ValueError:
                 continue  # the launcher fails such a run with the reason
+            if not any(pool.serves(required) for pool in pools):
+                continue  # no pool could ever take it: let it reach the launcher, which fails it saying so
             holding = sum(1 for run in active if run.tags.get(REQUIRES_TAG) == value)
             free = sum(room[pool.name] for pool in pools if pool.serves(required))
             tag_limits.append({"key": REQUIRES_TAG, "value": value, "limit": holding + free})
