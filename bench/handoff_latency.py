@@ -613,7 +613,7 @@ def _running_at(instance: object, record: object) -> str:
 
 def _run_words(run: object) -> str:
     from warehouse_assets.center.late_data import LANE_TAG
-    from warehouse_assets.center.resolver import PARTITIONS_TAG
+    from warehouse_assets.center.plans import PARTITIONS_TAG
 
     tags = run.tags  # type: ignore[attr-defined]
     assets = ",".join(".".join(k.path) for k in (run.asset_selection or []))  # type: ignore[attr-defined]

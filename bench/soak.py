@@ -543,7 +543,7 @@ def check_runs(instance: Any, found: Findings) -> list[Any]:
     """Runs per engine request (at most one success each) and none left queued or in progress; all run records."""
     from dagster import DagsterRunStatus
 
-    from warehouse_assets.center.resolver import REQUEST_TAG
+    from warehouse_assets.center.plans import REQUEST_TAG
 
     records = list(instance.get_run_records())
     successes: dict[str, int] = defaultdict(int)

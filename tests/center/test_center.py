@@ -20,7 +20,8 @@ from dagster import (
 
 from tests.center.test_state_store import create_run, end, materializations, materialize_in, report, start, verdict
 from warehouse_assets.catalog import Catalog, load_catalog
-from warehouse_assets.center.resolver import Resolver, RunPlan, Trigger, run_priority
+from warehouse_assets.center.plans import RunPlan, Trigger, run_priority
+from warehouse_assets.center.resolver import Resolver
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import PartitionStateStore
 from warehouse_assets.materialize.compiler import max_partitions_per_run

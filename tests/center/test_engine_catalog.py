@@ -23,7 +23,7 @@ from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.center import heartbeat
 from warehouse_assets.center.engine import assemble_engine
 from warehouse_assets.center.heartbeat import Heartbeat
-from warehouse_assets.center.resolver import RunPlan
+from warehouse_assets.center.plans import RunPlan
 from warehouse_assets.explain.why import explain
 from warehouse_assets.materialize.compiler import max_partitions_per_run
 

@@ -20,7 +20,7 @@ from dagster import AssetKey, AssetMaterialization, DagsterInstance, Definitions
 
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.center.engine import assemble_engine
-from warehouse_assets.center.resolver import RunPlan
+from warehouse_assets.center.plans import RunPlan
 from warehouse_assets.definitions import build_definitions
 from warehouse_assets.materialize.compiler import max_partitions_per_run
 from warehouse_assets.materialize.gate import decide

@@ -24,7 +24,7 @@ from tests.center.test_state_store import report
 from tests.support.small_catalog import VALUED_ODS, write
 from warehouse_assets.catalog import load_catalog
 from warehouse_assets.center.engine import SUBMITTERS, GraphQLSubmitter, SubmitError, assemble_engine
-from warehouse_assets.center.resolver import RunPlan, Trigger
+from warehouse_assets.center.plans import RunPlan, Trigger
 from warehouse_assets.materialize.compiler import max_partitions_per_run
 
 

@@ -14,7 +14,8 @@ from tests.center.test_lost_retries import DAY, NOW, Recorder
 from tests.center.test_state_store import report, start
 from tests.support.small_catalog import sql_catalog
 from warehouse_assets.center.engine import ORPHAN_TAG, Engine
-from warehouse_assets.center.resolver import REQUEST_TAG, Resolver, RunPlan
+from warehouse_assets.center.plans import REQUEST_TAG, RunPlan
+from warehouse_assets.center.resolver import Resolver
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import PartitionStateStore
 from warehouse_assets.materialize.compiler import max_partitions_per_run

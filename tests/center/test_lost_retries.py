@@ -23,7 +23,8 @@ from warehouse_assets.center.engine import (
     WILL_RETRY_TAG,
     Engine,
 )
-from warehouse_assets.center.resolver import LOST_RETRY, REQUEST_TAG, STOPPED, Resolver, RunPlan
+from warehouse_assets.center.plans import LOST_RETRY, REQUEST_TAG, STOPPED, RunPlan
+from warehouse_assets.center.resolver import Resolver
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import PartitionStateStore
 from warehouse_assets.instance.warm_launcher import STOPPED_TAG

@@ -17,7 +17,7 @@ from tests.support.small_catalog import VALUED_ODS, sql_catalog
 from warehouse_assets.catalog import Catalog
 from warehouse_assets.center.catch_up import CATCH_UP, plan_catch_up
 from warehouse_assets.center.ledger import Stale, open_readonly
-from warehouse_assets.center.resolver import REQUEST_TAG, TRIGGER_TAG, RunPlan
+from warehouse_assets.center.plans import REQUEST_TAG, TRIGGER_TAG, RunPlan
 from warehouse_assets.cli.rebuild import rebuild_stale_command
 from warehouse_assets.instance.lanes import LANE_TAG, REBUILD_LANE
 from warehouse_assets.materialize.gate import LATE_CHANGES_TAG

@@ -49,10 +49,10 @@ from tests.support.center_harness import CenterTicker
 from tests.support.lake import row_dicts
 from warehouse_assets.catalog import Catalog
 from warehouse_assets.center.engine import assemble_engine
-from warehouse_assets.center.resolver import RunPlan
+from warehouse_assets.center.plans import RunPlan
 from warehouse_assets.center.state_store import PartitionStateStore
-from warehouse_assets.explain.why import explain
 from warehouse_assets.definitions import catalog, defs
+from warehouse_assets.explain.why import explain
 from warehouse_assets.ingest.deliveries import (
     DeliveryCursor,
     ExternalWatcher,

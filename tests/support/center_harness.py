@@ -17,7 +17,8 @@ from pathlib import Path
 from dagster import DagsterInstance
 
 from warehouse_assets.catalog import Catalog
-from warehouse_assets.center.resolver import Resolver, RunPlan
+from warehouse_assets.center.plans import RunPlan
+from warehouse_assets.center.resolver import Resolver
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import PartitionStateStore
 from warehouse_assets.center.taint import build_taint_job

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from warehouse_assets.catalog import BY_PERIOD, Catalog, Table
 from warehouse_assets.center.ledger import Ledger, Stale
-from warehouse_assets.center.resolver import RunPlan, Trigger
+from warehouse_assets.center.plans import RunPlan, Trigger
 
 CATCH_UP = "warehouse rebuild --stale"  # the trigger's field: the runs' tag says who asked
 WAITING_FOR_INPUTS = "waiting for its inputs"  # the ledger's note on a stale partition whose inputs are not ready

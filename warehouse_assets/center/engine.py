@@ -58,17 +58,9 @@ from dagster import AssetKey, DagsterInstance, DagsterRun, DagsterRunStatus, Par
 from warehouse_assets.catalog import Catalog, CatalogError, Table, load_catalog, partitions_def_of
 from warehouse_assets.center import heartbeat
 from warehouse_assets.center.heartbeat import SENSOR_NAME, Heartbeat
+from warehouse_assets.center.plans import LOST_RETRY, PRIORITY_TAG, REQUEST_TAG, STOPPED, RunPlan, Trigger, run_priority
 from warehouse_assets.center.reconcile import Reconciler
-from warehouse_assets.center.resolver import (
-    LOST_RETRY,
-    PRIORITY_TAG,
-    REQUEST_TAG,
-    STOPPED,
-    Resolver,
-    RunPlan,
-    Trigger,
-    run_priority,
-)
+from warehouse_assets.center.resolver import Resolver
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import PartitionStateStore
 from warehouse_assets.instance.lanes import LANE_TAG, REBUILD_LANE

@@ -4,8 +4,8 @@ The partition state store (:mod:`warehouse_assets.center.state_store`) reports e
 materialization, a check verdict, a run started or ended). For each change, :meth:`Resolver.on_changes` finds the
 downstream partitions it can unblock through the reverse index (:mod:`warehouse_assets.center.reverse_index`), asks the
 gate (:func:`warehouse_assets.materialize.gate.decide`) about each on the store, and returns the ones that may run now
-as :class:`RunPlan` objects, coalesced per table into ranges of contiguous partitions in time order. The cost is the
-changes' fan-out: no catalog scan, no partition history read.
+as run plans (:class:`warehouse_assets.center.plans.RunPlan`), coalesced per table into ranges of contiguous
+partitions in time order. The cost is the changes' fan-out: no catalog scan, no partition history read.
 
 The semantics (what Dagster's eager automation condition would decide, with exact windows):
 
@@ -22,8 +22,9 @@ The semantics (what Dagster's eager automation condition would decide, with exac
   rebuilt like late data, once its upstream is valid again;
 * late data that fails its checks taints what was built before it: when a blocking check fails on a partition's new
   materialization while downstream partitions were built from its previous one, the resolver plans a run of the
-  ``taint_repair`` job marking them (root: that partition and the check; no backfill) and, until the marks are in
-  the log, holds them back itself; once the partition is fixed, they are rebuilt as late data, each once;
+  ``taint_repair`` job marking them (:func:`warehouse_assets.center.taint.late_verdict`; root: that partition and the
+  check; no backfill) and, until the marks are in the log, holds them back itself; once the partition is fixed, they
+  are rebuilt as late data, each once;
 * exactly once per upstream state: a request is keyed by the partition and the storage ids of its upstream partitions'
   latest materializations, kept in the state store's SQLite file (tables ``center_requests``, ``center_deferred``),
   so the same changes applied twice, or by a new resolver after a restart, request nothing new.
@@ -53,9 +54,8 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
 from zoneinfo import ZoneInfo
 
 from dagster import AssetKey, TimeWindowPartitionsDefinition
@@ -79,166 +79,22 @@ from warehouse_assets.catalog import (
 )
 from warehouse_assets.center.late_data import LOOKBACK, LateData
 from warehouse_assets.center.ledger import Ledger, Rebuild, Stale
+from warehouse_assets.center.plans import (
+    CLOCK,
+    DEADLINE_PASSED,
+    DECLARED,
+    LATE_DUE,
+    RunPlan,
+    Trigger,
+    run_priority,
+)
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import Change, PartitionState, PartitionStateStore, failed_blocking_checks
-from warehouse_assets.center.taint import JOB as TAINT_JOB
-from warehouse_assets.instance.lanes import FIRST_BUILD_LANE, REBUILD_LANE, lane_tags
-from warehouse_assets.materialize.gate import LATE_CHANGES_TAG, Verdict, decide
+from warehouse_assets.center.taint import late_verdict
+from warehouse_assets.materialize.gate import Verdict, decide
 from warehouse_assets.materialize.validity import Taint
 
-REQUEST_TAG = "warehouse/request"  # the request a run was submitted for: how a restart finds what it submitted
-TRIGGER_TAG = "warehouse/trigger"  # the change that made the run's partitions ready, in words
-PARTITIONS_TAG = "warehouse/partitions"  # a ranged run's partitions in words (Dagster's two range tags are apart)
-PRIORITY_TAG = "dagster/priority"  # Dagster's queue launches higher priorities first, then the oldest
-
-
-def run_priority(
-    table: str,
-    first_partition_end: datetime | None,
-    now: datetime | None,
-    rebuild: bool = False,
-    hourly: bool = False,
-) -> int:
-    """The queue priority of the engine's run of ``table`` whose first partition's window ends at
-    ``first_partition_end``.
-
-    Older partitions first (by the days since their window ended), and among those of the same day the hours first,
-    then deeper layers first: a catch-up finishes the oldest day's chain up to its figures (ADS) before it starts the
-    next day's, instead of building every day's DWD before any DWS; and when a day closes, its last hour, watched live,
-    is not queued behind the closed day's chain, which takes minutes anyway. A ``rebuild`` (every partition of the run
-    was built before: late data, a later state, a late upstream past its deadline) goes after every first build: late
-    changes to yesterday arrive all day, and the new hours must not wait behind yesterday's chain being built again.
-    Always below zero, so that a run a user launches (priority 0: the UI's Materialize, a backfill) goes before the
-    engine's."""
-    rank = {"dwd": 1, "dws": 2, "ads": 3}.get(table.split(".", 1)[0], 3) + (4 if hourly else 0)
-    age = 0 if first_partition_end is None or now is None else max(0, (now - first_partition_end).days)
-    return (-200 if rebuild else -100) + 10 * min(age, 9) + rank
-
-
 PRUNE_EVERY = timedelta(hours=1)  # how often old requests are deleted
-CLOCK = "clock"  # a Trigger's field: the partition's window ended, nothing upstream changed
-DEADLINE_PASSED = "deadline"  # a Trigger's field: a dependency's deadline passed, nothing upstream changed
-LOST_RETRY = "lost_retry"  # a Trigger's field: the run failed and Dagster could not launch its retry
-STOPPED = "stopped"  # a Trigger's field: a stop of the stack canceled the run
-LATE_DUE = "late_due"  # a Trigger's field: the late-data policy's time for a stale partition's rebuild came
-DECLARED = "declared"  # a Trigger's field: the table was added to the catalog, or its declaration changed
-# a trigger's fields as the run's tag says them: a run is planned only once nothing upstream is in progress, so an
-# in-progress change that triggers one is a run that ended
-CHANGE_WORDS = {
-    "checks": "checked",
-    "in_progress": "run ended",
-    "queued": "run ended",
-    "failed": "run failed",
-    "missing": "gone from the lake",
-    CLOCK: "window ended",
-    DEADLINE_PASSED: "deadline passed",
-    LOST_RETRY: "its retry could not be launched",
-    STOPPED: "its run was canceled by a stop",
-    LATE_DUE: "late data's rebuild due",
-    DECLARED: "table declared",
-}
-
-
-@dataclass(frozen=True)
-class Trigger:
-    """The change that made a partition ready: which partition, its latest materialization, what changed."""
-
-    table: str  # fqn
-    partition: str
-    storage_id: int | None  # of the partition's latest materialization when the change was read
-    run_id: str | None  # the run that materialized it ("" for a runless report)
-    fields: frozenset[str]  # ``materialized``, ``checks``, ``in_progress``, ``failed``, or ``clock``
-
-    def describe(self) -> str:
-        """In words, for the run's tag and the engine's log: ``dws.user_order_daily 2026-11-20 (materialized)``."""
-        return f"{self.table} {self.partition} ({', '.join(sorted(CHANGE_WORDS.get(f, f) for f in self.fields))})"
-
-    def to_json(self) -> list[object]:
-        return [self.table, self.partition, self.storage_id, self.run_id, sorted(self.fields)]
-
-    @classmethod
-    def from_json(cls, value: Sequence[object]) -> Trigger:
-        table, partition, storage_id, run_id, fields = value
-        assert isinstance(fields, list)
-        return cls(str(table), str(partition), storage_id, run_id, frozenset(fields))  # type: ignore[arg-type]
-
-
-@dataclass(frozen=True)
-class RunPlan:
-    """One run to request: contiguous partitions of one table, in time order, and the change that triggered it; or,
-    with ``job``, a run of that job with ``run_config`` (the taint job after a late failed verdict)."""
-
-    table: str  # fqn
-    partitions: tuple[str, ...]
-    trigger: Trigger
-    request_id: str = ""  # set when the plan is recorded: the key of its submission
-    job: str = ""
-    run_config: str = ""  # JSON
-    priority: int | None = None  # in Dagster's queue (:func:`run_priority`); None: by its layer alone
-    rebuild: bool = False  # every partition was built before: the run goes in the rebuild lane
-    late_changes: tuple[tuple[str, int], ...] = ()  # partition → the late changes its rebuild absorbs
-
-    @property
-    def queue_priority(self) -> int:
-        return self.priority if self.priority is not None else run_priority(self.table, None, None)
-
-    @property
-    def tags(self) -> dict[str, str]:
-        """Dagster's partition tags of the run and its queue priority, the request, the triggering change in words,
-        and a ranged run's partitions in words: few and short, as they are what the Runs page shows of a run."""
-        first, last = self.partitions[0], self.partitions[-1]
-        if self.job:
-            tags = {}  # a job of ops: no partitions of its own
-        elif first == last:
-            tags = {"dagster/partition": first}
-        else:
-            tags = {
-                "dagster/asset_partition_range_start": first,
-                "dagster/asset_partition_range_end": last,
-                PARTITIONS_TAG: f"{first} … {last} ({len(self.partitions)})",
-            }
-        return {
-            **tags,
-            PRIORITY_TAG: str(self.queue_priority),
-            REQUEST_TAG: self.request_id,
-            TRIGGER_TAG: self.trigger.describe(),
-            # its lane of run slots (warehouse_assets/instance/lanes.py); a job plan is a repair (the taint job)
-            **lane_tags(REBUILD_LANE if self.rebuild or self.job else FIRST_BUILD_LANE),
-            **({LATE_CHANGES_TAG: json.dumps(dict(self.late_changes))} if self.late_changes else {}),
-        }
-
-    def to_json(self) -> str:
-        return json.dumps(
-            [
-                self.table,
-                self.partitions,
-                self.trigger.to_json(),
-                self.job,
-                self.run_config,
-                self.priority,
-                self.rebuild,
-                self.late_changes,
-            ]
-        )
-
-    @classmethod
-    def from_json(cls, text: str, request_id: str) -> RunPlan:
-        fields: list[Any] = json.loads(text)
-        table, partitions, trigger = fields[:3]
-        # plans recorded before jobs, priorities and lanes have fewer fields
-        defaults: list[Any] = ["", "", None, False, []]
-        job, run_config, priority, rebuild, late = [*fields[3:], *defaults[len(fields) - 3 :]]
-        return cls(
-            table,
-            tuple(partitions),
-            Trigger.from_json(trigger),
-            request_id,
-            job,
-            run_config,
-            priority,
-            bool(rebuild),
-            tuple((str(p), int(n)) for p, n in late),
-        )
 
 
 class Resolver:
@@ -328,7 +184,9 @@ class Resolver:
             if "missing" in change.fields and change.state.missing is not None and not self.catalog[fqn].is_source:
                 backlog.add((fqn, change.partition), trigger, by_clock=False)  # its data is gone: build it again
             if "checks" in change.fields:
-                taints.extend(self._late_verdict(self.catalog[fqn], change.state, trigger, states, now))
+                taints.extend(
+                    late_verdict(self.catalog, self.index, self.catalog[fqn], change.state, trigger, states, now)
+                )
             for downstream, keys in self.index.downstream_of(fqn, change.partition, now).items():
                 for key in keys:
                     backlog.add((downstream, key), trigger, by_clock=False)
@@ -543,47 +401,6 @@ class Resolver:
         ):
             return None
         return key
-
-    def _late_verdict(
-        self, table: Table, state: PartitionState, trigger: Trigger, states: _Snapshot, now: datetime
-    ) -> list[RunPlan]:
-        """A blocking check failed on ``state``'s materialization while downstream partitions were built from an
-        earlier one: plan the taint of everything built from it (once per materialization), and hold it back now."""
-        failed = [c.name for c in table.checks if c.blocking and state.checks.get(c.name) is False]
-        if not failed or state.storage_id is None:
-            return []
-        key = (table.fqn, state.partition, state.storage_id)
-        if key in states.pending_roots():
-            return []
-        built_before = False
-        for downstream, keys in self.index.downstream_of(table.fqn, state.partition, now).items():
-            found = states.states(self.catalog[downstream], keys).values()
-            built_before |= any(s.storage_id is not None and s.storage_id < state.storage_id for s in found)
-        if not built_before:
-            return []  # its first data failed: nothing was built from it, the gate holds its downstream back
-        closure = self.index.closure({table.fqn: [state.partition]}, now)
-        marked = [
-            (fqn, k, s.storage_id)
-            for fqn, keys in closure.items()
-            for k, s in states.states(self.catalog[fqn], keys).items()
-            if s.storage_id is not None and (fqn, k) != (table.fqn, state.partition)
-        ]
-        when = datetime.fromtimestamp(state.timestamp or 0, ZoneInfo(BY_PERIOD[table.period].timezone))
-        reason = f"late data: {', '.join(failed)} failed on its materialization of {when:%Y-%m-%d %H:%M}"
-        config = {
-            "table": table.fqn,
-            "start": state.partition,
-            "end": state.partition,
-            "reason": reason,
-            "apply": True,
-            "rebuild": False,  # the engine rebuilds them once the partition is fixed, as late data
-            "by": "engine",
-            "root_check": ", ".join(failed),
-        }
-        root = f"{table.fqn} {state.partition} (check {', '.join(failed)} failed)"
-        states.hold(key, Taint(reason, root, "engine", now.timestamp()), marked)
-        run_config = {"ops": {"taint_and_repair": {"config": config}}}
-        return [RunPlan(table.fqn, (state.partition,), trigger, job=TAINT_JOB, run_config=json.dumps(run_config))]
 
     def _windows(self, table: Table, partition: str, now: datetime) -> list[tuple[Dependency, UpstreamPartitions]]:
         """Each dependency's exact upstream partitions: by the index's arithmetic, or through Dagster's mapping

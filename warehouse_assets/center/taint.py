@@ -27,17 +27,19 @@ With ``apply`` the job marks every partition (a failed ``valid`` verdict each,
 naming the backfill) and launches the backfill; the dependency center leaves those partitions to it while it runs.
 Without, it only prints the plan: tables × partitions as ranges, and the runs the repair needs.
 
-The engine uses the same job when late data fails a blocking check (:mod:`warehouse_assets.center.resolver`): the
+The engine uses the same job when late data fails a blocking check (:func:`late_verdict`, asked by the resolver): the
 partitions built from the hour's previous data are marked, with the hour and the failed check as root, and no backfill:
 the engine rebuilds them itself once the hour is fixed.
 """
 
 import getpass
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
+from zoneinfo import ZoneInfo
 
 from dagster import (
     AssetKey,
@@ -59,9 +61,11 @@ from warehouse_assets.catalog import (
     Catalog,
     DerivedTable,
     OdsTable,
+    Table,
     partitions_def_of,
     regional_keys_between,
 )
+from warehouse_assets.center.plans import RunPlan, Trigger
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import PartitionState, PartitionStateStore, StateView
 from warehouse_assets.instance.lanes import REBUILD_LANE, USER_LANE, lane_tags
@@ -677,3 +681,64 @@ def _release(
         counts = {"marked": plan.marked, "rebuilt": plan.rebuilt, "runs": plan.runs}
     metadata: dict[str, Any] = {"released": len(released), **counts, "backfill": backfill_id}
     return Output({**counts, "backfill": backfill_id, "lines": lines, "released": released}, metadata=metadata)
+
+
+# --- late data that fails its checks -----------------------------------------------------------------------------
+
+
+class HeldSnapshot(Protocol):
+    """What the late verdict reads of the resolver's snapshot of the store and the ledger, and holds in it."""
+
+    def pending_roots(self) -> set[tuple[str, str, int]]: ...
+
+    def states(self, table: Table, keys: Sequence[str]) -> dict[str, PartitionState]: ...
+
+    def hold(self, key: tuple[str, str, int], taint: Taint, marked: list[tuple[str, str, int]]) -> None: ...
+
+
+def late_verdict(
+    catalog: Catalog,
+    index: ReverseIndex,
+    table: Table,
+    state: PartitionState,
+    trigger: Trigger,
+    states: HeldSnapshot,
+    now: datetime,
+) -> list[RunPlan]:
+    """A blocking check failed on ``state``'s materialization while downstream partitions were built from an
+    earlier one: plan the taint of everything built from it (once per materialization), and hold it back now."""
+    failed = [c.name for c in table.checks if c.blocking and state.checks.get(c.name) is False]
+    if not failed or state.storage_id is None:
+        return []
+    key = (table.fqn, state.partition, state.storage_id)
+    if key in states.pending_roots():
+        return []
+    built_before = False
+    for downstream, keys in index.downstream_of(table.fqn, state.partition, now).items():
+        found = states.states(catalog[downstream], keys).values()
+        built_before |= any(s.storage_id is not None and s.storage_id < state.storage_id for s in found)
+    if not built_before:
+        return []  # its first data failed: nothing was built from it, the gate holds its downstream back
+    closure = index.closure({table.fqn: [state.partition]}, now)
+    marked = [
+        (fqn, k, s.storage_id)
+        for fqn, keys in closure.items()
+        for k, s in states.states(catalog[fqn], keys).items()
+        if s.storage_id is not None and (fqn, k) != (table.fqn, state.partition)
+    ]
+    when = datetime.fromtimestamp(state.timestamp or 0, ZoneInfo(BY_PERIOD[table.period].timezone))
+    reason = f"late data: {', '.join(failed)} failed on its materialization of {when:%Y-%m-%d %H:%M}"
+    config = {
+        "table": table.fqn,
+        "start": state.partition,
+        "end": state.partition,
+        "reason": reason,
+        "apply": True,
+        "rebuild": False,  # the engine rebuilds them once the partition is fixed, as late data
+        "by": "engine",
+        "root_check": ", ".join(failed),
+    }
+    root = f"{table.fqn} {state.partition} (check {', '.join(failed)} failed)"
+    states.hold(key, Taint(reason, root, "engine", now.timestamp()), marked)
+    run_config = {"ops": {"taint_and_repair": {"config": config}}}
+    return [RunPlan(table.fqn, (state.partition,), trigger, job=JOB, run_config=json.dumps(run_config))]
