@@ -50,7 +50,7 @@ from resources.landing import Landing
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.center import state_store
 from warehouse_assets.center.state_store import Change, PartitionState, PartitionStateStore, default_path
-from warehouse_assets.explain.why import PartitionStates
+from warehouse_assets.explain.upstream import PartitionStates
 from warehouse_assets.materialize.gate import decide
 from warehouse_assets.materialize.validity import VALID
 

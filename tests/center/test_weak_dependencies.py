@@ -21,7 +21,8 @@ from tests.support.small_catalog import assert_refused, sql_catalog
 from warehouse_assets.catalog import ANY, DEADLINE, LATEST, Catalog, upstream_partitions
 from warehouse_assets.center.plans import DEADLINE_PASSED
 from warehouse_assets.center.reverse_index import ReverseIndex
-from warehouse_assets.explain.why import READY, UpstreamState, _waived, _weak_notes
+from warehouse_assets.explain.upstream import READY, UpstreamState, _waived
+from warehouse_assets.explain.why import _weak_notes
 from warehouse_assets.materialize.gate import DEGRADED, MISSING, NONEXISTENT, OK, WAIVED, decide
 
 TZ = ZoneInfo("Asia/Shanghai")

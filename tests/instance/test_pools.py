@@ -186,7 +186,7 @@ def test_why_and_status_say_what_the_pools_hold(tmp_path: Path, monkeypatch: pyt
     from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 
     from warehouse_assets.cli.main import status_command
-    from warehouse_assets.explain.why import describe_run
+    from warehouse_assets.explain.upstream import describe_run
 
     monkeypatch.setenv(
         "WAREHOUSE_SPARK_POOLS",
