@@ -20,6 +20,10 @@ def sleeper(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     program = tmp_path / "s (le) ep"
     shutil.copy(shutil.which("sleep") or "/bin/sleep", program)
     child = subprocess.Popen([str(program), "30"], env={**os.environ, "PROCESS_MARK": "test-7"}, start_new_session=True)
+    # Popen returns as the exec begins: on a loaded machine the new image's arguments are not in /proc for a moment
+    deadline = time.monotonic() + 10
+    while not command_line(child.pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
     yield child
     child.kill()
     child.wait()
