@@ -22,7 +22,7 @@ from tests.center.test_center import Center, hours, requested
 from tests.center.test_state_store import create_run, end, materialize_in, start
 from tests.support.small_catalog import VALUED_ODS, sql_catalog, write
 from warehouse_assets.catalog import Catalog, load_catalog
-from warehouse_assets.catalog.model import LateDataPolicy
+from warehouse_assets.catalog.policies import LateDataPolicy
 from warehouse_assets.center.late_data import LANE_TAG, REBUILD_LANE, due_time
 from warehouse_assets.center.ledger import open_readonly
 from warehouse_assets.explain.status import status_lines

@@ -11,6 +11,7 @@ from warehouse_assets.catalog.calendars import (
     BY_PERIOD,
     MINUTE_PERIODS,
     PARTITION_COLUMNS,
+    PERIOD_ORDER,
     REGION_DELIMITER,
     Periods,
     business_time,
@@ -25,6 +26,7 @@ from warehouse_assets.catalog.calendars import (
     split_regional_key,
 )
 from warehouse_assets.catalog.checks import CHECK_KINDS, Check, CheckSpecError, Outcome, parse_checks
+from warehouse_assets.catalog.dependencies import ANY, DEADLINE, LATEST, STRICT, Dependency, TableState
 from warehouse_assets.catalog.keys import PartitionKeyError, check_partition_key, regional_keys_between
 from warehouse_assets.catalog.loader import TABLES_DIR, load_catalog, referenced_tables
 from warehouse_assets.catalog.mappings import (
@@ -44,35 +46,26 @@ from warehouse_assets.catalog.mappings import (
     weak_deadline,
 )
 from warehouse_assets.catalog.model import (
-    ANY,
     CHANGED_AT,
-    DEADLINE,
-    DEFAULT_LATE_DATA,
-    LATEST,
     LAYERS,
     ODS_CHANGE_COLUMNS,
     PERIOD_NOUN,
-    PERIOD_ORDER,
     SNAPSHOT,
     STATIC,
-    STRICT,
     WHOLE,
     Catalog,
     CatalogError,
-    Dependency,
     DerivedTable,
     External,
     ExternalTable,
-    LateDataPolicy,
     OdsTable,
     OdsWindows,
-    Sla,
     StaticTable,
     Table,
-    TableState,
     UnknownTable,
     windows_name,
 )
+from warehouse_assets.catalog.policies import DEFAULT_LATE_DATA, LateDataPolicy, Sla
 
 __all__ = [
     "ANY",

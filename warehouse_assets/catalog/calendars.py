@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 # a multiple of the 5-minute windows the sources count by (a window of such a table is complete when its windows are).
 MINUTE_PERIODS = {"5min": 5, "10min": 10, "15min": 15}
 MINUTES_FORMAT = "%Y-%m-%d-%H:%M"
+# the periods from the finest to the coarsest: a dependency on a coarser period reads whole windows of the finer one
+PERIOD_ORDER = {"5min": -3, "10min": -2, "15min": -1, "hourly": 0, "daily": 1, "weekly": 2, "monthly": 3}
 
 
 def first_monday(start: date) -> date:

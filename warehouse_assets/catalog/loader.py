@@ -16,30 +16,27 @@ import yaml
 from pydantic import ValidationError
 from sqlglot import exp
 
-from warehouse_assets.catalog.calendars import BY_PERIOD, MINUTE_PERIODS
+from warehouse_assets.catalog.calendars import BY_PERIOD, MINUTE_PERIODS, PERIOD_ORDER
 from warehouse_assets.catalog.checks import CheckSpecError
+from warehouse_assets.catalog.dependencies import LATEST, Dependency, parse_states
 from warehouse_assets.catalog.model import (
     CHANGED_AT,
     CUMULATIVE,
     DEFAULT_COMPLETENESS,
-    LATEST,
     LAYERS,
     ODS_KINDS,
     PERIOD_NOUN,
-    PERIOD_ORDER,
     SNAPSHOT,
     STATIC,
     TIME_SERIES,
     Catalog,
     CatalogError,
-    Dependency,
     DerivedTable,
     ExternalTable,
     OdsTable,
     OdsWindows,
     StaticTable,
     Table,
-    parse_states,
     windows_name,
 )
 

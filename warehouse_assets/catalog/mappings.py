@@ -27,16 +27,19 @@ from dagster import (
 from warehouse_assets.catalog.calendars import (
     BY_PERIOD,
     MINUTE_PERIODS,
+    PERIOD_ORDER,
     partition_key_of,
     partition_values,
     periods,
     regional_key,
     split_regional_key,
 )
-from warehouse_assets.catalog.model import LATEST, PERIOD_ORDER, DerivedTable
+from warehouse_assets.catalog.dependencies import LATEST
+from warehouse_assets.catalog.model import DerivedTable
 
 if TYPE_CHECKING:
-    from warehouse_assets.catalog.model import Catalog, Dependency, Table
+    from warehouse_assets.catalog.dependencies import Dependency
+    from warehouse_assets.catalog.model import Catalog, Table
 
 _UNBOUNDED_FROM = "2000-01-01"
 _FAR_FUTURE = datetime(2200, 1, 1, tzinfo=UTC)

@@ -36,11 +36,11 @@ Freshness SLAs (``sla:``) say by when a partition must be materialized, after it
 local time, for daily tables). Each becomes a non-blocking per-partition ``freshness`` check that the
 ``freshness_slas`` sensor evaluates once the partition's deadline passes
 (:mod:`warehouse_assets.materialize.freshness`).
-Late upstream data (changes to a partition already built from) rebuilds a derived partition as its late-data
-policy says: ``late_data: {rebuild: every 60m, lookback: 3d}`` (the default), ``at_once``, ``daily 06:00`` or
-``never``, per table or, beside a dependency's offsets, for the late data arriving through it
-(:class:`LateDataPolicy`). ``incremental: false`` keeps those rebuilds whole even where the SQL proves each key's rows
-local to that key (:mod:`warehouse_assets.catalog.key_locality`).
+Late upstream data (changes to a partition already built from) rebuilds a derived partition as its late-data policy
+says: ``late_data: {rebuild: every 60m, lookback: 3d}`` (the default), ``at_once``, ``daily 06:00`` or ``never``,
+per table or, beside a dependency's offsets, for the late data arriving through it
+(:class:`warehouse_assets.catalog.policies.LateDataPolicy`). ``incremental: false`` keeps those rebuilds whole even
+where the SQL proves each key's rows local to that key (:mod:`warehouse_assets.catalog.key_locality`).
 ODS tables also set the completeness threshold of their readiness:
 ``completeness: {threshold: 0.99995}``.
 Each kind of table is its own typed model, validated by pydantic as it is built (also by
@@ -57,7 +57,7 @@ import difflib
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass as plain_dataclass
-from dataclasses import field, replace
+from dataclasses import field
 from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
@@ -68,187 +68,22 @@ from pydantic import InstanceOf, field_validator, model_validator
 from pydantic.dataclasses import dataclass
 
 from resources.column_types import is_spark_type
-from warehouse_assets.catalog.calendars import MINUTE_PERIODS, PARTITION_COLUMNS
+from warehouse_assets.catalog.calendars import MINUTE_PERIODS, PARTITION_COLUMNS, PERIOD_ORDER
 from warehouse_assets.catalog.checks import Check, parse_checks
+from warehouse_assets.catalog.dependencies import Dependency, TableState, name_tuple
+from warehouse_assets.catalog.policies import DEFAULT_LATE_DATA, LateDataPolicy, Sla
 
 LAYERS = ("ext", "ods", "dwd", "dws", "ads")
 EXTERNAL_FORMATS = ("csv_files", "delta")
-PERIOD_ORDER = {"5min": -3, "10min": -2, "15min": -1, "hourly": 0, "daily": 1, "weekly": 2, "monthly": 3}
 PERIOD_NOUN = {"hourly": "hour", "daily": "day", "weekly": "week", "monthly": "month"}
 PERIOD_NOUN |= {period: f"{minutes}-minute window" for period, minutes in MINUTE_PERIODS.items()}
 DEFAULT_COMPLETENESS = 0.99995
-_DURATION = re.compile(r"^(?P<n>\d+)\s*(?P<unit>[mhd])$")
-_CLOCK = re.compile(r"^(?P<h>[01]?\d|2[0-3]):(?P<m>[0-5]\d)$")
 
 
 class CatalogError(ValueError):
     """A table declaration is wrong; the message names the table and its file."""
 
 
-@plain_dataclass(frozen=True)
-class Sla:
-    """A freshness SLA: a partition is due ``within`` after its window ends (plus ``grace``), or by a local
-    ``deadline`` (HH:MM) the day after its window ends."""
-
-    within_minutes: int | None = None
-    grace_minutes: int = 0
-    deadline: str | None = None  # "HH:MM"
-
-    @classmethod
-    def parse(cls, spec: Any) -> Sla:
-        """``sla: {within: 1h, grace: 15m}`` or ``sla: {deadline: "09:00"}``."""
-        if not isinstance(spec, Mapping) or ("within" in spec) == ("deadline" in spec):
-            raise ValueError("sla needs exactly one of within (e.g. 1h) or deadline (HH:MM the next morning)")
-        grace = _minutes(spec.get("grace", "0m"), "sla.grace")
-        if "deadline" in spec:
-            deadline = str(spec["deadline"])
-            if not _CLOCK.match(deadline):
-                raise ValueError(f"sla.deadline must be a local time HH:MM, got {deadline!r}")
-            return cls(deadline=deadline, grace_minutes=grace)
-        return cls(within_minutes=_minutes(spec["within"], "sla.within"), grace_minutes=grace)
-
-    def describe(self) -> str:
-        if self.deadline is not None:
-            return f"by {self.deadline} the next morning" + (
-                f" + {self.grace_minutes} min" if self.grace_minutes else ""
-            )
-        return f"within {self.within_minutes} min of the window end + {self.grace_minutes} min grace"
-
-
-def _minutes(value: Any, what: str) -> int:
-    match = _DURATION.match(str(value).strip()) if value is not None else None
-    if not match:
-        raise ValueError(f"{what} must be a duration like 90m, 1h or 2d, got {value!r}")
-    return int(match.group("n")) * {"m": 1, "h": 60, "d": 1440}[match.group("unit")]
-
-
-AT_ONCE, EVERY, DAILY_AT, NEVER = "at_once", "every", "daily", "never"
-_EVERY = re.compile(r"^every\s+(?P<d>\S+)$")
-_DAILY_AT = re.compile(r"^daily\s+(?P<at>\S+)$")
-
-
-@plain_dataclass(frozen=True)
-class LateDataPolicy:
-    """When a partition already built is built again because upstream data it read changed afterwards (late CDC
-    changes to a closed hour, a re-delivered file, an upstream rebuilt), and how far back that is followed.
-
-    Rebuilding at every late change is what makes late data expensive: a day read by many tables, changed all the
-    next day, is built again every hour by each of them. A policy trades the freshness of closed partitions against
-    that compute. ``rebuild``:
-
-    * ``at_once``: as soon as the late data is there and valid;
-    * ``every 30m``: at most one rebuild per interval: the first late change starts the interval, every change that
-      arrives in it is absorbed by the one rebuild at its end;
-    * ``daily 06:00``: once a day at that local time, whatever arrived since the last rebuild;
-    * ``never``: not automatically; the partition is reported stale and rebuilt by a repair (``warehouse taint``).
-
-    ``whole``: the same choices, for a table whose rebuild recomputes the whole partition (one that cannot be proven
-    key-local, :mod:`warehouse_assets.catalog.key_locality`); ``rebuild`` then applies to the key-local tables, whose
-    rebuild replaces only the changed keys' rows and costs what the change touches. Unset: ``rebuild`` for both.
-
-    ``grace``: a change that arrives this soon after the partition's window ended is the period that just closed
-    settling, not a correction: the partition's first rebuild for it is due at once, whatever ``rebuild`` says (not
-    ``never``); later rebuilds keep to the policy. Default 1 h: an hour's or a day's last rows land within minutes of
-    its end, and its readers should not wait an interval for them.
-
-    ``lookback``: a partition whose window ended this long before the table's newest built partition's did is not
-    rebuilt for late data; it is reported stale (``warehouse why``/``status``), as a change that far back is usually a
-    correction that deserves a repair. Counted from the newest partition, not the clock, so that a catch-up of past
-    days follows late data as the live stream does.
-
-    A partition's first build never waits for the policy, nor a rebuild for a later state, a taint's repair or a
-    deadline dependency's late arrival: those are the build the partition is waiting for, not late data."""
-
-    rebuild: str = EVERY
-    every_minutes: int | None = 60
-    at: str | None = None  # HH:MM, business time, for ``daily``
-    lookback_minutes: int = 3 * 1440
-    grace_minutes: int = 60
-    whole: tuple[str, int | None, str | None] | None = None  # (rebuild, every_minutes, at) of whole rebuilds
-
-    @classmethod
-    def parse(cls, spec: Any, what: str = "late_data") -> LateDataPolicy:
-        """``late_data: {rebuild: every 30m, whole: daily 06:00, lookback: 2d, grace: 1h}``; each field optional,
-        defaulting to the default's."""
-        if not isinstance(spec, Mapping) or not spec or set(spec) - {"rebuild", "whole", "lookback", "grace"}:
-            raise ValueError(
-                f"{what} takes rebuild and whole (at_once, every 30m, daily 06:00 or never), lookback (e.g. 3d) "
-                f"and grace (e.g. 1h), got {spec!r}"
-            )
-        default = DEFAULT_LATE_DATA
-        lookback = _minutes(spec["lookback"], f"{what}.lookback") if "lookback" in spec else default.lookback_minutes
-        grace = _minutes(spec["grace"], f"{what}.grace") if "grace" in spec else default.grace_minutes
-        rule = _rule(spec["rebuild"], f"{what}.rebuild") if "rebuild" in spec else default.rule
-        if "whole" in spec:
-            whole: tuple[str, int | None, str | None] | None = _rule(spec["whole"], f"{what}.whole")
-        else:  # a declared rebuild rule alone is the table's rule for both; the default's own split otherwise
-            whole = None if "rebuild" in spec else default.whole
-        return cls(*rule, lookback, grace, whole)
-
-    @property
-    def rule(self) -> tuple[str, int | None, str | None]:
-        return self.rebuild, self.every_minutes, self.at
-
-    def for_whole_rebuilds(self) -> LateDataPolicy:
-        """The policy of a table whose rebuild recomputes whole partitions."""
-        return (
-            self
-            if self.whole is None
-            else replace(self, rebuild=self.whole[0], every_minutes=self.whole[1], at=self.whole[2], whole=None)
-        )
-
-    def describe(self) -> str:
-        """``every 60 min, lookback 3 d``: how the policy reads in messages."""
-        whole = "" if self.whole is None else f" (whole rebuilds {_describe_rule(*self.whole)})"
-        grace = f", grace {_duration(self.grace_minutes)}" if self.grace_minutes and self.rebuild != NEVER else ""
-        return f"{_describe_rule(*self.rule)}{whole}, lookback {self.describe_lookback()}{grace}"
-
-    def describe_lookback(self) -> str:
-        return _duration(self.lookback_minutes)
-
-
-def _rule(value: Any, what: str) -> tuple[str, int | None, str | None]:
-    """``at_once``, ``every 30m``, ``daily 06:00`` or ``never`` as (rebuild, every_minutes, at)."""
-    rule = str(value).strip()
-    if rule in (AT_ONCE, NEVER):
-        return rule, None, None
-    if match := _EVERY.match(rule):
-        every = _minutes(match["d"], f"{what} every")
-        if every < 1:
-            raise ValueError(f"{what} every needs a positive interval, got {rule!r}")
-        return EVERY, every, None
-    if (match := _DAILY_AT.match(rule)) and _CLOCK.match(match["at"]):
-        return DAILY_AT, None, match["at"]
-    raise ValueError(f"{what} must be at_once, every <interval> (e.g. every 30m), daily <HH:MM> or never, got {rule!r}")
-
-
-def _describe_rule(rebuild: str, every_minutes: int | None, at: str | None) -> str:
-    return {
-        AT_ONCE: "at once",
-        NEVER: "never automatically",
-        EVERY: f"every {_duration(every_minutes or 0)}",
-        DAILY_AT: f"daily at {at}",
-    }[rebuild]
-
-
-def _duration(minutes: int) -> str:
-    if minutes and minutes % 1440 == 0:
-        return f"{minutes // 1440} d"
-    if minutes and minutes % 60 == 0:
-        return f"{minutes // 60} h"
-    return f"{minutes} min"
-
-
-# what serves most tables: late changes to a closed partition wait for the hour's interval, and a change to a
-# partition three days behind the newest is a correction, rebuilt by a repair
-DEFAULT_LATE_DATA = LateDataPolicy()
-
-
-STRICT, DEADLINE, ANY, LATEST = "strict", "deadline", "any", "latest"
-DEPENDENCY_MODES = (STRICT, DEADLINE, ANY, LATEST)
-# what ``latest: true`` looks back over without a range: the upstream period that holds the partition's start and the
-# two before it (a month, a day), of which those ended by the partition's end are candidates
-LATEST_LOOKBACK = (-2, 0)
 # the data kinds a table built from SQL may declare (its period of data against its period of processing)
 TIME_SERIES, CUMULATIVE, SNAPSHOT, STATIC = "time_series", "cumulative", "snapshot", "static"
 DERIVED_KINDS = (TIME_SERIES, CUMULATIVE, SNAPSHOT)
@@ -266,184 +101,6 @@ ODS_CHANGE_COLUMNS: tuple[tuple[str, str], ...] = (
 # the one partition of a static table, as the dependency center, the gate and ``why`` name it: Dagster's asset is
 # unpartitioned (its events carry no partition)
 WHOLE = "whole"
-
-
-@plain_dataclass(frozen=True)
-class Dependency:
-    """One upstream table with the offsets that refine the default mapping (None = default), and how strictly the
-    downstream waits for the partitions they name.
-
-    ``mode``: ``strict`` (every partition, the default); ``deadline`` (strict until the local time ``deadline``
-    first reached at or after the downstream partition's window ends, e.g. 09:00 on D+1 for day D; after it the
-    partition runs without what is missing, marked degraded, and is rebuilt when it arrives); ``any`` (ready when at
-    least ``min`` partitions of the window exist and are usable); ``latest`` (reads only the most recent usable
-    partition of its window that ended by the partition's own end: a month's figures for each day after it, whichever
-    month is the last one built; ready when there is one, rebuilt once when a more recent one arrives).
-
-    On a coarser upstream (a daily table on a monthly one), offsets count the upstream's periods from the one that
-    holds the partition's start: ``{set: [-1]}`` is the previous month of every day of a month."""
-
-    table: str
-    start_offset: int | None = None
-    end_offset: int | None = None
-    ignore_dq: bool = False  # run even when the upstream partition failed a blocking check
-    accept_tainted: bool = False  # run even when the upstream partition is marked tainted
-    mode: str = STRICT
-    deadline: str | None = None  # "HH:MM", business time, for mode deadline
-    min: int = 1  # for mode any: how many partitions of the window suffice
-    # the states of an upstream that declares states this dependency accepts; None: its last state only
-    states: tuple[str, ...] | None = None
-    # a coarser period the window does not reach back over: ``weekly`` keeps a day's window within its own week (the
-    # week to date; a cumulative table's T-1, which starts afresh each Monday)
-    within: str | None = None
-    # how late data arriving through this dependency rebuilds the partition; None: the table's policy
-    late_data: LateDataPolicy | None = None
-
-    @property
-    def key(self) -> list[str]:
-        return self.table.split(".")
-
-    @property
-    def weak(self) -> bool:
-        return self.mode != STRICT
-
-    def describe_mode(self) -> str:
-        """The dependency's mode in words, for messages: ``strict``, ``until 09:00`` or ``any 1 of the window``."""
-        if self.mode == DEADLINE:
-            return f"deadline {self.deadline}"
-        if self.mode == ANY:
-            return f"any {self.min} of the window"
-        if self.mode == LATEST:
-            return "the latest usable of the window"
-        return STRICT
-
-    @classmethod
-    def parse(cls, dep: str, spec: Any) -> Dependency:
-        """``depends_on`` entry: ``{set: [...]}`` or ``{range: [a, b]}``, with the flags ``ignore_dq`` and
-        ``accept_tainted`` beside them, and a weak ``mode`` (``mode: deadline, deadline: "09:00"``; ``mode: any``
-        with an optional ``min: k``; ``min: k`` alone is ``mode: any``; ``latest: true``, over the window of its offsets
-        or by default the upstream period holding the partition's start and the two before)."""
-        flags: dict[str, Any] = {"ignore_dq": False, "accept_tainted": False}
-        weak: dict[str, Any] = {}
-        accepted: tuple[str, ...] | None = None
-        if isinstance(spec, Mapping) and "state" in spec:
-            spec = dict(spec)
-            accepted = _names(spec.pop("state"), f"dependency {dep}: state")
-            if not accepted:
-                raise ValueError(f"dependency {dep}: state names the upstream states it accepts, e.g. [estimated]")
-        late_data = None
-        if isinstance(spec, Mapping) and "late_data" in spec:
-            spec = dict(spec)
-            late_data = LateDataPolicy.parse(spec.pop("late_data"), f"dependency {dep}: late_data")
-        within = None
-        if isinstance(spec, Mapping) and "within" in spec:
-            spec = dict(spec)
-            within = spec.pop("within")
-            if within not in PERIOD_ORDER or within == "hourly":
-                raise ValueError(f"dependency {dep}: within names a period (daily, weekly or monthly), got {within!r}")
-        if isinstance(spec, Mapping) and (set(flags) | {"mode", "deadline", "min", "latest"}) & set(spec):
-            spec = dict(spec)
-            for name in list(flags):
-                if name in spec:
-                    flag = spec.pop(name)
-                    if not isinstance(flag, bool):
-                        raise ValueError(f"dependency {dep}: {name} must be true or false, got {flag!r}")
-                    flags[name] = flag
-            weak = {name: spec.pop(name) for name in ("mode", "deadline", "min", "latest") if name in spec}
-        start, end = _parse_offsets(spec, dep)
-        if weak.get("latest") is not None:
-            if not isinstance(weak["latest"], bool):
-                raise ValueError(f"dependency {dep}: latest must be true or false, got {weak['latest']!r}")
-            if weak.pop("latest"):
-                if set(weak) - {"mode"} or weak.get("mode", LATEST) != LATEST:
-                    raise ValueError(f"dependency {dep}: latest: true is a mode of its own (no mode, deadline or min)")
-                weak["mode"] = LATEST
-        if weak.get("mode") == LATEST and start is None:
-            start, end = LATEST_LOOKBACK
-        mode = _parse_mode(dep, weak, start, end)
-        return cls(
-            dep,
-            start,
-            end,
-            flags["ignore_dq"],
-            flags["accept_tainted"],
-            **mode,
-            states=accepted,
-            within=within,
-            late_data=late_data,
-        )
-
-
-def _parse_mode(dep: str, weak: Mapping[str, Any], start: int | None, end: int | None) -> dict[str, Any]:
-    """The weak mode of a dependency, validated: its fields for :class:`Dependency`."""
-    mode = weak.get("mode", ANY if "min" in weak else STRICT)
-    if mode not in DEPENDENCY_MODES:
-        raise ValueError(f"dependency {dep}: mode must be one of {', '.join(DEPENDENCY_MODES)}, got {mode!r}")
-    if mode == DEADLINE:
-        deadline = weak.get("deadline")
-        if deadline is None or not _CLOCK.match(str(deadline)):
-            raise ValueError(
-                f'dependency {dep}: mode deadline needs deadline: a local time HH:MM (e.g. "09:00": the morning '
-                f"after a daily partition's day), got {deadline!r}"
-            )
-        if "min" in weak:
-            raise ValueError(f"dependency {dep}: min is for mode any, not deadline")
-        return {"mode": DEADLINE, "deadline": str(deadline)}
-    if "deadline" in weak:
-        raise ValueError(f"dependency {dep}: deadline needs mode: deadline")
-    if mode == LATEST:
-        if start is None or end is None or end > 0 or start == end:
-            raise ValueError(
-                f"dependency {dep}: latest looks back over a window of several periods ending at or before the "
-                f"partition's own (e.g. {{range: [-6, 0], latest: true}}), got {{range: [{start}, {end}]}}"
-            )
-        return {"mode": LATEST}
-    if mode == ANY:
-        size = None if start is None or end is None else end - start + 1
-        if size is None or size < 2:
-            raise ValueError(
-                f"dependency {dep}: mode any needs a window of several partitions, e.g. {{range: [-6, 0], mode: any}}"
-            )
-        least = weak.get("min", 1)
-        if isinstance(least, bool) or not isinstance(least, int) or not 1 <= least <= size:
-            raise ValueError(f"dependency {dep}: min must be an integer from 1 to the window's {size} partitions")
-        return {"mode": ANY, "min": least}
-    return {}
-
-
-def _parse_offsets(spec: Any, dep: str) -> tuple[int | None, int | None]:
-    if spec is None or spec == {}:
-        return None, None
-    if not isinstance(spec, Mapping) or len(spec) != 1:
-        raise ValueError(f"dependency {dep}: expected one of {{set: [n, ...]}}, {{range: [a, b]}}, got {spec!r}")
-    kind, values = next(iter(spec.items()))
-    if not isinstance(values, list) or not all(isinstance(v, int) for v in values):
-        raise ValueError(f"dependency {dep}: {kind} needs a list of integers, got {values!r}")
-    if kind == "set":
-        return _contiguous_set(values, dep)
-    if kind == "range":
-        if len(values) != 2 or values[0] > values[1]:
-            raise ValueError(f"dependency {dep}: a range is [start, end] with start <= end, got {values}")
-        return values[0], values[1]
-    raise ValueError(f"dependency {dep}: unknown offset kind {kind!r} (use set or range)")
-
-
-def _contiguous_set(values: list[int], dep: str) -> tuple[int, int]:
-    """A week may be written as its days, ``set: [0, 1, 2, 3, 4, 5, 6]``: a set without holes is that range.
-
-    A set with holes (``[-7, -1]``) has no Dagster partition mapping: a time-window mapping is one window.
-    """
-    offsets = sorted(set(values))
-    if not offsets:
-        raise ValueError(f"dependency {dep}: a set needs at least one offset, got []")
-    holes = sorted(set(range(offsets[0], offsets[-1] + 1)) - set(offsets))
-    if holes:
-        raise ValueError(
-            f"dependency {dep}: set {values} has holes (missing {holes}); a dependency maps one contiguous"
-            f" window of periods, so use a set without holes, a range [{offsets[0]}, {offsets[-1]}], or"
-            f" read the periods you need from a table that has them"
-        )
-    return offsets[0], offsets[-1]
 
 
 @plain_dataclass(frozen=True)
@@ -470,59 +127,6 @@ class External:
             producer=str(spec.get("producer", "")),
             marker=str(spec.get("marker", "_SUCCESS")),
         )
-
-
-@plain_dataclass(frozen=True)
-class TableState:
-    """A named state a table's partitions pass through, in the order declared (``estimated`` then ``completed``),
-    and what a partition needs to reach it: each of the table's dependencies as declared, a narrower window of one
-    (same period, within the declared offsets), or none of it (read as empty)."""
-
-    name: str
-    deps: tuple[Dependency, ...]
-
-
-def parse_states(spec: Any, deps: tuple[Dependency, ...]) -> tuple[TableState, ...]:
-    """``states: {estimated: {ext.fx_rate: {set: [-1]}}, completed: {}}``: at least two, each naming only declared
-    dependencies; a state's window of a dependency lies within the declared one (the reverse index and the taint
-    closure follow the declared window, so every state's inputs are in it)."""
-    if spec is None:
-        return ()
-    if not isinstance(spec, Mapping) or len(spec) < 2:
-        raise ValueError(
-            "states lists at least two states in order, each with what it needs, e.g. "
-            "{estimated: {ext.fx_rate: {set: [-1]}}, completed: {}}"
-        )
-    declared = {dep.table: dep for dep in deps}
-    states = []
-    for name, overrides in spec.items():
-        if not re.fullmatch(r"[a-z][a-z0-9_]*", str(name)):
-            raise ValueError(f"state {name!r}: a state is named in lower case, e.g. estimated")
-        overrides = overrides or {}
-        if not isinstance(overrides, Mapping):
-            raise ValueError(f"state {name}: map each dependency it needs differently to its window, or to none")
-        unknown = sorted(set(overrides) - set(declared))
-        if unknown:
-            raise ValueError(f"state {name}: {', '.join(unknown)} is not a dependency of the table")
-        needs = []
-        for dep in deps:
-            if dep.table not in overrides:
-                needs.append(dep)
-            elif overrides[dep.table] not in (None, "none"):
-                needs.append(_narrowed(name, dep, overrides[dep.table]))
-        states.append(TableState(str(name), tuple(needs)))
-    return tuple(states)
-
-
-def _narrowed(state: str, dep: Dependency, spec: Any) -> Dependency:
-    start, end = _parse_offsets(spec, dep.table)
-    low, high = (0, 0) if dep.start_offset is None else (dep.start_offset, dep.end_offset)
-    if start is None or end is None or high is None or not low <= start <= end <= high:
-        raise ValueError(
-            f"state {state}: the window of {dep.table} must lie within the declared one ({{range: [{low}, {high}]}}), "
-            f"got {spec!r}"
-        )
-    return replace(dep, start_offset=start, end_offset=end)
 
 
 _REGION_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -592,16 +196,6 @@ def byte_size(value: Any, what: str) -> int:
     return size
 
 
-def _names(value: Any, what: str) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        return (value,)
-    if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
-        return tuple(value)
-    raise ValueError(f"{what} must be a list of column names")
-
-
 _TAG_WORD = re.compile(r"[A-Za-z0-9_.-]{1,50}")
 
 
@@ -632,7 +226,7 @@ class Table:
     @field_validator("primary_key", "zorder", mode="before")
     @classmethod
     def _column_names(cls, value: Any, info: Any) -> tuple[str, ...]:
-        return _names(value, info.field_name)
+        return name_tuple(value, info.field_name)
 
     @field_validator("zorder_file_size", mode="before")
     @classmethod

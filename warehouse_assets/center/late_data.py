@@ -20,9 +20,10 @@ from zoneinfo import ZoneInfo
 from dagster import AssetKey
 
 from warehouse_assets.catalog import WHOLE, Catalog, DerivedTable, LateDataPolicy, Table, partition_window
+from warehouse_assets.catalog.dependencies import LATEST
 from warehouse_assets.catalog.key_locality import key_locality
 from warehouse_assets.catalog.lineage import WarehouseLineage
-from warehouse_assets.catalog.model import AT_ONCE, DAILY_AT, EVERY, LATEST, NEVER
+from warehouse_assets.catalog.policies import AT_ONCE, DAILY_AT, EVERY, NEVER
 from warehouse_assets.center.ledger import Ledger, Rebuild, Stale
 from warehouse_assets.center.state_store import PartitionState
 from warehouse_assets.materialize.gate import Verdict
