@@ -37,7 +37,7 @@ from pyspark.sql import SparkSession
 
 from resources import resources_from_env
 from resources.delta_lake import DeltaStore
-from simulator.cdc import merged_order_row
+from simulator.cdc_config import merged_order_row
 from tests.center.test_state_store import materializations
 from tests.support import oracle
 from tests.support.center_harness import CenterTicker

@@ -24,7 +24,7 @@ from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import SparkSession
 
 from resources import resources_from_env
-from simulator.cdc import merged_order_row
+from simulator.cdc_config import merged_order_row
 from tests.support.instances import memory_backed_dir, one_event_log
 from tests.support.repair import SYNC_RUNS, apply_taint, code_location, run_backfill
 from warehouse_assets.catalog import Catalog, load_catalog

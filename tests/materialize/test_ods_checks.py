@@ -41,11 +41,11 @@ from pyspark.sql import SparkSession
 from resources import resources_from_env
 from resources.landing import Landing
 from sensors.ods import build_ods_checks_sensor
-from simulator.cdc import merged_order_row
+from simulator.cdc_config import merged_order_row
 from tests.support.center_harness import CenterTicker
 from warehouse_assets.catalog import Catalog, hourly, load_catalog
-from warehouse_assets.explain.why import explain
 from warehouse_assets.definitions import catalog, defs
+from warehouse_assets.explain.why import explain
 from warehouse_assets.ingest.merge import ods_arrow_schema
 from warehouse_assets.materialize.compiler import build_assets, build_checks
 from warehouse_assets.materialize.hour_checks import (

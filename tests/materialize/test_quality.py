@@ -30,7 +30,7 @@ from pyspark.sql import SparkSession
 
 from resources import resources_from_env
 from resources.landing import Landing
-from simulator.cdc import merged_order_row
+from simulator.cdc_config import merged_order_row
 from tests.support.center_harness import CenterTicker
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.explain.why import explain

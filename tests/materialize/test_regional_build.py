@@ -28,7 +28,7 @@ from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import SparkSession
 
 from resources import resources_from_env
-from simulator.cdc import USER_REGIONS, user_region
+from simulator.cdc_world import USER_REGIONS, user_region
 from tests.center.test_center import Center, requested
 from tests.center.test_state_store import materializations, report
 from warehouse_assets.catalog import TABLES_DIR, Catalog, load_catalog

@@ -21,7 +21,7 @@ from pyspark.sql import SparkSession
 
 from resources import resources_from_env
 from resources.delta_lake import DeltaStore
-from simulator.cdc import merged_order_row
+from simulator.cdc_config import merged_order_row
 from warehouse_assets.catalog import load_catalog
 from warehouse_assets.ingest.merge import ods_arrow_schema
 from warehouse_assets.materialize.compiler import build_assets

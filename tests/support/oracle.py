@@ -29,7 +29,7 @@ from zoneinfo import ZoneInfo
 
 import pyarrow.parquet as pq
 
-from simulator.cdc import USER_REGIONS, user_region
+from simulator.cdc_world import USER_REGIONS, user_region
 
 LOGICAL_TABLES = ("user", "course", "lesson", "order", "attendance")
 HEARTBEAT = "heartbeat"
