@@ -37,13 +37,10 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from datetime import date, datetime
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -53,7 +50,21 @@ from deltalake.transaction import Transaction
 from pydantic import Field
 
 from resources.column_types import normalize_arrow_schema
-from resources.delta_read import DeltaReader, PartitionSpec, ReadStats
+from resources.delta_keys import KeyScopedWrites
+from resources.delta_read import PartitionSpec, ReadStats
+from resources.delta_sql import (
+    COMMIT_ATTEMPTS,
+    MergeResult,
+    PartitionWritten,
+    Predicate,
+    WriteResult,
+    is_conflict,
+    partition_columns,
+    session_confs,
+    snake,
+    spark_errors,
+    sql_partition_predicate,
+)
 from resources.spark import arrow_frame, merge_scan_metrics
 from resources.storage import DeltaLayerError, normalize_root, spark_uri, storage_options
 
@@ -61,7 +72,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
-COMMIT_ATTEMPTS = 4
 # What a table whose changes are read by key needs (:meth:`DeltaStore.enable_deletion_vectors`, and every derived
 # table from its creation): its commits record the rows they changed, and a key-scoped rebuild's MERGE marks the rows
 # it replaces instead of copying the rest of their files
@@ -80,6 +90,7 @@ __all__ = [
     "DeltaLayerError",
     "DeltaStore",
     "MergeResult",
+    "PartitionWritten",
     "PartitionSpec",
     "Predicate",
     "ReadStats",
@@ -90,213 +101,11 @@ __all__ = [
 ]
 
 
-# --- results -----------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PartitionWritten:
-    """One partition of an overwrite: the rows and files it holds at the overwrite's commit (all of them new, the
-    overwrite replaced the partition whole)."""
-
-    rows: int
-    files: int
-    bytes: int
-
-
-@dataclass
-class WriteResult:
-    table: str
-    version: int
-    rows: int
-    files_added: int
-    files_removed: int
-    bytes_added: int
-    partitions: list[dict[str, str]]
-    duration_s: float
-    # per partition of ``partitions`` (same order): its rows and files as the commit left them
-    by_partition: list[PartitionWritten] = field(default_factory=list)
-    # a key-scoped write (:meth:`DeltaStore.replace_keys`): the keys whose rows it replaced, and the rows it deleted
-    keys_replaced: int | None = None
-    rows_deleted: int = 0
-
-    def metadata(self) -> dict[str, Any]:
-        return {
-            "rows": self.rows,
-            "files_added": self.files_added,
-            "files_removed": self.files_removed,
-            "bytes_added": self.bytes_added,
-            "delta_version": self.version,
-            "write_seconds": round(self.duration_s, 3),
-            "table_uri": self.table,
-        }
-
-
-@dataclass
-class MergeResult:
-    table: str
-    version: int
-    metrics: dict[str, Any]
-    partitions: list[dict[str, str]]
-    duration_s: float
-    moved_out: int = 0  # source rows that retired a key from a partition it moved out of
-
-    def metadata(self) -> dict[str, Any]:
-        m = self.metrics
-        meta: dict[str, Any] = {
-            "source_rows": m.get("num_source_rows", 0),  # the batch's changes + moved_out
-            "rows_moved_out": self.moved_out,
-            "rows_inserted": m.get("num_target_rows_inserted", 0),
-            "rows_updated": m.get("num_target_rows_updated", 0),
-            "rows_deleted": m.get("num_target_rows_deleted", 0),
-            "files_added": m.get("num_target_files_added", 0),
-            "files_removed": m.get("num_target_files_removed", 0),
-            "partitions_touched": len(self.partitions),
-            "rows_copied": m.get("num_target_rows_copied", 0),
-            # rows marked replaced or deleted in place (tables with deletion vectors) instead of rewritten
-            "deletion_vectors_added": m.get("num_target_deletion_vectors_added", 0),
-            "delta_version": self.version,
-            "merge_seconds": round(self.duration_s, 3),
-            # reported by Delta's MERGE, absent when the engine does not expose them (never inferred)
-            **{
-                name: m[f"num_target_{name}"]
-                for name in ("files_in_table", "files_scanned", "partitions_scanned")
-                if f"num_target_{name}" in m
-            },
-        }
-        if "files_in_table" in meta and "files_scanned" in meta:
-            meta["files_skipped"] = meta["files_in_table"] - meta["files_scanned"]
-        return meta
-
-
-@dataclass(frozen=True)
-class Predicate:
-    """A row condition used both to skip files by min/max statistics and to filter rows in Spark.
-
-    ``op`` is one of ``= != < <= > >= in``; ``value`` is a Python scalar (a list for ``in``).
-    """
-
-    column: str
-    op: str
-    value: Any
-
-    def spark_sql(self) -> str:
-        if self.op == "in":
-            return f"`{self.column}` IN ({', '.join(_sql_literal(v) for v in self.value)})"
-        return f"`{self.column}` {self.op} {_sql_literal(self.value)}"
-
-
-def _sql_literal(value: Any) -> str:
-    if isinstance(value, str):
-        return "'" + value.replace("'", "''") + "'"
-    if isinstance(value, datetime):
-        return f"TIMESTAMP '{value.isoformat(sep=' ')}'"
-    if isinstance(value, date):
-        return f"DATE '{value.isoformat()}'"
-    if value is None:
-        return "NULL"
-    return str(value)
-
-
 # --- the store ---------------------------------------------------------------------------------------------
 
 
-def _partition_columns(specs: Sequence[PartitionSpec]) -> list[str]:
-    return list(specs[0]) if specs else []
-
-
-def _sql_partition_predicate(alias: str | None, specs: Sequence[PartitionSpec], partition_by: Sequence[str]) -> str:
-    """A SQL predicate on the partition columns matching exactly these partitions ("" for none)."""
-    if not specs:
-        return ""
-    prefix = f"{alias}." if alias else ""
-    if len(partition_by) == 1:
-        col = partition_by[0]
-        values = sorted({str(s[col]) for s in specs})
-        return f"{prefix}`{col}` IN ({', '.join(_sql_literal(v) for v in values)})"
-    first, rest = partition_by[0], partition_by[1:]
-    groups: dict[str, list[PartitionSpec]] = {}
-    for s in specs:
-        groups.setdefault(str(s[first]), []).append(s)
-    terms = []
-    for value, members in sorted(groups.items()):
-        inner = _sql_partition_predicate(alias, members, rest)
-        terms.append(f"({prefix}`{first}` = {_sql_literal(value)} AND {inner})")
-    return "(" + " OR ".join(terms) + ")"
-
-
-def _snake(name: str) -> str:
-    """``numTargetRowsInserted`` → ``num_target_rows_inserted``: Delta's metric names as the results spell them."""
-    return "".join(f"_{c.lower()}" if c.isupper() else c for c in name).lstrip("_")
-
-
-_CONFLICTS = ("CONCURRENT", "METADATA_CHANGED", "PROTOCOL_CHANGED", "METADATACHANGED", "PROTOCOLCHANGED")
-
-
-def _is_conflict(exc: BaseException) -> bool:
-    """Whether Delta refused a commit because another writer committed first (it can be written again).
-
-    The whole chain is read: over Spark Connect the first error is gRPC's, whose text may not carry Delta's error
-    class, which the PySpark error that follows it does."""
-    texts: list[str] = []
-    chain: list[BaseException | None] = [exc]
-    seen: set[int] = set()
-    while chain:
-        error = chain.pop()
-        if error is None or id(error) in seen:
-            continue
-        seen.add(id(error))
-        texts.append(str(error).upper())
-        chain += [error.__cause__, error.__context__]
-    return any(marker in text for text in texts for marker in _CONFLICTS)
-
-
-def _root_message(exc: BaseException) -> str:
-    """The first error of the chain: PySpark fails to render Delta's own error classes and raises a second
-    error about that, whose message hides the real one."""
-    first: BaseException = exc
-    while first.__context__ is not None and first.__context__ is not first:
-        first = first.__context__
-    java = getattr(first, "java_exception", None)
-    if java is not None:
-        try:
-            return str(java.toString())
-        except Exception:  # noqa: BLE001 - the gateway itself may be gone
-            pass
-    return str(first).strip().splitlines()[0] if str(first).strip() else repr(first)
-
-
-@contextmanager
-def _spark_errors(uri: str, operation: str) -> Iterator[None]:
-    """A failed Spark Delta operation as a :class:`DeltaLayerError` naming the table and Delta's reason."""
-    try:
-        yield
-    except DeltaLayerError:
-        raise
-    except Exception as exc:
-        raise DeltaLayerError(f"{uri}: {operation} failed: {_root_message(exc)}") from exc
-
-
-# SQL commands take their app transaction and user metadata from session settings, which the threads of a
-# process share with its one session: one such command at a time per process (each process, each run, has a
-# session of its own, also on a shared Spark Connect server)
-_SESSION_CONF_COMMAND = threading.Lock()
-
-
-@contextmanager
-def _session_confs(spark: SparkSession, confs: Mapping[str, str]) -> Iterator[None]:
-    """Session settings for one Delta command (its app transaction, its commit's user metadata)."""
-    with _SESSION_CONF_COMMAND:
-        for name, value in confs.items():
-            spark.conf.set(name, value)
-        try:
-            yield
-        finally:
-            for name in confs:
-                spark.conf.unset(name)
-
-
 @dataclass
-class DeltaStore(DeltaReader):
+class DeltaStore(KeyScopedWrites):
     """Reads and writes the lake's Delta tables: delta-rs's reads (no JVM) as :class:`DeltaReader`, writes with
     delta-rs for the warehouse's own small tables and with Spark for the lake's. Plain Python;
     :class:`DeltaLakeResource` configures it."""
@@ -350,7 +159,7 @@ class DeltaStore(DeltaReader):
             return False
         confs = {"spark.databricks.delta.commitInfo.userMetadata": json.dumps({"warehouse.operation": "upgrade"})}
         properties = ", ".join(f"'{name}' = 'true'" for name in missing)
-        with _session_confs(spark, confs), _spark_errors(self.table_uri(key), "enable deletion vectors"):
+        with session_confs(spark, confs), spark_errors(self.table_uri(key), "enable deletion vectors"):
             spark.sql(f"ALTER TABLE delta.`{self.spark_path(key)}` SET TBLPROPERTIES ({properties})").collect()
         return True
 
@@ -409,33 +218,10 @@ class DeltaStore(DeltaReader):
             reader = reader.option("versionAsOf", version)
         df = reader.load(self.spark_path(key))
         if partitions is not None:
-            df = df.where(_sql_partition_predicate(None, partitions, _partition_columns(partitions)) or "false")
+            df = df.where(sql_partition_predicate(None, partitions, partition_columns(partitions)) or "false")
         for p in predicates:
             df = df.where(p.spark_sql())
         return df, stats
-
-    def live_rows_of_keys(
-        self,
-        spark: SparkSession,
-        key: Sequence[str] | str,
-        keys: pa.Table,
-        columns: Sequence[str],
-        *,
-        partitions: Sequence[PartitionSpec] | None = None,
-        tombstone_column: str | None = None,
-    ) -> pa.Table:
-        """The live rows of the keys ``keys`` holds (its columns are the key's), as the key plus ``columns``, read
-        by Spark's Delta reader in ``partitions`` (the whole table without): where those keys are now."""
-        from pyspark.sql import functions as F
-
-        names = list(keys.column_names)
-        if not self.exists(key) or not keys.num_rows or (partitions is not None and not partitions):
-            return pa.table({name: pa.array([], pa.null()) for name in [*names, *columns]})
-        df, _ = self.read(spark, key, partitions)
-        if tombstone_column is not None:
-            df = df.where(~F.col(tombstone_column))
-        wanted = arrow_frame(spark, keys.group_by(names).aggregate([]))
-        return df.join(F.broadcast(wanted), names, "left_semi").select(*names, *columns).toArrow()
 
     def overwrite(
         self,
@@ -465,7 +251,7 @@ class DeltaStore(DeltaReader):
         for spec in partitions:
             if set(spec) != set(partition_by):
                 raise DeltaLayerError(f"partition {dict(spec)} does not match partition columns {list(partition_by)}")
-        predicate = "" if whole else _sql_partition_predicate(None, partitions, partition_by)
+        predicate = "" if whole else sql_partition_predicate(None, partitions, partition_by)
         rows = df if whole else df.where(predicate)
         write_id = f"w-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:12]}"
         metadata = json.dumps({"warehouse.operation": operation, "warehouse.write_id": write_id})
@@ -479,11 +265,11 @@ class DeltaStore(DeltaReader):
                     if value is not None:
                         writer = writer.option(name, value)
             try:
-                with _spark_errors(self.table_uri(key), operation):
+                with spark_errors(self.table_uri(key), operation):
                     writer.save(self.spark_path(key))
                 break
             except DeltaLayerError as exc:
-                if not _is_conflict(exc) or attempt == COMMIT_ATTEMPTS:
+                if not is_conflict(exc) or attempt == COMMIT_ATTEMPTS:
                     raise
                 log.warning("%s: commit conflict (%s), writing again on the new version (%d)", key, exc, attempt)
         commit = self._commit_of(key, write_id)
@@ -530,126 +316,6 @@ class DeltaStore(DeltaReader):
                 f"by the Delta log, the commit wrote {rows}"
             )
         return out
-
-    def changed_values(
-        self,
-        spark: SparkSession,
-        key: Sequence[str] | str,
-        columns: Sequence[str],
-        partitions: Sequence[PartitionSpec],
-        after: int,
-        until: int,
-        limit: int,
-    ) -> pa.Table | None:
-        """The distinct values of ``columns`` in every row the commits after version ``after`` up to ``until`` changed
-        in ``partitions``: inserted and deleted rows, and each updated row before and after (Delta's change data feed),
-        so a row moved from one key to another names both. Net of rows deleted and written again the same (a
-        partition overwritten whole with mostly the same rows changed only those that differ). At most ``limit`` + 1
-        of them (more than ``limit``: too many to be worth it, whatever the number). None when the feed does not
-        cover those commits (the table records none, or did not when they were made): then nobody knows what
-        changed."""
-        from pyspark.sql import functions as F
-
-        if until <= after:
-            return None if until < after else pa.table({c: pa.array([], pa.string()) for c in columns})
-        reader = spark.read.format("delta").option("readChangeFeed", "true")
-        reader = reader.option("startingVersion", after + 1).option("endingVersion", until)
-        predicate = _sql_partition_predicate(None, partitions, _partition_columns(partitions)) or "false"
-        try:
-            with _spark_errors(self.table_uri(key), "read the change data feed"):
-                changes = reader.load(self.spark_path(key)).where(predicate)
-                # each row image counted in (written) and out (removed): an image whose count is not 0 changed
-                sign = F.when(F.col("_change_type").isin("insert", "update_postimage"), 1).otherwise(-1)
-                images = [
-                    c for c in changes.columns if c not in ("_change_type", "_commit_version", "_commit_timestamp")
-                ]
-                net = changes.groupBy(*images).agg(F.sum(sign).alias("__net")).where("__net != 0")
-                return net.select(*columns).distinct().limit(limit + 1).toArrow()
-        except DeltaLayerError as exc:
-            log.info("%s: no change data feed from version %d to %d (%s)", key, after + 1, until, exc)
-            return None
-
-    def replace_keys(
-        self,
-        spark: SparkSession,
-        key: Sequence[str] | str,
-        rows: DataFrame,
-        changed: DataFrame,
-        key_columns: Sequence[str],
-        partition_by: Sequence[str],
-        partitions: Sequence[PartitionSpec],
-    ) -> WriteResult:
-        """Replace the rows of the keys ``changed`` names (its columns: the key's and the partition's) with ``rows``
-        (the table's columns, those keys' new rows): one Delta ``MERGE`` commit, which updates a key's row, inserts a
-        new key's, and deletes the row of a key that has none any more, in ``partitions`` only. A key's rows are the
-        same as a whole partition overwrite would leave them; the other rows stay as they are (deletion vectors mark
-        the replaced ones: no file is copied)."""
-        from pyspark.sql import functions as F
-
-        started = time.monotonic()
-        uri = self.table_uri(key)
-        columns = list(rows.columns)
-        on = [*partition_by, *key_columns]
-        flag = "__warehouse_gone"
-        source_frame = changed.select(*on).distinct().join(rows.withColumn(flag, F.lit(False)), on, "left")
-        source_frame = source_frame.withColumn(flag, F.coalesce(F.col(flag), F.lit(True)))
-        source = f"__replace_keys_{uuid.uuid4().hex[:12]}"
-        source_frame.createOrReplaceTempView(source)
-        conditions = [_sql_partition_predicate("t", partitions, partition_by), *(f"t.`{c}` = s.`{c}`" for c in on)]
-        updates = ", ".join(f"t.`{c}` = s.`{c}`" for c in columns)
-        names = ", ".join(f"`{c}`" for c in columns)
-        inserts = f"({names}) VALUES ({', '.join(f's.`{c}`' for c in columns)})"
-        write_id = f"k-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:12]}"
-        confs = {
-            "spark.databricks.delta.commitInfo.userMetadata": json.dumps(
-                {"warehouse.operation": "replace-keys", "warehouse.write_id": write_id}
-            )
-        }
-        try:
-            for attempt in range(1, COMMIT_ATTEMPTS + 1):
-                try:
-                    with _session_confs(spark, confs), _spark_errors(uri, "replace keys"):
-                        spark.sql(
-                            f"MERGE INTO delta.`{self.spark_path(key)}` AS t USING {source} AS s "
-                            f"ON {' AND '.join(conditions)} "
-                            f"WHEN MATCHED AND s.`{flag}` THEN DELETE "
-                            f"WHEN MATCHED THEN UPDATE SET {updates} "
-                            f"WHEN NOT MATCHED AND NOT s.`{flag}` THEN INSERT {inserts}"
-                        ).collect()
-                    break
-                except DeltaLayerError as exc:
-                    if not _is_conflict(exc) or attempt == COMMIT_ATTEMPTS:
-                        raise
-                    log.warning("%s: commit conflict (%s), merging again on the new version (%d)", key, exc, attempt)
-        finally:
-            spark.catalog.dropTempView(source)
-        commit = self._commit_of(key, write_id)
-        metrics = {_snake(k): int(v) for k, v in (commit.get("operationMetrics") or {}).items()}
-        version = int(commit["version"])
-        actions, _ = self.live_files(key, partitions, version)
-        by_partition = []
-        for spec in partitions:
-            mine = [a for a in actions if all(str(a.get(f"partition.{c}")) == str(v) for c, v in spec.items())]
-            by_partition.append(
-                PartitionWritten(
-                    rows=sum(int(a["live_records"]) for a in mine),
-                    files=len(mine),
-                    bytes=sum(int(a["size_bytes"]) for a in mine),
-                )
-            )
-        return WriteResult(
-            table=uri,
-            version=version,
-            rows=metrics.get("num_target_rows_inserted", 0) + metrics.get("num_target_rows_updated", 0),
-            files_added=metrics.get("num_target_files_added", 0),
-            files_removed=metrics.get("num_target_files_removed", 0),
-            bytes_added=metrics.get("num_target_bytes_added", 0),
-            partitions=[dict(p) for p in partitions],
-            duration_s=time.monotonic() - started,
-            by_partition=by_partition,
-            keys_replaced=metrics.get("num_source_rows", 0),
-            rows_deleted=metrics.get("num_target_rows_deleted", 0),
-        )
 
     def _commit_of(self, key: Sequence[str] | str, write_id: str, limit: int = 50) -> dict[str, Any]:
         """The commit that carries ``write_id`` in its user metadata (other writers may have committed since)."""
@@ -710,20 +376,8 @@ class DeltaStore(DeltaReader):
         specs = batch_partitions(batch, partition_by)
         conditions = [f"t.`{c}` = s.`{c}`" for c in [*partition_by, *primary_key]]
         if prune and specs:
-            conditions.insert(0, _sql_partition_predicate("t", specs, partition_by))
-        newer = _newer_predicate(order_by)
-        # unqualified targets: with schema evolution a column new to the table is assigned by its name
-        updates = ", ".join(f"`{c}` = s.`{c}`" for c in target_columns)
-        names = ", ".join(f"`{c}`" for c in target_columns)
-        inserts = f"({names}) VALUES ({', '.join(f's.`{c}`' for c in target_columns)})"
-        if tombstone_column is not None:
-            clauses = f"WHEN MATCHED AND {newer} THEN UPDATE SET {updates} WHEN NOT MATCHED THEN INSERT {inserts}"
-        else:
-            clauses = (
-                f"WHEN MATCHED AND s.`{op_column}` = 'DELETE' AND {newer} THEN DELETE "
-                f"WHEN MATCHED AND s.`{op_column}` <> 'DELETE' AND {newer} THEN UPDATE SET {updates} "
-                f"WHEN NOT MATCHED AND s.`{op_column}` <> 'DELETE' THEN INSERT {inserts}"
-            )
+            conditions.insert(0, sql_partition_predicate("t", specs, partition_by))
+        clauses = _merge_clauses(target_columns, order_by, op_column, tombstone_column)
         source = f"__merge_source_{uuid.uuid4().hex[:12]}"
         arrow_frame(spark, batch).createOrReplaceTempView(source)
         write_id = f"m-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:12]}"
@@ -737,7 +391,7 @@ class DeltaStore(DeltaReader):
             confs["spark.databricks.delta.write.txnVersion"] = str(app_transaction[1])
         evolution = " WITH SCHEMA EVOLUTION" if merge_schema else ""
         try:
-            with _session_confs(spark, confs), _spark_errors(uri, "merge"):
+            with session_confs(spark, confs), spark_errors(uri, "merge"):
                 done = spark.sql(
                     f"MERGE{evolution} INTO delta.`{self.spark_path(key)}` AS t USING {source} AS s "
                     f"ON {' AND '.join(conditions)} {clauses}"
@@ -750,7 +404,7 @@ class DeltaStore(DeltaReader):
         except DeltaLayerError:  # the app transaction was already at this version: Delta skipped the batch
             commit = {"version": self._version(key), "operationMetrics": {}}
             scan = {}
-        metrics = {_snake(k): int(v) for k, v in (commit.get("operationMetrics") or {}).items()}
+        metrics = {snake(k): int(v) for k, v in (commit.get("operationMetrics") or {}).items()}
         metrics.update({f"num_target_{name}": value for name, value in scan.items()})
         return MergeResult(
             table=uri,
@@ -816,7 +470,7 @@ class DeltaStore(DeltaReader):
         else:
             where = ""
             if partitions:
-                where = " WHERE " + _sql_partition_predicate(None, partitions, _partition_columns(partitions))
+                where = " WHERE " + sql_partition_predicate(None, partitions, partition_columns(partitions))
             zorder = f" ZORDER BY ({', '.join(f'`{c}`' for c in zorder_by)})" if zorder_by else ""
             confs = {
                 "spark.databricks.delta.commitInfo.userMetadata": json.dumps(
@@ -825,7 +479,7 @@ class DeltaStore(DeltaReader):
             }
             if target_size:
                 confs["spark.databricks.delta.optimize.maxFileSize"] = str(int(target_size))
-            with _session_confs(spark, confs), _spark_errors(self.table_uri(key), "optimize"):
+            with session_confs(spark, confs), spark_errors(self.table_uri(key), "optimize"):
                 row = spark.sql(f"OPTIMIZE delta.`{self.spark_path(key)}`{where}{zorder}").first()
             metrics = row["metrics"] if row is not None else None
             result = {
@@ -865,9 +519,9 @@ class DeltaStore(DeltaReader):
             return result
         where = ""
         if due[0]:  # a partitioned table: only the partitions past the threshold
-            where = " WHERE " + _sql_partition_predicate(None, due, _partition_columns(due))
+            where = " WHERE " + sql_partition_predicate(None, due, partition_columns(due))
         confs = {"spark.databricks.delta.commitInfo.userMetadata": json.dumps({"warehouse.operation": "purge"})}
-        with _session_confs(spark, confs), _spark_errors(self.table_uri(key), "purge deletion vectors"):
+        with session_confs(spark, confs), spark_errors(self.table_uri(key), "purge deletion vectors"):
             row = spark.sql(f"REORG TABLE delta.`{self.spark_path(key)}`{where} APPLY (PURGE)").first()
         metrics = row["metrics"] if row is not None else None
         result["files_rewritten"] = int(metrics["numFilesRemoved"]) if metrics else 0
@@ -933,7 +587,7 @@ class DeltaStore(DeltaReader):
             "spark.sql.sources.parallelPartitionDiscovery.parallelism": spark.conf.get("spark.sql.shuffle.partitions")
             or "8",
         }
-        with _session_confs(spark, confs), _spark_errors(self.table_uri(key), "vacuum"):
+        with session_confs(spark, confs), spark_errors(self.table_uri(key), "vacuum"):
             listed = [row[0] for row in spark.sql(f"{command} DRY RUN").collect()]
             spark.sql(command).collect()
         # the dry run lists directories too (those of the change data feed, which stay while they hold files)
@@ -991,6 +645,25 @@ def batch_partitions(batch: pa.Table, partition_by: Sequence[str]) -> list[dict[
 def _with_column(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
     index = table.schema.get_field_index(name)
     return table.append_column(name, values) if index < 0 else table.set_column(index, name, values)
+
+
+def _merge_clauses(
+    target_columns: Sequence[str], order_by: Sequence[str], op_column: str, tombstone_column: str | None
+) -> str:
+    """The MERGE's WHEN clauses: a newer change updates (or deletes) its key's row, a new key's row is inserted; with
+    ``tombstone_column`` a DELETE is an update that flags the row."""
+    newer = _newer_predicate(order_by)
+    # unqualified targets: with schema evolution a column new to the table is assigned by its name
+    updates = ", ".join(f"`{c}` = s.`{c}`" for c in target_columns)
+    names = ", ".join(f"`{c}`" for c in target_columns)
+    inserts = f"({names}) VALUES ({', '.join(f's.`{c}`' for c in target_columns)})"
+    if tombstone_column is not None:
+        return f"WHEN MATCHED AND {newer} THEN UPDATE SET {updates} WHEN NOT MATCHED THEN INSERT {inserts}"
+    return (
+        f"WHEN MATCHED AND s.`{op_column}` = 'DELETE' AND {newer} THEN DELETE "
+        f"WHEN MATCHED AND s.`{op_column}` <> 'DELETE' AND {newer} THEN UPDATE SET {updates} "
+        f"WHEN NOT MATCHED AND s.`{op_column}` <> 'DELETE' THEN INSERT {inserts}"
+    )
 
 
 def _newer_predicate(order_by: Sequence[str]) -> str:

@@ -434,15 +434,15 @@ def test_two_runs_creating_one_table_with_different_partitions_both_land(
 def test_a_conflict_reported_through_spark_connect_is_recognized() -> None:
     """Over Spark Connect the first error of the chain is gRPC's; Delta's error class is on the PySpark error
     that follows it. The overwrite retries such a conflict (it failed a run of the embedded stack once)."""
-    from resources.delta_lake import _is_conflict
+    from resources.delta_sql import is_conflict
 
     grpc = RuntimeError("<_MultiThreadedRendezvous of RPC that terminated with:\n\tstatus = StatusCode.INTERNAL>")
     pyspark = RuntimeError("(io.delta.exceptions.ProtocolChangedException) [DELTA_PROTOCOL_CHANGED] two writers")
     pyspark.__context__ = grpc
     layer = DeltaLayerError(f"lake/dws/order_hourly: overwrite failed: {grpc}")
     layer.__cause__ = pyspark
-    assert _is_conflict(layer)
-    assert not _is_conflict(DeltaLayerError("lake/dws/order_hourly: overwrite failed: [PATH_NOT_FOUND] no such path"))
+    assert is_conflict(layer)
+    assert not is_conflict(DeltaLayerError("lake/dws/order_hourly: overwrite failed: [PATH_NOT_FOUND] no such path"))
 
 
 def test_the_warm_up_merges_as_ingestion_does_and_leaves_nothing_behind(spark: SparkSession, tmp_path: Path) -> None:
