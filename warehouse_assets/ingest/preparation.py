@@ -334,27 +334,7 @@ class InProcessPreparation:
         pk_values = list(zip(*(typed[pk].to_pylist() for pk in table.row_key), strict=True))
         times = typed[table.partition_time].cast(pa.int64()).to_pylist()
         olds = old_time.cast(pa.int64()).to_pylist()
-        newest: dict[tuple[Any, ...], int] = {}
-        oldest: dict[tuple[Any, ...], int] = {}
-        was_at: dict[tuple[Any, ...], list[int]] = {}  # a key's distinct partition times
-        for i in range(n):
-            if not valid[i]:
-                continue
-            key = pk_values[i]
-            j = newest.get(key)
-            places = was_at.get(key)
-            if j is None or places is None:
-                newest[key], oldest[key], places = i, i, was_at.setdefault(key, [])
-            else:
-                if (self.row_es[i], pos[i], streams[i]) > (self.row_es[j], pos[j], streams[j]):
-                    newest[key] = i
-                f = oldest[key]
-                if (self.row_es[i], pos[i], streams[i]) < (self.row_es[f], pos[f], streams[f]):
-                    oldest[key] = i
-            if times[i] not in places:
-                places.append(times[i])
-            if olds[i] is not None and olds[i] not in places:
-                places.append(olds[i])
+        newest, oldest, was_at = self._by_key(valid, pk_values, times, olds, pos, streams)
         status = [
             "quarantine"
             if reasons[i] is not None
@@ -403,6 +383,41 @@ class InProcessPreparation:
             if status[i] == "ok" and given.__class__ is dict and not applied.issuperset(given):
                 applied.update(given)  # type: ignore[arg-type]
         return Classified(records, applied)
+
+    def _by_key(
+        self,
+        valid: list[bool],
+        pk_values: list[tuple[Any, ...]],
+        times: list[int],
+        olds: list[int | None],
+        pos: list[int],
+        streams: list[str],
+    ) -> tuple[dict[tuple[Any, ...], int], dict[tuple[Any, ...], int], dict[tuple[Any, ...], list[int]]]:
+        """Of each key's valid changes: the newest, the oldest (by binlog time, position, stream), and every
+        partition time the key had in the batch (images and ``old``), in the order met."""
+        newest: dict[tuple[Any, ...], int] = {}
+        oldest: dict[tuple[Any, ...], int] = {}
+        was_at: dict[tuple[Any, ...], list[int]] = {}  # a key's distinct partition times
+        for i in range(len(valid)):
+            if not valid[i]:
+                continue
+            key = pk_values[i]
+            j = newest.get(key)
+            places = was_at.get(key)
+            if j is None or places is None:
+                newest[key], oldest[key], places = i, i, was_at.setdefault(key, [])
+            else:
+                if (self.row_es[i], pos[i], streams[i]) > (self.row_es[j], pos[j], streams[j]):
+                    newest[key] = i
+                f = oldest[key]
+                if (self.row_es[i], pos[i], streams[i]) < (self.row_es[f], pos[f], streams[f]):
+                    oldest[key] = i
+            if times[i] not in places:
+                places.append(times[i])
+            old = olds[i]
+            if old is not None and old not in places:
+                places.append(old)
+        return newest, oldest, was_at
 
     def _reasons(
         self,
@@ -598,14 +613,23 @@ def prepare_batch(
     ``columns`` (name, Spark type) defaults to the catalog's; schema drift adds to it. ``seen``
     (``_stream``, ``_change``) holds changes taken in by earlier batches: a copy of one is a duplicate.
     """
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     columns = list(columns or table.columns)
     raw = arrow_frame(spark, lines).toDF(*[f"_{c}" for c in lines.column_names])
     msg = raw.withColumn("_m", F.from_json("_value", CANAL_SCHEMA))
     msg = msg.withColumn("_line_reason", _line_reason(table))
-    line_level = msg.where(F.col("_line_reason").isNotNull()).select(
+    assert isinstance(table, OdsTable)
+    rows = _with_reasons(_typed_rows(msg, table, columns), table, columns)
+    rows, status = _deduplicated(rows, table, seen)
+    return _line_level(msg, columns).unionByName(_record_level(rows, status, columns))
+
+
+def _line_level(msg: DataFrame, columns: Sequence[tuple[str, str]]) -> DataFrame:
+    """One record per line refused whole (malformed, of another table) or carrying DDL."""
+    from pyspark.sql import functions as F
+
+    return msg.where(F.col("_line_reason").isNotNull()).select(
         "_stream",
         "_segment",
         "_seq",
@@ -623,6 +647,12 @@ def prepare_batch(
         F.lit(None).cast("array<timestamp>").alias("_moved_from"),
         F.lit(None).cast("boolean").alias("_unplaced"),
     )
+
+
+def _typed_rows(msg: DataFrame, table: OdsTable, columns: Sequence[tuple[str, str]]) -> DataFrame:
+    """One row per row image of the lines' messages, its values cast to the table's types, with its binlog order."""
+    from pyspark.sql import functions as F
+
     rows = msg.where(F.col("_line_reason").isNull()).select(
         "_stream",
         "_segment",
@@ -636,7 +666,6 @@ def prepare_batch(
         F.col("_m.position").alias("_position"),
         F.posexplode("_m.data").alias("_row_index", "_r"),
     )
-    assert isinstance(table, OdsTable)
     typed = [
         F.timestamp_millis("_es").alias(name)
         if name == CHANGED_AT and table.kind == SNAPSHOT
@@ -645,7 +674,7 @@ def prepare_batch(
     ]
     # an UPDATE's ``old`` (parallel to ``data``) names the partition time the row had before, if it changed
     old_time = F.try_element_at(F.col("_old"), F.col("_row_index") + 1)[table.partition_time]
-    rows = rows.select(
+    return rows.select(
         "_stream",
         "_segment",
         "_seq",
@@ -663,6 +692,13 @@ def prepare_batch(
         F.try_element_at(F.col("_old"), F.col("_row_index") + 1).isNotNull().alias("_has_old"),
         (F.col("_seq") * POS_SEGMENT + F.col("_line") * POS_LINE + F.col("_row_index")).alias("_pos"),
     )
+
+
+def _with_reasons(rows: DataFrame, table: OdsTable, columns: Sequence[tuple[str, str]]) -> DataFrame:
+    """The rows with ``_reason``: why a row is quarantined (a missing key or time, a value of the wrong type), or
+    null."""
+    from pyspark.sql import functions as F
+
     problems: list[Column] = []
     for pk in table.primary_key:
         problems.append(F.when(F.col(pk).isNull(), F.lit(f"missing primary key {pk}")))
@@ -677,6 +713,15 @@ def prepare_batch(
     problems.append(F.when(bad_old, F.concat(F.lit(f"bad old value for {table.partition_time}: "), "_old_time_raw")))
     rows = rows.withColumn("_reason", F.concat_ws("; ", *problems))
     rows = rows.withColumn("_reason", F.when(F.col("_reason") == "", F.lit(None)).otherwise(F.col("_reason")))
+    return rows
+
+
+def _deduplicated(rows: DataFrame, table: OdsTable, seen: DataFrame | None) -> tuple[DataFrame, Column]:
+    """The rows with what deduplication needs (``_change``, the newest per key, the partition times the key had), and
+    each row's status: quarantine, duplicate, superseded or ok."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
     # a re-sent message (same content in the same stream) counts once, in this batch or after an earlier
     # one; then the newest change per key wins.
     # Content, not the message id: real Canal gives all messages of one Canal batch the same id. The binlog time
@@ -717,7 +762,14 @@ def prepare_batch(
         .when(F.col("_rank") > 1, F.lit("superseded"))
         .otherwise(F.lit("ok"))
     )
-    record_level = rows.select(
+    return rows, status
+
+
+def _record_level(rows: DataFrame, status: Column, columns: Sequence[tuple[str, str]]) -> DataFrame:
+    """The classified records of the row images, in the columns every batch's records have."""
+    from pyspark.sql import functions as F
+
+    return rows.select(
         "_stream",
         "_segment",
         "_seq",
@@ -735,4 +787,3 @@ def prepare_batch(
         "_moved_from",
         "_unplaced",
     )
-    return line_level.unionByName(record_level)
