@@ -155,6 +155,54 @@ class LateData:
         """Whether the late data of a built partition rebuilds it now, under the late-data policy of each dependency
         it came through (the most urgent one counts). If not, the partition is recorded stale with the time its
         rebuild is due (or none), and the late changes its rebuild will absorb."""
+        inputs = self._late_inputs(table, partition, own, verdict, read_from, states)
+        if inputs is None:
+            return True
+        late_policies, late_upstream, used = inputs
+        previous = states.stale(table.fqn, partition)
+        # as late as the change itself: through an upstream rebuilt for late data, the change that rebuild absorbed
+        origins = [now.timestamp()]
+        for up in late_upstream:
+            rebuilt = states.rebuilt(self._fqn[up.asset_key], up.partition)
+            if rebuilt is not None:
+                origins.append(rebuilt.origin)
+        since = min([*origins, *([previous.since] if previous else [])])
+        changes = _late_changes(previous, key, late_upstream)
+        policies = [self.kinds.policy(table, p) for p in late_policies or [table.late_data]]
+        due, policy, note = self._due(table, partition, policies, since, states, now)
+        if due is not None and due <= now:
+            waiting = self._waiting(late_upstream, used, states, now)
+            if waiting is None:
+                states.rebuilds[(table.fqn, partition)] = Rebuild(since, changes, now.timestamp())
+                return True
+            # an input's own rebuild is coming: rebuilt now, the partition would be rebuilt again after it
+            due, note = waiting
+        states.mark_stale(
+            Stale(
+                table.fqn,
+                partition,
+                since,
+                None if due is None else due.timestamp(),
+                changes,
+                key,
+                policy.describe(),
+                note,
+            )
+        )
+        return False
+
+    def _late_inputs(
+        self,
+        table: DerivedTable,
+        partition: str,
+        own: PartitionState,
+        verdict: Verdict,
+        read_from: int | None,
+        states: LateSnapshot,
+    ) -> tuple[list[LateDataPolicy], list[PartitionState], list[PartitionState]] | None:
+        """The policies of the dependencies late data came through, the upstream partitions that changed after the
+        build read them, and every upstream partition the build uses; None when what arrived is not late data but
+        the rest the partition was planned to receive, built at once."""
         late_policies: list[LateDataPolicy] = []
         late_upstream: list[PartitionState] = []
         used: list[PartitionState] = []
@@ -172,30 +220,33 @@ class LateData:
             ]
             if found and self.catalog[edge.dep.table].state_names:
                 # an upstream that passes through states: what arrives is its next state, planned: at once
-                return True
+                return None
             if found and edge.dep.weak and not self._read_before(table.fqn, partition, found):
                 # a dependency that builds before its window is whole (a deadline, any of a window, the latest): an
                 # upstream partition its build did not have is the rest it was built to receive, planned: at once.
                 # A change to one it had read is late data, as through any dependency
-                return True
+                return None
             if found:
                 late_policies.append(table.late_data_policy(edge.dep))
                 late_upstream.extend(found)
-        previous = states.stale(table.fqn, partition)
-        # as late as the change itself: through an upstream rebuilt for late data, the change that rebuild absorbed
-        origins = [now.timestamp()]
-        for up in late_upstream:
-            rebuilt = states.rebuilt(self._fqn[up.asset_key], up.partition)
-            if rebuilt is not None:
-                origins.append(rebuilt.origin)
-        since = min([*origins, *([previous.since] if previous else [])])
-        changes = _late_changes(previous, key, late_upstream)
+        return late_policies, late_upstream, used
+
+    def _due(
+        self,
+        table: DerivedTable,
+        partition: str,
+        policies: Sequence[LateDataPolicy],
+        since: float,
+        states: LateSnapshot,
+        now: datetime,
+    ) -> tuple[datetime | None, LateDataPolicy, str]:
+        """The most urgent of ``policies``' due times for late data since ``since``, that policy, and the reason when
+        none rebuilds it automatically."""
         own_rebuild = states.rebuilt(table.fqn, partition)
         window_end = partition_window(table, partition).end
         newest = states.newest_built(table)
         newest_end = max(window_end, partition_window(table, newest).end if newest else window_end)
         last = None if own_rebuild is None else datetime.fromtimestamp(own_rebuild.planned_at, UTC)
-        policies = [self.kinds.policy(table, p) for p in late_policies or [table.late_data]]
         dues = [
             due_time(
                 policy,
@@ -209,53 +260,39 @@ class LateData:
             for policy in policies
         ]
         timed = [(due, policy) for (due, _), policy in zip(dues, policies, strict=True) if due]
-        due: datetime | None
-        if timed:
-            due, policy = min(timed, key=lambda d: d[0])
-            note = ""
-            waiting = [u for u in late_upstream if states.stale_due(self._fqn[u.asset_key], u.partition) is not None]
-            # an input whose own rebuild comes now (due, requested in this pass, or running) brings a change this
-            # rebuild would miss; under a daily rule the partition would then wait a day for it, and a chain of such
-            # tables a day per layer: it waits for that rebuild instead, which looks at it again when it lands
-            late_keys = {(u.asset_key, u.partition) for u in late_upstream}
-            coming = [
-                u for u in used if (u.asset_key, u.partition) not in late_keys and self._rebuilding(u, states, now)
-            ]
-            if due <= now and not waiting and not coming:
-                states.rebuilds[(table.fqn, partition)] = Rebuild(since, changes, now.timestamp())
-                return True
-            if due <= now:
-                # an input's own rebuild is coming: rebuilt now, the partition would be rebuilt again after it; that
-                # rebuild's materialization is the change that looks at it again
-                if not waiting:
-                    # its landing looks at the partition again; should that rebuild fail, so does this timer
-                    first = coming[0]
-                    note = f"waits for {self._fqn[first.asset_key]} {first.partition}'s rebuild, coming now"
-                    due = now + LOOK_AGAIN
-                    states.mark_stale(
-                        Stale(table.fqn, partition, since, due.timestamp(), changes, key, policy.describe(), note)
-                    )
-                    return False
-                first = waiting[0]
-                first_due = states.stale_due(self._fqn[first.asset_key], first.partition) or now.timestamp()
-                when = datetime.fromtimestamp(first_due, self._timezone)
-                note = f"waits for {self._fqn[first.asset_key]} {first.partition}'s rebuild, due {when:%Y-%m-%d %H:%M}"
-                due = None
-        else:
-            due, policy, note = None, policies[0], dues[0][1]
-        states.mark_stale(
-            Stale(
-                table.fqn,
-                partition,
-                since,
-                None if due is None else due.timestamp(),
-                changes,
-                key,
-                policy.describe(),
-                note,
+        if not timed:
+            return None, policies[0], dues[0][1]
+        due, policy = min(timed, key=lambda d: d[0])
+        return due, policy, ""
+
+    def _waiting(
+        self,
+        late_upstream: Sequence[PartitionState],
+        used: Sequence[PartitionState],
+        states: LateSnapshot,
+        now: datetime,
+    ) -> tuple[datetime | None, str] | None:
+        """None when no input's own rebuild is coming; else when to look at the partition again (None: when that
+        rebuild lands, its materialization is the change that looks at it) and why it waits."""
+        waiting = [u for u in late_upstream if states.stale_due(self._fqn[u.asset_key], u.partition) is not None]
+        if waiting:
+            first = waiting[0]
+            first_due = states.stale_due(self._fqn[first.asset_key], first.partition) or now.timestamp()
+            when = datetime.fromtimestamp(first_due, self._timezone)
+            return (
+                None,
+                f"waits for {self._fqn[first.asset_key]} {first.partition}'s rebuild, due {when:%Y-%m-%d %H:%M}",
             )
-        )
-        return False
+        # an input whose own rebuild comes now (due, requested in this pass, or running) brings a change this rebuild
+        # would miss; under a daily rule the partition would then wait a day for it, and a chain of such tables a day
+        # per layer: it waits for that rebuild instead. Its landing looks at the partition again; should it not land
+        # (failed, canceled), the timer does
+        late_keys = {(u.asset_key, u.partition) for u in late_upstream}
+        coming = [u for u in used if (u.asset_key, u.partition) not in late_keys and self._rebuilding(u, states, now)]
+        if coming:
+            first = coming[0]
+            return now + LOOK_AGAIN, f"waits for {self._fqn[first.asset_key]} {first.partition}'s rebuild, coming now"
+        return None
 
     def _rebuilding(self, upstream: PartitionState, states: LateSnapshot, now: datetime) -> bool:
         """Whether a built input partition is being rebuilt for late data now, or will be in this pass."""
