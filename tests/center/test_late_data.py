@@ -432,3 +432,31 @@ def test_a_table_due_with_its_input_waits_for_that_rebuild_not_a_day(instance: D
     end(instance, run, "success")
     assert requested(center.step(six + timedelta(minutes=31))).get("ads.both") == [[DAY]]  # at once, not tomorrow
     assert center.step(six + timedelta(minutes=32)) == []
+
+
+def test_an_input_a_run_waited_for_before_reading_is_not_late_data_to_it(
+    instance: DagsterInstance, catalog: Catalog
+) -> None:
+    """A repair's run waits in its guard for a re-ingested hour, then reads it: that hour's report came after the run
+    started, yet the run read it. Its materialization says so (``read_after``), and the day is not stale."""
+    from dagster import AssetMaterialization, DagsterEvent, DagsterEventType, MetadataValue
+    from dagster._core.events import StepMaterializationData
+
+    from tests.center.test_state_store import materializations
+    from warehouse_assets.materialize.gate import READ_AFTER
+
+    center = Center(instance, catalog)
+    built_chain(center)
+    run = create_run(instance, [DAY], AssetKey(["dwd", "day"]))
+    start(instance, run)
+    late_hour(center, 10)  # the re-ingested hour, reported while the run waits for it
+    [hour_id, *_] = materializations(instance, AssetKey(["ods", "src"]), f"{DAY}-10:00")
+    metadata = {"delta_version": 2, READ_AFTER: MetadataValue.json({DAY: hour_id})}
+    data = StepMaterializationData(AssetMaterialization(AssetKey(["dwd", "day"]), partition=DAY, metadata=metadata))
+    event = DagsterEvent(DagsterEventType.ASSET_MATERIALIZATION.value, run.job_name, event_specific_data=data)
+    instance.report_dagster_event(event, run.run_id)
+    end(instance, run, "success")
+    later = BUILT + timedelta(hours=3)
+    assert "dwd.day" not in requested(center.step(later))
+    ledger = open_readonly(center.store.path)
+    assert ledger is not None and ledger.stale("dwd.day", [DAY]) == {}

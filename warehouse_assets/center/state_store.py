@@ -36,12 +36,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dagster import AssetKey, DagsterEventType, DagsterInstance, EventLogEntry
+from dagster import AssetKey, AssetMaterialization, DagsterEventType, DagsterInstance, EventLogEntry
 
 from resources.settings import current
 from warehouse_assets.catalog import WHOLE
 from warehouse_assets.catalog.lineage_events import LineageEvents, lineage_events
-from warehouse_assets.materialize.gate import DEGRADED, STATE, backfill_running, per_partition
+from warehouse_assets.materialize.gate import DEGRADED, READ_AFTER, STATE, backfill_running, per_partition
 from warehouse_assets.materialize.validity import GONE, LAKE, VALID, Taint, released_note
 
 if TYPE_CHECKING:
@@ -493,7 +493,7 @@ class _Step:
                 degraded=per_partition(m.metadata, DEGRADED, m.partition) if m.partition else None,
                 state=per_partition(m.metadata, STATE, m.partition) if m.partition else None,
                 failed=False,
-                read_from=started if started is not None else storage_id,
+                read_from=_read_from(started, storage_id, m),
             )
         elif event.event_type == CHECKED:
             e = event.asset_check_evaluation_data
@@ -720,3 +720,11 @@ def _partition(key: str | None) -> str:
     """The store's key of an event's partition: an unpartitioned asset's events (a static table's) carry none, and
     its one partition is the whole table."""
     return WHOLE if key is None else key
+
+
+def _read_from(started: int | None, storage_id: int, materialization: AssetMaterialization) -> int:
+    """Where a materialization's reading of its inputs began: its run's start, or, for a run that waited for an
+    upstream materialization before reading (a repair waiting for a re-ingested hour), that one."""
+    begun = started if started is not None else storage_id
+    waited = per_partition(materialization.metadata, READ_AFTER, materialization.partition or "")
+    return max(begun, int(waited)) if waited else begun

@@ -112,6 +112,8 @@ class InstanceStates:
         self.instance = instance
         self._materialized: dict[str, set[str]] = {}
         self.written: dict[str, set[str]] = {}  # partitions a run wrote itself, not yet visible in the instance
+        # partition → the newest upstream materialization a run waited for before reading its inputs
+        self.read_after: dict[str, int] = {}
 
     def refresh(self) -> None:
         """Forget what was read: the next questions read the instance again (a run waiting for a repair)."""
@@ -463,6 +465,9 @@ RETRY_ON_STEP_FAILURE_TAG = "dagster/retry_on_asset_or_op_failure"
 # on a rebuild for late data: each partition's late changes the rebuild absorbs (JSON), for its materialization
 LATE_CHANGES_TAG = "warehouse/late_changes"
 DEGRADED = "degraded"  # a materialization's metadata: partition → what it was built without, past a deadline
+# a materialization's metadata: partition → the storage id of the newest upstream materialization its run waited
+# for (a repair's run waiting for a re-ingested hour), after which it read its inputs
+READ_AFTER = "read_after"
 STATE = "state"  # a materialization's metadata, of a table with states: partition → the state it was built in
 
 

@@ -66,6 +66,7 @@ from warehouse_assets.ingest.deliveries import external_source
 from warehouse_assets.materialize.gate import (
     DEGRADED,
     LATE_CHANGES_TAG,
+    READ_AFTER,
     RETRY_ON_STEP_FAILURE_TAG,
     STATE,
     InstanceStates,
@@ -225,6 +226,7 @@ def _await_repairs(
     verdict = decide(catalog, table, key, states)
     if verdict.may_run or not verdict.waits_for_repair or BACKFILL_TAG not in context.run.tags:
         return verdict
+    awaited = {(edge.dep.table, k) for edge in verdict.edges for k in edge.tainted}
     before_waiting()
     context.log.info(f"{verdict.reasons[0]}; waiting")
     said = time.monotonic()
@@ -235,6 +237,13 @@ def _await_repairs(
         if verdict.waits_for_repair and time.monotonic() - said > REPAIR_LOG_S:
             context.log.info(f"{verdict.reasons[0]}; still waiting")
             said = time.monotonic()
+    if verdict.may_run:
+        seen = [latest_materialization(context.instance, catalog[t], k) for t, k in sorted(awaited)]
+        ids = [r.storage_id for r in seen if r is not None]
+        if ids:
+            # the run read its inputs after these materializations, though they came after its start: they are
+            # not late data to it (the state store counts late data from here, not from the run's start)
+            states.read_after[key] = max(ids)
     return verdict
 
 
@@ -478,6 +487,7 @@ class _RangedBuild:
                 # materializations share one metadata: the state store reads its own
                 **({STATE: MetadataValue.json(self.reached)} if self.reached else {}),
                 **({DEGRADED: MetadataValue.json(self.degraded)} if self.degraded else {}),
+                **({READ_AFTER: MetadataValue.json(self.states.read_after)} if self.states.read_after else {}),
                 **({"late_changes_absorbed": MetadataValue.json(late)} if late else {}),
                 **self.totals,
                 "partitions_written": len(self.written),
