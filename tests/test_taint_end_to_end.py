@@ -51,7 +51,7 @@ from resources.settings import Settings, using
 from simulator.cdc import SimulationConfig, simulate
 from simulator.corrections import confined_rows, corrupt_hour, resend_corrected
 from tests.support import oracle
-from tests.support.instances import memory_backed_dir, one_event_log
+from tests.support.instances import memory_backed_dir, pooled_event_log
 from tests.support.lake import row_dicts
 from tests.support.repair import SYNC_RUNS, code_location, run_backfill
 from warehouse_assets.catalog import load_catalog
@@ -152,9 +152,9 @@ def _bad_hour(landing: Path) -> tuple[datetime, set[int]]:
 
 @pytest.fixture(scope="module")
 def home() -> Iterator[Path]:
-    """The module's Dagster home, which its commands open too: one event log for every run, in memory-backed storage
-    (tests/support/instances.py), where the ingestion's thousands of hour reports and check verdicts cost no disk
-    sync each."""
+    """The module's Dagster home, which its commands open too: one event log for every run, its connections pooled, in
+    memory-backed storage (tests/support/instances.py), where the ingestion's thousands of hour reports and check
+    verdicts cost no disk sync each and no new connection each."""
     with memory_backed_dir("taint-e2e-home-") as path:
         yield path
 
@@ -183,7 +183,7 @@ def repaired(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession, home
     with (
         pytest.MonkeyPatch.context() as patch,
         using(Settings.from_env(env)),
-        instance_for_test(temp_dir=str(home), overrides={**SYNC_RUNS, **one_event_log(home)}) as instance,
+        instance_for_test(temp_dir=str(home), overrides={**SYNC_RUNS, **pooled_event_log(home)}) as instance,
     ):
         for name, value in env.items():
             patch.setenv(name, value)

@@ -37,6 +37,8 @@ DEADLINE_S = 1500
 # the per-test limit (pytest-timeout) of a module that waits on a stack: past the waits' own deadline, whose failure
 # says more (the runs so far), so that it catches only a hang elsewhere (a stop, a browser, a query)
 STACK_TIMEOUT_S = DEADLINE_S + STALL_S
+# how often a wait looks at the instance (a few cheap reads): a wait ends this long at most after what it waits for
+POLL_S = 1.0
 # a recent day: automation looks back a few weeks, older history is for backfills
 DAY = datetime.combine(datetime.now(ZoneInfo("Asia/Shanghai")).date() - timedelta(days=3), datetime.min.time())
 
@@ -170,7 +172,7 @@ def await_partition(
             latest = instance.event_log_storage.get_maximum_record_id()
             if latest != seen:
                 seen, last_progress = latest, now
-        time.sleep(5)
+        time.sleep(POLL_S)
     else:
         why = f"no run or step event for {STALL_S}s" if now - last_progress >= STALL_S else "deadline"
         pytest.fail(
@@ -188,7 +190,7 @@ def await_partition(
         latest = instance.event_log_storage.get_maximum_record_id()
         if latest != seen:
             seen, last_progress = latest, now
-        time.sleep(5)
+        time.sleep(POLL_S)
     print(runs_summary(instance))  # shown with -s or -rP: what the stack ran to get there
     unfinished = [run_line(r) for r in instance.get_run_records(started_runs) if not r.dagster_run.is_finished]
     assert not unfinished, "runs that did not finish:\n" + "\n".join(unfinished)

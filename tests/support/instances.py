@@ -14,8 +14,12 @@ import os
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cached_property
 from pathlib import Path
 from typing import Any
+
+from dagster._core.storage.event_log import ConsolidatedSqliteEventLogStorage
+from sqlalchemy import Engine, create_engine
 
 # a RAM-backed file system (tmpfs) on Linux; elsewhere the instance lives in the usual temporary directory
 MEMORY_BACKED = Path("/dev/shm")
@@ -35,3 +39,35 @@ def one_event_log(home: Path) -> dict[str, Any]:
     and an index database (about 1 s to create each run's on a loaded 2-core machine)."""
     storage = {"module": "dagster._core.storage.event_log", "class": "ConsolidatedSqliteEventLogStorage"}
     return {"event_log_storage": {**storage, "config": {"base_dir": str(home / "events")}}}
+
+
+class PooledSqliteEventLog(ConsolidatedSqliteEventLogStorage):
+    """Dagster's one-database SQLite event log, its connections kept in a pool: the stock one creates an engine and
+    opens the file for every read and write, which makes storing an event about twice as slow as Dagster's in-memory
+    storage (5 times slower than this, measured with 600 materializations). Connections may be used by the thread of
+    a backfill's runs as well as the test's (SQLite's write-ahead log, as before, keeps the readers off the writer)."""
+
+    @cached_property
+    def _engine(self) -> Engine:
+        return create_engine(self._conn_string, connect_args={"timeout": 30, "check_same_thread": False})
+
+    @contextmanager
+    def _connect(self) -> Iterator[Any]:
+        with self._engine.connect() as connection, connection.begin():
+            yield connection
+
+    def dispose(self) -> None:
+        super().dispose()
+        self._engine.dispose()
+
+
+def pooled_event_log(home: Path) -> dict[str, Any]:
+    """``instance_for_test`` overrides: :func:`one_event_log` with its connections pooled
+    (:class:`PooledSqliteEventLog`), for the instances that store a month of hour reports."""
+    return {
+        "event_log_storage": {
+            "module": __name__,
+            "class": "PooledSqliteEventLog",
+            "config": {"base_dir": str(home / "events")},
+        }
+    }
