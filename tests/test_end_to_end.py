@@ -301,8 +301,8 @@ def test_a_range_skips_what_waits_for_an_undelivered_external_and_what_reads_it(
 
 
 def test_why_explains_a_ready_and_a_waiting_partition(warehouse: Warehouse) -> None:
-    from warehouse_assets.explain.why import explain
     from warehouse_assets.definitions import catalog
+    from warehouse_assets.explain.why import explain
 
     store, landing = warehouse.resources["lake"].store(), warehouse.resources["landing"].landing()
     done = explain(warehouse.instance, catalog, store, landing, "ads.daily_gmv", "2026-01-02")
