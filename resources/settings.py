@@ -21,6 +21,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
+from resources.clock import EXAMPLE as CLOCK_EXAMPLE
+from resources.clock import Clock
+
 ENV_PREFIX = "WAREHOUSE_"
 DEFAULT_TIMEZONE = "Asia/Shanghai"
 
@@ -78,6 +81,8 @@ class Settings(BaseModel):
     simulate_live: bool = Field(False, description="1 or 0")
     run_executor: RunExecutor = Field("in_process", description="one of in_process, multiprocess")
     engine_poll_seconds: float = Field(0.1, gt=0, description="a positive number of seconds")
+    # the dependency center's time where simulated sources run faster than real time (resources/clock.py)
+    clock: str = Field("", description="START@ANCHOR*SPEED, e.g. " + CLOCK_EXAMPLE + " (empty: real time)")
     reconcile_seconds: float = Field(300.0, ge=0, description="a number of seconds, 0 or more (0: never)")
     webserver_url: str = Field("http://127.0.0.1:3000", description="the Dagster webserver's URL")
     code_location: str = Field("warehouse", description="the code location's name in workspace.yaml")
@@ -102,6 +107,20 @@ class Settings(BaseModel):
                 f"{variable('timezone')}={value!r}: expected an IANA timezone name, e.g. Asia/Shanghai"
             ) from None
         return value
+
+    @field_validator("clock")
+    @classmethod
+    def _clock(cls, value: str) -> str:
+        try:
+            Clock.parse(value)
+        except ValueError as exc:
+            raise ValueError(f"{variable('clock')}: {exc}") from None
+        return value
+
+    @property
+    def center_clock(self) -> Clock:
+        """The clock the dependency center's time rules follow: real time unless ``clock`` names a simulated one."""
+        return Clock.parse(self.clock)
 
     @field_validator("spark_pools")
     @classmethod

@@ -55,6 +55,7 @@ from urllib.parse import urlsplit
 
 from dagster import AssetKey, DagsterInstance, DagsterRun, DagsterRunStatus, PartitionKeyRange, RunsFilter
 
+from resources.settings import current
 from warehouse_assets.catalog import Catalog, CatalogError, Table, load_catalog, partitions_def_of
 from warehouse_assets.center import heartbeat
 from warehouse_assets.center.heartbeat import SENSOR_NAME, Heartbeat
@@ -584,12 +585,15 @@ def assemble_engine(
     catalog: Catalog,
     submitter: RunSubmitter,
     max_partitions_per_run: Callable[[Table], int | None],
-    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    clock: Callable[[], datetime] | None = None,
     watchers: Sequence[Watcher] = (),
     reconciler: Reconciler | None = None,
 ) -> Engine:
-    """The engine over ``instance``'s state store, the catalog's reverse index and a resolver over both."""
+    """The engine over ``instance``'s state store, the catalog's reverse index and a resolver over both; its time is
+    ``clock``'s, by default the settings' (real time, or the simulated sources' when they run faster than it)."""
     started = time.perf_counter()
+    if clock is None:
+        clock = current().center_clock.now
     store = PartitionStateStore(instance)
     resolver = Resolver(catalog, ReverseIndex.build(catalog, current_time=clock()), store, max_partitions_per_run)
     engine = Engine(instance, resolver, submitter, clock, watchers, reconciler=reconciler)

@@ -36,6 +36,8 @@ def run_engine(args: argparse.Namespace) -> int:
     # the engine's own lines only: Dagster's storage layers log every schema check at INFO
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s [engine] %(message)s", stream=sys.stdout)
     logging.getLogger("warehouse.engine").setLevel(logging.INFO)
+    if settings.center_clock.simulated:
+        logging.getLogger("warehouse.engine").info("time rules on the clock %s", settings.center_clock.describe())
     catalog = load_catalog()
     # each run evaluates the table's own checks; the freshness check is its sensor's, at the deadline
     submitter = GraphQLSubmitter(
