@@ -7,7 +7,6 @@ import argparse
 import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from zoneinfo import ZoneInfo
 
 DEFAULT_SINCE = timedelta(days=1)
 
@@ -31,20 +30,10 @@ def add_eta_parser(sub: Any) -> None:
     eta.add_argument("--dagster-home", default=None, help="the Dagster instance's directory (default: $DAGSTER_HOME)")
 
 
-def parse_since(text: str, zone: ZoneInfo) -> datetime:
-    try:
-        moment = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise ValueError(
-            f"--since {text!r} is not a time: expected ISO 8601, e.g. 2026-11-20T09:00 (in the business time zone "
-            f"{zone.key} unless it names an offset)"
-        ) from None
-    return moment.replace(tzinfo=zone) if moment.tzinfo is None else moment
-
-
 def eta_command(args: argparse.Namespace, instance: Any) -> int:
     from warehouse_assets.catalog import business_zone, load_catalog
     from warehouse_assets.explain.accuracy import instance_accuracy
+    from warehouse_assets.explain.status import parse_moment
 
     if not args.accuracy:
         print(
@@ -55,7 +44,7 @@ def eta_command(args: argparse.Namespace, instance: Any) -> int:
     zone = business_zone()
     now = datetime.now(UTC)
     try:
-        since = parse_since(args.since, zone) if args.since else now - DEFAULT_SINCE
+        since = parse_moment(args.since, zone, "--since") if args.since else now - DEFAULT_SINCE
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -70,14 +70,14 @@ def _regional_keys(table: DerivedTable, start: str | None, end: str | None, now:
     return regional_keys_between(table, start, end)
 
 
-def parse_moment(text: str, zone: ZoneInfo) -> datetime:
-    """``--as-of``'s time: ISO 8601 (``2026-11-20T09:00``, ``2026-11-20 09:00:30``, ``2026-11-20``), in the business
-    time zone ``zone`` unless it names an offset. ValueError naming the text."""
+def parse_moment(text: str, zone: ZoneInfo, flag: str = "--as-of") -> datetime:
+    """A command's time (``flag``'s): ISO 8601 (``2026-11-20T09:00``, ``2026-11-20 09:00:30``, ``2026-11-20``), in
+    the business time zone ``zone`` unless it names an offset. ValueError naming the flag and the text."""
     try:
         moment = datetime.fromisoformat(text.strip())
     except ValueError:
         raise ValueError(
-            f"--as-of {text!r} is not a time: expected ISO 8601, e.g. 2026-11-20T09:00 (in the business time zone "
+            f"{flag} {text!r} is not a time: expected ISO 8601, e.g. 2026-11-20T09:00 (in the business time zone "
             f"{zone.key} unless it names an offset, e.g. 2026-11-20T01:00+00:00)"
         ) from None
     return moment.replace(tzinfo=zone) if moment.tzinfo is None else moment
