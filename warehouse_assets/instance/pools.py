@@ -26,7 +26,6 @@ This module imports none of the product: the instance plugins, the Spark resourc
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import socket
@@ -38,6 +37,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from warehouse_assets.instance.file_lock import held
 
 POOLS_VARIABLE = "WAREHOUSE_SPARK_POOLS"
 POOL_TAG = "warehouse/pool"  # the pool a run was placed on
@@ -195,14 +196,8 @@ class PoolRegistry:
 
 @contextlib.contextmanager
 def placement_lock(directory: str | Path) -> Iterator[None]:
-    path = Path(directory) / LOCK_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with held(Path(directory) / LOCK_FILE):
+        yield
 
 
 # --- placement ---------------------------------------------------------------------------------------------------

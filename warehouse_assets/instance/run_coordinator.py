@@ -31,7 +31,6 @@ Configured in ``dagster_home/dagster.yaml`` with the ``QueuedRunCoordinator``'s 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import sys
 from collections.abc import Iterator
@@ -54,6 +53,7 @@ from dagster._core.storage.dagster_run import ACTIVE_RUN_STATUSES
 from dagster._utils.error import serializable_error_info_from_exc_info
 from dagster._utils.tags import TagConcurrencyLimitsCounter
 
+from warehouse_assets.instance.file_lock import held
 from warehouse_assets.instance.pools import Pool, pools_from_env, queue_limits
 
 log = logging.getLogger(__name__)
@@ -137,11 +137,5 @@ class ImmediateRunCoordinator(QueuedRunCoordinator):  # type: ignore[misc]
 
     @contextlib.contextmanager
     def _decision_lock(self) -> Iterator[None]:
-        path = Path(self._instance.root_directory) / LOCK_FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        with held(Path(self._instance.root_directory) / LOCK_FILE):
+            yield
