@@ -79,12 +79,13 @@ TYPED_ROWS = [
     },
     {"id": 2, "name": None, "at": None, "amount": None, "day": None, "paid": None, "nothing": None},
 ]
-# each format's text of those rows, the same whichever engine answered (instants in UTC, as the UI shows them)
+# each format's text of those rows, the same whichever engine answered (instants in the business timezone, with its
+# offset: the partition keys' own)
 TYPED_CSV = [
     {
         "id": "1",
         "name": 'Zoë, "the" first',
-        "at": "2026-03-01 16:30:00.000000Z",
+        "at": "2026-03-02 00:30:00+08:00",
         "amount": "12.30",
         "day": "2026-03-02",
         "paid": "true",
@@ -96,7 +97,7 @@ TYPED_JSON = [
     {
         "id": 1,
         "name": 'Zoë, "the" first',
-        "at": "2026-03-01 16:30:00+00:00",
+        "at": "2026-03-02 00:30:00+08:00",
         "amount": "12.30",
         "day": "2026-03-02",
         "paid": True,
@@ -106,7 +107,7 @@ TYPED_JSON = [
 ]
 TYPED_TABLE = [
     ["id", "name", "at", "amount", "day", "paid", "nothing"],
-    ["1", 'Zoë, "the" first', "2026-03-01 16:30:00+00:00", "12.30", "2026-03-02", "True", "NULL"],
+    ["1", 'Zoë, "the" first', "2026-03-02 00:30:00+08:00", "12.30", "2026-03-02", "True", "NULL"],
     ["2", "NULL", "NULL", "NULL", "NULL", "NULL", "NULL"],
 ]
 FORMATS = ("table", "csv", "json", "parquet")
@@ -348,7 +349,7 @@ def test_a_cold_command_loads_neither_dagster_nor_pandas_and_shows_instants_in_t
     env = {**os.environ, "WAREHOUSE_LAKE_ROOT": str(root)}
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert "| 1  | 1970-01-01 00:00:00+00:00 |" in done.stdout and "| 3  | NULL" in done.stdout
+    assert "| 1  | 1970-01-01 08:00:00+08:00 |" in done.stdout and "| 3  | NULL" in done.stdout
     assert done.stdout.rstrip().endswith("loaded: [] 0")
 
 

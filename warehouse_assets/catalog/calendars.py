@@ -177,8 +177,9 @@ def business_zone() -> ZoneInfo:
 
 
 def business_time(at: float | datetime, timespec: str = "minutes") -> str:
-    """An instant in the business timezone, the partition keys' own, with its offset named (``2026-03-06 01:05+08:00``):
-    the UI and ``warehouse sql`` show instants in UTC, so a time printed without its zone would read as theirs."""
+    """An instant in the business timezone, the partition keys' own, with its offset named (``2026-03-06 01:05+08:00``),
+    as ``warehouse sql`` and the dev stack's logs print them: the UI shows Dagster's own times in the zone of its user
+    settings, so a time printed without its zone could be read as that one."""
     moment = datetime.fromtimestamp(at, UTC) if isinstance(at, int | float) else at
     return moment.astimezone(business_zone()).isoformat(sep=" ", timespec=timespec)
 

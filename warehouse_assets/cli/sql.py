@@ -14,12 +14,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import re
 import sys
-from datetime import UTC, timedelta, timezone, tzinfo
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from zoneinfo import ZoneInfo
 
 from warehouse_assets.cli.common import load_settings
 
@@ -97,8 +94,8 @@ def run_sql(args: argparse.Namespace) -> int:
         if args.output and args.format == "table":
             args.format = Path(args.output).suffix.lstrip(".") if Path(args.output).suffix else "csv"
         if args.query is None:
-            return _prompt(engine, args, as_of)
-        return _answer(engine, args.query, args, as_of)
+            return _prompt(engine, args, as_of, settings.timezone)
+        return _answer(engine, args.query, args, as_of, settings.timezone)
     except SqlRefused as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -118,12 +115,12 @@ def check_output(path: str, force: bool) -> None:
         raise SqlRefused(f"--output {path}: the file exists (--force replaces it)")
 
 
-def _answer(engine: LakeSql, query: str, args: argparse.Namespace, as_of: object) -> int:
+def _answer(engine: LakeSql, query: str, args: argparse.Namespace, as_of: object, zone: str) -> int:
     answer = engine.run(query, args.engine, as_of)  # type: ignore[arg-type]
     if args.format == "table":
-        print(render_table(answer.rows, args.max_rows))
+        print(render_table(answer.rows, args.max_rows, zone))
     else:
-        text = export(answer.rows, args.format, args.output)
+        text = export(answer.rows, args.format, args.output, zone)
         if text is not None:
             sys.stdout.write(text)
     if args.output:
@@ -132,7 +129,7 @@ def _answer(engine: LakeSql, query: str, args: argparse.Namespace, as_of: object
     return 0
 
 
-def _prompt(engine: LakeSql, args: argparse.Namespace, as_of: object) -> int:
+def _prompt(engine: LakeSql, args: argparse.Namespace, as_of: object, zone: str) -> int:
     """Read queries until EOF (Ctrl-D), each ended by ';' or an empty line, with readline's editing and history."""
     import readline
 
@@ -165,7 +162,7 @@ def _prompt(engine: LakeSql, args: argparse.Namespace, as_of: object) -> int:
         pending = []
         readline.add_history(text)  # the whole query as one entry (input() adds lines only on a terminal)
         try:
-            _answer(engine, text.rstrip(";"), args, as_of)
+            _answer(engine, text.rstrip(";"), args, as_of, zone)
         except SqlRefused as exc:
             print(f"error: {exc}")
         except Exception as exc:  # a failed query leaves the prompt up
@@ -178,36 +175,37 @@ def _prompt(engine: LakeSql, args: argparse.Namespace, as_of: object) -> int:
 # --- what the terminal shows and what --output writes -------------------------------------------------------
 
 
-def python_rows(rows: pa.Table) -> list[dict[str, Any]]:
-    """The rows as Python dicts. Instants are converted here, not by pyarrow, which imports pandas for a column's
-    time zone: a quarter of a second of a cold ``warehouse sql``."""
+def instants_as_text(rows: pa.Table, zone: str) -> pa.Table:
+    """Every timestamp column as text of one form, whichever engine answered and whatever the format: in ``zone``
+    (the business timezone, the partition keys' own) with its offset, to the second, or to the microsecond in a column
+    where a value has them (``2026-03-02 00:30:00+08:00``). A timestamp without a zone (DataFusion's ``CAST(x AS
+    TIMESTAMP)``, Spark's ``TIMESTAMP_NTZ``) is read as a wall time of ``zone``, as Spark's session reads one.
+    Arrow's compute functions only: building a column from Python values imports pandas, a quarter of a second of a
+    cold ``warehouse sql``."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
-    columns: dict[str, list[Any]] = {}
-    for name, column in zip(rows.column_names, rows.columns, strict=True):
+    for n, column in enumerate(rows.columns):
         kind = column.type
-        if not (pa.types.is_timestamp(kind) and kind.tz):
-            columns[name] = column.to_pylist()
+        if not pa.types.is_timestamp(kind):
             continue
-        zone = _zone(kind.tz)
-        naive = column.cast(pa.timestamp(kind.unit)).to_pylist()  # the UTC wall time
-        columns[name] = [None if v is None else v.replace(tzinfo=UTC).astimezone(zone) for v in naive]
-    return [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)]
+        micros = column.cast(pa.timestamp("us", kind.tz), safe=False)  # nanoseconds shown to the microsecond
+        if kind.tz:
+            local = micros.cast(pa.timestamp("us", zone))
+        else:
+            local = pc.assume_timezone(micros, zone, ambiguous="earliest", nonexistent="earliest")
+        whole = local.cast(pa.timestamp("s", zone), safe=False)
+        # compared with the whole seconds as a column: a Python scalar in a compute call would import pandas
+        fraction = pc.any(pc.not_equal(local, whole.cast(pa.timestamp("us", zone))))
+        text = pc.strftime(local if fraction.as_py() else whole, format="%Y-%m-%d %H:%M:%S%Ez")
+        rows = rows.set_column(n, rows.field(n).with_type(pa.string()), text)
+    return rows
 
 
-def _zone(name: str) -> tzinfo:
-    """An Arrow time zone: a name (``Asia/Shanghai``) or a fixed offset (``+08:00``)."""
-    offset = re.fullmatch(r"([+-])(\d{2}):?(\d{2})", name)
-    if offset is None:
-        return UTC if name in ("UTC", "Z") else ZoneInfo(name)
-    sign = -1 if offset[1] == "-" else 1
-    return timezone(sign * timedelta(hours=int(offset[2]), minutes=int(offset[3])))
-
-
-def render_table(rows: pa.Table, max_rows: int = 50) -> str:
-    """The rows as an aligned text table, at most ``max_rows`` of them."""
+def render_table(rows: pa.Table, max_rows: int, zone: str) -> str:
+    """The rows as an aligned text table, at most ``max_rows`` of them, instants in ``zone``."""
     names = rows.column_names
-    shown = python_rows(rows.slice(0, max_rows))
+    shown = instants_as_text(rows.slice(0, max_rows), zone).to_pylist()
     cells = [[_cell(r[n]) for n in names] for r in shown]
     widths = [max([len(n)] + [len(c[i]) for c in cells]) for i, n in enumerate(names)]
     line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
@@ -223,8 +221,9 @@ def _cell(value: Any) -> str:
     return "NULL" if value is None else str(value)
 
 
-def export(rows: pa.Table, fmt: str, path: str | None) -> str | None:
-    """Write the rows as csv, json (one object per line) or parquet to ``path`` (csv/json: stdout text without)."""
+def export(rows: pa.Table, fmt: str, path: str | None, zone: str) -> str | None:
+    """Write the rows as csv, json (one object per line) or parquet to ``path`` (csv/json: stdout text without).
+    Parquet keeps the instants typed; the text formats write them as the table shows them (in ``zone``)."""
     import io
     import json
 
@@ -242,10 +241,11 @@ def export(rows: pa.Table, fmt: str, path: str | None) -> str | None:
         import pyarrow.csv as pacsv
 
         buffer = io.BytesIO()
-        pacsv.write_csv(_flat(rows), buffer)
+        pacsv.write_csv(_flat(instants_as_text(rows, zone)), buffer)
         text = buffer.getvalue().decode()
     elif fmt == "json":
-        text = "".join(json.dumps(r, default=str, ensure_ascii=False) + "\n" for r in python_rows(rows))
+        shown = instants_as_text(rows, zone).to_pylist()
+        text = "".join(json.dumps(r, default=str, ensure_ascii=False) + "\n" for r in shown)
     else:
         raise SqlRefused(f"--format {fmt!r}: expected one of table, csv, json, parquet")
     if path:
