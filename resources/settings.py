@@ -12,6 +12,7 @@ import contextlib
 import functools
 import json
 import os
+import re
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from datetime import date
@@ -19,7 +20,7 @@ from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo, field_validator
 
 from resources.clock import EXAMPLE as CLOCK_EXAMPLE
 from resources.clock import Clock
@@ -75,6 +76,8 @@ class Settings(BaseModel):
     # several Spark endpoints, each run placed on one; the Dagster instance's plugins read and check the same variable
     # (warehouse_assets/instance/pools.py), a run reads its pool's URL, token included, from here
     spark_pools: str = Field("", description='JSON: {"name": {"url": "sc://host:port", "capacity": 2, "labels": {}}}')
+    # second lakes that tables replicate partitions to (``replicate_to: <site>``), each a path or object-store URI
+    sites: str = Field("", description='JSON: {"site": "a path or s3://, gs://, abfss:// URI of its lake root"}')
     spark_log_level: SparkLogLevel = Field("WARN", description="one of ERROR, WARN, INFO, DEBUG")
     spark_server_nice: int = Field(10, ge=0, le=19, description="a whole number from 0 to 19")
     time_travel_hours: int = Field(168, ge=0, description="a whole number of hours, 0 or more")
@@ -128,6 +131,20 @@ class Settings(BaseModel):
         pool_urls(value)
         return value
 
+    @field_validator("sites")
+    @classmethod
+    def _sites(cls, value: str, info: ValidationInfo) -> str:
+        lake = str(info.data.get("lake_root", "")).rstrip("/")
+        for name, root in site_roots(value).items():
+            if root.rstrip("/") == lake:
+                raise ValueError(f"{variable('sites')}: site {name}'s root {root!r} is the lake root itself")
+        return value
+
+    @property
+    def site_roots(self) -> dict[str, str]:
+        """Each replication site's lake root, by name (none configured: {})."""
+        return site_roots(self.sites)
+
     @property
     def spark_pool_urls(self) -> dict[str, str]:
         """Each compute pool's URL, by name (none: the one endpoint of the spark_* settings)."""
@@ -174,6 +191,39 @@ def pool_urls(text: str) -> dict[str, str]:
         raise ValueError(
             f'{variable("spark_pools")}: expected a JSON object of pools, e.g. {{"a": {{"url": "sc://host:15002"}}}}'
         ) from None
+
+
+_SITE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+_SITE_SCHEMES = ("s3", "s3a", "gs", "az", "abfs", "abfss", "file")
+
+
+def site_roots(text: str) -> dict[str, str]:
+    """The lake root of each site ``WAREHOUSE_SITES`` names; ValueError naming the variable and what is wrong."""
+    if not text.strip():
+        return {}
+    example = '{"dc2": "s3://bucket/lake"}'
+    try:
+        spec = json.loads(text)
+    except ValueError:
+        raise ValueError(
+            f"{variable('sites')}: expected a JSON object of sites and lake roots, e.g. {example}"
+        ) from None
+    if not isinstance(spec, dict) or not spec:
+        raise ValueError(f"{variable('sites')}: expected a JSON object of sites and lake roots, e.g. {example}")
+    roots = {}
+    for name, root in spec.items():
+        if not _SITE_NAME.match(name):
+            raise ValueError(f"{variable('sites')}: site {name!r}: a site is named in lower case, e.g. dc2")
+        if not isinstance(root, str) or not root.strip():
+            raise ValueError(f"{variable('sites')}: site {name}: its lake root must be a path or URI, got {root!r}")
+        scheme = urlsplit(root).scheme if "://" in root else "file"
+        if scheme not in _SITE_SCHEMES:
+            raise ValueError(
+                f"{variable('sites')}: site {name}: unsupported scheme {scheme!r} in {root!r} (a path, s3://, gs:// "
+                "or abfss://)"
+            )
+        roots[name] = root.strip()
+    return roots
 
 
 def variable(field: str) -> str:

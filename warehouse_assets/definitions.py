@@ -18,11 +18,13 @@ from dagster import (
 )
 
 from resources import resources_from_env
+from resources.delta_replica import ReplicaSitesResource
 from resources.settings import Settings, current, dagster_home, using
 from sensors.center import build_dependency_center_sensor
 from sensors.external import build_external_sensors
 from sensors.freshness import build_forecast_sensor, build_freshness_sensor
 from sensors.ods import build_landing_sensor, build_ods_checks_sensor, build_readiness_sensor
+from sensors.replication import build_replication_sensor
 from sensors.static import build_static_sensor
 from sensors.zorder import build_zorder_sensor
 from warehouse_assets.catalog import Catalog, load_catalog
@@ -34,6 +36,7 @@ from warehouse_assets.ingest.job import build_ingest_job
 from warehouse_assets.ingest.maintenance import build_maintenance
 from warehouse_assets.materialize.compiler import build_assets, build_checks
 from warehouse_assets.materialize.hour_checks import build_ods_checks_job, judge_hours
+from warehouse_assets.materialize.replication import REPLICA_RESOURCE, build_replica_assets
 from warehouse_assets.materialize.validity import taint_times
 from warehouse_assets.materialize.zorder import build_zorder_job
 
@@ -92,9 +95,12 @@ def _build(catalog: Catalog, settings: Settings) -> Definitions:
     ingest_job = build_ingest_job(catalog, judge_hours, taint_times)
     maintenance_job, maintenance_schedule = build_maintenance(catalog)
     zorder_job, ods_checks_job = build_zorder_job(catalog), build_ods_checks_job(catalog)
-    resources = resources_from_env(settings)
+    resources = resources_from_env(settings) | {REPLICA_RESOURCE: ReplicaSitesResource(roots=settings.site_roots)}
     return Definitions(
-        assets=build_assets(catalog, load_lineage(catalog, settings)),
+        assets=[
+            *build_assets(catalog, load_lineage(catalog, settings)),
+            *build_replica_assets(catalog, settings.site_roots),
+        ],
         asset_checks=build_checks(catalog),
         jobs=[
             ingest_job,
@@ -116,6 +122,7 @@ def _build(catalog: Catalog, settings: Settings) -> Definitions:
             build_forecast_sensor(catalog),
             build_dependency_center_sensor(catalog),
             *build_static_sensor(catalog),
+            *build_replication_sensor(catalog),
         ],
         resources=resources,
         executor=run_executor(settings),

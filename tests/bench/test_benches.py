@@ -124,6 +124,12 @@ BENCHES = [
         seconds=300,
     ),
     Bench(
+        "replication",  # exits 1 itself when the replica reads other rows or a publication was not one commit
+        ("lag_p50_s", "lag_p90_s", "lag_max_s", "partitions", "commits", "removed", "mb", "equal", "calib_ms"),
+        equal={"partitions": "30", "commits": "30", "equal": "1"},
+        seconds=300,
+    ),
+    Bench(
         "why_latency",
         ("why_p50_ms", "why_p90_ms", "why_max_ms", "tail_p90_ms", "partitions", "days", "calib_ms"),
         equal={"partitions": "16", "days": "6"},

@@ -115,7 +115,7 @@ def _identity(header: Mapping[str, Any], path: Path) -> dict[str, Any]:
         period = STATIC
     elif period not in BY_PERIOD:
         raise _fail(path, f"period must be one of {', '.join(BY_PERIOD)}, got {period!r}")
-    shared = ("primary_key", "description", "owner", "zorder", "columns", "checks", "sla", "compute")
+    shared = ("primary_key", "description", "owner", "zorder", "columns", "checks", "sla", "compute", "replicate_to")
     fields = {"layer": layer, "name": name, "period": period} | {k: header[k] for k in shared if k in header}
     zorder = header.get("zorder")
     if isinstance(zorder, Mapping):  # zorder: {by: [columns], file_size: 8MB}

@@ -197,6 +197,7 @@ def byte_size(value: Any, what: str) -> int:
 
 
 _TAG_WORD = re.compile(r"[A-Za-z0-9_.-]{1,50}")
+_SITE = re.compile(r"[a-z][a-z0-9_]{0,39}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -222,6 +223,19 @@ class Table:
     sla: InstanceOf[Sla] | None = None
     # the labels the Spark pool that builds it must have (``compute: {region: eu}``), in label order
     compute: tuple[tuple[str, str], ...] = ()
+    # the sites (``WAREHOUSE_SITES``) each valid partition is replicated to, as one commit on the site's lake
+    replicate_to: tuple[str, ...] = ()
+
+    @field_validator("replicate_to", mode="before")
+    @classmethod
+    def _sites(cls, value: Any) -> tuple[str, ...]:
+        names = (value,) if isinstance(value, str) else tuple(value or ())
+        for site in names:
+            if not isinstance(site, str) or not _SITE.fullmatch(site):
+                raise ValueError(
+                    f"replicate_to names sites in lower case (a site or a list of them, e.g. dc2), got {value!r}"
+                )
+        return tuple(dict.fromkeys(names))
 
     @field_validator("primary_key", "zorder", mode="before")
     @classmethod
