@@ -112,7 +112,8 @@ def why_command(args: argparse.Namespace, instance: Any, resources: dict[str, An
 
 def status_command(args: argparse.Namespace, instance: Any) -> int:
     """The warehouse start, the engine's heartbeat (as the ``dependency_center`` sensor's ticks show it), the runs
-    queued and in progress and the compute pools' load; exit status 1 when the engine is not running."""
+    queued and in progress, the compute pools' load and the replication sites' lag; exit status 1 when the engine is
+    not running."""
     from dagster import DagsterRunStatus, RunsFilter
 
     from resources.settings import current
@@ -140,6 +141,12 @@ def status_command(args: argparse.Namespace, instance: Any) -> int:
     if pools:  # several Spark endpoints: each one's runs over its capacity, and the ones offline
         print("compute pools:")
         print("\n".join(f"  {line}" for line in load_lines(instance, pools)))
+    if current().site_roots:  # replication sites: each one's lag, source commit -> replica published
+        from warehouse_assets.catalog import load_catalog
+        from warehouse_assets.explain.replication import replication_lines
+
+        print("replication sites (source commit -> replica published):")
+        print("\n".join(f"  {line}" for line in replication_lines(instance, load_catalog(), current().site_roots)))
     return 0 if alive else 1
 
 
