@@ -6,6 +6,7 @@ off, and a catalog that is down failing nothing. The runs on Spark: tests/test_s
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -24,6 +25,7 @@ from warehouse_assets.catalog.lineage_events import Build, LineageEvents, lineag
 from warehouse_assets.center.ledger import Ledger, Stale
 from warehouse_assets.center.state_store import PartitionStateStore
 from warehouse_assets.ingest.job import ingestion_lineage
+from warehouse_assets.materialize.lineage_run import with_lineage_events
 from warehouse_assets.materialize.validity import Taint, release_evaluation, taint_evaluation
 
 LAKE = "s3://lake/warehouse"
@@ -194,3 +196,29 @@ def test_a_catalog_that_is_down_fails_nothing(tmp_path: Path, caplog: pytest.Log
     assert real is not None
     real.started(build)
     assert "event of dwd.day was not sent" in caplog.records[-1].getMessage()
+
+
+class Untouched:
+    """A build's context that fails any use: off, the build runs without its run being described."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the build's context was read ({name}) with OpenLineage off")
+
+
+def test_off_a_build_sends_nothing_and_runs_as_it_is(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in [n for n in os.environ if n.startswith("OPENLINEAGE")]:
+        monkeypatch.delenv(name)
+    catalog = load_catalog()
+    table = catalog["ads.retention_d1"]
+    body = [object(), object()]  # the build's own events, passed on as they are
+    with lineage_receiver() as receiver:
+        with using(Settings(lake_root=LAKE)):  # off: no OpenLineage setting
+            passed = list(with_lineage_events(Untouched(), catalog, table, None, iter(body)))  # type: ignore[arg-type]
+        assert passed == body and receiver.events == []
+        # the same build with the product's endpoint set: its START and COMPLETE
+        context = SimpleNamespace(partition_keys=["2026-03-05"], assets_def=SimpleNamespace(partitions_def=object()),
+                                  run_id=make_new_run_id(), job_name="__ASSET_JOB")  # fmt: skip
+        with using(Settings(lake_root=LAKE, openlineage_url=receiver.url)):
+            passed = list(with_lineage_events(context, catalog, table, None, iter(body)))  # type: ignore[arg-type]
+    assert passed == body
+    assert [e["eventType"] for e in receiver.runs("ads.retention_d1")] == ["START", "COMPLETE"]
