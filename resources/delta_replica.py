@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from dagster import ConfigurableResource
 from deltalake import CommitProperties, DeltaTable, QueryBuilder
+from deltalake.exceptions import DeltaError
 from deltalake.transaction import AddAction, RemoveAction, Transaction, create_table_with_add_actions
 from pydantic import Field
 
@@ -129,15 +130,21 @@ def replicate_partition(
         app_transactions=[Transaction(app_id(partition), at, now_ms)],
     )
     if dst is None:
-        create_table_with_add_actions(
-            replica_uri,
-            src.schema(),
-            adds,
-            mode="error",
-            partition_by=columns,
-            storage_options=replica.storage_options or None,
-            commit_properties=properties,
-        )
+        try:
+            create_table_with_add_actions(
+                replica_uri,
+                src.schema(),
+                adds,
+                mode="error",
+                partition_by=columns,
+                storage_options=replica.storage_options or None,
+                commit_properties=properties,
+            )
+        except DeltaError:
+            if not replica.exists(key):
+                raise
+            # another partition's replication created the table first: publish on it
+            return replicate_partition(source, replica, key, partition, at)
     else:
         dst.create_write_transaction(
             [*adds, *removes], "append", dst.schema(), partition_by=columns, commit_properties=properties
@@ -212,10 +219,13 @@ def _copy(source_uri: str, replica_uri: str, file: Mapping[str, Any]) -> AddActi
     folder = path.rpartition("/")[0]
     if folder:
         replica_fs.create_dir(f"{replica_base}/{folder}", recursive=True)
-    with (
-        source_fs.open_input_stream(f"{source_base}/{path}") as reader,
-        replica_fs.open_output_stream(f"{replica_base}/{path}") as writer,
-    ):
+    try:
+        reader = source_fs.open_input_stream(f"{source_base}/{path}")
+    except FileNotFoundError:
+        raise ReplicationError(
+            f"{source_uri}: {path} is gone from storage (vacuumed?): that version can no longer be replicated"
+        ) from None
+    with reader, replica_fs.open_output_stream(f"{replica_base}/{path}") as writer:
         while chunk := reader.read(8 << 20):
             writer.write(chunk)
     return AddAction(

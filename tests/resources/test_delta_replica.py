@@ -1,7 +1,8 @@
 """Partition-exact replication to a second lake: each partition of a Spark-written table published on the replica as
 one delta-rs commit holding exactly the files of the source commit that built it, verified, and read the same by
 Spark and by delta-rs; a ranged write's replacement removes the replica's old files; rows marked deleted by deletion
-vectors stay deleted on the replica; an older source version never overwrites a newer one."""
+vectors stay deleted on the replica; an older source version never overwrites a newer one; two first publications at
+once both land; a version whose files were vacuumed is refused."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
+from deltalake import write_deltalake
 from pyspark.sql import SparkSession
 
+from resources import delta_replica
 from resources.delta_lake import DeltaStore
 from resources.delta_read import DeltaReader
 from resources.delta_replica import ReplicationError, replicate_partition
@@ -121,3 +125,34 @@ def test_a_partition_the_table_is_not_partitioned_by_is_refused(
     _write(spark, store, ["00"], 1)
     with pytest.raises(ReplicationError, match=r"partitioned by \['dt', 'hh'\], not by \['dt'\]"):
         replicate_partition(store, replica, KEY, {"dt": DAY})
+
+
+def _rs_source(root: Path) -> DeltaReader:
+    """A source table written by delta-rs (no JVM): hours 01 and 02, two rows each."""
+    rows = pa.table({"id": [1, 2, 3, 4], "dt": [DAY] * 4, "hh": ["01", "01", "02", "02"]})
+    write_deltalake(str(root / "dwd" / "visits"), rows, partition_by=["dt", "hh"])
+    return DeltaReader(str(root))
+
+
+def test_two_first_publications_at_once_both_land(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source, replica = _rs_source(tmp_path / "site1"), DeltaReader(str(tmp_path / "site2"))
+    real = delta_replica.create_table_with_add_actions
+
+    def racing(*args: Any, **kwargs: Any) -> None:
+        # another partition's replication creates the replica table between our look and our commit
+        monkeypatch.setattr(delta_replica, "create_table_with_add_actions", real)
+        replicate_partition(source, replica, KEY, _hour("02"))
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(delta_replica, "create_table_with_add_actions", racing)
+    done = replicate_partition(source, replica, KEY, _hour("01"))
+    assert (done.replica_version, done.rows) == (1, 2)
+    assert _rs_rows(replica.root) == _rs_rows(source.root)
+
+
+def test_a_vacuumed_version_is_refused_naming_the_file(tmp_path: Path) -> None:
+    source, replica = _rs_source(tmp_path / "site1"), DeltaReader(str(tmp_path / "site2"))
+    [gone] = [f["path"] for f in source.live_files(KEY, [_hour("01")])[0]]
+    (Path(source.table_uri(KEY)) / gone).unlink()
+    with pytest.raises(ReplicationError, match="is gone from storage"):
+        replicate_partition(source, replica, KEY, _hour("01"))
