@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -86,7 +87,7 @@ def test_sigint_stops_a_background_dev_stack_with_nothing_left(tmp_path: Path, m
         WAREHOUSE_SPARK_CONNECT_URL=f"sc://127.0.0.1:{spark_port}",
         WAREHOUSE_SPARK_DRIVER_MEMORY="1g",
     )
-    log = (tmp_path / "dev.log").open("wb")
+    log = (tmp_path / "terminal.log").open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "warehouse_assets.cli", "dev", "--no-simulate", "--port", str(port)],
         cwd=ROOT,
@@ -120,9 +121,17 @@ def test_sigint_stops_a_background_dev_stack_with_nothing_left(tmp_path: Path, m
             os.killpg(proc.pid, signal.SIGKILL)
         kill_stragglers(marker)
         log.close()
-        print((tmp_path / "dev.log").read_text()[-3000:])
+        print((tmp_path / "terminal.log").read_text()[-3000:])
     # the daemon stopped before the code server: none of its sensor ticks failed against a server gone
-    assert "DagsterUserCodeUnreachableError" not in (tmp_path / "dev.log").read_text()
+    terminal = (tmp_path / "terminal.log").read_text()
+    assert "DagsterUserCodeUnreachableError" not in terminal
+    # the stack's own log (WAREHOUSE_LOG_DIR/dev.log): what the terminal showed, Dagster's colour codes left out
+    written = (tmp_path / "dev.log").read_text()
+    assert "\x1b[" in terminal and "\x1b" not in written  # the daemon's warnings at a first start are coloured
+    assert "[dev] the UI is up" in written and "why_waiting" in written
+    # one zone: Dagster's lines (its daemon's, the runs') carry the business timezone's offset, as the partition keys do
+    stamped = re.findall(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d( [+-]\d{4})? - dagster[.\w]* - ", written, re.MULTILINE)
+    assert stamped and set(stamped) == {" +0800"}, stamped
 
     connect_log = tmp_path / "spark-connect.log"
     lines = connect_log.read_text().splitlines() if connect_log.exists() else []

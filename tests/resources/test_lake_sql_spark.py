@@ -17,8 +17,9 @@ from pyspark.sql import SparkSession
 
 from resources.lake_sql import READ_ONLY_PREFIX, AsOf, LakeSql, SqlRefused, read_only_message, read_only_session
 from resources.spark import SESSION_LAKE
-from tests.resources.test_lake_sql import assert_every_format_is_written, build_lake
+from tests.resources.test_lake_sql import assert_every_format_is_written, build_lake, build_typed_table
 from tests.support.hostile import SQL
+from warehouse_assets.cli.main import main
 
 pytestmark = pytest.mark.spark
 
@@ -60,6 +61,33 @@ def test_spark_writes_every_format_for_every_type(
     # JVM-free engine's in every format
     monkeypatch.setattr("warehouse_assets.cli.sql.spark_for", lambda settings: (spark, "local test session"))
     assert_every_format_is_written("spark", tmp_path / "lake", tmp_path, monkeypatch, capsys)
+
+
+def test_both_engines_print_timestamps_as_the_same_text(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # DataFusion answers an instant labelled UTC and a cast one without a zone; Spark labels both with its session's
+    # zone: the same text from both, in the business timezone with its offset, in every text format
+    monkeypatch.setattr("warehouse_assets.cli.sql.spark_for", lambda settings: (spark, "local test session"))
+    build_typed_table(tmp_path / "lake")
+    monkeypatch.setenv("WAREHOUSE_LAKE_ROOT", str(tmp_path / "lake"))
+    query = "SELECT id, at, CAST(day AS TIMESTAMP) AS day_start FROM dwd.typed WHERE id = 1"
+    printed: dict[str, dict[str, str]] = {}
+    for engine in ("datafusion", "spark"):
+        for fmt in ("table", "csv", "json"):
+            assert main(["sql", "--engine", engine, "--format", fmt, query]) == 0
+            out = capsys.readouterr().out
+            printed.setdefault(fmt, {})[engine] = out if fmt != "table" else out[: out.rindex(" row(s) in ")]
+    assert (
+        printed["csv"]["datafusion"]
+        == '"id","at","day_start"\n1,"2026-03-02 00:30:00+08:00","2026-03-02 00:00:00+08:00"\n'
+    )
+    assert printed["json"]["datafusion"] == (
+        '{"id": 1, "at": "2026-03-02 00:30:00+08:00", "day_start": "2026-03-02 00:00:00+08:00"}\n'
+    )
+    assert "| 1  | 2026-03-02 00:30:00+08:00 | 2026-03-02 00:00:00+08:00 |" in printed["table"]["datafusion"]
+    for fmt, by_engine in printed.items():
+        assert by_engine["spark"] == by_engine["datafusion"], fmt
 
 
 @pytest.mark.parametrize("query", QUERIES)

@@ -90,7 +90,7 @@ def start_stack(
         WAREHOUSE_START=f"{DAY:%Y-%m-%d}",
         **(env or {}),
     )
-    log = (root / "dev.log").open("wb")
+    log = (root / "terminal.log").open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "warehouse_assets.cli", "dev", "--no-simulate", "--port", str(port)],
         cwd=ROOT,
@@ -113,7 +113,7 @@ def start_stack(
             proc.wait()
         kill_stragglers(f"DAGSTER_HOME={home}")
         log.close()
-        print((root / "dev.log").read_text()[-3000:])
+        print((root / "terminal.log").read_text()[-3000:])
 
 
 def kill_stragglers(marker: str) -> None:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
 from warehouse_assets.cli.common import ROOT, adopt_warehouse_start, load_settings, say
+from warehouse_assets.cli.dev_log import DevLog
 from warehouse_assets.cli.services import interrupt, start_server_with_token, stop_group
 from warehouse_assets.instance.processes import all_pids, command_line, environment_holds, process_stat
 
@@ -70,6 +71,11 @@ def run_dev(args: argparse.Namespace) -> int:
     os.chdir(ROOT)
     # every process started from here carries this mark, however deep: what outlives its parent is found by it
     os.environ[DEV_MARK] = uuid.uuid4().hex
+    # the children's Python prints reach the log's pipe line by line, as they would reach a terminal
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    log = DevLog(Path(load_settings(os.environ).log_dir) / "dev.log")
+    log.start()
+    say(f"[dev] what this terminal shows is also in {log.path} (without colour codes)")
     started: list[tuple[subprocess.Popen[bytes], int, float]] = []  # process group leaders, how to stop each
     warm_up = SparkWarmUp()
     try:
@@ -90,6 +96,7 @@ def run_dev(args: argparse.Namespace) -> int:
         left = stop_marked(os.environ[DEV_MARK])
         if left:
             say(f"[dev] stopped {left} process(es) left behind by Dagster (run workers, a code server)")
+        log.stop()
 
 
 def _run_dev(
@@ -106,6 +113,10 @@ def _run_dev(
     settings = load_settings(env)
     landing = Path(settings.landing_root)
     tz = settings.timezone
+    # one zone in all the stack prints: Dagster's and the engine's log lines and Spark's log take the local time,
+    # which is the business timezone's, as the partition keys and the product's own times are
+    env["TZ"] = tz
+    time.tzset()
     if args.simulate:
         _ensure_simulated(landing, args.days, args.scale, tz, Path(settings.external_dir))
     start = adopt_warehouse_start(env)  # a bad start fails here, naming the variable

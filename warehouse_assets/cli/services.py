@@ -15,6 +15,8 @@ from pathlib import Path
 from resources.settings import Settings
 from warehouse_assets.cli.common import load_settings, say
 
+LOG_TIME = "%Y-%m-%d %H:%M:%S %z"  # as Dagster's console lines: 2026-11-29 21:29:23 +0800
+
 
 def run_engine(args: argparse.Namespace) -> int:
     """The dependency center's engine in the foreground, beside a running webserver (``--url``) and daemon."""
@@ -34,7 +36,10 @@ def run_engine(args: argparse.Namespace) -> int:
 
     settings = load_settings(os.environ)
     # the engine's own lines only: Dagster's storage layers log every schema check at INFO
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s [engine] %(message)s", stream=sys.stdout)
+    # Dagster's own lines' form, the zone named: the partition keys beside it are the business timezone's
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s [engine] %(message)s", datefmt=LOG_TIME, stream=sys.stdout
+    )
     logging.getLogger("warehouse.engine").setLevel(logging.INFO)
     if settings.center_clock.simulated:
         logging.getLogger("warehouse.engine").info("time rules on the clock %s", settings.center_clock.describe())
