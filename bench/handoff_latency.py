@@ -184,7 +184,7 @@ def main() -> int:
     )
     settings = {"engine_poll_s": env.get("WAREHOUSE_ENGINE_POLL_SECONDS", "0.1"), "scale": args.scale}
     print(f"[bench] {work}: starting the embedded stack (Spark Connect + dagster dev + engine) …", flush=True)
-    log = (work / "dev.log").open("wb")
+    log = (work / "terminal.log").open("wb")
     stack = subprocess.Popen(
         [sys.executable, "-m", "warehouse_assets.cli", "dev", "--no-simulate", "--port", str(port)],
         cwd=ROOT,
