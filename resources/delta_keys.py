@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from resources.delta_read import DeltaReader, PartitionSpec, ReadStats
+from resources.delta_read import DeltaReader, PartitionSpec, ReadStats, _identifier, _sql_partitions
 from resources.delta_sql import (
     COMMIT_ATTEMPTS,
     PartitionWritten,
@@ -26,6 +26,7 @@ from resources.delta_sql import (
     session_confs,
     snake,
     spark_errors,
+    sql_literal,
     sql_partition_predicate,
 )
 from resources.spark import arrow_frame
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
+
+NET = "__net"  # a changed row image's count in the change feed: +1 written, -1 removed
 
 
 class KeyScopedWrites(DeltaReader):
@@ -78,6 +81,95 @@ class KeyScopedWrites(DeltaReader):
         wanted = arrow_frame(spark, keys.group_by(names).aggregate([]))
         return df.join(F.broadcast(wanted), names, "left_semi").select(*names, *columns).toArrow()
 
+    def changed_rows(
+        self,
+        spark: SparkSession,
+        key: Sequence[str] | str,
+        partitions: Sequence[PartitionSpec],
+        after: int,
+        until: int,
+        limit: int,
+    ) -> pa.Table | None:
+        """The row images the commits after version ``after`` up to ``until`` changed in ``partitions``, net (as
+        :meth:`changed_values` counts them), each with ``__net``: above 0 a row there at ``until`` and not at
+        ``after``, below 0 one there at ``after`` and gone by ``until``. Of a table whose rows are unique by the key
+        a reader looks up, the rows above 0 are every changed key's rows now: what a key-scoped rebuild would read
+        back from the partitions, without reading them. At most ``limit`` + 1 images; None when the feed does not
+        cover those commits."""
+        if until <= after:
+            return None if until < after else pa.table({NET: pa.array([], pa.int64())})
+        try:
+            with spark_errors(self.table_uri(key), "read the change data feed"):
+                net = self._net_changes(spark, key, partitions, after, until)
+                return net.limit(limit + 1).toArrow()
+        except DeltaLayerError as exc:
+            log.info("%s: no change data feed from version %d to %d (%s)", key, after + 1, until, exc)
+            return None
+
+    def _net_changes(
+        self, spark: SparkSession, key: Sequence[str] | str, partitions: Sequence[PartitionSpec], after: int, until: int
+    ) -> DataFrame:
+        from pyspark.sql import functions as F
+
+        reader = spark.read.format("delta").option("readChangeFeed", "true")
+        reader = reader.option("startingVersion", after + 1).option("endingVersion", until)
+        predicate = sql_partition_predicate(None, partitions, partition_columns(partitions)) or "false"
+        changes = reader.load(self.spark_path(key)).where(predicate)
+        # each row image counted in (written) and out (removed): an image whose count is not 0 changed
+        sign = F.when(F.col("_change_type").isin("insert", "update_postimage"), 1).otherwise(-1)
+        images = [c for c in changes.columns if c not in ("_change_type", "_commit_version", "_commit_timestamp")]
+        return changes.groupBy(*images).agg(F.sum(sign).alias(NET)).where(f"{NET} != 0")
+
+    def distinct_keys(
+        self, key: Sequence[str] | str, version: int, partition: PartitionSpec, columns: Sequence[str]
+    ) -> tuple[int, int, int]:
+        """Of one partition at ``version`` (its live rows, by DataFusion, reading the key's columns only): the rows,
+        the distinct keys of ``columns`` with no null part, and the rows with a null part (Spark's ``count(*)``,
+        ``count(DISTINCT ...)`` and ``count_if``, as the unique check counts them)."""
+        cols = ", ".join(_identifier(c) for c in columns)
+        where = _sql_partitions([partition])
+        null = " OR ".join(f"{_identifier(c)} IS NULL" for c in columns)
+        found = self.live_aggregates(
+            {"t": (key, version)},
+            f"SELECT (SELECT count(*) FROM t WHERE {where}) AS n, "
+            f"(SELECT count(*) FROM (SELECT DISTINCT {cols} FROM t WHERE ({where}) AND NOT ({null}))) AS keys, "
+            f"(SELECT count(*) FROM t WHERE ({where}) AND ({null})) AS nulls",
+        )
+        return int(found["n"]), int(found["keys"]), int(found["nulls"])
+
+    def count_live(
+        self, key: Sequence[str] | str, version: int, partitions: Sequence[PartitionSpec], where: Sequence[Predicate]
+    ) -> int:
+        """The live rows of ``partitions`` at ``version`` that hold ``where``, counted by DataFusion (deletion vectors
+        applied, only the predicates' columns read)."""
+        condition = " AND ".join(f"({c})" for c in [_sql_partitions(partitions), *map(_datafusion, where)])
+        return int(self.live_aggregates({"t": (key, version)}, f"SELECT count(*) AS n FROM t WHERE {condition}")["n"])
+
+    def missing_references(
+        self,
+        key: Sequence[str] | str,
+        version: int,
+        partition: PartitionSpec,
+        column: str,
+        referenced: tuple[Sequence[str] | str, int, Sequence[PartitionSpec], Sequence[Predicate]],
+        referenced_column: str,
+    ) -> tuple[int, int]:
+        """The distinct non-null values of ``column`` in one partition at ``version``, and how many of them no live
+        row of ``referenced`` (a table, its version, its partitions read and the predicates they were read with)
+        holds in ``referenced_column``: by DataFusion, reading those two columns only."""
+        ref_key, ref_version, ref_partitions, ref_where = referenced
+        mine = f"SELECT DISTINCT {_identifier(column)} AS k FROM a WHERE ({_sql_partitions([partition])})"
+        mine += f" AND {_identifier(column)} IS NOT NULL"
+        condition = " AND ".join(f"({c})" for c in [_sql_partitions(ref_partitions), *map(_datafusion, ref_where)])
+        theirs = f"SELECT DISTINCT {_identifier(referenced_column)} AS k FROM b WHERE {condition}"
+        found = self.live_aggregates(
+            {"a": (key, version), "b": (ref_key, ref_version)},
+            f"SELECT (SELECT count(*) FROM ({mine})) AS present, "
+            f"(SELECT count(*) FROM ({mine}) m WHERE NOT EXISTS (SELECT 1 FROM ({theirs}) r WHERE r.k = m.k)) "
+            "AS missing",
+        )
+        return int(found["present"]), int(found["missing"])
+
     def changed_values(
         self,
         spark: SparkSession,
@@ -95,22 +187,11 @@ class KeyScopedWrites(DeltaReader):
         of them (more than ``limit``: too many to be worth it, whatever the number). None when the feed does not
         cover those commits (the table records none, or did not when they were made): then nobody knows what
         changed."""
-        from pyspark.sql import functions as F
-
         if until <= after:
             return None if until < after else pa.table({c: pa.array([], pa.string()) for c in columns})
-        reader = spark.read.format("delta").option("readChangeFeed", "true")
-        reader = reader.option("startingVersion", after + 1).option("endingVersion", until)
-        predicate = sql_partition_predicate(None, partitions, partition_columns(partitions)) or "false"
         try:
             with spark_errors(self.table_uri(key), "read the change data feed"):
-                changes = reader.load(self.spark_path(key)).where(predicate)
-                # each row image counted in (written) and out (removed): an image whose count is not 0 changed
-                sign = F.when(F.col("_change_type").isin("insert", "update_postimage"), 1).otherwise(-1)
-                images = [
-                    c for c in changes.columns if c not in ("_change_type", "_commit_version", "_commit_timestamp")
-                ]
-                net = changes.groupBy(*images).agg(F.sum(sign).alias("__net")).where("__net != 0")
+                net = self._net_changes(spark, key, partitions, after, until)
                 return net.select(*columns).distinct().limit(limit + 1).toArrow()
         except DeltaLayerError as exc:
             log.info("%s: no change data feed from version %d to %d (%s)", key, after + 1, until, exc)
@@ -197,3 +278,13 @@ class KeyScopedWrites(DeltaReader):
             keys_replaced=metrics.get("num_source_rows", 0),
             rows_deleted=metrics.get("num_target_rows_deleted", 0),
         )
+
+
+def _datafusion(predicate: Predicate) -> str:
+    """A predicate as DataFusion's SQL (double-quoted names; booleans as ``true``/``false``)."""
+    value = predicate.value
+    literal = str(value).lower() if isinstance(value, bool) else sql_literal(value)
+    if predicate.op == "in":
+        values = ", ".join(str(v).lower() if isinstance(v, bool) else sql_literal(v) for v in value)
+        return f"{_identifier(predicate.column)} IN ({values})"
+    return f"{_identifier(predicate.column)} {predicate.op} {literal}"

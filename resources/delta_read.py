@@ -220,6 +220,22 @@ class DeltaReader:
         counted = arrow_table(QueryBuilder().register("rows", dt).execute(query)).to_pylist()
         return {tuple(str(row[c]) for c in by): int(row["n"]) for row in counted}
 
+    def live_aggregates(self, tables: Mapping[str, tuple[Sequence[str] | str, int]], query: str) -> dict[str, Any]:
+        """The one row of ``query``, an aggregate over ``tables`` (the name it reads → a table and its version), run
+        by delta-rs's DataFusion reader in this process: deletion vectors applied, only the columns the query names
+        read, partitions pruned by its conditions. A check over a whole partition reads a column or two of it this
+        way in a fraction of what a Spark job costs."""
+        builder = QueryBuilder()
+        for name, (key, version) in tables.items():
+            dt = self.table(key, version)
+            if dt is None:
+                raise DeltaLayerError(f"table {self.table_uri(key)} does not exist")
+            builder = builder.register(name, dt)
+        rows = arrow_table(builder.execute(query)).to_pylist()
+        if len(rows) != 1:
+            raise DeltaLayerError(f"an aggregate query returned {len(rows)} rows: {query}")
+        return rows[0]
+
     # application transactions: how far an exactly-once writer got ---------------------------------------
     def app_versions(self, key: Sequence[str] | str, app_ids: Iterable[str]) -> dict[str, int]:
         """The last version committed for each app id (0 for none, or when the table does not exist)."""

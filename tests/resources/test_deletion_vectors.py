@@ -15,7 +15,8 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaProtocolError
 from pyspark.sql import SparkSession
 
-from resources.delta_lake import DeltaStore
+from resources.delta_keys import NET
+from resources.delta_lake import DeltaStore, Predicate
 from tests.support import oracle
 from warehouse_assets.catalog import load_catalog
 from warehouse_assets.ingest.maintenance import upgrade_to_deletion_vectors
@@ -214,3 +215,38 @@ def test_an_existing_lake_is_upgraded_in_place(spark: SparkSession, tmp_path: Pa
     expected.update({1: ("a", DAY, "10"), 2: ("b", DAY, "10")})
     del expected[3]
     assert seam_rows(store, key) == spark_rows(store, spark, key) == replayed_rows(store, key) == expected
+
+
+def test_the_change_feed_holds_every_changed_keys_row_as_it_is_now(spark: SparkSession, merged: Merged) -> None:
+    """A table unique by its key: the feed's net images above 0 are the changed keys' rows now (the update, the moved
+    key in its new hour, the insert), those below 0 the rows they replaced or deleted; no unchanged key is there."""
+    store, key = merged.store, merged.key
+    hours = [{"dt": DAY, "hh": hh} for hh in ("10", "11", "12")]
+    now = store.version(key)
+    assert now is not None
+    images = store.changed_rows(spark, key, hours, merged.before_version, now, 100_000)
+    assert images is not None
+    written = _keyed(r for r in images.to_pylist() if r[NET] > 0)
+    removed = _keyed(r for r in images.to_pylist() if r[NET] < 0)
+    changed = {k for k in {*merged.before, *merged.expected} if merged.before.get(k) != merged.expected.get(k)}
+    assert written == {k: merged.expected[k] for k in changed if k in merged.expected}
+    assert removed == {k: merged.before[k] for k in changed if k in merged.before}
+    # only the hours read count: the moved key's new hour alone holds its row, not a removal
+    only_12 = store.changed_rows(spark, key, [{"dt": DAY, "hh": "12"}], merged.before_version, now, 100_000)
+    assert only_12 is not None and {r["id"] for r in only_12.to_pylist()} == {10_050, 20_000}
+
+
+def test_datafusion_counts_of_a_partition_apply_its_deletion_vectors(merged: Merged) -> None:
+    """What the checks of a key-scoped rebuild count without Spark: a merged hour's replaced and deleted rows (still
+    stored, marked in deletion vectors) are not counted, nor twice."""
+    store, key = merged.store, merged.key
+    now = store.version(key)
+    assert now is not None
+    hour = {"dt": DAY, "hh": "10"}
+    live = [k for k, (_, _, hh) in merged.expected.items() if hh == "10"]
+    assert store.distinct_keys(key, now, hour, ["id"]) == (len(live), len(live), 0)
+    updated = [Predicate("v", "=", "updated")]
+    assert store.count_live(key, now, [hour, {"dt": DAY, "hh": "11"}], updated) == 1
+    # hour 12's keys now against hours 10-11 before the batch: the moved key was there, the inserted one was not
+    before = (key, merged.before_version, [hour, {"dt": DAY, "hh": "11"}], [])
+    assert store.missing_references(key, now, {"dt": DAY, "hh": "12"}, "id", before, "id") == (2, 1)

@@ -6,29 +6,33 @@ carrying that key) asks each input what changed since the partition's last build
 between the version that build read (recorded in its materialization) and the version read now, in the input
 partitions it reads, gives the values of the columns carrying the key, before and after each change (a row moved from
 one user to another names both users). The partition's query then runs on those keys' input rows only, and one
-``MERGE`` replaces exactly those keys' rows (:meth:`resources.delta_lake.DeltaStore.replace_keys`). The table's own
+``MERGE`` replaces exactly those keys' rows (:meth:`resources.delta_lake.DeltaStore.replace_keys`). Of an input
+unique by the columns carrying the key (a row-local table over its input's primary key) the feed holds each changed
+key's one row as it is now, so those rows are taken from it, not from a scan of the input's partitions. The table's own
 commit is in its change feed in turn, so the next table down reads the keys that changed from it.
 
 Whatever cannot be proven is rebuilt whole, as before, and the run's log says why: not a late-data rebuild, an input
 the last build did not record or read otherwise, an input whose change feed does not cover the versions (a table
 written before it recorded changes), a changed key that is null, or so many changed keys that a whole rebuild costs
-less. Checks still judge the whole partition after the write (:func:`warehouse_assets.materialize.runner`'s
-``_check_written`` reads it back from Delta).
+less. Checks still judge the whole partition after the write: from the Delta log's statistics and DataFusion counts
+where those prove a pass (:mod:`warehouse_assets.materialize.log_checks`), else on Spark, which reads it back.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from dagster import DagsterInstance
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from resources.delta_lake import CHANGE_FEED, CHANGE_TRACKING, DeltaStore
+from resources.delta_keys import NET
+from resources.delta_lake import CHANGE_FEED, CHANGE_TRACKING, DeltaStore, Predicate
 from resources.spark import arrow_frame
 from warehouse_assets.catalog import Catalog, DerivedTable, Table, partition_values_of
 from warehouse_assets.catalog.key_locality import KeyLocality, key_locality
@@ -51,9 +55,22 @@ class KeyScope:
     key_columns: tuple[str, ...]
     keys: pa.Table
     carried_from: Mapping[str, tuple[str, ...]]
+    # input → the changed keys' rows in it now, taken from its change feed (an input unique by the key)
+    rows: Mapping[str, pa.Table] = field(default_factory=dict)
 
-    def only_keys(self, spark: SparkSession, name: str, df: DataFrame) -> DataFrame:
-        """The rows of the input ``name`` that carry one of the keys."""
+    def only_keys(
+        self, spark: SparkSession, name: str, df: DataFrame, predicates: Sequence[Predicate] = ()
+    ) -> DataFrame:
+        """The rows of the input ``name`` (``df``, read with ``predicates``) that carry one of the keys: from the
+        change feed when it holds them all, else ``df`` joined with the keys (a scan of the partitions read)."""
+        if name in self.rows:
+            if not self.rows[name].num_rows:
+                return df.limit(0)
+            frame = arrow_frame(spark, self.rows[name])
+            frame = frame.select(*[F.col(c).cast(t).alias(c) for c, t in df.dtypes])  # the input's own types
+            for p in predicates:
+                frame = frame.where(p.spark_sql())
+            return frame
         columns = self.carried_from[name]
         wanted = self.keys.rename_columns(list(columns))
         return df.join(F.broadcast(arrow_frame(spark, wanted)), list(columns), "left_semi")
@@ -116,7 +133,15 @@ class KeyScoper:
         for name in read_from:
             if name not in locality.carried_from:
                 return None, f"reads {name}, which does not carry the key"
-        for name, columns in locality.carried_from.items():
+        feed = self._rows_from_feed(locality, read_from, versions, before_versions, before_read)
+        if isinstance(feed, str):
+            return None, feed
+        current: dict[str, pa.Table] = {}
+        if feed is not None:  # the keys are those of the feed's rows
+            name, images = feed
+            frames.append(images.select(list(locality.carried_from[name])).rename_columns(list(locality.key)))
+            current[name] = images.filter(pc.greater(images[NET], 0)).drop_columns([NET])
+        for name, columns in locality.carried_from.items() if feed is None else ():
             used = list(read_from.get(name, []))
             if name not in versions or name not in before_versions:
                 return None, f"the versions of {name} read are not known"
@@ -142,7 +167,43 @@ class KeyScoper:
         rows = _rows_before(self.instance, self.table, partition)
         if rows is not None and rows >= SMALL_PARTITION and keys.num_rows > MAX_SHARE * rows:
             return None, f"{keys.num_rows:,} keys changed of {rows:,} rows: a whole rebuild costs less"
-        return KeyScope(locality.key, keys, locality.carried_from), ""
+        return KeyScope(locality.key, keys, locality.carried_from, current), ""
+
+    def _rows_from_feed(
+        self,
+        locality: KeyLocality,
+        read_from: Mapping[str, Sequence[str]],
+        versions: Mapping[str, int],
+        before_versions: Mapping[str, int],
+        before_read: Mapping[str, str],
+    ) -> tuple[str, pa.Table] | str | None:
+        """For a table reading one input whose rows are unique by the columns carrying the key (a row-local table
+        over its input's primary key), that input's changed rows from its change feed: each changed key's one row is
+        there as it is now (or gone), so the keys' rows need no scan of the partitions read. None when the table
+        reads otherwise; a string: why the partition is rebuilt whole."""
+        if len(locality.carried_from) != 1:
+            return None
+        [(name, columns)] = locality.carried_from.items()
+        upstream = self.catalog[name]
+        plain = not (upstream.is_static or upstream.is_external or name == self.table.fqn)
+        if not plain or set(columns) != set(upstream.row_key) or name not in read_from:
+            return None
+        used = list(read_from[name])
+        if name not in versions or name not in before_versions:
+            return f"the versions of {name} read are not known"
+        if before_read.get(name) != span(used):
+            return f"reads other partitions of {name} than its last build ({before_read.get(name)})"
+        specs = [partition_values_of(upstream, k) for k in used]
+        images = self.store.changed_rows(
+            self.spark, upstream.key, specs, before_versions[name], versions[name], 2 * MAX_KEYS
+        )
+        if images is None:
+            return f"{name}'s change data feed does not cover versions {before_versions[name] + 1}-{versions[name]}"
+        if images.num_rows > 2 * MAX_KEYS:
+            return f"more than {2 * MAX_KEYS:,} rows of {name} changed"
+        if not images.num_rows:  # nothing changed: no columns to select the keys from
+            return name, pa.table({**{c: pa.array([], pa.null()) for c in columns}, NET: pa.array([], pa.int64())})
+        return name, images
 
 
 def _distinct(frames: list[pa.Table], key: Sequence[str]) -> pa.Table | None:

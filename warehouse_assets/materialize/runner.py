@@ -60,6 +60,7 @@ from warehouse_assets.catalog import (
     partition_values_of,
     partition_window,
 )
+from warehouse_assets.catalog.checks import Check
 from warehouse_assets.catalog.lineage import WarehouseLineage
 from warehouse_assets.catalog.lineage_markdown import column_lineage_metadata
 from warehouse_assets.ingest.deliveries import external_source
@@ -76,6 +77,7 @@ from warehouse_assets.materialize.gate import (
     span,
 )
 from warehouse_assets.materialize.key_scope import KeyScope, KeyScoper
+from warehouse_assets.materialize.log_checks import PartitionFacts, judge
 from warehouse_assets.materialize.quality import (
     PARTITION,
     Outcome,
@@ -316,6 +318,7 @@ class _RangedBuild:
         self.version: int | None = None
         self.self_dependent = any(dep.table == table.fqn for dep in table.deps)
         self.pending: list[_Planned] = []
+        self.predicates: dict[str, list[Predicate]] = {}  # input → the row predicates it is read with
         # a rebuild for late data replaces only the changed keys' rows where the table's SQL proves that enough
         self.scoper = KeyScoper(catalog, table, context.instance, context.run.tags, spark, store)
 
@@ -369,6 +372,7 @@ class _RangedBuild:
         # skip CDC tombstones, except in a changelog, where a DELETE is a change its snapshot applies
         mirror = isinstance(upstream, OdsTable) and not upstream.changelog
         live = [Predicate("_deleted", "=", False)] if mirror else []
+        self.predicates[name] = live
         df, versions[name], stats = _read_now(store, spark, f"{table.fqn} {key}", upstream, specs, live)
         self.totals["files_read"] += stats.files_read
         self.totals["files_skipped"] += stats.files_in_table - stats.files_read
@@ -388,7 +392,7 @@ class _RangedBuild:
             self.write()  # one commit writes partitions one way: by key, or whole
         suffix = f"__{len(self.pending)}"  # the partition's own views: the write plans every partition's query first
         for name, df in inputs.items():
-            view = df if scope is None else scope.only_keys(spark, name, df)
+            view = df if scope is None else scope.only_keys(spark, name, df, self.predicates.get(name, ()))
             view.createOrReplaceTempView(view_name(name, suffix))
         out = spark.sql(render_sql(table, key, self.catalog, suffix))
         _check_columns(table, key, out)
@@ -415,8 +419,27 @@ class _RangedBuild:
         for planned, figures in zip(self.pending, result.by_partition or [alone], strict=True):
             self._written(planned, figures, result.version)
         if self.table.checks:
-            self.outcomes.extend(_check_written(self.table, self.pending, self.spark, self.store, result.version))
+            self.outcomes.extend(self._check(result.version))
         self.pending.clear()
+
+    def _check(self, version: int) -> list[Outcome]:
+        """The table's checks on the pending partitions as written at ``version``. After a key-scoped write, what
+        the Delta log or a DataFusion count proves passed over the whole partition needs no Spark job; the rest is
+        evaluated on Spark, which reads the partitions back."""
+        table, pending = self.table, self.pending
+        judged: dict[tuple[Check, str], Outcome] = {}
+        if pending[0].scope is not None:
+            for p in pending:
+                facts = PartitionFacts(self.catalog, table, self.store, p.key, version, p.read_from, p.versions)
+                for check in table.checks:
+                    outcome = judge(check, facts)
+                    if outcome is not None:
+                        judged[check, p.key] = outcome
+        left = [c for c in table.checks if any((c, p.key) not in judged for p in pending)]
+        if left:
+            for outcome in _check_written(table, pending, self.spark, self.store, version, left):
+                judged.setdefault((outcome.check, outcome.partition), outcome)
+        return [judged[c, p.key] for p in pending for c in table.checks]
 
     def _commit(self) -> WriteResult:
         """The pending partitions' one commit: a MERGE of their keys when every one is key-scoped, else an overwrite
@@ -575,7 +598,12 @@ def _column_lineage(context: AssetExecutionContext, catalog: Catalog, table: Tab
 
 
 def _check_written(
-    table: Table, written: list[_Planned], spark: SparkSession, store: DeltaStore, version: int
+    table: Table,
+    written: list[_Planned],
+    spark: SparkSession,
+    store: DeltaStore,
+    version: int,
+    checks: Sequence[Check] | None = None,
 ) -> list[Outcome]:
     """Evaluate the table's checks on the partitions of one write as written (read back from Delta at its commit),
     each partition's verdicts in the order of its checks. One read for them all, and the row-local checks (unique,
@@ -586,13 +614,14 @@ def _check_written(
     specs = [partition_values_of(table, k) for k in keys]
     data, _ = store.read(spark, table.key, partitions=specs, version=version)
     data = data.withColumn(PARTITION, _partition_key(specs, keys)).persist()
+    checks = table.checks if checks is None else checks
     try:
-        local = [c for c in table.checks if c.row_local]
+        local = [c for c in checks if c.row_local]
         grouped = {(o.check, o.partition): o for o in evaluate_partitions(table, local, keys, data)} if local else {}
         out = []
         for planned in written:
             rows = data.where(F.col(PARTITION) == planned.key)
-            for check in table.checks:
+            for check in checks:
                 if (check, planned.key) in grouped:
                     out.append(grouped[check, planned.key])
                     continue

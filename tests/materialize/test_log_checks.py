@@ -1,0 +1,141 @@
+"""The checks of a key-scoped rebuild judged over the whole partition from the Delta log and DataFusion counts
+(:mod:`warehouse_assets.materialize.log_checks`): a clean partition passes every check of ``dwd.order_detail`` and
+``dws.user_order_daily`` without Spark; bad data is never passed there, it is left to the Spark evaluation, which
+fails it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+from pyspark.sql import SparkSession
+
+from resources.delta_lake import DeltaStore
+from warehouse_assets.catalog import Catalog, load_catalog
+from warehouse_assets.catalog.checks import Check
+from warehouse_assets.materialize.log_checks import JUDGED_BY, PartitionFacts, judge
+
+DAY = "2026-03-02"
+HOURS = [f"{DAY}-{h:02d}:00" for h in (9, 10)]
+ORDERS = pa.schema(
+    [("order_id", pa.int64()), ("user_id", pa.int64()), ("course_id", pa.int64()), ("amount", pa.decimal128(10, 2)),
+     ("status", pa.string()), ("pay_time", pa.timestamp("us", "UTC")), ("create_time", pa.timestamp("us", "UTC")),
+     ("dt", pa.string())]
+)  # fmt: skip
+AT = datetime(2026, 3, 2, 2, 0)
+
+
+@pytest.fixture(scope="module")
+def catalog() -> Catalog:
+    return load_catalog()
+
+
+def _orders(rows: list[tuple[Any, Any, str]]) -> pa.Table:
+    """(order_id, user_id, amount) → dwd.order_detail rows of the day."""
+    return pa.table(
+        {
+            "order_id": [r[0] for r in rows],
+            "user_id": [r[1] for r in rows],
+            "course_id": [1] * len(rows),
+            "amount": [Decimal(r[2]) for r in rows],
+            "status": ["paid"] * len(rows),
+            "pay_time": [AT] * len(rows),
+            "create_time": [AT] * len(rows),
+            "dt": [DAY] * len(rows),
+        },
+        schema=ORDERS,
+    )
+
+
+def _lake(tmp_path: Path, orders: pa.Table, ods_live: int = 4, users: tuple[int, ...] = (1, 2)) -> DeltaStore:
+    """ods.order with ``ods_live`` live rows and one tombstone over two hours, ``orders`` as dwd.order_detail's day,
+    and dws.user_order_daily's day holding ``users``."""
+    store = DeltaStore(str(tmp_path / "lake"))
+    ods = pa.table(
+        {
+            "id": list(range(ods_live + 1)),
+            "_deleted": [False] * ods_live + [True],
+            "dt": [DAY] * (ods_live + 1),
+            "hh": [("09", "10")[i % 2] for i in range(ods_live + 1)],
+        }
+    )
+    write_deltalake(store.table_uri(["ods", "order"]), ods, partition_by=["dt", "hh"])
+    write_deltalake(store.table_uri(["dwd", "order_detail"]), orders, partition_by=["dt"])
+    n = len(users)
+    daily = pa.table(
+        {
+            "user_id": pa.array(users, pa.int64()),
+            "orders": [1] * n,
+            "paid_orders": [1] * n,
+            "paid_amount": [Decimal("1.00")] * n,
+            "refunded_orders": [0] * n,
+            "dt": [DAY] * n,
+        }
+    )
+    write_deltalake(store.table_uri(["dws", "user_order_daily"]), daily, partition_by=["dt"])
+    return store
+
+
+GOOD = [(1, 1, "10.00"), (2, 1, "0.00"), (3, 2, "5.50"), (4, 2, "7.25")]
+
+
+def _facts(catalog: Catalog, store: DeltaStore, table: str) -> PartitionFacts:
+    read = {"dwd.order_detail": {"ods.order": HOURS}, "dws.user_order_daily": {"dwd.order_detail": [DAY]}}[table]
+    versions = {name: 0 for name in read}
+    return PartitionFacts(catalog, catalog[table], store, DAY, 0, read, versions)
+
+
+def test_a_clean_partition_passes_every_check_without_spark(catalog: Catalog, tmp_path: Path) -> None:
+    store = _lake(tmp_path, _orders(GOOD))
+    for table in ("dwd.order_detail", "dws.user_order_daily"):
+        facts = _facts(catalog, store, table)
+        outcomes = {c.name: judge(c, facts) for c in catalog[table].checks}
+        assert all(o is not None and o.passed and o.metadata[JUDGED_BY] for o in outcomes.values()), outcomes
+    dwd = _facts(catalog, store, "dwd.order_detail")
+    [row_count] = [judge(c, dwd) for c in catalog["dwd.order_detail"].checks if c.name == "row_count"]
+    assert row_count is not None
+    # the ODS rows are counted as the build read them: its tombstone is not one
+    assert (row_count.metadata["rows"], row_count.metadata["upstream_rows"]) == (4, 4)
+
+
+BAD: dict[str, Callable[[Path], DeltaStore]] = {
+    "not_null": lambda p: _lake(p, _orders([*GOOD[:3], (4, None, "7.25")])),
+    "range": lambda p: _lake(p, _orders([*GOOD[:3], (4, 2, "-1.00")])),
+    "unique": lambda p: _lake(p, _orders([*GOOD[:3], (3, 2, "7.25")])),
+    "row_count": lambda p: _lake(p, _orders(GOOD), ods_live=5),  # 4 of 5 orders: a ratio of 0.8
+}
+
+
+@pytest.mark.parametrize("failing", sorted(BAD))
+def test_bad_data_is_left_to_spark_which_fails_it(
+    catalog: Catalog, spark: SparkSession, tmp_path: Path, failing: str
+) -> None:
+    store = BAD[failing](tmp_path)
+    table = catalog["dwd.order_detail"]
+    facts = _facts(catalog, store, "dwd.order_detail")
+    verdicts = {c.name: judge(c, facts) for c in table.checks}
+    assert verdicts[failing] is None  # not judged here
+    assert all(v is not None and v.passed for name, v in verdicts.items() if name != failing)
+    [check] = [c for c in table.checks if c.name == failing]
+    assert not _on_spark(spark, store, check).passed
+
+
+def test_a_reference_missing_from_the_input_is_left_to_spark(catalog: Catalog, tmp_path: Path) -> None:
+    store = _lake(tmp_path, _orders(GOOD), users=(1, 2, 9))  # user 9 has no order
+    facts = _facts(catalog, store, "dws.user_order_daily")
+    [references] = [c for c in catalog["dws.user_order_daily"].checks if c.name == "references"]
+    assert judge(references, facts) is None
+
+
+def _on_spark(spark: SparkSession, store: DeltaStore, check: Check) -> Any:
+    catalog = load_catalog()
+    table = catalog["dwd.order_detail"]
+    data, _ = store.read(spark, table.key, [{"dt": DAY}])
+    ods, _ = store.read(spark, ("ods", "order"), [{"dt": DAY, "hh": h} for h in ("09", "10")])
+    return check.evaluate(table, DAY, data, {"ods.order": ods.where("NOT _deleted")})
