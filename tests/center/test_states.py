@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -233,6 +233,40 @@ def test_a_partition_whose_last_state_is_reachable_at_once_is_built_once_complet
     assert (plan.table, plan.partitions) == ("dws.rev", (day,))
     built(instance, "dws.rev", day, "completed")
     assert requested(center.step()) == {"ads.early": [[day]], "ads.strict": [[day]]}
+
+
+def test_a_rebuild_within_the_state_its_readers_read_is_late_data_not_the_next_state(
+    instance: DagsterInstance, catalog: Catalog
+) -> None:
+    """A table reaching its next state is planned: its readers are built again at once. Rebuilt again in the state they
+    read (late data reached it), its readers follow their late-data policy (the default: an hour) like any reader."""
+    center = Center(instance, catalog)
+    day = "2026-03-05"
+    minutes = iter(range(100))
+
+    def step(after: timedelta = timedelta()) -> dict[str, list[list[str]]]:
+        return requested(center.step(NOW + after + timedelta(minutes=next(minutes))))
+
+    center.report("ods.src", hours(day))
+    center.report("dwd.rate", ["2026-03-04"])
+    center.report("dwd.day", [day])
+    assert step() == {"dws.rev": [[day]]}
+    built(instance, "dws.rev", day, "estimated")
+    assert step() == {"ads.early": [[day]]}
+    built(instance, "ads.early", day)
+    center.report("dwd.rate", [day])
+    assert step() == {"dws.rev": [[day]]}
+    built(instance, "dws.rev", day, "completed")
+    assert step() == {"ads.early": [[day]], "ads.strict": [[day]]}  # the next state: at once
+    built(instance, "ads.early", day)
+    built(instance, "ads.strict", day)
+    assert step() == {}
+
+    built(instance, "dws.rev", day, "completed")  # late data rebuilt it, completed as before
+    assert step() == {}  # not at once: the readers' policy
+    stale = center.resolver.ledger.stale("ads.strict", [day])[day]
+    assert stale.due is not None and stale.policy.startswith("every 1 h")
+    assert step(timedelta(hours=1)) == {"ads.early": [[day]], "ads.strict": [[day]]}
 
 
 def test_status_shows_the_state_each_partition_reached(instance: DagsterInstance, catalog: Catalog) -> None:

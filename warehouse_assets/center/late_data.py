@@ -40,6 +40,8 @@ LANE_TAG = "warehouse/lane"
 # land (it failed, or was canceled)
 LOOK_AGAIN = timedelta(minutes=15)
 REBUILD_LANE = "rebuild"
+# how a request key records the states of the upstream partitions it read that pass through states
+READ_STATES = " read-states="
 
 
 def due_time(
@@ -140,6 +142,14 @@ class LateData:
         self.catalog, self.ledger, self._timezone = catalog, ledger, timezone
         self.kinds = RebuildKinds(catalog)
         self._fqn = {AssetKey(t.key).to_user_string(): t.fqn for t in catalog}  # the store's asset keys → tables
+        self._stateful = {AssetKey(t.key).to_user_string() for t in catalog if t.state_names}
+
+    def read_states(self, upstream: Sequence[PartitionState]) -> str:
+        """What a request key adds for the upstream partitions that pass through states: the state each was in, so
+        that a later change of one tells its next state (planned, built at once) from late data within a state the
+        build read."""
+        stated = sorted([s.asset_key, s.partition, s.state] for s in upstream if s.asset_key in self._stateful)
+        return f"{READ_STATES}{json.dumps(stated)}" if stated else ""
 
     def rebuild_due(
         self,
@@ -218,8 +228,9 @@ class LateData:
                 and s.partition != WHOLE
                 and not (s.run_id and s.run_id == own.run_id)
             ]
-            if found and self.catalog[edge.dep.table].state_names:
-                # an upstream that passes through states: what arrives is its next state, planned: at once
+            if found and self.catalog[edge.dep.table].state_names and self._state_moved(table.fqn, partition, found):
+                # an upstream that passes through states reached one the build did not read: its next state,
+                # planned: at once. A change within a state it had read (a late-data rebuild of it) is late data
                 return None
             if found and edge.dep.weak and not self._read_before(table.fqn, partition, found):
                 # a dependency that builds before its window is whole (a deadline, any of a window, the latest): an
@@ -306,6 +317,16 @@ class LateData:
             return True
         requested = states.rebuilds.get((fqn, upstream.partition))
         return requested is not None and requested.planned_at >= now.timestamp()
+
+    def _state_moved(self, fqn: str, partition: str, upstream: Sequence[PartitionState]) -> bool:
+        """Whether one of ``upstream`` is in another state than the partition's latest build read (its request key
+        records the states read; a key from before it did: moved, as it was always taken to be)."""
+        key = self.ledger.last_request(fqn, partition)
+        at = -1 if key is None else key.rfind(READ_STATES)
+        if key is None or at < 0:
+            return True
+        read = {(a, p): state for a, p, state in json.loads(key[at + len(READ_STATES) :])}
+        return any(read.get((s.asset_key, s.partition)) != s.state for s in upstream)
 
     def _read_before(self, fqn: str, partition: str, upstream: Sequence[PartitionState]) -> bool:
         """Whether every one of ``upstream`` was materialized when the partition's latest build was requested (its

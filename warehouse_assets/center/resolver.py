@@ -372,6 +372,7 @@ class Resolver:
             key += f" {verdict.state}"  # the same inputs reached as a later state are a new request
         if own.missing is not None:
             key += f" gone {own.storage_id}"  # built from the same inputs, but its data left the lake: build it again
+        key += self._late_data.read_states(upstream)
         if self._requested(table.fqn, partition, key):
             return None
         # a static table's new version is read by the partitions built from then on, not a rebuild of those before.
