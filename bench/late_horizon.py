@@ -164,6 +164,7 @@ class Horizon:
         self.sequence = 0
         self.history: dict[tuple[str, str], list[tuple[int, float]]] = {}
         self.scoped: Counter[str] = Counter()
+        self.work: Counter[str] = Counter()  # rows read after first builds, by why the rebuild read them
         self.key_local = self._key_local()
         self.key_chain = self._key_chain()
         self.aggregates = {t.fqn for t in catalog.derived() if AGGREGATE_MARK in t.sql}
@@ -303,13 +304,18 @@ class Horizon:
         last = self.history[(fqn, key)][-1][0]
         keys = sum(c for i in inputs for seq, c in self.history.get(i, []) if seq > last)
         if not late or fqn not in self.key_local:
-            self.scoped["not_late" if not late else "not_key_local"] += 1
+            kind = "not_late" if not late else "not_key_local"
+            self.scoped[kind] += 1
+            self.work[kind] += whole
             return whole, own if not late else min(keys, own)
         if keys > MAX_KEYS or (own >= SMALL_PARTITION and keys > MAX_SHARE * own):
             self.scoped["too_many_keys"] += 1
+            self.work["too_many_keys"] += whole
             return whole, min(keys, own)
         self.scoped["by_key"] += 1
-        return sum(min(self.rows(*i), keys) for i in inputs), min(keys, own)
+        read = sum(min(self.rows(*i), keys) for i in inputs)
+        self.work["by_key"] += read
+        return read, min(keys, own)
 
     def report_changes(self, fqn: str, hour: str, keys: int) -> None:
         """A root hour's late changes as its report's changed keys (the change feed of its merges)."""
@@ -486,6 +492,7 @@ def figures(
             unabsorbed += 1
             if unabsorbed <= 3:  # what a lost change looks like, for whoever reads the log
                 log(f"  {policy}: {root} {hour}'s change at {arrival:%m-%d %H:%M} never reached {fqn} {key}")
+                trace_lost(horizon, sample, (root, hour), (fqn, key), now)
     stale_left = sum(1 for s in horizon.resolver.ledger.all_stale() if s.due is not None)
     out: dict[str, Any] = {
         "late_changes": sum(1 for c in stream if not c[4]),
@@ -499,6 +506,8 @@ def figures(
         "rebuilds_by_key": horizon.scoped["by_key"],
         "rebuilds_whole": sum(n for kind, n in horizon.scoped.items() if kind != "by_key"),
         **{f"whole_{kind}": n for kind, n in horizon.scoped.items() if kind != "by_key"},
+        # the late work ratio's parts: which rebuilds read the rows
+        **{f"work_{kind}": round(rows / max(1.0, horizon.first_rows), 4) for kind, rows in horizon.work.items()},
         "key_local_tables": len(horizon.key_local),
         "missed": missed,
         "late_lag_pairs": len(lags[True]) + len(lags[False]),
@@ -524,6 +533,29 @@ def figures(
         out.update({f"{name}_p50": percentile(counts, 0.5), f"{name}_p99": percentile(counts, 0.99)})
         out[f"{name}_max"] = max(counts, default=0)
     return out
+
+
+def trace_lost(horizon: Horizon, sample: int, root: tuple[str, str], target: tuple[str, str], now: datetime) -> None:
+    """Log the path from a late change's root hour to an ADS partition that never absorbed it: each partition on
+    the way, whether it holds the change, its builds, and the ledger's stale entry: where the change stopped."""
+    closure = horizon.index.closure({root[0]: [root[1]]}, now)
+    on_path = {(t, k) for t, keys in closure.items() for k in keys} | {root}
+    seen, frontier = {target}, [target]
+    while frontier:  # upward from the target, within the change's closure
+        fqn, key = frontier.pop()
+        for up in horizon.inputs(fqn, key, now):
+            if up in on_path and up not in seen:
+                seen.add(up)
+                frontier.append(up)
+    for fqn, key in sorted(seen, key=lambda p: (p[0].split(".")[0] != "ods", p)):
+        holds = sample in horizon.holds.get((fqn, key), frozenset())
+        stale = horizon.resolver.ledger.stale(fqn, [key]).get(key)
+        entry = "-" if stale is None else f"due={stale.due} changes={stale.changes} {stale.policy} {stale.note!r}"
+        kind = "key-local" if fqn in horizon.key_local else "whole"
+        log(
+            f"    {fqn} {key} ({kind}): holds={holds} builds={horizon.builds[(fqn, key)]} "
+            f"whole={horizon.whole_builds[(fqn, key)]} stale: {entry}"
+        )
 
 
 def child_main(args: argparse.Namespace) -> None:
@@ -599,6 +631,7 @@ def main() -> None:
         print(
             f"ROW n={row['n']} policy={row['policy'].replace(' ', '_')} "
             + " ".join(f"{k}={row[k]}" for k in columns[2:])
+            + "".join(f" {k}={v}" for k, v in sorted(row.items()) if k.startswith(("work_", "whole_")))
         )
     failures = [r for r in rows if r["missed"] or (r["policy"] not in ("none", "never") and r["unabsorbed"])]
     largest = max(r["n"] for r in rows)
