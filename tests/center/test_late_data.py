@@ -460,3 +460,37 @@ def test_an_input_a_run_waited_for_before_reading_is_not_late_data_to_it(
     assert "dwd.day" not in requested(center.step(later))
     ledger = open_readonly(center.store.path)
     assert ledger is not None and ledger.stale("dwd.day", [DAY]) == {}
+
+
+SHORT_INPUT = {  # the input is rebuilt nightly and looks back one day; its reader every 6 hours, three days
+    "dwd.short": ("period: daily\nlate_data: {rebuild: daily 06:00, lookback: 1d}\n", "SELECT id, v FROM ods.src"),
+    "ads.reader": ("period: daily\nlate_data: {rebuild: every 6h}\n", "SELECT id, v FROM dwd.short"),
+}
+
+
+def test_a_table_waiting_for_an_input_left_to_a_repair_still_absorbs_what_reached_it(
+    instance: DagsterInstance, tmp_path: Path
+) -> None:
+    """ads.reader waits for dwd.short's coming rebuild rather than be rebuilt twice. When that rebuild's time comes
+    and dwd.short is past its lookback (left to a repair), ads.reader is looked at again and rebuilt with the change
+    that did reach it, instead of waiting for a rebuild that never comes."""
+    tables = {f"{fqn.replace('.', '/')}.sql": declaration for fqn, declaration in SHORT_INPUT.items()}
+    center = Center(instance, sql_catalog(tmp_path, tables, ods=VALUED_ODS))
+    center.report("ods.src", hours(DAY), checked=None)
+    built(center, "dwd.short", "ads.reader")
+    six = datetime(2026, 3, 6, 6, 0, tzinfo=TZ)
+    late_hour(center, 10, seen=six - timedelta(hours=3))
+    assert requested(center.step(six)).get("dwd.short") == [[DAY]]
+    center.report("dwd.short", [DAY], checked=None)  # rebuilt: a change ads.reader has not read
+    late_hour(center, 11, seen=six + timedelta(minutes=5))  # and a second late change: dwd.short stale again
+    plans = requested(center.step(six + timedelta(hours=4)))  # ads.reader's 6 hours have passed: it waits instead
+    ledger = open_readonly(center.store.path)
+    assert ledger is not None
+    assert "ads.reader" not in plans
+    assert "waits for dwd.short 2026-03-05's rebuild" in ledger.stale("ads.reader", [DAY])[DAY].note
+    # dwd.short moves on two days: its 03-05 falls out of its one-day lookback before its 06:00 rebuild
+    center.report("dwd.short", ["2026-03-06", "2026-03-07"], checked=None)
+    assert "dwd.short" not in requested(center.step(six + timedelta(days=1)))
+    later = requested(center.step(six + timedelta(days=1, minutes=16)))  # the look again after the input's turn
+    assert [DAY] in later.get("ads.reader", [])  # the first change, absorbed
+    assert ledger.stale("dwd.short", [DAY])[DAY].due is None  # the second is left to a repair, and said

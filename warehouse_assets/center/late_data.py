@@ -283,15 +283,16 @@ class LateData:
         states: LateSnapshot,
         now: datetime,
     ) -> tuple[datetime | None, str] | None:
-        """None when no input's own rebuild is coming; else when to look at the partition again (None: when that
-        rebuild lands, its materialization is the change that looks at it) and why it waits."""
+        """None when no input's own rebuild is coming; else when to look at the partition again and why it waits."""
         waiting = [u for u in late_upstream if states.stale_due(self._fqn[u.asset_key], u.partition) is not None]
         if waiting:
             first = waiting[0]
             first_due = states.stale_due(self._fqn[first.asset_key], first.partition) or now.timestamp()
             when = datetime.fromtimestamp(first_due, self._timezone)
+            # looked at again when that rebuild is due, not only when it lands: should the input be left to a repair
+            # then (its lookback passed), this partition still absorbs the changes that did reach it
             return (
-                None,
+                max(when, now + LOOK_AGAIN),
                 f"waits for {self._fqn[first.asset_key]} {first.partition}'s rebuild, due {when:%Y-%m-%d %H:%M}",
             )
         # an input whose own rebuild comes now (due, requested in this pass, or running) brings a change this rebuild
