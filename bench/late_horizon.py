@@ -42,8 +42,10 @@ the stale partitions left with a due time at the end. ``none`` is the same horiz
 builds the rules make by design (states, any windows), against which the others compare. After the horizon the
 sources stop and the clock runs on (at most three days) until no rebuild is due. Checked: no partition whose window
 ended within the horizon is left unbuilt (``missed=0``), and every sampled change reaches every ADS partition it must
-(``unabsorbed=0``), or that partition is reported stale and left to a repair by its policy (``left_to_repair``: a
-rebuild due past the table's lookback).
+(``unabsorbed=0``), or stopped at a partition on its way reported stale and left to a repair by its policy (that
+ADS partition or one before it; ``left_to_repair``: a rebuild due past the table's lookback). ``late_lag_hour_p90_s``
+is the lag of the ADS tables whose policies promise an hour: every table on the way follows, for the rebuild it gets
+(by key, or whole), a rule of at most an hour.
 
 No Spark. Progress on stderr; the last line of stdout is ``RESULT`` with the figures of the default policy
 (``every 60m``) at the largest size, and the machine's ``calib_ms``.
@@ -167,6 +169,7 @@ class Horizon:
         self.work: Counter[str] = Counter()  # rows read after first builds, by why the rebuild read them
         self.key_local = self._key_local()
         self.key_chain = self._key_chain()
+        self.hour_promise = self._hour_promise()
         self.aggregates = {t.fqn for t in catalog.derived() if AGGREGATE_MARK in t.sql}
         self.rate = self._rates()
         self._hours: dict[tuple[str, str], float] = {}
@@ -202,6 +205,32 @@ class Horizon:
             ):
                 chain.add(fqn)
         return chain
+
+    def _hour_promise(self) -> set[str]:
+        """The tables whose policies promise their late data within an hour: each table on the way follows the
+        rule of the rebuild it gets (by key for a key-local table, else the ``whole`` rule), at once or at most
+        every 60 minutes."""
+        import graphlib
+
+        from warehouse_assets.catalog.policies import AT_ONCE, EVERY
+
+        def hourly(table: Any) -> bool:
+            policy = table.late_data
+            if policy.whole is not None and table.fqn not in self.key_local:
+                policy = policy.for_whole_rebuilds()
+            return policy.rebuild == AT_ONCE or (policy.rebuild == EVERY and (policy.every_minutes or 0) <= 60)
+
+        promise: set[str] = set()
+        order = graphlib.TopologicalSorter({t.fqn: [d.table for d in t.deps if d.table != t.fqn] for t in self.catalog})
+        for fqn in order.static_order():
+            table = self.catalog[fqn]
+            if table.is_source or table.is_static:
+                continue
+            inputs = [d.table for d in table.deps if d.table != fqn]
+            ok = all(self.catalog[d].is_source or self.catalog[d].is_static or d in promise for d in inputs)
+            if ok and hourly(table):
+                promise.add(fqn)
+        return promise
 
     def _rates(self) -> dict[str, float]:
         import graphlib
@@ -475,6 +504,7 @@ def figures(
     derived_builds = {k: v for k, v in horizon.builds.items() if not catalog[k[0]].is_source}
     lags: dict[bool, list[float]] = {True: [], False: []}  # by whether the ADS table is key-local
     chain_lags: list[float] = []  # ADS tables reached through key-local tables only
+    hour_lags: list[float] = []  # ADS tables whose policies promise an hour
     unabsorbed = left_to_repair = 0
     for sample in sampled:
         root, hour, arrival = horizon.samples[sample]
@@ -484,9 +514,10 @@ def figures(
                 lags[fqn in horizon.key_local].append((at - arrival).total_seconds())
                 if fqn in horizon.key_chain:
                     chain_lags.append((at - arrival).total_seconds())
+                if fqn in horizon.hour_promise:
+                    hour_lags.append((at - arrival).total_seconds())
                 continue
-            stale = horizon.resolver.ledger.stale(fqn, [key]).get(key)
-            if stale is not None and stale.due is None:  # reported stale, left to a repair by its policy
+            if left_to_a_repair(horizon, sample, (root, hour), (fqn, key), now):
                 left_to_repair += 1
                 continue
             unabsorbed += 1
@@ -519,6 +550,8 @@ def figures(
         "late_lag_whole_p90_s": round(percentile(lags[False], 0.9)),
         "late_lag_key_chain_p90_s": round(percentile(chain_lags, 0.9)),
         "key_chain_ads_pairs": len(chain_lags),
+        "late_lag_hour_p90_s": round(percentile(hour_lags, 0.9)),
+        "hour_ads_pairs": len(hour_lags),
         "stale_left": stale_left,
         "resolve_s": round(resolve_s, 2),
     }
@@ -535,18 +568,38 @@ def figures(
     return out
 
 
+def on_paths(horizon: Horizon, root: tuple[str, str], target: tuple[str, str], now: datetime) -> set[tuple[str, str]]:
+    """The partitions on the paths from a root hour down to ``target``, both included."""
+    closure = horizon.index.closure({root[0]: [root[1]]}, now)
+    downstream = {(t, k) for t, keys in closure.items() for k in keys} | {root}
+    seen, frontier = {target}, [target]
+    while frontier:  # upward from the target, within the root's closure
+        fqn, key = frontier.pop()
+        for up in horizon.inputs(fqn, key, now):
+            if up in downstream and up not in seen:
+                seen.add(up)
+                frontier.append(up)
+    return seen
+
+
+def left_to_a_repair(
+    horizon: Horizon, sample: int, root: tuple[str, str], target: tuple[str, str], now: datetime
+) -> bool:
+    """Whether a change that never reached ``target`` stopped at a partition reported stale and left to a repair
+    (its rebuild past its lookback, or a never policy): the target itself, or one on the way that does not hold it."""
+    for fqn, key in on_paths(horizon, root, target, now):
+        if (fqn, key) != target and sample in horizon.holds.get((fqn, key), frozenset()):
+            continue
+        stale = horizon.resolver.ledger.stale(fqn, [key]).get(key)
+        if stale is not None and stale.due is None and "waits for" not in stale.note:
+            return True
+    return False
+
+
 def trace_lost(horizon: Horizon, sample: int, root: tuple[str, str], target: tuple[str, str], now: datetime) -> None:
     """Log the path from a late change's root hour to an ADS partition that never absorbed it: each partition on
     the way, whether it holds the change, its builds, and the ledger's stale entry: where the change stopped."""
-    closure = horizon.index.closure({root[0]: [root[1]]}, now)
-    on_path = {(t, k) for t, keys in closure.items() for k in keys} | {root}
-    seen, frontier = {target}, [target]
-    while frontier:  # upward from the target, within the change's closure
-        fqn, key = frontier.pop()
-        for up in horizon.inputs(fqn, key, now):
-            if up in on_path and up not in seen:
-                seen.add(up)
-                frontier.append(up)
+    seen = on_paths(horizon, root, target, now)
     for fqn, key in sorted(seen, key=lambda p: (p[0].split(".")[0] != "ods", p)):
         holds = sample in horizon.holds.get((fqn, key), frozenset())
         stale = horizon.resolver.ledger.stale(fqn, [key]).get(key)
@@ -617,6 +670,8 @@ def main() -> None:
         "late_lag_key_local_p90_s",
         "late_lag_whole_p90_s",
         "late_lag_key_chain_p90_s",
+        "late_lag_hour_p90_s",
+        "hour_ads_pairs",
         "unabsorbed",
         "left_to_repair",
         "stale_left",
@@ -649,6 +704,7 @@ def main() -> None:
         "late_lag_key_local_p90_s",
         "late_lag_whole_p90_s",
         "late_lag_key_chain_p90_s",
+        "late_lag_hour_p90_s",
         "late_work_ratio",
         "late_work_ratio_whole",
         "missed",
