@@ -278,6 +278,9 @@ def test_a_late_change_rebuilds_only_the_keys_it_touched_and_leaves_the_rows_a_w
 
     assert entry("dwd.order_detail")["keys_rebuilt"] == 3  # orders 105, 107, 111
     assert entry("dws.user_order_daily")["keys_rebuilt"] == 3  # 105's user, 107's old user and its new one
+    # the orders' rows come from ods.order's change feed (unique by id); a user's orders are not all in the DWD's
+    assert entry("dwd.order_detail")["key_rows_from_feed"] == ["ods.order"]
+    assert "key_rows_from_feed" not in entry("dws.user_order_daily")
     assert "keys_rebuilt" not in entry("ads.daily_gmv")  # one row for the whole day: rebuilt whole
     assert {t: warehouse.version(t) - before[t] for t in CHAIN} == dict.fromkeys(CHAIN, 1)  # one commit each
     assert warehouse.daily_gmv() == expected_gmv(warehouse.rows) == Decimal("80.00")

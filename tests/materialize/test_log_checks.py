@@ -18,8 +18,11 @@ from pyspark.sql import SparkSession
 
 from resources.delta_lake import DeltaStore
 from warehouse_assets.catalog import Catalog, load_catalog
-from warehouse_assets.catalog.checks import Check
+from warehouse_assets.catalog.checks import Outcome
+from warehouse_assets.materialize.gate import Verdict
+from warehouse_assets.materialize.key_scope import KeyScope
 from warehouse_assets.materialize.log_checks import JUDGED_BY, PartitionFacts, judge
+from warehouse_assets.materialize.runner import _Planned, _RangedBuild
 
 DAY = "2026-03-02"
 HOURS = [f"{DAY}-{h:02d}:00" for h in (9, 10)]
@@ -113,17 +116,31 @@ BAD: dict[str, Callable[[Path], DeltaStore]] = {
 
 
 @pytest.mark.parametrize("failing", sorted(BAD))
-def test_bad_data_is_left_to_spark_which_fails_it(
+def test_bad_data_after_a_key_scoped_write_fails_its_check_on_spark(
     catalog: Catalog, spark: SparkSession, tmp_path: Path, failing: str
 ) -> None:
+    """The runner's checks of a key-scoped write: what the log proves passed is not evaluated again, the check it
+    cannot pass is evaluated on Spark, which fails it."""
     store = BAD[failing](tmp_path)
     table = catalog["dwd.order_detail"]
     facts = _facts(catalog, store, "dwd.order_detail")
-    verdicts = {c.name: judge(c, facts) for c in table.checks}
-    assert verdicts[failing] is None  # not judged here
-    assert all(v is not None and v.passed for name, v in verdicts.items() if name != failing)
-    [check] = [c for c in table.checks if c.name == failing]
-    assert not _on_spark(spark, store, check).passed
+    assert judge(next(c for c in table.checks if c.name == failing), facts) is None  # not judged from the log
+    outcomes = {o.check.name: o for o in _checks_of_a_scoped_write(catalog, spark, store)}
+    assert list(outcomes) == [c.name for c in table.checks]
+    assert not outcomes[failing].passed and JUDGED_BY not in outcomes[failing].metadata
+    assert all(o.passed and o.metadata[JUDGED_BY] for name, o in outcomes.items() if name != failing)
+
+
+def _checks_of_a_scoped_write(catalog: Catalog, spark: SparkSession, store: DeltaStore) -> list[Outcome]:
+    """The runner's checks of dwd.order_detail's day after a key-scoped write at version 0 (of one order)."""
+    build = _RangedBuild.__new__(_RangedBuild)
+    build.catalog, build.table, build.store, build.spark = catalog, catalog["dwd.order_detail"], store, spark
+    scope = KeyScope(("order_id",), pa.table({"order_id": [4]}), {"ods.order": ("id",)})
+    ods, _ = store.read(spark, ("ods", "order"), [{"dt": DAY, "hh": h} for h in ("09", "10")])
+    inputs = {"ods.order": ods.where("NOT _deleted")}
+    planned = _Planned(DAY, Verdict(build.table, DAY, []), ods, inputs, {"ods.order": HOURS}, {"ods.order": 0}, scope)
+    build.pending = [planned]
+    return build._check(0)
 
 
 def test_a_reference_missing_from_the_input_is_left_to_spark(catalog: Catalog, tmp_path: Path) -> None:
@@ -131,11 +148,3 @@ def test_a_reference_missing_from_the_input_is_left_to_spark(catalog: Catalog, t
     facts = _facts(catalog, store, "dws.user_order_daily")
     [references] = [c for c in catalog["dws.user_order_daily"].checks if c.name == "references"]
     assert judge(references, facts) is None
-
-
-def _on_spark(spark: SparkSession, store: DeltaStore, check: Check) -> Any:
-    catalog = load_catalog()
-    table = catalog["dwd.order_detail"]
-    data, _ = store.read(spark, table.key, [{"dt": DAY}])
-    ods, _ = store.read(spark, ("ods", "order"), [{"dt": DAY, "hh": h} for h in ("09", "10")])
-    return check.evaluate(table, DAY, data, {"ods.order": ods.where("NOT _deleted")})

@@ -481,6 +481,8 @@ class _RangedBuild:
                 "upstream": {t: span(k) for t, k in read_from.items()},
                 "read_versions": planned.versions,
                 **({"keys_rebuilt": scope.keys.num_rows} if scope else {}),
+                # the inputs whose changed keys' rows came from their change feed, not a scan of their partitions
+                **({"key_rows_from_feed": sorted(scope.rows)} if scope and scope.rows else {}),
                 **({"degraded": lacking} if lacking else {}),
                 **({"state": verdict.state} if verdict.state else {}),
             }
