@@ -37,13 +37,13 @@ then reads only the new late change from ``ods.order``'s feed, and the scoped DW
 the DWD's. Scoped and whole alternate round by round on the same data, so a shared machine's load, which drifts over
 minutes, falls on both sides alike.
 
-Timed: the wall time of each ``materialize`` call (Dagster's run, the runner's reads, the query, the write, the
-table's checks on the whole partition after it). Alongside, where the time goes: the step's start to the table's
-Delta commit (the reads, the change feeds, the query and the write; from the run's events and the commit's
-timestamp), the commit to the materialization (the checks, which read the whole partition back), the rest (Dagster's
-run around the step), and the Delta commit's own metrics (``DESCRIBE HISTORY``'s operationMetrics: a MERGE's
-execution, scan and rewrite times; an overwrite's where Delta records them). Figures are ratios whole/scoped measured
-in the same run; medians of ``--rounds`` runs.
+Timed: the wall time of each ``materialize`` call (Dagster's run, the runner's reads, the query, the write, the table's
+checks on the whole partition after it). Alongside, where the time goes: the step's start to the table's Delta commit
+(the reads, the change feeds, the query and the write; from the run's events and the commit's timestamp), the commit to
+the materialization (the checks on the whole partition: read back by Spark after a whole rebuild, from the Delta log
+and DataFusion counts after a key-scoped one), the rest (Dagster's run around the step), and the Delta commit's own
+metrics (``DESCRIBE HISTORY``'s operationMetrics: a MERGE's execution, scan and rewrite times; an overwrite's where
+Delta records them). Figures are ratios whole/scoped measured in the same run; medians of ``--rounds`` runs.
 
 The bench exits 1 when rows differ, a late-data rebuild was not key-scoped or made more than one commit (kept in
 ``--quick``). No time is asserted. Progress on stderr; the last line of stdout is
@@ -272,7 +272,7 @@ class Bench:
             "runner_s": float(metadata["duration_s"].value),  # type: ignore[attr-defined]
             # the step's start to the table's commit: the reads, the change feeds, the query and the write
             "to_commit_s": committed - step_started,
-            # the commit to the materialization: the checks, on the whole partition read back
+            # the commit to the materialization: the checks on the whole partition
             "checks_s": materialized - committed,
             # the rest: Dagster's run around the step
             "dagster_s": wall - (materialized - step_started),
