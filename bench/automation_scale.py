@@ -138,9 +138,16 @@ def _pick(rng: random.Random, options: list[tuple[Any, float]]) -> Any:
 
 
 def generate_catalog(
-    root: Path, n: int, seed: int, period_weights: tuple[float, ...] = PERIOD_WEIGHTS, rules: bool = True
+    root: Path,
+    n: int,
+    seed: int,
+    period_weights: tuple[float, ...] = PERIOD_WEIGHTS,
+    rules: bool = True,
+    domains: bool = False,
 ) -> dict[str, Any]:
-    """Write ``n`` table declarations under ``root/<layer>/``; return a summary of what was written."""
+    """Write ``n`` table declarations under ``root/<layer>/``; return a summary of what was written. ``domains``: each
+    table declares a ``domain`` (an ODS root's own, a derived table's first input's), as a large catalog groups its
+    layers; the tables drawn are the same either way."""
     rng = random.Random(seed)
     weak_rng = random.Random(seed + 1)
     static_rng = random.Random(seed + 2)  # a stream of its own: the other rules are drawn as without static tables
@@ -166,12 +173,15 @@ def generate_catalog(
             "SELECT id, label FROM VALUES (1L, 'a'), (2L, 'b') AS t(id, label)\n"
         )
     ruled["static"] = len(statics)
+    domain_of: dict[str, str] = {}
     for i in range(n_roots):
         name = f"src_{i:03d}"
+        domain_of[f"ods.{name}"] = f"d{i:02d}"
         (root / "ods" / f"{name}.yaml").write_text(
             f"table: ods.{name}\n"
             "period: hourly\n"
-            f"description: Synthetic ODS root {i} (bench/automation_scale.py).\n"
+            + (f"domain: d{i:02d}\n" if domains else "")
+            + f"description: Synthetic ODS root {i} (bench/automation_scale.py).\n"
             "owner: bench\n"
             f'source: {{database: bench_src, tables: "{name}_[0-9]{{2}}"}}\n'
             "primary_key: [id]\n"
@@ -218,6 +228,9 @@ def generate_catalog(
             "owner: bench",
             "primary_key: [id]",
         ]
+        domain_of[fqn] = domain_of.get(reads[0], "")
+        if domains and domain_of[fqn]:
+            header.append(f"domain: {domain_of[fqn]}")
         if rng.random() < 0.1:
             header.append("zorder: [user_id]")
         if fqn in declared:  # a self-dependent table declares its output (its first T-1 is empty)

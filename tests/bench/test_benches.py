@@ -201,6 +201,15 @@ BENCHES = [
         seconds=1200,
     ),
     Bench(
+        "ui_scale",  # each of the four pages drawn in Chromium (a page given up is not counted)
+        ("n", "domains", "groups", "largest_group", "load_s", "code_server_mb", "webserver_mb")
+        + tuple(f"{page}_{k}" for page in ("group", "asset", "runs", "global") for k in ("s", "kb", "gql_s"))
+        + ("workspace_assets_kb", "asset_live_kb", "description_share", "lineage_share", "rendered", "calib_ms"),
+        equal={"n": "300", "domains": "yes", "rendered": "4"},
+        marks=(pytest.mark.stack,),
+        seconds=600,
+    ),
+    Bench(
         "run_launch",
         ("launch_p50", "launch_p90", "rss_mb", "webserver_rss_mb", "runs", "failed", "calib_ms"),
         equal={"runs": "3", "failed": "0"},

@@ -6,6 +6,7 @@ from dataclasses import MISSING, fields, replace
 from pathlib import Path
 
 import pytest
+from dagster import AssetsDefinition
 from pydantic import ValidationError
 
 from tests.support.small_catalog import ODS, assert_refused, write
@@ -85,6 +86,7 @@ def test_a_table_revalidates_when_a_field_is_replaced() -> None:
         ({"ods/src.yaml": ODS + "zorder: {by: [id], file_size: 100KB}\n"}, "must be between 1MB and 2GB"),
         ({"ods/src.yaml": ODS + "zorder: {file_size: 8MB}\n"}, "zorder.by must list the columns"),
         ({"ods/src.yaml": ODS + "zorder: {by: [id], size: 8MB}\n"}, "zorder takes by and file_size, not size"),
+        ({"ods/src.yaml": ODS + "domain: Orders/Paid\n"}, "domain is a lower-case name"),
     ],
 )
 def test_declaration_errors_name_the_file_and_the_field(tmp_path: Path, files: dict[str, str], message: str) -> None:
@@ -156,3 +158,23 @@ def test_only_an_anomaly_check_looks_back_at_history() -> None:
 def test_a_check_kind_rejects_its_wrong_parameters(spec: dict[str, object], message: str) -> None:
     with pytest.raises(CheckSpecError, match=message):
         parse_checks(spec)
+
+
+def test_a_domain_puts_a_table_in_its_layers_group_of_that_domain(tmp_path: Path) -> None:
+    # a large catalog's layer is thousands of tables, and Dagster draws a group's graph whole: a domain splits it
+    from warehouse_assets.materialize.compiler import build_assets
+
+    write(tmp_path, "ods/src.yaml", ODS + "domain: orders\n")
+    write(tmp_path, "dwd/a.sql", _derived("a", "SELECT id FROM ods.src", "domain: orders\n"))
+    write(tmp_path, "dwd/b.sql", _derived("b", "SELECT id FROM ods.src"))
+    write(tmp_path, "dws/m.sql", "/* ---\ntable: dws.m\nperiod: 5min\n--- */\nSELECT id FROM ods.src\n")
+    catalog = load_catalog(tmp_path)
+    specs = [s for b in build_assets(catalog) for s in (b.specs if isinstance(b, AssetsDefinition) else [b])]
+    groups = {spec.key.to_user_string(): spec.group_name for spec in specs}
+    assert groups == {
+        "ods/src": "ods_orders",
+        "ods/src_5min": "ods_orders",  # its completeness windows beside it
+        "dwd/a": "dwd_orders",
+        "dwd/b": "dwd",  # no domain: the layer's group, as before
+        "dws/m": "dws",
+    }

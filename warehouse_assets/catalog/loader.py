@@ -115,7 +115,8 @@ def _identity(header: Mapping[str, Any], path: Path) -> dict[str, Any]:
         period = STATIC
     elif period not in BY_PERIOD:
         raise _fail(path, f"period must be one of {', '.join(BY_PERIOD)}, got {period!r}")
-    shared = ("primary_key", "description", "owner", "zorder", "columns", "checks", "sla", "compute", "replicate_to")
+    shared: tuple[str, ...] = ("primary_key", "description", "owner", "domain", "zorder", "columns", "checks")
+    shared += ("sla", "compute", "replicate_to")
     fields = {"layer": layer, "name": name, "period": period} | {k: header[k] for k in shared if k in header}
     zorder = header.get("zorder")
     if isinstance(zorder, Mapping):  # zorder: {by: [columns], file_size: 8MB}
@@ -294,6 +295,7 @@ def _read_ods_by_window(catalog: Catalog) -> None:
                         period=table.period,
                         path=upstream.path,
                         source=upstream.fqn,
+                        domain=upstream.domain,  # beside its ODS table in the asset graph
                         description=(
                             f"Completeness of {upstream.fqn} per {PERIOD_NOUN[table.period]}: a partition is reported "
                             f"once the changes ingested in each of its 5-minute windows reach "

@@ -137,7 +137,7 @@ def build_asset(
 
     decorate = asset(
         key=AssetKey(table.key),
-        group_name=table.layer,
+        group_name=table.group,
         partitions_def=partitions_def_of(table),
         deps=deps,
         description=table.description + first_partition_note(catalog, table, since),
@@ -179,7 +179,7 @@ def build_static_asset(table: StaticTable) -> AssetsDefinition:
 
     @asset(
         key=AssetKey(table.key),
-        group_name=table.layer,
+        group_name=table.group,
         description=table.description,
         owners=[f"team:{table.owner}"],
         kinds={"spark", "delta"},
@@ -207,7 +207,7 @@ def build_ods_spec(table: OdsTable) -> AssetSpec:
     fallback)."""
     return AssetSpec(
         key=AssetKey(table.key),
-        group_name=table.layer,
+        group_name=table.group,
         partitions_def=BY_PERIOD[table.period],
         description=table.description,
         owners=[f"team:{table.owner}"],
@@ -229,7 +229,7 @@ def build_windows_spec(catalog: Catalog, table: OdsWindows) -> AssetSpec:
     source = catalog[table.source]
     return AssetSpec(
         key=AssetKey(table.key),
-        group_name=table.layer,
+        group_name=table.group,
         partitions_def=BY_PERIOD[table.period],
         deps=[AssetDep(AssetKey(source.key), partition_mapping=TimeWindowPartitionMapping())],
         description=table.description,
@@ -246,7 +246,7 @@ def build_external_spec(table: ExternalTable) -> AssetSpec:
     """An external table: produced outside the platform, its partitions reported by its sensor."""
     return AssetSpec(
         key=AssetKey(table.key),
-        group_name=table.layer,
+        group_name=table.group,
         partitions_def=BY_PERIOD[table.period],
         description=table.description,
         owners=[f"team:{table.owner}"],
