@@ -340,6 +340,28 @@ def test_rebuilds_of_a_partition_are_at_least_an_interval_apart() -> None:
     assert when == last + timedelta(minutes=60)  # not since + 60 min, 40 minutes after the last rebuild
 
 
+def test_an_after_rule_rebuilds_once_the_window_has_settled_then_at_most_once_per_interval() -> None:
+    """``after 48h``: the late changes of a closed day wait until it has been closed 48 hours (the sources' own
+    correction window) and one rebuild absorbs them all; a change later still waits 48 hours after that rebuild.
+    The period that just closed still takes its last rows at once (the grace)."""
+    end = datetime(2026, 3, 6, tzinfo=TZ)
+    policy = LateDataPolicy.parse({"rebuild": "after 48h"})
+
+    def due(since: datetime, last: datetime | None = None) -> datetime | None:
+        window = {"window_end": end, "newest_end": end}
+        when, _ = due_time(policy, **window, since=since, last_rebuild=last, now=since, timezone=TZ)
+        return when
+
+    settled = end + timedelta(hours=48)
+    assert due(end + timedelta(minutes=10)) == end + timedelta(minutes=10)  # within the grace: at once
+    assert due(end + timedelta(hours=3), last=end + timedelta(minutes=10)) == settled
+    assert due(end + timedelta(hours=40), last=end + timedelta(minutes=10)) == settled
+    assert due(settled + timedelta(hours=1), last=settled) == settled + timedelta(hours=48)
+    assert policy.describe() == "2 d after the window closed, lookback 3 d, grace 1 h"
+    with pytest.raises(ValueError, match="after <duration>"):
+        LateDataPolicy.parse({"whole": "after"})
+
+
 SPLIT = "late_data: {rebuild: at_once, whole: every 60m}\n"
 
 

@@ -54,10 +54,13 @@ def _minutes(value: Any, what: str) -> int:
     return int(match.group("n")) * {"m": 1, "h": 60, "d": 1440}[match.group("unit")]
 
 
-AT_ONCE, EVERY, DAILY_AT, NEVER = "at_once", "every", "daily", "never"
+AT_ONCE, EVERY, DAILY_AT, AFTER, NEVER = "at_once", "every", "daily", "after", "never"
 
 
 _EVERY = re.compile(r"^every\s+(?P<d>\S+)$")
+
+
+_AFTER = re.compile(r"^after\s+(?P<d>\S+)$")
 
 
 _DAILY_AT = re.compile(r"^daily\s+(?P<at>\S+)$")
@@ -76,6 +79,9 @@ class LateDataPolicy:
     * ``every 30m``: at most one rebuild per interval: the first late change starts the interval, every change that
       arrives in it is absorbed by the one rebuild at its end;
     * ``daily 06:00``: once a day at that local time, whatever arrived since the last rebuild;
+    * ``after 48h``: once the partition's window has been closed that long (its late data has arrived: the sources'
+      own correction window), absorbing everything since its last build; changes later still, at most once per
+      that interval. For tables whose rebuild is expensive and whose readers can wait for the settled figure;
     * ``never``: not automatically; the partition is reported stale and rebuilt by a repair (``warehouse taint``).
 
     ``whole``: the same choices, for a table whose rebuild recomputes the whole partition (one that cannot be proven
@@ -108,7 +114,8 @@ class LateDataPolicy:
         defaulting to the default's."""
         if not isinstance(spec, Mapping) or not spec or set(spec) - {"rebuild", "whole", "lookback", "grace"}:
             raise ValueError(
-                f"{what} takes rebuild and whole (at_once, every 30m, daily 06:00 or never), lookback (e.g. 3d) "
+                f"{what} takes rebuild and whole (at_once, every 30m, daily 06:00, after 48h or never), lookback "
+                f"(e.g. 3d) "
                 f"and grace (e.g. 1h), got {spec!r}"
             )
         default = DEFAULT_LATE_DATA
@@ -144,7 +151,7 @@ class LateDataPolicy:
 
 
 def _rule(value: Any, what: str) -> tuple[str, int | None, str | None]:
-    """``at_once``, ``every 30m``, ``daily 06:00`` or ``never`` as (rebuild, every_minutes, at)."""
+    """``at_once``, ``every 30m``, ``daily 06:00``, ``after 48h`` or ``never`` as (rebuild, every_minutes, at)."""
     rule = str(value).strip()
     if rule in (AT_ONCE, NEVER):
         return rule, None, None
@@ -155,7 +162,15 @@ def _rule(value: Any, what: str) -> tuple[str, int | None, str | None]:
         return EVERY, every, None
     if (match := _DAILY_AT.match(rule)) and HH_MM.match(match["at"]):
         return DAILY_AT, None, match["at"]
-    raise ValueError(f"{what} must be at_once, every <interval> (e.g. every 30m), daily <HH:MM> or never, got {rule!r}")
+    if match := _AFTER.match(rule):
+        after = _minutes(match["d"], f"{what} after")
+        if after < 1:
+            raise ValueError(f"{what} after needs a positive duration, got {rule!r}")
+        return AFTER, after, None
+    raise ValueError(
+        f"{what} must be at_once, every <interval> (e.g. every 30m), daily <HH:MM>, after <duration> (e.g. after "
+        f"48h) or never, got {rule!r}"
+    )
 
 
 def _describe_rule(rebuild: str, every_minutes: int | None, at: str | None) -> str:
@@ -164,6 +179,7 @@ def _describe_rule(rebuild: str, every_minutes: int | None, at: str | None) -> s
         NEVER: "never automatically",
         EVERY: f"every {_duration(every_minutes or 0)}",
         DAILY_AT: f"daily at {at}",
+        AFTER: f"{_duration(every_minutes or 0)} after the window closed",
     }[rebuild]
 
 

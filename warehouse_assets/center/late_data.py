@@ -23,7 +23,7 @@ from warehouse_assets.catalog import WHOLE, Catalog, DerivedTable, LateDataPolic
 from warehouse_assets.catalog.dependencies import LATEST
 from warehouse_assets.catalog.key_locality import key_locality
 from warehouse_assets.catalog.lineage import WarehouseLineage
-from warehouse_assets.catalog.policies import AT_ONCE, DAILY_AT, EVERY, NEVER
+from warehouse_assets.catalog.policies import AFTER, AT_ONCE, DAILY_AT, EVERY, NEVER
 from warehouse_assets.center.ledger import Ledger, Rebuild, Stale
 from warehouse_assets.center.state_store import PartitionState
 from warehouse_assets.materialize.gate import Verdict
@@ -78,6 +78,13 @@ def due_time(
         # at most one rebuild per interval, also for a change older than the last rebuild that it did not absorb (one
         # that reached an input after that input's read, and comes through the input's own rebuild later)
         if last_rebuild is not None:
+            due = max(due, last_rebuild + interval)
+        return due, ""
+    if policy.rebuild == AFTER:
+        interval = timedelta(minutes=policy.every_minutes or 0)
+        settled = window_end + interval
+        due = max(since, settled)
+        if last_rebuild is not None and last_rebuild >= settled:  # a change later still: once per interval
             due = max(due, last_rebuild + interval)
         return due, ""
     assert policy.rebuild == DAILY_AT and policy.at is not None
