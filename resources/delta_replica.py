@@ -33,6 +33,7 @@ from deltalake.exceptions import DeltaError
 from deltalake.transaction import AddAction, RemoveAction, Transaction, create_table_with_add_actions
 from pydantic import Field
 
+from resources.delta_lake import DeltaStore
 from resources.delta_read import DeltaReader, PartitionSpec, arrow_table
 from resources.storage import DeltaLayerError, filesystem, normalize_root, storage_options
 
@@ -342,3 +343,22 @@ class ReplicaSitesResource(ConfigurableResource):  # type: ignore[misc]
             raise ReplicationError(f"no site {site!r} in WAREHOUSE_SITES (configured: {known})")
         root = normalize_root(self.roots[site])
         return DeltaReader(root, storage_options(root))
+
+    def store(self, site: str) -> SiteStore:
+        """The lake of ``site`` as the tables declared there read and write it (:class:`SiteStore`)."""
+        root = self.reader(site).root
+        return SiteStore(root, storage_options(root), site=site)
+
+
+@dataclass
+class SiteStore(DeltaStore):
+    """A site's lake, as the tables declared at the site build on it: laid out as the first site's, a replica's asset
+    key (``dc2/dwd/order_detail``) names the site, the replica's path (``dwd/order_detail``) does not."""
+
+    site: str = ""
+
+    def table_uri(self, key: Sequence[str] | str) -> str:
+        parts = [key] if isinstance(key, str) else list(key)
+        if len(parts) > 1 and parts[0] == self.site:
+            parts = parts[1:]
+        return super().table_uri(parts)

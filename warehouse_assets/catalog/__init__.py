@@ -60,9 +60,11 @@ from warehouse_assets.catalog.model import (
     ExternalTable,
     OdsTable,
     OdsWindows,
+    ReplicaTable,
     StaticTable,
     Table,
     UnknownTable,
+    replica_name,
     windows_name,
 )
 from warehouse_assets.catalog.policies import DEFAULT_LATE_DATA, LateDataPolicy, Sla
@@ -101,6 +103,7 @@ __all__ = [
     "MappedPartitions",
     "OdsTable",
     "OdsWindows",
+    "ReplicaTable",
     "Outcome",
     "PartitionKeyError",
     "Periods",
@@ -135,6 +138,7 @@ __all__ = [
     "referenced_tables",
     "upstream_partitions",
     "weak_deadline",
+    "replica_name",
     "windows_name",
 ]
 

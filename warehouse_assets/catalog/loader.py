@@ -35,8 +35,10 @@ from warehouse_assets.catalog.model import (
     ExternalTable,
     OdsTable,
     OdsWindows,
+    ReplicaTable,
     StaticTable,
     Table,
+    replica_name,
     windows_name,
 )
 
@@ -116,7 +118,7 @@ def _identity(header: Mapping[str, Any], path: Path) -> dict[str, Any]:
     elif period not in BY_PERIOD:
         raise _fail(path, f"period must be one of {', '.join(BY_PERIOD)}, got {period!r}")
     shared: tuple[str, ...] = ("primary_key", "description", "owner", "domain", "zorder", "columns", "checks")
-    shared += ("sla", "compute", "replicate_to")
+    shared += ("sla", "compute", "replicate_to", "site")
     fields = {"layer": layer, "name": name, "period": period} | {k: header[k] for k in shared if k in header}
     zorder = header.get("zorder")
     if isinstance(zorder, Mapping):  # zorder: {by: [columns], file_size: 8MB}
@@ -269,10 +271,69 @@ def load_catalog(root: Path | None = None) -> Catalog:
         if table.fqn in catalog.tables:
             raise _fail(path, f"{table.fqn} is declared twice (also in {catalog.tables[table.fqn].path})")
         catalog.tables[table.fqn] = table
+    _add_replicas(catalog)
     _split_references(catalog)
     _read_ods_by_window(catalog)
+    _validate_sites(catalog)
     _validate_graph(catalog)
     return catalog
+
+
+def _add_replicas(catalog: Catalog) -> None:
+    """One :class:`ReplicaTable` per replicated table and site, so the tables declared at the site depend on it, the
+    dependency center tracks its partitions, and a taint's closure reaches it and what the site builds from it."""
+    for table in list(catalog):
+        for site in table.replicate_to:
+            name = replica_name(site, table.fqn)
+            if table.site or table.is_static or table.is_regional:
+                raise _fail(
+                    table.path,
+                    f"replicate_to is for the first site's tables partitioned by time alone; {table.fqn} is "
+                    + ("declared at site " + table.site if table.site else "static or split by region"),
+                )
+            if name in catalog.tables:
+                raise _fail(table.path, f"{table.fqn}'s replica at {site} is {name}, declared in {catalog[name].path}")
+            catalog.tables[name] = ReplicaTable(
+                layer=site,
+                name=name.split(".", 1)[1],
+                site=site,
+                source=table.fqn,
+                period=table.period,
+                path=table.path,
+                primary_key=table.primary_key,
+                columns=table.columns,
+                deps=(Dependency(table.fqn),),
+                description=f"{table.fqn} replicated to site {site}: each valid partition's Delta commit, verified.",
+            )
+
+
+def _validate_sites(catalog: Catalog) -> None:
+    """A table reads the tables of its own site only: the first site's tables (no ``site``), or at a site the
+    replicas published there and the tables declared there."""
+    for table in catalog:
+        if table.site and not isinstance(table, DerivedTable | ReplicaTable):
+            raise _fail(table.path, f"site is for tables built from SQL; {table.fqn} is built at the first site")
+        if table.is_replica:
+            continue
+        for dep in [*table.deps, *getattr(table, "references", ())]:
+            upstream = catalog.tables.get(dep.table)
+            if isinstance(upstream, ReplicaTable) and catalog[upstream.source].is_ods:
+                # the run skips an ODS table's CDC tombstones by its kind, which a replica does not carry
+                raise _fail(
+                    table.path,
+                    f"{table.fqn} reads {dep.table}, the replica of an ODS table: a site reads replicas of tables "
+                    f"built from SQL (replicate a table that cleans {upstream.source})",
+                )
+            if upstream is None or upstream.site == table.site:
+                continue
+            here = f"at site {table.site}" if table.site else "at the first site (no site declared)"
+            there = f"site {upstream.site}" if upstream.site else "the first site"
+            hint = (
+                f": read its replica {replica_name(table.site, upstream.fqn)} (replicate_to: {table.site} on it)"
+                if table.site and not upstream.site
+                else ""
+            )
+            raise _fail(table.path, f"{table.fqn} is {here} and reads {dep.table}, which is at {there}{hint}")
 
 
 def _read_ods_by_window(catalog: Catalog) -> None:

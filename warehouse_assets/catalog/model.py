@@ -46,6 +46,8 @@ per table or, beside a dependency's offsets, for the late data arriving through 
 where the SQL proves each key's rows local to that key (:mod:`warehouse_assets.catalog.key_locality`).
 ODS tables also set the completeness threshold of their readiness:
 ``completeness: {threshold: 0.99995}``.
+A table declared at a second site (``site: dc2``) reads and writes that site's lake; it reads the tables replicated
+there by their replicas' names (``FROM dc2.dwd_order_detail``, :class:`ReplicaTable`) with the usual mappings.
 Each kind of table is its own typed model, validated by pydantic as it is built (also by
 ``dataclasses.replace``): :class:`OdsTable`, :class:`DerivedTable` and :class:`ExternalTable` on the common
 :class:`Table`; a kind's own fields are required on it and absent from the others. Each check kind is one
@@ -229,6 +231,9 @@ class Table:
     compute: tuple[tuple[str, str], ...] = ()
     # the sites (``WAREHOUSE_SITES``) each valid partition is replicated to, as one commit on the site's lake
     replicate_to: tuple[str, ...] = ()
+    # the site (``WAREHOUSE_SITES``) a table is declared at: it reads and writes that site's lake, and reads the
+    # replicas published there (empty: the first site, the lake root)
+    site: str = ""
     # the business domain within its layer (``domain: orders``): its asset group is ``<layer>_<domain>``, so no
     # group of a large catalog holds thousands of tables (Dagster draws a group's graph whole)
     domain: str = ""
@@ -252,6 +257,15 @@ class Table:
                     f"replicate_to names sites in lower case (a site or a list of them, e.g. dc2), got {value!r}"
                 )
         return tuple(dict.fromkeys(names))
+
+    @field_validator("site", mode="before")
+    @classmethod
+    def _site(cls, value: Any) -> str:
+        if value is None or value == "":
+            return ""
+        if not isinstance(value, str) or not _SITE.fullmatch(value):
+            raise ValueError(f"site is a site of WAREHOUSE_SITES, named in lower case (e.g. dc2), got {value!r}")
+        return value
 
     @field_validator("primary_key", "zorder", mode="before")
     @classmethod
@@ -335,7 +349,10 @@ class Table:
     @property
     def group(self) -> str:
         """Its asset group: the layer, or the layer's group of its domain (``dwd_orders``). Not Dagster's nested
-        group (``dwd/orders``): the 1.13 UI's group page does not open one (the '/' in its URL stays encoded)."""
+        group (``dwd/orders``): the 1.13 UI's group page does not open one (the '/' in its URL stays encoded). A
+        table declared at another site is in that site's group, with the replicas it reads."""
+        if self.site:
+            return self.site
         return f"{self.layer}_{self.domain}" if self.domain else self.layer
 
     @property
@@ -379,6 +396,10 @@ class Table:
     @property
     def is_static(self) -> bool:
         return isinstance(self, StaticTable)
+
+    @property
+    def is_replica(self) -> bool:
+        return isinstance(self, ReplicaTable)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -668,6 +689,32 @@ class OdsWindows(Table):
         return self
 
 
+@dataclass(frozen=True, kw_only=True)
+class ReplicaTable(Table):
+    """A table replicated to a site (``replicate_to``), as the tables declared at that site read it: named
+    ``<site>.<layer>_<table>`` (``dc2.dwd_order_detail``), with the source's period, columns and key, and the source as
+    its one dependency, partition for partition. Its asset is ``<site>/<layer>/<table>``; its partitions are reported
+    by the replica runs (the ``replication`` sensor's) and its data is at ``<layer>/<table>`` under the site's lake
+    root. The catalog adds one for each replicated table and site (:func:`replica_name`)."""
+
+    source: str  # the replicated table, layer.name
+
+    @property
+    def key(self) -> list[str]:
+        return [self.site, *self.source.split(".")]
+
+    @model_validator(mode="after")
+    def _at_a_site(self) -> ReplicaTable:
+        if not self.site or len(self.deps) != 1 or self.deps[0].table != self.source:
+            raise ValueError("a replica is at a site and depends on its source alone")
+        return self
+
+
+def replica_name(site: str, source: str) -> str:
+    """The replica of ``source`` at ``site`` as SQL names it: ``dwd.order_detail`` at dc2, ``dc2.dwd_order_detail``."""
+    return f"{site}." + source.replace(".", "_", 1)
+
+
 def windows_name(ods: str, period: str) -> str:
     """The completeness windows of the ODS table ``ods`` at ``period``: ``ods.order`` at 5min is ``ods.order_5min``."""
     return f"{ods}_{period}"
@@ -692,6 +739,9 @@ class Catalog:
     def windows(self, ods: str | None = None) -> list[OdsWindows]:
         """The completeness windows (of the ODS table ``ods`` only, if given)."""
         return [t for t in self.tables.values() if isinstance(t, OdsWindows) and ods in (None, t.source)]
+
+    def replicas(self) -> list[ReplicaTable]:
+        return [t for t in self.tables.values() if isinstance(t, ReplicaTable)]
 
     def derived(self) -> list[DerivedTable]:
         return [t for t in self.tables.values() if isinstance(t, DerivedTable)]

@@ -108,14 +108,16 @@ class Reconciliation:
 def lake_tables(catalog: Catalog, only: Sequence[str] | None = None) -> list[Table]:
     """The tables whose data is in the lake (external producers keep their own; an ODS table's completeness windows
     hold none), or those of ``only``."""
-    if not only:
-        return [t for t in catalog if not t.is_external and not t.is_windows]
+    if not only:  # a table at another site is in that site's lake, not in this one
+        return [t for t in catalog if not t.is_external and not t.is_windows and not t.site]
     tables = [catalog.lookup(name) for name in only]
     for table in tables:
         if table.is_external:
             raise ValueError(f"{table.fqn} is an external table: its data is its producer's, not in the lake")
         if table.is_windows:
             raise ValueError(f"{table.fqn} is an ODS table's completeness windows: no data of its own in the lake")
+        if table.site:
+            raise ValueError(f"{table.fqn} is at site {table.site}: its data is in that site's lake, not in this one")
     return tables
 
 

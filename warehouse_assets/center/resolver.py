@@ -213,8 +213,8 @@ class Resolver:
             (fqn, partition), trigger = backlog.pop()
             evaluated.append((fqn, partition))
             table = self.catalog[fqn]
-            if not self._in_lookback(table, partition, now):
-                continue
+            if table.is_source or not self._in_lookback(table, partition, now):
+                continue  # a source (ODS, external, a replica) is reported by whoever builds it, never requested
             outcome = self._resolve(table, partition, states, now)
             if outcome == _DEFER:
                 # a change while its run waits or runs: look again at the run's end, when what the run read is known

@@ -169,13 +169,16 @@ class ReverseIndex:
         outgoing: dict[str, dict[EdgeMapping, list[Edge]]] = defaultdict(lambda: defaultdict(list))
         incoming: dict[tuple[str, str], EdgeMapping] = {}
         references: dict[str, dict[str, TimeWindowPartitionsDefinition]] = defaultdict(dict)
-        for table in catalog.derived():
-            for ref in table.references:
-                for node, pdef in _nodes(table, periods_ or periods()):
-                    references[ref.table][node] = pdef
+        # a replica reads its source partition for partition: its edge carries a taint's closure to the site
+        for table in [*catalog.derived(), *catalog.replicas()]:
+            if isinstance(table, DerivedTable):
+                for ref in table.references:
+                    for node, pdef in _nodes(table, periods_ or periods()):
+                        references[ref.table][node] = pdef
             for dep in table.deps:
                 up_period = catalog[dep.table].period
-                if table.is_regional:  # one edge per region, onto the days of its zone (from the hours, a roll-up)
+                # one edge per region, onto the days of its zone (from the hours, a roll-up)
+                if isinstance(table, DerivedTable) and table.is_regional:
                     for region, zone in table.regions:
                         days = (periods_ or periods()).region_days(zone)
                         regional = EdgeMapping(TimeWindowPartitionMapping(), by_period[up_period], days, region=region)

@@ -40,7 +40,7 @@ def upgrade_to_deletion_vectors(store: DeltaStore, catalog: Catalog, spark: "Spa
 def build_maintenance(catalog: Catalog) -> tuple[JobDefinition, ScheduleDefinition]:
     # (key, retention hours or None for the lake's window, compact, written by Spark): never a producer's table
     tables: list[tuple[tuple[str, ...], int | None, bool, bool]] = [
-        (tuple(t.key), None, False, True) for t in catalog if not t.is_external and not t.is_windows
+        (tuple(t.key), None, False, True) for t in catalog if not t.is_external and not t.is_windows and not t.site
     ]
     tables += [(ops.key, ops.retention_hours, True, False) for ops in OPS_TABLES]
 

@@ -63,6 +63,7 @@ from warehouse_assets.materialize.quality import (
     latest_materialization,
     latest_materializations,
 )
+from warehouse_assets.materialize.replication import REPLICA_RESOURCE
 from warehouse_assets.materialize.validity import taint_evaluation, tainted_in_instance, valid_evaluation, valid_spec
 
 if TYPE_CHECKING:
@@ -130,10 +131,15 @@ def build_asset(
     is found from its upstream tables': without sharing, a deep graph repeats its upstream chains table by table).
     ``lineage``: the tables' column lineage, shown on the asset's page as Markdown (none: not shown)."""
     since = first_buildable(catalog, table, buildable)
-    deps = [AssetDep(AssetKey(dep.key), partition_mapping=dagster_mapping(catalog, table, dep)) for dep in table.deps]
+    deps = [
+        AssetDep(AssetKey(catalog[dep.table].key), partition_mapping=dagster_mapping(catalog, table, dep))
+        for dep in table.deps
+    ]
     # a static table is unpartitioned: Dagster maps every partition to the whole of it
-    deps += [AssetDep(AssetKey(ref.key)) for ref in table.references]
+    deps += [AssetDep(AssetKey(catalog[ref.table].key)) for ref in table.references]
     reads_external = any(catalog[dep.table].is_external for dep in table.deps)
+    # a table declared at another site builds on that site's lake, where its replicas are
+    lake = {REPLICA_RESOURCE} if table.site else {"lake"}
 
     decorate = asset(
         key=AssetKey(table.key),
@@ -148,7 +154,7 @@ def build_asset(
         check_specs=[*check_specs(table), valid_spec(table)],
         backfill_policy=backfill_policy(table),
         # one body for every table: the resources are looked up by key, the external one only where read
-        required_resource_keys={"spark", "lake", "external"} if reads_external else {"spark", "lake"},
+        required_resource_keys={"spark", *lake, "external"} if reads_external else {"spark", *lake},
         metadata={
             "period": table.period,
             "kind": table.kind,
@@ -167,7 +173,8 @@ def build_asset(
 
         resources = context.resources
         external = resources.external if reads_external else None
-        body = run_table(context, catalog, table, resources.spark.session(), resources.lake.store(), external)
+        store = getattr(resources, REPLICA_RESOURCE).store(table.site) if table.site else resources.lake.store()
+        body = run_table(context, catalog, table, resources.spark.session(), store, external)
         yield from with_lineage_events(context, catalog, table, lineage, body)
 
     return _build
@@ -289,9 +296,9 @@ def build_ods_checks(table: Table) -> AssetChecksDefinition:
 
 
 def build_validity_check(table: Table) -> AssetChecksDefinition:
-    """The ``valid`` check of a table the warehouse does not build (ODS, external), executable from the UI: it
-    judges the selected partitions again as of now, from the instance. A derived table's ``valid`` check is one of
-    its asset's checks, judged by each build."""
+    """The ``valid`` check of a table the warehouse does not build (ODS, external, a replica), executable from the
+    UI: it judges the selected partitions again as of now, from the instance. A derived table's ``valid`` check is one
+    of its asset's checks, judged by each build."""
 
     @multi_asset_check(name=f"{table.layer}_{table.name}_validity", specs=[valid_spec(table)], can_subset=True)
     def _validity(context: AssetCheckExecutionContext) -> Iterator[AssetCheckEvaluation]:
@@ -326,7 +333,7 @@ def build_assets(catalog: Catalog, lineage: "WarehouseLineage | None" = None) ->
 def build_checks(catalog: Catalog) -> list[AssetChecksDefinition]:
     """The ODS tables' data-quality checks, the validity of the tables the warehouse does not build, and every
     table's freshness SLA check."""
-    sources = [*catalog.ods(), *catalog.externals()]
+    sources = [*catalog.ods(), *catalog.externals(), *catalog.replicas()]
     return (
         [build_ods_checks(t) for t in catalog.ods() if t.checks]
         + [build_validity_check(t) for t in sources]

@@ -3,8 +3,9 @@
 table as its one upstream, partition for partition. Materializing a replica partition publishes the source
 partition's Delta commit on the site's lake (:func:`resources.delta_replica.replicate_partition`: exactly its files,
 one commit, verified), once the source partition is materialized and valid; tables built at the site read the replica
-assets as any upstream. :func:`replication_due` finds the source partitions built (or rebuilt by a repair) since a
-cursor, which the ``replication`` sensor turns into replica runs.
+assets as any upstream (each replica is a catalog table, :class:`warehouse_assets.catalog.ReplicaTable`, whose
+partitions the dependency center tracks from these runs' materializations). :func:`replication_due` finds the source
+partitions built (or rebuilt by a repair) since a cursor, which the ``replication`` sensor turns into replica runs.
 """
 
 import json
@@ -62,7 +63,7 @@ def check_sites(catalog: Catalog, sites: Mapping[str, str]) -> None:
 def build_replica_assets(catalog: Catalog, sites: Mapping[str, str]) -> list[AssetsDefinition]:
     """One replica asset per replicated table and site (none when no table replicates)."""
     check_sites(catalog, sites)
-    return [_replica_asset(table, site) for table in replicated(catalog) for site in table.replicate_to]
+    return [_replica_asset(catalog[replica.source], replica.site) for replica in catalog.replicas()]
 
 
 def _replica_asset(table: Table, site: str) -> AssetsDefinition:
