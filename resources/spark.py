@@ -377,6 +377,13 @@ def port_open(host: str, port: int) -> bool:
         return sock.connect_ex((host, port)) == 0
 
 
+def connect_server_listening(url: str) -> bool:
+    """Whether a Spark Connect server listens at ``url`` (``sc://host:port/…``): a command beside a running stack
+    uses the stack's server rather than start a JVM of its own."""
+    host, _, port = url.removeprefix("sc://").split("/")[0].rpartition(":")
+    return port.isdigit() and port_open(host or "127.0.0.1", int(port))
+
+
 LOG_FILE_BYTES = 10 * 1024 * 1024  # the Connect server's log rolls over at this size
 LOG_FILES_KEPT = 2  # rolled-over files kept beside the current one: the log never exceeds 30 MB
 

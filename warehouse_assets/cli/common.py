@@ -28,13 +28,12 @@ def with_running_spark(resources: dict[str, Any]) -> dict[str, Any]:
     """``resources`` with their local Spark replaced by the running stack's Spark Connect server when one listens at
     the settings' URL: a command run beside ``make dev`` (a re-ingestion) then merges on the server the stack's runs
     use, instead of starting a JVM of its own for a minute beside it."""
-    from resources.spark import SparkResource, port_open
+    from resources.spark import SparkResource, connect_server_listening
 
     spark = resources.get("spark")
     if not isinstance(spark, SparkResource) or spark.mode != "local":
         return resources  # a cluster, or Connect already, is what was asked for
-    host, _, port = spark.connect_url.removeprefix("sc://").split("/")[0].rpartition(":")
-    if not (port.isdigit() and port_open(host or "127.0.0.1", int(port))):
+    if not connect_server_listening(spark.connect_url):
         return resources
     fields = {name: getattr(spark, name) for name in ("connect_url", "timezone", "conf", "lake_root")}
     return {**resources, "spark": SparkResource(mode="connect", **fields)}

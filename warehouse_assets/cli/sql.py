@@ -51,11 +51,10 @@ def add_sql_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
 
 def spark_for(settings: Settings) -> tuple[SparkSession, str]:
     """The Spark a query runs on: the Connect server when one listens (the product's token), else a local one."""
-    from resources.spark import get_session, port_open
+    from resources.spark import connect_server_listening, get_session
 
     url = settings.spark_connect_url
-    host, _, port = url.removeprefix("sc://").split("/")[0].rpartition(":")
-    if port.isdigit() and port_open(host or "127.0.0.1", int(port)):
+    if connect_server_listening(url):
         return get_session(mode="connect", connect_url=url, timezone=settings.timezone), f"Spark Connect {url}"
     master = settings.spark_master if settings.spark_mode != "connect" else "local[2]"
     session = get_session(
