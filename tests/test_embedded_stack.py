@@ -857,8 +857,8 @@ def test_after_the_repair_the_hour_is_not_reported_again_its_readers_not_stale_a
 ) -> None:
     """The README's repair ends where it promises: the re-ingested hour is not reported again by the readiness sensor
     (a runless report beside the repair's own would make its readers late data, rebuilt only by another repair), the
-    hour's readers are not left stale by the re-ingestion their repair runs waited for, and `warehouse reconcile` on
-    the running stack says it is healthy."""
+    hour's readers are not left stale by the re-ingestion their repair runs waited for, nothing the repair rebuilt is
+    left to another repair, and `warehouse reconcile` on the running stack says it is healthy."""
     from warehouse_assets.center.ledger import open_readonly
     from warehouse_assets.center.state_store import default_path
 
@@ -874,18 +874,24 @@ def test_after_the_repair_the_hour_is_not_reported_again_its_readers_not_stale_a
     # the tables that read the re-ingested hour itself: their repair runs waited for it, then read it
     readers = {t for t in repaired.closure if any(d.table == "ods.order" for d in repaired.catalog[t].deps)}
     assert {"dwd.order_detail", "dws.order_hourly"} <= readers
-    closure = {(table, key) for table, found in repaired.closure.items() for key in found if table in readers}
+    closure = {(table, key) for table, found in repaired.closure.items() for key in found}
+    hour_readers = {(table, key) for table, key in closure if table in readers}
     deadline = time.monotonic() + 180  # the engine's next passes: a rebuild due at once is requested and runs
     while True:
         ledger = open_readonly(default_path(instance))
         assert ledger is not None
+        entries = [s for s in ledger.all_stale() if (s.table, s.partition) in closure]
         stale = [
             (s.table, s.partition, s.note, None if s.due is None else round(s.due - time.time()), s.upstream[:300])
-            for s in ledger.all_stale()
-            if (s.table, s.partition) in closure
+            for s in entries
+            if (s.table, s.partition) in hour_readers
         ]
         if not stale or time.monotonic() > deadline:
             break
         time.sleep(5)
     assert not stale, (stale, runs_summary(instance))
+    # further down, the live stream's own late changes (orders paid or refunded after the repair read them) may leave
+    # a repaired partition stale for its policy's interval: rebuilt automatically, never one left to another repair
+    left = [(s.table, s.partition, s.note) for s in entries if s.due is None]
+    assert not left, (left, runs_summary(instance))
     warehouse(stack, "reconcile")  # exits 0: nothing missing, nothing orphaned, the ingesting hour left out
