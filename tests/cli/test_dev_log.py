@@ -8,6 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from warehouse_assets.cli.dev_log import strip_ansi
 
 GREEN, RESET = "\x1b[32m", "\x1b[0m"
@@ -53,3 +55,24 @@ def test_strip_ansi_removes_colour_and_title_sequences_only() -> None:
         b"2026-11-29 13:21:09 +0800 - dagster - ERROR"
     )
     assert strip_ansi(b"\x1b]0;title\x07[x] [0m literal") == b"[x] [0m literal"
+
+
+def test_the_engines_lines_name_the_zone_they_are_written_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stack runs with TZ set to the business timezone; the engine's lines then read as Dagster's do, the offset
+    named (before, a bare UTC time sat beside Dagster's +0800 lines)."""
+    import io
+    import logging
+    import time
+
+    from warehouse_assets.cli.services import engine_log_handler
+
+    monkeypatch.setenv("TZ", "Asia/Shanghai")
+    time.tzset()
+    try:
+        record = logging.LogRecord("warehouse.engine", logging.INFO, __file__, 1, "resolved", None, None)
+        record.created = 1_764_400_000.0  # 2025-11-29 07:06:40 UTC
+        line = engine_log_handler(io.StringIO()).format(record)
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    assert line == "2025-11-29 15:06:40 +0800 [engine] resolved"

@@ -6,21 +6,32 @@ shares with them (the Spark Connect server with its token, stopping a process gr
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import TextIO
 
 from resources.settings import Settings
 from warehouse_assets.cli.common import load_settings, say
 
 LOG_TIME = "%Y-%m-%d %H:%M:%S %z"  # as Dagster's console lines: 2026-11-29 21:29:23 +0800
+# the engine's own lines in Dagster's form, the zone named: the partition keys beside them are the business timezone's
+ENGINE_LOG_LINE = "%(asctime)s [engine] %(message)s"
+
+
+def engine_log_handler(stream: TextIO) -> logging.Handler:
+    """Where the engine's lines go, in Dagster's form with the zone named: the partition keys beside them are the
+    business timezone's, the zone the stack's processes run in."""
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter(ENGINE_LOG_LINE, LOG_TIME))
+    return handler
 
 
 def run_engine(args: argparse.Namespace) -> int:
     """The dependency center's engine in the foreground, beside a running webserver (``--url``) and daemon."""
-    import logging
     import threading
 
     from dagster import DagsterInstance
@@ -36,10 +47,7 @@ def run_engine(args: argparse.Namespace) -> int:
 
     settings = load_settings(os.environ)
     # the engine's own lines only: Dagster's storage layers log every schema check at INFO
-    # Dagster's own lines' form, the zone named: the partition keys beside it are the business timezone's
-    logging.basicConfig(
-        level=logging.WARNING, format="%(asctime)s [engine] %(message)s", datefmt=LOG_TIME, stream=sys.stdout
-    )
+    logging.basicConfig(level=logging.WARNING, handlers=[engine_log_handler(sys.stdout)])
     logging.getLogger("warehouse.engine").setLevel(logging.INFO)
     if settings.center_clock.simulated:
         logging.getLogger("warehouse.engine").info("time rules on the clock %s", settings.center_clock.describe())
