@@ -226,7 +226,19 @@ def open_page(
 def share(driver: Any, request_id: str, part: Callable[[dict[str, Any]], int]) -> float:
     """The share of a GraphQL response's JSON (as Chromium received it) taken by what ``part`` counts in each object
     (characters; 0: look inside it)."""
-    body = driver.execute_cdp_cmd("Network.getResponseBody", {"requestId": request_id})["body"]
+    from selenium.common.exceptions import WebDriverException
+
+    body = None
+    # a response still arriving has no body yet, and one another tab's polling made is not this tab's (Chromium: "No
+    # resource with given identifier found")
+    for _ in range(20):
+        try:
+            body = driver.execute_cdp_cmd("Network.getResponseBody", {"requestId": request_id})["body"]
+            break
+        except WebDriverException:
+            time.sleep(0.5)
+    if body is None:
+        return math.nan  # printed as nan: the share could not be read, the pages' figures stand
     taken = 0
 
     def walk(value: Any) -> None:
@@ -322,7 +334,9 @@ def measure(n: int, seed: int, page_timeout: float, load_timeout: float, domains
                     r[f"{page}_gql_s"] = max((t for _, t, _ in ops.values()), default=0.0)
                     if "LocationWorkspaceAssetsQuery" in ops:  # the descriptions' part of every asset's definition
                         request = ops["LocationWorkspaceAssetsQuery"][2]
-                        r["description_share"] = share(driver, request, description)
+                        found = share(driver, request, description)
+                        if not math.isnan(found) or "description_share" not in r:
+                            r["description_share"] = found
                     if page == "asset" and "AssetViewDefinitionQuery" in ops:
                         r["lineage_share"] = share(driver, ops["AssetViewDefinitionQuery"][2], lineage_entry)
                     for op, (size, t, _) in ops.items():
