@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -323,6 +324,31 @@ def test_partitions_before_the_lookback_or_in_the_future_are_never_requested(
     center.report("ods.src", ["2026-03-06-23:00"])  # ...until its last hour is reported again
     plans = requested(center.step(datetime(2026, 3, 7, 1, tzinfo=TZ)))
     assert plans == {"dwd.day": [["2026-03-06"]], "dwd.lax": [["2026-03-06"]]}
+
+
+def test_the_center_starts_on_any_day_also_when_its_oldest_day_starts_the_week_a_table_stays_within(
+    instance: DagsterInstance, tmp_path: Path
+) -> None:
+    # a week-to-date total reads its own yesterday only within the week: the week's first day needs none of it. The
+    # center samples the oldest day it looks at, so every Monday (35 days after one) it failed to start at all.
+    root = tmp_path / "catalog"
+    (root / "ods").mkdir(parents=True)
+    (root / "ods" / "src.yaml").write_text(ODS)
+    (root / "dwd").mkdir()
+    (root / "dwd" / "day.sql").write_text("/* ---\ntable: dwd.day\nperiod: daily\n--- */\nSELECT id, v FROM ods.src\n")
+    (root / "ads").mkdir()
+    header = "table: ads.wtd\nperiod: daily\ncolumns: {id: bigint, v: bigint}\n"
+    deps = "depends_on:\n  ads.wtd: {set: [-1], within: weekly}\n  dwd.day: {set: [0]}\n"
+    sql = "SELECT id, v FROM dwd.day UNION ALL SELECT id, v FROM ads.wtd"
+    (root / "ads" / "wtd.sql").write_text(f"/* ---\n{header}{deps}--- */\n{sql}\n")
+    week_catalog = load_catalog(root)
+    monday_35_days_on = datetime(2026, 11, 30, 0, 43, tzinfo=TZ)  # 35 days back: Monday 2026-10-26, 00:43
+    center = Center(instance, week_catalog)
+    assert center.step(monday_35_days_on) == []
+    center.report("ods.src", hours("2026-10-26"))
+    assert requested(center.step(monday_35_days_on)) == {"dwd.day": [["2026-10-26"]]}
+    center.report("dwd.day", ["2026-10-26"])
+    assert requested(center.step(monday_35_days_on)) == {"ads.wtd": [["2026-10-26"]]}
 
 
 def test_each_run_respects_the_tables_max_partitions_per_run(instance: DagsterInstance, catalog: Catalog) -> None:
