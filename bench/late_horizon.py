@@ -80,7 +80,7 @@ for path in (BENCH, BENCH.parent):
 import automation_scale as scale  # noqa: E402  (the synthetic catalogs and the store's history)
 from calibration import calib_ms  # noqa: E402
 
-from warehouse_assets.materialize.key_scope import MAX_KEYS, MAX_SHARE, SMALL_PARTITION  # noqa: E402
+from warehouse_assets.catalog.key_locality import MAX_KEYS, MAX_SHARE, SMALL_PARTITION  # noqa: E402
 
 TICK = timedelta(minutes=5)
 DAYS = 6  # simulated days: the first two are measured, each followed by at least four

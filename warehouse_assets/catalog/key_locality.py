@@ -33,6 +33,14 @@ from sqlglot.optimizer.scope import Scope, find_all_in_scope
 from warehouse_assets.catalog.lineage import qualified_scope
 from warehouse_assets.catalog.model import DerivedTable
 
+# The limits of a key-scoped rebuild: past either bound a whole rebuild is cheaper than finding and replacing the
+# keys' rows one by one (the keys are collected to the driver and broadcast, and a large share of a partition's rows
+# is most of its files anyway). Below SMALL_PARTITION rows either way is one small Spark job: the share is not looked
+# at. The runner applies them to the keys it finds; the late-data rule to the changes recorded, to pick the rule
+MAX_KEYS = 100_000
+MAX_SHARE = 0.2  # of the rows the partition held after its last build
+SMALL_PARTITION = 10_000
+
 _SHOWN = 90  # characters of SQL a reason quotes
 _QUERIES = (exp.Select, exp.SetOperation, exp.Subquery)  # what a scope the walk follows may be
 

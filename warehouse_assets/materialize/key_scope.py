@@ -35,17 +35,10 @@ from resources.delta_keys import NET
 from resources.delta_lake import CHANGE_FEED, CHANGE_TRACKING, DeltaStore, Predicate
 from resources.spark import arrow_frame
 from warehouse_assets.catalog import Catalog, DerivedTable, Table, partition_values_of
-from warehouse_assets.catalog.key_locality import KeyLocality, key_locality
+from warehouse_assets.catalog.key_locality import MAX_KEYS, MAX_SHARE, SMALL_PARTITION, KeyLocality, key_locality
 from warehouse_assets.catalog.lineage import WarehouseLineage
 from warehouse_assets.materialize.gate import LATE_CHANGES_TAG, span
 from warehouse_assets.materialize.quality import latest_materialization
-
-# Past either bound a whole rebuild is cheaper than finding and replacing the keys' rows one by one: the keys are
-# collected to the driver and broadcast, and a large share of a partition's rows is most of its files anyway. Below
-# SMALL_PARTITION rows either way is one small Spark job: the share is not looked at
-MAX_KEYS = 100_000
-MAX_SHARE = 0.2  # of the rows the partition held after its last build
-SMALL_PARTITION = 10_000
 
 
 @dataclass(frozen=True)
