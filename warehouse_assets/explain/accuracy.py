@@ -8,8 +8,10 @@ scored against the finishes in Dagster's event log: what ``warehouse eta --accur
   the time the prediction looked ahead (the finish minus when it was made).
 * **SLA misses.** Each partition of an SLA table whose deadline passed within the span scored is a miss when its first
   materialization came after the deadline (or has not come). A miss is *warned* when the forecast sensor recorded a
-  prediction past the deadline before it (the lead: deadline minus the first such prediction); a warning about a
-  partition materialized in time is a *false warning*.
+  prediction past the deadline before it (the lead: deadline minus the first such prediction), past it as the sensor
+  judges: the pessimistic finish when an overdue source starts the critical path; a warning about a partition
+  materialized in time is a *false warning*. The span starts at ``since``: a stack that comes up behind (a catch-up)
+  is scored from when it has caught up, by the caller's choice of ``since`` (``warehouse eta --accuracy --since``).
 
 Everything but :func:`instance_accuracy` is a pure function of its inputs.
 """

@@ -9,7 +9,10 @@ them) down to what is already known, and adds up, along the chain that ends last
   recent partitions took to be reported (the median; once the partition is later than that, the median of the
   recent delays longer than what it has waited so far; once it is later than every one of them, a little after now).
   A catch-up's reports (a day or more late, or a backlog delivered together with later partitions) teach no delay:
-  :func:`usual_delays`;
+  :func:`usual_delays`. A source later than every delay it had (its *usual lateness*, the default delay while it
+  has too few) is *overdue*: when it comes nobody knows, so besides the point prediction (a little after now) the
+  prediction carries a pessimistic finish (:attr:`Prediction.latest`), the source taking as long again past its
+  usual lateness as it already has; the SLA warning reads that one;
 * a **running** partition ends its run's start plus the table's expected run time (at the earliest now);
 * a **queued** partition starts when the runs ahead of it in Dagster's queue (by priority, then age) have left a
   slot free, on the instance's ``max_concurrent_runs`` slots, and its lane has room (the coordinator's
@@ -139,6 +142,12 @@ class History:
         if len(good) < self.min_runs:
             return Estimate(self.default_run_s, len(good), False)
         return Estimate(statistics.median(good), len(good), True)
+
+    def lateness(self, table: str) -> float:
+        """The latest a source's partitions usually arrive after their window's end: the longest of its last
+        ``recent`` usual delays, the default delay while it has fewer than ``min_runs`` of them."""
+        delays = list(self.arrivals.get(table, ()))[: self.recent]
+        return max(delays) if len(delays) >= self.min_runs else self.default_arrival_s
 
     def arrival_delay(self, table: str, waited: float) -> float:
         """How long after its window's end a source partition is expected, having waited ``waited`` seconds since
@@ -309,6 +318,7 @@ class Step:
     finish: float  # ready at (epoch seconds)
     start: float | None = None  # its run starts (running, queued, runs)
     run: Estimate | None = None  # the run time used (running, queued, runs)
+    overdue_s: float = 0.0  # a source (arrives) waited this long past its usual lateness
 
     def describe(self, zone: ZoneInfo) -> str:
         at = clock(self.finish, zone)
@@ -337,6 +347,18 @@ class Prediction:
     def known(self) -> bool:
         """Already materialized: nothing is predicted."""
         return self.path[-1].kind == MATERIALIZED
+
+    @property
+    def latest(self) -> float:
+        """The finish if the overdue source the critical path starts at (if any) takes as long again past its usual
+        lateness as it already has: predicted a little after now, it may as well come much later, and a warning
+        that waits for the point prediction to pass the deadline comes only minutes before it. The lateness of a
+        source past all its history grows with how long it has been silent, so the bound grows too, and warns
+        while there is still time to act; an hour that is late by its usual minutes never reaches it."""
+        first = self.path[0]
+        if first.kind != ARRIVES:
+            return self.finish
+        return self.finish + max(0.0, first.overdue_s - OVERDUE_STEP_S)
 
     def at(self, zone: ZoneInfo) -> datetime:
         return datetime.fromtimestamp(self.finish, zone)
@@ -457,7 +479,8 @@ class Predictor:
         if self.graph.is_source(table):
             end = self.graph.window_end(node)
             arrival = end + self.history.arrival_delay(table, now - end)
-            return Step(table, key, ARRIVES, max(arrival, now)), None
+            overdue = max(0.0, now - end - self.history.lateness(table))
+            return Step(table, key, ARRIVES, max(arrival, now), overdue_s=overdue), None
         last = max(ups, key=lambda u: self._step[u].finish, default=None)
         ready = self._step[last].finish if last is not None else now
         # a partition exists, and so runs, once its window has ended, however early its upstream was ready

@@ -44,23 +44,37 @@ class SlaWarning:
 
     @property
     def late_by_s(self) -> float:
-        return self.prediction.finish - self.due.timestamp()
+        """How far past the deadline the partition is predicted: the point prediction when it passes the deadline,
+        else the pessimistic one (:attr:`Prediction.latest`) that raised the warning."""
+        finish = self.prediction.finish
+        return (finish if finish > self.due.timestamp() else self.prediction.latest) - self.due.timestamp()
 
     def describe(self) -> str:
         zone = self.due.tzinfo if isinstance(self.due.tzinfo, ZoneInfo) else ZoneInfo("UTC")
-        return (
-            f"predicted ready ~{clock(self.prediction.finish, zone)}, {minutes(self.late_by_s)} after its deadline "
-            f"{self.due:%Y-%m-%d %H:%M}; critical path: {self.prediction.critical_path(zone)}"
-        )
+        prediction, due = self.prediction, f"{self.due:%Y-%m-%d %H:%M}"
+        if prediction.finish > self.due.timestamp():
+            said = f"predicted ready ~{clock(prediction.finish, zone)}, {minutes(self.late_by_s)} after its deadline"
+            said += f" {due}"
+        else:  # only the pessimistic finish passes it: the overdue source is what may make it late
+            source = prediction.path[0]
+            said = (
+                f"{source.table} {source.partition} is {minutes(source.overdue_s)} past its usual lateness: as late "
+                f"again, ready ~{clock(prediction.latest, zone)}, {minutes(self.late_by_s)} after its deadline {due} "
+                f"(~{clock(prediction.finish, zone)} if it comes now)"
+            )
+        return f"{said}; critical path: {prediction.critical_path(zone)}"
 
 
 def sla_warning(table: Table, partition: str, prediction: Prediction, now: float) -> SlaWarning | None:
     """A warning when the partition is predicted to miss its SLA and its deadline has not passed yet (at the deadline
-    the freshness check judges it); None when it is predicted in time, already built, or without an SLA."""
+    the freshness check judges it); None when it is predicted in time, already built, or without an SLA.
+
+    The finish judged is the pessimistic one (:attr:`Prediction.latest`): with an overdue source on the critical
+    path, the point prediction (the source a little after now) passes the deadline only minutes before it."""
     if table.sla is None or prediction.known:
         return None
     due = sla_deadline(table, partition)
-    if now >= due.timestamp() or prediction.finish <= due.timestamp():
+    if now >= due.timestamp() or prediction.latest <= due.timestamp():
         return None
     return SlaWarning(table, partition, due, prediction, now)
 

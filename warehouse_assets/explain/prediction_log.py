@@ -1,9 +1,10 @@
 """The predicted finishes the product gave, kept so that they can be scored against what happened.
 
 The ``sla_forecast`` sensor's ticks and ``warehouse why`` record each prediction they make: when it was made, by
-which of them, for which partition, the finish it predicted, the partition's SLA deadline (if it has one) and the
-critical path. ``warehouse eta --accuracy`` (:mod:`warehouse_assets.explain.accuracy`) compares them with the
-finishes Dagster's event log holds.
+which of them, for which partition, the finish it predicted, the pessimistic finish its SLA warning reads when an
+overdue source starts its critical path (:attr:`~warehouse_assets.explain.eta.Prediction.latest`), the partition's
+SLA deadline (if it has one) and the critical path. ``warehouse eta --accuracy``
+(:mod:`warehouse_assets.explain.accuracy`) compares them with the finishes Dagster's event log holds.
 
 The rows live in the dependency center's SQLite file (``$DAGSTER_HOME/storage/partition_states.db``, beside the
 center's own tables), on every instance storage, so they survive a restart of any process. Dagster's own storage has
@@ -45,6 +46,9 @@ CREATE TABLE IF NOT EXISTS eta_predictions (table_fqn TEXT NOT NULL, partition T
     PRIMARY KEY (table_fqn, partition, source, made_at)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS eta_predictions_made ON eta_predictions (made_at);
 """
+# the pessimistic finish (NULL: the finish itself), a column added after the table: an older file gains it on open
+_LATEST = "ALTER TABLE eta_predictions ADD COLUMN latest REAL"
+_COLUMNS = "table_fqn, partition, made_at, source, finish, deadline, path, latest"
 
 
 @dataclass(frozen=True)
@@ -69,11 +73,14 @@ class Recorded:
     finish: float  # the predicted finish, epoch seconds
     deadline: float | None  # the partition's SLA deadline; None: no SLA
     path: tuple[PathStep, ...]
+    latest: float | None = None  # the pessimistic finish an overdue source gives; None: the finish itself
 
     @property
     def warns(self) -> bool:
-        """Predicted past its deadline before the deadline: what the forecast sensor warns about."""
-        return self.deadline is not None and self.made_at < self.deadline < self.finish
+        """Predicted past its deadline (the pessimistic finish, as the forecast sensor judges) before the deadline:
+        what the forecast sensor warns about."""
+        judged = self.finish if self.latest is None else max(self.finish, self.latest)
+        return self.deadline is not None and self.made_at < self.deadline < judged
 
 
 def default_path(instance: DagsterInstance) -> Path:
@@ -92,6 +99,12 @@ class PredictionLog:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        if "latest" not in {row[1] for row in self._db.execute("PRAGMA table_info(eta_predictions)")}:
+            try:
+                self._db.execute(_LATEST)
+            except sqlite3.OperationalError as exc:  # another process added it first
+                if "duplicate column" not in str(exc):
+                    raise
 
     @classmethod
     def of(cls, instance: DagsterInstance) -> PredictionLog:
@@ -124,18 +137,27 @@ class PredictionLog:
         rows = []
         for (table, partition), prediction in latest.items():
             last = self._db.execute(
-                "SELECT made_at, finish FROM eta_predictions WHERE table_fqn = ? AND partition = ? AND source = ? "
-                "ORDER BY made_at DESC LIMIT 1",
+                "SELECT made_at, finish, coalesce(latest, finish) FROM eta_predictions WHERE table_fqn = ? "
+                "AND partition = ? AND source = ? ORDER BY made_at DESC LIMIT 1",
                 (table, partition, source),
             ).fetchone()
-            if last is not None and made_at - last[0] < REFRESH_S and abs(prediction.finish - last[1]) < MOVED_S:
+            pessimistic_finish = prediction.latest
+            if (
+                last is not None
+                and made_at - last[0] < REFRESH_S
+                and abs(prediction.finish - last[1]) < MOVED_S
+                and abs(pessimistic_finish - last[2]) < MOVED_S
+            ):
                 continue
             deadline = (deadlines or {}).get((table, partition))
             path = [[s.table, s.partition, s.kind, s.finish] for s in prediction.path]
-            rows.append((table, partition, made_at, source, prediction.finish, deadline, json.dumps(path)))
+            pessimistic = pessimistic_finish if pessimistic_finish != prediction.finish else None
+            rows.append((table, partition, made_at, source, prediction.finish, deadline, json.dumps(path), pessimistic))
         self._db.execute("BEGIN IMMEDIATE")
         try:
-            self._db.executemany("INSERT OR REPLACE INTO eta_predictions VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+            self._db.executemany(
+                f"INSERT OR REPLACE INTO eta_predictions ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows
+            )
             self._db.execute("DELETE FROM eta_predictions WHERE made_at < ?", (made_at - RETAIN.total_seconds(),))
         except BaseException:
             self._db.execute("ROLLBACK")
@@ -150,12 +172,12 @@ class PredictionLog:
         return list(self._rows(low, high))
 
     def _rows(self, low: float, high: float) -> Iterator[Recorded]:
-        for table, partition, made_at, source, finish, deadline, path in self._db.execute(
-            "SELECT * FROM eta_predictions WHERE made_at >= ? AND made_at < ? ORDER BY made_at",
+        for table, partition, made_at, source, finish, deadline, path, latest in self._db.execute(
+            f"SELECT {_COLUMNS} FROM eta_predictions WHERE made_at >= ? AND made_at < ? ORDER BY made_at",
             (low, high),
         ):
             steps = tuple(PathStep(str(t), str(p), str(k), float(f)) for t, p, k, f in json.loads(path))
-            yield Recorded(table, partition, made_at, source, finish, deadline, steps)
+            yield Recorded(table, partition, made_at, source, finish, deadline, steps, latest)
 
 
 def record_predictions(
