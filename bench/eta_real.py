@@ -13,15 +13,16 @@ is the first at least 30 minutes after the stack is up (after the start's catch-
 3 minutes after that deadline, so the hour (and what reads it) misses its SLA. The run lasts ``--minutes``, and at
 least until 10 minutes after that deadline.
 
-The stack starts behind: its first ingestion takes in a day and more of landed segments at once (the catch-up). The
-figures are scored from the moment it has caught up (every ODS hour that ended before the stack was up reported;
-ods.order's from the held-back hour on excepted), ``caught_up_min`` after it was up: a fresh instance has learned
-no delay and no run time yet, and the hours due in its first minutes wait on a backlog it cannot time. What the
-catch-up's own deadlines gave is printed apart (``catchup_*``); predictions made during it still count for the
-finishes after it.
+The stack starts behind: its first ingestion takes in a day and more of landed segments at once (the catch-up, over
+once every ODS hour that ended before the stack was up is reported, ods.order's from the held-back hour on excepted:
+``caught_up_min`` after it was up). The figures are scored from the end of the catch-up, and no earlier than 10
+minutes after the stack was up (:func:`score_run`): a fresh instance has learned no delay and no run time yet, the
+hours due in its first minutes wait on a backlog it cannot time, and a deadline sooner than 10 minutes after the start
+cannot be warned 10 minutes ahead by any stack. What those deadlines gave is printed apart (``catchup_*``);
+predictions made before the span count for the finishes in it.
 
 Meanwhile the ``sla_forecast`` sensor records its predictions (every 30 s here) as it does in production. At the end,
-the figures are those of ``warehouse eta --accuracy --since <caught up>`` (:mod:`warehouse_assets.explain.accuracy`)
+the figures are those of ``warehouse eta --accuracy --since <that start>`` (:mod:`warehouse_assets.explain.accuracy`)
 on the bench's instance: the error 1 h before the finish (P50, P90, and P90 as a share of the time looked ahead),
 P90 3 h and 10 min before, the SLA misses, those warned (and the least lead) and the false warnings. A finish has a
 1 h sample when a prediction was made between 2 h and 1 h before it, so only the finishes an hour or more after the
@@ -74,6 +75,7 @@ LATE_STREAM = "edu_trade/order_03"
 LATE_AFTER_DEADLINE = timedelta(minutes=3)  # the late hour's segments arrive this long after its deadline
 LATE_LEAD = timedelta(minutes=30)  # the late hour's deadline at least this long after the stack is up
 AFTER_LATE = timedelta(minutes=10)  # the run lasts at least this long after the late hour's deadline
+WARN_LEAD = timedelta(minutes=10)  # how early a miss must be warned: no deadline sooner after the start is scored
 
 
 def say(text: str) -> None:
@@ -114,6 +116,39 @@ def caught_up(
     return True
 
 
+def score_run(
+    instance: DagsterInstance, catalog: Catalog, up: datetime, caught: datetime | None, finished: datetime
+) -> dict[str, str]:
+    """The figures of ``warehouse eta --accuracy`` from the scored span's start to ``finished``, and the catch-up's
+    deadlines apart.
+
+    The span starts once the stack has ``caught`` up and at least :data:`WARN_LEAD` after it was ``up``: a deadline
+    sooner than that after the start could not be warned that long ahead by a stack that was not running yet, and
+    the hours due in the catch-up wait on a backlog a fresh instance (no delay, no run time learned) cannot time.
+    Never caught up: the span starts at ``up`` + :data:`WARN_LEAD`, the catch-up in it."""
+    from warehouse_assets.explain.accuracy import instance_accuracy
+
+    scored = max(caught or up, up + WARN_LEAD)
+    accuracy = instance_accuracy(instance, catalog, scored, finished)
+    say(f"warehouse eta --accuracy --since {scored.isoformat(timespec='seconds')} on the bench's instance:")
+    for line in accuracy.lines(TZ):
+        say(line)
+    figures = accuracy.figures()
+    # the catch-up's own deadlines, apart: those between the stack's start and the scored span's
+    whole = instance_accuracy(instance, catalog, up, finished)
+    before = scored.timestamp()
+    figures["caught_up_min"] = f"{(caught - up).total_seconds() / 60:.1f}" if caught else "nan"
+    figures["catchup_deadlines"] = str(whole.deadlines - accuracy.deadlines)
+    figures["catchup_misses"] = str(sum(1 for m in whole.misses if m.deadline < before))
+    figures["catchup_false_warnings"] = str(sum(1 for m in whole.false_warnings if m.deadline < before))
+    for kind, found in (("missed", whole.misses), ("false warning", whole.false_warnings)):
+        for m in (m for m in found if m.deadline < before):
+            lead = "NOT warned" if m.lead_s is None else f"warned {m.lead_s / 60:.0f} min ahead"
+            due = datetime.fromtimestamp(m.deadline, TZ)
+            say(f"catch-up {kind}: {m.table} {m.partition} due {due:%H:%M}, {lead}")
+    return figures
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=45, help="minutes the stack runs once it is up")
@@ -132,7 +167,6 @@ def main() -> int:
     from simulator.cdc import SimulationConfig, simulate
     from warehouse_assets.catalog import load_catalog
     from warehouse_assets.cli.dev import DEV_MARK, stop_marked
-    from warehouse_assets.explain.accuracy import instance_accuracy
     from warehouse_assets.instance.lanes import LANE_TAG, REBUILD_LANE
     from warehouse_assets.materialize.freshness import deadline
 
@@ -208,7 +242,7 @@ def main() -> int:
             supervisor.ensure()
             if caught is None and caught_up(instance, catalog, start, up, hour):
                 caught = datetime.now(TZ)
-                say(f"caught up at {caught:%H:%M:%S}: the figures are scored from then")
+                say(f"caught up at {caught:%H:%M:%S}")
             current = floor_batch(datetime.now(TZ).replace(tzinfo=None))
             if current > fed_until:
                 fed_until = current
@@ -218,24 +252,7 @@ def main() -> int:
                 late.after_feed(fed_until if released else min(fed_until, late.end - BATCH))
             time.sleep(20)
         finished = datetime.now(TZ)
-        scored = caught or up  # never caught up: scored from the stack's start, catch-up and all
-        accuracy = instance_accuracy(instance, catalog, scored, finished)
-        say(f"warehouse eta --accuracy --since {scored.isoformat(timespec='seconds')} on the bench's instance:")
-        for line in accuracy.lines(TZ):
-            say(line)
-        figures = accuracy.figures()
-        # the catch-up's own deadlines, apart: those between the stack's start and the moment it had caught up
-        whole = instance_accuracy(instance, catalog, up, finished)
-        before = scored.timestamp()
-        figures["caught_up_min"] = f"{(scored - up).total_seconds() / 60:.1f}" if caught else "nan"
-        figures["catchup_deadlines"] = str(whole.deadlines - accuracy.deadlines)
-        figures["catchup_misses"] = str(sum(1 for m in whole.misses if m.deadline < before))
-        figures["catchup_false_warnings"] = str(sum(1 for m in whole.false_warnings if m.deadline < before))
-        for kind, found in (("missed", whole.misses), ("false warning", whole.false_warnings)):
-            for m in (m for m in found if m.deadline < before):
-                lead = "NOT warned" if m.lead_s is None else f"warned {m.lead_s / 60:.0f} min ahead"
-                due = datetime.fromtimestamp(m.deadline, TZ)
-                say(f"catch-up {kind}: {m.table} {m.partition} due {due:%H:%M}, {lead}")
+        figures = score_run(instance, catalog, up, caught, finished)
         records = instance.get_run_records()  # the bench's own instance: its runs since the stack started
         runs = len(records)
         roots = {
