@@ -401,7 +401,15 @@ class DirectFeed:
         self.events = 0
         self._pending: list[Any] = []
 
-    def complete(self, table: Any, partitions: tuple[str, ...], now: datetime) -> None:
+    def complete(
+        self,
+        table: Any,
+        partitions: tuple[str, ...],
+        now: datetime,
+        counts: dict[str, tuple[int | None, int | None]] | None = None,
+    ) -> None:
+        """``counts``: per partition, its rows and how many of them the build changed, as a materialization's
+        metadata tells the store."""
         from dagster import AssetKey
 
         from warehouse_assets.center.state_store import _COLUMNS, Change, PartitionState, _to_row
@@ -411,7 +419,18 @@ class DirectFeed:
         states = []
         for partition in partitions:
             self.events += 1
-            states.append(PartitionState(key, partition, storage_id=self.events, run_id="", timestamp=now.timestamp()))
+            rows, changed = (counts or {}).get(partition, (None, None))
+            states.append(
+                PartitionState(
+                    key,
+                    partition,
+                    storage_id=self.events,
+                    run_id="",
+                    timestamp=now.timestamp(),
+                    rows=rows,
+                    changed=changed,
+                )
+            )
         self.store._db.execute("BEGIN IMMEDIATE")
         self.store._db.executemany(
             f"INSERT OR REPLACE INTO partitions ({_COLUMNS}) VALUES ({', '.join('?' * len(_to_row(states[0])))})",

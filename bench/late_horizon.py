@@ -273,8 +273,13 @@ class Horizon:
             found += [(dep.table, k) for k in self.index.upstream_of(fqn, dep.table, key, now) or []]
         return found
 
-    def report_root(self, fqn: str, hour: str, now: datetime, sampled: frozenset[int] = frozenset()) -> None:
-        self.feed.complete(self.catalog[fqn], (hour,), now)
+    def report_root(
+        self, fqn: str, hour: str, now: datetime, sampled: frozenset[int] = frozenset(), changed: int | None = None
+    ) -> None:
+        """A root hour reported, on time or again with ``changed`` late changes (as the readiness sensor reports
+        them: the rows, and the changes new since the previous report)."""
+        rows = int(self.rows(fqn, hour))
+        self.feed.complete(self.catalog[fqn], (hour,), now, {hour: (rows, changed)})
         self.builds[(fqn, hour)] += 1
         if sampled:
             self.holds[(fqn, hour)] = self.holds.get((fqn, hour), frozenset()) | sampled
@@ -291,19 +296,24 @@ class Horizon:
                 runs += 1
                 table = self.catalog[plan.table]
                 late = {partition for partition, _ in plan.late_changes}
-                for key in plan.partitions:
-                    self.built(plan.table, key, now, key in late)
-                self.feed.complete(table, plan.partitions, now)
+                # each partition's rows and the keys its build changed, as the runner's metadata records them
+                counts = {key: self.built(plan.table, key, now, key in late) for key in plan.partitions}
+                self.feed.complete(table, plan.partitions, now, counts)
 
-    def built(self, fqn: str, key: str, now: datetime, late: bool = False) -> None:
+    def built(self, fqn: str, key: str, now: datetime, late: bool = False) -> tuple[int, int]:
+        """Count a build's work; its partition's rows and the keys it changed."""
         inputs = self.inputs(fqn, key, now)
         whole = sum(self.rows(*i) for i in inputs)
         first = (fqn, key) not in self.builds
         self.builds[(fqn, key)] += 1
         self.sequence += 1
+        own = self.rows(fqn, key)
+        # what the build's metadata says it changed: a key-scoped rebuild its keys; a whole write every row (the net
+        # change, which its readers' key-scoped rebuilds then find in its change feed, is not known before)
+        recorded = own
         if first:
             self.first_rows += whole
-            changed = self.rows(fqn, key)
+            changed = own
             self.whole_builds[(fqn, key)] += 1
         else:
             self.later_rows_whole += whole
@@ -311,6 +321,8 @@ class Horizon:
             self.later_rows += read
             if read == whole:
                 self.whole_builds[(fqn, key)] += 1
+            else:
+                recorded = changed
         self.history.setdefault((fqn, key), []).append((self.sequence, changed))
         held = frozenset().union(*(self.holds.get(i, frozenset()) for i in inputs))
         before = self.holds.get((fqn, key), frozenset())
@@ -319,6 +331,7 @@ class Horizon:
         if fqn.startswith("ads.") and held - before:
             for sample in held - before:
                 self.absorbed.setdefault((sample, fqn, key), now)
+        return int(own), int(recorded)
 
     def _rebuild_cost(
         self, fqn: str, key: str, inputs: list[tuple[str, str]], whole: float, late: bool
@@ -452,7 +465,7 @@ def simulate(horizon: Horizon, calendars: Any, policy: str, args: argparse.Names
             i += 1
         for (fqn, hour), ids in arrived.items():
             if (fqn, hour) in horizon.builds:  # a change to an hour not reported yet is part of its first report
-                horizon.report_root(fqn, hour, now, frozenset(ids))
+                horizon.report_root(fqn, hour, now, frozenset(ids), keys_of[(fqn, hour)])
                 horizon.report_changes(fqn, hour, keys_of[(fqn, hour)])
             elif ids:
                 horizon.holds[(fqn, hour)] = horizon.holds.get((fqn, hour), frozenset()) | ids

@@ -14,7 +14,7 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
-from dagster import AssetKey, DagsterInstance
+from dagster import AssetKey, AssetMaterialization, DagsterInstance
 
 from resources.delta_lake import DeltaStore
 from resources.landing import Landing
@@ -357,6 +357,10 @@ def test_an_after_rule_rebuilds_once_the_window_has_settled_then_at_most_once_pe
     assert due(end + timedelta(hours=3), last=end + timedelta(minutes=10)) == settled
     assert due(end + timedelta(hours=40), last=end + timedelta(minutes=10)) == settled
     assert due(settled + timedelta(hours=1), last=settled) == settled + timedelta(hours=48)
+    # a change that reached the sources before the window settled but this partition only after its settled rebuild
+    # (through a chain of inputs rebuilt every 15 minutes) is part of the settling: at once, not 48 hours on, past
+    # the lookback, left to a repair
+    assert due(settled - timedelta(minutes=5), last=settled) == settled
     assert policy.describe() == "2 d after the window closed, lookback 3 d, grace 1 h"
     with pytest.raises(ValueError, match="after <duration>"):
         LateDataPolicy.parse({"whole": "after"})
@@ -395,6 +399,50 @@ def test_a_key_local_table_absorbs_late_data_at_once_while_a_whole_rebuild_keeps
     assert LateDataPolicy.parse({"rebuild": "at_once", "whole": "every 60m"}).describe() == (
         "at once (whole rebuilds every 1 h), lookback 3 d, grace 1 h"
     )
+
+
+def test_a_key_local_rebuild_that_will_be_whole_follows_the_whole_rule(
+    instance: DagsterInstance, tmp_path: Path
+) -> None:
+    """The rule follows the rebuild it will be: a late report of a few changes is a key-scoped rebuild, due at once;
+    one of more changes than a key-scoped rebuild takes (a fifth of the partition's rows) recomputes the partition,
+    and keeps the whole rebuilds' interval, as a table that cannot be rebuilt by key does."""
+    catalog = sql_catalog(
+        tmp_path / "sized",
+        {
+            "dwd/by_key.sql": (
+                f"period: daily\nprimary_key: [id]\n{SPLIT}",
+                "SELECT id, sum(v) AS v FROM ods.src GROUP BY id",
+            )
+        },
+        ods=VALUED_ODS,
+    )
+    center = Center(instance, catalog)
+    src, by_key = AssetKey(["ods", "src"]), AssetKey(["dwd", "by_key"])
+    center.report("ods.src", hours(DAY), checked=None)
+    assert requested(center.step(BUILT)) == {"dwd.by_key": [[DAY]]}
+    built_rows = {"partitions": [{"partition": DAY, "rows": 50_000}]}  # as the runner lists what it wrote
+    instance.report_runless_asset_event(AssetMaterialization(by_key, partition=DAY, metadata=built_rows))
+    center.step(BUILT)
+
+    def late_report(hour: int, changed: int) -> None:  # as the readiness sensor reports an hour's late changes
+        metadata = {"rows": 5_000, "late_changes": True, "changed_rows": changed}
+        instance.report_runless_asset_event(
+            AssetMaterialization(src, partition=f"{DAY}-{hour:02d}:00", metadata=metadata)
+        )
+
+    late_report(10, changed=40)  # a few keys: by key, at once
+    assert requested(center.step(BUILT + timedelta(minutes=1))) == {"dwd.by_key": [[DAY]]}
+    instance.report_runless_asset_event(
+        AssetMaterialization(
+            by_key, partition=DAY, metadata={"partitions": [{"partition": DAY, "rows": 50_000, "keys_rebuilt": 40}]}
+        )
+    )
+    center.step(BUILT + timedelta(minutes=2))
+    late_report(11, changed=12_000)  # a replayed hour: more than a fifth of the day's 50,000 rows
+    assert "dwd.by_key" not in requested(center.step(BUILT + timedelta(minutes=3)))
+    assert center.resolver.ledger.stale("dwd.by_key", [DAY])[DAY].policy == "every 1 h, lookback 3 d, grace 1 h"
+    assert requested(center.step(BUILT + timedelta(minutes=63))).get("dwd.by_key") == [[DAY]]
 
 
 def test_a_window_of_any_takes_a_day_that_arrives_at_once_and_a_change_to_a_day_it_read_by_its_policy(

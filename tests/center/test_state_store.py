@@ -313,6 +313,32 @@ def test_a_store_written_before_validity_opens_and_keeps_its_rows(instance: Dags
     )
 
 
+def test_each_partition_keeps_its_rows_and_what_its_latest_materialization_changed(
+    instance: DagsterInstance, tmp_path: Path
+) -> None:
+    """What a reader's late-data rebuild will touch, known before it runs: a key-scoped build's keys, every row of a
+    whole one (a ranged run lists each partition it wrote), a late report's new changes; nothing where none is said."""
+    store = PartitionStateStore(instance, tmp_path / "counts.db")
+    written = [
+        {"partition": "2026-03-01", "rows": 800},
+        {"partition": "2026-03-02", "rows": 900, "keys_rebuilt": 7},
+    ]
+    instance.report_runless_asset_event(
+        AssetMaterialization(A, partition="2026-03-01", metadata={"partitions": written})
+    )
+    instance.report_runless_asset_event(
+        AssetMaterialization(A, partition="2026-03-02", metadata={"partitions": written})
+    )
+    late = {"rows": 120, "late_changes": True, "changed_rows": 3}
+    instance.report_runless_asset_event(AssetMaterialization(B, partition="2026-03-01-10:00", metadata=late))
+    instance.report_runless_asset_event(AssetMaterialization(B, partition="2026-03-01-11:00", metadata={"rows": 50}))
+    store.update()
+    derived = store.states(A, ["2026-03-01", "2026-03-02"])
+    assert [(s.rows, s.changed) for s in derived.values()] == [(800, 800), (900, 7)]
+    hours = store.states(B, ["2026-03-01-10:00", "2026-03-01-11:00"])
+    assert [(s.rows, s.changed) for s in hours.values()] == [(120, 3), (50, None)]
+
+
 def test_a_run_is_queued_from_its_creation_in_progress_from_its_start_to_its_end_and_failed_if_it_did_not_materialize(
     instance: DagsterInstance,
 ) -> None:

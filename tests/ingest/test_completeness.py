@@ -333,15 +333,20 @@ def test_late_changes_for_a_reported_hour_report_it_again(spark: SparkSession, t
         ("2026-03-02-11:00", 120),
     ]
     assert readiness_events(store, landing, only(lenient), cursor) == ([], cursor)
+    reported = {e.partition: e.metadata["ingested_rows"].value for e in events}
 
     # a change of hour 10 arrives late (in the 12:00 window): hour 10 is reported again, hour 11 is not
     shard.segment(H10 + timedelta(hours=2), [(pk + 1, H10 + timedelta(minutes=59))], count=False)
     ingest_table(spark, store, landing, lenient)
-    events, cursor = readiness_events(store, landing, only(lenient), cursor)
+    events, cursor = readiness_events(
+        store, landing, only(lenient), cursor, reported_rows=lambda table, key: reported.get(key)
+    )
     assert [(e.partition, e.metadata["ingested_rows"].value, e.metadata["late_changes"].value) for e in events] == [
         ("2026-03-02-10:00", 121, True)
     ]
     assert events[0].metadata["rows"].value == 121
+    # how many changes the report adds to the hour's previous one: what its readers' late-data rule weighs
+    assert events[0].metadata["changed_rows"].value == 1
     assert readiness_events(store, landing, only(lenient), cursor) == ([], cursor)
 
 

@@ -21,7 +21,7 @@ from dagster import AssetKey
 
 from warehouse_assets.catalog import WHOLE, Catalog, DerivedTable, LateDataPolicy, Table, partition_window
 from warehouse_assets.catalog.dependencies import LATEST
-from warehouse_assets.catalog.key_locality import key_locality
+from warehouse_assets.catalog.key_locality import MAX_KEYS, MAX_SHARE, SMALL_PARTITION, key_locality
 from warehouse_assets.catalog.lineage import WarehouseLineage
 from warehouse_assets.catalog.policies import AFTER, AT_ONCE, DAILY_AT, EVERY, NEVER
 from warehouse_assets.center.ledger import Ledger, Rebuild, Stale
@@ -84,7 +84,10 @@ def due_time(
         interval = timedelta(minutes=policy.every_minutes or 0)
         settled = window_end + interval
         due = max(since, settled)
-        if last_rebuild is not None and last_rebuild >= settled:  # a change later still: once per interval
+        # a change later still (it reached the sources after the window settled): once per interval. One that came
+        # before, and reached the partition through its inputs' rebuilds after the settled rebuild ran, is the rest
+        # of the settling: at once (``since`` is when the change first appeared, however far up)
+        if last_rebuild is not None and last_rebuild >= settled and since >= settled:
             due = max(due, last_rebuild + interval)
         return due, ""
     assert policy.rebuild == DAILY_AT and policy.at is not None
@@ -107,8 +110,21 @@ class RebuildKinds:
         self._lineage: WarehouseLineage | None = None
         self._key_local: dict[str, bool] = {}
 
-    def policy(self, table: DerivedTable, policy: LateDataPolicy) -> LateDataPolicy:
-        return policy if policy.whole is None or self.key_local(table) else policy.for_whole_rebuilds()
+    def policy(
+        self,
+        table: DerivedTable,
+        policy: LateDataPolicy,
+        own: PartitionState | None = None,
+        late_upstream: Sequence[PartitionState] = (),
+    ) -> LateDataPolicy:
+        """The rule the rebuild follows: the whole one for a table that is not key-local, and for a key-local one
+        whose late changes are too many for a key-scoped rebuild (the runner's limits, on the changes the upstream
+        materializations recorded): that rebuild recomputes the partition, and its cost is a whole rebuild's."""
+        if policy.whole is None:
+            return policy
+        if not self.key_local(table) or whole_by_size(own, late_upstream):
+            return policy.for_whole_rebuilds()
+        return policy
 
     def key_local(self, table: DerivedTable) -> bool:
         found = self._key_local.get(table.fqn)
@@ -121,6 +137,17 @@ class RebuildKinds:
                 found = False
             self._key_local[table.fqn] = found
         return found
+
+
+def whole_by_size(own: PartitionState | None, late_upstream: Sequence[PartitionState]) -> bool:
+    """Whether the late changes recorded by ``late_upstream``'s materializations are more keys than a key-scoped
+    rebuild of ``own`` takes (the runner's limits): its rebuild will then be whole. An upstream that
+    recorded no count is taken as few: the runner decides for certain when it runs."""
+    changed = sum(s.changed or 0 for s in late_upstream)
+    if changed > MAX_KEYS:
+        return True
+    rows = own.rows if own is not None else None
+    return rows is not None and rows >= SMALL_PARTITION and changed > MAX_SHARE * rows
 
 
 class LateSnapshot(Protocol):
@@ -185,7 +212,7 @@ class LateData:
                 origins.append(rebuilt.origin)
         since = min([*origins, *([previous.since] if previous else [])])
         changes = _late_changes(previous, key, late_upstream)
-        policies = [self.kinds.policy(table, p) for p in late_policies or [table.late_data]]
+        policies = [self.kinds.policy(table, p, own, late_upstream) for p in late_policies or [table.late_data]]
         due, policy, note = self._due(table, partition, policies, since, states, now)
         if due is not None and due <= now:
             waiting = self._waiting(late_upstream, used, states, now)

@@ -92,6 +92,11 @@ class PartitionState:
     # its latest materialization's data is gone from the lake (files deleted, the table restored to an older
     # version): what the reconciliation found; it counts as not materialized until it is built again
     missing: str | None = None
+    # its rows after the latest materialization, and how many of them that materialization changed (a late report's
+    # new changes, a key-scoped rebuild's keys, every row of a whole write); None where it recorded none. What a
+    # reader's late-data rebuild will touch, estimated before its run
+    rows: int | None = None
+    changed: int | None = None
 
     @property
     def materialized(self) -> bool:
@@ -138,7 +143,7 @@ _FIELDS = {
 }
 _COLUMNS = (
     "asset_key, partition, storage_id, run_id, timestamp, delta_version, checks, latest_run, in_progress, failed,"
-    " taint, degraded, state, read_from, queued, released, missing"
+    " taint, degraded, state, read_from, queued, released, missing, rows, changed"
 )
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS partitions ({_COLUMNS}, PRIMARY KEY (asset_key, partition)) WITHOUT ROWID;
@@ -211,6 +216,8 @@ class PartitionStateStore(_GateReader):
             "queued",
             "released",
             "missing",
+            "rows",
+            "changed",
         ):  # a store written before them: none was ever logged before it either
             if column not in columns:
                 self._db.execute(f"ALTER TABLE partitions ADD COLUMN {column}")
@@ -333,7 +340,7 @@ class PartitionStateStore(_GateReader):
                 if until is None or entry.timestamp <= until:
                     step.apply(storage_id, entry)
             self._db.executemany(
-                f"INSERT OR REPLACE INTO partitions ({_COLUMNS}) VALUES ({', '.join('?' * 17)})",
+                f"INSERT OR REPLACE INTO partitions ({_COLUMNS}) VALUES ({', '.join('?' * 19)})",
                 [_to_row(s) for s in step.touched.values()],
             )
             self._db.execute("INSERT OR REPLACE INTO cursor VALUES (0, ?)", (head,))
@@ -494,6 +501,7 @@ class _Step:
                 state=per_partition(m.metadata, STATE, m.partition) if m.partition else None,
                 failed=False,
                 read_from=_read_from(started, storage_id, m),
+                **dict(zip(("rows", "changed"), written_counts(m.metadata, m.partition), strict=True)),
             )
         elif event.event_type == CHECKED:
             e = event.asset_check_evaluation_data
@@ -651,6 +659,8 @@ def _to_row(s: PartitionState) -> tuple[object, ...]:
         int(s.queued),
         s.released,
         s.missing,
+        s.rows,
+        s.changed,
     )
 
 
@@ -673,6 +683,8 @@ def _from_row(r: Sequence[object]) -> PartitionState:
         queued,
         released,
         missing,
+        rows,
+        changed,
     ) = r
     return PartitionState(
         str(asset_key),
@@ -692,6 +704,8 @@ def _from_row(r: Sequence[object]) -> PartitionState:
         bool(queued),
         str(released) if released is not None else None,
         str(missing) if missing is not None else None,
+        rows,  # type: ignore[arg-type]
+        changed,  # type: ignore[arg-type]
     )
 
 
@@ -709,6 +723,23 @@ def written_version(metadata: Mapping[str, Any], partition: str | None) -> int |
             return int(entry["delta_version"])
     version = metadata.get("delta_version")
     return version.value if version is not None and isinstance(version.value, int) else None
+
+
+def written_counts(metadata: Mapping[str, Any], partition: str | None) -> tuple[int | None, int | None]:
+    """The rows of ``partition`` after a materialization and how many of them it changed, from its metadata: a
+    derived build lists each partition it wrote (``partitions``: its ``rows``, and ``keys_rebuilt`` when only the
+    changed keys' rows were replaced; a whole write changed every row); an ODS hour's report gives its ``rows`` and,
+    for late changes, the ``changed_rows`` it reports."""
+    listed = metadata.get("partitions")
+    for entry in listed.value if listed is not None and isinstance(listed.value, list) else []:
+        if isinstance(entry, dict) and entry.get("partition") == partition:
+            rows = entry.get("rows") if isinstance(entry.get("rows"), int) else None
+            keys = entry.get("keys_rebuilt")
+            return rows, keys if isinstance(keys, int) else rows
+    rows_value, changed_value = metadata.get("rows"), metadata.get("changed_rows")
+    rows = rows_value.value if rows_value is not None and isinstance(rows_value.value, int) else None
+    changed = changed_value.value if changed_value is not None and isinstance(changed_value.value, int) else None
+    return rows, changed
 
 
 def _chunks(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:

@@ -532,8 +532,10 @@ def readiness_events(
         if state.streams:
             read_counts(state, store, landing, table, *tick_hours(state, last, lookback))
         late = [k for k in late_hours(state, last, seen) if state.completeness(k).complete]
+        # what each late hour's previous report had ingested: the report says how many changes are new since
+        before = {k: reported_rows(table, k) for k in late} if reported_rows is not None else {}
         if reported_rows is not None:
-            late = [k for k in late if state.completeness(k).ingested_rows > (reported_rows(table, k) or -1)]
+            late = [k for k in late if state.completeness(k).ingested_rows > (before[k] or -1)]
         if changed and changed.get(table.fqn) and last is not None:
             rewritten = [k for k in changed[table.fqn] if k <= last and state.counts_cover(state.local_hour(k))]
             late = sorted({*late, *rewritten})
@@ -549,14 +551,25 @@ def readiness_events(
         done = already_reported(table) if already_reported and (keys or late) else set()
         keys = [k for k in keys if k not in done]
         if keys or late:
-            events.extend(_hour_events(store, table, state, late, keys))
+            new_changes = {
+                k: state.completeness(k).ingested_rows - n for k in late if (n := before.get(k)) is not None and n >= 0
+            }
+            events.extend(_hour_events(store, table, state, late, keys, new_changes))
         events.extend(windows)
     return events, cursor
 
 
 def _hour_events(
-    store: DeltaStore, table: Table, state: Readiness, late: Sequence[str], keys: Sequence[str]
+    store: DeltaStore,
+    table: Table,
+    state: Readiness,
+    late: Sequence[str],
+    keys: Sequence[str],
+    new_changes: Mapping[str, int],
 ) -> list[AssetMaterialization]:
+    """The reports of ``late`` hours (again) and of newly ready ``keys``; a late report says how many changes it
+    adds to the hour's previous one (``changed_rows``) where that is known, which the late-data rule of the tables
+    reading the hour weighs: a few changed keys are a key-scoped rebuild, many a whole one."""
     rows = partition_rows(store, table, [*late, *keys])
     version = store.version(table.key)
     events = []
@@ -574,6 +587,7 @@ def _hour_events(
             "ingested_rows": counts.ingested_rows,
             "completeness_threshold": counts.threshold,
             "late_changes": key in late,
+            **({"changed_rows": new_changes[key]} if key in new_changes else {}),
         }
         events.append(AssetMaterialization(asset_key=AssetKey(table.key), partition=key, metadata=metadata))
     return events
