@@ -317,12 +317,12 @@ class Horizon:
             self.whole_builds[(fqn, key)] += 1
         else:
             self.later_rows_whole += whole
-            read, changed = self._rebuild_cost(fqn, key, inputs, whole, late)
+            read, changed, by_key = self._rebuild_cost(fqn, key, inputs, whole, late)
             self.later_rows += read
-            if read == whole:
-                self.whole_builds[(fqn, key)] += 1
-            else:
+            if by_key:  # whatever it read (all of a tiny input, maybe), it replaced the changed keys' rows only
                 recorded = changed
+            else:
+                self.whole_builds[(fqn, key)] += 1
         self.history.setdefault((fqn, key), []).append((self.sequence, changed))
         held = frozenset().union(*(self.holds.get(i, frozenset()) for i in inputs))
         before = self.holds.get((fqn, key), frozenset())
@@ -335,13 +335,13 @@ class Horizon:
 
     def _rebuild_cost(
         self, fqn: str, key: str, inputs: list[tuple[str, str]], whole: float, late: bool
-    ) -> tuple[float, float]:
-        """The rows a rebuild reads and the keys it changes, as the product decides (key_scope.KeyScoper): a
-        late-data rebuild of a key-local table reads the changed keys' rows of its inputs (one row per key and input
-        partition), unless so many keys changed that it rebuilds whole; any other rebuild reads every input row. What
-        its readers then see changed is net (``DeltaStore.changed_values``): the keys that changed in its inputs, at
-        most its rows; a rebuild for another reason than late data (a later state, a window filling) may change
-        every row."""
+    ) -> tuple[float, float, bool]:
+        """The rows a rebuild reads, the keys it changes and whether it was by key, as the product decides
+        (key_scope.KeyScoper): a late-data rebuild of a key-local table reads the changed keys' rows of its inputs (one
+        row per key and input partition), unless so many keys changed that it rebuilds whole; any other rebuild reads
+        every input row. What its readers then see changed is net (``DeltaStore.changed_values``): the keys that
+        changed in its inputs, at most its rows; a rebuild for another reason than late data (a later state, a window
+        filling) may change every row."""
         own = self.rows(fqn, key)
         last = self.history[(fqn, key)][-1][0]
         keys = sum(c for i in inputs for seq, c in self.history.get(i, []) if seq > last)
@@ -349,15 +349,15 @@ class Horizon:
             kind = "not_late" if not late else "not_key_local"
             self.scoped[kind] += 1
             self.work[kind] += whole
-            return whole, own if not late else min(keys, own)
+            return whole, own if not late else min(keys, own), False
         if keys > MAX_KEYS or (own >= SMALL_PARTITION and keys > MAX_SHARE * own):
             self.scoped["too_many_keys"] += 1
             self.work["too_many_keys"] += whole
-            return whole, min(keys, own)
+            return whole, min(keys, own), False
         self.scoped["by_key"] += 1
         read = sum(min(self.rows(*i), keys) for i in inputs)
         self.work["by_key"] += read
-        return read, min(keys, own)
+        return read, min(keys, own), True
 
     def report_changes(self, fqn: str, hour: str, keys: int) -> None:
         """A root hour's late changes as its report's changed keys (the change feed of its merges)."""

@@ -86,9 +86,11 @@ def due_time(
         due = max(since, settled)
         # a change later still (it reached the sources after the window settled): once per interval. One that came
         # before, and reached the partition through its inputs' rebuilds after the settled rebuild ran, is the rest
-        # of the settling: at once (``since`` is when the change first appeared, however far up)
-        if last_rebuild is not None and last_rebuild >= settled and since >= settled:
-            due = max(due, last_rebuild + interval)
+        # of the settling (``since`` is when the change first appeared, however far up): one more rebuild, a grace
+        # after the settled one, takes all that a chain of inputs brings in that time
+        if last_rebuild is not None and last_rebuild >= settled:
+            later = interval if since >= settled else timedelta(minutes=policy.grace_minutes)
+            due = max(due, last_rebuild + later)
         return due, ""
     assert policy.rebuild == DAILY_AT and policy.at is not None
     hour, minute = (int(part) for part in policy.at.split(":"))
