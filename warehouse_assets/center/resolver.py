@@ -330,9 +330,8 @@ class Resolver:
                     upstream = self.catalog[dep.table]
                     # offset arithmetic, no mapping; a state's narrower window is not the index's
                     keys = None if options else self.index.upstream_of(table.fqn, dep.table, key, now)
-                    if keys is not None:
-                        if keys:  # none: the sample starts the period its dependency stays within
-                            upstream_ends.append(window_end(upstream, keys[-1]))
+                    if keys is not None:  # empty: the sample starts the period its dependency stays within
+                        upstream_ends.extend(window_end(upstream, k) for k in keys[-1:])
                         continue
                     up = upstream_partitions(self.catalog, table, dep, key, current_time=now)
                     if up.nonexistent:
