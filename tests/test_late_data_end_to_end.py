@@ -41,7 +41,7 @@ from simulator.cdc_config import merged_order_row
 from tests.center.test_state_store import materializations
 from tests.support import oracle
 from tests.support.center_harness import CenterTicker
-from tests.support.instances import memory_backed_dir, one_event_log
+from tests.support.instances import memory_backed_dir, pooled_event_log
 from tests.support.lake import row_dicts
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.ingest.merge import ods_arrow_schema
@@ -191,10 +191,11 @@ def warehouse(spark: SparkSession, tmp_path: Path) -> Iterator[Warehouse]:
         {"WAREHOUSE_LAKE_ROOT": str(tmp_path / "lake"), "WAREHOUSE_LANDING_ROOT": str(tmp_path / "landing")}
     )
     (tmp_path / "landing").mkdir()
-    # one event log for the reports and runs, in memory-backed storage (tests/support/instances.py)
+    # one event log for the reports and runs, its connections pooled, in memory-backed storage
+    # (tests/support/instances.py)
     with (
         memory_backed_dir("late-data-home-") as home,
-        instance_for_test(temp_dir=str(home), overrides=one_event_log(home)) as instance,
+        instance_for_test(temp_dir=str(home), overrides=pooled_event_log(home)) as instance,
     ):
         warehouse = Warehouse(load_catalog(), tmp_path, instance, resources)
         yield warehouse

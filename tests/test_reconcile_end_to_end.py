@@ -35,7 +35,7 @@ from pyspark.sql import functions as F
 from resources import resources_from_env
 from resources.settings import Settings, using
 from tests.center.test_state_store import materializations
-from tests.support.instances import memory_backed_dir, one_event_log
+from tests.support.instances import memory_backed_dir, pooled_event_log
 from tests.test_late_data_end_to_end import CHAIN, CLOSED, DAY, Warehouse, expected_gmv, orders
 from warehouse_assets.catalog import load_catalog
 from warehouse_assets.center.state_store import PartitionStateStore
@@ -70,13 +70,13 @@ class ReportingRows(Warehouse):
 def warehouse(spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ReportingRows]:
     env = {"WAREHOUSE_LAKE_ROOT": str(tmp_path / "lake"), "WAREHOUSE_LANDING_ROOT": str(tmp_path / "landing")}
     (tmp_path / "landing").mkdir()
-    # the instance (tests/support/instances.py: one event log, in memory-backed storage); instance_for_test writes its
-    # dagster.yaml into the home, which the commands open too. The commands read the process's settings, which
-    # another module of the worker may have read first
+    # the instance (tests/support/instances.py: one pooled event log, in memory-backed storage); instance_for_test
+    # writes its dagster.yaml into the home, which the commands open too. The commands read the process's settings,
+    # which another module of the worker may have read first
     with memory_backed_dir("reconcile-home-") as home, using(Settings.from_env(env)):
         for name, value in {**env, "DAGSTER_HOME": str(home)}.items():
             monkeypatch.setenv(name, value)  # the `warehouse` commands' instance and lake are the test's
-        with instance_for_test(temp_dir=str(home), overrides=one_event_log(home)) as instance:
+        with instance_for_test(temp_dir=str(home), overrides=pooled_event_log(home)) as instance:
             warehouse = ReportingRows(load_catalog(), tmp_path, instance, resources_from_env(env))
             yield warehouse
             warehouse.engine.close()
