@@ -10,7 +10,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -38,6 +38,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 NET = "__net"  # a changed row image's count in the change feed: +1 written, -1 removed
+# A key-scoped write names its keys as literals (``IN``) up to this many values: Delta skips files by their min/max
+# for each, and Parquet row groups and pages by their column index, once Spark pushes an IN list that long down to
+# Parquet (by default only up to 10 values; past that it pushes the list's min and max, which span the partition)
+MAX_LITERAL_VALUES = 2_000
+IN_LIST_PUSHDOWN = {"spark.sql.parquet.pushdown.inFilterThreshold": str(MAX_LITERAL_VALUES)}
 
 
 class KeyScopedWrites(DeltaReader):
@@ -206,12 +211,19 @@ class KeyScopedWrites(DeltaReader):
         key_columns: Sequence[str],
         partition_by: Sequence[str],
         partitions: Sequence[PartitionSpec],
+        narrow: Mapping[str, Sequence[Any]] | None = None,
     ) -> WriteResult:
         """Replace the rows of the keys ``changed`` names (its columns: the key's and the partition's) with ``rows``
         (the table's columns, those keys' new rows): one Delta ``MERGE`` commit, which updates a key's row, inserts a
         new key's, and deletes the row of a key that has none any more, in ``partitions`` only. A key's rows are the
         same as a whole partition overwrite would leave them; the other rows stay as they are (deletion vectors mark
-        the replaced ones: no file is copied)."""
+        the replaced ones: no file is copied).
+
+        ``narrow``: column → values every replaced row holds in it (the keys themselves, or where the rows sit), at
+        most :data:`MAX_LITERAL_VALUES` each. They join the condition as literals on the target, so Delta skips the
+        files whose statistics hold none of them and Parquet the pages whose column index holds none: the MERGE reads
+        what holds the keys, not the partition. The same Parquet setting lets a source read by literal keys
+        (:meth:`KeyScope.only_keys`) skip pages too."""
         from pyspark.sql import functions as F
 
         started = time.monotonic()
@@ -224,6 +236,7 @@ class KeyScopedWrites(DeltaReader):
         source = f"__replace_keys_{uuid.uuid4().hex[:12]}"
         source_frame.createOrReplaceTempView(source)
         conditions = [sql_partition_predicate("t", partitions, partition_by), *(f"t.`{c}` = s.`{c}`" for c in on)]
+        conditions += [literal_in(f"t.`{c}`", values) for c, values in (narrow or {}).items()]
         updates = ", ".join(f"t.`{c}` = s.`{c}`" for c in columns)
         names = ", ".join(f"`{c}`" for c in columns)
         inserts = f"({names}) VALUES ({', '.join(f's.`{c}`' for c in columns)})"
@@ -231,7 +244,8 @@ class KeyScopedWrites(DeltaReader):
         confs = {
             "spark.databricks.delta.commitInfo.userMetadata": json.dumps(
                 {"warehouse.operation": "replace-keys", "warehouse.write_id": write_id}
-            )
+            ),
+            **IN_LIST_PUSHDOWN,
         }
         try:
             for attempt in range(1, COMMIT_ATTEMPTS + 1):
@@ -278,6 +292,15 @@ class KeyScopedWrites(DeltaReader):
             keys_replaced=metrics.get("num_source_rows", 0),
             rows_deleted=metrics.get("num_target_rows_deleted", 0),
         )
+
+
+def literal_in(column: str, values: Sequence[Any]) -> str:
+    """``column IN (...)`` of literal values: a predicate Delta's data skipping and Parquet's filters read."""
+    if not values or len(values) > MAX_LITERAL_VALUES:
+        raise DeltaLayerError(f"{column}: {len(values)} values to narrow by, not 1 to {MAX_LITERAL_VALUES}")
+    if any(v is None for v in values):
+        raise DeltaLayerError(f"{column}: a null value narrows by nothing (IN never holds for null)")
+    return f"{column} IN ({', '.join(sql_literal(v) for v in values)})"
 
 
 def _datafusion(predicate: Predicate) -> str:

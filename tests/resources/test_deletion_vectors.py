@@ -250,3 +250,49 @@ def test_datafusion_counts_of_a_partition_apply_its_deletion_vectors(merged: Mer
     # hour 12's keys now against hours 10-11 before the batch: the moved key was there, the inserted one was not
     before = (key, merged.before_version, [hour, {"dt": DAY, "hh": "11"}], [])
     assert store.missing_references(key, now, {"dt": DAY, "hh": "12"}, "id", before, "id") == (2, 1)
+
+
+def test_a_key_scoped_merge_narrowed_by_its_keys_reads_only_the_files_holding_them(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """``replace_keys`` with ``narrow``: the keys as literals on the MERGE's target let Delta skip every file whose
+    statistics hold none of them. Here one of four files (each a range of 1,000 keys) is gone from storage: the
+    narrowed MERGE never opens it and replaces the keys' rows as it should; the same MERGE unnarrowed reads it."""
+    from urllib.parse import unquote
+
+    from pyspark.sql import functions as F
+
+    from resources.delta_lake import CHANGE_TRACKING
+    from resources.storage import DeltaLayerError
+
+    store = DeltaStore(str(tmp_path / "lake"))
+    key = ("dwd", "narrowed")
+    rows = spark.range(4_000).selectExpr("id", "CAST(id AS STRING) AS v", f"'{DAY}' AS dt")
+    laid = rows.repartitionByRange(4, "id").sortWithinPartitions("id")
+    result = store.overwrite(key, laid, ["dt"], [{"dt": DAY}], configuration=CHANGE_TRACKING)
+    files, _ = store.live_files(key, [{"dt": DAY}], result.version)
+    assert len(files) == 4
+    last = max(files, key=lambda f: int(f["min.id"]))
+    (Path(store.table_uri(key)) / unquote(str(last["path"]))).unlink()  # keys 3,000 and up: no longer readable
+    new = spark.createDataFrame([(5, "five", DAY), (7, "seven", DAY)], "id long, v string, dt string")
+    changed = spark.createDataFrame([(5, DAY), (7, DAY), (9, DAY)], "id long, dt string")  # key 9 is gone
+
+    def replace(narrow: dict[str, list[Any]] | None) -> None:
+        store.replace_keys(spark, key, new, changed, ["id"], ["dt"], [{"dt": DAY}], narrow=narrow)
+
+    with pytest.raises(DeltaLayerError):
+        replace(None)  # reads every file of the partition
+    replace({"id": [5, 7, 9]})
+    df, _ = store.read(spark, key)
+    found = {r["id"]: r["v"] for r in df.where(F.col("id") < 12).collect()}
+    assert found == {**{i: str(i) for i in range(12) if i != 9}, 5: "five", 7: "seven"}
+
+
+def test_narrowing_refuses_values_it_cannot_narrow_by() -> None:
+    from resources.delta_keys import MAX_LITERAL_VALUES, literal_in
+    from resources.storage import DeltaLayerError
+
+    assert literal_in("t.`id`", [1, "a'b"]) == "t.`id` IN (1, 'a''b')"
+    for values in ([], [1, None], list(range(MAX_LITERAL_VALUES + 1))):
+        with pytest.raises(DeltaLayerError):
+            literal_in("t.`id`", values)

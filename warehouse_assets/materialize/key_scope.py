@@ -30,15 +30,21 @@ import pyarrow.compute as pc
 from dagster import DagsterInstance
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from sqlglot import exp
+from sqlglot.errors import SqlglotError
 
-from resources.delta_keys import NET
+from resources.delta_keys import MAX_LITERAL_VALUES, NET
 from resources.delta_lake import CHANGE_FEED, CHANGE_TRACKING, DeltaStore, Predicate
 from resources.spark import arrow_frame
 from warehouse_assets.catalog import Catalog, DerivedTable, Table, partition_values_of
 from warehouse_assets.catalog.key_locality import MAX_KEYS, MAX_SHARE, SMALL_PARTITION, KeyLocality, key_locality
-from warehouse_assets.catalog.lineage import WarehouseLineage
+from warehouse_assets.catalog.lineage import WarehouseLineage, qualified_scope
 from warehouse_assets.materialize.gate import LATE_CHANGES_TAG, span
 from warehouse_assets.materialize.quality import latest_materialization
+
+# A whole write reading at least this much is laid out for key-scoped rebuilds (:meth:`KeyScoper.laid_out`): below,
+# its partition is a file or two that a rebuild reads in a moment anyway, not worth the range shuffle
+LAYOUT_MIN_BYTES = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,16 @@ class KeyScope:
     carried_from: Mapping[str, tuple[str, ...]]
     # input → the changed keys' rows in it now, taken from its change feed (an input unique by the key)
     rows: Mapping[str, pa.Table] = field(default_factory=dict)
+    # output column → the values the rows the rebuild replaces hold in it, beyond the keys' own (where they sit)
+    sits: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+
+    def narrow(self) -> dict[str, list[Any]]:
+        """Column → values every row the rebuild replaces holds there: each key column's changed values, and where
+        those rows sit; given to the MERGE as literals on its target, so that it reads only the files and Parquet
+        pages that hold them. Empty past :data:`MAX_LITERAL_VALUES` values (the MERGE then reads the partition)."""
+        found = {c: self.keys.column(c).unique().to_pylist() for c in self.key_columns}
+        found |= {c: list(v) for c, v in self.sits.items()}
+        return {c: v for c, v in found.items() if 0 < len(v) <= MAX_LITERAL_VALUES and None not in v}
 
     def only_keys(
         self, spark: SparkSession, name: str, df: DataFrame, predicates: Sequence[Predicate] = ()
@@ -66,6 +82,10 @@ class KeyScope:
             return frame
         columns = self.carried_from[name]
         wanted = self.keys.rename_columns(list(columns))
+        for column in columns:  # literals first: Delta skips files, Parquet pages, that hold none of the keys
+            values = wanted.column(column).drop_null().unique().to_pylist()
+            if len(values) <= MAX_LITERAL_VALUES:
+                df = df.where(F.col(column).isin(values))
         return df.join(F.broadcast(arrow_frame(spark, wanted)), list(columns), "left_semi")
 
     def changed(self, spark: SparkSession, partition: Mapping[str, str]) -> DataFrame:
@@ -89,6 +109,7 @@ class KeyScoper:
         self.catalog, self.table, self.instance, self.spark, self.store = catalog, table, instance, spark, store
         self.late = set(json.loads(tags.get(LATE_CHANGES_TAG, "{}")))
         self._locality: KeyLocality | None = None
+        self._inputs: dict[str, tuple[str, ...]] | None = None
 
     @property
     def locality(self) -> KeyLocality | None:
@@ -96,10 +117,35 @@ class KeyScoper:
         table = self.table
         if self._locality is None and isinstance(table, DerivedTable):
             try:
-                self._locality = key_locality(table, WarehouseLineage(self.catalog).input_columns(table))
+                self._locality = key_locality(table, self._input_columns(table))
             except Exception as exc:  # as the build's column lineage: a proof that fails is no reason to fail it
                 self._locality = KeyLocality(table.fqn, table.primary_key, reason=f"lineage not followed: {exc!r}")
         return self._locality
+
+    def _input_columns(self, table: DerivedTable) -> dict[str, tuple[str, ...]]:
+        """The columns of each table ``table`` reads, from the lineage: followed once per run."""
+        if self._inputs is None:
+            self._inputs = WarehouseLineage(self.catalog).input_columns(table)
+        return self._inputs
+
+    def cluster_columns(self) -> tuple[str, ...]:
+        """What a key-local table's partitions are written ordered by, so that a few keys' rows sit in few files and
+        Parquet pages: the columns it is Z-ordered by, which its readers look rows up by (a reader's key-scoped
+        rebuild reads the changed keys' rows by them); else its primary key, which its own key-scoped rebuilds
+        replace rows by. None for a table rebuilt whole."""
+        locality = self.locality
+        if locality is None or not locality.key_local:
+            return ()
+        return tuple(self.table.zorder) or tuple(locality.key)
+
+    def laid_out(self, df: DataFrame, partition_by: Sequence[str]) -> DataFrame:
+        """``df`` (a whole write's rows) ordered for :meth:`cluster_columns`: ranges of them to each file, sorted
+        within it, so each file's statistics and each Parquet page's column index span a narrow range of them."""
+        columns = [c for c in self.cluster_columns() if c in df.columns]
+        if not columns:
+            return df
+        order = [*partition_by, *columns]
+        return df.repartitionByRange(*order).sortWithinPartitions(*order)
 
     def table_properties(self) -> dict[str, str]:
         """What the table is created with: every derived table records its changes (its readers' key-scoped rebuilds
@@ -130,10 +176,12 @@ class KeyScoper:
         if isinstance(feed, str):
             return None, feed
         current: dict[str, pa.Table] = {}
+        sits: dict[str, tuple[Any, ...]] = {}
         if feed is not None:  # the keys are those of the feed's rows
             name, images = feed
             frames.append(images.select(list(locality.carried_from[name])).rename_columns(list(locality.key)))
             current[name] = images.filter(pc.greater(images[NET], 0)).drop_columns([NET])
+            sits = self._sits(name, images.filter(pc.less(images[NET], 0)))
         for name, columns in locality.carried_from.items() if feed is None else ():
             used = list(read_from.get(name, []))
             if name not in versions or name not in before_versions:
@@ -160,7 +208,24 @@ class KeyScoper:
         rows = _rows_before(self.instance, self.table, partition)
         if rows is not None and rows >= SMALL_PARTITION and keys.num_rows > MAX_SHARE * rows:
             return None, f"{keys.num_rows:,} keys changed of {rows:,} rows: a whole rebuild costs less"
-        return KeyScope(locality.key, keys, locality.carried_from, current), ""
+        return KeyScope(locality.key, keys, locality.carried_from, current, sits), ""
+
+    def _sits(self, name: str, before: pa.Table) -> dict[str, tuple[Any, ...]]:
+        """Where the rows a rebuild replaces sit, from the input ``name``'s rows as the last build read them
+        (``before``: the feed's images of the changed keys then): an output column the table's files are ordered by
+        (:meth:`cluster_columns`) that copies an input column holds, in each of those rows, that input row's value.
+        Only the leading one, only when every value is known (a null is never matched by ``IN``)."""
+        table = self.table
+        if not isinstance(table, DerivedTable) or not self.cluster_columns():
+            return {}
+        leading = self.cluster_columns()[0]
+        copied = copied_columns(table, self._input_columns(table)).get(leading)
+        if copied is None or copied[0] != name or copied[1] not in before.column_names:
+            return {}
+        values = before.column(copied[1]).unique()
+        if values.null_count or not 0 < len(values) <= MAX_LITERAL_VALUES:
+            return {}
+        return {leading: tuple(values.to_pylist())}
 
     def _rows_from_feed(
         self,
@@ -197,6 +262,35 @@ class KeyScoper:
         if not images.num_rows:  # nothing changed: no columns to select the keys from
             return name, pa.table({**{c: pa.array([], pa.null()) for c in columns}, NET: pa.array([], pa.int64())})
         return name, images
+
+
+def copied_columns(table: DerivedTable, inputs: Mapping[str, Sequence[str]]) -> dict[str, tuple[str, str]]:
+    """Output column → (input table, its column) the column is a plain copy of, for a table whose SQL is one
+    ``SELECT`` of one table (no join, no grouping, no subquery): each of its rows is one input row, so the column holds
+    that row's value. Empty for any other SQL."""
+    try:
+        scope = qualified_scope(table.sql, inputs)
+    except (SqlglotError, ValueError):
+        return {}
+    query = scope.expression
+    if not isinstance(query, exp.Select) or query.args.get("group") or query.args.get("joins"):
+        return {}
+    if scope.subquery_scopes or scope.derived_table_scopes or len(scope.selected_sources) != 1:
+        return {}
+    [(node, source)] = scope.selected_sources.values()
+    if not isinstance(source, exp.Table) or f"{source.db}.{source.name}" not in inputs:
+        return {}
+    name = f"{source.db}.{source.name}"
+    return {s.alias_or_name: (name, s.unalias().name) for s in query.selects if isinstance(s.unalias(), exp.Column)}
+
+
+def narrowed(scopes: Sequence[KeyScope]) -> dict[str, list[Any]]:
+    """What one MERGE of several partitions' keys may narrow its target by: the columns every partition narrows, with
+    the values of all of them (a column one partition cannot narrow would lose that partition's rows)."""
+    each = [s.narrow() for s in scopes]
+    common = set.intersection(*(set(n) for n in each)) if each else set()
+    merged = {c: list(dict.fromkeys(v for n in each for v in n[c])) for c in sorted(common)}
+    return {c: v for c, v in merged.items() if len(v) <= MAX_LITERAL_VALUES}
 
 
 def _distinct(frames: list[pa.Table], key: Sequence[str]) -> pa.Table | None:

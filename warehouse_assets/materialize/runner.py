@@ -76,7 +76,7 @@ from warehouse_assets.materialize.gate import (
     degraded_description,
     span,
 )
-from warehouse_assets.materialize.key_scope import KeyScope, KeyScoper
+from warehouse_assets.materialize.key_scope import LAYOUT_MIN_BYTES, KeyScope, KeyScoper, narrowed
 from warehouse_assets.materialize.log_checks import PartitionFacts, judge
 from warehouse_assets.materialize.quality import (
     PARTITION,
@@ -321,6 +321,7 @@ class _RangedBuild:
         self.predicates: dict[str, list[Predicate]] = {}  # input → the row predicates it is read with
         # a rebuild for late data replaces only the changed keys' rows where the table's SQL proves that enough
         self.scoper = KeyScoper(catalog, table, context.instance, context.run.tags, spark, store)
+        self.bytes_read = 0  # of the partitioned inputs' files
 
     # --- reading a partition's inputs -------------------------------------------------------------------------
 
@@ -375,6 +376,7 @@ class _RangedBuild:
         self.predicates[name] = live
         df, versions[name], stats = _read_now(store, spark, f"{table.fqn} {key}", upstream, specs, live)
         self.totals["files_read"] += stats.files_read
+        self.bytes_read += stats.bytes_read
         self.totals["files_skipped"] += stats.files_in_table - stats.files_read
         return df
 
@@ -457,9 +459,12 @@ class _RangedBuild:
                 pending[0].scope.key_columns,
                 table.partition_by,
                 specs,
+                narrow=narrowed([p.scope for p in pending if p.scope]),
             )
         # a derived table records its changes from its first commit: a key-scoped rebuild below reads them
         rows = reduce(DataFrame.unionByName, frames)
+        if self.bytes_read >= LAYOUT_MIN_BYTES:  # a few keys' rows in few files and pages, for key-scoped rebuilds
+            rows = self.scoper.laid_out(rows, table.partition_by)
         properties = self.scoper.table_properties() if not store.exists(table.key) else None
         return store.overwrite(table.key, rows, table.partition_by, specs, configuration=properties)
 
