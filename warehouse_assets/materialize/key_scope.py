@@ -11,6 +11,13 @@ unique by the columns carrying the key (a row-local table over its input's prima
 key's one row as it is now, so those rows are taken from it, not from a scan of the input's partitions. The table's own
 commit is in its change feed in turn, so the next table down reads the keys that changed from it.
 
+What a key-scoped rebuild reads is what holds its keys: a whole write of a key-local table lays each partition out by
+the columns its rows are looked up by (:meth:`KeyScoper.laid_out`: its Z-order columns, which its readers' rebuilds
+scan by, else its key), and the keys go to Delta as literals: on the ``MERGE``'s target with, for a table copying the
+column its files are ordered by from its input, that column's values in the input's rows as the last build read them
+(where the replaced rows sit), and on a scan of an input for the changed keys. Delta then skips the files, and
+Parquet the pages, that hold none of them.
+
 Whatever cannot be proven is rebuilt whole, as before, and the run's log says why: not a late-data rebuild, an input
 the last build did not record or read otherwise, an input whose change feed does not cover the versions (a table
 written before it recorded changes), a changed key that is null, or so many changed keys that a whole rebuild costs
