@@ -313,6 +313,23 @@ def test_a_partition_whose_upstream_was_complete_before_its_window_ended_is_requ
     assert center.step(datetime(2026, 3, 6, 0, 0, 2, tzinfo=TZ)) == []
 
 
+def test_a_day_whose_hours_all_came_before_it_ended_by_the_engines_clock_is_requested_when_it_ends(
+    instance: DagsterInstance, catalog: Catalog
+) -> None:
+    # a source whose clock runs ahead of the engine's reports the day's last hour before the day is over for the
+    # engine: the day cannot run yet, and no later change will name it
+    center = Center(instance, catalog)
+    evening = datetime(2026, 3, 5, 23, 50, tzinfo=TZ)
+    assert center.step(evening) == []
+    center.report("ods.src", hours("2026-03-05"))
+    assert center.step(evening) == []
+    assert center.step(datetime(2026, 3, 5, 23, 59, tzinfo=TZ)) == []
+    plans = center.step(datetime(2026, 3, 6, 0, 0, 1, tzinfo=TZ))
+    assert requested(plans) == {"dwd.day": [["2026-03-05"]], "dwd.lax": [["2026-03-05"]]}
+    assert {p.trigger.fields for p in plans} == {frozenset({"clock"})}
+    assert center.step(datetime(2026, 3, 6, 0, 0, 2, tzinfo=TZ)) == []
+
+
 def test_partitions_before_the_lookback_or_in_the_future_are_never_requested(
     instance: DagsterInstance, catalog: Catalog
 ) -> None:
@@ -320,10 +337,10 @@ def test_partitions_before_the_lookback_or_in_the_future_are_never_requested(
     # 35 days back from the latest day (03-05): 01-30 is the oldest day automation looks at
     center.report("ods.src", hours("2026-01-29") + hours("2026-01-30") + hours("2026-03-06"))  # 03-06 not over
     assert requested(center.step()) == {"dwd.day": [["2026-01-30"]], "dwd.lax": [["2026-01-30"]]}
-    assert center.step(datetime(2026, 3, 7, 1, tzinfo=TZ)) == []  # 03-06 is over, but no event names it now...
-    center.report("ods.src", ["2026-03-06-23:00"])  # ...until its last hour is reported again
+    # 03-06 is over: its hours, reported while it was not, make it a candidate when it ends (no event names it then)
     plans = requested(center.step(datetime(2026, 3, 7, 1, tzinfo=TZ)))
     assert plans == {"dwd.day": [["2026-03-06"]], "dwd.lax": [["2026-03-06"]]}
+    assert center.step(datetime(2026, 3, 7, 1, 0, 1, tzinfo=TZ)) == []  # once
 
 
 def test_the_center_starts_on_any_day_also_when_its_oldest_day_starts_the_week_a_table_stays_within(

@@ -1,11 +1,10 @@
 """The dependency center's resolver: from changes of partition state to the runs that became possible.
 
-The partition state store (:mod:`warehouse_assets.center.state_store`) reports each partition whose state changed (a
-materialization, a check verdict, a run started or ended). For each change, :meth:`Resolver.on_changes` finds the
-downstream partitions it can unblock through the reverse index (:mod:`warehouse_assets.center.reverse_index`), asks the
-gate (:func:`warehouse_assets.materialize.gate.decide`) about each on the store, and returns the ones that may run now
-as run plans (:class:`warehouse_assets.center.plans.RunPlan`), coalesced per table into ranges of contiguous
-partitions in time order. The cost is the changes' fan-out: no catalog scan, no partition history read.
+For each change the partition state store reports (a materialization, a check verdict, a run started or ended),
+:meth:`Resolver.on_changes` finds the downstream partitions it can unblock through the reverse index, asks the gate
+(:func:`warehouse_assets.materialize.gate.decide`) about each, and returns the ones that may run now as run plans
+(:class:`warehouse_assets.center.plans.RunPlan`), coalesced per table into ranges of contiguous partitions. The cost
+is the changes' fan-out: no catalog scan, no partition history read.
 
 The semantics (what Dagster's eager automation condition would decide, with exact windows):
 
@@ -17,34 +16,22 @@ The semantics (what Dagster's eager automation condition would decide, with exac
   own run was is remembered (*deferred*) and looked at again when that run ends, as ``since_last_handled`` does;
 * a partition already materialized is requested again only when an upstream was re-materialized, by another run,
   after the run that built it started (late data, ``any_deps_updated``);
-* never on a tainted upstream partition (the gate), and never a tainted partition whose repair backfill is running:
-  that backfill rebuilds it (:mod:`warehouse_assets.center.taint`); a tainted partition with no running repair is
-  rebuilt like late data, once its upstream is valid again;
-* late data that fails its checks taints what was built before it: when a blocking check fails on a partition's new
-  materialization while downstream partitions were built from its previous one, the resolver plans a run of the
-  ``taint_repair`` job marking them (:func:`warehouse_assets.center.taint.late_verdict`; root: that partition and the
-  check; no backfill) and, until the marks are in the log, holds them back itself; once the partition is fixed, they
-  are rebuilt as late data, each once;
+* never on a tainted upstream partition (the gate), nor a tainted partition whose repair backfill is running (it
+  rebuilds it); a check failing on late data taints what was built before it (:func:`.taint.late_verdict` plans a
+  ``taint_repair`` run marking them, and holds them back until the marks are in the log); once fixed, they are
+  rebuilt as late data, each once;
 * exactly once per upstream state: a request is keyed by the partition and the storage ids of its upstream partitions'
-  latest materializations, kept in the state store's SQLite file (tables ``center_requests``, ``center_deferred``),
-  so the same changes applied twice, or by a new resolver after a restart, request nothing new.
+  latest materializations (tables ``center_requests``, ``center_deferred`` of the ledger), so the same changes
+  applied twice, or by a new resolver after a restart, request nothing new.
 
-A self-dependent table catching up builds its chain in one run, as a backfill does (the run guard accepts a T-1
-written earlier in the same run): a partition that became ready extends its run to the next partitions that only
-lacked their T-1. Runs respect the compiler's backfill policy (at most ``max_partitions_per_run`` per run).
+A self-dependent table catching up builds its chain in one run, as a backfill does, at most ``max_partitions_per_run``
+partitions a run. A burst (a day's end makes thousands of daily partitions candidates at 10,000 tables) is resolved
+in slices within a ``budget`` of seconds a call, the rest kept in a persisted *backlog*; new changes' candidates go
+before the clock's, so an upstream completing during a burst is resolved in the next call.
 
-A burst (the day's end makes every time-driven daily table's new partition a candidate at once: thousands at
-10,000 tables) is resolved in slices: with a ``budget``, a call evaluates candidates until that many seconds have
-passed and keeps the rest in a *backlog*, persisted with its requests, for the next calls. The candidates of new
-changes go before the backlog's clock candidates, so an upstream completing during a burst is resolved in the next
-call, not after the whole burst; and each slice's plans can be submitted while the rest is resolved.
-
-:meth:`Resolver.step` updates the store and resolves its changes; the resolver keeps the store's cursor it resolved
-through (each change up to it resolved, or its candidates in the backlog) with its requests, so after a crash between
-the store's commit and its own it resolves the partitions materialized or checked meanwhile
-(:meth:`warehouse_assets.center.state_store.PartitionStateStore.changes_since`). The engine
-(:mod:`warehouse_assets.center.engine`) steps it every round and submits the plans, which stay pending until their
-runs exist.
+:meth:`Resolver.step` updates the store and resolves its changes; the store's cursor it resolved through is kept with
+its requests, so a crash between the store's commit and its own loses nothing. The engine
+(:mod:`warehouse_assets.center.engine`) steps it every round and submits the plans, pending until their runs exist.
 """
 
 from __future__ import annotations
@@ -109,9 +96,8 @@ class Resolver:
         lookback: timedelta = LOOKBACK,
         ledger: Ledger | None = None,
     ):
-        """``max_partitions_per_run``: how many partitions of a table one run may build (None: any number), the
-        compiler's backfill policy, so that a plan is a run Dagster accepts. ``ledger``: where the resolver's
-        decisions are kept (by default beside the store, in its file)."""
+        """``max_partitions_per_run``: how many partitions of a table one run may build (None: any), the compiler's
+        backfill policy; ``ledger``: where the resolver's decisions are kept (by default in the store's file)."""
         self.catalog, self.index, self.store = catalog, index, store
         self.lookback = lookback
         self.max_partitions_per_run = max_partitions_per_run
@@ -123,6 +109,8 @@ class Resolver:
         # candidates not evaluated yet, in the order they came: new changes' first, then the clock's
         self._backlog = self._load_backlog()
         self._time_driven_tables: dict[str, list[str]] | None = None
+        # readers of a partition reported before its window ended by the engine's clock, looked at when theirs ends
+        self._not_ended: dict[tuple[str, str], float] = {}  # in memory: only a source clock ahead of it needs them
         self._deadline_deps: dict[str, list[tuple[Table, Dependency]]] = {}  # HH:MM → the deadline dependencies
         for table in catalog.derived():
             for dep in table.deps:
@@ -190,6 +178,8 @@ class Resolver:
             for downstream, keys in self.index.downstream_of(fqn, change.partition, now).items():
                 for key in keys:
                     backlog.add((downstream, key), trigger, by_clock=False)
+            if (end := _bounds(self.catalog[fqn], change.partition)[1]) > now.timestamp():
+                self._not_ended_readers(fqn, change.partition, end, now)
             run_ended = (
                 ("in_progress" in change.fields or "queued" in change.fields)
                 and not change.state.in_progress
@@ -245,13 +235,14 @@ class Resolver:
     # --- the clock: a partition whose upstream was complete before its own window ended --------------------------
 
     def _clock_candidates(self, now: datetime) -> dict[tuple[str, str], Trigger]:
-        """The partitions of time-driven tables whose windows ended since the last call: their last upstream change
-        came before they existed (a T-1 day is complete before day T ends), so no change will name them."""
+        """The partitions whose windows ended since the last call after their last upstream change (a T-1 day is
+        complete before day T ends; a source's clock ahead of the engine's): no change will name them."""
+        ended = [c for c, end in self._not_ended.items() if end <= now.timestamp()]
+        found = {c: Trigger(*c, None, None, frozenset({CLOCK})) for c in ended if self._not_ended.pop(c)}
         at = self.ledger.clock()
         if at is None:
-            return {}  # a new resolver: the windows ended before it are the backfill's or the first steps'
+            return found  # a new resolver: the windows ended before it are the backfill's or the first steps'
         since = max(datetime.fromtimestamp(at, UTC), now - self.lookback)
-        found: dict[tuple[str, str], Trigger] = {}
         # the windows that ended, once per period: per table, Dagster's partition arithmetic on every call cost
         # about a millisecond per table at 10,000 tables, while windows end only on the hour
         for period, tables in self._time_driven(now).items():
@@ -259,6 +250,14 @@ class Resolver:
                 for fqn in tables:
                     found[(fqn, key)] = Trigger(fqn, key, None, None, frozenset({CLOCK}))
         return found
+
+    def _not_ended_readers(self, fqn: str, partition: str, end: float, now: datetime) -> None:
+        """A partition reported before its window ended by the engine's clock (a source's clock ahead of it): its
+        readers that end by then are looked at when they end, as nothing else may name them."""
+        for downstream, keys in self.index.downstream_of(fqn, partition, datetime.fromtimestamp(end, UTC)).items():
+            for key in keys:
+                if (ends := _bounds(self.catalog[downstream], key)[1]) > now.timestamp():
+                    self._not_ended[(downstream, key)] = ends
 
     def _deadline_candidates(self, now: datetime) -> dict[tuple[str, str], Trigger]:
         """The partitions one of whose deadline dependencies reached its deadline since the last call: past it they
