@@ -324,7 +324,7 @@ class Resolver:
             # a table with states is time-driven when one of its states is: an estimate on the previous day's data
             options = [state.deps for state in table.states] if isinstance(table, DerivedTable) else []
             for deps in options or [table.deps]:
-                upstream_ends = []
+                upstream_ends: list[datetime] = []
                 for dep in deps:
                     upstream = self.catalog[dep.table]
                     # offset arithmetic, no mapping; a state's narrower window is not the index's
