@@ -353,14 +353,15 @@ def test_an_after_rule_rebuilds_once_the_window_has_settled_then_at_most_once_pe
         return when
 
     settled = end + timedelta(hours=48)
+    grace = timedelta(hours=1)  # the settled rebuild waits for what the last changes bring through the inputs
     assert due(end + timedelta(minutes=10)) == end + timedelta(minutes=10)  # within the grace: at once
-    assert due(end + timedelta(hours=3), last=end + timedelta(minutes=10)) == settled
-    assert due(end + timedelta(hours=40), last=end + timedelta(minutes=10)) == settled
-    assert due(settled + timedelta(hours=1), last=settled) == settled + timedelta(hours=48)
+    assert due(end + timedelta(hours=3), last=end + timedelta(minutes=10)) == settled + grace
+    assert due(end + timedelta(hours=40), last=end + timedelta(minutes=10)) == settled + grace
+    assert due(settled + timedelta(hours=2), last=settled + grace) == settled + grace + timedelta(hours=48)
     # a change that reached the sources before the window settled but this partition only after its settled rebuild
-    # (through a chain of inputs rebuilt every 15 minutes) is part of the settling: a grace after the settled rebuild,
-    # one more rebuild for all the chain brings, not 48 hours on, past the lookback, left to a repair
-    assert due(settled - timedelta(minutes=5), last=settled) == settled + timedelta(hours=1)
+    # (through a longer chain of inputs rebuilt every 15 minutes) is part of the settling: a grace after that
+    # rebuild, not 48 hours on, past the lookback, left to a repair
+    assert due(settled - timedelta(minutes=5), last=settled + grace) == settled + 2 * grace
     assert policy.describe() == "2 d after the window closed, lookback 3 d, grace 1 h"
     with pytest.raises(ValueError, match="after <duration>"):
         LateDataPolicy.parse({"whole": "after"})

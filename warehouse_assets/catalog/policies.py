@@ -80,8 +80,8 @@ class LateDataPolicy:
       arrives in it is absorbed by the one rebuild at its end;
     * ``daily 06:00``: once a day at that local time, whatever arrived since the last rebuild;
     * ``after 48h``: once the partition's window has been closed that long (its late data has arrived: the sources'
-      own correction window), absorbing everything since its last build (what reaches it later through inputs
-      rebuilt after it, a grace later); changes later still, at most once per that interval. For tables whose
+      own correction window) and a grace more (for the last changes to come through its inputs), absorbing
+      everything since its last build; changes later still, at most once per that interval. For tables whose
       rebuild is expensive and whose readers can wait for the settled figure;
     * ``never``: not automatically; the partition is reported stale and rebuilt by a repair (``warehouse taint``).
 

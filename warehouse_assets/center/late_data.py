@@ -83,11 +83,12 @@ def due_time(
     if policy.rebuild == AFTER:
         interval = timedelta(minutes=policy.every_minutes or 0)
         settled = window_end + interval
-        due = max(since, settled)
+        # the settled rebuild waits a grace more: what reached the sources just before the window settled reaches
+        # this partition through its inputs' rebuilds in that time, and one rebuild takes it all
+        due = max(since, settled + timedelta(minutes=policy.grace_minutes))
         # a change later still (it reached the sources after the window settled): once per interval. One that came
-        # before, and reached the partition through its inputs' rebuilds after the settled rebuild ran, is the rest
-        # of the settling (``since`` is when the change first appeared, however far up): one more rebuild, a grace
-        # after the settled one, takes all that a chain of inputs brings in that time
+        # before (``since`` is when the change first appeared, however far up) and reached the partition after the
+        # settled rebuild (a longer chain) is the rest of the settling: a grace after that rebuild
         if last_rebuild is not None and last_rebuild >= settled:
             later = interval if since >= settled else timedelta(minutes=policy.grace_minutes)
             due = max(due, last_rebuild + later)
