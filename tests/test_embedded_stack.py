@@ -78,6 +78,7 @@ from tests.support.dev_stack import (
     runs_summary,
     start_stack,
 )
+from tests.support.instances import memory_backed_dir
 from tests.support.lake import row_dicts
 from tests.support.ui import (
     PAGE_S,
@@ -146,18 +147,20 @@ class Stack:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory, monkeypatch_module: pytest.MonkeyPatch) -> Iterator[Stack]:
-    root = tmp_path_factory.mktemp("ui")
-    home = root / "dagster_home"
-    home.mkdir()
-    shutil.copy(ROOT / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
-    monkeypatch_module.setenv("DAGSTER_HOME", str(home))
-    # the product's tables, in a folder of the stack's own: a test adds a table there, never to the repository
-    shutil.copytree(TABLES_DIR, root / "tables")
-    port, spark_port = free_port(), free_port()
-    env = {"WAREHOUSE_CATALOG_DIR": str(root / "tables")}
-    with start_stack(root, home, port, spark_port, env=env, days=2) as proc:
-        yield Stack(port, home, proc, spark_port)
+def stack(monkeypatch_module: pytest.MonkeyPatch) -> Iterator[Stack]:
+    # the stack's files (its SQLite instance, lake and landing area) on memory-backed storage: its processes commit
+    # thousands of events, each a disk sync elsewhere (tests/support/instances.py)
+    with memory_backed_dir("ui-") as root:
+        home = root / "dagster_home"
+        home.mkdir()
+        shutil.copy(ROOT / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
+        monkeypatch_module.setenv("DAGSTER_HOME", str(home))
+        # the product's tables, in a folder of the stack's own: a test adds a table there, never to the repository
+        shutil.copytree(TABLES_DIR, root / "tables")
+        port, spark_port = free_port(), free_port()
+        env = {"WAREHOUSE_CATALOG_DIR": str(root / "tables")}
+        with start_stack(root, home, port, spark_port, env=env, days=2) as proc:
+            yield Stack(port, home, proc, spark_port)
 
 
 @pytest.fixture(scope="module")
