@@ -26,7 +26,7 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
-from dagster import DagsterInstance
+from dagster import instance_for_test
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
@@ -34,6 +34,7 @@ from resources import LandingResource, resources_from_env
 from resources.spark import port_open, spark_home
 from simulator.cdc import SimulationConfig, simulate
 from tests.support.dev_stack import free_port
+from tests.support.instances import memory_backed_dir, pooled_event_log
 from tests.support.lake import row_dicts
 from warehouse_assets.catalog import load_catalog
 from warehouse_assets.cli.headless import materialize_range, run_ingest
@@ -57,7 +58,12 @@ def _materialize(lake: Path, landing: Path, env: Mapping[str, str]) -> bool:
     """The headless path (``warehouse ingest`` of the slice's ODS tables, then ``warehouse materialize``)."""
     resources = resources_from_env({**env, "WAREHOUSE_LAKE_ROOT": str(lake), "WAREHOUSE_LANDING_ROOT": str(landing)})
     resources["landing"] = LandingResource(root=str(landing), timezone=str(TZ), segment_minutes=SEGMENT_MINUTES)
-    with DagsterInstance.ephemeral() as instance:
+    # one pooled event log on memory-backed storage (tests/support/instances.py): the hour reports are stored in less
+    # than half the time Dagster's in-memory storage takes
+    with (
+        memory_backed_dir("cluster-home-") as home,
+        instance_for_test(temp_dir=str(home), overrides=pooled_event_log(home)) as instance,
+    ):
         run_ingest(instance, resources, ODS)  # MERGE INTO
         if not materialize_range(instance, resources, START, END, tables=SLICE, ingest=False):  # partition overwrites
             return False
