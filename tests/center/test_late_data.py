@@ -442,7 +442,9 @@ def test_a_key_local_rebuild_that_will_be_whole_follows_the_whole_rule(
     center.step(BUILT + timedelta(minutes=2))
     late_report(11, changed=12_000)  # a replayed hour: more than a fifth of the day's 50,000 rows
     assert "dwd.by_key" not in requested(center.step(BUILT + timedelta(minutes=3)))
-    assert center.resolver.ledger.stale("dwd.by_key", [DAY])[DAY].policy == "every 1 h, lookback 3 d, grace 1 h"
+    stale = center.resolver.ledger.stale("dwd.by_key", [DAY])[DAY]
+    assert stale.policy == "every 1 h, lookback 3 d, grace 1 h"
+    assert stale.note == "12,000 rows changed upstream: rebuilt whole, so by the whole rule"  # what `why` prints
     assert requested(center.step(BUILT + timedelta(minutes=63))).get("dwd.by_key") == [[DAY]]
 
 

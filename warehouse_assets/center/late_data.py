@@ -217,6 +217,15 @@ class LateData:
         changes = _late_changes(previous, key, late_upstream)
         policies = [self.kinds.policy(table, p, own, late_upstream) for p in late_policies or [table.late_data]]
         due, policy, note = self._due(table, partition, policies, since, states, now)
+        declared = late_policies or [table.late_data]
+        if (
+            not note
+            and any(p.whole for p in declared)
+            and self.kinds.key_local(table)
+            and whole_by_size(own, late_upstream)
+        ):
+            changed = sum(s.changed or 0 for s in late_upstream)
+            note = f"{changed:,} rows changed upstream: rebuilt whole, so by the whole rule"
         if due is not None and due <= now:
             waiting = self._waiting(late_upstream, used, states, now)
             if waiting is None:
