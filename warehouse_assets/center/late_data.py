@@ -113,21 +113,20 @@ class RebuildKinds:
         self._lineage: WarehouseLineage | None = None
         self._key_local: dict[str, bool] = {}
 
-    def policy(
-        self,
-        table: DerivedTable,
-        policy: LateDataPolicy,
-        own: PartitionState | None = None,
-        late_upstream: Sequence[PartitionState] = (),
-    ) -> LateDataPolicy:
-        """The rule the rebuild follows: the whole one for a table that is not key-local, and for a key-local one
-        whose late changes are too many for a key-scoped rebuild (the runner's limits, on the changes the upstream
-        materializations recorded): that rebuild recomputes the partition, and its cost is a whole rebuild's."""
-        if policy.whole is None:
-            return policy
-        if not self.key_local(table) or whole_by_size(own, late_upstream):
-            return policy.for_whole_rebuilds()
-        return policy
+    def rebuilt_whole(
+        self, table: DerivedTable, own: PartitionState, late_upstream: Sequence[PartitionState]
+    ) -> tuple[bool, str]:
+        """Whether the rebuild will recompute whole partitions, and why when its size decides it: a table that is not
+        key-local always does; a key-local one when its late changes, as the upstream materializations recorded them,
+        are more keys than a key-scoped rebuild takes (the runner's limits). An upstream that recorded no count is
+        taken as few: the runner decides for certain when it runs."""
+        if not self.key_local(table):
+            return True, ""
+        changed = sum(s.changed or 0 for s in late_upstream)
+        rows = own.rows
+        if changed > MAX_KEYS or (rows is not None and rows >= SMALL_PARTITION and changed > MAX_SHARE * rows):
+            return True, f"{changed:,} rows changed upstream: rebuilt whole, so by the whole rule"
+        return False, ""
 
     def key_local(self, table: DerivedTable) -> bool:
         found = self._key_local.get(table.fqn)
@@ -140,17 +139,6 @@ class RebuildKinds:
                 found = False
             self._key_local[table.fqn] = found
         return found
-
-
-def whole_by_size(own: PartitionState | None, late_upstream: Sequence[PartitionState]) -> bool:
-    """Whether the late changes recorded by ``late_upstream``'s materializations are more keys than a key-scoped
-    rebuild of ``own`` takes (the runner's limits): its rebuild will then be whole. An upstream that
-    recorded no count is taken as few: the runner decides for certain when it runs."""
-    changed = sum(s.changed or 0 for s in late_upstream)
-    if changed > MAX_KEYS:
-        return True
-    rows = own.rows if own is not None else None
-    return rows is not None and rows >= SMALL_PARTITION and changed > MAX_SHARE * rows
 
 
 class LateSnapshot(Protocol):
@@ -215,17 +203,13 @@ class LateData:
                 origins.append(rebuilt.origin)
         since = min([*origins, *([previous.since] if previous else [])])
         changes = _late_changes(previous, key, late_upstream)
-        policies = [self.kinds.policy(table, p, own, late_upstream) for p in late_policies or [table.late_data]]
-        due, policy, note = self._due(table, partition, policies, since, states, now)
         declared = late_policies or [table.late_data]
-        if (
-            not note
-            and any(p.whole for p in declared)
-            and self.kinds.key_local(table)
-            and whole_by_size(own, late_upstream)
-        ):
-            changed = sum(s.changed or 0 for s in late_upstream)
-            note = f"{changed:,} rows changed upstream: rebuilt whole, so by the whole rule"
+        whole, why_whole = self.kinds.rebuilt_whole(table, own, late_upstream)
+        # a rebuild that recomputes whole partitions follows the ``whole`` rule, where one is declared
+        policies = [p.for_whole_rebuilds() if whole else p for p in declared]
+        due, policy, note = self._due(table, partition, policies, since, states, now)
+        if not note and any(p.whole for p in declared):
+            note = why_whole
         if due is not None and due <= now:
             waiting = self._waiting(late_upstream, used, states, now)
             if waiting is None:
