@@ -1,0 +1,209 @@
+"""Additive totals: which tables late data may maintain from the changed rows of their one input (sums and counts per
+group), proven from their SQL, and why the others are rebuilt whole; the partial states a proof names, and the
+queries that compute them and the table's items from them. No Spark: the catalog and sqlglot only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from warehouse_assets.catalog import Catalog, Dependency, DerivedTable, load_catalog
+from warehouse_assets.catalog.additive import Additivity, Partial, WarehouseTypes, additivity
+
+
+@pytest.fixture(scope="module")
+def catalog() -> Catalog:
+    return load_catalog()
+
+
+@pytest.fixture(scope="module")
+def verdicts(catalog: Catalog) -> dict[str, Additivity]:
+    types = WarehouseTypes(catalog)
+    return {table.fqn: types.verdict(table) for table in catalog.derived()}
+
+
+# --- the example warehouse, by hand ---------------------------------------------------------------------------
+
+ADDITIVE = {
+    # GMV, paying users, their share of ordering users (a ratio of two counts), orders: of the day's users
+    "ads.daily_gmv": "dws.user_order_daily",
+    "ads.gmv_hourly": "dws.order_hourly",
+    # sessions and attended sessions summed, learners counted, and the rate of the two sums
+    "ads.attendance_rate_daily": "dws.user_learning_daily",
+    # the regions' DAU summed
+    "ads.dau_global": "ads.dau_by_region",
+}
+
+NOT_ADDITIVE = {
+    "ads.dau_by_region": "count(DISTINCT user_id) counts distinct values, which changed rows alone cannot",
+    "ads.active_users": (
+        "count(DISTINCT CASE WHEN dt = '${ds}' THEN user_id END) counts distinct values, which changed rows alone "
+        "cannot"
+    ),
+    "ads.monthly_report": "reads 2 tables (dws.user_active_daily, dws.user_order_daily): a total of one table is kept",
+    "ads.gmv_usd_daily": "reads 2 tables (ads.daily_gmv, ext.fx_rate): a total of one table is kept",
+    "ads.gmv_week_to_date": "reads itself (each partition is built on the one before)",
+    "ads.lesson_catalog": "reads the subquery (SELECT max(dt) FROM dwd.lesson_snapshot), which does not merge into one "
+    "SELECT",
+    "dws.revenue_usd_daily": "passes through states",
+    # grouped by their key: the key-scoped rebuild replaces the changed keys' rows already
+    "dws.user_order_daily": "key-local: its key-scoped rebuild replaces the changed keys' rows",
+    "dwd.order_detail": "key-local: its key-scoped rebuild replaces the changed keys' rows",
+}
+
+
+@pytest.mark.parametrize("fqn", sorted(ADDITIVE))
+def test_the_example_totals_proven_additive(verdicts: dict[str, Additivity], fqn: str) -> None:
+    assert verdicts[fqn].additive, verdicts[fqn].reason
+    assert verdicts[fqn].input == ADDITIVE[fqn]
+
+
+@pytest.mark.parametrize("fqn", sorted(NOT_ADDITIVE))
+def test_the_example_tables_not_additive_and_why(verdicts: dict[str, Additivity], fqn: str) -> None:
+    assert verdicts[fqn].reason == NOT_ADDITIVE[fqn]
+
+
+def test_no_other_example_table_is_additive(verdicts: dict[str, Additivity]) -> None:
+    assert {fqn for fqn, v in verdicts.items() if v.additive} == set(ADDITIVE)
+
+
+def test_the_verdict_in_words(verdicts: dict[str, Additivity]) -> None:
+    assert verdicts["ads.daily_gmv"].describe() == (
+        "additive: sum/count maintained from the changed rows of dws.user_order_daily"
+    )
+    assert verdicts["ads.dau_by_region"].describe() == f"not additive: {NOT_ADDITIVE['ads.dau_by_region']}"
+
+
+def test_column_types_come_from_declarations_and_through_each_tables_sql(catalog: Catalog) -> None:
+    types = WarehouseTypes(catalog)
+    assert types.columns("ods.order")["amount"] == "decimal(10,2)"
+    derived = types.columns("dws.user_order_daily")  # declared nowhere: inferred through dwd.order_detail
+    assert derived["orders"] == "bigint" and derived["paid_amount"].startswith("decimal")
+    assert derived["dt"] == "string"
+
+
+# --- one rule at a time, on small queries ----------------------------------------------------------------------
+
+TYPES = {"amount": "decimal(12,2)", "qty": "bigint", "score": "double", "status": "string", "city": "string"}
+TYPES |= {"user_id": "bigint", "paid": "boolean", "note": "", "dt": "string"}
+
+
+def verdict_of(sql: str, inputs: dict[str, dict[str, str]] | None = None, **fields: object) -> Additivity:
+    """The verdict for ``ads.t`` reading ``dwd.orders`` (of :data:`TYPES`) unless ``inputs`` says otherwise."""
+    inputs = inputs or {"dwd.orders": TYPES}
+    fields.setdefault("deps", tuple(Dependency(t) for t in inputs))
+    table = DerivedTable(layer="ads", name="t", period="daily", path=Path("ads/t.sql"), sql=sql, **fields)  # type: ignore[arg-type]
+    return additivity(table, inputs)
+
+
+def reason(sql: str, **fields: object) -> str:
+    found = verdict_of(sql, **fields)
+    assert not found.additive
+    return found.reason
+
+
+def test_a_ratio_of_counts_and_sums_of_integers_and_decimals_are_additive() -> None:
+    found = verdict_of(
+        "SELECT '${ds}' AS ds, sum(amount) AS gmv, count(*) AS orders, count_if(paid) AS paid_orders, "
+        "count_if(paid) / nullif(count(*), 0) AS paid_share, CAST(coalesce(sum(qty), 0) AS bigint) + 1 AS items "
+        "FROM dwd.orders WHERE status <> 'void'"
+    )
+    assert found.additive and found.input == "dwd.orders" and found.group_by == ()
+    assert found.where == "orders.status <> 'void'"
+    # the distinct calls once each, as mergeable sums: count_if(paid) is kept once for both of its uses; a sum
+    # keeps the count of its non-null values beside it; the hidden count of rows is count(*) itself
+    assert found.partials == (
+        Partial("__rows", "rows"),
+        Partial("__a1", "sum", "orders.amount"),
+        Partial("__a2", "nonnull", "orders.amount"),
+        Partial("__a3", "count_if", "orders.paid"),
+        Partial("__a4", "sum", "orders.qty"),
+        Partial("__a5", "nonnull", "orders.qty"),
+    )
+    assert found.partials[3].sql() == "sum(CASE WHEN orders.paid THEN 1 ELSE 0 END)"
+    assert found.partials[3].sql("__net") == "sum(CASE WHEN orders.paid THEN __net ELSE 0 END)"
+    assert found.partials[1].sql("__net") == "sum((orders.amount) * __net)"
+    assert found.select[1] == "CASE WHEN __a2 > 0 THEN __a1 END AS gmv"  # NULL again once every value is gone
+    assert found.select[4] == "COALESCE(__a3, 0) / NULLIF(COALESCE(__rows, 0), 0) AS paid_share"
+
+
+def test_a_group_by_input_columns_is_kept_per_group() -> None:
+    found = verdict_of(
+        "SELECT city AS where_from, status, count(*) AS n, sum(qty) AS q FROM dwd.orders GROUP BY city, status"
+    )
+    assert found.additive and found.group_by == ("city", "status")
+    assert found.group_outputs == ("where_from", "status")  # the MERGE finds a group's row by them
+    assert found.state_sql() == (
+        "SELECT orders.city AS __g0, orders.status AS __g1, sum(1) AS __rows, sum(orders.qty) AS __a1, "
+        "sum(CASE WHEN (orders.qty) IS NOT NULL THEN 1 ELSE 0 END) AS __a2 FROM dwd.orders AS orders "
+        "GROUP BY orders.city, orders.status"
+    )
+    assert found.final_sql("s") == (
+        "SELECT __g0 AS where_from, __g1 AS status, COALESCE(__rows, 0) AS n, CASE WHEN __a2 > 0 THEN __a1 END AS q "
+        "FROM s"
+    )
+    assert reason("SELECT status, count(*) AS n FROM dwd.orders GROUP BY status, city") == (
+        "groups by city, which it does not select: its rows cannot be found by group"
+    )
+    assert reason("SELECT upper(city) AS c, count(*) AS n FROM dwd.orders GROUP BY upper(city)") == (
+        "groups by upper(city): only input columns are groups"
+    )
+
+
+def test_a_cte_that_merges_into_one_select_is_inlined() -> None:
+    found = verdict_of("WITH paid AS (SELECT * FROM dwd.orders WHERE paid) SELECT sum(qty) AS q FROM paid")
+    assert found.additive and found.where == "orders.paid"
+
+
+def test_aggregates_changed_rows_cannot_maintain_are_refused() -> None:
+    assert reason("SELECT count(DISTINCT user_id) AS users FROM dwd.orders") == (
+        "count(DISTINCT user_id) counts distinct values, which changed rows alone cannot"
+    )
+    assert reason("SELECT sum(score) AS s FROM dwd.orders") == (
+        "sum(score) sums double values, whose maintained sum drifts from a recomputed one (only integral and "
+        "decimal sums are kept)"
+    )
+    assert reason("SELECT sum(note) AS s FROM dwd.orders") == "sum(note): the type of note is not known"
+    assert reason("SELECT max(qty) AS m FROM dwd.orders") == "max(qty) is not a sum or a count"
+    assert reason("SELECT avg(qty) AS m FROM dwd.orders") == "avg(qty) is not a sum or a count"
+    assert reason("SELECT count(*) FILTER (WHERE paid) AS m FROM dwd.orders") == (
+        "count(*) FILTER(WHERE paid): FILTER is not maintained"
+    )
+
+
+def test_what_reads_across_rows_otherwise_is_refused() -> None:
+    assert reason("SELECT qty, count(*) AS n FROM dwd.orders") == (
+        "qty reads qty outside an aggregate (no GROUP BY: one row per partition)"
+    )
+    assert reason("SELECT status, sum(qty) AS q FROM dwd.orders GROUP BY status HAVING sum(qty) > 0") == (
+        "HAVING is not maintained from changed rows"
+    )
+    assert reason("SELECT DISTINCT status FROM dwd.orders") == "DISTINCT is not maintained from changed rows"
+    assert reason("SELECT sum(qty) AS q FROM dwd.orders LIMIT 1") == "LIMIT is not maintained from changed rows"
+    assert reason("SELECT sum(qty) OVER (PARTITION BY status) AS q FROM dwd.orders").startswith("window function")
+    assert reason("SELECT count(*) AS n FROM dwd.orders UNION ALL SELECT count(*) AS n FROM dwd.orders") == (
+        "UNION of queries: a set operation is not maintained"
+    )
+    assert reason("SELECT count(*) AS n FROM dwd.orders WHERE qty > (SELECT avg(qty) FROM dwd.orders)").startswith(
+        "reads the subquery"
+    )
+    joined = {"dwd.orders": TYPES, "dwd.users": {"user_id": "bigint", "city": "string"}}
+    assert verdict_of(
+        "SELECT count(*) AS n FROM dwd.orders o JOIN dwd.users u ON o.user_id = u.user_id", joined
+    ).reason == ("reads 2 tables (dwd.orders, dwd.users): a total of one table is kept")
+
+
+def test_an_opt_out_a_key_local_table_and_a_table_without_a_change_feed_are_rebuilt_whole() -> None:
+    total = "SELECT sum(qty) AS q FROM dwd.orders"
+    assert reason(total, incremental=False) == "declared incremental: false"
+    assert reason("SELECT user_id, sum(qty) AS q FROM dwd.orders GROUP BY user_id", primary_key=("user_id",)) == (
+        "key-local: its key-scoped rebuild replaces the changed keys' rows"
+    )
+    table = DerivedTable(
+        layer="ads", name="t", period="daily", path=Path("ads/t.sql"), sql=total, deps=(Dependency("dwd.orders"),)
+    )
+    assert additivity(table, {"dwd.orders": TYPES}, feeds=()).reason == (
+        "reads dwd.orders, whose changes no change data feed records"
+    )

@@ -1,0 +1,366 @@
+"""Additive totals: whether a table's rows are sums and counts of one input's rows, so that late changes to that
+input are absorbed from the changed rows alone, as incremental view maintenance does (Databricks Enzyme, Materialize).
+
+A table is **additive** when its SQL is one ``SELECT`` over one catalog table (CTEs and derived tables that merge
+into it are fine) with:
+
+* an optional ``WHERE`` on that table's own columns, and an optional ``GROUP BY`` of its columns (the groups);
+* select items that are a group column, a constant or a ``${...}`` parameter, or an expression whose every column
+  reference sits inside one of ``sum(e)`` (``e`` integral or decimal: a maintained sum of doubles drifts from the
+  recomputed one, so it is rebuilt whole), ``count(*)``, ``count(e)``, ``count_if(c)``; no ``DISTINCT`` or ``FILTER``
+  in them;
+* no join, subquery, window, ``HAVING``, ``DISTINCT``, ``LIMIT`` or set operation.
+
+Each aggregate then is a sum over the input's rows, and a sum can be kept: the verdict names its *partials* (each
+distinct aggregate call as a mergeable sum, plus a hidden count of each group's rows), a whole build stores them per
+group, and a late-data rebuild adds to them the partials of the changed rows' images (the post-images counted +1, the
+pre-images -1) and computes the select items again from them (:mod:`warehouse_assets.materialize.additive`). A
+``sum(e)`` keeps a count of its non-null values beside it, so that a group's sum goes back to NULL once every value
+is gone; a group whose row count reaches 0 is deleted.
+
+A key-local table is not additive (its key-scoped rebuild covers it), nor one declaring ``incremental: false``, one
+reading itself, or one reading a table whose changes no change data feed records (static, external, completeness
+windows). Anything else is rebuilt whole, and the verdict says why (as :class:`KeyLocality` does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import SqlglotError
+from sqlglot.optimizer.annotate_types import annotate_types
+from sqlglot.optimizer.merge_subqueries import merge_subqueries
+from sqlglot.optimizer.qualify import qualify
+from sqlglot.optimizer.scope import Scope, build_scope, find_all_in_scope
+
+from warehouse_assets.catalog.key_locality import MAX_KEYS, KeyLocality, _shown, key_locality
+from warehouse_assets.catalog.lineage import WarehouseLineage, qualified_scope
+from warehouse_assets.catalog.model import ODS_CHANGE_COLUMNS, Catalog, DerivedTable, OdsTable, Table
+
+ROWS = "__rows"  # the hidden count of a group's rows: 0 deletes the group
+# the input's changed row images a maintained rebuild takes (a pre- and a post-image per updated row); past them a
+# whole rebuild costs less, as past key_locality.MAX_KEYS keys a key-scoped one's does
+MAX_CHANGED_ROWS = 2 * MAX_KEYS
+_SUMMABLE = {*exp.DataType.INTEGER_TYPES, *(t for t in exp.DataType.Type if "DECIMAL" in t.name)}
+_NOT_DETERMINISTIC = (exp.Rand, exp.Randn, exp.CurrentTimestamp, exp.CurrentDate, exp.Uuid)
+
+
+@dataclass(frozen=True)
+class Partial:
+    """One mergeable state: a sum over the input's rows, each row weighted (1 in a whole build, its image's +1/-1
+    in a change)."""
+
+    name: str  # its column in the state table
+    kind: str  # sum: of ``arg``; nonnull: rows where ``arg`` is not null; count_if: where ``arg`` holds; rows
+    arg: str = ""  # the argument, as Spark SQL over the input's alias
+
+    def sql(self, weight: str = "1") -> str:
+        """The partial as a Spark aggregate of rows weighted by ``weight`` (a column or ``1``)."""
+        if self.kind == "sum":
+            return f"sum({self.arg})" if weight == "1" else f"sum(({self.arg}) * {weight})"
+        if self.kind == "nonnull":
+            return f"sum(CASE WHEN ({self.arg}) IS NOT NULL THEN {weight} ELSE 0 END)"
+        if self.kind == "count_if":
+            return f"sum(CASE WHEN {self.arg} THEN {weight} ELSE 0 END)"
+        return f"sum({weight})"
+
+
+@dataclass(frozen=True)
+class Additivity:
+    """Whether late changes to ``table``'s one input are absorbed from the changed rows, and the queries that do it."""
+
+    table: str
+    reason: str = ""  # why its partitions are rebuilt whole ("" when additive)
+    input: str = ""  # the one table it reads
+    alias: str = ""  # the input's alias in the queries below
+    group_by: tuple[str, ...] = ()  # the input columns it groups by (none: one total per partition)
+    group_outputs: tuple[str, ...] = ()  # the output column carrying each of them
+    partials: tuple[Partial, ...] = ()
+    where: str = ""  # the filter on the input's rows, as Spark SQL
+    select: tuple[str, ...] = ()  # the select items computed from a state row (``__g0``... the groups)
+
+    @property
+    def additive(self) -> bool:
+        return not self.reason
+
+    def describe(self) -> str:
+        if not self.additive:
+            return f"not additive: {self.reason}"
+        return f"additive: sum/count maintained from the changed rows of {self.input}"
+
+    @property
+    def group_columns(self) -> tuple[str, ...]:
+        """The state table's columns naming a group, one per :attr:`group_by` column."""
+        return tuple(f"__g{i}" for i in range(len(self.group_by)))
+
+    def state_sql(self, weight: str = "1") -> str:
+        """The partials of each group of the input's rows, each row weighted by ``weight`` (the table's ``${...}``
+        parameters left in; the input named as in the table's SQL)."""
+        groups = [f"{self.alias}.{c} AS {g}" for c, g in zip(self.group_by, self.group_columns, strict=True)]
+        items = [*groups, *(f"{p.sql(weight)} AS {p.name}" for p in self.partials)]
+        sql = f"SELECT {', '.join(items)} FROM {self.input} AS {self.alias}"
+        sql += f" WHERE {self.where}" if self.where else ""
+        if self.group_by:
+            sql += f" GROUP BY {', '.join(f'{self.alias}.{c}' for c in self.group_by)}"
+        return sql
+
+    def final_sql(self, states: str) -> str:
+        """The table's select items from the state rows of the view ``states``, one output row per state row."""
+        return f"SELECT {', '.join(self.select)} FROM {states}"
+
+
+def rebuild_verdict(locality: KeyLocality, additive: Additivity) -> str:
+    """How late data rebuilds a table, in words: by key, by group from the changed rows, or whole and why."""
+    if locality.key_local:
+        return locality.describe()
+    if additive.additive:
+        return additive.describe()
+    return f"{locality.describe()}; {additive.describe()}"
+
+
+class _NotAdditive(Exception):
+    """Why a table's rows are not sums and counts of one input's rows."""
+
+
+def additivity(
+    table: DerivedTable, inputs: Mapping[str, Mapping[str, str]], feeds: Collection[str] | None = None
+) -> Additivity:
+    """The verdict for ``table``, whose inputs have the columns ``inputs`` (``layer.table`` → column → Spark type,
+    "" when unknown); ``feeds``: the inputs whose changes a change data feed records (all of them without)."""
+
+    def whole(reason: str) -> Additivity:
+        return Additivity(table.fqn, reason=reason)
+
+    if not table.incremental:
+        return whole("declared incremental: false")
+    if table.fqn in inputs or any(dep.table == table.fqn for dep in table.deps):
+        return whole("reads itself (each partition is built on the one before)")
+    if table.states:
+        return whole("passes through states")
+    names = {name: tuple(columns) for name, columns in inputs.items()}
+    try:
+        if key_locality(table, names).key_local:
+            return whole("key-local: its key-scoped rebuild replaces the changed keys' rows")
+    except Exception:  # a key proof that fails proves nothing either way: the additive proof decides
+        pass
+    if len(inputs) != 1:
+        return whole(f"reads {len(inputs)} tables ({', '.join(sorted(inputs))}): a total of one table is kept")
+    [name] = inputs
+    if feeds is not None and name not in feeds:
+        return whole(f"reads {name}, whose changes no change data feed records")
+    try:
+        return _prove(table.fqn, table.sql, name, inputs[name])
+    except _NotAdditive as exc:
+        return whole(str(exc))
+    except (SqlglotError, ValueError) as exc:
+        return whole(f"the SQL could not be followed: {str(exc).splitlines()[0]}")
+
+
+def _prove(fqn: str, sql: str, name: str, types: Mapping[str, str]) -> Additivity:
+    qualified = qualified_scope(sql, {name: tuple(types)})
+    scope: Scope | None = qualified
+    if qualified.cte_scopes or qualified.derived_table_scopes:  # inlined where they are plain selects of the table
+        scope = build_scope(merge_subqueries(qualified.expression))
+    query = scope.expression if scope else None
+    if isinstance(query, exp.SetOperation):
+        raise _NotAdditive(f"{type(query).__name__.upper()} of queries: a set operation is not maintained")
+    if not isinstance(query, exp.Select) or scope is None:
+        raise _NotAdditive("the SQL is not one SELECT")
+    layer, table_name = name.split(".", 1)
+    annotate_types(query, schema={layer: {table_name: {c: t or "unknown" for c, t in types.items()}}}, dialect="spark")
+    _shape(scope, query)
+    [(alias, source)] = scope.selected_sources.items()
+    group = query.args.get("group")
+    grouped = list(group.expressions) if group else []
+    if group is not None and (not grouped or not all(isinstance(g, exp.Column) for g in grouped)):
+        shown = ", ".join(_shown(g) for g in grouped) or _shown(group)
+        raise _NotAdditive(f"groups by {shown}: only input columns are groups")
+    by = tuple(dict.fromkeys(g.name for g in grouped))
+    where = query.args.get("where")
+    if where is not None and any(where.find_all(*_NOT_DETERMINISTIC)):
+        raise _NotAdditive(f"{_shown(where)} is not deterministic")
+    partials: dict[tuple[str, str], Partial] = {("rows", ""): Partial(ROWS, "rows")}
+    select = [_item(s, by, partials) for s in query.selects]
+    outputs = []
+    for column in by:
+        carrying = next((s.alias_or_name for s in query.selects if _is_column(s.unalias(), column)), None)
+        if carrying is None:
+            raise _NotAdditive(f"groups by {column}, which it does not select: its rows cannot be found by group")
+        outputs.append(carrying)
+    return Additivity(
+        fqn,
+        input=name,
+        alias=alias,
+        group_by=by,
+        group_outputs=tuple(outputs),
+        partials=tuple(partials.values()),
+        where=where.this.sql(dialect="spark") if where is not None else "",
+        select=tuple(select),
+    )
+
+
+def _shape(scope: Scope, query: exp.Select) -> None:
+    """Refuses what reads across rows otherwise than a group's sums: the clauses the proof does not follow."""
+    if scope.subquery_scopes or scope.cte_scopes or scope.derived_table_scopes:
+        inner = [*scope.subquery_scopes, *scope.cte_scopes, *scope.derived_table_scopes][0].expression
+        raise _NotAdditive(f"reads the subquery ({_shown(inner)}), which does not merge into one SELECT")
+    if query.args.get("joins"):
+        raise _NotAdditive(f"joins {_shown(query.args['joins'][0].this)}: a total of one table is kept")
+    for clause in ("having", "qualify", "limit", "offset", "distinct"):
+        if query.args.get(clause):
+            raise _NotAdditive(f"{clause.upper()} is not maintained from changed rows")
+    window = next(find_all_in_scope(query, exp.Window), None)
+    if window is not None:
+        raise _NotAdditive(f"window function {_shown(window)} reads across rows")
+    sources = list(scope.selected_sources.values())
+    if len(sources) != 1 or not isinstance(sources[0][1], exp.Table):
+        raise _NotAdditive("reads no catalog table, or more than one")
+    table = sources[0][1]
+    if table.args.get("sample") or table.args.get("pivots") or query.args.get("laterals"):
+        raise _NotAdditive(f"{_shown(table)} samples, pivots or explodes rows")
+
+
+def _item(item: exp.Expr, by: tuple[str, ...], partials: dict[tuple[str, str], Partial]) -> str:
+    """The select item computed from a state row: each aggregate replaced by its partials, each group column by the
+    state's column for it."""
+    value = item.copy()
+    for aggregate in list(value.find_all(exp.AggFunc)):
+        if isinstance(aggregate.parent, exp.AggFunc):
+            continue  # an aggregate inside an aggregate: Spark refuses it, and the outer one is looked at
+        aggregate.replace(_final(aggregate, partials))
+    for column in list(value.find_all(exp.Column)):
+        if column.name in {p.name for p in partials.values()}:  # a state's own column, put in above
+            continue
+        if column.name not in by:
+            raise _NotAdditive(
+                f"{_shown(item)} reads {column.name} outside an aggregate, not a group column"
+                if by
+                else f"{_shown(item)} reads {column.name} outside an aggregate (no GROUP BY: one row per partition)"
+            )
+        column.replace(exp.column(f"__g{by.index(column.name)}"))
+    if any(value.find_all(*_NOT_DETERMINISTIC)):
+        raise _NotAdditive(f"{_shown(item)} is not deterministic")
+    return value.sql(dialect="spark")
+
+
+def _final(aggregate: exp.AggFunc, partials: dict[tuple[str, str], Partial]) -> exp.Expr:
+    """The aggregate's value from its partials (registered in ``partials``)."""
+
+    def partial(kind: str, arg: exp.Expr | None) -> str:
+        text = arg.sql(dialect="spark") if arg is not None else ""
+        found = partials.get((kind, text))
+        if found is None:
+            found = partials[(kind, text)] = Partial(f"__a{len(partials)}", kind, text)
+        return found.name
+
+    if isinstance(aggregate.parent, exp.Filter):
+        raise _NotAdditive(f"{_shown(aggregate.parent)}: FILTER is not maintained")
+    arg = aggregate.this
+    if isinstance(arg, exp.Distinct):
+        raise _NotAdditive(f"{_shown(aggregate)} counts distinct values, which changed rows alone cannot")
+    if isinstance(aggregate, exp.Count) and not aggregate.expressions:
+        if isinstance(arg, exp.Star) or arg is None:
+            return sqlglot.parse_one(f"coalesce({partial('rows', None)}, 0)", read="spark")
+        return sqlglot.parse_one(f"coalesce({partial('nonnull', arg)}, 0)", read="spark")
+    if isinstance(aggregate, exp.CountIf):
+        return sqlglot.parse_one(f"coalesce({partial('count_if', arg)}, 0)", read="spark")
+    if isinstance(aggregate, exp.Sum):
+        if any(arg.find_all(exp.AggFunc)):
+            raise _NotAdditive(f"{_shown(aggregate)} nests an aggregate")
+        if arg.type is None or arg.type.this == exp.DataType.Type.UNKNOWN:
+            raise _NotAdditive(f"{_shown(aggregate)}: the type of {_shown(arg)} is not known")
+        if arg.type.this not in _SUMMABLE:
+            raise _NotAdditive(
+                f"{_shown(aggregate)} sums {arg.type.sql(dialect='spark').lower()} values, whose maintained sum "
+                "drifts from a recomputed one (only integral and decimal sums are kept)"
+            )
+        total, present = partial("sum", arg), partial("nonnull", arg)
+        return sqlglot.parse_one(f"CASE WHEN {present} > 0 THEN {total} END", read="spark")
+    raise _NotAdditive(f"{_shown(aggregate)} is not a sum or a count")
+
+
+def _is_column(node: exp.Expr, name: str) -> bool:
+    return isinstance(node, exp.Column) and node.name == name
+
+
+class WarehouseTypes:
+    """The column types of the catalog's tables: declared (ODS, external, static, or a table's ``columns``), else
+    inferred from the table's SQL over its inputs' types (sqlglot's type annotation; "" where it cannot tell)."""
+
+    def __init__(self, catalog: Catalog, lineage: WarehouseLineage | None = None):
+        self.catalog = catalog
+        self.lineage = lineage or WarehouseLineage(catalog)
+        self._types: dict[str, dict[str, str]] = {}
+        self._verdicts: dict[str, Additivity] = {}
+
+    def columns(self, fqn: str) -> dict[str, str]:
+        """Column → Spark type of the table ``fqn`` as stored (its partition columns too)."""
+        pending = [fqn]
+        while pending:  # the inputs first, without recursion: a chain of thousands of tables is no stack
+            name = pending[-1]
+            if name in self._types:
+                pending.pop()
+                continue
+            table = self.catalog.lookup(name)
+            missing = [] if table.columns or not isinstance(table, DerivedTable) else self._missing(table)
+            if missing:
+                pending.extend(missing)
+                continue
+            self._types[name] = self._own(table)
+            pending.pop()
+        return self._types[fqn]
+
+    def input_types(self, table: DerivedTable) -> dict[str, dict[str, str]]:
+        """The column types of each table ``table`` reads."""
+        return {name: self.columns(name) for name in self.lineage.input_columns(table)}
+
+    def verdict(self, table: DerivedTable) -> Additivity:
+        """The table's :func:`additivity`, proven once (a proof that cannot be followed says so)."""
+        found = self._verdicts.get(table.fqn)
+        if found is None:
+            try:
+                inputs = self.input_types(table)
+                feeds = [n for n in inputs if isinstance(self.catalog.lookup(n), OdsTable | DerivedTable)]
+                found = additivity(table, inputs, feeds)
+            except Exception as exc:  # as the key proof: a proof that fails is no proof, rebuilt whole
+                found = Additivity(table.fqn, reason=f"the SQL could not be followed: {exc!r}")
+            self._verdicts[table.fqn] = found
+        return found
+
+    def _missing(self, table: DerivedTable) -> list[str]:
+        reads = {dep.table for dep in (*table.deps, *table.references)} - {table.fqn}
+        return [name for name in sorted(reads) if name not in self._types]
+
+    def _own(self, table: Table) -> dict[str, str]:
+        partitions = {c: "string" for c in table.partition_by}
+        if isinstance(table, OdsTable):
+            return {**dict(table.columns), **dict(ODS_CHANGE_COLUMNS), **partitions}
+        if table.columns or not isinstance(table, DerivedTable):
+            return {**dict(table.columns), **{c: t for c, t in partitions.items() if c not in dict(table.columns)}}
+        inputs = {name: self._types[name] for name in sorted({d.table for d in (*table.deps, *table.references)})}
+        return {**_inferred(table.sql, inputs), **partitions}
+
+
+def _inferred(sql: str, inputs: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
+    """The output column types of ``sql`` over ``inputs``' typed columns ("" where sqlglot cannot tell)."""
+    schema: dict[str, object] = {}
+    for fqn, types in inputs.items():
+        layer, name = fqn.split(".", 1)
+        tables = schema.setdefault(layer, {})
+        assert isinstance(tables, dict)
+        tables[name] = {c: t or "unknown" for c, t in types.items()}
+    try:
+        tree = qualify(sqlglot.parse_one(sql, read="spark"), dialect="spark", schema=schema, quote_identifiers=False)
+        tree = annotate_types(tree, schema=schema, dialect="spark")
+    except (SqlglotError, ValueError):
+        return {}
+    if not isinstance(tree, exp.Query):
+        return {}
+    out = {}
+    for item in tree.selects:
+        known = item.type is not None and item.type.this != exp.DataType.Type.UNKNOWN
+        out[item.alias_or_name] = item.type.sql(dialect="spark").lower() if known and item.type else ""
+    return out
