@@ -99,13 +99,16 @@ def build_forecast_sensor(
             f"severity WARN) before the deadline of each predicted to miss it ({', '.join(watched)})."
         ),
     )
-    def _forecast(context: SensorEvaluationContext) -> SensorResult:
+    def _forecast(context: SensorEvaluationContext, landing: LandingResource) -> SensorResult:
         now = clock()
         if not indexes:
             indexes.append(ReverseIndex.build(catalog, current_time=now))
         store = PartitionStateStore(context.instance)
         try:
-            predictor = instance_predictor(context.instance, catalog, store.view(), now, indexes[0])
+            # the landed hours: what waits for the ingestion is not late at its source
+            predictor = instance_predictor(
+                context.instance, catalog, store.view(), now, indexes[0], landing=landing.landing()
+            )
             tick = forecast_tick(
                 catalog,
                 predictor,

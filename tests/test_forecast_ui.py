@@ -16,6 +16,7 @@ from dagster import DagsterInstance, SensorResult, build_sensor_context
 from dagster._core.test_utils import freeze_time
 from selenium.webdriver.common.by import By
 
+from resources.landing import LandingResource
 from sensors.freshness import build_forecast_sensor
 from tests.center.test_eta import DAY, SLOW_NOW, deliver_slowly
 from tests.support.ui import chromium, clickable, needs_browser, shoot, sqlite_home, wait_for_text, webserver
@@ -38,7 +39,10 @@ def test_a_warned_partition_shows_the_days_timeline_of_predictions(tmp_path: Pat
     instance = DagsterInstance.from_config(str(home))
     try:
         deliver_slowly(instance, catalog)
-        result = build_forecast_sensor(catalog, clock=lambda: SLOW_NOW)(build_sensor_context(instance=instance))
+        landing = {"landing": LandingResource(root=str(tmp_path / "landing"))}  # nothing landed: the hours are late
+        result = build_forecast_sensor(catalog, clock=lambda: SLOW_NOW)(
+            build_sensor_context(instance=instance, resources=landing)
+        )
         assert isinstance(result, SensorResult)
         warned = {(e.asset_key.to_user_string(), e.partition) for e in result.asset_events}
         assert ("ads/daily_gmv", DAY) in warned

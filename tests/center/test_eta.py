@@ -21,7 +21,7 @@ from dagster import (
 from dagster._core.test_utils import freeze_time
 
 from resources.delta_lake import DeltaStore
-from resources.landing import Landing
+from resources.landing import Landing, LandingResource
 from sensors.freshness import build_forecast_sensor
 from warehouse_assets.catalog import Catalog, Table, business_zone, load_catalog
 from warehouse_assets.center.reverse_index import ReverseIndex
@@ -405,7 +405,7 @@ def deliver_slowly(instance: DagsterInstance, catalog: Catalog) -> None:
 
 
 def test_the_forecast_sensor_warns_before_the_deadline_naming_the_path_with_the_days_timeline(
-    instance: DagsterInstance, catalog: Catalog
+    instance: DagsterInstance, catalog: Catalog, tmp_path: Path
 ) -> None:
     now = SLOW_NOW
     # the day whose 09:00 deadline is the next one: predicted at this tick
@@ -413,7 +413,8 @@ def test_the_forecast_sensor_warns_before_the_deadline_naming_the_path_with_the_
     deliver_slowly(instance, catalog)
     assert instance_history(instance, catalog, now).arrivals["ods.order"] == [9 * 3600.0] * 10
     sensor = build_forecast_sensor(catalog, clock=lambda: now)
-    result = sensor(build_sensor_context(instance=instance))
+    landing = {"landing": LandingResource(root=str(tmp_path / "landing"))}  # nothing landed: the hours are late
+    result = sensor(build_sensor_context(instance=instance, resources=landing))
     assert isinstance(result, SensorResult)
     warnings = {(e.asset_key.to_user_string(), e.partition): e for e in result.asset_events}
     gmv = warnings[("ads/daily_gmv", day.isoformat())]
@@ -434,11 +435,13 @@ def test_the_forecast_sensor_warns_before_the_deadline_naming_the_path_with_the_
     assert ("ods/order", f"{soon:%Y-%m-%d-%H}:00") in warnings
     assert {table for table, _ in warnings if not table.startswith("ods/")} == {"ads/daily_gmv", "ads/marketing_roi"}
 
-    again = sensor(build_sensor_context(instance=instance, cursor=result.cursor))
+    again = sensor(build_sensor_context(instance=instance, cursor=result.cursor, resources=landing))
     assert isinstance(again, SensorResult) and not again.asset_events  # once per partition
 
 
-def test_a_catch_ups_reports_teach_no_delay_and_raise_no_warning(instance: DagsterInstance, catalog: Catalog) -> None:
+def test_a_catch_ups_reports_teach_no_delay_and_raise_no_warning(
+    instance: DagsterInstance, catalog: Catalog, tmp_path: Path
+) -> None:
     # a stack started at 15:10 on three and a half days of past data: its ingestion reports ods.order a day's hours at
     # a time, two minutes apart, the last batch today's hours up to 14:00-15:00 (16 minutes after that hour ended)
     now = datetime(2026, 3, 5, 15, 20, tzinfo=business_zone())
@@ -451,7 +454,7 @@ def test_a_catch_ups_reports_teach_no_delay_and_raise_no_warning(instance: Dagst
     # of the days-late hours nothing is learned: only the newest hour, which waited as a live hour waits
     assert instance_history(instance, catalog, now).arrivals["ods.order"] == [16 * 60.0]
     sensor = build_forecast_sensor(catalog, clock=lambda: now)
-    result = sensor(build_sensor_context(instance=instance))
+    result = sensor(build_sensor_context(instance=instance, resources={"landing": LandingResource(root=str(tmp_path))}))
     assert isinstance(result, SensorResult)
     # no warning: not for the hours to come (no delay of days was learned), nor for the catch-up's GMV days, unbuilt,
     # whose deadlines have passed (missed SLAs, which the freshness check reports, not a forecast)

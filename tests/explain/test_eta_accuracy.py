@@ -168,13 +168,14 @@ def test_the_forecast_sensors_ticks_and_why_record_their_predictions(
     from dagster import build_sensor_context
 
     from resources.delta_lake import DeltaStore
-    from resources.landing import Landing
+    from resources.landing import Landing, LandingResource
     from sensors.freshness import build_forecast_sensor
     from warehouse_assets.explain.why import explain
 
     now = datetime(2026, 3, 3, 7, 0, tzinfo=ZONE)
     sensor = build_forecast_sensor(catalog, clock=lambda: now)
-    sensor(build_sensor_context(instance=instance))
+    resources = {"landing": LandingResource(root=str(tmp_path / "landing"))}
+    sensor(build_sensor_context(instance=instance, resources=resources))
     with PredictionLog.of(instance) as log:
         rows = log.read()
     gmv = [r for r in rows if (r.table, r.partition) == ("ads.daily_gmv", "2026-03-02")]
@@ -183,7 +184,7 @@ def test_the_forecast_sensors_ticks_and_why_record_their_predictions(
     assert gmv[0].path[-1].table == "ads.daily_gmv" and gmv[0].path[0].table.startswith("ods.")
     assert {r.table for r in rows} >= {"ods.order", "ads.daily_gmv", "ads.marketing_roi"}
 
-    sensor(build_sensor_context(instance=instance))  # the same tick again: nothing new to record
+    sensor(build_sensor_context(instance=instance, resources=resources))  # the same tick again: nothing new to record
     lake, landing = DeltaStore(str(tmp_path / "lake")), Landing(tmp_path / "landing")
     explain(instance, catalog, lake, landing, "ads.daily_gmv", DAY, current_time=now)
     with PredictionLog.of(instance) as log:

@@ -13,6 +13,12 @@ them) down to what is already known, and adds up, along the chain that ends last
   has too few) is *overdue*: when it comes nobody knows, so besides the point prediction (a little after now) the
   prediction carries a pessimistic finish (:attr:`Prediction.latest`), the source taking as long again past its
   usual lateness as it already has; the SLA warning reads that one;
+* a source hour that has **landed** (every shard's segments through its end, and the source's count of it, are in the
+  landing area: :mod:`warehouse_assets.explain.landed`) is no longer late at its source: it waits for the ingestion,
+  and is ready when the ingestion run that takes it ends (the run in progress if it landed before that run started,
+  else the next one), each taking the ingestion's expected run time, at the earliest now. Only an hour not landed
+  can be overdue, and so can a landed one that an ingestion run started since has not made ready (what it lacks is
+  at the source again);
 * a **running** partition ends its run's start plus the table's expected run time (at the earliest now);
 * a **queued** partition starts when the runs ahead of it in Dagster's queue (by priority, then age) have left a
   slot free, on the instance's ``max_concurrent_runs`` slots, and its lane has room (the coordinator's
@@ -42,7 +48,7 @@ history, queue, now): tests pin all of them.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
@@ -57,11 +63,13 @@ from warehouse_assets.catalog import (
     partitions_def_of,
     upstream_partitions,
 )
+from warehouse_assets.ingest.job import JOB as INGEST_JOB
 from warehouse_assets.materialize.freshness import deadline as sla_deadline
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance
 
+    from resources.landing import Landing
     from warehouse_assets.center.reverse_index import ReverseIndex
     from warehouse_assets.center.state_store import PartitionState
 
@@ -78,6 +86,8 @@ CATCH_UP_DELAY_S = 24 * 3600.0  # a report at least this late (and at least a pe
 LOOKAHEAD = timedelta(days=40)
 
 MATERIALIZED, ARRIVES, RUNNING, QUEUED, RUNS = "materialized", "arrives", "running", "queued", "runs"
+INGESTS = "ingests"  # a source hour landed, waiting for the ingestion run that takes it
+INGESTION = f"job:{INGEST_JOB}"  # the ingestion's runs, as the history and the queue name them
 
 
 # --- inputs ---------------------------------------------------------------------------------------------------------
@@ -109,6 +119,10 @@ class States(Protocol):
     def seen(self, table: str, keys: Sequence[str]) -> Mapping[str, Seen]: ...
 
 
+# when a source partition had landed whole in the landing area (epoch seconds), None: not (yet), or not a landed kind
+LandedAt = Callable[[str, str], float | None]
+
+
 @dataclass(frozen=True)
 class RunTime:
     """One finished run of a table: how long it took and whether it succeeded."""
@@ -131,6 +145,8 @@ class History:
 
     runs: Mapping[str, Sequence[RunTime]] = field(default_factory=dict)
     arrivals: Mapping[str, Sequence[float]] = field(default_factory=dict)
+    # the start of the newest successful ingestion run: what had landed before it, it ingested
+    ingested_before: float | None = None
     min_runs: int = MIN_RUNS
     recent: int = RECENT
     default_run_s: float = DEFAULT_RUN_S
@@ -314,10 +330,10 @@ class Step:
 
     table: str
     partition: str
-    kind: str  # materialized | arrives | running | queued | runs
+    kind: str  # materialized | arrives | ingests | running | queued | runs
     finish: float  # ready at (epoch seconds)
-    start: float | None = None  # its run starts (running, queued, runs)
-    run: Estimate | None = None  # the run time used (running, queued, runs)
+    start: float | None = None  # its run starts (ingests: the ingestion's; running, queued, runs)
+    run: Estimate | None = None  # the run time used (ingests, running, queued, runs)
     overdue_s: float = 0.0  # a source (arrives) waited this long past its usual lateness
 
     def describe(self, zone: ZoneInfo) -> str:
@@ -332,6 +348,11 @@ class Step:
             if self.run.trusted
             else f" (default: {self.run.runs} successful runs known)"
         )
+        if self.kind == INGESTS:
+            return (
+                f"{self.table} {self.partition} landed, ingested by the run from ~{clock(self.start, zone)} "
+                f"({INGEST_JOB} {figure}), ready ~{at}"
+            )
         start = {RUNNING: "running since ", QUEUED: "queued, starts ~", RUNS: "runs ~"}[self.kind]
         return f"{self.table} {self.partition} {start}{clock(self.start, zone)} for {figure}, ready ~{at}"
 
@@ -410,9 +431,16 @@ class Predictor:
         history: History,
         now: float,
         queue: Queue | None = None,
+        landed: LandedAt | None = None,
     ):
         self.graph, self.states, self.history, self.now = graph, states, history, now
-        self._queued_start, self._queue_free = (queue or Queue()).starts(history, now)
+        queue = queue or Queue()
+        self._queued_start, self._queue_free = queue.starts(history, now)
+        self._landed = landed
+        # the ingestion run in progress (the landing sensor launches one at a time): it takes what landed before it
+        self._ingesting = max(
+            (r.started_at for r in queue.runs if r.table == INGESTION and r.started_at is not None), default=None
+        )
         self._seen: dict[Node, Seen] = {}
         self._upstream: dict[Node, Sequence[Node]] = {}
         self._step: dict[Node, Step] = {}
@@ -478,6 +506,11 @@ class Predictor:
             return Step(table, key, QUEUED, start + run.seconds, start, run), None
         if self.graph.is_source(table):
             end = self.graph.window_end(node)
+            # an hour not ended has not landed whole: the landing area is read only for those that have
+            landed = self._landed(table, key) if self._landed is not None and end <= now else None
+            ingested = self.history.ingested_before
+            if landed is not None and (ingested is None or ingested < landed):
+                return self._ingests(table, key, landed), None
             arrival = end + self.history.arrival_delay(table, now - end)
             overdue = max(0.0, now - end - self.history.lateness(table))
             return Step(table, key, ARRIVES, max(arrival, now), overdue_s=overdue), None
@@ -486,6 +519,20 @@ class Predictor:
         # a partition exists, and so runs, once its window has ended, however early its upstream was ready
         start = max(ready, self.graph.window_end(node), self._queue_free)
         return Step(table, key, RUNS, start + run.seconds, start, run), last
+
+    def _ingests(self, table: str, key: str, landed: float) -> Step:
+        """A source partition landed at ``landed``, not ingested yet: ready when the ingestion run that takes it ends.
+        The run in progress takes it if it landed before that run started; else the next one, launched when that run
+        ends (or now, with none in progress). Each takes the ingestion's expected run time; it ends at the earliest
+        now."""
+        run, now, running = self.history.run_time(INGESTION), self.now, self._ingesting
+        if running is not None and running >= landed:
+            start = running
+        elif running is not None:
+            start = max(now, running + run.seconds)
+        else:
+            start = now
+        return Step(table, key, INGESTS, max(now, start + run.seconds), start, run)
 
 
 def predict(
@@ -496,9 +543,10 @@ def predict(
     table: str,
     partition: str,
     queue: Queue | None = None,
+    landed: LandedAt | None = None,
 ) -> Prediction:
     """The predicted finish of one partition at ``now``, with its critical path."""
-    return Predictor(graph, states, history, now, queue).predict(table, partition)
+    return Predictor(graph, states, history, now, queue, landed).predict(table, partition)
 
 
 # --- the warehouse's graph and state, read for the prediction ---------------------------------------------------
@@ -583,6 +631,7 @@ def instance_history(instance: DagsterInstance, catalog: Catalog, now: datetime,
     )  # newest first
     by_key = {AssetKey(t.key): t.fqn for t in catalog}
     runs: dict[str, list[RunTime]] = {}
+    ingested_before: float | None = None
     for record in records:
         selection = list(record.dagster_run.asset_selection or ())
         if record.start_time is None or record.end_time is None:
@@ -594,6 +643,8 @@ def instance_history(instance: DagsterInstance, catalog: Catalog, now: datetime,
         if "dagster/asset_partition_range_start" in record.dagster_run.tags:
             continue  # a range's run time is many partitions', not what one partition waits
         succeeded = record.dagster_run.status == DagsterRunStatus.SUCCESS
+        if name == INGESTION and succeeded:
+            ingested_before = max(ingested_before, record.start_time) if ingested_before else record.start_time
         runs.setdefault(name, []).append(RunTime(record.end_time - record.start_time, succeeded))
     arrivals: dict[str, list[float]] = {}
     for table in catalog:
@@ -611,7 +662,7 @@ def instance_history(instance: DagsterInstance, catalog: Catalog, now: datetime,
         windows = {key: pdef.time_window_for_partition_key(key) for key in first}
         reports = [Report(w.start.timestamp(), w.end.timestamp(), first[key]) for key, w in windows.items()]
         arrivals[table.fqn] = usual_delays(reports)[:RECENT]
-    return History(runs=runs, arrivals=arrivals)
+    return History(runs=runs, arrivals=arrivals, ingested_before=ingested_before)
 
 
 def instance_queue(instance: DagsterInstance, catalog: Catalog) -> Queue:
@@ -663,10 +714,17 @@ def instance_queue(instance: DagsterInstance, catalog: Catalog) -> Queue:
 
 
 def instance_predictor(
-    instance: DagsterInstance, catalog: Catalog, view: Any, now: datetime, index: ReverseIndex | None = None
+    instance: DagsterInstance,
+    catalog: Catalog,
+    view: Any,
+    now: datetime,
+    index: ReverseIndex | None = None,
+    landing: Landing | None = None,
 ) -> Predictor:
-    """A predictor over the instance at ``now``: the store's states, the instance's history and queue."""
+    """A predictor over the instance at ``now``: the store's states, the instance's history and queue, and (with
+    ``landing``) the source hours landed there, waiting for the ingestion."""
     from warehouse_assets.center.reverse_index import ReverseIndex
+    from warehouse_assets.explain.landed import LandedHours
 
     index = index or ReverseIndex.build(catalog, current_time=now)
     return Predictor(
@@ -675,6 +733,7 @@ def instance_predictor(
         instance_history(instance, catalog, now),
         now.timestamp(),
         instance_queue(instance, catalog),
+        LandedHours(instance, catalog, landing) if landing is not None else None,
     )
 
 

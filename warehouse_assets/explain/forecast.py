@@ -15,6 +15,7 @@ from zoneinfo import ZoneInfo
 
 from warehouse_assets.catalog import BY_PERIOD, Catalog, DerivedTable, Table, regional_key
 from warehouse_assets.explain.eta import (
+    INGESTS,
     MATERIALIZED,
     QUEUED,
     RUNNING,
@@ -92,7 +93,7 @@ def timeline_markdown(predictions: Sequence[Prediction], zone: ZoneInfo, title: 
                 tag = "done, milestone, " if step.kind == MATERIALIZED else "milestone, "
                 lines.append(f"    {label} :{tag}{_stamp(step.finish, zone)}, 0d")
                 continue
-            tag = {RUNNING: "active, ", QUEUED: "", RUNS: "crit, "}[step.kind]
+            tag = {RUNNING: "active, ", INGESTS: "", QUEUED: "", RUNS: "crit, "}[step.kind]
             length = max(1, round((step.finish - step.start) / 60))
             lines.append(f"    {label} :{tag}{_stamp(step.start, zone)}, {length}m")
     # the path's partitions, a self-dependent run of days as one span (each step's timing is the chart's, and the

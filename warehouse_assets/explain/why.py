@@ -184,7 +184,7 @@ def explain(
             raise
         report = WhyReport(fqn, partition, NOT_YET if exc.exists_later else NEVER, verdict=exc.message)
         if exc.exists_later:
-            _predict(report, instance, catalog, table, PartitionStateStore(instance).view(), now)
+            _predict(report, instance, catalog, table, PartitionStateStore(instance).view(), now, landing)
         return report
     states = PartitionStates(instance, catalog, store, landing, external, current_time=now)
     report = WhyReport(fqn, partition, states.status(fqn, [partition])[partition], follows=_follows(catalog))
@@ -233,15 +233,23 @@ def explain(
             f"first: {first.table} {first.partition} ({first.state})"
         ) + "".join(f"; {note}" for note in _weak_notes(states.verdict(table, partition)))
     if not own.materialized and not never:
-        _predict(report, instance, catalog, table, states.partitions, now)
+        _predict(report, instance, catalog, table, states.partitions, now, landing)
     return report
 
 
 def _predict(
-    report: WhyReport, instance: DagsterInstance, catalog: Catalog, table: Table, view: StateView, now: datetime
+    report: WhyReport,
+    instance: DagsterInstance,
+    catalog: Catalog,
+    table: Table,
+    view: StateView,
+    now: datetime,
+    landing: Landing,
 ) -> None:
-    """The partition's predicted finish and critical path (:mod:`warehouse_assets.explain.eta`), and against its SLA."""
-    report.prediction = instance_predictor(instance, catalog, view, now).predict(table.fqn, report.partition)
+    """The partition's predicted finish and critical path (:mod:`warehouse_assets.explain.eta`), and against its SLA;
+    a source hour landed in ``landing`` waits for the ingestion, not for its source."""
+    predictor = instance_predictor(instance, catalog, view, now, landing=landing)
+    report.prediction = predictor.predict(table.fqn, report.partition)
     report.sla = report.prediction.against_sla(table)
     due = {(table.fqn, report.partition): sla_deadline(table, report.partition).timestamp()} if table.sla else {}
     record_predictions(instance, [report.prediction], now.timestamp(), WHY, due)
