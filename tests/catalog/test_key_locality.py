@@ -364,7 +364,15 @@ def test_the_lineage_command_prints_a_tables_verdict(capsys: pytest.CaptureFixtu
         "  key-scoped rebuilds: by user_id (from dwd.order_detail.user_id)",
     ]
     assert main(["lineage", "ads.lesson_catalog"]) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == f"  whole-partition rebuilds: {WHOLE['ads.lesson_catalog']}"
+    assert (
+        capsys.readouterr()
+        .out.splitlines()[-1]
+        .startswith(f"  whole-partition rebuilds: {WHOLE['ads.lesson_catalog']}; not additive: reads the subquery")
+    )
+    assert main(["lineage", "ads.daily_gmv"]) == 0  # a total: maintained from its input's changed rows
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "  additive: sum/count maintained from the changed rows of dws.user_order_daily"
+    )
     assert main(["lineage", "ods.order"]) == 0
     assert capsys.readouterr().out.splitlines() == ["ods.order", "  reads no table: late data does not rebuild it"]
     assert main(["lineage", "ads.daily_gnv"]) == 2
@@ -379,8 +387,16 @@ def test_the_lineage_command_lists_every_tables_verdict(capsys: pytest.CaptureFi
     listed = {line.split()[0]: line.split(None, 1)[1] for line in lines[:-1]}
     assert list(listed)[0].startswith("dwd.") and list(listed)[-1].startswith("ads.")  # layer by layer
     assert {fqn for fqn, verdict in listed.items() if verdict.startswith("key-scoped rebuilds: by ")} == set(KEY_LOCAL)
-    assert listed["dwd.attendance_detail"] == f"whole-partition rebuilds: {WHOLE['dwd.attendance_detail']}"
-    assert lines[-1] == f"{len(KEY_LOCAL)} of {len(listed)} tables key-scoped, {len(WHOLE)} whole-partition"
+    assert listed["dwd.attendance_detail"] == (
+        f"whole-partition rebuilds: {WHOLE['dwd.attendance_detail']}; not additive: reads 2 tables "
+        "(dwd.lesson_snapshot, ods.attendance): a total of one table is kept"
+    )
+    additive = {fqn for fqn, verdict in listed.items() if verdict.startswith("additive: ")}
+    assert additive == {"ads.attendance_rate_daily", "ads.daily_gmv", "ads.dau_global", "ads.gmv_hourly"}
+    assert lines[-1] == (
+        f"{len(KEY_LOCAL)} of {len(listed)} tables key-scoped, {len(additive)} additive, "
+        f"{len(WHOLE) - len(additive)} whole-partition"
+    )
     assert main(["lineage"]) == 2
     assert main(["lineage", "--keys", "ads.daily_gmv"]) == 2
     assert "or list every table: --keys" in capsys.readouterr().err

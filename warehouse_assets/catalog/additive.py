@@ -41,6 +41,7 @@ from warehouse_assets.catalog.lineage import WarehouseLineage, qualified_scope
 from warehouse_assets.catalog.model import ODS_CHANGE_COLUMNS, Catalog, DerivedTable, OdsTable, Table
 
 ROWS = "__rows"  # the hidden count of a group's rows: 0 deletes the group
+STATE_SUFFIX = "__state"  # the side table of an additive table's partial states: its own name, with this after it
 # the input's changed row images a maintained rebuild takes (a pre- and a post-image per updated row); past them a
 # whole rebuild costs less, as past key_locality.MAX_KEYS keys a key-scoped one's does
 MAX_CHANGED_ROWS = 2 * MAX_KEYS
@@ -110,6 +111,11 @@ class Additivity:
     def final_sql(self, states: str) -> str:
         """The table's select items from the state rows of the view ``states``, one output row per state row."""
         return f"SELECT {', '.join(self.select)} FROM {states}"
+
+
+def state_key(table: Table) -> list[str]:
+    """The key of the Delta table beside ``table`` that keeps its partial states (not a catalog table, not an asset)."""
+    return [*table.key[:-1], table.key[-1] + STATE_SUFFIX]
 
 
 def rebuild_verdict(locality: KeyLocality, additive: Additivity) -> str:

@@ -5,8 +5,10 @@ table.
 ``--up`` (the default) prints the columns it is computed from, table by table up to the sources, then the columns that
 decide the rows of each table on the way (filters, join keys, groupings); ``--down`` prints every table built from it,
 transitively: the columns computed from it, or every column where the rows depend on it. A table's rebuilds are
-key-scoped when its SQL proves each key's rows come from input rows of that key alone, else whole-partition, and the
-reason is printed (:mod:`warehouse_assets.catalog.key_locality`). Reads the catalog only.
+key-scoped when its SQL proves each key's rows come from input rows of that key alone
+(:mod:`warehouse_assets.catalog.key_locality`), maintained from the changed rows when it proves the table sums and
+counts of one input (:mod:`warehouse_assets.catalog.additive`), else whole-partition, and the reasons are printed.
+Reads the catalog only.
 """
 
 from __future__ import annotations
@@ -69,26 +71,32 @@ def run_lineage(args: argparse.Namespace) -> int:
 def table_lines(catalog: Catalog, lineage: WarehouseLineage, fqn: str) -> list[str]:
     """``fqn``, the tables it reads and how late data rebuilds it."""
     from warehouse_assets.catalog import DerivedTable
+    from warehouse_assets.catalog.additive import WarehouseTypes, rebuild_verdict
     from warehouse_assets.catalog.key_locality import key_locality
 
     table = catalog[fqn]
     if not isinstance(table, DerivedTable):  # a source, or a static table spelling its rows out
         return [fqn, "  reads no table: late data does not rebuild it"]
     inputs = lineage.input_columns(table)
-    return [fqn, f"  reads {', '.join(inputs)}", f"  {key_locality(table, inputs).describe()}"]
+    verdict = rebuild_verdict(key_locality(table, inputs), WarehouseTypes(catalog, lineage).verdict(table))
+    return [fqn, f"  reads {', '.join(inputs)}", f"  {verdict}"]
 
 
 def rebuild_lines(catalog: Catalog, lineage: WarehouseLineage) -> list[str]:
-    """Every table late data rebuilds, layer by layer, with how: key-scoped or whole-partition, and why."""
+    """Every table late data rebuilds, layer by layer, with how: key-scoped, additive or whole-partition, and why."""
     from warehouse_assets.catalog import LAYERS
+    from warehouse_assets.catalog.additive import WarehouseTypes, rebuild_verdict
     from warehouse_assets.catalog.key_locality import key_locality
 
     tables = sorted(catalog.derived(), key=lambda t: (LAYERS.index(t.layer), t.name))
-    verdicts = [key_locality(table, lineage.input_columns(table)) for table in tables]
-    width = max((len(v.table) for v in verdicts), default=0)
-    lines = [f"{v.table:<{width}}  {v.describe()}" for v in verdicts]
-    scoped = sum(v.key_local for v in verdicts)
-    return [*lines, f"{scoped} of {len(verdicts)} tables key-scoped, {len(verdicts) - scoped} whole-partition"]
+    types = WarehouseTypes(catalog, lineage)
+    verdicts = [(key_locality(table, lineage.input_columns(table)), types.verdict(table)) for table in tables]
+    width = max((len(t.fqn) for t in tables), default=0)
+    lines = [f"{k.table:<{width}}  {rebuild_verdict(k, a)}" for k, a in verdicts]
+    scoped = sum(k.key_local for k, _ in verdicts)
+    additive = sum(a.additive for _, a in verdicts)
+    whole = len(verdicts) - scoped - additive
+    return [*lines, f"{scoped} of {len(verdicts)} tables key-scoped, {additive} additive, {whole} whole-partition"]
 
 
 def upstream_lines(lineage: WarehouseLineage, ref: ColumnRef) -> list[str]:

@@ -50,6 +50,7 @@ from warehouse_assets.catalog import (
     check_partition_key,
     partition_window,
 )
+from warehouse_assets.catalog.additive import WarehouseTypes, rebuild_verdict
 from warehouse_assets.catalog.key_locality import key_locality
 from warehouse_assets.catalog.lineage import WarehouseLineage
 from warehouse_assets.center.heartbeat import EngineDown, engine_status
@@ -268,11 +269,14 @@ def _stale(instance: DagsterInstance, fqn: str, partition: str) -> str | None:
 
 
 def _rebuild_kind(catalog: Catalog, table: Table) -> str:
-    """How its late-data rebuild will go: by the changed keys (and which), or the whole partition (and why)."""
+    """How its late-data rebuild will go: by the changed keys (and which), by the groups a total's changed input rows
+    touch, or the whole partition (and why)."""
     if not isinstance(table, DerivedTable):
         return "rebuilt by its source"
     try:
-        return key_locality(table, WarehouseLineage(catalog).input_columns(table)).describe()
+        lineage = WarehouseLineage(catalog)
+        locality = key_locality(table, lineage.input_columns(table))
+        return rebuild_verdict(locality, WarehouseTypes(catalog, lineage).verdict(table))
     except Exception as exc:  # the explanation must not fail on a lineage it cannot follow
         return f"whole-partition rebuilds: its lineage was not followed ({exc})"
 

@@ -23,6 +23,7 @@ from dagster import (
 from resources.delta_lake import DeltaLakeResource, DeltaStore
 from resources.spark import SparkResource
 from warehouse_assets.catalog import Catalog, periods
+from warehouse_assets.catalog.additive import state_key
 from warehouse_assets.ingest.ops_tables import OPS_TABLES
 from warehouse_assets.instance.lanes import MAINTENANCE_LANE, lane_tags
 
@@ -42,6 +43,8 @@ def build_maintenance(catalog: Catalog) -> tuple[JobDefinition, ScheduleDefiniti
     tables: list[tuple[tuple[str, ...], int | None, bool, bool]] = [
         (tuple(t.key), None, False, True) for t in catalog if not t.is_external and not t.is_windows and not t.site
     ]
+    # the partial states beside the additive tables, rewritten by each of their builds
+    tables += [(tuple(state_key(t)), None, False, True) for t in catalog.derived() if not t.site]
     tables += [(ops.key, ops.retention_hours, True, False) for ops in OPS_TABLES]
 
     @op(

@@ -64,6 +64,7 @@ from warehouse_assets.catalog.checks import Check
 from warehouse_assets.catalog.lineage import WarehouseLineage
 from warehouse_assets.catalog.lineage_markdown import column_lineage_metadata
 from warehouse_assets.ingest.deliveries import external_source
+from warehouse_assets.materialize.additive import AdditiveMaintainer, GroupChanges
 from warehouse_assets.materialize.gate import (
     DEGRADED,
     LATE_CHANGES_TAG,
@@ -265,6 +266,14 @@ class _Planned:
     read_from: dict[str, list[str]]
     versions: dict[str, int]  # the Delta version of each input read
     scope: KeyScope | None = None  # the keys it rebuilds, when not the whole partition
+    groups: GroupChanges | None = None  # the groups of a total it maintains from the changed rows, when not whole
+    replaced: DataFrame | None = None  # those groups, as the MERGE names them
+    states: DataFrame | None = None  # an additive table's partial states, written after its rows
+
+    @property
+    def kind(self) -> str:
+        """How its commit writes it: by key, by group, or whole."""
+        return "keys" if self.scope else "groups" if self.groups else "whole"
 
 
 def _build_partitions(
@@ -321,6 +330,8 @@ class _RangedBuild:
         self.predicates: dict[str, list[Predicate]] = {}  # input → the row predicates it is read with
         # a rebuild for late data replaces only the changed keys' rows where the table's SQL proves that enough
         self.scoper = KeyScoper(catalog, table, context.instance, context.run.tags, spark, store)
+        # ... and a total's changed groups from the changed rows, where its SQL proves it a sum of its input's rows
+        self.additive = AdditiveMaintainer(catalog, table, context.instance, spark, store, context.log)
         self.bytes_read = 0  # of the partitioned inputs' files
 
     # --- reading a partition's inputs -------------------------------------------------------------------------
@@ -388,22 +399,34 @@ class _RangedBuild:
         table, spark = self.table, self.spark
         inputs, read_from, versions = self.read_inputs(key, verdict)
         scope, whole_because = self.scoper.scope(key, read_from, versions)
-        if scope is None and key in self.scoper.late:  # a late-data rebuild that could not be scoped: say why
+        groups = None
+        if scope is None and key in self.scoper.late:  # not by key: a total's changed groups, else whole
+            additive = self.additive.verdict
+            live = self.predicates.get(additive.input, ())
+            groups, why = self.additive.changes(key, read_from, versions, live)
+            whole_because = why if additive.additive else f"{whole_because}; {why}"
+        if groups is None and key in self.scoper.late:  # a late-data rebuild that could not be scoped: say why
             self.context.log.info(f"{table.fqn} {key}: rebuilt whole: {whole_because}")
-        if self.pending and (self.pending[0].scope is None) != (scope is None):
-            self.write()  # one commit writes partitions one way: by key, or whole
+        kind = "keys" if scope else "groups" if groups else "whole"
+        if self.pending and self.pending[0].kind != kind:
+            self.write()  # one commit writes partitions one way: by key, by group, or whole
         suffix = f"__{len(self.pending)}"  # the partition's own views: the write plans every partition's query first
         for name, df in inputs.items():
             view = df if scope is None else scope.only_keys(spark, name, df, self.predicates.get(name, ()))
             view.createOrReplaceTempView(view_name(name, suffix))
         out = spark.sql(render_sql(table, key, self.catalog, suffix))
         _check_columns(table, key, out)
+        replaced = states = None
+        if groups is not None:  # the changed groups' rows from their new states, in the query's columns
+            out, replaced, states = self.additive.rows(groups, out, suffix)
+        elif scope is None:
+            states = self.additive.whole_states(key, suffix)
         spec = partition_values_of(table, key)
         out = out.select(*[c for c in out.columns if c not in spec], *[F.lit(v).alias(c) for c, v in spec.items()])
         if self.self_dependent:
             out = out.localCheckpoint(eager=True)
             self.states.written.setdefault(table.fqn, set()).add(key)  # the gate of its next partition finds it built
-        self.pending.append(_Planned(key, verdict, out, inputs, read_from, versions, scope))
+        self.pending.append(_Planned(key, verdict, out, inputs, read_from, versions, scope, groups, replaced, states))
         if len(self.pending) >= RANGED_WRITE_MAX_PARTITIONS:
             self.write()
 
@@ -420,6 +443,8 @@ class _RangedBuild:
         alone = PartitionWritten(rows=result.rows, files=result.files_added, bytes=result.bytes_added)
         for planned, figures in zip(self.pending, result.by_partition or [alone], strict=True):
             self._written(planned, figures, result.version)
+        stated = {p.key: p.states for p in self.pending if p.states is not None}  # an additive table's: after its rows
+        self.additive.write_states(list(stated.values()), list(stated), result.version)
         if self.table.checks:
             self.outcomes.extend(self._check(result.version))
         self.pending.clear()
@@ -461,6 +486,17 @@ class _RangedBuild:
                 specs,
                 narrow=narrowed([p.scope for p in pending if p.scope]),
             )
+        if pending[0].groups is not None:  # every pending partition is a maintained total: one MERGE of its groups
+            replaced = [p.replaced for p in pending if p.replaced is not None]
+            return store.replace_keys(
+                spark,
+                table.key,
+                reduce(DataFrame.unionByName, frames),
+                reduce(DataFrame.unionByName, replaced),
+                self.additive.verdict.group_outputs,
+                table.partition_by,
+                specs,
+            )
         # a derived table records its changes from its first commit: a key-scoped rebuild below reads them
         rows = reduce(DataFrame.unionByName, frames)
         if self.bytes_read >= LAYOUT_MIN_BYTES:  # a few keys' rows in few files and pages, for key-scoped rebuilds
@@ -471,6 +507,7 @@ class _RangedBuild:
     def _written(self, planned: _Planned, figures: PartitionWritten, at: int) -> None:
         table, log = self.table, self.context.log
         key, verdict, read_from, scope = planned.key, planned.verdict, planned.read_from, planned.scope
+        groups = planned.groups
         self.states.written.setdefault(table.fqn, set()).add(key)
         lacking = degraded_description(verdict)
         if lacking:
@@ -486,6 +523,8 @@ class _RangedBuild:
                 "upstream": {t: span(k) for t, k in read_from.items()},
                 "read_versions": planned.versions,
                 **({"keys_rebuilt": scope.keys.num_rows} if scope else {}),
+                # a maintained total: the groups replaced (what changed for the next table down), the images read
+                **({"keys_rebuilt": groups.changed, "changed_rows_read": groups.images} if groups else {}),
                 # the inputs whose changed keys' rows came from their change feed, not a scan of their partitions
                 **({"key_rows_from_feed": sorted(scope.rows)} if scope and scope.rows else {}),
                 **({"degraded": lacking} if lacking else {}),
@@ -493,6 +532,8 @@ class _RangedBuild:
             }
         )
         rebuilt = f", the rows of {scope.keys.num_rows} changed {'/'.join(scope.key_columns)}" if scope else ""
+        if groups:
+            rebuilt = f", {groups.changed} groups maintained from {groups.images} changed rows"
         log.info(
             f"{table.fqn} {key}: {figures.rows} rows{rebuilt}, {figures.files} files, "
             f"Delta version {at}, read {', '.join(f'{t} {span(k)}' for t, k in read_from.items())}"

@@ -1,0 +1,258 @@
+"""Additive maintenance: a late change to the input of a total rebuilds the changed groups from the changed rows.
+
+A table whose SQL is proven additive (:mod:`warehouse_assets.catalog.additive`: sums and counts of one input's rows,
+per group) keeps, beside its rows, their partial states: a whole build also writes, per partition and group, each
+aggregate's mergeable partial and the group's row count to a side Delta table, ``<table>__state`` (same partition
+columns; not a catalog table, not an asset), each row stamped with the table's Delta version it matches.
+
+A rebuild for late data (where a key-scoped rebuild would be decided) then reads the input's change data feed
+between the version the last build read and now, in the partitions it reads (:meth:`DeltaStore.changed_rows`: the
+row images, +1 a post-image, -1 a pre-image), aggregates them into partial deltas per group, adds those to the stored
+states, computes the select items of the changed groups from their new states, and replaces exactly those groups'
+rows in one ``MERGE`` on the partition and the group columns (:meth:`DeltaStore.replace_keys`): a group whose rows
+are all gone is deleted. The new states are written after that commit. A state that is missing, or stamped with
+another version than the partition's last build (that build wrote no state, or its state write failed), a feed
+that does not cover the versions, or too many changed rows rebuild the partition whole, which writes the states
+afresh; the run's log says why. Checks judge the whole partition after the write, as after any build.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import reduce
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from dagster import DagsterInstance
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from resources.delta_keys import NET
+from resources.delta_lake import DeltaStore, Predicate, WriteResult
+from resources.spark import arrow_frame
+from warehouse_assets.catalog import Catalog, DerivedTable, Table, partition_values_of
+from warehouse_assets.catalog.additive import MAX_CHANGED_ROWS, ROWS, Additivity, WarehouseTypes, state_key
+from warehouse_assets.materialize.gate import span
+from warehouse_assets.materialize.key_scope import _entry, _previous_build
+
+VERSION = "__version"  # the table's Delta version a state row matches
+CHANGED = "__changed"  # a state row whose group the changed rows touched
+
+Logger = Any  # Dagster's run logger: ``warning``
+
+
+@dataclass(frozen=True)
+class GroupChanges:
+    """A partition's maintained rebuild: the new states of its groups, those the changed rows touched marked."""
+
+    key: str
+    states: pa.Table  # every group of the partition: group columns, partials, :data:`CHANGED`
+    images: int  # row images of the input read from its change feed
+
+    @property
+    def changed(self) -> int:
+        return int(pc.sum(self.states[CHANGED]).as_py() or 0)
+
+
+class AdditiveMaintainer:
+    """For one run of one table: whether its late-data rebuilds are maintained from the changed rows, and the
+    state table its whole builds and maintained rebuilds write."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        table: Table,
+        instance: DagsterInstance,
+        spark: SparkSession,
+        store: DeltaStore,
+        log: Logger,
+    ):
+        self.catalog, self.table, self.instance, self.spark, self.store = catalog, table, instance, spark, store
+        self.log = log
+        self._verdict: Additivity | None = None
+
+    @property
+    def verdict(self) -> Additivity:
+        """The table's additivity, proven once per run when first needed."""
+        if self._verdict is None:
+            table = self.table
+            self._verdict = (
+                WarehouseTypes(self.catalog).verdict(table)
+                if isinstance(table, DerivedTable)
+                else Additivity(table.fqn, reason="not a derived table")
+            )
+        return self._verdict
+
+    def render(self, sql: str, key: str, suffix: str) -> str:
+        """A query of the table's (``sql`` for its own) rendered for the partition ``key`` over its inputs' views
+        (``suffix``'s), as the runner renders the table's SQL."""
+        from warehouse_assets.materialize.runner import render_sql  # the runner imports this module
+
+        assert isinstance(self.table, DerivedTable)
+        return render_sql(dataclasses.replace(self.table, sql=sql), key, self.catalog, suffix)
+
+    @property
+    def state_key(self) -> list[str]:
+        return state_key(self.table)
+
+    # --- a whole build --------------------------------------------------------------------------------------------
+
+    def whole_states(self, key: str, suffix: str) -> DataFrame | None:
+        """The partition's states, planned over the views its whole build reads (``suffix``'s); None for a table that
+        is not additive. States that cannot be planned fail no build: its late-data rebuilds are whole until a build
+        writes them."""
+        if not self.verdict.additive:
+            return None
+        try:
+            states = self.spark.sql(self.render(self.verdict.state_sql(), key, suffix))
+        except Exception as exc:
+            self.log.warning(f"{self.table.fqn} {key}: partial states not planned: {exc}")
+            return None
+        return _with_partition(states, partition_values_of(self.table, key))
+
+    def write_states(self, states: Sequence[DataFrame], keys: Sequence[str], version: int) -> WriteResult | None:
+        """Replace the partitions ``keys`` of the state table with ``states``, stamped with the table's ``version``:
+        one commit, after the table's own."""
+        if not states:
+            return None
+        table = self.table
+        rows = reduce(DataFrame.unionByName, states).withColumn(VERSION, F.lit(version).cast("bigint"))
+        specs = [partition_values_of(table, k) for k in keys]
+        try:
+            return self.store.overwrite(self.state_key, rows, table.partition_by, specs, operation="write states")
+        except Exception as exc:  # the rows stand: states older than them make the next late rebuild whole
+            self.log.warning(f"{table.fqn}: partial states not written: {exc}")
+            return None
+
+    # --- a maintained rebuild -------------------------------------------------------------------------------------
+
+    def changes(
+        self,
+        key: str,
+        read_from: Mapping[str, Sequence[str]],
+        versions: Mapping[str, int],
+        predicates: Sequence[Predicate] = (),
+    ) -> tuple[GroupChanges | None, str]:
+        """The new states of ``key``'s groups from its input's changes since the last build (its inputs read at
+        ``versions``, their partitions ``read_from``; the input's rows filtered by ``predicates``), or None and why
+        the partition is rebuilt whole."""
+        verdict = self.verdict
+        if not verdict.additive:
+            return None, verdict.describe()
+        name = verdict.input
+        previous = _previous_build(self.instance, self.table, key)
+        entry = _entry(self.instance, self.table, key)
+        if previous is None or entry is None:
+            return None, "its last build recorded no input versions"
+        before_versions, before_read = previous
+        used = list(read_from.get(name, []))
+        if name not in versions or name not in before_versions:
+            return None, f"the versions of {name} read are not known"
+        if before_read.get(name) != span(used):
+            return None, f"reads other partitions of {name} than its last build ({before_read.get(name)})"
+        stored, why = self._stored(key, entry.get("delta_version"))
+        if stored is None:
+            return None, why
+        upstream = self.catalog[name]
+        specs = [partition_values_of(upstream, k) for k in used]
+        after, until = before_versions[name], versions[name]
+        images = self.store.changed_rows(self.spark, upstream.key, specs, after, until, MAX_CHANGED_ROWS)
+        if images is None:
+            return None, f"{name}'s change data feed does not cover versions {after + 1}-{until}"
+        if images.num_rows > MAX_CHANGED_ROWS:
+            return None, f"more than {MAX_CHANGED_ROWS:,} rows of {name} changed"
+        try:
+            states = self._added(stored, self._delta(key, name, images, predicates))
+        except Exception as exc:  # a rebuild that cannot be maintained is rebuilt whole, not failed
+            return None, f"the changed rows could not be added to the partial states: {exc}"
+        if verdict.group_by:
+            touched = states.filter(states[CHANGED])
+            if any(touched.column(g).null_count for g in verdict.group_columns):
+                return None, "a changed group is null (a MERGE matches no null)"
+            if not touched.num_rows:
+                if not states.num_rows:
+                    return None, "its partition holds no group"
+                # nothing its groups sum changed: one group replaced by the same row still records the rebuild
+                flags = pa.array([i == 0 for i in range(states.num_rows)])
+                states = states.set_column(states.schema.get_field_index(CHANGED), CHANGED, flags)
+        else:  # one total per partition, there with no row too: always the one replaced
+            states = states.set_column(states.schema.get_field_index(CHANGED), CHANGED, pa.array([True]))
+        return GroupChanges(key, states, images.num_rows), ""
+
+    def _stored(self, key: str, built: object) -> tuple[pa.Table | None, str]:
+        """The partition's stored states, if they match its last build (its Delta version ``built``)."""
+        if not self.store.exists(self.state_key):
+            return None, "no partial states stored (the table was last built before they were)"
+        rows, _ = self.store.read_rows(self.state_key, [partition_values_of(self.table, key)])
+        if not rows.num_rows:
+            return None, "no partial states stored for the partition"
+        stamped = set(rows.column(VERSION).to_pylist())
+        if stamped != {built}:
+            return None, f"its partial states match version {min(stamped)}, not its last build's ({built})"
+        drop = [c for c in rows.column_names if c in self.table.partition_by or c == VERSION]
+        return rows.drop_columns(drop), ""
+
+    def _delta(self, key: str, name: str, images: pa.Table, predicates: Sequence[Predicate]) -> DataFrame:
+        """The partials of the changed rows' images per group: each image weighted by its count in the feed."""
+        spark = self.spark
+        schema = self.store.read(spark, self.catalog[name].key, partitions=[])[0]  # the input's own types
+        if images.num_rows:
+            frame = arrow_frame(spark, images)
+            frame = frame.select(*[F.col(c).cast(t).alias(c) for c, t in schema.dtypes], F.col(NET).cast("bigint"))
+        else:
+            frame = schema.withColumn(NET, F.lit(0).cast("bigint"))
+        for p in predicates:
+            frame = frame.where(p.spark_sql())
+        from warehouse_assets.materialize.runner import view_name  # the runner imports this module
+
+        suffix = "__changed_rows"  # a view of its own: the pending partitions' views stay as they are
+        frame.createOrReplaceTempView(view_name(name, suffix))
+        try:
+            return arrow_frame(spark, spark.sql(self.render(self.verdict.state_sql(NET), key, suffix)).toArrow())
+        finally:
+            spark.catalog.dropTempView(view_name(name, suffix))
+
+    def _added(self, stored: pa.Table, delta: DataFrame) -> pa.Table:
+        """The stored states plus the deltas, per group (groups matched null-safely), in the stored types; the
+        groups the deltas touched marked :data:`CHANGED`."""
+        verdict = self.verdict
+        old = arrow_frame(self.spark, stored)
+        groups = verdict.group_columns
+        on = [old[g].eqNullSafe(delta[g]) for g in groups]
+        joined = old.join(delta, reduce(lambda a, b: a & b, on), "full_outer") if on else old.crossJoin(delta)
+        items = [F.coalesce(old[g], delta[g]).alias(g) for g in groups]
+        for p in verdict.partials:
+            kind = old.schema[p.name].dataType
+            total = F.coalesce(old[p.name], F.lit(0)) + F.coalesce(delta[p.name], F.lit(0))
+            items.append(total.cast(kind).alias(p.name))
+        touched = delta[ROWS].isNotNull() if groups else F.lit(True)
+        return joined.select(*items, touched.alias(CHANGED)).toArrow()
+
+    def rows(self, changes: GroupChanges, out: DataFrame, suffix: str) -> tuple[DataFrame, DataFrame, DataFrame]:
+        """The changed groups' new rows (``out``'s columns and types: the table's query planned for the partition),
+        the groups the MERGE replaces (its group columns and the partition's), and the partition's new states."""
+        verdict, spark = self.verdict, self.spark
+        spec = partition_values_of(self.table, changes.key)
+        states = changes.states
+        kept = states.filter(pc.greater(states[ROWS], 0)) if verdict.group_by else states
+        touched = states.filter(states[CHANGED])
+        live = touched.filter(pc.greater(touched[ROWS], 0)) if verdict.group_by else touched
+        view = f"__additive_states{suffix}"
+        arrow_frame(spark, live.drop_columns([CHANGED])).createOrReplaceTempView(view)
+        final = spark.sql(self.render(verdict.final_sql(view), changes.key, suffix)).toDF(*out.columns)
+        final = final.select(*[F.col(c).cast(t).alias(c) for c, t in out.dtypes])
+        if verdict.group_by:
+            groups = arrow_frame(spark, touched.select(list(verdict.group_columns)))
+            named = zip(verdict.group_columns, verdict.group_outputs, strict=True)
+            changed = _with_partition(groups.select(*[F.col(g).alias(o) for g, o in named]), spec)
+        else:
+            changed = spark.range(1).select(*[F.lit(v).alias(c) for c, v in spec.items()])
+        new_states = _with_partition(arrow_frame(spark, kept.drop_columns([CHANGED])), spec)
+        return final, changed, new_states
+
+
+def _with_partition(df: DataFrame, spec: Mapping[str, str]) -> DataFrame:
+    return df.select(*[c for c in df.columns if c not in spec], *[F.lit(v).alias(c) for c, v in spec.items()])
