@@ -22,10 +22,12 @@ from tests.center.test_center import Center, hours, requested
 from tests.center.test_state_store import create_run, end, materialize_in, start
 from tests.support.small_catalog import VALUED_ODS, sql_catalog, write
 from warehouse_assets.catalog import Catalog, load_catalog
+from warehouse_assets.catalog.key_locality import MAX_KEYS
 from warehouse_assets.catalog.policies import LateDataPolicy
 from warehouse_assets.center.late_data import LANE_TAG, REBUILD_LANE, due_time
 from warehouse_assets.center.ledger import open_readonly
 from warehouse_assets.explain.status import status_lines
+from warehouse_assets.explain.why import _rebuild_kind as rebuild_kind
 from warehouse_assets.explain.why import explain
 from warehouse_assets.materialize.gate import LATE_CHANGES_TAG
 
@@ -263,6 +265,11 @@ def test_why_and_status_say_a_partition_is_stale_since_when_and_when_its_rebuild
     assert expected in report.lines()[0]
     # and how its rebuild goes: dwd.day declares no key, so it cannot be rebuilt by key
     assert "whole-partition rebuilds: declares no primary_key" in report.lines()[0]
+    assert "not additive: id reads id outside an aggregate" in report.lines()[0]
+    # a total of dwd.day's rows, were it stale, would be maintained from dwd.day's changed rows
+    assert (
+        rebuild_kind(catalog, catalog["dws.sum"]) == "additive: sum/count maintained from the changed rows of dwd.day"
+    )
     ledger = open_readonly(center.store.path)
     assert ledger is not None
     lines = status_lines(catalog, center.store.view(), "dwd.day", [DAY, "2026-03-04"], ledger)
@@ -374,7 +381,7 @@ def test_a_key_local_table_absorbs_late_data_at_once_while_a_whole_rebuild_keeps
     instance: DagsterInstance, tmp_path: Path
 ) -> None:
     """One policy, two rules: the table whose rebuild replaces only the changed keys' rows (key-local: grouped by its
-    key) follows late data at once; the total over the whole day, whose rebuild recomputes it all, waits its hour."""
+    key) follows late data at once; the maximum over the whole day, whose rebuild recomputes it all, waits its hour."""
     catalog = sql_catalog(
         tmp_path / "split",
         {
@@ -382,7 +389,7 @@ def test_a_key_local_table_absorbs_late_data_at_once_while_a_whole_rebuild_keeps
                 f"period: daily\nprimary_key: [id]\n{SPLIT}",
                 "SELECT id, sum(v) AS v FROM ods.src GROUP BY id",
             ),
-            "dwd/total.sql": (f"period: daily\nprimary_key: [v]\n{SPLIT}", "SELECT sum(v) AS v FROM ods.src"),
+            "dwd/total.sql": (f"period: daily\nprimary_key: [v]\n{SPLIT}", "SELECT max(v) AS v FROM ods.src"),
         },
         ods=VALUED_ODS,
     )
@@ -400,6 +407,45 @@ def test_a_key_local_table_absorbs_late_data_at_once_while_a_whole_rebuild_keeps
     assert LateDataPolicy.parse({"rebuild": "at_once", "whole": "every 60m"}).describe() == (
         "at once (whole rebuilds every 1 h), lookback 3 d, grace 1 h"
     )
+
+
+def test_an_additive_total_absorbs_late_data_at_once_unless_its_changed_rows_make_it_whole(
+    instance: DagsterInstance, tmp_path: Path
+) -> None:
+    """A sum over the whole day is maintained from its input's changed rows: its rebuild follows the ``rebuild`` rule,
+    at once, as a key-local one does, while a maximum of the same day waits for the whole rule's hour. A late report of
+    more changed rows than a maintained rebuild takes makes it whole, and it keeps the whole rule."""
+    catalog = sql_catalog(
+        tmp_path / "additive",
+        {
+            "dwd/total.sql": (f"period: daily\n{SPLIT}", "SELECT sum(v) AS v, count(*) AS n FROM ods.src"),
+            "dwd/top.sql": (f"period: daily\n{SPLIT}", "SELECT max(v) AS v FROM ods.src"),
+        },
+        ods=VALUED_ODS,
+    )
+    center = Center(instance, catalog)
+    src = AssetKey(["ods", "src"])
+    center.report("ods.src", hours(DAY), checked=None)
+    assert requested(center.step(BUILT)) == {"dwd.top": [[DAY]], "dwd.total": [[DAY]]}
+    for table in ("dwd.total", "dwd.top"):
+        center.report(table, [DAY], checked=None)
+    center.step(BUILT)
+
+    def late_report(hour: int, changed: int) -> None:  # as the readiness sensor reports an hour's late changes
+        metadata = {"rows": 5_000, "late_changes": True, "changed_rows": changed}
+        instance.report_runless_asset_event(
+            AssetMaterialization(src, partition=f"{DAY}-{hour:02d}:00", metadata=metadata)
+        )
+
+    late_report(10, changed=40)
+    assert requested(center.step(BUILT + timedelta(minutes=1))) == {"dwd.total": [[DAY]]}
+    center.report("dwd.total", [DAY], checked=None)
+    center.step(BUILT + timedelta(minutes=2))
+    late_report(11, changed=2 * MAX_KEYS + 1)  # a replay: more images than the maintenance reads
+    assert "dwd.total" not in requested(center.step(BUILT + timedelta(minutes=3)))
+    stale = center.resolver.ledger.stale("dwd.total", [DAY])[DAY]
+    assert stale.note == f"{2 * MAX_KEYS + 1:,} rows changed upstream: rebuilt whole, so by the whole rule"
+    assert requested(center.step(BUILT + timedelta(minutes=63))).get("dwd.total") == [[DAY]]
 
 
 def test_a_key_local_rebuild_that_will_be_whole_follows_the_whole_rule(

@@ -20,6 +20,7 @@ from zoneinfo import ZoneInfo
 from dagster import AssetKey
 
 from warehouse_assets.catalog import WHOLE, Catalog, DerivedTable, LateDataPolicy, Table, partition_window
+from warehouse_assets.catalog.additive import MAX_CHANGED_ROWS, WarehouseTypes
 from warehouse_assets.catalog.dependencies import LATEST
 from warehouse_assets.catalog.key_locality import MAX_KEYS, MAX_SHARE, SMALL_PARTITION, key_locality
 from warehouse_assets.catalog.lineage import WarehouseLineage
@@ -105,12 +106,14 @@ def due_time(
 
 class RebuildKinds:
     """Which policy rule a table's late-data rebuild follows: a key-local table's rebuild replaces only the changed
-    keys' rows (``rebuild``), any other's recomputes whole partitions (``whole``). Proven from each table's SQL the
-    first time it matters (a warehouse of 10,000 tables pays for the ones late data reaches), and kept."""
+    keys' rows, an additive total's only the changed groups' rows, from the changed input rows (``rebuild``); any
+    other's recomputes whole partitions (``whole``). Proven from each table's SQL the first time it matters (a
+    warehouse of 10,000 tables pays for the ones late data reaches), and kept."""
 
     def __init__(self, catalog: Catalog):
         self.catalog = catalog
         self._lineage: WarehouseLineage | None = None
+        self._types: WarehouseTypes | None = None
         self._key_local: dict[str, bool] = {}
 
     def rebuilt_whole(
@@ -119,14 +122,25 @@ class RebuildKinds:
         """Whether the rebuild will recompute whole partitions, and why when its size decides it: a table that is not
         key-local always does; a key-local one when its late changes, as the upstream materializations recorded them,
         are more keys than a key-scoped rebuild takes (the runner's limits). An upstream that recorded no count is
-        taken as few: the runner decides for certain when it runs."""
-        if not self.key_local(table):
-            return True, ""
+        taken as few: the runner decides for certain when it runs. An additive total's likewise past the changed input
+        rows its maintenance reads (:data:`MAX_CHANGED_ROWS`)."""
         changed = sum(s.changed or 0 for s in late_upstream)
+        if not self.key_local(table):
+            if not self.additive(table):
+                return True, ""
+            if changed > MAX_CHANGED_ROWS:
+                return True, f"{changed:,} rows changed upstream: rebuilt whole, so by the whole rule"
+            return False, ""
         rows = own.rows
         if changed > MAX_KEYS or (rows is not None and rows >= SMALL_PARTITION and changed > MAX_SHARE * rows):
             return True, f"{changed:,} rows changed upstream: rebuilt whole, so by the whole rule"
         return False, ""
+
+    def additive(self, table: DerivedTable) -> bool:
+        """Whether the table is a total maintained from its input's changed rows (proven once; kept by the types)."""
+        if self._types is None:
+            self._types = WarehouseTypes(self.catalog, self._lineage)
+        return self._types.verdict(table).additive
 
     def key_local(self, table: DerivedTable) -> bool:
         found = self._key_local.get(table.fqn)
