@@ -553,6 +553,41 @@ def test_a_table_due_with_its_input_waits_for_that_rebuild_not_a_day(instance: D
     assert center.step(six + timedelta(minutes=32)) == []
 
 
+SETTLING_CHAIN = {  # dwd.a and ads.c settle together; dws.b, between them, follows dwd.a at once
+    "dwd.a": ("period: daily\nlate_data: {rebuild: after 48h}\n", "SELECT id, v FROM ods.src"),
+    "dws.b": ("period: daily\nprimary_key: [id]\nlate_data: {rebuild: at_once}\n", "SELECT id, v FROM dwd.a"),
+    "ads.c": (
+        "period: daily\nlate_data: {rebuild: after 48h}\n",
+        "SELECT b.id, b.v + s.v AS v FROM dws.b b JOIN ods.src s ON b.id = s.id",
+    ),
+}
+
+
+def test_a_settled_whole_rebuild_waits_for_a_rebuild_coming_further_up_and_is_built_once(
+    instance: DagsterInstance, tmp_path: Path
+) -> None:
+    """ads.c reads the source directly and through dws.b, which follows dwd.a at once. A late change makes dwd.a and
+    ads.c stale, both due when the day has settled. Built beside dwd.a, ads.c would be built whole again a grace
+    later, once dwd.a's rebuild has come through dws.b: it waits for the rebuild two tables up and is built once."""
+    tables = {f"{fqn.replace('.', '/')}.sql": declaration for fqn, declaration in SETTLING_CHAIN.items()}
+    center = Center(instance, sql_catalog(tmp_path, tables, ods=VALUED_ODS))
+    center.report("ods.src", hours(DAY), checked=None)
+    built(center, "dwd.a", "dws.b", "ads.c")
+    late_hour(center, 10)
+    assert center.step(datetime(2026, 3, 6, 12, 0, tzinfo=TZ)) == []  # seen after the grace: both wait to settle
+    settled = datetime(2026, 3, 8, 1, 0, tzinfo=TZ)  # the day closed 48 h ago, and a grace more
+    plans = requested(center.step(settled))
+    assert plans.get("dwd.a") == [[DAY]]
+    assert "ads.c" not in plans  # dwd.a's rebuild comes to it through dws.b
+    center.report("dwd.a", [DAY], checked=None)
+    assert requested(center.step(settled + timedelta(minutes=5))).get("dws.b") == [[DAY]]
+    center.report("dws.b", [DAY], checked=None)
+    assert requested(center.step(settled + timedelta(minutes=10))).get("ads.c") == [[DAY]]
+    center.report("ads.c", [DAY], checked=None)
+    for later in (timedelta(hours=2), timedelta(hours=3)):  # nothing left to absorb: no second whole rebuild
+        assert "ads.c" not in requested(center.step(settled + later))
+
+
 def test_an_input_a_run_waited_for_before_reading_is_not_late_data_to_it(
     instance: DagsterInstance, catalog: Catalog
 ) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 from zoneinfo import ZoneInfo
 
 from dagster import AssetKey
@@ -28,6 +28,9 @@ from warehouse_assets.catalog.policies import AFTER, AT_ONCE, DAILY_AT, EVERY, N
 from warehouse_assets.center.ledger import Ledger, Rebuild, Stale
 from warehouse_assets.center.state_store import PartitionState
 from warehouse_assets.materialize.gate import Verdict
+
+if TYPE_CHECKING:
+    from warehouse_assets.center.reverse_index import ReverseIndex
 
 # Automatic runs look this far back from the latest partition; older history is a backfill's: deploying a table must
 # not start runs for all of its past. Late data reaches back no further than each table's own, shorter, lookback.
@@ -177,8 +180,10 @@ class LateData:
     """The late-data rule: whether a built partition whose inputs changed after its build is rebuilt now, under the
     policy of each dependency the change came through, or recorded stale with the time its rebuild is due."""
 
-    def __init__(self, catalog: Catalog, ledger: Ledger, timezone: ZoneInfo):
-        self.catalog, self.ledger, self._timezone = catalog, ledger, timezone
+    def __init__(self, catalog: Catalog, ledger: Ledger, timezone: ZoneInfo, index: ReverseIndex | None = None):
+        self.catalog, self.ledger, self._timezone, self.index = catalog, ledger, timezone, index
+        # per snapshot: the partitions found with no rebuild coming anywhere upstream of them
+        self._quiet: tuple[int, set[tuple[str, str]]] = (0, set())
         self.kinds = RebuildKinds(catalog)
         self._fqn = {AssetKey(t.key).to_user_string(): t.fqn for t in catalog}  # the store's asset keys → tables
         self._stateful = {AssetKey(t.key).to_user_string() for t in catalog if t.state_names}
@@ -225,7 +230,9 @@ class LateData:
         if not note and any(p.whole for p in declared):
             note = why_whole
         if due is not None and due <= now:
-            waiting = self._waiting(late_upstream, used, states, now)
+            waiting = self._waiting(late_upstream, used, states, now) or (
+                self._upstream_rebuilding(table, partition, states, now) if whole else None
+            )
             if waiting is None:
                 states.rebuilds[(table.fqn, partition)] = Rebuild(since, changes, now.timestamp())
                 return True
@@ -348,6 +355,37 @@ class LateData:
         if coming:
             first = coming[0]
             return now + LOOK_AGAIN, f"waits for {self._fqn[first.asset_key]} {first.partition}'s rebuild, coming now"
+        return None
+
+    def _upstream_rebuilding(
+        self, table: DerivedTable, partition: str, states: LateSnapshot, now: datetime
+    ) -> tuple[datetime | None, str] | None:
+        """A whole rebuild also waits for a rebuild coming now further up (an input's input, rebuilt whole when its
+        window settles, makes the input rebuild at once after it): built before it, the partition would be rebuilt
+        whole again a grace later, a day's figures recomputed twice or three times for one settling. None when no
+        rebuild is coming anywhere upstream, within the lookback the index knows."""
+        if self.index is None:
+            return None
+        if self._quiet[0] != id(states):
+            self._quiet = (id(states), set())
+        quiet = self._quiet[1]
+        seen: set[tuple[str, str]] = set()
+        frontier = [(table, partition)]
+        while frontier:
+            below, key = frontier.pop()
+            for dep in below.deps:
+                upstream = self.catalog[dep.table]
+                if upstream.is_source or upstream.is_static or dep.table == below.fqn:
+                    continue  # a source is reported, not rebuilt; a T-1 of itself is its own history
+                keys = self.index.upstream_of(below.fqn, dep.table, key, now) or []
+                fresh = [k for k in keys if (dep.table, k) not in seen and (dep.table, k) not in quiet]
+                seen.update((dep.table, k) for k in fresh)
+                for k, state in states.states(upstream, fresh).items():
+                    if self._rebuilding(state, states, now):
+                        return now + LOOK_AGAIN, f"waits for {dep.table} {k}'s rebuild upstream, coming now"
+                    if isinstance(upstream, DerivedTable):
+                        frontier.append((upstream, k))
+        quiet.update(seen)
         return None
 
     def _rebuilding(self, upstream: PartitionState, states: LateSnapshot, now: datetime) -> bool:

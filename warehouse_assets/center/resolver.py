@@ -117,7 +117,7 @@ class Resolver:
                 if dep.mode == DEADLINE and dep.deadline is not None:
                     self._deadline_deps.setdefault(dep.deadline, []).append((table, dep))
         self._timezone = ZoneInfo(BY_PERIOD["daily"].timezone)
-        self._late_data = LateData(catalog, self.ledger, self._timezone)
+        self._late_data = LateData(catalog, self.ledger, self._timezone, self.index)
         self._referencing: dict[str, list[DerivedTable]] = {}  # a static table → the tables that read it
         for table in catalog.derived():
             for ref in table.references:
