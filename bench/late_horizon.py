@@ -28,24 +28,29 @@ every partition its dependencies map it to (the reverse index's ``upstream_of``)
 sum, for a first build and any whole rebuild. A late-data rebuild of a table the product proves key-local
 (``catalog/key_locality.py``; 30 % of the generated tables are made totals over the whole partition, which are not)
 reads one row per changed key and input partition, as ``materialize/key_scope.py`` does, unless so many keys changed
-that the product rebuilds it whole (the same thresholds). The keys a build changes are what its readers then see
-changed: a root hour's late changes (one key each, two for a moved key; 2 % of the hour's rows in the replay), at most
-a partition's rows, and every row for a first build. ``late_work_ratio`` is the rows read by every build after a
-partition's first over the rows read by the first builds; ``late_work_ratio_whole`` the same if every rebuild were
-whole (the product before key-scoped rebuilds, or every table declaring ``incremental: false``).
+that the product rebuilds it whole (the same thresholds). Half the totals are sums and counts, the other half a
+minimum (standing for distinct counts and the like); a sum over one table is additive (``catalog/additive.py``), and
+its late-data rebuild reads its input's change feed (a pre- and a post-image per changed row) and its stored partial
+states (one row), as ``materialize/additive.py`` does, unless more rows changed than it takes. The keys a build
+changes are what its readers then see changed: a root hour's late changes (one key each, two for a moved key; 2 % of
+the hour's rows in the replay), at most a partition's rows, and every row for a first build. ``late_work_ratio`` is
+the rows read by every build after a partition's first over the rows read by the first builds;
+``late_work_ratio_whole`` the same if every rebuild were whole (the product before key-scoped rebuilds, or every
+table declaring ``incremental: false``).
 
 **What it prints**, per size and policy: builds per closed daily and hourly partition (P50, P99, max: the partitions
 of the first two days, each watched for at least four days after it closed), the amplification (builds over first
 builds), the late lag (a sampled late change's arrival until each ADS partition built before it arrived, and built
 from its hour, is built again with it: P50, P90; the pairs never absorbed counted apart), the late work ratio, and
-the stale partitions left with a due time at the end. ``none`` is the same horizon without late changes: the
-builds the rules make by design (states, any windows), against which the others compare. After the horizon the
-sources stop and the clock runs on (at most three days) until no rebuild is due. Checked: no partition whose window
-ended within the horizon is left unbuilt (``missed=0``), and every sampled change reaches every ADS partition it must
-(``unabsorbed=0``), or stopped at a partition on its way reported stale and left to a repair by its policy (that
-ADS partition or one before it; ``left_to_repair``: a rebuild due past the table's lookback). ``late_lag_hour_p90_s``
-is the lag of the ADS tables whose policies promise an hour: every table on the way follows, for the rebuild it gets
-(by key, or whole), a rule of at most an hour.
+the stale partitions left with a due time at the end. ``none`` is the same horizon without late changes: the builds
+the rules make by design (states, any windows), against which the others compare. After the horizon the sources stop
+and the clock runs on (at most three days) until no rebuild is due. Checked: no partition whose window ended within
+the horizon is left unbuilt (``missed=0``), and every sampled change reaches every ADS partition it must
+(``unabsorbed=0``), or stopped at a partition on its way reported stale and left to a repair by its policy (that ADS
+partition or one before it; ``left_to_repair``: a rebuild due past the table's lookback). ``LATE_HORIZON_TRACE=N``
+logs the N closed daily partitions built whole most, each build's time and trigger, and their inputs' builds.
+``late_lag_hour_p90_s`` is the lag of the ADS tables whose policies promise an hour: every table on the way follows,
+for the rebuild it gets (by key, or whole), a rule of at most an hour.
 
 No Spark. Progress on stderr; the last line of stdout is ``RESULT`` with the figures of the default policy
 (``every 60m``) at the largest size, and the machine's ``calib_ms``.
@@ -66,7 +71,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from datetime import time as clock
 from pathlib import Path
 from typing import Any
@@ -80,6 +85,7 @@ for path in (BENCH, BENCH.parent):
 import automation_scale as scale  # noqa: E402  (the synthetic catalogs and the store's history)
 from calibration import calib_ms  # noqa: E402
 
+from warehouse_assets.catalog.additive import MAX_CHANGED_ROWS  # noqa: E402
 from warehouse_assets.catalog.key_locality import MAX_KEYS, MAX_SHARE, SMALL_PARTITION  # noqa: E402
 
 TICK = timedelta(minutes=5)
@@ -94,6 +100,9 @@ LAG_SAMPLES = 200  # late changes followed to the ADS partitions they reach
 DRAIN = timedelta(days=3)  # after the horizon, how long the clock may run on for the rebuilds still due
 # of the derived tables: a total over the whole partition (no GROUP BY), which no key-scoped rebuild can touch
 AGGREGATE_SHARE = 0.3
+# of those totals: sums and counts (additive: maintained from their input's changed rows when they read one table);
+# the others a minimum, as a distinct count or a ratio of windows is, which only a whole rebuild recomputes
+ADDITIVE_SHARE = 0.5
 AGGREGATE_MARK = "/* total */"
 DEFAULT_POLICY = "every 60m"
 POLICIES = ("none", "at_once", "every 30m", DEFAULT_POLICY, "daily 06:00")
@@ -138,12 +147,20 @@ def declare(root: Path, policy: str, seed: int) -> None:
     make a share of them (the same whatever the policy) totals over the whole partition: the generated tables all
     group by their key, which every real warehouse does not."""
     rng = random.Random(seed + 303)
+    kinds = random.Random(seed + 404)  # its own draws: the same tables are totals as before sums were told apart
     for path in sorted(root.glob("*/*.sql")):
         text = path.read_text()
         if "kind: static" in text:
             continue
         if rng.random() < AGGREGATE_SHARE:
-            text = text.replace("SELECT t0.id,", f"SELECT {AGGREGATE_MARK} min(t0.id) AS id,", 1)
+            if kinds.random() < ADDITIVE_SHARE:
+                text = text.replace(
+                    "SELECT t0.id, max(t0.user_id) AS user_id,",
+                    f"SELECT {AGGREGATE_MARK} 0 AS id, sum(t0.user_id) AS user_id,",
+                    1,
+                )
+            else:
+                text = text.replace("SELECT t0.id,", f"SELECT {AGGREGATE_MARK} min(t0.id) AS id,", 1)
             text = text.replace("\nGROUP BY t0.id\n", "\n", 1)
         if policy != "none":
             text = text.replace("owner: bench\n", f"owner: bench\nlate_data: {policy_spec(policy)}\n", 1)
@@ -168,6 +185,7 @@ class Horizon:
         self.scoped: Counter[str] = Counter()
         self.work: Counter[str] = Counter()  # rows read after first builds, by why the rebuild read them
         self.key_local = self._key_local()
+        self.additive = self._additive()
         self.key_chain = self._key_chain()
         self.hour_promise = self._hour_promise()
         self.aggregates = {t.fqn for t in catalog.derived() if AGGREGATE_MARK in t.sql}
@@ -177,6 +195,9 @@ class Horizon:
         self.samples: dict[int, tuple[str, str, datetime]] = {}
         self.holds: dict[tuple[str, str], frozenset[int]] = {}
         self.absorbed: dict[tuple[int, str, str], datetime] = {}
+        # each whole build of a partition: when, and why (LATE_HORIZON_TRACE=N logs the N most built closed days)
+        self.whole_log: dict[tuple[str, str], list[str]] = {}
+        self.trace = int(os.environ.get("LATE_HORIZON_TRACE", "0"))
 
     def _key_local(self) -> set[str]:
         """The tables the product proves key-local (a late-data rebuild of them is scoped to the changed keys)."""
@@ -189,6 +210,13 @@ class Horizon:
             for t in self.catalog.derived()
             if not t.is_static and key_locality(t, lineage.input_columns(t)).key_local
         }
+
+    def _additive(self) -> set[str]:
+        """The totals the product proves additive (a late-data rebuild of them reads the input's changed rows)."""
+        from warehouse_assets.catalog.additive import WarehouseTypes
+
+        types = WarehouseTypes(self.catalog)
+        return {t.fqn for t in self.catalog.derived() if not t.is_static and types.verdict(t).additive}
 
     def _key_chain(self) -> set[str]:
         """The key-local tables whose every derived input is one too: late data reaches them without a whole
@@ -216,7 +244,7 @@ class Horizon:
 
         def hourly(table: Any) -> bool:
             policy = table.late_data
-            if policy.whole is not None and table.fqn not in self.key_local:
+            if policy.whole is not None and table.fqn not in self.key_local | self.additive:
                 policy = policy.for_whole_rebuilds()
             return policy.rebuild == AT_ONCE or (policy.rebuild == EVERY and (policy.every_minutes or 0) <= 60)
 
@@ -297,10 +325,13 @@ class Horizon:
                 table = self.catalog[plan.table]
                 late = {partition for partition, _ in plan.late_changes}
                 # each partition's rows and the keys its build changed, as the runner's metadata records them
-                counts = {key: self.built(plan.table, key, now, key in late) for key in plan.partitions}
+                counts = {
+                    key: self.built(plan.table, key, now, key in late, ",".join(sorted(plan.trigger.fields)))
+                    for key in plan.partitions
+                }
                 self.feed.complete(table, plan.partitions, now, counts)
 
-    def built(self, fqn: str, key: str, now: datetime, late: bool = False) -> tuple[int, int]:
+    def built(self, fqn: str, key: str, now: datetime, late: bool = False, why: str = "") -> tuple[int, int]:
         """Count a build's work; its partition's rows and the keys it changed."""
         inputs = self.inputs(fqn, key, now)
         whole = sum(self.rows(*i) for i in inputs)
@@ -315,14 +346,21 @@ class Horizon:
             self.first_rows += whole
             changed = own
             self.whole_builds[(fqn, key)] += 1
+            self.whole_log.setdefault((fqn, key), []).append(f"{now:%m-%d %H:%M}#{self.sequence} first ({why})")
         else:
             self.later_rows_whole += whole
             read, changed, by_key = self._rebuild_cost(fqn, key, inputs, whole, late)
             self.later_rows += read
             if by_key:  # whatever it read (all of a tiny input, maybe), it replaced the changed keys' rows only
                 recorded = changed
+                if self.trace:
+                    entry = f"{now:%m-%d %H:%M}#{self.sequence} by key or additively ({why})"
+                    self.whole_log.setdefault((fqn, key), []).append(entry)
             else:
                 self.whole_builds[(fqn, key)] += 1
+                self.whole_log.setdefault((fqn, key), []).append(
+                    f"{now:%m-%d %H:%M}#{self.sequence} {'late' if late else 'not late'} ({why})"
+                )
         self.history.setdefault((fqn, key), []).append((self.sequence, changed))
         held = frozenset().union(*(self.holds.get(i, frozenset()) for i in inputs))
         before = self.holds.get((fqn, key), frozenset())
@@ -345,8 +383,19 @@ class Horizon:
         own = self.rows(fqn, key)
         last = self.history[(fqn, key)][-1][0]
         keys = sum(c for i in inputs for seq, c in self.history.get(i, []) if seq > last)
+        if late and fqn in self.additive:
+            if keys > MAX_CHANGED_ROWS:
+                self.scoped["too_many_rows"] += 1
+                self.work["too_many_rows"] += whole
+                return whole, own, False
+            # the input's change feed in the partition (a pre- and a post-image per changed row) and the stored
+            # partial states, one row per group; the changed groups' rows replaced
+            self.scoped["additive"] += 1
+            read = 2 * keys + own
+            self.work["additive"] += read
+            return read, min(keys, own), True
         if not late or fqn not in self.key_local:
-            kind = "not_late" if not late else "not_key_local"
+            kind = "not_late" if not late else "total" if fqn in self.aggregates else "not_key_local"
             self.scoped[kind] += 1
             self.work[kind] += whole
             return whole, own if not late else min(keys, own), False
@@ -514,6 +563,7 @@ def figures(
             closed[table.period] += [horizon.builds[(table.fqn, k)] for k in keys]
             if table.period == "daily":
                 closed_whole += [horizon.whole_builds[(table.fqn, k)] for k in keys]
+    trace_most_built(horizon, calendars, measured)
     derived_builds = {k: v for k, v in horizon.builds.items() if not catalog[k[0]].is_source}
     lags: dict[bool, list[float]] = {True: [], False: []}  # by whether the ADS table is key-local
     chain_lags: list[float] = []  # ADS tables reached through key-local tables only
@@ -548,11 +598,14 @@ def figures(
         "late_work_ratio": round(horizon.later_rows / max(1.0, horizon.first_rows), 4),
         "late_work_ratio_whole": round(horizon.later_rows_whole / max(1.0, horizon.first_rows), 3),
         "rebuilds_by_key": horizon.scoped["by_key"],
-        "rebuilds_whole": sum(n for kind, n in horizon.scoped.items() if kind != "by_key"),
-        **{f"whole_{kind}": n for kind, n in horizon.scoped.items() if kind != "by_key"},
+        "rebuilds_additive": horizon.scoped["additive"],
+        "rebuilds_whole": sum(n for kind, n in horizon.scoped.items() if kind not in ("by_key", "additive")),
+        **{f"whole_{kind}": n for kind, n in horizon.scoped.items() if kind not in ("by_key", "additive")},
         # the late work ratio's parts: which rebuilds read the rows
         **{f"work_{kind}": round(rows / max(1.0, horizon.first_rows), 4) for kind, rows in horizon.work.items()},
         "key_local_tables": len(horizon.key_local),
+        "additive_tables": len(horizon.additive),
+        "total_tables": len(horizon.aggregates),
         "missed": missed,
         "late_lag_pairs": len(lags[True]) + len(lags[False]),
         "unabsorbed": unabsorbed,
@@ -622,6 +675,31 @@ def trace_lost(horizon: Horizon, sample: int, root: tuple[str, str], target: tup
             f"    {fqn} {key} ({kind}): holds={holds} builds={horizon.builds[(fqn, key)]} "
             f"whole={horizon.whole_builds[(fqn, key)]} stale: {entry}"
         )
+
+
+def trace_most_built(horizon: Horizon, calendars: Any, measured: tuple[float, float]) -> None:
+    """With ``LATE_HORIZON_TRACE=N``: the N closed daily partitions built whole most, each whole build's time and
+    why (its run's trigger), and how the table reads its inputs: what to look at when the P99 is high."""
+    count = int(os.environ.get("LATE_HORIZON_TRACE", "0"))
+    if not count:
+        return
+    closed = {
+        (t.fqn, k)
+        for t in horizon.catalog.derived()
+        if t.period == "daily" and not t.is_static
+        for k, _ in calendars.ended("daily", *measured)
+    }
+    for fqn, key in sorted(closed, key=lambda p: -horizon.whole_builds[p])[:count]:
+        table = horizon.catalog[fqn]
+        deps = ", ".join(f"{d.table}:{d.mode}[{d.start_offset},{d.end_offset}]" for d in table.deps)
+        kind = "key-local" if fqn in horizon.key_local else "whole"
+        log(f"  {fqn} {key} ({kind}; {deps}): {horizon.whole_builds[(fqn, key)]} whole builds")
+        for line in horizon.whole_log.get((fqn, key), []):
+            log(f"      {line}")
+        for up in sorted(set(horizon.inputs(fqn, key, datetime.fromtimestamp(measured[1], UTC))))[:6]:
+            if not horizon.catalog[up[0]].is_source:
+                ukind = "key-local" if up[0] in horizon.key_local else "whole"
+                log(f"    input {up[0]} {up[1]} ({ukind}): " + "; ".join(horizon.whole_log.get(up, [])[-8:]))
 
 
 def child_main(args: argparse.Namespace) -> None:

@@ -231,7 +231,9 @@ class LateData:
             note = why_whole
         if due is not None and due <= now:
             waiting = self._waiting(late_upstream, used, states, now) or (
-                self._upstream_rebuilding(table, partition, states, now) if whole else None
+                self._upstream_rebuilding(table, partition, states, now, due + timedelta(minutes=policy.grace_minutes))
+                if whole
+                else None
             )
             if waiting is None:
                 states.rebuilds[(table.fqn, partition)] = Rebuild(since, changes, now.timestamp())
@@ -358,14 +360,17 @@ class LateData:
         return None
 
     def _upstream_rebuilding(
-        self, table: DerivedTable, partition: str, states: LateSnapshot, now: datetime
+        self, table: DerivedTable, partition: str, states: LateSnapshot, now: datetime, until: datetime
     ) -> tuple[datetime | None, str] | None:
         """A whole rebuild also waits for a rebuild coming now further up (an input's input, rebuilt whole when its
         window settles, makes the input rebuild at once after it): built before it, the partition would be rebuilt
         whole again a grace later, a day's figures recomputed twice or three times for one settling. None when no
-        rebuild is coming anywhere upstream, within the lookback the index knows."""
-        if self.index is None:
+        rebuild is coming anywhere upstream, within the lookback the index knows. A rebuild due within the look-again
+        counts as coming (one waiting for its own input); the wait ends a grace past the partition's own due time,
+        whatever is still coming, so a stream of corrections upstream never starves it."""
+        if self.index is None or now >= until:
             return None
+        soon = (now + LOOK_AGAIN).timestamp()
         if self._quiet[0] != id(states):
             self._quiet = (id(states), set())
         quiet = self._quiet[1]
@@ -381,7 +386,8 @@ class LateData:
                 fresh = [k for k in keys if (dep.table, k) not in seen and (dep.table, k) not in quiet]
                 seen.update((dep.table, k) for k in fresh)
                 for k, state in states.states(upstream, fresh).items():
-                    if self._rebuilding(state, states, now):
+                    due = states.stale_due(dep.table, k) if state.storage_id is not None else None
+                    if self._rebuilding(state, states, now) or (due is not None and due <= soon):
                         return now + LOOK_AGAIN, f"waits for {dep.table} {k}'s rebuild upstream, coming now"
                     if isinstance(upstream, DerivedTable):
                         frontier.append((upstream, k))
