@@ -124,10 +124,16 @@ BENCHES = [
         seconds=300,
     ),
     Bench(
-        "replication",  # exits 1 itself when the replica reads other rows or a publication was not one commit
-        ("lag_p50_s", "lag_p90_s", "lag_max_s", "partitions", "commits", "removed", "mb", "equal", "calib_ms"),
-        equal={"partitions": "30", "commits": "30", "equal": "1"},
-        seconds=300,
+        "replication",  # exits 1 itself when an hour's replica differs, a run failed or status shows no lag
+        ("lag_p50_s", "lag_p90_s", "lag_max_s", "hours", "published", "publications", "verified")
+        + ("report_p50_s", "sensor_p50_s", "sensor_p90_s", "launch_p50_s", "copy_p50_s", "runs", "failed_runs")
+        + ("status_lag", "own_lag_p50_s", "own_lag_p90_s", "own_partitions", "own_commits", "own_equal")
+        + ("calib_ms", "calib_spark_ms"),
+        # the quick run's three hours on the stack, each published and verified; the direct path's 30 publications
+        equal={"hours": "3", "published": "3", "verified": "3", "failed_runs": "0", "status_lag": "1"}
+        | {"own_partitions": "30", "own_commits": "30", "own_equal": "1"},
+        marks=(pytest.mark.stack,),
+        seconds=900,
     ),
     Bench(
         "why_latency",
