@@ -309,7 +309,7 @@ def describe(figure: dict[str, Any]) -> str:
     )
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=10_000_000, help="orders in the day (default 10,000,000)")
     parser.add_argument("--changed", type=int, default=100, help="orders a late change touches (default 100)")
@@ -317,9 +317,9 @@ def main() -> int:
     parser.add_argument("--driver-memory", default="8g", help="the local Spark driver's heap (default 8g)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="200,000 rows, 1 round of each: a smoke test")
-    args = parser.parse_args()
-    if args.quick:
-        args.rows, args.rounds, args.driver_memory = 200_000, 1, "2g"
+    args = parser.parse_args(argv)
+    if args.quick:  # the heap every bench's default session has: the suite runs the Spark benches on one JVM
+        args.rows, args.rounds, args.driver_memory = 200_000, 1, "4g"
     rng = random.Random(args.seed)
 
     from dagster import instance_for_test

@@ -8,8 +8,11 @@ names (``calib_ms`` among them, and ``calib_spark_ms`` where it runs Spark), and
 ``SystemExit`` or an assertion) is covered by its exit status; the figures it only prints are asserted here.
 
 The Spark benches are marked ``spark`` and the ones starting Dagster's servers ``stack``, so that ``make test-fast``
-stays pure. ``soak`` and ``handoff_latency`` are not here: even at their smallest they run for minutes (the stack's
-start, its settling, the soak's build from scratch); docs/benchmarks.md says how to run them.
+stays pure. The Spark benches that start their own local session run one after the other in one process
+(``tests/bench/one_jvm.py``, each bench's ``main(["--quick"])``), so that they pay for one JVM start, not four; each
+keeps its own test, read from what it printed there. ``soak`` and ``handoff_latency`` are not here: even at their
+smallest they run for minutes (the stack's start, its settling, the soak's build from scratch); docs/benchmarks.md
+says how to run them.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ class Bench:
     check: Callable[[Figures], None] | None = None  # the rest of its correctness figures
     marks: tuple[pytest.MarkDecorator, ...] = ()
     seconds: int = 300  # the test's timeout: about ten times the quick run on the shared 2-core machine
+    one_jvm: bool = False  # run with the other Spark benches in one process (tests/bench/one_jvm.py)
 
 
 def eta_checks(r: Figures) -> None:
@@ -154,6 +158,7 @@ BENCHES = [
         check=at_least("lookup_rows", 1, "the lookup of a pair taken from the table found no row"),
         marks=SPARK,
         seconds=600,
+        one_jvm=True,
     ),
     Bench(
         "sql_lookup",
@@ -161,6 +166,7 @@ BENCHES = [
         check=at_least("lookup_rows", 1, "the lookup of a pair taken from the table found no row"),
         marks=SPARK,
         seconds=600,
+        one_jvm=True,
     ),
     Bench(
         "merge_pruning",
@@ -178,6 +184,7 @@ BENCHES = [
         equal={"sizes": "0.3m", "batch_changes": "2000"},
         marks=SPARK,
         seconds=900,
+        one_jvm=True,
     ),
     Bench(
         "key_scoped_rebuild",  # the bench exits 1 itself when a late-data rebuild was not key-scoped or not one commit
@@ -186,6 +193,7 @@ BENCHES = [
         equal={"rows_equal": "yes", "commits": "1", "keys_dwd": "100"},  # the 100 orders of its late change
         marks=SPARK,
         seconds=600,
+        one_jvm=True,
     ),
     Bench(
         "eta_real",  # the bench exits 1 itself when the forecast recorded nothing or a run failed
@@ -236,10 +244,56 @@ def test_result_lines_are_read_as_their_key_value_figures() -> None:
     assert result_of("progress\nRESULT a=1 b=x,y\nRESULT a=2 c=0.5\n") == {"a": "2", "c": "0.5"}
 
 
-@pytest.mark.parametrize(
-    "bench", [pytest.param(b, id=b.name, marks=[*b.marks, pytest.mark.timeout(b.seconds)]) for b in BENCHES]
-)
-def test_the_quick_run_exits_0_with_every_promised_figure_and_its_checks_holding(bench: Bench) -> None:
+@dataclass(frozen=True)
+class Done:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def one_jvm_seconds() -> int:
+    """The timeout of each test of the benches run in one process: whichever runs first waits for them all."""
+    return sum(b.seconds for b in BENCHES if b.one_jvm)
+
+
+def selected_benches(request: pytest.FixtureRequest) -> list[str]:
+    """The benches of this session's tests in this module (after ``-k`` and ``-m``), in their order."""
+    names = []
+    for item in request.session.items:
+        bench = getattr(item, "callspec", None) and item.callspec.params.get("bench")
+        if item.module is request.module and isinstance(bench, Bench):
+            names.append(bench.name)
+    return names
+
+
+@pytest.fixture(scope="module")
+def one_jvm_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Done]:
+    """The selected one-JVM benches' quick runs, all in one process: each one's exit status and output."""
+    wanted = set(selected_benches(request))
+    names = [b.name for b in BENCHES if b.one_jvm and b.name in wanted]
+    out = tmp_path_factory.mktemp("one-jvm")
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.bench.one_jvm", str(out), *names],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=one_jvm_seconds() - 10,
+    )
+    runs = {}
+    for name in names:
+        rc = out / f"{name}.rc"
+        if not rc.is_file():  # the process died before the bench ended (the JVM, a signal)
+            runs[name] = Done(-1, done.stdout, done.stderr)
+            continue
+        stdout, stderr = ((out / f"{name}.{kind}").read_text() for kind in ("out", "err"))
+        runs[name] = Done(int(rc.read_text()), stdout, stderr + done.stdout[-3000:])
+    return runs
+
+
+def quick_run(bench: Bench, request: pytest.FixtureRequest) -> Done:
+    if bench.one_jvm:
+        runs: dict[str, Done] = request.getfixturevalue("one_jvm_runs")
+        return runs[bench.name]
     done = subprocess.run(
         [sys.executable, str(ROOT / "bench" / f"{bench.name}.py"), "--quick"],
         cwd=ROOT,
@@ -247,6 +301,20 @@ def test_the_quick_run_exits_0_with_every_promised_figure_and_its_checks_holding
         text=True,
         timeout=bench.seconds - 10,
     )
+    return Done(done.returncode, done.stdout, done.stderr)
+
+
+@pytest.mark.parametrize(
+    "bench",
+    [
+        pytest.param(b, id=b.name, marks=[*b.marks, pytest.mark.timeout(one_jvm_seconds() if b.one_jvm else b.seconds)])
+        for b in BENCHES
+    ],
+)
+def test_the_quick_run_exits_0_with_every_promised_figure_and_its_checks_holding(
+    bench: Bench, request: pytest.FixtureRequest
+) -> None:
+    done = quick_run(bench, request)
     tail = f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
     assert done.returncode == 0, tail
     figures = result_of(done.stdout)
