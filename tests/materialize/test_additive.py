@@ -2,7 +2,9 @@
 grouped by status over ``ods.order`` absorbs an update, a delete, an insert and rows moved between groups (and into
 its filter) from the order table's change data feed, in one commit of the table, and leaves exactly the rows a whole
 rebuild leaves; a group that loses all its rows is deleted; without its stored states the rebuild is whole and says
-why, and that whole build stores them again.
+why, and that whole build stores them again. A whole build computes its rows from the states it stores, reading its
+input once (counted in Spark's SQL status store), and they are what the table's SQL gives: a sum over null values
+only, count_if, a total over an empty input (one row without GROUP BY, none with it).
 
 The lake and the Dagster instance are the late-data end-to-end test's (:class:`tests.test_late_data_end_to_end.
 Warehouse`: ``ods.order`` merged by Spark as the ingestion merges it, its hours reported with their checks); the
@@ -59,6 +61,24 @@ WHERE user_id <> 13
 GROUP BY status
 """
 
+# totals whose rows a computation from wrong states would get wrong: a sum over only null values (NULL, not 0),
+# count_if, and an input left empty by the filter (one row for a total without GROUP BY, none for a grouped one)
+EDGES = {
+    "dwd.orders_edges": """SELECT status, sum(CASE WHEN status = 'paid' THEN amount END) AS paid_amount,
+  count_if(pay_time IS NULL) AS unpaid, count(pay_time) AS with_pay_time, sum(amount) - sum(amount) AS zero
+FROM ods.order GROUP BY status""",
+    "dwd.orders_none_total": """SELECT count(*) AS orders, sum(amount) AS amount, count_if(amount > 0) AS positive,
+  'all' AS scope FROM ods.order WHERE user_id = 999""",
+    "dwd.orders_none_by_status": """SELECT status, count(*) AS orders, sum(amount) AS amount
+FROM ods.order WHERE user_id = 999 GROUP BY status""",
+}
+
+
+def declared(name: str, sql: str) -> str:
+    return f"/* ---\ntable: {name}\nperiod: daily\ndescription: A test total.\nowner: trade-data\n" + (
+        "depends_on:\n  ods.order: {range: [0, 23]}\n--- */\n" + sql + "\n"
+    )
+
 
 def order(i: int, status: str, **changed: Any) -> dict[str, Any]:
     """Order ``100 + i`` of the day (created at hour 2i mod 24), of user ``10 + i % 4``, amount ``10 (i + 1)``."""
@@ -84,6 +104,8 @@ def warehouse(spark: SparkSession, tmp_path: Path) -> Iterator[Warehouse]:
     (tables / "dwd").mkdir()
     shutil.copy(TABLES_DIR / "ods" / "order.yaml", tables / "ods" / "order.yaml")
     (tables / "dwd" / "orders_by_status.sql").write_text(DECLARATION)
+    for name, sql in EDGES.items():
+        (tables / "dwd" / f"{name.split('.')[1]}.sql").write_text(declared(name, sql))
     resources = resources_from_env(
         {"WAREHOUSE_LAKE_ROOT": str(tmp_path / "lake"), "WAREHOUSE_LANDING_ROOT": str(tmp_path / "landing")}
     )
@@ -110,14 +132,14 @@ def change(warehouse: Warehouse, spark: SparkSession, rows: list[dict[str, Any]]
         warehouse.report_hour(hour)
 
 
-def build(warehouse: Warehouse, late: bool) -> str:
-    """Materialize the total's day: a late-data rebuild (as the dependency center tags one) or a build by hand."""
+def build(warehouse: Warehouse, late: bool, tables: tuple[str, ...] = (TOTAL,)) -> str:
+    """Materialize the totals' day: a late-data rebuild (as the dependency center tags one) or a build by hand."""
     tags = {LATE_CHANGES_TAG: json.dumps({DAY: 1})} if late else {}
     result = materialize(
         warehouse.assets,
         instance=warehouse.instance,
         resources=warehouse.resources,
-        selection=[AssetKey(TOTAL.split("."))],
+        selection=[AssetKey(t.split(".")) for t in tables],
         partition_key=DAY,
         tags=tags,
     )
@@ -192,3 +214,67 @@ def test_without_its_stored_states_the_rebuild_is_whole_says_why_and_stores_them
     maintained = warehouse.partition_rows(spark, TOTAL)
     build(warehouse, late=False)
     assert warehouse.partition_rows(spark, TOTAL) == maintained
+
+
+def oracle(warehouse: Warehouse, spark: SparkSession, sql: str) -> list[tuple[Any, ...]]:
+    """The table's own SQL run by Spark over the day's live orders, sorted as :meth:`Warehouse.partition_rows`."""
+    rows = spark.read.format("delta").load(str(warehouse.root / "lake" / "ods" / "order"))
+    rows.where(f"dt = '{DAY}' AND NOT _deleted").createOrReplaceTempView("__oracle_orders")
+    found = spark.sql(sql.replace("FROM ods.order", "FROM __oracle_orders")).collect()
+    return sorted(tuple(row) + (DAY,) for row in found)
+
+
+def test_a_whole_build_computes_what_the_tables_sql_gives_for_null_sums_count_ifs_and_empty_inputs(
+    warehouse: Warehouse, spark: SparkSession
+) -> None:
+    warehouse.merge_orders(spark, first_day(), moved_from={}, hours=HOURS)
+    build(warehouse, late=False, tables=tuple(EDGES))  # one run builds the three
+    for name, sql in EDGES.items():
+        assert warehouse.partition_rows(spark, name) == oracle(warehouse, spark, sql), name
+    edges = {row[0]: row[1:-1] for row in warehouse.partition_rows(spark, "dwd.orders_edges")}
+    assert edges["created"] == (None, 7, 0, 0)  # its paid amount: a sum over null values only
+    assert edges["paid"] == (Decimal("100.00"), 0, 4, 0)
+    assert warehouse.partition_rows(spark, "dwd.orders_none_total") == [(0, None, 0, "all", DAY)]
+    assert warehouse.partition_rows(spark, "dwd.orders_none_by_status") == []
+    for name in EDGES:  # each whole build stored the states its rows came from
+        assert (warehouse.root / "lake" / "dwd" / f"{name.split('.')[1]}__state").is_dir(), name
+
+
+def _scans(line: str, path: Path) -> bool:
+    """A plan's line naming the data files of the Delta table at ``path`` that a scan reads (its log is read by
+    other scans, of the log's own path)."""
+    return line.startswith("Location: ") and line.endswith(f":{path}]")
+
+
+def input_scans(spark: SparkSession, path: Path, after: int) -> tuple[int, int]:
+    """The SQL executions after the one numbered ``after`` whose physical plan scans the Delta table at ``path``,
+    and the last execution's number: Spark's SQL status store (what its UI's SQL tab lists) read through the JVM,
+    once its listener bus has delivered every event."""
+    session = spark._jsparkSession  # type: ignore[attr-defined]
+    session.sparkContext().listenerBus().waitUntilEmpty()
+    executions = session.sharedState().statusStore().executionsList()
+    last, scans = after, 0
+    for i in range(executions.size()):
+        execution = executions.apply(i)
+        number = int(execution.executionId())
+        last = max(last, number)
+        plan = execution.physicalPlanDescription() or ""
+        if number > after and any(_scans(line, path) for line in plan.splitlines()):
+            scans += 1
+    return scans, last
+
+
+def test_a_whole_build_reads_its_input_once_for_its_rows_and_its_states(
+    warehouse: Warehouse, spark: SparkSession
+) -> None:
+    """Counts the Spark SQL executions whose physical plan scans ``ods.order``'s files during one whole build of the
+    total (the runner reads the input as one lazy DataFrame: each Spark job over it scans it again). Computing the
+    states and the rows each from the input scans it twice; the rows from the states, once."""
+    warehouse.merge_orders(spark, first_day(), moved_from={}, hours=HOURS)
+    source = warehouse.root / "lake" / "ods" / "order"
+    _, before = input_scans(spark, source, -1)
+    build(warehouse, late=False)
+    scans, _ = input_scans(spark, source, before)
+    assert scans == 1
+    assert (warehouse.root / "lake" / "dwd" / "orders_by_status__state").is_dir()
+    assert warehouse.partition_rows(spark, TOTAL) == oracle(warehouse, spark, DECLARATION.split("--- */\n")[1])

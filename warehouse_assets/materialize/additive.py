@@ -3,7 +3,9 @@
 A table whose SQL is proven additive (:mod:`warehouse_assets.catalog.additive`: sums and counts of one input's rows,
 per group) keeps, beside its rows, their partial states: a whole build also writes, per partition and group, each
 aggregate's mergeable partial and the group's row count to a side Delta table, ``<table>__state`` (same partition
-columns; not a catalog table, not an asset), each row stamped with the table's Delta version it matches.
+columns; not a catalog table, not an asset), each row stamped with the table's Delta version it matches. It
+aggregates those states once and computes the table's rows from them, so the rows and the states come from one read
+of the input.
 
 A rebuild for late data (where a key-scoped rebuild would be decided) then reads the input's change data feed
 between the version the last build read and now, in the partitions it reads (:meth:`DeltaStore.changed_rows`: the
@@ -112,6 +114,25 @@ class AdditiveMaintainer:
             self.log.warning(f"{self.table.fqn} {key}: partial states not planned: {exc}")
             return None
         return _with_partition(states, partition_values_of(self.table, key))
+
+    def whole(self, key: str, out: DataFrame, suffix: str) -> tuple[DataFrame, DataFrame | None]:
+        """A whole build's rows and states from one read of the input: the states aggregated once (checkpointed, so
+        that neither write reads the input again), the rows computed from them as a maintained rebuild computes its
+        changed groups' (``out``: the table's query, for its columns and types). A table that is not additive, or
+        whose states cannot be computed, is built by its own query, without states."""
+        states = self.whole_states(key, suffix)
+        if states is None:
+            return out, None
+        try:
+            kept = states.localCheckpoint(eager=True)  # the one scan of the input
+            view = f"__additive_states{suffix}"
+            kept.createOrReplaceTempView(view)
+            rows = self.spark.sql(self.render(self.verdict.final_sql(view), key, suffix)).toDF(*out.columns)
+            rows = rows.select(*[F.col(c).cast(t).alias(c) for c, t in out.dtypes])
+        except Exception as exc:
+            self.log.warning(f"{self.table.fqn} {key}: partial states not computed: {exc}")
+            return out, None
+        return rows, kept
 
     def write_states(self, states: Sequence[DataFrame], keys: Sequence[str], version: int) -> WriteResult | None:
         """Replace the partitions ``keys`` of the state table with ``states``, stamped with the table's ``version``:

@@ -419,8 +419,8 @@ class _RangedBuild:
         replaced = states = None
         if groups is not None:  # the changed groups' rows from their new states, in the query's columns
             out, replaced, states = self.additive.rows(groups, out, suffix)
-        elif scope is None:
-            states = self.additive.whole_states(key, suffix)
+        elif scope is None:  # a total's rows from its states: its input read once for both
+            out, states = self.additive.whole(key, out, suffix)
         spec = partition_values_of(table, key)
         out = out.select(*[c for c in out.columns if c not in spec], *[F.lit(v).alias(c) for c, v in spec.items()])
         if self.self_dependent:
