@@ -25,6 +25,7 @@ from tests.support.repair import apply_taint
 from tests.support.small_catalog import ODS, VALUED_ODS, write
 from warehouse_assets.catalog import CatalogError, ReplicaTable, load_catalog
 from warehouse_assets.catalog.calendars import BY_PERIOD
+from warehouse_assets.catalog.lineage import ColumnRef, WarehouseLineage
 from warehouse_assets.materialize.compiler import build_assets, build_checks
 from warehouse_assets.materialize.gate import InstanceStates, decide
 from warehouse_assets.materialize.replication import REPLICA_RESOURCE, build_replica_assets, replication_due
@@ -176,3 +177,17 @@ def test_a_table_reads_the_tables_of_its_own_site_only(tmp_path: Path, files: di
     with pytest.raises(CatalogError, match=message) as info:
         load_catalog(tmp_path)
     assert str(tmp_path) in str(info.value)
+
+
+def test_the_column_lineage_follows_a_site_table_through_its_replica_to_the_source(tmp_path: Path) -> None:
+    """A replica is a copy of its source's files: its columns are the source's, each copied from the source's own.
+    The lineage of every table (computed when the code location loads) reaches through it, instead of asking the
+    replica's columns of the replica again without end."""
+    write(tmp_path, "ods/src.yaml", VALUED_ODS)
+    write(tmp_path, "dwd/hour.sql", HOUR_SQL)
+    write(tmp_path, "dws/doubled_dc2.sql", DOUBLED_DC2)
+    lineage = WarehouseLineage(load_catalog(tmp_path))
+    assert {t.table for t in lineage.all()} >= {REPLICA, SITE_TABLE}
+    assert lineage.columns(REPLICA) == lineage.columns("dwd.hour")
+    assert lineage.of(REPLICA).upstream_of("v") == {ColumnRef("dwd.hour", "v")}
+    assert lineage.of(SITE_TABLE).upstream_of("v2") == {ColumnRef(REPLICA, "v")}

@@ -46,6 +46,7 @@ from warehouse_assets.catalog.model import (
     DerivedTable,
     ExternalTable,
     OdsTable,
+    ReplicaTable,
     StaticTable,
     Table,
 )
@@ -359,6 +360,8 @@ class WarehouseLineage:
         """The columns of the table as stored: an ODS table's with its change columns and partition columns, a
         derived table's as its SQL (or declaration) makes them and the build adds its partition columns."""
         table = self._catalog.lookup(fqn)
+        if isinstance(table, ReplicaTable):  # a copy of its source's files: the source's columns
+            return self.columns(table.source)
         if isinstance(table, OdsTable):
             return (*_declared(table), *(c for c, _ in ODS_CHANGE_COLUMNS), *table.partition_by)
         if isinstance(table, ExternalTable | StaticTable) or table.columns:
@@ -519,6 +522,9 @@ class WarehouseLineage:
 
     def _compute(self, fqn: str) -> TableLineage:
         table = self._catalog.lookup(fqn)
+        if isinstance(table, ReplicaTable):  # each column copied from its source's, every row of it
+            copied = {c: frozenset({ColumnRef(table.source, c)}) for c in self.columns(table.source)}
+            return TableLineage(fqn, (table.source,), copied, frozenset())
         if not isinstance(table, DerivedTable):  # reads no table: each column is its own
             return TableLineage(fqn, (), {c: frozenset() for c in self.columns(fqn)}, frozenset())
         inputs = self.input_columns(table)
