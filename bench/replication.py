@@ -6,8 +6,7 @@ spark-server``, ``dagster-webserver``, ``dagster-daemon run``, ``warehouse engin
 ``WAREHOUSE_SITES`` naming site ``dc2``, a second lake root in the same temporary folder. The catalog is a small one of
 its own (``WAREHOUSE_CATALOG_DIR``): the example's ``ods.order`` and ``dws.order_hourly``, copied, the hourly table
 given ``replicate_to: dc2`` (so the stack also has the replica asset ``dc2/dws/order_hourly`` and the ``replication``
-sensor; ``WAREHOUSE_LINEAGE_AT_LOAD=0``: the column lineage at load does not handle a replica table yet, and
-replication does not read it). The warehouse starts yesterday (business time); the bench plays the source: it lands
+sensor). The warehouse starts yesterday (business time); the bench plays the source: it lands
 the simulated CDC segments of yesterday's hours one at a time (``--scale``), the next once the previous hour's
 ``dws.order_hourly`` partition is built, so the replica of one hour is published while the next is ingested, as in a
 live day. Each hour goes through the product's whole path: the landing sensor's ingestion, the engine's run of the
@@ -342,9 +341,6 @@ def stack_env(work: Path, first: Any, mark: str, port: int, spark_port: int) -> 
         WAREHOUSE_SPARK_CONNECT_URL=f"sc://127.0.0.1:{spark_port}",
         WAREHOUSE_SPARK_DRIVER_MEMORY=os.environ.get("WAREHOUSE_SPARK_DRIVER_MEMORY", "2g"),
         WAREHOUSE_SIMULATE_LIVE="0",  # the bench is the source
-        # the column lineage computed at load recurses without end on a replica table (its columns are asked of its
-        # own lineage, which asks its columns): the code location would not load; replication does not read it
-        WAREHOUSE_LINEAGE_AT_LOAD="0",
         DAGSTER_TELEMETRY_ENABLED="false",
         **{DEV_MARK: mark},
     )
