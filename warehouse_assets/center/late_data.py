@@ -182,8 +182,9 @@ class LateData:
 
     def __init__(self, catalog: Catalog, ledger: Ledger, timezone: ZoneInfo, index: ReverseIndex | None = None):
         self.catalog, self.ledger, self._timezone, self.index = catalog, ledger, timezone, index
-        # per snapshot: the partitions found with no rebuild coming anywhere upstream of them
-        self._quiet: tuple[int, set[tuple[str, str]]] = (0, set())
+        # per snapshot (held, so that a later one is never taken for it): the partitions found with no rebuild coming
+        # anywhere upstream of them
+        self._quiet: tuple[LateSnapshot | None, set[tuple[str, str]]] = (None, set())
         self.kinds = RebuildKinds(catalog)
         self._fqn = {AssetKey(t.key).to_user_string(): t.fqn for t in catalog}  # the store's asset keys → tables
         self._stateful = {AssetKey(t.key).to_user_string() for t in catalog if t.state_names}
@@ -371,8 +372,8 @@ class LateData:
         if self.index is None or now >= until:
             return None
         soon = (now + LOOK_AGAIN).timestamp()
-        if self._quiet[0] != id(states):
-            self._quiet = (id(states), set())
+        if self._quiet[0] is not states:
+            self._quiet = (states, set())
         quiet = self._quiet[1]
         seen: set[tuple[str, str]] = set()
         frontier = [(table, partition)]
