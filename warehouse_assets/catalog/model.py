@@ -76,7 +76,7 @@ from resources.column_types import is_spark_type
 from warehouse_assets.catalog.calendars import MINUTE_PERIODS, PARTITION_COLUMNS, PERIOD_ORDER
 from warehouse_assets.catalog.checks import Check, parse_checks
 from warehouse_assets.catalog.dependencies import Dependency, TableState, name_tuple
-from warehouse_assets.catalog.policies import DEFAULT_LATE_DATA, LateDataPolicy, Sla
+from warehouse_assets.catalog.policies import DEFAULT_LATE_DATA, LateDataPolicy, Sla, minutes_of
 
 LAYERS = ("ext", "ods", "dwd", "dws", "ads")
 EXTERNAL_FORMATS = ("csv_files", "delta")
@@ -121,6 +121,9 @@ class External:
     location: str
     producer: str = ""
     marker: str = "_SUCCESS"
+    # when the producer usually delivers a day, in minutes after the day ends (earliest, latest): what the predicted
+    # finish assumes until the table's own deliveries have taught it (a fresh stack, a new source); () unknown
+    usual_delay_minutes: tuple[int, ...] = ()
 
     @classmethod
     def parse(cls, spec: Any) -> External:
@@ -131,7 +134,21 @@ class External:
             location=str(spec["location"]),
             producer=str(spec.get("producer", "")),
             marker=str(spec.get("marker", "_SUCCESS")),
+            usual_delay_minutes=_usual_delay(spec.get("usual_delay")),
         )
+
+
+def _usual_delay(spec: Any) -> tuple[int, ...]:
+    """``usual_delay: [5h, 9h]`` (from, to after the day ends) or one duration; absent: unknown."""
+    if spec is None:
+        return ()
+    bounds = spec if isinstance(spec, list) else [spec]
+    if not 1 <= len(bounds) <= 2:
+        raise ValueError(f"external.usual_delay must be a duration or [earliest, latest], got {spec!r}")
+    minutes = tuple(minutes_of(b, "external.usual_delay") for b in bounds)
+    if minutes != tuple(sorted(minutes)):
+        raise ValueError(f"external.usual_delay's earliest must come before its latest, got {spec!r}")
+    return minutes
 
 
 _REGION_NAME = re.compile(r"^[a-z][a-z0-9_]*$")

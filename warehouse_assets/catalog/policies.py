@@ -31,13 +31,13 @@ class Sla:
         """``sla: {within: 1h, grace: 15m}`` or ``sla: {deadline: "09:00"}``."""
         if not isinstance(spec, Mapping) or ("within" in spec) == ("deadline" in spec):
             raise ValueError("sla needs exactly one of within (e.g. 1h) or deadline (HH:MM the next morning)")
-        grace = _minutes(spec.get("grace", "0m"), "sla.grace")
+        grace = minutes_of(spec.get("grace", "0m"), "sla.grace")
         if "deadline" in spec:
             deadline = str(spec["deadline"])
             if not HH_MM.match(deadline):
                 raise ValueError(f"sla.deadline must be a local time HH:MM, got {deadline!r}")
             return cls(deadline=deadline, grace_minutes=grace)
-        return cls(within_minutes=_minutes(spec["within"], "sla.within"), grace_minutes=grace)
+        return cls(within_minutes=minutes_of(spec["within"], "sla.within"), grace_minutes=grace)
 
     def describe(self) -> str:
         if self.deadline is not None:
@@ -47,7 +47,8 @@ class Sla:
         return f"within {self.within_minutes} min of the window end + {self.grace_minutes} min grace"
 
 
-def _minutes(value: Any, what: str) -> int:
+def minutes_of(value: Any, what: str) -> int:
+    """A duration as written in the catalog (``90m``, ``1h``, ``2d``) in minutes; ``what`` names it in the error."""
     match = _DURATION.match(str(value).strip()) if value is not None else None
     if not match:
         raise ValueError(f"{what} must be a duration like 90m, 1h or 2d, got {value!r}")
@@ -120,8 +121,8 @@ class LateDataPolicy:
                 f"and grace (e.g. 1h), got {spec!r}"
             )
         default = DEFAULT_LATE_DATA
-        lookback = _minutes(spec["lookback"], f"{what}.lookback") if "lookback" in spec else default.lookback_minutes
-        grace = _minutes(spec["grace"], f"{what}.grace") if "grace" in spec else default.grace_minutes
+        lookback = minutes_of(spec["lookback"], f"{what}.lookback") if "lookback" in spec else default.lookback_minutes
+        grace = minutes_of(spec["grace"], f"{what}.grace") if "grace" in spec else default.grace_minutes
         rule = _rule(spec["rebuild"], f"{what}.rebuild") if "rebuild" in spec else default.rule
         if "whole" in spec:
             whole: tuple[str, int | None, str | None] | None = _rule(spec["whole"], f"{what}.whole")
@@ -157,14 +158,14 @@ def _rule(value: Any, what: str) -> tuple[str, int | None, str | None]:
     if rule in (AT_ONCE, NEVER):
         return rule, None, None
     if match := _EVERY.match(rule):
-        every = _minutes(match["d"], f"{what} every")
+        every = minutes_of(match["d"], f"{what} every")
         if every < 1:
             raise ValueError(f"{what} every needs a positive interval, got {rule!r}")
         return EVERY, every, None
     if (match := _DAILY_AT.match(rule)) and HH_MM.match(match["at"]):
         return DAILY_AT, None, match["at"]
     if match := _AFTER.match(rule):
-        after = _minutes(match["d"], f"{what} after")
+        after = minutes_of(match["d"], f"{what} after")
         if after < 1:
             raise ValueError(f"{what} after needs a positive duration, got {rule!r}")
         return AFTER, after, None

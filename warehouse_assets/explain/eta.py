@@ -58,6 +58,7 @@ from warehouse_assets.catalog import (
     BY_PERIOD,
     WHOLE,
     Catalog,
+    ExternalTable,
     Table,
     partition_window,
     partitions_def_of,
@@ -76,6 +77,9 @@ if TYPE_CHECKING:
 Node = tuple[str, str]  # (table fqn, partition key)
 
 MIN_RUNS = 3  # successful runs before a table's own figure is trusted
+# a declared delivery span read as this many delays evenly over it: once a delivery is later than some of them, the
+# rest still spread its expected arrival over the span's remainder (as the median of the later learned delays does)
+DECLARED_POINTS = 9
 RECENT = 10  # the runs (and source deliveries) a figure is taken from, newest first
 DEFAULT_RUN_S = 300.0  # a table's run time until it has MIN_RUNS successful runs
 DEFAULT_ARRIVAL_S = 600.0  # a source's delay after its window end until it has MIN_RUNS reported partitions
@@ -147,6 +151,8 @@ class History:
     arrivals: Mapping[str, Sequence[float]] = field(default_factory=dict)
     # the start of the newest successful ingestion run: what had landed before it, it ingested
     ingested_before: float | None = None
+    # per source table, delays its catalog entry declares (external.usual_delay), used until it has its own
+    declared_delays: Mapping[str, Sequence[float]] = field(default_factory=dict)
     min_runs: int = MIN_RUNS
     recent: int = RECENT
     default_run_s: float = DEFAULT_RUN_S
@@ -161,20 +167,28 @@ class History:
 
     def lateness(self, table: str) -> float:
         """The latest a source's partitions usually arrive after their window's end: the longest of its last
-        ``recent`` usual delays, the default delay while it has fewer than ``min_runs`` of them."""
-        delays = list(self.arrivals.get(table, ()))[: self.recent]
-        return max(delays) if len(delays) >= self.min_runs else self.default_arrival_s
+        ``recent`` usual delays (or of what its table declares), the default delay while it has neither."""
+        delays = self._delays(table)
+        return max(delays) if delays else self.default_arrival_s
 
     def arrival_delay(self, table: str, waited: float) -> float:
         """How long after its window's end a source partition is expected, having waited ``waited`` seconds since
         then without arriving (negative: the window has not ended)."""
-        delays = list(self.arrivals.get(table, ()))[: self.recent]
-        if len(delays) < self.min_runs:  # nothing to learn from: the default, and once past it, soon after now
+        delays = self._delays(table)
+        if not delays:  # nothing to learn from: the default, and once past it, soon after now
             return self.default_arrival_s if waited <= self.default_arrival_s else waited + OVERDUE_STEP_S
         later = [d for d in delays if d > waited]
         if later:
             return statistics.median(later)
         return waited + OVERDUE_STEP_S  # later than ever: soon, but nobody knows when
+
+    def _delays(self, table: str) -> list[float]:
+        """The delays to learn from: the table's own last ``recent`` ones once it has ``min_runs``; before that, what
+        its producer is declared to usually take (spread evenly over the declared span, as if learned), else none."""
+        delays = list(self.arrivals.get(table, ()))[: self.recent]
+        if len(delays) >= self.min_runs:
+            return delays
+        return list(self.declared_delays.get(table, ()))
 
 
 @dataclass(frozen=True)
@@ -662,7 +676,22 @@ def instance_history(instance: DagsterInstance, catalog: Catalog, now: datetime,
         windows = {key: pdef.time_window_for_partition_key(key) for key in first}
         reports = [Report(w.start.timestamp(), w.end.timestamp(), first[key]) for key, w in windows.items()]
         arrivals[table.fqn] = usual_delays(reports)[:RECENT]
-    return History(runs=runs, arrivals=arrivals, ingested_before=ingested_before)
+    return History(
+        runs=runs, arrivals=arrivals, ingested_before=ingested_before, declared_delays=declared_delays(catalog)
+    )
+
+
+def declared_delays(catalog: Catalog) -> dict[str, list[float]]:
+    """Each external table's declared usual delivery span as delays to learn from: ``DECLARED_POINTS`` of them, evenly
+    from its earliest to its latest (as a uniform delivery over the span; one declared delay: that one)."""
+    spans = {t.fqn: t.external.usual_delay_minutes for t in catalog if isinstance(t, ExternalTable)}
+    out = {}
+    for fqn, span in spans.items():
+        if span:
+            first, last = span[0] * 60.0, span[-1] * 60.0
+            step = (last - first) / (DECLARED_POINTS - 1)
+            out[fqn] = [first + i * step for i in range(DECLARED_POINTS)]
+    return out
 
 
 def instance_queue(instance: DagsterInstance, catalog: Catalog) -> Queue:
