@@ -237,3 +237,28 @@ def test_the_history_knows_when_the_newest_successful_ingestion_started(
     # the failed run at 03:00 took nothing for sure: what landed before 02:00 is ingested
     assert known.ingested_before == at(2)
     assert [(r.seconds, r.succeeded) for r in known.runs[INGESTION]] == [(60.0, False), (240.0, True), (360.0, True)]
+
+
+def test_warehouse_status_predicts_a_landed_hour_at_the_ingestion_as_why_and_the_forecast_do(
+    tmp_path: Path, instance: DagsterInstance, catalog: Catalog, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the slow source of the forecast sensor's test: without the landing area the day's GMV is predicted after its
+    # 09:00 deadline; with its last hours landed, `warehouse status` predicts it an ingestion away, in time
+    from argparse import Namespace
+
+    from warehouse_assets.cli.repair import table_status_command
+
+    deliver_slowly(instance, catalog)
+    args = Namespace(table="ads.daily_gmv", range=(DAY, DAY), as_of=None)
+
+    def status(root: Path) -> str:
+        assert table_status_command(args, instance, Landing(root, timezone=str(ZONE)), now=SLOW_NOW) == 0
+        return capsys.readouterr().out
+
+    waiting = status(tmp_path / "nothing")
+    assert " late" in waiting.split("SLA deadline 2026-03-03 09:00: predicted")[1], waiting
+    for shard in SHARDS:
+        land(tmp_path, shard, datetime(2026, 3, 2, 22, 0), 24, at(0, 5))
+        count(tmp_path, shard, "2026-03-02T22", "2026-03-02T23")
+    landed = status(tmp_path)
+    assert " early" in landed.split("SLA deadline 2026-03-03 09:00: predicted")[1], landed

@@ -359,7 +359,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.as_of and not args.table:
             print("error: --as-of shows a table's partitions as they were: name the table", file=sys.stderr)
             return 2
-        return table_status_command(args, instance) if args.table else status_command(args, instance)
+        if args.table:
+            return table_status_command(args, instance, resources["landing"].landing())
+        return status_command(args, instance)
     if args.command == "ingest":
         return ingest_command(args, instance, resources)
     return materialize_command(args, instance, resources)

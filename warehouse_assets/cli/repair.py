@@ -108,8 +108,12 @@ def _run_taint_job(config: dict[str, Any], instance: Any, resources: dict[str, A
     return 0
 
 
-def table_status_command(args: argparse.Namespace, instance: Any) -> int:
-    """Each partition of ``args.table`` in ``args.range``: materialized, valid or tainted, its checks."""
+def table_status_command(
+    args: argparse.Namespace, instance: Any, landing: Any = None, now: datetime | None = None
+) -> int:
+    """Each partition of ``args.table`` in ``args.range``: materialized, valid or tainted, its checks, and a partition
+    not built its predicted finish (a source hour in ``landing``, the landing area, waits for the ingestion, as
+    ``why`` and the forecast sensor predict it)."""
     from warehouse_assets.catalog import load_catalog
     from warehouse_assets.center.ledger import open_readonly
     from warehouse_assets.center.state_store import PartitionStateStore
@@ -125,7 +129,7 @@ def table_status_command(args: argparse.Namespace, instance: Any) -> int:
     try:
         keys = status_keys(catalog, args.table, start, end)
         view = store.view()
-        predictor = instance_predictor(instance, catalog, view, datetime.now(UTC))
+        predictor = instance_predictor(instance, catalog, view, now or datetime.now(UTC), landing=landing)
         print("\n".join(status_lines(catalog, view, args.table, keys, ledger, predictor.predict)))
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
