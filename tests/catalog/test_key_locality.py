@@ -388,11 +388,18 @@ def test_the_lineage_command_lists_every_tables_verdict(capsys: pytest.CaptureFi
     assert list(listed)[0].startswith("dwd.") and list(listed)[-1].startswith("ads.")  # layer by layer
     assert {fqn for fqn, verdict in listed.items() if verdict.startswith("key-scoped rebuilds: by ")} == set(KEY_LOCAL)
     assert listed["dwd.attendance_detail"] == (
-        f"whole-partition rebuilds: {WHOLE['dwd.attendance_detail']}; not additive: reads 2 tables "
-        "(dwd.lesson_snapshot, ods.attendance): a total of one table is kept"
+        f"whole-partition rebuilds: {WHOLE['dwd.attendance_detail']}; not additive: id AS attendance_id reads id "
+        "outside an aggregate (no GROUP BY: one row per partition)"
     )
     additive = {fqn for fqn, verdict in listed.items() if verdict.startswith("additive: ")}
-    assert additive == {"ads.attendance_rate_daily", "ads.daily_gmv", "ads.dau_global", "ads.gmv_hourly"}
+    assert additive == {
+        "ads.attendance_rate_daily",
+        "ads.daily_gmv",
+        "ads.dau_global",
+        "ads.gmv_hourly",
+        "ads.retention_d1",  # a LEFT JOIN of the day's activity to a cohort, counted
+        "ads.retention_d7",
+    }
     assert lines[-1] == (
         f"{len(KEY_LOCAL)} of {len(listed)} tables key-scoped, {len(additive)} additive, "
         f"{len(WHOLE) - len(additive)} whole-partition"

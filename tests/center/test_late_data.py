@@ -21,11 +21,13 @@ from resources.landing import Landing
 from tests.center.test_center import Center, hours, requested
 from tests.center.test_state_store import create_run, end, materialize_in, start
 from tests.support.small_catalog import VALUED_ODS, sql_catalog, write
-from warehouse_assets.catalog import Catalog, load_catalog
+from warehouse_assets.catalog import Catalog, DerivedTable, load_catalog
+from warehouse_assets.catalog.additive import MAX_CHANGED_ROWS
 from warehouse_assets.catalog.key_locality import MAX_KEYS
 from warehouse_assets.catalog.policies import LateDataPolicy
-from warehouse_assets.center.late_data import LANE_TAG, REBUILD_LANE, due_time
+from warehouse_assets.center.late_data import LANE_TAG, REBUILD_LANE, RebuildKinds, due_time
 from warehouse_assets.center.ledger import open_readonly
+from warehouse_assets.center.state_store import PartitionState
 from warehouse_assets.explain.status import status_lines
 from warehouse_assets.explain.why import _rebuild_kind as rebuild_kind
 from warehouse_assets.explain.why import explain
@@ -648,3 +650,33 @@ def test_a_table_waiting_for_an_input_left_to_a_repair_still_absorbs_what_reache
     later = requested(center.step(six + timedelta(days=1, minutes=16)))  # the look again after the input's turn
     assert [DAY] in later.get("ads.reader", [])  # the first change, absorbed
     assert ledger.stale("dwd.short", [DAY])[DAY].due is None  # the second is left to a repair, and said
+
+
+def test_a_total_over_a_join_follows_the_rebuild_rule_by_the_changed_rows_of_all_its_inputs(tmp_path: Path) -> None:
+    """A sum over ``ods.src`` joined with a table derived from it is maintained from both inputs' changed rows: its
+    rebuild is not whole while the late rows its inputs' materializations recorded, together, are what a maintained
+    rebuild takes; past that, counted over both inputs, it is whole (as the runner's one budget of images)."""
+    catalog = sql_catalog(
+        tmp_path / "joined",
+        {
+            "dwd/dim.sql": ("period: daily\nprimary_key: [id]\n", "SELECT id, max(v) AS w FROM ods.src GROUP BY id"),
+            "dws/joined.sql": (
+                f"period: daily\n{SPLIT}",
+                "SELECT count(*) AS n, sum(s.v + coalesce(d.w, 0)) AS v "
+                "FROM ods.src s LEFT JOIN dwd.dim d ON s.id = d.id",
+            ),
+        },
+        ods=VALUED_ODS,
+    )
+    kinds = RebuildKinds(catalog)
+    joined = catalog["dws.joined"]
+    assert isinstance(joined, DerivedTable) and kinds.additive(joined) and not kinds.key_local(joined)
+    own = PartitionState("dws/joined", DAY, rows=1)
+    half = MAX_CHANGED_ROWS // 2
+    src, dim = PartitionState("ods/src", f"{DAY}-10:00", changed=half), PartitionState("dwd/dim", DAY, changed=half)
+    assert kinds.rebuilt_whole(joined, own, [src, dim]) == (False, "")
+    more = PartitionState("dwd/dim", DAY, changed=half + 1)
+    assert kinds.rebuilt_whole(joined, own, [src, more]) == (
+        True,
+        f"{MAX_CHANGED_ROWS + 1:,} rows changed upstream: rebuilt whole, so by the whole rule",
+    )

@@ -4,11 +4,13 @@ its filter) from the order table's change data feed, in one commit of the table,
 rebuild leaves; a group that loses all its rows is deleted; without its stored states the rebuild is whole and says
 why, and that whole build stores them again. A whole build computes its rows from the states it stores, reading its
 input once (counted in Spark's SQL status store), and they are what the table's SQL gives: a sum over null values
-only, count_if, a total over an empty input (one row without GROUP BY, none with it).
+only, count_if, a total over an empty input (one row without GROUP BY, none with it). Totals over a join of the
+orders with ``ods.user`` (a LEFT JOIN and an inner one) absorb changes to the orders, to the users (rows flipping
+between matched and NULL-extended) and to both in one rebuild, each equal to their SQL over the inputs now.
 
 The lake and the Dagster instance are the late-data end-to-end test's (:class:`tests.test_late_data_end_to_end.
 Warehouse`: ``ods.order`` merged by Spark as the ingestion merges it, its hours reported with their checks); the
-catalog is ``ods.order`` and the one total, each run materialized in process.
+catalog is ``ods.order``, ``ods.user`` and the totals, each run materialized in process.
 """
 
 from __future__ import annotations
@@ -23,12 +25,24 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from dagster import AssetKey, instance_for_test, materialize
+from dagster import (
+    AssetCheckEvaluation,
+    AssetKey,
+    AssetMaterialization,
+    DagsterEvent,
+    DagsterEventType,
+    instance_for_test,
+    materialize,
+)
+from dagster._core.definitions.asset_checks.asset_check_evaluation import AssetCheckEvaluationTargetMaterializationData
+from dagster._core.utils import make_new_run_id
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from resources import resources_from_env
 from resources.delta_lake import DeltaStore
 from simulator.cdc_config import merged_order_row
+from tests.center.test_state_store import materializations
 from tests.support.instances import memory_backed_dir, pooled_event_log
 from tests.test_late_data_end_to_end import TZ, Warehouse
 from warehouse_assets.catalog import TABLES_DIR, load_catalog
@@ -74,9 +88,24 @@ FROM ods.order WHERE user_id = 999 GROUP BY status""",
 }
 
 
+# totals over a join of the orders with their users: a LEFT JOIN (an order of a user not there is NULL-extended)
+# and an inner one, each summing the users' columns
+JOINED = {
+    "dwd.orders_by_grade": """SELECT o.status, count(*) AS orders, count(u.id) AS with_user, sum(o.amount) AS amount,
+  sum(o.amount * u.grade) AS graded, count_if(u.city = 'beijing') AS in_beijing
+FROM ods.order o LEFT JOIN ods.user u ON o.user_id = u.id
+GROUP BY o.status""",
+    "dwd.orders_by_city": """SELECT u.city, count(*) AS orders, sum(o.amount) AS amount, sum(u.grade) AS grades
+FROM ods.order o JOIN ods.user u ON u.id = o.user_id
+WHERE o.status <> 'cancelled'
+GROUP BY u.city""",
+}
+
+
 def declared(name: str, sql: str) -> str:
+    users = "  ods.user: {range: [0, 23]}\n" if name in JOINED else ""
     return f"/* ---\ntable: {name}\nperiod: daily\ndescription: A test total.\nowner: trade-data\n" + (
-        "depends_on:\n  ods.order: {range: [0, 23]}\n--- */\n" + sql + "\n"
+        "depends_on:\n  ods.order: {range: [0, 23]}\n" + users + "--- */\n" + sql + "\n"
     )
 
 
@@ -103,8 +132,9 @@ def warehouse(spark: SparkSession, tmp_path: Path) -> Iterator[Warehouse]:
     (tables / "ods").mkdir(parents=True)
     (tables / "dwd").mkdir()
     shutil.copy(TABLES_DIR / "ods" / "order.yaml", tables / "ods" / "order.yaml")
+    shutil.copy(TABLES_DIR / "ods" / "user.yaml", tables / "ods" / "user.yaml")
     (tables / "dwd" / "orders_by_status.sql").write_text(DECLARATION)
-    for name, sql in EDGES.items():
+    for name, sql in {**EDGES, **JOINED}.items():
         (tables / "dwd" / f"{name.split('.')[1]}.sql").write_text(declared(name, sql))
     resources = resources_from_env(
         {"WAREHOUSE_LAKE_ROOT": str(tmp_path / "lake"), "WAREHOUSE_LANDING_ROOT": str(tmp_path / "landing")}
@@ -278,3 +308,114 @@ def test_a_whole_build_reads_its_input_once_for_its_rows_and_its_states(
     assert scans == 1
     assert (warehouse.root / "lake" / "dwd" / "orders_by_status__state").is_dir()
     assert warehouse.partition_rows(spark, TOTAL) == oracle(warehouse, spark, DECLARATION.split("--- */\n")[1])
+
+
+# --- totals over joins ----------------------------------------------------------------------------------------
+
+
+def user(uid: int, city: str, grade: int, pos: int, **changed: Any) -> dict[str, Any]:
+    """User ``uid``, registered in the day's hour 01 (the ``ods.user`` partition the totals read)."""
+    created = datetime(2026, 3, 2, 1, uid, tzinfo=TZ)
+    row = {"id": uid, "name": f"u{uid}", "city": city, "grade": grade, "channel": "app", "create_time": created}
+    row |= {"update_time": created, "_es": pos, "_pos": pos, "_stream": "edu_user.user_00", "_deleted": False}
+    return {**row, "dt": DAY, "hh": "01", **changed}
+
+
+def report_user_hours(warehouse: Warehouse) -> None:
+    """Every ``ods.user`` hour of the day reported with its checks passed, as the ingestion reports them (again:
+    late)."""
+    key = AssetKey(["ods", "user"])
+    for hour in HOURS:
+        warehouse.instance.report_runless_asset_event(AssetMaterialization(key, partition=hour))
+        [target, *_] = materializations(warehouse.instance, key, hour)
+        data = AssetCheckEvaluationTargetMaterializationData(storage_id=target, run_id="", timestamp=0.0)
+        for check in warehouse.catalog["ods.user"].checks:
+            evaluation = AssetCheckEvaluation(
+                asset_key=key, check_name=check.name, passed=True, partition=hour, target_materialization_data=data
+            )
+            event = DagsterEvent(
+                DagsterEventType.ASSET_CHECK_EVALUATION.value, "checks", event_specific_data=evaluation
+            )
+            warehouse.instance.report_dagster_event(event, make_new_run_id())
+
+
+def change_users(warehouse: Warehouse, spark: SparkSession, rows: list[dict[str, Any]], ops: list[str]) -> None:
+    schema = ods_arrow_schema(warehouse.catalog["ods.user"])
+    batch = pa.Table.from_pylist(rows, schema=schema).append_column("_op", pa.array(ops, pa.string()))
+    store = DeltaStore(str(warehouse.root / "lake"))
+    store.merge(
+        spark, ["ods", "user"], batch, primary_key=["id"], partition_by=["dt", "hh"], tombstone_column="_deleted"
+    )
+    report_user_hours(warehouse)
+
+
+def differences(warehouse: Warehouse, spark: SparkSession, name: str) -> int:
+    """The rows of ``name``'s day that a whole build of its SQL over the live orders and users would not leave, and
+    those it would that are not there (``exceptAll`` both ways, one Spark job)."""
+    lake = warehouse.root / "lake"
+    for table in ("order", "user"):
+        live = spark.read.format("delta").load(str(lake / "ods" / table)).where(f"dt = '{DAY}' AND NOT _deleted")
+        live.createOrReplaceTempView(f"__oracle_{table}")
+    sql = JOINED[name].replace("ods.order", "__oracle_order").replace("ods.user", "__oracle_user")
+    expected = spark.sql(sql).withColumn("dt", F.lit(DAY))
+    found = spark.read.format("delta").load(str(lake / name.replace(".", "/"))).where(f"dt = '{DAY}'")
+    assert found.columns == expected.columns
+    return found.exceptAll(expected).unionAll(expected.exceptAll(found)).count()
+
+
+def test_totals_over_joins_are_maintained_from_the_fact_the_dimension_or_both_as_a_whole_rebuild_computes_them(
+    warehouse: Warehouse, spark: SparkSession
+) -> None:
+    """An order's amount, status or user changed; a user's city and grade changed, a user registered whose orders
+    were NULL-extended, a user deleted whose orders become NULL-extended (the LEFT JOIN's rows flipping); and both in
+    one rebuild, an order moved to a user changed in the same batch: each late-data rebuild replaces the changed
+    groups in one commit of each total and leaves the rows its SQL gives over the inputs now."""
+    change_users(
+        warehouse,
+        spark,
+        [user(10, "beijing", 1, 1), user(11, "shanghai", 2, 2), user(12, "beijing", 3, 3)],
+        ["INSERT"] * 3,
+    )
+    day = first_day()  # of users 10-13: 13 not registered, its orders NULL-extended
+    warehouse.merge_orders(spark, day, moved_from={}, hours=HOURS)
+    tables = tuple(JOINED)
+    build(warehouse, late=False, tables=tables)
+    assert all(differences(warehouse, spark, t) == 0 for t in tables)
+
+    def rebuilt_late() -> None:
+        before = {t: warehouse.version(t) for t in tables}
+        run = build(warehouse, late=True, tables=tables)
+        assert not any("rebuilt whole" in m for m in logged(warehouse, run))
+        for t in tables:
+            [found] = [e for e in warehouse.builds(t, DAY)[-1]["partitions"].value if e["partition"] == DAY]  # type: ignore[attr-defined]
+            assert found.get("keys_rebuilt"), t  # maintained, not rebuilt whole
+            assert warehouse.version(t) == before[t] + 1, t  # one commit
+            assert differences(warehouse, spark, t) == 0, t
+
+    # (a) the orders only: an amount, a status, a user (11 → 12), an insert, a delete
+    orders = [
+        {**day[0], "amount": Decimal("15.00"), "_pos": 1000},
+        paid(day[5]),
+        {**day[1], "user_id": 12, "_pos": 1001},
+        {**day[4], "_deleted": True, "_pos": 1004},
+        order(12, "created", _pos=1012),
+    ]
+    change(warehouse, spark, orders, ["UPDATE", "UPDATE", "UPDATE", "DELETE", "INSERT"])
+    rebuilt_late()
+
+    # (b) the users only: 10 moves and changes grade; 13 registers (its orders matched); 11 is deleted (NULL-extended)
+    users = [user(10, "shanghai", 5, 10), user(13, "beijing", 2, 11), user(11, "shanghai", 2, 12, _deleted=True)]
+    change_users(warehouse, spark, users, ["UPDATE", "INSERT", "DELETE"])
+    rebuilt_late()
+    grades = {row[0]: row[1:-1] for row in warehouse.partition_rows(spark, "dwd.orders_by_grade")}
+    assert grades["created"][:2] == (7, 6)  # 109 (user 11) NULL-extended; 107 and 111 (user 13) matched
+
+    # (c) both: order 102 moved to user 10 and repriced while 10 changes again; a new user with a new order
+    change_users(warehouse, spark, [user(10, "beijing", 4, 20), user(14, "hangzhou", 1, 21)], ["UPDATE", "INSERT"])
+    change(
+        warehouse,
+        spark,
+        [{**day[2], "user_id": 10, "amount": Decimal("99.00"), "_pos": 1102}, order(13, "paid", user_id=14, _pos=1113)],
+        ["UPDATE", "INSERT"],
+    )
+    rebuilt_late()

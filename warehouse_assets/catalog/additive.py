@@ -1,25 +1,32 @@
-"""Additive totals: whether a table's rows are sums and counts of one input's rows, so that late changes to that
-input are absorbed from the changed rows alone, as incremental view maintenance does (Databricks Enzyme, Materialize).
+"""Additive totals: whether a table's rows are sums and counts of its inputs' rows (one table's, or an equi-join's),
+so that late changes to those inputs are absorbed from the changed rows alone, as incremental view maintenance does
+(Databricks Enzyme, Materialize).
 
-A table is **additive** when its SQL is one ``SELECT`` over one catalog table (CTEs and derived tables that merge
-into it are fine) with:
+A table is **additive** when its SQL is one ``SELECT`` over catalog tables (CTEs and derived tables that merge into
+it are fine), each read once, with:
 
-* an optional ``WHERE`` on that table's own columns, and an optional ``GROUP BY`` of its columns (the groups);
+* each table joined (inner or ``LEFT JOIN``) on equalities between its columns and those of the tables before it
+  (``a.k = b.k AND ...``); no other join condition, and no ``RIGHT``, ``FULL``, ``CROSS`` or semi join;
+* an optional ``WHERE`` and an optional ``GROUP BY`` of the joined tables' columns (the groups);
 * select items that are a group column, a constant or a ``${...}`` parameter, or an expression whose every column
   reference sits inside one of ``sum(e)`` (``e`` integral or decimal: a maintained sum of doubles drifts from the
   recomputed one, so it is rebuilt whole), ``count(*)``, ``count(e)``, ``count_if(c)``; no ``DISTINCT`` or ``FILTER``
   in them;
-* no join, subquery, window, ``HAVING``, ``DISTINCT``, ``LIMIT`` or set operation.
+* no subquery, window, ``HAVING``, ``DISTINCT``, ``LIMIT`` or set operation.
 
-Each aggregate then is a sum over the input's rows, and a sum can be kept: the verdict names its *partials* (each
+Each aggregate then is a sum over the joined rows, and a sum can be kept: the verdict names its *partials* (each
 distinct aggregate call as a mergeable sum, plus a hidden count of each group's rows), a whole build stores them per
-group, and a late-data rebuild adds to them the partials of the changed rows' images (the post-images counted +1, the
-pre-images -1) and computes the select items again from them (:mod:`warehouse_assets.materialize.additive`). A
+group, and a late-data rebuild adds to them the partials of the changed rows (the post-images counted +1, the
+pre-images -1) and computes the select items again from them (:mod:`warehouse_assets.materialize.additive`). Over a
+join, the change is the standard delta rule: one term per changed input, that input's images joined with the inputs
+before it as they are now and those after it as the last build read them; the right side of a ``LEFT JOIN`` is not
+linear (a row of it inserted or deleted flips rows of the left between matched and NULL-extended), so its term is
+the join with it now minus the join with it then, over the left rows whose join key is among its changed keys. A
 ``sum(e)`` keeps a count of its non-null values beside it, so that a group's sum goes back to NULL once every value
 is gone; a group whose row count reaches 0 is deleted.
 
 A key-local table is not additive (its key-scoped rebuild covers it), nor one declaring ``incremental: false``, one
-reading itself, or one reading a table whose changes no change data feed records (static, external, completeness
+reading itself, or one reading any table whose changes no change data feed records (static, external, completeness
 windows). Anything else is rebuilt whole, and the verdict says why (as :class:`KeyLocality` does).
 """
 
@@ -70,14 +77,27 @@ class Partial:
 
 
 @dataclass(frozen=True)
+class Join:
+    """An input joined to the inputs before it, on equalities of columns."""
+
+    input: str
+    alias: str
+    left: bool  # a LEFT JOIN (else an inner one)
+    on: str  # the condition, as Spark SQL over the aliases
+    keys: tuple[tuple[str, str, str], ...]  # each equality: its own column, the other side's alias and column
+
+
+@dataclass(frozen=True)
 class Additivity:
-    """Whether late changes to ``table``'s one input are absorbed from the changed rows, and the queries that do it."""
+    """Whether late changes to ``table``'s inputs are absorbed from the changed rows, and the queries that do it."""
 
     table: str
     reason: str = ""  # why its partitions are rebuilt whole ("" when additive)
-    input: str = ""  # the one table it reads
-    alias: str = ""  # the input's alias in the queries below
-    group_by: tuple[str, ...] = ()  # the input columns it groups by (none: one total per partition)
+    input: str = ""  # the table it reads first (its FROM)
+    alias: str = ""  # that input's alias in the queries below
+    joins: tuple[Join, ...] = ()  # the tables joined to it, in order
+    group_by: tuple[str, ...] = ()  # the columns it groups by (none: one total per partition)
+    group_sources: tuple[str, ...] = ()  # the alias each of them is a column of
     group_outputs: tuple[str, ...] = ()  # the output column carrying each of them
     partials: tuple[Partial, ...] = ()
     where: str = ""  # the filter on the input's rows, as Spark SQL
@@ -87,10 +107,19 @@ class Additivity:
     def additive(self) -> bool:
         return not self.reason
 
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """Every table it reads, in the order of the joins."""
+        return (self.input, *(j.input for j in self.joins))
+
+    @property
+    def aliases(self) -> tuple[str, ...]:
+        return (self.alias, *(j.alias for j in self.joins))
+
     def describe(self) -> str:
         if not self.additive:
             return f"not additive: {self.reason}"
-        return f"additive: sum/count maintained from the changed rows of {self.input}"
+        return f"additive: sum/count maintained from the changed rows of {', '.join(self.inputs)}"
 
     @property
     def group_columns(self) -> tuple[str, ...]:
@@ -98,14 +127,19 @@ class Additivity:
         return tuple(f"__g{i}" for i in range(len(self.group_by)))
 
     def state_sql(self, weight: str = "1") -> str:
-        """The partials of each group of the input's rows, each row weighted by ``weight`` (the table's ``${...}``
-        parameters left in; the input named as in the table's SQL)."""
-        groups = [f"{self.alias}.{c} AS {g}" for c, g in zip(self.group_by, self.group_columns, strict=True)]
+        """The partials of each group of the joined rows, each row weighted by ``weight`` (a constant, or a column of
+        one input's: its images' weights), the table's ``${...}`` parameters left in and the inputs named as in the
+        table's SQL."""
+        sources = self.group_sources or (self.alias,) * len(self.group_by)
+        columns = [f"{a}.{c}" for a, c in zip(sources, self.group_by, strict=True)]
+        groups = [f"{c} AS {g}" for c, g in zip(columns, self.group_columns, strict=True)]
         items = [*groups, *(f"{p.sql(weight)} AS {p.name}" for p in self.partials)]
         sql = f"SELECT {', '.join(items)} FROM {self.input} AS {self.alias}"
+        for j in self.joins:
+            sql += f" {'LEFT JOIN' if j.left else 'JOIN'} {j.input} AS {j.alias} ON {j.on}"
         sql += f" WHERE {self.where}" if self.where else ""
         if self.group_by:
-            sql += f" GROUP BY {', '.join(f'{self.alias}.{c}' for c in self.group_by)}"
+            sql += f" GROUP BY {', '.join(columns)}"
         return sql
 
     def final_sql(self, states: str) -> str:
@@ -152,21 +186,19 @@ def additivity(
             return whole("key-local: its key-scoped rebuild replaces the changed keys' rows")
     except Exception:  # a key proof that fails proves nothing either way: the additive proof decides
         pass
-    if len(inputs) != 1:
-        return whole(f"reads {len(inputs)} tables ({', '.join(sorted(inputs))}): a total of one table is kept")
-    [name] = inputs
-    if feeds is not None and name not in feeds:
-        return whole(f"reads {name}, whose changes no change data feed records")
+    missing = sorted(n for n in inputs if feeds is not None and n not in feeds)
+    if missing:
+        return whole(f"reads {missing[0]}, whose changes no change data feed records")
     try:
-        return _prove(table.fqn, table.sql, name, inputs[name])
+        return _prove(table.fqn, table.sql, inputs)
     except _NotAdditive as exc:
         return whole(str(exc))
     except (SqlglotError, ValueError) as exc:
         return whole(f"the SQL could not be followed: {str(exc).splitlines()[0]}")
 
 
-def _prove(fqn: str, sql: str, name: str, types: Mapping[str, str]) -> Additivity:
-    qualified = qualified_scope(sql, {name: tuple(types)})
+def _prove(fqn: str, sql: str, inputs: Mapping[str, Mapping[str, str]]) -> Additivity:
+    qualified = qualified_scope(sql, {name: tuple(types) for name, types in inputs.items()})
     scope: Scope | None = qualified
     if qualified.cte_scopes or qualified.derived_table_scopes:  # inlined where they are plain selects of the table
         scope = build_scope(merge_subqueries(qualified.expression))
@@ -175,24 +207,30 @@ def _prove(fqn: str, sql: str, name: str, types: Mapping[str, str]) -> Additivit
         raise _NotAdditive(f"{type(query).__name__.upper()} of queries: a set operation is not maintained")
     if not isinstance(query, exp.Select) or scope is None:
         raise _NotAdditive("the SQL is not one SELECT")
-    layer, table_name = name.split(".", 1)
-    annotate_types(query, schema={layer: {table_name: {c: t or "unknown" for c, t in types.items()}}}, dialect="spark")
+    schema: dict[str, object] = {}
+    for name, types in inputs.items():
+        layer, table_name = name.split(".", 1)
+        tables = schema.setdefault(layer, {})
+        assert isinstance(tables, dict)
+        tables[table_name] = {c: t or "unknown" for c, t in types.items()}
+    annotate_types(query, schema=schema, dialect="spark")
     _shape(scope, query)
-    [(alias, source)] = scope.selected_sources.items()
+    alias, name = _source(query.args["from_"].this)
+    joins = _joins(query, alias)
     group = query.args.get("group")
     grouped = list(group.expressions) if group else []
     if group is not None and (not grouped or not all(isinstance(g, exp.Column) for g in grouped)):
         shown = ", ".join(_shown(g) for g in grouped) or _shown(group)
         raise _NotAdditive(f"groups by {shown}: only input columns are groups")
-    by = tuple(dict.fromkeys(g.name for g in grouped))
+    by = tuple(dict.fromkeys((g.table, g.name) for g in grouped))
     where = query.args.get("where")
     if where is not None and any(where.find_all(*_NOT_DETERMINISTIC)):
         raise _NotAdditive(f"{_shown(where)} is not deterministic")
     partials: dict[tuple[str, str], Partial] = {("rows", ""): Partial(ROWS, "rows")}
     select = [_item(s, by, partials) for s in query.selects]
     outputs = []
-    for column in by:
-        carrying = next((s.alias_or_name for s in query.selects if _is_column(s.unalias(), column)), None)
+    for source, column in by:
+        carrying = next((s.alias_or_name for s in query.selects if _is_column(s.unalias(), source, column)), None)
         if carrying is None:
             raise _NotAdditive(f"groups by {column}, which it does not select: its rows cannot be found by group")
         outputs.append(carrying)
@@ -200,7 +238,9 @@ def _prove(fqn: str, sql: str, name: str, types: Mapping[str, str]) -> Additivit
         fqn,
         input=name,
         alias=alias,
-        group_by=by,
+        joins=joins,
+        group_by=tuple(c for _, c in by),
+        group_sources=tuple(a for a, _ in by),
         group_outputs=tuple(outputs),
         partials=tuple(partials.values()),
         where=where.this.sql(dialect="spark") if where is not None else "",
@@ -208,28 +248,82 @@ def _prove(fqn: str, sql: str, name: str, types: Mapping[str, str]) -> Additivit
     )
 
 
+def _source(node: exp.Expr) -> tuple[str, str]:
+    """The alias and the catalog name of a table the query reads."""
+    if not isinstance(node, exp.Table) or not node.db:
+        raise _NotAdditive(f"reads {_shown(node)}, not a catalog table")
+    if node.args.get("sample") or node.args.get("pivots"):
+        raise _NotAdditive(f"{_shown(node)} samples or pivots rows")
+    return node.alias_or_name, f"{node.db}.{node.name}"
+
+
+def _joins(query: exp.Select, first: str) -> tuple[Join, ...]:
+    """The joined tables, each on equalities of its columns with the columns of tables joined before it: what the
+    delta rule maintains (a term per changed table, its matches found by those keys)."""
+    joins: list[Join] = []
+    seen = [first]
+    for join in query.args.get("joins") or []:
+        alias, name = _source(join.this)
+        shown = _shown(join.this)
+        side, kind = (join.side or "").upper(), (join.kind or "").upper()
+        if side in ("RIGHT", "FULL") or kind in ("CROSS", "SEMI", "ANTI") or join.method:
+            how = " ".join(w for w in (join.method, side, kind) if w).upper()
+            raise _NotAdditive(f"{how} JOIN {shown}: only inner joins and LEFT JOINs are maintained")
+        if join.args.get("using"):
+            raise _NotAdditive(f"joins {shown} USING columns: only ON equalities of columns are maintained")
+        on = join.args.get("on")
+        keys = []
+        for part in on.flatten() if isinstance(on, exp.And) else [on]:
+            pair = _equality(part, alias, seen)
+            if pair is None:
+                condition = _shown(on) if on is not None else "no condition"
+                raise _NotAdditive(
+                    f"joins {shown} on {condition}: only equalities of its columns with the columns of the tables "
+                    "joined before it are maintained"
+                )
+            keys.append(pair)
+        joins.append(Join(name, alias, side == "LEFT", on.sql(dialect="spark"), tuple(keys)))
+        seen.append(alias)
+    names = [_source(query.args["from_"].this)[1], *(j.input for j in joins)]
+    twice = next((n for n in names if names.count(n) > 1), None)
+    if twice is not None:
+        raise _NotAdditive(f"reads {twice} twice: each input's change is one term of the join")
+    return tuple(joins)
+
+
+def _equality(node: exp.Expr | None, alias: str, before: list[str]) -> tuple[str, str, str] | None:
+    """``own.c = other.d`` (either way round) as (c, other, d), for a column ``own`` of the joined table ``alias``
+    and ``other`` an alias before it; None for anything else."""
+    if not isinstance(node, exp.EQ):
+        return None
+    a, b = node.this, node.expression
+    if not isinstance(a, exp.Column) or not isinstance(b, exp.Column):
+        return None
+    if a.table == alias and b.table in before:
+        return a.name, b.table, b.name
+    if b.table == alias and a.table in before:
+        return b.name, a.table, a.name
+    return None
+
+
 def _shape(scope: Scope, query: exp.Select) -> None:
     """Refuses what reads across rows otherwise than a group's sums: the clauses the proof does not follow."""
     if scope.subquery_scopes or scope.cte_scopes or scope.derived_table_scopes:
         inner = [*scope.subquery_scopes, *scope.cte_scopes, *scope.derived_table_scopes][0].expression
         raise _NotAdditive(f"reads the subquery ({_shown(inner)}), which does not merge into one SELECT")
-    if query.args.get("joins"):
-        raise _NotAdditive(f"joins {_shown(query.args['joins'][0].this)}: a total of one table is kept")
     for clause in ("having", "qualify", "limit", "offset", "distinct"):
         if query.args.get(clause):
             raise _NotAdditive(f"{clause.upper()} is not maintained from changed rows")
     window = next(find_all_in_scope(query, exp.Window), None)
     if window is not None:
         raise _NotAdditive(f"window function {_shown(window)} reads across rows")
-    sources = list(scope.selected_sources.values())
-    if len(sources) != 1 or not isinstance(sources[0][1], exp.Table):
-        raise _NotAdditive("reads no catalog table, or more than one")
-    table = sources[0][1]
-    if table.args.get("sample") or table.args.get("pivots") or query.args.get("laterals"):
-        raise _NotAdditive(f"{_shown(table)} samples, pivots or explodes rows")
+    if not scope.selected_sources or query.args.get("from_") is None:
+        raise _NotAdditive("reads no catalog table")
+    if query.args.get("laterals"):
+        raise _NotAdditive(f"{_shown(query.args['laterals'][0])} explodes rows")
 
 
-def _item(item: exp.Expr, by: tuple[str, ...], partials: dict[tuple[str, str], Partial]) -> str:
+def _item(item: exp.Expr, by: tuple[tuple[str, str], ...], partials: dict[tuple[str, str], Partial]) -> str:
     """The select item computed from a state row: each aggregate replaced by its partials, each group column by the
     state's column for it."""
     value = item.copy()
@@ -240,13 +334,13 @@ def _item(item: exp.Expr, by: tuple[str, ...], partials: dict[tuple[str, str], P
     for column in list(value.find_all(exp.Column)):
         if column.name in {p.name for p in partials.values()}:  # a state's own column, put in above
             continue
-        if column.name not in by:
+        if (column.table, column.name) not in by:
             raise _NotAdditive(
                 f"{_shown(item)} reads {column.name} outside an aggregate, not a group column"
                 if by
                 else f"{_shown(item)} reads {column.name} outside an aggregate (no GROUP BY: one row per partition)"
             )
-        column.replace(exp.column(f"__g{by.index(column.name)}"))
+        column.replace(exp.column(f"__g{by.index((column.table, column.name))}"))
     if any(value.find_all(*_NOT_DETERMINISTIC)):
         raise _NotAdditive(f"{_shown(item)} is not deterministic")
     return value.sql(dialect="spark")
@@ -288,8 +382,8 @@ def _final(aggregate: exp.AggFunc, partials: dict[tuple[str, str], Partial]) -> 
     raise _NotAdditive(f"{_shown(aggregate)} is not a sum or a count")
 
 
-def _is_column(node: exp.Expr, name: str) -> bool:
-    return isinstance(node, exp.Column) and node.name == name
+def _is_column(node: exp.Expr, source: str, name: str) -> bool:
+    return isinstance(node, exp.Column) and node.table == source and node.name == name
 
 
 class WarehouseTypes:

@@ -7,7 +7,7 @@ decide the rows of each table on the way (filters, join keys, groupings); ``--do
 transitively: the columns computed from it, or every column where the rows depend on it. A table's rebuilds are
 key-scoped when its SQL proves each key's rows come from input rows of that key alone
 (:mod:`warehouse_assets.catalog.key_locality`), maintained from the changed rows when it proves the table sums and
-counts of one input (:mod:`warehouse_assets.catalog.additive`), else whole-partition, and the reasons are printed.
+counts of its inputs (:mod:`warehouse_assets.catalog.additive`), else whole-partition, and the reasons are printed.
 Reads the catalog only.
 """
 

@@ -1,21 +1,25 @@
-"""Additive maintenance: a late change to the input of a total rebuilds the changed groups from the changed rows.
+"""Additive maintenance: a late change to the inputs of a total rebuilds the changed groups from the changed rows.
 
-A table whose SQL is proven additive (:mod:`warehouse_assets.catalog.additive`: sums and counts of one input's rows,
-per group) keeps, beside its rows, their partial states: a whole build also writes, per partition and group, each
-aggregate's mergeable partial and the group's row count to a side Delta table, ``<table>__state`` (same partition
-columns; not a catalog table, not an asset), each row stamped with the table's Delta version it matches. It
-aggregates those states once and computes the table's rows from them, so the rows and the states come from one read
-of the input.
+A table whose SQL is proven additive (:mod:`warehouse_assets.catalog.additive`: sums and counts of its inputs' rows,
+of one table or of an equi-join, per group) keeps, beside its rows, their partial states: a whole build also writes,
+per partition and group, each aggregate's mergeable partial and the group's row count to a side Delta table,
+``<table>__state`` (same partition columns; not a catalog table, not an asset), each row stamped with the table's
+Delta version it matches (whose build record holds the version of every input read). It aggregates those states once
+and computes the table's rows from them, so the rows and the states come from one read of the inputs.
 
-A rebuild for late data (where a key-scoped rebuild would be decided) then reads the input's change data feed
+A rebuild for late data (where a key-scoped rebuild would be decided) then reads each input's change data feed
 between the version the last build read and now, in the partitions it reads (:meth:`DeltaStore.changed_rows`: the
-row images, +1 a post-image, -1 a pre-image), aggregates them into partial deltas per group, adds those to the stored
-states, computes the select items of the changed groups from their new states, and replaces exactly those groups'
-rows in one ``MERGE`` on the partition and the group columns (:meth:`DeltaStore.replace_keys`): a group whose rows
-are all gone is deleted. The new states are written after that commit. A state that is missing, or stamped with
-another version than the partition's last build (that build wrote no state, or its state write failed), a feed
-that does not cover the versions, or too many changed rows rebuild the partition whole, which writes the states
-afresh; the run's log says why. Checks judge the whole partition after the write, as after any build.
+row images, +1 a post-image, -1 a pre-image), and sums the change per group by the delta rule of view maintenance,
+in one Spark job: for each changed input, its images joined with the inputs before it as they are now and with those
+after it as the last build read them (Delta time travel); the right side of a ``LEFT JOIN`` is the join with it now
+minus the join with it then, over the left rows whose join key it changed. An input that did not change adds no
+term. Those partial deltas are added to the stored states, the select items of the changed groups computed from their
+new states, and exactly those groups' rows replaced in one ``MERGE`` on the partition and the group columns
+(:meth:`DeltaStore.replace_keys`): a group whose rows are all gone is deleted. The new states are written after that
+commit. A state that is missing, or stamped with another version than the partition's last build (that build wrote
+no state, or its state write failed), a feed that does not cover the versions, or too many changed rows rebuild the
+partition whole, which writes the states afresh; the run's log says why. Checks judge the whole partition after the
+write, as after any build.
 """
 
 from __future__ import annotations
@@ -153,40 +157,48 @@ class AdditiveMaintainer:
     def changes(
         self,
         key: str,
+        inputs: Mapping[str, DataFrame],
         read_from: Mapping[str, Sequence[str]],
         versions: Mapping[str, int],
-        predicates: Sequence[Predicate] = (),
+        predicates: Mapping[str, Sequence[Predicate]],
     ) -> tuple[GroupChanges | None, str]:
-        """The new states of ``key``'s groups from its input's changes since the last build (its inputs read at
-        ``versions``, their partitions ``read_from``; the input's rows filtered by ``predicates``), or None and why
-        the partition is rebuilt whole."""
+        """The new states of ``key``'s groups from its inputs' changes since the last build (``inputs``: their rows
+        now, read at ``versions`` from the partitions ``read_from``, filtered by ``predicates``), or None and why the
+        partition is rebuilt whole."""
         verdict = self.verdict
         if not verdict.additive:
             return None, verdict.describe()
-        name = verdict.input
         previous = _previous_build(self.instance, self.table, key)
         entry = _entry(self.instance, self.table, key)
         if previous is None or entry is None:
             return None, "its last build recorded no input versions"
         before_versions, before_read = previous
-        used = list(read_from.get(name, []))
-        if name not in versions or name not in before_versions:
-            return None, f"the versions of {name} read are not known"
-        if before_read.get(name) != span(used):
-            return None, f"reads other partitions of {name} than its last build ({before_read.get(name)})"
+        for name in verdict.inputs:
+            if name not in versions or name not in before_versions or name not in inputs:
+                return None, f"the versions of {name} read are not known"
+            if before_read.get(name) != span(list(read_from.get(name, []))):
+                return None, f"reads other partitions of {name} than its last build ({before_read.get(name)})"
         stored, why = self._stored(key, entry.get("delta_version"))
         if stored is None:
             return None, why
-        upstream = self.catalog[name]
-        specs = [partition_values_of(upstream, k) for k in used]
-        after, until = before_versions[name], versions[name]
-        images = self.store.changed_rows(self.spark, upstream.key, specs, after, until, MAX_CHANGED_ROWS)
-        if images is None:
-            return None, f"{name}'s change data feed does not cover versions {after + 1}-{until}"
-        if images.num_rows > MAX_CHANGED_ROWS:
-            return None, f"more than {MAX_CHANGED_ROWS:,} rows of {name} changed"
+        images: dict[str, pa.Table] = {}
+        left = MAX_CHANGED_ROWS  # the images every input's feed may still add
+        for name in verdict.inputs:
+            after, until = before_versions[name], versions[name]
+            if until == after:
+                continue  # not changed: its term vanishes
+            specs = [partition_values_of(self.catalog[name], k) for k in read_from.get(name, [])]
+            found = self.store.changed_rows(self.spark, self.catalog[name].key, specs, after, until, left)
+            if found is None:
+                return None, f"{name}'s change data feed does not cover versions {after + 1}-{until}"
+            if found.num_rows > left:
+                return None, f"more than {MAX_CHANGED_ROWS:,} rows of {' and '.join(verdict.inputs)} changed"
+            if found.num_rows:
+                images[name], left = found, left - found.num_rows
+        old = {name: (before_versions[name], read_from.get(name, [])) for name in verdict.inputs}
         try:
-            states = self._added(stored, self._delta(key, name, images, predicates))
+            delta = self._delta(key, _Terms(inputs, images, old, predicates))
+            states = self._added(stored, delta)
         except Exception as exc:  # a rebuild that cannot be maintained is rebuilt whole, not failed
             return None, f"the changed rows could not be added to the partial states: {exc}"
         if verdict.group_by:
@@ -201,7 +213,7 @@ class AdditiveMaintainer:
                 states = states.set_column(states.schema.get_field_index(CHANGED), CHANGED, flags)
         else:  # one total per partition, there with no row too: always the one replaced
             states = states.set_column(states.schema.get_field_index(CHANGED), CHANGED, pa.array([True]))
-        return GroupChanges(key, states, images.num_rows), ""
+        return GroupChanges(key, states, sum(t.num_rows for t in images.values())), ""
 
     def _stored(self, key: str, built: object) -> tuple[pa.Table | None, str]:
         """The partition's stored states, if they match its last build (its Delta version ``built``)."""
@@ -216,25 +228,59 @@ class AdditiveMaintainer:
         drop = [c for c in rows.column_names if c in self.table.partition_by or c == VERSION]
         return rows.drop_columns(drop), ""
 
-    def _delta(self, key: str, name: str, images: pa.Table, predicates: Sequence[Predicate]) -> DataFrame:
-        """The partials of the changed rows' images per group: each image weighted by its count in the feed."""
-        spark = self.spark
-        schema = self.store.read(spark, self.catalog[name].key, partitions=[])[0]  # the input's own types
-        if images.num_rows:
-            frame = arrow_frame(spark, images)
-            frame = frame.select(*[F.col(c).cast(t).alias(c) for c, t in schema.dtypes], F.col(NET).cast("bigint"))
-        else:
-            frame = schema.withColumn(NET, F.lit(0).cast("bigint"))
-        for p in predicates:
-            frame = frame.where(p.spark_sql())
+    def _delta(self, key: str, terms: _Terms) -> DataFrame:
+        """The partials of the change per group, one Spark job: the delta rule's terms (one per changed input, each
+        weighted row counted in its group) in one UNION ALL, summed per group."""
         from warehouse_assets.materialize.runner import view_name  # the runner imports this module
 
-        suffix = "__changed_rows"  # a view of its own: the pending partitions' views stay as they are
-        frame.createOrReplaceTempView(view_name(name, suffix))
+        verdict, spark = self.verdict, self.spark
+        order = verdict.inputs
+        changed = [i for i, name in enumerate(order) if name in terms.images] or [0]  # none: an empty term
+        views: list[str] = []
+        frames: list[DataFrame] = []
+
+        def planned(suffix: str, frames_of: Mapping[str, DataFrame], weight: str) -> DataFrame:
+            for name, frame in frames_of.items():
+                views.append(view_name(name, suffix))
+                frame.createOrReplaceTempView(views[-1])
+            return spark.sql(self.render(verdict.state_sql(weight), key, suffix))
+
+        for i in changed:
+            name = order[i]
+            images = terms.changed(spark, name)
+            # the inputs joined before the changed one as they are now, those after it as the last build read them
+            others = {
+                o: terms.now(o) if j < i else terms.then(spark, self.store, self.catalog, o)
+                for j, o in enumerate(order)
+                if j != i
+            }
+            join = verdict.joins[i - 1] if i else None
+            if join is None or not join.left:  # linear in this input: its images, each weighted +1 or -1
+                frames.append(planned(f"__delta{i}", {**others, name: images}, f"{verdict.aliases[i]}.{NET}"))
+                continue
+            # the right side of a LEFT JOIN flips rows of the left between matched and NULL-extended: the join with
+            # it now minus the join with it then, over the left rows whose join key is among its changed keys
+            alias_of = dict(zip(verdict.aliases, order, strict=True))
+            for other_alias in dict.fromkeys(a for _, a, _ in join.keys):
+                pairs = [(own, col) for own, a, col in join.keys if a == other_alias]
+                other = alias_of[other_alias]
+                keys = images.select(*[F.col(own).alias(f"__k{n}") for n, (own, _) in enumerate(pairs)]).distinct()
+                matched = reduce(
+                    lambda a, b: a & b, [others[other][c] == keys[f"__k{n}"] for n, (_, c) in enumerate(pairs)]
+                )
+                others[other] = others[other].join(keys, matched, "left_semi")
+            then = terms.then(spark, self.store, self.catalog, name)
+            frames.append(planned(f"__now{i}", {**others, name: terms.now(name)}, "1"))
+            frames.append(planned(f"__then{i}", {**others, name: then}, "-1"))
         try:
-            return arrow_frame(spark, spark.sql(self.render(self.verdict.state_sql(NET), key, suffix)).toArrow())
+            union = reduce(DataFrame.unionByName, frames)
+            sums = [F.sum(p.name).alias(p.name) for p in verdict.partials]
+            groups = verdict.group_columns
+            summed = union.groupBy(*groups).agg(*sums) if groups else union.agg(*sums)
+            return arrow_frame(spark, summed.toArrow())
         finally:
-            spark.catalog.dropTempView(view_name(name, suffix))
+            for view in views:
+                spark.catalog.dropTempView(view)
 
     def _added(self, stored: pa.Table, delta: DataFrame) -> pa.Table:
         """The stored states plus the deltas, per group (groups matched null-safely), in the stored types; the
@@ -273,6 +319,44 @@ class AdditiveMaintainer:
             changed = spark.range(1).select(*[F.lit(v).alias(c) for c, v in spec.items()])
         new_states = _with_partition(arrow_frame(spark, kept.drop_columns([CHANGED])), spec)
         return final, changed, new_states
+
+
+@dataclass
+class _Terms:
+    """What the delta rule's terms read: each input's rows now, the changed inputs' images, and each input's
+    version and partitions as its last build read them (read once per rebuild when a term needs them)."""
+
+    inputs: Mapping[str, DataFrame]  # now
+    images: Mapping[str, pa.Table]  # the changed inputs' row images, with their weights
+    old: Mapping[str, tuple[int, Sequence[str]]]  # the version and the partitions read by the last build
+    predicates: Mapping[str, Sequence[Predicate]]
+    _then: dict[str, DataFrame] = dataclasses.field(default_factory=dict)
+
+    def now(self, name: str) -> DataFrame:
+        return self.inputs[name]
+
+    def then(self, spark: SparkSession, store: DeltaStore, catalog: Catalog, name: str) -> DataFrame:
+        """The input's rows as its last build read them: Delta time travel to that version."""
+        if name not in self._then:
+            version, used = self.old[name]
+            upstream = catalog[name]
+            specs = [partition_values_of(upstream, k) for k in used]
+            self._then[name] = store.read(spark, upstream.key, specs, self.predicates.get(name, ()), version)[0]
+        return self._then[name]
+
+    def changed(self, spark: SparkSession, name: str) -> DataFrame:
+        """The input's changed row images in its own types, each with its weight (:data:`NET`), filtered as its
+        rows are read (a tombstone's images drop out)."""
+        schema = self.inputs[name]
+        found = self.images.get(name)
+        if found is not None and found.num_rows:
+            frame = arrow_frame(spark, found)
+            frame = frame.select(*[F.col(c).cast(t).alias(c) for c, t in schema.dtypes], F.col(NET).cast("bigint"))
+        else:
+            frame = schema.limit(0).withColumn(NET, F.lit(0).cast("bigint"))
+        for p in self.predicates.get(name, ()):
+            frame = frame.where(p.spark_sql())
+        return frame
 
 
 def _with_partition(df: DataFrame, spec: Mapping[str, str]) -> DataFrame:

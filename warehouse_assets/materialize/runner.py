@@ -402,8 +402,7 @@ class _RangedBuild:
         groups = None
         if scope is None and key in self.scoper.late:  # not by key: a total's changed groups, else whole
             additive = self.additive.verdict
-            live = self.predicates.get(additive.input, ())
-            groups, why = self.additive.changes(key, read_from, versions, live)
+            groups, why = self.additive.changes(key, inputs, read_from, versions, self.predicates)
             whole_because = why if additive.additive else f"{whole_because}; {why}"
         if groups is None and key in self.scoper.late:  # a late-data rebuild that could not be scoped: say why
             self.context.log.info(f"{table.fqn} {key}: rebuilt whole: {whole_because}")
