@@ -29,9 +29,13 @@ sum, for a first build and any whole rebuild. A late-data rebuild of a table the
 (``catalog/key_locality.py``; 30 % of the generated tables are made totals over the whole partition, which are not)
 reads one row per changed key and input partition, as ``materialize/key_scope.py`` does, unless so many keys changed
 that the product rebuilds it whole (the same thresholds). Half the totals are sums and counts, the other half a
-minimum (standing for distinct counts and the like); a sum over one table is additive (``catalog/additive.py``), and
-its late-data rebuild reads its input's change feed (a pre- and a post-image per changed row) and its stored partial
-states (one row), as ``materialize/additive.py`` does, unless more rows changed than it takes. The keys a build
+minimum (standing for distinct counts and the like); a sum over its inputs is additive (``catalog/additive.py``: one
+table, or tables joined on their key; the generated sums add a joined table's column, ``sum(t0.user_id +
+coalesce(t1.n, 0))``, so that a join is not free), unless it reads a static table (no change feed). Its late-data
+rebuild reads, as ``materialize/additive.py`` does by the delta rule, per changed input partition its change feed (a
+pre- and a post-image per changed row) and, for every other input partition of that term, the rows matching the
+changed keys (one per changed key and partition, capped at its rows, as the key-scoped model counts), plus its
+stored partial states (one row), unless more rows changed than it takes. The keys a build
 changes are what its readers then see changed: a root hour's late changes (one key each, two for a moved key; 2 % of
 the hour's rows in the replay), at most a partition's rows, and every row for a first build. ``late_work_ratio`` is
 the rows read by every build after a partition's first over the rows read by the first builds;
@@ -153,10 +157,11 @@ def declare(root: Path, policy: str, seed: int) -> None:
         if "kind: static" in text:
             continue
         if rng.random() < AGGREGATE_SHARE:
-            if kinds.random() < ADDITIVE_SHARE:
+            if kinds.random() < ADDITIVE_SHARE:  # a sum of a joined table's column too, where there is a join
+                summed = "t0.user_id + coalesce(t1.n, 0)" if " AS t1 ON " in text else "t0.user_id"
                 text = text.replace(
                     "SELECT t0.id, max(t0.user_id) AS user_id,",
-                    f"SELECT {AGGREGATE_MARK} 0 AS id, sum(t0.user_id) AS user_id,",
+                    f"SELECT {AGGREGATE_MARK} 0 AS id, sum({summed}) AS user_id,",
                     1,
                 )
             else:
@@ -388,10 +393,10 @@ class Horizon:
                 self.scoped["too_many_rows"] += 1
                 self.work["too_many_rows"] += whole
                 return whole, own, False
-            # the input's change feed in the partition (a pre- and a post-image per changed row) and the stored
-            # partial states, one row per group; the changed groups' rows replaced
+            # the delta rule's terms and the stored partial states, one row per group; the changed groups' rows
+            # replaced
             self.scoped["additive"] += 1
-            read = 2 * keys + own
+            read = self._maintained_read(inputs, last) + own
             self.work["additive"] += read
             return read, min(keys, own), True
         if not late or fqn not in self.key_local:
@@ -407,6 +412,22 @@ class Horizon:
         read = sum(min(self.rows(*i), keys) for i in inputs)
         self.work["by_key"] += read
         return read, min(keys, own), True
+
+    def _maintained_read(self, inputs: list[tuple[str, str]], last: int) -> float:
+        """The rows a maintained total's terms read: per input partition changed since the build ``last``, its
+        change feed (a pre- and a post-image per changed row) and, of every other input table's partitions, the rows
+        matching its changed keys (one per key and partition, at most the partition's rows)."""
+        read = 0.0
+        for changed_input in inputs:
+            keys = 0
+            for seq, c in reversed(self.history.get(changed_input, [])):  # in build order: only the tail is newer
+                if seq <= last:
+                    break
+                keys += c
+            if keys:
+                others = (i for i in inputs if i[0] != changed_input[0])
+                read += 2 * keys + sum(min(self.rows(*i), keys) for i in others)
+        return read
 
     def report_changes(self, fqn: str, hour: str, keys: int) -> None:
         """A root hour's late changes as its report's changed keys (the change feed of its merges)."""
