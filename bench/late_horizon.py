@@ -387,7 +387,12 @@ class Horizon:
         filling) may change every row."""
         own = self.rows(fqn, key)
         last = self.history[(fqn, key)][-1][0]
-        keys = sum(c for i in inputs for seq, c in self.history.get(i, []) if seq > last)
+        keys = 0
+        for i in inputs:  # each history is in build order: only its tail is newer than the last build
+            for seq, c in reversed(self.history.get(i, [])):
+                if seq <= last:
+                    break
+                keys += c
         if late and fqn in self.additive:
             if keys > MAX_CHANGED_ROWS:
                 self.scoped["too_many_rows"] += 1

@@ -11,15 +11,16 @@ partition again at that moment; ``warehouse why`` and ``warehouse status`` print
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Protocol
 from zoneinfo import ZoneInfo
 
 from dagster import AssetKey
 
-from warehouse_assets.catalog import WHOLE, Catalog, DerivedTable, LateDataPolicy, Table, partition_window
+from warehouse_assets.catalog import BY_PERIOD, WHOLE, Catalog, DerivedTable, LateDataPolicy, Table, partition_window
 from warehouse_assets.catalog.additive import MAX_CHANGED_ROWS, WarehouseTypes
 from warehouse_assets.catalog.dependencies import LATEST
 from warehouse_assets.catalog.key_locality import MAX_KEYS, MAX_SHARE, SMALL_PARTITION, key_locality
@@ -175,6 +176,10 @@ class LateSnapshot(Protocol):
 
     def mark_stale(self, entry: Stale) -> None: ...
 
+    def read_stale(self, fqn: str, partitions: Iterable[str]) -> None: ...
+
+    def read_rebuilds(self, fqn: str, partitions: Iterable[str]) -> None: ...
+
 
 class LateData:
     """The late-data rule: whether a built partition whose inputs changed after its build is rebuilt now, under the
@@ -215,6 +220,8 @@ class LateData:
             return True
         late_policies, late_upstream, used = inputs
         previous = states.stale(table.fqn, partition)
+        for fqn, keys in self._by_table(late_upstream).items():
+            states.read_rebuilds(fqn, keys)
         # as late as the change itself: through an upstream rebuilt for late data, the change that rebuild absorbed
         origins = [now.timestamp()]
         for up in late_upstream:
@@ -308,9 +315,9 @@ class LateData:
         """The most urgent of ``policies``' due times for late data since ``since``, that policy, and the reason when
         none rebuilds it automatically."""
         own_rebuild = states.rebuilt(table.fqn, partition)
-        window_end = partition_window(table, partition).end
+        window_end = _window_end(table, partition)
         newest = states.newest_built(table)
-        newest_end = max(window_end, partition_window(table, newest).end if newest else window_end)
+        newest_end = max(window_end, _window_end(table, newest) if newest else window_end)
         last = None if own_rebuild is None else datetime.fromtimestamp(own_rebuild.planned_at, UTC)
         dues = [
             due_time(
@@ -338,6 +345,8 @@ class LateData:
         now: datetime,
     ) -> tuple[datetime | None, str] | None:
         """None when no input's own rebuild is coming; else when to look at the partition again and why it waits."""
+        for fqn, keys in self._by_table(s for s in used if s.storage_id is not None).items():
+            states.read_stale(fqn, keys)
         waiting = [u for u in late_upstream if states.stale_due(self._fqn[u.asset_key], u.partition) is not None]
         if waiting:
             first = waiting[0]
@@ -386,6 +395,7 @@ class LateData:
                 keys = self.index.upstream_of(below.fqn, dep.table, key, now) or []
                 fresh = [k for k in keys if (dep.table, k) not in seen and (dep.table, k) not in quiet]
                 seen.update((dep.table, k) for k in fresh)
+                states.read_stale(dep.table, fresh)
                 for k, state in states.states(upstream, fresh).items():
                     due = states.stale_due(dep.table, k) if state.storage_id is not None else None
                     if self._rebuilding(state, states, now) or (due is not None and due <= soon):
@@ -394,6 +404,13 @@ class LateData:
                         frontier.append((upstream, k))
         quiet.update(seen)
         return None
+
+    def _by_table(self, upstream: Iterable[PartitionState]) -> dict[str, list[str]]:
+        """Upstream partitions by table: what one ledger query reads."""
+        found: dict[str, list[str]] = {}
+        for state in upstream:
+            found.setdefault(self._fqn[state.asset_key], []).append(state.partition)
+        return found
 
     def _rebuilding(self, upstream: PartitionState, states: LateSnapshot, now: datetime) -> bool:
         """Whether a built input partition is being rebuilt for late data now, or will be in this pass."""
@@ -427,6 +444,21 @@ class LateData:
         listed, _ = json.JSONDecoder().raw_decode(key)  # the key's upstream list; a state or note may follow it
         had = {(a, p) for a, p, storage_id in listed if storage_id is not None}
         return all((s.asset_key, s.partition) in had for s in upstream)
+
+
+def _window_end(table: Table, partition: str) -> datetime:
+    """The end of a partition's window, as :func:`partition_window` gives it (asked for every late partition, and
+    Dagster's calendar keeps only its last hundred windows)."""
+    if isinstance(table, DerivedTable) and table.is_regional:
+        return partition_window(table, partition).end
+    pdef = BY_PERIOD[table.period]
+    return _period_end(pdef.timezone, table.period, partition)
+
+
+@functools.lru_cache(maxsize=200_000)
+def _period_end(timezone: str, period: str, partition: str) -> datetime:
+    """Cached by the timezone too: a key's window is its period's in the business timezone, whatever the start."""
+    return BY_PERIOD[period].time_window_for_partition_key(partition).end
 
 
 def _late_changes(previous: Stale | None, key: str, late: Sequence[PartitionState]) -> int:

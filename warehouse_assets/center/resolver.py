@@ -123,6 +123,7 @@ class Resolver:
             for ref in table.references:
                 self._referencing.setdefault(ref.table, []).append(table)
         self._pruned_at: datetime | None = None
+        self._floors: tuple[datetime | None, dict[str, float]] = (None, {})  # the lookback's floor per period
 
     def close(self) -> None:
         self.ledger.close()
@@ -476,7 +477,13 @@ class Resolver:
         return candidates
 
     def _in_lookback(self, table: Table, partition: str, now: datetime) -> bool:
-        floor = (_last_window_end(BY_PERIOD[table.period], now) - self.lookback).timestamp()
+        if self._floors[0] != now:  # per period and time: Dagster hashes a partitions definition slowly
+            self._floors = (now, {})
+        floor = self._floors[1].get(table.period)
+        if floor is None:
+            floor = self._floors[1][table.period] = (
+                _last_window_end(BY_PERIOD[table.period], now) - self.lookback
+            ).timestamp()
         return _bounds(table, partition)[1] > floor
 
     # --- requests, persisted -----------------------------------------------------------------------------------
@@ -671,7 +678,7 @@ class _Snapshot:
         self.fresh: set[tuple[str, str]] = set()
         self._stale_rows: dict[tuple[str, str], Stale | None] = {}
         self._rebuilt_rows: dict[tuple[str, str], Rebuild | None] = {}
-        self._seen: dict[tuple[str, str], PartitionState] = {}
+        self._seen: dict[str, dict[str, PartitionState]] = {}  # table → partition → state
         self._repairing: dict[str, bool] = {}
         self._newest: dict[str, str | None] = {}
         self._names: dict[str, str] = {}
@@ -724,6 +731,21 @@ class _Snapshot:
     def mark_stale(self, entry: Stale) -> None:
         self.stale_marks[(entry.table, entry.partition)] = entry
 
+    def read_stale(self, fqn: str, partitions: Iterable[str]) -> None:
+        """Read the ledger's stale records of ``partitions`` not read yet, in one query: a late-data look at one
+        partition asks about each of its upstream partitions, a query each otherwise."""
+        unread = [p for p in dict.fromkeys(partitions) if (fqn, p) not in self._stale_rows]
+        if unread:
+            found = self._ledger.stale(fqn, unread)
+            self._stale_rows.update(((fqn, p), found.get(p)) for p in unread)
+
+    def read_rebuilds(self, fqn: str, partitions: Iterable[str]) -> None:
+        """Read the ledger's rebuild records of ``partitions`` not read yet, in one query."""
+        unread = [p for p in dict.fromkeys(partitions) if (fqn, p) not in self._rebuilt_rows]
+        if unread:
+            found = self._ledger.rebuilds(fqn, unread)
+            self._rebuilt_rows.update(((fqn, p), found.get(p)) for p in unread)
+
     def rebuilt(self, fqn: str, partition: str) -> Rebuild | None:
         """The latest rebuild requested of the partition for late data: this call's, or the ledger's."""
         if (fqn, partition) in self.rebuilds:
@@ -756,15 +778,17 @@ class _Snapshot:
         return self._newest[table.fqn]
 
     def states(self, table: Table, keys: Sequence[str]) -> dict[str, PartitionState]:
-        fqn, seen = table.fqn, self._seen
-        missing = [k for k in keys if (fqn, k) not in seen]
+        fqn = table.fqn
+        seen = self._seen.get(fqn)
+        if seen is None:
+            seen = self._seen[fqn] = {}
+        missing = [k for k in keys if k not in seen]
         if missing:
             name = self._names.get(fqn)
             if name is None:  # an AssetKey costs microseconds to build: one per table and call
                 name = self._names[fqn] = AssetKey(table.key).to_user_string()
-            for k, state in self.store.states(name, missing).items():
-                seen[(fqn, k)] = state
-        return {k: seen[(fqn, k)] for k in keys}
+            seen.update(self.store.states(name, missing))
+        return {k: seen[k] for k in keys}
 
     def state(self, table: Table, key: str) -> PartitionState:
         return self.states(table, [key])[key]

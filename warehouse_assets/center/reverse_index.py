@@ -147,6 +147,7 @@ class ReverseIndex:
         # a static table → each table that reads it whole, with its partitions: every partition of it needs it
         self._references = references or {}
         self._calendars: dict[TimeWindowPartitionsDefinition, Calendar] = {}
+        self._by_id: dict[int, tuple[TimeWindowPartitionsDefinition, Calendar]] = {}  # the same, by id(pdef)
         self._pdefs: dict[str, TimeWindowPartitionsDefinition] = {}  # table → its partitions, for closures
         for readers in self._references.values():
             self._pdefs.update(readers)
@@ -482,10 +483,19 @@ class ReverseIndex:
         return max(a, 0), min(b, bisect_right(down.ends, now) - 1)
 
     def _calendar(self, pdef: TimeWindowPartitionsDefinition, now: float) -> Calendar:
-        calendar = self._calendars.get(pdef)
-        if calendar is None:
-            calendar = self._calendars[pdef] = Calendar(pdef)
-        calendar.cover(now)
+        # looked up by the definition's identity first: Dagster hashes one by hashing its repr, which cost more than
+        # the lookup's arithmetic. The entry holds the definition, so its id is not reused while it is listed
+        entry = self._by_id.get(id(pdef))
+        if entry is not None and entry[0] is pdef:
+            calendar = entry[1]
+        else:
+            found = self._calendars.get(pdef)
+            if found is None:
+                found = self._calendars[pdef] = Calendar(pdef)
+            calendar = found
+            self._by_id[id(pdef)] = (pdef, calendar)
+        if now > calendar.horizon:
+            calendar.cover(now)
         return calendar
 
     def _downstream_keys(self, edge_mapping: EdgeMapping, partition_key: str, now: float) -> list[str]:

@@ -459,6 +459,8 @@ def state_as_of(instance: DagsterInstance, moment: datetime, now: datetime | Non
 def failed_blocking_checks(table: Table, states: Mapping[str, PartitionState]) -> dict[str, list[str]]:
     """Partition → the blocking checks of ``table`` that failed on its latest materialization, from its state."""
     blocking = [c.name for c in table.checks if c.blocking]
+    if not blocking:  # most tables: no partition to look at
+        return {}
     failed = {k: [name for name in blocking if s.checks.get(name) is False] for k, s in states.items()}
     return {k: sorted(v) for k, v in sorted(failed.items()) if v}
 
