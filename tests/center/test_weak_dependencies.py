@@ -8,7 +8,7 @@ temp-dir instance, as tests/center/test_center.py does: no Spark, no code locati
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -16,9 +16,11 @@ import pytest
 from dagster import AssetKey, AssetMaterialization, DagsterInstance, MetadataValue
 
 from tests.center.test_center import Center, days, hours, requested
+from tests.center.test_state_store import create_run, end, materialize_in, report, start
 from tests.materialize.test_gate import FakeStates
 from tests.support.small_catalog import assert_refused, sql_catalog
 from warehouse_assets.catalog import ANY, DEADLINE, LATEST, Catalog, upstream_partitions
+from warehouse_assets.center.latest_wait import LATEST_WAIT, LatestWait
 from warehouse_assets.center.plans import DEADLINE_PASSED
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.explain.upstream import READY, UpstreamState, _waived
@@ -390,6 +392,83 @@ def test_the_engine_builds_days_on_the_latest_month_and_again_once_when_a_more_r
     assert center.step(now) == []
     center.report("ads.month", ["2026-01-01"])  # an older month rebuilt: no day reads it any more
     assert center.step(now) == []
+
+
+def _march_built_but_its_last_day(instance: DagsterInstance, coarse: Catalog) -> Center:
+    """January and February built, March's days but the last, and every day's figures of them; then the center."""
+    for table, keys in [
+        ("ads.month", ["2026-01-01", "2026-02-01"]),
+        ("dwd.day", days("2026-03-01", "2026-03-30")),
+        ("ads.vs_month", days("2026-03-01", "2026-03-30")),
+        ("ads.prev_month", days("2026-03-01", "2026-03-30")),
+    ]:
+        for key in keys:
+            report(instance, AssetKey(coarse[table].key), key)
+    return Center(instance, coarse)
+
+
+def test_a_day_waits_for_the_newer_month_requested_with_it_and_is_built_once(
+    instance: DagsterInstance, coarse: Catalog
+) -> None:
+    """March's last day lets March run: the day's latest month is then March, requested in the same call. Built on
+    February at once, the day would be built again as soon as March lands."""
+    center = _march_built_but_its_last_day(instance, coarse)
+    now = at("2026-04-01", "00:10")
+    center.report("dwd.day", ["2026-03-31"])
+    assert requested(center.step(now)) == {"ads.month": [["2026-03-01"]], "ads.prev_month": [["2026-03-31"]]}
+    center.report("ads.prev_month", ["2026-03-31"])
+    center.report("ads.month", ["2026-03-01"])
+    assert requested(center.step(now)) == {"ads.vs_month": [["2026-03-31"]]}  # on March, its one build
+    center.report("ads.vs_month", ["2026-03-31"])
+    assert center.step(now) == []
+
+
+def test_a_day_waits_for_a_newer_month_being_built_at_most_an_hour_past_its_own_end(
+    instance: DagsterInstance, coarse: Catalog
+) -> None:
+    center = _march_built_but_its_last_day(instance, coarse)
+    run = create_run(instance, ["2026-03-01"], AssetKey(coarse["ads.month"].key))  # March queued
+    center.report("dwd.day", ["2026-03-31"])
+    assert requested(center.step(at("2026-04-01", "00:10"))) == {"ads.prev_month": [["2026-03-31"]]}
+    start(instance, run)
+    assert center.step(at("2026-04-01", "00:40")) == []  # running: the day still waits for it
+    # an hour past the day's end, March's run still going: the day reads February, the latest usable, and is built
+    # again once March lands
+    assert requested(center.step(at("2026-04-01", "01:00"))) == {"ads.vs_month": [["2026-03-31"]]}
+    center.report("ads.vs_month", ["2026-03-31"])
+    materialize_in(instance, run, "2026-03-01", AssetKey(coarse["ads.month"].key))
+    end(instance, run, "success")
+    assert requested(center.step(at("2026-04-01", "01:20"))) == {"ads.vs_month": [["2026-03-31"]]}
+
+
+def test_a_month_whose_run_failed_is_not_waited_for(instance: DagsterInstance, coarse: Catalog) -> None:
+    center = _march_built_but_its_last_day(instance, coarse)
+    center.report("dwd.day", ["2026-03-31"])
+    assert requested(center.step(at("2026-04-01", "00:10"))) == {
+        "ads.month": [["2026-03-01"]],
+        "ads.prev_month": [["2026-03-31"]],
+    }
+    run = create_run(instance, ["2026-03-01"], AssetKey(coarse["ads.month"].key))  # the engine submits March's run
+    start(instance, run)
+    assert center.step(at("2026-04-01", "00:15")) == []
+    end(instance, run, "failure")  # its end looks at the day again: no newer month is coming now
+    assert requested(center.step(at("2026-04-01", "00:20"))) == {"ads.vs_month": [["2026-03-31"]]}
+
+
+def test_the_wait_for_a_newer_input_ends_within_half_of_what_the_sla_allows(tmp_path: Path) -> None:
+    tables = {
+        **COARSE,
+        "ads/vs_month_sla.sql": (
+            "period: daily\nsla: {within: 40m}\ndepends_on:\n  ads.month: {latest: true}\n",
+            "SELECT d.id FROM dwd.day d JOIN ads.month m USING (id)",
+        ),
+    }
+    catalog = sql_catalog(tmp_path, tables)
+    wait = LatestWait(catalog)
+    end_of_day = at("2026-04-01", "00:00")
+    assert wait.until(catalog["ads.vs_month"], "2026-03-31") == (end_of_day + LATEST_WAIT).timestamp()
+    assert wait.until(catalog["ads.vs_month_sla"], "2026-03-31") == (end_of_day + timedelta(minutes=20)).timestamp()
+    assert wait.tables == {"ads.vs_month", "ads.vs_month_sla"}
 
 
 def test_a_taint_of_a_month_reaches_exactly_the_days_that_may_have_read_it(coarse: Catalog) -> None:

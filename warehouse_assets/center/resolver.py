@@ -65,6 +65,7 @@ from warehouse_assets.catalog import (
     weak_deadline,
 )
 from warehouse_assets.center.late_data import LOOKBACK, LateData
+from warehouse_assets.center.latest_wait import LatestWait
 from warehouse_assets.center.ledger import Ledger, Rebuild, Stale
 from warehouse_assets.center.plans import (
     CLOCK,
@@ -118,6 +119,7 @@ class Resolver:
                     self._deadline_deps.setdefault(dep.deadline, []).append((table, dep))
         self._timezone = ZoneInfo(BY_PERIOD["daily"].timezone)
         self._late_data = LateData(catalog, self.ledger, self._timezone, self.index)
+        self._latest = LatestWait(catalog)
         self._referencing: dict[str, list[DerivedTable]] = {}  # a static table → the tables that read it
         for table in catalog.derived():
             for ref in table.references:
@@ -186,7 +188,7 @@ class Resolver:
                 and not change.state.in_progress
                 and not change.state.queued
             )
-            if run_ended and self._deferred(fqn, change.partition):
+            if run_ended and self.ledger.deferred(fqn, change.partition):
                 backlog.add((fqn, change.partition), trigger, by_clock=False)
         for candidate, trigger in self._clock_candidates(now).items():
             backlog.add(candidate, trigger, by_clock=True)
@@ -213,6 +215,7 @@ class Resolver:
                 deferred.append((fqn, partition))
             elif outcome is not None:
                 ready[(fqn, partition)] = (trigger, outcome)
+        self._latest.hold_back(ready, states)
         self._extend_chains(ready, states, now)
         coalesced = self._coalesce(ready, now, states)
         plans = [replace(plan, request_id=uuid.uuid4().hex) for plan in [*taints, *coalesced]]
@@ -240,6 +243,7 @@ class Resolver:
         complete before day T ends; a source's clock ahead of the engine's): no change will name them."""
         ended = [c for c, end in self._not_ended.items() if end <= now.timestamp()]
         found = {c: Trigger(*c, None, None, frozenset({CLOCK})) for c in ended if self._not_ended.pop(c)}
+        found.update({c: Trigger(*c, None, None, frozenset({CLOCK})) for c in self._latest.look_again(now)})
         at = self.ledger.clock()
         if at is None:
             return found  # a new resolver: the windows ended before it are the backfill's or the first steps'
@@ -365,15 +369,15 @@ class Resolver:
             # an upstream is being rebuilt, or its rebuild waits in the queue: built now, this partition would be
             # built on the data that rebuild replaces, and again after it; the run's end is a change of its own
             return None
-        if not self._checks_passed(verdict, states):
-            return None  # a verdict still to come: it is a change of its own
+        if not self._checks_passed(verdict, states) or self._latest.waits(table, partition, verdict, states, now):
+            return None  # a verdict still to come, a newer input of a latest window on its way: changes of their own
         key = json.dumps(sorted([s.asset_key, s.partition, s.storage_id] for s in upstream))
         if verdict.state is not None:
             key += f" {verdict.state}"  # the same inputs reached as a later state are a new request
         if own.missing is not None:
             key += f" gone {own.storage_id}"  # built from the same inputs, but its data left the lake: build it again
         key += self._late_data.read_states(upstream)
-        if self._requested(table.fqn, partition, key):
+        if self.ledger.requested(table.fqn, partition, key):
             return None
         # a static table's new version is read by the partitions built from then on, not a rebuild of those before.
         # Newer than what the partition's build may have read: upstream data materialized after that build's run
@@ -487,12 +491,6 @@ class Resolver:
         return _bounds(table, partition)[1] > floor
 
     # --- requests, persisted -----------------------------------------------------------------------------------
-
-    def _requested(self, fqn: str, partition: str, key: str) -> bool:
-        return self.ledger.requested(fqn, partition, key)
-
-    def _deferred(self, fqn: str, partition: str) -> bool:
-        return self.ledger.deferred(fqn, partition)
 
     def _remember(
         self,
