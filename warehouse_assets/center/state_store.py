@@ -64,6 +64,7 @@ EVENT_TYPES = (MATERIALIZED, CHECKED, PLANNED, OBSERVED, RUN_STARTED, *RUN_ENDED
 
 SPAN = 20_000  # storage ids read per step: a replay of a long log commits (and holds in memory) a step at a time
 PAGE = 5_000  # records per query
+_STATES_KEPT = 200_000  # states kept by the rows they were read from (a few hundred bytes each)
 
 
 @dataclass(frozen=True)
@@ -222,6 +223,7 @@ class PartitionStateStore(_GateReader):
             if column not in columns:
                 self._db.execute(f"ALTER TABLE partitions ADD COLUMN {column}")
         self.records_read = 0  # event records the last update read: its cost
+        self._states: dict[tuple[object, ...], PartitionState] = {}  # rows read → their states, see _state_of
         # the catalog's subscription to the partitions' changes of state (None: OpenLineage is off)
         self.events: LineageEvents | None = lineage_events(current())
 
@@ -382,8 +384,18 @@ class PartitionStateStore(_GateReader):
         for chunk in _chunks(wanted, 500):  # SQLite's bound on query parameters
             marks = ", ".join("?" * len(chunk))
             query = f"SELECT {_COLUMNS} FROM partitions WHERE asset_key = ? AND partition IN ({marks})"
-            found.update((r[1], _from_row(r)) for r in self._db.execute(query, (name, *chunk)))
+            found.update((r[1], self._state_of(r)) for r in self._db.execute(query, (name, *chunk)))
         return {k: found.get(k) or PartitionState(name, k) for k in wanted}
+
+    def _state_of(self, row: tuple[object, ...]) -> PartitionState:
+        """The state of a row read, the same object for the same row: the resolver reads each upstream window again
+        on every call, and most of its rows have not changed since (a state is immutable)."""
+        state = self._states.get(row)
+        if state is None:
+            if len(self._states) >= _STATES_KEPT:
+                self._states.clear()
+            state = self._states[row] = _from_row(row)
+        return state
 
     def newest_built(self, asset_key: AssetKey | str) -> str | None:
         """The latest partition of the asset that holds data (keys of one period sort as their times)."""
