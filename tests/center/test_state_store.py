@@ -339,6 +339,27 @@ def test_each_partition_keeps_its_rows_and_what_its_latest_materialization_chang
     assert [(s.rows, s.changed) for s in hours.values()] == [(120, 3), (50, None)]
 
 
+def test_a_row_read_again_is_the_state_made_before_and_a_changed_row_a_new_one(
+    instance: DagsterInstance, tmp_path: Path
+) -> None:
+    """The resolver reads every upstream window again on each call: an unchanged row gives the state already built
+    from it, a materialization since gives the new state, never the one kept."""
+    store = PartitionStateStore(instance, tmp_path / "kept.db")
+    report(instance, A, "2026-03-01", version=1)
+    store.update()
+    first = store.states(A, ["2026-03-01", "2026-03-02"])
+    again = store.states(A, ["2026-03-01", "2026-03-02"])
+    assert again["2026-03-01"] is first["2026-03-01"]
+    assert not again["2026-03-02"].materialized
+    report(instance, A, "2026-03-01", version=2)
+    report(instance, A, "2026-03-02", version=1)
+    store.update()
+    after = store.states(A, ["2026-03-01", "2026-03-02"])
+    assert after["2026-03-01"].delta_version == 2
+    assert after["2026-03-01"].storage_id != first["2026-03-01"].storage_id
+    assert after["2026-03-02"].materialized
+
+
 def test_a_run_is_queued_from_its_creation_in_progress_from_its_start_to_its_end_and_failed_if_it_did_not_materialize(
     instance: DagsterInstance,
 ) -> None:
