@@ -9,10 +9,11 @@ layout, through ``LakeSql.run`` (what ``warehouse sql`` runs):
 * a one-day filtered aggregate (``count(*), sum(duration_sec) WHERE dt = D AND user_id BETWEEN …``);
 
 each on the JVM-free engine (``--engine datafusion``: delta-rs's DataFusion in this process, warm) and on Spark
-(``--engine spark``: a local session, warm), one warm-up then ``--repeat`` timed runs, medians. Files read are the
-engines' own figures: the files DataFusion's physical plan scans, and Spark's ``number of files read`` scan metric.
-Both engines must return the same rows on both layouts (checked). Finally a cold ``warehouse sql`` command end to
-end (a fresh process: imports, planning, the lookup, printing) ``--cold`` times on the Z-ordered layout.
+(``--engine spark``: a local session, warm), one warm-up then ``--repeat`` timed runs, medians (``--quick``: no
+warm-up; its times are not figures). Files read are the engines' own figures: the files DataFusion's physical plan
+scans, and Spark's ``number of files read`` scan metric. Both engines must return the same rows on both layouts
+(checked). Finally a cold ``warehouse sql`` command end to end (a fresh process: imports, planning, the lookup,
+printing) ``--cold`` times on the Z-ordered layout.
 
 The last line is one ``RESULT`` line: ``lookup_p50_s`` (warm JVM-free point lookup, Z-ordered), ``cold_cli_s``
 (median cold command), ``ratio_datafusion`` and ``ratio_spark`` (unordered / Z-ordered median lookup time),
@@ -72,8 +73,9 @@ def spark_files_read(spark: Any, sql: str) -> int:
     return total
 
 
-def timed(run: Any, repeat: int) -> tuple[float, Answer]:
-    run()  # warm-up
+def timed(run: Any, repeat: int, warm_up: bool) -> tuple[float, Answer]:
+    if warm_up:
+        run()
     times, answer = [], None
     for _ in range(repeat):
         started = time.perf_counter()
@@ -87,11 +89,13 @@ def rows_of(answer: Answer) -> list[tuple[Any, ...]]:
     return sorted(tuple(r.values()) for r in answer.rows.to_pylist())
 
 
-def measure(layout: str, sql: LakeSql, spark: Any, queries: dict[str, str], repeat: int) -> dict[str, Any]:
+def measure(
+    layout: str, sql: LakeSql, spark: Any, queries: dict[str, str], repeat: int, warm_up: bool
+) -> dict[str, Any]:
     figures: dict[str, Any] = {}
     for name, query in queries.items():
-        df_s, df_answer = timed(lambda query=query: sql.run(query, engine="datafusion"), repeat)
-        sp_s, sp_answer = timed(lambda query=query: sql.run(query, engine="spark"), repeat)
+        df_s, df_answer = timed(lambda query=query: sql.run(query, engine="datafusion"), repeat, warm_up)
+        sp_s, sp_answer = timed(lambda query=query: sql.run(query, engine="spark"), repeat, warm_up)
         if rows_of(df_answer) != rows_of(sp_answer):
             raise SystemExit(f"{layout} {name}: the engines disagree: {rows_of(df_answer)} vs {rows_of(sp_answer)}")
         assert df_answer.plan is not None
@@ -149,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.rows_per_day, args.batches, args.repeat, args.cold = 300_000, 4, 1, 1
+    warm_up = not args.quick  # the quick run checks the engines' rows and files read, which a warm-up does not change
     calib = calib_ms()
 
     t0 = time.monotonic()
@@ -173,10 +178,10 @@ def main(argv: list[str] | None = None) -> int:
         spark = get_session(lake_root=str(lake))
         calib_spark = calib_spark_ms(spark)
         sql = LakeSql(str(lake), spark=lambda: (spark, "local"))
-        unordered = measure("unordered", sql, spark, queries, args.repeat)
+        unordered = measure("unordered", sql, spark, queries, args.repeat, warm_up)
         zordered_files = zorder_job(store, gen)
         log(f"Z-ordered: {zordered_files['files']} files in {zordered_files['seconds']:.0f}s")
-        zordered = measure("zordered", sql, spark, queries, args.repeat)
+        zordered = measure("zordered", sql, spark, queries, args.repeat, warm_up)
         for name in queries:
             if unordered[name]["rows"] != zordered[name]["rows"]:
                 raise SystemExit(f"{name}: the layouts disagree")

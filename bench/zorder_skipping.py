@@ -15,10 +15,10 @@ three layouts of the same table:
   launches), run in process on the bench's lake: Spark's ``OPTIMIZE ... WHERE dt = ... ZORDER BY (...)`` with the
   declared file size.
 
-Every layout is timed the same way: one warm-up run, then the best of ``--repeat`` runs of each lookup. The
-lookups must return the same rows on every layout (checked). Skipping is also measured for ``--sample``
-more lookups without reading data: the read path's own pruning (each live file's min/max, as
-``DeltaStore.live_files`` applies it) over one listing of the partition's files.
+Every layout is timed the same way: one warm-up run (none in ``--quick``, whose times are not figures), then the
+best of ``--repeat`` runs of each lookup. The lookups must return the same rows on every layout (checked). Skipping
+is also measured for ``--sample`` more lookups without reading data: the read path's own pruning (each live file's
+min/max, as ``DeltaStore.live_files`` applies it) over one listing of the partition's files.
 
 The last line is one ``RESULT`` line of ``key=value`` figures: ``ratio`` = unordered time / Z-ordered time,
 ``skipped`` = mean fraction of the partition's files a lookup skips after Z-order, ``lookup_rows`` = the rows the
@@ -351,9 +351,11 @@ def measure(
     timed: list[tuple[int, int]],
     sample: list[tuple[int, int]],
     repeat: int,
+    warm_up: bool = True,
 ) -> Layout:
-    warm, _, _ = run_lookup(spark, store, key, gen, *timed[0])
-    log(f"  {name}: warm-up {warm:.2f}s")
+    if warm_up:
+        warm, _, _ = run_lookup(spark, store, key, gen, *timed[0])
+        log(f"  {name}: warm-up {warm:.2f}s")
     lookups = []
     for user, course in timed:
         times = []
@@ -453,6 +455,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:  # a few files of the declared size after Z-order, so that every step has something to do
         args.rows_per_day, args.batches, args.repeat, args.sample = 300_000, 4, 1, 20
+    warm_up = not args.quick  # the quick run checks rows and pruning, which a warm-up run does not change
     calib = calib_ms()
 
     t0 = time.monotonic()
@@ -480,17 +483,17 @@ def main(argv: list[str] | None = None) -> int:
         sample = gen.lookups(args.sample, args.seed + 1)
         log(f"timed lookups: {'; '.join(f'user_id={u} AND course_id={c}' for u, c in timed)} in {gen.partitions}")
 
-        layouts = {"unordered": measure("unordered", spark, store, KEY, gen, timed, sample, args.repeat)}
+        layouts = {"unordered": measure("unordered", spark, store, KEY, gen, timed, sample, args.repeat, warm_up)}
         log(f"compacting (DeltaStore.optimize, target_size={target}) ... [{time.monotonic() - t0:.0f}s]")
         compacted = compact(store, gen, target, spark)
         log(f"compacted: {compacted['files']} files, {compacted['bytes'] / MIB:.0f} MiB in {compacted['seconds']:.0f}s")
-        layouts["compacted"] = measure("compacted", spark, store, KEY, gen, timed, sample, args.repeat)
+        layouts["compacted"] = measure("compacted", spark, store, KEY, gen, timed, sample, args.repeat, warm_up)
         log(
             f"the zorder_partitions job (by {', '.join(ZORDER)}, declared file size) ... [{time.monotonic() - t0:.0f}s]"
         )
         zordered = zorder_job(store, gen)
         log(f"Z-ordered: {zordered['files']} files, {zordered['bytes'] / MIB:.0f} MiB in {zordered['seconds']:.0f}s")
-        layouts["zordered"] = measure("zordered", spark, store, KEY, gen, timed, sample, args.repeat)
+        layouts["zordered"] = measure("zordered", spark, store, KEY, gen, timed, sample, args.repeat, warm_up)
         for name, layout in layouts.items():
             if name != "unordered":
                 check_same_rows(layouts["unordered"], layout)
