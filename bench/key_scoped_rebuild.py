@@ -9,7 +9,7 @@ table.
 process on a Dagster test instance, local Spark from ``resources_from_env`` with ``WAREHOUSE_LAKE_ROOT`` on a temporary
 lake (as tests/test_late_data_end_to_end.py's fixture).
 
-**The data.** ``ods.order`` holds one day (2026-03-02) of ``--rows`` orders (10,000,000; ``--quick`` 50,000) spread
+**The data.** ``ods.order`` holds one day (2026-03-02) of ``--rows`` orders (10,000,000; ``--quick`` 200,000) spread
 evenly over its 24 hours, ids increasing with ``create_time`` (as an auto-increment key does), ``--rows``/20 users
 drawn by hash, 50 courses, 80 % paid, 10 % created (unpaid), 10 % refunded. It is written as the ingestion leaves it:
 the table created by ``DeltaStore.create_table`` in the schema of ``ods_arrow_schema`` (the columns
@@ -55,7 +55,7 @@ keys_dws= rows= calib_ms= calib_spark_ms=`` (``bench/calibration.py``, the latte
 
     .venv/bin/python bench/key_scoped_rebuild.py                 # 10,000,000 rows, 3 rounds of each
     .venv/bin/python bench/key_scoped_rebuild.py --rows 2000000  # a quicker look
-    .venv/bin/python bench/key_scoped_rebuild.py --quick         # 50,000 rows, 1 round of each: a smoke test
+    .venv/bin/python bench/key_scoped_rebuild.py --quick         # 200,000 rows, 1 round of each: a smoke test
 """
 
 from __future__ import annotations
@@ -316,13 +316,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="scoped rounds, then as many whole (default 3)")
     parser.add_argument("--driver-memory", default="8g", help="the local Spark driver's heap (default 8g)")
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--quick", action="store_true", help="50,000 rows, 1 round of each: a smoke test")
+    parser.add_argument("--quick", action="store_true", help="200,000 rows, 1 round of each: a smoke test")
     args = parser.parse_args(argv)
     if args.quick:  # the heap every bench's default session has: the suite runs the Spark benches on one JVM
-        # still a file per hour, 2,500 users and a 100-order change that is a small part of the day: the checks (keys
-        # rebuilt, one commit, rows equal) take the same paths as at 10M rows, bar the layout a whole build gives
-        # its partition from 32 MiB read on
-        args.rows, args.rounds, args.driver_memory = 50_000, 1, "4g"
+        args.rows, args.rounds, args.driver_memory = 200_000, 1, "4g"
     rng = random.Random(args.seed)
 
     from dagster import instance_for_test
