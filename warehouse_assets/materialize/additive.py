@@ -56,7 +56,7 @@ class GroupChanges:
 
     key: str
     states: pa.Table  # every group of the partition: group columns, partials, :data:`CHANGED`
-    images: int  # row images of the input read from its change feed
+    images: int  # row images of the inputs read from their change feeds
 
     @property
     def changed(self) -> int:
@@ -245,34 +245,34 @@ class AdditiveMaintainer:
                 frame.createOrReplaceTempView(views[-1])
             return spark.sql(self.render(verdict.state_sql(weight), key, suffix))
 
-        for i in changed:
-            name = order[i]
-            images = terms.changed(spark, name)
-            # the inputs joined before the changed one as they are now, those after it as the last build read them
-            others = {
-                o: terms.now(o) if j < i else terms.then(spark, self.store, self.catalog, o)
-                for j, o in enumerate(order)
-                if j != i
-            }
-            join = verdict.joins[i - 1] if i else None
-            if join is None or not join.left:  # linear in this input: its images, each weighted +1 or -1
-                frames.append(planned(f"__delta{i}", {**others, name: images}, f"{verdict.aliases[i]}.{NET}"))
-                continue
-            # the right side of a LEFT JOIN flips rows of the left between matched and NULL-extended: the join with
-            # it now minus the join with it then, over the left rows whose join key is among its changed keys
-            alias_of = dict(zip(verdict.aliases, order, strict=True))
-            for other_alias in dict.fromkeys(a for _, a, _ in join.keys):
-                pairs = [(own, col) for own, a, col in join.keys if a == other_alias]
-                other = alias_of[other_alias]
-                keys = images.select(*[F.col(own).alias(f"__k{n}") for n, (own, _) in enumerate(pairs)]).distinct()
-                matched = reduce(
-                    lambda a, b: a & b, [others[other][c] == keys[f"__k{n}"] for n, (_, c) in enumerate(pairs)]
-                )
-                others[other] = others[other].join(keys, matched, "left_semi")
-            then = terms.then(spark, self.store, self.catalog, name)
-            frames.append(planned(f"__now{i}", {**others, name: terms.now(name)}, "1"))
-            frames.append(planned(f"__then{i}", {**others, name: then}, "-1"))
-        try:
+        try:  # the views dropped however the terms' planning ends
+            for i in changed:
+                name = order[i]
+                images = terms.changed(spark, name)
+                # the inputs joined before the changed one as they are now, those after it as the last build read them
+                others = {
+                    o: terms.now(o) if j < i else terms.then(spark, self.store, self.catalog, o)
+                    for j, o in enumerate(order)
+                    if j != i
+                }
+                join = verdict.joins[i - 1] if i else None
+                if join is None or not join.left:  # linear in this input: its images, each weighted +1 or -1
+                    frames.append(planned(f"__delta{i}", {**others, name: images}, f"{verdict.aliases[i]}.{NET}"))
+                    continue
+                # the right side of a LEFT JOIN flips rows of the left between matched and NULL-extended: the join with
+                # it now minus the join with it then, over the left rows whose join key is among its changed keys
+                alias_of = dict(zip(verdict.aliases, order, strict=True))
+                for other_alias in dict.fromkeys(a for _, a, _ in join.keys):
+                    pairs = [(own, col) for own, a, col in join.keys if a == other_alias]
+                    other = alias_of[other_alias]
+                    keys = images.select(*[F.col(own).alias(f"__k{n}") for n, (own, _) in enumerate(pairs)]).distinct()
+                    matched = reduce(
+                        lambda a, b: a & b, [others[other][c] == keys[f"__k{n}"] for n, (_, c) in enumerate(pairs)]
+                    )
+                    others[other] = others[other].join(keys, matched, "left_semi")
+                then = terms.then(spark, self.store, self.catalog, name)
+                frames.append(planned(f"__now{i}", {**others, name: terms.now(name)}, "1"))
+                frames.append(planned(f"__then{i}", {**others, name: then}, "-1"))
             union = reduce(DataFrame.unionByName, frames)
             sums = [F.sum(p.name).alias(p.name) for p in verdict.partials]
             groups = verdict.group_columns
