@@ -455,6 +455,57 @@ def test_a_month_whose_run_failed_is_not_waited_for(instance: DagsterInstance, c
     assert requested(center.step(at("2026-04-01", "00:20"))) == {"ads.vs_month": [["2026-03-31"]]}
 
 
+CHAIN = {  # path → (header, SQL): a day reading the latest of a table three layers up, and one layer up strictly
+    "dwd/near.sql": ("period: daily\n", "SELECT id FROM ods.src"),
+    "dwd/first.sql": ("period: daily\n", "SELECT id FROM ods.src"),
+    "dws/second.sql": ("period: daily\n", "SELECT id FROM dwd.first"),
+    "dws/third.sql": ("period: daily\n", "SELECT id FROM dws.second"),
+    "ads/latest.sql": (
+        "period: daily\ndepends_on:\n  dws.third: {range: [-2, 0], latest: true}\n",
+        "SELECT n.id FROM dwd.near n JOIN dws.third t USING (id)",
+    ),
+}
+
+
+def test_a_day_waits_for_the_newer_input_whose_chain_is_under_way_and_is_built_once(
+    instance: DagsterInstance, tmp_path: Path
+) -> None:
+    """The day's own input lands a layer up; the newer partition of its latest window is two layers further, its
+    chain requested now: the day waits for it instead of reading the day before and again two calls later."""
+    catalog = sql_catalog(tmp_path, CHAIN)
+    for table in ["ods.src", "dwd.near", "dwd.first", "dws.second", "dws.third", "ads.latest"]:
+        for key in hours("2026-03-04") if table == "ods.src" else ["2026-03-03", "2026-03-04"]:
+            report(instance, AssetKey(catalog[table].key), key)
+    center = Center(instance, catalog)
+    now = at("2026-03-06", "00:10")
+    center.report("ods.src", hours("2026-03-05"))
+    assert requested(center.step(now)) == {"dwd.near": [["2026-03-05"]], "dwd.first": [["2026-03-05"]]}
+    center.report("dwd.near", ["2026-03-05"])
+    center.report("dwd.first", ["2026-03-05"])
+    assert requested(center.step(now)) == {"dws.second": [["2026-03-05"]]}  # not the day on dws.third 03-04
+    center.report("dws.second", ["2026-03-05"])
+    assert requested(center.step(now)) == {"dws.third": [["2026-03-05"]]}
+    center.report("dws.third", ["2026-03-05"])
+    assert requested(center.step(now)) == {"ads.latest": [["2026-03-05"]]}
+    center.report("ads.latest", ["2026-03-05"])
+    assert center.step(now) == []
+
+
+def test_a_day_waits_for_the_newer_input_ended_with_it_while_its_source_is_not_in_at_most_an_hour(
+    instance: DagsterInstance, tmp_path: Path
+) -> None:
+    """The day's own input is there the moment the day ends; the newest partition of its latest window ended with it
+    and waits for its source's last hour: the day waits for it, an hour at most, then reads the day before."""
+    catalog = sql_catalog(tmp_path, CHAIN)
+    for table in ["dwd.first", "dws.second", "dws.third", "ads.latest"]:
+        report(instance, AssetKey(catalog[table].key), "2026-03-04")
+    center = Center(instance, catalog)
+    center.report("dwd.near", ["2026-03-05"])
+    assert center.step(at("2026-03-06", "00:00")) == []
+    assert center.step(at("2026-03-06", "00:30")) == []
+    assert requested(center.step(at("2026-03-06", "01:00"))) == {"ads.latest": [["2026-03-05"]]}
+
+
 def test_the_wait_for_a_newer_input_ends_within_half_of_what_the_sla_allows(tmp_path: Path) -> None:
     tables = {
         **COARSE,

@@ -1,45 +1,46 @@
-"""A ``latest`` dependency waits, a bounded time, for a newer partition of its window that is on its way.
+"""A ``latest`` dependency waits, a bounded time, for the newer partition of its window that has just ended.
 
-A partition reading the latest usable partition of a window (``latest: true``) may run on an older one while a newer
-one, whose window has ended too, is being built: built now, it is built again minutes later, when that one lands
-("rebuilt once when a more recent one arrives"), and every rebuild of the newer one for its own late data follows. The
-data it is meant to read is the newer one, and it is coming: so the partition waits for it when the newer partition is
+A partition reading the latest usable partition of a window (``latest: true``) may be able to run the moment its own
+window ends, on an older partition, while the newest one of the window ended at the same moment (or shortly before)
+and is still being built, or waits for its source's last hour a few minutes longer. Built then, it is built again
+minutes later, when that one lands ("rebuilt once when a more recent one arrives"), and its readers twice with it. The
+data it is meant to read is that newer partition: so, for a while after its own window ended, the partition waits for
+every newer partition of its window that is not usable yet, unless that one is not coming:
 
-* queued or running (its run's end is a change of that partition, which looks at this one again), or
-* requested in the same resolver call (its run is queued next; the partition is dropped from the call's requests).
+* its latest run failed (and nothing runs it again yet), or
+* it is built but unusable (a failed blocking check, a taint) and no run is rebuilding it.
 
-A newer partition that is only missing is not waited for: nothing says it will come. The wait is bounded: it ends
-:data:`LATEST_WAIT` after the partition's own window ends, or sooner when the table declares an SLA, at half the time
-its SLA allows after that end, leaving the other half for the build; past it the partition runs on what is usable, as
-before, and is rebuilt once when the newer one arrives. The resolver looks at a waiting partition again at that bound
-(:meth:`LatestWait.look_again`), should the newer one's run still be going on.
+The wait is bounded: it ends :data:`LATEST_WAIT` after the partition's own window ends, or sooner when the table
+declares an SLA, at half the time its SLA allows after that end, leaving the other half for the build. Past it the
+partition runs on what is usable, as before, and is rebuilt once when the newer one arrives; a partition whose window
+ended longer ago (a catch-up of past days, a rebuild for late data) never waits. The newer partition's arrival, or its
+run's end, is a change that looks at the waiting partition again; the resolver also looks at it again at the bound
+(:meth:`LatestWait.look_again`), should the newer one not have come.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, MutableMapping
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Protocol
 
 from warehouse_assets.catalog import LATEST, Catalog, DerivedTable, Table, partition_window
-from warehouse_assets.center.ledger import Rebuild
 from warehouse_assets.center.state_store import PartitionState
 from warehouse_assets.materialize.freshness import deadline
 from warehouse_assets.materialize.gate import Verdict
 
-# how long past its window's end a partition waits for a newer partition of a latest window that is being built
+# how long past its window's end a partition waits for a newer partition of a latest window
 LATEST_WAIT = timedelta(hours=1)
 
 
 class _States(Protocol):
-    rebuilds: dict[tuple[str, str], Rebuild]
-
-    def states(self, table: Table, keys: list[str]) -> dict[str, PartitionState]: ...
+    def states(self, table: Table, keys: Sequence[str]) -> dict[str, PartitionState]: ...
 
 
 class LatestWait:
-    """The wait of the tables with a ``latest`` dependency: asked by the resolver for each partition the gate lets
-    run, and once per call for the partitions it requested."""
+    """The wait of the tables with a ``latest`` dependency, asked by the resolver for each partition the gate lets
+    run; the waiting partitions' bounds, kept in memory (after a restart the newer partition's arrival still looks at
+    a waiting partition again)."""
 
     def __init__(self, catalog: Catalog):
         self.catalog = catalog
@@ -48,41 +49,21 @@ class LatestWait:
             for t in catalog.derived()
             if any(d.mode == LATEST for d in [*t.deps, *(d for s in t.states for d in s.deps)])
         }
-        # of this call: a partition the gate let run → the newer partitions of its latest windows, not built
-        self._newer: dict[tuple[str, str], list[tuple[str, str]]] = {}
         self._look_again: dict[tuple[str, str], float] = {}  # a waiting partition → when its wait ends
 
     def waits(self, table: Table, partition: str, verdict: Verdict, states: _States, now: datetime) -> bool:
-        """Whether ``partition``, which the gate lets run, waits for a newer partition of a latest window that is
-        queued or running; a newer one not built is remembered for :meth:`hold_back`."""
-        if table.fqn not in self.tables:
+        """Whether ``partition``, which the gate lets run, waits for a newer partition of one of its latest windows
+        (within its bound, for one that may still come)."""
+        if table.fqn not in self.tables or now.timestamp() >= (until := self.until(table, partition)):
             return False
-        newer: list[tuple[str, PartitionState]] = []
         for edge in verdict.edges:
             if edge.dep.mode != LATEST or not edge.used:
                 continue
-            later = edge.upstream.keys[edge.upstream.keys.index(edge.used[-1]) + 1 :]
-            found = states.states(self.catalog[edge.dep.table], later) if later else {}
-            newer += [(edge.dep.table, s) for s in found.values() if not s.materialized or s.queued or s.in_progress]
-        if not newer:
-            return False
-        until = self.until(table, partition)
-        if now.timestamp() >= until:
-            return False
-        if any(s.queued or s.in_progress for _, s in newer):
-            self._look_again[(table.fqn, partition)] = until
-            return True
-        self._newer[(table.fqn, partition)] = [(fqn, s.partition) for fqn, s in newer]
+            newer = edge.upstream.keys[edge.upstream.keys.index(edge.used[-1]) + 1 :]
+            if newer and any(_coming(s) for s in states.states(self.catalog[edge.dep.table], newer).values()):
+                self._look_again[(table.fqn, partition)] = until
+                return True
         return False
-
-    def hold_back(self, ready: MutableMapping[tuple[str, str], Any], states: _States) -> None:
-        """Drop from ``ready`` (the call's requests) each partition a newer partition of whose latest window is
-        requested in the same call: it is looked at again when that one's run is queued. Forgets the call's notes."""
-        for candidate, newer in self._newer.items():
-            if candidate in ready and any(n in ready for n in newer):
-                del ready[candidate]
-                states.rebuilds.pop(candidate, None)  # a rebuild it would have been: not requested now either
-        self._newer = {}
 
     def look_again(self, now: datetime) -> Iterable[tuple[str, str]]:
         """The waiting partitions whose wait ended by ``now``: looked at again, whatever their newer input does."""
@@ -99,3 +80,9 @@ class LatestWait:
         if isinstance(table, DerivedTable) and table.sla is not None:
             wait = min(wait, (deadline(table, partition) - end) / 2)
         return (end + wait).timestamp()
+
+
+def _coming(state: PartitionState) -> bool:
+    """Whether a newer upstream partition the gate did not let the partition read may still come: being built, or
+    not built and its last run did not fail."""
+    return state.queued or state.in_progress or not (state.materialized or state.failed)

@@ -215,7 +215,6 @@ class Resolver:
                 deferred.append((fqn, partition))
             elif outcome is not None:
                 ready[(fqn, partition)] = (trigger, outcome)
-        self._latest.hold_back(ready, states)
         self._extend_chains(ready, states, now)
         coalesced = self._coalesce(ready, now, states)
         plans = [replace(plan, request_id=uuid.uuid4().hex) for plan in [*taints, *coalesced]]
