@@ -68,6 +68,7 @@ from tests.support import oracle
 from tests.support.dev_stack import (
     DAY,
     DEADLINE_S,
+    POLL_S,
     ROOT,
     STACK_TIMEOUT_S,
     STALL_S,
@@ -142,7 +143,7 @@ class Stack:
         while not port_open("127.0.0.1", self.port):
             assert self.proc.poll() is None, "the dev stack exited"
             assert time.monotonic() < deadline, f"the webserver did not listen on port {self.port}"
-            time.sleep(2)
+            time.sleep(POLL_S)
         return DagsterInstance.from_config(str(self.home))
 
 
@@ -186,7 +187,7 @@ def all_runs_succeeded(instance: DagsterInstance, runs: RunsFilter | None = None
     deadline = time.monotonic() + DEADLINE_S
     while not all(run.is_finished for run in instance.get_runs(runs)):
         assert time.monotonic() < deadline, "runs still going after the deadline"
-        time.sleep(3)
+        time.sleep(POLL_S)
     failed = [
         f"{run.job_name} {run.run_id} {run.status.value} {run.tags}"
         for run in instance.get_runs(runs)
@@ -225,7 +226,7 @@ def test_the_connect_server_of_dev_runs_delta_sql(stack: Stack, tmp_path: Path) 
     while not port_open("127.0.0.1", spark_port):
         assert proc.poll() is None, "the dev stack exited"
         assert time.monotonic() < deadline, f"the Spark Connect server did not listen on port {spark_port}"
-        time.sleep(2)
+        time.sleep(POLL_S)
     path = str(tmp_path / "orders")
     # the client in a process of its own: a Connect session would switch this one, which holds the tests'
     # classic Spark, to Connect mode
@@ -286,7 +287,7 @@ def test_a_connect_client_without_the_token_is_refused(stack: Stack) -> None:
     deadline = time.monotonic() + STALL_S
     while not port_open("127.0.0.1", stack.spark_port):
         assert stack.proc.poll() is None and time.monotonic() < deadline, "the Spark Connect server did not start"
-        time.sleep(2)
+        time.sleep(POLL_S)
     client = (
         "import sys\n"
         "from pyspark.sql import SparkSession\n"
@@ -433,11 +434,11 @@ def test_a_backfill_launched_from_the_materialize_dialog_succeeds(
     deadline = time.monotonic() + DEADLINE_S
     while not (launched := [b for b in instance.get_backfills() if b.backfill_id not in before]):
         assert time.monotonic() < deadline, "no backfill was launched"
-        time.sleep(2)
+        time.sleep(POLL_S)
     (backfill,) = launched
     while (backfill := instance.get_backfill(backfill.backfill_id)).status in GOING:
         assert time.monotonic() < deadline, f"backfill {backfill.backfill_id} still going after {DEADLINE_S}s"
-        time.sleep(3)
+        time.sleep(POLL_S)
     assert backfill.status == BulkActionStatus.COMPLETED_SUCCESS, backfill.status
     runs = RunsFilter(tags={"dagster/backfill": backfill.backfill_id})
     all_runs_succeeded(instance, runs)
@@ -744,7 +745,7 @@ def repaired(stack: Stack) -> Repair:
     deadline = time.monotonic() + DEADLINE_S
     while (backfill := instance.get_backfill(backfill_id)) is None or backfill.status in GOING:
         assert time.monotonic() < deadline, f"repair {backfill_id} still going:\n{runs_summary(instance)}"
-        time.sleep(2)
+        time.sleep(POLL_S)
     # every run since the first command: the commands' own, the repair's, the engine's
     runs = RunsFilter(created_after=since)
     all_runs_succeeded(instance, runs)
@@ -891,7 +892,7 @@ def test_after_the_repair_the_hour_is_not_reported_again_its_readers_not_stale_a
         ]
         if not stale or time.monotonic() > deadline:
             break
-        time.sleep(5)
+        time.sleep(POLL_S)
     assert not stale, (stale, runs_summary(instance))
     # further down, the live stream's own late changes (orders paid or refunded after the repair read them) may leave
     # a repaired partition stale for its policy's interval: rebuilt automatically, never one left to another repair

@@ -163,10 +163,12 @@ def home() -> Iterator[Path]:
 def repaired(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession, home: Path) -> Iterator[Repaired]:
     root = tmp_path_factory.mktemp("taint_e2e")
     landing, lake = root / "landing", root / "lake"
+    # the source up to the range's end, where every shard is then applied: the last hour of the last day is complete
+    # (a day past it would only be ingested and reported, never built)
     simulate(
         landing,
         datetime(2026, 1, 1),
-        datetime(2026, 1, 10),
+        datetime.combine(DAYS[-1] + timedelta(days=1), datetime.min.time()),
         SimulationConfig(seed=11, scale=0.03, batch_minutes=BATCH_MINUTES),
     )
     hour, keys = _bad_hour(landing)
