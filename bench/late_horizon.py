@@ -31,7 +31,7 @@ reads one row per changed key and input partition, as ``materialize/key_scope.py
 that the product rebuilds it whole (the same thresholds). Half the totals are sums and counts, the other half a
 minimum (standing for distinct counts and the like); a sum over its inputs is additive (``catalog/additive.py``: one
 table, or tables joined on their key; the generated sums add a joined table's column, ``sum(t0.user_id +
-coalesce(t1.n, 0))``, so that a join is not free), unless it reads a static table (no change feed). Its late-data
+coalesce(t1.user_id, 0))``, so that a join is not free), unless it reads a static table (no change feed). Its late-data
 rebuild reads, as ``materialize/additive.py`` does by the delta rule, per changed input partition its change feed (a
 pre- and a post-image per changed row) and, for every other input partition of that term, the rows matching the
 changed keys (one per changed key and partition, capped at its rows, as the key-scoped model counts), plus its
@@ -158,7 +158,7 @@ def declare(root: Path, policy: str, seed: int) -> None:
             continue
         if rng.random() < AGGREGATE_SHARE:
             if kinds.random() < ADDITIVE_SHARE:  # a sum of a joined table's column too, where there is a join
-                summed = "t0.user_id + coalesce(t1.n, 0)" if " AS t1 ON " in text else "t0.user_id"
+                summed = "t0.user_id + coalesce(t1.user_id, 0)" if " AS t1 ON " in text else "t0.user_id"
                 text = text.replace(
                     "SELECT t0.id, max(t0.user_id) AS user_id,",
                     f"SELECT {AGGREGATE_MARK} 0 AS id, sum({summed}) AS user_id,",
