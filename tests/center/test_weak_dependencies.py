@@ -15,6 +15,8 @@ from zoneinfo import ZoneInfo
 import pytest
 from dagster import AssetKey, AssetMaterialization, DagsterInstance, MetadataValue
 
+from resources.delta_lake import DeltaStore
+from resources.landing import Landing
 from tests.center.test_center import Center, days, hours, requested
 from tests.center.test_state_store import create_run, end, materialize_in, report, start
 from tests.materialize.test_gate import FakeStates
@@ -24,7 +26,7 @@ from warehouse_assets.center.latest_wait import LATEST_WAIT, LatestWait
 from warehouse_assets.center.plans import DEADLINE_PASSED
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.explain.upstream import READY, UpstreamState, _waived
-from warehouse_assets.explain.why import _weak_notes
+from warehouse_assets.explain.why import _weak_notes, explain
 from warehouse_assets.materialize.gate import DEGRADED, MISSING, NONEXISTENT, OK, WAIVED, decide
 
 TZ = ZoneInfo("Asia/Shanghai")
@@ -504,6 +506,41 @@ def test_a_day_waits_for_the_newer_input_ended_with_it_while_its_source_is_not_i
     assert center.step(at("2026-03-06", "00:00")) == []
     assert center.step(at("2026-03-06", "00:30")) == []
     assert requested(center.step(at("2026-03-06", "01:00"))) == {"ads.latest": [["2026-03-05"]]}
+
+
+def test_a_day_waiting_for_a_newer_input_is_built_at_its_bound_by_an_engine_restarted_meanwhile(
+    instance: DagsterInstance, tmp_path: Path
+) -> None:
+    """The wait's end is the engine's clock, not a memory of the waiting partitions: an engine restarted during the
+    wait still builds the day once the bound has passed, though the newer input never comes and nothing changes."""
+    catalog = sql_catalog(tmp_path, CHAIN)
+    for table in ["dwd.first", "dws.second", "dws.third", "ads.latest"]:
+        report(instance, AssetKey(catalog[table].key), "2026-03-04")
+    center = Center(instance, catalog)
+    center.report("dwd.near", ["2026-03-05"])
+    assert center.step(at("2026-03-06", "00:00")) == []
+    assert center.step(at("2026-03-06", "00:30")) == []
+    center.restart()
+    assert center.step(at("2026-03-06", "00:45")) == []
+    assert requested(center.step(at("2026-03-06", "01:05"))) == {"ads.latest": [["2026-03-05"]]}
+
+
+def test_why_says_the_day_waits_for_the_newer_input_until_when_and_what_it_would_read_now(
+    instance: DagsterInstance, tmp_path: Path
+) -> None:
+    catalog = sql_catalog(tmp_path, CHAIN)
+    for table in ["dwd.first", "dws.second", "dws.third", "ads.latest"]:
+        report(instance, AssetKey(catalog[table].key), "2026-03-04")
+    report(instance, AssetKey(catalog["dwd.near"].key), "2026-03-05")
+    lake, landing = DeltaStore(str(tmp_path / "lake")), Landing(tmp_path / "landing")
+    why = explain(instance, catalog, lake, landing, "ads.latest", "2026-03-05", current_time=at("2026-03-06", "00:30"))
+    assert why.verdict.endswith(
+        "; the engine waits until 2026-03-06 01:00 for dws.third 2026-03-05, the newer partition of its latest "
+        "window, which is on its way: built now it would read 2026-03-04 and be built again when 2026-03-05 lands"
+    ), why.verdict
+    # past the bound the engine builds it on what is there: why no longer speaks of a wait
+    why = explain(instance, catalog, lake, landing, "ads.latest", "2026-03-05", current_time=at("2026-03-06", "01:05"))
+    assert "waits until" not in why.verdict
 
 
 def test_the_wait_for_a_newer_input_ends_within_half_of_what_the_sla_allows(tmp_path: Path) -> None:

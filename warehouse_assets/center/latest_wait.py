@@ -14,13 +14,14 @@ The wait is bounded: it ends :data:`LATEST_WAIT` after the partition's own windo
 declares an SLA, at half the time its SLA allows after that end, leaving the other half for the build. Past it the
 partition runs on what is usable, as before, and is rebuilt once when the newer one arrives; a partition whose window
 ended longer ago (a catch-up of past days, a rebuild for late data) never waits. The newer partition's arrival, or its
-run's end, is a change that looks at the waiting partition again; the resolver also looks at it again at the bound
-(:meth:`LatestWait.look_again`), should the newer one not have come.
+run's end, is a change that looks at the waiting partition again; the resolver's clock also looks at it again once
+the bound has passed (:meth:`LatestWait.ended`), should the newer one not have come: counted from the ledger's clock,
+like a window's end, so an engine restarted meanwhile loses no waiting partition.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Protocol
 
@@ -39,8 +40,7 @@ class _States(Protocol):
 
 class LatestWait:
     """The wait of the tables with a ``latest`` dependency, asked by the resolver for each partition the gate lets
-    run; the waiting partitions' bounds, kept in memory (after a restart the newer partition's arrival still looks at
-    a waiting partition again)."""
+    run, and the partitions whose wait has ended, for its clock."""
 
     def __init__(self, catalog: Catalog):
         self.catalog = catalog
@@ -49,28 +49,44 @@ class LatestWait:
             for t in catalog.derived()
             if any(d.mode == LATEST for d in [*t.deps, *(d for s in t.states for d in s.deps)])
         }
-        self._look_again: dict[tuple[str, str], float] = {}  # a waiting partition → when its wait ends
 
     def waits(self, table: Table, partition: str, verdict: Verdict, states: _States, now: datetime) -> bool:
         """Whether ``partition``, which the gate lets run, waits for a newer partition of one of its latest windows
         (within its bound, for one that may still come)."""
-        if table.fqn not in self.tables or now.timestamp() >= (until := self.until(table, partition)):
-            return False
+        return self.waiting_for(table, partition, verdict, states, now) is not None
+
+    def waiting_for(
+        self, table: Table, partition: str, verdict: Verdict, states: _States, now: datetime
+    ) -> tuple[str, str, str] | None:
+        """The newer upstream partition ``partition`` waits for (its table, key, and the one it would read now), or
+        None when it does not wait."""
+        if table.fqn not in self.tables or now.timestamp() >= self.until(table, partition):
+            return None
         for edge in verdict.edges:
             if edge.dep.mode != LATEST or not edge.used:
                 continue
             newer = edge.upstream.keys[edge.upstream.keys.index(edge.used[-1]) + 1 :]
-            if newer and any(_coming(s) for s in states.states(self.catalog[edge.dep.table], newer).values()):
-                self._look_again[(table.fqn, partition)] = until
-                return True
-        return False
+            found = states.states(self.catalog[edge.dep.table], newer) if newer else {}
+            coming = [k for k in newer if _coming(found[k])]
+            if coming:
+                return edge.dep.table, coming[-1], edge.used[-1]
+        return None
 
-    def look_again(self, now: datetime) -> Iterable[tuple[str, str]]:
-        """The waiting partitions whose wait ended by ``now``: looked at again, whatever their newer input does."""
-        ended = [c for c, at in self._look_again.items() if at <= now.timestamp()]
-        for candidate in ended:
-            del self._look_again[candidate]
-        return ended
+    def ended(
+        self, since: datetime, now: datetime, ended_between: Callable[[str, datetime, datetime], list[str]]
+    ) -> list[tuple[str, str]]:
+        """The partitions of these tables whose wait's bound passed after ``since`` and by ``now`` (whether or not
+        they waited: the gate decides again), looked at again whatever their newer input does. ``ended_between``
+        gives a period's partitions whose windows ended in a span."""
+        found = []
+        for fqn in self.tables:
+            table = self.catalog[fqn]
+            if table.is_regional:
+                continue  # a region's day is looked at by its hours' changes, never by the clock
+            for key in ended_between(table.period, since - LATEST_WAIT, now):
+                if since.timestamp() < self.until(table, key) <= now.timestamp():
+                    found.append((fqn, key))
+        return found
 
     def until(self, table: Table, partition: str) -> float:
         """When the partition's wait for a newer input ends: :data:`LATEST_WAIT` after its window, or half its SLA's

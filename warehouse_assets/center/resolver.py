@@ -66,7 +66,7 @@ from warehouse_assets.catalog import (
 )
 from warehouse_assets.center.late_data import LOOKBACK, LateData
 from warehouse_assets.center.latest_wait import LatestWait
-from warehouse_assets.center.ledger import Ledger, Rebuild, Stale
+from warehouse_assets.center.ledger import Ledger
 from warehouse_assets.center.plans import (
     CLOCK,
     DEADLINE_PASSED,
@@ -77,10 +77,10 @@ from warehouse_assets.center.plans import (
     run_priority,
 )
 from warehouse_assets.center.reverse_index import ReverseIndex
-from warehouse_assets.center.state_store import Change, PartitionState, PartitionStateStore, failed_blocking_checks
+from warehouse_assets.center.snapshot import ResolverSnapshot
+from warehouse_assets.center.state_store import Change, PartitionState, PartitionStateStore
 from warehouse_assets.center.taint import late_verdict
 from warehouse_assets.materialize.gate import Verdict, decide
-from warehouse_assets.materialize.validity import Taint
 
 PRUNE_EVERY = timedelta(hours=1)  # how often old requests are deleted
 
@@ -157,7 +157,7 @@ class Resolver:
         With ``budget`` (seconds), candidates are evaluated until it is spent (at least one), the backlog's after the
         new changes' and the clock's last; the others stay in the backlog, persisted in the same transaction."""
         started = time.perf_counter()
-        states = _Snapshot(self.store, self.ledger)
+        states = ResolverSnapshot(self.store, self.ledger)
         backlog = self._backlog
         taints: list[RunPlan] = []
         for change in changes:
@@ -242,11 +242,12 @@ class Resolver:
         complete before day T ends; a source's clock ahead of the engine's): no change will name them."""
         ended = [c for c, end in self._not_ended.items() if end <= now.timestamp()]
         found = {c: Trigger(*c, None, None, frozenset({CLOCK})) for c in ended if self._not_ended.pop(c)}
-        found.update({c: Trigger(*c, None, None, frozenset({CLOCK})) for c in self._latest.look_again(now)})
         at = self.ledger.clock()
         if at is None:
             return found  # a new resolver: the windows ended before it are the backfill's or the first steps'
         since = max(datetime.fromtimestamp(at, UTC), now - self.lookback)
+        for candidate in self._latest.ended(since, now, lambda period, a, b: _ended_between(BY_PERIOD[period], a, b)):
+            found[candidate] = Trigger(*candidate, None, None, frozenset({CLOCK}))  # a latest input's wait is over
         # the windows that ended, once per period: per table, Dagster's partition arithmetic on every call cost
         # about a millisecond per table at 10,000 tables, while windows end only on the hour
         for period, tables in self._time_driven(now).items():
@@ -350,7 +351,7 @@ class Resolver:
 
     # --- one partition ---------------------------------------------------------------------------------------
 
-    def _resolve(self, table: Table, partition: str, states: _Snapshot, now: datetime) -> str | None:
+    def _resolve(self, table: Table, partition: str, states: ResolverSnapshot, now: datetime) -> str | None:
         """The request key (the upstream state) if ``partition`` should be requested now, ``_DEFER`` if its own
         run is in progress, None otherwise."""
         self.evaluated += 1
@@ -418,7 +419,9 @@ class Resolver:
                 windows.append((dep, UpstreamPartitions(dep.table, keys, [])))
         return windows
 
-    def _upstream_states(self, verdict: Verdict, states: _Snapshot, used_only: bool = False) -> list[PartitionState]:
+    def _upstream_states(
+        self, verdict: Verdict, states: ResolverSnapshot, used_only: bool = False
+    ) -> list[PartitionState]:
         """The states of every upstream partition of the verdict's windows (its request key: a waived partition that
         arrives later is new upstream data), or of those the partition reads (``used_only``). Of a latest dependency,
         always the one it reads: an older partition of its window changing is no new data for it."""
@@ -430,7 +433,7 @@ class Resolver:
             ).values()
         ]
 
-    def _checks_passed(self, verdict: Verdict, states: _Snapshot) -> bool:
+    def _checks_passed(self, verdict: Verdict, states: ResolverSnapshot) -> bool:
         """Every blocking check passed on each upstream partition's latest materialization, as the automation's
         ``blocking_checks_passed`` requires (the gate refuses a failed verdict only; here a missing one waits too),
         except through ``ignore_dq`` and on partitions planned earlier in the same run."""
@@ -445,7 +448,7 @@ class Resolver:
         return True
 
     def _extend_chains(
-        self, ready: dict[tuple[str, str], tuple[Trigger, str]], states: _Snapshot, now: datetime
+        self, ready: dict[tuple[str, str], tuple[Trigger, str]], states: ResolverSnapshot, now: datetime
     ) -> None:
         """Extend each ready partition of a self-dependent table to the next partitions that only waited for their
         T-1: they run after it in the same run (never materialized ones only; late data follows change by change)."""
@@ -469,7 +472,7 @@ class Resolver:
                     break
                 ready[(fqn, current)] = (trigger, key)
 
-    def _waiting_on_static(self, fqn: str, states: _Snapshot, now: datetime) -> list[tuple[str, str]]:
+    def _waiting_on_static(self, fqn: str, states: ResolverSnapshot, now: datetime) -> list[tuple[str, str]]:
         """The partitions a static table's materialization may let run: those of the tables that read it not built
         yet, within the lookback (the ones built already read the version they read; a taint rebuilds them)."""
         candidates = []
@@ -498,7 +501,7 @@ class Resolver:
         evaluated: Sequence[tuple[str, str]],
         plans: Sequence[RunPlan],
         now: datetime,
-        states: _Snapshot,
+        states: ResolverSnapshot,
     ) -> None:
         """Record the requests, their plans as pending, the deferred partitions (a deferred partition looked at again
         is settled), the backlog, the store's cursor and the clock, in one transaction."""
@@ -525,7 +528,7 @@ class Resolver:
     # --- coalescing --------------------------------------------------------------------------------------------
 
     def _coalesce(
-        self, ready: dict[tuple[str, str], tuple[Trigger, str]], now: datetime, states: _Snapshot
+        self, ready: dict[tuple[str, str], tuple[Trigger, str]], now: datetime, states: ResolverSnapshot
     ) -> list[RunPlan]:
         """Per table, contiguous partitions in time order, at most ``max_partitions_per_run`` a run."""
         by_table: dict[str, list[str]] = {}
@@ -561,7 +564,7 @@ class Resolver:
         run: list[str],
         ready: dict[tuple[str, str], tuple[Trigger, str]],
         now: datetime,
-        states: _Snapshot,
+        states: ResolverSnapshot,
     ) -> RunPlan:
         table = self.catalog[fqn]
         end = partition_window(table, run[0]).end
@@ -660,163 +663,3 @@ def _window(period: str, partition: str) -> tuple[float, float]:
 def _last_window_end(pdef: TimeWindowPartitionsDefinition, now: datetime) -> datetime:
     """The end of the latest partition at ``now``: the start of the window ``now`` lies in."""
     return pdef.time_window_for_partition_key(pdef.get_partition_key_for_timestamp(now.timestamp())).start
-
-
-class _Snapshot:
-    """The store as the gate's reader, each partition's state read once per call; ``planned`` partitions (earlier
-    in a run being planned) count as materialized, with no verdict yet, as the run guard counts what its run wrote."""
-
-    def __init__(self, store: PartitionStateStore, ledger: Ledger):
-        self.store, self._ledger = store, ledger
-        self.planned: set[tuple[str, str]] = set()
-        # late data: the partitions this call found stale, rebuilt (requested again), or no longer behind their inputs
-        self.stale_marks: dict[tuple[str, str], Stale] = {}
-        self.rebuilds: dict[tuple[str, str], Rebuild] = {}
-        self.fresh: set[tuple[str, str]] = set()
-        self._stale_rows: dict[tuple[str, str], Stale | None] = {}
-        self._rebuilt_rows: dict[tuple[str, str], Rebuild | None] = {}
-        self._seen: dict[str, dict[str, PartitionState]] = {}  # table → partition → state
-        self._repairing: dict[str, bool] = {}
-        self._newest: dict[str, str | None] = {}
-        self._names: dict[str, str] = {}
-        # taints planned after late failed verdicts, held here until their root is materialized again: the run
-        # marking them is on its way, and nothing may be built on them meanwhile
-        self._holds: dict[tuple[str, str, int], tuple[Taint, list[tuple[str, str, int]]]] = {}
-        self._new_holds: list[tuple[tuple[str, str, int], Taint, list[tuple[str, str, int]]]] = []
-        self._stale: list[tuple[str, str, int]] = []
-        self._held: dict[tuple[str, str], tuple[Taint, int]] = {}  # partition → taint, on that materialization
-        for fqn, partition, storage_id, taint_json, marked_json in ledger.holds():
-            triples = [(t, k, i) for t, k, i in json.loads(marked_json)]
-            self._holds[(fqn, partition, storage_id)] = (Taint.from_json(json.loads(taint_json)), triples)
-        for key, (taint, marked) in self._holds.items():
-            [root] = store.states(AssetKey(key[0].split(".")), [key[1]]).values()
-            if root.storage_id != key[2]:
-                self._stale.append(key)  # the root was materialized again: the marks (or the rebuild) took over
-            else:
-                self._held.update({(t, k): (taint, i) for t, k, i in marked})
-
-    def pending_roots(self) -> set[tuple[str, str, int]]:
-        return set(self._holds)
-
-    def hold(self, key: tuple[str, str, int], taint: Taint, marked: list[tuple[str, str, int]]) -> None:
-        self._holds[key] = (taint, marked)
-        self._new_holds.append((key, taint, marked))
-        self._held.update({(t, k): (taint, i) for t, k, i in marked})
-
-    def persist_holds(self) -> None:
-        """Record the new holds and forget the stale ones (inside the caller's transaction)."""
-        self._ledger.set_holds(
-            [(*key, json.dumps(taint.to_json()), json.dumps(marked)) for key, taint, marked in self._new_holds],
-            self._stale,
-        )
-
-    def stale(self, fqn: str, partition: str) -> Stale | None:
-        """The partition's stale record: as this call marked it, or as the ledger has it."""
-        if (fqn, partition) in self.stale_marks:
-            return self.stale_marks[(fqn, partition)]
-        if (fqn, partition) in self.rebuilds:
-            return None
-        if (fqn, partition) not in self._stale_rows:
-            self._stale_rows[(fqn, partition)] = self._ledger.stale(fqn, [partition]).get(partition)
-        return self._stale_rows[(fqn, partition)]
-
-    def stale_due(self, fqn: str, partition: str) -> float | None:
-        """When the partition's rebuild for late data is due, if one is coming (not requested yet)."""
-        entry = self.stale(fqn, partition)
-        return None if entry is None else entry.due
-
-    def mark_stale(self, entry: Stale) -> None:
-        self.stale_marks[(entry.table, entry.partition)] = entry
-
-    def read_stale(self, fqn: str, partitions: Iterable[str]) -> None:
-        """Read the ledger's stale records of ``partitions`` not read yet, in one query: a late-data look at one
-        partition asks about each of its upstream partitions, a query each otherwise."""
-        unread = [p for p in dict.fromkeys(partitions) if (fqn, p) not in self._stale_rows]
-        if unread:
-            found = self._ledger.stale(fqn, unread)
-            self._stale_rows.update(((fqn, p), found.get(p)) for p in unread)
-
-    def read_rebuilds(self, fqn: str, partitions: Iterable[str]) -> None:
-        """Read the ledger's rebuild records of ``partitions`` not read yet, in one query."""
-        unread = [p for p in dict.fromkeys(partitions) if (fqn, p) not in self._rebuilt_rows]
-        if unread:
-            found = self._ledger.rebuilds(fqn, unread)
-            self._rebuilt_rows.update(((fqn, p), found.get(p)) for p in unread)
-
-    def rebuilt(self, fqn: str, partition: str) -> Rebuild | None:
-        """The latest rebuild requested of the partition for late data: this call's, or the ledger's."""
-        if (fqn, partition) in self.rebuilds:
-            return self.rebuilds[(fqn, partition)]
-        if (fqn, partition) not in self._rebuilt_rows:
-            self._rebuilt_rows[(fqn, partition)] = self._ledger.rebuilds(fqn, [partition]).get(partition)
-        return self._rebuilt_rows[(fqn, partition)]
-
-    def persist_late(self, evaluated: Sequence[tuple[str, str]], now: float) -> None:
-        """Record the stale partitions and the rebuilds (inside the caller's transaction)."""
-        self._ledger.clear_stale([*self.fresh, *self.rebuilds])
-        self._ledger.mark_stale(self.stale_marks.values())
-        self._ledger.record_rebuilds([(fqn, partition, r) for (fqn, partition), r in self.rebuilds.items()])
-        settled = {*self.fresh, *self.rebuilds, *self.stale_marks}
-        self._ledger.park_stale([c for c in evaluated if c not in settled], now)
-
-    def repairing(self, backfill_id: str) -> bool:
-        """Whether the backfill ``backfill_id`` is still running (read from the instance once per call)."""
-        if backfill_id not in self._repairing:
-            backfill = self.store.instance.get_backfill(backfill_id)
-            self._repairing[backfill_id] = backfill is not None and backfill.status.value == "REQUESTED"
-        return self._repairing[backfill_id]
-
-    repair_running = repairing  # the gate's name for it
-
-    def newest_built(self, table: Table) -> str | None:
-        """The table's latest partition that holds data, read once per call."""
-        if table.fqn not in self._newest:
-            self._newest[table.fqn] = self.store.newest_built(AssetKey(table.key))
-        return self._newest[table.fqn]
-
-    def states(self, table: Table, keys: Sequence[str]) -> dict[str, PartitionState]:
-        fqn = table.fqn
-        seen = self._seen.get(fqn)
-        if seen is None:
-            seen = self._seen[fqn] = {}
-        missing = [k for k in keys if k not in seen]
-        if missing:
-            name = self._names.get(fqn)
-            if name is None:  # an AssetKey costs microseconds to build: one per table and call
-                name = self._names[fqn] = AssetKey(table.key).to_user_string()
-            seen.update(self.store.states(name, missing))
-        return {k: seen[k] for k in keys}
-
-    def state(self, table: Table, key: str) -> PartitionState:
-        return self.states(table, [key])[key]
-
-    # the gate's PartitionStateReader
-
-    def materialized(self, table: Table, keys: Sequence[str]) -> set[str]:
-        return {k for k, s in self.states(table, keys).items() if s.materialized or (table.fqn, k) in self.planned}
-
-    def in_progress(self, table: Table, keys: Sequence[str]) -> set[str]:
-        return {k for k, s in self.states(table, keys).items() if s.in_progress and (table.fqn, k) not in self.planned}
-
-    def failed_blocking_checks(self, table: Table, keys: Sequence[str]) -> dict[str, list[str]]:
-        if not any(c.blocking for c in table.checks):
-            return {}  # most tables: none of their partitions' states to look at
-        return failed_blocking_checks(
-            table, self.states(table, [k for k in keys if (table.fqn, k) not in self.planned])
-        )
-
-    def reached_states(self, table: Table, keys: Sequence[str]) -> dict[str, str | None]:
-        # planned earlier in the run: in a state the run decides, taken as not accepted yet (a run never plans a
-        # partition of a table with states together with its downstream)
-        return {k: s.state for k, s in self.states(table, keys).items()}
-
-    def tainted(self, table: Table, keys: Sequence[str]) -> dict[str, Taint]:
-        fresh = [k for k in keys if (table.fqn, k) not in self.planned]  # rebuilt earlier in the run: new data
-        found = self.states(table, fresh)
-        taints = {k: s.taint for k, s in found.items() if s.taint is not None}
-        for k, state in found.items():
-            held = self._held.get((table.fqn, k))
-            # a hold stands for the materialization it was planned on: a rebuild since is new data
-            if held is not None and k not in taints and state.storage_id == held[1]:
-                taints[k] = held[0]
-        return taints

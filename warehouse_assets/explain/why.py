@@ -47,6 +47,7 @@ from warehouse_assets.catalog import (
     OdsWindows,
     PartitionKeyError,
     Table,
+    business_zone,
     check_partition_key,
     partition_window,
 )
@@ -55,8 +56,9 @@ from warehouse_assets.catalog.key_locality import key_locality
 from warehouse_assets.catalog.lineage import WarehouseLineage
 from warehouse_assets.center.heartbeat import EngineDown, engine_status
 from warehouse_assets.center.late_data import LOOKBACK
+from warehouse_assets.center.latest_wait import LatestWait
 from warehouse_assets.center.ledger import open_readonly
-from warehouse_assets.center.state_store import PartitionStateStore, StateView, default_path
+from warehouse_assets.center.state_store import PartitionState, PartitionStateStore, StateView, default_path
 from warehouse_assets.explain.eta import Prediction, instance_predictor
 from warehouse_assets.explain.forecast import timeline_markdown
 from warehouse_assets.explain.prediction_log import WHY, record_predictions
@@ -218,6 +220,8 @@ def explain(
             report.verdict = f"{ready} and it is built" + (f", as {own.state}" if own.state else "")
             if not verdict.later:
                 report.verdict += ": nothing to build (an upstream change rebuilds it, as its late_data policy says)"
+        elif (newer := _latest_wait(catalog, table, partition, verdict, states, now)) is not None:
+            report.verdict = f"{ready}; {newer}"
         else:
             report.verdict = f"{ready}; " + _who_builds(instance, table, partition, report.own_state, now)
             if verdict.state is not None:
@@ -321,6 +325,27 @@ def _source_verdict(table: Table, state: UpstreamState) -> str:
         what = f"the `ext_{table.name}` sensor (or the dependency center's engine, which watches deliveries)"
     reason = state.state + (f" — {state.detail}" if state.detail else "")
     return f"not reported yet ({reason}); {what} reports it once it is complete"
+
+
+def _latest_wait(
+    catalog: Catalog, table: Table, partition: str, verdict: Verdict, states: PartitionStates, now: datetime
+) -> str | None:
+    """The engine's wait for a newer partition of a latest window, in words, when it holds the partition back."""
+    wait = LatestWait(catalog)
+
+    class _Read:  # the resolver's reader of states, over why's view of the store
+        def states(self, upstream: Table, keys: Sequence[str]) -> dict[str, PartitionState]:
+            return states.partitions.states(AssetKey(upstream.key), list(keys))
+
+    found = wait.waiting_for(table, partition, verdict, _Read(), now)
+    if found is None:
+        return None
+    upstream, newer, older = found
+    until = datetime.fromtimestamp(wait.until(table, partition), business_zone()).strftime("%Y-%m-%d %H:%M")
+    return (
+        f"the engine waits until {until} for {upstream} {newer}, the newer partition of its latest window, which is "
+        f"on its way: built now it would read {older} and be built again when {newer} lands"
+    )
 
 
 def _who_builds(instance: DagsterInstance, table: Table, partition: str, own_state: str, now: datetime) -> str:
