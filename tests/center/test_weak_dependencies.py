@@ -493,14 +493,21 @@ def test_a_day_waits_for_the_newer_input_whose_chain_is_under_way_and_is_built_o
     assert center.step(now) == []
 
 
+def _newest_input_not_in(instance: DagsterInstance, tmp_path: Path) -> Catalog:
+    """The chain built through 2026-03-04 and nothing of 03-05: ``dws.third`` 03-05, the newest partition of
+    ``ads.latest``'s latest window, is not there."""
+    catalog = sql_catalog(tmp_path, CHAIN)
+    for table in ["dwd.first", "dws.second", "dws.third", "ads.latest"]:
+        report(instance, AssetKey(catalog[table].key), "2026-03-04")
+    return catalog
+
+
 def test_a_day_waits_for_the_newer_input_ended_with_it_while_its_source_is_not_in_at_most_an_hour(
     instance: DagsterInstance, tmp_path: Path
 ) -> None:
     """The day's own input is there the moment the day ends; the newest partition of its latest window ended with it
     and waits for its source's last hour: the day waits for it, an hour at most, then reads the day before."""
-    catalog = sql_catalog(tmp_path, CHAIN)
-    for table in ["dwd.first", "dws.second", "dws.third", "ads.latest"]:
-        report(instance, AssetKey(catalog[table].key), "2026-03-04")
+    catalog = _newest_input_not_in(instance, tmp_path)
     center = Center(instance, catalog)
     center.report("dwd.near", ["2026-03-05"])
     assert center.step(at("2026-03-06", "00:00")) == []
@@ -513,9 +520,7 @@ def test_a_day_waiting_for_a_newer_input_is_built_at_its_bound_by_an_engine_rest
 ) -> None:
     """The wait's end is the engine's clock, not a memory of the waiting partitions: an engine restarted during the
     wait still builds the day once the bound has passed, though the newer input never comes and nothing changes."""
-    catalog = sql_catalog(tmp_path, CHAIN)
-    for table in ["dwd.first", "dws.second", "dws.third", "ads.latest"]:
-        report(instance, AssetKey(catalog[table].key), "2026-03-04")
+    catalog = _newest_input_not_in(instance, tmp_path)
     center = Center(instance, catalog)
     center.report("dwd.near", ["2026-03-05"])
     assert center.step(at("2026-03-06", "00:00")) == []
@@ -528,9 +533,7 @@ def test_a_day_waiting_for_a_newer_input_is_built_at_its_bound_by_an_engine_rest
 def test_why_says_the_day_waits_for_the_newer_input_until_when_and_what_it_would_read_now(
     instance: DagsterInstance, tmp_path: Path
 ) -> None:
-    catalog = sql_catalog(tmp_path, CHAIN)
-    for table in ["dwd.first", "dws.second", "dws.third", "ads.latest"]:
-        report(instance, AssetKey(catalog[table].key), "2026-03-04")
+    catalog = _newest_input_not_in(instance, tmp_path)
     report(instance, AssetKey(catalog["dwd.near"].key), "2026-03-05")
     lake, landing = DeltaStore(str(tmp_path / "lake")), Landing(tmp_path / "landing")
     why = explain(instance, catalog, lake, landing, "ads.latest", "2026-03-05", current_time=at("2026-03-06", "00:30"))
