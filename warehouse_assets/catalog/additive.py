@@ -207,12 +207,7 @@ def _prove(fqn: str, sql: str, inputs: Mapping[str, Mapping[str, str]]) -> Addit
         raise _NotAdditive(f"{type(query).__name__.upper()} of queries: a set operation is not maintained")
     if not isinstance(query, exp.Select) or scope is None:
         raise _NotAdditive("the SQL is not one SELECT")
-    schema: dict[str, object] = {}
-    for name, types in inputs.items():
-        layer, table_name = name.split(".", 1)
-        tables = schema.setdefault(layer, {})
-        assert isinstance(tables, dict)
-        tables[table_name] = {c: t or "unknown" for c, t in types.items()}
+    schema = _sqlglot_schema(inputs)
     annotate_types(query, schema=schema, dialect="spark")
     _shape(scope, query)
     alias, name = _source(query.args["from_"].this)
@@ -444,14 +439,21 @@ class WarehouseTypes:
         return {**_inferred(table.sql, inputs), **partitions}
 
 
-def _inferred(sql: str, inputs: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
-    """The output column types of ``sql`` over ``inputs``' typed columns ("" where sqlglot cannot tell)."""
+def _sqlglot_schema(inputs: Mapping[str, Mapping[str, str]]) -> dict[str, object]:
+    """``inputs``' typed columns (``layer.table`` → column → type) as sqlglot's nested schema; "unknown" where the
+    type is not known."""
     schema: dict[str, object] = {}
     for fqn, types in inputs.items():
         layer, name = fqn.split(".", 1)
         tables = schema.setdefault(layer, {})
         assert isinstance(tables, dict)
         tables[name] = {c: t or "unknown" for c, t in types.items()}
+    return schema
+
+
+def _inferred(sql: str, inputs: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
+    """The output column types of ``sql`` over ``inputs``' typed columns ("" where sqlglot cannot tell)."""
+    schema = _sqlglot_schema(inputs)
     try:
         tree = qualify(sqlglot.parse_one(sql, read="spark"), dialect="spark", schema=schema, quote_identifiers=False)
         tree = annotate_types(tree, schema=schema, dialect="spark")
