@@ -493,6 +493,60 @@ def test_a_day_waits_for_the_newer_input_whose_chain_is_under_way_and_is_built_o
     assert center.step(now) == []
 
 
+ANY_CHAIN = {  # the chain's day reading any of a window of the table three layers up instead of the latest
+    **{path: spec for path, spec in CHAIN.items() if path != "ads/latest.sql"},
+    "ads/any.sql": (
+        "period: daily\ndepends_on:\n  dws.third: {range: [-2, 0], mode: any}\n",
+        "SELECT n.id FROM dwd.near n JOIN dws.third t USING (id)",
+    ),
+}
+
+
+def test_an_any_window_waits_for_its_newest_partition_whose_chain_is_under_way_and_is_built_once(
+    instance: DagsterInstance, tmp_path: Path
+) -> None:
+    """An any window may run on the days before its newest: built so the moment its own input lands, the day would
+    be built again, whole, when the newest partition of its window lands two layers later. It waits for it, as a
+    latest window does; and why says so."""
+    catalog = sql_catalog(tmp_path, ANY_CHAIN)
+    for table in ["ods.src", "dwd.near", "dwd.first", "dws.second", "dws.third", "ads.any"]:
+        for key in hours("2026-03-04") if table == "ods.src" else ["2026-03-03", "2026-03-04"]:
+            report(instance, AssetKey(catalog[table].key), key)
+    center = Center(instance, catalog)
+    now = at("2026-03-06", "00:10")
+    center.report("ods.src", hours("2026-03-05"))
+    assert requested(center.step(now)) == {"dwd.near": [["2026-03-05"]], "dwd.first": [["2026-03-05"]]}
+    center.report("dwd.near", ["2026-03-05"])
+    center.report("dwd.first", ["2026-03-05"])
+    assert requested(center.step(now)) == {"dws.second": [["2026-03-05"]]}  # not the day on 03-03 and 03-04
+    lake, landing = DeltaStore(str(tmp_path / "lake")), Landing(tmp_path / "landing")
+    why = explain(instance, catalog, lake, landing, "ads.any", "2026-03-05", current_time=now)
+    assert why.verdict.endswith(
+        "; the engine waits until 2026-03-06 01:00 for dws.third 2026-03-05, a partition of its any window, which is "
+        "on its way: built now it would read the window without it and be built again when it lands"
+    ), why.verdict
+    center.report("dws.second", ["2026-03-05"])
+    assert requested(center.step(now)) == {"dws.third": [["2026-03-05"]]}
+    center.report("dws.third", ["2026-03-05"])
+    assert requested(center.step(now)) == {"ads.any": [["2026-03-05"]]}
+    center.report("ads.any", ["2026-03-05"])
+    assert center.step(now) == []
+
+
+def test_an_any_window_whose_newest_partition_does_not_come_runs_on_the_rest_at_its_bound(
+    instance: DagsterInstance, tmp_path: Path
+) -> None:
+    """The wait is bounded as a latest window's: an hour past the day's end it runs on the days it has."""
+    catalog = sql_catalog(tmp_path, ANY_CHAIN)
+    for table in ["dwd.first", "dws.second", "dws.third", "ads.any"]:
+        report(instance, AssetKey(catalog[table].key), "2026-03-04")
+    center = Center(instance, catalog)
+    center.report("dwd.near", ["2026-03-05"])
+    assert center.step(at("2026-03-06", "00:00")) == []
+    assert center.step(at("2026-03-06", "00:30")) == []
+    assert requested(center.step(at("2026-03-06", "01:00"))) == {"ads.any": [["2026-03-05"]]}
+
+
 def _newest_input_not_in(instance: DagsterInstance, tmp_path: Path) -> Catalog:
     """The chain built through 2026-03-04 and nothing of 03-05: ``dws.third`` 03-05, the newest partition of
     ``ads.latest``'s latest window, is not there."""

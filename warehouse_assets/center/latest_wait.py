@@ -1,4 +1,4 @@
-"""A ``latest`` dependency waits, a bounded time, for the newer partition of its window that has just ended.
+"""A ``latest`` or ``any`` dependency waits, a bounded time, for the partition of its window that has just ended.
 
 A partition reading the latest usable partition of a window (``latest: true``) may be able to run the moment its own
 window ends, on an older partition, while the newest one of the window ended at the same moment (or shortly before)
@@ -17,6 +17,11 @@ ended longer ago (a catch-up of past days, a rebuild for late data) never waits.
 run's end, is a change that looks at the waiting partition again; the resolver's clock also looks at it again once
 the bound has passed (:meth:`LatestWait.ended`), should the newer one not have come: counted from the ledger's clock,
 like a window's end, so an engine restarted meanwhile loses no waiting partition.
+
+An ``any`` window is the same case: it may run on the first usable partitions of its window, while the newest one,
+ended with the partition's own window, is on its way; built then, it is rebuilt at once when that one lands, a second
+whole build of the day. It waits likewise, within the same bound, for every partition of its window not usable yet
+that may still come (not one that cannot exist, before the upstream's first partition).
 """
 
 from __future__ import annotations
@@ -25,13 +30,15 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from warehouse_assets.catalog import LATEST, Catalog, DerivedTable, Table, partition_window
+from warehouse_assets.catalog import ANY, LATEST, Catalog, DerivedTable, Table, partition_window
 from warehouse_assets.center.state_store import PartitionState
 from warehouse_assets.materialize.freshness import deadline
-from warehouse_assets.materialize.gate import Verdict
+from warehouse_assets.materialize.gate import NONEXISTENT, Verdict
 
-# how long past its window's end a partition waits for a newer partition of a latest window
+# how long past its window's end a partition waits for a newer partition of a latest window, or the rest of an any one
 LATEST_WAIT = timedelta(hours=1)
+# the modes whose windows wait: each may run before its window is whole, and is rebuilt when the rest arrives
+WAITING_MODES = (LATEST, ANY)
 
 
 class _States(Protocol):
@@ -39,33 +46,36 @@ class _States(Protocol):
 
 
 class LatestWait:
-    """The wait of the tables with a ``latest`` dependency, asked by the resolver for each partition the gate lets
-    run, and the partitions whose wait has ended, for its clock."""
+    """The wait of the tables with a ``latest`` or ``any`` dependency, asked by the resolver for each partition the
+    gate lets run, and the partitions whose wait has ended, for its clock."""
 
     def __init__(self, catalog: Catalog):
         self.catalog = catalog
         self.tables = {
             t.fqn
             for t in catalog.derived()
-            if any(d.mode == LATEST for d in [*t.deps, *(d for s in t.states for d in s.deps)])
+            if any(d.mode in WAITING_MODES for d in [*t.deps, *(d for s in t.states for d in s.deps)])
         }
 
     def waits(self, table: Table, partition: str, verdict: Verdict, states: _States, now: datetime) -> bool:
         """Whether ``partition``, which the gate lets run, waits for a newer partition of one of its latest windows
-        (within its bound, for one that may still come)."""
+        or the rest of an any window (within its bound, for one that may still come)."""
         return self.waiting_for(table, partition, verdict, states, now) is not None
 
     def waiting_for(
         self, table: Table, partition: str, verdict: Verdict, states: _States, now: datetime
     ) -> tuple[str, str, str] | None:
-        """The newer upstream partition ``partition`` waits for (its table, key, and the one it would read now), or
-        None when it does not wait."""
+        """The upstream partition ``partition`` waits for (its table, key, and the one it would read now: the latest
+        usable, or for an any window the last of those it would read), or None when it does not wait."""
         if table.fqn not in self.tables or now.timestamp() >= self.until(table, partition):
             return None
         for edge in verdict.edges:
-            if edge.dep.mode != LATEST or not edge.used:
+            if edge.dep.mode not in WAITING_MODES or not edge.used:
                 continue
-            newer = edge.upstream.keys[edge.upstream.keys.index(edge.used[-1]) + 1 :]
+            if edge.dep.mode == LATEST:
+                newer = edge.upstream.keys[edge.upstream.keys.index(edge.used[-1]) + 1 :]
+            else:  # any: whatever of the window it would run without, but what cannot exist
+                newer = [k for k in edge.upstream.keys if edge.waived.get(k, NONEXISTENT) != NONEXISTENT]
             found = states.states(self.catalog[edge.dep.table], newer) if newer else {}
             coming = [k for k in newer if _coming(found[k])]
             if coming:

@@ -247,7 +247,7 @@ class Resolver:
             return found  # a new resolver: the windows ended before it are the backfill's or the first steps'
         since = max(datetime.fromtimestamp(at, UTC), now - self.lookback)
         for candidate in self._latest.ended(since, now, lambda period, a, b: _ended_between(BY_PERIOD[period], a, b)):
-            found[candidate] = Trigger(*candidate, None, None, frozenset({CLOCK}))  # a latest input's wait is over
+            found[candidate] = Trigger(*candidate, None, None, frozenset({CLOCK}))  # a latest or any wait is over
         # the windows that ended, once per period: per table, Dagster's partition arithmetic on every call cost
         # about a millisecond per table at 10,000 tables, while windows end only on the hour
         for period, tables in self._time_driven(now).items():
@@ -370,7 +370,7 @@ class Resolver:
             # built on the data that rebuild replaces, and again after it; the run's end is a change of its own
             return None
         if not self._checks_passed(verdict, states) or self._latest.waits(table, partition, verdict, states, now):
-            return None  # a verdict still to come, a newer input of a latest window on its way: changes of their own
+            return None  # a verdict still to come, an input of a latest or any window on its way: changes of their own
         key = json.dumps(sorted([s.asset_key, s.partition, s.storage_id] for s in upstream))
         if verdict.state is not None:
             key += f" {verdict.state}"  # the same inputs reached as a later state are a new request

@@ -38,6 +38,7 @@ from resources.delta_lake import DeltaLakeResource, DeltaStore
 from resources.external import ExternalResource
 from resources.landing import Landing, LandingResource
 from warehouse_assets.catalog import (
+    ANY,
     BY_PERIOD,
     DEADLINE,
     LATEST,
@@ -330,7 +331,8 @@ def _source_verdict(table: Table, state: UpstreamState) -> str:
 def _latest_wait(
     catalog: Catalog, table: Table, partition: str, verdict: Verdict, states: PartitionStates, now: datetime
 ) -> str | None:
-    """The engine's wait for a newer partition of a latest window, in words, when it holds the partition back."""
+    """The engine's wait for a newer partition of a latest window, or the rest of an any window, in words, when it
+    holds the partition back."""
     wait = LatestWait(catalog)
 
     class _Read:  # the resolver's reader of states, over why's view of the store
@@ -342,6 +344,11 @@ def _latest_wait(
         return None
     upstream, newer, older = found
     until = datetime.fromtimestamp(wait.until(table, partition), business_zone()).strftime("%Y-%m-%d %H:%M")
+    if any(edge.dep.table == upstream and edge.dep.mode == ANY for edge in verdict.edges):
+        return (
+            f"the engine waits until {until} for {upstream} {newer}, a partition of its any window, which is on its "
+            f"way: built now it would read the window without it and be built again when it lands"
+        )
     return (
         f"the engine waits until {until} for {upstream} {newer}, the newer partition of its latest window, which is "
         f"on its way: built now it would read {older} and be built again when {newer} lands"
