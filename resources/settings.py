@@ -89,6 +89,8 @@ class Settings(BaseModel):
     reconcile_seconds: float = Field(300.0, ge=0, description="a number of seconds, 0 or more (0: never)")
     webserver_url: str = Field("http://127.0.0.1:3000", description="the Dagster webserver's URL")
     code_location: str = Field("warehouse", description="the code location's name in workspace.yaml")
+    # seconds between ticks of ods_landing and ods_readiness: a new segment waits up to this long for its ingestion
+    ods_sensor_interval: int = Field(15, gt=0, description="a positive whole number of seconds")
     ods_checks_interval: int = Field(10, gt=0, description="a positive whole number of seconds")
     external_sensor_interval: int = Field(10, gt=0, description="a positive whole number of seconds")
     freshness_sensor_interval: int = Field(60, gt=0, description="a positive whole number of seconds")

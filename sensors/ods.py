@@ -60,7 +60,7 @@ def build_landing_sensor(catalog: Catalog, ingest_job: JobDefinition):  # type: 
     @sensor(
         name="ods_landing",
         job=ingest_job,
-        minimum_interval_seconds=15,
+        minimum_interval_seconds=current().ods_sensor_interval,
         default_status=DefaultSensorStatus.RUNNING,
         description="Launches ods_ingest when CDC segments are waiting to be applied.",
     )
@@ -93,7 +93,7 @@ def build_landing_sensor(catalog: Catalog, ingest_job: JobDefinition):  # type: 
 def build_readiness_sensor(catalog: Catalog):  # type: ignore[no-untyped-def]
     @sensor(
         name="ods_readiness",
-        minimum_interval_seconds=15,
+        minimum_interval_seconds=current().ods_sensor_interval,
         default_status=DefaultSensorStatus.RUNNING,
         asset_selection=[AssetKey(t.key) for t in [*catalog.ods(), *catalog.windows()]],
         description=(

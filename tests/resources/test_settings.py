@@ -50,7 +50,7 @@ def test_an_empty_environment_gives_the_embedded_defaults() -> None:
         "data/landing/external",
     )
     assert (settings.spark_mode, settings.run_executor, settings.simulate_live) == ("local", "in_process", False)
-    assert (settings.engine_poll_seconds, settings.ods_checks_interval) == (0.1, 10)
+    assert (settings.engine_poll_seconds, settings.ods_checks_interval, settings.ods_sensor_interval) == (0.1, 10, 15)
     assert (settings.webserver_url, settings.code_location) == ("http://127.0.0.1:3000", "warehouse")
     assert (settings.external_sensor_interval, settings.freshness_sensor_interval) == (10, 60)
     assert (settings.freshness_horizon_hours, settings.time_travel_hours) == (48.0, 168)
@@ -83,6 +83,7 @@ def test_every_variable_is_read() -> None:
         "WAREHOUSE_RECONCILE_SECONDS": "60",
         "WAREHOUSE_WEBSERVER_URL": "http://dagster:3000",
         "WAREHOUSE_CODE_LOCATION": "lake",
+        "WAREHOUSE_ODS_SENSOR_INTERVAL": "2",
         "WAREHOUSE_ODS_CHECKS_INTERVAL": "11",
         "WAREHOUSE_EXTERNAL_SENSOR_INTERVAL": "12",
         "WAREHOUSE_FRESHNESS_SENSOR_INTERVAL": "90",
@@ -120,6 +121,7 @@ def test_every_variable_is_read() -> None:
         "reconcile_seconds": 60.0,
         "webserver_url": "http://dagster:3000",
         "code_location": "lake",
+        "ods_sensor_interval": 2,
         "ods_checks_interval": 11,
         "external_sensor_interval": 12,
         "freshness_sensor_interval": 90,
@@ -251,6 +253,7 @@ def test_freshness_deadlines_are_local_times_of_the_zone() -> None:
 def test_every_interval_reaches_its_sensor() -> None:
     settings = Settings.from_env(
         {
+            "WAREHOUSE_ODS_SENSOR_INTERVAL": "31",
             "WAREHOUSE_ODS_CHECKS_INTERVAL": "32",
             "WAREHOUSE_EXTERNAL_SENSOR_INTERVAL": "33",
             "WAREHOUSE_FRESHNESS_SENSOR_INTERVAL": "34",
@@ -258,6 +261,7 @@ def test_every_interval_reaches_its_sensor() -> None:
     )
     sensors = {s.name: s.minimum_interval_seconds for s in build_definitions(CATALOG, settings).sensors or []}
     assert "warehouse_automation" not in sensors  # the engine process starts downstream runs (warehouse engine)
+    assert sensors["ods_landing"] == sensors["ods_readiness"] == 31
     assert sensors["ods_quality_checks"] == 32
     assert {v for k, v in sensors.items() if k.startswith("ext_")} == {33}
     assert sensors["freshness_slas"] == sensors["sla_forecast"] == 34
