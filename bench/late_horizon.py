@@ -28,19 +28,24 @@ every partition its dependencies map it to (the reverse index's ``upstream_of``)
 sum, for a first build and any whole rebuild. A late-data rebuild of a table the product proves key-local
 (``catalog/key_locality.py``; 30 % of the generated tables are made totals over the whole partition, which are not)
 reads one row per changed key and input partition, as ``materialize/key_scope.py`` does, unless so many keys changed
-that the product rebuilds it whole (the same thresholds). Half the totals are sums and counts, the other half a
-minimum (standing for distinct counts and the like); a sum over its inputs is additive (``catalog/additive.py``: one
-table, or tables joined on their key; the generated sums add a joined table's column, ``sum(t0.user_id +
-coalesce(t1.user_id, 0))``, so that a join is not free), unless it reads a static table (no change feed). Its late-data
-rebuild reads, as ``materialize/additive.py`` does by the delta rule, per changed input partition its change feed (a
-pre- and a post-image per changed row) and, for every other input partition of that term, the rows matching the
-changed keys (one per changed key and partition, capped at its rows, as the key-scoped model counts), plus its
-stored partial states (one row), unless more rows changed than it takes. The keys a build
-changes are what its readers then see changed: a root hour's late changes (one key each, two for a moved key; 2 % of
-the hour's rows in the replay), at most a partition's rows, and every row for a first build. ``late_work_ratio`` is
-the rows read by every build after a partition's first over the rows read by the first builds;
-``late_work_ratio_whole`` the same if every rebuild were whole (the product before key-scoped rebuilds, or every
-table declaring ``incremental: false``).
+that the product rebuilds it whole (the same thresholds). Half the totals are sums and counts; a sixth a distinct
+count and an extreme (``count(DISTINCT t0.user_id)``, ``min(t0.user_id)``); a third a median
+(``percentile_approx``), which no proof covers and only a whole rebuild recomputes. A sum, a distinct count or an
+extreme over its inputs is additive (``catalog/additive.py``: one table, or tables joined on their key; the generated
+sums add a joined table's column, ``sum(t0.user_id + coalesce(t1.user_id, 0))``, so that a join is not free), unless
+it reads a static table (no change feed). Its late-data rebuild reads, as ``materialize/additive.py`` does by the
+delta rule, per changed input partition its change feed (a pre- and a post-image per changed row) and, for every
+other input partition of that term, the rows matching the changed keys (one per changed key and partition, capped at
+its rows, as the key-scoped model counts), plus its stored partial states (one row), unless more rows changed than
+it takes. A distinct count's or an extreme's rebuild reads besides one stored (group, value) pair per changed row
+image (two per changed key: its old and its new value) and, when the changed rows held the group's extreme, the
+group's every pair to find the next one: each changed row held it with probability 1 / the group's rows, and the
+group (the whole partition, no GROUP BY) is counted as many pairs as rows (every value distinct: the most it can
+be), so the expected re-read is min(changed keys, input rows) rows. The keys a build changes are what its readers
+then see changed: a root hour's late changes (one key each, two for a moved key; 2 % of the hour's rows in the
+replay), at most a partition's rows, and every row for a first build. ``late_work_ratio`` is the rows read by every
+build after a partition's first over the rows read by the first builds; ``late_work_ratio_whole`` the same if every
+rebuild were whole (the product before key-scoped rebuilds, or every table declaring ``incremental: false``).
 
 **What it prints**, per size and policy: builds per closed daily and hourly partition (P50, P99, max: the partitions
 of the first two days, each watched for at least four days after it closed), the amplification (builds over first
@@ -104,9 +109,10 @@ LAG_SAMPLES = 200  # late changes followed to the ADS partitions they reach
 DRAIN = timedelta(days=3)  # after the horizon, how long the clock may run on for the rebuilds still due
 # of the derived tables: a total over the whole partition (no GROUP BY), which no key-scoped rebuild can touch
 AGGREGATE_SHARE = 0.3
-# of those totals: sums and counts (additive: maintained from their input's changed rows when they read one table);
-# the others a minimum, as a distinct count or a ratio of windows is, which only a whole rebuild recomputes
+# of those totals: sums and counts (additive: maintained from their input's changed rows); then distinct counts and
+# extremes (maintained from their (group, value) pairs); the rest a median, which only a whole rebuild recomputes
 ADDITIVE_SHARE = 0.5
+DISTINCT_SHARE = 1 / 6
 AGGREGATE_MARK = "/* total */"
 DEFAULT_POLICY = "every 60m"
 POLICIES = ("none", "at_once", "every 30m", DEFAULT_POLICY, "daily 06:00")
@@ -157,15 +163,22 @@ def declare(root: Path, policy: str, seed: int) -> None:
         if "kind: static" in text:
             continue
         if rng.random() < AGGREGATE_SHARE:
-            if kinds.random() < ADDITIVE_SHARE:  # a sum of a joined table's column too, where there is a join
+            kind = kinds.random()
+            if kind < ADDITIVE_SHARE:  # a sum of a joined table's column too, where there is a join
                 summed = "t0.user_id + coalesce(t1.user_id, 0)" if " AS t1 ON " in text else "t0.user_id"
                 text = text.replace(
                     "SELECT t0.id, max(t0.user_id) AS user_id,",
                     f"SELECT {AGGREGATE_MARK} 0 AS id, sum({summed}) AS user_id,",
                     1,
                 )
-            else:
-                text = text.replace("SELECT t0.id,", f"SELECT {AGGREGATE_MARK} min(t0.id) AS id,", 1)
+            elif kind < ADDITIVE_SHARE + DISTINCT_SHARE:
+                text = text.replace(
+                    "SELECT t0.id, max(t0.user_id) AS user_id,",
+                    f"SELECT {AGGREGATE_MARK} count(DISTINCT t0.user_id) AS id, min(t0.user_id) AS user_id,",
+                    1,
+                )
+            else:  # no proof covers a quantile: rebuilt whole
+                text = text.replace("SELECT t0.id,", f"SELECT {AGGREGATE_MARK} percentile_approx(t0.id, 0.5) AS id,", 1)
             text = text.replace("\nGROUP BY t0.id\n", "\n", 1)
         if policy != "none":
             text = text.replace("owner: bench\n", f"owner: bench\nlate_data: {policy_spec(policy)}\n", 1)
@@ -190,6 +203,7 @@ class Horizon:
         self.scoped: Counter[str] = Counter()
         self.work: Counter[str] = Counter()  # rows read after first builds, by why the rebuild read them
         self.key_local = self._key_local()
+        self.valued: set[str] = set()  # of the additive ones, those keeping (group, value) pairs: set by _additive
         self.additive = self._additive()
         self.key_chain = self._key_chain()
         self.hour_promise = self._hour_promise()
@@ -221,7 +235,9 @@ class Horizon:
         from warehouse_assets.catalog.additive import WarehouseTypes
 
         types = WarehouseTypes(self.catalog)
-        return {t.fqn for t in self.catalog.derived() if not t.is_static and types.verdict(t).additive}
+        found = {t.fqn for t in self.catalog.derived() if not t.is_static and types.verdict(t).additive}
+        self.valued = {fqn for fqn in found if types.verdict(self.catalog[fqn]).values}
+        return found
 
     def _key_chain(self) -> set[str]:
         """The key-local tables whose every derived input is one too: late data reaches them without a whole
@@ -403,6 +419,10 @@ class Horizon:
             self.scoped["additive"] += 1
             read = self._maintained_read(inputs, last) + own
             self.work["additive"] += read
+            if fqn in self.valued:  # the touched pairs, and the group's pairs when its extreme went
+                pairs = 2 * keys + min(keys, whole)
+                self.work["distinct"] += pairs
+                read += pairs
             return read, min(keys, own), True
         if not late or fqn not in self.key_local:
             kind = "not_late" if not late else "total" if fqn in self.aggregates else "not_key_local"

@@ -293,6 +293,50 @@ class KeyScopedWrites(DeltaReader):
             rows_deleted=metrics.get("num_target_rows_deleted", 0),
         )
 
+    def merge_counts(
+        self,
+        spark: SparkSession,
+        key: Sequence[str] | str,
+        rows: DataFrame,
+        on: Sequence[str],
+        count: str,
+        partition_by: Sequence[str],
+        partitions: Sequence[PartitionSpec],
+    ) -> int:
+        """Upsert ``rows`` (the table's columns) matched on ``on`` null-safely, in ``partitions`` only: one Delta
+        ``MERGE`` commit, its version returned. A row whose ``count`` is 0 or less is deleted (not inserted); one
+        whose ``count`` is NULL is a stamp, updated or inserted whatever. What the MERGE does not name stays."""
+        uri, source = self.table_uri(key), f"__merge_counts_{uuid.uuid4().hex[:12]}"
+        columns = list(rows.columns)
+        conditions = [sql_partition_predicate("t", partitions, partition_by)]
+        conditions += [f"t.`{c}` <=> s.`{c}`" for c in [*partition_by, *on]]
+        updates = ", ".join(f"t.`{c}` = s.`{c}`" for c in columns)
+        values = ", ".join(f"s.`{c}`" for c in columns)
+        write_id = f"c-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:12]}"
+        metadata = json.dumps({"warehouse.operation": "merge-counts", "warehouse.write_id": write_id})
+        rows.createOrReplaceTempView(source)
+        try:
+            for attempt in range(1, COMMIT_ATTEMPTS + 1):
+                try:
+                    confs = {"spark.databricks.delta.commitInfo.userMetadata": metadata}
+                    with session_confs(spark, confs), spark_errors(uri, "merge counts"):
+                        spark.sql(
+                            f"MERGE INTO delta.`{self.spark_path(key)}` AS t USING {source} AS s "
+                            f"ON {' AND '.join(conditions)} "
+                            f"WHEN MATCHED AND s.`{count}` <= 0 THEN DELETE "
+                            f"WHEN MATCHED THEN UPDATE SET {updates} "
+                            f"WHEN NOT MATCHED AND coalesce(s.`{count}` > 0, true) "
+                            f"THEN INSERT ({', '.join(f'`{c}`' for c in columns)}) VALUES ({values})"
+                        ).collect()
+                    break
+                except DeltaLayerError as exc:
+                    if not is_conflict(exc) or attempt == COMMIT_ATTEMPTS:
+                        raise
+                    log.warning("%s: commit conflict (%s), merging again on the new version (%d)", key, exc, attempt)
+        finally:
+            spark.catalog.dropTempView(source)
+        return int(self._commit_of(key, write_id)["version"])
+
 
 def literal_in(column: str, values: Sequence[Any]) -> str:
     """``column IN (...)`` of literal values: a predicate Delta's data skipping and Parquet's filters read."""

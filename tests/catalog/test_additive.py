@@ -38,14 +38,12 @@ ADDITIVE = {
     # a cohort's users counted, and those of them active on the day: a LEFT JOIN of the activity on user_id
     "ads.retention_d1": "dwd.user_snapshot",
     "ads.retention_d7": "dwd.user_snapshot",
+    # distinct counts, kept as (value, multiplicity) pairs: the region's DAU; DAU, WAU and MAU over 30 days
+    "ads.dau_by_region": "ods.attendance",
+    "ads.active_users": "dws.user_active_daily",
 }
 
 NOT_ADDITIVE = {
-    "ads.dau_by_region": "count(DISTINCT user_id) counts distinct values, which changed rows alone cannot",
-    "ads.active_users": (
-        "count(DISTINCT CASE WHEN dt = '${ds}' THEN user_id END) counts distinct values, which changed rows alone "
-        "cannot"
-    ),
     "ads.monthly_report": (
         "reads the subquery (SELECT CAST(coalesce(sum(paid_amount), 0) AS DECIMAL(18, 2)) AS gmv, "
         "CAST(coalesce(sum(...), which does not merge into one SELECT"
@@ -81,7 +79,11 @@ def test_the_verdict_in_words(verdicts: dict[str, Additivity]) -> None:
     assert verdicts["ads.daily_gmv"].describe() == (
         "additive: sum/count maintained from the changed rows of dws.user_order_daily"
     )
-    assert verdicts["ads.dau_by_region"].describe() == f"not additive: {NOT_ADDITIVE['ads.dau_by_region']}"
+    assert verdicts["ads.dau_by_region"].describe() == (
+        "additive: sum/count, distinct counts and extremes maintained from the changed rows of ods.attendance"
+    )
+    assert verdicts["ads.dau_by_region"].values == ("attendance.user_id",)
+    assert verdicts["ads.lesson_catalog"].describe() == f"not additive: {NOT_ADDITIVE['ads.lesson_catalog']}"
 
 
 def test_column_types_come_from_declarations_and_through_each_tables_sql(catalog: Catalog) -> None:
@@ -166,18 +168,67 @@ def test_a_cte_that_merges_into_one_select_is_inlined() -> None:
 
 
 def test_aggregates_changed_rows_cannot_maintain_are_refused() -> None:
-    assert reason("SELECT count(DISTINCT user_id) AS users FROM dwd.orders") == (
-        "count(DISTINCT user_id) counts distinct values, which changed rows alone cannot"
+    assert reason("SELECT count(DISTINCT user_id, city) AS users FROM dwd.orders") == (
+        "count(DISTINCT user_id, city): only distinct values of one argument are kept"
+    )
+    assert reason("SELECT min(qty, user_id) AS m FROM dwd.orders") == (
+        "least(qty, user_id) is not a sum, a count, a distinct count or an extreme"
+    )
+    assert reason("SELECT percentile_approx(qty, 0.5) AS m FROM dwd.orders") == (
+        "percentile_approx(qty, 0.5) is not a sum, a count, a distinct count or an extreme"
     )
     assert reason("SELECT sum(score) AS s FROM dwd.orders") == (
         "sum(score) sums double values, whose maintained sum drifts from a recomputed one (only integral and "
         "decimal sums are kept)"
     )
     assert reason("SELECT sum(note) AS s FROM dwd.orders") == "sum(note): the type of note is not known"
-    assert reason("SELECT max(qty) AS m FROM dwd.orders") == "max(qty) is not a sum or a count"
-    assert reason("SELECT avg(qty) AS m FROM dwd.orders") == "avg(qty) is not a sum or a count"
+    assert (
+        reason("SELECT avg(qty) AS m FROM dwd.orders")
+        == "avg(qty) is not a sum, a count, a distinct count or an extreme"
+    )
     assert reason("SELECT count(*) FILTER (WHERE paid) AS m FROM dwd.orders") == (
         "count(*) FILTER(WHERE paid): FILTER is not maintained"
+    )
+
+
+def test_distinct_counts_and_extremes_keep_their_value_pairs_one_state_table_per_argument() -> None:
+    found = verdict_of(
+        "SELECT city, count(DISTINCT user_id) AS buyers, min(user_id) AS first_buyer, max(amount) AS top, "
+        "min(DISTINCT user_id) AS same, sum(qty) AS q, count(DISTINCT CASE WHEN paid THEN user_id END) AS payers "
+        "FROM dwd.orders WHERE status <> 'void' GROUP BY city"
+    )
+    assert found.additive
+    # the arguments whose pairs are kept, once each: user_id's pairs serve its distinct count, its min, min(DISTINCT)
+    assert found.values == ("orders.user_id", "orders.amount", "CASE WHEN orders.paid THEN orders.user_id END")
+    assert [p for p in found.partials if not p.summed] == [
+        Partial("__a1", "distinct", "orders.user_id"),
+        Partial("__a2", "min", "orders.user_id"),
+        Partial("__a3", "max", "orders.amount"),
+        Partial("__a6", "distinct", "CASE WHEN orders.paid THEN orders.user_id END"),
+    ]
+    assert found.select[1:4] == ("COALESCE(__a1, 0) AS buyers", "__a2 AS first_buyer", "__a3 AS top")
+    assert found.select[4] == "__a2 AS same"
+    # a whole build computes them with the sums; a change moves the sums only, the pairs by their own query
+    assert "count(DISTINCT orders.user_id) AS __a1, min(orders.user_id) AS __a2" in found.state_sql()
+    assert "__a1" not in found.state_sql("__net", whole=False)
+    assert found.values_sql(1, "o.__net") == (
+        "SELECT orders.city AS __g0, orders.amount AS __v, sum(o.__net) AS __m FROM dwd.orders AS orders "
+        "WHERE (orders.status <> 'void') AND (orders.amount) IS NOT NULL GROUP BY orders.city, orders.amount"
+    )
+    with pytest.raises(ValueError, match="not a sum of weighted rows"):
+        found.partials[1].sql("__net")
+
+
+def test_distinct_counts_over_a_join_and_without_groups_are_kept() -> None:
+    joined = verdict_of(
+        "SELECT count(DISTINCT u.city) AS cities, max(u.credit) AS most FROM dwd.orders o "
+        "LEFT JOIN dwd.users u ON u.user_id = o.user_id",
+        JOINED,
+    )
+    assert joined.additive and joined.values == ("u.city", "u.credit")
+    assert joined.values_sql(0) == (
+        "SELECT u.city AS __v, sum(1) AS __m FROM dwd.orders AS o LEFT JOIN dwd.users AS u ON u.user_id = o.user_id "
+        "WHERE (u.city) IS NOT NULL GROUP BY u.city"
     )
 
 

@@ -399,6 +399,8 @@ def test_the_lineage_command_lists_every_tables_verdict(capsys: pytest.CaptureFi
         "ads.gmv_hourly",
         "ads.retention_d1",  # a LEFT JOIN of the day's activity to a cohort, counted
         "ads.retention_d7",
+        "ads.dau_by_region",  # count(DISTINCT user_id): its (value, multiplicity) pairs kept
+        "ads.active_users",  # DAU, WAU, MAU: three distinct counts over the 30 days
     }
     assert lines[-1] == (
         f"{len(KEY_LOCAL)} of {len(listed)} tables key-scoped, {len(additive)} additive, "

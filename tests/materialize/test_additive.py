@@ -101,9 +101,19 @@ WHERE o.status <> 'cancelled'
 GROUP BY u.city""",
 }
 
+# distinct counts and extremes (their (group, value) pairs kept with their multiplicities) beside a sum, over the
+# LEFT JOIN: a NULL-extended order's city is NULL, which count(DISTINCT) and min ignore
+DISTINCT = {
+    "dwd.orders_distinct": """SELECT o.status, count(DISTINCT o.user_id) AS buyers, min(o.amount) AS least,
+  max(o.amount) AS most, sum(o.amount) AS amount, count(DISTINCT u.city) AS cities, min(u.city) AS first_city
+FROM ods.order o LEFT JOIN ods.user u ON o.user_id = u.id
+GROUP BY o.status""",
+}
+TOTALS = {**JOINED, **DISTINCT}
+
 
 def declared(name: str, sql: str) -> str:
-    users = "  ods.user: {range: [0, 23]}\n" if name in JOINED else ""
+    users = "  ods.user: {range: [0, 23]}\n" if name in TOTALS else ""
     return f"/* ---\ntable: {name}\nperiod: daily\ndescription: A test total.\nowner: trade-data\n" + (
         "depends_on:\n  ods.order: {range: [0, 23]}\n" + users + "--- */\n" + sql + "\n"
     )
@@ -134,7 +144,7 @@ def warehouse(spark: SparkSession, tmp_path: Path) -> Iterator[Warehouse]:
     shutil.copy(TABLES_DIR / "ods" / "order.yaml", tables / "ods" / "order.yaml")
     shutil.copy(TABLES_DIR / "ods" / "user.yaml", tables / "ods" / "user.yaml")
     (tables / "dwd" / "orders_by_status.sql").write_text(DECLARATION)
-    for name, sql in {**EDGES, **JOINED}.items():
+    for name, sql in {**EDGES, **TOTALS}.items():
         (tables / "dwd" / f"{name.split('.')[1]}.sql").write_text(declared(name, sql))
     resources = resources_from_env(
         {"WAREHOUSE_LAKE_ROOT": str(tmp_path / "lake"), "WAREHOUSE_LANDING_ROOT": str(tmp_path / "landing")}
@@ -356,11 +366,23 @@ def differences(warehouse: Warehouse, spark: SparkSession, name: str) -> int:
     for table in ("order", "user"):
         live = spark.read.format("delta").load(str(lake / "ods" / table)).where(f"dt = '{DAY}' AND NOT _deleted")
         live.createOrReplaceTempView(f"__oracle_{table}")
-    sql = JOINED[name].replace("ods.order", "__oracle_order").replace("ods.user", "__oracle_user")
+    sql = TOTALS[name].replace("ods.order", "__oracle_order").replace("ods.user", "__oracle_user")
     expected = spark.sql(sql).withColumn("dt", F.lit(DAY))
     found = spark.read.format("delta").load(str(lake / name.replace(".", "/"))).where(f"dt = '{DAY}'")
     assert found.columns == expected.columns
     return found.exceptAll(expected).unionAll(expected.exceptAll(found)).count()
+
+
+def maintained_late(warehouse: Warehouse, spark: SparkSession, tables: tuple[str, ...]) -> None:
+    """A late-data rebuild of ``tables``: each maintained (not whole), in one commit, equal to its SQL now."""
+    before = {t: warehouse.version(t) for t in tables}
+    run = build(warehouse, late=True, tables=tables)
+    assert not any("rebuilt whole" in m for m in logged(warehouse, run))
+    for t in tables:
+        [found] = [e for e in warehouse.builds(t, DAY)[-1]["partitions"].value if e["partition"] == DAY]  # type: ignore[attr-defined]
+        assert found.get("keys_rebuilt"), t  # maintained, not rebuilt whole
+        assert warehouse.version(t) == before[t] + 1, t  # one commit
+        assert differences(warehouse, spark, t) == 0, t
 
 
 def test_totals_over_joins_are_maintained_from_the_fact_the_dimension_or_both_as_a_whole_rebuild_computes_them(
@@ -383,14 +405,7 @@ def test_totals_over_joins_are_maintained_from_the_fact_the_dimension_or_both_as
     assert all(differences(warehouse, spark, t) == 0 for t in tables)
 
     def rebuilt_late() -> None:
-        before = {t: warehouse.version(t) for t in tables}
-        run = build(warehouse, late=True, tables=tables)
-        assert not any("rebuilt whole" in m for m in logged(warehouse, run))
-        for t in tables:
-            [found] = [e for e in warehouse.builds(t, DAY)[-1]["partitions"].value if e["partition"] == DAY]  # type: ignore[attr-defined]
-            assert found.get("keys_rebuilt"), t  # maintained, not rebuilt whole
-            assert warehouse.version(t) == before[t] + 1, t  # one commit
-            assert differences(warehouse, spark, t) == 0, t
+        maintained_late(warehouse, spark, tables)
 
     # (a) the orders only: an amount, a status, a user (11 → 12), an insert, a delete
     orders = [
@@ -419,3 +434,50 @@ def test_totals_over_joins_are_maintained_from_the_fact_the_dimension_or_both_as
         ["UPDATE", "INSERT"],
     )
     rebuilt_late()
+
+
+def test_distinct_counts_and_extremes_are_maintained_from_their_value_pairs_as_a_whole_rebuild_computes_them(
+    warehouse: Warehouse, spark: SparkSession
+) -> None:
+    """The paid group's least amount deleted (its pair gone: the group's remaining pairs read for the new least) with
+    its only order of user 10 (a buyer gone), a smaller amount appearing in another group; user 10 back among the
+    paid (a value 0 → present) with a new least; a user registering (a city present through the LEFT JOIN); the
+    created group's greatest amount moved away: each late-data rebuild is maintained in one commit of the table and
+    leaves the rows its SQL gives over the inputs now, as do the value states a whole build writes."""
+    change_users(warehouse, spark, [user(10, "beijing", 1, 1), user(11, "shanghai", 2, 2)], ["INSERT"] * 2)
+    day = first_day()  # paid: 100-103 (10-40, users 10-13); refunded: 104 (50); created: 105-111 (60-120)
+    warehouse.merge_orders(spark, day, moved_from={}, hours=HOURS)
+    table = "dwd.orders_distinct"
+    build(warehouse, late=False, tables=(table,))
+    assert differences(warehouse, spark, table) == 0
+    assert (warehouse.root / "lake" / "dwd" / "orders_distinct__state_0").is_dir()  # o.user_id's pairs
+
+    def rows() -> dict[str, tuple[Any, ...]]:
+        return {r[0]: r for r in warehouse.partition_rows(spark, table)}
+
+    # (a) 100 (paid's least, user 10's only paid order) deleted; 106 repriced below every created amount
+    change(
+        warehouse,
+        spark,
+        [{**day[0], "_deleted": True, "_pos": 1000}, {**day[6], "amount": Decimal("5.00"), "_pos": 1006}],
+        ["DELETE", "UPDATE"],
+    )
+    maintained_late(warehouse, spark, (table,))
+    found = rows()
+    assert found["paid"][1:3] == (3, Decimal("20.00"))  # users 11-13; the least read again from the remaining pairs
+    assert found["created"][2] == Decimal("5.00")
+
+    # (b) user 10 pays again (0 → present) at a new least; user 13 registers (its orders' city present); 111
+    # (created's greatest) moved to paid: created's greatest read again from its remaining pairs
+    change(
+        warehouse,
+        spark,
+        [order(12, "paid", user_id=10, amount=Decimal("7.00"), _pos=1012), paid(day[11])],
+        ["INSERT", "UPDATE"],
+    )
+    change_users(warehouse, spark, [user(13, "hangzhou", 3, 13)], ["INSERT"])
+    maintained_late(warehouse, spark, (table,))
+    found = rows()
+    assert found["paid"][1:4] == (4, Decimal("7.00"), Decimal("120.00"))
+    assert found["paid"][5] == 3  # beijing, shanghai, hangzhou
+    assert found["created"][3] == Decimal("110.00")

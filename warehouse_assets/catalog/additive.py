@@ -10,8 +10,8 @@ it are fine), each read once, with:
 * an optional ``WHERE`` and an optional ``GROUP BY`` of the joined tables' columns (the groups);
 * select items that are a group column, a constant or a ``${...}`` parameter, or an expression whose every column
   reference sits inside one of ``sum(e)`` (``e`` integral or decimal: a maintained sum of doubles drifts from the
-  recomputed one, so it is rebuilt whole), ``count(*)``, ``count(e)``, ``count_if(c)``; no ``DISTINCT`` or ``FILTER``
-  in them;
+  recomputed one, so it is rebuilt whole), ``count(*)``, ``count(e)``, ``count_if(c)``, ``count(DISTINCT e)``,
+  ``min(e)``, ``max(e)`` (one argument, of any type Spark orders); no ``FILTER`` in them;
 * no subquery, window, ``HAVING``, ``DISTINCT``, ``LIMIT`` or set operation.
 
 Each aggregate then is a sum over the joined rows, and a sum can be kept: the verdict names its *partials* (each
@@ -24,6 +24,15 @@ linear (a row of it inserted or deleted flips rows of the left between matched a
 the join with it now minus the join with it then, over the left rows whose join key is among its changed keys. A
 ``sum(e)`` keeps a count of its non-null values beside it, so that a group's sum goes back to NULL once every value
 is gone; a group whose row count reaches 0 is deleted.
+
+``count(DISTINCT e)``, ``min(e)`` and ``max(e)`` are not sums of rows, but their *arrangement* is, as Materialize
+keeps a distinct arrangement: per group and per non-null value of ``e``, its multiplicity (the rows holding it) is a
+count, kept in a state table of its own per argument ``e`` (:meth:`Additivity.values_sql`; its own table so that the
+value keeps ``e``'s type, which orders and compares it as Spark does). A change adds its images' +1/-1 to the
+(group, value) pairs it touches: the distinct count moves by the pairs that went from 0 to present minus those that
+went from present to 0, an extreme to the least (greatest) of itself and the values that became present, and only a
+group whose extreme's pair went to 0 reads its remaining pairs for the new one. The current count and extremes sit
+in the group's state row, as the sums do.
 
 A key-local table is not additive (its key-scoped rebuild covers it), nor one declaring ``incremental: false``, one
 reading itself, or one reading any table whose changes no change data feed records (static, external, completeness
@@ -49,6 +58,10 @@ from warehouse_assets.catalog.model import ODS_CHANGE_COLUMNS, Catalog, DerivedT
 
 ROWS = "__rows"  # the hidden count of a group's rows: 0 deletes the group
 STATE_SUFFIX = "__state"  # the side table of an additive table's partial states: its own name, with this after it
+VALUE = "__v"  # a distinct value of an argument, in its value state table
+MULTIPLICITY = "__m"  # the rows of the group holding that value
+SUMMED = ("sum", "nonnull", "count_if", "rows")  # the partials that are sums of the rows' weights
+VALUED = ("distinct", "min", "max")  # those kept from a value state table (of the (group, value) pairs)
 # the input's changed row images a maintained rebuild takes (a pre- and a post-image per updated row); past them a
 # whole rebuild costs less, as past key_locality.MAX_KEYS keys a key-scoped one's does
 MAX_CHANGED_ROWS = 2 * MAX_KEYS
@@ -62,11 +75,22 @@ class Partial:
     in a change)."""
 
     name: str  # its column in the state table
-    kind: str  # sum: of ``arg``; nonnull: rows where ``arg`` is not null; count_if: where ``arg`` holds; rows
+    # sum: of ``arg``; nonnull: rows where ``arg`` is not null; count_if: where ``arg`` holds; rows; distinct: the
+    # distinct non-null values of ``arg``; min, max: its least and greatest (these three: see :data:`VALUED`)
+    kind: str
     arg: str = ""  # the argument, as Spark SQL over the input's alias
 
+    @property
+    def summed(self) -> bool:
+        return self.kind in SUMMED
+
     def sql(self, weight: str = "1") -> str:
-        """The partial as a Spark aggregate of rows weighted by ``weight`` (a column or ``1``)."""
+        """The partial as a Spark aggregate of rows weighted by ``weight`` (a column or ``1``); a valued one only
+        over a whole build's rows (its change comes from its value states)."""
+        if self.kind in VALUED:
+            if weight != "1":
+                raise ValueError(f"{self.kind}({self.arg}) is not a sum of weighted rows")
+            return f"count(DISTINCT {self.arg})" if self.kind == "distinct" else f"{self.kind}({self.arg})"
         if self.kind == "sum":
             return f"sum({self.arg})" if weight == "1" else f"sum(({self.arg}) * {weight})"
         if self.kind == "nonnull":
@@ -119,27 +143,44 @@ class Additivity:
     def describe(self) -> str:
         if not self.additive:
             return f"not additive: {self.reason}"
-        return f"additive: sum/count maintained from the changed rows of {', '.join(self.inputs)}"
+        kept = "sum/count, distinct counts and extremes" if self.values else "sum/count"
+        return f"additive: {kept} maintained from the changed rows of {', '.join(self.inputs)}"
+
+    @property
+    def values(self) -> tuple[str, ...]:
+        """The arguments whose distinct values are kept, each in a value state table (its index names it)."""
+        return tuple(dict.fromkeys(p.arg for p in self.partials if p.kind in VALUED))
 
     @property
     def group_columns(self) -> tuple[str, ...]:
         """The state table's columns naming a group, one per :attr:`group_by` column."""
         return tuple(f"__g{i}" for i in range(len(self.group_by)))
 
-    def state_sql(self, weight: str = "1") -> str:
+    def state_sql(self, weight: str = "1", whole: bool = True) -> str:
         """The partials of each group of the joined rows, each row weighted by ``weight`` (a constant, or a column of
         one input's: its images' weights), the table's ``${...}`` parameters left in and the inputs named as in the
-        table's SQL."""
+        table's SQL; ``whole``: the valued partials too (a whole build's), else the summed ones only."""
+        partials = [p for p in self.partials if whole or p.summed]
+        return self._grouped([f"{p.sql(weight)} AS {p.name}" for p in partials])
+
+    def values_sql(self, n: int, weight: str = "1") -> str:
+        """The multiplicity of each (group, non-null value) pair of the :attr:`values` argument ``n``: its rows,
+        each weighted by ``weight``."""
+        arg = self.values[n]
+        return self._grouped([f"{arg} AS {VALUE}", f"sum({weight}) AS {MULTIPLICITY}"], f"({arg}) IS NOT NULL", arg)
+
+    def _grouped(self, items: list[str], condition: str = "", by: str = "") -> str:
         sources = self.group_sources or (self.alias,) * len(self.group_by)
         columns = [f"{a}.{c}" for a, c in zip(sources, self.group_by, strict=True)]
         groups = [f"{c} AS {g}" for c, g in zip(columns, self.group_columns, strict=True)]
-        items = [*groups, *(f"{p.sql(weight)} AS {p.name}" for p in self.partials)]
-        sql = f"SELECT {', '.join(items)} FROM {self.input} AS {self.alias}"
+        sql = f"SELECT {', '.join([*groups, *items])} FROM {self.input} AS {self.alias}"
         for j in self.joins:
             sql += f" {'LEFT JOIN' if j.left else 'JOIN'} {j.input} AS {j.alias} ON {j.on}"
-        sql += f" WHERE {self.where}" if self.where else ""
-        if self.group_by:
-            sql += f" GROUP BY {', '.join(columns)}"
+        where = f"({self.where}) AND {condition}" if self.where and condition else self.where or condition
+        sql += f" WHERE {where}" if where else ""
+        keys = [*columns, *([by] if by else [])]
+        if keys:
+            sql += f" GROUP BY {', '.join(keys)}"
         return sql
 
     def final_sql(self, states: str) -> str:
@@ -147,9 +188,10 @@ class Additivity:
         return f"SELECT {', '.join(self.select)} FROM {states}"
 
 
-def state_key(table: Table) -> list[str]:
-    """The key of the Delta table beside ``table`` that keeps its partial states (not a catalog table, not an asset)."""
-    return [*table.key[:-1], table.key[-1] + STATE_SUFFIX]
+def state_key(table: Table, values: int | None = None) -> list[str]:
+    """The key of the Delta table beside ``table`` that keeps its partial states (not a catalog table, not an asset);
+    ``values``: that of the (group, value) pairs of its :attr:`Additivity.values` argument of that index."""
+    return [*table.key[:-1], table.key[-1] + STATE_SUFFIX + ("" if values is None else f"_{values}")]
 
 
 def rebuild_verdict(locality: KeyLocality, additive: Additivity) -> str:
@@ -354,8 +396,18 @@ def _final(aggregate: exp.AggFunc, partials: dict[tuple[str, str], Partial]) -> 
     if isinstance(aggregate.parent, exp.Filter):
         raise _NotAdditive(f"{_shown(aggregate.parent)}: FILTER is not maintained")
     arg = aggregate.this
-    if isinstance(arg, exp.Distinct):
-        raise _NotAdditive(f"{_shown(aggregate)} counts distinct values, which changed rows alone cannot")
+    if isinstance(aggregate, exp.Count | exp.Min | exp.Max) and isinstance(arg, exp.Distinct):
+        if len(arg.expressions) != 1:
+            raise _NotAdditive(f"{_shown(aggregate)}: only distinct values of one argument are kept")
+        if any(arg.expressions[0].find_all(exp.AggFunc, *_NOT_DETERMINISTIC)):
+            raise _NotAdditive(f"{_shown(aggregate)} nests an aggregate or is not deterministic")
+        kind = "distinct" if isinstance(aggregate, exp.Count) else type(aggregate).__name__.lower()
+        found = partial(kind, arg.expressions[0])
+        return sqlglot.parse_one(f"coalesce({found}, 0)" if kind == "distinct" else found, read="spark")
+    if isinstance(aggregate, exp.Min | exp.Max) and not aggregate.expressions:  # min(a, b) is least(): not kept
+        if any(arg.find_all(exp.AggFunc, *_NOT_DETERMINISTIC)):
+            raise _NotAdditive(f"{_shown(aggregate)} nests an aggregate or is not deterministic")
+        return exp.column(partial(type(aggregate).__name__.lower(), arg))
     if isinstance(aggregate, exp.Count) and not aggregate.expressions:
         if isinstance(arg, exp.Star) or arg is None:
             return sqlglot.parse_one(f"coalesce({partial('rows', None)}, 0)", read="spark")
@@ -374,7 +426,7 @@ def _final(aggregate: exp.AggFunc, partials: dict[tuple[str, str], Partial]) -> 
             )
         total, present = partial("sum", arg), partial("nonnull", arg)
         return sqlglot.parse_one(f"CASE WHEN {present} > 0 THEN {total} END", read="spark")
-    raise _NotAdditive(f"{_shown(aggregate)} is not a sum or a count")
+    raise _NotAdditive(f"{_shown(aggregate)} is not a sum, a count, a distinct count or an extreme")
 
 
 def _is_column(node: exp.Expr, source: str, name: str) -> bool:

@@ -16,8 +16,10 @@ minus the join with it then, over the left rows whose join key it changed. An in
 term. Those partial deltas are added to the stored states, the select items of the changed groups computed from their
 new states, and exactly those groups' rows replaced in one ``MERGE`` on the partition and the group columns
 (:meth:`DeltaStore.replace_keys`): a group whose rows are all gone is deleted. The new states are written after that
-commit. A state that is missing, or stamped with another version than the partition's last build (that build wrote
-no state, or its state write failed), a feed that does not cover the versions, or too many changed rows rebuild the
+commit. Distinct counts and extremes move with their (group, value) pairs' multiplicities, kept in a value state
+table per argument (:mod:`warehouse_assets.materialize.additive_values`), written after the group states. A state
+that is missing, or stamped with another version than the partition's last build (that build wrote no state, or one
+of its state writes failed), a feed that does not cover the versions, or too many changed rows rebuild the
 partition whole, which writes the states afresh; the run's log says why. Checks judge the whole partition after the
 write, as after any build.
 """
@@ -25,9 +27,9 @@ write, as after any build.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import reduce
+from functools import partial, reduce
 from typing import Any
 
 import pyarrow as pa
@@ -40,11 +42,19 @@ from resources.delta_keys import NET
 from resources.delta_lake import DeltaStore, Predicate, WriteResult
 from resources.spark import arrow_frame
 from warehouse_assets.catalog import Catalog, DerivedTable, Table, partition_values_of
-from warehouse_assets.catalog.additive import MAX_CHANGED_ROWS, ROWS, Additivity, WarehouseTypes, state_key
+from warehouse_assets.catalog.additive import (
+    MAX_CHANGED_ROWS,
+    MULTIPLICITY,
+    ROWS,
+    VALUE,
+    Additivity,
+    WarehouseTypes,
+    state_key,
+)
+from warehouse_assets.materialize.additive_values import VERSION, ValueStates
 from warehouse_assets.materialize.gate import span
 from warehouse_assets.materialize.key_scope import _entry, _previous_build
 
-VERSION = "__version"  # the table's Delta version a state row matches
 CHANGED = "__changed"  # a state row whose group the changed rows touched
 
 Logger = Any  # Dagster's run logger: ``warning``
@@ -79,6 +89,7 @@ class AdditiveMaintainer:
         self.catalog, self.table, self.instance, self.spark, self.store = catalog, table, instance, spark, store
         self.log = log
         self._verdict: Additivity | None = None
+        self.values = ValueStates(spark, store, table)  # the distinct counts' and extremes' (group, value) pairs
 
     @property
     def verdict(self) -> Additivity:
@@ -125,16 +136,20 @@ class AdditiveMaintainer:
         changed groups' (``out``: the table's query, for its columns and types). A table that is not additive, or
         whose states cannot be computed, is built by its own query, without states."""
         states = self.whole_states(key, suffix)
+        self.values.forget(key)
         if states is None:
             return out, None
         try:
-            kept = states.localCheckpoint(eager=True)  # the one scan of the input
+            kept = states.localCheckpoint(eager=True)  # the one scan of the input (and one per distinct argument)
+            verdict = self.verdict
+            self.values.whole(verdict, key, lambda n: self.spark.sql(self.render(verdict.values_sql(n), key, suffix)))
             view = f"__additive_states{suffix}"
             kept.createOrReplaceTempView(view)
             rows = self.spark.sql(self.render(self.verdict.final_sql(view), key, suffix)).toDF(*out.columns)
             rows = rows.select(*[F.col(c).cast(t).alias(c) for c, t in out.dtypes])
         except Exception as exc:
             self.log.warning(f"{self.table.fqn} {key}: partial states not computed: {exc}")
+            self.values.forget(key)
             return out, None
         return rows, kept
 
@@ -147,10 +162,14 @@ class AdditiveMaintainer:
         rows = reduce(DataFrame.unionByName, states).withColumn(VERSION, F.lit(version).cast("bigint"))
         specs = [partition_values_of(table, k) for k in keys]
         try:
-            return self.store.overwrite(self.state_key, rows, table.partition_by, specs, operation="write states")
+            written = self.store.overwrite(self.state_key, rows, table.partition_by, specs, operation="write states")
+            self.values.write(self.verdict, keys, version)  # after the group states: their stamps say which landed
         except Exception as exc:  # the rows stand: states older than them make the next late rebuild whole
             self.log.warning(f"{table.fqn}: partial states not written: {exc}")
+            for k in keys:
+                self.values.forget(k)
             return None
+        return written
 
     # --- a maintained rebuild -------------------------------------------------------------------------------------
 
@@ -179,7 +198,8 @@ class AdditiveMaintainer:
             if before_read.get(name) != span(list(read_from.get(name, []))):
                 return None, f"reads other partitions of {name} than its last build ({before_read.get(name)})"
         stored, why = self._stored(key, entry.get("delta_version"))
-        if stored is None:
+        why = why or self.values.stamped(verdict, key, entry.get("delta_version"))
+        if stored is None or why:
             return None, why
         images: dict[str, pa.Table] = {}
         left = MAX_CHANGED_ROWS  # the images every input's feed may still add
@@ -197,8 +217,17 @@ class AdditiveMaintainer:
                 images[name], left = found, left - found.num_rows
         old = {name: (before_versions[name], read_from.get(name, [])) for name in verdict.inputs}
         try:
-            delta = self._delta(key, _Terms(inputs, images, old, predicates))
+            terms = _Terms(inputs, images, old, predicates)
+            groups = list(verdict.group_columns)
+            sums = [p.name for p in verdict.partials if p.summed]
+            delta = self._delta(key, terms, lambda w: verdict.state_sql(w, whole=False), groups, sums)
             states = self._added(stored, delta)
+            if verdict.values:  # each argument's pairs changed by the same terms, then the groups' counts and extremes
+                pairs = [
+                    self._delta(key, terms, partial(verdict.values_sql, n), [*groups, VALUE], [MULTIPLICITY])
+                    for n in range(len(verdict.values))
+                ]
+                states = self.values.update(verdict, key, states, pairs)
         except Exception as exc:  # a rebuild that cannot be maintained is rebuilt whole, not failed
             return None, f"the changed rows could not be added to the partial states: {exc}"
         if verdict.group_by:
@@ -228,9 +257,12 @@ class AdditiveMaintainer:
         drop = [c for c in rows.column_names if c in self.table.partition_by or c == VERSION]
         return rows.drop_columns(drop), ""
 
-    def _delta(self, key: str, terms: _Terms) -> DataFrame:
+    def _delta(
+        self, key: str, terms: _Terms, query: Callable[[str], str], by: Sequence[str], sums: Sequence[str]
+    ) -> DataFrame:
         """The partials of the change per group, one Spark job: the delta rule's terms (one per changed input, each
-        weighted row counted in its group) in one UNION ALL, summed per group."""
+        weighted row counted in its group: ``query(weight)``) in one UNION ALL, summed per ``by``; ``sums``: the
+        columns summed."""
         from warehouse_assets.materialize.runner import view_name  # the runner imports this module
 
         verdict, spark = self.verdict, self.spark
@@ -243,7 +275,7 @@ class AdditiveMaintainer:
             for name, frame in frames_of.items():
                 views.append(view_name(name, suffix))
                 frame.createOrReplaceTempView(views[-1])
-            return spark.sql(self.render(verdict.state_sql(weight), key, suffix))
+            return spark.sql(self.render(query(weight), key, suffix))
 
         try:  # the views dropped however the terms' planning ends
             for i in changed:
@@ -274,10 +306,9 @@ class AdditiveMaintainer:
                 frames.append(planned(f"__now{i}", {**others, name: terms.now(name)}, "1"))
                 frames.append(planned(f"__then{i}", {**others, name: then}, "-1"))
             union = reduce(DataFrame.unionByName, frames)
-            sums = [F.sum(p.name).alias(p.name) for p in verdict.partials]
-            groups = verdict.group_columns
-            summed = union.groupBy(*groups).agg(*sums) if groups else union.agg(*sums)
-            return arrow_frame(spark, summed.toArrow())
+            totals = [F.sum(name).alias(name) for name in sums]
+            total = union.groupBy(*by).agg(*totals) if by else union.agg(*totals)
+            return arrow_frame(spark, total.toArrow())
         finally:
             for view in views:
                 spark.catalog.dropTempView(view)
@@ -293,6 +324,9 @@ class AdditiveMaintainer:
         items = [F.coalesce(old[g], delta[g]).alias(g) for g in groups]
         for p in verdict.partials:
             kind = old.schema[p.name].dataType
+            if not p.summed:  # a distinct count or an extreme: moved by its value states next
+                items.append(old[p.name])
+                continue
             total = F.coalesce(old[p.name], F.lit(0)) + F.coalesce(delta[p.name], F.lit(0))
             items.append(total.cast(kind).alias(p.name))
         touched = delta[ROWS].isNotNull() if groups else F.lit(True)
