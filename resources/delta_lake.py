@@ -50,7 +50,7 @@ from deltalake.transaction import Transaction
 from pydantic import Field
 
 from resources.column_types import normalize_arrow_schema
-from resources.delta_keys import KeyScopedWrites
+from resources.delta_keys import IN_LIST_PUSHDOWN, MAX_LITERAL_VALUES, KeyScopedWrites, literal_in
 from resources.delta_read import PartitionSpec, ReadStats
 from resources.delta_sql import (
     COMMIT_ATTEMPTS,
@@ -323,6 +323,82 @@ class DeltaStore(KeyScopedWrites):
             if commit.get("warehouse.write_id") == write_id:
                 return commit
         raise DeltaLayerError(f"{self.table_uri(key)}: the commit of write {write_id} is not in the last {limit}")
+
+    def replace_rows_where(
+        self,
+        spark: SparkSession,
+        key: Sequence[str] | str,
+        rows: DataFrame,
+        partition_by: Sequence[str],
+        partition: PartitionSpec,
+        key_column: str,
+        where: Mapping[str, Sequence[Any]],
+    ) -> WriteResult:
+        """Replace, in one partition, the rows holding one of ``where``'s values in each of its columns (the changed
+        values of ``key_column``, the table's key, among them: exactly those keys' rows) with ``rows``: one Delta
+        commit, an overwrite whose ``replaceWhere`` names the partition and those values as literals. Delta deletes by
+        that predicate (deletion vectors; files and Parquet pages skipped by the literals) and appends, with no join
+        of the rows against the table, which is what makes a ``MERGE`` of a few keys cost tens of Spark jobs.
+
+        ``rows`` (the table's columns) are computed once, here, into the driver: a key-scoped write's new rows are
+        its keys', few. A column of ``where`` that is not the key (where the replaced rows sit) also takes the new
+        rows' values, which the predicate must hold for Delta to accept them; it is left out when that makes it more
+        than :data:`MAX_LITERAL_VALUES` values or a new row holds null there. A new row outside the predicate
+        (another key's) fails the write: Delta checks them."""
+        from pyspark.sql import functions as F
+
+        started = time.monotonic()
+        uri = self.table_uri(key)
+        keys = where.get(key_column, [])
+        if not 0 < len(keys) <= MAX_LITERAL_VALUES or any(v is None for v in keys):
+            raise DeltaLayerError(f"{uri}: {len(keys)} values of the key {key_column} to replace the rows of")
+        local = rows.toArrow()
+        terms = [sql_partition_predicate(None, [partition], partition_by), literal_in(f"`{key_column}`", keys)]
+        for column, values in where.items():
+            if column == key_column or column not in local.column_names:
+                continue
+            new = local.column(column)
+            found = list(dict.fromkeys([*values, *new.unique().to_pylist()]))
+            if new.null_count or len(found) > MAX_LITERAL_VALUES:
+                continue
+            terms.append(literal_in(f"`{column}`", found))
+        predicate = " AND ".join(terms)
+        frame = arrow_frame(spark, local).select(*[F.col(c).cast(t).alias(c) for c, t in rows.dtypes])
+        write_id = f"k-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:12]}"
+        metadata = json.dumps({"warehouse.operation": "replace-keys", "warehouse.write_id": write_id})
+        for attempt in range(1, COMMIT_ATTEMPTS + 1):
+            writer = frame.coalesce(1).write.format("delta").mode("overwrite")
+            writer = writer.option("replaceWhere", predicate).option("userMetadata", metadata)
+            try:
+                with session_confs(spark, IN_LIST_PUSHDOWN), spark_errors(uri, "replace keys"):
+                    writer.save(self.spark_path(key))
+                break
+            except DeltaLayerError as exc:
+                if not is_conflict(exc) or attempt == COMMIT_ATTEMPTS:
+                    raise
+                log.warning("%s: commit conflict (%s), writing again on the new version (%d)", key, exc, attempt)
+        commit = self._commit_of(key, write_id)
+        metrics = {snake(k): int(v) for k, v in (commit.get("operationMetrics") or {}).items()}
+        version = int(commit["version"])
+        actions, _ = self.live_files(key, [partition], version)
+        written = PartitionWritten(
+            rows=sum(int(a["live_records"]) for a in actions),
+            files=len(actions),
+            bytes=sum(int(a["size_bytes"]) for a in actions),
+        )
+        return WriteResult(
+            table=uri,
+            version=version,
+            rows=local.num_rows,
+            files_added=metrics.get("num_files", 0),
+            files_removed=metrics.get("num_removed_files", 0),
+            bytes_added=metrics.get("num_output_bytes", 0),
+            partitions=[dict(partition)],
+            duration_s=time.monotonic() - started,
+            by_partition=[written],
+            keys_replaced=len(keys),
+            rows_deleted=metrics.get("num_deleted_rows", 0),
+        )
 
     def merge(
         self,

@@ -79,3 +79,36 @@ def test_a_scan_for_the_changed_keys_names_them_as_literals(catalog: Catalog, sp
     found = scope.only_keys(spark, "dwd.order_detail", df)
     assert "IN(3,5)" in found._jdf.queryExecution().optimizedPlan().toString().replace(" ", "").upper()
     assert sorted(r["order_id"] for r in found.collect()) == [i for i in range(100) if i % 10 in (3, 5)]
+
+
+def test_a_few_keys_rows_are_replaced_by_a_predicate_on_them_in_one_commit(spark: SparkSession, tmp_path: Any) -> None:
+    """The rows of the keys named (one moved to another user, one updated, one gone) are replaced in one commit
+    deleting by the keys as literals and appending, not a MERGE; the other rows and partitions stay; the change feed
+    names exactly those keys for the next table down; a new row of a key not named is refused."""
+    from resources.delta_lake import CHANGE_TRACKING, DeltaStore
+    from resources.storage import DeltaLayerError
+
+    store, key = DeltaStore(str(tmp_path)), ("dwd", "orders")
+    rows = spark.range(40).selectExpr("id AS order_id", "pmod(id, 4) AS user_id", "id * 10 AS amount")
+    rows = rows.withColumn("dt", F.when(F.col("order_id") < 30, "2026-03-02").otherwise("2026-03-03"))
+    day = {"dt": "2026-03-02"}
+    store.overwrite(key, rows, ["dt"], [day, {"dt": "2026-03-03"}], configuration=dict(CHANGE_TRACKING))
+    new = spark.createDataFrame([(3, 9, 1), (5, 1, 2)], "order_id bigint, user_id bigint, amount bigint")
+    new = new.withColumn("dt", F.lit("2026-03-02"))
+    # order 3 moves from user 3 to 9, 5 changes its amount, 7 is gone; the old users say where the rows sit
+    written = store.replace_rows_where(
+        spark, key, new, ["dt"], day, "order_id", {"order_id": [3, 5, 7], "user_id": [3, 1]}
+    )
+    [commit] = store.history(key, 1)
+    assert commit["operation"] == "WRITE" and written.version == 1 and written.by_partition[0].rows == 29
+    after = {r["order_id"]: tuple(r)[1:] for r in spark.read.format("delta").load(store.spark_path(key)).collect()}
+    assert len(after) == 39 and 7 not in after and after[3] == (9, 1, "2026-03-02") and after[5] == (1, 2, "2026-03-02")
+    assert after[4] == (0, 40, "2026-03-02") and after[35] == (3, 350, "2026-03-03")
+    feed = spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 1)
+    changed = feed.load(store.spark_path(key)).select("order_id").distinct().collect()
+    assert sorted(r[0] for r in changed) == [3, 5, 7]
+    other = spark.createDataFrame([(6, 2, 0)], "order_id bigint, user_id bigint, amount bigint")
+    with pytest.raises(DeltaLayerError):
+        store.replace_rows_where(
+            spark, key, other.withColumn("dt", F.lit("2026-03-02")), ["dt"], day, "order_id", {"order_id": [5]}
+        )

@@ -6,7 +6,10 @@ carrying that key) asks each input what changed since the partition's last build
 between the version that build read (recorded in its materialization) and the version read now, in the input
 partitions it reads, gives the values of the columns carrying the key, before and after each change (a row moved from
 one user to another names both users). The partition's query then runs on those keys' input rows only, and one
-``MERGE`` replaces exactly those keys' rows (:meth:`resources.delta_lake.DeltaStore.replace_keys`). Of an input
+commit replaces exactly those keys' rows: an overwrite whose ``replaceWhere`` names the partition and the keys as
+literals (:meth:`resources.delta_lake.DeltaStore.replace_rows_where`; Delta deletes by it and appends, a few Spark jobs)
+for one partition's keys of one column, few enough to name; else a ``MERGE`` of the keys
+(:meth:`resources.delta_lake.DeltaStore.replace_keys`), whose joins against the table cost tens of jobs. Of an input
 unique by the columns carrying the key (a row-local table over its input's primary key) the feed holds each changed
 key's one row as it is now, so those rows are taken from it, not from a scan of the input's partitions. The table's own
 commit is in its change feed in turn, so the next table down reads the keys that changed from it.

@@ -473,14 +473,21 @@ class _RangedBuild:
         table, spark, store, pending = self.table, self.spark, self.store, self.pending
         specs = [partition_values_of(table, p.key) for p in pending]
         frames = [p.out for p in pending]
-        if pending[0].scope is not None:  # every pending partition is key-scoped: one MERGE of their keys
+        scope = pending[0].scope
+        where = scope.narrow() if scope is not None and len(pending) == 1 else {}
+        if scope is not None and len(scope.key_columns) == 1 and scope.key_columns[0] in where:
+            # one partition's keys of one column, few enough to name: deleted by them and appended, not merged
+            return store.replace_rows_where(
+                spark, table.key, frames[0], table.partition_by, specs[0], scope.key_columns[0], where
+            )
+        if scope is not None:  # every pending partition is key-scoped: one MERGE of their keys
             changed = [p.scope.changed(spark, spec) for p, spec in zip(pending, specs, strict=True) if p.scope]
             return store.replace_keys(
                 spark,
                 table.key,
                 reduce(DataFrame.unionByName, frames),
                 reduce(DataFrame.unionByName, changed),
-                pending[0].scope.key_columns,
+                scope.key_columns,
                 table.partition_by,
                 specs,
                 narrow=narrowed([p.scope for p in pending if p.scope]),
