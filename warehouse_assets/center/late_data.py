@@ -372,15 +372,17 @@ class LateData:
     def _upstream_rebuilding(
         self, table: DerivedTable, partition: str, states: LateSnapshot, now: datetime, until: datetime
     ) -> tuple[datetime | None, str] | None:
-        """A whole rebuild also waits for a rebuild coming now further up (an input's input, rebuilt whole when its
+        """A whole rebuild also waits for a rebuild coming further up (an input's input, rebuilt whole when its
         window settles, makes the input rebuild at once after it): built before it, the partition would be rebuilt
         whole again a grace later, a day's figures recomputed twice or three times for one settling. None when no
-        rebuild is coming anywhere upstream, within the lookback the index knows. A rebuild due within the look-again
-        counts as coming (one waiting for its own input); the wait ends a grace past the partition's own due time,
-        whatever is still coming, so a stream of corrections upstream never starves it."""
+        rebuild is coming anywhere upstream, within the lookback the index knows. A rebuild due before the wait ends
+        counts as coming: an input whose last rebuild (by key, minutes after its window settled) keeps its whole one
+        a grace after it, is due after the look-again and still well within the grace. The wait ends a grace past
+        the partition's own due time, whatever is still coming, so a stream of corrections upstream never starves
+        it."""
         if self.index is None or now >= until:
             return None
-        soon = (now + LOOK_AGAIN).timestamp()
+        soon = until.timestamp()
         if self._quiet[0] is not states:
             self._quiet = (states, set())
         quiet = self._quiet[1]
