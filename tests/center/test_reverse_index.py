@@ -9,6 +9,7 @@ supports, also in a zone with daylight saving time. Pure: no Spark, no Dagster i
 from __future__ import annotations
 
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -19,7 +20,7 @@ from dagster import TimeWindowPartitionMapping
 from resources.settings import Settings, using
 from tests.support.small_catalog import ODS
 from warehouse_assets.catalog import BY_PERIOD, WHOLE, Catalog, DerivedTable, Table, load_catalog, upstream_partitions
-from warehouse_assets.center.reverse_index import EdgeMapping, ReverseIndex
+from warehouse_assets.center.reverse_index import Calendar, EdgeMapping, ReverseIndex, calendar_of
 from warehouse_assets.materialize.gate import table_partitions_in_range
 
 LOS_ANGELES = Settings.from_env({"WAREHOUSE_TIMEZONE": "America/Los_Angeles"})
@@ -136,6 +137,26 @@ def test_the_calendars_extend_as_time_passes() -> None:
     assert index.downstream_of("dwd.order_detail", "2026-08-30", current_time=later)["dws.user_order_daily"] == [
         "2026-08-30"
     ]
+
+
+def test_every_index_of_the_process_shares_one_calendar_per_partitions_definition() -> None:
+    # the calendar (Dagster's keys listed from the first partition) is what a `warehouse why` paid for per question
+    catalog = load_catalog()
+    now = local("2026-03-01T00:00", "Asia/Shanghai")
+    first, second = ReverseIndex.build(catalog, current_time=now), ReverseIndex.build(catalog, current_time=now)
+    hourly = BY_PERIOD["hourly"]
+    assert first._calendar(hourly, now.timestamp()) is second._calendar(hourly, now.timestamp())
+    assert calendar_of(hourly) is first._calendar(hourly, now.timestamp())
+
+
+def test_a_calendar_extended_by_many_threads_at_once_lists_each_key_once_at_its_position() -> None:
+    calendar = Calendar(BY_PERIOD["hourly"])
+    horizons = [local(f"2026-{month:02d}-01T00:00", "UTC").timestamp() for month in range(1, 13)] * 4
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(calendar.cover, horizons))
+    assert len(set(calendar.keys)) == len(calendar.keys) == len(calendar.starts) == len(calendar.ends)
+    assert all(calendar.position[key] == i for i, key in enumerate(calendar.keys))
+    assert calendar.starts == sorted(calendar.starts) and calendar.ends[-1] >= horizons[-1]
 
 
 def test_the_example_catalogs_windows_by_arithmetic_are_its_exact_upstream_partitions() -> None:

@@ -38,6 +38,7 @@ timestamp arithmetic as any roll-up, and a region's day to the day of that date 
 
 from __future__ import annotations
 
+import threading
 from bisect import bisect_left, bisect_right
 from collections import defaultdict, deque
 from collections.abc import Callable, Mapping, Sequence
@@ -99,6 +100,11 @@ class Calendar:
     """Every partition of one definition from its first up to a horizon: keys and window bounds (timestamps).
 
     Timestamps, never datetimes: two datetimes of one zone compare by wall clock, and the autumn hour repeats.
+
+    One calendar per definition serves every index of the process (:func:`calendar_of`): listing an hourly
+    definition's years of keys through Dagster is most of what building an index costs, and ``warehouse why`` and
+    the forecast build one per question. A calendar only grows, under its lock, bounds before keys, so that a
+    reader in another thread never finds a key whose window is not listed yet.
     """
 
     def __init__(self, pdef: TimeWindowPartitionsDefinition):
@@ -108,21 +114,25 @@ class Calendar:
         self.starts: list[float] = []
         self.ends: list[float] = []
         self.horizon = float("-inf")  # every partition whose window ends by then is listed
+        self._lock = threading.Lock()
 
     def cover(self, timestamp: float) -> None:
         """List every partition whose window ends by ``timestamp``."""
         if timestamp <= self.horizon:
             return
-        horizon = datetime.fromtimestamp(timestamp, UTC) + _EXTEND_BY
-        keys = list(self.pdef.get_partition_keys(current_time=horizon))
-        new = keys[len(self.keys) :]  # the earlier ones are already listed, in the same order
-        if new:
-            windows = self.pdef.time_windows_for_partition_keys(frozenset(new), validate=False)  # in time order
-            self.position.update((key, len(self.keys) + i) for i, key in enumerate(new))
-            self.keys += new
-            self.starts += [window.start.timestamp() for window in windows]
-            self.ends += [window.end.timestamp() for window in windows]
-        self.horizon = horizon.timestamp()
+        with self._lock:
+            if timestamp <= self.horizon:  # another thread extended it meanwhile
+                return
+            horizon = datetime.fromtimestamp(timestamp, UTC) + _EXTEND_BY
+            keys = list(self.pdef.get_partition_keys(current_time=horizon))
+            new = keys[len(self.keys) :]  # the earlier ones are already listed, in the same order
+            if new:
+                windows = self.pdef.time_windows_for_partition_keys(frozenset(new), validate=False)  # in time order
+                self.starts += [window.start.timestamp() for window in windows]
+                self.ends += [window.end.timestamp() for window in windows]
+                self.keys += new
+                self.position.update((key, len(self.keys) - len(new) + i) for i, key in enumerate(new))
+            self.horizon = horizon.timestamp()
 
     def locate(self, key: str) -> int | None:
         """The position of ``key``, or None if the calendar does not list it: before the first partition, beyond
@@ -130,10 +140,23 @@ class Calendar:
         return self.position.get(key)
 
 
+_CALENDARS: dict[TimeWindowPartitionsDefinition, Calendar] = {}
+_CALENDARS_LOCK = threading.Lock()
+
+
+def calendar_of(pdef: TimeWindowPartitionsDefinition) -> Calendar:
+    """The process's calendar of ``pdef`` (equal definitions share one)."""
+    with _CALENDARS_LOCK:
+        found = _CALENDARS.get(pdef)
+        if found is None:
+            found = _CALENDARS[pdef] = Calendar(pdef)
+        return found
+
+
 class ReverseIndex:
     """Per upstream table, its outgoing edges grouped by mapping; built once by :meth:`build`.
 
-    Not thread-safe: a lookup may extend the calendars.
+    A lookup may extend the (shared, locked) calendars; the index's own tables are read-only once built.
     """
 
     def __init__(
@@ -146,7 +169,6 @@ class ReverseIndex:
         self._incoming = incoming or {}  # (downstream, upstream) → the edge's mapping, for upstream_of
         # a static table → each table that reads it whole, with its partitions: every partition of it needs it
         self._references = references or {}
-        self._calendars: dict[TimeWindowPartitionsDefinition, Calendar] = {}
         self._by_id: dict[int, tuple[TimeWindowPartitionsDefinition, Calendar]] = {}  # the same, by id(pdef)
         self._pdefs: dict[str, TimeWindowPartitionsDefinition] = {}  # table → its partitions, for closures
         for readers in self._references.values():
@@ -489,10 +511,7 @@ class ReverseIndex:
         if entry is not None and entry[0] is pdef:
             calendar = entry[1]
         else:
-            found = self._calendars.get(pdef)
-            if found is None:
-                found = self._calendars[pdef] = Calendar(pdef)
-            calendar = found
+            calendar = calendar_of(pdef)
             self._by_id[id(pdef)] = (pdef, calendar)
         if now > calendar.horizon:
             calendar.cover(now)

@@ -636,6 +636,8 @@ def instance_history(instance: DagsterInstance, catalog: Catalog, now: datetime,
     left out, :func:`usual_delays`)."""
     from dagster import AssetKey, AssetRecordsFilter, DagsterRunStatus, RunsFilter
 
+    from warehouse_assets.center.reverse_index import calendar_of
+
     records = instance.get_run_records(
         RunsFilter(
             statuses=[DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE],
@@ -667,14 +669,16 @@ def instance_history(instance: DagsterInstance, catalog: Catalog, now: datetime,
         found = instance.fetch_materializations(
             AssetRecordsFilter(asset_key=AssetKey(table.key)), limit=RECENT * 3
         ).records  # newest first; a re-report (late data) of a partition is not its arrival: the first one is
+        # the process's calendar of the period: Dagster parses a key per question, which cost most of a `why`
+        calendar = calendar_of(BY_PERIOD[table.period])
+        calendar.cover(now.timestamp())
         first: dict[str, float] = {}
         for reported in found:
             key = reported.partition_key
-            if key is not None and BY_PERIOD[table.period].has_partition_key(key):
+            if key is not None and calendar.locate(key) is not None:
                 first[key] = min(first.get(key, reported.timestamp), reported.timestamp)
-        pdef = BY_PERIOD[table.period]
-        windows = {key: pdef.time_window_for_partition_key(key) for key in first}
-        reports = [Report(w.start.timestamp(), w.end.timestamp(), first[key]) for key, w in windows.items()]
+        at = {key: calendar.position[key] for key in first}
+        reports = [Report(calendar.starts[i], calendar.ends[i], first[key]) for key, i in at.items()]
         arrivals[table.fqn] = usual_delays(reports)[:RECENT]
     return History(
         runs=runs, arrivals=arrivals, ingested_before=ingested_before, declared_delays=declared_delays(catalog)
