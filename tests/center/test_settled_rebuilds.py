@@ -94,3 +94,52 @@ def test_a_settled_whole_rebuild_waits_for_an_input_whose_whole_rebuild_is_due_a
         "dws.by_key_too": [after],
         "ads.ranked": [after + timedelta(minutes=5)],
     }
+
+
+BESIDE = {  # ads.both reads a key-local table over one whole table, and another whole table: all settle together
+    "dwd/ranked.sql": TABLES["dwd/ranked.sql"],
+    "dwd/other.sql": (
+        f"period: daily\nprimary_key: [id]\n{POLICY}",
+        "SELECT id, v, dense_rank() OVER (ORDER BY v) AS r FROM ods.src",
+    ),
+    "dws/by_key.sql": (
+        f"period: daily\nprimary_key: [id]\n{POLICY}",
+        "SELECT id, sum(r) AS v FROM dwd.ranked GROUP BY id",
+    ),
+    "ads/both.sql": (
+        f"period: daily\nprimary_key: [id]\n{POLICY}",
+        "SELECT k.id, rank() OVER (ORDER BY k.v + o.r) AS r FROM dws.by_key k JOIN dwd.other o ON k.id = o.id",
+    ),
+}
+
+
+def test_a_settled_whole_rebuild_waits_for_an_input_behind_its_own_input_not_looked_at_yet(
+    consolidated: DagsterInstance, tmp_path: Path
+) -> None:
+    """``dwd.ranked`` and ``dwd.other`` settle together; both land before the resolver looks again. ``ads.both`` (a
+    reader of ``dwd.other``) is looked at in the same pass as ``dws.by_key`` (the reader of ``dwd.ranked``), which is
+    behind its input but has no stale entry yet: ``ads.both`` waits for it and is built whole once, after it; built
+    first, it was built again a grace later."""
+    catalog = sql_catalog(tmp_path, BESIDE, ods=VALUED_ODS)
+    center = Center(consolidated, catalog)
+    center.report("ods.src", hours(DAY), checked=None)
+    built = datetime(2026, 3, 6, 1, tzinfo=TZ)
+    for tables in (["dwd.other", "dwd.ranked"], ["dws.by_key"], ["ads.both"]):
+        assert sorted(requested(center.step(built))) == tables
+        for table in tables:
+            center.report(table, [DAY], checked=None)
+    assert center.step(built) == []
+    center.report("ods.src", [f"{DAY}-10:00"], checked=None)  # a late change, long before the day settles
+    assert center.step(datetime(2026, 3, 6, 5, tzinfo=TZ)) == []
+    assert requested(center.step(SETTLED)) == {"dwd.other": [[DAY]], "dwd.ranked": [[DAY]]}
+    center.report("dwd.other", [DAY], checked=None)
+    center.report("dwd.ranked", [DAY], checked=None)
+    whole: dict[str, list[datetime]] = {}
+    at = SETTLED
+    while at < SETTLED + timedelta(hours=3):
+        at += timedelta(minutes=5)
+        for table in requested(center.step(at)):
+            whole.setdefault(table, []).append(at)
+            center.report(table, [DAY], checked=None)
+    first = SETTLED + timedelta(minutes=5)
+    assert whole == {"dws.by_key": [first], "ads.both": [first + timedelta(minutes=5)]}

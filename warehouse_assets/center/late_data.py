@@ -377,9 +377,11 @@ class LateData:
         whole again a grace later, a day's figures recomputed twice or three times for one settling. None when no
         rebuild is coming anywhere upstream, within the lookback the index knows. A rebuild due before the wait ends
         counts as coming: an input whose last rebuild (by key, minutes after its window settled) keeps its whole one
-        a grace after it, is due after the look-again and still well within the grace. The wait ends a grace past
-        the partition's own due time, whatever is still coming, so a stream of corrections upstream never starves
-        it."""
+        a grace after it, is due after the look-again and still well within the grace. So does an upstream partition
+        behind its own inputs and not yet judged (an input of it rebuilt since its build, and no stale entry): the
+        resolver has not looked at it yet in this pass, and will rebuild it, or record when. The wait ends a grace
+        past the partition's own due time, whatever is still coming, so a stream of corrections upstream never
+        starves it."""
         if self.index is None or now >= until:
             return None
         soon = until.timestamp()
@@ -387,9 +389,11 @@ class LateData:
             self._quiet = (states, set())
         quiet = self._quiet[1]
         seen: set[tuple[str, str]] = set()
-        frontier = [(table, partition)]
+        # each partition to look above, with its build's storage id when it is one to judge as behind (not the
+        # partition itself, which is behind by definition, nor one already recorded stale)
+        frontier: list[tuple[DerivedTable, str, int | None]] = [(table, partition, None)]
         while frontier:
-            below, key = frontier.pop()
+            below, key, built = frontier.pop()
             for dep in below.deps:
                 upstream = self.catalog[dep.table]
                 if upstream.is_source or upstream.is_static or dep.table == below.fqn:
@@ -398,12 +402,17 @@ class LateData:
                 fresh = [k for k in keys if (dep.table, k) not in seen and (dep.table, k) not in quiet]
                 seen.update((dep.table, k) for k in fresh)
                 states.read_stale(dep.table, fresh)
-                for k, state in states.states(upstream, fresh).items():
+                found = states.states(upstream, keys if built is not None else fresh)
+                if built is not None and any(s.storage_id is not None and s.storage_id > built for s in found.values()):
+                    return now + LOOK_AGAIN, f"waits for {below.fqn} {key}, behind its input {dep.table}"
+                for k in fresh:
+                    state = found[k]
                     due = states.stale_due(dep.table, k) if state.storage_id is not None else None
                     if self._rebuilding(state, states, now) or (due is not None and due <= soon):
                         return now + LOOK_AGAIN, f"waits for {dep.table} {k}'s rebuild upstream, coming now"
                     if isinstance(upstream, DerivedTable):
-                        frontier.append((upstream, k))
+                        judged = state.storage_id is None or states.stale(dep.table, k) is not None
+                        frontier.append((upstream, k, None if judged else state.storage_id))
         quiet.update(seen)
         return None
 
