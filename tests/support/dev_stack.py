@@ -41,6 +41,9 @@ STACK_TIMEOUT_S = DEADLINE_S + STALL_S
 POLL_S = 1.0
 # a recent day: automation looks back a few weeks, older history is for backfills
 DAY = datetime.combine(datetime.now(ZoneInfo("Asia/Shanghai")).date() - timedelta(days=3), datetime.min.time())
+# seconds between the ODS sensors' ticks in a test's stack (the product's default is 15): the ingestion starts, and a
+# stopped sensor looks again, within this long of what it waits for
+ODS_SENSOR_INTERVAL_S = 2
 
 
 def days_ended() -> int:
@@ -88,6 +91,7 @@ def start_stack(
         WAREHOUSE_SPARK_DRIVER_MEMORY="2g",
         # the simulated sources' first day, as `warehouse dev` would adopt it, whatever this process's environment says
         WAREHOUSE_START=f"{DAY:%Y-%m-%d}",
+        WAREHOUSE_ODS_SENSOR_INTERVAL=str(ODS_SENSOR_INTERVAL_S),
         **(env or {}),
     )
     log = (root / "terminal.log").open("wb")

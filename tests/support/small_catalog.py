@@ -1,12 +1,14 @@
-"""Writing small catalogs for tests: the smallest ODS declaration and a declaration writer."""
+"""Writing small catalogs for tests: the smallest ODS declaration, a declaration writer, a part of the product's."""
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 
-from warehouse_assets.catalog import Catalog, CatalogError, load_catalog
+from warehouse_assets.catalog import TABLES_DIR, Catalog, CatalogError, load_catalog
 
 # an hourly ODS table with one key column: the root most test catalogs read
 ODS = """table: ods.src
@@ -46,3 +48,25 @@ def sql_catalog(root: Path, tables: dict[str, tuple[str, str]], ods: str = ODS) 
         layer, name = rel.removesuffix(".sql").split("/")
         write(root, rel, f"/* ---\ntable: {layer}.{name}\n{header}--- */\n{sql}\n")
     return load_catalog(root)
+
+
+def product_tables(dest: Path, tables: Iterable[str]) -> Path:
+    """A catalog folder (for ``WAREHOUSE_CATALOG_DIR``) at ``dest``: the product's declarations of ``tables`` and of
+    every table they read, however far up, beside the product's lineage cache when a load left one (git-ignored)."""
+    catalog = load_catalog(TABLES_DIR)
+    wanted: set[str] = set()
+    todo = list(tables)
+    while todo:
+        fqn = todo.pop()
+        if fqn not in wanted:
+            wanted.add(fqn)
+            todo.extend(dep.table for dep in getattr(catalog[fqn], "deps", ()))
+    for fqn in sorted(wanted):
+        layer, name = fqn.split(".")
+        [declaration] = [p for p in (TABLES_DIR / layer).glob(f"{name}.*") if p.suffix in (".sql", ".yaml")]
+        (dest / layer).mkdir(parents=True, exist_ok=True)
+        shutil.copy(declaration, dest / layer / declaration.name)
+    cache = TABLES_DIR / ".column_lineage.json"
+    if cache.is_file():
+        shutil.copy(cache, dest / cache.name)
+    return dest
