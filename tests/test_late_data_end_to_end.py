@@ -1,6 +1,6 @@
 """Late data end to end on the example warehouse: late payments to a closed day are absorbed by one rebuild when the
-day's late-data policy says (every hour for its daily tables), its figures then equal the independent oracle's, and the
-new hours' first builds never wait for that rebuild.
+day's late-data policy says (the default: every 15 minutes for its key-local and additive tables), its figures then
+equal the independent oracle's, and the new hours' first builds never wait for that rebuild.
 
 ``ods.order`` is written directly (a day of orders, some unpaid), its hours reported as the ingestion reports them; the
 dependency center is stepped at pinned times (``tests.support.center_harness``) and each of its runs of the trade
@@ -224,22 +224,22 @@ def test_late_payments_are_absorbed_by_one_rebuild_per_policy_and_the_figures_eq
     assert settling["dwd.order_detail"] == [[DAY]] and settling["ads.daily_gmv"] == [[DAY]]
     assert warehouse.daily_gmv() == expected_gmv(warehouse.rows) == Decimal("80.00")
 
-    # three rounds of late payments to the closed day past the grace (01:10, 01:20, 01:30)
-    for n, (order, minute) in enumerate(((105, 40), (107, 50), (111, 60))):
+    # three rounds of late payments to the closed day past the grace (01:10, 01:15, 01:20)
+    for n, (order, minute) in enumerate(((105, 40), (107, 45), (111, 50))):
         paid.add(order)
         hour = f"{DAY}-{2 * (order - 100):02d}:00"
         warehouse.write_orders(orders(paid), [hour])
         runs = warehouse.settle(CLOSED + timedelta(minutes=minute))
-        assert "dwd.order_detail" not in runs, n  # the daily policy: at most one rebuild an hour
+        assert "dwd.order_detail" not in runs, n  # the default policy: at most one rebuild in 15 minutes
         assert warehouse.daily_gmv() == Decimal("80.00")  # stale meanwhile, as the policy allows
 
     # the next day's first hour arrives: its first build starts at once, whatever waits to be rebuilt
     warehouse.report_hour("2026-03-03-00:00")
-    fresh = warehouse.settle(CLOSED + timedelta(minutes=61))
+    fresh = warehouse.settle(CLOSED + timedelta(minutes=54))
     assert fresh["dws.order_hourly"] == [["2026-03-03-00:00"]]
 
-    # an hour after the first late payment was seen: one rebuild of the day absorbs all three, and the chain follows
-    rebuilt = warehouse.settle(CLOSED + timedelta(minutes=101))
+    # 15 minutes after the first late payment was seen: one rebuild of the day absorbs all three, and the chain follows
+    rebuilt = warehouse.settle(CLOSED + timedelta(minutes=56))
     assert rebuilt["dwd.order_detail"] == [[DAY]]
     assert rebuilt["dws.user_order_daily"] == [[DAY]] and rebuilt["ads.daily_gmv"] == [[DAY]]
     assert warehouse.daily_gmv() == expected_gmv(warehouse.rows) == Decimal("140.00")

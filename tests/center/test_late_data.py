@@ -24,7 +24,7 @@ from tests.support.small_catalog import VALUED_ODS, sql_catalog, write
 from warehouse_assets.catalog import Catalog, DerivedTable, load_catalog
 from warehouse_assets.catalog.additive import MAX_CHANGED_ROWS
 from warehouse_assets.catalog.key_locality import MAX_KEYS
-from warehouse_assets.catalog.policies import LateDataPolicy
+from warehouse_assets.catalog.policies import DEFAULT_LATE_DATA, LateDataPolicy
 from warehouse_assets.center.late_data import LANE_TAG, REBUILD_LANE, RebuildKinds, due_time
 from warehouse_assets.center.ledger import open_readonly
 from warehouse_assets.center.state_store import PartitionState
@@ -38,7 +38,8 @@ DAY = "2026-03-05"
 BUILT = datetime(2026, 3, 6, 1, tzinfo=TZ)  # the day's first build, an hour after it ended
 
 DERIVED = {  # table → (header, SQL)
-    "dwd.day": ("period: daily\n", "SELECT id, v FROM ods.src"),  # the default policy: every 60 min, lookback 3 d
+    # the interval rule under test, declared: the default rebuilds a whole partition only once its day settled
+    "dwd.day": ("period: daily\nlate_data: {rebuild: every 60m}\n", "SELECT id, v FROM ods.src"),
     "dws.sum": ("period: daily\nlate_data: {rebuild: every 30m}\n", "SELECT sum(v) AS v FROM dwd.day"),
     "ads.nightly": ("period: daily\nlate_data: {rebuild: daily 06:00}\n", "SELECT v FROM dws.sum"),
     "ads.manual": ("period: daily\nlate_data: {rebuild: never}\n", "SELECT v FROM dws.sum"),
@@ -327,7 +328,10 @@ def test_the_grace_is_declared_and_never_applies_to_a_never_policy() -> None:
     assert due(LateDataPolicy.parse({"rebuild": "every 2h", "grace": "5m"})) == soon + timedelta(hours=2)
     assert due(LateDataPolicy.parse({"rebuild": "every 2h", "grace": "0m"})) == soon + timedelta(hours=2)
     assert due(LateDataPolicy.parse({"rebuild": "never"})) is None
-    assert LateDataPolicy.parse({"grace": "30m"}).describe() == "every 1 h, lookback 3 d, grace 30 min"
+    # the default's two rules, kept beside a declared grace
+    assert LateDataPolicy.parse({"grace": "30m"}).describe() == (
+        "every 15 min (whole rebuilds 2 d after the window closed), lookback 3 d, grace 30 min"
+    )
 
 
 def test_rebuilds_of_a_partition_are_at_least_an_interval_apart() -> None:
@@ -412,6 +416,42 @@ def test_a_key_local_table_absorbs_late_data_at_once_while_a_whole_rebuild_keeps
     assert LateDataPolicy.parse({"rebuild": "at_once", "whole": "every 60m"}).describe() == (
         "at once (whole rebuilds every 1 h), lookback 3 d, grace 1 h"
     )
+
+
+def test_by_default_a_key_local_table_takes_late_data_within_15_minutes_and_a_whole_one_once_its_day_settled(
+    instance: DagsterInstance, tmp_path: Path
+) -> None:
+    """The default policy, declared nowhere: a rebuild that replaces the changed keys' rows is cheap and comes 15
+    minutes after the late change; a rebuild of the whole day (a rank over the day, neither key-local nor a total)
+    waits until the day has been closed 48 hours, when the sources' corrections are in, and a grace more."""
+    assert DEFAULT_LATE_DATA.describe() == (
+        "every 15 min (whole rebuilds 2 d after the window closed), lookback 3 d, grace 1 h"
+    )
+    catalog = sql_catalog(
+        tmp_path / "default",
+        {
+            "dwd/by_key.sql": ("period: daily\nprimary_key: [id]\n", "SELECT id, sum(v) AS v FROM ods.src GROUP BY id"),
+            "dwd/ranked.sql": (
+                "period: daily\nprimary_key: [id]\n",
+                "SELECT id, v, row_number() OVER (ORDER BY v) AS r FROM ods.src",
+            ),
+        },
+        ods=VALUED_ODS,
+    )
+    center = Center(instance, catalog)
+    center.report("ods.src", hours(DAY), checked=None)
+    assert requested(center.step(BUILT)) == {"dwd.by_key": [[DAY]], "dwd.ranked": [[DAY]]}
+    for table in ("dwd.by_key", "dwd.ranked"):
+        center.report(table, [DAY], checked=None)
+    center.step(BUILT)
+    late_hour(center, 10)  # past the grace: the day ended an hour before BUILT
+    assert center.step(BUILT + timedelta(minutes=1)) == []  # seen: the interval starts
+    assert center.step(BUILT + timedelta(minutes=15)) == []
+    assert requested(center.step(BUILT + timedelta(minutes=16))) == {"dwd.by_key": [[DAY]]}
+    center.report("dwd.by_key", [DAY], checked=None)
+    settled = datetime(2026, 3, 8, 1, tzinfo=TZ)  # the day's end + 48 h + the grace
+    assert center.step(settled - timedelta(minutes=1)) == []
+    assert requested(center.step(settled)) == {"dwd.ranked": [[DAY]]}
 
 
 def test_an_additive_total_absorbs_late_data_at_once_unless_its_changed_rows_make_it_whole(

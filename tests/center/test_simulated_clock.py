@@ -53,11 +53,11 @@ def test_the_engine_keeps_the_late_data_policy_on_the_simulated_clock(
     consolidated: DagsterInstance, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """The day's build, then a late change a simulated quarter of an hour after the day ended: within the grace hour,
-    rebuilt at once. A second late change waits for the 60-minute interval, due 60 simulated minutes after it was
-    seen. On real time (months after that day) the engine would not even build the day: beyond its lookback."""
+    rebuilt at once. A second late change waits for the declared 60-minute interval, due 60 simulated minutes after it
+    was seen. On real time (months after that day) the engine would not even build the day: beyond its lookback."""
     catalog = sql_catalog(
         tmp_path_factory.mktemp("catalog"),
-        {"dwd/day.sql": ("period: daily\n", "SELECT id, v FROM ods.src")},
+        {"dwd/day.sql": ("period: daily\nlate_data: {rebuild: every 60m}\n", "SELECT id, v FROM ods.src")},
         ods=VALUED_ODS,
     )
     instance, recorder = consolidated, Recorder()

@@ -38,13 +38,16 @@ states:
   estimated: {dwd.rate: {set: [-1]}}   # the previous day's rate
   completed: {dwd.rate: {set: [0]}}    # the day's own
 """
+# the readers' late-data policy: an interval, which tells late data (it waits) from the next state (at once); under
+# the default a whole rebuild of this long-closed day would be at once too
+READERS = "late_data: {rebuild: every 60m}\n"
 TABLES = {  # path → (header, SQL)
     "dwd/day.sql": ("period: daily\n", "SELECT id FROM ods.src"),
     "dwd/rate.sql": ("period: daily\n", "SELECT 1 AS id"),
     "dws/rev.sql": (REVENUE, "SELECT d.id FROM dwd.day d LEFT JOIN dwd.rate r ON d.id = r.id"),
-    "ads/strict.sql": ("period: daily\n", "SELECT id FROM dws.rev"),  # the last state only, by default
+    "ads/strict.sql": (f"period: daily\n{READERS}", "SELECT id FROM dws.rev"),  # the last state only, by default
     "ads/early.sql": (
-        "period: daily\ndepends_on:\n  dws.rev: {set: [0], state: [estimated, completed]}\n",
+        "period: daily\n" + READERS + "depends_on:\n  dws.rev: {set: [0], state: [estimated, completed]}\n",
         "SELECT id FROM dws.rev",
     ),
 }
@@ -239,7 +242,7 @@ def test_a_rebuild_within_the_state_its_readers_read_is_late_data_not_the_next_s
     instance: DagsterInstance, catalog: Catalog
 ) -> None:
     """A table reaching its next state is planned: its readers are built again at once. Rebuilt again in the state they
-    read (late data reached it), its readers follow their late-data policy (the default: an hour) like any reader."""
+    read (late data reached it), its readers follow their late-data policy (an hour, declared) like any reader."""
     center = Center(instance, catalog)
     day = "2026-03-05"
     minutes = iter(range(100))

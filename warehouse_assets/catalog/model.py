@@ -40,7 +40,8 @@ local time, for daily tables). Each becomes a non-blocking per-partition ``fresh
 ``freshness_slas`` sensor evaluates once the partition's deadline passes
 (:mod:`warehouse_assets.materialize.freshness`).
 Late upstream data (changes to a partition already built from) rebuilds a derived partition as its late-data policy
-says: ``late_data: {rebuild: every 60m, lookback: 3d}`` (the default), ``at_once``, ``daily 06:00`` or ``never``,
+says: ``late_data: {rebuild: every 15m, whole: after 48h, lookback: 3d}`` (the default: ``whole`` for a rebuild
+that recomputes the whole partition), ``at_once``, ``daily 06:00`` or ``never``,
 per table or, beside a dependency's offsets, for the late data arriving through it
 (:class:`warehouse_assets.catalog.policies.LateDataPolicy`). ``incremental: false`` keeps those rebuilds whole even
 where the SQL proves each key's rows local to that key (:mod:`warehouse_assets.catalog.key_locality`).
