@@ -197,10 +197,11 @@ def test_fixing_the_data_and_rerunning_d_clears_the_block(env: Env) -> None:
     assert fixed.success
     assert env.check_status(DWD, "unique") == {D: True, D1: True}
     # D was built (on the failed day, through ignore_dq): the fixed day is late data for it, which its late-data
-    # policy (the default: at most one rebuild an hour) rebuilds an hour after the engine saw it, once
+    # policy (the default for a key-local table: at most one rebuild in 15 minutes) rebuilds 15 minutes after the
+    # engine saw it, once
     assert env.requested(env.catalog, DWS) == []
-    assert env.requested(env.catalog, DWS, at=NOW + timedelta(minutes=59)) == []
-    assert env.requested(env.catalog, DWS, at=NOW + timedelta(minutes=60)) == [D]  # updated and passed: D re-runs
+    assert env.requested(env.catalog, DWS, at=NOW + timedelta(minutes=14)) == []
+    assert env.requested(env.catalog, DWS, at=NOW + timedelta(minutes=15)) == [D]  # updated and passed: D re-runs
     rerun = env.build(env.catalog, DWS, D)
     assert rerun.success
     assert env.check_status(DWS, "references")[D] is True
