@@ -72,6 +72,14 @@ def built(center: Center, *tables: str, at: datetime = BUILT) -> None:
     center.step(at)
 
 
+def built_together(center: Center, *tables: str) -> None:
+    """Build the day of ``tables``, all requested by one step (exactly those), reported as built."""
+    assert requested(center.step(BUILT)) == {table: [[DAY]] for table in tables}
+    for table in tables:
+        center.report(table, [DAY], checked=None)
+    center.step(BUILT)
+
+
 def built_chain(center: Center) -> None:
     center.report("ods.src", hours(DAY), checked=None)
     built(center, "dwd.day", "dws.sum")
@@ -404,10 +412,7 @@ def test_a_key_local_table_absorbs_late_data_at_once_while_a_whole_rebuild_keeps
     )
     center = Center(instance, catalog)
     center.report("ods.src", hours(DAY), checked=None)
-    assert requested(center.step(BUILT)) == {"dwd.by_key": [[DAY]], "dwd.total": [[DAY]]}
-    for table in ("dwd.by_key", "dwd.total"):
-        center.report(table, [DAY], checked=None)
-    center.step(BUILT)
+    built_together(center, "dwd.by_key", "dwd.total")
     late_hour(center, 10)  # past the grace: the day ended an hour before BUILT
     plans = requested(center.step(BUILT + timedelta(minutes=1)))
     assert plans.get("dwd.by_key") == [[DAY]] and "dwd.total" not in plans
@@ -440,10 +445,7 @@ def test_by_default_a_key_local_table_takes_late_data_within_15_minutes_and_a_wh
     )
     center = Center(instance, catalog)
     center.report("ods.src", hours(DAY), checked=None)
-    assert requested(center.step(BUILT)) == {"dwd.by_key": [[DAY]], "dwd.ranked": [[DAY]]}
-    for table in ("dwd.by_key", "dwd.ranked"):
-        center.report(table, [DAY], checked=None)
-    center.step(BUILT)
+    built_together(center, "dwd.by_key", "dwd.ranked")
     late_hour(center, 10)  # past the grace: the day ended an hour before BUILT
     assert center.step(BUILT + timedelta(minutes=1)) == []  # seen: the interval starts
     assert center.step(BUILT + timedelta(minutes=15)) == []
@@ -471,10 +473,7 @@ def test_an_additive_total_absorbs_late_data_at_once_unless_its_changed_rows_mak
     center = Center(instance, catalog)
     src = AssetKey(["ods", "src"])
     center.report("ods.src", hours(DAY), checked=None)
-    assert requested(center.step(BUILT)) == {"dwd.top": [[DAY]], "dwd.total": [[DAY]]}
-    for table in ("dwd.total", "dwd.top"):
-        center.report(table, [DAY], checked=None)
-    center.step(BUILT)
+    built_together(center, "dwd.total", "dwd.top")
 
     def late_report(hour: int, changed: int) -> None:  # as the readiness sensor reports an hour's late changes
         metadata = {"rows": 5_000, "late_changes": True, "changed_rows": changed}

@@ -42,6 +42,19 @@ TABLES = {  # whole, key-local, key-local, whole: dwd.ranked → dws.by_key → 
 }
 
 
+def builds_after_settling(center: Center) -> dict[str, list[datetime]]:
+    """Table → when the engine requested its day, looking every 5 minutes for 3 hours after :data:`SETTLED`, each
+    request reported built at once."""
+    builds: dict[str, list[datetime]] = {}
+    at = SETTLED
+    while at < SETTLED + timedelta(hours=3):
+        at += timedelta(minutes=5)
+        for table in requested(center.step(at)):
+            builds.setdefault(table, []).append(at)
+            center.report(table, [DAY], checked=None)
+    return builds
+
+
 def test_a_settled_whole_rebuild_waits_for_an_input_whose_whole_rebuild_is_due_a_grace_after_its_last(
     consolidated: DagsterInstance, tmp_path: Path
 ) -> None:
@@ -79,13 +92,7 @@ def test_a_settled_whole_rebuild_waits_for_an_input_whose_whole_rebuild_is_due_a
     consolidated.report_runless_asset_event(
         AssetMaterialization(AssetKey(["dwd", "ranked"]), partition=DAY, metadata=rows)
     )
-    whole: dict[str, list[datetime]] = {}
-    at = SETTLED
-    while at < SETTLED + timedelta(hours=3):
-        at += timedelta(minutes=5)
-        for table in requested(center.step(at)):
-            whole.setdefault(table, []).append(at)
-            center.report(table, [DAY], checked=None)
+    whole = builds_after_settling(center)
     by_key_rebuilt = SETTLED + timedelta(minutes=40)  # its last rebuild (00:40) and the grace
     # then the tables below it, each at the first look after its input's rebuild landed: ads.ranked once
     after = by_key_rebuilt + timedelta(minutes=5)
@@ -134,12 +141,6 @@ def test_a_settled_whole_rebuild_waits_for_an_input_behind_its_own_input_not_loo
     assert requested(center.step(SETTLED)) == {"dwd.other": [[DAY]], "dwd.ranked": [[DAY]]}
     center.report("dwd.other", [DAY], checked=None)
     center.report("dwd.ranked", [DAY], checked=None)
-    whole: dict[str, list[datetime]] = {}
-    at = SETTLED
-    while at < SETTLED + timedelta(hours=3):
-        at += timedelta(minutes=5)
-        for table in requested(center.step(at)):
-            whole.setdefault(table, []).append(at)
-            center.report(table, [DAY], checked=None)
+    whole = builds_after_settling(center)
     first = SETTLED + timedelta(minutes=5)
     assert whole == {"dws.by_key": [first], "ads.both": [first + timedelta(minutes=5)]}

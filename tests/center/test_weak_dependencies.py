@@ -469,13 +469,10 @@ CHAIN = {  # path → (header, SQL): a day reading the latest of a table three l
 }
 
 
-def test_a_day_waits_for_the_newer_input_whose_chain_is_under_way_and_is_built_once(
-    instance: DagsterInstance, tmp_path: Path
-) -> None:
-    """The day's own input lands a layer up; the newer partition of its latest window is two layers further, its
-    chain requested now: the day waits for it instead of reading the day before and again two calls later."""
-    catalog = sql_catalog(tmp_path, CHAIN)
-    for table in ["ods.src", "dwd.near", "dwd.first", "dws.second", "dws.third", "ads.latest"]:
+def chain_under_way(instance: DagsterInstance, catalog: Catalog, reader: str) -> tuple[Center, datetime]:
+    """Up to 03-04 built; 03-05 landed and built a layer up, ``dws.second`` requested (its day, not ``reader``'s on
+    the days before: the day of ``dws.third`` it waits for is on its way)."""
+    for table in ["ods.src", "dwd.near", "dwd.first", "dws.second", "dws.third", reader]:
         for key in hours("2026-03-04") if table == "ods.src" else ["2026-03-03", "2026-03-04"]:
             report(instance, AssetKey(catalog[table].key), key)
     center = Center(instance, catalog)
@@ -484,7 +481,17 @@ def test_a_day_waits_for_the_newer_input_whose_chain_is_under_way_and_is_built_o
     assert requested(center.step(now)) == {"dwd.near": [["2026-03-05"]], "dwd.first": [["2026-03-05"]]}
     center.report("dwd.near", ["2026-03-05"])
     center.report("dwd.first", ["2026-03-05"])
-    assert requested(center.step(now)) == {"dws.second": [["2026-03-05"]]}  # not the day on dws.third 03-04
+    assert requested(center.step(now)) == {"dws.second": [["2026-03-05"]]}  # not the reader's day on 03-04
+    return center, now
+
+
+def test_a_day_waits_for_the_newer_input_whose_chain_is_under_way_and_is_built_once(
+    instance: DagsterInstance, tmp_path: Path
+) -> None:
+    """The day's own input lands a layer up; the newer partition of its latest window is two layers further, its
+    chain requested now: the day waits for it instead of reading the day before and again two calls later."""
+    catalog = sql_catalog(tmp_path, CHAIN)
+    center, now = chain_under_way(instance, catalog, "ads.latest")
     center.report("dws.second", ["2026-03-05"])
     assert requested(center.step(now)) == {"dws.third": [["2026-03-05"]]}
     center.report("dws.third", ["2026-03-05"])
@@ -509,16 +516,7 @@ def test_an_any_window_waits_for_its_newest_partition_whose_chain_is_under_way_a
     be built again, whole, when the newest partition of its window lands two layers later. It waits for it, as a
     latest window does; and why says so."""
     catalog = sql_catalog(tmp_path, ANY_CHAIN)
-    for table in ["ods.src", "dwd.near", "dwd.first", "dws.second", "dws.third", "ads.any"]:
-        for key in hours("2026-03-04") if table == "ods.src" else ["2026-03-03", "2026-03-04"]:
-            report(instance, AssetKey(catalog[table].key), key)
-    center = Center(instance, catalog)
-    now = at("2026-03-06", "00:10")
-    center.report("ods.src", hours("2026-03-05"))
-    assert requested(center.step(now)) == {"dwd.near": [["2026-03-05"]], "dwd.first": [["2026-03-05"]]}
-    center.report("dwd.near", ["2026-03-05"])
-    center.report("dwd.first", ["2026-03-05"])
-    assert requested(center.step(now)) == {"dws.second": [["2026-03-05"]]}  # not the day on 03-03 and 03-04
+    center, now = chain_under_way(instance, catalog, "ads.any")
     lake, landing = DeltaStore(str(tmp_path / "lake")), Landing(tmp_path / "landing")
     why = explain(instance, catalog, lake, landing, "ads.any", "2026-03-05", current_time=now)
     assert why.verdict.endswith(
