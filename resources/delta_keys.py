@@ -43,6 +43,10 @@ NET = "__net"  # a changed row image's count in the change feed: +1 written, -1 
 # Parquet (by default only up to 10 values; past that it pushes the list's min and max, which span the partition)
 MAX_LITERAL_VALUES = 2_000
 IN_LIST_PUSHDOWN = {"spark.sql.parquet.pushdown.inFilterThreshold": str(MAX_LITERAL_VALUES)}
+GROUP_ROWS = '"__key_rows"'  # a key's rows in a grouped count, named apart from any key column
+KEYED = f"{GROUP_ROWS} > 0 AND k IS NOT NULL"  # a value the partition holds, not null: one of its keys
+# a referenced input as a build read it: its table, the version, the partitions and the row predicates
+Referenced = tuple[Sequence[str] | str, int, Sequence[PartitionSpec], Sequence[Predicate]]
 
 
 class KeyScopedWrites(DeltaReader):
@@ -130,15 +134,17 @@ class KeyScopedWrites(DeltaReader):
     ) -> tuple[int, int, int]:
         """Of one partition at ``version`` (its live rows, by DataFusion, reading the key's columns only): the rows,
         the distinct keys of ``columns`` with no null part, and the rows with a null part (Spark's ``count(*)``,
-        ``count(DISTINCT ...)`` and ``count_if``, as the unique check counts them)."""
+        ``count(DISTINCT ...)`` and ``count_if``, as the unique check counts them). One read of the partition: its
+        rows grouped by the key, each group's rows counted, the three figures summed from the groups (a key with a
+        null part is a group of its own, so its rows are the null ones)."""
         cols = ", ".join(_identifier(c) for c in columns)
-        where = _sql_partitions([partition])
         null = " OR ".join(f"{_identifier(c)} IS NULL" for c in columns)
         found = self.live_aggregates(
             {"t": (key, version)},
-            f"SELECT (SELECT count(*) FROM t WHERE {where}) AS n, "
-            f"(SELECT count(*) FROM (SELECT DISTINCT {cols} FROM t WHERE ({where}) AND NOT ({null}))) AS keys, "
-            f"(SELECT count(*) FROM t WHERE ({where}) AND ({null})) AS nulls",
+            f"SELECT coalesce(sum({GROUP_ROWS}), 0) AS n, count(*) FILTER (WHERE NOT ({null})) AS keys, "
+            f"coalesce(sum({GROUP_ROWS}) FILTER (WHERE {null}), 0) AS nulls "
+            f"FROM (SELECT {cols}, count(*) AS {GROUP_ROWS} FROM t WHERE {_sql_partitions([partition])} "
+            f"GROUP BY {cols}) g",
         )
         return int(found["n"]), int(found["keys"]), int(found["nulls"])
 
@@ -150,30 +156,39 @@ class KeyScopedWrites(DeltaReader):
         condition = " AND ".join(f"({c})" for c in [_sql_partitions(partitions), *map(_datafusion, where)])
         return int(self.live_aggregates({"t": (key, version)}, f"SELECT count(*) AS n FROM t WHERE {condition}")["n"])
 
-    def missing_references(
+    def key_references(
         self,
         key: Sequence[str] | str,
         version: int,
         partition: PartitionSpec,
         column: str,
-        referenced: tuple[Sequence[str] | str, int, Sequence[PartitionSpec], Sequence[Predicate]],
+        referenced: Referenced,
         referenced_column: str,
-    ) -> tuple[int, int]:
-        """The distinct non-null values of ``column`` in one partition at ``version``, and how many of them no live
-        row of ``referenced`` (a table, its version, its partitions read and the predicates they were read with)
-        holds in ``referenced_column``: by DataFusion, reading those two columns only."""
+    ) -> tuple[int, int, int, int]:
+        """Of one partition at ``version``, its column ``column`` as a key: the rows, the distinct non-null values,
+        the rows holding null (:meth:`distinct_keys` of that one column), and how many of those values no live row of
+        ``referenced`` (a table, its version, its partitions read and the predicates they were read with) holds in
+        ``referenced_column``. By DataFusion, reading those two columns only, each table once: what the unique
+        check of a table keyed by the column it references by (a user's daily total, by user) and its references
+        check count, in one query.
+
+        Both sides' values are grouped in one aggregation, each value with the partition's rows holding it and
+        whether the referenced rows hold it: the partition's distinct values built once, not once for the count and
+        again for the anti-join (DataFusion shares no subquery)."""
         ref_key, ref_version, ref_partitions, ref_where = referenced
-        mine = f"SELECT DISTINCT {_identifier(column)} AS k FROM a WHERE ({_sql_partitions([partition])})"
-        mine += f" AND {_identifier(column)} IS NOT NULL"
+        col, ref_col = _identifier(column), _identifier(referenced_column)
         condition = " AND ".join(f"({c})" for c in [_sql_partitions(ref_partitions), *map(_datafusion, ref_where)])
-        theirs = f"SELECT DISTINCT {_identifier(referenced_column)} AS k FROM b WHERE {condition}"
+        mine = f"SELECT {col} AS k, 1 AS mine FROM a WHERE {_sql_partitions([partition])}"
+        theirs = f"SELECT {ref_col} AS k, 0 AS mine FROM b WHERE {condition} AND {ref_col} IS NOT NULL"
         found = self.live_aggregates(
             {"a": (key, version), "b": (ref_key, ref_version)},
-            f"SELECT (SELECT count(*) FROM ({mine})) AS present, "
-            f"(SELECT count(*) FROM ({mine}) m WHERE NOT EXISTS (SELECT 1 FROM ({theirs}) r WHERE r.k = m.k)) "
-            "AS missing",
+            f"SELECT coalesce(sum({GROUP_ROWS}), 0) AS n, count(*) FILTER (WHERE {KEYED}) AS keys, "
+            f"coalesce(sum({GROUP_ROWS}) FILTER (WHERE k IS NULL), 0) AS nulls, "
+            f"count(*) FILTER (WHERE {KEYED} AND NOT theirs) AS missing "
+            f"FROM (SELECT k, sum(mine) AS {GROUP_ROWS}, bool_or(mine = 0) AS theirs "
+            f"FROM ({mine} UNION ALL {theirs}) u GROUP BY k) g",
         )
-        return int(found["present"]), int(found["missing"])
+        return int(found["n"]), int(found["keys"]), int(found["nulls"]), int(found["missing"])
 
     def changed_values(
         self,
@@ -227,14 +242,12 @@ class KeyScopedWrites(DeltaReader):
         from pyspark.sql import functions as F
 
         started = time.monotonic()
-        uri = self.table_uri(key)
         columns = list(rows.columns)
         on = [*partition_by, *key_columns]
         flag = "__warehouse_gone"
         source_frame = changed.select(*on).distinct().join(rows.withColumn(flag, F.lit(False)), on, "left")
         source_frame = source_frame.withColumn(flag, F.coalesce(F.col(flag), F.lit(True)))
         source = f"__replace_keys_{uuid.uuid4().hex[:12]}"
-        source_frame.createOrReplaceTempView(source)
         conditions = [sql_partition_predicate("t", partitions, partition_by), *(f"t.`{c}` = s.`{c}`" for c in on)]
         conditions += [literal_in(f"t.`{c}`", values) for c, values in (narrow or {}).items()]
         updates = ", ".join(f"t.`{c}` = s.`{c}`" for c in columns)
@@ -247,48 +260,24 @@ class KeyScopedWrites(DeltaReader):
             ),
             **IN_LIST_PUSHDOWN,
         }
-        try:
-            for attempt in range(1, COMMIT_ATTEMPTS + 1):
-                try:
-                    with session_confs(spark, confs), spark_errors(uri, "replace keys"):
-                        spark.sql(
-                            f"MERGE INTO delta.`{self.spark_path(key)}` AS t USING {source} AS s "
-                            f"ON {' AND '.join(conditions)} "
-                            f"WHEN MATCHED AND s.`{flag}` THEN DELETE "
-                            f"WHEN MATCHED THEN UPDATE SET {updates} "
-                            f"WHEN NOT MATCHED AND NOT s.`{flag}` THEN INSERT {inserts}"
-                        ).collect()
-                    break
-                except DeltaLayerError as exc:
-                    if not is_conflict(exc) or attempt == COMMIT_ATTEMPTS:
-                        raise
-                    log.warning("%s: commit conflict (%s), merging again on the new version (%d)", key, exc, attempt)
-        finally:
-            spark.catalog.dropTempView(source)
-        commit = self._commit_of(key, write_id)
-        metrics = {snake(k): int(v) for k, v in (commit.get("operationMetrics") or {}).items()}
-        version = int(commit["version"])
-        actions, _ = self.live_files(key, partitions, version)
-        by_partition = []
-        for spec in partitions:
-            mine = [a for a in actions if all(str(a.get(f"partition.{c}")) == str(v) for c, v in spec.items())]
-            by_partition.append(
-                PartitionWritten(
-                    rows=sum(int(a["live_records"]) for a in mine),
-                    files=len(mine),
-                    bytes=sum(int(a["size_bytes"]) for a in mine),
-                )
-            )
-        return WriteResult(
-            table=uri,
-            version=version,
+        sql = (
+            f"MERGE INTO delta.`{self.spark_path(key)}` AS t USING {source} AS s "
+            f"ON {' AND '.join(conditions)} "
+            f"WHEN MATCHED AND s.`{flag}` THEN DELETE "
+            f"WHEN MATCHED THEN UPDATE SET {updates} "
+            f"WHEN NOT MATCHED AND NOT s.`{flag}` THEN INSERT {inserts}"
+        )
+        self._merge_retrying(spark, key, source_frame, source, sql, confs, "replace keys")
+        version, metrics = self._committed(key, write_id)
+        return self._write_result(
+            key,
+            version,
+            partitions,
+            started,
             rows=metrics.get("num_target_rows_inserted", 0) + metrics.get("num_target_rows_updated", 0),
             files_added=metrics.get("num_target_files_added", 0),
             files_removed=metrics.get("num_target_files_removed", 0),
             bytes_added=metrics.get("num_target_bytes_added", 0),
-            partitions=[dict(p) for p in partitions],
-            duration_s=time.monotonic() - started,
-            by_partition=by_partition,
             keys_replaced=metrics.get("num_source_rows", 0),
             rows_deleted=metrics.get("num_target_rows_deleted", 0),
         )
@@ -306,7 +295,7 @@ class KeyScopedWrites(DeltaReader):
         """Upsert ``rows`` (the table's columns) matched on ``on`` null-safely, in ``partitions`` only: one Delta
         ``MERGE`` commit, its version returned. A row whose ``count`` is 0 or less is deleted (not inserted); one
         whose ``count`` is NULL is a stamp, updated or inserted whatever. What the MERGE does not name stays."""
-        uri, source = self.table_uri(key), f"__merge_counts_{uuid.uuid4().hex[:12]}"
+        source = f"__merge_counts_{uuid.uuid4().hex[:12]}"
         columns = list(rows.columns)
         conditions = [sql_partition_predicate("t", partitions, partition_by)]
         conditions += [f"t.`{c}` <=> s.`{c}`" for c in [*partition_by, *on]]
@@ -314,28 +303,91 @@ class KeyScopedWrites(DeltaReader):
         values = ", ".join(f"s.`{c}`" for c in columns)
         write_id = f"c-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:12]}"
         metadata = json.dumps({"warehouse.operation": "merge-counts", "warehouse.write_id": write_id})
-        rows.createOrReplaceTempView(source)
+        sql = (
+            f"MERGE INTO delta.`{self.spark_path(key)}` AS t USING {source} AS s "
+            f"ON {' AND '.join(conditions)} "
+            f"WHEN MATCHED AND s.`{count}` <= 0 THEN DELETE "
+            f"WHEN MATCHED THEN UPDATE SET {updates} "
+            f"WHEN NOT MATCHED AND coalesce(s.`{count}` > 0, true) "
+            f"THEN INSERT ({', '.join(f'`{c}`' for c in columns)}) VALUES ({values})"
+        )
+        confs = {"spark.databricks.delta.commitInfo.userMetadata": metadata}
+        self._merge_retrying(spark, key, rows, source, sql, confs, "merge counts")
+        return int(self._commit_of(key, write_id)["version"])
+
+    def _merge_retrying(
+        self,
+        spark: SparkSession,
+        key: Sequence[str] | str,
+        frame: DataFrame,
+        source: str,
+        sql: str,
+        confs: Mapping[str, str],
+        what: str,
+    ) -> None:
+        """Run the ``MERGE`` ``sql``, which reads ``frame`` as the temporary view ``source`` (dropped after, whatever
+        happens), again on the table's new version when a concurrent commit conflicts with it, up to
+        :data:`COMMIT_ATTEMPTS` times."""
+        frame.createOrReplaceTempView(source)
         try:
             for attempt in range(1, COMMIT_ATTEMPTS + 1):
                 try:
-                    confs = {"spark.databricks.delta.commitInfo.userMetadata": metadata}
-                    with session_confs(spark, confs), spark_errors(uri, "merge counts"):
-                        spark.sql(
-                            f"MERGE INTO delta.`{self.spark_path(key)}` AS t USING {source} AS s "
-                            f"ON {' AND '.join(conditions)} "
-                            f"WHEN MATCHED AND s.`{count}` <= 0 THEN DELETE "
-                            f"WHEN MATCHED THEN UPDATE SET {updates} "
-                            f"WHEN NOT MATCHED AND coalesce(s.`{count}` > 0, true) "
-                            f"THEN INSERT ({', '.join(f'`{c}`' for c in columns)}) VALUES ({values})"
-                        ).collect()
-                    break
+                    with session_confs(spark, confs), spark_errors(self.table_uri(key), what):
+                        spark.sql(sql).collect()
+                    return
                 except DeltaLayerError as exc:
                     if not is_conflict(exc) or attempt == COMMIT_ATTEMPTS:
                         raise
                     log.warning("%s: commit conflict (%s), merging again on the new version (%d)", key, exc, attempt)
         finally:
             spark.catalog.dropTempView(source)
-        return int(self._commit_of(key, write_id)["version"])
+
+    def _committed(self, key: Sequence[str] | str, write_id: str) -> tuple[int, dict[str, int]]:
+        """The version of the commit that carries ``write_id`` and its operation metrics (snake case names)."""
+        commit = self._commit_of(key, write_id)
+        return int(commit["version"]), {snake(k): int(v) for k, v in (commit.get("operationMetrics") or {}).items()}
+
+    def _write_result(
+        self,
+        key: Sequence[str] | str,
+        version: int,
+        partitions: Sequence[PartitionSpec],
+        started: float,
+        *,
+        rows: int,
+        files_added: int,
+        files_removed: int,
+        bytes_added: int,
+        keys_replaced: int,
+        rows_deleted: int,
+    ) -> WriteResult:
+        """A key-scoped write's result: the figures its commit's metrics give, and what each of ``partitions`` holds
+        at ``version`` by the Delta log (the live rows, deletion vectors subtracted: the partition whole, not only
+        the keys written)."""
+        actions, _ = self.live_files(key, partitions, version)
+        by_partition = []
+        for spec in partitions:
+            mine = [a for a in actions if all(str(a.get(f"partition.{c}")) == str(v) for c, v in spec.items())]
+            by_partition.append(
+                PartitionWritten(
+                    rows=sum(int(a["live_records"]) for a in mine),
+                    files=len(mine),
+                    bytes=sum(int(a["size_bytes"]) for a in mine),
+                )
+            )
+        return WriteResult(
+            table=self.table_uri(key),
+            version=version,
+            rows=rows,
+            files_added=files_added,
+            files_removed=files_removed,
+            bytes_added=bytes_added,
+            partitions=[dict(p) for p in partitions],
+            duration_s=time.monotonic() - started,
+            by_partition=by_partition,
+            keys_replaced=keys_replaced,
+            rows_deleted=rows_deleted,
+        )
 
 
 def literal_in(column: str, values: Sequence[Any]) -> str:

@@ -377,25 +377,16 @@ class DeltaStore(KeyScopedWrites):
                 if not is_conflict(exc) or attempt == COMMIT_ATTEMPTS:
                     raise
                 log.warning("%s: commit conflict (%s), writing again on the new version (%d)", key, exc, attempt)
-        commit = self._commit_of(key, write_id)
-        metrics = {snake(k): int(v) for k, v in (commit.get("operationMetrics") or {}).items()}
-        version = int(commit["version"])
-        actions, _ = self.live_files(key, [partition], version)
-        written = PartitionWritten(
-            rows=sum(int(a["live_records"]) for a in actions),
-            files=len(actions),
-            bytes=sum(int(a["size_bytes"]) for a in actions),
-        )
-        return WriteResult(
-            table=uri,
-            version=version,
+        version, metrics = self._committed(key, write_id)
+        return self._write_result(
+            key,
+            version,
+            [partition],
+            started,
             rows=local.num_rows,
             files_added=metrics.get("num_files", 0),
             files_removed=metrics.get("num_removed_files", 0),
             bytes_added=metrics.get("num_output_bytes", 0),
-            partitions=[dict(partition)],
-            duration_s=time.monotonic() - started,
-            by_partition=[written],
             keys_replaced=len(keys),
             rows_deleted=metrics.get("num_deleted_rows", 0),
         )

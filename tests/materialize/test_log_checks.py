@@ -16,7 +16,8 @@ import pytest
 from deltalake import write_deltalake
 from pyspark.sql import SparkSession
 
-from resources.delta_lake import DeltaStore
+from resources.delta_lake import DeltaStore, Predicate
+from tests.support import datafusion_plans as plans
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.catalog.checks import Outcome
 from warehouse_assets.materialize.gate import Verdict
@@ -148,3 +149,60 @@ def test_a_reference_missing_from_the_input_is_left_to_spark(catalog: Catalog, t
     facts = _facts(catalog, store, "dws.user_order_daily")
     [references] = [c for c in catalog["dws.user_order_daily"].checks if c.name == "references"]
     assert judge(references, facts) is None
+
+
+def test_the_key_counts_count_duplicated_and_null_keys_in_the_partition_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The DataFusion counts the unique and references checks judge by, on a key of two columns: a duplicated key
+    is one key of two rows, a key with a null part is no key and each of its rows a null row; the other partition's
+    rows, the referenced table's rows left out by its predicate and its unread partition count for nothing. Each
+    count reads the partition once (a partition holding null keys: its statistics answer no null count)."""
+    store = DeltaStore(str(tmp_path / "lake"))
+    x = [(1, 1), (1, 1), (1, 2), (2, None), (None, None), (None, None), (3, 3)]
+    y = [(9, 9), (None, 9), (1, 1)]  # another partition: none of it counted
+    keys = pa.schema([("a", pa.int64()), ("b", pa.int64()), ("ok", pa.bool_()), ("dt", pa.string())])
+
+    def rows(by_dt: dict[str, list[tuple[Any, Any]]], ok: list[bool] | None = None) -> pa.Table:
+        flat = [(a, b, d) for d, pairs in by_dt.items() for a, b in pairs]
+        flags = ok or [True] * len(flat)
+        return pa.table({"a": [r[0] for r in flat], "b": [r[1] for r in flat], "ok": flags,
+                         "dt": [r[2] for r in flat]}, schema=keys)  # fmt: skip
+
+    write_deltalake(store.table_uri("t"), rows({"x": x, "y": y}), partition_by=["dt"])
+    # referenced: 1 twice and a null in a partition read; 2 only on a row its predicate leaves out; 3 only unread
+    ref = rows({"x": [(1, 0), (1, 0), (None, 0), (2, 0)], "y": [(3, 0)]}, ok=[True, True, True, False, True])
+    write_deltalake(store.table_uri("r"), ref, partition_by=["dt"])
+    read = ("r", 0, [{"dt": "x"}], [Predicate("ok", "=", True)])
+    read_both = ("r", 0, [{"dt": "x"}, {"dt": "y"}], [Predicate("ok", "=", True)])
+    queries = plans.recorded(store, monkeypatch)
+    assert store.distinct_keys("t", 0, {"dt": "x"}, ["a", "b"]) == (7, 3, 3)
+    assert store.distinct_keys("t", 0, {"dt": "x"}, ["a"]) == (7, 3, 2)
+    assert store.key_references("t", 0, {"dt": "x"}, "a", read, "a") == (7, 3, 2, 2)
+    assert store.key_references("t", 0, {"dt": "x"}, "a", read_both, "a") == (7, 3, 2, 1)
+    assert [plans.scans(store, q) for q in queries] == [1, 1, 2, 2]
+    assert store.distinct_keys("t", 0, {"dt": "z"}, ["a"]) == (0, 0, 0)  # an empty partition
+    assert store.key_references("t", 0, {"dt": "z"}, "a", read_both, "a") == (0, 0, 0, 0)
+
+
+def test_a_table_unique_by_the_key_it_references_by_is_counted_once_for_both(
+    catalog: Catalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """dws.user_order_daily is unique by user_id and references dwd.order_detail by it: its two checks are judged
+    from one DataFusion query (one read of its partition), each with its own verdict: a duplicated user fails the
+    unique check alone, a user without orders the references check alone."""
+    table = catalog["dws.user_order_daily"]
+    [unique] = [c for c in table.checks if c.name == "unique"]
+    [references] = [c for c in table.checks if c.name == "references"]
+    for users, unique_passes, references_pass in [
+        ((1, 2), True, True),
+        ((1, 2, 2), False, True),
+        ((1, 9), True, False),
+    ]:
+        store = _lake(tmp_path / "-".join(map(str, users)), _orders(GOOD), users=users)
+        queries = plans.recorded(store, monkeypatch)
+        facts = _facts(catalog, store, "dws.user_order_daily")
+        verdicts = (judge(unique, facts), judge(references, facts))
+        assert [v is not None for v in verdicts] == [unique_passes, references_pass], users
+        assert len(queries) == 1, queries
+    assert verdicts[0] is not None and verdicts[0].metadata["rows"] == 2

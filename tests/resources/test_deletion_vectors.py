@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 
 from resources.delta_keys import NET
 from resources.delta_lake import DeltaStore, Predicate
+from tests.support import datafusion_plans as plans
 from tests.support import oracle
 from warehouse_assets.catalog import load_catalog
 from warehouse_assets.ingest.maintenance import upgrade_to_deletion_vectors
@@ -249,7 +250,7 @@ def test_datafusion_counts_of_a_partition_apply_its_deletion_vectors(merged: Mer
     assert store.count_live(key, now, [hour, {"dt": DAY, "hh": "11"}], updated) == 1
     # hour 12's keys now against hours 10-11 before the batch: the moved key was there, the inserted one was not
     before = (key, merged.before_version, [hour, {"dt": DAY, "hh": "11"}], [])
-    assert store.missing_references(key, now, {"dt": DAY, "hh": "12"}, "id", before, "id") == (2, 1)
+    assert store.key_references(key, now, {"dt": DAY, "hh": "12"}, "id", before, "id") == (2, 2, 0, 1)
 
 
 def test_a_key_scoped_merge_narrowed_by_its_keys_reads_only_the_files_holding_them(
@@ -296,3 +297,20 @@ def test_narrowing_refuses_values_it_cannot_narrow_by() -> None:
     for values in ([], [1, None], list(range(MAX_LITERAL_VALUES + 1))):
         with pytest.raises(DeltaLayerError):
             literal_in("t.`id`", values)
+
+
+def test_the_partition_counts_read_each_table_once(merged: Merged, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The counts the checks of a key-scoped rebuild judge by read each table they count once: the unique check's
+    one scan of the partition, the references check's one scan of each side. DataFusion shares no subquery, so the
+    same values written into two sub-selects (a count and an anti-join of them) are read twice."""
+    store, key = merged.store, merged.key
+    now = store.version(key)
+    assert now is not None
+    hour, other = {"dt": DAY, "hh": "10"}, {"dt": DAY, "hh": "11"}
+    queries = plans.recorded(store, monkeypatch)
+    live = sum(1 for _, _, hh in merged.expected.values() if hh == "10")
+    assert store.distinct_keys(key, now, hour, ["id", "v"]) == (live, live, 0)
+    # hour 10's keys now against hour 11's before the batch: none of them there
+    referenced = (key, merged.before_version, [other], [])
+    assert store.key_references(key, now, hour, "id", referenced, "id") == (live, live, 0, live)
+    assert [plans.scans(store, q) for q in queries] == [1, 2]

@@ -12,7 +12,9 @@ what it cannot know is counted by delta-rs's DataFusion reader in this process, 
   an upstream's rows counted by DataFusion on the partitions the build read, at the version it read, with the
   predicates it read them with;
 * ``unique``: the rows, distinct keys and null keys counted by DataFusion on the key's columns;
-* ``references``: the keys missing from the referenced input, counted by DataFusion on the two columns.
+* ``references``: the keys missing from the referenced input, counted by DataFusion on the two columns. A table
+  checked unique by the one column it references by (a daily total per user, by user) has both counted in one
+  query: the partition's keys read and grouped once for the two checks.
 
 Where the log is not conclusive (a file with nulls, a statistic beyond a bound or missing) or a count finds a
 problem, the check is left to the Spark evaluation, which reads the partition and names examples; so is every other
@@ -53,6 +55,8 @@ class PartitionFacts:
         self.read_from, self.versions = read_from, versions
         self.spec = partition_values_of(table, partition)
         self.files, _ = store.live_files(table.key, [self.spec], version)
+        # (column, referenced table, its column) -> the partition's key counts with that reference's, once
+        self._references: dict[tuple[str, str, str], tuple[int, int, int, int] | None] = {}
 
     @property
     def rows(self) -> int:
@@ -73,6 +77,32 @@ class PartitionFacts:
         specs = [partition_values_of(upstream, k) for k in self.read_from[name]]
         mirror = isinstance(upstream, OdsTable) and not upstream.changelog  # its CDC tombstones are not read
         return upstream, self.versions[name], specs, [Predicate("_deleted", "=", False)] if mirror else []
+
+    def distinct_keys(self, columns: Sequence[str]) -> tuple[int, int, int]:
+        """The rows, the distinct keys of ``columns`` with no null part and the rows with a null part. A key of one
+        column that a references check of the table names too is counted with that reference (one read for both)."""
+        refs = [r for c in self.table.checks if isinstance(c, References) for r in c.refs if [r[0]] == list(columns)]
+        for column, ref_table, ref_column in refs:
+            counted = self.references(column, ref_table, ref_column)
+            if counted is not None:
+                return counted[:3]
+        return self.store.distinct_keys(self.table.key, self.version, self.spec, columns)
+
+    def references(self, column: str, ref_table: str, ref_column: str) -> tuple[int, int, int, int] | None:
+        """Of ``column`` in the partition: the rows, distinct non-null values, rows holding null, and how many of
+        those values the input ``ref_table`` as the build read it lacks in ``ref_column``; None for an input not
+        read from its own partitions (:meth:`input_read`). Counted once per reference."""
+        wanted = (column, ref_table, ref_column)
+        if wanted not in self._references:
+            read, counted = self.input_read(ref_table), None
+            if read is not None:
+                upstream, version, specs, where = read
+                referenced = (upstream.key, version, specs, where)
+                counted = self.store.key_references(
+                    self.table.key, self.version, self.spec, column, referenced, ref_column
+                )
+            self._references[wanted] = counted
+        return self._references[wanted]
 
 
 def judge(check: Check, facts: PartitionFacts) -> Outcome | None:
@@ -156,7 +186,7 @@ def _row_count(check: RowCount, facts: PartitionFacts) -> Outcome | None:
 
 def _unique(check: Unique, facts: PartitionFacts) -> Outcome | None:
     columns = list(check.columns or facts.table.row_key)
-    rows, distinct, nulls = facts.store.distinct_keys(facts.table.key, facts.version, facts.spec, columns)
+    rows, distinct, nulls = facts.distinct_keys(columns)
     if distinct != rows or nulls:
         return None
     metadata = {"rows": rows, "distinct_keys": distinct, "duplicated_keys": 0, "null_keys": 0}
@@ -167,16 +197,10 @@ def _unique(check: Unique, facts: PartitionFacts) -> Outcome | None:
 def _references(check: References, facts: PartitionFacts) -> Outcome | None:
     refs: dict[str, Any] = {}
     for column, ref_table, ref_column in check.refs:
-        read = facts.input_read(ref_table)
-        if read is None:
+        counted = facts.references(column, ref_table, ref_column)
+        if counted is None or counted[3]:  # an input not read from its partitions, or keys missing from it
             return None
-        upstream, version, specs, where = read
-        present, missing = facts.store.missing_references(
-            facts.table.key, facts.version, facts.spec, column, (upstream.key, version, specs, where), ref_column
-        )
-        if missing:
-            return None
-        refs[column] = {"references": f"{ref_table}.{ref_column}", "distinct_keys": present, "missing": 0}
+        refs[column] = {"references": f"{ref_table}.{ref_column}", "distinct_keys": counted[1], "missing": 0}
         refs[column]["examples"] = []
     metadata = {"missing_keys": 0, "columns": MetadataValue.json(refs)}
     return _passed(check, facts, BY_DATAFUSION, metadata, "every key found")
