@@ -200,6 +200,7 @@ BENCHES = [
         (
             "real_eta_err_p50_s",
             "real_eta_err_p90_s",
+            "real_eta_err_p90_s_on_time",
             "real_misses",
             "real_warned",
             "real_false_warnings",

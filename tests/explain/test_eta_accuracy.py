@@ -130,6 +130,31 @@ def test_accuracy_scores_recorded_predictions_against_the_event_logs_materializa
     assert "missed ods.order 2026-03-02-12:00: due 03-02 14:15, not materialized, NOT warned" in text
 
 
+def test_the_error_of_the_partitions_that_met_their_sla_is_given_apart_from_the_misses(
+    instance: DagsterInstance, catalog: Catalog
+) -> None:
+    """A held-back hour, 40 min off an hour before, sets the P90 of two finishes alone; on time, 2 min."""
+    order = catalog["ods.order"]
+    a, b = f"{DAY}-10:00", f"{DAY}-11:00"  # due 12:15 and 13:15
+    for key, done in ((a, at(11, 20)), (b, at(13, 45))):
+        with freeze_time(datetime.fromtimestamp(done, ZONE)):
+            report_valid(instance, order, key, "delivered")
+    with PredictionLog.of(instance) as log:
+        for key, when, finish in ((a, at(10, 10), at(11, 22)), (b, at(12, 30), at(13, 5))):
+            log.record([prediction("ods.order", key, finish)], when, FORECAST)
+    since, now = (datetime.fromtimestamp(at(h, m), ZONE) for h, m in ((11, 16), (13, 50)))
+    accuracy = instance_accuracy(instance, catalog, since, now)
+
+    assert [(m.table, m.partition) for m in accuracy.misses if m.table == "ods.order"] == [("ods.order", b)]
+    figures = accuracy.figures()
+    assert (figures["real_eta_samples_1h"], figures["real_eta_err_p90_s"]) == ("2", "2400")
+    assert (figures["real_eta_samples_1h_on_time"], figures["real_eta_err_p90_s_on_time"]) == ("1", "120")
+    assert figures["real_eta_err_p90_share_on_time"] == f"{120 / 4200:.2f}"
+    text = "\n".join(accuracy.lines(ZONE))
+    assert "the partitions that met their SLA (or were due after the span):" in text
+    assert "1 h before:    1 finishes, error P50 2 min, P90 2 min" in text, text
+
+
 def test_accuracy_counts_only_the_finishes_since_the_start_of_the_span(
     instance: DagsterInstance, catalog: Catalog
 ) -> None:

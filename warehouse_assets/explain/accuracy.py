@@ -5,7 +5,10 @@ scored against the finishes in Dagster's event log: what ``warehouse eta --accur
   For each horizon H (3 h, 1 h, 10 min before the finish) each finish contributes one sample: the latest prediction
   made between 2H and H before it, so that a partition predicted every tick counts once, as one predicted once. The
   error is predicted minus actual; its absolute value's P50 and P90 are given, and the P90 of the error as a share of
-  the time the prediction looked ahead (the finish minus when it was made).
+  the time the prediction looked ahead (the finish minus when it was made). The same figures over the partitions that
+  did not miss their SLA are given apart (*on time*): a source held back without notice makes its hour and every
+  reader of it late by more than any prediction made an hour before could know, and in a short span those few finishes
+  set the P90 alone; how well such misses were seen coming is what the warnings below score.
 * **SLA misses.** Each partition of an SLA table whose deadline passed within the span scored is a miss when its first
   materialization came after the deadline (or has not come). A miss is *warned* when the forecast sensor recorded a
   prediction past the deadline before it (the lead: deadline minus the first such prediction), past it as the sensor
@@ -77,6 +80,7 @@ class Accuracy:
     deadlines: int  # SLA deadlines passed in the span
     misses: list[Miss] = field(default_factory=list)
     false_warnings: list[Miss] = field(default_factory=list)  # warned, materialized in time (``finished``)
+    on_time: list[HorizonError] = field(default_factory=list)  # ``horizons`` without the partitions that missed
 
     @property
     def warned(self) -> list[Miss]:
@@ -95,6 +99,16 @@ class Accuracy:
             "real_eta_err_p90_share": f"{hour.p90_share:.2f}",
             "real_eta_samples_1h": str(hour.samples),
             **{f"real_eta_err_p90_s_{h.name}": f"{h.p90_s:.0f}" for h in self.horizons if h.name != "1h"},
+            **{
+                f"real_eta_{k}_on_time": v
+                for h in self.on_time
+                if h.name == "1h"
+                for k, v in (
+                    ("samples_1h", str(h.samples)),
+                    ("err_p90_s", f"{h.p90_s:.0f}"),
+                    ("err_p90_share", f"{h.p90_share:.2f}"),
+                )
+            },
             "real_misses": str(len(self.misses)),
             "real_warned": str(len(self.warned)),
             "real_warned_lead_min_s": f"{min(leads):.0f}" if leads else "nan",
@@ -105,6 +119,9 @@ class Accuracy:
     def lines(self, zone: ZoneInfo) -> list[str]:
         out = [f"{self.predictions} predictions recorded, {self.finished} of them followed by their finish"]
         out += [h.line() for h in self.horizons]
+        if self.misses:
+            out.append("  the partitions that met their SLA (or were due after the span):")
+            out += ["  " + h.line() for h in self.on_time]
         leads = [m.lead_s for m in self.warned if m.lead_s is not None]
         out.append(
             f"SLA: {self.deadlines} deadlines passed, {len(self.misses)} missed, {len(self.warned)} of them warned"
@@ -185,6 +202,9 @@ def score(
             accuracy.misses.append(miss)
         elif miss.warned_at is not None:
             accuracy.false_warnings.append(miss)
+    missed = {(m.table, m.partition) for m in accuracy.misses}
+    on_time = [r for r in recorded if (r.table, r.partition) not in missed]
+    accuracy.on_time = horizon_errors(on_time, finishes, since)
     return accuracy
 
 
