@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -32,7 +33,7 @@ from sensors.ods import build_landing_sensor, build_readiness_sensor
 from simulator.cdc import SimulationConfig, simulate
 from tests.center.test_state_store import report, taint
 from tests.support.lake import row_dicts
-from warehouse_assets.catalog import Catalog, load_catalog
+from warehouse_assets.catalog import Catalog, Table, load_catalog
 from warehouse_assets.ingest.job import build_ingest_job
 from warehouse_assets.ingest.merge import ingest_table
 from warehouse_assets.ingest.readiness import readiness, readiness_events, ready_hours, unreported_changes
@@ -251,3 +252,21 @@ def test_an_hour_changed_in_the_lake_and_tainted_before_a_reporter_looked_is_not
         time.sleep(0.01)
         write("10")  # new data for the tainted hour: reported, and judged on its own
         assert unreported_changes(instance, store, order, "Asia/Shanghai", tainted_at=taint_times) == [h10, h11]
+
+
+def test_a_tainted_hour_changed_since_its_taint_is_reported_again_however_old(lake: Lake) -> None:
+    """A change to a reported hour before the counts a tick reads (the lookback before the last reported hour) is left
+    to a repair, but for a tainted hour: the change is the correction its repair waits for (a source re-sending an
+    hour found wrong weeks later), reported once its counts, read for it alone, say it is complete."""
+    order = lake.catalog["ods.order"]
+    catalog = Catalog({order.fqn: order})
+    h01, h02 = "2026-03-02-01:00", "2026-03-02-02:00"
+    cursor = {order.fqn: {"last": "2026-03-30-00:00", "seen": {}}}  # four weeks on
+
+    def reported(tainted: Callable[[Table, Sequence[str]], list[str]] | None = None) -> list[str]:
+        changed = {order.fqn: [h01, h02]}
+        events, _ = readiness_events(lake.store, lake.landing, catalog, cursor, changed=changed, tainted=tainted)
+        return [str(e.partition) for e in events if e.asset_key == AssetKey(order.key)]
+
+    assert reported() == []
+    assert reported(tainted=lambda table, keys: [k for k in keys if k == h01]) == [h01]

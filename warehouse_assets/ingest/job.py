@@ -260,6 +260,7 @@ def report_completed_hours(
             lambda t: set(instance.get_materialized_partitions(AssetKey(t.key))),
             reported_rows=reported_ingested_rows(instance),
             changed=again,
+            tainted=(lambda t, hours: tainted_at(instance, t, hours)) if tainted_at is not None else None,
         )
         again = None
         for event in events:

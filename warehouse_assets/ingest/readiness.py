@@ -508,6 +508,7 @@ def readiness_events(
     lookback: timedelta = LATE_CHANGE_LOOKBACK,
     reported_rows: Callable[[Table, str], int | None] | None = None,
     changed: Mapping[str, Sequence[str]] | None = None,
+    tainted: Callable[[Table, Sequence[str]], Iterable[str]] | None = None,
 ) -> tuple[list[AssetMaterialization], dict[str, Any]]:
     """Materializations for every newly ready ODS hour (and reported hours with late changes), and the
     advanced cursor ``{table: {"last": hour, "seen": {stream: segment position of counts seen}}}``.
@@ -522,7 +523,8 @@ def readiness_events(
     again as late changes whether their ingested count grew or not (a late change counts in its binlog hour,
     not in the hour of the row it changes). Hours past the last reported one are left to the walk, which
     reports an hour only once it is complete; hours before the counts read (``lookback``) are not reported
-    again, as for count growth.
+    again, as for count growth, but for those ``tainted`` says are tainted (table, hour keys → the tainted ones): a
+    change to a tainted hour is the correction its repair waits for, however old the hour.
     """
     events: list[AssetMaterialization] = []
     cursor = dict(cursor)
@@ -539,6 +541,9 @@ def readiness_events(
         if changed and changed.get(table.fqn) and last is not None:
             rewritten = [k for k in changed[table.fqn] if k <= last and state.counts_cover(state.local_hour(k))]
             late = sorted({*late, *rewritten})
+            older = [k for k in changed[table.fqn] if k <= last and not state.counts_cover(state.local_hour(k))]
+            if older and tainted is not None:
+                events.extend(_corrected_hours(store, landing, table, sorted(tainted(table, older))))
         keys = ready_hours(state, last, MAX_EVENTS_PER_TICK - len(events))
         # the counts read cover the tick's hours only: what was seen before stays seen
         counted = {s: max(seen.get(s, 0), state.counted_seq.get(s, 0)) for s in {*seen, *state.counted_seq}}
@@ -557,6 +562,20 @@ def readiness_events(
             events.extend(_hour_events(store, table, state, late, keys, new_changes))
         events.extend(windows)
     return events, cursor
+
+
+def _corrected_hours(
+    store: DeltaStore, landing: Landing, table: Table, keys: Sequence[str]
+) -> list[AssetMaterialization]:
+    """The reports, again, of tainted hours changed since their taint that lie before the counts a tick reads: their
+    counts read for their own hours, each reported once complete (a late change left to a repair past the lookback;
+    this change is the repair's)."""
+    if not keys:
+        return []
+    state = shard_state(store, landing, table)
+    starts = [hourly.time_window_for_partition_key(k).start for k in keys]
+    read_counts(state, store, landing, table, min(starts), max(starts) + timedelta(hours=1))
+    return _hour_events(store, table, state, [k for k in keys if state.completeness(k).complete], [], {})
 
 
 def _hour_events(
