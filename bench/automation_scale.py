@@ -410,34 +410,46 @@ class DirectFeed:
     ) -> None:
         """``counts``: per partition, its rows and how many of them the build changed, as a materialization's
         metadata tells the store."""
+        self.complete_many([(table, partitions, counts)], now)
+
+    def complete_many(
+        self,
+        runs: list[tuple[Any, tuple[str, ...], dict[str, tuple[int | None, int | None]] | None]],
+        now: datetime,
+    ) -> None:
+        """Several runs' completions (table, partitions, counts as in :meth:`complete`), in order, in one transaction:
+        the same rows and storage ids as one call each, one commit."""
         from dagster import AssetKey
 
         from warehouse_assets.center.state_store import _COLUMNS, Change, PartitionState, _to_row
 
         started = time.perf_counter()
-        key = AssetKey(table.key).to_user_string()
         states = []
-        for partition in partitions:
-            self.events += 1
-            rows, changed = (counts or {}).get(partition, (None, None))
-            states.append(
-                PartitionState(
-                    key,
-                    partition,
-                    storage_id=self.events,
-                    run_id="",
-                    timestamp=now.timestamp(),
-                    rows=rows,
-                    changed=changed,
+        for table, partitions, counts in runs:
+            key = AssetKey(table.key).to_user_string()
+            for partition in partitions:
+                self.events += 1
+                rows, changed = (counts or {}).get(partition, (None, None))
+                states.append(
+                    PartitionState(
+                        key,
+                        partition,
+                        storage_id=self.events,
+                        run_id="",
+                        timestamp=now.timestamp(),
+                        rows=rows,
+                        changed=changed,
+                    )
                 )
-            )
+        if not states:
+            return
         self.store._db.execute("BEGIN IMMEDIATE")
         self.store._db.executemany(
             f"INSERT OR REPLACE INTO partitions ({_COLUMNS}) VALUES ({', '.join('?' * len(_to_row(states[0])))})",
             map(_to_row, states),
         )
         self.store._db.execute("COMMIT")
-        self._pending += [Change(key, s.partition, frozenset({"materialized"}), s) for s in states]
+        self._pending += [Change(s.asset_key, s.partition, frozenset({"materialized"}), s) for s in states]
         self.store_s += time.perf_counter() - started
 
     def changes(self) -> list[Any]:

@@ -210,7 +210,9 @@ class Horizon:
         self.hour_promise = self._hour_promise()
         self.aggregates = {t.fqn for t in catalog.derived() if AGGREGATE_MARK in t.sql}
         self.rate = self._rates()
-        self._hours: dict[tuple[str, str], float] = {}
+        self._rows: dict[tuple[str, str], float] = {}  # a partition's rows, by the model
+        self._inputs: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        self._whole: dict[tuple[str, str], float] = {}  # the rows a whole build of a partition reads
         # late-change samples: id → (root, hour, arrival); partition → the sampled changes it holds
         self.samples: dict[int, tuple[str, str, datetime]] = {}
         self.holds: dict[tuple[str, str], frozenset[int]] = {}
@@ -301,26 +303,38 @@ class Horizon:
         return rate
 
     def rows(self, fqn: str, key: str) -> float:
-        table = self.catalog[fqn]
-        if table.is_static:
-            return STATIC_ROWS
-        if fqn in self.aggregates:
-            return 1.0
-        hours = self._hours.get((fqn, key))
-        if hours is None:
-            window = self.window(table, key)
-            hours = self._hours[(fqn, key)] = (window.end - window.start).total_seconds() / 3600
-        return self.rate[fqn] * hours
+        found = self._rows.get((fqn, key))
+        if found is None:
+            table = self.catalog[fqn]
+            if table.is_static:
+                found = STATIC_ROWS
+            elif fqn in self.aggregates:
+                found = 1.0
+            else:
+                window = self.window(table, key)
+                found = self.rate[fqn] * ((window.end - window.start).total_seconds() / 3600)
+            self._rows[(fqn, key)] = found
+        return found
 
     def inputs(self, fqn: str, key: str, now: datetime) -> list[tuple[str, str]]:
+        """The partitions a build of ``key`` reads. Kept once every window is whole: a window that exists stays the
+        same (the calendars are fixed), and a partition is built many times over the horizon."""
         from warehouse_assets.catalog import WHOLE
 
+        known = self._inputs.get((fqn, key))
+        if known is not None:
+            return known
         found = []
+        complete = True
         for dep in self.catalog[fqn].deps:
             if self.catalog[dep.table].is_static:
                 found.append((dep.table, WHOLE))
                 continue
-            found += [(dep.table, k) for k in self.index.upstream_of(fqn, dep.table, key, now) or []]
+            keys = self.index.upstream_of(fqn, dep.table, key, now)
+            complete = complete and keys is not None
+            found += [(dep.table, k) for k in keys or []]
+        if complete:
+            self._inputs[(fqn, key)] = found
         return found
 
     def report_root(
@@ -342,21 +356,26 @@ class Horizon:
             plans = self.resolver.on_changes(changes, now)
             if not plans and not changes and not self.resolver.backlog:
                 return runs
+            completed = []
             for plan in plans:
                 runs += 1
-                table = self.catalog[plan.table]
                 late = {partition for partition, _ in plan.late_changes}
                 # each partition's rows and the keys its build changed, as the runner's metadata records them
                 counts = {
                     key: self.built(plan.table, key, now, key in late, ",".join(sorted(plan.trigger.fields)))
                     for key in plan.partitions
                 }
-                self.feed.complete(table, plan.partitions, now, counts)
+                completed.append((self.catalog[plan.table], plan.partitions, counts))
+            self.feed.complete_many(completed, now)  # the round's runs in one commit, in the order they ended
 
     def built(self, fqn: str, key: str, now: datetime, late: bool = False, why: str = "") -> tuple[int, int]:
         """Count a build's work; its partition's rows and the keys it changed."""
         inputs = self.inputs(fqn, key, now)
-        whole = sum(self.rows(*i) for i in inputs)
+        whole = self._whole.get((fqn, key))
+        if whole is None:
+            whole = sum(self.rows(*i) for i in inputs)
+            if (fqn, key) in self._inputs:  # its inputs are known for good: so is what they hold
+                self._whole[(fqn, key)] = whole
         first = (fqn, key) not in self.builds
         self.builds[(fqn, key)] += 1
         self.sequence += 1
