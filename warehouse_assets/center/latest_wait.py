@@ -39,6 +39,7 @@ from warehouse_assets.materialize.gate import NONEXISTENT, Verdict
 LATEST_WAIT = timedelta(hours=1)
 # the modes whose windows wait: each may run before its window is whole, and is rebuilt when the rest arrives
 WAITING_MODES = (LATEST, ANY)
+UNTIL_KEPT = 200_000  # partitions whose wait's end is kept (a few days of every waiting table's partitions)
 
 
 class _States(Protocol):
@@ -56,6 +57,7 @@ class LatestWait:
             for t in catalog.derived()
             if any(d.mode in WAITING_MODES for d in [*t.deps, *(d for s in t.states for d in s.deps)])
         }
+        self._until: dict[tuple[str, str], float] = {}
 
     def waits(self, table: Table, partition: str, verdict: Verdict, states: _States, now: datetime) -> bool:
         """Whether ``partition``, which the gate lets run, waits for a newer partition of one of its latest windows
@@ -88,6 +90,8 @@ class LatestWait:
         """The partitions of these tables whose wait's bound passed after ``since`` and by ``now`` (whether or not
         they waited: the gate decides again), looked at again whatever their newer input does. ``ended_between``
         gives a period's partitions whose windows ended in a span."""
+        if since >= now:
+            return []  # no time passed since the last call (a round's many calls share its moment): no bound passed
         found = []
         ended: dict[str, list[str]] = {}  # per period: Dagster's partition arithmetic costs about a millisecond a call
         for fqn in self.tables:
@@ -103,12 +107,19 @@ class LatestWait:
 
     def until(self, table: Table, partition: str) -> float:
         """When the partition's wait for a newer input ends: :data:`LATEST_WAIT` after its window, or half its SLA's
-        time after it when that is sooner."""
+        time after it when that is sooner. Kept per partition: the clock's look at every waiting table's ended
+        windows asks again on each call, and the window and deadline arithmetic costs about a millisecond."""
+        known = self._until.get((table.fqn, partition))
+        if known is not None:
+            return known
         end = partition_window(table, partition).end
         wait = LATEST_WAIT
         if isinstance(table, DerivedTable) and table.sla is not None:
             wait = min(wait, (deadline(table, partition) - end) / 2)
-        return (end + wait).timestamp()
+        if len(self._until) >= UNTIL_KEPT:
+            self._until.clear()
+        self._until[(table.fqn, partition)] = until = (end + wait).timestamp()
+        return until
 
 
 def _coming(state: PartitionState) -> bool:
