@@ -64,17 +64,8 @@ from automation_scale import generate_catalog
 from bench.calibration import calib_ms
 from warehouse_assets.catalog import WHOLE, Catalog, business_zone, load_catalog
 from warehouse_assets.center.reverse_index import ReverseIndex
-from warehouse_assets.explain.eta import (
-    NOT_BUILT,
-    CatalogGraph,
-    History,
-    Node,
-    Predictor,
-    Queue,
-    QueuedRun,
-    RunTime,
-    Seen,
-)
+from warehouse_assets.explain.eta import NOT_BUILT, History, Node, Predictor, Queue, QueuedRun, RunTime, Seen
+from warehouse_assets.explain.eta_instance import CatalogGraph
 from warehouse_assets.materialize.freshness import deadline as sla_deadline
 from warehouse_assets.materialize.gate import table_partitions_in_range
 

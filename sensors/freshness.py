@@ -25,7 +25,7 @@ from resources.settings import Settings, current
 from warehouse_assets.catalog import Catalog, business_zone
 from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import PartitionStateStore
-from warehouse_assets.explain.eta import instance_predictor
+from warehouse_assets.explain.eta_instance import instance_predictor
 from warehouse_assets.explain.forecast import day_predictions, forecast_tick, warning_evaluation
 from warehouse_assets.explain.forecast import timeline_markdown as timeline
 from warehouse_assets.explain.prediction_log import FORECAST, record_predictions

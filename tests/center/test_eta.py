@@ -28,12 +28,12 @@ from warehouse_assets.center.reverse_index import ReverseIndex
 from warehouse_assets.center.state_store import PartitionStateStore
 from warehouse_assets.explain.eta import (
     ARRIVES,
+    DEFAULT_RUN_S,
     MATERIALIZED,
     NOT_BUILT,
     QUEUED,
     RUNNING,
     RUNS,
-    CatalogGraph,
     History,
     Node,
     Predictor,
@@ -42,11 +42,10 @@ from warehouse_assets.explain.eta import (
     Report,
     RunTime,
     Seen,
-    instance_history,
-    instance_predictor,
     predict,
     usual_delays,
 )
+from warehouse_assets.explain.eta_instance import CatalogGraph, instance_history, instance_predictor
 from warehouse_assets.explain.forecast import (
     day_predictions,
     forecast_tick,
@@ -111,19 +110,20 @@ CHAIN_HISTORY = History(
 def test_the_prediction_of_a_small_chain_equals_the_hand_computed_finish_and_names_its_path() -> None:
     # at END + 30 s, the hour waited 30 s: of its past delays all five are longer, their median is 180 s →
     # arrives END + 180; dwd.b starts then and takes the median of its 4 runs, 250 s → END + 430; dwd.d runs since
-    # END - 100 for 50 s: overdue, so now (END + 30); ads.c has 2 runs, fewer than 3: the default 300 s → END + 730
+    # END - 100 for 50 s: overdue, so now (END + 30); ads.c has 2 runs, fewer than 3: what this warehouse's trusted
+    # tables typically take, the median of dwd.b's 250 s and dwd.d's 50 s, 150 s → END + 580
     prediction = predict(CHAIN, States(CHAIN_STATES), CHAIN_HISTORY, END + 30, "ads.c", "h1")
 
-    assert prediction.finish == END + 730
+    assert prediction.finish == END + 580
     assert [(s.table, s.partition, s.kind, s.finish) for s in prediction.path] == [
         ("ods.s", "h1", ARRIVES, END + 180),
         ("dwd.b", "h1", RUNS, END + 430),
-        ("ads.c", "h1", RUNS, END + 730),
+        ("ads.c", "h1", RUNS, END + 580),
     ]
     assert prediction.path[1].start == END + 180
     line = prediction.line(ZONE)
-    assert line.startswith("predicted ready ~03-02 11:12; critical path: ods.s h1 arrives ~03-02 11:03 → dwd.b h1")
-    assert "ads.c h1 runs ~03-02 11:07 for 5 min (default: 2 successful runs known), ready ~03-02 11:12" in line
+    assert line.startswith("predicted ready ~03-02 11:09; critical path: ods.s h1 arrives ~03-02 11:03 → dwd.b h1")
+    assert "ads.c h1 runs ~03-02 11:07 for 2 min (typical here: 2 successful runs known), ready ~03-02 11:09" in line
 
 
 def test_a_source_later_than_its_usual_delay_is_expected_at_the_median_of_the_longer_delays_then_after_now() -> None:
@@ -140,6 +140,24 @@ def test_too_few_runs_give_the_default_run_time() -> None:
     assert history.run_time("never.ran").seconds == 123
     trusted = History(runs={"ads.c": runs(10, 20, 90)}).run_time("ads.c")
     assert (trusted.seconds, trusted.trusted) == (20, True)
+
+
+def test_a_table_not_yet_learned_takes_what_this_warehouses_trusted_tables_typically_take() -> None:
+    # three trusted tables (medians 20, 60, 100 s) and the ingestion job's long runs, which are not a table's
+    history = History(
+        runs={
+            "dwd.a": runs(10, 20, 30),
+            "dws.b": runs(60, 60, 60),
+            "ads.c": runs(100, 100, 100),
+            "job:ods_ingest": runs(900, 900, 900),
+            "ads.new": runs(5000),
+        }
+    )
+    estimate = history.run_time("ads.new")
+    assert (estimate.seconds, estimate.runs, estimate.trusted) == (60, 1, False)
+    assert history.run_time("never.ran").seconds == 60
+    # no table trusted yet: the fixed default
+    assert History(runs={"job:ods_ingest": runs(900, 900, 900)}).run_time("never.ran").seconds == DEFAULT_RUN_S
 
 
 def test_failed_runs_are_excluded_from_a_tables_run_time() -> None:
@@ -168,9 +186,10 @@ def test_the_queue_ahead_delays_a_queued_run_and_a_run_not_yet_submitted() -> No
     one_slot = Predictor(graph, states, history, now, Queue(queue, slots=1))
     queued = one_slot.predict("z.z", "p")
     assert (queued.path[-1].kind, queued.path[-1].start, queued.finish) == (QUEUED, now + 290, now + 340)
-    # w.w's upstream is ready now, but whatever is submitted now waits until the queue has drained: now + 340
+    # w.w's upstream is ready now, but whatever is submitted now waits until the queue has drained: now + 340; it
+    # never ran, so it takes what the tables here typically take (the median of 100, 200 and 50 s)
     waiting = one_slot.predict("w.w", "p")
-    assert (waiting.path[-1].start, waiting.finish) == (now + 340, now + 340 + 300)
+    assert (waiting.path[-1].start, waiting.finish) == (now + 340, now + 340 + 100)
 
     two_slots = predict(graph, states, history, now, "z.z", "p", Queue(queue, slots=2))
     assert two_slots.finish == now + 90 + 50  # y.y takes the free slot at once, z.z the one x.x frees
@@ -183,8 +202,9 @@ def test_the_queue_ahead_delays_a_queued_run_and_a_run_not_yet_submitted() -> No
 def test_materialized_running_and_queued_partitions_end_the_walk() -> None:
     states = States({**CHAIN_STATES, ("dwd.b", "h1"): Seen(started_at=END - 60)})
     prediction = predict(CHAIN, states, CHAIN_HISTORY, END, "ads.c", "h1")
-    # dwd.b runs since END - 60 for 250 s: END + 190, then ads.c 300 s; the source hour under it is never asked for
-    assert prediction.finish == END + 490
+    # dwd.b runs since END - 60 for 250 s: END + 190, then ads.c the typical 150 s; the source hour under it is never
+    # asked for
+    assert prediction.finish == END + 340
     assert [s.kind for s in prediction.path] == [RUNNING, RUNS]
     assert all(table != "ods.s" for table, _ in states.asked)
 
@@ -371,7 +391,7 @@ def test_why_and_status_print_the_prediction_and_its_critical_path(
     assert path.startswith(f"critical path: {GMV_PATH}; set by ods.order {DAY}-23:00 arrives ~")
     assert lines[-1].startswith("verdict: ")  # the verdict stays the last line
     steps = prediction.critical_path(ZONE)
-    assert f"ads.daily_gmv {DAY} runs ~" in steps and "(default: 0 successful runs known)" in steps
+    assert f"ads.daily_gmv {DAY} runs ~" in steps and "(typical here: 0 successful runs known)" in steps
 
     store = PartitionStateStore(instance)
     try:

@@ -1,18 +1,21 @@
-"""An external producer's declared delivery span (``external.usual_delay``) is what the predicted finish assumes
-until the table has taught its own delays: on a fresh stack the ad partner's usual morning delivery is expected, not
-called overdue ten minutes after midnight, and its reader's SLA is warned only once the delivery runs out of its span.
-Pinned times, figures by hand."""
+"""A source's declared delivery span (an external producer's ``external.usual_delay``, an ODS table's
+``usual_delay``) is what the predicted finish assumes until the table has taught its own delays: on a fresh stack the
+ad partner's usual morning delivery is expected, not called overdue ten minutes after midnight, and its reader's SLA is
+warned only once the delivery runs out of its span. Pinned times, figures by hand."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 
-from warehouse_assets.catalog import Catalog, ExternalTable, business_zone, load_catalog
+from warehouse_assets.catalog import Catalog, CatalogError, ExternalTable, OdsTable, business_zone, load_catalog
+from warehouse_assets.catalog.loader import TABLES_DIR as TABLES
 from warehouse_assets.catalog.model import External
-from warehouse_assets.explain.eta import NOT_BUILT, History, Node, Prediction, Predictor, RunTime, Seen, declared_delays
+from warehouse_assets.explain.eta import NOT_BUILT, History, Node, Prediction, Predictor, RunTime, Seen
+from warehouse_assets.explain.eta_instance import declared_delays
 from warehouse_assets.explain.forecast import sla_warning
 
 ZONE = business_zone()
@@ -110,3 +113,39 @@ def test_a_bad_usual_delay_is_refused_naming_it(spec: object, words: str) -> Non
 
 def test_one_declared_delay_is_taken_as_it_is() -> None:
     assert External.parse({"format": "delta", "location": "x", "usual_delay": "2h"}).usual_delay_minutes == (120,)
+
+
+def test_the_example_ods_tables_declare_their_hours_landing_and_a_fresh_stack_expects_it(catalog: Catalog) -> None:
+    spans = {t.fqn: t.usual_delay_minutes for t in catalog if isinstance(t, OdsTable)}
+    assert spans and set(spans.values()) == {(0, 2)}
+    hour: Node = ("ods.order", "2026-03-02-10:00")
+    end = datetime(2026, 3, 2, 11, 0, tzinfo=ZONE).timestamp()
+
+    class HourGraph(Graph):
+        def is_source(self, table: str) -> bool:
+            return table == hour[0]
+
+        def window_end(self, node: Node) -> float:
+            return end
+
+    def arrives(history: History) -> float:
+        return Predictor(HourGraph(), States(), history, end).predict(*hour).finish
+
+    # an hour just ended on a fresh stack: the median of the declared 0-2 min still ahead, 67.5 s after its end; before
+    # the declaration the default ten minutes, which made every hourly reader's prediction ten minutes late
+    assert arrives(History(declared_delays=declared_delays(catalog))) == end + 67.5
+    assert arrives(History()) == end + 600
+    # its own reported hours, once it has them, replace the declaration
+    learned = History(arrivals={hour[0]: [30.0, 40.0, 50.0]}, declared_delays=declared_delays(catalog))
+    assert arrives(learned) == end + 40
+
+
+def test_a_bad_ods_usual_delay_is_refused_naming_the_file_and_the_key(tmp_path: Path) -> None:
+    declaration = (TABLES / "ods" / "user.yaml").read_text()
+    (tmp_path / "ods").mkdir()
+    (tmp_path / "ods" / "user.yaml").write_text(declaration.replace("usual_delay: [0m, 2m]", "usual_delay: [2m, 0m]"))
+    with pytest.raises(CatalogError) as refused:
+        load_catalog(tmp_path)
+    assert "user.yaml" in str(refused.value) and "usual_delay's earliest must come before its latest" in str(
+        refused.value
+    )

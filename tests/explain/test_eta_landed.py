@@ -33,8 +33,8 @@ from warehouse_assets.explain.eta import (
     QueuedRun,
     RunTime,
     Seen,
-    instance_history,
 )
+from warehouse_assets.explain.eta_instance import instance_history
 from warehouse_assets.explain.forecast import sla_warning
 from warehouse_assets.explain.landed import LandedHours
 from warehouse_assets.ingest.job import JOB

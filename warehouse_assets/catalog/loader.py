@@ -55,6 +55,7 @@ _DECLARED_AS = {
     "source_tables": "source.tables",
     "heartbeat_idle_grace_minutes": "idle_proof.heartbeat_grace_minutes",
     "completeness_threshold": "completeness.threshold",
+    "usual_delay_minutes": "usual_delay",
     "zorder_file_size": "zorder.file_size",
 }
 
@@ -230,6 +231,8 @@ def _load_ods(path: Path) -> OdsTable:
     fields["completeness_threshold"] = (
         completeness.get("threshold", DEFAULT_COMPLETENESS) if isinstance(completeness, Mapping) else None
     )
+    if header.get("usual_delay") is not None:
+        fields["usual_delay_minutes"] = header["usual_delay"]
     # its checks are evaluated in batches by the ods_quality_checks sensor (sensors/ods.py)
     return _build(OdsTable, path, fields)
 

@@ -77,7 +77,7 @@ from resources.column_types import is_spark_type
 from warehouse_assets.catalog.calendars import MINUTE_PERIODS, PARTITION_COLUMNS, PERIOD_ORDER
 from warehouse_assets.catalog.checks import Check, parse_checks
 from warehouse_assets.catalog.dependencies import Dependency, TableState, name_tuple
-from warehouse_assets.catalog.policies import DEFAULT_LATE_DATA, LateDataPolicy, Sla, minutes_of
+from warehouse_assets.catalog.policies import DEFAULT_LATE_DATA, LateDataPolicy, Sla, usual_delay
 
 LAYERS = ("ext", "ods", "dwd", "dws", "ads")
 EXTERNAL_FORMATS = ("csv_files", "delta")
@@ -135,21 +135,8 @@ class External:
             location=str(spec["location"]),
             producer=str(spec.get("producer", "")),
             marker=str(spec.get("marker", "_SUCCESS")),
-            usual_delay_minutes=_usual_delay(spec.get("usual_delay")),
+            usual_delay_minutes=usual_delay(spec.get("usual_delay"), "external.usual_delay"),
         )
-
-
-def _usual_delay(spec: Any) -> tuple[int, ...]:
-    """``usual_delay: [5h, 9h]`` (from, to after the day ends) or one duration; absent: unknown."""
-    if spec is None:
-        return ()
-    bounds = spec if isinstance(spec, list) else [spec]
-    if not 1 <= len(bounds) <= 2:
-        raise ValueError(f"external.usual_delay must be a duration or [earliest, latest], got {spec!r}")
-    minutes = tuple(minutes_of(b, "external.usual_delay") for b in bounds)
-    if minutes != tuple(sorted(minutes)):
-        raise ValueError(f"external.usual_delay's earliest must come before its latest, got {spec!r}")
-    return minutes
 
 
 _REGION_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -437,6 +424,9 @@ class OdsTable(Table):
     kind: str = TIME_SERIES
     heartbeat_idle_grace_minutes: int | None = None  # heartbeats may prove an idle shard (see readiness)
     completeness_threshold: float = DEFAULT_COMPLETENESS  # ingested rows / source rows for a ready hour
+    # when its hours usually land, in minutes after the hour ends (earliest, latest): what the predicted finish
+    # assumes until the table's own hours have taught it (a fresh stack); () unknown
+    usual_delay_minutes: tuple[int, ...] = ()
 
     @property
     def changelog(self) -> bool:
@@ -454,6 +444,11 @@ class OdsTable(Table):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
             raise ValueError(f"idle_proof.heartbeat_grace_minutes must be a non-negative integer, got {value!r}")
         return value
+
+    @field_validator("usual_delay_minutes", mode="before")
+    @classmethod
+    def _usual_delay(cls, value: Any) -> tuple[int, ...]:
+        return usual_delay(value)
 
     @field_validator("completeness_threshold", mode="before")
     @classmethod

@@ -55,6 +55,22 @@ def minutes_of(value: Any, what: str) -> int:
     return int(match.group("n")) * {"m": 1, "h": 60, "d": 1440}[match.group("unit")]
 
 
+def usual_delay(spec: Any, name: str = "usual_delay") -> tuple[int, ...]:
+    """``usual_delay: [5h, 9h]`` (from, to after the window ends) or one duration; absent: unknown. ``name``: the
+    declaration's wording, for the error."""
+    if spec is None:
+        return ()
+    if isinstance(spec, tuple):  # already parsed (a table built in code)
+        return spec
+    bounds = spec if isinstance(spec, list) else [spec]
+    if not 1 <= len(bounds) <= 2:
+        raise ValueError(f"{name} must be a duration or [earliest, latest], got {spec!r}")
+    minutes = tuple(minutes_of(b, name) for b in bounds)
+    if minutes != tuple(sorted(minutes)):
+        raise ValueError(f"{name}'s earliest must come before its latest, got {spec!r}")
+    return minutes
+
+
 AT_ONCE, EVERY, DAILY_AT, AFTER, NEVER = "at_once", "every", "daily", "after", "never"
 
 

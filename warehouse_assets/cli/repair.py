@@ -117,7 +117,7 @@ def table_status_command(
     from warehouse_assets.catalog import load_catalog
     from warehouse_assets.center.ledger import open_readonly
     from warehouse_assets.center.state_store import PartitionStateStore
-    from warehouse_assets.explain.eta import instance_predictor
+    from warehouse_assets.explain.eta_instance import instance_predictor
     from warehouse_assets.explain.status import status_keys, status_lines
 
     catalog = load_catalog()

@@ -60,7 +60,8 @@ from warehouse_assets.center.late_data import LOOKBACK
 from warehouse_assets.center.latest_wait import LatestWait
 from warehouse_assets.center.ledger import open_readonly
 from warehouse_assets.center.state_store import PartitionState, PartitionStateStore, StateView, default_path
-from warehouse_assets.explain.eta import Prediction, instance_predictor
+from warehouse_assets.explain.eta import Prediction
+from warehouse_assets.explain.eta_instance import instance_predictor
 from warehouse_assets.explain.forecast import timeline_markdown
 from warehouse_assets.explain.prediction_log import WHY, record_predictions
 from warehouse_assets.explain.upstream import GONE, NEVER, QUEUED, READY, PartitionStates, UpstreamState
