@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from resources.delta_read import DeltaReader, PartitionSpec, ReadStats, _identifier, _sql_partitions
+from resources.delta_read import DeltaReader, PartitionSpec, ReadStats, _commit, _identifier, _sql_partitions
 from resources.delta_sql import (
     COMMIT_ATTEMPTS,
     PartitionWritten,
@@ -45,6 +45,8 @@ MAX_LITERAL_VALUES = 2_000
 IN_LIST_PUSHDOWN = {"spark.sql.parquet.pushdown.inFilterThreshold": str(MAX_LITERAL_VALUES)}
 GROUP_ROWS = '"__key_rows"'  # a key's rows in a grouped count, named apart from any key column
 KEYED = f"{GROUP_ROWS} > 0 AND k IS NOT NULL"  # a value the partition holds, not null: one of its keys
+# :meth:`KeyScopedWrites.replaced_values` reads at most this many commits' log entries, each a file; past it, the feed
+MAX_RECORDED_COMMITS = 50
 # a referenced input as a build read it: its table, the version, the partitions and the row predicates
 Referenced = tuple[Sequence[str] | str, int, Sequence[PartitionSpec], Sequence[Predicate]]
 
@@ -216,6 +218,33 @@ class KeyScopedWrites(DeltaReader):
         except DeltaLayerError as exc:
             log.info("%s: no change data feed from version %d to %d (%s)", key, after + 1, until, exc)
             return None
+
+    def replaced_values(
+        self, key: Sequence[str] | str, column: str, partitions: Sequence[PartitionSpec], after: int, until: int
+    ) -> list[Any] | None:
+        """The values of ``column`` that every row the commits after version ``after`` up to ``until`` changed in
+        ``partitions`` holds, as those commits recorded them (:meth:`replace_rows_where` records the values its
+        ``replaceWhere`` held each column to), read from their log entries: a superset of :meth:`changed_values`'s
+        without reading the change data feed. A commit changing none of those partitions' rows (another partition's
+        write, an ``OPTIMIZE``) adds none. None when one that changed them recorded none for ``column`` (any other
+        write), or when its log entry is gone or they are too many to read one by one."""
+        if until - after > MAX_RECORDED_COMMITS:
+            return None
+        wanted = [set(spec.items()) for spec in partitions]
+        uri = self.table_uri(key)
+        values: dict[Any, None] = {}
+        for version in range(after + 1, until + 1):
+            try:
+                commit = _commit(uri, version)
+            except FileNotFoundError:
+                return None
+            if not any(spec <= set(changed) for spec in wanted for changed in commit.partitions):
+                continue
+            recorded = (commit.replaced or {}).get(column)
+            if recorded is None:
+                return None
+            values.update(dict.fromkeys(recorded))
+        return list(values)
 
     def replace_keys(
         self,

@@ -51,7 +51,7 @@ from pydantic import Field
 
 from resources.column_types import normalize_arrow_schema
 from resources.delta_keys import IN_LIST_PUSHDOWN, MAX_LITERAL_VALUES, KeyScopedWrites, literal_in
-from resources.delta_read import PartitionSpec, ReadStats
+from resources.delta_read import REPLACED, PartitionSpec, ReadStats
 from resources.delta_sql import (
     COMMIT_ATTEMPTS,
     MergeResult,
@@ -352,8 +352,9 @@ class DeltaStore(KeyScopedWrites):
         keys = where.get(key_column, [])
         if not 0 < len(keys) <= MAX_LITERAL_VALUES or any(v is None for v in keys):
             raise DeltaLayerError(f"{uri}: {len(keys)} values of the key {key_column} to replace the rows of")
-        local = rows.toArrow()
-        terms = [sql_partition_predicate(None, [partition], partition_by), literal_in(f"`{key_column}`", keys)]
+        with session_confs(spark, IN_LIST_PUSHDOWN):  # a scan of an input by the keys as literals skips pages too
+            local = rows.toArrow()
+        held = {key_column: list(keys)}
         for column, values in where.items():
             if column == key_column or column not in local.column_names:
                 continue
@@ -361,11 +362,18 @@ class DeltaStore(KeyScopedWrites):
             found = list(dict.fromkeys([*values, *new.unique().to_pylist()]))
             if new.null_count or len(found) > MAX_LITERAL_VALUES:
                 continue
-            terms.append(literal_in(f"`{column}`", found))
+            held[column] = found
+        terms = [sql_partition_predicate(None, [partition], partition_by)]
+        terms += [literal_in(f"`{column}`", values) for column, values in held.items()]
         predicate = " AND ".join(terms)
         frame = arrow_frame(spark, local).select(*[F.col(c).cast(t).alias(c) for c, t in rows.dtypes])
         write_id = f"k-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:12]}"
-        metadata = json.dumps({"warehouse.operation": "replace-keys", "warehouse.write_id": write_id})
+        # every row this commit removes or writes holds one of each column's values: recorded, its readers' key-scoped
+        # rebuilds take their changed keys from here, not from its change data feed (JSON keeps integers and strings)
+        recorded = {c: v for c, v in held.items() if all(_json_exact(x) for x in v)}
+        metadata = json.dumps(
+            {"warehouse.operation": "replace-keys", "warehouse.write_id": write_id, REPLACED: recorded}
+        )
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
             writer = frame.coalesce(1).write.format("delta").mode("overwrite")
             writer = writer.option("replaceWhere", predicate).option("userMetadata", metadata)
@@ -756,3 +764,8 @@ class DeltaLakeResource(ConfigurableResource):  # type: ignore[misc]
         environment (:func:`storage_options`)."""
         options = {**storage_options(self.root), **self.storage_options}
         return DeltaStore(self.root, options, self.time_travel_hours, self.checkpoint_interval)
+
+
+def _json_exact(value: object) -> bool:
+    """Whether JSON gives ``value`` back as it was: an integer or a string (a bool, decimal or time would not be)."""
+    return isinstance(value, int | str) and not isinstance(value, bool)

@@ -27,6 +27,10 @@ from resources.storage import DeltaLayerError, filesystem
 PartitionSpec = Mapping[str, str]
 """One partition: partition column → value, e.g. ``{"dt": "2024-03-05", "hh": "13"}``."""
 
+# The key of a key-scoped write's user metadata naming, per column, the values its replaceWhere held it to: every row
+# the commit removed or wrote holds one of them, so its readers learn what it changed from its log entry alone
+REPLACED = "warehouse.replaced"
+
 
 @dataclass
 class ReadStats:
@@ -48,6 +52,8 @@ class _Commit(NamedTuple):
     partitions: frozenset[tuple[tuple[str, str], ...]]  # those its data-changing actions name
     restored: int | None  # a RESTORE's: the version it restored the table to (-1 when its entry does not say)
     at: float | None = None  # when it was committed (epoch seconds, its commitInfo's timestamp), if its entry says
+    # a key-scoped write's: column → the values every row it removed or wrote holds there (:data:`REPLACED`)
+    replaced: Mapping[str, tuple[Any, ...]] | None = None
 
 
 @functools.lru_cache(maxsize=65536)  # a commit's entry never changes: each is read once per process
@@ -59,6 +65,7 @@ def _commit(uri: str, version: int) -> _Commit:
     found = set()
     restored = None
     at = None
+    replaced = None
     for line in lines:
         action = json.loads(line) if line.strip() else {}
         for kind in ("add", "remove"):
@@ -71,7 +78,22 @@ def _commit(uri: str, version: int) -> _Commit:
         if isinstance(info, dict) and str(info.get("operation", "")).upper() == "RESTORE":
             target = (info.get("operationParameters") or {}).get("version")
             restored = int(str(target)) if str(target).isdigit() else -1  # unsaid: as if restored to before any version
-    return _Commit(frozenset(found), restored, at)
+        if isinstance(info, dict):
+            replaced = _replaced(info.get("userMetadata")) or replaced
+    return _Commit(frozenset(found), restored, at, replaced)
+
+
+def _replaced(user_metadata: object) -> dict[str, tuple[Any, ...]] | None:
+    """What a key-scoped write recorded in its commit's user metadata under :data:`REPLACED`, if it did."""
+    if not isinstance(user_metadata, str) or not user_metadata.startswith("{"):
+        return None
+    try:
+        recorded = json.loads(user_metadata).get(REPLACED)
+    except ValueError:
+        return None
+    if not isinstance(recorded, dict):
+        return None
+    return {str(c): tuple(v) for c, v in recorded.items() if isinstance(v, list)}
 
 
 class Restore(NamedTuple):

@@ -73,12 +73,18 @@ def test_a_whole_write_is_ranged_and_sorted_by_the_cluster_columns(catalog: Cata
 
 
 def test_a_scan_for_the_changed_keys_names_them_as_literals(catalog: Catalog, spark: SparkSession) -> None:
-    """Delta skips files, Parquet pages, by literals only: a broadcast join of the keys alone reads every file."""
+    """Delta skips files, Parquet pages, by literals only: a broadcast join of the keys alone reads every file. The
+    literals of a one-column key are the keys: no join with them (a job to broadcast them) on top."""
     scope = KeyScope(("user_id",), pa.table({"user_id": [3, 5]}), {"dwd.order_detail": ("user_id",)})
     df = spark.range(100).selectExpr("id AS order_id", "pmod(id, 10) AS user_id")
     found = scope.only_keys(spark, "dwd.order_detail", df)
-    assert "IN(3,5)" in found._jdf.queryExecution().optimizedPlan().toString().replace(" ", "").upper()
+    plan = found._jdf.queryExecution().optimizedPlan().toString().replace(" ", "").upper()
+    assert "IN(3,5)" in plan and "JOIN" not in plan
     assert sorted(r["order_id"] for r in found.collect()) == [i for i in range(100) if i % 10 in (3, 5)]
+    # two columns: each one's literals let pass pairs that are not keys, which the join with the keys drops
+    pairs = KeyScope(("a", "b"), pa.table({"a": [1, 2], "b": [2, 1]}), {"t": ("a", "b")})
+    grid = spark.range(9).selectExpr("id DIV 3 AS a", "id % 3 AS b")
+    assert sorted(tuple(r) for r in pairs.only_keys(spark, "t", grid).collect()) == [(1, 2), (2, 1)]
 
 
 def test_a_few_keys_rows_are_replaced_by_a_predicate_on_them_in_one_commit(spark: SparkSession, tmp_path: Any) -> None:
@@ -112,3 +118,55 @@ def test_a_few_keys_rows_are_replaced_by_a_predicate_on_them_in_one_commit(spark
         store.replace_rows_where(
             spark, key, other.withColumn("dt", F.lit("2026-03-02")), ["dt"], day, "order_id", {"order_id": [5]}
         )
+
+
+def test_a_key_scoped_commit_records_what_it_changed_for_the_next_table_down(
+    spark: SparkSession, tmp_path: Any
+) -> None:
+    """Every row a replaceWhere removes or writes holds one of the values it names for each column: recorded in its
+    commit, they give the next table down its changed keys from the log, the users the change feed names (an order
+    moved names its old user and its new one). A commit to another partition adds none; any other write of the
+    partition in between leaves it to the feed, and so does a column the commits did not name."""
+    from resources.delta_keys import IN_LIST_PUSHDOWN
+    from resources.delta_lake import CHANGE_TRACKING, DeltaStore
+
+    store, key = DeltaStore(str(tmp_path)), ("dwd", "orders")
+    rows = spark.range(40).selectExpr("id AS order_id", "pmod(id, 4) AS user_id", "id * 10 AS amount")
+    rows = rows.withColumn("dt", F.when(F.col("order_id") < 30, "2026-03-02").otherwise("2026-03-03"))
+    day, other = {"dt": "2026-03-02"}, {"dt": "2026-03-03"}
+    store.overwrite(key, rows, ["dt"], [day, other], configuration=dict(CHANGE_TRACKING))
+    new = spark.createDataFrame([(3, 9, 1), (5, 1, 2)], "order_id bigint, user_id bigint, amount bigint")
+    # order 3 moves from user 3 to 9, 5 changes its amount, 7 is gone; their old users say where the rows sit
+    where = {"order_id": [3, 5, 7], "user_id": [3, 1]}
+    probe = _ComputedWith(spark, new.withColumn("dt", F.lit(day["dt"])), IN_LIST_PUSHDOWN)
+    store.replace_rows_where(spark, key, probe, ["dt"], day, "order_id", where)  # type: ignore[arg-type]
+    # the new rows are computed with long IN lists pushed to Parquet: a scan of an input by the keys skips pages
+    assert probe.seen == IN_LIST_PUSHDOWN
+    feed = store.changed_values(spark, key, ["user_id"], [day], 0, 1, 100)
+    assert feed is not None and sorted(feed.column("user_id").to_pylist()) == [1, 3, 9]
+    assert sorted(store.replaced_values(key, "user_id", [day], 0, 1) or []) == [1, 3, 9]
+    assert sorted(store.replaced_values(key, "order_id", [day], 0, 1) or []) == [3, 5, 7]
+    assert store.replaced_values(key, "amount", [day], 0, 1) is None  # not named: the feed says
+    assert store.replaced_values(key, "user_id", [other], 0, 1) == []  # that partition's rows did not change
+
+    later = spark.createDataFrame([(35, 2, 0)], "order_id bigint, user_id bigint, amount bigint")
+    where = {"order_id": [35], "user_id": [3]}  # order 35 moves from user 3 to 2
+    store.replace_rows_where(spark, key, later.withColumn("dt", F.lit(other["dt"])), ["dt"], other, "order_id", where)
+    assert sorted(store.replaced_values(key, "user_id", [day], 0, 2) or []) == [1, 3, 9]
+    assert sorted(store.replaced_values(key, "user_id", [day, other], 0, 2) or []) == [1, 2, 3, 9]
+    store.overwrite(key, rows.where("dt = '2026-03-02'"), ["dt"], [day])
+    assert store.replaced_values(key, "user_id", [day], 0, 3) is None  # a whole write recorded nothing
+    assert store.replaced_values(key, "user_id", [other], 2, 3) == []
+
+
+class _ComputedWith:
+    """A DataFrame whose ``toArrow`` notes the session's values of ``confs`` when it runs."""
+
+    def __init__(self, spark: SparkSession, df: Any, confs: dict[str, str]):
+        self.spark, self.df, self.confs = spark, df, confs
+        self.seen: dict[str, str | None] = {}
+        self.dtypes, self.columns = df.dtypes, df.columns
+
+    def toArrow(self) -> pa.Table:  # noqa: N802  # DataFrame's name
+        self.seen = {name: self.spark.conf.get(name, None) for name in self.confs}
+        return self.df.toArrow()

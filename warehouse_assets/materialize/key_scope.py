@@ -68,6 +68,8 @@ class KeyScope:
     rows: Mapping[str, pa.Table] = field(default_factory=dict)
     # output column → the values the rows the rebuild replaces hold in it, beyond the keys' own (where they sit)
     sits: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    # the inputs whose changed keys came from what their commits recorded, not from their change feed
+    recorded: tuple[str, ...] = ()
 
     def narrow(self) -> dict[str, list[Any]]:
         """Column → values every row the rebuild replaces holds there: each key column's changed values, and where
@@ -92,10 +94,14 @@ class KeyScope:
             return frame
         columns = self.carried_from[name]
         wanted = self.keys.rename_columns(list(columns))
+        named = 0
         for column in columns:  # literals first: Delta skips files, Parquet pages, that hold none of the keys
             values = wanted.column(column).drop_null().unique().to_pylist()
             if len(values) <= MAX_LITERAL_VALUES:
                 df = df.where(F.col(column).isin(values))
+                named += 1
+        if len(columns) == 1 and named:  # the literals are the keys: a join with them would add a job, not a filter
+            return df
         return df.join(F.broadcast(arrow_frame(spark, wanted)), list(columns), "left_semi")
 
     def changed(self, spark: SparkSession, partition: Mapping[str, str]) -> DataFrame:
@@ -187,6 +193,7 @@ class KeyScoper:
             return None, feed
         current: dict[str, pa.Table] = {}
         sits: dict[str, tuple[Any, ...]] = {}
+        recorded: list[str] = []
         if feed is not None:  # the keys are those of the feed's rows
             name, images = feed
             frames.append(images.select(list(locality.carried_from[name])).rename_columns(list(locality.key)))
@@ -200,9 +207,13 @@ class KeyScoper:
                 return None, f"reads other partitions of {name} than its last build ({before_read.get(name)})"
             upstream = self.catalog[name]
             specs = [partition_values_of(upstream, k) for k in used]
-            found = self.store.changed_values(
-                self.spark, upstream.key, columns, specs, before_versions[name], versions[name], MAX_KEYS
-            )
+            found = self._recorded(upstream, columns, specs, before_versions[name], versions[name])
+            if found is not None:
+                recorded.append(name)
+            else:
+                found = self.store.changed_values(
+                    self.spark, upstream.key, columns, specs, before_versions[name], versions[name], MAX_KEYS
+                )
             if found is None:
                 return None, (
                     f"{name}'s change data feed does not cover versions {before_versions[name] + 1}-{versions[name]}"
@@ -218,7 +229,24 @@ class KeyScoper:
         rows = _rows_before(self.instance, self.table, partition)
         if rows is not None and rows >= SMALL_PARTITION and keys.num_rows > MAX_SHARE * rows:
             return None, f"{keys.num_rows:,} keys changed of {rows:,} rows: a whole rebuild costs less"
-        return KeyScope(locality.key, keys, locality.carried_from, current, sits), ""
+        return KeyScope(locality.key, keys, locality.carried_from, current, sits, tuple(recorded)), ""
+
+    def _recorded(
+        self, upstream: Table, columns: Sequence[str], specs: Sequence[Mapping[str, str]], after: int, until: int
+    ) -> pa.Table | None:
+        """The changed values of the one column ``columns`` names, as the key-scoped writes of ``upstream`` between
+        the versions recorded them in their commits (:meth:`DeltaStore.replaced_values`): known from the log, where
+        the change data feed costs a Spark job that reads the rows those commits replaced. None when they did not
+        record them all (the feed says then)."""
+        if len(columns) != 1:
+            return None
+        values = self.store.replaced_values(upstream.key, columns[0], specs, after, until)
+        if values is None:
+            return None
+        try:
+            return pa.table({columns[0]: pa.array(values) if values else pa.array([], pa.string())})
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            return None
 
     def _sits(self, name: str, before: pa.Table) -> dict[str, tuple[Any, ...]]:
         """Where the rows a rebuild replaces sit, from the input ``name``'s rows as the last build read them

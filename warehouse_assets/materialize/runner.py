@@ -533,6 +533,8 @@ class _RangedBuild:
                 **({"keys_rebuilt": groups.changed, "changed_rows_read": groups.images} if groups else {}),
                 # the inputs whose changed keys' rows came from their change feed, not a scan of their partitions
                 **({"key_rows_from_feed": sorted(scope.rows)} if scope and scope.rows else {}),
+                # ... and those whose changed keys their own key-scoped commits recorded: no change feed read
+                **({"keys_from_commits": sorted(scope.recorded)} if scope and scope.recorded else {}),
                 **({"degraded": lacking} if lacking else {}),
                 **({"state": verdict.state} if verdict.state else {}),
             }
