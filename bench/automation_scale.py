@@ -421,7 +421,7 @@ class DirectFeed:
         the same rows and storage ids as one call each, one commit."""
         from dagster import AssetKey
 
-        from warehouse_assets.center.state_store import _COLUMNS, Change, PartitionState, _to_row
+        from warehouse_assets.center.state_store import Change, PartitionState
 
         started = time.perf_counter()
         states = []
@@ -443,12 +443,7 @@ class DirectFeed:
                 )
         if not states:
             return
-        self.store._db.execute("BEGIN IMMEDIATE")
-        self.store._db.executemany(
-            f"INSERT OR REPLACE INTO partitions ({_COLUMNS}) VALUES ({', '.join('?' * len(_to_row(states[0])))})",
-            map(_to_row, states),
-        )
-        self.store._db.execute("COMMIT")
+        self.store.put(states)  # as the engine's update writes the rows its events touched
         self._pending += [Change(s.asset_key, s.partition, frozenset({"materialized"}), s) for s in states]
         self.store_s += time.perf_counter() - started
 

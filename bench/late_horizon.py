@@ -20,7 +20,10 @@ time: the late lag is the policy's, not Spark's.
 12), each touching one key (5 % of them move a key, touching two), arriving after the hour ended by a lag drawn
 from: 60 % exponential with a mean of 30 minutes, 30 % uniform over 2-24 hours, 10 % uniform over 24-48 hours.
 A **replay burst** on the fourth day at 12:00: the first root's 24 hours of the second day are delivered again, each
-with 2 % of its rows changed (a re-delivery with corrections), all in one tick.
+with 2 % of its rows changed (a re-delivery with corrections), all in one tick. Only the corrected rows count as
+changed keys: the re-sent unchanged ones are copies of changes already taken in, which the ingestion drops by their
+content before its merge (``ingest/preparation.py``: not written, not counted, the hour not reported again for them;
+``tests/ingest/test_completeness.py``), so a replay without corrections costs nothing downstream.
 
 **The work model.** A partition's rows are its table's rate times the hours in its window: a root 1,000,000 rows an
 hour, a derived table half the mean rate of what it reads (at least 1,000), a static table 1,000 rows. A build reads

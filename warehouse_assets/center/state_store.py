@@ -41,6 +41,7 @@ from dagster import AssetKey, AssetMaterialization, DagsterEventType, DagsterIns
 from resources.settings import current
 from warehouse_assets.catalog import WHOLE
 from warehouse_assets.catalog.lineage_events import LineageEvents, lineage_events
+from warehouse_assets.center.state_cache import GENERATION_SCHEMA, RowCache
 from warehouse_assets.materialize.gate import DEGRADED, READ_AFTER, STATE, backfill_running, per_partition
 from warehouse_assets.materialize.validity import GONE, LAKE, VALID, Taint, released_note
 
@@ -222,6 +223,8 @@ class PartitionStateStore(_GateReader):
         ):  # a store written before them: none was ever logged before it either
             if column not in columns:
                 self._db.execute(f"ALTER TABLE partitions ADD COLUMN {column}")
+        self._db.executescript(GENERATION_SCHEMA)
+        self._kept = RowCache(self._db)  # the rows read and written, while no one else writes the file
         self.records_read = 0  # event records the last update read: its cost
         self._states: dict[tuple[object, ...], PartitionState] = {}  # rows read → their states, see _state_of
         # the catalog's subscription to the partitions' changes of state (None: OpenLineage is off)
@@ -276,6 +279,7 @@ class PartitionStateStore(_GateReader):
             self._db.execute("DELETE FROM run_starts")
             self._db.execute("DELETE FROM cursor")
             self._db.execute("DELETE FROM applied")
+        self._kept.drop()
         return self.update(publish=False)  # a replay: the catalog was told of these when they happened
 
     def changes_since(self, after: int) -> list[Change]:
@@ -300,7 +304,7 @@ class PartitionStateStore(_GateReader):
             else:
                 continue
             touched.setdefault((asset_key.to_user_string(), _partition(partition)), set()).add(name)
-        return [Change(a, p, frozenset(fields), self._row(a, p)) for (a, p), fields in touched.items()]
+        return [Change(a, p, frozenset(fields), self.states(a, [p])[p]) for (a, p), fields in touched.items()]
 
     def _read(self, after: int, head: int) -> list[tuple[int, EventLogEntry]]:
         """The records of the event types the state depends on with ``after`` < storage id <= ``head``, in order.
@@ -341,12 +345,25 @@ class PartitionStateStore(_GateReader):
             for storage_id, entry in records:
                 if until is None or entry.timestamp <= until:
                     step.apply(storage_id, entry)
-            self._db.executemany(
-                f"INSERT OR REPLACE INTO partitions ({_COLUMNS}) VALUES ({', '.join('?' * 19)})",
-                [_to_row(s) for s in step.touched.values()],
-            )
+            generations = self._write(step.touched.values())
             self._db.execute("INSERT OR REPLACE INTO cursor VALUES (0, ?)", (head,))
+        self._kept.written(*generations, step.touched.values())
         return step.changes()
+
+    def put(self, states: Sequence[PartitionState]) -> None:
+        """Write ``states`` as their partitions' rows in one transaction, as an update writes the rows its events
+        touched: for a writer that knows the states without an event log (a bench's simulated runs)."""
+        with self._transaction():
+            generations = self._write(states)
+        self._kept.written(*generations, states)
+
+    def _write(self, states: Iterable[PartitionState]) -> tuple[int, int]:
+        """Write the rows (inside the caller's transaction); the file's generation before and after."""
+        before = self._kept.file_generation()
+        self._db.executemany(
+            f"INSERT OR REPLACE INTO partitions ({_COLUMNS}) VALUES ({', '.join('?' * 19)})", map(_to_row, states)
+        )
+        return before, self._kept.file_generation()
 
     def view(self) -> StateView:
         """The current state without committing anything: the stored rows and, in memory, the events after the
@@ -365,27 +382,28 @@ class PartitionStateStore(_GateReader):
         found = self._db.execute("SELECT storage_id FROM run_starts WHERE run_id = ?", (run_id,)).fetchone()
         return int(found[0]) if found else None
 
-    def _row(self, asset_key: str, partition: str) -> PartitionState:
-        found = self._db.execute(
-            f"SELECT {_COLUMNS} FROM partitions WHERE asset_key = ? AND partition = ?", (asset_key, partition)
-        ).fetchone()
-        return _from_row(found) if found else PartitionState(asset_key, partition)
-
     def _transaction(self) -> _Transaction:
         return _Transaction(self._db)
 
     # --- reading -----------------------------------------------------------------------------------------------
 
     def states(self, asset_key: AssetKey | str, keys: Iterable[str]) -> dict[str, PartitionState]:
-        """The state of each of ``keys`` of the asset; a partition nothing ever happened to is the default state."""
+        """The state of each of ``keys`` of the asset; a partition nothing ever happened to is the default state. Rows
+        kept since an earlier read are not read again while the file's generation says no one changed it."""
         name = asset_key.to_user_string() if isinstance(asset_key, AssetKey) else asset_key
+        kept = self._kept.rows_of(name)
         wanted = list(dict.fromkeys(keys))
+        missing = [k for k in wanted if k not in kept]
+        if not missing:
+            return {k: kept[k] for k in wanted}
         found: dict[str, PartitionState] = {}
-        for chunk in _chunks(wanted, 500):  # SQLite's bound on query parameters
+        for chunk in _chunks(missing, 500):  # SQLite's bound on query parameters
             marks = ", ".join("?" * len(chunk))
             query = f"SELECT {_COLUMNS} FROM partitions WHERE asset_key = ? AND partition IN ({marks})"
             found.update((r[1], self._state_of(r)) for r in self._db.execute(query, (name, *chunk)))
-        return {k: found.get(k) or PartitionState(name, k) for k in wanted}
+        read = {k: found.get(k) or PartitionState(name, k) for k in missing}
+        self._kept.keep(name, read)
+        return {k: kept[k] if k in kept else read[k] for k in wanted}
 
     def _state_of(self, row: tuple[object, ...]) -> PartitionState:
         """The state of a row read, the same object for the same row: the resolver reads each upstream window again
@@ -488,7 +506,7 @@ class _Step:
     def row(self, asset_key: AssetKey | str, partition: str) -> PartitionState:
         key = (asset_key if isinstance(asset_key, str) else asset_key.to_user_string(), partition)
         if key not in self.touched:
-            self.touched[key] = self.before[key] = self.store._row(*key)
+            self.touched[key] = self.before[key] = self.store.states(key[0], [key[1]])[key[1]]
         return self.touched[key]
 
     def set(self, row: PartitionState, /, **fields: object) -> None:
