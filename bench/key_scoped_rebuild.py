@@ -39,9 +39,10 @@ Why this order works: a whole rebuild's commit rewrites every row of its partiti
 key, and a scoped rebuild reading it would rebuild whole. But each table's scoped rebuild reads its input's feed from
 the version its own last build read: the whole DWD rebuild reads ``ods.order`` at the version the scoped one did and
 records it, the whole DWS rebuild reads the DWD at its whole commit and records that. The next round's scoped DWD
-then reads only the new late change from ``ods.order``'s feed, and the scoped DWS only the scoped DWD's commit from
-the DWD's. Scoped and whole alternate round by round on the same data, so a shared machine's load, which drifts over
-minutes, falls on both sides alike.
+then reads only the new late change from ``ods.order``'s feed, and the scoped DWS only the scoped DWD's commit, whose
+log entry names the users it changed (the values its ``replaceWhere`` held ``user_id`` to: no feed read). Scoped and
+whole alternate round by round on the same data, so a shared machine's load, which drifts over minutes, falls on both
+sides alike.
 
 Timed: the wall time of each ``materialize`` call (Dagster's run, the runner's reads, the query, the write, the table's
 checks on the whole partition after it). Alongside, where the time goes: the step's start to the table's Delta commit
