@@ -54,6 +54,7 @@ from warehouse_assets.catalog.additive import (
 from warehouse_assets.materialize.additive_values import VERSION, ValueStates
 from warehouse_assets.materialize.gate import span
 from warehouse_assets.materialize.key_scope import _entry, _previous_build
+from warehouse_assets.materialize.sql_text import render_sql, view_name
 
 CHANGED = "__changed"  # a state row whose group the changed rows touched
 
@@ -106,7 +107,6 @@ class AdditiveMaintainer:
     def render(self, sql: str, key: str, suffix: str) -> str:
         """A query of the table's (``sql`` for its own) rendered for the partition ``key`` over its inputs' views
         (``suffix``'s), as the runner renders the table's SQL."""
-        from warehouse_assets.materialize.runner import render_sql  # the runner imports this module
 
         assert isinstance(self.table, DerivedTable)
         return render_sql(dataclasses.replace(self.table, sql=sql), key, self.catalog, suffix)
@@ -263,7 +263,6 @@ class AdditiveMaintainer:
         """The partials of the change per group, one Spark job: the delta rule's terms (one per changed input, each
         weighted row counted in its group: ``query(weight)``) in one UNION ALL, summed per ``by``; ``sums``: the
         columns summed."""
-        from warehouse_assets.materialize.runner import view_name  # the runner imports this module
 
         verdict, spark = self.verdict, self.spark
         order = verdict.inputs
