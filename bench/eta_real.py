@@ -10,8 +10,9 @@ their late-data policy (every 15 minutes) in the rebuild lane.
 
 A late source: one ``ods.order`` shard holds back the segments of the hour whose SLA deadline (its end + 1 h 15 min)
 is the first at least 30 minutes after the stack is up (after the start's catch-up, see below), and delivers them
-3 minutes after that deadline, so the hour (and what reads it) misses its SLA. The run lasts ``--minutes``, and at
-least until 10 minutes after that deadline.
+3 minutes after that deadline, so the hour (and what reads it) misses its SLA. The run lasts ``--minutes``, at
+least until 10 minutes after that deadline, and never ends in the first 10 minutes of an hour (the hour just ended
+is still being built: its finishes would be cut off).
 
 The stack starts behind: its first ingestion takes in a day and more of landed segments at once (the catch-up, over
 once every ODS hour that ended before the stack was up is reported, ods.order's from the held-back hour on excepted:
@@ -90,6 +91,7 @@ LATE_STREAM = "edu_trade/order_03"
 LATE_AFTER_DEADLINE = timedelta(minutes=3)  # the late hour's segments arrive this long after its deadline
 LATE_LEAD = timedelta(minutes=30)  # the late hour's deadline at least this long after the stack is up
 AFTER_LATE = timedelta(minutes=10)  # the run lasts at least this long after the late hour's deadline
+HOUR_SETTLES = timedelta(minutes=10)  # an hour's ODS partitions and their hourly readers, built after its end
 WARN_LEAD = timedelta(minutes=10)  # how early a miss must be warned: no deadline sooner after the start is scored
 QUICK_MINUTES = 4  # the longest a quick run waits, once the stack is up, for its checks to be judged
 
@@ -182,6 +184,14 @@ def count_runs(instance: DagsterInstance) -> RunCounts:
     retried = sum(1 for run in failures if run.tags.get("dagster/root_run_id", run.run_id) in roots)
     rebuilds = sum(1 for r in records if r.dagster_run.tags.get(LANE_TAG) == REBUILD_LANE)
     return RunCounts(len(records), len(succeeded), len(failures) - retried, retried, rebuilds)
+
+
+def past_the_hours_finishes(end: datetime) -> datetime:
+    """``end``, or later when it falls just after an hour's end: the ODS hours land about a minute after it and their
+    readers build minutes later, so a run ending then would stop before the hour's finishes (the ones its 1 h
+    samples come from) and score none of them."""
+    hour = end.replace(minute=0, second=0, microsecond=0)
+    return max(end, hour + HOUR_SETTLES)
 
 
 def smoke_judged(instance: DagsterInstance, since: datetime) -> bool:
@@ -326,6 +336,8 @@ def main() -> int:
         end = up + timedelta(minutes=args.minutes)
         if late_due is not None:
             end = max(end, late_due + AFTER_LATE)
+        if not args.quick:
+            end = past_the_hours_finishes(end)
         say(f"the stack is up at {up:%H:%M:%S}; feeding the sources in real time until {end:%H:%M}")
         while datetime.now(TZ) < end:
             supervisor.ensure()
