@@ -19,10 +19,8 @@ than a test should (ingestion alone ~3.5 min), so the default is the short range
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -45,11 +43,8 @@ from dagster import (
 from dagster._core.definitions.selector import PartitionRangeSelector, PartitionsByAssetSelector, PartitionsSelector
 from dagster._core.event_api import PartitionKeyFilter
 from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
-from dagster._core.remote_origin import InProcessCodeLocationOrigin
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
-from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from dagster._core.workspace.context import WorkspaceProcessContext
-from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
 from dagster._daemon.backfill import execute_backfill_iteration
 from pyspark.sql import SparkSession
 
@@ -59,14 +54,13 @@ from simulator.external import simulate_external_for_landing
 from tests.support import oracle
 from tests.support.instances import memory_backed_dir, pooled_event_log
 from tests.support.lake import row_dicts
-from tests.support.repair import SYNC_RUNS
+from tests.support.repair import SYNC_RUNS, code_location
 from warehouse_assets.catalog import DerivedTable, partitions_def_of, upstream_partitions
 from warehouse_assets.cli.headless import build_static, report_external_deliveries, report_ready_hours, run_ingest
 from warehouse_assets.definitions import catalog
 from warehouse_assets.materialize.compiler import build_assets
 from warehouse_assets.materialize.gate import backfill_partitions
 
-ROOT = Path(__file__).resolve().parents[1]
 TZ = ZoneInfo("Asia/Shanghai")
 DAYS = int(os.environ.get("BACKFILL_DAYS", "11"))
 HOURLY_DAYS = min(DAYS, int(os.environ.get("BACKFILL_HOURLY_DAYS", "1")))
@@ -195,13 +189,7 @@ def backfilled(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) ->
         # the static tables, built as their sensor builds them once the code location loads
         for static in catalog.statics():
             assert build_static(instance, resources, build_assets(catalog), static), static.fqn
-        sys.modules.pop("tests.support.backfill_location", None)
-        importlib.import_module("tests.support.backfill_location")  # resources from the env above
-        origin = InProcessCodeLocationOrigin(
-            LoadableTargetOrigin(module_name="tests.support.backfill_location", working_directory=str(ROOT)),
-            location_name="warehouse",
-        )
-        with WorkspaceProcessContext(instance, InProcessWorkspaceLoadTarget([origin])) as workspace:
+        with code_location(instance) as workspace:  # resources from the env above
             start = datetime(FIRST.year, FIRST.month, FIRST.day, tzinfo=TZ)
             end = datetime(END.year, END.month, END.day, tzinfo=TZ)
             plan = backfill_partitions(catalog, start, end)

@@ -41,18 +41,25 @@ def apply_taint(instance: DagsterInstance, catalog: Catalog, table: str, start: 
 
 
 @contextmanager
-def code_location(instance: DagsterInstance) -> Iterator[Any]:
+def code_location(instance: DagsterInstance, module: str = "tests.support.backfill_location") -> Iterator[Any]:
     """The warehouse's code location (tests/support/backfill_location.py: the lake and landing of the environment)
-    loaded in process, as the backfill daemon sees it."""
+    loaded in process, as the backfill daemon sees it; ``module``: another module of definitions."""
+    from dagster._core.definitions.reconstruct import ReconstructableJob
     from dagster._core.remote_origin import InProcessCodeLocationOrigin
     from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
     from dagster._core.workspace.context import WorkspaceProcessContext
     from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
 
-    sys.modules.pop("tests.support.backfill_location", None)
-    importlib.import_module("tests.support.backfill_location")  # resources from the environment as it is now
+    sys.modules.pop(module, None)
+    importlib.import_module(module)  # resources from the environment as it is now
+    # A run executes the definitions Dagster last reconstructed for its job (a cache of one, process-wide) when its
+    # code pointer and selection are the same: the module's name, not what this import of it holds. Forgotten here,
+    # else a first run selecting what the last run of an earlier load selected would build with that load's resources
+    # (another module's lake)
+    ReconstructableJob.get_repository_definition.cache_clear()
+    ReconstructableJob.get_definition.cache_clear()
     origin = InProcessCodeLocationOrigin(
-        LoadableTargetOrigin(module_name="tests.support.backfill_location", working_directory=str(ROOT)),
+        LoadableTargetOrigin(module_name=module, working_directory=str(ROOT)),
         location_name="warehouse",
     )
     with WorkspaceProcessContext(instance, InProcessWorkspaceLoadTarget([origin])) as workspace:
