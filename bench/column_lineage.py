@@ -23,7 +23,7 @@ No Spark, no Dagster instance. The figures of a shared or loaded machine are not
 whose source the lineage could not name (0 on the generator's SQL).
 
     .venv/bin/python bench/column_lineage.py                 # N = 10,000
-    .venv/bin/python bench/column_lineage.py --quick         # N = 300: seconds
+    .venv/bin/python bench/column_lineage.py --quick         # N = 300, one round of loads: seconds
 """
 
 from __future__ import annotations
@@ -129,12 +129,14 @@ def measure(n: int, seed: int, sample: int, rounds: int = 2) -> dict[str, float 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="*", default=[10_000], help="catalog sizes (default 10000)")
-    parser.add_argument("--quick", action="store_true", help="N = 300 only")
+    parser.add_argument("--quick", action="store_true", help="N = 300 only, --rounds 1")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--sample", type=int, default=50, help="tables whose lineage is timed as a build's")
     parser.add_argument("--rounds", type=int, default=2, help="loads without lineage and warm, alternated")
     args = parser.parse_args()
     sizes = [300] if args.quick else args.sizes
+    if args.quick:  # every load still runs (without, cold, warm); its times are not figures, so one round of them
+        args.rounds = 1
     calib = calib_ms()
     print(
         f"{'N':>6} {'load s':>8} {'cold s':>8} {'warm s':>8} {'warm/without':>12} {'part s':>7} {'eager s':>8} "

@@ -234,7 +234,10 @@ def _wait_replicated(
     deadline = time.monotonic() + timeout
     while True:
         supervisor.ensure()
-        _wait_until_idle(instance, max(30.0, deadline - time.monotonic()), quiet=10)  # past a sensor interval
+        # while an hour is behind, idle must last past a sensor interval (its replica run may not be created yet);
+        # once none is, no run in progress is enough
+        quiet = 10 if unreplicated(instance, site, hours) else 0
+        _wait_until_idle(instance, max(30.0, deadline - time.monotonic()), quiet=quiet)
         behind = unreplicated(instance, site, hours)
         if not behind or time.monotonic() > deadline:
             return behind

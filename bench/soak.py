@@ -174,17 +174,25 @@ class Supervisor:
                 self.start(name)
 
     def stop(self) -> None:
+        """Signal every process (engine, daemon, webserver, Spark), then wait for them: they wind down side by side,
+        not one after the other. One still running 60 s after its signal is killed."""
+        stopping = []
         for name in ("engine", "daemon", "webserver", "spark_connect"):
             proc = self.procs.get(name)
             if proc is None or proc.poll() is not None:
                 continue
             try:
                 os.killpg(proc.pid, signal.SIGTERM if name != "daemon" else signal.SIGINT)
-                proc.wait(timeout=60)
+                stopping.append(proc)
             except ProcessLookupError:
                 pass
+        deadline = time.monotonic() + 60
+        for proc in stopping:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
 
 

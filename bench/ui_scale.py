@@ -158,14 +158,19 @@ def wait_loaded(url: str, proc: subprocess.Popen[bytes], started: float, timeout
     raise SystemExit(f"the code location did not load within {timeout:.0f} s; the webserver's log: {log}")
 
 
+def require_browser() -> None:
+    """Stop at once when Chromium or its driver is missing, before the catalog is written and the stack started."""
+    missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
+    if missing:
+        raise SystemExit(f"not installed: {', '.join(missing)} (`make system-packages` installs them as root)")
+
+
 def browser() -> Any:
     """Headless Chromium with its network log kept (the GraphQL operations' sizes and times)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
-    missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
-    if missing:
-        raise SystemExit(f"not installed: {', '.join(missing)} (`make system-packages` installs them as root)")
+    require_browser()
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
     # no sandbox: CI runs as root, where Chromium's sandbox refuses to start
@@ -364,6 +369,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     n = 300 if args.quick else args.n
+    require_browser()
     calib = calib_ms()
     r = measure(n, args.seed, args.page_timeout, args.load_timeout, domains=not args.no_domains)
     print(f"N={n}: {r['groups']} groups, the largest {r['largest_group']} assets")
