@@ -28,7 +28,13 @@ timed lookups found (of pairs taken from the table: at least one each), and the 
     .venv/bin/python bench/zorder_skipping.py                         # one day of 2,000,000 rows
     .venv/bin/python bench/zorder_skipping.py --rows-per-day 500000 --keep --workdir /tmp/zbench
     .venv/bin/python bench/zorder_skipping.py --skew 0.2          # 5 hot learners hold 20 % of the rows
+    .venv/bin/python bench/zorder_skipping.py --file-mib 8        # the table declared with 8 MiB files
     .venv/bin/python bench/zorder_skipping.py --quick             # 300,000 rows, one run each: a smoke test
+
+``--quick``'s day is about 6.5 MiB of Parquet: in the declared 4 MiB files it would be one file after Z-order, and a
+lookup would skip nothing. So the quick run declares the table's ``zorder.file_size`` as 1 MiB (the smallest a table
+may declare): Z-order writes several files, and the lookups skip some of them. The compaction control then has
+nothing to merge (the appends' files are about 1 MiB already): it still answers the same rows.
 
 With ``--skew`` the result also has ``hot_skipped``: the skipping of the sampled lookups of hot learners.
 """
@@ -65,7 +71,7 @@ from bench.calibration import calib_ms, calib_spark_ms
 from resources import resources_from_env
 from resources.delta_lake import DeltaStore, Predicate, ReadStats
 from resources.spark import engine_label, get_session
-from warehouse_assets.catalog import START, load_catalog, periods
+from warehouse_assets.catalog import START, Catalog, Table, load_catalog, periods
 from warehouse_assets.materialize.zorder import build_zorder_job
 
 if TYPE_CHECKING:
@@ -76,6 +82,7 @@ TABLE = CATALOG["dwd.attendance_detail"]  # declared as the product declares it:
 KEY = tuple(TABLE.key)
 ZORDER = TABLE.zorder
 MIB = 1024 * 1024
+QUICK_FILE_MIB = 1  # several files of the quick run's small day (the smallest size a table may declare)
 M64 = 0xFFFFFFFFFFFFFFFF
 PLATFORMS = ("android", "ios", "web", "pc", "pad")
 PLATFORM_CUTS = (450, 750, 880, 970)  # per mille: android 45 %, ios 30 %, web 13 %, pc 9 %, pad 3 %
@@ -265,9 +272,15 @@ def compact(store: DeltaStore, gen: Attendance, target_size: int | None, spark: 
     return {"seconds": time.monotonic() - started, **table_files(store, KEY)}
 
 
-def zorder_job(store: DeltaStore, gen: Attendance) -> dict[str, Any]:
+def declare_table(file_mib: float | None) -> Table:
+    """The bench's table: the catalog's, with its ``zorder.file_size`` declared as ``file_mib`` MiB if given."""
+    return TABLE if file_mib is None else dataclasses.replace(TABLE, zorder_file_size=round(file_mib * MIB))
+
+
+def zorder_job(store: DeltaStore, gen: Attendance, table: Table) -> dict[str, Any]:
     """The shipped ``zorder_partitions`` job over the bench's days, in process, on the bench's lake: what the
-    ``zorder_complete_partitions`` sensor launches once a day's partition is complete."""
+    ``zorder_complete_partitions`` sensor launches once a day's partition is complete. It is built from the
+    catalog with the bench's declaration of the table, as the product builds it from its own catalog."""
     resources = resources_from_env({"WAREHOUSE_LAKE_ROOT": store.root})
     days = [spec["dt"] for spec in gen.partitions]
     started = time.monotonic()
@@ -275,8 +288,8 @@ def zorder_job(store: DeltaStore, gen: Attendance) -> dict[str, Any]:
         result = with_heartbeat(
             f"zorder_partitions {days[0]}..{days[-1]}",
             Path(store.table_uri(KEY)),
-            lambda: build_zorder_job(CATALOG).execute_in_process(
-                run_config={"ops": {"zorder_partition_files": {"config": {"table": TABLE.fqn, "partitions": days}}}},
+            lambda: build_zorder_job(Catalog({**CATALOG.tables, table.fqn: table})).execute_in_process(
+                run_config={"ops": {"zorder_partition_files": {"config": {"table": table.fqn, "partitions": days}}}},
                 instance=instance,
                 resources={"lake": resources["lake"], "spark": resources["spark"]},
             ),
@@ -415,14 +428,14 @@ def check_same_rows(reference: Layout, other: Layout) -> None:
 # --- main --------------------------------------------------------------------------------------------------
 
 
-def explain(gen: Attendance, built: dict[str, Any], zordered: dict[str, Any]) -> list[str]:
+def explain(gen: Attendance, table: Table, built: dict[str, Any], zordered: dict[str, Any]) -> list[str]:
     files = zordered["files"] / len(gen.partitions)
     part_mib = zordered["bytes"] / len(gen.partitions) / MIB
-    size = TABLE.zorder_file_size
+    size = table.zorder_file_size
     declared = f"{size / MIB:g} MiB" if size else "Delta's default (1 GiB)"
     return [
         "What a user of the product gets:",
-        f"  {TABLE.fqn} is declared with zorder.by = {', '.join(ZORDER)} and zorder.file_size = {declared}. "
+        f"  {table.fqn} is declared with zorder.by = {', '.join(ZORDER)} and zorder.file_size = {declared}. "
         f"A day of {gen.rows_per_day:,} attendances ({gen.users:,} learners a month) is {part_mib:.0f} MiB of "
         f"Parquet; the shipped job Z-orders it into {files:.0f} file(s) of "
         f"{zordered['bytes'] / max(1, zordered['files']) / MIB:.1f} MiB.",
@@ -451,10 +464,18 @@ def main(argv: list[str] | None = None) -> int:
         "--skew", type=float, default=0.0, help="fraction of rows held by a few hot learners (e.g. 0.2; default 0)"
     )
     parser.add_argument("--hot-users", type=int, default=5, help="how many hot learners --skew makes (default 5)")
-    parser.add_argument("--quick", action="store_true", help="300,000 rows in 4 appends, one run each, 20 sampled")
+    parser.add_argument(
+        "--file-mib", type=float, default=None, help="the table's zorder.file_size in MiB (default: the catalog's)"
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"300,000 rows in 4 appends, {QUICK_FILE_MIB} MiB files, one run each, 20 sampled",
+    )
     args = parser.parse_args(argv)
-    if args.quick:  # a few files of the declared size after Z-order, so that every step has something to do
+    if args.quick:  # files small enough that the small day Z-orders into several and the lookup skips some
         args.rows_per_day, args.batches, args.repeat, args.sample = 300_000, 4, 1, 20
+        args.file_mib = args.file_mib or QUICK_FILE_MIB
     warm_up = not args.quick  # the quick run checks rows and pruning, which a warm-up run does not change
     calib = calib_ms()
 
@@ -467,9 +488,10 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(lake)
         store = DeltaStore(str(lake))
         gen = Attendance(args.rows_per_day, args.days, args.skew, args.hot_users)
-        target = TABLE.zorder_file_size
+        table = declare_table(args.file_mib)
+        target = table.zorder_file_size
         log(
-            f"table {TABLE.fqn}: {gen.rows:,} rows, {gen.users:,} learners, {gen.courses:,} courses, "
+            f"table {table.fqn}: {gen.rows:,} rows, {gen.users:,} learners, {gen.courses:,} courses, "
             f"{gen.days} daily partition(s); declared zorder.by={list(ZORDER)} file_size={target}; lake {lake}"
             + (f"; {gen.hot_users} hot learners hold {gen.skew:.0%} of the rows" if gen.skew else "")
         )
@@ -491,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
         log(
             f"the zorder_partitions job (by {', '.join(ZORDER)}, declared file size) ... [{time.monotonic() - t0:.0f}s]"
         )
-        zordered = zorder_job(store, gen)
+        zordered = zorder_job(store, gen, table)
         log(f"Z-ordered: {zordered['files']} files, {zordered['bytes'] / MIB:.0f} MiB in {zordered['seconds']:.0f}s")
         layouts["zordered"] = measure("zordered", spark, store, KEY, gen, timed, sample, args.repeat, warm_up)
         for name, layout in layouts.items():
@@ -500,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
 
         u, c, z = layouts["unordered"], layouts["compacted"], layouts["zordered"]
         log()
-        for line in explain(gen, built, zordered):
+        for line in explain(gen, table, built, zordered):
             log(line)
         log()
         fields: dict[str, Any] = {
