@@ -6,6 +6,7 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from dagster import DagsterInstance, instance_for_test
@@ -16,6 +17,9 @@ from resources import spark as spark_resources
 from resources.delta_lake import DeltaStore
 from resources.spark import stop_session
 from tests.support.instances import memory_backed_dir, one_event_log
+from tests.support.warehouse import GROUP as WAREHOUSE_GROUP
+from tests.support.warehouse import MODULES as WAREHOUSE_MODULES
+from tests.support.warehouse import example_warehouse  # noqa: F401 - the session's example warehouse, once
 
 os.environ.setdefault("DAGSTER_TELEMETRY_ENABLED", "false")
 # tests are written for the default warehouse start (2026-01-01); a developer's own value must not leak in
@@ -35,17 +39,41 @@ def _warehouse_start_kept() -> Iterator[None]:
         os.environ["WAREHOUSE_START"] = before
 
 
-# `make test` runs two xdist workers, a module per worker at a time (--dist loadfile): the longest modules start
-# first so that the two finish together. The seconds are measured, not guessed: tests/durations.json, written from a
-# whole run's timing report by tests/support/update_durations.py. A module it does not know yet runs first: of
-# unknown length, it is safer at the start than at the end, where a long one would keep one worker going alone.
+# `make test` runs two xdist workers, a module per worker at a time (`--dist loadfile`), but for the modules that
+# share a session fixture too costly to build twice: those run on one worker, one after the other (the scheduler
+# below). xdist's own `--dist loadgroup` would do it from `xdist_group` marks, but pytest 9.2's node ids no longer
+# carry the group it appends to them (pytest-dev/pytest-xdist#1386): every test is then scheduled on its own.
+# The longest groups start first so that the two workers finish together. The seconds are measured, not guessed:
+# tests/durations.json, written from a whole run's timing report by tests/support/update_durations.py. A module it
+# does not know yet runs first: of unknown length, it is safer at the start than at the end, where a long one would
+# keep one worker going alone.
 DURATIONS = Path(__file__).with_name("durations.json")
+# module -> its group, for the modules sharing the example warehouse of tests/support/warehouse.py
+GROUPS = {module: WAREHOUSE_GROUP for module in WAREHOUSE_MODULES}
 
 
 def module_seconds() -> dict[str, float]:
     if not DURATIONS.is_file():
         return {}
     return {module: float(s) for module, s in json.loads(DURATIONS.read_text())["modules"].items()}
+
+
+def group_of(module: str) -> str:
+    """The unit a worker runs at once that ``module`` (its path from the root) belongs to: its group, else itself."""
+    return GROUPS.get(module, module)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadfile`, a group of modules being one file."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class GroupedFiles(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(super()._split_scope(nodeid))
+
+    return GroupedFiles(config, log)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -55,9 +83,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.spark)
     seconds = module_seconds()
     root = config.rootpath
+    modules = {item: item.path.relative_to(root).as_posix() for item in items}
+    group_seconds: dict[str, float] = {}
+    for module in set(modules.values()):
+        group_seconds[group_of(module)] = group_seconds.get(group_of(module), 0.0) + seconds.get(module, float("inf"))
 
-    def longest_first(item: pytest.Item) -> float:
-        return -seconds.get(item.path.relative_to(root).as_posix(), float("inf"))
+    def longest_first(item: pytest.Item) -> tuple[float, str, float]:
+        # a group's modules together, the longest group first, and in it the longest module first
+        module = modules[item]
+        return -group_seconds[group_of(module)], group_of(module), -seconds.get(module, float("inf"))
 
     items.sort(key=longest_first)  # stable: a module's tests keep their order
 

@@ -1,6 +1,7 @@
 """The example warehouse on a simulated January, every figure checked against an independent replay.
 
-One module-scoped materialization (the headless path, ``materialize_range``) from the warehouse's first day:
+The warehouse is tests/support/warehouse.py's, built once per session by the headless path (``materialize_range``)
+from the warehouse's first day and shared with the taint module (both in its xdist group):
 
 * every table over the first 11 days (2026-01-01 .. 01-11: T-1 and T-7 retention, the self-dependent
   snapshots and cumulative learning from their first partition, one whole ISO week 01-05 .. 01-11);
@@ -8,7 +9,9 @@ One module-scoped materialization (the headless path, ``materialize_range``) fro
 * the daily chain under DAU/WAU/MAU and the monthly report over the whole month, so that the 30-day window
   exists (01-30, 01-31) and ``ads.monthly_report`` 2026-01 can run on all of its days.
 
-The source is small (scale 0.03) and lands one segment per shard and day, so the whole month ingests fast.
+The source is small (scale 0.03) and lands one segment per shard and day, so the whole month ingests fast. One hour of
+its orders is sent with amounts 100 times too high (what the taint module repairs): the replay reads what was sent,
+so every figure here still equals it, the bad hour's day and hour included.
 """
 
 from __future__ import annotations
@@ -20,68 +23,35 @@ from datetime import date, datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import pytest
-from dagster import AssetKey, DagsterInstance, instance_for_test
+from dagster import AssetKey, DagsterInstance
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from resources import LandingResource, resources_from_env
-from simulator.cdc import SimulationConfig, simulate
 from tests.support import oracle
-from tests.support.instances import memory_backed_dir, pooled_event_log
 from tests.support.lake import row_dicts, table_rows
+from tests.support.warehouse import (
+    DAYS,
+    EVERY_DAY,
+    FIRST,
+    HOUR_DAY,
+    HOURLY,
+    MONTH,
+    MONTH_CHAIN,
+    TZ,
+    ExampleWarehouse,
+    at,
+)
 from warehouse_assets.cli.headless import materialize_range
 
-TZ = ZoneInfo("Asia/Shanghai")
-FIRST = date(2026, 1, 1)  # the warehouse's first partition (warehouse_assets/catalog/calendars.py START)
-DAYS = [FIRST + timedelta(days=n) for n in range(11)]  # every table: 2026-01-01 .. 2026-01-11
-MONTH = [FIRST + timedelta(days=n) for n in range(31)]  # the chain under the 30-day window and the month
-HOUR_DAY = date(2026, 1, 5)  # hourly tables: its 24 hours
 WEEK = "2026-01-05"  # the ISO week 2026-01-05 (Monday) .. 2026-01-11
-# the per-test limit: the module's first test builds the whole warehouse (its fixture), about 8 min on CI
+# the per-test limit: the module's first test may build the whole warehouse (the session's fixture), about 8 min on CI
 pytestmark = pytest.mark.timeout(1500)
-BATCH_MINUTES = 1440  # one landing segment per shard and day: a month ingests in seconds
-EVERY_DAY = [
-    "dwd.user_snapshot",
-    "dwd.course_daily",  # a snapshot: the courses as of each day, from ods.course's change stream
-    "dwd.lesson_snapshot",
-    "dwd.order_detail",
-    "dwd.attendance_detail",
-    "dws.user_order_daily",
-    "dws.user_learning_daily",
-    "dws.user_learning_cumulative",
-    "dws.user_active_daily",
-    "dws.course_attendance_weekly",
-    "ads.daily_gmv",
-    "ads.attendance_rate_daily",
-    "ads.retention_d1",
-    "ads.retention_d7",
-    "ads.lesson_catalog",  # any one of its last three snapshots: from the first day on
-    "ads.gmv_week_to_date",  # cumulative within the week: Thursday 1st .. Sunday 4th, then from Monday 5th afresh
-    "ads.new_users_by_tier",  # reads the static dwd.city_tier, built once before its first day
-]
-HOURLY = ["dws.order_hourly", "ads.gmv_hourly"]
-MONTH_CHAIN = [  # the rest of January, under the 30-day window and the month
-    "dwd.lesson_snapshot",
-    "dwd.order_detail",
-    "dwd.attendance_detail",
-    "dws.user_order_daily",
-    "dws.user_active_daily",
-]
-WINDOWED = ["ads.active_users", "ads.monthly_report"]
-# January's last day against the latest month: January, which has ended by then (no earlier day has a month)
-MONTH_END = ["ads.daily_gmv", "ads.gmv_vs_month"]
-
-
-def _at(day: date) -> datetime:
-    return datetime(day.year, day.month, day.day, tzinfo=TZ)
 
 
 @dataclass
 class Warehouse:
-    root: Path
     landing: Path
     lake: Path
     instance: DagsterInstance
@@ -90,34 +60,9 @@ class Warehouse:
 
 
 @pytest.fixture(scope="module")
-def warehouse(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) -> Iterator[Warehouse]:
-    root = tmp_path_factory.mktemp("e2e")
-    landing, lake = root / "landing", root / "lake"
-    simulate(
-        landing,
-        datetime(2026, 1, 1),
-        datetime(2026, 2, 1),
-        SimulationConfig(seed=11, scale=0.03, batch_minutes=BATCH_MINUTES),
-    )
-    resources = resources_from_env({"WAREHOUSE_LAKE_ROOT": str(lake), "WAREHOUSE_LANDING_ROOT": str(landing)})
-    resources["landing"] = LandingResource(root=str(landing), timezone="Asia/Shanghai", segment_minutes=BATCH_MINUTES)
-    # one pooled SQLite event log on memory-backed storage (tests/support/instances.py): the ingestion's ~9,000 hour
-    # reports and check verdicts are stored 2.4 times faster than in Dagster's in-memory storage
-    with (
-        memory_backed_dir("e2e-home-") as home,
-        instance_for_test(temp_dir=str(home), overrides=pooled_event_log(home)) as instance,
-    ):
-        runs = [
-            (EVERY_DAY, DAYS[0], DAYS[-1] + timedelta(days=1)),
-            (HOURLY, HOUR_DAY, HOUR_DAY + timedelta(days=1)),
-            (MONTH_CHAIN, DAYS[-1] + timedelta(days=1), MONTH[-1] + timedelta(days=1)),
-            (WINDOWED, MONTH[0], MONTH[-1] + timedelta(days=1)),  # only the partitions that can exist run
-            (MONTH_END, MONTH[-1], MONTH[-1] + timedelta(days=1)),
-        ]
-        for index, (tables, start, end) in enumerate(runs):
-            ok = materialize_range(instance, resources, _at(start), _at(end), tables=tables, ingest=index == 0)
-            assert ok, f"the headless materialization of {tables} failed"
-        yield Warehouse(root, landing, lake, instance, resources, oracle.replay(landing))
+def warehouse(example_warehouse: ExampleWarehouse) -> Iterator[Warehouse]:
+    w = example_warehouse
+    yield Warehouse(w.landing, w.lake, w.instance, w.resources, oracle.replay(w.landing))
 
 
 def _table(w: Warehouse, layer: str, name: str) -> list[dict[str, Any]]:
@@ -153,7 +98,7 @@ def test_a_snapshot_ods_table_holds_each_change_once_in_the_hour_of_its_binlog_t
 @pytest.mark.parametrize("day", [DAYS[0], DAYS[5], DAYS[-1]], ids=str)  # a course is discounted on the 2nd
 def test_each_days_snapshot_equals_the_source_at_the_end_of_that_day(warehouse: Warehouse, day: date) -> None:
     rows = [r for r in row_dicts(str(warehouse.lake / "dwd" / "course_daily")) if r["dt"] == day.isoformat()]
-    end = int(_at(day + timedelta(days=1)).timestamp() * 1000)
+    end = int(at(day + timedelta(days=1)).timestamp() * 1000)
     truth = oracle.replay_until(warehouse.landing, end)["course"]
     assert {r["course_id"]: (r["title"], r["price"]) for r in rows} == {
         key: (row["title"], Decimal(row["price"])) for key, row in truth.items()
@@ -278,7 +223,7 @@ def test_tables_are_valid_delta(warehouse: Warehouse) -> None:
 def test_rerunning_the_range_changes_nothing(warehouse: Warehouse) -> None:
     tables = ["dwd.order_detail", "ads.daily_gmv", "dws.user_learning_cumulative"]
     before = {fqn: sorted(map(repr, _table(warehouse, *fqn.split(".")))) for fqn in tables}
-    assert materialize_range(warehouse.instance, warehouse.resources, _at(DAYS[-3]), _at(DAYS[-1]), tables=tables)
+    assert materialize_range(warehouse.instance, warehouse.resources, at(DAYS[-3]), at(DAYS[-1]), tables=tables)
     for fqn in tables:
         assert sorted(map(repr, _table(warehouse, *fqn.split(".")))) == before[fqn], fqn
 
@@ -290,7 +235,7 @@ def test_a_range_skips_what_waits_for_an_undelivered_external_and_what_reads_it(
     rate can never exist), and so does the flash that reads that revenue. The range skips both, naming why, and
     finishes (a run of them would only fail on its gate)."""
     tables = ["dws.revenue_usd_daily", "ads.revenue_flash"]
-    assert materialize_range(warehouse.instance, warehouse.resources, _at(DAYS[0]), _at(DAYS[3]), tables, False)
+    assert materialize_range(warehouse.instance, warehouse.resources, at(DAYS[0]), at(DAYS[3]), tables, False)
     for fqn in tables:
         assert not warehouse.instance.get_materialized_partitions(AssetKey(fqn.split("."))), fqn
     out = capsys.readouterr().out

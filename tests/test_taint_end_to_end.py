@@ -1,8 +1,10 @@
 """Bad source data found and repaired exactly, on the example warehouse, end to end.
 
 The simulated source sends one hour of orders (2026-01-05, the hour with the most paid orders confined to it) with
-amounts 100 times too high. The warehouse ingests it and builds every table over 2026-01-01 .. 01-08 (the hourly
-ones on the 5th) through the headless path, so the bad hour flows into DWD, DWS and ADS. Then, as on-call would:
+amounts 100 times too high. The warehouse ingests it and builds every table through the headless path, so the bad hour
+flows into DWD, DWS and ADS: the session's example warehouse (tests/support/warehouse.py), of which this module takes a
+copy as built, and whose tables it reads are those of ``DAILY`` over 2026-01-01 .. 01-08 and after (the hourly ones on
+the 5th); its catalog is those tables and their inputs. Then, as on-call would:
 ``warehouse taint ods.order H H --reason …`` prints the plan; the source re-sends the corrected rows; ``--apply``
 marks the closure tainted and launches the repair backfill; the ingestion applies the corrected rows and reports the
 hour again (its checks pass: valid again); the backfill daemon runs the repair.
@@ -46,25 +48,28 @@ from dagster import (
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
+# the repairs' code location (tests/support/repair.py) reads the product's catalog, as when this module built its own
+# warehouse: loaded now, before the module's fixture sets a catalog of its own for the commands
+import warehouse_assets.definitions  # noqa: F401
 from resources import LandingResource, resources_from_env
 from resources.settings import Settings, using
-from simulator.cdc import SimulationConfig, simulate
-from simulator.corrections import confined_rows, corrupt_hour, resend_corrected
+from simulator.corrections import confined_rows, resend_corrected
 from tests.support import oracle
 from tests.support.instances import memory_backed_dir, pooled_event_log
 from tests.support.lake import row_dicts
 from tests.support.repair import SYNC_RUNS, code_location, run_backfill
+from tests.support.small_catalog import product_tables
+from tests.support.warehouse import BATCH_MINUTES, HOUR_DAY, ExampleWarehouse
 from warehouse_assets.catalog import load_catalog
 from warehouse_assets.cli import main
-from warehouse_assets.cli.headless import materialize_range, run_ingest
+from warehouse_assets.cli.headless import run_ingest
 from warehouse_assets.materialize.validity import tainted_in_instance
 
 TZ = ZoneInfo("Asia/Shanghai")
 DAYS = [date(2026, 1, 1) + timedelta(days=n) for n in range(8)]
-# the per-test limit: the module's first test builds, taints and repairs the eight days (its fixture)
-pytestmark = pytest.mark.timeout(1200)
-HOUR_DAY = date(2026, 1, 5)
-BATCH_MINUTES = 1440  # one landing segment per shard and day
+# the per-test limit: the module's first test taints and repairs the eight days (its fixture), and builds the example
+# warehouse first when no module of its group ran before it (the end-to-end module's limit)
+pytestmark = pytest.mark.timeout(1500)
 DAILY = [
     "dwd.user_snapshot",
     "dwd.lesson_snapshot",
@@ -96,10 +101,6 @@ class Repaired:
     latest_before: dict[str, dict[str, int]]  # table → partition → storage id of its latest materialization
     closure: dict[str, set[str]]  # table → the partitions the taint marked
     backfill: Any
-
-
-def _at(day: date) -> datetime:
-    return datetime(day.year, day.month, day.day, tzinfo=TZ)
 
 
 def _rows(lake: Path, fqn: str) -> list[dict[str, Any]]:
@@ -136,20 +137,6 @@ def _latest(instance: DagsterInstance, fqn: str) -> dict[str, int]:
     return out
 
 
-def _bad_hour(landing: Path) -> tuple[datetime, set[int]]:
-    """The hour of HOUR_DAY whose confined orders hold the most paid ones: where the corruption shows most."""
-    truth = oracle.replay(landing)["order"]
-    best: tuple[int, datetime, set[int]] = (-1, datetime(2026, 1, 5), set())
-    for h in range(24):
-        hour = datetime(HOUR_DAY.year, HOUR_DAY.month, HOUR_DAY.day, h)
-        keys = confined_rows(landing, "order", hour)
-        paid = sum(1 for k in keys if truth[k]["status"] == "paid")
-        if paid > best[0]:
-            best = (paid, hour, keys)
-    assert best[0] > 0, "the simulation should pay orders within one hour of the 5th"
-    return best[1], best[2]
-
-
 @pytest.fixture(scope="module")
 def home() -> Iterator[Path]:
     """The module's Dagster home, which its commands open too: one event log for every run, its connections pooled, in
@@ -160,22 +147,20 @@ def home() -> Iterator[Path]:
 
 
 @pytest.fixture(scope="module")
-def repaired(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession, home: Path) -> Iterator[Repaired]:
+def repaired(
+    tmp_path_factory: pytest.TempPathFactory, spark: SparkSession, home: Path, example_warehouse: ExampleWarehouse
+) -> Iterator[Repaired]:
     root = tmp_path_factory.mktemp("taint_e2e")
-    landing, lake = root / "landing", root / "lake"
-    # the source up to the range's end, where every shard is then applied: the last hour of the last day is complete
-    # (a day past it would only be ingested and reported, never built)
-    simulate(
-        landing,
-        datetime(2026, 1, 1),
-        datetime.combine(DAYS[-1] + timedelta(days=1), datetime.min.time()),
-        SimulationConfig(seed=11, scale=0.03, batch_minutes=BATCH_MINUTES),
-    )
-    hour, keys = _bad_hour(landing)
-    assert corrupt_hour(landing, "order", hour) == keys  # the source sends the hour wrong
+    # the example warehouse as built, copied: the bad hour ingested and built into every table of DAILY and HOURLY
+    copy = example_warehouse.copy(root, home)
+    landing, lake, hour, keys = copy.landing, copy.lake, example_warehouse.hour, example_warehouse.keys
+    # the tables this module built when it built its own warehouse, and what they read: what the example warehouse
+    # built besides (the week to date, the 30-day window, the month) would widen the closure and the repair
+    tables = product_tables(root / "tables", [*DAILY, *HOURLY])
     env = {
         "WAREHOUSE_LAKE_ROOT": str(lake),
         "WAREHOUSE_LANDING_ROOT": str(landing),
+        "WAREHOUSE_CATALOG_DIR": str(tables),
         "DAGSTER_HOME": str(home),
     }
     resources = resources_from_env(env)
@@ -189,9 +174,6 @@ def repaired(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession, home
     ):
         for name, value in env.items():
             patch.setenv(name, value)
-        end = _at(DAYS[-1] + timedelta(days=1))
-        assert materialize_range(instance, resources, _at(DAYS[0]), end, tables=DAILY)
-        assert materialize_range(instance, resources, _at(HOUR_DAY), _at(HOUR_DAY + timedelta(days=1)), HOURLY, False)
         gmv_before = {r["dt"]: r["gmv"] for r in _rows(lake, "ads.daily_gmv")}[HOUR_DAY.isoformat()]
         derived = [*DAILY, *HOURLY]
         files_before = {fqn: _files(lake, fqn) for fqn in derived}

@@ -1,0 +1,181 @@
+"""The example warehouse over a simulated January, built once per test session for the modules that read it.
+
+Built by the product's headless path (``materialize_range``, the ingestion included) on a small source (scale 0.03,
+one landing segment per shard and day):
+
+* every table of ``EVERY_DAY`` over the first 11 days (2026-01-01 .. 01-11: T-1 and T-7 retention, the self-dependent
+  snapshots and cumulative learning from their first partition, one whole ISO week 01-05 .. 01-11);
+* the hourly tables over the 24 hours of 2026-01-05;
+* the daily chain under DAU/WAU/MAU and the monthly report over the whole month, so that the 30-day window exists
+  (01-30, 01-31) and ``ads.monthly_report`` 2026-01 can run on all of its days;
+* January's last day of the tables reading the latest month.
+
+The source sends one hour of orders wrong: of 2026-01-05, the hour with the most paid orders confined to it, with
+amounts 100 times too high (:func:`simulator.corrections.corrupt_hour`), as a source with a unit error would. The
+figures equal an independent replay of what was sent (tests/test_end_to_end.py), and the taint module repairs the hour
+on a copy (tests/test_taint_end_to_end.py).
+
+The modules that read it are ``MODULES``: `make test` runs them on one worker (tests/conftest.py), which builds it
+once. A module that changes the warehouse works on :meth:`ExampleWarehouse.copy`, a copy of its lake,
+landing area and instance as they were built, whatever another module did to the original since.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from collections.abc import Iterator
+from contextlib import closing
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+from dagster import DagsterInstance, instance_for_test
+from pyspark.sql import SparkSession
+
+from resources import LandingResource, resources_from_env
+from simulator.cdc import SimulationConfig, simulate
+from simulator.corrections import confined_rows, corrupt_hour
+from tests.support import oracle
+from tests.support.instances import memory_backed_dir, pooled_event_log
+from warehouse_assets.cli.headless import materialize_range
+
+GROUP = "example_warehouse"  # the unit of work of the modules reading it, on one worker
+MODULES = ("tests/test_end_to_end.py", "tests/test_taint_end_to_end.py")
+TZ = ZoneInfo("Asia/Shanghai")
+FIRST = date(2026, 1, 1)  # the warehouse's first partition (warehouse_assets/catalog/calendars.py START)
+DAYS = [FIRST + timedelta(days=n) for n in range(11)]  # every table: 2026-01-01 .. 2026-01-11
+MONTH = [FIRST + timedelta(days=n) for n in range(31)]  # the chain under the 30-day window and the month
+HOUR_DAY = date(2026, 1, 5)  # hourly tables: its 24 hours; the day of the hour sent wrong
+BATCH_MINUTES = 1440  # one landing segment per shard and day: a month ingests in seconds
+EVERY_DAY = [
+    "dwd.user_snapshot",
+    "dwd.course_daily",  # a snapshot: the courses as of each day, from ods.course's change stream
+    "dwd.lesson_snapshot",
+    "dwd.order_detail",
+    "dwd.attendance_detail",
+    "dws.user_order_daily",
+    "dws.user_learning_daily",
+    "dws.user_learning_cumulative",
+    "dws.user_active_daily",
+    "dws.course_attendance_weekly",
+    "ads.daily_gmv",
+    "ads.attendance_rate_daily",
+    "ads.retention_d1",
+    "ads.retention_d7",
+    "ads.lesson_catalog",  # any one of its last three snapshots: from the first day on
+    "ads.gmv_week_to_date",  # cumulative within the week: Thursday 1st .. Sunday 4th, then from Monday 5th afresh
+    "ads.new_users_by_tier",  # reads the static dwd.city_tier, built once before its first day
+]
+HOURLY = ["dws.order_hourly", "ads.gmv_hourly"]
+MONTH_CHAIN = [  # the rest of January, under the 30-day window and the month
+    "dwd.lesson_snapshot",
+    "dwd.order_detail",
+    "dwd.attendance_detail",
+    "dws.user_order_daily",
+    "dws.user_active_daily",
+]
+WINDOWED = ["ads.active_users", "ads.monthly_report"]
+# January's last day against the latest month: January, which has ended by then (no earlier day has a month)
+MONTH_END = ["ads.daily_gmv", "ads.gmv_vs_month"]
+
+
+def at(day: date) -> datetime:
+    return datetime(day.year, day.month, day.day, tzinfo=TZ)
+
+
+def bad_hour(landing: Path) -> tuple[datetime, set[int]]:
+    """The hour of HOUR_DAY whose confined orders hold the most paid ones (where a corruption shows most), and those
+    orders."""
+    truth = oracle.replay(landing)["order"]
+    best: tuple[int, datetime, set[int]] = (-1, datetime(2026, 1, 5), set())
+    for h in range(24):
+        hour = datetime(HOUR_DAY.year, HOUR_DAY.month, HOUR_DAY.day, h)
+        keys = confined_rows(landing, "order", hour)
+        paid = sum(1 for k in keys if truth[k]["status"] == "paid")
+        if paid > best[0]:
+            best = (paid, hour, keys)
+    assert best[0] > 0, "the simulation should pay orders within one hour of the 5th"
+    return best[1], best[2]
+
+
+@dataclass(frozen=True)
+class Copy:
+    landing: Path
+    lake: Path
+
+
+@dataclass(frozen=True)
+class ExampleWarehouse:
+    landing: Path
+    lake: Path
+    instance: DagsterInstance
+    resources: dict[str, Any]
+    hour: datetime  # the hour of orders the source sent wrong
+    keys: set[int]  # the orders it corrupted
+    built: Path  # the lake, landing area and instance home as built
+
+    def copy(self, root: Path, home: Path) -> Copy:
+        """The warehouse as built, copied: its lake and landing area under ``root``, its instance's files into
+        ``home`` (open it with ``instance_for_test(temp_dir=home, overrides=pooled_event_log(home))``)."""
+        shutil.copytree(self.built / "landing", root / "landing")
+        shutil.copytree(self.built / "lake", root / "lake")
+        copy_instance_files(self.built / "home", home)
+        return Copy(root / "landing", root / "lake")
+
+
+def copy_instance_files(source: Path, dest: Path) -> None:
+    """An instance's files copied, its SQLite databases through SQLite's backup (a consistent copy whatever their
+    write-ahead log holds), the instance's own configuration left out (the copy's instance writes its own)."""
+    for path in sorted(source.rglob("*")):
+        target = dest / path.relative_to(source)
+        if path.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+        elif path.name == "dagster.yaml" and path.parent == source or path.name.endswith(("-wal", "-shm")):
+            continue
+        elif path.suffix == ".db":
+            with closing(sqlite3.connect(path)) as db, closing(sqlite3.connect(target)) as copied:
+                db.backup(copied)
+        else:
+            shutil.copy2(path, target)
+
+
+@pytest.fixture(scope="session")
+def example_warehouse(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) -> Iterator[ExampleWarehouse]:
+    root = tmp_path_factory.mktemp("example_warehouse")
+    landing, lake = root / "landing", root / "lake"
+    simulate(
+        landing,
+        datetime(2026, 1, 1),
+        datetime(2026, 2, 1),
+        SimulationConfig(seed=11, scale=0.03, batch_minutes=BATCH_MINUTES),
+    )
+    hour, keys = bad_hour(landing)
+    assert corrupt_hour(landing, "order", hour) == keys  # the source sends the hour wrong
+    resources = resources_from_env({"WAREHOUSE_LAKE_ROOT": str(lake), "WAREHOUSE_LANDING_ROOT": str(landing)})
+    resources["landing"] = LandingResource(root=str(landing), timezone="Asia/Shanghai", segment_minutes=BATCH_MINUTES)
+    # one pooled SQLite event log on memory-backed storage (tests/support/instances.py): the ingestion's ~9,000 hour
+    # reports and check verdicts are stored 2.4 times faster than in Dagster's in-memory storage
+    with (
+        memory_backed_dir("e2e-home-") as home,
+        instance_for_test(temp_dir=str(home), overrides=pooled_event_log(home)) as instance,
+    ):
+        runs = [
+            (EVERY_DAY, DAYS[0], DAYS[-1] + timedelta(days=1)),
+            (HOURLY, HOUR_DAY, HOUR_DAY + timedelta(days=1)),
+            (MONTH_CHAIN, DAYS[-1] + timedelta(days=1), MONTH[-1] + timedelta(days=1)),
+            (WINDOWED, MONTH[0], MONTH[-1] + timedelta(days=1)),  # only the partitions that can exist run
+            (MONTH_END, MONTH[-1], MONTH[-1] + timedelta(days=1)),
+        ]
+        for index, (tables, start, end) in enumerate(runs):
+            ok = materialize_range(instance, resources, at(start), at(end), tables=tables, ingest=index == 0)
+            assert ok, f"the headless materialization of {tables} failed"
+        # as built, for the modules that change it: before any module of the session has read or changed it
+        built = tmp_path_factory.mktemp("example_warehouse_built")
+        shutil.copytree(landing, built / "landing")
+        shutil.copytree(lake, built / "lake")
+        copy_instance_files(home, built / "home")
+        yield ExampleWarehouse(landing, lake, instance, resources, hour, keys, built)
