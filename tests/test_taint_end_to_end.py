@@ -170,7 +170,11 @@ def repaired(
     with (
         pytest.MonkeyPatch.context() as patch,
         using(Settings.from_env(env)),
-        instance_for_test(temp_dir=str(home), overrides={**SYNC_RUNS, **pooled_event_log(home)}) as instance,
+        # DAGSTER_HOME is the patch's to set and undo: set here too, the patch would record this value as the one to
+        # restore, and leave the module's deleted home to the worker's later modules
+        instance_for_test(
+            temp_dir=str(home), overrides={**SYNC_RUNS, **pooled_event_log(home)}, set_dagster_home=False
+        ) as instance,
     ):
         for name, value in env.items():
             patch.setenv(name, value)
