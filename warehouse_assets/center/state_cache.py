@@ -14,10 +14,20 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import Generic, Protocol, TypeVar
 
-if TYPE_CHECKING:
-    from warehouse_assets.center.state_store import PartitionState
+
+class Keyed(Protocol):
+    """A row of the store as kept: the store's partition state (the cache needs only where it belongs)."""
+
+    @property
+    def asset_key(self) -> str: ...
+
+    @property
+    def partition(self) -> str: ...
+
+
+State = TypeVar("State", bound=Keyed)
 
 GENERATION_SCHEMA = """
 CREATE TABLE IF NOT EXISTS generation (id INTEGER PRIMARY KEY CHECK (id = 0), n INTEGER NOT NULL);
@@ -30,21 +40,21 @@ CREATE TRIGGER IF NOT EXISTS partitions_deleted AFTER DELETE ON partitions BEGIN
 ROWS_KEPT = 1_000_000
 
 
-class RowCache:
+class RowCache(Generic[State]):
     """Partition states by asset key and partition, as the store's file held them at :attr:`generation`."""
 
     def __init__(self, db: sqlite3.Connection):
         self._db = db
         if db.execute("SELECT 1 FROM generation").fetchone() is None:
             db.execute("INSERT OR IGNORE INTO generation VALUES (0, 0)")  # once per file: a reader writes nothing
-        self._rows: dict[str, dict[str, PartitionState]] = {}
+        self._rows: dict[str, dict[str, State]] = {}
         self._size = 0
         self.generation: int | None = None  # of the rows kept; None: nothing kept
 
     def file_generation(self) -> int:
         return int(self._db.execute("SELECT n FROM generation WHERE id = 0").fetchone()[0])
 
-    def rows_of(self, asset_key: str) -> dict[str, PartitionState]:
+    def rows_of(self, asset_key: str) -> dict[str, State]:
         """The rows of ``asset_key`` kept, once every kept row is dropped if anyone changed the file since."""
         generation = self.file_generation()
         if generation != self.generation:
@@ -55,14 +65,14 @@ class RowCache:
             rows = self._rows[asset_key] = {}
         return rows
 
-    def keep(self, asset_key: str, read: Mapping[str, PartitionState]) -> None:
+    def keep(self, asset_key: str, read: Mapping[str, State]) -> None:
         """Rows just read, not kept before (the generation :meth:`rows_of` checked)."""
         if self._size + len(read) > ROWS_KEPT:
             self._clear()
         self._rows.setdefault(asset_key, {}).update(read)
         self._size += len(read)
 
-    def written(self, before: int, after: int, states: Iterable[PartitionState]) -> None:
+    def written(self, before: int, after: int, states: Iterable[State]) -> None:
         """The store's own commit of ``states``, the file's generation read inside its transaction before and after
         its writes: they are the file's rows at ``after``; the others kept, unless another writer changed the file
         since they were kept."""

@@ -224,7 +224,8 @@ class PartitionStateStore(_GateReader):
             if column not in columns:
                 self._db.execute(f"ALTER TABLE partitions ADD COLUMN {column}")
         self._db.executescript(GENERATION_SCHEMA)
-        self._kept = RowCache(self._db)  # the rows read and written, while no one else writes the file
+        # the rows read and written, while no one else writes the file
+        self._kept: RowCache[PartitionState] = RowCache(self._db)
         self.records_read = 0  # event records the last update read: its cost
         self._states: dict[tuple[object, ...], PartitionState] = {}  # rows read → their states, see _state_of
         # the catalog's subscription to the partitions' changes of state (None: OpenLineage is off)
