@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         calib_spark = calib_spark_ms(spark)
         sql = LakeSql(str(lake), spark=lambda: (spark, "local"))
         unordered = measure("unordered", sql, spark, queries, args.repeat, warm_up)
-        zordered_files = zorder_job(store, gen)
+        zordered_files = zorder_job(store, gen, TABLE)
         log(f"Z-ordered: {zordered_files['files']} files in {zordered_files['seconds']:.0f}s")
         zordered = measure("zordered", sql, spark, queries, args.repeat, warm_up)
         for name in queries:
