@@ -14,8 +14,9 @@ message id, which the re-send advances). The simulator appends nothing after a r
 from __future__ import annotations
 
 import json
+from bisect import bisect_right
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -47,13 +48,11 @@ def _message(line: str) -> dict[str, Any] | None:
     return message if isinstance(message, dict) and message.get("data") else None
 
 
-def _hour_of(landing: Path, hour: datetime) -> tuple[ZoneInfo, int, int]:
+def _zone(landing: Path) -> ZoneInfo:
     state = _load_state(landing)
     if state is None:
         raise ValueError(f"{landing} holds no simulation")
-    tz = ZoneInfo(state.config.tz)
-    start = hour.replace(tzinfo=tz) if hour.tzinfo is None else hour
-    return tz, int(start.timestamp() * 1000), int((start + timedelta(hours=1)).timestamp() * 1000)
+    return ZoneInfo(state.config.tz)
 
 
 def _scaled(value: Any, factor: Decimal) -> Any:
@@ -62,23 +61,42 @@ def _scaled(value: Any, factor: Decimal) -> Any:
 
 def confined_rows(landing: Path, table: str, hour: datetime) -> set[int]:
     """The keys of ``table`` created in the local ``hour`` whose every change falls in that hour."""
-    tz, first, end = _hour_of(landing, hour)
-    local = hour.replace(tzinfo=None).strftime("%Y-%m-%d %H")
-    created: set[int] = set()
-    outside: set[int] = set()
+    tz = _zone(landing)
+    local = hour.astimezone(tz).replace(tzinfo=None) if hour.tzinfo is not None else hour
+    return confined_rows_of_day(landing, table, local.date())[local.replace(minute=0, second=0, microsecond=0)]
+
+
+def confined_rows_of_day(landing: Path, table: str, day: date) -> dict[datetime, set[int]]:
+    """:func:`confined_rows` of each local hour of ``day`` (naive local hours), from one read of the table's streams:
+    a key is confined to the hour its first and last change fall in, if it was created in that hour."""
+    tz = _zone(landing)
+    hours = [datetime(day.year, day.month, day.day) + timedelta(hours=h) for h in range(24)]
+    starts = [int(h.replace(tzinfo=tz).timestamp() * 1000) for h in hours]
+    end = int((hours[-1] + timedelta(hours=1)).replace(tzinfo=tz).timestamp() * 1000)
+    changes: dict[int, tuple[int, int]] = {}  # key -> its first and last change's binlog time
+    created: dict[int, set[str]] = {}  # key -> the local hours ("YYYY-MM-DD HH") its rows say it was created in
     for _, directory in _streams(landing, table):
         for path in sorted(directory.glob("*.jsonl")):
             for line in _lines(path):
                 message = _message(line)
                 if message is None:
                     continue
+                es = message["es"]
                 for row in message["data"]:
                     key = int(row["id"])
-                    if not first <= message["es"] < end:
-                        outside.add(key)
-                    elif str(row.get("create_time", ""))[:13] == local:
-                        created.add(key)
-    return created - outside
+                    first, last = changes.get(key, (es, es))
+                    changes[key] = (min(first, es), max(last, es))
+                    created.setdefault(key, set()).add(str(row.get("create_time", ""))[:13])
+    confined: dict[datetime, set[int]] = {hour: set() for hour in hours}
+    for key, (first, last) in changes.items():
+        if not starts[0] <= first < end:
+            continue
+        index = bisect_right(starts, first) - 1
+        hour = hours[index]
+        hour_end = starts[index + 1] if index + 1 < len(starts) else end
+        if last < hour_end and hour.strftime("%Y-%m-%d %H") in created[key]:
+            confined[hour].add(key)
+    return confined
 
 
 def corrupt_hour(landing: Path, table: str, hour: datetime, column: str = "amount", factor: int = 100) -> set[int]:
@@ -109,7 +127,7 @@ def resend_corrected(
     landing: Path, table: str, hour: datetime, keys: set[int], column: str = "amount", factor: int = 100
 ) -> int:
     """Re-send the latest change of each of ``keys`` with ``column`` divided back by ``factor``; returns the rows."""
-    tz, _, _ = _hour_of(landing, hour)
+    tz = _zone(landing)
     state = _load_state(landing)
     assert state is not None
     scale = Decimal(1) / Decimal(factor)
