@@ -28,6 +28,7 @@ from typing import Any
 
 from resources.settings import current
 from warehouse_assets.catalog.lineage_events import LineageEvents, lineage_events
+from warehouse_assets.center.ledger_cache import GENERATION_SCHEMA, KeptRecords, LedgerCache, records_of
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS center_requests (table_fqn, partition, upstream, requested_at,
@@ -96,6 +97,13 @@ class Ledger:
         self.path = path
         self.events: LineageEvents | None = None  # partitions becoming stale, told to the catalog once committed
         self._told: list[Stale] = []
+        # the stale and rebuild records read or written, while the file's generation says they are its own
+        self._stale_kept: KeptRecords[Stale] = KeptRecords()
+        self._rebuilds_kept: KeptRecords[Rebuild] = KeptRecords()
+        # of each partition, a request key known to be recorded (the latest asked about or made): a partition
+        # looked at again with nothing new upstream asks about that key
+        self._requests_kept: KeptRecords[str] = KeptRecords()
+        self._kept: LedgerCache | None = None  # a reader's file may have no generation: it keeps nothing
         if readonly:
             self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
             return
@@ -106,6 +114,8 @@ class Ledger:
         # consistent prefix of both writers' commits); a sync per call was most of a call's time on a real disk
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        self._db.executescript(GENERATION_SCHEMA)
+        self._kept = LedgerCache(self._db, [self._stale_kept, self._rebuilds_kept, self._requests_kept])
         self.events = lineage_events(current())
 
     def close(self) -> None:
@@ -115,14 +125,38 @@ class Ledger:
     def batch(self) -> Iterator[None]:
         """One transaction for every write of a resolver call: all of them or none."""
         self._db.execute("BEGIN IMMEDIATE")
+        kept = self._kept
         try:
+            if kept is not None:
+                kept.begin()
             yield
+            generation = kept.committing() if kept is not None else None
+            self._db.execute("COMMIT")
         except BaseException:
-            self._db.execute("ROLLBACK")
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            if kept is not None:
+                kept.undone()
             self._told.clear()
             raise
-        self._db.execute("COMMIT")
+        if kept is not None and generation is not None:
+            kept.committed(generation)
         self._tell()
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """A write of kept records inside a transaction of the ledger's: the caller's batch, or one of its own."""
+        if self._kept is None or self._kept.in_own_transaction:
+            yield
+            return
+        if self._db.in_transaction:  # someone else's on this connection: whether it commits is not known here
+            try:
+                yield
+            finally:
+                self._kept.drop()
+            return
+        with self.batch():
+            yield
 
     def _tell(self) -> None:
         """The stale partitions this transaction recorded, to the catalog (after the commit: never what it undid)."""
@@ -159,8 +193,15 @@ class Ledger:
     # --- requests and deferrals ------------------------------------------------------------------------------------
 
     def requested(self, fqn: str, partition: str, upstream: str) -> bool:
+        if self._kept is not None:
+            self._kept.current()
+            if self._requests_kept.of(fqn).get(partition) == upstream:
+                return True
         query = "SELECT 1 FROM center_requests WHERE table_fqn = ? AND partition = ? AND upstream = ?"
-        return self._db.execute(query, (fqn, partition, upstream)).fetchone() is not None
+        found = self._db.execute(query, (fqn, partition, upstream)).fetchone() is not None
+        if found and self._kept is not None:
+            self._kept.keep(self._requests_kept, fqn, {partition: upstream})
+        return found
 
     def last_request(self, fqn: str, partition: str) -> str | None:
         """The upstream key of the partition's latest request (what its latest build was requested on)."""
@@ -172,11 +213,23 @@ class Ledger:
         return None if row is None else str(row[0])
 
     def record_requests(self, requests: Iterable[tuple[str, str, str]], at: float) -> None:
-        self._db.executemany("INSERT OR IGNORE INTO center_requests VALUES (?, ?, ?, ?)", [(*r, at) for r in requests])
+        requests = list(requests)
+        with self._writing():
+            self._db.executemany(
+                "INSERT OR IGNORE INTO center_requests VALUES (?, ?, ?, ?)", [(*r, at) for r in requests]
+            )
+            for fqn, partition, upstream in requests:
+                self._requests_kept.put(fqn, partition, upstream)
 
     def forget_requests_before(self, at: float) -> None:
-        self._db.execute("DELETE FROM center_requests WHERE requested_at < ?", (at,))
-        self._db.execute("DELETE FROM center_rebuilds WHERE planned_at < ?", (at,))
+        with self._writing():
+            self._db.execute("DELETE FROM center_requests WHERE requested_at < ?", (at,))
+            self._db.execute("DELETE FROM center_rebuilds WHERE planned_at < ?", (at,))
+            self._requests_kept.clear()  # which keys went is the file's to say
+            for rows in self._rebuilds_kept.by_table.values():
+                for partition, rebuild in rows.items():
+                    if rebuild is not None and rebuild.planned_at < at:
+                        rows[partition] = None
 
     def request_count(self) -> int:
         return int(self._db.execute("SELECT count(*) FROM center_requests").fetchone()[0])
@@ -226,6 +279,18 @@ class Ledger:
     # --- late data waiting for its policy --------------------------------------------------------------------------
 
     def stale(self, fqn: str, partitions: Sequence[str]) -> dict[str, Stale]:
+        """The stale records of those of ``partitions`` that have one."""
+        if self._kept is None:
+            return self._read_stale(fqn, partitions)
+        self._kept.current()
+        kept = self._stale_kept.of(fqn)
+        unread = [p for p in dict.fromkeys(partitions) if p not in kept]
+        if unread:
+            found = self._read_stale(fqn, unread)
+            self._kept.keep(self._stale_kept, fqn, {p: found.get(p) for p in unread})
+        return records_of(self._stale_kept, fqn, partitions)
+
+    def _read_stale(self, fqn: str, partitions: Sequence[str]) -> dict[str, Stale]:
         found: dict[str, Stale] = {}
         for chunk in _chunks(partitions, 500):
             marks = ", ".join("?" * len(chunk))
@@ -245,10 +310,13 @@ class Ledger:
 
     def mark_stale(self, entries: Iterable[Stale]) -> None:
         entries = list(entries)
-        self._db.executemany(
-            "INSERT OR REPLACE INTO center_stale VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            [(s.table, s.partition, s.since, s.due, s.changes, s.upstream, s.policy, s.note) for s in entries],
-        )
+        with self._writing():
+            self._db.executemany(
+                "INSERT OR REPLACE INTO center_stale VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [(s.table, s.partition, s.since, s.due, s.changes, s.upstream, s.policy, s.note) for s in entries],
+            )
+            for s in entries:
+                self._stale_kept.put(s.table, s.partition, s)
         if self.events is not None:
             self._told.extend(entries)
             self._tell()  # outside a batch: now; inside: when it commits
@@ -256,17 +324,36 @@ class Ledger:
     def park_stale(self, candidates: Iterable[Candidate], at: float) -> None:
         """The stale partitions among ``candidates`` whose rebuild was due at ``at`` and was not requested (an input
         is not ready): no longer looked at by the clock, their next change decides."""
-        self._db.executemany(
-            "UPDATE center_stale SET due = NULL, note = 'waiting for its inputs' "
-            "WHERE table_fqn = ? AND partition = ? AND due <= ?",
-            [(fqn, partition, at) for fqn, partition in candidates],
-        )
+        candidates = list(candidates)
+        with self._writing():
+            self._db.executemany(
+                "UPDATE center_stale SET due = NULL, note = 'waiting for its inputs' "
+                "WHERE table_fqn = ? AND partition = ? AND due <= ?",
+                [(fqn, partition, at) for fqn, partition in candidates],
+            )
+            for fqn, partition in candidates:
+                self._stale_kept.forget(fqn, partition)
 
     def clear_stale(self, candidates: Iterable[Candidate]) -> None:
-        self._db.executemany("DELETE FROM center_stale WHERE table_fqn = ? AND partition = ?", list(candidates))
+        candidates = list(candidates)
+        with self._writing():
+            self._db.executemany("DELETE FROM center_stale WHERE table_fqn = ? AND partition = ?", candidates)
+            for fqn, partition in candidates:
+                self._stale_kept.put(fqn, partition, None)
 
     def rebuilds(self, fqn: str, partitions: Sequence[str]) -> dict[str, Rebuild]:
         """The rebuilds requested of these partitions, by partition (the latest of each)."""
+        if self._kept is None:
+            return self._read_rebuilds(fqn, partitions)
+        self._kept.current()
+        kept = self._rebuilds_kept.of(fqn)
+        unread = [p for p in dict.fromkeys(partitions) if p not in kept]
+        if unread:
+            found = self._read_rebuilds(fqn, unread)
+            self._kept.keep(self._rebuilds_kept, fqn, {p: found.get(p) for p in unread})
+        return records_of(self._rebuilds_kept, fqn, partitions)
+
+    def _read_rebuilds(self, fqn: str, partitions: Sequence[str]) -> dict[str, Rebuild]:
         found: dict[str, Rebuild] = {}
         for chunk in _chunks(partitions, 500):
             marks = ", ".join("?" * len(chunk))
@@ -279,10 +366,14 @@ class Ledger:
         return found
 
     def record_rebuilds(self, rebuilds: Iterable[tuple[str, str, Rebuild]]) -> None:
-        self._db.executemany(
-            "INSERT OR REPLACE INTO center_rebuilds VALUES (?, ?, ?, ?, ?)",
-            [(fqn, partition, r.origin, r.changes, r.planned_at) for fqn, partition, r in rebuilds],
-        )
+        rebuilds = list(rebuilds)
+        with self._writing():
+            self._db.executemany(
+                "INSERT OR REPLACE INTO center_rebuilds VALUES (?, ?, ?, ?, ?)",
+                [(fqn, partition, r.origin, r.changes, r.planned_at) for fqn, partition, r in rebuilds],
+            )
+            for fqn, partition, rebuild in rebuilds:
+                self._rebuilds_kept.put(fqn, partition, rebuild)
 
     # --- the backlog ----------------------------------------------------------------------------------------------
 
