@@ -144,3 +144,22 @@ def test_a_reader_keeps_nothing_and_sees_every_commit(path: Path) -> None:
     reader.close()
     engine.close()
     assert sqlite3.connect(path).execute("SELECT n FROM center_generation").fetchone()[0] > 0
+
+
+def test_a_resolver_calls_reads_check_the_file_once_and_the_next_call_sees_another_writers_commit(path: Path) -> None:
+    """A call's reads are its view of the ledger (as its snapshot reads each row once): the file's generation is
+    read as they begin, not before each read, and a commit by anyone else before the next call is seen by it."""
+    engine, other = Ledger(path), Ledger(path)
+    checks: list[str] = []
+    engine._db.set_trace_callback(lambda sql: checks.append(sql) if "center_generation" in sql else None)
+    with engine.reading():
+        assert engine.stale("dws.a", [DAY]) == {}
+        assert engine.rebuilds("dws.a", [DAY]) == {}
+        assert not engine.requested("dws.a", DAY, "key 1")
+        assert engine.stale("dws.a", [DAY]) == {}
+    assert len(checks) == 1
+    other.mark_stale([stale()])
+    with engine.reading():
+        assert engine.stale("dws.a", [DAY]) == {DAY: stale()}
+    engine.close()
+    other.close()

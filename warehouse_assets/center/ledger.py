@@ -144,6 +144,20 @@ class Ledger:
         self._tell()
 
     @contextlib.contextmanager
+    def reading(self) -> Iterator[None]:
+        """A resolver call's reads: the records kept are checked against the file once, as they begin (each read
+        would check otherwise, which cost as much as the reads it saved)."""
+        if self._kept is None or self._kept.in_reading:
+            yield
+            return
+        self._kept.check()
+        self._kept.in_reading = True
+        try:
+            yield
+        finally:
+            self._kept.in_reading = False
+
+    @contextlib.contextmanager
     def _writing(self) -> Iterator[None]:
         """A write of kept records inside a transaction of the ledger's: the caller's batch, or one of its own."""
         if self._kept is None or self._kept.in_own_transaction:

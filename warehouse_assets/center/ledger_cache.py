@@ -7,8 +7,9 @@ current upstream state: at 1,000 tables those point reads were a fifth of the re
 answer was the one of the previous call (no record; the same key). The ledger keeps the records it read (an absent
 one as None) or wrote, valid for one *generation* of its file: a counter in the file that triggers bump on every
 insert, update or delete of a stale, rebuild or request record, whoever writes it (the engine's ledger, a second
-engine, raw SQL). A read outside the ledger's own transaction compares the file's generation with the one
-its records were kept at: a change since by anyone else drops them all. The ledger's own writes put their records
+engine, raw SQL). A read compares the file's generation with the one its records were kept at (a resolver
+call's reads once, as the call begins: they are the call's view of the ledger, as the resolver's snapshot reads each
+row once): a change since by anyone else drops them all. The ledger's own writes put their records
 into the kept ones at once; its transaction starts by the same comparison (the write lock then keeps everyone else
 out until it ends) and ends by taking the generation it committed, or by dropping everything when it is undone.
 """
@@ -72,15 +73,19 @@ class LedgerCache:
         self._db, self._kinds = db, kinds
         self.generation: int | None = None  # of the records kept; None: nothing kept
         self.in_own_transaction = False
+        self.in_reading = False  # a resolver call's reads: the generation was checked as it started
 
     def file_generation(self) -> int:
         return int(self._db.execute("SELECT n FROM center_generation WHERE id = 0").fetchone()[0])
 
     def current(self) -> None:
         """Drop every record kept if anyone changed the file since (inside the ledger's own transaction nobody else
-        can, and its writes are kept as they are made)."""
-        if self.in_own_transaction:
+        can, and its writes are kept as they are made; within a resolver call's reads it was checked as they began)."""
+        if self.in_own_transaction or self.in_reading:
             return
+        self.check()
+
+    def check(self) -> None:
         generation = self.file_generation()
         if generation != self.generation:
             self.drop()
@@ -97,8 +102,7 @@ class LedgerCache:
 
     def begin(self) -> None:
         """The ledger's transaction started (holding the write lock)."""
-        self.in_own_transaction = False
-        self.current()
+        self.check()
         self.in_own_transaction = True
 
     def committing(self) -> int:
