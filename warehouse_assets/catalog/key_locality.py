@@ -34,10 +34,13 @@ from warehouse_assets.catalog.lineage import qualified_scope
 from warehouse_assets.catalog.model import DerivedTable
 
 # The limits of a key-scoped rebuild: past either bound a whole rebuild is cheaper than finding and replacing the
-# keys' rows one by one (the keys are collected to the driver and broadcast, and a large share of a partition's rows
-# is most of its files anyway). Below SMALL_PARTITION rows either way is one small Spark job: the share is not looked
-# at. The runner applies them to the keys it finds; the late-data rule to the changes recorded, to pick the rule
-MAX_KEYS = 100_000
+# keys' rows one by one (a large share of a partition's rows is most of its files anyway), or the keys, collected to
+# the driver and broadcast, grow too large to carry. Below SMALL_PARTITION rows either way is one small Spark job: the
+# share is not looked at. The runner applies them to the keys it finds; the late-data rule to the changes recorded,
+# to pick the rule. The share decides for large partitions: 200,000 keys of a 10-million-row day (2 %) still rebuilt
+# 1.5x (a row-local table) and 2.7x (a GROUP BY) faster by key than whole on local Spark, so a replay's corrections
+# (a few per cent of a day) stay key-scoped; the absolute bound only keeps the broadcast in tens of megabytes
+MAX_KEYS = 1_000_000
 MAX_SHARE = 0.2  # of the rows the partition held after its last build
 SMALL_PARTITION = 10_000
 
