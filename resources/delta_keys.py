@@ -402,6 +402,7 @@ class KeyScopedWrites(DeltaReader):
                     rows=sum(int(a["live_records"]) for a in mine),
                     files=len(mine),
                     bytes=sum(int(a["size_bytes"]) for a in mine),
+                    live_files=tuple(mine),
                 )
             )
         return WriteResult(

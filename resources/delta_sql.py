@@ -32,6 +32,9 @@ class PartitionWritten:
     rows: int
     files: int
     bytes: int
+    # its live files at the commit (the log's add actions, with ``live_records``), where the write read them to count
+    # its rows (a key-scoped write's): its checks take them from here rather than reading the log again
+    live_files: tuple[dict[str, Any], ...] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass

@@ -107,6 +107,10 @@ def test_a_few_keys_rows_are_replaced_by_a_predicate_on_them_in_one_commit(spark
     )
     [commit] = store.history(key, 1)
     assert commit["operation"] == "WRITE" and written.version == 1 and written.by_partition[0].rows == 29
+    # the live files it counted them from, for its checks: the log's, deletion vectors subtracted
+    live = written.by_partition[0].live_files
+    assert live is not None and sum(f["live_records"] for f in live) == 29
+    assert sorted(f["path"] for f in live) == sorted(f["path"] for f in store.live_files(key, [day], 1)[0])
     after = {r["order_id"]: tuple(r)[1:] for r in spark.read.format("delta").load(store.spark_path(key)).collect()}
     assert len(after) == 39 and 7 not in after and after[3] == (9, 1, "2026-03-02") and after[5] == (1, 2, "2026-03-02")
     assert after[4] == (0, 40, "2026-03-02") and after[35] == (3, 350, "2026-03-03")

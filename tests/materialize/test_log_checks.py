@@ -16,7 +16,7 @@ import pytest
 from deltalake import write_deltalake
 from pyspark.sql import SparkSession
 
-from resources.delta_lake import DeltaStore, Predicate
+from resources.delta_lake import DeltaStore, PartitionWritten, Predicate
 from tests.support import datafusion_plans as plans
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.catalog.checks import Outcome
@@ -206,3 +206,27 @@ def test_a_table_unique_by_the_key_it_references_by_is_counted_once_for_both(
         assert [v is not None for v in verdicts] == [unique_passes, references_pass], users
         assert len(queries) == 1, queries
     assert verdicts[0] is not None and verdicts[0].metadata["rows"] == 2
+
+
+def test_the_checks_of_a_key_scoped_write_take_the_live_files_it_read(
+    catalog: Catalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A key-scoped write counts its partitions' rows from their live files at its commit; its checks judge from
+    those same files: the Delta log and the deletion vectors are not read a second time."""
+    store = _lake(tmp_path, _orders(GOOD))
+    table = catalog["dwd.order_detail"]
+    files, _ = store.live_files(table.key, [{"dt": DAY}], 0)
+    written = PartitionWritten(rows=4, files=len(files), bytes=0, live_files=tuple(files))
+    build = _RangedBuild.__new__(_RangedBuild)
+    build.catalog, build.table, build.store = catalog, table, store
+    scope = KeyScope(("order_id",), pa.table({"order_id": [4]}), {"ods.order": ("id",)})
+    verdict = Verdict(table, DAY, [])
+    build.pending = [_Planned(DAY, verdict, None, {}, {"ods.order": HOURS}, {"ods.order": 0}, scope)]  # type: ignore[arg-type]
+
+    def read_again(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the live files were read again")
+
+    monkeypatch.setattr(store, "live_files", read_again)
+    outcomes = build._check(0, [written])
+    assert [o.check.name for o in outcomes] == [c.name for c in table.checks]
+    assert all(o.passed and o.metadata[JUDGED_BY] for o in outcomes), outcomes

@@ -50,11 +50,13 @@ class PartitionFacts:
         version: int,
         read_from: Mapping[str, Sequence[str]],
         versions: Mapping[str, int],
+        files: Sequence[dict[str, Any]] | None = None,
     ):
+        """``files``: the partition's live files at ``version``, where the write already read them from the log."""
         self.catalog, self.table, self.store, self.partition, self.version = catalog, table, store, partition, version
         self.read_from, self.versions = read_from, versions
         self.spec = partition_values_of(table, partition)
-        self.files, _ = store.live_files(table.key, [self.spec], version)
+        self.files = list(files) if files is not None else store.live_files(table.key, [self.spec], version)[0]
         # (column, referenced table, its column) -> the partition's key counts with that reference's, once
         self._references: dict[tuple[str, str, str], tuple[int, int, int, int] | None] = {}
 

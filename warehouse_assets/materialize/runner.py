@@ -394,18 +394,20 @@ class _RangedBuild:
         stated = {p.key: p.states for p in self.pending if p.states is not None}  # an additive table's: after its rows
         self.additive.write_states(list(stated.values()), list(stated), result.version)
         if self.table.checks:
-            self.outcomes.extend(self._check(result.version))
+            self.outcomes.extend(self._check(result.version, result.by_partition))
         self.pending.clear()
 
-    def _check(self, version: int) -> list[Outcome]:
-        """The table's checks on the pending partitions as written at ``version``. After a key-scoped write, what
-        the Delta log or a DataFusion count proves passed over the whole partition needs no Spark job; the rest is
-        evaluated on Spark, which reads the partitions back."""
+    def _check(self, version: int, written: Sequence[PartitionWritten] = ()) -> list[Outcome]:
+        """The table's checks on the pending partitions as written at ``version`` (``written``: each one's figures,
+        in order, with its live files where the write read them). After a key-scoped write, what the Delta log or a
+        DataFusion count proves passed over the whole partition needs no Spark job; the rest is evaluated on Spark,
+        which reads the partitions back."""
         table, pending = self.table, self.pending
         judged: dict[tuple[Check, str], Outcome] = {}
         if pending[0].scope is not None:
-            for p in pending:
-                facts = PartitionFacts(self.catalog, table, self.store, p.key, version, p.read_from, p.versions)
+            files = [w.live_files for w in written] if len(written) == len(pending) else [None] * len(pending)
+            for p, live in zip(pending, files, strict=True):
+                facts = PartitionFacts(self.catalog, table, self.store, p.key, version, p.read_from, p.versions, live)
                 for check in table.checks:
                     outcome = judge(check, facts)
                     if outcome is not None:
