@@ -360,7 +360,7 @@ def main() -> int:
         minutes = (finished - up).total_seconds() / 60
     finally:
         supervisor.stop()
-        time.sleep(3)
+        # what Dagster's stop left (a code server, the warm launcher): signalled now, waited for by polling
         stop_marked(mark)
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

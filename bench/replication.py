@@ -431,7 +431,7 @@ def run_stack(hours: int, scale: float, timeout: float, keep: bool) -> dict[str,
         status = status_lines(env)
     finally:
         supervisor.stop()
-        time.sleep(3)
+        # what Dagster's stop left (a code server, the warm launcher): signalled now, waited for by polling
         stop_marked(mark)
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
