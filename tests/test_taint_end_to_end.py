@@ -53,7 +53,7 @@ from pyspark.sql import SparkSession
 import warehouse_assets.definitions  # noqa: F401
 from resources import LandingResource, resources_from_env
 from resources.settings import Settings, using
-from simulator.corrections import confined_rows, resend_corrected
+from simulator.corrections import confined_rows_of_day, resend_corrected
 from tests.support import oracle
 from tests.support.instances import memory_backed_dir, pooled_event_log
 from tests.support.lake import row_dicts
@@ -314,11 +314,9 @@ def _other_hours(landing: Path, taken: str) -> list[datetime]:
     """The hours of HOUR_DAY but ``taken``, those with the most paid orders confined to them first."""
     truth = oracle.replay(landing)["order"]
     found = []
-    for h in range(24):
-        hour = datetime(HOUR_DAY.year, HOUR_DAY.month, HOUR_DAY.day, h)
+    for hour, keys in confined_rows_of_day(landing, "order", HOUR_DAY).items():
         if f"{hour:%Y-%m-%d-%H}:00" != taken:
-            paid = sum(1 for k in confined_rows(landing, "order", hour) if truth[k]["status"] == "paid")
-            found.append((paid, hour))
+            found.append((sum(1 for k in keys if truth[k]["status"] == "paid"), hour))
     return [hour for paid, hour in sorted(found, reverse=True) if paid]
 
 
