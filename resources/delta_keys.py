@@ -420,10 +420,11 @@ class KeyScopedWrites(DeltaReader):
         )
 
 
-def literal_in(column: str, values: Sequence[Any]) -> str:
-    """``column IN (...)`` of literal values: a predicate Delta's data skipping and Parquet's filters read."""
-    if not values or len(values) > MAX_LITERAL_VALUES:
-        raise DeltaLayerError(f"{column}: {len(values)} values to narrow by, not 1 to {MAX_LITERAL_VALUES}")
+def literal_in(column: str, values: Sequence[Any], limit: int | None = MAX_LITERAL_VALUES) -> str:
+    """``column IN (...)`` of literal values: a predicate Delta's data skipping and Parquet's filters read. At most
+    ``limit`` of them (None: any number; Spark holds a long list as a hash set)."""
+    if not values or (limit is not None and len(values) > limit):
+        raise DeltaLayerError(f"{column}: {len(values)} values to narrow by, not 1 to {limit}")
     if any(v is None for v in values):
         raise DeltaLayerError(f"{column}: a null value narrows by nothing (IN never holds for null)")
     return f"{column} IN ({', '.join(sql_literal(v) for v in values)})"

@@ -174,3 +174,46 @@ class _ComputedWith:
     def toArrow(self) -> pa.Table:  # noqa: N802  # DataFrame's name
         self.seen = {name: self.spark.conf.get(name, None) for name in self.confs}
         return self.df.toArrow()
+
+
+def test_more_keys_than_literals_narrow_by_are_replaced_by_a_predicate_on_them_with_deletion_vectors(
+    spark: SparkSession, tmp_path: Any
+) -> None:
+    """Past the values a scan narrows by, the keys of one column are still replaced by a ``replaceWhere`` naming
+    them, not a MERGE: one commit whose deletion vectors mark the replaced rows (no data file rewritten), leaving the
+    rows a whole rebuild of the partition leaves. The commit does not record that many keys; the change feed names
+    them for the next table down."""
+    from resources.delta_keys import MAX_LITERAL_VALUES
+    from resources.delta_lake import CHANGE_TRACKING, DeltaStore
+
+    store, key, whole = DeltaStore(str(tmp_path)), ("dwd", "orders"), ("dwd", "orders_whole")
+    rows = spark.range(3 * MAX_LITERAL_VALUES).selectExpr("id AS order_id", "pmod(id, 7) AS user_id", "id AS amount")
+    rows = rows.withColumn("dt", F.when(F.col("order_id") % 10 < 9, "2026-03-02").otherwise("2026-03-03"))
+    day, other = {"dt": "2026-03-02"}, {"dt": "2026-03-03"}
+    store.overwrite(key, rows, ["dt"], [day, other], configuration=dict(CHANGE_TRACKING))
+    # every other order of the day changed: half of those have a new amount, a quarter a new user, a quarter are gone
+    changed = [r[0] for r in rows.where("dt = '2026-03-02' AND order_id % 2 = 0").select("order_id").collect()]
+    assert len(changed) > MAX_LITERAL_VALUES
+    scope = KeyScope(("order_id",), pa.table({"order_id": changed}), {})
+    where = scope.replaced_where()
+    assert list(where) == ["order_id"] and sorted(where["order_id"]) == changed
+    new = rows.where(F.col("order_id").isin(changed) & (F.col("order_id") % 8 != 6))
+    new = new.withColumn("user_id", F.when(F.col("order_id") % 8 == 4, 99).otherwise(F.col("user_id")))
+    new = new.withColumn("amount", F.col("amount") + 1)
+    written = store.replace_rows_where(spark, key, new, ["dt"], day, "order_id", where)
+
+    [commit] = store.history(key, 1)
+    assert commit["operation"] == "WRITE" and written.version == 1
+    assert written.files_removed == 0 and written.rows_deleted == len(changed)  # marked, not copied
+    live, _ = store.live_files(key, [day], 1)
+    assert sum(f["deleted_records"] for f in live) == len(changed)
+    expected = rows.where("dt = '2026-03-02'").where(~F.col("order_id").isin(changed)).unionByName(new)
+    store.overwrite(whole, expected, ["dt"], [day])
+    scoped = spark.read.format("delta").load(store.spark_path(key)).where("dt = '2026-03-02'")
+    rebuilt = spark.read.format("delta").load(store.spark_path(whole))
+    assert scoped.count() == rebuilt.count() == written.by_partition[0].rows
+    assert scoped.exceptAll(rebuilt).isEmpty() and rebuilt.exceptAll(scoped).isEmpty()
+    assert spark.read.format("delta").load(store.spark_path(key)).where("dt = '2026-03-03'").count() == 600
+    assert store.replaced_values(key, "order_id", [day], 0, 1) is None  # too many to record: the feed says
+    feed = store.changed_values(spark, key, ["order_id"], [day], 0, 1, len(changed) + 10)
+    assert feed is not None and sorted(feed.column("order_id").to_pylist()) == changed

@@ -37,9 +37,10 @@ from warehouse_assets.catalog.model import DerivedTable
 # keys' rows one by one, or the keys, collected to the driver and broadcast, grow too large to carry. Below
 # SMALL_PARTITION rows either way is one small Spark job: the share is not looked at. The runner applies them to the
 # keys it finds; the late-data rule to the changes recorded, to pick the rule. The share decides for large
-# partitions, from a 10-million-row day on local Spark: by key against whole, 2 % of its rows rebuilt 1.5x (a
-# row-local table) and 2.7x (a GROUP BY) faster, 5 % 0.67x and 1.8x: past a few thousand keys the write is a MERGE
-# that reads the partition twice, and the row-local table breaks even near 3 %. The absolute bound only keeps the
+# partitions, from a 10-million-row day on local Spark: by key against whole, 2 % of its rows rebuilt 3.5x (a
+# row-local table) and 2.6x (a GROUP BY) faster with the keys named in a replaceWhere (1.5x and 2.7x as a MERGE,
+# which at 5 % lost, 0.67x, and 1.8x); 5 % is not measured with the replaceWhere, whose predicate's analysis grows
+# with the keys, so the share stays below the MERGE's crossover near 3 %. The absolute bound only keeps the
 # broadcast in tens of megabytes
 MAX_KEYS = 1_000_000
 MAX_SHARE = 0.025  # of the rows the partition held after its last build

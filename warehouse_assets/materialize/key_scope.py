@@ -7,9 +7,10 @@ between the version that build read (recorded in its materialization) and the ve
 partitions it reads, gives the values of the columns carrying the key, before and after each change (a row moved from
 one user to another names both users). The partition's query then runs on those keys' input rows only, and one
 commit replaces exactly those keys' rows: an overwrite whose ``replaceWhere`` names the partition and the keys as
-literals (:meth:`resources.delta_lake.DeltaStore.replace_rows_where`; Delta deletes by it and appends, a few Spark jobs)
-for one partition's keys of one column, few enough to name; else a ``MERGE`` of the keys
-(:meth:`resources.delta_lake.DeltaStore.replace_keys`), whose joins against the table cost tens of jobs. Of an input
+literals (:meth:`resources.delta_lake.DeltaStore.replace_rows_where`; Delta deletes by it with deletion vectors and
+appends, a few Spark jobs, however many keys: a long list is a hash set to Spark) for one partition's keys of one
+column; else a ``MERGE`` of the keys (:meth:`resources.delta_lake.DeltaStore.replace_keys`), whose joins against the
+table cost tens of jobs and two reads of the partition. Of an input
 unique by the columns carrying the key (a row-local table over its input's primary key) the feed holds each changed
 key's one row as it is now, so those rows are taken from it, not from a scan of the input's partitions. The table's own
 commit is in its change feed in turn, so the next table down reads the keys that changed from it.
@@ -78,6 +79,16 @@ class KeyScope:
         found = {c: self.keys.column(c).unique().to_pylist() for c in self.key_columns}
         found |= {c: list(v) for c, v in self.sits.items()}
         return {c: v for c, v in found.items() if 0 < len(v) <= MAX_LITERAL_VALUES and None not in v}
+
+    def replaced_where(self) -> dict[str, list[Any]]:
+        """What a write replacing these keys' rows names them by (:meth:`DeltaStore.replace_rows_where`): the one key
+        column's values however many (a long literal list is a hash set to Spark, which reads the key column once
+        to delete by it: no join, cheaper than a MERGE), with where the rows sit when :meth:`narrow` names it. Empty
+        for a key of several columns or no keys: those are merged."""
+        if len(self.key_columns) != 1 or not self.keys.num_rows:
+            return {}
+        [column] = self.key_columns
+        return {**self.narrow(), column: self.keys.column(column).unique().to_pylist()}
 
     def only_keys(
         self, spark: SparkSession, name: str, df: DataFrame, predicates: Sequence[Predicate] = ()

@@ -419,15 +419,15 @@ class _RangedBuild:
         return [judged[c, p.key] for p in pending for c in table.checks]
 
     def _commit(self) -> WriteResult:
-        """The pending partitions' one commit: a MERGE of their keys when every one is key-scoped, else an overwrite
-        of exactly those partitions."""
+        """The pending partitions' one commit: one partition's keys of one column replaced by a ``replaceWhere``
+        naming them, other key-scoped ones a MERGE of their keys, else an overwrite of exactly those partitions."""
         table, spark, store, pending = self.table, self.spark, self.store, self.pending
         specs = [partition_values_of(table, p.key) for p in pending]
         frames = [p.out for p in pending]
         scope = pending[0].scope
-        where = scope.narrow() if scope is not None and len(pending) == 1 else {}
-        if scope is not None and len(scope.key_columns) == 1 and scope.key_columns[0] in where:
-            # one partition's keys of one column, few enough to name: deleted by them and appended, not merged
+        where = scope.replaced_where() if scope is not None and len(pending) == 1 else {}
+        if scope is not None and where:
+            # one partition's keys of one column: deleted by them and appended, not merged
             return store.replace_rows_where(
                 spark, table.key, frames[0], table.partition_by, specs[0], scope.key_columns[0], where
             )
