@@ -61,6 +61,11 @@ session).
     .venv/bin/python bench/key_scoped_rebuild.py                 # 10,000,000 rows, 3 rounds of each
     .venv/bin/python bench/key_scoped_rebuild.py --rows 2000000  # a quicker look
     .venv/bin/python bench/key_scoped_rebuild.py --quick         # 200,000 rows, 1 round of each: a smoke test
+    .venv/bin/python bench/key_scoped_rebuild.py --rounds 2 --changed 100,200000,500000  # where key-scoped stops
+                                                                 # paying: each size its rounds and RESULT line
+
+Past the key-scoped limits (``catalog/key_locality.py``'s ``MAX_SHARE`` and ``MAX_KEYS``) a late-data rebuild is
+whole and the bench exits 1: raise them in a clone to measure beyond.
 """
 
 from __future__ import annotations
@@ -205,10 +210,12 @@ class Bench:
         from warehouse_assets.ingest.merge import ods_arrow_schema
 
         ids = rng.sample(range(1, self.rows + 1), changed)
+        wanted = self.spark.createDataFrame(pa.table({"id": pa.array(ids, pa.int64())}))  # not a literal per id
         current = (
             self.spark.read.format("delta")
             .load(self.store.spark_path(ODS))
-            .where((F.col("dt") == DAY) & F.col("id").isin(ids) & ~F.col("_deleted"))
+            .where((F.col("dt") == DAY) & ~F.col("_deleted"))
+            .join(F.broadcast(wanted), "id", "left_semi")
             .toArrow()
             .to_pylist()
         )
@@ -320,7 +327,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--users", type=int, default=0, help="users the orders are drawn from (default 10 x --rows: DWS day ~0.95 x)"
     )
-    parser.add_argument("--changed", type=int, default=100, help="orders a late change touches (default 100)")
+    parser.add_argument(
+        "--changed",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=[100],
+        help="orders a late change touches (default 100); several, comma-separated: each its rounds, its RESULT line",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="scoped rounds, then as many whole (default 3)")
     parser.add_argument("--driver-memory", default="8g", help="the local Spark driver's heap (default 8g)")
     parser.add_argument("--seed", type=int, default=7)
@@ -357,38 +369,72 @@ def main(argv: list[str] | None = None) -> int:
             for t, f in first.items():
                 log(f"first build {t}: {describe(f)} rows={f['rows']}")
 
-            scoped: dict[str, list[dict[str, Any]]] = {t: [] for t in TABLES}
-            whole: dict[str, list[dict[str, Any]]] = {t: [] for t in TABLES}
-            failures: list[str] = []
-            equal = dict.fromkeys(TABLES, True)
-            for r in range(args.rounds):
-                orders = bench.late_change(args.changed, rng)
-                for t in TABLES:
-                    figure = bench.build(t, late=True)
-                    scoped[t].append(figure)
-                    log(f"round {r + 1} scoped {t}: {describe(figure)}")
-                    if figure["keys"] is None:
-                        failures.append(f"{t}: round {r + 1}'s late-data rebuild rebuilt the partition whole")
-                    elif t == "dwd.order_detail" and figure["keys"] != orders:
-                        failures.append(f"{t}: round {r + 1} rebuilt {figure['keys']} orders, not {orders}")
-                    if figure["commits"] != 1:
-                        failures.append(f"{t}: round {r + 1}'s late-data rebuild made {figure['commits']} commits")
-                for t in TABLES:
-                    figure = bench.build(t, late=False)
-                    whole[t].append(figure)
-                    log(f"round {r + 1} whole {t}: {describe(figure)}")
-                    if figure["keys"] is not None:
-                        failures.append(f"{t}: round {r + 1}'s untagged rebuild was key-scoped")
-                    if not bench.same_rows(t, scoped[t][-1]["version"], figure["version"]):
-                        equal[t] = False
-                        failures.append(f"{t}: round {r + 1}'s key-scoped rebuild's rows differ from the whole's")
+            failed = False
+            for changed in args.changed:  # each size's figures printed as soon as its rounds are done
+                scoped, whole, equal, failures = run_rounds(bench, changed, args.rounds, rng)
+                result = summarize(args, bench, first, changed, scoped, whole, equal, calib, calib_spark)
+                for failure in failures:
+                    print(f"FAILED: {failure}")
+                print("RESULT " + " ".join(f"{k}={v}" for k, v in result.items()), flush=True)
+                failed = failed or bool(failures)
+    return 1 if failed else 0
+
+
+Figures = dict[str, list[dict[str, Any]]]
+
+
+def run_rounds(
+    bench: Bench, changed: int, rounds: int, rng: random.Random
+) -> tuple[Figures, Figures, dict[str, bool], list[str]]:
+    """``rounds`` rounds of a late change of ``changed`` orders: each table's scoped rebuild, then its whole one; the
+    figures of each side, whether each table's rows were equal every round, and what failed."""
+    scoped: Figures = {t: [] for t in TABLES}
+    whole: Figures = {t: [] for t in TABLES}
+    failures: list[str] = []
+    equal = dict.fromkeys(TABLES, True)
+    for r in range(rounds):
+        orders = bench.late_change(changed, rng)
+        for t in TABLES:
+            figure = bench.build(t, late=True)
+            scoped[t].append(figure)
+            log(f"{changed} changed, round {r + 1} scoped {t}: {describe(figure)}")
+            if figure["keys"] is None:
+                failures.append(f"{t}: round {r + 1}'s late-data rebuild rebuilt the partition whole")
+            elif t == "dwd.order_detail" and figure["keys"] != orders:
+                failures.append(f"{t}: round {r + 1} rebuilt {figure['keys']} orders, not {orders}")
+            if figure["commits"] != 1:
+                failures.append(f"{t}: round {r + 1}'s late-data rebuild made {figure['commits']} commits")
+        for t in TABLES:
+            figure = bench.build(t, late=False)
+            whole[t].append(figure)
+            log(f"{changed} changed, round {r + 1} whole {t}: {describe(figure)}")
+            if figure["keys"] is not None:
+                failures.append(f"{t}: round {r + 1}'s untagged rebuild was key-scoped")
+            if not bench.same_rows(t, scoped[t][-1]["version"], figure["version"]):
+                equal[t] = False
+                failures.append(f"{t}: round {r + 1}'s key-scoped rebuild's rows differ from the whole's")
+    return scoped, whole, equal, failures
+
+
+def summarize(
+    args: argparse.Namespace,
+    bench: Bench,
+    first: dict[str, dict[str, Any]],
+    changed: int,
+    scoped: Figures,
+    whole: Figures,
+    equal: dict[str, bool],
+    calib: float,
+    calib_spark: float,
+) -> dict[str, str]:
+    """Print one late-change size's medians and where the time went; its RESULT's figures."""
 
     def median(figures: list[dict[str, Any]], name: str = "wall_s") -> float:
         return statistics.median(f[name] for f in figures)
 
     short = {"dwd.order_detail": "dwd", "dws.user_order_daily": "dws"}
-    result: dict[str, str] = {}
-    print(f"key-scoped rebuild of {DAY}: {args.rows:,} orders, {bench.users:,} users, late changes of {args.changed}")
+    result: dict[str, str] = {"changed": str(changed)}
+    print(f"key-scoped rebuild of {DAY}: {args.rows:,} orders, {bench.users:,} users, late changes of {changed}")
     print(f"medians of {args.rounds} rounds each; calib_ms={calib} calib_spark_ms={calib_spark}")
     for t in TABLES:
         s, w = median(scoped[t]), median(whole[t])
@@ -415,10 +461,7 @@ def main(argv: list[str] | None = None) -> int:
     result["rows"] = str(args.rows)
     result["rows_dws"] = str(first["dws.user_order_daily"]["rows"])  # the DWS day's rows: one per user that ordered
     result |= {"calib_ms": str(calib), "calib_spark_ms": str(calib_spark)}
-    for failure in failures:
-        print(f"FAILED: {failure}")
-    print("RESULT " + " ".join(f"{k}={v}" for k, v in result.items()))
-    return 1 if failures else 0
+    return result
 
 
 if __name__ == "__main__":
