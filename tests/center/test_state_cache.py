@@ -123,27 +123,3 @@ def test_a_reader_opening_the_store_writes_nothing(instance: DagsterInstance, tm
     reader.close()
     lock.execute("ROLLBACK")
     lock.close()
-
-
-def test_a_resolver_calls_reads_check_the_file_once_and_the_next_call_sees_another_writers_commit(
-    instance: DagsterInstance,
-) -> None:
-    """A call's reads are its view of the store (its snapshot reads each row once): the file's generation is read as
-    they begin, not before each read, and a commit by anyone else before the next call is seen by it."""
-    engine = PartitionStateStore(instance)
-    report(instance, 1)
-    engine.update()
-    other = PartitionStateStore(instance, engine.path)
-    checks: list[str] = []
-    engine._db.set_trace_callback(lambda sql: checks.append(sql) if "FROM generation" in sql else None)
-    with engine.reading():
-        assert engine.states(A, [DAY])[DAY].delta_version == 1
-        assert engine.states(A, ["2026-03-02"])["2026-03-02"].storage_id is None
-        assert engine.states(A, [DAY, "2026-03-02"])[DAY].delta_version == 1
-    assert len(checks) == 1
-    report(instance, 2)
-    assert other.update()
-    with engine.reading():
-        assert engine.states(A, [DAY])[DAY].delta_version == 2
-    other.close()
-    engine.close()

@@ -190,9 +190,6 @@ class LateData:
         # per snapshot (held, so that a later one is never taken for it): the partitions found with no rebuild coming
         # anywhere upstream of them
         self._quiet: tuple[LateSnapshot | None, set[tuple[str, str]]] = (None, set())
-        # per clock time: each partition's upstream partitions the walk above it looks at, by dependency (the
-        # index's arithmetic, the same for every call at one time; a tick's calls walk the same partitions again)
-        self._above: tuple[datetime | None, dict[tuple[str, str], list[tuple[Table, list[str]]]]] = (None, {})
         self.kinds = RebuildKinds(catalog)
         self._fqn = {AssetKey(t.key).to_user_string(): t.fqn for t in catalog}  # the store's asset keys → tables
         self._stateful = {AssetKey(t.key).to_user_string() for t in catalog if t.state_names}
@@ -387,7 +384,7 @@ class LateData:
         starves it."""
         if self.index is None or now >= until:
             return None
-        soon, at = until.timestamp(), now.timestamp()
+        soon = until.timestamp()
         if self._quiet[0] is not states:
             self._quiet = (states, set())
         quiet = self._quiet[1]
@@ -397,45 +394,27 @@ class LateData:
         frontier: list[tuple[DerivedTable, str, int | None]] = [(table, partition, None)]
         while frontier:
             below, key, built = frontier.pop()
-            for upstream, keys in self._inputs_above(below, key, now):
-                fqn = upstream.fqn
-                fresh = [k for k in keys if (fqn, k) not in seen and (fqn, k) not in quiet]
-                seen.update((fqn, k) for k in fresh)
-                states.read_stale(fqn, fresh)
+            for dep in below.deps:
+                upstream = self.catalog[dep.table]
+                if upstream.is_source or upstream.is_static or dep.table == below.fqn:
+                    continue  # a source is reported, not rebuilt; a T-1 of itself is its own history
+                keys = self.index.upstream_of(below.fqn, dep.table, key, now) or []
+                fresh = [k for k in keys if (dep.table, k) not in seen and (dep.table, k) not in quiet]
+                seen.update((dep.table, k) for k in fresh)
+                states.read_stale(dep.table, fresh)
                 found = states.states(upstream, keys if built is not None else fresh)
                 if built is not None and any(s.storage_id is not None and s.storage_id > built for s in found.values()):
-                    return now + LOOK_AGAIN, f"waits for {below.fqn} {key}, behind its input {fqn}"
-                derived = upstream if isinstance(upstream, DerivedTable) else None
+                    return now + LOOK_AGAIN, f"waits for {below.fqn} {key}, behind its input {dep.table}"
                 for k in fresh:
                     state = found[k]
-                    if state.storage_id is None:  # never built: nothing of it is rebuilt, nor behind
-                        if derived is not None:
-                            frontier.append((derived, k, None))
-                        continue
-                    entry = states.stale(fqn, k)
-                    due = None if entry is None else entry.due
-                    if self._rebuilding_at(state, fqn, due, states, at) or (due is not None and due <= soon):
-                        return now + LOOK_AGAIN, f"waits for {fqn} {k}'s rebuild upstream, coming now"
-                    if derived is not None:
-                        frontier.append((derived, k, None if entry is not None else state.storage_id))
+                    due = states.stale_due(dep.table, k) if state.storage_id is not None else None
+                    if self._rebuilding(state, states, now) or (due is not None and due <= soon):
+                        return now + LOOK_AGAIN, f"waits for {dep.table} {k}'s rebuild upstream, coming now"
+                    if isinstance(upstream, DerivedTable):
+                        judged = state.storage_id is None or states.stale(dep.table, k) is not None
+                        frontier.append((upstream, k, None if judged else state.storage_id))
         quiet.update(seen)
         return None
-
-    def _inputs_above(self, table: DerivedTable, key: str, now: datetime) -> list[tuple[Table, list[str]]]:
-        """The upstream partitions of a partition the walk above it looks at, by dependency, in the table's order: a
-        source's are reported, not rebuilt, and a T-1 of itself is its own history."""
-        if self._above[0] != now:
-            self._above = (now, {})
-        above = self._above[1]
-        found = above.get((table.fqn, key))
-        if found is None:
-            assert self.index is not None
-            found = above[(table.fqn, key)] = [
-                (upstream, self.index.upstream_of(table.fqn, dep.table, key, now) or [])
-                for dep in table.deps
-                if not ((upstream := self.catalog[dep.table]).is_source or upstream.is_static or dep.table == table.fqn)
-            ]
-        return found
 
     def _by_table(self, upstream: Iterable[PartitionState]) -> dict[str, list[str]]:
         """Upstream partitions by table: what one ledger query reads."""
@@ -448,18 +427,14 @@ class LateData:
         """Whether a built input partition is being rebuilt for late data now, or will be in this pass."""
         if upstream.storage_id is None:
             return False
-        fqn = self._fqn[upstream.asset_key]
-        return self._rebuilding_at(upstream, fqn, states.stale_due(fqn, upstream.partition), states, now.timestamp())
-
-    @staticmethod
-    def _rebuilding_at(upstream: PartitionState, fqn: str, due: float | None, states: LateSnapshot, at: float) -> bool:
-        """:meth:`_rebuilding` of a built partition of ``fqn`` whose stale record, if any, is due at ``due``."""
         if upstream.queued or upstream.in_progress:
             return True
-        if due is not None and due <= at:
+        fqn = self._fqn[upstream.asset_key]
+        due = states.stale_due(fqn, upstream.partition)
+        if due is not None and due <= now.timestamp():
             return True
         requested = states.rebuilds.get((fqn, upstream.partition))
-        return requested is not None and requested.planned_at >= at
+        return requested is not None and requested.planned_at >= now.timestamp()
 
     def _state_moved(self, fqn: str, partition: str, upstream: Sequence[PartitionState]) -> bool:
         """Whether one of ``upstream`` is in another state than the partition's latest build read (its request key

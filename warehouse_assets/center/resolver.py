@@ -159,8 +159,7 @@ class Resolver:
 
         With ``budget`` (seconds), candidates are evaluated until it is spent (at least one), the backlog's after the
         new changes' and the clock's last; the others stay in the backlog, persisted in the same transaction."""
-        # the call's view of the ledger's records and of the store's rows, each checked against its file once
-        with self.ledger.reading(), self.store.reading():
+        with self.ledger.reading():  # the call's view of the ledger's records, checked against its file once
             return self._on_changes(changes, now, budget)
 
     def _on_changes(self, changes: Iterable[Change], now: datetime, budget: float | None) -> list[RunPlan]:

@@ -50,27 +50,20 @@ class RowCache(Generic[State]):
         self._rows: dict[str, dict[str, State]] = {}
         self._size = 0
         self.generation: int | None = None  # of the rows kept; None: nothing kept
-        self.in_reading = False  # a resolver call's reads: the generation was checked as they began
 
     def file_generation(self) -> int:
         return int(self._db.execute("SELECT n FROM generation WHERE id = 0").fetchone()[0])
 
     def rows_of(self, asset_key: str) -> dict[str, State]:
-        """The rows of ``asset_key`` kept, once every kept row is dropped if anyone changed the file since (within a
-        resolver call's reads, checked once as they began)."""
-        if not self.in_reading:
-            self.check()
-        rows = self._rows.get(asset_key)
-        if rows is None:
-            rows = self._rows[asset_key] = {}
-        return rows
-
-    def check(self) -> None:
-        """Drop every kept row if anyone changed the file since they were kept."""
+        """The rows of ``asset_key`` kept, once every kept row is dropped if anyone changed the file since."""
         generation = self.file_generation()
         if generation != self.generation:
             self.drop()
             self.generation = generation
+        rows = self._rows.get(asset_key)
+        if rows is None:
+            rows = self._rows[asset_key] = {}
+        return rows
 
     def keep(self, asset_key: str, read: Mapping[str, State]) -> None:
         """Rows just read, not kept before (the generation :meth:`rows_of` checked)."""

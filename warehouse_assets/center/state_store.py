@@ -28,7 +28,6 @@ Where it differs from the instance's own view, and why:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -234,21 +233,6 @@ class PartitionStateStore(_GateReader):
 
     def close(self) -> None:
         self._db.close()
-
-    @contextlib.contextmanager
-    def reading(self) -> Iterator[None]:
-        """A resolver call's reads: the rows kept are checked against the file once, as they begin (a check per read
-        cost a query for each of the hundreds of thousands of windows a call at 10,000 tables reads). Rows another
-        writer changes meanwhile are its next update's changes, resolved by the next call."""
-        if self._kept.in_reading:
-            yield
-            return
-        self._kept.check()
-        self._kept.in_reading = True
-        try:
-            yield
-        finally:
-            self._kept.in_reading = False
 
     def repair_running(self, backfill_id: str) -> bool:
         return backfill_running(self.instance, backfill_id)
