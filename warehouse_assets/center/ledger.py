@@ -28,7 +28,7 @@ from typing import Any
 
 from resources.settings import current
 from warehouse_assets.catalog.lineage_events import LineageEvents, lineage_events
-from warehouse_assets.center.ledger_cache import GENERATION_SCHEMA, KeptRecords, LedgerCache, records_of
+from warehouse_assets.center.ledger_cache import GENERATION_SCHEMA, KeptRecords, LedgerCache, Record, records_of
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS center_requests (table_fqn, partition, upstream, requested_at,
@@ -294,15 +294,7 @@ class Ledger:
 
     def stale(self, fqn: str, partitions: Sequence[str]) -> dict[str, Stale]:
         """The stale records of those of ``partitions`` that have one."""
-        if self._kept is None:
-            return self._read_stale(fqn, partitions)
-        self._kept.current()
-        kept = self._stale_kept.of(fqn)
-        unread = [p for p in dict.fromkeys(partitions) if p not in kept]
-        if unread:
-            found = self._read_stale(fqn, unread)
-            self._kept.keep(self._stale_kept, fqn, {p: found.get(p) for p in unread})
-        return records_of(self._stale_kept, fqn, partitions)
+        return self._read_through(self._stale_kept, fqn, partitions, self._read_stale)
 
     def _read_stale(self, fqn: str, partitions: Sequence[str]) -> dict[str, Stale]:
         found: dict[str, Stale] = {}
@@ -357,15 +349,26 @@ class Ledger:
 
     def rebuilds(self, fqn: str, partitions: Sequence[str]) -> dict[str, Rebuild]:
         """The rebuilds requested of these partitions, by partition (the latest of each)."""
+        return self._read_through(self._rebuilds_kept, fqn, partitions, self._read_rebuilds)
+
+    def _read_through(
+        self,
+        kept: KeptRecords[Record],
+        fqn: str,
+        partitions: Sequence[str],
+        read: Callable[[str, Sequence[str]], dict[str, Record]],
+    ) -> dict[str, Record]:
+        """The records of those of ``partitions`` that have one: from ``kept`` where it holds them for the file's
+        generation, the rest read from the file by ``read`` and kept (a partition without a record too)."""
         if self._kept is None:
-            return self._read_rebuilds(fqn, partitions)
+            return read(fqn, partitions)
         self._kept.current()
-        kept = self._rebuilds_kept.of(fqn)
-        unread = [p for p in dict.fromkeys(partitions) if p not in kept]
+        held = kept.of(fqn)
+        unread = [p for p in dict.fromkeys(partitions) if p not in held]
         if unread:
-            found = self._read_rebuilds(fqn, unread)
-            self._kept.keep(self._rebuilds_kept, fqn, {p: found.get(p) for p in unread})
-        return records_of(self._rebuilds_kept, fqn, partitions)
+            found = read(fqn, unread)
+            self._kept.keep(kept, fqn, {p: found.get(p) for p in unread})
+        return records_of(kept, fqn, partitions)
 
     def _read_rebuilds(self, fqn: str, partitions: Sequence[str]) -> dict[str, Rebuild]:
         found: dict[str, Rebuild] = {}
