@@ -68,7 +68,7 @@ No Spark. Progress on stderr; the last line of stdout is ``RESULT`` with the fig
 (``every 15m/after 48h``, the product's) at the largest size, and the machine's ``calib_ms``.
 
     .venv/bin/python bench/late_horizon.py            # 1,000 and 10,000 tables, five policies
-    .venv/bin/python bench/late_horizon.py --quick    # 100 tables, two policies: a minute
+    .venv/bin/python bench/late_horizon.py --quick    # 100 tables, two policies, 4 days: a minute
 """
 
 from __future__ import annotations
@@ -102,6 +102,7 @@ from warehouse_assets.catalog.key_locality import MAX_KEYS, MAX_SHARE, SMALL_PAR
 
 TICK = timedelta(minutes=5)
 DAYS = 6  # simulated days: the first two are measured, each followed by at least four
+QUICK_DAYS = 4  # --quick: the measured days followed by two (past the default policy's 48 h and the replay's day)
 MEASURED_DAYS = 2
 ROOT_ROWS_PER_HOUR = 1_000_000
 MIN_RATE = 1_000
@@ -192,11 +193,13 @@ def declare(root: Path, policy: str, seed: int) -> None:
 class Horizon:
     """One size and policy: the center stepped tick by tick over the horizon, every build counted."""
 
-    def __init__(self, catalog: Any, index: Any, store: Any, resolver: Any, feed: Any, day0: datetime):
+    def __init__(
+        self, catalog: Any, index: Any, store: Any, resolver: Any, feed: Any, day0: datetime, days: int = DAYS
+    ) -> None:
         from warehouse_assets.catalog import partition_window
 
         self.catalog, self.index, self.store, self.resolver, self.feed = catalog, index, store, resolver, feed
-        self.day0 = day0
+        self.day0, self.days = day0, days
         self.window = partition_window
         self.builds: Counter[tuple[str, str]] = Counter()
         self.whole_builds: Counter[tuple[str, str]] = Counter()  # first builds and rebuilds of whole partitions
@@ -500,7 +503,7 @@ def run_policy(n: int, policy: str, args: argparse.Namespace) -> dict[str, Any]:
         scale.generate_catalog(root, n, args.seed)
         declare(root, policy, args.seed)
         catalog = load_catalog(root)
-        end = day0 + timedelta(days=DAYS)
+        end = day0 + timedelta(days=args.days)
         index = ReverseIndex.build(catalog, current_time=end + timedelta(days=1))
         (Path(tmp) / "home").mkdir()
         with instance_for_test(temp_dir=str(Path(tmp) / "home")) as instance:
@@ -510,7 +513,7 @@ def run_policy(n: int, policy: str, args: argparse.Namespace) -> dict[str, Any]:
             resolver = Resolver(catalog, index, store, max_partitions_per_run)
             resolver.prepare(day0)
             resolver.on_changes([], day0)  # the engine's clock starts with the horizon
-            horizon = Horizon(catalog, index, store, resolver, scale.DirectFeed(store), day0)
+            horizon = Horizon(catalog, index, store, resolver, scale.DirectFeed(store), day0, args.days)
             figures = simulate(horizon, calendars, policy, args, tz)
             resolver.close()
             store.close()
@@ -518,11 +521,11 @@ def run_policy(n: int, policy: str, args: argparse.Namespace) -> dict[str, Any]:
     return figures
 
 
-def late_stream(catalog: Any, calendars: Any, day0: datetime, rng: random.Random, mean: float) -> list[Any]:
-    """Every late change of the horizon: (arrival, root, hour, keys touched, replay?), in arrival order."""
+def late_stream(catalog: Any, calendars: Any, day0: datetime, rng: random.Random, mean: float, days: int) -> list[Any]:
+    """Every late change of the ``days``-day horizon: (arrival, root, hour, keys touched, replay?), in arrival order."""
     roots = sorted(t.fqn for t in catalog.ods())
     stream = []
-    end = day0 + timedelta(days=DAYS)
+    end = day0 + timedelta(days=days)
     for hour, hour_end in calendars.ended("hourly", day0.timestamp(), end.timestamp()):
         for fqn in roots:
             for _ in range(poisson(rng, mean)):
@@ -541,14 +544,14 @@ def late_stream(catalog: Any, calendars: Any, day0: datetime, rng: random.Random
 def simulate(horizon: Horizon, calendars: Any, policy: str, args: argparse.Namespace, tz: ZoneInfo) -> dict[str, Any]:
     catalog, day0 = horizon.catalog, horizon.day0
     rng = random.Random(args.seed + 101)
-    stream = [] if policy == "none" else late_stream(catalog, calendars, day0, rng, args.late_per_hour)
+    stream = [] if policy == "none" else late_stream(catalog, calendars, day0, rng, args.late_per_hour, horizon.days)
     # the samples followed to the ADS: changes to the measured days' hours, not the replay's
     measured_end = day0 + timedelta(days=MEASURED_DAYS)
     eligible = [i for i, c in enumerate(stream) if not c[4] and c[2] < measured_end.strftime("%Y-%m-%d")]
     sampled = set(random.Random(args.seed + 202).sample(eligible, min(LAG_SAMPLES, len(eligible))))
     roots = [t.fqn for t in catalog.ods()]
     # two hours past the horizon for the on-time reports: the horizon's last hour, and its last day, are built
-    end = day0 + timedelta(days=DAYS, hours=2)
+    end = day0 + timedelta(days=horizon.days, hours=2)
     now, i, runs, ticks = day0, 0, 0, 0
     keys_changed = 0
     targets: dict[int, list[tuple[str, str]]] = {}
@@ -622,7 +625,8 @@ def figures(
     for table in catalog.derived():
         if table.is_static:
             continue
-        for key, _ in calendars.ended(table.period, day0.timestamp(), (day0 + timedelta(days=DAYS)).timestamp()):
+        horizon_end = (day0 + timedelta(days=horizon.days)).timestamp()
+        for key, _ in calendars.ended(table.period, day0.timestamp(), horizon_end):
             if (table.fqn, key) not in horizon.builds:
                 missed += 1
                 if missed <= 10:
@@ -784,8 +788,11 @@ def main() -> None:
     parser.add_argument("--late-per-hour", type=float, default=12.0, help="mean late changes per root hour")
     parser.add_argument("--history-days", type=int, default=62)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--days", type=int, default=DAYS, help=f"simulated days (default {DAYS}; --quick {QUICK_DAYS})")
     parser.add_argument(
-        "--quick", action="store_true", help="100 tables, two policies, 3 late changes an hour, 35 days of history"
+        "--quick",
+        action="store_true",
+        help=f"100 tables, two policies, 3 late changes an hour, 35 days of history, {QUICK_DAYS} days",
     )
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -797,12 +804,16 @@ def main() -> None:
         if args.policies == ";".join(POLICIES):  # unless others were asked for
             args.policies = ";".join(QUICK_POLICIES)
         args.late_per_hour = min(args.late_per_hour, 3.0)
+        args.days = min(args.days, QUICK_DAYS)
+    if args.days <= max(REPLAY_DAY, MEASURED_DAYS):
+        parser.error(f"--days {args.days}: more than the replay's day ({REPLAY_DAY}) and the measured days")
     calibration = calib_ms()
     log(f"calib_ms={calibration:.0f}")
     rows: list[dict[str, Any]] = []
     for n in (int(s) for s in args.sizes.split(",")):
         cmd = [sys.executable, __file__, "--child", str(n), "--policies", args.policies, "--seed", str(args.seed)]
         cmd += ["--history-days", str(args.history_days), "--late-per-hour", str(args.late_per_hour)]
+        cmd += ["--days", str(args.days)]
         env = {**os.environ, "WAREHOUSE_START": scale.BENCH_START}
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env, check=False)
         if proc.returncode:
