@@ -94,6 +94,9 @@ AFTER_LATE = timedelta(minutes=10)  # the run lasts at least this long after the
 HOUR_SETTLES = timedelta(minutes=10)  # an hour's ODS partitions and their hourly readers, built after its end
 WARN_LEAD = timedelta(minutes=10)  # how early a miss must be warned: no deadline sooner after the start is scored
 QUICK_MINUTES = 4  # the longest a quick run waits, once the stack is up, for its checks to be judged
+# the quick run's sensor intervals (seconds): the landing sensor's (the product's 15) and the forecast's (the full
+# run's 30): its checks wait for an ingestion and a recorded prediction, not for the sensors' fixed pauses
+QUICK_ODS_INTERVAL, QUICK_FORECAST_INTERVAL = 2, 5
 
 
 def say(text: str) -> None:
@@ -286,7 +289,8 @@ def main() -> int:
         WAREHOUSE_SPARK_CONNECT_URL=f"sc://127.0.0.1:{spark_port}",
         WAREHOUSE_SPARK_DRIVER_MEMORY=os.environ.get("WAREHOUSE_SPARK_DRIVER_MEMORY", "2g"),
         WAREHOUSE_SIMULATE_LIVE="0",  # the bench is the source: it holds the late shard back
-        WAREHOUSE_FRESHNESS_SENSOR_INTERVAL="30",
+        WAREHOUSE_FRESHNESS_SENSOR_INTERVAL=str(QUICK_FORECAST_INTERVAL if args.quick else 30),
+        **({"WAREHOUSE_ODS_SENSOR_INTERVAL": str(QUICK_ODS_INTERVAL)} if args.quick else {}),
         DAGSTER_TELEMETRY_ENABLED="false",
         **{DEV_MARK: mark},
     )
@@ -353,7 +357,7 @@ def main() -> int:
             if late is not None and late_due is not None:
                 released = datetime.now(TZ) >= late_due + LATE_AFTER_DEADLINE
                 late.after_feed(fed_until if released else min(fed_until, late.end - BATCH))
-            time.sleep(5 if args.quick else 20)
+            time.sleep(2 if args.quick else 20)
         finished = datetime.now(TZ)
         figures = score_run(instance, catalog, up, caught, finished)
         counts = count_runs(instance)
