@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import statistics
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,10 @@ REPEATS = 5
 WORK_RESULT = 110_923  # what one pass returns: a pass that returns anything else is another workload
 SPARK_ROWS = 2_000_000
 SPARK_REPEATS = 3
+
+# each session's figure, once measured: the Spark benches run together on one session (tests/bench/one_jvm.py) ask
+# for it each, and one calibration describes that session for all of them
+_SPARK_MS: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
 
 
 def _resolver_like_work() -> int:
@@ -79,7 +84,10 @@ def calib_spark_ms(spark: Any) -> float:
     """The median time of a fixed small job on ``spark`` (a classic or a Spark Connect session), in milliseconds.
 
     One run first, untimed: the first job of a session pays for class loading and code generation, which a bench's
-    own figures (taken after its warm-up) do not."""
+    own figures (taken after its warm-up) do not. A session calibrated before in this process answers that figure."""
+    known = _SPARK_MS.get(spark)
+    if known is not None:
+        return known
 
     def job() -> int:
         rows = spark.range(SPARK_ROWS).selectExpr("id % 1000 AS k").groupBy("k").count().collect()
@@ -92,7 +100,8 @@ def calib_spark_ms(spark: Any) -> float:
         start = time.perf_counter()
         job()
         times.append((time.perf_counter() - start) * 1000)
-    return round(statistics.median(times), 1)
+    _SPARK_MS[spark] = round(statistics.median(times), 1)
+    return _SPARK_MS[spark]
 
 
 def calib_spark_connect_ms(url: str, log_dir: str | Path) -> float:
