@@ -10,7 +10,7 @@ Dagster instance. The ``RESULT`` line carries the machine's ``calib_ms`` (``benc
 
     .venv/bin/python bench/reverse_index.py                      # N = 1000, 10000
     .venv/bin/python bench/reverse_index.py --sizes 1000 --events 2000
-    .venv/bin/python bench/reverse_index.py --quick                # N = 300, 500 lookups: seconds
+    .venv/bin/python bench/reverse_index.py --quick                # N = 300, 200 lookups: seconds
 """
 
 from __future__ import annotations
@@ -128,10 +128,10 @@ def main() -> int:
     parser.add_argument("--sizes", default="1000,10000", help="comma-separated numbers of tables")
     parser.add_argument("--events", type=int, default=5000, help="random lookups per N")
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--quick", action="store_true", help="N = 300 and 500 lookups: seconds")
+    parser.add_argument("--quick", action="store_true", help="N = 300 and 200 lookups: seconds")
     args = parser.parse_args()
     if args.quick:
-        args.sizes, args.events = "300", 500
+        args.sizes, args.events = "300", 200
     calib = calib_ms()
     rows = []
     for n in (int(s) for s in args.sizes.split(",")):
