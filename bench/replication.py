@@ -235,10 +235,9 @@ def _wait_replicated(
     deadline = time.monotonic() + timeout
     while True:
         supervisor.ensure()
-        # while an hour is behind, idle must last past a sensor interval (its replica run may not be created yet);
-        # once none is, no run in progress is enough
-        quiet = 10 if unreplicated(instance, site, hours) else 0
-        _wait_until_idle(instance, max(30.0, deadline - time.monotonic()), quiet=quiet)
+        # the runs in progress finish; an hour still behind then waits for its replica run, which the sensor creates
+        # within its interval: looked at again every 2 s, so the wait ends as soon as the last replica is published
+        _wait_until_idle(instance, max(30.0, deadline - time.monotonic()))
         behind = unreplicated(instance, site, hours)
         if not behind or time.monotonic() > deadline:
             return behind
