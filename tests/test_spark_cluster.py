@@ -21,6 +21,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -52,6 +53,7 @@ SLICE = ["dwd.user_snapshot", "dwd.order_detail", "dws.user_order_daily", "ads.d
 ODS = ["ods.order", "ods.user"]
 ZORDERED = {"table": "dwd.order_detail", "partitions": ["2026-01-01", "2026-01-02"]}
 TIMEOUT = 600.0
+QUICK_JIT = "-XX:TieredStopAtLevel=1"
 
 
 def _materialize(lake: Path, landing: Path, env: Mapping[str, str]) -> bool:
@@ -117,9 +119,31 @@ def _alive_workers(ui_port: int) -> int:
         return 0
 
 
+@dataclass
+class Cluster:
+    """A standalone master and worker started on loopback: the master URL, a folder for logs, their env."""
+
+    url: str
+    ui_port: int
+    root: Path
+    env: dict[str, str]
+    processes: list[subprocess.Popen[bytes]]
+
+    def ready(self) -> Cluster:
+        """The cluster once a worker has registered with the master (the worker retries until the master listens)."""
+        deadline = time.monotonic() + 120
+        while _alive_workers(self.ui_port) < 1:
+            for process, log in zip(self.processes, ("master.log", "worker.log"), strict=True):
+                assert process.poll() is None, (self.root / log).read_text()
+            assert time.monotonic() < deadline, "no worker registered with the master within 120 s"
+            time.sleep(0.5)
+        return self
+
+
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, dict[str, str]]]:
-    """A standalone master and worker on loopback; yields the master URL, a folder for logs and their env."""
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """The master and the worker, both started at once and not waited for: their JVMs start while the module's
+    other fixtures (the source, the local reference run) are built; a test waits with :meth:`Cluster.ready`."""
     root = tmp_path_factory.mktemp("cluster")
     home = spark_home()
     env = {
@@ -128,23 +152,23 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pat
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_LOG_DIR": str(root / "logs"),
         "PYSPARK_PYTHON": sys.executable,
+        # every JVM of the module (master, worker, executors, drivers, the Connect server) lives a minute or two:
+        # compiled by C1 alone it spends about half the CPU it spends with C2's optimizing compiles, which so short
+        # a life never pays back; the results are the same
+        "JAVA_TOOL_OPTIONS": QUICK_JIT,
     }
     port, ui_port = free_port(), free_port()
     url = f"spark://127.0.0.1:{port}"
     spark_class = str(home / "bin" / "spark-class")
-    processes = [
-        _start(
-            [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-             "--webui-port", str(ui_port)],
-            env, root / "master.log",
-        )
-    ]  # fmt: skip
+    processes: list[subprocess.Popen[bytes]] = []
     try:
-        deadline = time.monotonic() + 120
-        while not port_open("127.0.0.1", port):
-            assert processes[0].poll() is None, (root / "master.log").read_text()
-            assert time.monotonic() < deadline, "the master did not listen within 120 s"
-            time.sleep(0.5)
+        processes.append(
+            _start(
+                [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+                 "--webui-port", str(ui_port)],
+                env, root / "master.log",
+            )
+        )  # fmt: skip
         processes.append(
             _start(
                 [spark_class, "org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1", "--cores", "2",
@@ -152,11 +176,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pat
                 env, root / "worker.log",
             )
         )  # fmt: skip
-        while _alive_workers(ui_port) < 1:
-            assert processes[1].poll() is None, (root / "worker.log").read_text()
-            assert time.monotonic() < deadline, "no worker registered with the master within 120 s"
-            time.sleep(0.5)
-        yield url, root, env
+        yield Cluster(url, ui_port, root, env, processes)
     finally:
         for process in reversed(processes):
             _stop(process)
@@ -195,9 +215,9 @@ def _assert_same_tables(lake: Path, local_lake: Path) -> None:
 
 @pytest.mark.parametrize("mode", ["master", "connect"])
 def test_the_slice_on_a_cluster_equals_the_local_run(
-    mode: str, cluster: tuple[str, Path, dict[str, str]], source: Path, local_lake: Path
+    mode: str, cluster: Cluster, source: Path, local_lake: Path
 ) -> None:
-    url, root, cluster_env = cluster
+    url, root, cluster_env = cluster.ready().url, cluster.root, cluster.env
     lake, landing = root / mode / "lake", root / mode / "landing"
     shutil.copytree(source, landing)
     env = {**cluster_env, "WAREHOUSE_SPARK_MODE": mode, "WAREHOUSE_SPARK_MASTER": url}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -24,12 +25,36 @@ def _values(store: DeltaStore, version: int | None = None) -> set[int]:
     return set(store.read_rows(KEY, columns=["v"], version=version)[0].column("v").to_pylist())
 
 
-@ENGINES
-def test_window_stays_readable_and_vacuum_bounds_storage(spark: SparkSession, tmp_path: Path, engine: str) -> None:
-    session = spark if engine == "spark" else None
-    store = DeltaStore(str(tmp_path / "lake"), time_travel_hours=1, checkpoint_interval=5)
-    for value in range(12):
+def _history(spark: SparkSession, lake: Path, time_travel_hours: int, writes: int) -> Path:
+    """A lake whose table holds ``writes`` overwrites of one partition, each a version; written once per module and
+    copied for each engine's test (the log's paths are relative), since the engines only differ in maintaining it."""
+    store = DeltaStore(str(lake), time_travel_hours=time_travel_hours, checkpoint_interval=5)
+    for value in range(writes):
         _write(store, spark, value)
+    return lake
+
+
+def _copy(history: Path, tmp_path: Path, time_travel_hours: int) -> DeltaStore:
+    shutil.copytree(history, tmp_path / "lake")
+    return DeltaStore(str(tmp_path / "lake"), time_travel_hours=time_travel_hours, checkpoint_interval=5)
+
+
+@pytest.fixture(scope="module")
+def twelve_versions(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _history(spark, tmp_path_factory.mktemp("retention") / "lake", time_travel_hours=1, writes=12)
+
+
+@pytest.fixture(scope="module")
+def seven_versions(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _history(spark, tmp_path_factory.mktemp("cleanup") / "lake", time_travel_hours=0, writes=7)
+
+
+@ENGINES
+def test_window_stays_readable_and_vacuum_bounds_storage(
+    spark: SparkSession, twelve_versions: Path, tmp_path: Path, engine: str
+) -> None:
+    session = spark if engine == "spark" else None
+    store = _copy(twelve_versions, tmp_path, time_travel_hours=1)
     table_dir = Path(store.table_uri(KEY))
     config = DeltaTable(str(table_dir)).metadata().configuration
     assert config["delta.deletedFileRetentionDuration"] == "interval 1 hours"
@@ -48,10 +73,10 @@ def test_window_stays_readable_and_vacuum_bounds_storage(spark: SparkSession, tm
 
 
 @ENGINES
-def test_log_cleanup_keeps_the_table_loadable(spark: SparkSession, tmp_path: Path, engine: str) -> None:
-    store = DeltaStore(str(tmp_path / "lake"), time_travel_hours=0, checkpoint_interval=5)
-    for value in range(7):
-        _write(store, spark, value)
+def test_log_cleanup_keeps_the_table_loadable(
+    spark: SparkSession, seven_versions: Path, tmp_path: Path, engine: str
+) -> None:
+    store = _copy(seven_versions, tmp_path, time_travel_hours=0)
     table_dir = Path(store.table_uri(KEY))
     store.maintain(KEY, spark=spark if engine == "spark" else None)
     # 7 commits, but with a zero window the entries before the last checkpoint are gone

@@ -9,6 +9,7 @@ run's earlier partitions from their rows computed in the run, and writes them in
 
 from __future__ import annotations
 
+import shutil
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -65,15 +66,10 @@ def _rows_in_hour(hour: int) -> int:
     return hour % 4
 
 
-@pytest.fixture
-def warehouse(tmp_path: Path, spark: SparkSession) -> dict[str, Any]:
-    root = tmp_path / "catalog"
-    for rel, body in TABLES.items():
-        write(root, rel, body)
-    catalog = load_catalog(root)
-    resources = resources_from_env(
-        {"WAREHOUSE_LAKE_ROOT": str(tmp_path / "lake"), "WAREHOUSE_LANDING_ROOT": str(tmp_path)}
-    )
+@pytest.fixture(scope="module")
+def source_lake(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A lake holding ``ods.src``'s two days, written once for the module (one overwrite of its 48 hours)."""
+    lake = tmp_path_factory.mktemp("ranged") / "lake"
     rows = []
     for day in (DAY, NEXT):
         for hour in range(24):
@@ -83,7 +79,22 @@ def warehouse(tmp_path: Path, spark: SparkSession) -> dict[str, Any]:
                 rows.append((i, datetime.fromisoformat(f"{day}T{hour:02d}:00"), v, False, day, f"{hour:02d}"))
     df = spark.createDataFrame(rows, "id bigint, t timestamp, v bigint, _deleted boolean, dt string, hh string")
     specs = [{"dt": d, "hh": f"{h:02d}"} for d in (DAY, NEXT) for h in range(24)]
-    resources["lake"].store().overwrite(["ods", "src"], df, ["dt", "hh"], specs)
+    store = resources_from_env({"WAREHOUSE_LAKE_ROOT": str(lake)})["lake"].store()
+    store.overwrite(["ods", "src"], df, ["dt", "hh"], specs)
+    return lake
+
+
+@pytest.fixture
+def warehouse(tmp_path: Path, spark: SparkSession, source_lake: Path) -> dict[str, Any]:
+    """The catalog and resources over a copy of the module's lake (the Delta log's paths are relative)."""
+    root = tmp_path / "catalog"
+    for rel, body in TABLES.items():
+        write(root, rel, body)
+    catalog = load_catalog(root)
+    resources = resources_from_env(
+        {"WAREHOUSE_LAKE_ROOT": str(tmp_path / "lake"), "WAREHOUSE_LANDING_ROOT": str(tmp_path)}
+    )
+    shutil.copytree(source_lake, tmp_path / "lake")
     return {"catalog": catalog, "resources": resources, "lake": tmp_path / "lake"}
 
 

@@ -6,6 +6,8 @@ with nothing but Delta's extension opens a table the product wrote."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -14,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
@@ -31,6 +34,21 @@ def _derived(spark: SparkSession, store: DeltaStore, amount: str = "1.50", days:
         rows = [(i, f"u{i % 3}", Decimal(amount), day) for i in range(4)]
         df = spark.createDataFrame(rows, "id bigint, user string, amount decimal(10,2), dt string")
         store.overwrite(("dws", "sales"), df, ["dt"], [{"dt": day}])
+
+
+@pytest.fixture(scope="module")
+def derived_lake(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A lake holding the daily derived table (:func:`_derived`), written once for the module."""
+    lake = tmp_path_factory.mktemp("derived") / "lake"
+    _derived(spark, DeltaStore(str(lake)))
+    return lake
+
+
+@pytest.fixture
+def derived(derived_lake: Path, tmp_path: Path) -> DeltaStore:
+    """A copy of the module's lake for one test to read and write (the Delta log's paths are relative)."""
+    shutil.copytree(derived_lake, tmp_path / "lake")
+    return DeltaStore(str(tmp_path / "lake"))
 
 
 def _ods(spark: SparkSession, store: DeltaStore) -> None:
@@ -92,8 +110,8 @@ def _spark_version_and_partitions(spark: SparkSession, path: str) -> tuple[int, 
     return int(version["version"]), list(detail["partitionColumns"])
 
 
-def test_tables_spark_writes_read_the_same_with_delta_rs(spark: SparkSession, store: DeltaStore) -> None:
-    _derived(spark, store)
+def test_tables_spark_writes_read_the_same_with_delta_rs(spark: SparkSession, derived: DeltaStore) -> None:
+    store = derived
     _ods(spark, store)
     for key, columns in (
         (("dws", "sales"), ["id", "user", "amount", "dt"]),
@@ -136,8 +154,8 @@ def test_tables_delta_rs_writes_read_the_same_with_spark(spark: SparkSession, st
     assert _spark_rows(spark, path, columns, version=0) == _rs_rows(path, columns, version=0)
 
 
-def test_a_repaired_partition_reads_version_as_of_before_the_repair(spark: SparkSession, store: DeltaStore) -> None:
-    _derived(spark, store)
+def test_a_repaired_partition_reads_version_as_of_before_the_repair(spark: SparkSession, derived: DeltaStore) -> None:
+    store = derived
     path = store.table_uri(("dws", "sales"))
     before = DeltaTable(path).version()
     _derived(spark, store, amount="9.00", days=DAYS[1:])  # the repair re-runs one day
@@ -165,9 +183,9 @@ PLAIN_SESSION = textwrap.dedent(
 
 
 def test_a_plain_spark_session_with_only_deltas_extension_reads_a_product_table(
-    spark: SparkSession, store: DeltaStore, tmp_path: Path
+    derived: DeltaStore, tmp_path: Path
 ) -> None:
-    _derived(spark, store)
+    store = derived
     script = tmp_path / "plain_reader.py"
     script.write_text(PLAIN_SESSION)
     done = subprocess.run(
@@ -176,6 +194,8 @@ def test_a_plain_spark_session_with_only_deltas_extension_reads_a_product_table(
         text=True,
         timeout=600,
         check=False,
+        # a JVM living seconds: C1's compiles alone (half the CPU of C2's, which so short a life never pays back)
+        env={**os.environ, "JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1"},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     rows = json.loads(done.stdout.strip().splitlines()[-1])
