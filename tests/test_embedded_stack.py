@@ -134,6 +134,15 @@ class Stack:
         """The stack's catalog (WAREHOUSE_CATALOG_DIR): a copy of the product's tables."""
         return self.home.parent / "tables"
 
+    def await_spark_server(self) -> None:
+        """Wait until the stack's Spark Connect server listens and `warehouse dev` wrote its token file (just after)."""
+        deadline = time.monotonic() + STALL_S
+        token_file = connect_token_file(self.home.parent)
+        while not (port_open("127.0.0.1", self.spark_port) and token_file.exists()):
+            assert self.proc.poll() is None, "the dev stack exited"
+            assert time.monotonic() < deadline, f"the Spark Connect server did not listen on port {self.spark_port}"
+            time.sleep(POLL_S)
+
     def spark_url(self) -> str:
         """The stack's Spark Connect URL with the token `warehouse dev` generated for the product's own clients."""
         token = read_connect_token(connect_token_file(self.home.parent))
@@ -226,12 +235,7 @@ def test_dev_materializes_downstream_partitions_without_a_click(stack: Stack) ->
 
 def test_the_connect_server_of_dev_runs_delta_sql(stack: Stack, tmp_path: Path) -> None:
     """The Spark Connect server `warehouse dev` starts carries Delta's jars, SQL extension and catalog."""
-    proc, spark_port = stack.proc, stack.spark_port
-    deadline = time.monotonic() + STALL_S
-    while not port_open("127.0.0.1", spark_port):
-        assert proc.poll() is None, "the dev stack exited"
-        assert time.monotonic() < deadline, f"the Spark Connect server did not listen on port {spark_port}"
-        time.sleep(POLL_S)
+    stack.await_spark_server()
     path = str(tmp_path / "orders")
     # the client in a process of its own: a Connect session would switch this one, which holds the tests'
     # classic Spark, to Connect mode
@@ -289,10 +293,7 @@ def test_names_resolve_over_connect_for_a_table_created_after_the_server_started
 def test_a_connect_client_without_the_token_is_refused(stack: Stack) -> None:
     """The product's Connect server requires the token `warehouse dev` generated: a local user without it runs
     nothing, not even a read."""
-    deadline = time.monotonic() + STALL_S
-    while not port_open("127.0.0.1", stack.spark_port):
-        assert stack.proc.poll() is None and time.monotonic() < deadline, "the Spark Connect server did not start"
-        time.sleep(POLL_S)
+    stack.await_spark_server()
     client = (
         "import sys\n"
         "from pyspark.sql import SparkSession\n"
@@ -612,9 +613,10 @@ def readiness_looks_since(stack: Stack, since: float) -> list[dict[str, Any]]:
 
 def warehouse(stack: Stack, *argv: str) -> list[str]:
     """``warehouse ARGV``, the installed command, run as a user of `make dev` runs it from a shell of their own: the
-    stack's Dagster home and data folders (`make dev`'s dagster_home/ and data/), no other setting of the warehouse
-    (its start is the simulated landing area's; Spark, when the command needs it, the stack's Connect server, found as
-    a user's shell finds it: its token file in the log dir). What it printed, once it succeeded."""
+    stack's Dagster home and data folders (`make dev`'s dagster_home/ and data/) and its Spark Connect URL (`make
+    dev`'s is the default one, this stack's a free port), no other setting of the warehouse (its start is the simulated
+    landing area's; Spark, when the command needs it, the stack's Connect server, found as a user's shell finds it:
+    listening at that URL, its token file in the log dir). What it printed, once it succeeded."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("WAREHOUSE_") and k != CONNECT_TOKEN_VARIABLE}
     env |= {
         "DAGSTER_HOME": str(stack.home),
@@ -622,6 +624,9 @@ def warehouse(stack: Stack, *argv: str) -> list[str]:
         "WAREHOUSE_LANDING_ROOT": str(stack.landing),
         "WAREHOUSE_LOG_DIR": str(stack.home.parent),
         "WAREHOUSE_CATALOG_DIR": str(stack.tables),
+        # without it a re-ingest starts a JVM of its own (a minute and more), or merges on whatever server listens
+        # at the default port: another stack's
+        "WAREHOUSE_SPARK_CONNECT_URL": f"sc://127.0.0.1:{stack.spark_port}",
     }
     command = Path(sys.executable).with_name("warehouse")
     done = subprocess.run([str(command), *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=STALL_S)
