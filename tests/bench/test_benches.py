@@ -70,6 +70,13 @@ def day_checks(r: Figures) -> None:
         assert int(r[f"{row}_built"]) == int(r[f"{row}_expected"]) > 0
 
 
+def suite_cost_checks(r: Figures) -> None:
+    # both commits' quick module ran and was read from its report: the same tests, each with a time
+    assert int(r["base_tests"]) == int(r["head_tests"]) > 0, "the quick module's tests were not read from both reports"
+    assert float(r["base_worker_s"]) > 0 and float(r["head_worker_s"]) > 0
+    assert r["base"] != r["head"], "the quick run compared a commit with itself"
+
+
 SPARK = (pytest.mark.spark,)
 PER_N = ("missed", "built_twice", "unexpected", "exit")
 BENCHES = [
@@ -238,6 +245,27 @@ BENCHES = [
         equal={"runs": "3", "failed": "0"},
         marks=(pytest.mark.stack,),
         seconds=600,
+    ),
+    Bench(
+        "suite_cost",  # quick: one pure module of two commits, each in its own fresh clone
+        (
+            "base",
+            "head",
+            "base_worker_s",
+            "head_worker_s",
+            "ratio",
+            "base_tests",
+            "head_tests",
+            "head_bench_s",
+            "bench_share",
+            "failed",
+            "base_wall_s",
+            "head_wall_s",
+            "calib_ms",
+        ),
+        equal={"failed": "0", "bench_share": "0.000"},
+        check=suite_cost_checks,
+        seconds=180,
     ),
 ]
 
