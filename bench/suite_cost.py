@@ -83,10 +83,17 @@ def clone(commit: str, into: Path) -> str:
     ).stdout.strip()
 
 
-def run_suite(commit: str, work: Path, quick: bool) -> SuiteCost:
-    checkout = work / commit.replace("/", "_")
+def has_commit(rev: str) -> bool:
+    found = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--verify", "-q", f"{rev}^{{commit}}"], capture_output=True
+    )
+    return found.returncode == 0
+
+
+def run_suite(role: str, commit: str, work: Path, quick: bool) -> SuiteCost:
+    checkout = work / role  # base and head may name the same commit
     short = clone(commit, checkout)
-    log = work / f"{short}.log"
+    log = work / f"{role}-{short}.log"
     if quick:  # one pure module, with this checkout's virtualenv: the clone's own install takes minutes
         (checkout / ".venv").symlink_to(ROOT / ".venv")
         command = [".venv/bin/pytest", "-q", "-p", "no:cacheprovider", QUICK_MODULE, f"--junitxml={REPORT}"]
@@ -130,12 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the clones and their logs")
     args = parser.parse_args(argv)
     if args.quick and args.base == parser.get_default("base"):
-        args.base = "HEAD~1"  # any earlier commit with the quick module
+        args.base = "HEAD~1" if has_commit("HEAD~1") else "HEAD"  # a shallow clone has no earlier commit
     work = Path(tempfile.mkdtemp(prefix="suite-cost-"))
     try:
         calib_before = calib_ms()
-        base = run_suite(args.base, work, args.quick)
-        head = run_suite(args.head, work, args.quick)
+        base = run_suite("base", args.base, work, args.quick)
+        head = run_suite("head", args.head, work, args.quick)
         calib = round((calib_before + calib_ms()) / 2, 1)
     finally:
         if args.keep:
