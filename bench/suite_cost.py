@@ -135,14 +135,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--head", default="HEAD", help="the commit measured (default: %(default)s)")
     parser.add_argument("--quick", action="store_true", help="one small module of each, not the whole suites")
     parser.add_argument("--keep", action="store_true", help="keep the clones and their logs")
+    parser.add_argument("--head-first", action="store_true", help="run the head's suite before the base's")
     args = parser.parse_args(argv)
     if args.quick and args.base == parser.get_default("base"):
         args.base = "HEAD~1" if has_commit("HEAD~1") else "HEAD"  # a shallow clone has no earlier commit
     work = Path(tempfile.mkdtemp(prefix="suite-cost-"))
     try:
         calib_before = calib_ms()
-        base = run_suite("base", args.base, work, args.quick)
-        head = run_suite("head", args.head, work, args.quick)
+        if args.head_first:  # e.g. when the head's run is also the check a change must pass before it lands
+            head = run_suite("head", args.head, work, args.quick)
+            base = run_suite("base", args.base, work, args.quick)
+        else:
+            base = run_suite("base", args.base, work, args.quick)
+            head = run_suite("head", args.head, work, args.quick)
         calib = round((calib_before + calib_ms()) / 2, 1)
     finally:
         if args.keep:
