@@ -36,6 +36,7 @@ from resources.spark import port_open, spark_home
 from simulator.cdc import SimulationConfig, simulate
 from tests.support.dev_stack import free_port
 from tests.support.instances import memory_backed_dir, pooled_event_log
+from tests.support.jvm import QUICK_JIT
 from tests.support.lake import row_dicts
 from warehouse_assets.catalog import load_catalog
 from warehouse_assets.cli.headless import materialize_range, run_ingest
@@ -53,7 +54,6 @@ SLICE = ["dwd.user_snapshot", "dwd.order_detail", "dws.user_order_daily", "ads.d
 ODS = ["ods.order", "ods.user"]
 ZORDERED = {"table": "dwd.order_detail", "partitions": ["2026-01-01", "2026-01-02"]}
 TIMEOUT = 600.0
-QUICK_JIT = "-XX:TieredStopAtLevel=1"
 
 
 def _materialize(lake: Path, landing: Path, env: Mapping[str, str]) -> bool:

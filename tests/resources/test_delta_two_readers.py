@@ -22,6 +22,7 @@ from pyspark.sql import SparkSession
 
 from resources.delta_lake import DeltaStore
 from resources.spark import DELTA_CONF, jars_dir
+from tests.support.jvm import QUICK_JIT
 from tests.support.lake import table_rows
 from warehouse_assets.ingest.ops_tables import INGESTED_COUNTS
 
@@ -195,7 +196,7 @@ def test_a_plain_spark_session_with_only_deltas_extension_reads_a_product_table(
         timeout=600,
         check=False,
         # a JVM living seconds: C1's compiles alone (half the CPU of C2's, which so short a life never pays back)
-        env={**os.environ, "JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1"},
+        env={**os.environ, "JAVA_TOOL_OPTIONS": QUICK_JIT},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     rows = json.loads(done.stdout.strip().splitlines()[-1])
