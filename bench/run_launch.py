@@ -21,6 +21,9 @@ after the first run and after the last: over hundreds of runs (``--runs 300``) t
     .venv/bin/python bench/run_launch.py [--runs 30] [--default-runs 30] [--dequeue 1]
     .venv/bin/python bench/run_launch.py --quick    # the product's pass alone, 3 runs: a smoke test
 
+``--quick`` serves the code location with ``dagster-webserver`` alone, no daemon: the product's coordinator
+launches each of its runs in the call that submits it, so the daemon would only tick the sensors meanwhile.
+
 Last line: ``RESULT launch_p50= launch_p90= default_launcher_p90= ratio= dagster_defaults_p90= rss_mb=
 webserver_rss_mb= runs= failed= calib_ms=`` (run created → first step, seconds; ``ratio`` = default_launcher_p90 /
 launch_p90, the warm launcher's own gain, ``nan`` without that pass; RSS of the product pass after its last run;
@@ -85,6 +88,7 @@ class Pass:
     name: str
     instance_yaml: str
     runs: int
+    daemon: bool = True  # served by `dagster dev` (webserver and daemon); False: the webserver alone
     created_to_started: list[float] = field(default_factory=list)
     created_to_step: list[float] = field(default_factory=list)
     stages: dict[str, list[float]] = field(default_factory=dict)  # stage → seconds per run
@@ -159,8 +163,14 @@ def measure(run_pass: Pass, tmp: Path) -> None:
         WAREHOUSE_LOG_DIR=str(tmp),
     )
     dev_log = (tmp / f"{run_pass.name}.log").open("wb")
+    workspace = ["-w", str(ROOT / "workspace.yaml")]
+    if run_pass.daemon:
+        command = [sys.executable, "-m", "dagster", "dev", *workspace, "-p", str(port)]
+    else:
+        # as `dagster dev` starts it (a module), so that webserver() finds it by the same command
+        command = [sys.executable, "-m", "dagster_webserver", *workspace, "-h", "127.0.0.1", "-p", str(port)]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dagster", "dev", "-w", str(ROOT / "workspace.yaml"), "-p", str(port)],
+        command,
         cwd=ROOT,
         env=env,
         stdout=dev_log,
@@ -298,7 +308,8 @@ def main() -> int:
         args.runs, args.default_runs, args.dequeue = 3, 0, []
     calib = calib_ms()
     passes = [
-        Pass("product", product_yaml(), args.runs),
+        # the quick pass alone needs no daemon: the product's coordinator launches a run in the call that submits it
+        Pass("product", product_yaml(), args.runs, daemon=not args.quick),
         *(
             [Pass("default_launcher", product_yaml(("run_coordinator",)), args.default_runs)]
             if args.default_runs
