@@ -17,6 +17,7 @@ says how to run them.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -24,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from tests.support.jvm import QUICK_JIT
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -287,6 +290,17 @@ class Done:
     stderr: str
 
 
+def quick_env() -> dict[str, str]:
+    """The quick runs' environment: the JVMs they start (the one-JVM group's driver, a stack's Spark Connect server)
+    live a few minutes at most, so C1 only (tests/support/jvm.py); the benches' full runs keep the JVM's defaults."""
+    inherited = os.environ.get("JAVA_TOOL_OPTIONS", "")
+    return {**os.environ, "JAVA_TOOL_OPTIONS": f"{inherited} {QUICK_JIT}".strip()}
+
+
+def test_the_quick_runs_start_their_jvms_with_c1_only() -> None:
+    assert QUICK_JIT in quick_env()["JAVA_TOOL_OPTIONS"].split()
+
+
 def one_jvm_seconds() -> int:
     """The timeout of each test of the benches run in one process: whichever runs first waits for them all."""
     return sum(b.seconds for b in BENCHES if b.one_jvm)
@@ -311,6 +325,7 @@ def one_jvm_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
     done = subprocess.run(
         [sys.executable, "-m", "tests.bench.one_jvm", str(out), *names],
         cwd=ROOT,
+        env=quick_env(),
         capture_output=True,
         text=True,
         timeout=one_jvm_seconds() - 10,
@@ -333,6 +348,7 @@ def quick_run(bench: Bench, request: pytest.FixtureRequest) -> Done:
     done = subprocess.run(
         [sys.executable, str(ROOT / "bench" / f"{bench.name}.py"), "--quick"],
         cwd=ROOT,
+        env=quick_env(),
         capture_output=True,
         text=True,
         timeout=bench.seconds - 10,
