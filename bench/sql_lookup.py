@@ -21,7 +21,7 @@ The last line is one ``RESULT`` line: ``lookup_p50_s`` (warm JVM-free point look
 ``calib_ms`` and ``calib_spark_ms`` (``bench/calibration.py``, the latter on the bench's own Spark session).
 
     flock /tmp/bench.lock .venv/bin/python bench/sql_lookup.py --rows-per-day 2000000
-    .venv/bin/python bench/sql_lookup.py --quick      # 300,000 rows, one run each, one cold command
+    .venv/bin/python bench/sql_lookup.py --quick      # 150,000 rows, one run each, one cold command
 """
 
 from __future__ import annotations
@@ -149,10 +149,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=24)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--workdir", type=Path, default=None)
-    parser.add_argument("--quick", action="store_true", help="300,000 rows in 4 appends, --repeat 1, --cold 1")
+    parser.add_argument("--quick", action="store_true", help="150,000 rows in 4 appends, --repeat 1, --cold 1")
     args = parser.parse_args(argv)
     if args.quick:
-        args.rows_per_day, args.batches, args.repeat, args.cold = 300_000, 4, 1, 1
+        args.rows_per_day, args.batches, args.repeat, args.cold = 150_000, 4, 1, 1
     warm_up = not args.quick  # the quick run checks the engines' rows and files read, which a warm-up does not change
     calib = calib_ms()
 

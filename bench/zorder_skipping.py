@@ -29,9 +29,9 @@ timed lookups found (of pairs taken from the table: at least one each), and the 
     .venv/bin/python bench/zorder_skipping.py --rows-per-day 500000 --keep --workdir /tmp/zbench
     .venv/bin/python bench/zorder_skipping.py --skew 0.2          # 5 hot learners hold 20 % of the rows
     .venv/bin/python bench/zorder_skipping.py --file-mib 8        # the table declared with 8 MiB files
-    .venv/bin/python bench/zorder_skipping.py --quick             # 300,000 rows, one run each: a smoke test
+    .venv/bin/python bench/zorder_skipping.py --quick             # 150,000 rows, one run each: a smoke test
 
-``--quick``'s day is about 6.5 MiB of Parquet: in the declared 4 MiB files it would be one file after Z-order, and a
+``--quick``'s day is about 3.5 MiB of Parquet: in the declared 4 MiB files it would be one file after Z-order, and a
 lookup would skip nothing. So the quick run declares the table's ``zorder.file_size`` as 1 MiB (the smallest a table
 may declare): Z-order writes several files, and the lookups skip some of them. The compaction control then has
 nothing to merge (the appends' files are about 1 MiB already): it still answers the same rows.
@@ -470,11 +470,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help=f"300,000 rows in 4 appends, {QUICK_FILE_MIB} MiB files, one run each, 20 sampled",
+        help=f"150,000 rows in 4 appends, {QUICK_FILE_MIB} MiB files, one run each, 20 sampled",
     )
     args = parser.parse_args(argv)
     if args.quick:  # files small enough that the small day Z-orders into several and the lookup skips some
-        args.rows_per_day, args.batches, args.repeat, args.sample = 300_000, 4, 1, 20
+        args.rows_per_day, args.batches, args.repeat, args.sample = 150_000, 4, 1, 20
         args.file_mib = args.file_mib or QUICK_FILE_MIB
     warm_up = not args.quick  # the quick run checks rows and pruning, which a warm-up run does not change
     calib = calib_ms()
