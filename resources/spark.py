@@ -14,6 +14,7 @@ A process holds at most one session: :func:`get_session` caches it.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -123,8 +124,25 @@ def jars_dir() -> Path:
     return Path(sys.prefix) / "jars"
 
 
-def jvm_dependency_conf(master: str) -> dict[str, str]:
-    """The settings that give a Spark started on ``master`` the fetched jars and Delta Lake."""
+# the jars of Spark's s3a:// file system (pom.xml's hadoop-aws and what it brings: the AWS SDK's bundle alone is
+# 690 MB of the 700), by their names' stems
+S3A_JARS = ("hadoop-aws", "bundle", "analyticsaccelerator-s3", "wildfly-openssl")
+
+
+def s3a_jar(jar: Path) -> bool:
+    """Whether ``jar`` is one of :data:`S3A_JARS` (its name: the artifact, a hyphen, the version)."""
+    return re.sub(r"-\d.*$", "", jar.name) in S3A_JARS
+
+
+def lake_on_object_store(lake_root: str) -> bool:
+    """Whether a Spark whose lake is ``lake_root`` may need an object store's file system: a URI, or no lake named
+    (a session told its lake later)."""
+    return not lake_root or "://" in lake_root
+
+
+def jvm_dependency_conf(master: str, lake_root: str = "") -> dict[str, str]:
+    """The settings that give a Spark started on ``master`` the fetched jars and Delta Lake; a cluster's executors
+    get the s3a jars only when ``lake_root`` is not a local path."""
     folder = jars_dir()
     jars = sorted(folder.glob("*.jar"))
     if not jars:
@@ -138,7 +156,10 @@ def jvm_dependency_conf(master: str) -> dict[str, str]:
         # spark.jars would copy them (700 MB with the AWS SDK) into every session's work folder
         conf["spark.driver.extraClassPath"] = str(folder / "*")
     else:
-        # a cluster's executors receive the jars from the session
+        # a cluster's executors receive the jars from the session, each application its own copy in the worker's
+        # work folder: the AWS SDK's 690 MB took about 7 s per application, useless to a lake on a shared path
+        if not lake_on_object_store(lake_root):
+            jars = [jar for jar in jars if not s3a_jar(jar)]
         conf["spark.jars"] = ",".join(str(jar) for jar in jars)
     return conf
 
@@ -254,7 +275,8 @@ def get_session(
             builder = SparkSession.builder.master(master).appName("warehouse")
             builder = builder.config("spark.driver.memory", driver_memory)
             builder = builder.config("spark.ui.enabled", "true" if ui else "false")
-            for name, value in {**jvm_dependency_conf(master), **lake_conf(lake_root), **settings}.items():
+            dependencies = jvm_dependency_conf(master, lake_root)
+            for name, value in {**dependencies, **lake_conf(lake_root), **settings}.items():
                 builder = builder.config(name, value)
             session = builder.getOrCreate()
             session.sparkContext.setLogLevel("ERROR")
@@ -468,7 +490,7 @@ def start_connect_server(
         "spark.ui.enabled=false",
     ]
     for name, value in {
-        **jvm_dependency_conf(master),
+        **jvm_dependency_conf(master, lake_root),
         **lake_conf(lake_root, confined=confined),
         **_settings(timezone, {}),
     }.items():

@@ -7,7 +7,8 @@ a chain through every layer overwritten partition by partition for two days, one
 driver in its own process, the executors on the worker), and with ``connect`` through a Spark Connect server
 started by ``warehouse spark-server`` in front of the cluster. Every table each run wrote must equal the local
 run's, row for row. The executors receive Delta's jars from the session (``spark.jars``), never from a
-hand-made classpath: the worker is started with none.
+hand-made classpath: the worker is started with none; and not the s3a jars (the AWS SDK's 690 MB), the lake being on
+a local path.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from resources import LandingResource, resources_from_env
-from resources.spark import port_open, spark_home
+from resources.spark import port_open, s3a_jar, spark_home
 from simulator.cdc import SimulationConfig, simulate
 from tests.support.dev_stack import free_port
 from tests.support.instances import memory_backed_dir, pooled_event_log
@@ -246,7 +247,12 @@ def test_the_slice_on_a_cluster_equals_the_local_run(
             time.sleep(0.5)
     _assert_same_tables(lake, local_lake)
     # the work ran on the cluster: the worker started an executor for this mode's application
-    assert set((root / "work").glob("app-*")) - apps_before, "the worker ran no executor for this run"
+    apps = set((root / "work").glob("app-*")) - apps_before
+    assert apps, "the worker ran no executor for this run"
+    # with Delta's jars from the session, and not the AWS SDK's 690 MB: the lake is on a local path
+    sent = {jar.name for app in apps for jar in app.glob("*/*.jar")}
+    assert any(name.startswith("delta-spark") for name in sent), sorted(sent)
+    assert not [name for name in sent if s3a_jar(Path(name))], sorted(sent)
 
 
 def main(argv: list[str]) -> int:

@@ -33,7 +33,7 @@ def test_the_server_is_started_with_that_config(tmp_path: Path, monkeypatch: pyt
             return None
 
     monkeypatch.setattr(spark, "port_open", lambda host, port: bool(started))  # listens once started
-    monkeypatch.setattr(spark, "jvm_dependency_conf", lambda master: {})
+    monkeypatch.setattr(spark, "jvm_dependency_conf", lambda master, lake_root: {})
     monkeypatch.setattr(subprocess, "Popen", Server)
     spark.start_connect_server(port=1, log_path=tmp_path / "spark-connect.log", log_level="ERROR")
     [args] = started

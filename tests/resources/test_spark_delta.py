@@ -84,6 +84,24 @@ def test_every_spark_gets_the_jars_delta_sql_and_catalog() -> None:
     assert jvm_dependency_conf("local-cluster[2,1,1024]") == cluster
 
 
+def test_a_cluster_is_sent_the_s3a_jars_only_when_its_lake_may_be_on_an_object_store(tmp_path: Path) -> None:
+    """Each application on a cluster copies the jars it is sent into the worker's work folder: the AWS SDK (690 MB)
+    goes only to a session whose lake is a URI, or not named when the session starts."""
+    every = {jar.name for jar in jars_dir().glob("*.jar")}
+
+    def sent(lake_root: str) -> set[str]:
+        conf = jvm_dependency_conf("spark://spark-master:7077", lake_root)
+        return {Path(jar).name for jar in conf["spark.jars"].split(",")}
+
+    s3a = every - sent(str(tmp_path / "lake"))
+    # hadoop-aws and the AWS SDK it is built against are what a lake on a shared path goes without, nothing of Delta's
+    assert {"hadoop-aws", "bundle"} <= {JAR_NAME.match(name)["artifact"] for name in s3a}, s3a  # type: ignore[index]
+    assert not any(name.startswith(("delta-", "warehouse-")) for name in s3a), s3a
+    assert sent("s3://bucket/lake") == sent("s3a://bucket/lake") == sent("") == every
+    # a local session's classpath is the folder itself, whatever its lake
+    assert jvm_dependency_conf("local[2]", str(tmp_path)) == jvm_dependency_conf("local[2]", "s3://bucket/lake")
+
+
 def test_missing_jars_say_to_run_make_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(spark_module, "jars_dir", lambda: tmp_path)
     with pytest.raises(RuntimeError, match=r"jars are missing from .*: run `make install`"):
