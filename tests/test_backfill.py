@@ -1,4 +1,5 @@
-"""A one-month backfill of the whole graph through Dagster's own backfill machinery.
+"""A backfill of the whole graph through Dagster's own backfill machinery: the one that builds the session's example
+warehouse (tests/support/warehouse.py), checked here on a copy of it as built.
 
 The backfill is created as the UI's GraphQL ``launchPartitionBackfill`` creates it with
 ``partitionsByAssets`` (``PartitionBackfill.from_partitions_by_assets`` on the workspace's asset graph,
@@ -11,24 +12,23 @@ tables start their chains in the backfill, and the partitions reaching before th
 ``backfill_partitions`` (D1 retention from the 2nd, D7 from the 8th, 30-day windows from the 30th).
 
 Size: ``BACKFILL_DAYS`` days (default 11: the chains, D7 retention on days 8–11 waiting for days 1–4, one
-whole ISO week), hourly tables over the range's last ``BACKFILL_HOURLY_DAYS`` days (default 1: they build
-one Delta partition per hour). ``BACKFILL_DAYS=31 BACKFILL_HOURLY_DAYS=31`` is the whole graph for all of
-January, the monthly report and the 30-day windows included; on a shared 2-core machine it takes far longer
-than a test should (ingestion alone ~3.5 min), so the default is the short range.
+whole ISO week), hourly tables over ``BACKFILL_HOURLY_DAYS`` days (default 1) from 2026-01-05, or the range's last
+ones where they would reach past it (they build one Delta partition per hour). ``BACKFILL_DAYS=31
+BACKFILL_HOURLY_DAYS=31`` is the whole graph for all of January, the monthly report and the 30-day windows included;
+on a shared 2-core machine it takes far longer than a test should (ingestion alone ~3.5 min), so the default is the
+short range. After the backfill, the example warehouse builds the rest of the month on some of its tables (the chain
+under the 30-day window, January's last day): what the backfill materialized is recorded as it left it.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import date, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import pytest
 from dagster import (
@@ -40,37 +40,32 @@ from dagster import (
     RunsFilter,
     instance_for_test,
 )
-from dagster._core.definitions.selector import PartitionRangeSelector, PartitionsByAssetSelector, PartitionsSelector
 from dagster._core.event_api import PartitionKeyFilter
 from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 from dagster._core.workspace.context import WorkspaceProcessContext
-from dagster._daemon.backfill import execute_backfill_iteration
-from pyspark.sql import SparkSession
 
-from resources import LandingResource, resources_from_env
-from simulator.cdc import SimulationConfig, simulate
-from simulator.external import simulate_external_for_landing
 from tests.support import oracle
 from tests.support.instances import memory_backed_dir, pooled_event_log
 from tests.support.lake import row_dicts
-from tests.support.repair import SYNC_RUNS, code_location
+from tests.support.repair import SYNC_RUNS, code_location, key_ranges, launch_backfill
+from tests.support.warehouse import (
+    BACKFILL_DAYS,
+    BACKFILL_END,
+    BACKFILL_ID,
+    FIRST,
+    HOURLY_DAYS,
+    MONTH,
+    ExampleWarehouse,
+)
 from warehouse_assets.catalog import DerivedTable, partitions_def_of, upstream_partitions
-from warehouse_assets.cli.headless import build_static, report_external_deliveries, report_ready_hours, run_ingest
 from warehouse_assets.definitions import catalog
-from warehouse_assets.materialize.compiler import build_assets
-from warehouse_assets.materialize.gate import backfill_partitions
 
-TZ = ZoneInfo("Asia/Shanghai")
-DAYS = int(os.environ.get("BACKFILL_DAYS", "11"))
-HOURLY_DAYS = min(DAYS, int(os.environ.get("BACKFILL_HOURLY_DAYS", "1")))
-# the per-test limit: the module's first test runs the whole backfill (its fixture), about 6 min on CI at the default
-# size; `make test-backfill-month` (~25 min on 2 cores) gets an hour
-pytestmark = pytest.mark.timeout(1200 if (DAYS, HOURLY_DAYS) <= (11, 1) else 3600)
-FIRST = date(2026, 1, 1)
-END = FIRST + timedelta(days=DAYS)
-SCALE = 0.01
-SEGMENT_MINUTES = 1440  # one landing segment per shard and day
+DAYS = BACKFILL_DAYS
+END = BACKFILL_END
+# the per-test limit: the module's first test may build the session's example warehouse, the backfill with it (the
+# end-to-end module's limit); `make test-backfill-month` (~25 min on 2 cores) gets an hour
+pytestmark = pytest.mark.timeout(2400 if (DAYS, HOURLY_DAYS) <= (11, 1) else 3600)
 log = logging.getLogger(__name__)
 
 
@@ -84,55 +79,7 @@ class Backfilled:
     iterations: int
     seconds: float
     workspace: WorkspaceProcessContext
-
-
-def key_ranges(fqn: str, keys: list[str]) -> list[PartitionKeyRange]:
-    """``keys`` as Dagster's ranges of them, as the UI selects them: one range of a table's period, and of a table with
-    regions one range of dates per region (Dagster holds one dimension of a date × region grid fixed)."""
-    pdef = partitions_def_of(catalog[fqn])
-    return list(pdef.subset_with_partition_keys(keys).get_partition_key_ranges(pdef))
-
-
-def launch_backfill(
-    instance: DagsterInstance,
-    workspace: WorkspaceProcessContext,
-    backfill_id: str,
-    plan: dict[str, list[str]],
-    title: str,
-) -> tuple[PartitionBackfill, int, float]:
-    """Launch ``plan`` (table -> its partition keys, a range each) as the UI's GraphQL
-    ``launchPartitionBackfill(partitionsByAssets: [...])`` does, and run the backfill daemon's iterations
-    until it is done. Returns the finished backfill, the iterations and the seconds it took."""
-    selectors = [
-        PartitionsByAssetSelector(
-            asset_key=AssetKey(catalog[fqn].key),
-            partitions=PartitionsSelector(
-                ranges=[PartitionRangeSelector(start=r.start, end=r.end) for r in key_ranges(fqn, keys)]
-            ),
-        )
-        for fqn, keys in plan.items()
-    ]
-    backfill = PartitionBackfill.from_partitions_by_assets(
-        backfill_id=backfill_id,
-        asset_graph=workspace.create_request_context().asset_graph,
-        backfill_timestamp=time.time(),
-        tags={},
-        dynamic_partitions_store=instance,
-        partitions_by_assets=selectors,
-        title=title,
-        description=None,
-        run_config=None,
-    )
-    instance.add_backfill(backfill)
-    began, iterations = time.monotonic(), 0
-    while instance.get_backfill(backfill_id).status == BulkActionStatus.REQUESTED:  # type: ignore[union-attr]
-        iterations += 1
-        assert iterations <= 60, "the backfill does not finish"
-        errors = [e for e in execute_backfill_iteration(workspace, log) if e is not None]
-        assert not errors, errors[0].to_string()
-    finished = instance.get_backfill(backfill_id)
-    assert finished is not None
-    return finished, iterations, time.monotonic() - began
+    materialized: dict[str, set[str]]  # each planned table's partitions as the backfill left them
 
 
 def failed_runs(instance: DagsterInstance) -> list[str]:
@@ -149,61 +96,36 @@ def failed_runs(instance: DagsterInstance) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def backfilled(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) -> Iterator[Backfilled]:
-    root = tmp_path_factory.mktemp("backfill")
-    landing, lake = root / "landing", root / "lake"
-    env = {"WAREHOUSE_LAKE_ROOT": str(lake), "WAREHOUSE_LANDING_ROOT": str(landing)}
-    # one landing segment per shard and day up to the range's end, where every shard is then applied: its last hour
-    # is complete. The ingestion is not what this module tests: a day's segment is one merge, not 24
-    until = datetime(END.year, END.month, END.day)
-    simulate(landing, datetime(2026, 1, 1), until, SimulationConfig(seed=5, scale=SCALE, batch_minutes=SEGMENT_MINUTES))
-    # the external producers deliver every day of the range (the ad partner's files come the next morning
-    # or later, so their clock runs a few days past the range)
-    simulate_external_for_landing(
-        landing, landing / "external", datetime(END.year, END.month, END.day, tzinfo=TZ) + timedelta(days=4)
-    )
-    resources = resources_from_env(env)
-    resources["landing"] = LandingResource(root=str(landing), timezone=str(TZ), segment_minutes=SEGMENT_MINUTES)
-    # runs go straight to a launcher that executes them synchronously in this process (the real daemon would queue
-    # them and launch each in its own process); one event log for every run, its connections pooled, in memory-backed
-    # storage (tests/support/instances.py). Profiled: with a database per run and an index database on disk, the
-    # ingestion's ~4,700 hour reports and check verdicts cost about 0.1 s each (five connections and commits per event);
-    # a new connection per event still cost 2.9 times the pooled one
-    with (
-        pytest.MonkeyPatch.context() as patch,
-        memory_backed_dir("backfill-home-") as home,
-        instance_for_test(temp_dir=str(home), overrides={**SYNC_RUNS, **pooled_event_log(home)}) as instance,
-    ):
-        for name, value in env.items():
-            patch.setenv(name, value)
-        summary = run_ingest(instance, resources)
-        end = datetime(END.year, END.month, END.day, tzinfo=TZ)
-        # the ingestion run reports every hour its commits completed (the range's, and after it what the simulated
-        # sources completed), so the readiness fallback finds none left
-        assert all(summary[t.fqn]["hours_reported"] >= 24 * DAYS for t in catalog.ods()), summary
-        assert report_ready_hours(instance, resources, until=end) == 0
-        for table in catalog.ods():
-            in_range = {k for k in instance.get_materialized_partitions(AssetKey(table.key)) if k < END.isoformat()}
-            assert len(in_range) == 24 * DAYS, table.fqn  # every ODS hour of the range is ready
-        assert report_external_deliveries(instance, resources) >= 2 * DAYS  # both producers, every day
-        # the static tables, built as their sensor builds them once the code location loads
-        for static in catalog.statics():
-            assert build_static(instance, resources, build_assets(catalog), static), static.fqn
-        with code_location(instance) as workspace:  # resources from the env above
-            start = datetime(FIRST.year, FIRST.month, FIRST.day, tzinfo=TZ)
-            end = datetime(END.year, END.month, END.day, tzinfo=TZ)
-            plan = backfill_partitions(catalog, start, end)
-            hourly_from = (end - timedelta(days=HOURLY_DAYS)).strftime("%Y-%m-%d")
-            for fqn in [t.fqn for t in catalog.derived() if t.period == "hourly"]:
-                plan[fqn] = [k for k in plan[fqn] if k >= hourly_from]
-            title = f"whole graph, {FIRST} .. {END - timedelta(days=1)}"
-            finished, iterations, seconds = launch_backfill(instance, workspace, "january", plan, title)
-            yield Backfilled(instance, lake, landing, finished, plan, iterations, seconds, workspace)
+def backfilled(tmp_path_factory: pytest.TempPathFactory, example_warehouse: ExampleWarehouse) -> Iterator[Backfilled]:
+    """The example warehouse as built (its backfill included), copied: whatever the session's other modules did to
+    the original, and this module's own backfill does to the copy, stay apart."""
+    built = example_warehouse.backfill
+    with memory_backed_dir("backfill-home-") as home:
+        copy = example_warehouse.copy(tmp_path_factory.mktemp("backfill"), home)
+        env = {"WAREHOUSE_LAKE_ROOT": str(copy.lake), "WAREHOUSE_LANDING_ROOT": str(copy.landing)}
+        with (
+            pytest.MonkeyPatch.context() as patch,
+            instance_for_test(temp_dir=str(home), overrides={**SYNC_RUNS, **pooled_event_log(home)}) as instance,
+        ):
+            for name, value in env.items():
+                patch.setenv(name, value)
+            with code_location(instance) as workspace:  # resources from the env above
+                yield Backfilled(
+                    instance,
+                    copy.lake,
+                    copy.landing,
+                    built.finished,
+                    built.plan,
+                    built.iterations,
+                    built.seconds,
+                    workspace,
+                    built.materialized,
+                )
 
 
 def _runs(b: Backfilled) -> list[Any]:
     """The backfill's runs, oldest first."""
-    records = b.instance.get_run_records(RunsFilter(tags={"dagster/backfill": "january"}))
+    records = b.instance.get_run_records(RunsFilter(tags={"dagster/backfill": BACKFILL_ID}))
     return sorted(records, key=lambda r: r.create_timestamp)
 
 
@@ -229,7 +151,8 @@ def test_the_backfill_completes_and_materializes_every_planned_partition(backfil
     # every run the product started (the ingestion, the backfill's runs) is green, not only the backfill
     assert not failed_runs(b.instance), "runs that did not succeed:\n" + "\n".join(failed_runs(b.instance))
     for fqn, keys in b.plan.items():
-        assert b.instance.get_materialized_partitions(AssetKey(catalog[fqn].key)) == set(keys), fqn
+        assert b.materialized[fqn] == set(keys), fqn  # as the backfill left them
+        assert set(keys) <= b.instance.get_materialized_partitions(AssetKey(catalog[fqn].key)), fqn  # and kept
     # the whole graph, but for tables whose window is longer than the range (a 30-day window, a whole month)
     # (and a day on the latest month, which needs a month ended within the range)
     too_long = ({"ads.active_users"} if DAYS < 30 else set()) | (
@@ -243,7 +166,7 @@ def test_each_table_runs_its_range_in_one_run(backfilled: Backfilled) -> None:
     together in the same run); a self-dependent table builds its days in time order inside it."""
     for fqn, keys in backfilled.plan.items():
         runs = _runs_of(backfilled, fqn)
-        ranges = key_ranges(fqn, keys)
+        ranges = key_ranges(catalog[fqn], keys)
         regions = len(_regions(fqn))
         # a table with regions: one run per region, its range of dates (each region's dates are contiguous)
         assert len(ranges) == (regions or 1), f"{fqn}: {len(ranges)} ranges"
@@ -310,7 +233,7 @@ def test_the_figures_match_an_independent_computation(backfilled: Backfilled) ->
     expected_gmv = oracle.daily_gmv(truth["order"], "Asia/Shanghai")
     ads = {r["dt"]: r["gmv"] for r in _rows(b, "ads", "daily_gmv")}
     days = [(FIRST + timedelta(days=n)).isoformat() for n in range((END - FIRST).days)]
-    assert sorted(ads) == days
+    assert sorted(ads) == sorted({*days, MONTH[-1].isoformat()})  # and January's last day, built after the backfill
     for day in days:
         assert ads[day] == expected_gmv.get(date.fromisoformat(day), Decimal("0")), day
 
@@ -374,7 +297,8 @@ def test_a_two_day_backfill_launched_from_the_ui_succeeds(backfilled: Backfilled
     b = backfilled
     days = b.plan["ads.daily_gmv"][-2:]
     plan = {"dws.user_order_daily": days, "ads.daily_gmv": days}
-    finished, _, _ = launch_backfill(b.instance, b.workspace, "two_days", plan, f"daily GMV {days[0]} .. {days[-1]}")
+    title = f"daily GMV {days[0]} .. {days[-1]}"
+    finished, _, _ = launch_backfill(b.instance, b.workspace, catalog, "two_days", plan, title)
     runs = {r.dagster_run.run_id for r in b.instance.get_run_records(RunsFilter(tags={"dagster/backfill": "two_days"}))}
     assert runs
     assert finished.status == BulkActionStatus.COMPLETED_SUCCESS

@@ -1,7 +1,8 @@
 """The example warehouse on a simulated January, every figure checked against an independent replay.
 
-The warehouse is tests/support/warehouse.py's, built once per session by the headless path (``materialize_range``)
-from the warehouse's first day and shared with the taint module (both in its xdist group):
+The warehouse is tests/support/warehouse.py's, built once per session from the warehouse's first day (a backfill of
+the whole graph run by the backfill daemon's iterations, then the rest of the month by the headless path,
+``materialize_range``) and shared with the taint and backfill modules (all in its xdist group):
 
 * every table over the first 11 days (2026-01-01 .. 01-11: T-1 and T-7 retention, the self-dependent
   snapshots and cumulative learning from their first partition, one whole ISO week 01-05 .. 01-11);
@@ -34,6 +35,7 @@ from tests.support.lake import row_dicts, table_rows
 from tests.support.warehouse import (
     DAYS,
     EVERY_DAY,
+    EXTERNAL_CLOCK,
     FIRST,
     HOUR_DAY,
     HOURLY,
@@ -47,7 +49,8 @@ from warehouse_assets.cli.headless import materialize_range
 
 WEEK = "2026-01-05"  # the ISO week 2026-01-05 (Monday) .. 2026-01-11
 # the per-test limit: the module's first test may build the whole warehouse (the session's fixture), about 8 min on CI
-pytestmark = pytest.mark.timeout(1500)
+# and 22 min on a 2-core machine at a load of 10
+pytestmark = pytest.mark.timeout(2400)
 
 
 @dataclass
@@ -231,23 +234,33 @@ def test_rerunning_the_range_changes_nothing(warehouse: Warehouse) -> None:
 def test_a_range_skips_what_waits_for_an_undelivered_external_and_what_reads_it(
     warehouse: Warehouse, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """No exchange rate was delivered: the revenue in USD waits for it (from the first day, whose previous day's
-    rate can never exist), and so does the flash that reads that revenue. The range skips both, naming why, and
-    finishes (a run of them would only fail on its gate)."""
+    """No exchange rate was delivered once the external producers' clock stopped: the revenue in USD waits for it
+    from the clock's day on (its previous day's rate has not come), and so does the flash that reads that revenue.
+    The range skips both, naming why, builds nothing of them, and finishes (a run of them would only fail on its
+    gate)."""
     tables = ["dws.revenue_usd_daily", "ads.revenue_flash"]
-    assert materialize_range(warehouse.instance, warehouse.resources, at(DAYS[0]), at(DAYS[3]), tables, False)
+    first, last = EXTERNAL_CLOCK, EXTERNAL_CLOCK + timedelta(days=2)
+    prior = first - timedelta(days=1)
+
+    def materialized(fqn: str) -> set[str]:
+        return warehouse.instance.get_materialized_partitions(AssetKey(fqn.split(".")))
+
+    before = {fqn: materialized(fqn) for fqn in tables}  # the backfill's days, whose rates were delivered
+    assert materialize_range(
+        warehouse.instance, warehouse.resources, at(first), at(last + timedelta(days=1)), tables, False
+    )
     for fqn in tables:
-        assert not warehouse.instance.get_materialized_partitions(AssetKey(fqn.split("."))), fqn
+        assert materialized(fqn) == before[fqn] and max(before[fqn]) < first.isoformat(), fqn
     out = capsys.readouterr().out
     assert (
-        "dws.revenue_usd_daily: 3 partition(s) skipped (2026-01-01 .. 2026-01-03 (3)), not ready: "
-        "dws.revenue_usd_daily 2026-01-01 waits for 1 partition(s) of ext.fx_rate that are not materialized: "
-        "2026-01-01" in out
-    )
+        f"dws.revenue_usd_daily: 3 partition(s) skipped ({first} .. {last} (3)), not ready: "
+        f"dws.revenue_usd_daily {first} waits for 1 partition(s) of ext.fx_rate that are not materialized: "
+        f"{prior}" in out
+    ), out
     assert (
-        "ads.revenue_flash: 3 partition(s) skipped (2026-01-01 .. 2026-01-03 (3)), not ready: ads.revenue_flash "
-        "2026-01-01 waits for 1 partition(s) of dws.revenue_usd_daily that are not materialized: 2026-01-01" in out
-    )
+        f"ads.revenue_flash: 3 partition(s) skipped ({first} .. {last} (3)), not ready: ads.revenue_flash "
+        f"{first} waits for 1 partition(s) of dws.revenue_usd_daily that are not materialized: {first}" in out
+    ), out
 
 
 def test_why_explains_a_ready_and_a_waiting_partition(warehouse: Warehouse) -> None:

@@ -1,8 +1,8 @@
 """Bad source data found and repaired exactly, on the example warehouse, end to end.
 
 The simulated source sends one hour of orders (2026-01-05, the hour with the most paid orders confined to it) with
-amounts 100 times too high. The warehouse ingests it and builds every table through the headless path, so the bad hour
-flows into DWD, DWS and ADS: the session's example warehouse (tests/support/warehouse.py), of which this module takes a
+amounts 100 times too high. The warehouse ingests it and builds every table (by a backfill), so the bad hour flows
+into DWD, DWS and ADS: the session's example warehouse (tests/support/warehouse.py), of which this module takes a
 copy as built, and whose tables it reads are those of ``DAILY`` over 2026-01-01 .. 01-08 and after (the hourly ones on
 the 5th); its catalog is those tables and their inputs. Then, as on-call would:
 ``warehouse taint ods.order H H --reason …`` prints the plan; the source re-sends the corrected rows; ``--apply``
@@ -59,7 +59,7 @@ from tests.support.instances import memory_backed_dir, pooled_event_log
 from tests.support.lake import row_dicts
 from tests.support.repair import SYNC_RUNS, code_location, run_backfill
 from tests.support.small_catalog import product_tables
-from tests.support.warehouse import BATCH_MINUTES, HOUR_DAY, ExampleWarehouse
+from tests.support.warehouse import BACKFILL_ID, BATCH_MINUTES, HOUR_DAY, ExampleWarehouse
 from warehouse_assets.catalog import load_catalog
 from warehouse_assets.cli import main
 from warehouse_assets.cli.headless import run_ingest
@@ -69,7 +69,7 @@ TZ = ZoneInfo("Asia/Shanghai")
 DAYS = [date(2026, 1, 1) + timedelta(days=n) for n in range(8)]
 # the per-test limit: the module's first test taints and repairs the eight days (its fixture), and builds the example
 # warehouse first when no module of its group ran before it (the end-to-end module's limit)
-pytestmark = pytest.mark.timeout(1500)
+pytestmark = pytest.mark.timeout(2400)
 DAILY = [
     "dwd.user_snapshot",
     "dwd.lesson_snapshot",
@@ -233,7 +233,8 @@ def test_the_plan_names_the_closure_before_anything_is_done(repaired: Repaired) 
     )
     assert tables["dws.order_hourly"] == tables["ads.gmv_hourly"] == repaired.hour
     assert any(line.startswith("nothing marked yet") for line in plan)
-    assert not repaired.instance.get_backfills()[1:]  # the plan alone launched nothing: one backfill, the apply's
+    # the plan alone launched nothing: one backfill, the apply's, besides the one that built the warehouse
+    assert [b.backfill_id for b in repaired.instance.get_backfills()][1:] == [BACKFILL_ID]
 
 
 def test_apply_marked_exactly_what_was_built_from_the_hour(repaired: Repaired) -> None:
