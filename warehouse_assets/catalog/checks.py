@@ -514,20 +514,29 @@ class References(Check):
     ) -> Outcome:
         from pyspark.sql import functions as F
 
-        refs: dict[str, Any] = {}
-        missing_total = 0
+        counted: dict[str, tuple[int, int, list[str]]] = {}
         for c, ref_table, ref_col in self.refs:
             present = data.select(F.col(c).alias("__k")).where("__k IS NOT NULL").distinct()
             ref = inputs[ref_table].select(F.col(ref_col).alias("__k")).distinct()
             orphans = present.join(ref, "__k", "left_anti")
-            n = orphans.count()
+            counted[c] = (present.count(), orphans.count(), [str(r["__k"]) for r in orphans.limit(3).collect()])
+        return self.judge(partition, counted)
+
+    def judge(self, partition: str, counted: Mapping[str, tuple[int, int, Sequence[str]]]) -> Outcome:
+        """The verdict on a partition whose columns hold, each, ``counted[column]``: its distinct keys, how many of
+        them the referenced partitions lack, and a few of those (one partition's jobs, or a ranged run's grouped
+        ones)."""
+        refs: dict[str, Any] = {}
+        missing_total = 0
+        for c, ref_table, ref_col in self.refs:
+            distinct, missing, examples = counted[c]
             refs[c] = {
                 "references": f"{ref_table}.{ref_col}",
-                "distinct_keys": present.count(),
-                "missing": n,
-                "examples": [str(r["__k"]) for r in orphans.limit(3).collect()],
+                "distinct_keys": distinct,
+                "missing": missing,
+                "examples": list(examples),
             }
-            missing_total += n
+            missing_total += missing
         return Outcome(
             self,
             partition,
@@ -589,13 +598,17 @@ class RowCount(Check):
         inputs: Mapping[str, DataFrame],
         history: DataFrame | None = None,
     ) -> Outcome:
-        rows = data.count()
+        return self.judge(partition, data.count(), inputs[self.upstream].count() if self.upstream else None)
+
+    def judge(self, partition: str, rows: int, up_rows: int | None) -> Outcome:
+        """The verdict on a partition of ``rows`` rows whose upstream's mapped partitions hold ``up_rows`` (None:
+        no upstream declared), however they were counted (one partition's job, or a ranged run's grouped one)."""
         meta: dict[str, Any] = {"rows": rows}
         problems = []
         if self.min_rows is not None and rows < self.min_rows:
             problems.append(f"{rows} rows < {int(self.min_rows)}")
         if self.upstream:
-            up_rows = inputs[self.upstream].count()
+            assert up_rows is not None, "a ratio check is judged with its upstream's rows"
             ratio = rows / up_rows if up_rows else (1.0 if rows == 0 else math.inf)
             meta |= {"upstream": self.upstream, "upstream_rows": up_rows, "ratio": round(ratio, 6)}
             lo, hi = self.min_ratio, self.max_ratio
@@ -657,13 +670,17 @@ class Anomaly(Check):
                 break
         return keys
 
-    def _value(self, df: DataFrame, by: Sequence[str] = ()) -> DataFrame:
+    def metric_column(self) -> Column:
+        """The metric over a group of rows, as a double (Spark)."""
         from pyspark.sql import functions as F
 
         match = _METRIC.match(self.metric)
         fn = match.group("fn") if match else None
         expr = F.count("*") if fn is None else getattr(F, fn)(match.group("col") if match else None)
-        return df.groupBy(*by).agg(expr.cast("double").alias("__v"))
+        return expr.cast("double")
+
+    def _value(self, df: DataFrame, by: Sequence[str] = ()) -> DataFrame:
+        return df.groupBy(*by).agg(self.metric_column().alias("__v"))
 
     def evaluate(
         self,
@@ -678,6 +695,11 @@ class Anomaly(Check):
         past: list[float] = []
         if history is not None:
             past = [float(r["__v"] or 0.0) for r in self._value(history, table.partition_by).collect()]
+        return self.judge(partition, value, past)
+
+    def judge(self, partition: str, value: float, past: Sequence[float]) -> Outcome:
+        """The verdict on a partition whose metric is ``value``, against the metrics of those of its trailing periods
+        that hold rows (``past``), however they were computed (one partition's jobs, or a ranged run's grouped one)."""
         meta: dict[str, Any] = {"metric": self.metric, "value": value, "history_periods": len(past)}
         if len(past) < self.min_periods:
             return Outcome(

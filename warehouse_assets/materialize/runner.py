@@ -27,7 +27,7 @@ import json
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from functools import reduce
 from typing import Any
 
@@ -40,7 +40,7 @@ from dagster import (
     MetadataValue,
     Output,
 )
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from resources.delta_lake import DeltaStore, PartitionWritten, Predicate, ReadStats, WriteResult
@@ -55,6 +55,7 @@ from warehouse_assets.catalog import (
     Table,
     partition_values_of,
     partition_window,
+    upstream_partitions,
 )
 from warehouse_assets.catalog.checks import Check
 from warehouse_assets.catalog.lineage import WarehouseLineage
@@ -78,14 +79,14 @@ from warehouse_assets.materialize.log_checks import PartitionFacts, judge
 from warehouse_assets.materialize.quality import (
     PARTITION,
     Outcome,
-    anomaly_history_keys,
-    evaluate,
     evaluate_partitions,
     evaluation,
     latest_materialization,
 )
+from warehouse_assets.materialize.run_reads import RunReads
 from warehouse_assets.materialize.sql_text import read_name, render_sql, view_name
 from warehouse_assets.materialize.validity import VALID, valid_evaluation
+from warehouse_assets.materialize.written_checks import check_written
 
 
 def run_table(
@@ -236,14 +237,18 @@ def _build_partitions(
 ) -> MaterializeResult:
     keys = sorted(context.partition_keys, key=lambda k: partition_window(table, k).start)
     build = _RangedBuild(context, catalog, table, spark, store, outcomes, external)
-    for key in keys:
-        verdict = _await_repairs(context, catalog, table, key, build.states, before_waiting=build.write)
-        if not verdict.may_run:
-            build.write()  # the partitions before it are built, as they would be had they run alone
-            not_worth_retrying(context)
-            raise Failure(verdict.reasons[0])
-        build.plan(key, verdict)
-    build.write()
+    try:
+        for key in keys:
+            verdict = _await_repairs(context, catalog, table, key, build.states, before_waiting=build.write)
+            if not verdict.may_run:
+                build.write()  # the partitions before it are built, as they would be had they run alone
+                not_worth_retrying(context)
+                raise Failure(verdict.reasons[0])
+            build.plan(key, verdict)
+        build.write()
+    finally:
+        if build.reads is not None:
+            build.reads.release()
     return build.result()
 
 
@@ -282,8 +287,21 @@ class _RangedBuild:
         # ... and a total's changed groups from the changed rows, where its SQL proves it a sum of its input's rows
         self.additive = AdditiveMaintainer(catalog, table, context.instance, spark, store, context.log)
         self.bytes_read = 0  # of the partitioned inputs' files
+        # a run of several partitions reads each small input once for all of them (not a table with states, whose
+        # partitions' windows are those of the state each reaches)
+        several = len(context.partition_keys) > 1 and not table.state_names
+        self.reads = RunReads(spark, store, self._span) if several else None
 
     # --- reading a partition's inputs -------------------------------------------------------------------------
+
+    def _span(self, upstream: str) -> list[str]:
+        """The partitions of ``upstream`` that the run's partitions read (their mapped windows)."""
+        now = datetime.now(UTC)
+        deps = [dep for dep in self.table.deps if dep.table == upstream]
+        keys = self.context.partition_keys
+        return sorted(
+            {k for d in deps for p in keys for k in upstream_partitions(self.catalog, self.table, d, p, now).keys}
+        )
 
     def read_inputs(
         self, key: str, verdict: Verdict
@@ -334,7 +352,11 @@ class _RangedBuild:
         mirror = isinstance(upstream, OdsTable) and not upstream.changelog
         live = [Predicate("_deleted", "=", False)] if mirror else []
         self.predicates[name] = live
-        df, versions[name], stats = _read_now(store, spark, f"{table.fqn} {key}", upstream, specs, live)
+        shared = self.reads.read(upstream, used, live) if self.reads and name != table.fqn else None
+        if shared is not None:  # filtered from the run's one read of the input
+            df, versions[name], stats = shared
+        else:
+            df, versions[name], stats = _read_now(store, spark, f"{table.fqn} {key}", upstream, specs, live)
         self.totals["files_read"] += stats.files_read
         self.bytes_read += stats.bytes_read
         self.totals["files_skipped"] += stats.files_in_table - stats.files_read
@@ -396,6 +418,8 @@ class _RangedBuild:
         if self.table.checks:
             self.outcomes.extend(self._check(result.version, result.by_partition))
         self.pending.clear()
+        if self.reads is not None:  # the next partitions read their inputs at the version of then
+            self.reads.release()
 
     def _check(self, version: int, written: Sequence[PartitionWritten] = ()) -> list[Outcome]:
         """The table's checks on the pending partitions as written at ``version`` (``written``: each one's figures,
@@ -414,7 +438,7 @@ class _RangedBuild:
                         judged[check, p.key] = outcome
         left = [c for c in table.checks if any((c, p.key) not in judged for p in pending)]
         if left:
-            for outcome in _check_written(table, pending, self.spark, self.store, version, left):
+            for outcome in check_written(table, pending, self.spark, self.store, version, left):
                 judged.setdefault((outcome.check, outcome.partition), outcome)
         return [judged[c, p.key] for p in pending for c in table.checks]
 
@@ -602,58 +626,6 @@ def _column_lineage(context: AssetExecutionContext, catalog: Catalog, table: Tab
     for line in lineage.describe_unresolved():
         context.log.warning(f"column lineage: {line}")
     return column_lineage_metadata(lineage, catalog)
-
-
-def _check_written(
-    table: Table,
-    written: list[_Planned],
-    spark: SparkSession,
-    store: DeltaStore,
-    version: int,
-    checks: Sequence[Check] | None = None,
-) -> list[Outcome]:
-    """Evaluate the table's checks on the partitions of one write as written (read back from Delta at its commit),
-    each partition's verdicts in the order of its checks. One read for them all, and the row-local checks (unique,
-    not_null, range) of them all in one grouped Spark job: a Spark job costs a good fraction of a second however
-    small the partition, and a ranged run writes up to a week of hours at once. The other kinds are evaluated
-    partition by partition, with the inputs the partition read."""
-    keys = [p.key for p in written]
-    specs = [partition_values_of(table, k) for k in keys]
-    data, _ = store.read(spark, table.key, partitions=specs, version=version)
-    data = data.withColumn(PARTITION, _partition_key(specs, keys)).persist()
-    checks = table.checks if checks is None else checks
-    try:
-        local = [c for c in checks if c.row_local]
-        grouped = {(o.check, o.partition): o for o in evaluate_partitions(table, local, keys, data)} if local else {}
-        out = []
-        for planned in written:
-            rows = data.where(F.col(PARTITION) == planned.key)
-            for check in checks:
-                if (check, planned.key) in grouped:
-                    out.append(grouped[check, planned.key])
-                    continue
-                history = None
-                if check.kind == "anomaly":
-                    earlier = anomaly_history_keys(table, check, planned.key)
-                    if earlier:
-                        parts = [partition_values_of(table, k) for k in earlier]
-                        history, _ = store.read(spark, table.key, partitions=parts)
-                out.append(evaluate(table, check, planned.key, rows, planned.inputs, history))
-        return out
-    finally:
-        data.unpersist()
-
-
-def _partition_key(specs: list[dict[str, str]], keys: list[str]) -> Column:
-    """The partition key of each row, from its partition columns' values (``specs[i]`` are ``keys[i]``'s)."""
-    found = [
-        (reduce(Column.__and__, [F.col(c) == F.lit(v) for c, v in spec.items()]), k)
-        for spec, k in zip(specs, keys, strict=True)
-    ]
-    key = F.when(found[0][0], F.lit(found[0][1]))
-    for condition, k in found[1:]:
-        key = key.when(condition, F.lit(k))
-    return key
 
 
 def _empty_like(
