@@ -39,7 +39,7 @@ from bench.calibration import calib_ms  # noqa: E402 - the repository on the pat
 
 REPORT = Path(".test-reports/junit.xml")  # where `make test` leaves its JUnit report in a checkout
 BENCH_CLASSES = "tests.bench."  # the benches' quick runs, counted apart
-# pure (no Spark, no servers), in both commits the quick run compares, and short (one test, about a second): the
+# pure (no Spark, no servers), in both commits the quick run compares, and short (one test, under a second): the
 # quick run checks the clone, the run and the report, which a longer module would only make slower
 QUICK_MODULE = "tests/cli/test_commands.py"
 
@@ -73,7 +73,8 @@ def cost_of(report: Path, commit: str, wall_s: float) -> SuiteCost:
             failed += 1
     if tests == 0:
         raise SystemExit(f"{report}: the report of {commit} holds no test")
-    return SuiteCost(commit, round(worker, 1), round(bench, 1), tests, failed, round(wall_s, 1))
+    # to the millisecond, as the report has it: the quick module's one test takes a few hundredths of a second
+    return SuiteCost(commit, round(worker, 3), round(bench, 3), tests, failed, round(wall_s, 1))
 
 
 def clone(commit: str, into: Path) -> str:
@@ -159,8 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     ratio = head.without_benches / base.without_benches if base.without_benches else float("nan")
     share = head.bench_s / head.worker_s if head.worker_s else 0.0
     print(
-        f"RESULT base={base.commit} head={head.commit} base_worker_s={base.worker_s:.1f} "
-        f"head_worker_s={head.worker_s:.1f} ratio={ratio:.3f} base_tests={base.tests} head_tests={head.tests} "
+        f"RESULT base={base.commit} head={head.commit} base_worker_s={base.worker_s:.3f} "
+        f"head_worker_s={head.worker_s:.3f} ratio={ratio:.3f} base_tests={base.tests} head_tests={head.tests} "
         f"head_bench_s={head.bench_s:.0f} bench_share={share:.3f} failed={base.failed + head.failed} "
         f"base_wall_s={base.wall_s:.0f} head_wall_s={head.wall_s:.0f} calib_ms={calib}"
     )

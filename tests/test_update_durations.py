@@ -118,6 +118,6 @@ def test_a_worker_runs_a_module_at_once_and_the_example_warehouses_modules_toget
             "tests/center/test_why.py::TestGrouped::test_d[x]",
         )
     }
-    assert list(units.values()) == [GROUP, GROUP, "tests/test_backfill.py", "tests/center/test_why.py"]
+    assert list(units.values()) == [GROUP, GROUP, GROUP, "tests/center/test_why.py"]
     monkeypatch.setattr(request.config.option, "dist", "load")
     assert suite.pytest_xdist_make_scheduler(request.config, None) is None  # xdist's own
