@@ -88,6 +88,7 @@ for path in (BENCH, BENCH.parent):
         sys.path.insert(0, str(path))
 
 from bench.calibration import calib_ms, calib_spark_ms  # noqa: E402
+from bench.synthetic_orders import order_rows  # noqa: E402
 
 TZ = ZoneInfo("Asia/Shanghai")  # the example warehouse's business time zone (the Spark session's)
 DAY = "2026-03-02"
@@ -141,31 +142,7 @@ class Bench:
         self.store.enable_deletion_vectors(self.spark, ODS)  # deletion vectors and the change data feed
         start_us = int(datetime.fromisoformat(DAY).replace(tzinfo=TZ).timestamp() * 1_000_000)
         step_us = 86_400_000_000 // self.rows
-        n = self.rows
-        df = self.spark.range(n).selectExpr(
-            "id + 1 AS id",
-            f"pmod(xxhash64(id, 'user'), {self.users}) + 1 AS user_id",
-            f"pmod(xxhash64(id, 'course'), {COURSES}) + 1 AS course_id",
-            "CAST(10 + pmod(id * 37, 9000) / 100 AS DECIMAL(10,2)) AS amount",
-            "CASE WHEN pmod(id, 10) < 8 THEN 'paid' WHEN pmod(id, 10) = 8 THEN 'created' ELSE 'refunded' END AS status",
-            f"timestamp_micros({start_us} + id * {step_us}) AS create_time",
-        )
-        df = df.selectExpr(
-            "id",
-            "user_id",
-            "course_id",
-            "amount",
-            "status",
-            "CASE WHEN status = 'created' THEN NULL ELSE create_time END AS pay_time",
-            "create_time",
-            "create_time AS update_time",
-            "CAST(unix_micros(create_time) DIV 1000 AS BIGINT) AS _es",
-            "id AS _pos",
-            f"concat('edu_trade.order_', lpad(CAST(pmod(id, {STREAMS}) AS STRING), 2, '0')) AS _stream",
-            "false AS _deleted",
-            "date_format(create_time, 'yyyy-MM-dd') AS dt",
-            "date_format(create_time, 'HH') AS hh",
-        )
+        df = order_rows(self.spark, self.rows, start_us, step_us, users=self.users, courses=COURSES, streams=STREAMS)
         df = df.repartition(24, "dt", "hh")  # one file per hour
         df.write.format("delta").mode("append").partitionBy("dt", "hh").save(self.store.spark_path(ODS))
         for h in range(24):

@@ -58,6 +58,7 @@ for path in (BENCH, BENCH.parent):
         sys.path.insert(0, str(path))
 
 from bench.calibration import calib_ms, calib_spark_ms  # noqa: E402
+from bench.synthetic_orders import order_rows  # noqa: E402
 
 TZ = ZoneInfo("Asia/Shanghai")  # the example warehouse's business time zone
 FIRST = date(2026, 1, 1)  # the warehouse's first partition
@@ -140,29 +141,8 @@ class Bench:
         self.store.enable_deletion_vectors(self.spark, ODS)  # deletion vectors and the change data feed
         start_us = int(at(self.days[0]).timestamp() * 1_000_000)
         step_us = 86_400_000_000 // orders
-        df = self.spark.range(orders * len(self.days)).selectExpr(
-            "id + 1 AS id",
-            f"pmod(xxhash64(id, 'user'), {10 * orders}) + 1 AS user_id",
-            "pmod(xxhash64(id, 'course'), 50) + 1 AS course_id",
-            "CAST(10 + pmod(id * 37, 9000) / 100 AS DECIMAL(10,2)) AS amount",
-            "CASE WHEN pmod(id, 10) < 8 THEN 'paid' WHEN pmod(id, 10) = 8 THEN 'created' ELSE 'refunded' END AS status",
-            f"timestamp_micros({start_us} + id * {step_us}) AS create_time",
-        )
-        df = df.selectExpr(
-            "id",
-            "user_id",
-            "course_id",
-            "amount",
-            "status",
-            "CASE WHEN status = 'created' THEN NULL ELSE create_time END AS pay_time",
-            "create_time",
-            "create_time AS update_time",
-            "CAST(unix_micros(create_time) DIV 1000 AS BIGINT) AS _es",
-            "id AS _pos",
-            "concat('edu_trade.order_', lpad(CAST(pmod(id, 8) AS STRING), 2, '0')) AS _stream",
-            "false AS _deleted",
-            "date_format(create_time, 'yyyy-MM-dd') AS dt",
-            "date_format(create_time, 'HH') AS hh",
+        df = order_rows(
+            self.spark, orders * len(self.days), start_us, step_us, users=10 * orders, courses=50, streams=8
         )
         df.repartition("dt", "hh").write.format("delta").mode("append").partitionBy("dt", "hh").save(
             self.store.spark_path(ODS)
