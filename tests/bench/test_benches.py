@@ -392,7 +392,7 @@ def test_the_quick_run_exits_0_with_every_promised_figure_and_its_checks_holding
 
 
 def test_every_bench_script_has_its_quick_test() -> None:
-    # the helper is imported by the benches, and the stack benches too long for the suite are listed by name
-    helpers, too_long = {"processes"}, {"soak", "handoff_latency"}
+    # the helpers are imported by the benches, and the stack benches too long for the suite are listed by name
+    helpers, too_long = {"processes", "synthetic_orders"}, {"soak", "handoff_latency"}
     scripts = {p.stem for p in (ROOT / "bench").glob("*.py")} - helpers - too_long
     assert scripts <= {b.name for b in BENCHES}, "a bench without a quick test: add it to BENCHES"
