@@ -8,7 +8,8 @@ made it, and two figures from two machines compare after dividing each by its ow
 
 - ``calib_ms()``: a fixed pure-Python workload shaped like the dependency center's work, dict lookups keyed by
   partition-key strings, string formatting and splitting, set membership. It never changes: a new workload
-  would make every earlier figure incomparable.
+  would make every earlier figure incomparable. A process that starts several benches within minutes (the suite)
+  measures it once and hands it to them in ``WAREHOUSE_BENCH_CALIB_MS``; ``calibration.py`` itself always measures.
 - ``calib_spark_ms(spark)``: a fixed small Spark job (2M rows, a group-by, a count) on the bench's own session,
   for benches whose figures are Spark's. It times the JVM and the session's configuration, not Python.
   ``calib_spark_connect_ms(url)`` runs it on a stack's Spark Connect server.
@@ -23,6 +24,7 @@ Import it as ``from calibration import calib_ms`` from a bench run as ``python b
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 import weakref
@@ -38,6 +40,9 @@ WORK_RESULT = 110_923  # what one pass returns: a pass that returns anything els
 SPARK_ROWS = 2_000_000
 SPARK_REPEATS = 3
 
+# a calib_ms measured by the caller on this machine moments ago, handed to the benches it starts: the suite's quick
+# runs, a minute apart on the same machine, need not each spend seconds on the same workload
+CALIB_MS_ENV = "WAREHOUSE_BENCH_CALIB_MS"
 # each session's figure, once measured: the Spark benches run together on one session (tests/bench/one_jvm.py) ask
 # for it each, and one calibration describes that session for all of them
 _SPARK_MS: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
@@ -69,6 +74,13 @@ def _resolver_like_work() -> int:
 
 
 def calib_ms() -> float:
+    """The machine's ``calib_ms``: the figure in :data:`CALIB_MS_ENV` when the process that started this one measured
+    it moments ago (the suite, once for all its quick runs), else :func:`measure_calib_ms`."""
+    given = os.environ.get(CALIB_MS_ENV)
+    return float(given) if given else measure_calib_ms()
+
+
+def measure_calib_ms() -> float:
     """The median time of the fixed pure-Python workload, in milliseconds (lower: a faster machine)."""
     times = []
     for _ in range(REPEATS):
@@ -131,7 +143,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="The machine's calibration: calib_ms (and calib_spark_ms).")
     parser.add_argument("--quick", action="store_true", help="the pure-Python workload only: no Spark session")
     args = parser.parse_args(argv)
-    figures = {"calib_ms": calib_ms()}
+    figures = {"calib_ms": measure_calib_ms()}  # the workload itself, whatever a caller measured
     if not args.quick:
         from pyspark.sql import SparkSession
 

@@ -17,6 +17,7 @@ says how to run them.
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.calibration import CALIB_MS_ENV, measure_calib_ms
 from tests.support.jvm import QUICK_JIT
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -301,15 +303,32 @@ class Done:
     stderr: str
 
 
+@functools.cache
+def suite_calib_ms() -> float:
+    """The machine's calibration, measured once for every quick run of the module (they run minutes apart)."""
+    return measure_calib_ms()
+
+
 def quick_env() -> dict[str, str]:
     """The quick runs' environment: the JVMs they start (the one-JVM group's driver, a stack's Spark Connect server)
-    live a few minutes at most, so C1 only (tests/support/jvm.py); the benches' full runs keep the JVM's defaults."""
+    live a few minutes at most, so C1 only (tests/support/jvm.py); the benches' full runs keep the JVM's defaults.
+    Each bench prints the calibration the module measured once (bench/calibration.py's ``calibration`` alone
+    measures its own)."""
     inherited = os.environ.get("JAVA_TOOL_OPTIONS", "")
-    return {**os.environ, "JAVA_TOOL_OPTIONS": f"{inherited} {QUICK_JIT}".strip()}
+    return {
+        **os.environ,
+        "JAVA_TOOL_OPTIONS": f"{inherited} {QUICK_JIT}".strip(),
+        CALIB_MS_ENV: str(suite_calib_ms()),
+    }
 
 
 def test_the_quick_runs_start_their_jvms_with_c1_only() -> None:
     assert QUICK_JIT in quick_env()["JAVA_TOOL_OPTIONS"].split()
+
+
+def test_the_quick_runs_are_handed_one_calibration_measured_once() -> None:
+    assert float(quick_env()[CALIB_MS_ENV]) == float(quick_env()[CALIB_MS_ENV]) > 0
+    assert suite_calib_ms.cache_info().misses == 1
 
 
 def one_jvm_seconds() -> int:

@@ -1,9 +1,12 @@
-"""The machine's calibration: one Spark session is calibrated once per process, however many benches ask."""
+"""The machine's calibration: measured once for the benches that ask for it, one Spark session once per process."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from bench import calibration
 from bench.calibration import calib_spark_ms
 
 
@@ -40,3 +43,17 @@ def test_a_session_calibrated_once_answers_its_figure_again_without_running_the_
     other = CountingSession()
     calib_spark_ms(other)
     assert other.jobs == 4  # another session is calibrated on its own
+
+
+def test_a_bench_given_the_callers_calib_ms_answers_it_without_running_the_workload(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def workload() -> int:
+        raise AssertionError("the workload ran although the caller had measured it")
+
+    monkeypatch.setattr(calibration, "_resolver_like_work", workload)
+    monkeypatch.setenv(calibration.CALIB_MS_ENV, "231.5")
+    assert calibration.calib_ms() == 231.5
+    monkeypatch.delenv(calibration.CALIB_MS_ENV)
+    with pytest.raises(AssertionError, match="the workload ran"):
+        calibration.calib_ms()  # without it, the bench measures
