@@ -29,6 +29,7 @@ from resources.spark import CONNECT_TOKEN_VARIABLE, new_connect_token, start_con
 from tests.instance.test_run_coordinator import status, submit, wait_step_started
 from tests.instance.test_warm_launcher import wait_finished
 from tests.support.dev_stack import free_port, kill_stragglers
+from tests.support.jvm import QUICK_JIT
 from tests.support.pool_location import HOLD_TAG
 from warehouse_assets.instance.pools import (
     POOL_TAG,
@@ -175,7 +176,11 @@ def pools(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pools]:
                 servers[name] = proc.pid  # started in a session of its own: its group is its pid
                 return proc.pid
 
-            with ThreadPoolExecutor(2) as starting:  # both JVMs boot at once
+            # both JVMs boot at once, compiled by C1 alone: they live the module's half minute, too short for C2's
+            # compiles to pay back (the warm worker and its runs start no JVM: the option is the servers' only)
+            with pytest.MonkeyPatch.context() as servers_env, ThreadPoolExecutor(2) as starting:
+                inherited = os.environ.get("JAVA_TOOL_OPTIONS", "")
+                servers_env.setenv("JAVA_TOOL_OPTIONS", f"{inherited} {QUICK_JIT}".strip())
                 list(starting.map(start, ports))
             instance = DagsterInstance.from_config(str(home))
             repo = ReconstructableRepository.for_module("pool_location", "defs", working_directory=str(code))
