@@ -12,13 +12,13 @@ cost no more Spark jobs than those of a two-day write.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from dagster import AssetKey, AssetMaterialization, instance_for_test, materialize
+from dagster import AssetKey, AssetMaterialization, DagsterInstance, materialize
 from pyspark.sql import SparkSession
 
 from resources import resources_from_env
@@ -76,6 +76,19 @@ def source_lake(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -
 
 
 @pytest.fixture
+def instance() -> Iterator[DagsterInstance]:
+    """An in-memory instance (the runs need no other process) holding ``ods.src``'s hours, reported once: no SQLite
+    database created per run, no disk sync per stored event."""
+    with DagsterInstance.ephemeral() as instance:
+        for day in DAYS:
+            for hour in range(24):
+                instance.report_runless_asset_event(
+                    AssetMaterialization(AssetKey(["ods", "src"]), partition=f"{day}-{hour:02d}:00")
+                )
+        yield instance
+
+
+@pytest.fixture
 def build(tmp_path: Path, source_lake: Path) -> Callable[[Any, str, str], Any]:
     """A ranged run of ``dws.day`` (first .. last) on a copy of the module's lake."""
     root = tmp_path / "catalog"
@@ -87,11 +100,6 @@ def build(tmp_path: Path, source_lake: Path) -> Callable[[Any, str, str], Any]:
     shutil.copytree(source_lake, tmp_path / "lake")
 
     def run(instance: Any, first: str, last: str) -> Any:
-        for day in DAYS:
-            for hour in range(24):
-                instance.report_runless_asset_event(
-                    AssetMaterialization(AssetKey(["ods", "src"]), partition=f"{day}-{hour:02d}:00")
-                )
         span = {"dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last}
         result = materialize(assets, instance=instance, resources=resources, selection=[DAY_TABLE], tags=span)
         assert result.success
@@ -138,7 +146,11 @@ def figures(result: Any) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def test_a_ranged_run_reads_each_input_once_and_judges_and_records_each_partition_as_a_run_of_its_own(
-    build: Callable[[Any, str, str], Any], spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    build: Callable[[Any, str, str], Any],
+    instance: DagsterInstance,
+    spark: SparkSession,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     read = DeltaStore.read
     tables_read: list[tuple[str, ...]] = []
@@ -147,18 +159,17 @@ def test_a_ranged_run_reads_each_input_once_and_judges_and_records_each_partitio
         tables_read.append(tuple(key))
         return read(store, spark, key, *args, **kwargs)
 
-    with instance_for_test() as instance:
-        alone: Verdicts = {}
-        recorded = []
-        for day in DAYS:
-            result = build(instance, day, day)
-            alone |= verdicts(result)
-            recorded.append(figures(result))
-        monkeypatch.setattr(DeltaStore, "read", counted)
-        result = build(instance, DAYS[0], DAYS[-1])
-        monkeypatch.undo()
-        together = verdicts(result)
-        entries, totals = figures(result)
+    alone: Verdicts = {}
+    recorded = []
+    for day in DAYS:
+        result = build(instance, day, day)
+        alone |= verdicts(result)
+        recorded.append(figures(result))
+    monkeypatch.setattr(DeltaStore, "read", counted)
+    result = build(instance, DAYS[0], DAYS[-1])
+    monkeypatch.undo()
+    together = verdicts(result)
+    entries, totals = figures(result)
     assert tables_read.count(("ods", "src")) == 1, tables_read  # once for the six days, not once a day
     # each partition records what it read (partitions, versions) and wrote as a run of its own does
     assert entries == {k: v for one, _ in recorded for k, v in one.items()}
@@ -169,10 +180,10 @@ def test_a_ranged_run_reads_each_input_once_and_judges_and_records_each_partitio
         assert together[check, day][:2] == (passed, description), (check, day)
         assert {k: together[check, day][2][k] for k in numbers} == numbers, (check, day)
     # the days pass and fail each check, with the numbers behind them
-    passed = {(check, day): v[0] for (check, day), v in alone.items()}
-    assert [passed["row_count", d] for d in DAYS] == [True, True, False, False, True, True]
-    assert [passed["anomaly", d] for d in DAYS] == [True, True, True, False, False, False]
-    assert [passed["references", d] for d in DAYS] == [False, False, True, True, False, False]
+    passes = {(check, day): v[0] for (check, day), v in alone.items()}
+    assert [passes["row_count", d] for d in DAYS] == [True, True, False, False, True, True]
+    assert [passes["anomaly", d] for d in DAYS] == [True, True, True, False, False, False]
+    assert [passes["references", d] for d in DAYS] == [False, False, True, True, False, False]
     assert alone["references", DAYS[0]][2]["columns"]["id"]["examples"] == ["4"]
     numbers = alone["row_count", DAYS[2]][2]
     assert (numbers["rows"], numbers["upstream_rows"], numbers["ratio"]) == (3, 4, 0.75)
@@ -182,7 +193,10 @@ def test_a_ranged_run_reads_each_input_once_and_judges_and_records_each_partitio
 
 
 def test_the_checks_of_a_six_day_write_cost_no_more_spark_jobs_than_those_of_a_two_day_write(
-    build: Callable[[Any, str, str], Any], spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+    build: Callable[[Any, str, str], Any],
+    instance: DagsterInstance,
+    spark: SparkSession,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     tracker = spark.sparkContext.statusTracker()
 
@@ -200,8 +214,7 @@ def test_the_checks_of_a_six_day_write_cost_no_more_spark_jobs_than_those_of_a_t
             jobs.append(last_job() - before)
 
     monkeypatch.setattr(runner, "check_written", counted)
-    with instance_for_test() as instance:
-        build(instance, DAYS[0], DAYS[1])
-        build(instance, DAYS[0], DAYS[-1])
+    build(instance, DAYS[0], DAYS[1])
+    build(instance, DAYS[0], DAYS[-1])
     two, six = jobs
     assert six <= two, f"the checks of 6 partitions ran {six} Spark jobs, of 2 partitions {two}"
