@@ -39,47 +39,52 @@ def _copy(history: Path, tmp_path: Path, time_travel_hours: int) -> DeltaStore:
     return DeltaStore(str(tmp_path / "lake"), time_travel_hours=time_travel_hours, checkpoint_interval=5)
 
 
-@pytest.fixture(scope="module")
-def twelve_versions(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _history(spark, tmp_path_factory.mktemp("retention") / "lake", time_travel_hours=1, writes=12)
+# versions 0-6: a checkpoint at 5 (every 5 commits) and versions before and after it
+WRITES = 7
+LAST = WRITES - 1
 
 
 @pytest.fixture(scope="module")
-def seven_versions(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _history(spark, tmp_path_factory.mktemp("cleanup") / "lake", time_travel_hours=0, writes=7)
+def hour_window(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _history(spark, tmp_path_factory.mktemp("retention") / "lake", time_travel_hours=1, writes=WRITES)
+
+
+@pytest.fixture(scope="module")
+def no_window(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _history(spark, tmp_path_factory.mktemp("cleanup") / "lake", time_travel_hours=0, writes=WRITES)
 
 
 @ENGINES
 def test_window_stays_readable_and_vacuum_bounds_storage(
-    spark: SparkSession, twelve_versions: Path, tmp_path: Path, engine: str
+    spark: SparkSession, hour_window: Path, tmp_path: Path, engine: str
 ) -> None:
     session = spark if engine == "spark" else None
-    store = _copy(twelve_versions, tmp_path, time_travel_hours=1)
+    store = _copy(hour_window, tmp_path, time_travel_hours=1)
     table_dir = Path(store.table_uri(KEY))
     config = DeltaTable(str(table_dir)).metadata().configuration
     assert config["delta.deletedFileRetentionDuration"] == "interval 1 hours"
 
     inside = store.maintain(KEY, spark=session)  # everything was replaced minutes ago: inside the window
     assert inside["files_vacuumed"] == 0
-    assert (table_dir / "_delta_log" / "00000000000000000011.checkpoint.parquet").is_file()
-    assert [_values(store, v) for v in (0, 3, 11)] == [{0}, {3}, {11}]
+    assert (table_dir / "_delta_log" / f"{LAST:020d}.checkpoint.parquet").is_file()
+    assert [_values(store, v) for v in (0, 3, LAST)] == [{0}, {3}, {LAST}]
 
     outside = store.maintain(KEY, retention_hours=0, spark=session)  # a window of zero: only the live version remains
-    assert outside["files_vacuumed"] == 11
+    assert outside["files_vacuumed"] == LAST
     assert len(list(table_dir.rglob("*.parquet"))) == 1 + len(list(table_dir.glob("_delta_log/*.parquet")))
-    assert _values(store) == {11}
+    assert _values(store) == {LAST}
     with pytest.raises(Exception):  # noqa: B017 - delta-rs raises its own error type for missing files
         _values(store, 3)
 
 
 @ENGINES
 def test_log_cleanup_keeps_the_table_loadable(
-    spark: SparkSession, seven_versions: Path, tmp_path: Path, engine: str
+    spark: SparkSession, no_window: Path, tmp_path: Path, engine: str
 ) -> None:
-    store = _copy(seven_versions, tmp_path, time_travel_hours=0)
+    store = _copy(no_window, tmp_path, time_travel_hours=0)
     table_dir = Path(store.table_uri(KEY))
     store.maintain(KEY, spark=spark if engine == "spark" else None)
     # 7 commits, but with a zero window the entries before the last checkpoint are gone
-    assert len(list((table_dir / "_delta_log").glob("*.json"))) < 7
+    assert len(list((table_dir / "_delta_log").glob("*.json"))) < WRITES
     assert (table_dir / "_delta_log" / "_last_checkpoint").is_file()
-    assert _values(store) == {6}
+    assert _values(store) == {LAST}
