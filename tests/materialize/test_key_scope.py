@@ -4,13 +4,16 @@ rows sit (from the input's rows as the last build read them), and a scan for the
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from resources.delta_lake import CHANGE_TRACKING, DeltaStore
 from warehouse_assets.catalog import Catalog, DerivedTable, load_catalog
 from warehouse_assets.catalog.lineage import WarehouseLineage
 from warehouse_assets.materialize.key_scope import KeyScope, KeyScoper, copied_columns, narrowed
@@ -19,6 +22,30 @@ from warehouse_assets.materialize.key_scope import KeyScope, KeyScoper, copied_c
 @pytest.fixture(scope="module")
 def catalog() -> Catalog:
     return load_catalog()
+
+
+ORDERS = ("dwd", "orders")
+
+
+def forty_orders(spark: SparkSession) -> DataFrame:
+    """Orders 0-39 of users 0-3 (``id mod 4``), amount ``10 id``: 0-29 of 2026-03-02, the others of 2026-03-03."""
+    rows = spark.range(40).selectExpr("id AS order_id", "pmod(id, 4) AS user_id", "id * 10 AS amount")
+    return rows.withColumn("dt", F.when(F.col("order_id") < 30, "2026-03-02").otherwise("2026-03-03"))
+
+
+@pytest.fixture(scope="module")
+def orders_lake(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A lake holding :func:`forty_orders` as ``dwd.orders``, its changes recorded, written once for the module."""
+    lake = tmp_path_factory.mktemp("key-scope") / "lake"
+    days = [{"dt": "2026-03-02"}, {"dt": "2026-03-03"}]
+    DeltaStore(str(lake)).overwrite(ORDERS, forty_orders(spark), ["dt"], days, configuration=dict(CHANGE_TRACKING))
+    return lake
+
+
+def orders_lake_copy(orders_lake: Path, tmp_path: Path) -> DeltaStore:
+    """A copy of the module's lake for one test to write (the Delta log's paths are relative)."""
+    shutil.copytree(orders_lake, tmp_path / "lake")
+    return DeltaStore(str(tmp_path / "lake"))
 
 
 def _scoper(catalog: Catalog, table: str) -> KeyScoper:
@@ -87,18 +114,16 @@ def test_a_scan_for_the_changed_keys_names_them_as_literals(catalog: Catalog, sp
     assert sorted(tuple(r) for r in pairs.only_keys(spark, "t", grid).collect()) == [(1, 2), (2, 1)]
 
 
-def test_a_few_keys_rows_are_replaced_by_a_predicate_on_them_in_one_commit(spark: SparkSession, tmp_path: Any) -> None:
+def test_a_few_keys_rows_are_replaced_by_a_predicate_on_them_in_one_commit(
+    spark: SparkSession, orders_lake: Path, tmp_path: Path
+) -> None:
     """The rows of the keys named (one moved to another user, one updated, one gone) are replaced in one commit
     deleting by the keys as literals and appending, not a MERGE; the other rows and partitions stay; the change feed
     names exactly those keys for the next table down; a new row of a key not named is refused."""
-    from resources.delta_lake import CHANGE_TRACKING, DeltaStore
     from resources.storage import DeltaLayerError
 
-    store, key = DeltaStore(str(tmp_path)), ("dwd", "orders")
-    rows = spark.range(40).selectExpr("id AS order_id", "pmod(id, 4) AS user_id", "id * 10 AS amount")
-    rows = rows.withColumn("dt", F.when(F.col("order_id") < 30, "2026-03-02").otherwise("2026-03-03"))
+    store, key = orders_lake_copy(orders_lake, tmp_path), ORDERS
     day = {"dt": "2026-03-02"}
-    store.overwrite(key, rows, ["dt"], [day, {"dt": "2026-03-03"}], configuration=dict(CHANGE_TRACKING))
     new = spark.createDataFrame([(3, 9, 1), (5, 1, 2)], "order_id bigint, user_id bigint, amount bigint")
     new = new.withColumn("dt", F.lit("2026-03-02"))
     # order 3 moves from user 3 to 9, 5 changes its amount, 7 is gone; the old users say where the rows sit
@@ -125,20 +150,17 @@ def test_a_few_keys_rows_are_replaced_by_a_predicate_on_them_in_one_commit(spark
 
 
 def test_a_key_scoped_commit_records_what_it_changed_for_the_next_table_down(
-    spark: SparkSession, tmp_path: Any
+    spark: SparkSession, orders_lake: Path, tmp_path: Path
 ) -> None:
     """Every row a replaceWhere removes or writes holds one of the values it names for each column: recorded in its
     commit, they give the next table down its changed keys from the log, the users the change feed names (an order
     moved names its old user and its new one). A commit to another partition adds none; any other write of the
     partition in between leaves it to the feed, and so does a column the commits did not name."""
     from resources.delta_keys import IN_LIST_PUSHDOWN
-    from resources.delta_lake import CHANGE_TRACKING, DeltaStore
 
-    store, key = DeltaStore(str(tmp_path)), ("dwd", "orders")
-    rows = spark.range(40).selectExpr("id AS order_id", "pmod(id, 4) AS user_id", "id * 10 AS amount")
-    rows = rows.withColumn("dt", F.when(F.col("order_id") < 30, "2026-03-02").otherwise("2026-03-03"))
+    store, key = orders_lake_copy(orders_lake, tmp_path), ORDERS
+    rows = forty_orders(spark)
     day, other = {"dt": "2026-03-02"}, {"dt": "2026-03-03"}
-    store.overwrite(key, rows, ["dt"], [day, other], configuration=dict(CHANGE_TRACKING))
     new = spark.createDataFrame([(3, 9, 1), (5, 1, 2)], "order_id bigint, user_id bigint, amount bigint")
     # order 3 moves from user 3 to 9, 5 changes its amount, 7 is gone; their old users say where the rows sit
     where = {"order_id": [3, 5, 7], "user_id": [3, 1]}
@@ -184,7 +206,6 @@ def test_more_keys_than_literals_narrow_by_are_replaced_by_a_predicate_on_them_w
     rows a whole rebuild of the partition leaves. The commit does not record that many keys; the change feed names
     them for the next table down."""
     from resources.delta_keys import MAX_LITERAL_VALUES
-    from resources.delta_lake import CHANGE_TRACKING, DeltaStore
 
     store, key, whole = DeltaStore(str(tmp_path)), ("dwd", "orders"), ("dwd", "orders_whole")
     rows = spark.range(3 * MAX_LITERAL_VALUES).selectExpr("id AS order_id", "pmod(id, 7) AS user_id", "id AS amount")
