@@ -13,6 +13,7 @@ A process holds at most one session: :func:`get_session` caches it.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import secrets
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -164,6 +166,31 @@ def jvm_dependency_conf(master: str, lake_root: str = "") -> dict[str, str]:
     return conf
 
 
+# Hadoop's local file system sets each new folder's and file's permissions by starting a `chmod` process when its
+# native library is missing (the pyspark wheel ships none): a Delta write of many small partitions started thousands.
+# The warehouse's (resources/jvm) sets them in process; a local Spark uses it for file: paths once `make install` has
+# compiled it (an install from before it keeps Hadoop's). A cluster's executors keep their own.
+LOCAL_FILE_SYSTEM = "warehouse.spark.LocalFileSystem"
+
+
+def local_file_system_conf(master: str) -> dict[str, str]:
+    """The setting that gives a Spark started on ``master`` the warehouse's local file system: local masters only."""
+    if master.split("[")[0] != "local" or not _installed_class(LOCAL_FILE_SYSTEM):
+        return {}
+    return {"spark.hadoop.fs.file.impl": LOCAL_FILE_SYSTEM}
+
+
+@functools.cache
+def _installed_class(name: str) -> bool:
+    """Whether a jar of :func:`jars_dir` holds the class ``name``."""
+    entry = name.replace(".", "/") + ".class"
+    for jar in jars_dir().glob("warehouse-*.jar"):
+        with zipfile.ZipFile(jar) as archive:
+            if entry in archive.namelist():
+                return True
+    return False
+
+
 class SparkResource(ConfigurableResource):  # type: ignore[misc]
     """How assets reach Spark. Configure with environment variables in production (see README)."""
 
@@ -275,7 +302,7 @@ def get_session(
             builder = SparkSession.builder.master(master).appName("warehouse")
             builder = builder.config("spark.driver.memory", driver_memory)
             builder = builder.config("spark.ui.enabled", "true" if ui else "false")
-            dependencies = jvm_dependency_conf(master, lake_root)
+            dependencies = {**jvm_dependency_conf(master, lake_root), **local_file_system_conf(master)}
             for name, value in {**dependencies, **lake_conf(lake_root), **settings}.items():
                 builder = builder.config(name, value)
             session = builder.getOrCreate()
@@ -491,6 +518,7 @@ def start_connect_server(
     ]
     for name, value in {
         **jvm_dependency_conf(master, lake_root),
+        **local_file_system_conf(master),
         **lake_conf(lake_root, confined=confined),
         **_settings(timezone, {}),
     }.items():
