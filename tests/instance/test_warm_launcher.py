@@ -1,8 +1,8 @@
 """The warm run launcher (warehouse_assets/instance/warm_launcher.py) on a tiny code location (tests/support).
 
-The first tests call the instance's launcher directly, as the daemon does when it dequeues a run; the last starts
-`dagster dev` on the product's instance settings (dagster_home/dagster.yaml: the warm launcher behind the
-QueuedRunCoordinator) and launches runs as the UI does, through GraphQL.
+The first tests call the instance's launcher directly, as the daemon does when it dequeues a run; one starts the
+webserver and the daemon `dagster dev` runs, on the product's instance settings (dagster_home/dagster.yaml: the warm
+launcher behind the QueuedRunCoordinator), and launches runs as the UI does, through GraphQL.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from warehouse_assets.instance.warm_launcher import (
     source_signature,
 )
 
-pytestmark = [pytest.mark.stack, pytest.mark.timeout(900)]  # `dagster dev` started, runs waited on: 300 s each
+pytestmark = [pytest.mark.stack, pytest.mark.timeout(900)]  # Dagster's processes started, runs waited on: 300 s each
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCATION = ROOT / "tests" / "support" / "warm_location.py"
@@ -233,7 +233,9 @@ def test_a_code_location_that_cannot_load_fails_the_run_with_the_reason(location
 def test_runs_launched_from_the_ui_go_through_the_warm_launcher(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`dagster dev` on the product's instance settings; a 2-day backfill and a run launched through GraphQL."""
+    """The webserver and the daemon `dagster dev` runs, on the product's instance settings; a 2-day backfill and a run
+    launched through GraphQL. The daemon starts once the backfill is launched: its backfill loop looks at it at once
+    rather than at its next pass, half a minute on (Dagster's fixed interval)."""
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("DAGSTER_HOME", str(home))  # the storage settings of dagster_home/dagster.yaml read it
@@ -245,20 +247,29 @@ def test_runs_launched_from_the_ui_go_through_the_warm_launcher(
     )
     port = free_port()
     log = (tmp_path / "dev.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dagster", "dev", "-w", str(workspace), "-p", str(port)],
-        cwd=ROOT,
-        env=dict(os.environ, DAGSTER_HOME=str(home)),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # stopped with SIGINT to its group: a background `dagster dev` ignores SIGTERM
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    instance = DagsterInstance.from_config(str(home))
+    instance.get_runs_count()  # the storage created once, before two processes open it
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(program: str, *argv: str) -> None:
+        started.append(
+            subprocess.Popen(
+                [str(Path(sys.executable).with_name(program)), *argv, "-w", str(workspace)],
+                cwd=ROOT,
+                env=dict(os.environ, DAGSTER_HOME=str(home)),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # stopped with SIGINT to its group, as `dagster dev` stops them
+                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+            )
+        )
+
     try:
+        start("dagster-webserver", "-h", "127.0.0.1", "-p", str(port))
         deadline = time.monotonic() + 300
         while not port_open("127.0.0.1", port):
-            assert proc.poll() is None and time.monotonic() < deadline, "dagster dev did not start"
-            time.sleep(1)
+            assert started[0].poll() is None and time.monotonic() < deadline, "the webserver did not start"
+            time.sleep(0.5)
         answer = graphql(
             port,
             """mutation { launchPartitionBackfill(backfillParams: {partitionsByAssets: [
@@ -266,17 +277,17 @@ def test_runs_launched_from_the_ui_go_through_the_warm_launcher(
               __typename ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message } } }""",
         )["data"]["launchPartitionBackfill"]
         assert answer["__typename"] == "LaunchBackfillSuccess", answer
+        start("dagster-daemon", "run")  # starting while the webserver launches the direct run
         client = DagsterGraphQLClient("127.0.0.1", port_number=port)
         direct = client.submit_job_execution("quick_job", "warm_test", "__repository__", run_config={})
 
-        instance = DagsterInstance.from_config(str(home))
         expected = 3  # one run per day of the backfill, and the direct run
         while time.monotonic() < deadline + 300:
             runs = instance.get_runs()
             if len(runs) >= expected and all(run.is_finished for run in runs):
                 break
-            assert proc.poll() is None, "dagster dev exited"
-            time.sleep(1)
+            assert all(proc.poll() is None for proc in started), "the webserver or the daemon exited"
+            time.sleep(0.5)
         runs = instance.get_runs()
         summary = "\n".join(f"{r.run_id} {r.job_name} {r.status.value} {dict(r.tags)}" for r in runs)
         assert len(runs) == expected, summary
@@ -287,14 +298,15 @@ def test_runs_launched_from_the_ui_go_through_the_warm_launcher(
         assert direct in {r.run_id for r in runs}
         instance.dispose()
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGINT)
-            proc.wait(timeout=60)
-        except ProcessLookupError:
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        for proc in reversed(started):
+            try:
+                os.killpg(proc.pid, signal.SIGINT)
+                proc.wait(timeout=60)
+            except ProcessLookupError:
+                pass
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
         kill_stragglers(f"DAGSTER_HOME={home}")
         log.close()
         print((tmp_path / "dev.log").read_text()[-3000:])
