@@ -56,6 +56,20 @@ class PooledSqliteEventLog(ConsolidatedSqliteEventLogStorage):
         with self._engine.connect() as connection, connection.begin():
             yield connection
 
+    def has_table(self, table_name: str) -> bool:
+        """Whether the database has the table, asked once per table: the stock storage asks with a new engine on
+        every check verdict it stores (an ingestion judging a month of hours stores thousands), and the schema
+        does not lose a table while the instance is open."""
+        if table_name not in self._tables_present:
+            with self._engine.connect() as connection:
+                if self._engine.dialect.has_table(connection, table_name):
+                    self._tables_present.add(table_name)
+        return table_name in self._tables_present
+
+    @cached_property
+    def _tables_present(self) -> set[str]:
+        return set()
+
     def dispose(self) -> None:
         super().dispose()
         self._engine.dispose()
