@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime
 from decimal import Decimal
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -136,8 +138,33 @@ def first_day() -> list[dict[str, Any]]:
     return [order(i, "paid" if i < 4 else "refunded" if i == 4 else "created") for i in range(12)]
 
 
+@cache
+def ods_schema(fqn: str) -> pa.Schema:
+    return ods_arrow_schema(load_catalog()[fqn])
+
+
+def merged(spark: SparkSession, lake: Path, key: list[str], rows: list[dict[str, Any]], ops: list[str]) -> None:
+    """Merge changes into ``key``'s table with Spark as the ingestion does (a DELETE kept as a tombstone)."""
+    schema = ods_schema(".".join(key))
+    batch = pa.Table.from_pylist(rows, schema=schema).append_column("_op", pa.array(ops, pa.string()))
+    store = DeltaStore(str(lake))
+    store.merge(spark, key, batch, primary_key=["id"], partition_by=["dt", "hh"], tombstone_column="_deleted")
+
+
+@pytest.fixture(scope="module")
+def first_day_lake(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A lake holding ``ods.order`` with the first day's orders merged, written once for the module (each test
+    starts from it)."""
+    lake = tmp_path_factory.mktemp("additive") / "lake"
+    day = first_day()
+    merged(spark, lake, ["ods", "order"], day, ["UPDATE"] * len(day))
+    return lake
+
+
 @pytest.fixture
-def warehouse(spark: SparkSession, tmp_path: Path) -> Iterator[Warehouse]:
+def warehouse(first_day_lake: Path, tmp_path: Path) -> Iterator[Warehouse]:
+    """The first day's orders (a copy of the module's lake: the Delta log's paths are relative), each of its hours
+    reported with its checks passed, in a test's own instance."""
     tables = tmp_path / "catalog"
     (tables / "ods").mkdir(parents=True)
     (tables / "dwd").mkdir()
@@ -150,24 +177,22 @@ def warehouse(spark: SparkSession, tmp_path: Path) -> Iterator[Warehouse]:
         {"WAREHOUSE_LAKE_ROOT": str(tmp_path / "lake"), "WAREHOUSE_LANDING_ROOT": str(tmp_path / "landing")}
     )
     (tmp_path / "landing").mkdir()
+    shutil.copytree(first_day_lake, tmp_path / "lake")
     with (
         memory_backed_dir("additive-home-") as home,
         instance_for_test(temp_dir=str(home), overrides=pooled_event_log(home)) as instance,
     ):
         warehouse = Warehouse(load_catalog(tables), tmp_path, instance, resources)
+        for hour in HOURS:
+            warehouse.report_hour(hour)
         yield warehouse
         warehouse.engine.close()
 
 
 def change(warehouse: Warehouse, spark: SparkSession, rows: list[dict[str, Any]], ops: list[str]) -> None:
-    """Merge late changes into ``ods.order`` with Spark as the ingestion does (a DELETE kept as a tombstone), and
-    report the hours they touched, as late."""
-    schema = ods_arrow_schema(warehouse.catalog["ods.order"])
-    batch = pa.Table.from_pylist(rows, schema=schema).append_column("_op", pa.array(ops, pa.string()))
-    store = DeltaStore(str(warehouse.root / "lake"))
-    store.merge(
-        spark, ["ods", "order"], batch, primary_key=["id"], partition_by=["dt", "hh"], tombstone_column="_deleted"
-    )
+    """Merge late changes into ``ods.order`` with Spark as the ingestion does, and report the hours they touched, as
+    late."""
+    merged(spark, warehouse.root / "lake", ["ods", "order"], rows, ops)
     for hour in sorted({f"{r['dt']}-{r['hh']}:00" for r in rows}):
         warehouse.report_hour(hour)
 
@@ -192,6 +217,17 @@ def entry(warehouse: Warehouse) -> dict[str, Any]:
     return found
 
 
+def day_tuples(rows: pa.Table) -> list[tuple[Any, ...]]:
+    return [tuple(row.values()) for row in rows.to_pylist()]
+
+
+def day_rows(warehouse: Warehouse, table: str) -> list[tuple[Any, ...]]:
+    """The day's rows of ``table`` as delta-rs's DataFusion reader sees them (deletion vectors applied), sorted: as
+    Spark's reader sees them, without a Spark job."""
+    rows, _ = DeltaStore(str(warehouse.root / "lake")).read_rows(table.split("."), [{"dt": DAY}])
+    return sorted(day_tuples(rows))
+
+
 def logged(warehouse: Warehouse, run_id: str) -> list[str]:
     return [e.user_message for e in warehouse.instance.all_logs(run_id)]
 
@@ -200,9 +236,8 @@ def test_late_changes_to_a_total_replace_only_the_changed_groups_as_a_whole_rebu
     warehouse: Warehouse, spark: SparkSession
 ) -> None:
     day = first_day()
-    warehouse.merge_orders(spark, day, moved_from={}, hours=HOURS)
     build(warehouse, late=False)
-    groups = {row[0] for row in warehouse.partition_rows(spark, TOTAL)}
+    groups = {row[0] for row in day_rows(warehouse, TOTAL)}
     assert groups == {"paid", "refunded", "created"}
     before = warehouse.version(TOTAL)
 
@@ -221,12 +256,12 @@ def test_late_changes_to_a_total_replace_only_the_changed_groups_as_a_whole_rebu
     assert found["changed_rows_read"] == 9  # a pre- and a post-image per update and delete, the insert's one
     assert warehouse.version(TOTAL) == before + 1  # one commit
     assert not any("rebuilt whole" in m for m in logged(warehouse, run))
-    maintained = warehouse.partition_rows(spark, TOTAL)
+    maintained = day_rows(warehouse, TOTAL)
     assert {row[0] for row in maintained} == {"paid", "created", "cancelled"}  # the emptied group deleted
 
     build(warehouse, late=False)  # a whole rebuild of the same day: the same rows, exactly
     assert "keys_rebuilt" not in entry(warehouse)
-    assert warehouse.partition_rows(spark, TOTAL) == maintained
+    assert day_rows(warehouse, TOTAL) == maintained
     [paid_group] = [row for row in maintained if row[0] == "paid"]
     assert paid_group[1:3] == (4, Decimal("125.00"))  # 100 (15), 101 (20), 102 (30), 105 (60); not 103, user 13's
 
@@ -235,7 +270,6 @@ def test_without_its_stored_states_the_rebuild_is_whole_says_why_and_stores_them
     warehouse: Warehouse, spark: SparkSession
 ) -> None:
     day = first_day()
-    warehouse.merge_orders(spark, day, moved_from={}, hours=HOURS)
     build(warehouse, late=False)
     shutil.rmtree(warehouse.root / "lake" / "dwd" / "orders_by_status__state")
 
@@ -251,13 +285,13 @@ def test_without_its_stored_states_the_rebuild_is_whole_says_why_and_stores_them
     )
     build(warehouse, late=True)  # the whole rebuild wrote the states: this one is maintained
     assert entry(warehouse)["keys_rebuilt"] == 2  # created → paid
-    maintained = warehouse.partition_rows(spark, TOTAL)
+    maintained = day_rows(warehouse, TOTAL)
     build(warehouse, late=False)
-    assert warehouse.partition_rows(spark, TOTAL) == maintained
+    assert day_rows(warehouse, TOTAL) == maintained
 
 
 def oracle(warehouse: Warehouse, spark: SparkSession, sql: str) -> list[tuple[Any, ...]]:
-    """The table's own SQL run by Spark over the day's live orders, sorted as :meth:`Warehouse.partition_rows`."""
+    """The table's own SQL run by Spark over the day's live orders, sorted as :func:`day_rows`."""
     rows = spark.read.format("delta").load(str(warehouse.root / "lake" / "ods" / "order"))
     rows.where(f"dt = '{DAY}' AND NOT _deleted").createOrReplaceTempView("__oracle_orders")
     found = spark.sql(sql.replace("FROM ods.order", "FROM __oracle_orders")).collect()
@@ -267,15 +301,14 @@ def oracle(warehouse: Warehouse, spark: SparkSession, sql: str) -> list[tuple[An
 def test_a_whole_build_computes_what_the_tables_sql_gives_for_null_sums_count_ifs_and_empty_inputs(
     warehouse: Warehouse, spark: SparkSession
 ) -> None:
-    warehouse.merge_orders(spark, first_day(), moved_from={}, hours=HOURS)
     build(warehouse, late=False, tables=tuple(EDGES))  # one run builds the three
     for name, sql in EDGES.items():
-        assert warehouse.partition_rows(spark, name) == oracle(warehouse, spark, sql), name
-    edges = {row[0]: row[1:-1] for row in warehouse.partition_rows(spark, "dwd.orders_edges")}
+        assert day_rows(warehouse, name) == oracle(warehouse, spark, sql), name
+    edges = {row[0]: row[1:-1] for row in day_rows(warehouse, "dwd.orders_edges")}
     assert edges["created"] == (None, 7, 0, 0)  # its paid amount: a sum over null values only
     assert edges["paid"] == (Decimal("100.00"), 0, 4, 0)
-    assert warehouse.partition_rows(spark, "dwd.orders_none_total") == [(0, None, 0, "all", DAY)]
-    assert warehouse.partition_rows(spark, "dwd.orders_none_by_status") == []
+    assert day_rows(warehouse, "dwd.orders_none_total") == [(0, None, 0, "all", DAY)]
+    assert day_rows(warehouse, "dwd.orders_none_by_status") == []
     for name in EDGES:  # each whole build stored the states its rows came from
         assert (warehouse.root / "lake" / "dwd" / f"{name.split('.')[1]}__state").is_dir(), name
 
@@ -310,14 +343,13 @@ def test_a_whole_build_reads_its_input_once_for_its_rows_and_its_states(
     """Counts the Spark SQL executions whose physical plan scans ``ods.order``'s files during one whole build of the
     total (the runner reads the input as one lazy DataFrame: each Spark job over it scans it again). Computing the
     states and the rows each from the input scans it twice; the rows from the states, once."""
-    warehouse.merge_orders(spark, first_day(), moved_from={}, hours=HOURS)
     source = warehouse.root / "lake" / "ods" / "order"
     _, before = input_scans(spark, source, -1)
     build(warehouse, late=False)
     scans, _ = input_scans(spark, source, before)
     assert scans == 1
     assert (warehouse.root / "lake" / "dwd" / "orders_by_status__state").is_dir()
-    assert warehouse.partition_rows(spark, TOTAL) == oracle(warehouse, spark, DECLARATION.split("--- */\n")[1])
+    assert day_rows(warehouse, TOTAL) == oracle(warehouse, spark, DECLARATION.split("--- */\n")[1])
 
 
 # --- totals over joins ----------------------------------------------------------------------------------------
@@ -350,27 +382,24 @@ def report_user_hours(warehouse: Warehouse) -> None:
 
 
 def change_users(warehouse: Warehouse, spark: SparkSession, rows: list[dict[str, Any]], ops: list[str]) -> None:
-    schema = ods_arrow_schema(warehouse.catalog["ods.user"])
-    batch = pa.Table.from_pylist(rows, schema=schema).append_column("_op", pa.array(ops, pa.string()))
-    store = DeltaStore(str(warehouse.root / "lake"))
-    store.merge(
-        spark, ["ods", "user"], batch, primary_key=["id"], partition_by=["dt", "hh"], tombstone_column="_deleted"
-    )
+    merged(spark, warehouse.root / "lake", ["ods", "user"], rows, ops)
     report_user_hours(warehouse)
 
 
 def differences(warehouse: Warehouse, spark: SparkSession, name: str) -> int:
     """The rows of ``name``'s day that a whole build of its SQL over the live orders and users would not leave, and
-    those it would that are not there (``exceptAll`` both ways, one Spark job)."""
+    those it would that are not there: the SQL's rows computed by Spark, the table's read by delta-rs (no Spark job),
+    compared as multisets."""
     lake = warehouse.root / "lake"
     for table in ("order", "user"):
         live = spark.read.format("delta").load(str(lake / "ods" / table)).where(f"dt = '{DAY}' AND NOT _deleted")
         live.createOrReplaceTempView(f"__oracle_{table}")
     sql = TOTALS[name].replace("ods.order", "__oracle_order").replace("ods.user", "__oracle_user")
-    expected = spark.sql(sql).withColumn("dt", F.lit(DAY))
-    found = spark.read.format("delta").load(str(lake / name.replace(".", "/"))).where(f"dt = '{DAY}'")
-    assert found.columns == expected.columns
-    return found.exceptAll(expected).unionAll(expected.exceptAll(found)).count()
+    expected = spark.sql(sql).withColumn("dt", F.lit(DAY)).toArrow()
+    found, _ = DeltaStore(str(lake)).read_rows(name.split("."), [{"dt": DAY}])
+    assert found.column_names == expected.column_names
+    rows, wanted = Counter(day_tuples(found)), Counter(day_tuples(expected))
+    return (rows - wanted).total() + (wanted - rows).total()
 
 
 def maintained_late(warehouse: Warehouse, spark: SparkSession, tables: tuple[str, ...]) -> None:
@@ -399,7 +428,6 @@ def test_totals_over_joins_are_maintained_from_the_fact_the_dimension_or_both_as
         ["INSERT"] * 3,
     )
     day = first_day()  # of users 10-13: 13 not registered, its orders NULL-extended
-    warehouse.merge_orders(spark, day, moved_from={}, hours=HOURS)
     tables = tuple(JOINED)
     build(warehouse, late=False, tables=tables)
     assert all(differences(warehouse, spark, t) == 0 for t in tables)
@@ -422,7 +450,7 @@ def test_totals_over_joins_are_maintained_from_the_fact_the_dimension_or_both_as
     users = [user(10, "shanghai", 5, 10), user(13, "beijing", 2, 11), user(11, "shanghai", 2, 12, _deleted=True)]
     change_users(warehouse, spark, users, ["UPDATE", "INSERT", "DELETE"])
     rebuilt_late()
-    grades = {row[0]: row[1:-1] for row in warehouse.partition_rows(spark, "dwd.orders_by_grade")}
+    grades = {row[0]: row[1:-1] for row in day_rows(warehouse, "dwd.orders_by_grade")}
     assert grades["created"][:2] == (7, 6)  # 109 (user 11) NULL-extended; 107 and 111 (user 13) matched
 
     # (c) both: order 102 moved to user 10 and repriced while 10 changes again; a new user with a new order
@@ -446,14 +474,13 @@ def test_distinct_counts_and_extremes_are_maintained_from_their_value_pairs_as_a
     leaves the rows its SQL gives over the inputs now, as do the value states a whole build writes."""
     change_users(warehouse, spark, [user(10, "beijing", 1, 1), user(11, "shanghai", 2, 2)], ["INSERT"] * 2)
     day = first_day()  # paid: 100-103 (10-40, users 10-13); refunded: 104 (50); created: 105-111 (60-120)
-    warehouse.merge_orders(spark, day, moved_from={}, hours=HOURS)
     table = "dwd.orders_distinct"
     build(warehouse, late=False, tables=(table,))
     assert differences(warehouse, spark, table) == 0
     assert (warehouse.root / "lake" / "dwd" / "orders_distinct__state_0").is_dir()  # o.user_id's pairs
 
     def rows() -> dict[str, tuple[Any, ...]]:
-        return {r[0]: r for r in warehouse.partition_rows(spark, table)}
+        return {r[0]: r for r in day_rows(warehouse, table)}
 
     # (a) 100 (paid's least, user 10's only paid order) deleted; 106 repriced below every created amount
     change(
