@@ -99,12 +99,21 @@ def test_a_write_failing_midway_leaves_the_previous_version(spark: SparkSession,
 def test_a_crash_before_the_commit_leaves_only_invisible_orphans(spark: SparkSession, store: DeltaStore) -> None:
     store.overwrite(KEY, _sales(spark, "2024-03-05", 10), ["dt"], [{"dt": "2024-03-05"}])
     before = _rows(store, spark)
+    table_dir = Path(store.table_uri(KEY))
+    files_before = set(table_dir.rglob("*.parquet"))
 
-    # One task writes its file, the other dies later: the job fails before Delta commits.
+    def a_new_file_is_whole() -> bool:
+        # a Parquet file begins with its magic bytes and ends with them again once its writer closed it
+        written = [p.read_bytes() for p in set(table_dir.rglob("*.parquet")) - files_before]
+        return any(len(data) > 8 and data.endswith(b"PAR1") for data in written)
+
+    # One task writes its file, the other dies once that file is whole: the job fails before Delta commits.
     @F.udf("decimal(10,2)")
     def die_late(row_id: int, amount: Decimal) -> Decimal:
         if row_id == 3:
-            time.sleep(3)
+            deadline = time.monotonic() + 60
+            while not a_new_file_is_whole() and time.monotonic() < deadline:
+                time.sleep(0.05)
             raise RuntimeError("killed before commit")
         return amount
 
@@ -113,7 +122,6 @@ def test_a_crash_before_the_commit_leaves_only_invisible_orphans(spark: SparkSes
     with pytest.raises(DeltaLayerError, match="killed before commit"):
         store.overwrite(KEY, crashing, ["dt"], [{"dt": "2024-03-05"}])
     assert _rows(store, spark) == before
-    table_dir = Path(store.table_uri(KEY))
     on_disk = {str(p.relative_to(table_dir)) for p in table_dir.rglob("*.parquet")}
     assert _log_paths(table_dir) < on_disk  # the crashed write's files exist but are not in the table
     # the re-run produces what an undisturbed run produces
