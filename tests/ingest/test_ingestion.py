@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -26,6 +27,7 @@ from warehouse_assets.ingest.merge import (
     ReconciliationError,
     TableReport,
     committed_positions,
+    ensure_ods_table,
     ingest_batch,
     ingest_table,
     ingested_counts,
@@ -154,8 +156,25 @@ class Ods:
         return row_dicts(self.store.table_uri(QUARANTINE_KEY))
 
 
+@pytest.fixture(scope="module")
+def created_order_lake(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A lake holding ``ods.order`` as the first batch creates it (no rows; deletion vectors and the change feed
+    on), created once for the module."""
+    lake = tmp_path_factory.mktemp("ods") / "lake"
+    ensure_ods_table(DeltaStore(str(lake)), load_catalog()["ods.order"], spark)
+    return lake
+
+
 @pytest.fixture
-def ods(spark: SparkSession, tmp_path: Path) -> Ods:
+def ods(spark: SparkSession, created_order_lake: Path, tmp_path: Path) -> Ods:
+    """A copy of the module's created ``ods.order`` (the Delta log's paths are relative) and an empty landing area."""
+    shutil.copytree(created_order_lake, tmp_path / "lake")
+    return Ods(spark, DeltaStore(str(tmp_path / "lake")), Landing(tmp_path / "landing"), load_catalog()["ods.order"])
+
+
+@pytest.fixture
+def fresh_ods(spark: SparkSession, tmp_path: Path) -> Ods:
+    """An empty lake: the first batch creates the table."""
     return Ods(spark, DeltaStore(str(tmp_path / "lake")), Landing(tmp_path / "landing"), load_catalog()["ods.order"])
 
 
@@ -456,7 +475,8 @@ def test_an_update_moving_the_partition_time_leaves_the_key_live_in_its_new_part
     assert ods.places(1) == [(DAY, "10", True), (DAY, "11", True)]
 
 
-def test_a_batch_marks_the_rows_it_replaces_in_deletion_vectors_and_copies_none(ods: Ods) -> None:
+def test_a_batch_marks_the_rows_it_replaces_in_deletion_vectors_and_copies_none(fresh_ods: Ods) -> None:
+    ods = fresh_ods
     ods.write("order_00", 1, [message(1, "INSERT", [order(1), order(2), order(3), order(4)], 1)])
     ods.ingest()
     assert ods.store.has_deletion_vectors(ods.table.key)  # the ingestion created the table with them
@@ -666,7 +686,10 @@ def test_batch_report_check_raises_when_counts_do_not_add_up() -> None:
 
 
 @pytest.mark.parametrize("engine", ["in-process", "spark"])
-def test_a_snapshot_table_keeps_every_change_in_the_hour_of_its_binlog_time_each_once(ods: Ods, engine: Engine) -> None:
+def test_a_snapshot_table_keeps_every_change_in_the_hour_of_its_binlog_time_each_once(
+    fresh_ods: Ods, engine: Engine
+) -> None:
+    ods = fresh_ods  # the change stream's table, with its column of change times, created by its first batch
     mirror = ods.table
     assert isinstance(mirror, OdsTable)
     changes = replace(
