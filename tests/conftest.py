@@ -17,11 +17,17 @@ from resources import spark as spark_resources
 from resources.delta_lake import DeltaStore
 from resources.spark import stop_session
 from tests.support.instances import memory_backed_dir, one_event_log
+from tests.support.jvm import SESSION_JIT
 from tests.support.warehouse import GROUP as WAREHOUSE_GROUP
 from tests.support.warehouse import MODULES as WAREHOUSE_MODULES
 from tests.support.warehouse import example_warehouse  # noqa: F401 - the session's example warehouse, once
 
 os.environ.setdefault("DAGSTER_TELEMETRY_ENABLED", "false")
+# the Spark sessions Python starts here and in the processes tests start (each worker's, shared by every Spark test,
+# and the headless runs' drivers) are compiled by C1 alone (tests/support/jvm.py: a tenth less CPU for the same
+# tests). PySpark's launcher reads this variable, java does not: a Spark Connect server or cluster JVM a test starts
+# keeps its own options
+os.environ.setdefault("PYSPARK_SUBMIT_ARGS", f"--driver-java-options '{SESSION_JIT}' pyspark-shell")
 # tests are written for the default warehouse start (2026-01-01); a developer's own value must not leak in
 os.environ.pop("WAREHOUSE_START", None)
 
