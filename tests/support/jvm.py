@@ -10,7 +10,7 @@ QUICK_JIT = "-XX:TieredStopAtLevel=1"
 # A worker's own session lives the whole run: C1 alone too, but in the code cache C2's tiers would have had. Given
 # only C1's default 48 MB, Spark's driver fills it and the cache's sweeper flushes and recompiles without end: over
 # four Spark modules in one worker it took 60 of the JVM's 384 CPU s, as much as C2's compiles had saved (422.7 CPU s
-# in all against 424.2 with the default JIT). With 240 MB: 294 CPU s, and the default 325 at a lighter
-# load (calib_ms 231 against 364); C2's compiles had been 113 CPU s of that JVM, its collector 31
+# in all against 424.2 with the default JIT). With 240 MB: 290 CPU s and 248 s wall against the default's 325 and
+# 375 in the same quiet window (calib_ms 220 and 231); C2's compiles had been 113 CPU s of that JVM, its collector 31
 SESSION_CODE_CACHE_MB = 240
 SESSION_JIT = f"{QUICK_JIT} -XX:ReservedCodeCacheSize={SESSION_CODE_CACHE_MB}m"
