@@ -26,7 +26,7 @@ from dagster._core.launcher import WorkerStatus
 from dagster_graphql import DagsterGraphQLClient
 
 from resources.spark import port_open
-from tests.support.dev_stack import free_port, graphql, kill_stragglers
+from tests.support.dev_stack import free_port, graphql, kill_stragglers, stop_group
 from warehouse_assets.instance.warm_launcher import (
     STOPPED_TAG,
     WORKER_TAG,
@@ -299,14 +299,7 @@ def test_runs_launched_from_the_ui_go_through_the_warm_launcher(
         instance.dispose()
     finally:
         for proc in reversed(started):
-            try:
-                os.killpg(proc.pid, signal.SIGINT)
-                proc.wait(timeout=60)
-            except ProcessLookupError:
-                pass
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            stop_group(proc)
         kill_stragglers(f"DAGSTER_HOME={home}")
         log.close()
         print((tmp_path / "dev.log").read_text()[-3000:])

@@ -107,17 +107,23 @@ def start_stack(
     try:
         yield proc
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGINT)
-            proc.wait(timeout=60)
-        except ProcessLookupError:
-            pass  # the stack had exited already: its log below says why
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_group(proc)  # a stack that had exited already: its log below says why
         kill_stragglers(f"DAGSTER_HOME={home}")
         log.close()
         print((root / "terminal.log").read_text()[-3000:])
+
+
+def stop_group(proc: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
+    """Stop the process group ``proc`` leads as Ctrl-C would (so each process cleans up), killing it past
+    ``timeout_s``; a group gone already is left as it is."""
+    try:
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=timeout_s)
+    except ProcessLookupError:
+        pass
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def kill_stragglers(marker: str) -> None:
