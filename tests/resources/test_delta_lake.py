@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
 import time
 from datetime import datetime
 from decimal import Decimal
+from functools import reduce
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +33,32 @@ def _sales(spark: SparkSession, day: str, n: int, offset: int = 0, amount: str =
     return spark.createDataFrame(rows, "id bigint, user string, amount decimal(10,2), ts timestamp, dt string")
 
 
-def _rows(store: DeltaStore, spark: SparkSession, **kw) -> list[tuple]:
-    df, _ = store.read(spark, KEY, **kw)
-    return sorted(tuple(r) for r in df.select("id", "user", "amount", "dt").collect())
+def _rows(store: DeltaStore) -> list[tuple]:
+    """``KEY``'s rows as delta-rs reads them, no Spark job: what the tests of a write's outcome compare (Spark's own
+    reader is tested where its pruning and skipping are)."""
+    columns = ["id", "user", "amount", "dt"]
+    rows = store.read_rows(KEY, columns=columns)[0].to_pylist()
+    return sorted(tuple(r[c] for c in columns) for r in rows)
 
 
 _log_paths = oracle.delta_live_paths
+
+
+@pytest.fixture(scope="module")
+def first_day_lake(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A lake whose table ``KEY`` holds one commit (version 0): 10 rows of 2024-03-05, written once for the
+    module."""
+    root = tmp_path_factory.mktemp("first-day") / "lake"
+    DeltaStore(str(root)).overwrite(KEY, _sales(spark, "2024-03-05", 10), ["dt"], [{"dt": "2024-03-05"}])
+    return root
+
+
+@pytest.fixture
+def first_day(first_day_lake: Path, tmp_path: Path) -> DeltaStore:
+    """A copy of the module's one-commit table for one test to write (the Delta log's paths are relative): the
+    tests that start from an existing table, not from its creation, skip a Spark write of their own."""
+    shutil.copytree(first_day_lake, tmp_path / "lake")
+    return DeltaStore(str(tmp_path / "lake"))
 
 
 def test_overwrite_creates_and_replaces_exactly_one_partition(spark: SparkSession, store: DeltaStore) -> None:
@@ -45,7 +67,7 @@ def test_overwrite_creates_and_replaces_exactly_one_partition(spark: SparkSessio
     store.overwrite(KEY, _sales(spark, "2024-03-06", 5, offset=100), ["dt"], [{"dt": "2024-03-06"}])
     again = store.overwrite(KEY, _sales(spark, "2024-03-05", 3, amount="9.00"), ["dt"], [{"dt": "2024-03-05"}])
     assert again.files_removed == first.files_added
-    rows = _rows(store, spark)
+    rows = _rows(store)
     assert [r for r in rows if r[3] == "2024-03-05"] == [
         (0, "u0", Decimal("9.00"), "2024-03-05"),
         (1, "u1", Decimal("9.00"), "2024-03-05"),
@@ -57,33 +79,35 @@ def test_overwrite_creates_and_replaces_exactly_one_partition(spark: SparkSessio
 def test_rerunning_the_same_partition_is_idempotent(spark: SparkSession, store: DeltaStore) -> None:
     for _ in range(3):
         store.overwrite(KEY, _sales(spark, "2024-03-05", 50), ["dt"], [{"dt": "2024-03-05"}])
-    rows = _rows(store, spark)
+    rows = _rows(store)
     assert len(rows) == 50 and len({r[0] for r in rows}) == 50
 
 
-def test_range_overwrite_and_empty_partition(spark: SparkSession, store: DeltaStore) -> None:
-    store.overwrite(KEY, _sales(spark, "2024-03-05", 4), ["dt"], [{"dt": "2024-03-05"}])
+def test_range_overwrite_and_empty_partition(spark: SparkSession, first_day: DeltaStore) -> None:
+    store = first_day  # 2024-03-05 written
     both = _sales(spark, "2024-03-06", 6, offset=10)
     result = store.overwrite(KEY, both, ["dt"], [{"dt": "2024-03-05"}, {"dt": "2024-03-06"}])
     assert result.rows == 6
-    assert {r[3] for r in _rows(store, spark)} == {"2024-03-06"}  # 03-05 replaced by nothing
+    assert {r[3] for r in _rows(store)} == {"2024-03-06"}  # 03-05 replaced by nothing
 
 
-def test_writing_nothing_over_an_empty_partition_is_a_commit_of_its_own(spark: SparkSession, store: DeltaStore) -> None:
+def test_writing_nothing_over_an_empty_partition_is_a_commit_of_its_own(
+    spark: SparkSession, first_day: DeltaStore
+) -> None:
     # an hour without orders: the run replaces nothing with nothing, and still finds its own commit
-    store.overwrite(KEY, _sales(spark, "2024-03-05", 4), ["dt"], [{"dt": "2024-03-05"}])
+    store = first_day  # version 0: 2024-03-05 written
     empty = store.overwrite(KEY, _sales(spark, "2024-03-07", 0), ["dt"], [{"dt": "2024-03-07"}])
     assert (empty.version, empty.rows, empty.files_added, empty.files_removed) == (1, 0, 0, 0)
     again = store.overwrite(KEY, _sales(spark, "2024-03-07", 0), ["dt"], [{"dt": "2024-03-07"}])
     assert again.version == 2
     assert [h.get("warehouse.operation") for h in store.history(KEY)] == ["overwrite"] * 3
-    assert {r[3] for r in _rows(store, spark)} == {"2024-03-05"}
+    assert {r[3] for r in _rows(store)} == {"2024-03-05"}
 
 
-def test_a_write_failing_midway_leaves_the_previous_version(spark: SparkSession, store: DeltaStore) -> None:
-    store.overwrite(KEY, _sales(spark, "2024-03-05", 10), ["dt"], [{"dt": "2024-03-05"}])
+def test_a_write_failing_midway_leaves_the_previous_version(spark: SparkSession, first_day: DeltaStore) -> None:
+    store = first_day  # 2024-03-05's 10 rows written
     store.overwrite(KEY, _sales(spark, "2024-03-06", 10, offset=10), ["dt"], [{"dt": "2024-03-06"}])
-    before = _rows(store, spark)
+    before = _rows(store)
     version = DeltaTable(store.table_uri(KEY)).version()
     # The first partition is written completely, the second blows up inside the Spark job.
     bad = _sales(spark, "2024-03-05", 10, amount="7.00").unionByName(_sales(spark, "2024-03-06", 10, offset=10))
@@ -93,12 +117,12 @@ def test_a_write_failing_midway_leaves_the_previous_version(spark: SparkSession,
     with pytest.raises(Exception, match="injected failure"):
         store.overwrite(KEY, bad, ["dt"], [{"dt": "2024-03-05"}, {"dt": "2024-03-06"}])
     assert DeltaTable(store.table_uri(KEY)).version() == version
-    assert _rows(store, spark) == before
+    assert _rows(store) == before
 
 
-def test_a_crash_before_the_commit_leaves_only_invisible_orphans(spark: SparkSession, store: DeltaStore) -> None:
-    store.overwrite(KEY, _sales(spark, "2024-03-05", 10), ["dt"], [{"dt": "2024-03-05"}])
-    before = _rows(store, spark)
+def test_a_crash_before_the_commit_leaves_only_invisible_orphans(spark: SparkSession, first_day: DeltaStore) -> None:
+    store = first_day  # 2024-03-05's 10 rows written
+    before = _rows(store)
     table_dir = Path(store.table_uri(KEY))
     files_before = set(table_dir.rglob("*.parquet"))
 
@@ -121,12 +145,12 @@ def test_a_crash_before_the_commit_leaves_only_invisible_orphans(spark: SparkSes
     crashing = new.withColumn("amount", die_late("id", "amount"))
     with pytest.raises(DeltaLayerError, match="killed before commit"):
         store.overwrite(KEY, crashing, ["dt"], [{"dt": "2024-03-05"}])
-    assert _rows(store, spark) == before
+    assert _rows(store) == before
     on_disk = {str(p.relative_to(table_dir)) for p in table_dir.rglob("*.parquet")}
     assert _log_paths(table_dir) < on_disk  # the crashed write's files exist but are not in the table
     # the re-run produces what an undisturbed run produces
     store.overwrite(KEY, new, ["dt"], [{"dt": "2024-03-05"}])
-    assert [r[2] for r in _rows(store, spark)] == [Decimal("7.00")] * 4
+    assert [r[2] for r in _rows(store)] == [Decimal("7.00")] * 4
 
 
 def scanned_files(df: DataFrame) -> int:
@@ -144,10 +168,11 @@ def scanned_files(df: DataFrame) -> int:
 
 
 def test_partition_pruning_and_data_skipping_count_files(spark: SparkSession, store: DeltaStore) -> None:
-    for day in range(1, 6):
-        dt = f"2024-03-0{day}"
-        df = _sales(spark, dt, 40, offset=day * 1000).repartition(4, "id")
-        store.overwrite(KEY, df, ["dt"], [{"dt": dt}])
+    days = [f"2024-03-0{day}" for day in range(1, 6)]
+    # the five days in one write: each of its 4 tasks writes a file into every day's partition
+    frames = [_sales(spark, dt, 40, offset=day * 1000) for day, dt in enumerate(days, start=1)]
+    df = reduce(DataFrame.unionByName, frames).repartition(4, "id")
+    store.overwrite(KEY, df, ["dt"], [{"dt": dt} for dt in days])
     files, stats = store.live_files(KEY)
     assert stats.files_in_table == len(files) == 20
     _, by_partition = store.live_files(KEY, partitions=[{"dt": "2024-03-02"}])
@@ -232,18 +257,41 @@ def test_merge_applies_every_row_of_a_batch_holding_an_empty_record_batch(
     assert result.metadata()["rows_inserted"] == 3
 
 
-def test_merge_scans_only_the_batch_partitions(spark: SparkSession, store: DeltaStore) -> None:
-    days = [f"2024-03-{d:02d}" for d in range(1, 11)]
-    base = pa.table(
-        {
-            "id": list(range(100)),
-            "_es": [1] * 100,
-            "_pos": [1] * 100,
-            "_op": ["INSERT"] * 100,
-            "dt": [days[i % 10] for i in range(100)],
-        }
+TEN_DAYS = [f"2024-03-{d:02d}" for d in range(1, 11)]
+
+
+def _hundred_keys(tombstones: bool) -> pa.Table:
+    """Keys 0-99 inserted, key i in day ``TEN_DAYS[i % 10]``; with the tombstone column ``_deleted`` or without."""
+    flag = {"_deleted": [False] * 100} if tombstones else {}
+    return pa.table(
+        {"id": list(range(100)), "_es": [1] * 100, "_pos": [1] * 100, "_op": ["INSERT"] * 100, **flag}
+        | {"dt": [TEN_DAYS[i % 10] for i in range(100)]}
     )
-    store.merge(spark, ("ods", "p"), base, primary_key=["id"], partition_by=["dt"])
+
+
+def _merge_args(tombstones: bool) -> dict[str, Any]:
+    return {"primary_key": ["id"], "partition_by": ["dt"], "tombstone_column": "_deleted" if tombstones else None}
+
+
+@pytest.fixture(scope="module")
+def hundred_keys_lake(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The hundred keys merged by the store into a table it creates (a file per day), once for the module: as
+    ``ods/plain`` without a tombstone column, as ``ods/tombstoned`` with one."""
+    root = tmp_path_factory.mktemp("hundred-keys") / "lake"
+    store = DeltaStore(str(root))
+    for name, tombstones in (("plain", False), ("tombstoned", True)):
+        store.merge(spark, ("ods", name), _hundred_keys(tombstones), **_merge_args(tombstones))
+    return root
+
+
+def _copy_hundred_keys(lake: Path, tombstones: bool, store: DeltaStore, key: tuple[str, str]) -> None:
+    """The module's merged table of the hundred keys as ``key`` of ``store`` (its log's paths are relative)."""
+    shutil.copytree(lake / "ods" / ("tombstoned" if tombstones else "plain"), store.table_uri(key))
+
+
+def test_merge_scans_only_the_batch_partitions(spark: SparkSession, store: DeltaStore, hundred_keys_lake: Path) -> None:
+    days = TEN_DAYS
+    _copy_hundred_keys(hundred_keys_lake, False, store, ("ods", "p"))  # 100 keys merged into 10 days, a file each
     change = pa.table({"id": [5], "_es": [2], "_pos": [2], "_op": ["UPDATE"], "dt": [days[5]]})
     pruned = store.merge(spark, ("ods", "p"), change, primary_key=["id"], partition_by=["dt"], prune=True)
     unpruned = store.merge(spark, ("ods", "p"), change, primary_key=["id"], partition_by=["dt"], prune=False)
@@ -263,17 +311,11 @@ def test_merge_scans_only_the_batch_partitions(spark: SparkSession, store: Delta
 
 @pytest.mark.parametrize("tombstones", [False, True])
 def test_merge_moves_a_key_out_of_the_partition_it_left_scanning_only_both(
-    spark: SparkSession, store: DeltaStore, tombstones: bool
+    spark: SparkSession, store: DeltaStore, hundred_keys_lake: Path, tombstones: bool
 ) -> None:
-    days = [f"2024-03-{d:02d}" for d in range(1, 11)]
-    flag = {"_deleted": [False] * 100} if tombstones else {}
-    base = pa.table(
-        {"id": list(range(100)), "_es": [1] * 100, "_pos": [1] * 100, "_op": ["INSERT"] * 100, **flag}
-        | {"dt": [days[i % 10] for i in range(100)]}  # id i lives in days[i % 10]
-    )
-    merge_args: dict[str, Any] = {"primary_key": ["id"], "partition_by": ["dt"]}
-    merge_args["tombstone_column"] = "_deleted" if tombstones else None
-    store.merge(spark, ("ods", "m"), base, **merge_args)
+    days = TEN_DAYS
+    merge_args = _merge_args(tombstones)
+    _copy_hundred_keys(hundred_keys_lake, tombstones, store, ("ods", "m"))  # id i lives in days[i % 10]
     one = {"_deleted": [False]} if tombstones else {}
     change = pa.table({"id": [5], "_es": [2], "_pos": [2], "_op": ["UPDATE"], **one, "dt": [days[7]]})  # left days[5]
     left = pa.table({"id": [5], "_es": [2], "_pos": [2], "_op": ["UPDATE"], **one, "dt": [days[5]]})
@@ -295,10 +337,10 @@ def test_merge_moves_a_key_out_of_the_partition_it_left_scanning_only_both(
 def test_optimize_zorder_and_history(spark: SparkSession, store: DeltaStore) -> None:
     df = _sales(spark, "2024-03-05", 200).repartition(8)
     store.overwrite(KEY, df, ["dt"], [{"dt": "2024-03-05"}])
-    before = _rows(store, spark)
+    before = _rows(store)
     metrics = store.optimize(KEY, partitions=[{"dt": "2024-03-05"}], zorder_by=["user", "id"], spark=spark)
     assert metrics["numFilesRemoved"] == 8 and metrics["numFilesAdded"] >= 1
-    assert _rows(store, spark) == before
+    assert _rows(store) == before
     operations = [h["operation"] for h in store.history(KEY)]
     assert operations[0] == "OPTIMIZE" and len(operations) == 2
 
@@ -307,6 +349,11 @@ def _grid(spark: SparkSession, n: int = 4096):
     """Rows whose (a, b) are uncorrelated with the row order: no file's min/max can skip before Z-order."""
     rows = [(i, (i * 2654435761) % 1000, (i * 40503 + 17) % 1000, "2024-03-05") for i in range(n)]
     return spark.createDataFrame(rows, "id bigint, a bigint, b bigint, dt string")
+
+
+def _grid_rows(store: DeltaStore, key: tuple[str, str]) -> list[tuple[Any, ...]]:
+    """The grid's rows (id, a, b, dt) as delta-rs reads them."""
+    return sorted(tuple(r.values()) for r in store.read_rows(key, columns=["id", "a", "b", "dt"])[0].to_pylist())
 
 
 def _mean_skipped(store: DeltaStore, key: tuple[str, str], lookups: list[tuple[int, int]]) -> float:
@@ -323,7 +370,7 @@ def test_zorder_through_spark_clusters_files_in_z_order(spark: SparkSession, sto
     key = ("dwd", "grid")
     df = _grid(spark)
     store.overwrite(key, df.repartition(16), ["dt"], [{"dt": "2024-03-05"}])
-    before = sorted(tuple(r) for r in store.read(spark, key)[0].collect())
+    before = _grid_rows(store, key)
     lookups = [(r[1], r[2]) for r in before[::97]]
     assert _mean_skipped(store, key, lookups) < 0.2  # random layout: every file spans almost the whole grid
     files_bytes = store.live_files(key, [{"dt": "2024-03-05"}])[1].bytes_read
@@ -331,7 +378,7 @@ def test_zorder_through_spark_clusters_files_in_z_order(spark: SparkSession, sto
         key, partitions=[{"dt": "2024-03-05"}], zorder_by=["a", "b"], target_size=files_bytes // 16, spark=spark
     )
     assert metrics["numFilesRemoved"] == 16 and 8 <= metrics["numFilesAdded"] <= 24
-    assert sorted(tuple(r) for r in store.read(spark, key)[0].collect()) == before  # same rows, new layout
+    assert _grid_rows(store, key) == before  # same rows, new layout
     assert len(before) == 4096
     assert _mean_skipped(store, key, lookups) > 0.75  # each file now covers a small box of (a, b)
     table_dir = Path(store.table_uri(key))
@@ -358,13 +405,13 @@ def test_zorder_never_replaces_a_concurrent_change(spark: SparkSession, store: D
     rival.overwrite(KEY, _sales(spark, "2024-03-05", 3, amount="8.00"), ["dt"], [{"dt": "2024-03-05"}])
     thread.join()
     assert outcome  # the Z-order either committed (before the rival) or was refused, never raised otherwise
-    assert _rows(store, spark) == [(i, f"u{i}", Decimal("8.00"), "2024-03-05") for i in range(3)]  # the rival's rows
+    assert _rows(store) == [(i, f"u{i}", Decimal("8.00"), "2024-03-05") for i in range(3)]  # the rival's rows
     with pytest.raises(DeltaLayerError, match="Z-order runs on Spark's Delta"):
         store.optimize(KEY, partitions=[{"dt": "2024-03-05"}], zorder_by=["id"])
 
 
-def test_written_tables_are_valid_delta(spark: SparkSession, store: DeltaStore) -> None:
-    store.overwrite(KEY, _sales(spark, "2024-03-05", 30), ["dt"], [{"dt": "2024-03-05"}])
+def test_written_tables_are_valid_delta(spark: SparkSession, first_day: DeltaStore) -> None:
+    store = first_day  # version 0: 2024-03-05's 10 rows
     store.overwrite(KEY, _sales(spark, "2024-03-05", 12), ["dt"], [{"dt": "2024-03-05"}])
     table_dir = Path(store.table_uri(KEY))
     dt = DeltaTable(str(table_dir))
@@ -387,8 +434,8 @@ def test_bad_requests_are_named(spark: SparkSession, store: DeltaStore) -> None:
         store.read(spark, ("dwd", "missing"))
 
 
-def test_two_writers_on_one_partition_never_mix_or_lose(spark: SparkSession, store: DeltaStore) -> None:
-    store.overwrite(KEY, _sales(spark, "2024-03-05", 5), ["dt"], [{"dt": "2024-03-05"}])
+def test_two_writers_on_one_partition_never_mix_or_lose(spark: SparkSession, first_day: DeltaStore) -> None:
+    store = first_day  # 2024-03-05 written
     rival = DeltaStore(store.root)
     results = {}
 
@@ -414,7 +461,7 @@ def test_two_writers_on_one_partition_never_mix_or_lose(spark: SparkSession, sto
     }
     # the last commit replaced the partition as a whole: nothing of the other write or the first is mixed in
     winner = next(name for name, r in results.items() if r is last)
-    assert _rows(store, spark) == expected[winner]
+    assert _rows(store) == expected[winner]
     assert last.files_removed >= 1
 
 
@@ -436,7 +483,7 @@ def test_two_runs_creating_one_table_with_different_partitions_both_land(
     for thread in threads:
         thread.join()
     assert sorted(r.version for r in results.values()) == [0, 1]
-    assert sorted({row[3] for row in _rows(store, spark)}) == ["2024-03-05", "2024-03-06"]
+    assert sorted({row[3] for row in _rows(store)}) == ["2024-03-05", "2024-03-06"]
 
 
 def test_a_conflict_reported_through_spark_connect_is_recognized() -> None:
