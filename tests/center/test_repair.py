@@ -3,7 +3,7 @@
 ``dwd.order_detail`` is built day by day over 2026-03-02 .. 03-05 (one Delta version each) from ODS rows whose amounts
 on 03-03 were wrong; the source is fixed, the day tainted and repaired through the product's path (the
 ``taint_repair`` job, then its backfill run by Dagster's backfill daemon iteration). Afterwards: one new version, the
-other days' files and every earlier version as they were, ``VERSION AS OF`` the version before the repair still
+other days' files and every earlier version as they were, a time-travel read of the version before the repair still
 reading the tainted rows, and the day valid again once its checks passed on the new data.
 """
 
@@ -26,6 +26,7 @@ from pyspark.sql import SparkSession
 from resources import resources_from_env
 from simulator.cdc_config import merged_order_row
 from tests.support.instances import memory_backed_dir, one_event_log
+from tests.support.lake import table_rows
 from tests.support.repair import SYNC_RUNS, apply_taint, code_location, run_backfill
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.center.state_store import PartitionStateStore
@@ -58,7 +59,6 @@ class Repaired:
     rows_before: dict[int, list[tuple[Any, ...]]]  # version → its rows, read before the repair
     taint: Any  # the taint job's output
     backfill: Any
-    spark: SparkSession
 
 
 def files_by_day(path: str) -> dict[str, set[str]]:
@@ -69,10 +69,11 @@ def files_by_day(path: str) -> dict[str, set[str]]:
     return found
 
 
-def rows_at(spark: SparkSession, path: str, version: int | None = None) -> list[tuple[Any, ...]]:
-    travel = f" VERSION AS OF {version}" if version is not None else ""
-    query = f"SELECT order_id, amount, dt FROM delta.`{path}`{travel}"
-    return sorted(tuple(r) for r in spark.sql(query).collect())
+def rows_at(path: str, version: int | None = None) -> list[tuple[Any, ...]]:
+    """The table's rows at ``version`` (the latest without), read by time travel through delta-rs: a read of the log
+    and the files that version names, no Spark job."""
+    rows = table_rows(path, ["order_id", "amount", "dt"], version)
+    return sorted(tuple(r.values()) for r in rows.to_pylist())
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +106,7 @@ def repaired(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> I
         path = str(root / "lake" / "dwd" / "order_detail")
         before = DeltaTable(path).version()
         files_before = files_by_day(path)
-        rows_before = {v: rows_at(spark, path, v) for v in range(before + 1)}
+        rows_before = {v: rows_at(path, v) for v in range(before + 1)}
 
         # the source is fixed in place; the day built from it is tainted and repaired
         fixed = pa.Table.from_pylist(ods_rows(BAD, "20.00"), schema=schema)
@@ -113,7 +114,7 @@ def repaired(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> I
         taint = apply_taint(instance, catalog, "dwd.order_detail", BAD, BAD, "amounts 100x on 03-03")
         with code_location(instance) as workspace:
             backfill = run_backfill(instance, workspace, taint["backfill"])
-        yield Repaired(instance, path, before, files_before, rows_before, taint, backfill, spark)
+        yield Repaired(instance, path, before, files_before, rows_before, taint, backfill)
 
 
 def test_the_repair_is_one_backfill_run_and_one_delta_commit(repaired: Repaired) -> None:
@@ -140,12 +141,12 @@ def test_every_other_partition_and_every_earlier_version_is_untouched(repaired: 
         else:
             assert after[day] == repaired.files_before[day], day  # the same files: not rewritten
     for version, rows in repaired.rows_before.items():  # later days' versions included: still readable, unchanged
-        assert rows_at(repaired.spark, repaired.path, version) == rows, version
+        assert rows_at(repaired.path, version) == rows, version
 
 
 def test_version_as_of_before_the_repair_still_reads_the_tainted_rows(repaired: Repaired) -> None:
     def amounts(version: int | None) -> set[Decimal]:
-        return {amount for _, amount, dt in rows_at(repaired.spark, repaired.path, version) if dt == BAD}
+        return {amount for _, amount, dt in rows_at(repaired.path, version) if dt == BAD}
 
     assert amounts(repaired.before) == {Decimal("2000.00")}
     assert amounts(None) == {Decimal("20.00")}

@@ -7,6 +7,7 @@ source's per-hour counts, so every number is known: hour 10:00 of 2026-03-02 has
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -163,6 +164,13 @@ def order() -> Table:
     return load_catalog()["ods.order"]
 
 
+@pytest.fixture
+def lake(created_order_lake: Path, tmp_path: Path) -> Path:
+    """A copy of the module's created ``ods.order``, as a test's first batch would create it."""
+    shutil.copytree(created_order_lake, tmp_path / "lake")
+    return tmp_path / "lake"
+
+
 def only(table: Table) -> Catalog:
     return Catalog(tables={table.fqn: table})
 
@@ -172,7 +180,7 @@ def test_the_default_threshold_is_declared_per_table(order: Table) -> None:
 
 
 def test_9999_of_10000_rows_keep_the_hour_waiting_and_the_10000th_makes_it_ready(
-    spark: SparkSession, tmp_path: Path, order: Table
+    spark: SparkSession, tmp_path: Path, lake: Path, order: Table
 ) -> None:
     landing_root = tmp_path / "landing"
     busy, quiet = Source(landing_root, "order_00"), Source(landing_root, "order_01")
@@ -193,7 +201,7 @@ def test_9999_of_10000_rows_keep_the_hour_waiting_and_the_10000th_makes_it_ready
     quiet.publish_counts()
     assert busy.counts["2026-03-02T10"] == 10_000
 
-    landing, store = Landing(landing_root), DeltaStore(str(tmp_path / "lake"))
+    landing, store = Landing(landing_root), DeltaStore(str(lake))
     ingest_table(spark, store, landing, order)
     state = readiness(store, landing, order)
     assert state.watermark == H10 + timedelta(hours=1)  # every shard applied past the hour …
@@ -227,7 +235,7 @@ def test_9999_of_10000_rows_keep_the_hour_waiting_and_the_10000th_makes_it_ready
 
 
 def test_a_lagging_shard_holds_the_hour_while_the_others_are_hours_ahead(
-    spark: SparkSession, tmp_path: Path, order: Table
+    spark: SparkSession, tmp_path: Path, lake: Path, order: Table
 ) -> None:
     landing_root = tmp_path / "landing"
     ahead, behind = Source(landing_root, "order_00"), Source(landing_root, "order_01")
@@ -243,7 +251,7 @@ def test_a_lagging_shard_holds_the_hour_while_the_others_are_hours_ahead(
     ahead.publish_counts()
     behind.publish_counts()
 
-    landing, store = Landing(landing_root), DeltaStore(str(tmp_path / "lake"))
+    landing, store = Landing(landing_root), DeltaStore(str(lake))
     ingest_table(spark, store, landing, order)
     state = readiness(store, landing, order)
     assert state.lagging[0].stream == f"{DB}.order_01"
@@ -273,7 +281,7 @@ def test_a_lagging_shard_holds_the_hour_while_the_others_are_hours_ahead(
 
 
 def test_why_follows_an_ads_day_to_the_ods_hour_and_the_shard_behind_it(
-    spark: SparkSession, tmp_path: Path, order: Table
+    spark: SparkSession, tmp_path: Path, lake: Path, order: Table
 ) -> None:
     """ads.daily_gmv → dws.user_order_daily → dwd.order_detail → 24 ODS hours: the last hour waits for a shard."""
     from warehouse_assets.materialize.quality import report_valid
@@ -292,7 +300,7 @@ def test_why_follows_an_ads_day_to_the_ods_hour_and_the_shard_behind_it(
     behind.count_hour(h23, 12)
     ahead.publish_counts()
     behind.publish_counts()
-    landing, store = Landing(landing_root), DeltaStore(str(tmp_path / "lake"))
+    landing, store = Landing(landing_root), DeltaStore(str(lake))
     ingest_table(spark, store, landing, order)
 
     catalog = load_catalog()
@@ -312,7 +320,9 @@ def test_why_follows_an_ads_day_to_the_ods_hour_and_the_shard_behind_it(
     assert f"{DB}.order_01 is applied through 2026-03-02 23:30" in causes[0]
 
 
-def test_late_changes_for_a_reported_hour_report_it_again(spark: SparkSession, tmp_path: Path, order: Table) -> None:
+def test_late_changes_for_a_reported_hour_report_it_again(
+    spark: SparkSession, tmp_path: Path, lake: Path, order: Table
+) -> None:
     lenient = replace(order, completeness_threshold=0.9)
     landing_root = tmp_path / "landing"
     shard = Source(landing_root, "order_00")
@@ -325,7 +335,7 @@ def test_late_changes_for_a_reported_hour_report_it_again(spark: SparkSession, t
         shard.segment(window, rows)
     shard.count_hour(H10, 121)  # one change of hour 10 is still on its way
     shard.publish_counts()
-    landing, store = Landing(landing_root), DeltaStore(str(tmp_path / "lake"))
+    landing, store = Landing(landing_root), DeltaStore(str(lake))
     ingest_table(spark, store, landing, lenient)
     events, cursor = readiness_events(store, landing, only(lenient), {})
     assert [(e.partition, e.metadata["ingested_rows"].value) for e in events] == [
@@ -351,7 +361,7 @@ def test_late_changes_for_a_reported_hour_report_it_again(spark: SparkSession, t
 
 
 def test_equal_changes_within_one_second_at_different_binlog_positions_are_both_taken_in(
-    spark: SparkSession, tmp_path: Path, order: Table
+    spark: SparkSession, tmp_path: Path, lake: Path, order: Table
 ) -> None:
     """The binlog time has whole seconds: a row written twice alike within one second (inserted, deleted and
     inserted again; A→B→A→B) repeats a change's content. Its binlog position tells them apart; a re-sent copy of
@@ -367,7 +377,7 @@ def test_equal_changes_within_one_second_at_different_binlog_positions_are_both_
     quiet.idle(H10, H10 + timedelta(hours=1))
     busy.publish_counts()
     quiet.publish_counts()
-    landing, store = Landing(landing_root), DeltaStore(str(tmp_path / "lake"))
+    landing, store = Landing(landing_root), DeltaStore(str(lake))
     report = ingest_table(spark, store, landing, order)
     assert sum(b.rows_duplicate for b in report.batches) == 0
     assert sum(b.rows_applied + b.rows_superseded for b in report.batches) == 2
@@ -382,7 +392,7 @@ def test_equal_changes_within_one_second_at_different_binlog_positions_are_both_
 
 
 def test_a_message_re_sent_in_a_later_batch_does_not_complete_the_hour(
-    spark: SparkSession, tmp_path: Path, order: Table
+    spark: SparkSession, tmp_path: Path, lake: Path, order: Table
 ) -> None:
     landing_root = tmp_path / "landing"
     busy, quiet = Source(landing_root, "order_00"), Source(landing_root, "order_01")
@@ -396,7 +406,7 @@ def test_a_message_re_sent_in_a_later_batch_does_not_complete_the_hour(
     quiet.idle(H10, H10 + timedelta(hours=1))
     busy.publish_counts()
     quiet.publish_counts()
-    landing, store = Landing(landing_root), DeltaStore(str(tmp_path / "lake"))
+    landing, store = Landing(landing_root), DeltaStore(str(lake))
     ingest_table(spark, store, landing, order)
     state = readiness(store, landing, order)
     assert state.watermark == H10 + timedelta(hours=1)
@@ -421,7 +431,7 @@ def test_a_message_re_sent_in_a_later_batch_does_not_complete_the_hour(
 
 
 def test_the_ingestion_run_reports_the_hours_it_completed_with_their_verdicts_and_the_sensors_add_nothing(
-    spark: SparkSession, tmp_path: Path, order: Table
+    spark: SparkSession, tmp_path: Path, lake: Path, order: Table
 ) -> None:
     """An ODS handoff pays no sensor tick and no check run. The ``ods_ingest`` run reports the hours its
     commit completed and logs their checks' verdicts; its late changes re-report the hour once, and the fallback
@@ -441,7 +451,7 @@ def test_the_ingestion_run_reports_the_hours_it_completed_with_their_verdicts_an
     catalog = only(lenient)
     resources = {
         "spark": resources_from_env({})["spark"],
-        "lake": DeltaLakeResource(root=str(tmp_path / "lake")),
+        "lake": DeltaLakeResource(root=str(lake)),
         "landing": LandingResource(root=str(landing_root)),
     }
     ods = AssetKey(lenient.key)
@@ -517,13 +527,13 @@ H08 = datetime(2026, 3, 2, 8, tzinfo=TZ)
 class IngestRuns:
     """The ``ods_ingest`` job on one landing area and lake, its runs checked, its reports of ``ods.order`` read."""
 
-    def __init__(self, tmp_path: Path, table: Table, instance: DagsterInstance):
+    def __init__(self, lake: Path, landing: Path, table: Table, instance: DagsterInstance):
         self.table, self.instance = table, instance
         self.job = build_ingest_job(only(table), judge_hours)
         self.resources = {
             "spark": resources_from_env({})["spark"],
-            "lake": DeltaLakeResource(root=str(tmp_path / "lake")),
-            "landing": LandingResource(root=str(tmp_path / "landing")),
+            "lake": DeltaLakeResource(root=str(lake)),
+            "landing": LandingResource(root=str(landing)),
         }
 
     def run(self) -> list[tuple[str, bool, int, int]]:
@@ -553,7 +563,7 @@ def orders_of_two_hours(shard: Source) -> None:
 
 
 def test_an_update_arriving_hours_later_reports_the_hour_of_its_row_again_and_its_downstream_rebuilds_once(
-    spark: SparkSession, tmp_path: Path, consolidated: DagsterInstance, order: Table
+    spark: SparkSession, tmp_path: Path, lake: Path, consolidated: DagsterInstance, order: Table
 ) -> None:
     """An order created at 08:01 and paid at 10:33: the change counts in binlog hour 10:00 but rewrites partition
     08:00, already reported and built downstream. The run that merges it reports 08:00 again (once), so the
@@ -577,7 +587,7 @@ def test_an_update_arriving_hours_later_reports_the_hour_of_its_row_again_and_it
         return keys
 
     try:
-        runs = IngestRuns(tmp_path, order, consolidated)
+        runs = IngestRuns(lake, tmp_path / "landing", order, consolidated)
         first = runs.run()
         assert [(hour, late, rows) for hour, late, rows, _ in first] == [
             ("2026-03-02-08:00", False, 12),
@@ -627,7 +637,12 @@ def test_an_update_arriving_hours_later_reports_the_hour_of_its_row_again_and_it
 
 
 def test_late_changes_a_killed_run_merged_but_never_reported_are_reported_by_the_next_reporter(
-    spark: SparkSession, tmp_path: Path, consolidated: DagsterInstance, order: Table, monkeypatch: pytest.MonkeyPatch
+    spark: SparkSession,
+    tmp_path: Path,
+    lake: Path,
+    consolidated: DagsterInstance,
+    order: Table,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A run killed after its merge committed (Spark finishes a merge whose client died) and before its report: the
     late change it merged into 08:00 counts in binlog hour 10:00, so no count of 08:00 grows. The next reporter,
@@ -636,7 +651,7 @@ def test_late_changes_a_killed_run_merged_but_never_reported_are_reported_by_the
 
     shard = Source(tmp_path / "landing", "order_00")
     orders_of_two_hours(shard)
-    runs = IngestRuns(tmp_path, order, consolidated)
+    runs = IngestRuns(lake, tmp_path / "landing", order, consolidated)
     assert [(hour, late) for hour, late, *_ in runs.run()] == [("2026-03-02-08:00", False), ("2026-03-02-09:00", False)]
     sensor = build_readiness_sensor(only(order))
     lake_and_landing = {k: runs.resources[k] for k in ("lake", "landing")}
@@ -687,13 +702,13 @@ def test_late_changes_a_killed_run_merged_but_never_reported_are_reported_by_the
 
 
 def test_a_batch_changing_only_hours_not_reported_yet_reports_nothing_again(
-    spark: SparkSession, tmp_path: Path, consolidated: DagsterInstance, order: Table
+    spark: SparkSession, tmp_path: Path, lake: Path, consolidated: DagsterInstance, order: Table
 ) -> None:
     """Orders of 10:00 inserted and paid within their hour while hours 08:00 and 09:00 are reported: nothing is
     reported again, and hour 10:00 waits for the readiness judgement (its end is not applied yet)."""
     shard = Source(tmp_path / "landing", "order_00")
     orders_of_two_hours(shard)
-    runs = IngestRuns(tmp_path, order, consolidated)
+    runs = IngestRuns(lake, tmp_path / "landing", order, consolidated)
     assert [hour for hour, *_ in runs.run()] == ["2026-03-02-08:00", "2026-03-02-09:00"]
 
     h10 = H08 + timedelta(hours=2)

@@ -27,7 +27,6 @@ from warehouse_assets.ingest.merge import (
     ReconciliationError,
     TableReport,
     committed_positions,
-    ensure_ods_table,
     ingest_batch,
     ingest_table,
     ingested_counts,
@@ -154,15 +153,6 @@ class Ods:
         if not self.store.exists(QUARANTINE_KEY):
             return []
         return row_dicts(self.store.table_uri(QUARANTINE_KEY))
-
-
-@pytest.fixture(scope="module")
-def created_order_lake(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A lake holding ``ods.order`` as the first batch creates it (no rows; deletion vectors and the change feed
-    on), created once for the module."""
-    lake = tmp_path_factory.mktemp("ods") / "lake"
-    ensure_ods_table(DeltaStore(str(lake)), load_catalog()["ods.order"], spark)
-    return lake
 
 
 @pytest.fixture

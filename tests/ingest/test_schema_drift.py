@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from datetime import datetime
 from pathlib import Path
 
@@ -96,18 +97,21 @@ def test_applying_the_same_segments_twice_changes_no_content(spark: SparkSession
     landing_dir = tmp_path / "landing"
     simulate(landing_dir, datetime(2026, 3, 2), datetime(2026, 3, 2, 8), SimulationConfig(scale=0.05, dup_rate=0.02))
     landing = Landing(landing_dir)
-    once, twice = DeltaStore(str(tmp_path / "once")), DeltaStore(str(tmp_path / "twice"))
-    for fqn in ("ods.order", "ods.user"):
-        table = CATALOG[fqn]
+    tables = [CATALOG[fqn] for fqn in ("ods.order", "ods.user")]
+    once = DeltaStore(str(tmp_path / "once"))
+    for table in tables:
         ingest_table(spark, once, landing, table)
-        ingest_table(spark, twice, landing, table)
+    # the same lake (the Delta logs' paths are relative), then every segment applied to it a second time
+    shutil.copytree(tmp_path / "once", tmp_path / "twice")
+    twice = DeltaStore(str(tmp_path / "twice"))
+    for table in tables:
         segments = [
             s
             for st in landing.streams(table.source_database or "", table.source_tables or "")
             for s in landing.segments(st)
         ]
         ingest_batch(spark, twice, table, segments)  # the whole stream delivered a second time
-        assert _content(once, table.key).equals(_content(twice, table.key)), fqn
+        assert _content(once, table.key).equals(_content(twice, table.key)), table.fqn
 
 
 def _content(store: DeltaStore, key: list[str]) -> pa.Table:
