@@ -76,7 +76,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.calibration import calib_ms, calib_spark_connect_ms
 from bench.handoff_latency import _engine_watching, _sensor_ticked
-from bench.processes import free_port
+from bench.processes import LEFTOVER_GRACE_S, free_port
 from bench.soak import SilentShard, Supervisor
 from resources.settings import Settings
 
@@ -365,7 +365,7 @@ def main() -> int:
     finally:
         supervisor.stop()
         # what Dagster's stop left (a code server, the warm launcher): signalled now, waited for by polling
-        stop_marked(mark)
+        stop_marked(mark, grace=LEFTOVER_GRACE_S)
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     print(

@@ -68,7 +68,7 @@ from deltalake import write_deltalake
 
 from bench.calibration import calib_ms, calib_spark_connect_ms
 from bench.handoff_latency import _failed_runs, _first_step, _sensor_ticked, _wait_until_idle
-from bench.processes import free_port
+from bench.processes import LEFTOVER_GRACE_S, free_port
 from bench.soak import Supervisor
 from resources.delta_read import DeltaReader
 from resources.delta_replica import Replicated, app_id, commit_time, replicate_partition
@@ -436,7 +436,7 @@ def run_stack(hours: int, scale: float, timeout: float, keep: bool, ods_interval
     finally:
         supervisor.stop()
         # what Dagster's stop left (a code server, the warm launcher): signalled now, waited for by polling
-        stop_marked(mark)
+        stop_marked(mark, grace=LEFTOVER_GRACE_S)
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
     _said(pubs, failed, behind, status)
