@@ -11,6 +11,8 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -171,11 +173,12 @@ PLAIN_SESSION = textwrap.dedent(
     """
     import json, sys
     from pyspark.sql import SparkSession
-    path, jars, conf = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+    jars, conf = sys.argv[1], json.loads(sys.argv[2])
     builder = SparkSession.builder.master("local[1]").config("spark.driver.extraClassPath", jars)
     for name, value in conf.items():
         builder = builder.config(name, value)
     spark = builder.config("spark.ui.enabled", "false").getOrCreate()
+    path = sys.stdin.readline().strip()  # the table to read, once the test has written it
     rows = spark.sql(f"SELECT id, user, CAST(amount AS STRING) AS amount, dt FROM delta.`{path}`").collect()
     print(json.dumps(sorted([list(r) for r in rows])))
     spark.stop()
@@ -183,21 +186,43 @@ PLAIN_SESSION = textwrap.dedent(
 )
 
 
+@dataclass
+class PlainSession:
+    process: subprocess.Popen[str]
+    log: Path  # what it printed on stderr
+
+
+@pytest.fixture(scope="module", autouse=True)
+def plain_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PlainSession]:
+    """A plain Spark session's process, started with the module's first test: its JVM and session start while the
+    other tests run, and waits for the path of the table it reads."""
+    folder = tmp_path_factory.mktemp("plain")
+    script = folder / "plain_reader.py"
+    script.write_text(PLAIN_SESSION)
+    with (folder / "stderr.log").open("w") as log:
+        process = subprocess.Popen(
+            [sys.executable, str(script), str(jars_dir() / "*"), json.dumps(DELTA_CONF)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            # a JVM living seconds: C1's compiles alone (half the CPU of C2's, which so short a life never pays back)
+            env={**os.environ, "JAVA_TOOL_OPTIONS": QUICK_JIT},
+        )
+    try:
+        yield PlainSession(process, folder / "stderr.log")
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.communicate()
+
+
 def test_a_plain_spark_session_with_only_deltas_extension_reads_a_product_table(
-    derived: DeltaStore, tmp_path: Path
+    derived: DeltaStore, plain_session: PlainSession
 ) -> None:
     store = derived
-    script = tmp_path / "plain_reader.py"
-    script.write_text(PLAIN_SESSION)
-    done = subprocess.run(
-        [sys.executable, str(script), store.table_uri(("dws", "sales")), str(jars_dir() / "*"), json.dumps(DELTA_CONF)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-        # a JVM living seconds: C1's compiles alone (half the CPU of C2's, which so short a life never pays back)
-        env={**os.environ, "JAVA_TOOL_OPTIONS": QUICK_JIT},
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    rows = json.loads(done.stdout.strip().splitlines()[-1])
+    process = plain_session.process
+    out, _ = process.communicate(store.table_uri(("dws", "sales")) + "\n", timeout=600)
+    assert process.returncode == 0, plain_session.log.read_text()[-3000:]
+    rows = json.loads(out.strip().splitlines()[-1])
     assert rows == sorted([[i, f"u{i % 3}", "1.50", day] for day in DAYS for i in range(4)])
