@@ -24,8 +24,9 @@ table's checkpoint and log cleanup, which read and write only the log). :class:`
 reads (versions, history, live files and their counts, :meth:`DeltaStore.read_rows`,
 :meth:`DeltaStore.app_versions`) through its :class:`~resources.delta_read.DeltaReader`. Tables use only
 features both engines read (no column mapping); the tables Spark merges into have deletion vectors
-(:meth:`DeltaStore.enable_deletion_vectors`), which delta-rs reads through DataFusion only, so every read of rows
-without a JVM is :meth:`DeltaStore.read_rows`; maintenance purges them (:meth:`DeltaStore.purge_deletion_vectors`).
+(:meth:`DeltaStore.create_merged_table`; :meth:`DeltaStore.enable_deletion_vectors` for older ones), which delta-rs
+reads through DataFusion only, so every read of rows without a JVM is :meth:`DeltaStore.read_rows`; maintenance purges
+them (:meth:`DeltaStore.purge_deletion_vectors`).
 
 This module and :mod:`resources.delta_read` are the only ones importing ``deltalake`` (an import-linter
 contract). The lake root's storage options come from dagster-deltalake's storage configuration
@@ -49,16 +50,18 @@ from deltalake import CommitProperties, DeltaTable, Schema, write_deltalake
 from deltalake.transaction import Transaction
 from pydantic import Field
 
-from resources.column_types import normalize_arrow_schema
+from resources.column_types import normalize_arrow_schema, spark_schema, spark_type
 from resources.delta_keys import IN_LIST_PUSHDOWN, MAX_LITERAL_VALUES, KeyScopedWrites, literal_in
-from resources.delta_read import REPLACED, PartitionSpec, ReadStats
+from resources.delta_read import REPLACED, PartitionSpec, ReadStats, _identifier, _literal, _sql_partitions
 from resources.delta_sql import (
     COMMIT_ATTEMPTS,
     MergeResult,
     PartitionWritten,
     Predicate,
     WriteResult,
+    create_table_sql,
     is_conflict,
+    merge_clauses,
     partition_columns,
     session_confs,
     snake,
@@ -72,7 +75,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
-# What a table whose changes are read by key needs (:meth:`DeltaStore.enable_deletion_vectors`, and every derived
+# What a table whose changes are read by key needs (:meth:`DeltaStore.create_merged_table`, and every derived
 # table from its creation): its commits record the rows they changed, and a key-scoped rebuild's MERGE marks the rows
 # it replaces instead of copying the rest of their files
 CHANGE_FEED = "delta.enableChangeDataFeed"
@@ -148,6 +151,24 @@ class DeltaStore(KeyScopedWrites):
             storage_options=self.storage_options or None,
         )
 
+    def create_merged_table(
+        self,
+        spark: SparkSession,
+        key: Sequence[str] | str,
+        schema: pa.Schema,
+        partition_by: Sequence[str],
+        description: str | None = None,
+    ) -> None:
+        """A table Spark's MERGE writes, created by Spark with its change tracking (:data:`CHANGE_TRACKING`) in one
+        commit: the protocol and properties :meth:`enable_deletion_vectors` gives a table :meth:`create_table`
+        made, without its second commit and the Spark jobs that read the first one back. A no-op on a table that
+        exists (another writer's)."""
+        properties = {**self.table_configuration(), **CHANGE_TRACKING}
+        columns = spark_schema([(f.name, spark_type(f.type)) for f in normalize_arrow_schema(schema)])
+        sql = create_table_sql(self.spark_path(key), columns, partition_by, properties, description)
+        with spark_errors(self.table_uri(key), "create"):
+            spark.sql(sql).collect()
+
     def enable_deletion_vectors(self, spark: SparkSession, key: Sequence[str] | str) -> bool:
         """Let Spark's MERGE, UPDATE and DELETE mark replaced and deleted rows in deletion vectors instead of
         rewriting every file that holds one, and record what each commit changed (Delta's change data feed, which a
@@ -201,6 +222,63 @@ class DeltaStore(KeyScopedWrites):
             ),
         )
         return self._version(key)
+
+    def overwrite_rows(
+        self, key: Sequence[str] | str, rows: pa.Table, partitions: Sequence[PartitionSpec], *, operation: str
+    ) -> None:
+        """Replace exactly ``partitions`` of the existing table ``key`` with ``rows`` (its columns, in any order and
+        types that cast to its own): one commit by delta-rs, in this process. For the few rows a caller already
+        holds (a maintained total's states), which Spark would spend a few jobs and its commit's log reads writing."""
+        if not partitions:
+            raise DeltaLayerError("overwrite needs at least one target partition")
+        write_deltalake(
+            self.table_uri(key),
+            self._as_stored(key, rows),
+            mode="overwrite",
+            predicate=_sql_partitions(partitions),
+            storage_options=self.storage_options or None,
+            commit_properties=CommitProperties(custom_metadata={"warehouse.operation": operation}),
+        )
+
+    def merge_counts(
+        self,
+        key: Sequence[str] | str,
+        rows: pa.Table,
+        on: Sequence[str],
+        count: str,
+        partitions: Sequence[PartitionSpec],
+    ) -> None:
+        """Upsert ``rows`` (the few a caller holds, in the table's columns) matched on the partition columns and
+        ``on`` null-safely, in ``partitions`` only: one ``MERGE`` commit by delta-rs, in this process (no Spark job).
+        A row whose ``count`` is 0 or less is deleted (not inserted); one whose ``count`` is NULL is a stamp, updated
+        or inserted whatever. What the MERGE does not name stays."""
+        dt = self.table(key)
+        if dt is None:
+            raise DeltaLayerError(f"table {self.table_uri(key)} does not exist")
+        columns = [*dt.metadata().partition_columns, *on]
+        within = " OR ".join(
+            "(" + " AND ".join(f"t.{_identifier(c)} = {_literal(v)}" for c, v in spec.items()) + ")"
+            for spec in partitions
+        )
+        matched = [f"(t.{_identifier(c)} IS NOT DISTINCT FROM s.{_identifier(c)})" for c in columns]
+        counted = f"s.{_identifier(count)}"
+        metadata = CommitProperties(custom_metadata={"warehouse.operation": "merge-counts"})
+        merger = dt.merge(
+            self._as_stored(key, rows),
+            " AND ".join([f"({within})", *matched]),
+            source_alias="s",
+            target_alias="t",
+            commit_properties=metadata,
+        )
+        merger = merger.when_matched_delete(f"{counted} <= 0").when_matched_update_all()
+        merger.when_not_matched_insert_all(f"coalesce({counted} > 0, true)").execute()
+
+    def _as_stored(self, key: Sequence[str] | str, rows: pa.Table) -> pa.Table:
+        """``rows`` in the columns and types of the table ``key`` (Spark's Arrow types may differ in width)."""
+        schema = self.arrow_schema(key)
+        if schema is None:
+            raise DeltaLayerError(f"table {self.table_uri(key)} does not exist")
+        return rows.select(schema.names).cast(schema)
 
     # Spark's Delta: read, overwrite, merge, optimize ------------------------------------------------------
     def spark_path(self, key: Sequence[str] | str) -> str:
@@ -464,9 +542,8 @@ class DeltaStore(KeyScopedWrites):
         uri = self.table_uri(key)
         target_columns = [c for c in batch.schema.names if c != op_column]
         if not self.exists(key):
-            self.create_table(key, normalize_arrow_schema(batch.select(target_columns).schema), partition_by)
             # a merged table marks the rows a batch replaces or deletes instead of rewriting their files
-            self.enable_deletion_vectors(spark, key)
+            self.create_merged_table(spark, key, batch.select(target_columns).schema, partition_by)
         moved = 0
         if moved_out is not None and moved_out.num_rows:
             moved = moved_out.num_rows
@@ -479,14 +556,17 @@ class DeltaStore(KeyScopedWrites):
         conditions = [f"t.`{c}` = s.`{c}`" for c in [*partition_by, *primary_key]]
         if prune and specs:
             conditions.insert(0, sql_partition_predicate("t", specs, partition_by))
-        clauses = _merge_clauses(target_columns, order_by, op_column, tombstone_column)
+        clauses = merge_clauses(target_columns, order_by, op_column, tombstone_column)
         source = f"__merge_source_{uuid.uuid4().hex[:12]}"
         arrow_frame(spark, batch).createOrReplaceTempView(source)
         write_id = f"m-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:12]}"
         confs = {
             "spark.databricks.delta.commitInfo.userMetadata": json.dumps(
                 {"warehouse.operation": "merge", "warehouse.write_id": write_id}
-            )
+            ),
+            # the source is the batch, in memory: read twice it gives the same rows, so Delta need not copy it first
+            # (its copy is a Spark job, and the cached rows, on every merge)
+            "spark.databricks.delta.merge.materializeSource": "none",
         }
         if app_transaction is not None:
             confs["spark.databricks.delta.write.txnAppId"] = app_transaction[0]
@@ -747,35 +827,6 @@ def batch_partitions(batch: pa.Table, partition_by: Sequence[str]) -> list[dict[
 def _with_column(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
     index = table.schema.get_field_index(name)
     return table.append_column(name, values) if index < 0 else table.set_column(index, name, values)
-
-
-def _merge_clauses(
-    target_columns: Sequence[str], order_by: Sequence[str], op_column: str, tombstone_column: str | None
-) -> str:
-    """The MERGE's WHEN clauses: a newer change updates (or deletes) its key's row, a new key's row is inserted; with
-    ``tombstone_column`` a DELETE is an update that flags the row."""
-    newer = _newer_predicate(order_by)
-    # unqualified targets: with schema evolution a column new to the table is assigned by its name
-    updates = ", ".join(f"`{c}` = s.`{c}`" for c in target_columns)
-    names = ", ".join(f"`{c}`" for c in target_columns)
-    inserts = f"({names}) VALUES ({', '.join(f's.`{c}`' for c in target_columns)})"
-    if tombstone_column is not None:
-        return f"WHEN MATCHED AND {newer} THEN UPDATE SET {updates} WHEN NOT MATCHED THEN INSERT {inserts}"
-    return (
-        f"WHEN MATCHED AND s.`{op_column}` = 'DELETE' AND {newer} THEN DELETE "
-        f"WHEN MATCHED AND s.`{op_column}` <> 'DELETE' AND {newer} THEN UPDATE SET {updates} "
-        f"WHEN NOT MATCHED AND s.`{op_column}` <> 'DELETE' THEN INSERT {inserts}"
-    )
-
-
-def _newer_predicate(order_by: Sequence[str]) -> str:
-    """``(s.a, s.b) >= (t.a, t.b)`` in SQL that delta-rs understands (ties apply: replays are idempotent)."""
-    terms = []
-    for i, col in enumerate(order_by):
-        equal = [f"s.`{c}` = t.`{c}`" for c in order_by[:i]]
-        op = ">=" if i == len(order_by) - 1 else ">"
-        terms.append("(" + " AND ".join([*equal, f"s.`{col}` {op} t.`{col}`"]) + ")")
-    return "(" + " OR ".join(terms) + ")"
 
 
 class DeltaLakeResource(ConfigurableResource):  # type: ignore[misc]

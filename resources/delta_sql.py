@@ -158,6 +158,59 @@ def sql_partition_predicate(alias: str | None, specs: Sequence[PartitionSpec], p
     return "(" + " OR ".join(terms) + ")"
 
 
+def spark_string(value: str) -> str:
+    """A string literal of Spark SQL, which reads backslash escapes (and joins adjacent literals: ``''`` is no
+    quote)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def create_table_sql(
+    path: str,
+    schema: str,
+    partition_by: Sequence[str],
+    properties: Mapping[str, str | None],
+    description: str | None = None,
+) -> str:
+    """``CREATE TABLE IF NOT EXISTS`` of a Delta table at ``path`` (``schema``: Spark DDL columns) with its table
+    properties, in one commit: Spark derives the protocol from the properties as it does for any table it creates."""
+    partitions = f" PARTITIONED BY ({', '.join(f'`{c}`' for c in partition_by)})" if partition_by else ""
+    comment = f" COMMENT {spark_string(description)}" if description else ""
+    listed = ", ".join(f"{spark_string(k)} = {spark_string(v)}" for k, v in properties.items() if v is not None)
+    return (
+        f"CREATE TABLE IF NOT EXISTS delta.`{path}` ({schema}) USING DELTA{partitions}{comment} "
+        f"TBLPROPERTIES ({listed})"
+    )
+
+
+def merge_clauses(
+    target_columns: Sequence[str], order_by: Sequence[str], op_column: str, tombstone_column: str | None
+) -> str:
+    """The MERGE's WHEN clauses: a newer change updates (or deletes) its key's row, a new key's row is inserted; with
+    ``tombstone_column`` a DELETE is an update that flags the row."""
+    newer = newer_predicate(order_by)
+    # unqualified targets: with schema evolution a column new to the table is assigned by its name
+    updates = ", ".join(f"`{c}` = s.`{c}`" for c in target_columns)
+    names = ", ".join(f"`{c}`" for c in target_columns)
+    inserts = f"({names}) VALUES ({', '.join(f's.`{c}`' for c in target_columns)})"
+    if tombstone_column is not None:
+        return f"WHEN MATCHED AND {newer} THEN UPDATE SET {updates} WHEN NOT MATCHED THEN INSERT {inserts}"
+    return (
+        f"WHEN MATCHED AND s.`{op_column}` = 'DELETE' AND {newer} THEN DELETE "
+        f"WHEN MATCHED AND s.`{op_column}` <> 'DELETE' AND {newer} THEN UPDATE SET {updates} "
+        f"WHEN NOT MATCHED AND s.`{op_column}` <> 'DELETE' THEN INSERT {inserts}"
+    )
+
+
+def newer_predicate(order_by: Sequence[str]) -> str:
+    """``(s.a, s.b) >= (t.a, t.b)`` in SQL that delta-rs understands (ties apply: replays are idempotent)."""
+    terms = []
+    for i, col in enumerate(order_by):
+        equal = [f"s.`{c}` = t.`{c}`" for c in order_by[:i]]
+        op = ">=" if i == len(order_by) - 1 else ">"
+        terms.append("(" + " AND ".join([*equal, f"s.`{col}` {op} t.`{col}`"]) + ")")
+    return "(" + " OR ".join(terms) + ")"
+
+
 def snake(name: str) -> str:
     """``numTargetRowsInserted`` → ``num_target_rows_inserted``: Delta's metric names as the results spell them."""
     return "".join(f"_{c.lower()}" if c.isupper() else c for c in name).lstrip("_")

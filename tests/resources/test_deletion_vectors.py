@@ -224,6 +224,29 @@ def test_an_existing_lake_is_upgraded_in_place(spark: SparkSession, tmp_path: Pa
     assert seam_rows(store, key) == spark_rows(store, spark, key) == replayed_rows(store, key) == expected
 
 
+def test_a_merged_table_is_created_as_an_upgrade_leaves_one_in_one_commit(spark: SparkSession, tmp_path: Path) -> None:
+    """The table a first merge creates (Spark's create, with deletion vectors and the change data feed) has the
+    protocol, properties, schema and description of a table created by delta-rs and upgraded, in one commit."""
+    store = DeltaStore(str(tmp_path / "lake"))
+    schema, about = SCHEMA.remove(SCHEMA.get_field_index("_op")), "the source's orders \\ by hour"
+    store.create_table(("ods", "upgraded"), schema, ["dt", "hh"], about)
+    assert store.enable_deletion_vectors(spark, ("ods", "upgraded"))
+    store.create_merged_table(spark, ("ods", "created"), schema, ["dt", "hh"], about)
+    upgraded, created = (DeltaTable(store.table_uri(("ods", name))) for name in ("upgraded", "created"))
+    assert (created.version(), upgraded.version()) == (0, 1)
+
+    def described(table: DeltaTable) -> tuple[Any, ...]:
+        p, m = table.protocol(), table.metadata()
+        features = (sorted(p.reader_features or []), sorted(p.writer_features or []))
+        return p.min_reader_version, p.min_writer_version, features, m.configuration, m.partition_columns, m.description
+
+    assert described(created) == described(upgraded)
+    assert created.schema().to_json() == upgraded.schema().to_json()
+    assert not store.enable_deletion_vectors(spark, ("ods", "created"))  # nothing left to upgrade
+    store.create_merged_table(spark, ("ods", "created"), schema, ["dt", "hh"], about)  # there already: no commit
+    assert DeltaTable(store.table_uri(("ods", "created"))).version() == 0
+
+
 def test_the_change_feed_holds_every_changed_keys_row_as_it_is_now(spark: SparkSession, merged: Merged) -> None:
     """A table unique by its key: the feed's net images above 0 are the changed keys' rows now (the update, the moved
     key in its new hour, the insert), those below 0 the rows they replaced or deleted; no unchanged key is there."""

@@ -167,8 +167,7 @@ def ensure_ods_table(store: DeltaStore, table: Table, spark: SparkSession) -> No
     """The ODS table, created on first use with deletion vectors: a merge marks the rows it replaces or deletes
     instead of rewriting every file holding one."""
     if not store.exists(table.key):
-        store.create_table(table.key, ods_arrow_schema(table), table.partition_by, table.description)
-        store.enable_deletion_vectors(spark, table.key)
+        store.create_merged_table(spark, table.key, ods_arrow_schema(table), table.partition_by, table.description)
 
 
 def committed_batch(store: DeltaStore, table: Table) -> tuple[int, dict[str, int]]:
