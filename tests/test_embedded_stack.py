@@ -15,7 +15,8 @@ its day.
 Last, bad data, with the `warehouse` command as the README's "Bad data" section has its user type it: an hour of orders
 gone wrong in the lake is tainted (``--apply``), shown tainted by ``warehouse status``, stays tainted when the stack
 next looks at the lake, is re-ingested from the landing area; the repair the daemon runs rebuilds exactly what was
-built from it, every run succeeds and the ADS figures equal a replay of the landing area.
+built from it, every run succeeds and the ADS figures equal a replay of the landing area. Then SIGINT stops the stack,
+started in the background as a script starts it, with nothing left running.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ from tests.support.dev_stack import (
     ROOT,
     STACK_TIMEOUT_S,
     STALL_S,
+    assert_sigint_stops_everything,
     await_partition,
     days_ended,
     free_port,
@@ -80,6 +82,7 @@ from tests.support.dev_stack import (
     start_stack,
 )
 from tests.support.instances import memory_backed_dir
+from tests.support.jvm import SESSION_JIT
 from tests.support.lake import row_dicts
 from tests.support.small_catalog import product_tables
 from tests.support.ui import (
@@ -173,8 +176,12 @@ def stack(monkeypatch_module: pytest.MonkeyPatch) -> Iterator[Stack]:
         # every assertion names one of them, and the engine's runs for the others only made the stack slower
         product_tables(root / "tables", STACK_TABLES)
         port, spark_port = free_port(), free_port()
-        env = {"WAREHOUSE_CATALOG_DIR": str(root / "tables")}
-        with start_stack(root, home, port, spark_port, env=env, days=2) as proc:
+        # the stack's Spark Connect server compiled as each worker's own session is (tests/support/jvm.py)
+        jit = f"{os.environ.get('JAVA_TOOL_OPTIONS', '')} {SESSION_JIT}".strip()
+        env = {"WAREHOUSE_CATALOG_DIR": str(root / "tables"), "JAVA_TOOL_OPTIONS": jit}
+        # started as a script or a supervisor starts it in the background (SIGINT ignored): the module's last test
+        # stops it with SIGINT to its process group
+        with start_stack(root, home, port, spark_port, env=env, days=2, sigint_ignored=True) as proc:
             yield Stack(port, home, proc, spark_port)
 
 
@@ -909,3 +916,15 @@ def test_after_the_repair_the_hour_is_not_reported_again_its_readers_not_stale_a
     left = [(s.table, s.partition, s.note) for s in entries if s.due is None]
     assert not left, (left, runs_summary(instance))
     warehouse(stack, "reconcile")  # exits 0: nothing missing, nothing orphaned, the ingesting hour left out
+
+
+# --- last: the stack stopped as a supervisor stops it ---------------------------------------------------------------
+
+
+def test_sigint_stops_a_background_dev_stack_with_nothing_left(stack: Stack) -> None:
+    """`warehouse dev` started in the background, in a session of its own, with SIGINT ignored (what a non-interactive
+    shell gives a background job): SIGINT to its process group stops everything it started, the warm launcher's worker
+    and a run's process included, and nothing outlives it. Its logs on the way: the terminal's, dev.log, and the Spark
+    Connect server's warnings only, in a size-capped rolling file."""
+    why = {"table": "ads.daily_gmv", "partition": DAYS[2]}
+    assert_sigint_stops_everything(stack.proc, stack.home.parent, stack.port, stack.home, why)

@@ -1,6 +1,6 @@
 """The embedded Spark Connect server's log: warnings by default, into a file that rolls over at a size cap, so a
 long-running `make dev` cannot fill the disk (at INFO the server wrote about 25 MB in ten minutes). The server itself
-is started by tests/cli/test_dev.py, which reads its log."""
+is started by tests/test_embedded_stack.py, whose last test reads its log."""
 
 from __future__ import annotations
 

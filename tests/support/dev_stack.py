@@ -3,12 +3,14 @@
 :func:`start_stack` starts it on simulated sources against a Dagster home of the caller's (SQLite or PostgreSQL) and
 stops it cleanly, process group and stragglers included. :func:`await_partition` waits, with no click, until a
 partition is materialized and every run the stack started has finished, and asserts that they all succeeded.
+:func:`assert_sigint_stops_everything` stops a stack as a supervisor does and asserts that nothing outlives it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -24,7 +26,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from dagster import AssetKey, DagsterInstance, DagsterRun, DagsterRunStatus, RunRecord, RunsFilter
 
-from resources.spark import port_open
+from resources.spark import LOG_FILE_BYTES, port_open
 from simulator.cdc import SimulationConfig, simulate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,9 +78,13 @@ def start_stack(
     spark_port: int,
     env: Mapping[str, str] | None = None,
     days: int = 1,
+    sigint_ignored: bool = False,
 ) -> Iterator[subprocess.Popen[bytes]]:
     """`warehouse dev` on ``days`` simulated days from DAY and the next day's first hour (landing and lake under
-    ``root``) with the instance of ``home``; ``env`` adds to the environment (the instance's settings)."""
+    ``root``) with the instance of ``home``; ``env`` adds to the environment (the instance's settings). With
+    ``sigint_ignored`` it starts as a script or a supervisor starts it in the background: SIGINT ignored, which a
+    non-interactive shell gives a background job."""
+    disposition = signal.SIG_IGN if sigint_ignored else signal.SIG_DFL
     simulate(root / "landing", DAY, DAY + timedelta(days=days, hours=1), SimulationConfig(seed=5, scale=0.03))
     full_env = dict(
         os.environ,
@@ -102,7 +108,7 @@ def start_stack(
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, disposition),
     )
     try:
         yield proc
@@ -211,3 +217,87 @@ def await_partition(
     ]
     assert not failed, "runs that did not succeed:\n" + "\n".join(failed)
     return instance
+
+
+LAUNCH = """
+mutation Launch($params: ExecutionParams!) {
+  launchRun(executionParams: $params) {
+    __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message }
+  }
+}
+"""
+
+
+def marked_processes(marker: str) -> list[int]:
+    """The live processes (zombies left out) whose environment carries ``marker``."""
+    needle = marker.encode() + b"\0"
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if needle in (entry / "environ").read_bytes() and "Z" not in (entry / "stat").read_text().split()[2]:
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def launch_job(port: int, job: str, run_config: dict) -> str:
+    """Launch ``job`` through the webserver, as the UI's Launchpad does; the run's id."""
+    params = {
+        "selector": {"repositoryLocationName": "warehouse", "repositoryName": "__repository__", "jobName": job},
+        "runConfigData": run_config,
+    }
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/graphql",
+        data=json.dumps({"query": LAUNCH, "variables": {"params": params}}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=180) as response:  # the launch may start the warm worker: it waits
+        answer = json.loads(response.read())["data"]["launchRun"]
+    assert answer["__typename"] == "LaunchRunSuccess", answer
+    return str(answer["run"]["runId"])
+
+
+def assert_sigint_stops_everything(
+    proc: subprocess.Popen[bytes], root: Path, port: int, home: Path, why: Mapping[str, str]
+) -> None:
+    """A `why_waiting` run (config ``why``) launched and finished, so that the warm launcher's worker and a run's own
+    process have existed; then SIGINT to the stack's process group, as a supervisor stops a background `warehouse dev`
+    (started with ``sigint_ignored``): it exits 0 and nothing it started outlives it. On the way, its logs under
+    ``root``: the terminal's and dev.log (in one zone), and Spark Connect's, warnings only in a size-capped file."""
+    # the stack's own processes: the test's (a browser it drives) share its DAGSTER_HOME, not its log dir
+    marker = f"WAREHOUSE_LOG_DIR={root}"
+    instance = DagsterInstance.from_config(str(home))
+    run_id = launch_job(port, "why_waiting", {"ops": {"explain_partition": {"config": dict(why)}}})
+    deadline = time.monotonic() + DEADLINE_S
+    while not ((run := instance.get_run_by_id(run_id)) is not None and run.is_finished):
+        assert proc.poll() is None, "warehouse dev exited before the run finished"
+        assert time.monotonic() < deadline, f"run {run_id} did not finish"
+        time.sleep(POLL_S)
+    assert run is not None and run.status == DagsterRunStatus.SUCCESS, run
+    assert len(marked_processes(marker)) >= 6  # dev, Spark, dagster dev, webserver, daemon, code server, engine, ...
+    instance.dispose()
+
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=120) == 0
+    deadline = time.monotonic() + 10  # reparented children a moment behind their parents
+    while (left := marked_processes(marker)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert left == [], [Path(f"/proc/{pid}/cmdline").read_bytes()[:200] for pid in left]
+    # the daemon stopped before the code server: none of its sensor ticks failed against a server gone
+    terminal = (root / "terminal.log").read_text()
+    assert "DagsterUserCodeUnreachableError" not in terminal
+    # the stack's own log (WAREHOUSE_LOG_DIR/dev.log): what the terminal showed, Dagster's colour codes left out
+    written = (root / "dev.log").read_text()
+    assert "\x1b[" in terminal and "\x1b" not in written  # the daemon's warnings at a first start are coloured
+    assert "[dev] the UI is up" in written and "why_waiting" in written
+    # one zone: Dagster's lines (its daemon's, the runs') carry the business timezone's offset, as the partition keys do
+    stamped = re.findall(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d( [+-]\d{4})? - dagster[.\w]* - ", written, re.MULTILINE)
+    assert stamped and set(stamped) == {" +0800"}, stamped
+
+    connect_log = root / "spark-connect.log"
+    lines = connect_log.read_text().splitlines() if connect_log.exists() else []
+    assert not [line for line in lines if " INFO " in line], lines[:20]  # warnings and errors only
+    config = (root / "spark-connect.log4j2.properties").read_text()
+    assert "appender.file.type = RollingFile" in config
+    assert f"appender.file.policies.size.size = {LOG_FILE_BYTES}" in config

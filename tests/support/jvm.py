@@ -3,8 +3,8 @@ sessions each test worker's Python starts (tests/conftest.py)."""
 
 # C1 only: a JVM living a minute or two never earns back C2's optimizing compiles (the same Delta work took 40 CPU s
 # instead of 70), nor does test_postgres's stack's Spark Connect server in its few minutes (162 CPU s instead of 221);
-# the embedded stack's server, busy for a quarter of an hour, keeps the default (C1 alone was not measured cheaper
-# there)
+# the embedded stack's server, busy for a quarter of an hour, takes SESSION_JIT below (C1 alone in its 48 MB was not
+# measured cheaper there; with 240 MB its JVM spent 297 CPU s for the module against the default's 328, load ~15)
 QUICK_JIT = "-XX:TieredStopAtLevel=1"
 
 # A worker's own session lives the whole run: C1 alone too, but in the code cache C2's tiers would have had. Given
