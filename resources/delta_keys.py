@@ -311,39 +311,6 @@ class KeyScopedWrites(DeltaReader):
             rows_deleted=metrics.get("num_target_rows_deleted", 0),
         )
 
-    def merge_counts(
-        self,
-        spark: SparkSession,
-        key: Sequence[str] | str,
-        rows: DataFrame,
-        on: Sequence[str],
-        count: str,
-        partition_by: Sequence[str],
-        partitions: Sequence[PartitionSpec],
-    ) -> int:
-        """Upsert ``rows`` (the table's columns) matched on ``on`` null-safely, in ``partitions`` only: one Delta
-        ``MERGE`` commit, its version returned. A row whose ``count`` is 0 or less is deleted (not inserted); one
-        whose ``count`` is NULL is a stamp, updated or inserted whatever. What the MERGE does not name stays."""
-        source = f"__merge_counts_{uuid.uuid4().hex[:12]}"
-        columns = list(rows.columns)
-        conditions = [sql_partition_predicate("t", partitions, partition_by)]
-        conditions += [f"t.`{c}` <=> s.`{c}`" for c in [*partition_by, *on]]
-        updates = ", ".join(f"t.`{c}` = s.`{c}`" for c in columns)
-        values = ", ".join(f"s.`{c}`" for c in columns)
-        write_id = f"c-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:12]}"
-        metadata = json.dumps({"warehouse.operation": "merge-counts", "warehouse.write_id": write_id})
-        sql = (
-            f"MERGE INTO delta.`{self.spark_path(key)}` AS t USING {source} AS s "
-            f"ON {' AND '.join(conditions)} "
-            f"WHEN MATCHED AND s.`{count}` <= 0 THEN DELETE "
-            f"WHEN MATCHED THEN UPDATE SET {updates} "
-            f"WHEN NOT MATCHED AND coalesce(s.`{count}` > 0, true) "
-            f"THEN INSERT ({', '.join(f'`{c}`' for c in columns)}) VALUES ({values})"
-        )
-        confs = {"spark.databricks.delta.commitInfo.userMetadata": metadata}
-        self._merge_retrying(spark, key, rows, source, sql, confs, "merge counts")
-        return int(self._commit_of(key, write_id)["version"])
-
     def _merge_retrying(
         self,
         spark: SparkSession,

@@ -10,7 +10,7 @@ hourly ``dws.order_hourly``'s runs are only recorded (when each is requested is 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -21,6 +21,7 @@ import pyarrow as pa
 import pytest
 from dagster import (
     AssetCheckEvaluation,
+    AssetCheckKey,
     AssetKey,
     AssetMaterialization,
     AssetRecordsFilter,
@@ -46,6 +47,7 @@ from tests.support.lake import row_dicts
 from warehouse_assets.catalog import Catalog, load_catalog
 from warehouse_assets.ingest.merge import ods_arrow_schema
 from warehouse_assets.materialize.compiler import build_assets
+from warehouse_assets.materialize.log_checks import BY_DATAFUSION, FROM_LOG, JUDGED_BY
 
 pytestmark = pytest.mark.spark
 
@@ -84,7 +86,7 @@ class Warehouse:
             self.report_hour(hour)
 
     def merge_orders(
-        self, spark: SparkSession, rows: list[dict[str, Any]], moved_from: dict[int, str], hours: list[str] = ()
+        self, spark: SparkSession, rows: list[dict[str, Any]], moved_from: dict[int, str], hours: Sequence[str] = ()
     ) -> None:
         """Merge ``rows`` (new images of orders) into ``ods.order`` with Spark's MERGE as the ingestion does, each
         order in ``moved_from`` retired from the hour (``dt-hh``) it left, and report ``hours`` and every hour touched
@@ -114,11 +116,11 @@ class Warehouse:
         for hour in sorted(touched | set(hours)):
             self.report_hour(hour)
 
-    def partition_rows(self, spark: SparkSession, table: str) -> list[tuple[Any, ...]]:
-        """The day's rows of ``table`` as Spark's Delta reader sees them (deletion vectors applied), sorted."""
-        path = str(self.root / "lake" / table.replace(".", "/"))
-        df = spark.read.format("delta").load(path).where(f"dt = '{DAY}'")
-        return sorted(tuple(row) for row in df.collect())
+    def partition_rows(self, table: str) -> list[tuple[Any, ...]]:
+        """The day's rows of ``table`` as delta-rs's DataFusion reader sees them (deletion vectors applied, as
+        Spark's reader applies them), sorted: without a Spark job."""
+        rows, _ = DeltaStore(str(self.root / "lake")).read_rows(table.split("."), [{"dt": DAY}])
+        return sorted(tuple(row.values()) for row in rows.to_pylist())
 
     def version(self, table: str) -> int:
         return int(DeltaTable(str(self.root / "lake" / table.replace(".", "/"))).version())
@@ -200,6 +202,16 @@ def warehouse(spark: SparkSession, tmp_path: Path) -> Iterator[Warehouse]:
         warehouse = Warehouse(load_catalog(), tmp_path, instance, resources)
         yield warehouse
         warehouse.engine.close()
+
+
+def judged_by(instance: DagsterInstance, table: str, check: str) -> str | None:
+    """How the latest evaluation of ``table``'s ``check`` was judged without Spark (None: by Spark)."""
+    key = AssetCheckKey(AssetKey(table.split(".")), check)
+    [record] = instance.event_log_storage.get_asset_check_execution_history(key, limit=1)
+    evaluation = record.event.dagster_event.event_specific_data  # type: ignore[union-attr]
+    assert isinstance(evaluation, AssetCheckEvaluation), evaluation
+    judged = evaluation.metadata.get(JUDGED_BY)
+    return str(judged.value) if judged is not None else None
 
 
 def expected_gmv(rows: list[dict[str, Any]]) -> Decimal:
@@ -292,8 +304,17 @@ def test_a_late_change_rebuilds_only_the_keys_it_touched_and_leaves_the_rows_a_w
     for table in ("dwd.order_detail", "dws.user_order_daily"):
         [commit] = DeltaTable(str(warehouse.root / "lake" / table.replace(".", "/"))).history(1)
         assert commit["operation"] == "WRITE" and "IN (" in commit["operationParameters"]["predicate"], table
+    # the total's one row of the day replaces the partition's (no MERGE), and its checks that the Delta log or a
+    # DataFusion count prove are judged so, without reading the partition back into Spark
+    [commit] = DeltaTable(str(warehouse.root / "lake" / "ads" / "daily_gmv")).history(1)
+    assert commit["operation"] == "WRITE", commit
+    assert {c: judged_by(warehouse.instance, "ads.daily_gmv", c) for c in ("unique", "range", "row_count")} == {
+        "unique": BY_DATAFUSION,
+        "range": FROM_LOG,
+        "row_count": FROM_LOG,
+    }
     assert warehouse.daily_gmv() == expected_gmv(warehouse.rows) == Decimal("80.00")
-    scoped = {t: warehouse.partition_rows(spark, t) for t in CHAIN}
+    scoped = {t: warehouse.partition_rows(t) for t in CHAIN}
     users = {row[0] for row in scoped["dws.user_order_daily"]}
     assert 99 in users
 
@@ -308,7 +329,7 @@ def test_a_late_change_rebuilds_only_the_keys_it_touched_and_leaves_the_rows_a_w
         )
         assert result.success
         assert "keys_rebuilt" not in entry(table)
-        assert warehouse.partition_rows(spark, table) == scoped[table], table
+        assert warehouse.partition_rows(table) == scoped[table], table
 
     # dwd.order_detail rebuilt whole again, after one more order is paid: its commit rewrites every row, but the
     # rows written the same are no change, so dws.user_order_daily's late-data rebuild touches that order's user only

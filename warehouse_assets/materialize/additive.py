@@ -14,14 +14,15 @@ in one Spark job: for each changed input, its images joined with the inputs befo
 after it as the last build read them (Delta time travel); the right side of a ``LEFT JOIN`` is the join with it now
 minus the join with it then, over the left rows whose join key it changed. An input that did not change adds no
 term. Those partial deltas are added to the stored states, the select items of the changed groups computed from their
-new states, and exactly those groups' rows replaced in one ``MERGE`` on the partition and the group columns
-(:meth:`DeltaStore.replace_keys`): a group whose rows are all gone is deleted. The new states are written after that
-commit. Distinct counts and extremes move with their (group, value) pairs' multiplicities, kept in a value state
-table per argument (:mod:`warehouse_assets.materialize.additive_values`), written after the group states. A state
-that is missing, or stamped with another version than the partition's last build (that build wrote no state, or one
-of its state writes failed), a feed that does not cover the versions, or too many changed rows rebuild the
-partition whole, which writes the states afresh; the run's log says why. Checks judge the whole partition after the
-write, as after any build.
+new states, and exactly those groups' rows replaced in one commit (:meth:`AdditiveMaintainer.write_groups`: deleted
+by their values and appended, or merged on the partition and the group columns): a group whose rows are all gone is
+deleted. The new states are written after that commit. Distinct counts and extremes move with their (group, value)
+pairs' multiplicities, kept in a value state table per argument (:mod:`warehouse_assets.materialize.additive_values`),
+written after the group states. A state that is missing, or stamped with another version than the partition's last
+build (that build wrote no state, or one of its state writes failed), a feed that does not cover the versions, or too
+many changed rows rebuild the partition whole, which writes the states afresh; the run's log says why. Checks judge
+the whole partition after the write, as after any build (from the Delta log and DataFusion counts where those prove
+a pass, :mod:`warehouse_assets.materialize.log_checks`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import date, datetime
+from decimal import Decimal
 from functools import partial, reduce
 from typing import Any
 
@@ -153,23 +156,28 @@ class AdditiveMaintainer:
             return out, None
         return rows, kept
 
-    def write_states(self, states: Sequence[DataFrame], keys: Sequence[str], version: int) -> WriteResult | None:
+    def write_states(self, states: Sequence[DataFrame | pa.Table], keys: Sequence[str], version: int) -> None:
         """Replace the partitions ``keys`` of the state table with ``states``, stamped with the table's ``version``:
-        one commit, after the table's own."""
+        one commit, after the table's own. A whole build's (Spark's, computed from its input) are written by Spark; a
+        maintained rebuild's, already held here in Arrow, by delta-rs in this process (no Spark job)."""
         if not states:
-            return None
+            return
         table = self.table
-        rows = reduce(DataFrame.unionByName, states).withColumn(VERSION, F.lit(version).cast("bigint"))
         specs = [partition_values_of(table, k) for k in keys]
         try:
-            written = self.store.overwrite(self.state_key, rows, table.partition_by, specs, operation="write states")
+            if all(isinstance(s, pa.Table) for s in states):
+                held = pa.concat_tables([s for s in states if isinstance(s, pa.Table)])
+                held = held.append_column(VERSION, pa.array([version] * held.num_rows, pa.int64()))
+                self.store.overwrite_rows(self.state_key, held, specs, operation="write states")
+            else:
+                frames = [s if isinstance(s, DataFrame) else arrow_frame(self.spark, s) for s in states]
+                rows = reduce(DataFrame.unionByName, frames).withColumn(VERSION, F.lit(version).cast("bigint"))
+                self.store.overwrite(self.state_key, rows, table.partition_by, specs, operation="write states")
             self.values.write(self.verdict, keys, version)  # after the group states: their stamps say which landed
         except Exception as exc:  # the rows stand: states older than them make the next late rebuild whole
             self.log.warning(f"{table.fqn}: partial states not written: {exc}")
             for k in keys:
                 self.values.forget(k)
-            return None
-        return written
 
     # --- a maintained rebuild -------------------------------------------------------------------------------------
 
@@ -331,9 +339,32 @@ class AdditiveMaintainer:
         touched = delta[ROWS].isNotNull() if groups else F.lit(True)
         return joined.select(*items, touched.alias(CHANGED)).toArrow()
 
-    def rows(self, changes: GroupChanges, out: DataFrame, suffix: str) -> tuple[DataFrame, DataFrame, DataFrame]:
+    def write_groups(
+        self, rows: Sequence[DataFrame], replaced: Sequence[DataFrame], changes: Sequence[GroupChanges]
+    ) -> WriteResult:
+        """The maintained partitions' one commit of their changed groups' new ``rows`` (``replaced``: those groups, as
+        :meth:`rows` names them). A total without ``GROUP BY`` holds one row per partition: its partitions are
+        overwritten. One partition's groups of one column whose values are literals are deleted by those values and
+        appended (:meth:`DeltaStore.replace_rows_where`: a few Spark jobs, no join against the table, and the values
+        recorded in the commit for the readers' key-scoped rebuilds); other groups are merged by their columns."""
+        table, verdict, store = self.table, self.verdict, self.store
+        specs = [partition_values_of(table, c.key) for c in changes]
+        union = reduce(DataFrame.unionByName, rows)
+        if not verdict.group_by:
+            return store.overwrite(table.key, union, table.partition_by, specs, operation="replace totals")
+        one = len(changes) == 1 and len(verdict.group_columns) == 1
+        values = _literal_groups(changes[0], verdict.group_columns[0]) if one else None
+        if values:
+            [column] = verdict.group_outputs
+            return store.replace_rows_where(
+                self.spark, table.key, union, table.partition_by, specs[0], column, {column: values}
+            )
+        groups, by = reduce(DataFrame.unionByName, replaced), verdict.group_outputs
+        return store.replace_keys(self.spark, table.key, union, groups, by, table.partition_by, specs)
+
+    def rows(self, changes: GroupChanges, out: DataFrame, suffix: str) -> tuple[DataFrame, DataFrame, pa.Table]:
         """The changed groups' new rows (``out``'s columns and types: the table's query planned for the partition),
-        the groups the MERGE replaces (its group columns and the partition's), and the partition's new states."""
+        the groups its commit replaces (their group columns and the partition's), and the partition's new states."""
         verdict, spark = self.verdict, self.spark
         spec = partition_values_of(self.table, changes.key)
         states = changes.states
@@ -350,7 +381,9 @@ class AdditiveMaintainer:
             changed = _with_partition(groups.select(*[F.col(g).alias(o) for g, o in named]), spec)
         else:
             changed = spark.range(1).select(*[F.lit(v).alias(c) for c, v in spec.items()])
-        new_states = _with_partition(arrow_frame(spark, kept.drop_columns([CHANGED])), spec)
+        new_states = kept.drop_columns([CHANGED])
+        for column, value in spec.items():
+            new_states = new_states.append_column(column, pa.array([value] * new_states.num_rows, pa.string()))
         return final, changed, new_states
 
 
@@ -390,6 +423,14 @@ class _Terms:
         for p in self.predicates.get(name, ()):
             frame = frame.where(p.spark_sql())
         return frame
+
+
+def _literal_groups(changes: GroupChanges, column: str) -> list[Any] | None:
+    """The changed groups' values of a table grouped by the one state column ``column``, when each is a literal a
+    ``replaceWhere`` can name (a float's text may not compare equal to it); None otherwise."""
+    values = changes.states.filter(changes.states[CHANGED]).column(column).unique().to_pylist()
+    literal = (str, int, date, datetime, Decimal)
+    return values if values and all(isinstance(v, literal) for v in values) else None
 
 
 def _with_partition(df: DataFrame, spec: Mapping[str, str]) -> DataFrame:

@@ -9,7 +9,8 @@ aggregate of its input per argument). A maintained rebuild adds its images' +1/-
 the stored multiplicity of those pairs alone (narrowed to their values, so Delta and Parquet skip the rest), and moves
 the group's state: the distinct count by the pairs that became present minus those that became absent, an extreme to
 the least (greatest) of itself and the values that became present; only a group whose extreme became absent reads its
-remaining pairs. The touched pairs are written back in one ``MERGE`` per argument (a pair at 0 deleted).
+remaining pairs. The touched pairs, held in Arrow, are written back in one ``MERGE`` per argument (a pair at 0
+deleted) by delta-rs in this process: no Spark job.
 
 Each partition holds a *stamp* row (group and value NULL, multiplicity NULL) carrying the table's Delta version its
 pairs match, updated by every write of the partition in the same commit as the pairs. The pairs are written after
@@ -20,7 +21,7 @@ partition's last build, rebuilds it whole (which writes every state afresh).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from decimal import Decimal
@@ -196,7 +197,8 @@ class ValueStates:
 
     def write(self, verdict: Additivity, keys: Sequence[str], version: int) -> None:
         """Write the kept pairs of ``keys`` with their stamps at the table's ``version``: one commit per argument and
-        kind of build (an overwrite of whole builds' partitions, a MERGE of maintained rebuilds' touched pairs)."""
+        kind of build (an overwrite of whole builds' partitions by Spark, which computed them; a MERGE of maintained
+        rebuilds' touched pairs, held here in Arrow, by delta-rs in this process)."""
         table, spark = self.table, self.spark
         for kind in ("whole", "pairs"):
             mine = [k for k in keys if k in self._written and self._written[k][0] == kind]
@@ -204,6 +206,16 @@ class ValueStates:
                 continue
             specs = [partition_values_of(table, k) for k in mine]
             for n in range(len(verdict.values)):
+                if kind == "pairs":
+                    held = [self._written[k][1][n] for k in mine]
+                    pairs = [
+                        _stamped(p, version, spec)
+                        for p, spec in zip(held, specs, strict=True)
+                        if isinstance(p, pa.Table)
+                    ]
+                    on = [*verdict.group_columns, VALUE]
+                    self.store.merge_counts(self.key(n), pa.concat_tables(pairs), on, MULTIPLICITY, specs)
+                    continue
                 frames = []
                 for k, spec in zip(mine, specs, strict=True):
                     found = self._written[k][1][n]
@@ -212,10 +224,18 @@ class ValueStates:
                     rows = rows.unionByName(stamp).withColumn(VERSION, F.lit(version).cast("bigint"))
                     frames.append(rows.select(*rows.columns, *[F.lit(v).alias(c) for c, v in spec.items()]))
                 union = reduce(DataFrame.unionByName, frames)
-                if kind == "whole":
-                    self.store.overwrite(self.key(n), union, table.partition_by, specs, operation="write value states")
-                else:
-                    on = [*verdict.group_columns, VALUE]
-                    self.store.merge_counts(spark, self.key(n), union, on, MULTIPLICITY, table.partition_by, specs)
+                self.store.overwrite(self.key(n), union, table.partition_by, specs, operation="write value states")
         for k in keys:
             self._written.pop(k, None)
+
+
+def _stamped(pairs: pa.Table, version: int, spec: Mapping[str, str]) -> pa.Table:
+    """A partition's touched pairs and its stamp row (every column null), each with the table's ``version`` and the
+    partition's values."""
+    nullable = pa.schema([f.with_nullable(True) for f in pairs.schema])  # Spark marks a computed count not null
+    stamp = pa.table({f.name: pa.nulls(1, f.type) for f in nullable}, schema=nullable)
+    rows = pa.concat_tables([pairs.cast(nullable), stamp])
+    rows = rows.append_column(VERSION, pa.array([version] * rows.num_rows, pa.int64()))
+    for column, value in spec.items():
+        rows = rows.append_column(column, pa.array([value] * rows.num_rows, pa.string()))
+    return rows

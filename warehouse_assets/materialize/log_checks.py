@@ -1,9 +1,9 @@
-"""The checks of a key-scoped rebuild's partitions, judged over the whole partition without a Spark job.
+"""The checks of a key-scoped or maintained rebuild's partitions, judged over the whole partition without a Spark job.
 
-A key-scoped rebuild replaces a few keys' rows, but its checks still judge the whole partition. Reading the partition
-back into Spark costs more than the rebuild itself, so what the Delta log already knows is read from the log, and
-what it cannot know is counted by delta-rs's DataFusion reader in this process, on the columns the check names only
-(deletion vectors applied):
+A key-scoped rebuild replaces a few keys' rows (a maintained total, a few groups'), but its checks still judge the
+whole partition. Reading the partition back into Spark costs more than the rebuild itself, so what the Delta log
+already knows is read from the log, and what it cannot know is counted by delta-rs's DataFusion reader in this
+process, on the columns the check names only (deletion vectors applied):
 
 * ``not_null``: each file's ``nullCount`` of the column; 0 in every file is 0 live nulls (a deletion vector only
   hides rows);

@@ -31,6 +31,7 @@ from datetime import UTC, datetime, timedelta
 from functools import reduce
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 from dagster import (
     AssetCheckResult,
@@ -217,8 +218,8 @@ class _Planned:
     versions: dict[str, int]  # the Delta version of each input read
     scope: KeyScope | None = None  # the keys it rebuilds, when not the whole partition
     groups: GroupChanges | None = None  # the groups of a total it maintains from the changed rows, when not whole
-    replaced: DataFrame | None = None  # those groups, as the MERGE names them
-    states: DataFrame | None = None  # an additive table's partial states, written after its rows
+    replaced: DataFrame | None = None  # those groups, as their commit names them
+    states: DataFrame | pa.Table | None = None  # an additive table's partial states, written after its rows
 
     @property
     def kind(self) -> str:
@@ -423,12 +424,12 @@ class _RangedBuild:
 
     def _check(self, version: int, written: Sequence[PartitionWritten] = ()) -> list[Outcome]:
         """The table's checks on the pending partitions as written at ``version`` (``written``: each one's figures,
-        in order, with its live files where the write read them). After a key-scoped write, what the Delta log or a
-        DataFusion count proves passed over the whole partition needs no Spark job; the rest is evaluated on Spark,
-        which reads the partitions back."""
+        in order, with its live files where the write read them). After a key-scoped or maintained write (a few keys'
+        or groups' rows replaced), what the Delta log or a DataFusion count proves passed over the whole partition
+        needs no Spark job; the rest is evaluated on Spark, which reads the partitions back."""
         table, pending = self.table, self.pending
         judged: dict[tuple[Check, str], Outcome] = {}
-        if pending[0].scope is not None:
+        if pending[0].kind != "whole":
             files = [w.live_files for w in written] if len(written) == len(pending) else [None] * len(pending)
             for p, live in zip(pending, files, strict=True):
                 facts = PartitionFacts(self.catalog, table, self.store, p.key, version, p.read_from, p.versions, live)
@@ -467,17 +468,9 @@ class _RangedBuild:
                 specs,
                 narrow=narrowed([p.scope for p in pending if p.scope]),
             )
-        if pending[0].groups is not None:  # every pending partition is a maintained total: one MERGE of its groups
+        if pending[0].groups is not None:  # every pending partition is a maintained total: its changed groups
             replaced = [p.replaced for p in pending if p.replaced is not None]
-            return store.replace_keys(
-                spark,
-                table.key,
-                reduce(DataFrame.unionByName, frames),
-                reduce(DataFrame.unionByName, replaced),
-                self.additive.verdict.group_outputs,
-                table.partition_by,
-                specs,
-            )
+            return self.additive.write_groups(frames, replaced, [p.groups for p in pending if p.groups])
         # a derived table records its changes from its first commit: a key-scoped rebuild below reads them
         rows = reduce(DataFrame.unionByName, frames)
         if self.bytes_read >= LAYOUT_MIN_BYTES:  # a few keys' rows in few files and pages, for key-scoped rebuilds
