@@ -372,7 +372,9 @@ def _materialize(
     return {k: v.value for k, v in result.get_asset_materialization_events()[0].materialization.metadata.items()}
 
 
-def test_marketing_roi_and_order_usd_equal_an_independent_computation(tmp_path: Path, spark: SparkSession) -> None:
+def test_marketing_roi_and_order_usd_equal_an_independent_computation(
+    tmp_path: Path, spark: SparkSession, consolidated: DagsterInstance
+) -> None:
 
     now = datetime(2026, 3, 4, 12, tzinfo=TZ)
     simulate_external(tmp_path / "external", FIRST, now, SEED)
@@ -404,14 +406,14 @@ def test_marketing_roi_and_order_usd_equal_an_independent_computation(tmp_path: 
         "lake": DeltaLakeResource(root=str(tmp_path / "lake")),
         "external": ExternalResource(root=str(tmp_path / "external")),
     }
-    with instance_for_test() as instance:
-        report(instance, AssetKey(["ads", "daily_gmv"]), day(0))
-        report(instance, AssetKey(["dwd", "order_detail"]), day(0))
-        for table in (SPEND, FX):
-            Daemon(instance, tmp_path / "external", table, Clock(now)).tick()
-        numbers = _materialize(instance, ROI, day(0), resources)
-        assert numbers["rows"] == 1
-        _materialize(instance, USD, day(0), resources)
+    instance = consolidated  # one event log in memory-backed storage: the runs without a database each
+    report(instance, AssetKey(["ads", "daily_gmv"]), day(0))
+    report(instance, AssetKey(["dwd", "order_detail"]), day(0))
+    for table in (SPEND, FX):
+        Daemon(instance, tmp_path / "external", table, Clock(now)).tick()
+    numbers = _materialize(instance, ROI, day(0), resources)
+    assert numbers["rows"] == 1
+    _materialize(instance, USD, day(0), resources)
 
     # independently: the partner's CSV files with the csv module, the finance table with delta-rs
     rows = []
@@ -442,7 +444,7 @@ GMV_USD = AssetKey(["ads", "gmv_usd_daily"])
 
 
 def test_gmv_usd_runs_degraded_past_its_deadline_and_whole_once_the_rate_arrives(
-    tmp_path: Path, spark: SparkSession
+    tmp_path: Path, spark: SparkSession, consolidated: DagsterInstance
 ) -> None:
     """ads.gmv_usd_daily waits for the day's rate until 10:00 on D+1 (long past here): built without it, its USD
     figure is null and the partition says degraded (metadata, state store, why); the rate arriving builds it whole."""
@@ -461,30 +463,30 @@ def test_gmv_usd_runs_degraded_past_its_deadline_and_whole_once_the_rate_arrives
     )
     resources = {"spark": SparkResource(), "lake": DeltaLakeResource(root=str(tmp_path / "lake")), "external": external}
     lake = str(tmp_path / "lake" / "ads" / "gmv_usd_daily")
-    with instance_for_test() as instance:
-        report(instance, AssetKey(["ads", "daily_gmv"]), day(0))
-        Daemon(instance, tmp_path / "external", FX, Clock(rate_at - timedelta(minutes=1))).tick()
-        assert day(0) not in instance.get_materialized_partitions(AssetKey(FX.key))
+    instance = consolidated  # one event log in memory-backed storage: the runs without a database each
+    report(instance, AssetKey(["ads", "daily_gmv"]), day(0))
+    Daemon(instance, tmp_path / "external", FX, Clock(rate_at - timedelta(minutes=1))).tick()
+    assert day(0) not in instance.get_materialized_partitions(AssetKey(FX.key))
 
-        numbers = _materialize(instance, GMV_USD, day(0), resources)
-        lacking = f"ext.fx_rate {day(0)} (missing; deadline {day(1)} 10:00)"
-        assert numbers[DEGRADED] == {day(0): lacking}
-        [row] = row_dicts(lake)
-        assert (row["gmv"], row["gmv_usd"], row["cny_usd_rate"]) == (gmv, None, None)
-        states = PartitionStateStore(instance)
-        states.update()
-        assert states.states(GMV_USD, [day(0)])[day(0)].degraded == lacking
-        why = explain(instance, catalog, store, landing, "ads.gmv_usd_daily", day(0), external)
-        assert why.own_state == (f"materialized, degraded: built without {lacking}; it is built again when they arrive")
-        assert {u.table: u.state for u in why.upstream}["ext.fx_rate"] == "waived"
+    numbers = _materialize(instance, GMV_USD, day(0), resources)
+    lacking = f"ext.fx_rate {day(0)} (missing; deadline {day(1)} 10:00)"
+    assert numbers[DEGRADED] == {day(0): lacking}
+    [row] = row_dicts(lake)
+    assert (row["gmv"], row["gmv_usd"], row["cny_usd_rate"]) == (gmv, None, None)
+    states = PartitionStateStore(instance)
+    states.update()
+    assert states.states(GMV_USD, [day(0)])[day(0)].degraded == lacking
+    why = explain(instance, catalog, store, landing, "ads.gmv_usd_daily", day(0), external)
+    assert why.own_state == (f"materialized, degraded: built without {lacking}; it is built again when they arrive")
+    assert {u.table: u.state for u in why.upstream}["ext.fx_rate"] == "waived"
 
-        simulate_external(tmp_path / "external", FIRST, rate_at + timedelta(minutes=1), SEED)
-        Daemon(instance, tmp_path / "external", FX, Clock(rate_at + timedelta(minutes=1))).tick()
-        numbers = _materialize(instance, GMV_USD, day(0), resources)
-        assert DEGRADED not in numbers
-        states.update()
-        assert states.states(GMV_USD, [day(0)])[day(0)].degraded is None
-        states.close()
+    simulate_external(tmp_path / "external", FIRST, rate_at + timedelta(minutes=1), SEED)
+    Daemon(instance, tmp_path / "external", FX, Clock(rate_at + timedelta(minutes=1))).tick()
+    numbers = _materialize(instance, GMV_USD, day(0), resources)
+    assert DEGRADED not in numbers
+    states.update()
+    assert states.states(GMV_USD, [day(0)])[day(0)].degraded is None
+    states.close()
 
     fx = DeltaTable(str(tmp_path / "external" / "fx_rate")).to_pyarrow_table().to_pylist()
     [rate] = [r["rate"] for r in fx if r["dt"] == day(0) and r["currency"] == "CNY" and r["quote"] == "USD"]
@@ -511,7 +513,7 @@ FLASH = AssetKey(["ads", "revenue_flash"])
 
 
 def test_revenue_is_estimated_on_the_previous_rate_then_completed_on_the_days_own(
-    tmp_path: Path, spark: SparkSession
+    tmp_path: Path, spark: SparkSession, consolidated: DagsterInstance
 ) -> None:
     """dws.revenue_usd_daily day 1: estimated with day 0's rate while day 1's has not arrived (its materialization
     says so, the state store keeps it, a consumer accepting estimated builds on it), completed with day 1's."""
@@ -524,28 +526,28 @@ def test_revenue_is_estimated_on_the_previous_rate_then_completed_on_the_days_ow
     seed_paid_day(spark, tmp_path / "lake", day(1))
     resources = {"spark": SparkResource(), "lake": DeltaLakeResource(root=str(tmp_path / "lake")), "external": external}
     lake = tmp_path / "lake"
-    with instance_for_test() as instance:
-        report(instance, AssetKey(["dws", "user_order_daily"]), day(1))
-        Daemon(instance, tmp_path / "external", FX, Clock(before)).tick()
-        assert instance.get_materialized_partitions(AssetKey(FX.key)) == {day(0)}
+    instance = consolidated  # one event log in memory-backed storage: the runs without a database each
+    report(instance, AssetKey(["dws", "user_order_daily"]), day(1))
+    Daemon(instance, tmp_path / "external", FX, Clock(before)).tick()
+    assert instance.get_materialized_partitions(AssetKey(FX.key)) == {day(0)}
 
-        assert _materialize(instance, REVENUE, day(1), resources)[STATE] == {day(1): "estimated"}
-        [row] = row_dicts(str(lake / "dws" / "revenue_usd_daily"))
-        assert row["rate_of"] == day(0) and row["revenue_cny"] == Decimal("100.00")
-        states = PartitionStateStore(instance)
-        states.update()
-        assert states.states(REVENUE, [day(1)])[day(1)].state == "estimated"
-        _materialize(instance, FLASH, day(1), resources)  # the flash accepts an estimated day
-        [flash] = row_dicts(str(lake / "ads" / "revenue_flash"))
-        assert flash["final"] is False
+    assert _materialize(instance, REVENUE, day(1), resources)[STATE] == {day(1): "estimated"}
+    [row] = row_dicts(str(lake / "dws" / "revenue_usd_daily"))
+    assert row["rate_of"] == day(0) and row["revenue_cny"] == Decimal("100.00")
+    states = PartitionStateStore(instance)
+    states.update()
+    assert states.states(REVENUE, [day(1)])[day(1)].state == "estimated"
+    _materialize(instance, FLASH, day(1), resources)  # the flash accepts an estimated day
+    [flash] = row_dicts(str(lake / "ads" / "revenue_flash"))
+    assert flash["final"] is False
 
-        simulate_external(tmp_path / "external", FIRST, before + timedelta(minutes=2), SEED)
-        Daemon(instance, tmp_path / "external", FX, Clock(before + timedelta(minutes=2))).tick()
-        assert _materialize(instance, REVENUE, day(1), resources)[STATE] == {day(1): "completed"}
-        states.update()
-        assert states.states(REVENUE, [day(1)])[day(1)].state == "completed"
-        states.close()
-        _materialize(instance, FLASH, day(1), resources)
+    simulate_external(tmp_path / "external", FIRST, before + timedelta(minutes=2), SEED)
+    Daemon(instance, tmp_path / "external", FX, Clock(before + timedelta(minutes=2))).tick()
+    assert _materialize(instance, REVENUE, day(1), resources)[STATE] == {day(1): "completed"}
+    states.update()
+    assert states.states(REVENUE, [day(1)])[day(1)].state == "completed"
+    states.close()
+    _materialize(instance, FLASH, day(1), resources)
 
     fx = DeltaTable(str(tmp_path / "external" / "fx_rate")).to_pyarrow_table().to_pylist()
     [rate] = [r["rate"] for r in fx if r["dt"] == day(1) and r["currency"] == "CNY" and r["quote"] == "USD"]
