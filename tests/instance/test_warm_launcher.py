@@ -26,7 +26,7 @@ from dagster._core.launcher import WorkerStatus
 from dagster_graphql import DagsterGraphQLClient
 
 from resources.spark import port_open
-from tests.support.dev_stack import free_port, graphql, kill_stragglers, stop_group
+from tests.support.dev_stack import free_port, graphql, kill_stragglers, marked_processes, stop_group
 from warehouse_assets.instance.warm_launcher import (
     STOPPED_TAG,
     WORKER_TAG,
@@ -314,7 +314,11 @@ def test_terminate_interrupts_the_run_worker_and_the_run_is_canceled(location) -
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
 def test_a_stop_signal_to_a_run_worker_cancels_its_run_in_one_line(
-    location, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, stop: signal.Signals
+    location,
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    stop: signal.Signals,
+    tmp_path: Path,
 ) -> None:
     # what Ctrl-C of the stack (its whole process group) or a supervisor's SIGTERM does to a run in progress
     instance, recon_repo, _ = location
@@ -330,7 +334,12 @@ def test_a_stop_signal_to_a_run_worker_cancels_its_run_in_one_line(
     run = wait_finished(instance, waiting.run_id, timeout=30)
     assert run.status == DagsterRunStatus.CANCELED
     assert run.tags[STOPPED_TAG] == stop.name  # the engine submits such a run again at its next start
-    time.sleep(3)  # the worker's last words, and what an echo of its step would still print
+    # the worker's last words, and what an echo of its step would still print: all said once the worker and every
+    # process it started have ended (the warm worker alone left: what it forks inherits the location's marker)
+    deadline = time.monotonic() + 30
+    while left := set(marked_processes(f"WARM_LAUNCHER_TEST={tmp_path}")) - {zygote_pid(instance)}:
+        assert time.monotonic() < deadline, [Path(f"/proc/{pid}/cmdline").read_bytes()[:200] for pid in left]
+        time.sleep(0.1)
     err = capfd.readouterr().err
     said = f"run {waiting.run_id[:8]} (waiting_job) canceled: its worker received {stop.name}"
     assert said in err.splitlines()
