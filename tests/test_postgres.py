@@ -38,7 +38,7 @@ from tests.support.dev_stack import (
     launched_by_the_stack,
     start_stack,
 )
-from tests.support.jvm import QUICK_JIT
+from tests.support.jvm import SESSION_JIT
 from warehouse_assets.catalog import TABLES_DIR
 from warehouse_assets.center.state_store import PartitionStateStore
 
@@ -192,9 +192,10 @@ def test_the_stack_on_postgres_builds_a_day_without_a_click(
     for name, value in {"DAGSTER_HOME": str(home), "WAREHOUSE_CATALOG_DIR": str(tables), **postgres}.items():
         monkeypatch.setenv(name, value)
     port, target, day = free_port(), AssetKey(["ads", "daily_gmv"]), f"{DAY:%Y-%m-%d}"
-    # the stack's Spark Connect server lives these few minutes, its busiest the first: C1 alone compiles it
-    quick_jit = {"JAVA_TOOL_OPTIONS": f"{os.environ.get('JAVA_TOOL_OPTIONS', '')} {QUICK_JIT}".strip()}
-    with start_stack(tmp_path, home, port, free_port(), env={**postgres, **quick_jit}) as proc:
+    # the stack's Spark Connect server lives these few minutes, its busiest the first: C1 alone compiles it, in the
+    # code cache each worker's session has (in C1's default 48 MB its sweeper recompiles: 8 JVM CPU s more here)
+    jit = {"JAVA_TOOL_OPTIONS": f"{os.environ.get('JAVA_TOOL_OPTIONS', '')} {SESSION_JIT}".strip()}
+    with start_stack(tmp_path, home, port, free_port(), env={**postgres, **jit}) as proc:
         instance = await_partition(proc, port, home, target, day)
         # read while the stack runs: stopping it kills the runs it started meanwhile (the next hours' work)
         runs = dict(_query(postgres, "SELECT run_id, status FROM runs"))
